@@ -1,0 +1,125 @@
+"""Time parsing shared by the model, the tools and the extractor.
+
+Models and users write dates in many shapes ("2023-05-08", "May 2023",
+"8 May 2023"). Zone-less inputs are read as UTC; results are always
+timezone-aware UTC.
+"""
+
+from __future__ import annotations
+
+import calendar
+import re
+from datetime import datetime, timedelta, timezone
+
+from .errors import InvalidTimeError
+
+__all__ = ["end_of_period", "ensure_utc", "parse_flexible_time", "parse_time_or_raise"]
+
+_LAYOUTS = (
+    "%Y-%m-%dT%H:%M:%S",
+    "%Y-%m-%d %H:%M:%S",
+    "%Y-%m-%dT%H:%M",
+    "%Y-%m-%d %H:%M",
+    "%Y-%m-%d",
+    "%Y/%m/%d",
+    "%d %B %Y",
+    "%B %d, %Y",
+    "%B %d %Y",
+    "%b %d, %Y",
+    "%b %d %Y",
+    "%d %b %Y",
+    "%B %Y",
+    "%b %Y",
+    "%Y-%m",
+    "%Y",
+)
+_MONTH_LAYOUTS = frozenset({"%B %Y", "%b %Y", "%Y-%m"})
+# LoCoMo-style "1:56 pm on 8 May, 2023".
+_CLOCK_ON_DATE = re.compile(r"^(\d{1,2}:\d{2}\s*[ap]m)\s+on\s+(.+)$", re.IGNORECASE)
+
+
+def ensure_utc(value: datetime, field: str = "time") -> datetime:
+    """Return `value` in UTC; a naive datetime is an error, never a guess."""
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise InvalidTimeError(field, "must be timezone-aware (got a naive datetime)")
+    return value.astimezone(timezone.utc)
+
+
+def _parse_with_layout(text: str) -> tuple[datetime, str] | None:
+    cleaned = text.replace(",", ", ").replace(",  ", ", ").strip()
+    for candidate in (text, cleaned):
+        for layout in _LAYOUTS:
+            try:
+                return datetime.strptime(candidate, layout), layout
+            except ValueError:
+                continue
+    return None
+
+
+def parse_flexible_time(text: str | None) -> datetime | None:
+    """Parse ISO 8601 and common human date layouts; None when unparseable."""
+    if text is None:
+        return None
+    text = text.strip()
+    if not text:
+        return None
+    iso = text[:-1] + "+00:00" if text.endswith(("Z", "z")) else text
+    try:
+        parsed = datetime.fromisoformat(iso)
+    except ValueError:
+        parsed = None
+    if parsed is None:
+        clock = _CLOCK_ON_DATE.match(text)
+        if clock:
+            day = _parse_with_layout(clock.group(2).replace(",", "").strip())
+            if day is not None:
+                try:
+                    t = datetime.strptime(clock.group(1).replace(" ", "").upper(), "%I:%M%p")
+                except ValueError:
+                    return None
+                parsed = day[0].replace(hour=t.hour, minute=t.minute)
+        else:
+            found = _parse_with_layout(text)
+            parsed = found[0] if found else None
+    if parsed is None:
+        return None
+    if parsed.tzinfo is None:
+        return parsed.replace(tzinfo=timezone.utc)
+    return parsed.astimezone(timezone.utc)
+
+
+def parse_time_or_raise(value: object, field: str) -> datetime | None:
+    """Accept an aware datetime, a parseable string or None; raise naming `field` otherwise."""
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        return ensure_utc(value, field)
+    if isinstance(value, str):
+        if not value.strip():
+            return None
+        parsed = parse_flexible_time(value)
+        if parsed is None:
+            raise InvalidTimeError(field, f"cannot parse {value[:64]!r} as a date or time")
+        return parsed
+    raise InvalidTimeError(field, f"expected a datetime or string, got {type(value).__name__}")
+
+
+def end_of_period(text: str) -> datetime | None:
+    """The last second of the period `text` names: a year, a month, or a day.
+
+    Used for `time_before`: "2023" means up to Dec 31 2023 23:59:59 inclusive.
+    A full datetime is returned unchanged.
+    """
+    text = text.strip()
+    start = parse_flexible_time(text)
+    if start is None:
+        return None
+    if re.fullmatch(r"\d{4}", text):
+        return start.replace(month=12, day=31, hour=23, minute=59, second=59)
+    found = _parse_with_layout(text)
+    if found is not None and found[1] in _MONTH_LAYOUTS:
+        last = calendar.monthrange(start.year, start.month)[1]
+        return start.replace(day=last, hour=23, minute=59, second=59)
+    if start.hour == start.minute == start.second == 0 and ":" not in text and "T" not in text:
+        return start + timedelta(days=1) - timedelta(seconds=1)
+    return start

@@ -1,0 +1,119 @@
+"""The one error tree of langmem_trpc.
+
+```
+LangmemTrpcError
+├── InvalidInputError (ValueError)        bad argument; `.field` names it, nothing was written
+│   ├── InvalidUserKeyError               empty / malformed app_name or user_id
+│   ├── InvalidMemoryError                empty or oversized text, unknown kind, bad topics ...
+│   └── InvalidTimeError                  naive or unparseable datetime
+├── MemoryNotFoundError (KeyError)        no live memory with that id for this user
+├── MemoryConflictError                   an update would duplicate another live memory
+├── CapacityExceededError                 per-user capacity reached with policy "error"
+├── BackendError                          the storage driver failed (wraps the driver error)
+├── ExtractionError                       the extractor (LLM) failed or returned nothing usable
+├── ConfigurationError                    bad settings, missing optional dependency
+└── WorkerError                           misuse of the background worker lifecycle
+```
+
+Every subclass of a builtin keeps working with code that catches the builtin
+(`except ValueError`, `except KeyError`).
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BackendError",
+    "CapacityExceededError",
+    "ConfigurationError",
+    "ExtractionError",
+    "InvalidInputError",
+    "InvalidMemoryError",
+    "InvalidTimeError",
+    "InvalidUserKeyError",
+    "LangmemTrpcError",
+    "MemoryConflictError",
+    "MemoryNotFoundError",
+    "WorkerError",
+]
+
+
+class LangmemTrpcError(Exception):
+    """Base class of every error this package raises on purpose."""
+
+
+class InvalidInputError(LangmemTrpcError, ValueError):
+    """An argument was rejected before anything was written.
+
+    `field` names the offending argument so callers (and the CLI) can say which.
+    """
+
+    def __init__(self, field: str, problem: str) -> None:
+        self.field = field
+        self.problem = problem
+        super().__init__(f"{field}: {problem}")
+
+
+class InvalidUserKeyError(InvalidInputError):
+    """`app_name` or `user_id` is empty, too long or contains a NUL byte."""
+
+
+class InvalidMemoryError(InvalidInputError):
+    """Memory content is empty, oversized, or a field has the wrong shape."""
+
+
+class InvalidTimeError(InvalidInputError):
+    """A time is naive (no timezone) or cannot be parsed."""
+
+
+class MemoryNotFoundError(LangmemTrpcError, KeyError):
+    """No live memory with this id belongs to this (app_name, user_id).
+
+    Another user's id is indistinguishable from a missing one, on purpose.
+    """
+
+    def __init__(self, memory_id: str) -> None:
+        self.memory_id = memory_id
+        super().__init__(memory_id)
+
+    def __str__(self) -> str:
+        return f"memory {self.memory_id!r} not found"
+
+
+class MemoryConflictError(LangmemTrpcError):
+    """An update would give a memory the same content as another live memory.
+
+    `existing_id` is the memory that already holds that content; nothing was written.
+    """
+
+    def __init__(self, memory_id: str, existing_id: str) -> None:
+        self.memory_id = memory_id
+        self.existing_id = existing_id
+        super().__init__(f"memory {memory_id!r} would duplicate memory {existing_id!r}")
+
+
+class CapacityExceededError(LangmemTrpcError):
+    """The user already holds `capacity` memories and the policy is "error"."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        super().__init__(f"memory capacity of {capacity} reached for this user")
+
+
+class BackendError(LangmemTrpcError):
+    """The storage backend failed; the driver error is chained as `__cause__`.
+
+    The message never contains connection strings or SQL text, so it is safe to
+    show to a model or a user.
+    """
+
+
+class ExtractionError(LangmemTrpcError):
+    """The extractor could not produce operations (model error, timeout)."""
+
+
+class ConfigurationError(LangmemTrpcError):
+    """Settings are inconsistent or an optional dependency is missing."""
+
+
+class WorkerError(LangmemTrpcError):
+    """The background worker was used in a state that does not allow it."""

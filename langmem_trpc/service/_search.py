@@ -1,0 +1,327 @@
+"""Search semantics written once: keyword scoring, RRF, kind fallback, dedupe.
+
+Backends only fetch scored candidates for one query (a vector leg and a
+keyword leg); `execute_search` turns them into the final ranked list, so
+every backend answers the same query the same way.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import NamedTuple
+
+from ..types import Entry, Kind, SearchOptions
+from ._text import cjk_trigrams, jaccard, primary_tokens, token_set
+
+__all__ = [
+    "DEFAULT_MIN_SCORE",
+    "DEDUPE_JACCARD",
+    "MIN_KIND_FALLBACK_RESULTS",
+    "CorpusStats",
+    "KeywordDoc",
+    "Legs",
+    "QueryTerms",
+    "candidate_pool",
+    "deduplicate",
+    "execute_search",
+    "keyword_score",
+    "merge_kind_fallback",
+    "passes_time",
+    "rrf_fuse",
+    "sort_entries",
+]
+
+DEFAULT_MIN_SCORE = 0.30
+DEDUPE_JACCARD = 0.80
+MIN_KIND_FALLBACK_RESULTS = 3
+
+BM25_K1 = 1.2
+BM25_B = 0.75
+TOPIC_WEIGHT = 0.65
+TRIGRAM_WEIGHT = 0.45
+PHRASE_FALLBACK_SCORE = 0.35
+
+
+# --- keyword leg ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class KeywordDoc:
+    """Term frequencies of one memory's two fields (text and topics)."""
+
+    content_tf: Mapping[str, int]
+    content_len: int
+    content_seq: tuple[str, ...]
+    topic_tf: Mapping[str, int]
+    topic_len: int
+    content_norm: str
+    topic_norm: str
+
+    @property
+    def terms(self) -> set[str]:
+        return set(self.content_tf) | set(self.topic_tf)
+
+    @classmethod
+    def build(cls, text: str, topics: Sequence[str]) -> KeywordDoc:
+        content_seq = tuple(primary_tokens(text))
+        content_tf = _field_tf(text, content_seq)
+        topic_text = " ".join(topics)
+        topic_tf = _field_tf(topic_text, tuple(primary_tokens(topic_text)))
+        return cls(
+            content_tf=content_tf,
+            content_len=sum(content_tf.values()),
+            content_seq=content_seq,
+            topic_tf=topic_tf,
+            topic_len=sum(topic_tf.values()),
+            content_norm=_loose(text),
+            topic_norm=_loose(topic_text),
+        )
+
+
+def _field_tf(text: str, tokens: tuple[str, ...]) -> dict[str, int]:
+    tf: dict[str, int] = dict(Counter(tokens))
+    for gram in cjk_trigrams(text):
+        tf.setdefault(gram, 1)
+    return tf
+
+
+def _loose(text: str) -> str:
+    """Non letters/digits become spaces, runs collapse: for the phrase fallback."""
+    return " ".join("".join(c if c.isalnum() else " " for c in text.lower()).split())
+
+
+@dataclass(frozen=True)
+class CorpusStats:
+    """What BM25 needs about the user's whole memory set."""
+
+    n_docs: int
+    df: Mapping[str, int]
+    avg_content_len: float
+    avg_topic_len: float
+
+    @classmethod
+    def from_docs(cls, docs: Iterable[KeywordDoc]) -> CorpusStats:
+        df: Counter[str] = Counter()
+        n = content = topic = 0
+        for doc in docs:
+            n += 1
+            content += doc.content_len
+            topic += doc.topic_len
+            df.update(doc.terms)
+        return cls(
+            n_docs=n,
+            df=df,
+            avg_content_len=max(content / n, 1.0) if n else 1.0,
+            avg_topic_len=max(topic / n, 1.0) if n else 1.0,
+        )
+
+    def idf(self, term: str) -> float:
+        df = self.df.get(term, 0)
+        return math.log(1 + (self.n_docs - df + 0.5) / (df + 0.5))
+
+
+@dataclass(frozen=True)
+class QueryTerms:
+    """A query's weighted tokens: primary 1.0, extra CJK trigrams 0.45."""
+
+    raw: str
+    primary: tuple[str, ...]
+    weighted: tuple[tuple[str, float], ...] = field(default=())
+
+    @classmethod
+    def build(cls, query: str) -> QueryTerms:
+        primary = tuple(dict.fromkeys(primary_tokens(query)))
+        weighted = [(t, 1.0) for t in primary]
+        weighted += [(g, TRIGRAM_WEIGHT) for g in cjk_trigrams(query) if g not in primary]
+        return cls(raw=query, primary=primary, weighted=tuple(weighted))
+
+    @property
+    def tokens(self) -> list[str]:
+        return [t for t, _ in self.weighted]
+
+
+def _bm25(tf: int, length: int, avg: float) -> float:
+    if tf <= 0:
+        return 0.0
+    return tf * (BM25_K1 + 1) / (tf + BM25_K1 * (1 - BM25_B + BM25_B * length / avg))
+
+
+def _in_order(needles: Sequence[str], haystack: Sequence[str]) -> bool:
+    it = iter(haystack)
+    return all(any(token == h for h in it) for token in needles)
+
+
+def keyword_score(query: QueryTerms, doc: KeywordDoc, stats: CorpusStats) -> float:
+    """Absolute keyword relevance in [0, 1] (reference spec 5.1 composite).
+
+    0.40 coverage of the query's tokens + 0.25 their rarity + 0.25 BM25
+    strength against its best case + 0.10 when matched tokens keep the
+    query's order. Never normalised by the best hit, so it is comparable
+    across queries and usable as a reconcile threshold.
+    """
+    total_weight = sum(w for _, w in query.weighted)
+    total_idf = raw = potential = matched_weight = matched_idf = 0.0
+    matched: set[str] = set()
+    for token, weight in query.weighted:
+        idf = stats.idf(token)
+        total_idf += weight * idf
+        if idf <= 0:
+            continue
+        term = weight * idf * (
+            _bm25(doc.content_tf.get(token, 0), doc.content_len, stats.avg_content_len)
+            + TOPIC_WEIGHT * _bm25(doc.topic_tf.get(token, 0), doc.topic_len, stats.avg_topic_len)
+        )
+        if term > 0:
+            raw += term
+            matched_weight += weight
+            matched_idf += weight * idf
+            potential += weight * idf * (BM25_K1 + 1)
+            matched.add(token)
+    if not matched:
+        return _phrase_fallback(query.raw, doc)
+    strength = min(raw / potential, 1.0) if potential > 0 else 0.0
+    coverage = matched_weight / max(total_weight, 1.0)
+    rarity = matched_idf / max(total_idf, 1.0)
+    in_query_order = [t for t in query.primary if t in matched]
+    phrase = 0.0
+    if len(in_query_order) >= 2:
+        if _in_order(in_query_order, doc.content_seq):
+            phrase = 1.0
+        elif all(t in doc.topic_tf for t in in_query_order):
+            phrase = 0.8
+    return min(0.40 * coverage + 0.25 * rarity + 0.25 * strength + 0.10 * phrase, 1.0)
+
+
+def _phrase_fallback(query: str, doc: KeywordDoc) -> float:
+    """Queries with no scorable token ("C#", "a-b") can still match literally."""
+    lowered = query.strip().lower()
+    if not lowered:
+        return 0.0
+    if not primary_tokens(lowered) and any(c.isalnum() for c in lowered):
+        needle = lowered
+        content, topics = doc.content_norm, doc.topic_norm
+        if any(not c.isalnum() and not c.isspace() for c in lowered):
+            needle = _loose(lowered)
+    else:
+        needle = _loose(lowered)
+        content, topics = doc.content_norm, doc.topic_norm
+        if needle.isascii() and needle.isalnum():
+            return 0.0
+    if not needle:
+        return 0.0
+    if needle in content:
+        return PHRASE_FALLBACK_SCORE
+    if needle in topics:
+        return PHRASE_FALLBACK_SCORE * TOPIC_WEIGHT
+    return 0.0
+
+
+# --- fusion and post-processing -------------------------------------------
+
+
+class Legs(NamedTuple):
+    """Scored candidates of one query, best first: (entry, absolute score)."""
+
+    vector: list[tuple[Entry, float]] | None
+    """None when the backend has no embedder (keyword-only)."""
+    keyword: list[tuple[Entry, float]]
+
+
+Fetch = Callable[[Kind | None, int], Legs]
+
+
+def candidate_pool(max_results: int) -> int:
+    """How many candidates each leg returns: head room for fusion, filters and dedupe."""
+    return max(max_results * 3, 30)
+
+
+def passes_time(event_time: datetime | None, after: datetime | None, before: datetime | None) -> bool:
+    """Entries without an event time always pass the time range."""
+    if event_time is None:
+        return True
+    if after is not None and event_time < after:
+        return False
+    return before is None or event_time <= before
+
+
+def _sort_key(entry: Entry, primary: float, by_event_time: bool) -> tuple[object, ...]:
+    event = entry.memory.event_time
+    event_key: tuple[int, float] = (0, 0.0)
+    if by_event_time:
+        event_key = (1, 0.0) if event is None else (0, event.timestamp())
+    return (-primary, event_key, -entry.updated_at.timestamp(), -entry.created_at.timestamp(), entry.id)
+
+
+def sort_entries(entries: Iterable[Entry], by_event_time: bool = False) -> list[Entry]:
+    """Relevance desc, then event time asc (when asked), updated desc, created desc, id."""
+    return sorted(
+        entries,
+        key=lambda e: _sort_key(e, e.rrf_score if e.rrf_score is not None else (e.score or 0.0), by_event_time),
+    )
+
+
+def rrf_fuse(rankings: Sequence[Sequence[str]], k: int = 60) -> dict[str, float]:
+    """Reciprocal Rank Fusion: each list adds 1 / (k + rank), rank starting at 1."""
+    fused: dict[str, float] = {}
+    for ranking in rankings:
+        for rank, key in enumerate(ranking, start=1):
+            fused[key] = fused.get(key, 0.0) + 1.0 / (k + rank)
+    return fused
+
+
+def _rank_legs(legs: Legs, options: SearchOptions) -> list[Entry]:
+    threshold = options.similarity_threshold
+    if threshold is None:
+        threshold = DEFAULT_MIN_SCORE
+    keyword = [(e, s) for e, s in legs.keyword if s >= threshold and s > 0]
+    if legs.vector is None or (options.hybrid and not legs.vector and keyword):
+        return sort_entries((e.model_copy(update={"score": s}) for e, s in keyword), options.order_by_event_time)
+    if not options.hybrid:
+        vector = [(e, s) for e, s in legs.vector if s >= threshold]
+        return sort_entries((e.model_copy(update={"score": s}) for e, s in vector), options.order_by_event_time)
+    best: dict[str, tuple[Entry, float]] = {}
+    for entry, score in [*legs.vector, *keyword]:
+        if entry.id not in best or score > best[entry.id][1]:
+            best[entry.id] = (entry, score)
+    fused = rrf_fuse([[e.id for e, _ in legs.vector], [e.id for e, _ in keyword]], options.rrf_k)
+    return sort_entries(
+        (
+            best[key][0].model_copy(update={"score": max(0.0, min(best[key][1], 1.0)), "rrf_score": value})
+            for key, value in fused.items()
+        ),
+        options.order_by_event_time,
+    )
+
+
+def merge_kind_fallback(primary: list[Entry], fallback: list[Entry], kind: Kind) -> list[Entry]:
+    """Primary hits, then unseen fallback hits of the wanted kind, then the rest."""
+    seen = {e.id for e in primary}
+    extra = [e for e in fallback if e.id not in seen]
+    return primary + [e for e in extra if e.memory.kind == kind] + [e for e in extra if e.memory.kind != kind]
+
+
+def deduplicate(entries: Sequence[Entry], threshold: float = DEDUPE_JACCARD) -> list[Entry]:
+    """Drop an entry whose word set is >= `threshold` Jaccard-similar to a better-ranked one."""
+    sets = [token_set(e.memory.text) for e in entries]
+    keep: list[Entry] = []
+    for i, entry in enumerate(entries):
+        if not any(jaccard(sets[i], sets[j]) >= threshold for j in range(i)):
+            keep.append(entry)
+    return keep
+
+
+def execute_search(options: SearchOptions, fetch: Fetch) -> list[Entry]:
+    """Run the shared pipeline over a backend's candidate `fetch(kind, pool)`."""
+    if not options.query.strip():
+        return []
+    pool = candidate_pool(options.max_results)
+    results = _rank_legs(fetch(options.kind, pool), options)
+    if options.kind is not None and options.kind_fallback and len(results) < MIN_KIND_FALLBACK_RESULTS:
+        results = merge_kind_fallback(results, _rank_legs(fetch(None, pool), options), options.kind)
+    if options.deduplicate:
+        results = deduplicate(results)
+    return results[: options.max_results]

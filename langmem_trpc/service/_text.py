@@ -1,0 +1,136 @@
+"""Tokenising shared by keyword search, Jaccard, dedupe and reconcile.
+
+One tokeniser for every backend keeps scores comparable: the SQLite FTS
+index, the in-memory scorer and reconcile all see the same tokens.
+
+Latin text: maximal runs of letters/digits, lowercased, length >= 2, minus a
+small English stopword list. CJK text (no dictionary, so no jieba): each
+maximal run of Han/Kana/Hangul yields its 2-character windows as primary
+tokens, plus 3-character windows as secondary ("trigram") tokens.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+__all__ = [
+    "cjk_trigrams",
+    "normalize_text",
+    "primary_tokens",
+    "search_tokens",
+    "token_jaccard",
+    "token_set",
+]
+
+STOPWORDS = frozenset(
+    "a an the and or of in on to for with is are am be been being was were this that these those".split()
+)
+CJK_STOPWORDS = frozenset(
+    "的 了 是 在 和 有 我 他 她 它 这 那 都 也 就 不 会 到 说 对 一个 一些 一种 这个 那个 我们 你们 他们 她们 它们 "
+    "自己 已经 还是 如果 因为 所以 然后 用户".split()
+)
+
+_CJK_RANGES = (
+    (0x3040, 0x30FF),  # Hiragana, Katakana
+    (0x3400, 0x4DBF),  # CJK Extension A
+    (0x4E00, 0x9FFF),  # CJK Unified Ideographs
+    (0xAC00, 0xD7AF),  # Hangul syllables
+    (0xF900, 0xFAFF),  # CJK compatibility
+    (0x20000, 0x2FFFF),
+)
+
+
+def is_cjk(char: str) -> bool:
+    code = ord(char)
+    return any(lo <= code <= hi for lo, hi in _CJK_RANGES)
+
+
+def _runs(text: str) -> list[tuple[str, bool]]:
+    """Split into maximal runs of word characters, flagged CJK or not."""
+    runs: list[tuple[str, bool]] = []
+    current: list[str] = []
+    current_cjk = False
+    for char in text:
+        cjk = is_cjk(char)
+        word = cjk or char.isalnum() or unicodedata.category(char) == "Mn"
+        if word and current and cjk == current_cjk:
+            current.append(char)
+            continue
+        if current:
+            runs.append(("".join(current), current_cjk))
+            current = []
+        if word:
+            current = [char]
+            current_cjk = cjk
+    if current:
+        runs.append(("".join(current), current_cjk))
+    return runs
+
+
+def _cjk_stop(token: str) -> bool:
+    return token in CJK_STOPWORDS or all(c in CJK_STOPWORDS for c in token)
+
+
+def primary_tokens(text: str) -> list[str]:
+    """Tokens in order, with repeats (term frequencies need them)."""
+    lowered = text.lower().strip()
+    if not lowered:
+        return []
+    tokens: list[str] = []
+    runs = _runs(lowered)
+    single_cjk = len(runs) == 1 and runs[0][1] and len(runs[0][0]) == 1
+    for run, cjk in runs:
+        if not cjk:
+            if len(run) >= 2 and run not in STOPWORDS:
+                tokens.append(run)
+            continue
+        if len(run) == 1:
+            if single_cjk:
+                tokens.append(run)
+            continue
+        for i in range(len(run) - 1):
+            gram = run[i : i + 2]
+            if not _cjk_stop(gram):
+                tokens.append(gram)
+    return tokens
+
+
+def search_tokens(text: str) -> list[str]:
+    """Primary tokens, de-duplicated, first occurrence order."""
+    return list(dict.fromkeys(primary_tokens(text)))
+
+
+def cjk_trigrams(text: str) -> list[str]:
+    """Every 3-character window of each CJK run of length >= 3 (secondary tokens)."""
+    grams: list[str] = []
+    for run, cjk in _runs(text.lower()):
+        if cjk and len(run) >= 3:
+            grams.extend(run[i : i + 3] for i in range(len(run) - 2) if not _cjk_stop(run[i : i + 3]))
+    return list(dict.fromkeys(grams))
+
+
+def token_set(text: str) -> frozenset[str]:
+    """Primary tokens plus CJK trigrams: the set Jaccard and dedupe compare."""
+    return frozenset(search_tokens(text)) | frozenset(cjk_trigrams(text))
+
+
+def jaccard(a: frozenset[str], b: frozenset[str]) -> float:
+    if not a or not b:
+        return 0.0
+    return len(a & b) / len(a | b)
+
+
+def token_jaccard(a: str, b: str) -> float:
+    """|A∩B| / |A∪B| over `token_set`s; 0 when either side has no tokens."""
+    return jaccard(token_set(a), token_set(b))
+
+
+_WS = re.compile(r"\s+")
+
+
+def normalize_text(text: str) -> str:
+    """The form used for content fingerprints: NFKC, casefolded, single spaces, no trailing punctuation."""
+    text = unicodedata.normalize("NFKC", text)
+    text = _WS.sub(" ", text).strip().casefold()
+    return text.rstrip(".!?。！？ ")

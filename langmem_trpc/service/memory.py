@@ -1,0 +1,348 @@
+"""`InMemoryMemoryService`: the reference backend, for tests and notebooks.
+
+Everything lives in dicts guarded by one lock; nothing survives the process.
+Its behaviour is the specification the SQL backends are tested against.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..errors import MemoryConflictError, MemoryNotFoundError
+from ..types import (
+    Entry,
+    ExtractionCursor,
+    HistoryEvent,
+    Kind,
+    Operation,
+    SearchOptions,
+    Source,
+    UserKey,
+    canonical_topics,
+)
+from ._core import (
+    Limits,
+    build_memory,
+    check_memory_id,
+    check_user,
+    fingerprint,
+    new_memory_id,
+    patch_memory,
+    resolve_options,
+    utcnow,
+)
+from ._search import CorpusStats, KeywordDoc, Legs, QueryTerms, execute_search, keyword_score, passes_time
+from .protocol import SyncMemoryService
+
+if TYPE_CHECKING:
+    from langchain_core.embeddings import Embeddings
+
+__all__ = ["InMemoryMemoryService"]
+
+
+@dataclass
+class _Row:
+    entry: Entry
+    fingerprint: str
+    deleted_at: datetime | None = None
+    vector: np.ndarray | None = None
+    doc: KeywordDoc | None = None
+    keyed: bool = False
+    """Added under a caller-chosen id: its fingerprint includes the id."""
+
+    @property
+    def live(self) -> bool:
+        return self.deleted_at is None
+
+
+@dataclass
+class _UserData:
+    rows: dict[str, _Row] = field(default_factory=dict)
+    history: list[HistoryEvent] = field(default_factory=list)
+    cursors: dict[str, ExtractionCursor] = field(default_factory=dict)
+
+
+def unit_vector(values: Sequence[float]) -> np.ndarray:
+    vector = np.asarray(values, dtype=np.float32)
+    norm = float(np.linalg.norm(vector))
+    return vector / norm if norm > 0 else vector
+
+
+class InMemoryMemoryService(SyncMemoryService):
+    """Reference implementation with the full contract (soft delete, history, cursors).
+
+    Args:
+        embeddings: optional LangChain `Embeddings`; without one search is keyword-only.
+        limits: text, topic and capacity limits (see `Limits`).
+    """
+
+    def __init__(self, embeddings: Embeddings | None = None, *, limits: Limits | None = None) -> None:
+        self._embeddings = embeddings
+        self._limits = limits or Limits()
+        self._users: dict[UserKey, _UserData] = {}
+        self._lock = threading.RLock()
+        self.supports_vectors = embeddings is not None
+
+    # -- helpers ------------------------------------------------------------
+
+    def _data(self, user: UserKey) -> _UserData:
+        return self._users.setdefault(user, _UserData())
+
+    def _embed(self, text: str) -> np.ndarray | None:
+        if self._embeddings is None:
+            return None
+        return unit_vector(self._embeddings.embed_documents([text])[0])
+
+    def _record(
+        self, data: _UserData, memory_id: str, op: Operation, before: str | None, after: str | None,
+        source: Source | None, at: datetime,
+    ) -> None:
+        data.history.append(
+            HistoryEvent(memory_id=memory_id, operation=op, text_before=before, text_after=after, at=at, source=source)
+        )
+
+    def _live(self, data: _UserData) -> list[_Row]:
+        return [r for r in data.rows.values() if r.live]
+
+    def _make_room(self, user: UserKey, data: _UserData, now: datetime) -> None:
+        from ..errors import CapacityExceededError
+
+        capacity = self._limits.capacity
+        live = self._live(data)
+        if capacity is None or len(live) < capacity:
+            return
+        if self._limits.on_capacity == "error":
+            raise CapacityExceededError(capacity)
+        oldest = min(live, key=lambda r: (r.entry.updated_at, r.entry.created_at, r.entry.id))
+        oldest.deleted_at = now
+        self._record(data, oldest.entry.id, Operation.DELETE, oldest.entry.text, None, Source(actor="capacity"), now)
+
+    # -- writes -------------------------------------------------------------
+
+    def add(
+        self,
+        user: UserKey,
+        text: str,
+        *,
+        topics: Sequence[str] | None = None,
+        kind: Kind | str = Kind.FACT,
+        event_time: datetime | str | None = None,
+        participants: Sequence[str] | None = None,
+        location: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        memory_id: str | None = None,
+        source: Source | None = None,
+    ) -> Entry:
+        user = check_user(user)
+        if memory_id is not None:
+            check_memory_id(memory_id)
+        memory = build_memory(
+            text, limits=self._limits, topics=topics, kind=kind, event_time=event_time,
+            participants=participants, location=location, metadata=metadata,
+        )
+        fp = fingerprint(memory, memory_id)
+        vector = self._embed(memory.text)
+        with self._lock:
+            data = self._data(user)
+            now = utcnow()
+            row = data.rows.get(memory_id) if memory_id is not None else None
+            if row is None:
+                row = next((r for r in data.rows.values() if r.fingerprint == fp and r.live), None)
+                if row is not None:
+                    merged = canonical_topics([*row.entry.memory.topics, *memory.topics])
+                    new_memory = row.entry.memory.model_copy(update={"topics": merged})
+                    if new_memory != row.entry.memory:
+                        row.entry = row.entry.model_copy(update={"memory": new_memory, "updated_at": now})
+                        row.doc = None
+                    return row.entry
+                row = next((r for r in data.rows.values() if r.fingerprint == fp), None)
+            if row is not None and row.live:  # explicit id, live: upsert in place
+                before = row.entry.text
+                row.entry = row.entry.model_copy(update={"memory": memory, "updated_at": now})
+                row.fingerprint, row.vector, row.doc = fp, vector, None
+                self._record(data, row.entry.id, Operation.UPDATE, before, memory.text, source, now)
+                return row.entry
+            self._make_room(user, data, now)
+            if row is not None:  # revive a soft-deleted memory under its old id
+                row.entry = row.entry.model_copy(update={"memory": memory, "updated_at": now})
+                row.fingerprint, row.vector, row.doc, row.deleted_at = fp, vector, None, None
+            else:
+                entry = Entry(
+                    id=memory_id or new_memory_id(), app_name=user.app_name, user_id=user.user_id,
+                    memory=memory, created_at=now, updated_at=now,
+                )
+                row = _Row(entry=entry, fingerprint=fp, vector=vector, keyed=memory_id is not None)
+                data.rows[entry.id] = row
+            self._record(data, row.entry.id, Operation.ADD, None, memory.text, source, now)
+            return row.entry
+
+    def update(
+        self,
+        user: UserKey,
+        memory_id: str,
+        text: str,
+        *,
+        topics: Sequence[str] | None = None,
+        kind: Kind | str | None = None,
+        event_time: datetime | str | None = None,
+        participants: Sequence[str] | None = None,
+        location: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        source: Source | None = None,
+    ) -> Entry:
+        user = check_user(user)
+        check_memory_id(memory_id)
+        with self._lock:
+            row = self._users.get(user, _UserData()).rows.get(memory_id)
+            if row is None or not row.live:
+                raise MemoryNotFoundError(memory_id)
+            current = row.entry
+        memory = patch_memory(
+            current.memory, text, limits=self._limits, topics=topics, kind=kind, event_time=event_time,
+            participants=participants, location=location, metadata=metadata,
+        )
+        fp = fingerprint(memory, memory_id if row.keyed else None)
+        vector = self._embed(memory.text) if memory.text != current.text else row.vector
+        with self._lock:
+            data = self._data(user)
+            row = data.rows.get(memory_id)
+            if row is None or not row.live:
+                raise MemoryNotFoundError(memory_id)
+            clash = next((r for r in data.rows.values() if r.fingerprint == fp and r.live and r is not row), None)
+            if clash is not None:
+                raise MemoryConflictError(memory_id, clash.entry.id)
+            now = utcnow()
+            before = row.entry.text
+            row.entry = row.entry.model_copy(update={"memory": memory, "updated_at": now})
+            row.fingerprint, row.vector, row.doc = fp, vector, None
+            self._record(data, memory_id, Operation.UPDATE, before, memory.text, source, now)
+            return row.entry
+
+    def delete(self, user: UserKey, memory_id: str, *, source: Source | None = None) -> bool:
+        user = check_user(user)
+        check_memory_id(memory_id)
+        with self._lock:
+            data = self._users.get(user)
+            row = data.rows.get(memory_id) if data else None
+            if data is None or row is None or not row.live:
+                return False
+            now = utcnow()
+            row.deleted_at = now
+            self._record(data, memory_id, Operation.DELETE, row.entry.text, None, source, now)
+            return True
+
+    def clear(self, user: UserKey, *, source: Source | None = None) -> int:
+        user = check_user(user)
+        with self._lock:
+            data = self._users.get(user)
+            if data is None:
+                return 0
+            now = utcnow()
+            live = self._live(data)
+            for row in live:
+                row.deleted_at = now
+                self._record(data, row.entry.id, Operation.CLEAR, row.entry.text, None, source, now)
+            return len(live)
+
+    def purge(self, user: UserKey, memory_id: str | None = None) -> int:
+        user = check_user(user)
+        with self._lock:
+            data = self._users.get(user)
+            if data is None:
+                return 0
+            if memory_id is None:
+                del self._users[user]
+                return len(data.rows)
+            check_memory_id(memory_id)
+            removed = data.rows.pop(memory_id, None)
+            data.history = [h for h in data.history if h.memory_id != memory_id]
+            return 1 if removed else 0
+
+    # -- reads --------------------------------------------------------------
+
+    def get(self, user: UserKey, memory_id: str) -> Entry | None:
+        user = check_user(user)
+        check_memory_id(memory_id)
+        with self._lock:
+            data = self._users.get(user)
+            row = data.rows.get(memory_id) if data else None
+            return row.entry if row is not None and row.live else None
+
+    def read(self, user: UserKey, limit: int | None = None) -> list[Entry]:
+        user = check_user(user)
+        with self._lock:
+            data = self._users.get(user)
+            entries = [r.entry for r in self._live(data)] if data else []
+        entries.sort(key=lambda e: (e.updated_at, e.created_at, e.id), reverse=True)
+        return entries[:limit] if limit is not None and limit > 0 else entries
+
+    def count(self, user: UserKey) -> int:
+        user = check_user(user)
+        with self._lock:
+            data = self._users.get(user)
+            return len(self._live(data)) if data else 0
+
+    def users(self, app_name: str | None = None) -> list[UserKey]:
+        with self._lock:
+            keys = [k for k, d in self._users.items() if self._live(d)]
+        return sorted((k for k in keys if app_name is None or k.app_name == app_name),
+                      key=lambda k: (k.app_name, k.user_id))
+
+    def history(self, user: UserKey, memory_id: str) -> list[HistoryEvent]:
+        user = check_user(user)
+        check_memory_id(memory_id)
+        with self._lock:
+            data = self._users.get(user)
+            return [h for h in data.history if h.memory_id == memory_id] if data else []
+
+    def search(self, user: UserKey, query: str | None = None, options: SearchOptions | None = None) -> list[Entry]:
+        user = check_user(user)
+        options = resolve_options(query, options)
+        if not options.query.strip():
+            return []
+        query_vector = None
+        if self._embeddings is not None:
+            query_vector = unit_vector(self._embeddings.embed_query(options.query))
+        with self._lock:
+            data = self._users.get(user)
+            rows = self._live(data) if data else []
+            for row in rows:
+                if row.doc is None:
+                    row.doc = KeywordDoc.build(row.entry.text, row.entry.memory.topics)
+            snapshot = [(r.entry, r.vector, r.doc) for r in rows]
+        terms = QueryTerms.build(options.query)
+        stats = CorpusStats.from_docs(doc for _, _, doc in snapshot)
+
+        def fetch(kind: Kind | None, pool: int) -> Legs:
+            pick = [
+                (entry, vector, doc) for entry, vector, doc in snapshot
+                if (kind is None or entry.memory.kind == kind)
+                and passes_time(entry.memory.event_time, options.time_after, options.time_before)
+            ]
+            keyword = [(entry, keyword_score(terms, doc, stats)) for entry, _, doc in pick]
+            keyword = sorted((h for h in keyword if h[1] > 0), key=lambda h: -h[1])[:pool]
+            if query_vector is None:
+                return Legs(vector=None, keyword=keyword)
+            vector = [(e, max(0.0, float(v @ query_vector))) for e, v, _ in pick if v is not None]
+            return Legs(vector=sorted(vector, key=lambda h: -h[1])[:pool], keyword=keyword)
+
+        return execute_search(options, fetch)
+
+    # -- cursors ------------------------------------------------------------
+
+    def get_cursor(self, user: UserKey, thread_id: str) -> ExtractionCursor | None:
+        user = check_user(user)
+        with self._lock:
+            data = self._users.get(user)
+            return data.cursors.get(thread_id) if data else None
+
+    def set_cursor(self, user: UserKey, cursor: ExtractionCursor) -> None:
+        user = check_user(user)
+        with self._lock:
+            self._data(user).cursors[cursor.thread_id] = cursor.model_copy(update={"updated_at": utcnow()})

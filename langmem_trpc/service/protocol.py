@@ -1,0 +1,256 @@
+"""The contract every backend implements, sync and async.
+
+`MemoryService` is the port the write path, the LangGraph integration and
+the CLI talk to. Every method takes the caller's `UserKey` first and never
+reaches another user's rows. `SyncMemoryService` is the base for backends
+whose driver is blocking (in-memory, SQLite): its `a*` twins run the sync
+method in a worker thread, so the event loop never blocks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from ..types import Entry, ExtractionCursor, HistoryEvent, Kind, SearchOptions, Source, UserKey
+
+__all__ = ["MemoryService", "SyncMemoryService"]
+
+
+class MemoryService(ABC):
+    """Durable, per-user memory with hybrid search, history and extraction cursors.
+
+    Example:
+        ```python
+        svc = SQLiteMemoryService("memories.db")
+        alice = UserKey("support", "alice")
+        entry = svc.add(alice, "Prefers dark mode", topics=["ui"])
+        svc.update(alice, entry.id, "Prefers light mode")  # same id
+        svc.search(alice, "dark or light mode?")
+        ```
+    """
+
+    #: True when the backend has an embedder and can run the vector leg.
+    supports_vectors: bool = False
+
+    # -- writes -------------------------------------------------------------
+
+    @abstractmethod
+    def add(
+        self,
+        user: UserKey,
+        text: str,
+        *,
+        topics: Sequence[str] | None = None,
+        kind: Kind | str = Kind.FACT,
+        event_time: datetime | str | None = None,
+        participants: Sequence[str] | None = None,
+        location: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        memory_id: str | None = None,
+        source: Source | None = None,
+    ) -> Entry:
+        """Store a memory; idempotent for the same content, which refreshes topics.
+
+        With `memory_id` the call is an upsert under that caller-chosen id.
+        """
+
+    @abstractmethod
+    def update(
+        self,
+        user: UserKey,
+        memory_id: str,
+        text: str,
+        *,
+        topics: Sequence[str] | None = None,
+        kind: Kind | str | None = None,
+        event_time: datetime | str | None = None,
+        participants: Sequence[str] | None = None,
+        location: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        source: Source | None = None,
+    ) -> Entry:
+        """Change a memory in place; the id never changes. None keeps a field."""
+
+    @abstractmethod
+    def delete(self, user: UserKey, memory_id: str, *, source: Source | None = None) -> bool:
+        """Soft-delete; False when there was no live memory with that id."""
+
+    @abstractmethod
+    def clear(self, user: UserKey, *, source: Source | None = None) -> int:
+        """Soft-delete every live memory of the user; returns how many."""
+
+    @abstractmethod
+    def purge(self, user: UserKey, memory_id: str | None = None) -> int:
+        """Remove rows and their history for good (right to be forgotten)."""
+
+    # -- reads --------------------------------------------------------------
+
+    @abstractmethod
+    def get(self, user: UserKey, memory_id: str) -> Entry | None: ...
+
+    @abstractmethod
+    def read(self, user: UserKey, limit: int | None = None) -> list[Entry]:
+        """Live memories, most recently updated first."""
+
+    @abstractmethod
+    def search(self, user: UserKey, query: str | None = None, options: SearchOptions | None = None) -> list[Entry]:
+        """Ranked live memories; an empty query returns nothing."""
+
+    @abstractmethod
+    def history(self, user: UserKey, memory_id: str) -> list[HistoryEvent]:
+        """Every change to the memory, oldest first (empty for unknown ids)."""
+
+    @abstractmethod
+    def count(self, user: UserKey) -> int:
+        """Live memories of the user."""
+
+    @abstractmethod
+    def users(self, app_name: str | None = None) -> list[UserKey]:
+        """Users with at least one live memory (admin and BaseStore namespaces)."""
+
+    # -- write-path bookkeeping --------------------------------------------
+
+    @abstractmethod
+    def get_cursor(self, user: UserKey, thread_id: str) -> ExtractionCursor | None: ...
+
+    @abstractmethod
+    def set_cursor(self, user: UserKey, cursor: ExtractionCursor) -> None: ...
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release connections; the default holds none."""
+
+    # -- async twins --------------------------------------------------------
+
+    @abstractmethod
+    async def aadd(
+        self,
+        user: UserKey,
+        text: str,
+        *,
+        topics: Sequence[str] | None = None,
+        kind: Kind | str = Kind.FACT,
+        event_time: datetime | str | None = None,
+        participants: Sequence[str] | None = None,
+        location: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        memory_id: str | None = None,
+        source: Source | None = None,
+    ) -> Entry: ...
+
+    @abstractmethod
+    async def aupdate(
+        self,
+        user: UserKey,
+        memory_id: str,
+        text: str,
+        *,
+        topics: Sequence[str] | None = None,
+        kind: Kind | str | None = None,
+        event_time: datetime | str | None = None,
+        participants: Sequence[str] | None = None,
+        location: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        source: Source | None = None,
+    ) -> Entry: ...
+
+    @abstractmethod
+    async def adelete(self, user: UserKey, memory_id: str, *, source: Source | None = None) -> bool: ...
+
+    @abstractmethod
+    async def aclear(self, user: UserKey, *, source: Source | None = None) -> int: ...
+
+    @abstractmethod
+    async def apurge(self, user: UserKey, memory_id: str | None = None) -> int: ...
+
+    @abstractmethod
+    async def aget(self, user: UserKey, memory_id: str) -> Entry | None: ...
+
+    @abstractmethod
+    async def aread(self, user: UserKey, limit: int | None = None) -> list[Entry]: ...
+
+    @abstractmethod
+    async def asearch(
+        self, user: UserKey, query: str | None = None, options: SearchOptions | None = None
+    ) -> list[Entry]: ...
+
+    @abstractmethod
+    async def ahistory(self, user: UserKey, memory_id: str) -> list[HistoryEvent]: ...
+
+    @abstractmethod
+    async def acount(self, user: UserKey) -> int: ...
+
+    @abstractmethod
+    async def ausers(self, app_name: str | None = None) -> list[UserKey]: ...
+
+    @abstractmethod
+    async def aget_cursor(self, user: UserKey, thread_id: str) -> ExtractionCursor | None: ...
+
+    @abstractmethod
+    async def aset_cursor(self, user: UserKey, cursor: ExtractionCursor) -> None: ...
+
+    async def aclose(self) -> None:
+        self.close()
+
+    def __enter__(self) -> MemoryService:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> MemoryService:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+class SyncMemoryService(MemoryService, ABC):
+    """Base for blocking backends: each `a*` twin runs its sync method in a thread."""
+
+    async def aadd(self, user: UserKey, text: str, **kwargs: Any) -> Entry:  # type: ignore[override]
+        return await asyncio.to_thread(lambda: self.add(user, text, **kwargs))
+
+    async def aupdate(self, user: UserKey, memory_id: str, text: str, **kwargs: Any) -> Entry:  # type: ignore[override]
+        return await asyncio.to_thread(lambda: self.update(user, memory_id, text, **kwargs))
+
+    async def adelete(self, user: UserKey, memory_id: str, *, source: Source | None = None) -> bool:
+        return await asyncio.to_thread(lambda: self.delete(user, memory_id, source=source))
+
+    async def aclear(self, user: UserKey, *, source: Source | None = None) -> int:
+        return await asyncio.to_thread(lambda: self.clear(user, source=source))
+
+    async def apurge(self, user: UserKey, memory_id: str | None = None) -> int:
+        return await asyncio.to_thread(self.purge, user, memory_id)
+
+    async def aget(self, user: UserKey, memory_id: str) -> Entry | None:
+        return await asyncio.to_thread(self.get, user, memory_id)
+
+    async def aread(self, user: UserKey, limit: int | None = None) -> list[Entry]:
+        return await asyncio.to_thread(self.read, user, limit)
+
+    async def asearch(
+        self, user: UserKey, query: str | None = None, options: SearchOptions | None = None
+    ) -> list[Entry]:
+        return await asyncio.to_thread(self.search, user, query, options)
+
+    async def ahistory(self, user: UserKey, memory_id: str) -> list[HistoryEvent]:
+        return await asyncio.to_thread(self.history, user, memory_id)
+
+    async def acount(self, user: UserKey) -> int:
+        return await asyncio.to_thread(self.count, user)
+
+    async def ausers(self, app_name: str | None = None) -> list[UserKey]:
+        return await asyncio.to_thread(self.users, app_name)
+
+    async def aget_cursor(self, user: UserKey, thread_id: str) -> ExtractionCursor | None:
+        return await asyncio.to_thread(self.get_cursor, user, thread_id)
+
+    async def aset_cursor(self, user: UserKey, cursor: ExtractionCursor) -> None:
+        await asyncio.to_thread(self.set_cursor, user, cursor)
+
+    async def aclose(self) -> None:
+        await asyncio.to_thread(self.close)

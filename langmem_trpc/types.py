@@ -1,0 +1,255 @@
+"""Data that crosses the package boundary: pydantic models, no I/O.
+
+Identity rule (documented in docs/configuration.md): `app_name` and `user_id`
+are compared exactly as given. Nothing is trimmed, case-folded or
+Unicode-normalised, so "alice", "Alice", "alice " and "alice\\u200b" are four
+different users. They must be non-empty, not only whitespace, at most
+`MAX_ID_LENGTH` characters and free of NUL bytes.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import Enum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from ._time import ensure_utc, parse_time_or_raise
+from .errors import InvalidUserKeyError
+
+__all__ = [
+    "MAX_ID_LENGTH",
+    "Entry",
+    "ExtractionCursor",
+    "HistoryEvent",
+    "Kind",
+    "Memory",
+    "Operation",
+    "SearchOptions",
+    "Source",
+    "UserKey",
+]
+
+MAX_ID_LENGTH = 512
+
+
+class Kind(str, Enum):
+    """What a memory is: a stable fact, or an event that happened at a time."""
+
+    FACT = "fact"
+    EPISODE = "episode"
+
+
+class Operation(str, Enum):
+    """What a history event records."""
+
+    ADD = "add"
+    UPDATE = "update"
+    DELETE = "delete"
+    CLEAR = "clear"
+
+
+def check_identifier(field: str, value: object) -> str:
+    """Validate an app or user id without altering it (see module docstring)."""
+    if not isinstance(value, str):
+        raise InvalidUserKeyError(field, f"must be a string, got {type(value).__name__}")
+    if not value.strip():
+        raise InvalidUserKeyError(field, "must not be empty")
+    if len(value) > MAX_ID_LENGTH:
+        raise InvalidUserKeyError(field, f"must be at most {MAX_ID_LENGTH} characters")
+    if "\x00" in value:
+        raise InvalidUserKeyError(field, "must not contain NUL bytes")
+    return value
+
+
+class UserKey(BaseModel):
+    """The isolation scope of every memory operation: one user of one app."""
+
+    model_config = ConfigDict(frozen=True)
+
+    app_name: str
+    user_id: str
+
+    def __init__(self, app_name: str, user_id: str) -> None:
+        check_identifier("app_name", app_name)
+        check_identifier("user_id", user_id)
+        super().__init__(app_name=app_name, user_id=user_id)
+
+    @field_validator("app_name", "user_id")
+    @classmethod
+    def _check(cls, value: str, info: Any) -> str:
+        return check_identifier(info.field_name, value)
+
+    def __str__(self) -> str:
+        return f"{self.app_name}/{self.user_id}"
+
+
+def canonical_participants(values: list[str]) -> list[str]:
+    """Trim, drop empties, de-duplicate case-insensitively (first spelling wins), sort."""
+    seen: dict[str, str] = {}
+    for raw in values:
+        name = raw.strip()
+        if name and name.casefold() not in seen:
+            seen[name.casefold()] = name
+    return sorted(seen.values(), key=lambda n: (n.casefold(), n))
+
+
+def canonical_topics(values: list[str]) -> list[str]:
+    """Trim, drop empties, de-duplicate case-insensitively; order is kept."""
+    seen: dict[str, str] = {}
+    for raw in values:
+        topic = raw.strip()
+        if topic and topic.casefold() not in seen:
+            seen[topic.casefold()] = topic
+    return list(seen.values())
+
+
+class Memory(BaseModel):
+    """The content of one memory. Construct through the service to get field-named errors."""
+
+    model_config = ConfigDict(frozen=True)
+
+    text: str
+    topics: list[str] = Field(default_factory=list)
+    kind: Kind = Kind.FACT
+    event_time: datetime | None = None
+    """When an episode happened (UTC). Facts may carry one too."""
+    participants: list[str] = Field(default_factory=list)
+    location: str | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    """Opaque JSON carried along (the BaseStore adapter keeps the full value here)."""
+
+    @field_validator("event_time", mode="before")
+    @classmethod
+    def _event_time(cls, value: object) -> datetime | None:
+        return parse_time_or_raise(value, "event_time")
+
+    @field_validator("participants")
+    @classmethod
+    def _participants(cls, value: list[str]) -> list[str]:
+        return canonical_participants(value)
+
+    @field_validator("topics")
+    @classmethod
+    def _topics(cls, value: list[str]) -> list[str]:
+        return canonical_topics(value)
+
+    @field_validator("location")
+    @classmethod
+    def _location(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        return value.strip() or None
+
+
+class Entry(BaseModel):
+    """A stored memory with its identity and bookkeeping.
+
+    `score` is an absolute relevance in [0, 1], comparable across queries:
+    cosine similarity for the vector leg, the composite keyword score
+    (coverage, rarity, BM25 strength, phrase) for the keyword leg, and the
+    higher of the two for a hybrid hit. `rrf_score` is the Reciprocal Rank
+    Fusion sum that ordered a hybrid result; it is None otherwise.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    app_name: str
+    user_id: str
+    memory: Memory
+    created_at: datetime
+    updated_at: datetime
+    score: float | None = None
+    rrf_score: float | None = None
+
+    @property
+    def user(self) -> UserKey:
+        return UserKey(self.app_name, self.user_id)
+
+    @property
+    def text(self) -> str:
+        return self.memory.text
+
+    @property
+    def kind(self) -> Kind:
+        return self.memory.kind
+
+
+class SearchOptions(BaseModel):
+    """How to search. The positional query of `search()` overrides `query` here."""
+
+    model_config = ConfigDict(frozen=True)
+
+    query: str = ""
+    kind: Kind | None = None
+    time_after: datetime | None = None
+    """Keep entries whose event_time is at or after this; entries without event_time pass."""
+    time_before: datetime | None = None
+    """Keep entries whose event_time is at or before this; entries without event_time pass."""
+    max_results: int = Field(default=10, ge=1, le=1000)
+    similarity_threshold: float | None = Field(default=None, ge=0.0, le=1.0)
+    """Minimum absolute score; None means the backend default (0.3). Not applied to hybrid fusion."""
+    order_by_event_time: bool = False
+    """Use event_time ascending as a tie-break after relevance."""
+    kind_fallback: bool = False
+    """With `kind` set and fewer than 3 hits, merge an unfiltered search (requested kind first)."""
+    deduplicate: bool = False
+    """Drop near-duplicates (word-set Jaccard >= 0.80), keeping the higher-scored one."""
+    hybrid: bool = False
+    """Fuse the vector and keyword legs with RRF (needs an embedder; keyword-only otherwise)."""
+    rrf_k: int = Field(default=60, ge=1)
+
+    @field_validator("time_after", "time_before", mode="before")
+    @classmethod
+    def _times(cls, value: object, info: Any) -> datetime | None:
+        return parse_time_or_raise(value, info.field_name)
+
+
+class Source(BaseModel):
+    """Where a write came from, recorded in history (thread and message ids)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    thread_id: str | None = None
+    message_ids: list[str] = Field(default_factory=list)
+    actor: str | None = None
+    """Who wrote: "worker", "tool", "cli", "store" or a caller-chosen label."""
+
+
+class HistoryEvent(BaseModel):
+    """One change to one memory; `history()` returns them oldest first."""
+
+    model_config = ConfigDict(frozen=True)
+
+    memory_id: str
+    operation: Operation
+    text_before: str | None
+    text_after: str | None
+    at: datetime
+    source: Source | None = None
+
+    @field_validator("at")
+    @classmethod
+    def _at(cls, value: datetime) -> datetime:
+        return ensure_utc(value, "at")
+
+
+class ExtractionCursor(BaseModel):
+    """How far the write path has read one thread, persisted in the backend.
+
+    LangGraph messages carry ids but no timestamps, so the cursor keys on the
+    id of the last message included, with a content digest and a position as
+    fallbacks for histories that were trimmed or messages without ids.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    thread_id: str
+    last_message_id: str | None = None
+    last_message_digest: str | None = None
+    message_count: int = 0
+    """How many messages the thread had when the cursor was written."""
+    last_extracted_at: datetime | None = None
+    updated_at: datetime | None = None
