@@ -1,4 +1,15 @@
-"""langmem_trpc: long-term memory for LangGraph and LangChain agents."""
+"""langmem_trpc: long-term memory for LangGraph and LangChain agents.
+
+The core (model, errors, service contract, in-memory backend) is imported
+eagerly. Backends, the write path and the LangGraph integration load on
+first use, so `import langmem_trpc` stays light and optional dependencies
+(psycopg for PostgreSQL) are only needed by code that uses them.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from .errors import (
     BackendError,
@@ -27,11 +38,75 @@ from .types import (
     UserKey,
 )
 
+if TYPE_CHECKING:
+    from .backends.postgres import PostgresMemoryService
+    from .backends.sqlite import SQLiteMemoryService
+    from .extraction import (
+        AutoMemoryWorker,
+        Checker,
+        ExtractionContext,
+        JobReport,
+        LLMExtractor,
+        MemoryOp,
+        VerbatimExtractor,
+        check_message_threshold,
+        check_time_interval,
+        checks_all,
+        checks_any,
+    )
+    from .integration import (
+        MemoryCheckpointer,
+        MemoryIngestMiddleware,
+        MemoryPreloadMiddleware,
+        MemoryStore,
+        create_memory_tools,
+        create_preload_node,
+        preload_messages,
+        resolve_identity,
+    )
+
+_LAZY = {
+    "SQLiteMemoryService": ".backends.sqlite",
+    "PostgresMemoryService": ".backends.postgres",
+    "AutoMemoryWorker": ".extraction",
+    "Checker": ".extraction",
+    "ExtractionContext": ".extraction",
+    "JobReport": ".extraction",
+    "LLMExtractor": ".extraction",
+    "MemoryOp": ".extraction",
+    "VerbatimExtractor": ".extraction",
+    "check_message_threshold": ".extraction",
+    "check_time_interval": ".extraction",
+    "checks_all": ".extraction",
+    "checks_any": ".extraction",
+    "MemoryCheckpointer": ".integration",
+    "MemoryIngestMiddleware": ".integration",
+    "MemoryPreloadMiddleware": ".integration",
+    "MemoryStore": ".integration",
+    "create_memory_tools": ".integration",
+    "create_preload_node": ".integration",
+    "preload_messages": ".integration",
+    "resolve_identity": ".integration",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'langmem_trpc' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
 __all__ = [
+    "AutoMemoryWorker",
     "BackendError",
     "CapacityExceededError",
+    "Checker",
     "ConfigurationError",
     "Entry",
+    "ExtractionContext",
     "ExtractionCursor",
     "ExtractionError",
     "HistoryEvent",
@@ -40,18 +115,36 @@ __all__ = [
     "InvalidMemoryError",
     "InvalidTimeError",
     "InvalidUserKeyError",
+    "JobReport",
     "Kind",
+    "LLMExtractor",
     "LangmemTrpcError",
     "Limits",
     "Memory",
+    "MemoryCheckpointer",
     "MemoryConflictError",
+    "MemoryIngestMiddleware",
     "MemoryNotFoundError",
+    "MemoryOp",
+    "MemoryPreloadMiddleware",
     "MemoryService",
+    "MemoryStore",
     "Operation",
+    "PostgresMemoryService",
+    "SQLiteMemoryService",
     "SearchOptions",
     "Source",
     "UserKey",
+    "VerbatimExtractor",
     "WorkerError",
+    "check_message_threshold",
+    "check_time_interval",
+    "checks_all",
+    "checks_any",
+    "create_memory_tools",
+    "create_preload_node",
+    "preload_messages",
+    "resolve_identity",
 ]
 
 __version__ = "0.1.0"
