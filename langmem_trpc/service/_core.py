@@ -56,7 +56,9 @@ class Limits:
         if self.capacity is not None and self.capacity < 1:
             raise ConfigurationError("capacity must be >= 1 or None")
         if self.on_capacity not in ("error", "evict"):
-            raise ConfigurationError(f"on_capacity must be 'error' or 'evict', not {self.on_capacity!r}")
+            raise ConfigurationError(
+                f"on_capacity must be 'error' or 'evict', not {self.on_capacity!r}"
+            )
         if self.max_text_length < 1:
             raise ConfigurationError("max_text_length must be >= 1")
 
@@ -104,7 +106,9 @@ def _check_names(field: str, values: object, max_count: int, max_length: int) ->
     if isinstance(values, str) or not isinstance(values, Sequence):
         raise InvalidMemoryError(field, "must be a list of strings")
     if len(values) > max_count:
-        raise InvalidMemoryError(field, f"has {len(values)} items, more than the limit of {max_count}")
+        raise InvalidMemoryError(
+            field, f"has {len(values)} items, more than the limit of {max_count}"
+        )
     for value in values:
         if not isinstance(value, str):
             raise InvalidMemoryError(field, f"items must be strings, got {type(value).__name__}")

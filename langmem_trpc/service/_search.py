@@ -171,9 +171,14 @@ def keyword_score(query: QueryTerms, doc: KeywordDoc, stats: CorpusStats) -> flo
         total_idf += weight * idf
         if idf <= 0:
             continue
-        term = weight * idf * (
-            _bm25(doc.content_tf.get(token, 0), doc.content_len, stats.avg_content_len)
-            + TOPIC_WEIGHT * _bm25(doc.topic_tf.get(token, 0), doc.topic_len, stats.avg_topic_len)
+        term = (
+            weight
+            * idf
+            * (
+                _bm25(doc.content_tf.get(token, 0), doc.content_len, stats.avg_content_len)
+                + TOPIC_WEIGHT
+                * _bm25(doc.topic_tf.get(token, 0), doc.topic_len, stats.avg_topic_len)
+            )
         )
         if term > 0:
             raw += term
@@ -239,7 +244,9 @@ def candidate_pool(max_results: int) -> int:
     return max(max_results * 3, 30)
 
 
-def passes_time(event_time: datetime | None, after: datetime | None, before: datetime | None) -> bool:
+def passes_time(
+    event_time: datetime | None, after: datetime | None, before: datetime | None
+) -> bool:
     """Entries without an event time always pass the time range."""
     if event_time is None:
         return True
@@ -253,14 +260,22 @@ def _sort_key(entry: Entry, primary: float, by_event_time: bool) -> tuple[object
     event_key: tuple[int, float] = (0, 0.0)
     if by_event_time:
         event_key = (1, 0.0) if event is None else (0, event.timestamp())
-    return (-primary, event_key, -entry.updated_at.timestamp(), -entry.created_at.timestamp(), entry.id)
+    return (
+        -primary,
+        event_key,
+        -entry.updated_at.timestamp(),
+        -entry.created_at.timestamp(),
+        entry.id,
+    )
 
 
 def sort_entries(entries: Iterable[Entry], by_event_time: bool = False) -> list[Entry]:
     """Relevance desc, then event time asc (when asked), updated desc, created desc, id."""
     return sorted(
         entries,
-        key=lambda e: _sort_key(e, e.rrf_score if e.rrf_score is not None else (e.score or 0.0), by_event_time),
+        key=lambda e: _sort_key(
+            e, e.rrf_score if e.rrf_score is not None else (e.score or 0.0), by_event_time
+        ),
     )
 
 
@@ -279,10 +294,14 @@ def _rank_legs(legs: Legs, options: SearchOptions) -> list[Entry]:
         threshold = DEFAULT_MIN_SCORE
     keyword = [(e, s) for e, s in legs.keyword if s >= threshold and s > 0]
     if legs.vector is None or (options.hybrid and not legs.vector and keyword):
-        return sort_entries((e.model_copy(update={"score": s}) for e, s in keyword), options.order_by_event_time)
+        return sort_entries(
+            (e.model_copy(update={"score": s}) for e, s in keyword), options.order_by_event_time
+        )
     if not options.hybrid:
         vector = [(e, s) for e, s in legs.vector if s >= threshold]
-        return sort_entries((e.model_copy(update={"score": s}) for e, s in vector), options.order_by_event_time)
+        return sort_entries(
+            (e.model_copy(update={"score": s}) for e, s in vector), options.order_by_event_time
+        )
     best: dict[str, tuple[Entry, float]] = {}
     for entry, score in [*legs.vector, *keyword]:
         if entry.id not in best or score > best[entry.id][1]:
@@ -290,7 +309,9 @@ def _rank_legs(legs: Legs, options: SearchOptions) -> list[Entry]:
     fused = rrf_fuse([[e.id for e, _ in legs.vector], [e.id for e, _ in keyword]], options.rrf_k)
     return sort_entries(
         (
-            best[key][0].model_copy(update={"score": max(0.0, min(best[key][1], 1.0)), "rrf_score": value})
+            best[key][0].model_copy(
+                update={"score": max(0.0, min(best[key][1], 1.0)), "rrf_score": value}
+            )
             for key, value in fused.items()
         ),
         options.order_by_event_time,
@@ -301,7 +322,11 @@ def merge_kind_fallback(primary: list[Entry], fallback: list[Entry], kind: Kind)
     """Primary hits, then unseen fallback hits of the wanted kind, then the rest."""
     seen = {e.id for e in primary}
     extra = [e for e in fallback if e.id not in seen]
-    return primary + [e for e in extra if e.memory.kind == kind] + [e for e in extra if e.memory.kind != kind]
+    return (
+        primary
+        + [e for e in extra if e.memory.kind == kind]
+        + [e for e in extra if e.memory.kind != kind]
+    )
 
 
 def deduplicate(entries: Sequence[Entry], threshold: float = DEDUPE_JACCARD) -> list[Entry]:
@@ -320,7 +345,11 @@ def execute_search(options: SearchOptions, fetch: Fetch) -> list[Entry]:
         return []
     pool = candidate_pool(options.max_results)
     results = _rank_legs(fetch(options.kind, pool), options)
-    if options.kind is not None and options.kind_fallback and len(results) < MIN_KIND_FALLBACK_RESULTS:
+    if (
+        options.kind is not None
+        and options.kind_fallback
+        and len(results) < MIN_KIND_FALLBACK_RESULTS
+    ):
         results = merge_kind_fallback(results, _rank_legs(fetch(None, pool), options), options.kind)
     if options.deduplicate:
         results = deduplicate(results)

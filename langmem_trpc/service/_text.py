@@ -106,7 +106,9 @@ def cjk_trigrams(text: str) -> list[str]:
     grams: list[str] = []
     for run, cjk in _runs(text.lower()):
         if cjk and len(run) >= 3:
-            grams.extend(run[i : i + 3] for i in range(len(run) - 2) if not _cjk_stop(run[i : i + 3]))
+            grams.extend(
+                run[i : i + 3] for i in range(len(run) - 2) if not _cjk_stop(run[i : i + 3])
+            )
     return list(dict.fromkeys(grams))
 
 

@@ -37,7 +37,15 @@ from ._core import (
     resolve_options,
     utcnow,
 )
-from ._search import CorpusStats, KeywordDoc, Legs, QueryTerms, execute_search, keyword_score, passes_time
+from ._search import (
+    CorpusStats,
+    KeywordDoc,
+    Legs,
+    QueryTerms,
+    execute_search,
+    keyword_score,
+    passes_time,
+)
 from .protocol import SyncMemoryService
 
 if TYPE_CHECKING:
@@ -82,7 +90,9 @@ class InMemoryMemoryService(SyncMemoryService):
         limits: text, topic and capacity limits (see `Limits`).
     """
 
-    def __init__(self, embeddings: Embeddings | None = None, *, limits: Limits | None = None) -> None:
+    def __init__(
+        self, embeddings: Embeddings | None = None, *, limits: Limits | None = None
+    ) -> None:
         self._embeddings = embeddings
         self._limits = limits or Limits()
         self._users: dict[UserKey, _UserData] = {}
@@ -100,11 +110,24 @@ class InMemoryMemoryService(SyncMemoryService):
         return unit_vector(self._embeddings.embed_documents([text])[0])
 
     def _record(
-        self, data: _UserData, memory_id: str, op: Operation, before: str | None, after: str | None,
-        source: Source | None, at: datetime,
+        self,
+        data: _UserData,
+        memory_id: str,
+        op: Operation,
+        before: str | None,
+        after: str | None,
+        source: Source | None,
+        at: datetime,
     ) -> None:
         data.history.append(
-            HistoryEvent(memory_id=memory_id, operation=op, text_before=before, text_after=after, at=at, source=source)
+            HistoryEvent(
+                memory_id=memory_id,
+                operation=op,
+                text_before=before,
+                text_after=after,
+                at=at,
+                source=source,
+            )
         )
 
     def _live(self, data: _UserData) -> list[_Row]:
@@ -121,7 +144,15 @@ class InMemoryMemoryService(SyncMemoryService):
             raise CapacityExceededError(capacity)
         oldest = min(live, key=lambda r: (r.entry.updated_at, r.entry.created_at, r.entry.id))
         oldest.deleted_at = now
-        self._record(data, oldest.entry.id, Operation.DELETE, oldest.entry.text, None, Source(actor="capacity"), now)
+        self._record(
+            data,
+            oldest.entry.id,
+            Operation.DELETE,
+            oldest.entry.text,
+            None,
+            Source(actor="capacity"),
+            now,
+        )
 
     # -- writes -------------------------------------------------------------
 
@@ -143,8 +174,14 @@ class InMemoryMemoryService(SyncMemoryService):
         if memory_id is not None:
             check_memory_id(memory_id)
         memory = build_memory(
-            text, limits=self._limits, topics=topics, kind=kind, event_time=event_time,
-            participants=participants, location=location, metadata=metadata,
+            text,
+            limits=self._limits,
+            topics=topics,
+            kind=kind,
+            event_time=event_time,
+            participants=participants,
+            location=location,
+            metadata=metadata,
         )
         fp = fingerprint(memory, memory_id)
         vector = self._embed(memory.text)
@@ -158,7 +195,9 @@ class InMemoryMemoryService(SyncMemoryService):
                     merged = canonical_topics([*row.entry.memory.topics, *memory.topics])
                     new_memory = row.entry.memory.model_copy(update={"topics": merged})
                     if new_memory != row.entry.memory:
-                        row.entry = row.entry.model_copy(update={"memory": new_memory, "updated_at": now})
+                        row.entry = row.entry.model_copy(
+                            update={"memory": new_memory, "updated_at": now}
+                        )
                         row.doc = None
                     return row.entry
                 row = next((r for r in data.rows.values() if r.fingerprint == fp), None)
@@ -174,8 +213,12 @@ class InMemoryMemoryService(SyncMemoryService):
                 row.fingerprint, row.vector, row.doc, row.deleted_at = fp, vector, None, None
             else:
                 entry = Entry(
-                    id=memory_id or new_memory_id(), app_name=user.app_name, user_id=user.user_id,
-                    memory=memory, created_at=now, updated_at=now,
+                    id=memory_id or new_memory_id(),
+                    app_name=user.app_name,
+                    user_id=user.user_id,
+                    memory=memory,
+                    created_at=now,
+                    updated_at=now,
                 )
                 row = _Row(entry=entry, fingerprint=fp, vector=vector, keyed=memory_id is not None)
                 data.rows[entry.id] = row
@@ -204,8 +247,15 @@ class InMemoryMemoryService(SyncMemoryService):
                 raise MemoryNotFoundError(memory_id)
             current = row.entry
         memory = patch_memory(
-            current.memory, text, limits=self._limits, topics=topics, kind=kind, event_time=event_time,
-            participants=participants, location=location, metadata=metadata,
+            current.memory,
+            text,
+            limits=self._limits,
+            topics=topics,
+            kind=kind,
+            event_time=event_time,
+            participants=participants,
+            location=location,
+            metadata=metadata,
         )
         fp = fingerprint(memory, memory_id if row.keyed else None)
         vector = self._embed(memory.text) if memory.text != current.text else row.vector
@@ -214,7 +264,10 @@ class InMemoryMemoryService(SyncMemoryService):
             row = data.rows.get(memory_id)
             if row is None or not row.live:
                 raise MemoryNotFoundError(memory_id)
-            clash = next((r for r in data.rows.values() if r.fingerprint == fp and r.live and r is not row), None)
+            clash = next(
+                (r for r in data.rows.values() if r.fingerprint == fp and r.live and r is not row),
+                None,
+            )
             if clash is not None:
                 raise MemoryConflictError(memory_id, clash.entry.id)
             now = utcnow()
@@ -291,8 +344,10 @@ class InMemoryMemoryService(SyncMemoryService):
     def users(self, app_name: str | None = None) -> list[UserKey]:
         with self._lock:
             keys = [k for k, d in self._users.items() if self._live(d)]
-        return sorted((k for k in keys if app_name is None or k.app_name == app_name),
-                      key=lambda k: (k.app_name, k.user_id))
+        return sorted(
+            (k for k in keys if app_name is None or k.app_name == app_name),
+            key=lambda k: (k.app_name, k.user_id),
+        )
 
     def history(self, user: UserKey, memory_id: str) -> list[HistoryEvent]:
         user = check_user(user)
@@ -301,7 +356,9 @@ class InMemoryMemoryService(SyncMemoryService):
             data = self._users.get(user)
             return [h for h in data.history if h.memory_id == memory_id] if data else []
 
-    def search(self, user: UserKey, query: str | None = None, options: SearchOptions | None = None) -> list[Entry]:
+    def search(
+        self, user: UserKey, query: str | None = None, options: SearchOptions | None = None
+    ) -> list[Entry]:
         user = check_user(user)
         options = resolve_options(query, options)
         if not options.query.strip():
@@ -315,13 +372,14 @@ class InMemoryMemoryService(SyncMemoryService):
             for row in rows:
                 if row.doc is None:
                     row.doc = KeywordDoc.build(row.entry.text, row.entry.memory.topics)
-            snapshot = [(r.entry, r.vector, r.doc) for r in rows]
+            snapshot = [(r.entry, r.vector, r.doc) for r in rows if r.doc is not None]
         terms = QueryTerms.build(options.query)
         stats = CorpusStats.from_docs(doc for _, _, doc in snapshot)
 
         def fetch(kind: Kind | None, pool: int) -> Legs:
             pick = [
-                (entry, vector, doc) for entry, vector, doc in snapshot
+                (entry, vector, doc)
+                for entry, vector, doc in snapshot
                 if (kind is None or entry.memory.kind == kind)
                 and passes_time(entry.memory.event_time, options.time_after, options.time_before)
             ]
@@ -334,6 +392,31 @@ class InMemoryMemoryService(SyncMemoryService):
 
         return execute_search(options, fetch)
 
+    def restore(self, user: UserKey, entry: Entry, history: Sequence[HistoryEvent] = ()) -> Entry:
+        user = check_user(user)
+        check_memory_id(entry.id)
+        entry = entry.model_copy(
+            update={
+                "app_name": user.app_name,
+                "user_id": user.user_id,
+                "score": None,
+                "rrf_score": None,
+            }
+        )
+        with self._lock:
+            data = self._data(user)
+            data.rows.pop(entry.id, None)
+            fp = fingerprint(entry.memory)
+            keyed = any(r.fingerprint == fp and r.live for r in data.rows.values())
+            if keyed:
+                fp = fingerprint(entry.memory, entry.id)
+            data.rows[entry.id] = _Row(
+                entry=entry, fingerprint=fp, vector=self._embed(entry.text), keyed=keyed
+            )
+            data.history = [h for h in data.history if h.memory_id != entry.id]
+            data.history.extend(h.model_copy(update={"memory_id": entry.id}) for h in history)
+            return entry
+
     # -- cursors ------------------------------------------------------------
 
     def get_cursor(self, user: UserKey, thread_id: str) -> ExtractionCursor | None:
@@ -345,4 +428,6 @@ class InMemoryMemoryService(SyncMemoryService):
     def set_cursor(self, user: UserKey, cursor: ExtractionCursor) -> None:
         user = check_user(user)
         with self._lock:
-            self._data(user).cursors[cursor.thread_id] = cursor.model_copy(update={"updated_at": utcnow()})
+            self._data(user).cursors[cursor.thread_id] = cursor.model_copy(
+                update={"updated_at": utcnow()}
+            )

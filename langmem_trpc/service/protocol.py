@@ -97,7 +97,9 @@ class MemoryService(ABC):
         """Live memories, most recently updated first."""
 
     @abstractmethod
-    def search(self, user: UserKey, query: str | None = None, options: SearchOptions | None = None) -> list[Entry]:
+    def search(
+        self, user: UserKey, query: str | None = None, options: SearchOptions | None = None
+    ) -> list[Entry]:
         """Ranked live memories; an empty query returns nothing."""
 
     @abstractmethod
@@ -119,6 +121,19 @@ class MemoryService(ABC):
 
     @abstractmethod
     def set_cursor(self, user: UserKey, cursor: ExtractionCursor) -> None: ...
+
+    def restore(self, user: UserKey, entry: Entry, history: Sequence[HistoryEvent] = ()) -> Entry:
+        """Write an exported entry back exactly (id, timestamps, content) with its history.
+
+        Used by `langmem-trpc import` for a lossless round trip. An existing
+        memory with the same id is replaced.
+        """
+        raise NotImplementedError(f"{type(self).__name__} does not support restore()")
+
+    async def arestore(
+        self, user: UserKey, entry: Entry, history: Sequence[HistoryEvent] = ()
+    ) -> Entry:
+        return await asyncio.to_thread(self.restore, user, entry, history)
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections; the default holds none."""
@@ -158,7 +173,9 @@ class MemoryService(ABC):
     ) -> Entry: ...
 
     @abstractmethod
-    async def adelete(self, user: UserKey, memory_id: str, *, source: Source | None = None) -> bool: ...
+    async def adelete(
+        self, user: UserKey, memory_id: str, *, source: Source | None = None
+    ) -> bool: ...
 
     @abstractmethod
     async def aclear(self, user: UserKey, *, source: Source | None = None) -> int: ...

@@ -24,9 +24,16 @@ __all__ = ["ScriptedChatModel", "tool_call"]
 Reply = AIMessage | str | Callable[[list[BaseMessage]], AIMessage | str]
 
 
-def tool_call(name: str, args: dict[str, Any] | None = None, call_id: str | None = None) -> dict[str, Any]:
+def tool_call(
+    name: str, args: dict[str, Any] | None = None, call_id: str | None = None
+) -> dict[str, Any]:
     """A tool call dict as `AIMessage(tool_calls=[...])` expects it."""
-    return {"name": name, "args": args or {}, "id": call_id or f"call_{uuid.uuid4().hex[:12]}", "type": "tool_call"}
+    return {
+        "name": name,
+        "args": args or {},
+        "id": call_id or f"call_{uuid.uuid4().hex[:12]}",
+        "type": "tool_call",
+    }
 
 
 class ScriptedChatModel(BaseChatModel):
@@ -61,7 +68,10 @@ class ScriptedChatModel(BaseChatModel):
     def bind_tools(
         self, tools: Sequence[dict[str, Any] | type | Callable[..., Any] | BaseTool], **kwargs: Any
     ) -> Runnable[LanguageModelInput, AIMessage]:
-        names = [getattr(t, "name", None) or (t.get("name") if isinstance(t, dict) else str(t)) for t in tools]
+        names = [
+            getattr(t, "name", None) or (t.get("name") if isinstance(t, dict) else str(t))
+            for t in tools
+        ]
         with self._lock:
             self.bound_tools.append([str(n) for n in names])
         return self.bind(tools=[str(n) for n in names], **kwargs)
@@ -75,7 +85,9 @@ class ScriptedChatModel(BaseChatModel):
             elif self.default is not None:
                 reply = self.default
             else:
-                raise RuntimeError(f"ScriptedChatModel ran out of replies after {self._position} calls")
+                raise RuntimeError(
+                    f"ScriptedChatModel ran out of replies after {self._position} calls"
+                )
         if callable(reply) and not isinstance(reply, BaseMessage):
             reply = reply(messages)
         if isinstance(reply, str):

@@ -102,7 +102,9 @@ class MemoryServiceConformance:
         await client.add(BOB, "Likes black coffee")
         await client.add(ALICE_OTHER_APP, "Likes oolong tea")
         assert [e.text for e in await client.read(ALICE)] == ["Likes green tea"]
-        assert [e.text for e in await client.search(ALICE, "likes tea coffee")] == ["Likes green tea"]
+        assert [e.text for e in await client.search(ALICE, "likes tea coffee")] == [
+            "Likes green tea"
+        ]
         assert await client.get(BOB, a.id) is None
         assert await client.get(ALICE_OTHER_APP, a.id) is None
         with pytest.raises(MemoryNotFoundError):
@@ -141,7 +143,9 @@ class MemoryServiceConformance:
 
     async def test_same_text_with_different_event_is_a_new_memory(self, client: Client) -> None:
         monday = await client.add(ALICE, "Went hiking", kind=Kind.EPISODE, event_time=T0)
-        tuesday = await client.add(ALICE, "Went hiking", kind="episode", event_time=T0 + timedelta(days=1))
+        tuesday = await client.add(
+            ALICE, "Went hiking", kind="episode", event_time=T0 + timedelta(days=1)
+        )
         fact = await client.add(ALICE, "Went hiking")
         assert len({monday.id, tuesday.id, fact.id}) == 3
 
@@ -164,7 +168,12 @@ class MemoryServiceConformance:
 
     async def test_update_patches_only_given_fields(self, client: Client) -> None:
         entry = await client.add(
-            ALICE, "Met Bob", kind=Kind.EPISODE, event_time=T0, participants=["Bob"], location="Paris"
+            ALICE,
+            "Met Bob",
+            kind=Kind.EPISODE,
+            event_time=T0,
+            participants=["Bob"],
+            location="Paris",
         )
         updated = await client.update(ALICE, entry.id, "Met Bob for lunch", topics=["food"])
         assert updated.memory.kind == Kind.EPISODE
@@ -192,7 +201,9 @@ class MemoryServiceConformance:
         second = await client.add(ALICE, "value one", memory_id="key-2")
         assert (first.id, second.id) == ("key-1", "key-2")
         again = await client.add(ALICE, "value two", memory_id="key-1", metadata={"n": 2})
-        assert again.id == "key-1" and again.text == "value two" and again.memory.metadata == {"n": 2}
+        assert (
+            again.id == "key-1" and again.text == "value two" and again.memory.metadata == {"n": 2}
+        )
         assert await client.count(ALICE) == 2
 
     # -- delete, clear, purge ------------------------------------------------
@@ -269,7 +280,16 @@ class MemoryServiceConformance:
 
     async def test_query_syntax_in_user_text_is_harmless(self, client: Client) -> None:
         await client.add(ALICE, 'Said "hello" NEAR the door -- then left * quickly')
-        for query in ['"hello', "NEAR(door", "-- then", "*", "a OR b AND", "'; DROP TABLE x; --", "C#", "^$"]:
+        for query in [
+            '"hello',
+            "NEAR(door",
+            "-- then",
+            "*",
+            "a OR b AND",
+            "'; DROP TABLE x; --",
+            "C#",
+            "^$",
+        ]:
             await client.search(ALICE, query)
             await client.search(ALICE, query, SearchOptions(hybrid=True))
         assert await client.count(ALICE) == 1
@@ -279,22 +299,31 @@ class MemoryServiceConformance:
         await client.add(ALICE, "Ate sushi in Tokyo", kind=Kind.EPISODE, event_time=T0)
         only = await client.search(ALICE, "sushi", SearchOptions(kind=Kind.EPISODE))
         assert [e.text for e in only] == ["Ate sushi in Tokyo"]
-        merged = await client.search(ALICE, "sushi", SearchOptions(kind=Kind.EPISODE, kind_fallback=True))
+        merged = await client.search(
+            ALICE, "sushi", SearchOptions(kind=Kind.EPISODE, kind_fallback=True)
+        )
         assert [e.text for e in merged] == ["Ate sushi in Tokyo", "Loves sushi and ramen"]
 
     async def test_time_range_keeps_undated_entries(self, client: Client) -> None:
         await client.add(ALICE, "Trip to Rome", kind=Kind.EPISODE, event_time=T0)
-        await client.add(ALICE, "Trip to Oslo", kind=Kind.EPISODE, event_time=T0 + timedelta(days=60))
+        await client.add(
+            ALICE, "Trip to Oslo", kind=Kind.EPISODE, event_time=T0 + timedelta(days=60)
+        )
         await client.add(ALICE, "Trip planning is fun")
         options = SearchOptions(time_after=T0 + timedelta(days=30), max_results=10)
         texts = {e.text for e in await client.search(ALICE, "trip", options)}
         assert texts == {"Trip to Oslo", "Trip planning is fun"}
         before = SearchOptions(time_before="2024-05-02")
-        assert {e.text for e in await client.search(ALICE, "trip", before)} == {"Trip to Rome", "Trip planning is fun"}
+        assert {e.text for e in await client.search(ALICE, "trip", before)} == {
+            "Trip to Rome",
+            "Trip planning is fun",
+        }
 
     async def test_order_by_event_time_breaks_ties(self, client: Client) -> None:
         for days in (3, 1, 2):
-            await client.add(ALICE, "Went to the gym", kind=Kind.EPISODE, event_time=T0 + timedelta(days=days))
+            await client.add(
+                ALICE, "Went to the gym", kind=Kind.EPISODE, event_time=T0 + timedelta(days=days)
+            )
         hits = await client.search(ALICE, "gym", SearchOptions(order_by_event_time=True))
         assert [h.memory.event_time for h in hits] == [T0 + timedelta(days=d) for d in (1, 2, 3)]
 
@@ -309,7 +338,9 @@ class MemoryServiceConformance:
         await client.add(ALICE, "Alice adopted a golden retriever puppy named Max yesterday")
         await client.add(ALICE, "Alice works as a nurse")
         plain = await client.search(ALICE, "golden retriever puppy Max")
-        deduped = await client.search(ALICE, "golden retriever puppy Max", SearchOptions(deduplicate=True))
+        deduped = await client.search(
+            ALICE, "golden retriever puppy Max", SearchOptions(deduplicate=True)
+        )
         assert len(plain) >= 2
         assert len([e for e in deduped if "retriever" in e.text]) == 1
 
@@ -326,7 +357,9 @@ class MemoryServiceConformance:
         self.need(Capability.VECTORS)
         await client.add(ALICE, "Upgraded the database servers")
         await client.add(ALICE, "Bakes sourdough bread")
-        hits = await client.search(ALICE, "database upgrade", SearchOptions(similarity_threshold=0.2))
+        hits = await client.search(
+            ALICE, "database upgrade", SearchOptions(similarity_threshold=0.2)
+        )
         assert hits and hits[0].text == "Upgraded the database servers"
 
     async def test_unicode_and_cjk(self, client: Client) -> None:
@@ -334,7 +367,9 @@ class MemoryServiceConformance:
         await client.add(ALICE, "Vit à Montréal, aime le café crème")
         await client.add(ALICE, "東京で寿司を食べた")
         assert [e.text for e in await client.search(ALICE, "绿茶")] == ["喜欢喝绿茶和乌龙茶"]
-        assert [e.text for e in await client.search(ALICE, "montréal café")] == ["Vit à Montréal, aime le café crème"]
+        assert [e.text for e in await client.search(ALICE, "montréal café")] == [
+            "Vit à Montréal, aime le café crème"
+        ]
         assert [e.text for e in await client.search(ALICE, "寿司")] == ["東京で寿司を食べた"]
 
     # -- bad input -----------------------------------------------------------
@@ -347,7 +382,11 @@ class MemoryServiceConformance:
             ({"text": "ok", "event_time": datetime(2024, 1, 1)}, InvalidTimeError, "event_time"),
             ({"text": "ok", "event_time": "next tuesday-ish"}, InvalidTimeError, "event_time"),
             ({"text": "ok", "topics": "not-a-list"}, InvalidMemoryError, "topics"),
-            ({"text": "ok", "topics": [f"t{i}" for i in range(10_000)]}, InvalidMemoryError, "topics"),
+            (
+                {"text": "ok", "topics": [f"t{i}" for i in range(10_000)]},
+                InvalidMemoryError,
+                "topics",
+            ),
         ]
         for kwargs, error, field in cases:
             text = kwargs.pop("text")
@@ -373,7 +412,9 @@ class MemoryServiceConformance:
 
     # -- capacity ------------------------------------------------------------
 
-    async def test_capacity_error_policy(self, make_service: Callable[[Limits], MemoryService]) -> None:
+    async def test_capacity_error_policy(
+        self, make_service: Callable[[Limits], MemoryService]
+    ) -> None:
         svc = make_service(Limits(capacity=2, on_capacity="error"))
         svc.add(ALICE, "one")
         svc.add(ALICE, "two")
@@ -384,7 +425,9 @@ class MemoryServiceConformance:
         assert svc.count(ALICE) == 2
         svc.close()
 
-    async def test_capacity_evict_policy(self, make_service: Callable[[Limits], MemoryService]) -> None:
+    async def test_capacity_evict_policy(
+        self, make_service: Callable[[Limits], MemoryService]
+    ) -> None:
         svc = make_service(Limits(capacity=2, on_capacity="evict"))
         first = svc.add(ALICE, "one")
         svc.add(ALICE, "two")
@@ -397,13 +440,17 @@ class MemoryServiceConformance:
     # -- cursors -------------------------------------------------------------
 
     async def test_cursor_round_trip_per_user_and_thread(self, client: Client) -> None:
-        cursor = ExtractionCursor(thread_id="t1", last_message_id="m9", last_message_digest="d", message_count=9)
+        cursor = ExtractionCursor(
+            thread_id="t1", last_message_id="m9", last_message_digest="d", message_count=9
+        )
         await client.set_cursor(ALICE, cursor)
         got = await client.get_cursor(ALICE, "t1")
         assert got is not None and got.last_message_id == "m9" and got.message_count == 9
         assert await client.get_cursor(ALICE, "t2") is None
         assert await client.get_cursor(BOB, "t1") is None
-        await client.set_cursor(ALICE, cursor.model_copy(update={"last_message_id": "m12", "message_count": 12}))
+        await client.set_cursor(
+            ALICE, cursor.model_copy(update={"last_message_id": "m12", "message_count": 12})
+        )
         again = await client.get_cursor(ALICE, "t1")
         assert again is not None and again.last_message_id == "m12"
 

@@ -1,0 +1,57 @@
+"""The `langmem-trpc` command: a thin shell over the memory service."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import click
+
+from ._common import db_option, default_db
+from .memories import memories
+from .transfer import export_memories, import_memories
+
+__all__ = ["cli", "main"]
+
+
+@click.group()
+@click.version_option(package_name="langmem-trpc")
+@click.option("-v", "--verbose", count=True, help="Log more (-v info, -vv debug).")
+def cli(verbose: int) -> None:
+    """Long-term memory for LangGraph agents: inspect, edit, move and benchmark it."""
+    level = logging.WARNING - 10 * min(verbose, 2)
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+
+
+@cli.command(name="demo")
+@db_option
+def demo(db: str | None) -> None:
+    """Run a two-thread agent conversation through the real hook, worker, store and preload.
+
+    Offline (no API key) it uses a scripted model and says so.
+
+    \b
+    Example:
+        langmem-trpc demo --db /tmp/demo.db
+    """
+    from .demo import run_demo
+
+    target = Path(db or default_db())
+    target.parent.mkdir(parents=True, exist_ok=True)
+    run_demo(target, out=click.echo)
+
+
+cli.add_command(memories)
+cli.add_command(export_memories)
+cli.add_command(import_memories)
+
+try:
+    from .bench import bench
+except ImportError:  # pragma: no cover - the benchmark needs no extra to import
+    pass
+else:
+    cli.add_command(bench)
+
+
+def main() -> None:
+    cli()
