@@ -1,0 +1,114 @@
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from langmem_trpc.service._search import (
+    CorpusStats,
+    KeywordDoc,
+    Legs,
+    QueryTerms,
+    deduplicate,
+    execute_search,
+    keyword_score,
+    merge_kind_fallback,
+    passes_time,
+    rrf_fuse,
+)
+from langmem_trpc.types import Entry, Kind, Memory, SearchOptions
+
+T0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
+
+
+def entry(key: str, text: str, kind: Kind = Kind.FACT, minutes: int = 0) -> Entry:
+    at = T0 + timedelta(minutes=minutes)
+    return Entry(id=key, app_name="a", user_id="u", memory=Memory(text=text, kind=kind), created_at=at, updated_at=at)
+
+
+def score(query: str, text: str, corpus: list[str]) -> float:
+    docs = [KeywordDoc.build(t, []) for t in corpus]
+    return keyword_score(QueryTerms.build(query), KeywordDoc.build(text, []), CorpusStats.from_docs(docs))
+
+
+CORPUS = [
+    "Production runs Go 1.23",
+    "Enjoys hiking in the Alps",
+    "Has two cats named Tom and Jerry",
+    "Works as a nurse in Lyon",
+]
+
+
+def test_keyword_score_is_absolute_and_bounded():
+    full = score("production go", CORPUS[0], CORPUS)
+    partial = score("production rust", CORPUS[0], CORPUS)
+    assert 0 < partial < full <= 1.0
+    assert score("volcano", CORPUS[0], CORPUS) == 0.0
+
+
+def test_keyword_score_does_not_depend_on_the_best_hit():
+    # the same document scores the same whether or not a better hit exists
+    alone = score("hiking alps", CORPUS[1], CORPUS)
+    assert alone == score("hiking alps", CORPUS[1], CORPUS)
+    assert alone > 0.6
+
+
+def test_phrase_order_bonus():
+    in_order = score("two cats", CORPUS[2], CORPUS)
+    reversed_ = score("cats two", CORPUS[2], CORPUS)
+    assert in_order > reversed_
+
+
+def test_symbol_queries_fall_back_to_a_literal_match():
+    docs = ["Writes C# at work", "Writes Python"]
+    assert score("C#", docs[0], docs) == pytest.approx(0.35)
+    assert score("C#", docs[1], docs) == 0.0
+
+
+def test_rrf_matches_the_formula():
+    fused = rrf_fuse([["a", "b"], ["b", "c"]], k=60)
+    assert fused["b"] == pytest.approx(1 / 62 + 1 / 61)
+    assert fused["a"] == pytest.approx(1 / 61)
+    assert fused["c"] == pytest.approx(1 / 62)
+
+
+def test_deduplicate_keeps_the_better_ranked_copy():
+    items = [
+        entry("1", "adopted a golden retriever named Max"),
+        entry("2", "works night shifts"),
+        entry("3", "adopted a golden retriever named Max!"),
+    ]
+    assert [e.id for e in deduplicate(items)] == ["1", "2"]
+
+
+def test_merge_kind_fallback_orders_wanted_kind_first():
+    primary = [entry("e1", "x", Kind.EPISODE)]
+    fallback = [entry("f1", "y"), entry("e1", "x", Kind.EPISODE), entry("e2", "z", Kind.EPISODE)]
+    assert [e.id for e in merge_kind_fallback(primary, fallback, Kind.EPISODE)] == ["e1", "e2", "f1"]
+
+
+def test_passes_time_lets_undated_entries_through():
+    assert passes_time(None, T0, T0)
+    assert passes_time(T0, T0, T0)
+    assert not passes_time(T0, T0 + timedelta(seconds=1), None)
+    assert not passes_time(T0, None, T0 - timedelta(seconds=1))
+
+
+def test_hybrid_orders_by_rrf_and_reports_absolute_score():
+    a, b, c = entry("a", "alpha"), entry("b", "beta"), entry("c", "gamma")
+    legs = Legs(vector=[(a, 0.9), (b, 0.5)], keyword=[(b, 0.8), (c, 0.4)])
+    hits = execute_search(SearchOptions(query="q", hybrid=True), lambda kind, pool: legs)
+    assert [h.id for h in hits] == ["b", "a", "c"]
+    assert hits[0].score == 0.8 and hits[0].rrf_score == pytest.approx(1 / 62 + 1 / 61)
+
+
+def test_non_hybrid_uses_the_vector_leg_with_threshold():
+    a, b = entry("a", "alpha"), entry("b", "beta")
+    legs = Legs(vector=[(a, 0.9), (b, 0.2)], keyword=[(b, 0.8)])
+    hits = execute_search(SearchOptions(query="q"), lambda kind, pool: legs)
+    assert [(h.id, h.score) for h in hits] == [("a", 0.9)]
+
+
+def test_empty_query_never_fetches():
+    def fetch(kind, pool):
+        raise AssertionError("fetch must not run")
+
+    assert execute_search(SearchOptions(query="  "), fetch) == []

@@ -1,0 +1,39 @@
+from langmem_trpc.service._text import (
+    cjk_trigrams,
+    normalize_text,
+    primary_tokens,
+    search_tokens,
+    token_jaccard,
+)
+
+
+def test_latin_tokens_drop_stopwords_and_single_characters():
+    assert primary_tokens("The user runs Go 1.23 on a Mac") == ["user", "runs", "go", "23", "mac"]
+
+
+def test_search_tokens_deduplicate_in_order():
+    assert search_tokens("tea, more tea and coffee") == ["tea", "more", "coffee"]
+
+
+def test_cjk_runs_become_bigrams_and_trigrams():
+    assert primary_tokens("喜欢绿茶") == ["喜欢", "欢绿", "绿茶"]
+    assert cjk_trigrams("喜欢绿茶") == ["喜欢绿", "欢绿茶"]
+
+
+def test_mixed_scripts_split_at_script_boundaries():
+    assert primary_tokens("用Python写代码") == ["python", "写代", "代码"]
+
+
+def test_single_cjk_character_query_is_kept():
+    assert primary_tokens("茶") == ["茶"]
+
+
+def test_token_jaccard():
+    assert token_jaccard("runs Go 1.23", "runs Go 1.23") == 1.0
+    assert token_jaccard("", "anything") == 0.0
+    assert 0.3 < token_jaccard("likes green tea", "likes black tea") < 0.7
+
+
+def test_normalize_text_for_fingerprints():
+    assert normalize_text("  Prefers   DARK mode. ") == "prefers dark mode"
+    assert normalize_text("ｆｕｌｌ width！") == "full width"
