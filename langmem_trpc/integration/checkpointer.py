@@ -1,0 +1,293 @@
+"""`MemoryCheckpointer`: the post-run hook, as a wrapper around any checkpointer.
+
+LangGraph has no "run finished" event, but every run ends with a checkpoint
+write. The wrapper forwards everything to the inner saver and, after a save
+that ends a run (see `run_finished`), hands the thread's messages to the
+write-path worker. Composition rather than subclassing: `InMemorySaver.aput`
+calls `put`, so an overriding subclass would fire twice per async run.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Collection, Iterator, Mapping, Sequence
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+)
+
+from ..types import UserKey
+from ._ingest import IngestWorker, ahand_off, hand_off, thread_messages
+from .identity import resolve_identity
+
+__all__ = ["MemoryCheckpointer", "run_finished"]
+
+logger = logging.getLogger(__name__)
+
+_EXTENDED = ("delete_for_runs", "copy_thread", "prune")
+
+
+def run_finished(
+    config: Mapping[str, Any], checkpoint: Checkpoint, metadata: CheckpointMetadata
+) -> bool:
+    """True for the checkpoint that ends a completed run of the root graph.
+
+    Root namespace only (not subgraphs), written by the loop (not input,
+    update or fork), no node scheduled for a next step (`branch:to:*`) and no
+    pending Send/interrupt tasks. Relies on LangGraph 1.2 channel names; the
+    integration tests pin it per trigger scenario (langgraph_surface.md §2.4).
+    """
+    configurable = config.get("configurable") or {}
+    if configurable.get("checkpoint_ns", "") != "":
+        return False
+    if metadata.get("source") != "loop":
+        return False
+    if any(str(k).startswith("branch:to:") for k in checkpoint.get("channel_values", {})):
+        return False
+    return "__pregel_tasks" not in (checkpoint.get("updated_channels") or ())
+
+
+class MemoryCheckpointer(BaseCheckpointSaver[Any]):
+    """Wrap `inner`; after each completed run, enqueue the thread for extraction.
+
+    Identity is read with `resolve_identity` from the run's config (pass
+    `app_name` / `user_id` in `configurable`; `context=` is read best-effort).
+    Without an identity or a thread id the hook does nothing. The hook never
+    raises: a failing worker is logged and the run goes on.
+
+    Example:
+        ```python
+        worker = AutoMemoryWorker(service, LLMExtractor(model)); worker.start()
+        graph = builder.compile(checkpointer=MemoryCheckpointer(InMemorySaver(), worker))
+        graph.invoke(inputs, {"configurable": {"thread_id": "t1", "user_id": "alice"}})
+        ```
+
+    Args:
+        inner: the checkpointer that actually stores checkpoints.
+        worker: anything with `enqueue(user, thread_id, messages)` (and
+            optionally `aenqueue`), normally an `AutoMemoryWorker`.
+        app_name: default app name when the run names none.
+        messages_key: the state channel that holds the conversation.
+    """
+
+    def __new__(
+        cls, inner: BaseCheckpointSaver[Any], *args: Any, **kwargs: Any
+    ) -> MemoryCheckpointer:
+        # Expose an extended capability only when the inner saver has it: the
+        # conformance suite (and callers) detect capabilities by override.
+        return super().__new__(_variant(cls, _supported(inner)))
+
+    def __init__(
+        self,
+        inner: BaseCheckpointSaver[Any],
+        worker: IngestWorker,
+        *,
+        app_name: str | None = None,
+        messages_key: str = "messages",
+    ) -> None:
+        super().__init__(serde=inner.serde)
+        self.inner = inner
+        self.worker = worker
+        self.app_name = app_name
+        self.messages_key = messages_key
+
+    def __getnewargs_ex__(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        return (self.inner,), {}
+
+    # -- the hook ------------------------------------------------------------
+
+    def _job(
+        self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata
+    ) -> tuple[UserKey, str, list[Any]] | None:
+        try:
+            if not run_finished(config, checkpoint, metadata):
+                return None
+            configurable = config.get("configurable") or {}
+            thread_id = configurable.get("thread_id")
+            user = resolve_identity(config=config, default_app_name=self.app_name)
+            if user is None or not thread_id:
+                logger.debug("run finished without identity or thread id; nothing to remember")
+                return None
+            messages = thread_messages(checkpoint.get("channel_values", {}).get(self.messages_key))
+            if messages is None:
+                logger.debug("run finished without a message list in %r", self.messages_key)
+                return None
+            return user, str(thread_id), messages
+        except Exception:
+            logger.warning("memory hook could not inspect a checkpoint", exc_info=True)
+            return None
+
+    # -- writes ----------------------------------------------------------------
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        saved = self.inner.put(config, checkpoint, metadata, new_versions)
+        job = self._job(config, checkpoint, metadata)
+        if job is not None:
+            hand_off(self.worker, *job)
+        return saved
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        saved = await self.inner.aput(config, checkpoint, metadata, new_versions)
+        job = self._job(config, checkpoint, metadata)
+        if job is not None:
+            await ahand_off(self.worker, *job)
+        return saved
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        self.inner.put_writes(config, writes, task_id, task_path)
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        await self.inner.aput_writes(config, writes, task_id, task_path)
+
+    # -- plain forwarding ----------------------------------------------------------
+
+    @property
+    def config_specs(self) -> list[Any]:
+        return list(self.inner.config_specs)
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return self.inner.get_tuple(config)
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return await self.inner.aget_tuple(config)
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        return self.inner.list(config, filter=filter, before=before, limit=limit)
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        async for item in self.inner.alist(config, filter=filter, before=before, limit=limit):
+            yield item
+
+    def delete_thread(self, thread_id: str) -> None:
+        self.inner.delete_thread(thread_id)
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        await self.inner.adelete_thread(thread_id)
+
+    def get_next_version(self, current: Any, channel: None) -> Any:
+        return self.inner.get_next_version(current, channel)
+
+    def get_delta_channel_history(self, *, config: RunnableConfig, channels: Sequence[str]) -> Any:
+        return self.inner.get_delta_channel_history(config=config, channels=channels)
+
+    async def aget_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Any:
+        return await self.inner.aget_delta_channel_history(config=config, channels=channels)
+
+    def with_allowlist(
+        self, extra_allowlist: Collection[tuple[str, ...]]
+    ) -> BaseCheckpointSaver[Any]:
+        inner = self.inner.with_allowlist(extra_allowlist)
+        if inner is self.inner:
+            return self
+        return MemoryCheckpointer(
+            inner, self.worker, app_name=self.app_name, messages_key=self.messages_key
+        )
+
+
+# -- extended capabilities, attached only when the inner saver has them -----------
+
+
+def _delete_for_runs(self: MemoryCheckpointer, run_ids: Sequence[str]) -> None:
+    self.inner.delete_for_runs(run_ids)
+
+
+async def _adelete_for_runs(self: MemoryCheckpointer, run_ids: Sequence[str]) -> None:
+    await self.inner.adelete_for_runs(run_ids)
+
+
+def _copy_thread(self: MemoryCheckpointer, source_thread_id: str, target_thread_id: str) -> None:
+    self.inner.copy_thread(source_thread_id, target_thread_id)
+
+
+async def _acopy_thread(
+    self: MemoryCheckpointer, source_thread_id: str, target_thread_id: str
+) -> None:
+    await self.inner.acopy_thread(source_thread_id, target_thread_id)
+
+
+def _prune(
+    self: MemoryCheckpointer, thread_ids: Sequence[str], *, strategy: str = "keep_latest"
+) -> None:
+    self.inner.prune(thread_ids, strategy=strategy)
+
+
+async def _aprune(
+    self: MemoryCheckpointer, thread_ids: Sequence[str], *, strategy: str = "keep_latest"
+) -> None:
+    await self.inner.aprune(thread_ids, strategy=strategy)
+
+
+_METHODS: dict[str, dict[str, Any]] = {
+    "delete_for_runs": {"delete_for_runs": _delete_for_runs, "adelete_for_runs": _adelete_for_runs},
+    "copy_thread": {"copy_thread": _copy_thread, "acopy_thread": _acopy_thread},
+    "prune": {"prune": _prune, "aprune": _aprune},
+}
+_VARIANTS: dict[tuple[type, frozenset[str]], type[MemoryCheckpointer]] = {}
+
+
+def _supported(inner: BaseCheckpointSaver[Any]) -> frozenset[str]:
+    kind = type(inner)
+    return frozenset(
+        name
+        for name in _EXTENDED
+        if getattr(kind, "a" + name, None) is not getattr(BaseCheckpointSaver, "a" + name)
+        or getattr(kind, name, None) is not getattr(BaseCheckpointSaver, name)
+    )
+
+
+def _variant(cls: type[MemoryCheckpointer], names: frozenset[str]) -> type[MemoryCheckpointer]:
+    if not names or cls is not MemoryCheckpointer:
+        return cls
+    key = (cls, names)
+    if key not in _VARIANTS:
+        namespace: dict[str, Any] = {"__module__": cls.__module__, "__qualname__": cls.__qualname__}
+        for name in sorted(names):
+            namespace.update(_METHODS[name])
+        _VARIANTS[key] = type(cls.__name__, (cls,), namespace)
+    return _VARIANTS[key]

@@ -1,0 +1,91 @@
+"""One identity resolver for the hook, the preload step, the tools and the store.
+
+Order (langgraph_surface.md §4.6):
+
+1. `config["configurable"]["langgraph_auth_user_id"]`: set by LangGraph Server
+   after authentication and stripped from client requests, so it is trusted
+   and nothing in the request can replace it. An empty string means
+   "unauthenticated deployment" and is ignored.
+2. `runtime.context`: a dict or an object (dataclass, pydantic model) with
+   `app_name` / `user_id`.
+3. `config["configurable"]["app_name" / "user_id"]`.
+4. The component's `default_app_name` (never a default user).
+
+`app_name` follows steps 2 to 4 even when the user comes from step 1; it only
+selects among the authenticated user's own memories.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from ..errors import InvalidUserKeyError
+from ..types import UserKey
+
+__all__ = ["AUTH_USER_KEY", "resolve_identity"]
+
+logger = logging.getLogger(__name__)
+
+AUTH_USER_KEY = "langgraph_auth_user_id"
+_RUNTIME_KEY = "__pregel_runtime"
+
+
+def _field(source: Any, name: str) -> str | None:
+    if source is None:
+        return None
+    value = source.get(name) if isinstance(source, Mapping) else getattr(source, name, None)
+    return value if isinstance(value, str) and value.strip() else None
+
+
+def _current_config() -> Mapping[str, Any] | None:
+    try:
+        from langgraph.config import get_config
+
+        return get_config()
+    except RuntimeError:  # outside a graph run
+        return None
+
+
+def _context_of(runtime: Any, configurable: Mapping[str, Any]) -> Any:
+    if runtime is not None:
+        return getattr(runtime, "context", None)
+    # Checkpointers never see the Runtime; LangGraph keeps it under an internal key.
+    inner = configurable.get(_RUNTIME_KEY)
+    return getattr(inner, "context", None) if inner is not None else None
+
+
+def resolve_identity(
+    runtime: Any = None,
+    config: Mapping[str, Any] | None = None,
+    *,
+    default_app_name: str | None = None,
+) -> UserKey | None:
+    """The (app_name, user_id) a run acts for, or None when it cannot be told.
+
+    Args:
+        runtime: a LangGraph `Runtime` / `ToolRuntime` (anything with `.context`).
+        config: the run's `RunnableConfig`; inside a graph run the current one
+            is used when omitted.
+        default_app_name: used when neither the context nor the config names an app.
+
+    Returns:
+        The `UserKey`, or None when no user id is available or it is malformed.
+    """
+    if config is None:
+        config = getattr(runtime, "config", None) or _current_config()
+    configurable: Mapping[str, Any] = (config or {}).get("configurable") or {}
+    context = _context_of(runtime, configurable)
+
+    user_id = _field(configurable, AUTH_USER_KEY)
+    if user_id is None:
+        user_id = _field(context, "user_id") or _field(configurable, "user_id")
+    app_name = _field(context, "app_name") or _field(configurable, "app_name") or default_app_name
+    if user_id is None or app_name is None:
+        return None
+    try:
+        return UserKey(app_name, user_id)
+    except InvalidUserKeyError as exc:
+        logger.debug("ignoring malformed identity: %s", exc)
+        return None

@@ -1,0 +1,145 @@
+"""`create_agent` middleware: preload before model calls, ingest after the run."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest
+from langgraph.runtime import Runtime
+
+from ..service.protocol import MemoryService
+from ..types import UserKey
+from ._ingest import IngestWorker, ahand_off, hand_off, thread_messages
+from .identity import resolve_identity
+from .preload import Placement, Preloader, merge_system, prepend_to_first_user
+
+__all__ = ["MemoryIngestMiddleware", "MemoryPreloadMiddleware"]
+
+logger = logging.getLogger(__name__)
+
+Handler = Callable[[ModelRequest], Any]
+AHandler = Callable[[ModelRequest], Awaitable[Any]]
+
+
+def _current_config() -> Any:
+    try:
+        from langgraph.config import get_config
+
+        return get_config()
+    except RuntimeError:
+        return None
+
+
+class MemoryPreloadMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
+    """Injects the user's memories into each model call of a `create_agent` run.
+
+    The block is merged into the single system message (`placement="system"`)
+    or prepended to the first user message (`"user"`, friendlier to prompt
+    caches) of the request only; the agent state never sees it. It is
+    computed once per user turn and reused across the tool-call loop.
+
+    Example:
+        ```python
+        agent = create_agent(model, tools=create_memory_tools(service),
+                             middleware=[MemoryPreloadMiddleware(service, preload=10)])
+        agent.invoke({"messages": [...]}, context={"app_name": "shop", "user_id": "alice"})
+        ```
+
+    Args:
+        service: where memories are read.
+        preload: 0 (default) off, -1 every memory, N a budget.
+        placement: "system" or "user".
+        app_name: default app when the run names none.
+        playbook: replaces the default guidance text above the block.
+        cache_per_turn: reuse the block for every model call of one turn.
+    """
+
+    def __init__(
+        self,
+        service: MemoryService,
+        *,
+        preload: int = 0,
+        placement: Placement = "system",
+        app_name: str | None = None,
+        playbook: str | None = None,
+        cache_per_turn: bool = True,
+    ) -> None:
+        super().__init__()
+        self.placement = placement
+        self.preloader = Preloader(
+            service,
+            preload=preload,
+            app_name=app_name,
+            playbook=playbook,
+            cache_per_turn=cache_per_turn,
+        )
+
+    def _apply(self, request: ModelRequest, block: str) -> ModelRequest:
+        if not block:
+            return request
+        if self.placement == "user":
+            return request.override(messages=prepend_to_first_user(request.messages, block))  # type: ignore[arg-type]
+        return request.override(system_message=merge_system(request.system_message, block))
+
+    def wrap_model_call(self, request: ModelRequest, handler: Handler) -> Any:
+        block = self.preloader.block(request.messages, request.runtime, _current_config())
+        return handler(self._apply(request, block))
+
+    async def awrap_model_call(self, request: ModelRequest, handler: AHandler) -> Any:
+        block = await self.preloader.ablock(request.messages, request.runtime, _current_config())
+        return await handler(self._apply(request, block))
+
+
+class MemoryIngestMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
+    """Hands the thread to the write-path worker when a `create_agent` run ends.
+
+    The same trigger as `MemoryCheckpointer`, for agents whose checkpointer
+    cannot be wrapped (e.g. the built-in one on LangGraph Server). It runs in
+    `after_agent`, which LangGraph skips on interrupts and errors, so a job is
+    enqueued once per completed run. Install this *or* the checkpointer wrapper.
+
+    Args:
+        worker: anything with `enqueue(user, thread_id, messages)`, normally an
+            `AutoMemoryWorker`.
+        app_name: default app when the run names none.
+    """
+
+    def __init__(self, worker: IngestWorker, *, app_name: str | None = None) -> None:
+        super().__init__()
+        self.worker = worker
+        self.app_name = app_name
+
+    def _job(self, state: Any, runtime: Runtime[Any]) -> tuple[UserKey, str, list[Any]] | None:
+        try:
+            config = _current_config()
+            user = resolve_identity(runtime, config, default_app_name=self.app_name)
+            info = getattr(runtime, "execution_info", None)
+            thread_id = getattr(info, "thread_id", None) or (
+                (config or {}).get("configurable") or {}
+            ).get("thread_id")
+            messages = thread_messages(state.get("messages") if isinstance(state, dict) else None)
+            if user is None or not thread_id or messages is None:
+                logger.debug(
+                    "run ended without identity, thread id or messages; nothing to remember"
+                )
+                return None
+            return user, str(thread_id), messages
+        except Exception:
+            logger.warning("memory ingest middleware could not read the run", exc_info=True)
+            return None
+
+    def after_agent(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
+        job = self._job(state, runtime)
+        if job is not None:
+            hand_off(self.worker, *job)
+        return None
+
+    async def aafter_agent(
+        self, state: AgentState[Any], runtime: Runtime[Any]
+    ) -> dict[str, Any] | None:
+        job = self._job(state, runtime)
+        if job is not None:
+            await ahand_off(self.worker, *job)
+        return None

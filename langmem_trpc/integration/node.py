@@ -1,0 +1,87 @@
+"""`create_preload_node`: preload for plain `StateGraph` users.
+
+Two shapes, both keeping the memory block out of `messages`:
+
+* with `model=`: a model node. It calls the model on the thread's messages
+  with the block merged into the system message and returns only the reply.
+  Nothing about memory is stored in the state.
+* without a model: a node that writes the rendered block into
+  `state[context_key]` (default `memory_context`), for graphs whose own model
+  node merges it with `merge_block`. That key is checkpointed with the state
+  (it is not a message, so it is never re-extracted).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from langchain_core.language_models import LanguageModelInput
+from langchain_core.messages import BaseMessage
+from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
+
+from ..service.protocol import MemoryService
+from .preload import Placement, Preloader, merge_block
+
+__all__ = ["create_preload_node"]
+
+
+def create_preload_node(
+    service: MemoryService,
+    model: Runnable[LanguageModelInput, BaseMessage] | None = None,
+    *,
+    preload: int = 10,
+    placement: Placement = "system",
+    app_name: str | None = None,
+    playbook: str | None = None,
+    messages_key: str = "messages",
+    context_key: str = "memory_context",
+) -> Runnable[Any, dict[str, Any]]:
+    """A graph node (sync and async) that preloads the user's memories.
+
+    Example:
+        ```python
+        builder = StateGraph(MessagesState)
+        builder.add_node("agent", create_preload_node(service, model, preload=10))
+        builder.add_edge(START, "agent")
+        graph = builder.compile(checkpointer=MemoryCheckpointer(InMemorySaver(), worker))
+        ```
+
+    Args:
+        service: where memories are read.
+        model: the chat model (already `bind_tools`-ed if you use tools). Without
+            it the node writes the block to `state[context_key]` instead.
+        preload: 0 off, -1 everything, N a budget (see `select_memories`).
+        placement: "system" merges into the system message, "user" prepends
+            to the first user message.
+        app_name: default app when the run's context/config names none.
+        playbook: replaces the default guidance text above the block.
+        messages_key: the state key of the conversation.
+        context_key: the state key written when no model is given.
+    """
+    loader = Preloader(service, preload=preload, app_name=app_name, playbook=playbook)
+
+    def _messages(state: Any) -> list[BaseMessage]:
+        value = (
+            state.get(messages_key)
+            if isinstance(state, dict)
+            else getattr(state, messages_key, None)
+        )
+        return list(value or [])
+
+    def run(state: Any, config: RunnableConfig) -> dict[str, Any]:
+        messages = _messages(state)
+        block = loader.block(messages, None, config)
+        if model is None:
+            return {context_key: block}
+        return {messages_key: [model.invoke(merge_block(messages, block, placement), config)]}
+
+    async def arun(state: Any, config: RunnableConfig) -> dict[str, Any]:
+        messages = _messages(state)
+        block = await loader.ablock(messages, None, config)
+        if model is None:
+            return {context_key: block}
+        return {
+            messages_key: [await model.ainvoke(merge_block(messages, block, placement), config)]
+        }
+
+    return RunnableLambda(run, afunc=arun, name="memory_preload")

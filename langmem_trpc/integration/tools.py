@@ -1,0 +1,460 @@
+"""Memory tools for agents: `memory_search`, `memory_load` and the write tools.
+
+Every tool resolves the user first (a missing identity is a tool error),
+then runs one service call. Sync and async share the same preparation and
+rendering; only the call differs (`service.x` vs `service.ax`). Failures
+become `ToolMessage(status="error")` with a message that is safe to show a
+model: our own validation text, or the exception type for backend failures,
+never connection strings or SQL. Tools are built with `handle_tool_error`
+themselves, so this holds under any `ToolNode` (whose default re-raises).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from langchain_core.tools import BaseTool, StructuredTool, ToolException
+from langgraph.prebuilt import ToolRuntime
+from pydantic import BaseModel, Field
+
+from .._time import end_of_period, parse_flexible_time
+from ..errors import (
+    CapacityExceededError,
+    ConfigurationError,
+    InvalidInputError,
+    MemoryConflictError,
+    MemoryNotFoundError,
+)
+from ..service.protocol import MemoryService
+from ..types import Entry, SearchOptions, Source, UserKey
+from .identity import resolve_identity
+
+__all__ = ["DEFAULT_TOOLS", "TOOL_NAMES", "create_memory_tools"]
+
+logger = logging.getLogger(__name__)
+
+TOOL_NAMES = (
+    "memory_search",
+    "memory_load",
+    "memory_add",
+    "memory_update",
+    "memory_delete",
+    "memory_clear",
+)
+DEFAULT_TOOLS = ("memory_search", "memory_load")
+_SCOPE = (
+    "All memory tools operate only on memories already scoped to the current app and current user."
+)
+MAX_LIMIT = 50
+
+
+# -- argument schemas (what the model sees) ----------------------------------------
+
+
+class SearchArgs(BaseModel):
+    query: str = Field(
+        description="Short keyword-style query, e.g. 'Alice hiking trip' rather than 'When did Alice go hiking?'."
+    )
+    kind: Literal["fact", "episode"] | None = Field(
+        default=None,
+        description="Preferred kind: 'fact' for stable facts and preferences, 'episode' for events. "
+        "A preference, not a filter: other kinds fill in when few match. Leave empty when unsure.",
+    )
+    time_after: str | None = Field(
+        default=None,
+        description="Only events on or after this date (e.g. '2024-05-01', 'May 2024', '2024').",
+    )
+    time_before: str | None = Field(
+        default=None,
+        description="Only events on or before this date; a year or month includes all of it.",
+    )
+    order_by_event_time: bool = Field(
+        default=False,
+        description="Order equally relevant results by when the event happened (oldest first).",
+    )
+    limit: int = Field(
+        default=10, ge=1, le=MAX_LIMIT, description="Maximum results (1-50, default 10)."
+    )
+
+
+class LoadArgs(BaseModel):
+    limit: int = Field(
+        default=10, description="How many of the most recent memories to load. Defaults to 10."
+    )
+
+
+class _MemoryFields(BaseModel):
+    topics: list[str] | None = Field(default=None, description="A few short topic labels.")
+    memory_kind: Literal["fact", "episode"] | None = Field(
+        default=None,
+        description="'fact' for stable facts or preferences, 'episode' for a dated event.",
+    )
+    event_time: str | None = Field(
+        default=None,
+        description="When the event happened, ISO 8601 (e.g. '2024-05-08'); required for episodes.",
+    )
+    participants: list[str] | None = Field(
+        default=None, description="People involved in the event."
+    )
+    location: str | None = Field(default=None, description="Where the event happened.")
+
+
+class AddArgs(_MemoryFields):
+    memory: str = Field(
+        description="Durable memory statement to store for the current user. Write it as a concise "
+        "third-person fact or episode that will help future conversations."
+    )
+
+
+class UpdateArgs(_MemoryFields):
+    memory_id: str = Field(
+        description="ID of the stored memory to update. Use memory_search or memory_load first to find it."
+    )
+    memory: str = Field(
+        description="Rewritten memory content that corrects, refines or supersedes the stored one."
+    )
+
+
+class DeleteArgs(BaseModel):
+    memory_id: str = Field(description="ID of the stored memory to delete.")
+
+
+class ClearArgs(BaseModel):
+    reason: str | None = Field(
+        default=None, description="Why everything is being forgotten (optional)."
+    )
+
+
+_DESCRIPTIONS = {
+    "memory_search": (
+        "Search the user's long-term memories (facts and past events). Results are ranked by relevance "
+        "and carry a 0-1 score, the event date, participants and location.\n"
+        "- Use short keyword queries ('Alice hiking trip', not 'When did Alice go hiking?').\n"
+        "- Split a multi-part question into several short searches, one per part.\n"
+        "- Check `participants` to make sure a memory is about the right person.\n"
+        "- For 'when' or 'before/after' questions use time_after / time_before and order_by_event_time.\n"
+        "- `kind` is only a preference with automatic fallback; omit it when unsure.\n" + _SCOPE
+    ),
+    "memory_load": "Load the user's most recent memories, newest first. Use memory_search when you know "
+    "what you are looking for; use this for a general overview. " + _SCOPE,
+    "memory_add": "Add a new durable memory about the user. "
+    + _SCOPE
+    + " If the user clearly asks to "
+    "remember, correct or forget something, carry out the memory operation directly. Store concise "
+    "factual memories that help future conversations feel contextual and avoid asking the same question "
+    "again. Avoid guesses, duplicates, trivial one-off details and sensitive data unless needed for the task.",
+    "memory_update": "Update an existing memory when it should remain but needs correction or new detail; "
+    "its ID stays the same. " + _SCOPE,
+    "memory_delete": "Delete one memory. "
+    + _SCOPE
+    + " This operation is destructive. Only use it when the "
+    "user explicitly asks to remove saved memory. Prefer memory_update when the memory should remain but "
+    "needs correction.",
+    "memory_clear": "Delete ALL memories of the user. "
+    + _SCOPE
+    + " Use it only when the user explicitly "
+    "asks to forget everything or reset saved context.",
+}
+
+
+# -- one prepared service call per tool invocation --------------------------------------
+
+
+@dataclass
+class _Call:
+    """A service call to run sync (`method`) or async (`"a" + method`), then render."""
+
+    method: str
+    args: tuple[Any, ...]
+    render: Callable[[Any], tuple[str, Any]]
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+def _result(entry: Entry) -> dict[str, Any]:
+    """The compact JSON shape of spec §7.1 `Result` (empty fields omitted)."""
+    memory = entry.memory
+    out: dict[str, Any] = {
+        "id": entry.id,
+        "memory": memory.text,
+        "topics": list(memory.topics),
+        "created": entry.created_at.isoformat(timespec="seconds"),
+        "kind": memory.kind.value,
+    }
+    if memory.event_time is not None:
+        out["event_time"] = memory.event_time.isoformat(timespec="seconds")
+    if memory.participants:
+        out["participants"] = list(memory.participants)
+    if memory.location:
+        out["location"] = memory.location
+    if entry.score is not None:
+        out["score"] = round(entry.score, 4)
+    return out
+
+
+def _dump(payload: dict[str, Any]) -> str:
+    return json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
+
+
+def _entries(entries: list[Entry]) -> list[dict[str, Any]]:
+    return [e.model_dump(mode="json") for e in entries]
+
+
+def _time(value: str | None, name: str, *, end: bool = False) -> Any:
+    if value is None or not value.strip():
+        return None
+    parsed = end_of_period(value) if end else parse_flexible_time(value)
+    if parsed is None:
+        raise InvalidInputError(name, f"cannot parse {value[:40]!r} as a date (try YYYY-MM-DD)")
+    return parsed
+
+
+def _source(runtime: ToolRuntime[Any]) -> Source:
+    configurable = (runtime.config or {}).get("configurable") or {}
+    thread = configurable.get("thread_id")
+    return Source(thread_id=str(thread) if thread else None, actor="tool")
+
+
+def _prepare(
+    name: str, user: UserKey, runtime: ToolRuntime[Any], a: dict[str, Any]
+) -> _Call | tuple[str, Any]:
+    """Validate the arguments and describe the call; a tuple is an immediate result."""
+    if name == "memory_search":
+        query = (a.get("query") or "").strip()
+        if not query:
+            return _dump({"query": "", "results": [], "count": 0}), []
+        options = SearchOptions(
+            query=query,
+            kind=a.get("kind"),
+            time_after=_time(a.get("time_after"), "time_after"),
+            time_before=_time(a.get("time_before"), "time_before", end=True),
+            order_by_event_time=bool(a.get("order_by_event_time")),
+            max_results=int(a.get("limit") or 10),
+            deduplicate=True,
+            hybrid=True,
+            kind_fallback=a.get("kind") is not None,
+        )
+        return _Call(
+            "search",
+            (user, query, options),
+            lambda r: (
+                _dump({"query": query, "results": [_result(e) for e in r], "count": len(r)}),
+                _entries(r),
+            ),
+        )
+    if name == "memory_load":
+        limit = int(a.get("limit") or 10)
+        limit = 10 if limit <= 0 else min(limit, MAX_LIMIT)
+        return _Call(
+            "read",
+            (user, limit),
+            lambda r: (
+                _dump({"limit": limit, "results": [_result(e) for e in r], "count": len(r)}),
+                _entries(r),
+            ),
+        )
+    if name == "memory_delete":
+        memory_id = a["memory_id"]
+
+        def deleted(ok: bool) -> tuple[str, Any]:
+            if not ok:
+                raise MemoryNotFoundError(memory_id)
+            return _dump({"message": "Memory deleted successfully", "memory_id": memory_id}), None
+
+        return _Call("delete", (user, memory_id), deleted, {"source": _source(runtime)})
+    if name == "memory_clear":
+        return _Call(
+            "clear",
+            (user,),
+            lambda n: (_dump({"message": "All memories cleared successfully", "count": n}), None),
+            {"source": _source(runtime)},
+        )
+    fields = {
+        "topics": a.get("topics"),
+        "event_time": a.get("event_time"),
+        "participants": a.get("participants"),
+        "location": a.get("location"),
+        "source": _source(runtime),
+    }
+    if a.get("memory_kind") is not None:
+        fields["kind"] = a["memory_kind"]
+    if name == "memory_add":
+        return _Call(
+            "add",
+            (user, a["memory"]),
+            lambda e: (
+                _dump(
+                    {
+                        "message": "Memory added successfully",
+                        "memory_id": e.id,
+                        "memory": e.text,
+                        "topics": list(e.memory.topics),
+                    }
+                ),
+                _entries([e]),
+            ),
+            fields,
+        )
+    return _Call(
+        "update",
+        (user, a["memory_id"], a["memory"]),
+        lambda e: (
+            _dump(
+                {
+                    "message": "Memory updated successfully",
+                    "memory_id": e.id,
+                    "memory": e.text,
+                    "topics": list(e.memory.topics),
+                }
+            ),
+            _entries([e]),
+        ),
+        fields,
+    )
+
+
+_ARG_NAMES = {"text": "memory", "kind": "memory_kind"}
+
+
+def _safe(name: str, exc: Exception) -> ToolException:
+    """A message the model may see; backend details stay in the log."""
+    if isinstance(exc, InvalidInputError):
+        field = _ARG_NAMES.get(exc.field, exc.field)
+        return ToolException(f"{name}: invalid {field}: {exc.problem}")
+    if isinstance(exc, MemoryNotFoundError):
+        return ToolException(
+            f"{name}: memory {exc.memory_id!r} not found; use memory_search or memory_load to find valid ids"
+        )
+    if isinstance(exc, (MemoryConflictError, CapacityExceededError)):
+        return ToolException(f"{name}: {exc}")
+    logger.warning("%s failed", name, exc_info=exc)
+    return ToolException(
+        f"{name} failed: the memory store is unavailable ({type(exc).__name__}). Continue without it."
+    )
+
+
+class _Tools:
+    """Holds the service and identity settings the tool functions close over."""
+
+    def __init__(self, service: MemoryService, app_name: str | None) -> None:
+        self.service = service
+        self.app_name = app_name
+
+    def _user(self, name: str, runtime: ToolRuntime[Any]) -> UserKey:
+        user = resolve_identity(runtime, runtime.config, default_app_name=self.app_name)
+        if user is None:
+            raise ToolException(
+                f"{name} is unavailable: no user identity (app_name/user_id) in the run context or config"
+            )
+        return user
+
+    def run(self, name: str, runtime: ToolRuntime[Any], args: dict[str, Any]) -> tuple[str, Any]:
+        user = self._user(name, runtime)
+        try:
+            call = _prepare(name, user, runtime, args)
+            if isinstance(call, tuple):
+                return call
+            return call.render(getattr(self.service, call.method)(*call.args, **call.kwargs))
+        except ToolException:
+            raise
+        except Exception as exc:
+            raise _safe(name, exc) from exc
+
+    async def arun(
+        self, name: str, runtime: ToolRuntime[Any], args: dict[str, Any]
+    ) -> tuple[str, Any]:
+        user = self._user(name, runtime)
+        try:
+            call = _prepare(name, user, runtime, args)
+            if isinstance(call, tuple):
+                return call
+            return call.render(
+                await getattr(self.service, "a" + call.method)(*call.args, **call.kwargs)
+            )
+        except ToolException:
+            raise
+        except Exception as exc:
+            raise _safe(name, exc) from exc
+
+    def build(self, name: str) -> BaseTool:
+        def func(runtime: ToolRuntime[Any], **kwargs: Any) -> tuple[str, Any]:
+            return self.run(name, runtime, kwargs)
+
+        async def coroutine(runtime: ToolRuntime[Any], **kwargs: Any) -> tuple[str, Any]:
+            return await self.arun(name, runtime, kwargs)
+
+        return StructuredTool.from_function(
+            func=func,
+            coroutine=coroutine,
+            name=name,
+            description=_DESCRIPTIONS[name],
+            args_schema=_SCHEMAS[name],
+            response_format="content_and_artifact",
+            handle_tool_error=True,
+            handle_validation_error=_validation_message(name),
+        )
+
+
+_SCHEMAS: dict[str, type[BaseModel]] = {
+    "memory_search": SearchArgs,
+    "memory_load": LoadArgs,
+    "memory_add": AddArgs,
+    "memory_update": UpdateArgs,
+    "memory_delete": DeleteArgs,
+    "memory_clear": ClearArgs,
+}
+
+
+def _validation_message(name: str) -> Callable[[Any], str]:
+    def message(error: Any) -> str:
+        problems: list[dict[str, Any]] = getattr(error, "errors", list)()
+        fields = sorted({".".join(str(p) for p in e.get("loc", ())) for e in problems}) or [
+            "arguments"
+        ]
+        return (
+            f"{name}: invalid arguments ({', '.join(fields)}); check the tool schema and try again"
+        )
+
+    return message
+
+
+def create_memory_tools(
+    service: MemoryService,
+    include: Sequence[str] = DEFAULT_TOOLS,
+    *,
+    app_name: str | None = None,
+) -> list[BaseTool]:
+    """Build the memory tools to bind to an agent.
+
+    The default exposes the read tools (`memory_search`, `memory_load`), the
+    right set when the background worker writes memories. Add `memory_add`,
+    `memory_update` and `memory_delete` for agentic mode; `memory_clear`
+    wipes a user's memories and is only built when named explicitly.
+
+    Example:
+        ```python
+        tools = create_memory_tools(service, include=("memory_search", "memory_add"))
+        agent = create_agent(model, tools=tools, context_schema=MemoryContext)
+        ```
+
+    Args:
+        service: the memory service the tools call.
+        include: tool names, in the order returned.
+        app_name: default app when the run's context/config names none.
+
+    Raises:
+        ConfigurationError: an unknown tool name, or a name given twice.
+    """
+    names = list(include)
+    unknown = [n for n in names if n not in TOOL_NAMES]
+    if unknown:
+        raise ConfigurationError(
+            f"unknown memory tool(s) {unknown}; choose from {list(TOOL_NAMES)}"
+        )
+    if len(set(names)) != len(names):
+        raise ConfigurationError(f"memory tool listed twice in {names}")
+    tools = _Tools(service, app_name)
+    return [tools.build(n) for n in names]
