@@ -218,60 +218,62 @@ def _source(runtime: ToolRuntime[Any]) -> Source:
     return Source(thread_id=str(thread) if thread else None, actor="tool")
 
 
-def _prepare(
-    name: str, user: UserKey, runtime: ToolRuntime[Any], a: dict[str, Any]
-) -> _Call | tuple[str, Any]:
-    """Validate the arguments and describe the call; a tuple is an immediate result."""
-    if name == "memory_search":
-        query = (a.get("query") or "").strip()
-        if not query:
-            return _dump({"query": "", "results": [], "count": 0}), []
-        options = SearchOptions(
-            query=query,
-            kind=a.get("kind"),
-            time_after=_time(a.get("time_after"), "time_after"),
-            time_before=_time(a.get("time_before"), "time_before", end=True),
-            order_by_event_time=bool(a.get("order_by_event_time")),
-            max_results=int(a.get("limit") or 10),
-            deduplicate=True,
-            hybrid=True,
-            kind_fallback=a.get("kind") is not None,
-        )
-        return _Call(
-            "search",
-            (user, query, options),
-            lambda r: (
-                _dump({"query": query, "results": [_result(e) for e in r], "count": len(r)}),
-                _entries(r),
-            ),
-        )
-    if name == "memory_load":
-        limit = int(a.get("limit") or 10)
-        limit = 10 if limit <= 0 else min(limit, MAX_LIMIT)
-        return _Call(
-            "read",
-            (user, limit),
-            lambda r: (
-                _dump({"limit": limit, "results": [_result(e) for e in r], "count": len(r)}),
-                _entries(r),
-            ),
-        )
-    if name == "memory_delete":
-        memory_id = a["memory_id"]
+Prepared = _Call | tuple[str, Any]
 
-        def deleted(ok: bool) -> tuple[str, Any]:
-            if not ok:
-                raise MemoryNotFoundError(memory_id)
-            return _dump({"message": "Memory deleted successfully", "memory_id": memory_id}), None
 
-        return _Call("delete", (user, memory_id), deleted, {"source": _source(runtime)})
-    if name == "memory_clear":
-        return _Call(
-            "clear",
-            (user,),
-            lambda n: (_dump({"message": "All memories cleared successfully", "count": n}), None),
-            {"source": _source(runtime)},
-        )
+def _prepare_search(user: UserKey, runtime: ToolRuntime[Any], a: dict[str, Any]) -> Prepared:
+    query = (a.get("query") or "").strip()
+    if not query:
+        return _dump({"query": "", "results": [], "count": 0}), []
+    options = SearchOptions(
+        query=query,
+        kind=a.get("kind"),
+        time_after=_time(a.get("time_after"), "time_after"),
+        time_before=_time(a.get("time_before"), "time_before", end=True),
+        order_by_event_time=bool(a.get("order_by_event_time")),
+        max_results=int(a.get("limit") or 10),
+        deduplicate=True,
+        hybrid=True,
+        kind_fallback=a.get("kind") is not None,
+    )
+
+    def render(found: list[Entry]) -> tuple[str, Any]:
+        payload = {"query": query, "results": [_result(e) for e in found], "count": len(found)}
+        return _dump(payload), _entries(found)
+
+    return _Call("search", (user, query, options), render)
+
+
+def _prepare_load(user: UserKey, runtime: ToolRuntime[Any], a: dict[str, Any]) -> Prepared:
+    limit = int(a.get("limit") or 10)
+    limit = 10 if limit <= 0 else min(limit, MAX_LIMIT)
+
+    def render(found: list[Entry]) -> tuple[str, Any]:
+        payload = {"limit": limit, "results": [_result(e) for e in found], "count": len(found)}
+        return _dump(payload), _entries(found)
+
+    return _Call("read", (user, limit), render)
+
+
+def _prepare_delete(user: UserKey, runtime: ToolRuntime[Any], a: dict[str, Any]) -> Prepared:
+    memory_id = a["memory_id"]
+
+    def render(deleted: bool) -> tuple[str, Any]:
+        if not deleted:
+            raise MemoryNotFoundError(memory_id)
+        return _dump({"message": "Memory deleted successfully", "memory_id": memory_id}), None
+
+    return _Call("delete", (user, memory_id), render, {"source": _source(runtime)})
+
+
+def _prepare_clear(user: UserKey, runtime: ToolRuntime[Any], a: dict[str, Any]) -> Prepared:
+    def render(count: int) -> tuple[str, Any]:
+        return _dump({"message": "All memories cleared successfully", "count": count}), None
+
+    return _Call("clear", (user,), render, {"source": _source(runtime)})
+
+
+def _write_fields(runtime: ToolRuntime[Any], a: dict[str, Any]) -> dict[str, Any]:
     fields = {
         "topics": a.get("topics"),
         "event_time": a.get("event_time"),
@@ -281,39 +283,46 @@ def _prepare(
     }
     if a.get("memory_kind") is not None:
         fields["kind"] = a["memory_kind"]
-    if name == "memory_add":
-        return _Call(
-            "add",
-            (user, a["memory"]),
-            lambda e: (
-                _dump(
-                    {
-                        "message": "Memory added successfully",
-                        "memory_id": e.id,
-                        "memory": e.text,
-                        "topics": list(e.memory.topics),
-                    }
-                ),
-                _entries([e]),
-            ),
-            fields,
-        )
+    return fields
+
+
+def _render_write(message: str) -> Callable[[Entry], tuple[str, Any]]:
+    def render(entry: Entry) -> tuple[str, Any]:
+        payload = {
+            "message": message,
+            "memory_id": entry.id,
+            "memory": entry.text,
+            "topics": list(entry.memory.topics),
+        }
+        return _dump(payload), _entries([entry])
+
+    return render
+
+
+def _prepare_add(user: UserKey, runtime: ToolRuntime[Any], a: dict[str, Any]) -> Prepared:
     return _Call(
-        "update",
-        (user, a["memory_id"], a["memory"]),
-        lambda e: (
-            _dump(
-                {
-                    "message": "Memory updated successfully",
-                    "memory_id": e.id,
-                    "memory": e.text,
-                    "topics": list(e.memory.topics),
-                }
-            ),
-            _entries([e]),
-        ),
-        fields,
+        "add",
+        (user, a["memory"]),
+        _render_write("Memory added successfully"),
+        _write_fields(runtime, a),
     )
+
+
+def _prepare_update(user: UserKey, runtime: ToolRuntime[Any], a: dict[str, Any]) -> Prepared:
+    args = (user, a["memory_id"], a["memory"])
+    return _Call(
+        "update", args, _render_write("Memory updated successfully"), _write_fields(runtime, a)
+    )
+
+
+_PREPARE: dict[str, Callable[[UserKey, ToolRuntime[Any], dict[str, Any]], Prepared]] = {
+    "memory_search": _prepare_search,
+    "memory_load": _prepare_load,
+    "memory_add": _prepare_add,
+    "memory_update": _prepare_update,
+    "memory_delete": _prepare_delete,
+    "memory_clear": _prepare_clear,
+}
 
 
 _ARG_NAMES = {"text": "memory", "kind": "memory_kind"}
@@ -354,7 +363,7 @@ class _Tools:
     def run(self, name: str, runtime: ToolRuntime[Any], args: dict[str, Any]) -> tuple[str, Any]:
         user = self._user(name, runtime)
         try:
-            call = _prepare(name, user, runtime, args)
+            call = _PREPARE[name](user, runtime, args)
             if isinstance(call, tuple):
                 return call
             return call.render(getattr(self.service, call.method)(*call.args, **call.kwargs))
@@ -368,7 +377,7 @@ class _Tools:
     ) -> tuple[str, Any]:
         user = self._user(name, runtime)
         try:
-            call = _prepare(name, user, runtime, args)
+            call = _PREPARE[name](user, runtime, args)
             if isinstance(call, tuple):
                 return call
             return call.render(
