@@ -33,14 +33,23 @@ logger = logging.getLogger(__name__)
 _EXTENDED = ("delete_for_runs", "copy_thread", "prune")
 
 
+def _join_pending(channel: str, value: object) -> bool:
+    """A `join:<a+b>:<node>` barrier that has seen every source triggers its node next."""
+    if not isinstance(value, (set, frozenset)) or not value:
+        return False
+    sources = channel[len("join:") :].rsplit(":", 1)[0]
+    return {str(v) for v in value} >= set(sources.split("+"))
+
+
 def run_finished(
     config: Mapping[str, Any], checkpoint: Checkpoint, metadata: CheckpointMetadata
 ) -> bool:
     """True for the checkpoint that ends a completed run of the root graph.
 
     Root namespace only (not subgraphs), written by the loop (not input,
-    update or fork), no node scheduled for a next step (`branch:to:*`) and no
-    pending Send/interrupt tasks. Relies on LangGraph 1.2 channel names; the
+    update or fork), no node scheduled for a next step (a `branch:to:*`
+    channel, or a complete `join:*` barrier of a fan-in edge) and no pending
+    Send/interrupt tasks. Relies on LangGraph 1.2 channel names; the
     integration tests pin it per trigger scenario (langgraph_surface.md §2.4).
     """
     configurable = config.get("configurable") or {}
@@ -48,8 +57,12 @@ def run_finished(
         return False
     if metadata.get("source") != "loop":
         return False
-    if any(str(k).startswith("branch:to:") for k in checkpoint.get("channel_values", {})):
-        return False
+    for channel, value in checkpoint.get("channel_values", {}).items():
+        name = str(channel)
+        if name.startswith("branch:to:") or (
+            name.startswith("join:") and _join_pending(name, value)
+        ):
+            return False
     return "__pregel_tasks" not in (checkpoint.get("updated_channels") or ())
 
 

@@ -1,0 +1,91 @@
+"""Shared fixtures for the integration tests: services, a recording worker, a broken backend."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+from langchain_core.messages import BaseMessage
+
+from langmem_trpc import InMemoryMemoryService, UserKey
+from langmem_trpc.service.protocol import SyncMemoryService
+from langmem_trpc.testing import HashingEmbeddings
+
+SECRET = "postgresql://admin:hunter2@db.internal:5432/memories"
+
+
+class RecordingWorker:
+    """Stands in for AutoMemoryWorker where a test only counts hand-offs."""
+
+    def __init__(self) -> None:
+        self.jobs: list[tuple[UserKey, str, list[BaseMessage]]] = []
+        self.async_calls = 0
+        self._lock = threading.Lock()
+
+    def enqueue(self, user: UserKey, thread_id: str, messages: list[BaseMessage]) -> None:
+        with self._lock:
+            self.jobs.append((user, thread_id, list(messages)))
+
+    async def aenqueue(self, user: UserKey, thread_id: str, messages: list[BaseMessage]) -> None:
+        self.async_calls += 1
+        self.enqueue(user, thread_id, messages)
+
+
+class ExplodingWorker:
+    def enqueue(self, *args: Any) -> None:
+        raise RuntimeError("queue on fire")
+
+    async def aenqueue(self, *args: Any) -> None:
+        raise RuntimeError("queue on fire")
+
+
+def _explode(*args: Any, **kwargs: Any) -> Any:
+    raise RuntimeError(f"could not connect to {SECRET}: SELECT * FROM memories WHERE user_id = $1")
+
+
+class BrokenService(SyncMemoryService):
+    """Every call fails with a driver-style error carrying a DSN and SQL."""
+
+    add = update = delete = clear = purge = get = read = search = _explode  # type: ignore[assignment]
+    history = count = users = get_cursor = set_cursor = _explode  # type: ignore[assignment]
+
+
+class CountingService(InMemoryMemoryService):
+    """The reference service, counting reads and searches (for cache tests)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.reads = 0
+        self.searches = 0
+
+    def read(self, user: UserKey, limit: int | None = None) -> list[Any]:
+        self.reads += 1
+        return super().read(user, limit)
+
+    def search(self, user: UserKey, query: str | None = None, options: Any = None) -> list[Any]:
+        self.searches += 1
+        return super().search(user, query, options)
+
+
+@pytest.fixture
+def service() -> CountingService:
+    return CountingService(embeddings=HashingEmbeddings())
+
+
+@pytest.fixture
+def broken() -> BrokenService:
+    return BrokenService()
+
+
+@pytest.fixture
+def worker() -> RecordingWorker:
+    return RecordingWorker()
+
+
+ALICE = UserKey("demo", "alice")
+BOB = UserKey("demo", "bob")
+
+
+def ids(app: str = "demo", user: str = "alice") -> dict[str, Any]:
+    return {"app_name": app, "user_id": user}
