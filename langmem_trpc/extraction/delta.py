@@ -1,0 +1,158 @@
+"""Which messages of a thread are new: message filtering and the durable cursor.
+
+LangGraph messages have ids but no timestamps, and histories get summarised
+or trimmed, so the cursor remembers the id of the last message it covered,
+that message's content digest and the thread length at the time:
+
+1. the id is found: the delta is everything after it;
+2. else a message with the same digest is found (messages without ids, or
+   re-issued ids): after it; with repeats ("ok"), the one nearest the
+   recorded position wins;
+3. else the anchor was summarised or trimmed away: after the last summary
+   message if there is one, otherwise the whole list. Summaries and trims
+   keep a suffix of the history, so everything left is newer than the
+   anchor. Re-reading is safe (reconcile and idempotent adds absorb it);
+   skipping would lose memories.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from langchain_core.messages import AIMessage, BaseMessage
+
+from .._time import parse_flexible_time
+from ..types import ExtractionCursor
+
+__all__ = [
+    "Delta",
+    "advance_cursor",
+    "compute_delta",
+    "is_memorable",
+    "message_digest",
+    "message_text",
+    "message_time",
+]
+
+logger = logging.getLogger(__name__)
+
+#: `additional_kwargs["lc_source"]` values whose messages are never memories:
+#: LangChain's summary message and memory context injected by this package.
+SKIPPED_SOURCES = frozenset({"summarization", "langmem_trpc"})
+#: `additional_kwargs` keys read (in order) for a message's own time.
+TIME_KEYS = ("timestamp", "time", "created_at")
+
+
+def message_text(message: BaseMessage) -> str:
+    """The text of a message: string content, or its text parts joined by newlines."""
+    content = message.content
+    if isinstance(content, str):
+        return content.strip()
+    parts: list[str] = []
+    for part in content:
+        if isinstance(part, str):
+            parts.append(part.strip())
+        elif (
+            isinstance(part, dict)
+            and part.get("type") == "text"
+            and isinstance(part.get("text"), str)
+        ):
+            parts.append(part["text"].strip())
+    return "\n".join(p for p in parts if p)
+
+
+def _is_summary(message: BaseMessage) -> bool:
+    return message.additional_kwargs.get("lc_source") == "summarization"
+
+
+def is_memorable(message: BaseMessage) -> bool:
+    """User and assistant messages with text; never tool traffic, summaries or injected context."""
+    if message.type not in ("human", "ai"):
+        return False
+    if isinstance(message, AIMessage) and (message.tool_calls or message.invalid_tool_calls):
+        return False
+    if message.additional_kwargs.get("lc_source") in SKIPPED_SOURCES:
+        return False
+    return bool(message_text(message))
+
+
+def message_digest(message: BaseMessage) -> str:
+    """Content identity of a message (type and text), for anchors without ids."""
+    raw = f"{message.type}\x1f{message_text(message)}".encode()
+    return hashlib.sha256(raw).hexdigest()[:32]
+
+
+def message_time(message: BaseMessage) -> datetime | None:
+    """The message's own time from `additional_kwargs` (ISO 8601), if the host set one."""
+    for key in TIME_KEYS:
+        value = message.additional_kwargs.get(key)
+        if isinstance(value, datetime) and value.tzinfo is not None:
+            return value
+        if isinstance(value, str) and (parsed := parse_flexible_time(value)) is not None:
+            return parsed
+    return None
+
+
+@dataclass(frozen=True)
+class Delta:
+    """The new part of a thread and how it was found."""
+
+    messages: tuple[BaseMessage, ...]
+    """New memorable messages, in order."""
+    start: int
+    """Index of the first unread message in the full list."""
+    anchor: str
+    """How the cursor was located: "none", "id", "digest", "summary" or "lost"."""
+
+
+def _find_anchor(messages: Sequence[BaseMessage], cursor: ExtractionCursor) -> tuple[int, str]:
+    """Index after the cursor's message, and how it was found."""
+    if cursor.last_message_id is not None:
+        for index in range(len(messages) - 1, -1, -1):
+            if messages[index].id == cursor.last_message_id:
+                return index + 1, "id"
+    if cursor.last_message_digest is not None:
+        hits = [
+            i for i, m in enumerate(messages) if message_digest(m) == cursor.last_message_digest
+        ]
+        if hits:
+            expected = cursor.message_count - 1
+            best = min(hits, key=lambda i: (abs(i - expected), -i))
+            return best + 1, "digest"
+    summaries = [i for i, m in enumerate(messages) if _is_summary(m)]
+    if summaries:
+        return summaries[-1] + 1, "summary"
+    return 0, "lost"
+
+
+def compute_delta(messages: Sequence[BaseMessage], cursor: ExtractionCursor | None) -> Delta:
+    """New memorable messages after `cursor` (all of them without a cursor)."""
+    if cursor is None or (cursor.last_message_id is None and cursor.last_message_digest is None):
+        start, anchor = 0, "none"
+    else:
+        start, anchor = _find_anchor(messages, cursor)
+        if anchor == "lost":
+            logger.warning(
+                "cursor anchor for thread %r not found (history rewritten); re-reading %d messages",
+                cursor.thread_id,
+                len(messages),
+            )
+    return Delta(tuple(m for m in messages[start:] if is_memorable(m)), start, anchor)
+
+
+def advance_cursor(
+    thread_id: str, messages: Sequence[BaseMessage], now: datetime
+) -> ExtractionCursor:
+    """The cursor after a successful job: anchored on the last message scanned."""
+    last = messages[-1] if messages else None
+    return ExtractionCursor(
+        thread_id=thread_id,
+        last_message_id=last.id if last is not None else None,
+        last_message_digest=message_digest(last) if last is not None else None,
+        message_count=len(messages),
+        last_extracted_at=now,
+    )

@@ -1,0 +1,152 @@
+"""Execute a reconciled batch against the service, in order, one op at a time.
+
+Rules (spec 3.7, plus what stable ids need):
+- update of a missing id becomes an add (when add is enabled);
+- delete of a missing id is ignored;
+- an update whose new text already exists as another memory
+  (`MemoryConflictError`) is a duplicate: the updated memory would say what
+  the other one says, so the now-redundant source memory is deleted and the
+  other one kept;
+- an add the store already holds (idempotent add) counts as a duplicate;
+- a failed op is logged and counted and the rest continue. A `BackendError`
+  also marks the job for retry (the cursor stays), since storage may be back
+  next time and every op is safe to replay.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+from ..errors import BackendError, LangmemTrpcError, MemoryConflictError, MemoryNotFoundError
+from ..service.protocol import MemoryService
+from ..types import Entry, Kind, Source, UserKey
+from .ops import Action, MemoryOp
+
+__all__ = ["OpOutcome", "execute_ops"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class OpOutcome:
+    """What one operation did.
+
+    `result` is one of: added, updated, deleted, cleared, duplicate, missing,
+    disabled, failed.
+    """
+
+    op: MemoryOp
+    result: str
+    memory_id: str | None = None
+    count: int = 1
+    error: str | None = None
+    retry: bool = False
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _add(service: MemoryService, user: UserKey, op: MemoryOp, source: Source) -> OpOutcome:
+    started = _now()
+    entry: Entry = service.add(
+        user,
+        op.text,
+        topics=list(op.topics),
+        kind=op.kind or Kind.FACT,
+        event_time=op.event_time,
+        participants=list(op.participants),
+        location=op.location,
+        source=source,
+    )
+    fresh = entry.updated_at >= started
+    return OpOutcome(op, "added" if fresh else "duplicate", entry.id)
+
+
+def _update(
+    service: MemoryService, user: UserKey, op: MemoryOp, source: Source, actions: Collection[Action]
+) -> OpOutcome:
+    assert op.memory_id is not None
+    try:
+        entry = service.update(
+            user,
+            op.memory_id,
+            op.text,
+            topics=list(op.topics) or None,
+            kind=op.kind,
+            event_time=op.event_time,
+            participants=list(op.participants) or None,
+            location=op.location,
+            source=source,
+        )
+    except MemoryNotFoundError:
+        if Action.ADD not in actions:
+            return OpOutcome(op, "missing", op.memory_id)
+        logger.info("auto_memory: update of missing memory %s becomes an add", op.memory_id)
+        return _add(service, user, op.as_add("execute:update->add"), source)
+    except MemoryConflictError as conflict:
+        logger.info(
+            "auto_memory: update of %s duplicates memory %s; deleting the redundant source",
+            op.memory_id,
+            conflict.existing_id,
+        )
+        service.delete(user, op.memory_id, source=source)
+        return OpOutcome(op, "duplicate", conflict.existing_id)
+    return OpOutcome(op, "updated", entry.id)
+
+
+def _execute_one(
+    service: MemoryService, user: UserKey, op: MemoryOp, source: Source, actions: Collection[Action]
+) -> OpOutcome:
+    if op.action not in actions:
+        return OpOutcome(op, "disabled", op.memory_id)
+    if op.action == Action.ADD:
+        return _add(service, user, op, source)
+    if op.action == Action.UPDATE:
+        return _update(service, user, op, source, actions)
+    if op.action == Action.DELETE:
+        assert op.memory_id is not None
+        found = service.delete(user, op.memory_id, source=source)
+        return OpOutcome(op, "deleted" if found else "missing", op.memory_id)
+    return OpOutcome(op, "cleared", None, count=service.clear(user, source=source))
+
+
+def execute_ops(
+    service: MemoryService,
+    user: UserKey,
+    ops: Sequence[MemoryOp],
+    *,
+    actions: Collection[Action],
+    source: Source,
+    keep_going: Callable[[], bool] = lambda: True,
+) -> tuple[list[OpOutcome], bool]:
+    """Run `ops` in order; returns the outcomes and whether every op was reached.
+
+    `keep_going()` is asked before each op (the job deadline); when it says no,
+    the rest are not started and the job fails so the delta is retried.
+    """
+    outcomes: list[OpOutcome] = []
+    for op in ops:
+        if not keep_going():
+            return outcomes, False
+        try:
+            outcomes.append(_execute_one(service, user, op, source, actions))
+        except LangmemTrpcError as exc:
+            logger.warning(
+                "auto_memory: operation failed (%s %s): %s",
+                op.action.value,
+                op.memory_id or "",
+                exc,
+            )
+            outcomes.append(
+                OpOutcome(
+                    op, "failed", op.memory_id, error=str(exc), retry=isinstance(exc, BackendError)
+                )
+            )
+        except Exception as exc:  # unknown driver error: count it, retry the job later
+            logger.warning("auto_memory: operation failed (%s)", op.action.value, exc_info=True)
+            outcomes.append(OpOutcome(op, "failed", op.memory_id, error=repr(exc), retry=True))
+    return outcomes, True

@@ -1,0 +1,164 @@
+"""Extractors turn new conversation turns into proposed `MemoryOp`s.
+
+`LLMExtractor` asks a tool-calling chat model; `VerbatimExtractor` keeps each
+user turn as it was said (no model, the offline baseline). Extractors never
+touch storage: the worker reconciles and executes what they propose.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import date, datetime, timezone
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
+
+from ..errors import ConfigurationError, ExtractionError
+from ..types import Entry, Kind, UserKey
+from .delta import message_text, message_time
+from .ops import Action, MemoryOp
+from .prompts import DEFAULT_PROMPT, render_system_prompt
+from .tool_calls import parse_tool_calls, tool_schemas
+
+if TYPE_CHECKING:
+    from langchain_core.language_models import BaseChatModel
+
+__all__ = ["ExtractionRequest", "Extractor", "LLMExtractor", "VerbatimExtractor"]
+
+logger = logging.getLogger(__name__)
+
+FINAL_INSTRUCTION = "Extract and manage memories from the conversation above."
+
+
+@dataclass(frozen=True)
+class ExtractionRequest:
+    """Everything an extractor may use for one job."""
+
+    user: UserKey
+    thread_id: str
+    messages: Sequence[BaseMessage]
+    """The new user and assistant messages, in order."""
+    existing: Sequence[Entry] = ()
+    """Memories related to the new messages, with their ids."""
+    policy: str = "merge_similar"
+    actions: frozenset[Action] = field(
+        default_factory=lambda: frozenset({Action.ADD, Action.UPDATE, Action.DELETE})
+    )
+    """Operations the worker will execute; offer no others."""
+    reference_time: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
+
+
+@runtime_checkable
+class Extractor(Protocol):
+    """Anything with `extract(request) -> list[MemoryOp]` (called in a worker thread)."""
+
+    def extract(self, request: ExtractionRequest) -> list[MemoryOp]: ...
+
+
+def _reference_date(request: ExtractionRequest, fixed: date | None) -> date:
+    if fixed is not None:
+        return fixed
+    times = [t for t in (message_time(m) for m in request.messages) if t is not None]
+    return (max(times) if times else request.reference_time).date()
+
+
+def _labelled(message: BaseMessage) -> BaseMessage:
+    """The message with its speaker and time written into the text the model reads."""
+    when = message_time(message)
+    label = ", ".join(x for x in (message.name, when.isoformat() if when else None) if x)
+    if not label:
+        return message
+    return message.model_copy(update={"content": f"[{label}] {message_text(message)}"})
+
+
+class LLMExtractor:
+    """Proposes memory operations with a tool-calling chat model.
+
+    Args:
+        model: any LangChain chat model with `bind_tools` (e.g. `ChatOpenAI`).
+        prompt: system prompt template; `{current_date}` is replaced. Default: `DEFAULT_PROMPT`.
+        reference_date: the "today" used to resolve relative dates. Default: the latest
+            message time (`additional_kwargs["timestamp"]`), else the job's time.
+
+    Example:
+        ```python
+        extractor = LLMExtractor(ChatOpenAI(model="gpt-4o-mini"))
+        worker = AutoMemoryWorker(service, extractor)
+        ```
+    """
+
+    def __init__(
+        self, model: BaseChatModel, *, prompt: str | None = None, reference_date: date | None = None
+    ) -> None:
+        if not hasattr(model, "bind_tools"):
+            raise ConfigurationError("LLMExtractor needs a chat model that supports bind_tools")
+        self.model = model
+        self.prompt = prompt or DEFAULT_PROMPT
+        self.reference_date = (
+            reference_date.date() if isinstance(reference_date, datetime) else reference_date
+        )
+
+    def build_messages(self, request: ExtractionRequest) -> list[BaseMessage]:
+        """System prompt, the labelled delta, and a closing instruction when the last turn is the assistant's."""
+        actions = request.actions & (
+            {Action.ADD} if request.policy == "append_only" else set(Action)
+        )
+        system = render_system_prompt(
+            self.prompt,
+            _reference_date(request, self.reference_date),
+            policy=request.policy,
+            actions=actions,
+            existing=request.existing,
+        )
+        messages: list[BaseMessage] = [
+            SystemMessage(system),
+            *(_labelled(m) for m in request.messages),
+        ]
+        if not isinstance(messages[-1], HumanMessage):
+            messages.append(HumanMessage(FINAL_INSTRUCTION))
+        return messages
+
+    def extract(self, request: ExtractionRequest) -> list[MemoryOp]:
+        if not request.messages:
+            return []
+        actions = request.actions & (
+            {Action.ADD} if request.policy == "append_only" else set(Action)
+        )
+        bound: Any = self.model.bind_tools(tool_schemas(actions, request.policy))
+        try:
+            reply = bound.invoke(self.build_messages(request))
+        except Exception as exc:  # any provider failure is an extraction failure
+            raise ExtractionError(f"model call failed: {type(exc).__name__}: {exc}") from exc
+        if not isinstance(reply, AIMessage):
+            raise ExtractionError(f"model returned {type(reply).__name__}, expected an AIMessage")
+        ops = parse_tool_calls(reply, actions)
+        logger.debug("extractor: %d tool calls -> %d operations", len(reply.tool_calls), len(ops))
+        return ops
+
+
+class VerbatimExtractor:
+    """Each user message becomes an episode, as said; no model, works offline.
+
+    Event time is the message's own time (`additional_kwargs["timestamp"]`),
+    participants the speaker's `name` when set. Records are de-duplicated only
+    when identical, never merged by reconcile.
+    """
+
+    def __init__(self, *, include_assistant: bool = False) -> None:
+        self.include_assistant = include_assistant
+
+    def extract(self, request: ExtractionRequest) -> list[MemoryOp]:
+        kept = ("human", "ai") if self.include_assistant else ("human",)
+        return [
+            MemoryOp.add(
+                message_text(m),
+                kind=Kind.EPISODE,
+                event_time=message_time(m),
+                participants=[m.name] if m.name else [],
+                verbatim=True,
+            )
+            for m in request.messages
+            if m.type in kept and message_text(m)
+        ]

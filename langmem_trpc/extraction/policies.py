@@ -1,0 +1,249 @@
+"""Update policies: which proposed operations run, and in what shape.
+
+- "merge_similar" (default): reconcile against the store (see reconcile.py).
+- "preserve_history": never lose a stated value; an update is allowed only
+  when the new text keeps every material detail of the old one (spec 4.3),
+  otherwise the change becomes a new memory.
+- "append_only": only adds; exact duplicates dropped (spec 4.4).
+
+Verbatim records (raw turns) bypass every policy except identical-duplicate removal.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from datetime import time
+from typing import Literal
+
+from ..errors import ConfigurationError
+from ..service._text import normalize_text, primary_tokens, token_set
+from ..types import Entry
+from .ops import Action, MemoryOp
+from .reconcile import Probe, Reconciled, merge_similar
+from .signals import critical_values, negations
+
+__all__ = ["POLICIES", "Policy", "apply_policy", "check_policy", "is_exact_duplicate"]
+
+logger = logging.getLogger(__name__)
+
+Policy = Literal["merge_similar", "preserve_history", "append_only"]
+POLICIES: tuple[Policy, ...] = ("merge_similar", "preserve_history", "append_only")
+
+OLD_COVERAGE = 0.95
+NEW_COVERAGE = 0.70
+_CAPITALISED = re.compile(r"\b[A-Z][A-Za-z0-9_-]*\b")
+_CHANGE_MARKER = re.compile(
+    r"(?i)\b(?:now|currently|no longer|instead|changed?|used to)\b|现在|目前|不再|改为|变成|而是|曾经"
+)
+
+
+def check_policy(policy: str) -> Policy:
+    if policy not in POLICIES:
+        raise ConfigurationError(f"policy must be one of {', '.join(POLICIES)}; got {policy!r}")
+    return policy  # type: ignore[return-value]
+
+
+def _people(values: Sequence[str]) -> frozenset[str]:
+    return frozenset(p.strip().casefold() for p in values if p.strip())
+
+
+def _same_identity(op: MemoryOp, other: MemoryOp | Entry) -> bool:
+    if isinstance(other, Entry):
+        text, kind, when = other.text, other.kind, other.memory.event_time
+        people, place = other.memory.participants, other.memory.location
+    else:
+        text, kind, when = other.text, other.effective_kind, other.event_time
+        people, place = list(other.participants), other.location
+    return (
+        normalize_text(op.text) == normalize_text(text)
+        and op.effective_kind == kind
+        and op.event_time == when
+        and _people(op.participants) == _people(people)
+        and (op.location or "").strip().casefold() == (place or "").strip().casefold()
+    )
+
+
+def is_exact_duplicate(op: MemoryOp, others: Sequence[MemoryOp | Entry]) -> bool:
+    """Same normalised text, kind, event time, participants and location (spec 4.3 rule 1)."""
+    return any(_same_identity(op, other) for other in others)
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    entry: Entry
+    duplicate: bool
+    old_coverage: float
+    new_coverage: float
+
+
+def _metadata_compatible(op: MemoryOp, entry: Entry) -> bool:
+    stored = entry.memory
+    if op.effective_kind != stored.kind:
+        return False
+    old, new = stored.event_time, op.event_time
+    if (
+        old
+        and new
+        and old != new
+        and not (old.date() == new.date() and old.time() == time(0) and new.time() != time(0))
+    ):
+        return False
+    if (
+        op.participants
+        and stored.participants
+        and not _people(stored.participants) <= _people(op.participants)
+    ):
+        return False
+    return not (
+        op.location and stored.location and op.location.casefold() != stored.location.casefold()
+    )
+
+
+def _material(text: str) -> frozenset[str]:
+    return frozenset(primary_tokens(text)) | {w.lower() for w in _CAPITALISED.findall(text)}
+
+
+def _is_subsequence(needles: Sequence[str], haystack: Sequence[str]) -> bool:
+    it = iter(haystack)
+    return all(any(n == h for h in it) for n in needles)
+
+
+def _classify(op: MemoryOp, entry: Entry) -> _Candidate | None:
+    """How `op` relates to a stored memory; None when it must stay a separate memory."""
+    if _same_identity(op, entry):
+        return _Candidate(entry, True, 1.0, 1.0)
+    if not _metadata_compatible(op, entry):
+        return None
+    old_set, new_set = token_set(entry.text), token_set(op.text)
+    if not old_set or not new_set:
+        return None
+    shared = len(old_set & new_set)
+    old_cov, new_cov = shared / len(old_set), shared / len(new_set)
+    if old_cov < OLD_COVERAGE or new_cov < NEW_COVERAGE:
+        return None
+    if not _material(entry.text) <= (new_set | _material(op.text)):
+        return None
+    if not critical_values(entry.text.lower()) <= critical_values(op.text.lower()):
+        return None
+    if negations(entry.text) != negations(op.text):
+        return None
+    if _CHANGE_MARKER.search(op.text) and not _CHANGE_MARKER.search(entry.text):
+        return None
+    if not _is_subsequence(primary_tokens(entry.text), primary_tokens(op.text)):
+        return None
+    return _Candidate(entry, False, old_cov, new_cov)
+
+
+def _to_update(op: MemoryOp, entry: Entry) -> MemoryOp:
+    return op.as_update(
+        entry.id, [*entry.memory.topics, *op.topics], op.kind or entry.kind, "policy:update"
+    )
+
+
+def _preserve_add(
+    op: MemoryOp, existing: Sequence[Entry], actions: Collection[Action]
+) -> MemoryOp | None:
+    candidates = [c for c in (_classify(op, e) for e in existing) if c is not None]
+    if not candidates:
+        return op
+    best = max(
+        candidates,
+        key=lambda c: (c.duplicate, c.old_coverage, c.new_coverage, c.entry.score or 0.0),
+    )
+    if best.duplicate:
+        return None
+    return _to_update(op, best.entry) if Action.UPDATE in actions else op
+
+
+def _preserve_update(
+    op: MemoryOp, by_id: dict[str, Entry], actions: Collection[Action]
+) -> MemoryOp | None:
+    target = by_id.get(op.memory_id or "")
+    found = _classify(op, target) if target is not None else None
+    if found is not None and found.duplicate:
+        return None
+    if found is not None and Action.UPDATE in actions:
+        return _to_update(op, found.entry)
+    return op.as_add("policy:update->add")
+
+
+def preserve_history(
+    ops: Sequence[MemoryOp], existing: Sequence[Entry], actions: Collection[Action]
+) -> Reconciled:
+    """Spec 4.3: compare with the retrieved memories only; never overwrite a stated value."""
+    by_id = {e.id: e for e in existing}
+    kept: list[MemoryOp] = []
+    dropped: list[MemoryOp] = []
+    for op in ops:
+        decided: MemoryOp | None = op
+        if op.action == Action.ADD:
+            if is_exact_duplicate(op, [*existing, *kept]):
+                decided = None
+            elif Action.ADD in actions:
+                decided = _preserve_add(op, existing, actions)
+        elif op.action == Action.UPDATE:
+            decided = _preserve_update(op, by_id, actions)
+        if decided is None:
+            dropped.append(op)
+        else:
+            kept.append(decided)
+    return Reconciled(kept, dropped)
+
+
+def append_only(ops: Sequence[MemoryOp], existing: Sequence[Entry]) -> Reconciled:
+    """Spec 4.4: adds only (updates become adds), exact duplicates dropped, deletes ignored."""
+    kept: list[MemoryOp] = []
+    dropped: list[MemoryOp] = []
+    for op in ops:
+        if op.action == Action.UPDATE:
+            op = op.as_add("policy:append_only")
+        if op.action != Action.ADD:
+            logger.debug("append_only: dropping %s", op.action.value)
+            continue
+        if is_exact_duplicate(op, [*existing, *kept]):
+            dropped.append(op)
+        else:
+            kept.append(op)
+    return Reconciled(kept, dropped)
+
+
+def _split_verbatim(
+    ops: Sequence[MemoryOp],
+) -> tuple[list[MemoryOp], list[MemoryOp], list[MemoryOp]]:
+    """(model ops, unique verbatim ops, identical verbatim repeats)."""
+    model: list[MemoryOp] = []
+    unique: list[MemoryOp] = []
+    repeats: list[MemoryOp] = []
+    for op in ops:
+        if not op.verbatim:
+            model.append(op)
+        elif op in unique:
+            repeats.append(op)
+        else:
+            unique.append(op)
+    return model, unique, repeats
+
+
+def apply_policy(
+    policy: Policy,
+    ops: Sequence[MemoryOp],
+    *,
+    probe: Probe,
+    existing: Sequence[Entry],
+    actions: Collection[Action],
+) -> Reconciled:
+    """Run `policy` over a batch. Verbatim ops keep their place and are only de-duplicated."""
+    model, unique, repeats = _split_verbatim(ops)
+    if policy == "merge_similar":
+        decided = merge_similar(model, probe, actions)
+    elif policy == "preserve_history":
+        decided = preserve_history(model, existing, actions)
+    else:
+        decided = append_only(model, existing)
+    if not unique:
+        return decided
+    # Verbatim batches carry no model ops in practice; keep their order and append any model ops.
+    return Reconciled([*unique, *decided.ops], [*repeats, *decided.duplicates])

@@ -1,0 +1,203 @@
+"""Reconcile (policy "merge_similar"): turn near-duplicate adds into skips or updates.
+
+Pure decisions over probe results; the caller runs the probes (one search per
+add, top 3, threshold 0.30, not hybrid) so every decision sees the store as
+it was before the batch. Tiers per candidate (spec 4.2):
+
+- skip   if backend score >= 0.90 or token Jaccard >= 0.70,
+- update if score >= 0.60 or Jaccard >= 0.40,
+- none   otherwise;
+
+best candidate by tier, then score, then Jaccard, then probe order.
+
+Better than the reference: a skip also needs numbers, dates, negations and
+names to agree ("runs Go 1.23" vs "runs Go 1.24" is an update, never a skip);
+an episode is never merged into an episode of another time, participants,
+place or dated wording; an explicit `kind` must match; and each stored memory
+takes at most one rewritten update per batch, so two facts never overwrite
+each other through the same target.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
+from enum import IntEnum
+
+from ..service._text import token_jaccard
+from ..types import Entry, Kind, SearchOptions, canonical_topics
+from .ops import Action, MemoryOp
+from .signals import date_words, numbers, values_agree
+
+__all__ = [
+    "JACCARD_HIGH",
+    "JACCARD_MID",
+    "MIN_PROBE_SCORE",
+    "PROBE_OPTIONS",
+    "SKIP_SCORE",
+    "TOP_K",
+    "UPDATE_SCORE",
+    "Match",
+    "Reconciled",
+    "Tier",
+    "classify",
+    "decide_add",
+    "merge_similar",
+]
+
+logger = logging.getLogger(__name__)
+
+TOP_K = 3
+SKIP_SCORE = 0.90
+UPDATE_SCORE = 0.60
+JACCARD_HIGH = 0.70
+JACCARD_MID = 0.40
+MIN_PROBE_SCORE = 0.30
+PROBE_OPTIONS = SearchOptions(max_results=TOP_K, similarity_threshold=MIN_PROBE_SCORE)
+
+Probe = Callable[[str], list[Entry]]
+
+
+class Tier(IntEnum):
+    NONE = 0
+    UPDATE = 1
+    SKIP = 2
+
+
+@dataclass(frozen=True)
+class Match:
+    """One probe candidate, scored."""
+
+    entry: Entry
+    score: float
+    jaccard: float
+    tier: Tier
+
+
+def _same_people(a: Sequence[str], b: Sequence[str]) -> bool:
+    if not a or not b:
+        return True
+    left, right = {p.casefold() for p in a}, {p.casefold() for p in b}
+    return left <= right or right <= left
+
+
+def _same_event(op: MemoryOp, entry: Entry) -> bool:
+    """Episodes merge only when they can be the same event."""
+    stored = entry.memory
+    if op.event_time and stored.event_time and op.event_time.date() != stored.event_time.date():
+        return False
+    if not _same_people(op.participants, stored.participants):
+        return False
+    if op.location and stored.location and op.location.casefold() != stored.location.casefold():
+        return False
+    return numbers(op.text) == numbers(stored.text) and date_words(op.text) == date_words(
+        stored.text
+    )
+
+
+def classify(op: MemoryOp, entry: Entry) -> Match | None:
+    """Score one candidate for an add; None when it must never absorb the add."""
+    if op.kind is not None and op.kind != entry.kind:
+        return None
+    if entry.kind == Kind.EPISODE and not _same_event(op, entry):
+        return None
+    score = entry.score or 0.0
+    jaccard = token_jaccard(op.text, entry.text)
+    if score >= SKIP_SCORE or jaccard >= JACCARD_HIGH:
+        tier = Tier.SKIP if values_agree(op.text, entry.text) else Tier.UPDATE
+    elif score >= UPDATE_SCORE or jaccard >= JACCARD_MID:
+        tier = Tier.UPDATE
+    else:
+        tier = Tier.NONE
+    return Match(entry, score, jaccard, tier)
+
+
+def best_match(op: MemoryOp, entries: Sequence[Entry]) -> Match | None:
+    matches = [m for m in (classify(op, e) for e in entries[:TOP_K] if e.id) if m is not None]
+    if not matches:
+        return None
+    return max(reversed(matches), key=lambda m: (m.tier, m.score, m.jaccard))
+
+
+def _new_topics(op: MemoryOp, entry: Entry) -> bool:
+    stored = {t.casefold() for t in entry.memory.topics}
+    return any(t.casefold() not in stored for t in op.topics)
+
+
+def _rewrite(op: MemoryOp, entry: Entry, origin: str) -> MemoryOp:
+    topics = canonical_topics([*entry.memory.topics, *op.topics])
+    return op.as_update(entry.id, topics, op.kind or entry.kind, origin)
+
+
+def decide_add(
+    op: MemoryOp, entries: Sequence[Entry], *, update_enabled: bool, claimed: Collection[str] = ()
+) -> MemoryOp | None:
+    """Keep, rewrite to an update, or drop (None) one proposed add."""
+    best = best_match(op, entries)
+    if best is None or best.tier == Tier.NONE:
+        return op
+    can_update = update_enabled and best.entry.id not in claimed
+    if best.tier == Tier.SKIP:
+        if not _new_topics(op, best.entry):
+            logger.debug("reconcile: %r duplicates memory %s; skipped", op.text, best.entry.id)
+            return None
+        return _rewrite(op, best.entry, "reconcile:skip+topics") if can_update else op
+    return _rewrite(op, best.entry, "reconcile:update") if can_update else op
+
+
+def _duplicate_in_batch(op: MemoryOp, accepted: Sequence[MemoryOp]) -> bool:
+    return any(
+        (prior.kind is None or op.kind is None or prior.kind == op.kind)
+        and token_jaccard(op.text, prior.text) >= JACCARD_HIGH
+        and values_agree(op.text, prior.text)
+        for prior in accepted
+        if prior.action in (Action.ADD, Action.UPDATE) and not prior.verbatim
+    )
+
+
+@dataclass(frozen=True)
+class Reconciled:
+    """A batch after its update policy: what to execute, and what was dropped as a duplicate."""
+
+    ops: list[MemoryOp]
+    duplicates: list[MemoryOp]
+
+
+def merge_similar(ops: Sequence[MemoryOp], probe: Probe, actions: Collection[Action]) -> Reconciled:
+    """Apply the merge_similar policy to a batch; `probe(text)` searches the store.
+
+    A probe that fails keeps the add unchanged (never worse than no reconcile).
+    """
+    claimed = {
+        op.memory_id for op in ops if op.action in (Action.UPDATE, Action.DELETE) and op.memory_id
+    }
+    result: list[MemoryOp] = []
+    dropped: list[MemoryOp] = []
+    for op in ops:
+        if (
+            op.action != Action.ADD
+            or op.verbatim
+            or Action.ADD not in actions
+            or not op.text.strip()
+        ):
+            result.append(op)
+            continue
+        if _duplicate_in_batch(op, result):
+            logger.debug("reconcile: %r repeats an earlier op of the batch; skipped", op.text)
+            dropped.append(op)
+            continue
+        try:
+            entries = probe(op.text.strip())
+        except Exception:  # a failed probe keeps the add (spec 4.5)
+            logger.warning("reconcile: probe failed; keeping the add", exc_info=True)
+            result.append(op)
+            continue
+        decided = decide_add(op, entries, update_enabled=Action.UPDATE in actions, claimed=claimed)
+        if decided is None:
+            dropped.append(op)
+            continue
+        if decided.action == Action.UPDATE and decided.memory_id:
+            claimed.add(decided.memory_id)
+        result.append(decided)
+    return Reconciled(result, dropped)

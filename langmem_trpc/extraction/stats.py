@@ -1,0 +1,105 @@
+"""Counters for the worker: per job, per operation, queue depth and cursor lag.
+
+Exposed through `AutoMemoryWorker.stats()`; nothing is sent anywhere.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, fields
+from typing import Any
+
+from ..types import UserKey
+from .job import JobReport, JobStatus
+
+__all__ = ["Counters", "WorkerStats"]
+
+
+@dataclass(frozen=True)
+class WorkerStats:
+    """A snapshot of the worker's counters since it was created."""
+
+    state: str
+    jobs_enqueued: int = 0
+    """Jobs accepted into a queue."""
+    jobs_run: int = 0
+    """Jobs that completed and moved the cursor."""
+    jobs_nothing_new: int = 0
+    jobs_skipped_by_checker: int = 0
+    jobs_failed: int = 0
+    jobs_timed_out: int = 0
+    """Subset of jobs_failed."""
+    jobs_sync: int = 0
+    """Jobs run in the caller because the queue was full or not running."""
+    jobs_overflow: int = 0
+    """Jobs run in a background thread because the caller was an event loop thread."""
+    jobs_deferred: int = 0
+    """Deltas left for the next run of the thread (on_full="defer")."""
+    jobs_skipped_cancelled: int = 0
+    memories_added: int = 0
+    memories_updated: int = 0
+    memories_deleted: int = 0
+    memories_skipped_duplicate: int = 0
+    memories_failed: int = 0
+    queue_depth: int = 0
+    queue_depths: tuple[int, ...] = ()
+    cursor_lag: int = 0
+    """Messages seen by enqueue/process that no cursor covers yet, over all threads."""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+_JOB_COUNTER = {
+    JobStatus.COMPLETED: "jobs_run",
+    JobStatus.NOTHING_NEW: "jobs_nothing_new",
+    JobStatus.SKIPPED_BY_CHECKER: "jobs_skipped_by_checker",
+    JobStatus.FAILED: "jobs_failed",
+}
+
+
+class Counters:
+    """Thread-safe counters plus the per-thread bookkeeping behind `cursor_lag`."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: dict[str, int] = {}
+        self._seen: dict[tuple[UserKey, str], int] = {}
+        self._covered: dict[tuple[UserKey, str], int] = {}
+
+    def bump(self, name: str, by: int = 1) -> None:
+        with self._lock:
+            self._counts[name] = self._counts.get(name, 0) + by
+
+    def seen(self, user: UserKey, thread_id: str, length: int) -> None:
+        with self._lock:
+            self._seen[(user, thread_id)] = length
+
+    def record(self, report: JobReport) -> None:
+        key = (report.user, report.thread_id)
+        with self._lock:
+            counts = self._counts
+            name = _JOB_COUNTER[report.status]
+            counts[name] = counts.get(name, 0) + 1
+            for counter, value in (
+                ("jobs_timed_out", int(report.timed_out)),
+                ("memories_added", report.added),
+                ("memories_updated", report.updated),
+                ("memories_deleted", report.deleted),
+                ("memories_skipped_duplicate", report.duplicates),
+                ("memories_failed", report.failed_ops),
+            ):
+                counts[counter] = counts.get(counter, 0) + value
+            if report.cursor is not None:
+                self._covered[key] = report.cursor.message_count
+                if self._covered[key] >= self._seen.get(key, 0):
+                    self._seen.pop(key, None)
+                    self._covered.pop(key, None)
+
+    def snapshot(self, state: str, depths: tuple[int, ...]) -> WorkerStats:
+        with self._lock:
+            lag = sum(max(0, n - self._covered.get(k, 0)) for k, n in self._seen.items())
+            counts = dict(self._counts)
+        return WorkerStats(
+            state=state, queue_depth=sum(depths), queue_depths=depths, cursor_lag=lag, **counts
+        )

@@ -1,0 +1,155 @@
+"""The extractor's tools: typed declarations for the model, validation of its calls.
+
+The model proposes operations by calling `memory_add`, `memory_update`,
+`memory_delete` (and `memory_clear` when enabled). The calls are never
+executed as tools; they are parsed into `MemoryOp`s. A call that cannot be
+trusted (invalid JSON, unknown tool, missing or mistyped required argument)
+is logged and skipped; a mistyped optional argument is dropped with a warning.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Collection, Mapping
+from typing import Any
+
+from langchain_core.messages import AIMessage
+
+from .._time import parse_flexible_time
+from ..types import Kind
+from .ops import Action, MemoryOp
+from .prompts import TOOL_NAMES, action_descriptions
+
+__all__ = ["parse_tool_calls", "tool_schemas"]
+
+logger = logging.getLogger(__name__)
+
+_STRINGS = {"type": "array", "items": {"type": "string"}}
+_CONTENT_PROPS: dict[str, Any] = {
+    "memory": {
+        "type": "string",
+        "description": "Durable memory statement, concise, as a fact or an episode that helps future conversations.",
+    },
+    "topics": {**_STRINGS, "description": "Short concrete topics, including names."},
+    "memory_kind": {
+        "type": "string",
+        "enum": ["fact", "episode"],
+        "description": "fact or episode.",
+    },
+    "event_time": {
+        "type": "string",
+        "description": "Absolute ISO 8601 date or time of the event (required for episodes).",
+    },
+    "participants": {**_STRINGS, "description": "People involved, by name."},
+    "location": {"type": "string", "description": "Where it happened."},
+}
+_ID_PROP = {"memory_id": {"type": "string", "description": "ID of the existing memory, as listed."}}
+_PARAMETERS: dict[Action, dict[str, Any]] = {
+    Action.ADD: {"type": "object", "properties": _CONTENT_PROPS, "required": ["memory"]},
+    Action.UPDATE: {
+        "type": "object",
+        "properties": {**_ID_PROP, **_CONTENT_PROPS},
+        "required": ["memory_id", "memory"],
+    },
+    Action.DELETE: {"type": "object", "properties": _ID_PROP, "required": ["memory_id"]},
+    Action.CLEAR: {
+        "type": "object",
+        "properties": {"reason": {"type": "string", "description": "Why everything is forgotten."}},
+    },
+}
+_BY_NAME = {name: action for action, name in TOOL_NAMES.items()}
+
+
+def tool_schemas(actions: Collection[Action], policy: str) -> list[dict[str, Any]]:
+    """Function declarations (name, description, JSON-schema parameters) for `bind_tools`."""
+    descriptions = action_descriptions(policy)
+    return [
+        {"name": TOOL_NAMES[a], "description": descriptions[a], "parameters": _PARAMETERS[a]}
+        for a in TOOL_NAMES
+        if a in actions
+    ]
+
+
+class _Skip(Exception):
+    """This call is unusable; the message says why."""
+
+
+def _required_text(args: Mapping[str, Any], key: str) -> str:
+    value = args.get(key)
+    if not isinstance(value, str) or not value.strip():
+        raise _Skip(f"{key!r} must be a non-empty string, got {str(value)[:80]!r}")
+    return value.strip()
+
+
+def _optional_strings(args: Mapping[str, Any], key: str, name: str) -> list[str]:
+    value = args.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        logger.warning("extractor: %s.%s is not a list (%.80r); ignored", name, key, value)
+        return []
+    return [v for v in value if isinstance(v, str)]
+
+
+def _content(args: Mapping[str, Any], name: str) -> dict[str, Any]:
+    raw_time = args.get("event_time")
+    event_time = parse_flexible_time(raw_time) if isinstance(raw_time, str) else None
+    if raw_time not in (None, "") and event_time is None:
+        logger.warning("extractor: %s.event_time %r is not a date; ignored", name, raw_time)
+    location = args.get("location")
+    return {
+        "topics": _optional_strings(args, "topics", name),
+        "kind": Kind.EPISODE if args.get("memory_kind") == "episode" else Kind.FACT,
+        "event_time": event_time,
+        "participants": _optional_strings(args, "participants", name),
+        "location": location if isinstance(location, str) else None,
+    }
+
+
+def _parse_one(name: str, args: Mapping[str, Any]) -> MemoryOp:
+    action = _BY_NAME.get(name)
+    if action is None:
+        raise _Skip("unknown tool")
+    if action == Action.ADD:
+        return MemoryOp.add(_required_text(args, "memory"), **_content(args, name))
+    if action == Action.UPDATE:
+        memory_id = _required_text(args, "memory_id")
+        return MemoryOp.update(memory_id, _required_text(args, "memory"), **_content(args, name))
+    if action == Action.DELETE:
+        return MemoryOp.delete(_required_text(args, "memory_id"))
+    return MemoryOp.clear()
+
+
+def _arguments(raw: object) -> Mapping[str, Any]:
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw) if raw.strip() else {}
+        except json.JSONDecodeError as exc:
+            raise _Skip(f"arguments are not valid JSON ({exc.msg})") from None
+    if not isinstance(raw, Mapping):
+        raise _Skip("arguments are not a JSON object")
+    return raw
+
+
+def parse_tool_calls(message: AIMessage, allowed: Collection[Action]) -> list[MemoryOp]:
+    """Valid operations from the model's tool calls, in order; the rest logged and skipped."""
+    ops: list[MemoryOp] = []
+    for bad in message.invalid_tool_calls:
+        logger.warning(
+            "extractor: skipped malformed call %r: %s",
+            bad.get("name"),
+            bad.get("error") or "invalid",
+        )
+    for call in message.tool_calls:
+        name = call.get("name") or ""
+        try:
+            op = _parse_one(name, _arguments(call.get("args")))
+        except _Skip as reason:
+            logger.warning("extractor: skipped call %r: %s", name, reason)
+            continue
+        if op.action not in allowed:
+            logger.warning("extractor: skipped call %r: action not offered", name)
+            continue
+        ops.append(op)
+    return ops

@@ -1,0 +1,390 @@
+"""`AutoMemoryWorker`: background extraction with per-user ordering and a durable cursor.
+
+N worker threads, each with a bounded queue. A stable hash of (app_name,
+user_id) picks the queue, so one user's jobs run in order while other users
+use other workers. Jobs carry the thread's messages; the job itself reads the
+cursor and finds the delta, so `enqueue` does no I/O and is safe to call from
+an event loop. Two jobs for the same thread never run at once (a lock per
+thread, then the cursor is re-read inside it), so nothing is read twice even
+when a synchronous fallback overtakes a queued job.
+
+When a queue is full or the worker is not running, the delta is never
+dropped. `on_full="sync"` (default, the reference behaviour) runs the job in
+the caller, unless the caller was cancelled (then it is skipped; the cursor
+did not move, so the next run covers it). A caller on an event loop thread is
+never blocked: its job runs in a background thread instead. `on_full="defer"`
+leaves the delta to the thread's next job and counts it: use it where
+blocking a request is worse than memories arriving one turn later (the cost:
+the delta waits for the next message in that thread, which may never come).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
+from enum import Enum
+from typing import Literal
+
+from langchain_core.messages import BaseMessage
+
+from ..errors import ConfigurationError, InvalidInputError, WorkerError
+from ..service._core import check_user
+from ..service.protocol import MemoryService
+from ..types import UserKey
+from .checkers import Checker
+from .extractor import ExtractionRequest, Extractor
+from .job import JobReport, JobSettings, JobTimeoutError, run_job
+from .ops import Action, MemoryOp
+from .policies import check_policy
+from .stats import Counters, WorkerStats
+
+__all__ = ["AutoMemoryWorker", "EnqueueResult", "WorkerState"]
+
+logger = logging.getLogger(__name__)
+
+LOCK_STRIPES = 256
+OnFull = Literal["sync", "defer"]
+
+
+class WorkerState(str, Enum):
+    IDLE = "idle"
+    RUNNING = "running"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+
+
+class EnqueueResult(str, Enum):
+    """What `enqueue` did with the job."""
+
+    QUEUED = "queued"
+    RAN_SYNC = "ran_sync"
+    """Queue full or worker not running: the job ran in the caller."""
+    OVERFLOW = "overflow"
+    """Same, but the caller is an event loop thread: the job runs in a background thread."""
+    DEFERRED = "deferred"
+    SKIPPED = "skipped"
+    """The caller was cancelled; the delta waits for the next run."""
+
+
+@dataclass(frozen=True)
+class _Job:
+    user: UserKey
+    thread_id: str
+    messages: tuple[BaseMessage, ...]
+
+
+_STOP = object()
+
+
+def fnv1a(*parts: str) -> int:
+    """32-bit FNV-1a over the parts, NUL-separated (stable across processes, unlike hash())."""
+    value = 0x811C9DC5
+    for byte in "\x00".join(parts).encode():
+        value = ((value ^ byte) * 0x01000193) & 0xFFFFFFFF
+    return value
+
+
+def _actions(values: Iterable[str | Action]) -> frozenset[Action]:
+    try:
+        return frozenset(Action(v) for v in values)
+    except ValueError as exc:
+        raise ConfigurationError(f"actions: {exc}; expected add, update, delete, clear") from None
+
+
+def _on_loop_thread() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+class AutoMemoryWorker:
+    """Extracts memories from conversation threads in the background.
+
+    Args:
+        service: where memories and cursors live.
+        extractor: `LLMExtractor(model)`, `VerbatimExtractor()` or any `Extractor`.
+        checkers: all must pass for a job to extract (none: always).
+        workers: worker threads (queues).
+        queue_size: bounded queue length per worker.
+        job_timeout: seconds per job (None: no limit).
+        policy: "merge_similar", "preserve_history" or "append_only".
+        on_full: "sync" or "defer" (see the module docstring).
+        actions: operations the worker executes ("clear" is off by default).
+
+    Example:
+        ```python
+        with AutoMemoryWorker(service, LLMExtractor(model), workers=2) as worker:
+            worker.enqueue(user, "thread-1", state["messages"])
+            print(worker.stats())
+        ```
+    """
+
+    def __init__(
+        self,
+        service: MemoryService,
+        extractor: Extractor,
+        *,
+        checkers: Sequence[Checker] | None = None,
+        workers: int = 1,
+        queue_size: int = 10,
+        job_timeout: float | None = 30.0,
+        policy: str = "merge_similar",
+        on_full: OnFull = "sync",
+        actions: Iterable[str | Action] = ("add", "update", "delete"),
+    ) -> None:
+        if not isinstance(service, MemoryService):
+            raise ConfigurationError(
+                f"service must be a MemoryService, got {type(service).__name__}"
+            )
+        if not callable(getattr(extractor, "extract", None)):
+            raise ConfigurationError("extractor must have an extract(request) method")
+        if workers < 1 or queue_size < 1:
+            raise ConfigurationError("workers and queue_size must be >= 1")
+        if job_timeout is not None and job_timeout <= 0:
+            raise ConfigurationError("job_timeout must be > 0 or None")
+        if on_full not in ("sync", "defer"):
+            raise ConfigurationError(f"on_full must be 'sync' or 'defer', not {on_full!r}")
+        self.service = service
+        self.extractor = extractor
+        self.settings = JobSettings(
+            tuple(checkers or ()), check_policy(policy), _actions(actions), job_timeout
+        )
+        self.workers = workers
+        self.queue_size = queue_size
+        self.on_full: OnFull = on_full
+        self._state = WorkerState.IDLE
+        self._state_lock = threading.Lock()
+        self._queues: list[queue.Queue[object]] = []
+        self._threads: list[threading.Thread] = []
+        self._pool: ThreadPoolExecutor | None = None
+        self._thread_locks = [threading.Lock() for _ in range(LOCK_STRIPES)]
+        self._counters = Counters()
+
+    # -- lifecycle ----------------------------------------------------------
+
+    @property
+    def state(self) -> WorkerState:
+        return self._state
+
+    def start(self) -> AutoMemoryWorker:
+        """Start the worker threads; only once, from IDLE."""
+        with self._state_lock:
+            if self._state != WorkerState.IDLE:
+                raise WorkerError(f"cannot start a worker that is {self._state.value}")
+            self._queues = [queue.Queue(maxsize=self.queue_size) for _ in range(self.workers)]
+            self._threads = [
+                threading.Thread(
+                    target=self._loop, args=(q,), name=f"langmem-worker-{i}", daemon=True
+                )
+                for i, q in enumerate(self._queues)
+            ]
+            for thread in self._threads:
+                thread.start()
+            self._state = WorkerState.RUNNING
+        return self
+
+    def stop(self, timeout: float = 10.0) -> bool:
+        """Stop accepting jobs, drain the queues; True if every worker finished within `timeout`."""
+        with self._state_lock:
+            if self._state == WorkerState.IDLE:
+                raise WorkerError("cannot stop a worker that was never started")
+            if self._state == WorkerState.RUNNING:
+                self._state = WorkerState.STOPPING
+        deadline = time.monotonic() + max(0.0, timeout)
+        for q in self._queues:
+            try:
+                q.put(_STOP, timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Full:
+                logger.warning("auto_memory: queue still full at stop; worker left draining")
+        for thread in self._threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        finished = not any(t.is_alive() for t in self._threads)
+        with self._state_lock:
+            self._state = WorkerState.STOPPED
+            pool, self._pool = self._pool, None
+        if pool is not None and finished:
+            pool.shutdown(wait=False, cancel_futures=True)
+        return finished
+
+    def __enter__(self) -> AutoMemoryWorker:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    async def __aenter__(self) -> AutoMemoryWorker:
+        return self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.astop()
+
+    async def astop(self, timeout: float = 10.0) -> bool:
+        return await asyncio.to_thread(self.stop, timeout)
+
+    # -- submitting work ----------------------------------------------------
+
+    def enqueue(
+        self,
+        user: UserKey,
+        thread_id: str,
+        messages: Sequence[BaseMessage],
+        *,
+        cancel: threading.Event | None = None,
+    ) -> EnqueueResult:
+        """Hand the thread's messages to a worker; thread-safe, callable from any thread.
+
+        Args:
+            cancel: set when the caller was cancelled; a job that cannot be queued is then skipped.
+        """
+        job = self._job(user, thread_id, messages)
+        if self._try_put(job):
+            return EnqueueResult.QUEUED
+        cancelled = cancel is not None and cancel.is_set()
+        result = self._fallback(cancelled)
+        if result == EnqueueResult.RAN_SYNC:
+            if _on_loop_thread():
+                self._counters.bump("jobs_overflow")
+                self._extraction_pool().submit(self._run, job)
+                return EnqueueResult.OVERFLOW
+            self._counters.bump("jobs_sync")
+            self._run(job)
+        return result
+
+    async def aenqueue(
+        self, user: UserKey, thread_id: str, messages: Sequence[BaseMessage]
+    ) -> EnqueueResult:
+        """`enqueue` for async callers: never blocks the loop; a fallback job runs in a thread.
+
+        A cancelled caller (the task is being cancelled) skips a job that cannot be queued;
+        once started, the job finishes even if the caller goes away.
+        """
+        job = self._job(user, thread_id, messages)
+        if self._try_put(job):
+            return EnqueueResult.QUEUED
+        task = asyncio.current_task()
+        cancelled = task is not None and task.cancelling() > 0
+        result = self._fallback(cancelled)
+        if result == EnqueueResult.RAN_SYNC:
+            self._counters.bump("jobs_sync")
+            await asyncio.shield(asyncio.to_thread(self._run, job))
+        return result
+
+    def process(self, user: UserKey, thread_id: str, messages: Sequence[BaseMessage]) -> JobReport:
+        """Run the job now, in the caller, and say what happened (works in any state)."""
+        return self._run(self._job(user, thread_id, messages))
+
+    async def aprocess(
+        self, user: UserKey, thread_id: str, messages: Sequence[BaseMessage]
+    ) -> JobReport:
+        """`process` in a worker thread; the job completes even if the caller is cancelled."""
+        job = self._job(user, thread_id, messages)
+        return await asyncio.shield(asyncio.to_thread(self._run, job))
+
+    def stats(self) -> WorkerStats:
+        depths = tuple(q.qsize() for q in self._queues)
+        return self._counters.snapshot(self._state.value, depths)
+
+    # -- internals ----------------------------------------------------------
+
+    def _job(self, user: UserKey, thread_id: str, messages: Sequence[BaseMessage]) -> _Job:
+        check_user(user)
+        if not isinstance(thread_id, str) or not thread_id.strip() or len(thread_id) > 512:
+            raise InvalidInputError(
+                "thread_id", "must be a non-empty string of at most 512 characters"
+            )
+        if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
+            raise InvalidInputError("messages", "must be a sequence of LangChain messages")
+        snapshot = tuple(messages)
+        for message in snapshot:
+            if not isinstance(message, BaseMessage):
+                raise InvalidInputError(
+                    "messages", f"items must be BaseMessage, got {type(message).__name__}"
+                )
+        self._counters.seen(user, thread_id, len(snapshot))
+        return _Job(user, thread_id, snapshot)
+
+    def _try_put(self, job: _Job) -> bool:
+        with self._state_lock:
+            if self._state != WorkerState.RUNNING:
+                return False
+            target = self._queues[fnv1a(job.user.app_name, job.user.user_id) % self.workers]
+            try:
+                target.put_nowait(job)
+            except queue.Full:
+                logger.warning(
+                    "auto_memory: job queue full for %s, fallback to %s", job.user, self.on_full
+                )
+                return False
+        self._counters.bump("jobs_enqueued")
+        return True
+
+    def _fallback(self, cancelled: bool) -> EnqueueResult:
+        if cancelled:
+            self._counters.bump("jobs_skipped_cancelled")
+            return EnqueueResult.SKIPPED
+        if self.on_full == "defer":
+            self._counters.bump("jobs_deferred")
+            return EnqueueResult.DEFERRED
+        return EnqueueResult.RAN_SYNC
+
+    def _loop(self, jobs: queue.Queue[object]) -> None:
+        while True:
+            job = jobs.get()
+            try:
+                if job is _STOP:
+                    return
+                assert isinstance(job, _Job)
+                self._run(job)
+            except Exception:  # the loop must survive anything a job throws
+                logger.exception("auto_memory: unexpected error in worker loop")
+            finally:
+                jobs.task_done()
+
+    def _run(self, job: _Job) -> JobReport:
+        lock = self._thread_locks[
+            fnv1a(job.user.app_name, job.user.user_id, job.thread_id) % LOCK_STRIPES
+        ]
+        with lock:
+            report = run_job(
+                self.service,
+                self.extractor,
+                self.settings,
+                job.user,
+                job.thread_id,
+                job.messages,
+                run_extractor=self._extract,
+            )
+        self._counters.record(report)
+        return report
+
+    def _extraction_pool(self) -> ThreadPoolExecutor:
+        with self._state_lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(
+                    self.workers + 32, thread_name_prefix="langmem-extract"
+                )
+            return self._pool
+
+    def _extract(
+        self, extractor: Extractor, request: ExtractionRequest, timeout: float | None
+    ) -> list[MemoryOp]:
+        """Call the extractor, bounded by the job's remaining time."""
+        if timeout is None:
+            return extractor.extract(request)
+        future = self._extraction_pool().submit(extractor.extract, request)
+        try:
+            return future.result(timeout=timeout)
+        except FutureTimeout:
+            future.cancel()
+            raise JobTimeoutError(
+                f"timed out after {self.settings.timeout} s (extracting)"
+            ) from None
