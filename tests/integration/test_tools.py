@@ -1,0 +1,211 @@
+"""Memory tools: schemas, results, identity, and safe errors under create_agent."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+from langchain.agents import create_agent
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langgraph.prebuilt import ToolRuntime
+
+from langmem_trpc import ConfigurationError, create_memory_tools
+from langmem_trpc.testing import ScriptedChatModel, tool_call
+
+from .conftest import ALICE, BOB, SECRET, BrokenService, CountingService
+
+ALL = (
+    "memory_search",
+    "memory_load",
+    "memory_add",
+    "memory_update",
+    "memory_delete",
+    "memory_clear",
+)
+
+
+def _runtime(context: Any = None, configurable: dict[str, Any] | None = None) -> ToolRuntime[Any]:
+    config = {
+        "configurable": configurable
+        if configurable is not None
+        else {"app_name": "demo", "user_id": "alice"}
+    }
+    return ToolRuntime(
+        state={},
+        context=context,
+        config=config,
+        stream_writer=lambda _: None,
+        tool_call_id="1",
+        store=None,
+    )
+
+
+def _call(tool: Any, args: dict[str, Any], mode: str = "sync", runtime: Any = None) -> ToolMessage:
+    call = {
+        "name": tool.name,
+        "args": {**args, "runtime": runtime or _runtime()},
+        "id": "c1",
+        "type": "tool_call",
+    }
+    if mode == "async":
+        return asyncio.run(tool.ainvoke(call))
+    return tool.invoke(call)
+
+
+def _tools(service: Any, include: tuple[str, ...] = ALL) -> dict[str, Any]:
+    return {t.name: t for t in create_memory_tools(service, include)}
+
+
+def test_default_tools_and_schemas(service: CountingService):
+    tools = create_memory_tools(service)
+    assert [t.name for t in tools] == ["memory_search", "memory_load"]
+    search = tools[0].tool_call_schema.model_json_schema()
+    assert list(search["properties"]) == [
+        "query",
+        "kind",
+        "time_after",
+        "time_before",
+        "order_by_event_time",
+        "limit",
+    ]
+    assert search["required"] == ["query"]
+    assert "runtime" not in search["properties"]
+    description = tools[0].description
+    assert "Split a multi-part question" in description and "participants" in description
+
+
+def test_clear_only_when_named_and_unknown_names_rejected(service: CountingService):
+    assert "memory_clear" not in [t.name for t in create_memory_tools(service, ALL[:5])]
+    with pytest.raises(ConfigurationError):
+        create_memory_tools(service, ("memory_search", "memory_nuke"))
+    with pytest.raises(ConfigurationError):
+        create_memory_tools(service, ("memory_search", "memory_search"))
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_search_returns_compact_json_and_artifact(mode: str, service: CountingService):
+    service.add(
+        ALICE,
+        "Hiked Mont Blanc with Bob",
+        kind="episode",
+        event_time="2024-07-02",
+        participants=["Bob"],
+    )
+    service.add(ALICE, "Prefers tea over coffee")
+    service.add(BOB, "Bob hiked too")
+    message = _call(_tools(service)["memory_search"], {"query": "hiking Mont Blanc"}, mode)
+    assert message.status == "success"
+    payload = json.loads(message.content)
+    assert payload["query"] == "hiking Mont Blanc"
+    top = payload["results"][0]
+    assert top["memory"] == "Hiked Mont Blanc with Bob"
+    assert top["participants"] == ["Bob"] and top["event_time"].startswith("2024-07-02")
+    assert all("Bob hiked too" != r["memory"] for r in payload["results"])
+    assert ", " not in message.content  # compact separators
+    assert message.artifact[0]["id"] == top["id"]
+
+
+def test_search_time_filters_and_empty_query(service: CountingService):
+    service.add(ALICE, "Trip to Rome", kind="episode", event_time="2023-05-08")
+    service.add(ALICE, "Trip to Oslo", kind="episode", event_time="2024-02-01")
+    search = _tools(service)["memory_search"]
+    payload = json.loads(_call(search, {"query": "trip", "time_before": "2023"}).content)
+    assert [r["memory"] for r in payload["results"]] == ["Trip to Rome"]
+    payload = json.loads(_call(search, {"query": "trip", "time_after": "Jan 2024"}).content)
+    assert [r["memory"] for r in payload["results"]] == ["Trip to Oslo"]
+    assert json.loads(_call(search, {"query": "  "}).content) == {
+        "query": "",
+        "results": [],
+        "count": 0,
+    }
+    bad = _call(search, {"query": "trip", "time_after": "someday"})
+    assert bad.status == "error" and "time_after" in bad.content
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_write_tools_round_trip(mode: str, service: CountingService):
+    tools = _tools(service)
+    added = json.loads(
+        _call(tools["memory_add"], {"memory": "Uses Go 1.23", "topics": ["go"]}, mode).content
+    )
+    assert added["message"] == "Memory added successfully"
+    mid = added["memory_id"]
+    updated = json.loads(
+        _call(tools["memory_update"], {"memory_id": mid, "memory": "Uses Go 1.24"}, mode).content
+    )
+    assert updated["memory_id"] == mid and service.get(ALICE, mid).text == "Uses Go 1.24"
+    assert service.history(ALICE, mid)[-1].source.actor == "tool"
+    loaded = json.loads(_call(tools["memory_load"], {"limit": 0}, mode).content)
+    assert loaded["limit"] == 10 and loaded["count"] == 1
+    deleted = json.loads(_call(tools["memory_delete"], {"memory_id": mid}, mode).content)
+    assert deleted == {"message": "Memory deleted successfully", "memory_id": mid}
+    missing = _call(tools["memory_delete"], {"memory_id": mid}, mode)
+    assert missing.status == "error" and "not found" in missing.content
+    service.add(ALICE, "a")
+    service.add(ALICE, "b")
+    cleared = json.loads(_call(tools["memory_clear"], {}, mode).content)
+    assert cleared["count"] == 2 and service.count(ALICE) == 0
+
+
+def test_bad_arguments_are_tool_errors_naming_the_field(service: CountingService):
+    tools = _tools(service)
+    empty = _call(tools["memory_add"], {"memory": "   "})
+    assert empty.status == "error" and "memory" in empty.content
+    wrong = _call(tools["memory_update"], {"memory_id": "nope", "memory": "x"})
+    assert wrong.status == "error" and "not found" in wrong.content
+    schema = _call(tools["memory_search"], {"query": "x", "kind": "preference"})
+    assert schema.status == "error" and "kind" in schema.content
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_missing_identity_is_a_tool_error(mode: str, service: CountingService):
+    message = _call(
+        _tools(service)["memory_search"], {"query": "x"}, mode, _runtime(configurable={})
+    )
+    assert message.status == "error" and "no user identity" in message.content
+
+
+def test_identity_from_context(service: CountingService):
+    service.add(BOB, "Bob likes jazz")
+    runtime = _runtime(context={"app_name": "demo", "user_id": "bob"}, configurable={})
+    payload = json.loads(
+        _call(_tools(service)["memory_search"], {"query": "jazz"}, runtime=runtime).content
+    )
+    assert payload["results"][0]["memory"] == "Bob likes jazz"
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_backend_failure_is_a_safe_error(mode: str):
+    for name, args in [
+        ("memory_search", {"query": "x"}),
+        ("memory_load", {}),
+        ("memory_add", {"memory": "x"}),
+    ]:
+        message = _call(_tools(BrokenService())[name], args, mode)
+        assert message.status == "error"
+        assert "unavailable" in message.content
+        assert "hunter2" not in message.content and "postgresql" not in message.content
+        assert "SELECT" not in message.content
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+async def test_backend_failure_under_create_agent(mode: str):
+    model = ScriptedChatModel(
+        replies=[
+            AIMessage("", tool_calls=[tool_call("memory_search", {"query": "go"})]),
+            "I could not reach memory.",
+        ]
+    )
+    agent = create_agent(model, tools=create_memory_tools(BrokenService()))
+    inputs = {"messages": [HumanMessage("what Go version?")]}
+    config = {"configurable": {"app_name": "demo", "user_id": "alice"}}
+    out = (
+        await agent.ainvoke(inputs, config)
+        if mode == "async"
+        else await asyncio.to_thread(agent.invoke, inputs, config)
+    )
+    tool_message = next(m for m in out["messages"] if isinstance(m, ToolMessage))
+    assert tool_message.status == "error" and SECRET not in tool_message.content
+    assert out["messages"][-1].content == "I could not reach memory."
