@@ -1,0 +1,121 @@
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from langmem_trpc import InMemoryMemoryService, Kind, UserKey
+from langmem_trpc.extraction import Action, MemoryOp
+from langmem_trpc.extraction.policies import append_only, apply_policy, preserve_history
+from langmem_trpc.extraction.reconcile import PROBE_OPTIONS, Tier, classify, merge_similar
+from langmem_trpc.extraction.signals import values_agree
+
+USER = UserKey("app", "u")
+ALL = frozenset({Action.ADD, Action.UPDATE, Action.DELETE})
+MON = datetime(2024, 5, 20, tzinfo=timezone.utc)
+TUE = datetime(2024, 5, 21, tzinfo=timezone.utc)
+
+
+def store(*texts, **kw):
+    svc = InMemoryMemoryService()
+    entries = [svc.add(USER, t, **kw) for t in texts]
+    return svc, entries
+
+
+def probe(svc):
+    return lambda text: svc.search(USER, text, PROBE_OPTIONS)
+
+
+def test_values_agree_on_numbers_dates_negations_names():
+    assert values_agree("Runs Go in production", "Runs Go in production.")
+    assert not values_agree("Runs Go 1.23", "Runs Go 1.24")
+    assert not values_agree("Likes coffee", "Does not like coffee")
+    assert not values_agree("Went hiking on Monday", "Went hiking on Tuesday")
+    assert not values_agree("Has a dog named Rex", "Has a dog named Max")
+
+
+def test_version_bump_is_an_update_never_a_skip():
+    svc, (go,) = store("The user's production environment runs Go 1.23")
+    op = MemoryOp.add("The user's production environment runs Go 1.24")
+    match = classify(op, svc.search(USER, op.text, PROBE_OPTIONS)[0])
+    assert match is not None and match.jaccard >= 0.70 and match.tier == Tier.UPDATE
+    result = merge_similar([op], probe(svc), ALL)
+    assert result.ops == [op.as_update(go.id, [], Kind.FACT, "x")]
+
+
+def test_paraphrase_is_skipped_and_new_topics_become_an_update():
+    svc, (tea,) = store("Enjoys drinking green tea in the morning", topics=["tea"])
+    same = MemoryOp.add("Enjoys drinking green tea in the morning.", topics=["tea"])
+    assert merge_similar([same], probe(svc), ALL).ops == []
+    assert len(merge_similar([same], probe(svc), ALL).duplicates) == 1
+    more = MemoryOp.add("Enjoys drinking green tea in the morning", topics=["morning routine"])
+    (rewritten,) = merge_similar([more], probe(svc), ALL).ops
+    assert rewritten.action == Action.UPDATE and rewritten.memory_id == tea.id
+    assert rewritten.topics == ("tea", "morning routine")
+
+
+def test_different_events_are_never_merged():
+    svc, _ = store("Went hiking at Mount Tam with Sam", kind="episode", event_time=MON, participants=["Sam"])
+    other_day = MemoryOp.add("Went hiking at Mount Tam with Sam", kind=Kind.EPISODE, event_time=TUE, participants=["Sam"])
+    assert merge_similar([other_day], probe(svc), ALL).ops == [other_day]
+    svc2, _ = store("Went hiking on Monday", kind="episode")
+    tuesday = MemoryOp.add("Went hiking on Tuesday", kind=Kind.EPISODE)
+    assert merge_similar([tuesday], probe(svc2), ALL).ops == [tuesday]
+    svc3, _ = store("Went hiking with Sam", kind="episode", event_time=MON, location="Mount Tam")
+    elsewhere = MemoryOp.add("Went hiking with Sam", kind=Kind.EPISODE, event_time=MON, location="Yosemite")
+    assert merge_similar([elsewhere], probe(svc3), ALL).ops == [elsewhere]
+
+
+def test_same_event_gains_detail():
+    svc, (hike,) = store("Went hiking at Mount Tam", kind="episode", event_time=MON)
+    op = MemoryOp.add("Went hiking at Mount Tam with Sam and saw a deer", kind=Kind.EPISODE, event_time=MON)
+    (decided,) = merge_similar([op], probe(svc), ALL).ops
+    assert decided.action == Action.UPDATE and decided.memory_id == hike.id
+
+
+def test_failed_probe_and_disabled_update_keep_the_add():
+    svc, _ = store("Production runs Go 1.23")
+    op = MemoryOp.add("Production runs Go 1.24")
+
+    def broken(text):
+        raise RuntimeError("db down")
+
+    assert merge_similar([op], broken, ALL).ops == [op]
+    assert merge_similar([op], probe(svc), {Action.ADD}).ops == [op]
+
+
+def test_one_rewrite_per_target_and_batch_duplicates_dropped():
+    svc, (go,) = store("Production runs Go 1.23")
+    first = MemoryOp.add("Production runs Go 1.24")
+    second = MemoryOp.add("Production runs Go 1.25")
+    repeat = MemoryOp.add("Production runs Go 1.24.")
+    result = merge_similar([first, second, repeat], probe(svc), ALL)
+    assert [op.action for op in result.ops] == [Action.UPDATE, Action.ADD]
+    assert result.ops[0].memory_id == go.id
+    assert result.duplicates == [repeat]
+
+
+def test_verbatim_records_only_deduplicated_when_identical():
+    svc, _ = store("I love hiking", kind="episode")
+    a = MemoryOp.add("I love hiking!", kind=Kind.EPISODE, verbatim=True)
+    result = apply_policy("merge_similar", [a, a], probe=probe(svc), existing=[], actions=ALL)
+    assert result.ops == [a] and result.duplicates == [a]
+
+
+def test_preserve_history_updates_only_when_every_detail_is_kept():
+    svc, (dog,) = store("Has a dog named Rex")
+    detail = MemoryOp.add("Has a dog named Rex, a beagle")
+    (kept,) = preserve_history([detail], [dog], ALL).ops
+    assert kept.action == Action.UPDATE and kept.memory_id == dog.id
+    change = MemoryOp.add("Has a dog named Max")
+    assert preserve_history([change], [dog], ALL).ops == [change]
+    rewrite = MemoryOp.update(dog.id, "No longer has a dog")
+    (converted,) = preserve_history([rewrite], [dog], ALL).ops
+    assert converted.action == Action.ADD and converted.memory_id is None
+    assert preserve_history([MemoryOp.add("Has a dog named Rex.")], [dog], ALL).ops == []
+
+
+def test_append_only_turns_updates_into_adds_and_drops_deletes():
+    svc, (dog,) = store("Has a dog named Rex")
+    ops = [MemoryOp.update(dog.id, "Has a cat"), MemoryOp.delete(dog.id), MemoryOp.add("Has a dog named Rex")]
+    result = append_only(ops, [dog])
+    assert [(o.action, o.text) for o in result.ops] == [(Action.ADD, "Has a cat")]
+    assert len(result.duplicates) == 1
