@@ -1,0 +1,210 @@
+"""Connections to one SQLite file: one per thread, WAL, bounded retries.
+
+Readers never block each other or the writer (WAL). Writers in this process
+queue on a lock; writers in other processes are waited for by SQLite's
+`busy_timeout`, and a transaction that still meets "database is locked" is
+rolled back and retried with backoff, so callers never see that error.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+from ...errors import BackendError, LangmemTrpcError
+from ._sql import CREATE_MIGRATIONS_TABLE, MIGRATIONS
+
+__all__ = ["Database"]
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+_BUSY_CODES = frozenset({5, 6})  # SQLITE_BUSY, SQLITE_LOCKED (and their extended codes & 0xff)
+
+
+def _is_busy(exc: sqlite3.OperationalError) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None:
+        return (code & 0xFF) in _BUSY_CODES
+    message = str(exc).lower()
+    return "locked" in message or "busy" in message
+
+
+class Database:
+    """Opens, configures and migrates one SQLite database; runs transactions on it.
+
+    Args:
+        path: file path, or ":memory:" for a private in-memory database (one
+            connection shared behind a lock, since each connection to
+            ":memory:" would see its own empty database).
+        busy_timeout_ms: how long SQLite itself waits for another writer.
+        retries: whole-transaction retries after the busy timeout ran out.
+        synchronous: SQLite `synchronous` pragma; NORMAL is durable across
+            application crashes in WAL mode and much faster than FULL.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        busy_timeout_ms: int = 5_000,
+        retries: int = 8,
+        synchronous: str = "NORMAL",
+    ) -> None:
+        self.path = str(path)
+        self.memory = self.path == ":memory:"
+        if not self.memory:
+            Path(self.path).expanduser().parent.mkdir(parents=True, exist_ok=True)
+            self.path = str(Path(self.path).expanduser())
+        if synchronous.upper() not in ("OFF", "NORMAL", "FULL", "EXTRA"):
+            raise BackendError(f"unknown synchronous mode {synchronous!r}")
+        self._busy_timeout_ms = busy_timeout_ms
+        self._retries = retries
+        self._synchronous = synchronous.upper()
+        self._local = threading.local()
+        self._connections: list[sqlite3.Connection] = []
+        self._connections_lock = threading.Lock()
+        self.write_lock = threading.RLock()
+        """Serialises this process's writers (and every use of a ":memory:" connection)."""
+        self._pid = os.getpid()
+        self._closed = False
+        self._shared: sqlite3.Connection | None = None
+        self._setup()
+
+    # -- connections ----------------------------------------------------------
+
+    def _open(self) -> sqlite3.Connection:
+        try:
+            conn = sqlite3.connect(
+                self.path, isolation_level=None, check_same_thread=False, timeout=0
+            )
+            conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
+            conn.execute(f"PRAGMA synchronous = {self._synchronous}")
+            conn.execute("PRAGMA temp_store = MEMORY")
+        except sqlite3.Error as exc:
+            raise BackendError(f"cannot open SQLite database: {exc}") from exc
+        with self._connections_lock:
+            self._connections.append(conn)
+        return conn
+
+    def connection(self) -> sqlite3.Connection:
+        """This thread's connection (opened on first use)."""
+        if self._closed:
+            raise BackendError("the SQLite memory service is closed")
+        if os.getpid() != self._pid:  # forked: never touch the parent's connections
+            self._pid = os.getpid()
+            self._local = threading.local()
+            self._shared = None
+            with self._connections_lock:
+                self._connections = []
+        if self.memory:
+            if self._shared is None:
+                self._shared = self._open()
+            return self._shared
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = self._open()
+            self._local.conn = conn
+        return conn
+
+    def close(self) -> None:
+        """Close every connection this object opened, in any thread."""
+        with self.write_lock:
+            self._closed = True
+            with self._connections_lock:
+                connections, self._connections = self._connections, []
+            for conn in connections:
+                try:
+                    conn.close()
+                except sqlite3.Error:  # pragma: no cover - closing is best effort
+                    logger.debug("error closing a SQLite connection", exc_info=True)
+
+    # -- transactions ---------------------------------------------------------
+
+    def write(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        """Run `work` in one `BEGIN IMMEDIATE` transaction; commit, or roll back and raise."""
+        with self.write_lock:
+            return self._run(work, "BEGIN IMMEDIATE")
+
+    def read(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        """Run `work` in one read transaction: every query sees the same snapshot."""
+        if self.memory:
+            with self.write_lock:
+                return self._run(work, "BEGIN")
+        return self._run(work, "BEGIN")
+
+    def _run(self, work: Callable[[sqlite3.Connection], T], begin: str) -> T:
+        conn = self.connection()
+        delay = 0.005
+        for attempt in range(self._retries + 1):
+            try:
+                conn.execute(begin)
+                try:
+                    result = work(conn)
+                    conn.execute("COMMIT")
+                    return result
+                except BaseException:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                    raise
+            except sqlite3.OperationalError as exc:
+                if not _is_busy(exc) or attempt == self._retries:
+                    raise BackendError(f"SQLite operation failed: {exc}") from exc
+                logger.debug("database busy (attempt %d), retrying", attempt + 1)
+                time.sleep(delay * (1 + random.random()))
+                delay = min(delay * 2, 0.5)
+            except LangmemTrpcError:
+                raise
+            except sqlite3.Error as exc:
+                raise BackendError(f"SQLite operation failed: {exc}") from exc
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    # -- schema ---------------------------------------------------------------
+
+    def _setup(self) -> None:
+        conn = self.connection()
+        if not self.memory:
+            self._with_retry(lambda: conn.execute("PRAGMA journal_mode = WAL").fetchone())
+        self.write(self._migrate)
+
+    def _with_retry(self, action: Callable[[], object]) -> None:
+        delay = 0.005
+        for attempt in range(self._retries + 1):
+            try:
+                action()
+                return
+            except sqlite3.OperationalError as exc:
+                if not _is_busy(exc) or attempt == self._retries:
+                    raise BackendError(f"SQLite setup failed: {exc}") from exc
+                time.sleep(delay * (1 + random.random()))
+                delay = min(delay * 2, 0.5)
+
+    @staticmethod
+    def _migrate(conn: sqlite3.Connection) -> int:
+        """Apply the migrations this file lacks; returns how many ran."""
+        conn.execute(CREATE_MIGRATIONS_TABLE)
+        done = conn.execute("SELECT coalesce(max(version), 0) FROM langmem_migrations").fetchone()[
+            0
+        ]
+        if done > len(MIGRATIONS):
+            raise BackendError(
+                f"database schema version {done} is newer than this package knows "
+                f"({len(MIGRATIONS)}); upgrade langmem-trpc"
+            )
+        for version in range(done + 1, len(MIGRATIONS) + 1):
+            for statement in MIGRATIONS[version - 1]:
+                conn.execute(statement)
+            conn.execute(
+                "INSERT INTO langmem_migrations (version, applied_at) VALUES (?, ?)",
+                (version, time.time_ns() // 1000),
+            )
+            logger.info("applied SQLite schema migration %d", version)
+        return len(MIGRATIONS) - int(done)

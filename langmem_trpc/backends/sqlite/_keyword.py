@@ -1,0 +1,72 @@
+"""The keyword leg's bridge to FTS5: documents, scope tokens, safe MATCH strings.
+
+The FTS documents are the package tokenizer's own output (primary tokens
+then CJK trigrams, joined by spaces), indexed with FTS5's `ascii`
+tokenizer, which only splits on ASCII non-alphanumerics. So FTS sees exactly
+the tokens the shared scorer sees, and a candidate's `KeywordDoc` can be
+rebuilt from the stored document without running the tokenizer again.
+User text never reaches FTS syntax: MATCH strings are built only from
+tokens, each double-quoted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from collections.abc import Iterable, Sequence
+
+from ...service._search import KeywordDoc
+from ...service._text import cjk_trigrams, primary_tokens
+from ...types import UserKey
+
+__all__ = ["fts_document", "keyword_doc", "match_all", "match_any", "scope_token"]
+
+
+def scope_token(user: UserKey) -> str:
+    """One FTS token per (app_name, user_id): restricts MATCH to the caller's rows."""
+    digest = hashlib.sha256(f"{user.app_name}\x1f{user.user_id}".encode()).hexdigest()
+    return "u" + digest[:40]
+
+
+def fts_document(text: str) -> str:
+    """Primary tokens (with repeats, in order) then CJK trigrams, space separated."""
+    return " ".join([*primary_tokens(text), *cjk_trigrams(text)])
+
+
+def topics_document(topics: Sequence[str]) -> str:
+    return fts_document(" ".join(topics))
+
+
+def _quote(token: str) -> str:
+    return '"' + token.replace('"', '""') + '"'
+
+
+def match_any(scope: str, tokens: Iterable[str]) -> str:
+    """Rows of the scope holding any of the tokens in content or topics."""
+    alternatives = " OR ".join(_quote(t) for t in tokens)
+    return f"scope : {_quote(scope)} AND {{content topics}} : ({alternatives})"
+
+
+def match_all(scope: str) -> str:
+    return f"scope : {_quote(scope)}"
+
+
+def keyword_doc(content_document: str, topic_document: str) -> KeywordDoc:
+    """The `KeywordDoc` of a stored FTS document, equal in scoring to `KeywordDoc.build`.
+
+    Primary tokens and trigrams never coincide (trigrams are three CJK
+    characters, primary CJK tokens two), so one Counter gives both fields'
+    term frequencies. The phrase-fallback fields stay empty: a FTS candidate
+    matched at least one token, so the fallback never runs for it.
+    """
+    content = content_document.split()
+    topics = topic_document.split()
+    return KeywordDoc(
+        content_tf=Counter(content),
+        content_len=len(content),
+        content_seq=tuple(content),
+        topic_tf=Counter(topics),
+        topic_len=len(topics),
+        content_norm="",
+        topic_norm="",
+    )

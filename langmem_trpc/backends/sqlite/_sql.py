@@ -1,0 +1,348 @@
+"""SQL text, the append-only `MIGRATIONS` list and row converters. No I/O.
+
+Times are stored as integer microseconds since the Unix epoch (UTC), so they
+round-trip exactly and sort as integers. Lists and dicts are JSON text;
+embeddings are float32 blobs, L2-normalised.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from ...errors import InvalidMemoryError
+from ...types import Entry, ExtractionCursor, HistoryEvent, Kind, Memory, Operation, Source
+
+__all__ = [
+    "ENTRY_COLUMNS",
+    "MIGRATIONS",
+    "from_us",
+    "metadata_json",
+    "row_to_cursor",
+    "row_to_entry",
+    "row_to_event",
+    "source_json",
+    "to_us",
+]
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_MICROSECOND = timedelta(microseconds=1)
+
+#: Position in the list is the schema version. Append only: never edit a
+#: shipped entry (a test pins their hashes); fix forward with a new one.
+MIGRATIONS: list[tuple[str, ...]] = [
+    (
+        """CREATE TABLE memories (
+            rid INTEGER PRIMARY KEY,
+            app_name TEXT NOT NULL,
+            user_id TEXT NOT NULL,
+            id TEXT NOT NULL,
+            text TEXT NOT NULL,
+            fingerprint BLOB NOT NULL,
+            keyed INTEGER NOT NULL DEFAULT 0,
+            topics TEXT NOT NULL DEFAULT '[]',
+            kind TEXT NOT NULL,
+            event_time INTEGER,
+            participants TEXT NOT NULL DEFAULT '[]',
+            location TEXT,
+            metadata TEXT NOT NULL DEFAULT '{}',
+            embedding BLOB,
+            content_len INTEGER NOT NULL DEFAULT 0,
+            topic_len INTEGER NOT NULL DEFAULT 0,
+            created_at INTEGER NOT NULL,
+            updated_at INTEGER NOT NULL,
+            deleted_at INTEGER,
+            UNIQUE (app_name, user_id, id)
+        )""",
+        """CREATE UNIQUE INDEX memories_live_fingerprint
+            ON memories (app_name, user_id, fingerprint) WHERE deleted_at IS NULL""",
+        "CREATE INDEX memories_fingerprint ON memories (app_name, user_id, fingerprint)",
+        "CREATE INDEX memories_updated ON memories (app_name, user_id, updated_at)",
+        """CREATE TABLE history (
+            seq INTEGER PRIMARY KEY,
+            app_name TEXT NOT NULL,
+            user_id TEXT NOT NULL,
+            memory_id TEXT NOT NULL,
+            operation TEXT NOT NULL,
+            text_before TEXT,
+            text_after TEXT,
+            at INTEGER NOT NULL,
+            source TEXT
+        )""",
+        "CREATE INDEX history_memory ON history (app_name, user_id, memory_id, seq)",
+        """CREATE TABLE cursors (
+            app_name TEXT NOT NULL,
+            user_id TEXT NOT NULL,
+            thread_id TEXT NOT NULL,
+            last_message_id TEXT,
+            last_message_digest TEXT,
+            message_count INTEGER NOT NULL DEFAULT 0,
+            last_extracted_at INTEGER,
+            updated_at INTEGER NOT NULL,
+            PRIMARY KEY (app_name, user_id, thread_id)
+        ) WITHOUT ROWID""",
+        """CREATE TABLE user_state (
+            app_name TEXT NOT NULL,
+            user_id TEXT NOT NULL,
+            generation TEXT NOT NULL,
+            version INTEGER NOT NULL DEFAULT 0,
+            n_live INTEGER NOT NULL DEFAULT 0,
+            content_len INTEGER NOT NULL DEFAULT 0,
+            topic_len INTEGER NOT NULL DEFAULT 0,
+            PRIMARY KEY (app_name, user_id)
+        ) WITHOUT ROWID""",
+        """CREATE TRIGGER memories_after_insert AFTER INSERT ON memories BEGIN
+            INSERT OR IGNORE INTO user_state (app_name, user_id, generation)
+                VALUES (new.app_name, new.user_id, lower(hex(randomblob(8))));
+            UPDATE user_state SET
+                version = version + 1,
+                n_live = n_live + (new.deleted_at IS NULL),
+                content_len = content_len
+                    + CASE WHEN new.deleted_at IS NULL THEN new.content_len ELSE 0 END,
+                topic_len = topic_len
+                    + CASE WHEN new.deleted_at IS NULL THEN new.topic_len ELSE 0 END
+            WHERE app_name = new.app_name AND user_id = new.user_id;
+        END""",
+        """CREATE TRIGGER memories_after_update AFTER UPDATE ON memories BEGIN
+            UPDATE user_state SET
+                version = version + 1,
+                n_live = n_live + (new.deleted_at IS NULL) - (old.deleted_at IS NULL),
+                content_len = content_len
+                    + CASE WHEN new.deleted_at IS NULL THEN new.content_len ELSE 0 END
+                    - CASE WHEN old.deleted_at IS NULL THEN old.content_len ELSE 0 END,
+                topic_len = topic_len
+                    + CASE WHEN new.deleted_at IS NULL THEN new.topic_len ELSE 0 END
+                    - CASE WHEN old.deleted_at IS NULL THEN old.topic_len ELSE 0 END
+            WHERE app_name = new.app_name AND user_id = new.user_id;
+        END""",
+        """CREATE TRIGGER memories_after_delete AFTER DELETE ON memories BEGIN
+            UPDATE user_state SET
+                version = version + 1,
+                n_live = n_live - (old.deleted_at IS NULL),
+                content_len = content_len
+                    - CASE WHEN old.deleted_at IS NULL THEN old.content_len ELSE 0 END,
+                topic_len = topic_len
+                    - CASE WHEN old.deleted_at IS NULL THEN old.topic_len ELSE 0 END
+            WHERE app_name = old.app_name AND user_id = old.user_id;
+        END""",
+        # The documents are the package tokenizer's output joined by spaces; the
+        # ascii tokenizer only splits on ASCII non-alphanumerics, so FTS sees
+        # exactly those tokens. `scope` holds one token per (app_name, user_id).
+        """CREATE VIRTUAL TABLE memories_fts USING fts5(
+            scope, content, topics, tokenize = 'ascii'
+        )""",
+    ),
+]
+
+CREATE_MIGRATIONS_TABLE = """CREATE TABLE IF NOT EXISTS langmem_migrations (
+    version INTEGER PRIMARY KEY,
+    applied_at INTEGER NOT NULL
+)"""
+
+# -- memories ---------------------------------------------------------------
+
+ENTRY_COLUMNS = (
+    "rid, id, text, topics, kind, event_time, participants, location, metadata,"
+    " created_at, updated_at"
+)
+"""Columns `row_to_entry` reads, in order (app_name and user_id come from the caller)."""
+
+USER = "app_name = ? AND user_id = ?"
+LIVE = USER + " AND deleted_at IS NULL"
+
+SELECT_BY_ID = f"SELECT {ENTRY_COLUMNS}, deleted_at, keyed FROM memories WHERE {USER} AND id = ?"
+SELECT_LIVE_BY_FINGERPRINT = (
+    f"SELECT {ENTRY_COLUMNS}, deleted_at, keyed FROM memories WHERE {LIVE} AND fingerprint = ?"
+)
+SELECT_ANY_BY_FINGERPRINT = (
+    f"SELECT {ENTRY_COLUMNS}, deleted_at, keyed FROM memories"
+    f" WHERE {USER} AND fingerprint = ? ORDER BY rid LIMIT 1"
+)
+SELECT_LIVE_CLASH = f"SELECT id FROM memories WHERE {LIVE} AND fingerprint = ? AND rid != ?"
+SELECT_OLDEST_LIVE = (
+    f"SELECT rid, id, text FROM memories WHERE {LIVE} ORDER BY updated_at, created_at, id LIMIT 1"
+)
+SELECT_READ = f"SELECT {ENTRY_COLUMNS} FROM memories WHERE {LIVE} ORDER BY updated_at DESC, created_at DESC, id DESC"
+SELECT_LIVE_TEXT = f"SELECT rid, id, text FROM memories WHERE {LIVE} ORDER BY rid"
+SELECT_BY_RIDS = f"SELECT {ENTRY_COLUMNS} FROM memories WHERE {LIVE} AND rid IN "
+"""Followed by a `(?, ?, ...)` list."""
+SELECT_SCAN = f"SELECT {ENTRY_COLUMNS} FROM memories WHERE {LIVE}"
+"""Followed by optional kind/time conditions (the phrase-fallback scan)."""
+
+INSERT_MEMORY = """INSERT INTO memories (
+    app_name, user_id, id, text, fingerprint, keyed, topics, kind, event_time, participants,
+    location, metadata, embedding, content_len, topic_len, created_at, updated_at
+) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"""
+UPDATE_CONTENT = """UPDATE memories SET
+    text = ?, fingerprint = ?, topics = ?, kind = ?, event_time = ?, participants = ?,
+    location = ?, metadata = ?, embedding = ?, content_len = ?, topic_len = ?, updated_at = ?,
+    deleted_at = NULL
+WHERE rid = ?"""
+UPDATE_CONTENT_KEEP_EMBEDDING = """UPDATE memories SET
+    text = ?, fingerprint = ?, topics = ?, kind = ?, event_time = ?, participants = ?,
+    location = ?, metadata = ?, content_len = ?, topic_len = ?, updated_at = ?
+WHERE rid = ?"""
+UPDATE_TOPICS = "UPDATE memories SET topics = ?, topic_len = ?, updated_at = ? WHERE rid = ?"
+UPDATE_EMBEDDING = "UPDATE memories SET embedding = ? WHERE rid = ? AND text = ?"
+SOFT_DELETE = "UPDATE memories SET deleted_at = ? WHERE rid = ?"
+SOFT_DELETE_ALL = f"UPDATE memories SET deleted_at = ? WHERE {LIVE}"
+SELECT_RID_BY_ID = f"SELECT rid, deleted_at FROM memories WHERE {USER} AND id = ?"
+DELETE_BY_RID = "DELETE FROM memories WHERE rid = ?"
+DELETE_USER = f"DELETE FROM memories WHERE {USER}"
+COUNT_USER_ROWS = f"SELECT count(*) FROM memories WHERE {USER}"
+
+SELECT_VECTORS = (
+    f"SELECT rid, kind, event_time, embedding FROM memories WHERE {LIVE}"
+    " AND embedding IS NOT NULL AND length(embedding) = ? ORDER BY rid"
+)
+COUNT_VECTORS = (
+    f"SELECT count(*) FROM memories WHERE {LIVE}"
+    " AND embedding IS NOT NULL AND length(embedding) = ?"
+)
+SELECT_MISSING_VECTORS = (
+    f"SELECT rid, text FROM memories WHERE {LIVE}"
+    " AND (embedding IS NULL OR length(embedding) != ?) ORDER BY rid LIMIT ?"
+)
+
+# -- full-text index ------------------------------------------------------------
+
+FTS_INSERT = "INSERT INTO memories_fts (rowid, scope, content, topics) VALUES (?, ?, ?, ?)"
+FTS_DELETE = "DELETE FROM memories_fts WHERE rowid = ?"
+FTS_UPDATE_TOPICS = "UPDATE memories_fts SET topics = ? WHERE rowid = ?"
+FTS_DELETE_USER = f"DELETE FROM memories_fts WHERE rowid IN (SELECT rid FROM memories WHERE {LIVE})"
+FTS_COUNT = "SELECT count(*) FROM memories_fts WHERE memories_fts MATCH ?"
+FTS_CANDIDATES = (
+    f"SELECT {', '.join('m.' + c.strip() for c in ENTRY_COLUMNS.split(','))},"
+    " f.content, f.topics"
+    " FROM memories_fts AS f JOIN memories AS m ON m.rid = f.rowid"
+    " WHERE memories_fts MATCH ? AND m.app_name = ? AND m.user_id = ? AND m.deleted_at IS NULL"
+)
+"""Followed by optional kind/time conditions, then `FTS_ORDER`."""
+FTS_ORDER = " ORDER BY bm25(memories_fts, 0.0, 1.0, 0.65) LIMIT ?"
+
+# -- per-user state, history, cursors ---------------------------------------------
+
+SELECT_STATE = (
+    f"SELECT generation, version, n_live, content_len, topic_len FROM user_state WHERE {USER}"
+)
+SELECT_USERS = "SELECT app_name, user_id FROM user_state WHERE n_live > 0"
+DELETE_STATE = f"DELETE FROM user_state WHERE {USER}"
+
+INSERT_HISTORY = """INSERT INTO history (
+    app_name, user_id, memory_id, operation, text_before, text_after, at, source
+) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"""
+SELECT_HISTORY = (
+    "SELECT memory_id, operation, text_before, text_after, at, source FROM history"
+    f" WHERE {USER} AND memory_id = ? ORDER BY seq"
+)
+DELETE_HISTORY = f"DELETE FROM history WHERE {USER} AND memory_id = ?"
+DELETE_USER_HISTORY = f"DELETE FROM history WHERE {USER}"
+
+UPSERT_CURSOR = """INSERT INTO cursors (
+    app_name, user_id, thread_id, last_message_id, last_message_digest, message_count,
+    last_extracted_at, updated_at
+) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (app_name, user_id, thread_id) DO UPDATE SET
+    last_message_id = excluded.last_message_id,
+    last_message_digest = excluded.last_message_digest,
+    message_count = excluded.message_count,
+    last_extracted_at = excluded.last_extracted_at,
+    updated_at = excluded.updated_at"""
+SELECT_CURSOR = (
+    "SELECT thread_id, last_message_id, last_message_digest, message_count,"
+    f" last_extracted_at, updated_at FROM cursors WHERE {USER} AND thread_id = ?"
+)
+DELETE_USER_CURSORS = f"DELETE FROM cursors WHERE {USER}"
+
+
+# -- converters -------------------------------------------------------------------
+
+
+def to_us(value: datetime | None) -> int | None:
+    """Exact integer microseconds since the epoch (the value must be timezone-aware)."""
+    if value is None:
+        return None
+    return (value - _EPOCH) // _MICROSECOND
+
+
+def from_us(value: int | None) -> datetime | None:
+    if value is None:
+        return None
+    return _EPOCH + timedelta(microseconds=value)
+
+
+def _required_time(value: int) -> datetime:
+    return _EPOCH + timedelta(microseconds=value)
+
+
+def metadata_json(metadata: dict[str, Any]) -> str:
+    """JSON text of a memory's metadata, or a field-named error (nothing is written)."""
+    try:
+        return json.dumps(metadata, ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidMemoryError("metadata", f"must be JSON-serialisable ({exc})") from None
+
+
+def list_json(values: Sequence[str]) -> str:
+    return json.dumps(list(values), ensure_ascii=False)
+
+
+def source_json(source: Source | None) -> str | None:
+    return None if source is None else source.model_dump_json(exclude_none=True)
+
+
+def memory_params(memory: Memory) -> tuple[Any, ...]:
+    """topics, kind, event_time, participants, location, metadata (as stored)."""
+    return (
+        list_json(memory.topics),
+        memory.kind.value,
+        to_us(memory.event_time),
+        list_json(memory.participants),
+        memory.location,
+        metadata_json(memory.metadata),
+    )
+
+
+def row_to_entry(row: Sequence[Any], app_name: str, user_id: str) -> Entry:
+    """Build an Entry from the first len(ENTRY_COLUMNS) values of a row."""
+    memory = Memory(
+        text=row[2],
+        topics=json.loads(row[3]),
+        kind=Kind(row[4]),
+        event_time=from_us(row[5]),
+        participants=json.loads(row[6]),
+        location=row[7],
+        metadata=json.loads(row[8]),
+    )
+    return Entry(
+        id=row[1],
+        app_name=app_name,
+        user_id=user_id,
+        memory=memory,
+        created_at=_required_time(row[9]),
+        updated_at=_required_time(row[10]),
+    )
+
+
+def row_to_event(row: Sequence[Any]) -> HistoryEvent:
+    return HistoryEvent(
+        memory_id=row[0],
+        operation=Operation(row[1]),
+        text_before=row[2],
+        text_after=row[3],
+        at=_required_time(row[4]),
+        source=None if row[5] is None else Source.model_validate_json(row[5]),
+    )
+
+
+def row_to_cursor(row: Sequence[Any]) -> ExtractionCursor:
+    return ExtractionCursor(
+        thread_id=row[0],
+        last_message_id=row[1],
+        last_message_digest=row[2],
+        message_count=row[3],
+        last_extracted_at=from_us(row[4]),
+        updated_at=from_us(row[5]),
+    )

@@ -1,0 +1,123 @@
+"""The vector leg: per-user float32 matrices cached in the process, scored with numpy.
+
+A matrix is valid for one (generation, version) of the user's state row;
+every write bumps the version (a trigger does it, so writes from other
+processes are caught too) and the next search reloads. The cache is an LRU
+bounded in bytes.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...types import Kind, UserKey
+
+__all__ = ["KIND_CODES", "UserVectors", "VectorCache", "to_blob", "unit_vector"]
+
+KIND_CODES = {Kind.FACT.value: 0, Kind.EPISODE.value: 1}
+Stamp = tuple[str, int]
+
+
+def unit_vector(values: Sequence[float] | np.ndarray) -> np.ndarray:
+    vector = np.asarray(values, dtype=np.float32)
+    norm = float(np.linalg.norm(vector))
+    return vector / norm if norm > 0 else vector
+
+
+def to_blob(vector: np.ndarray | None) -> bytes | None:
+    return None if vector is None else np.ascontiguousarray(vector, dtype=np.float32).tobytes()
+
+
+@dataclass(frozen=True)
+class UserVectors:
+    """One user's live embeddings with the columns the filters need."""
+
+    stamp: Stamp
+    rids: np.ndarray
+    """int64 row ids, aligned with `matrix` rows."""
+    matrix: np.ndarray
+    """float32 (n, dim), rows L2-normalised."""
+    kinds: np.ndarray
+    """int8 kind codes (`KIND_CODES`)."""
+    events: np.ndarray
+    """float64 event times in microseconds; NaN when the memory has none."""
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.rids.nbytes + self.matrix.nbytes + self.kinds.nbytes + self.events.nbytes)
+
+    def top(
+        self,
+        query: np.ndarray,
+        pool: int,
+        kind: Kind | None,
+        after_us: int | None,
+        before_us: int | None,
+    ) -> list[tuple[int, float]]:
+        """Best `pool` (rid, cosine clipped at 0) after the kind and time filters."""
+        if not len(self.rids):
+            return []
+        scores = self.matrix @ query
+        mask: np.ndarray | None = None
+        if kind is not None:
+            mask = self.kinds == KIND_CODES[kind.value]
+        if after_us is not None or before_us is not None:
+            dated = ~np.isnan(self.events)
+            inside = np.ones(len(self.rids), dtype=bool)
+            with np.errstate(invalid="ignore"):
+                if after_us is not None:
+                    inside &= self.events >= after_us
+                if before_us is not None:
+                    inside &= self.events <= before_us
+            time_ok = ~dated | inside
+            mask = time_ok if mask is None else mask & time_ok
+        if mask is not None:
+            scores = np.where(mask, scores, -np.inf)
+        k = min(pool, len(scores))
+        best = np.argpartition(-scores, k - 1)[:k] if k < len(scores) else np.arange(len(scores))
+        best = best[np.lexsort((self.rids[best], -scores[best]))]  # ties: oldest row first
+        return [
+            (int(self.rids[i]), max(0.0, float(scores[i])))
+            for i in best
+            if math.isfinite(float(scores[i]))
+        ]
+
+
+class VectorCache:
+    """LRU of `UserVectors` by user, bounded by total bytes."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._items: OrderedDict[UserKey, UserVectors] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, user: UserKey, stamp: Stamp) -> UserVectors | None:
+        with self._lock:
+            item = self._items.get(user)
+            if item is None or item.stamp != stamp:
+                return None
+            self._items.move_to_end(user)
+            return item
+
+    def put(self, user: UserKey, item: UserVectors) -> None:
+        with self._lock:
+            self._items[user] = item
+            self._items.move_to_end(user)
+            total = sum(v.nbytes for v in self._items.values())
+            while total > self.max_bytes and len(self._items) > 1:
+                _, evicted = self._items.popitem(last=False)
+                total -= evicted.nbytes
+
+    def drop(self, user: UserKey) -> None:
+        with self._lock:
+            self._items.pop(user, None)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
