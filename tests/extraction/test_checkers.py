@@ -92,7 +92,9 @@ def test_no_checkers_always_extract(service, user):
 
 def test_time_interval_checker_sees_last_extraction_time(service, user):
     extractor = CountingExtractor()
-    worker = AutoMemoryWorker(service, extractor, checkers=[check_time_interval(timedelta(hours=1))])
+    worker = AutoMemoryWorker(
+        service, extractor, checkers=[check_time_interval(timedelta(hours=1))]
+    )
     msgs = [HumanMessage("first", id="1")]
     assert worker.process(user, "t", msgs).status == JobStatus.COMPLETED
     msgs.append(HumanMessage("second", id="2"))

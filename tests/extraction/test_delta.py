@@ -41,7 +41,13 @@ def test_cursor_on_id_reads_after_it():
 
 
 def test_messages_without_ids_use_digest_and_nearest_position():
-    msgs = [HumanMessage("ok"), AIMessage("sure"), HumanMessage("ok"), AIMessage("sure"), HumanMessage("new")]
+    msgs = [
+        HumanMessage("ok"),
+        AIMessage("sure"),
+        HumanMessage("ok"),
+        AIMessage("sure"),
+        HumanMessage("new"),
+    ]
     cursor = advance_cursor("t", msgs[:4], NOW)
     assert cursor.last_message_id is None
     delta = compute_delta(msgs, cursor)
@@ -72,7 +78,9 @@ def test_summary_keeping_the_anchor_still_uses_the_id():
 
 
 def test_lost_anchor_rereads_the_whole_list():
-    cursor = ExtractionCursor(thread_id="t", last_message_id="gone", last_message_digest="nope", message_count=10)
+    cursor = ExtractionCursor(
+        thread_id="t", last_message_id="gone", last_message_digest="nope", message_count=10
+    )
     delta = compute_delta([HumanMessage("x", id="a"), HumanMessage("y", id="b")], cursor)
     assert texts(delta) == ["x", "y"] and delta.anchor == "lost"
 
@@ -84,7 +92,10 @@ def test_trailing_tool_traffic_moves_the_cursor_without_a_job(service, user):
     worker = AutoMemoryWorker(service, VerbatimExtractor())
     msgs = [HumanMessage("I like tea", id="h1")]
     worker.process(user, "t", msgs)
-    msgs += [AIMessage("", id="a1", tool_calls=[{"name": "x", "args": {}, "id": "c"}]), ToolMessage("r", tool_call_id="c", id="t1")]
+    msgs += [
+        AIMessage("", id="a1", tool_calls=[{"name": "x", "args": {}, "id": "c"}]),
+        ToolMessage("r", tool_call_id="c", id="t1"),
+    ]
     report = worker.process(user, "t", msgs)
     assert report.status == JobStatus.NOTHING_NEW
     assert service.get_cursor(user, "t").last_message_id == "t1"

@@ -14,7 +14,9 @@ USER = UserKey("app", "u")
 
 
 def request(messages=None, **kw):
-    return ExtractionRequest(USER, "t", messages or [HumanMessage("I moved to Oslo last year")], **kw)
+    return ExtractionRequest(
+        USER, "t", messages or [HumanMessage("I moved to Oslo last year")], **kw
+    )
 
 
 def reply(*calls, invalid=()):
@@ -53,7 +55,11 @@ def test_system_prompt_carries_date_existing_ids_and_policy(service):
 
 def test_reference_date_defaults_to_latest_message_time():
     model = ScriptedChatModel(default=reply())
-    msg = HumanMessage("We went hiking yesterday", name="Caroline", additional_kwargs={"timestamp": "2023-05-08T13:56:00Z"})
+    msg = HumanMessage(
+        "We went hiking yesterday",
+        name="Caroline",
+        additional_kwargs={"timestamp": "2023-05-08T13:56:00Z"},
+    )
     LLMExtractor(model).extract(request([msg]))
     system, labelled = model.calls[0][0], model.calls[0][1]
     assert "2023-05-08" in system.content
@@ -109,8 +115,19 @@ def test_malformed_calls_are_logged_and_skipped(caplog):
                 tool_call("memory_delete", {"memory_id": ""}),
                 tool_call("memory_frobnicate", {"memory": "x"}),
                 tool_call("memory_clear", {}),  # not offered
-                tool_call("memory_add", {"memory": "Keeps bees", "topics": "bees", "event_time": "someday"}),
-                invalid=[{"name": "memory_add", "args": "{bad json", "id": "c9", "error": "bad JSON", "type": "invalid_tool_call"}],
+                tool_call(
+                    "memory_add",
+                    {"memory": "Keeps bees", "topics": "bees", "event_time": "someday"},
+                ),
+                invalid=[
+                    {
+                        "name": "memory_add",
+                        "args": "{bad json",
+                        "id": "c9",
+                        "error": "bad JSON",
+                        "type": "invalid_tool_call",
+                    }
+                ],
             )
         ]
     )

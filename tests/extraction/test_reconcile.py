@@ -53,20 +53,28 @@ def test_paraphrase_is_skipped_and_new_topics_become_an_update():
 
 
 def test_different_events_are_never_merged():
-    svc, _ = store("Went hiking at Mount Tam with Sam", kind="episode", event_time=MON, participants=["Sam"])
-    other_day = MemoryOp.add("Went hiking at Mount Tam with Sam", kind=Kind.EPISODE, event_time=TUE, participants=["Sam"])
+    svc, _ = store(
+        "Went hiking at Mount Tam with Sam", kind="episode", event_time=MON, participants=["Sam"]
+    )
+    other_day = MemoryOp.add(
+        "Went hiking at Mount Tam with Sam", kind=Kind.EPISODE, event_time=TUE, participants=["Sam"]
+    )
     assert merge_similar([other_day], probe(svc), ALL).ops == [other_day]
     svc2, _ = store("Went hiking on Monday", kind="episode")
     tuesday = MemoryOp.add("Went hiking on Tuesday", kind=Kind.EPISODE)
     assert merge_similar([tuesday], probe(svc2), ALL).ops == [tuesday]
     svc3, _ = store("Went hiking with Sam", kind="episode", event_time=MON, location="Mount Tam")
-    elsewhere = MemoryOp.add("Went hiking with Sam", kind=Kind.EPISODE, event_time=MON, location="Yosemite")
+    elsewhere = MemoryOp.add(
+        "Went hiking with Sam", kind=Kind.EPISODE, event_time=MON, location="Yosemite"
+    )
     assert merge_similar([elsewhere], probe(svc3), ALL).ops == [elsewhere]
 
 
 def test_same_event_gains_detail():
     svc, (hike,) = store("Went hiking at Mount Tam", kind="episode", event_time=MON)
-    op = MemoryOp.add("Went hiking at Mount Tam with Sam and saw a deer", kind=Kind.EPISODE, event_time=MON)
+    op = MemoryOp.add(
+        "Went hiking at Mount Tam with Sam and saw a deer", kind=Kind.EPISODE, event_time=MON
+    )
     (decided,) = merge_similar([op], probe(svc), ALL).ops
     assert decided.action == Action.UPDATE and decided.memory_id == hike.id
 
@@ -115,7 +123,11 @@ def test_preserve_history_updates_only_when_every_detail_is_kept():
 
 def test_append_only_turns_updates_into_adds_and_drops_deletes():
     svc, (dog,) = store("Has a dog named Rex")
-    ops = [MemoryOp.update(dog.id, "Has a cat"), MemoryOp.delete(dog.id), MemoryOp.add("Has a dog named Rex")]
+    ops = [
+        MemoryOp.update(dog.id, "Has a cat"),
+        MemoryOp.delete(dog.id),
+        MemoryOp.add("Has a dog named Rex"),
+    ]
     result = append_only(ops, [dog])
     assert [(o.action, o.text) for o in result.ops] == [(Action.ADD, "Has a cat")]
     assert len(result.duplicates) == 1

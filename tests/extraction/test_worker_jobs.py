@@ -38,7 +38,10 @@ def test_production_upgrade_ends_with_one_memory_and_history(service, user, prop
     if proposal == "add":
         call = tool_call("memory_add", {"memory": "The user's production environment runs Go 1.24"})
     else:
-        call = tool_call("memory_update", {"memory_id": old.id, "memory": "The user's production environment runs Go 1.24"})
+        call = tool_call(
+            "memory_update",
+            {"memory_id": old.id, "memory": "The user's production environment runs Go 1.24"},
+        )
     worker, _ = worker_for(service, calls(call))
     report = worker.process(user, "thread-1", UPGRADE)
     assert report.status == JobStatus.COMPLETED and report.updated == 1
@@ -53,7 +56,10 @@ def test_production_upgrade_ends_with_one_memory_and_history(service, user, prop
 
 def test_paraphrased_add_is_skipped(service, user):
     service.add(user, "Enjoys drinking green tea in the morning")
-    worker, _ = worker_for(service, calls(tool_call("memory_add", {"memory": "Enjoys drinking green tea in the morning."})))
+    worker, _ = worker_for(
+        service,
+        calls(tool_call("memory_add", {"memory": "Enjoys drinking green tea in the morning."})),
+    )
     report = worker.process(user, "t", [HumanMessage("I love my morning green tea", id="1")])
     assert report.duplicates == 1 and report.added == 0 and service.count(user) == 1
 
@@ -82,7 +88,9 @@ def test_update_of_missing_id_becomes_add_and_missing_delete_is_ignored(service,
 def test_update_into_an_existing_text_deletes_the_redundant_source(service, user):
     tea = service.add(user, "Likes tea")
     coffee = service.add(user, "Likes coffee")
-    worker, _ = worker_for(service, calls(tool_call("memory_update", {"memory_id": tea.id, "memory": "Likes coffee"})))
+    worker, _ = worker_for(
+        service, calls(tool_call("memory_update", {"memory_id": tea.id, "memory": "Likes coffee"}))
+    )
     report = worker.process(user, "t", [HumanMessage("I switched from tea to coffee", id="1")])
     assert [o.result for o in report.outcomes] == ["duplicate"]
     assert [e.id for e in service.read(user)] == [coffee.id]
@@ -92,7 +100,10 @@ def test_update_into_an_existing_text_deletes_the_redundant_source(service, user
 def test_failed_op_is_counted_and_the_rest_continue(service, user):
     worker, _ = worker_for(
         service,
-        calls(tool_call("memory_add", {"memory": "x" * 9000}), tool_call("memory_add", {"memory": "Lives in Oslo"})),
+        calls(
+            tool_call("memory_add", {"memory": "x" * 9000}),
+            tool_call("memory_add", {"memory": "Lives in Oslo"}),
+        ),
     )
     report = worker.process(user, "t", [HumanMessage("I live in Oslo", id="1")])
     assert report.status == JobStatus.COMPLETED
@@ -109,7 +120,9 @@ def test_disabled_clear_is_not_executed(service, user):
 
 def test_clear_when_enabled(service, user):
     service.add(user, "Likes tea")
-    worker, _ = worker_for(service, calls(tool_call("memory_clear", {})), actions=["add", "update", "delete", "clear"])
+    worker, _ = worker_for(
+        service, calls(tool_call("memory_clear", {})), actions=["add", "update", "delete", "clear"]
+    )
     report = worker.process(user, "t", [HumanMessage("forget everything", id="1")])
     assert report.deleted == 1 and service.count(user) == 0
 
@@ -129,7 +142,9 @@ def cursor_after_failure(inner, user, extractor, breaks, **kw):
 def test_search_failure_falls_back_to_recent_memories(service, user):
     service.add(user, "Likes tea")
     model = ScriptedChatModel(replies=[calls()])
-    report, cursor, _ = cursor_after_failure(service, user, LLMExtractor(model), {"search": BackendError("down")})
+    report, cursor, _ = cursor_after_failure(
+        service, user, LLMExtractor(model), {"search": BackendError("down")}
+    )
     assert report.status == JobStatus.COMPLETED and cursor is not None
     assert "Likes tea" in model.calls[0][0].content
 
@@ -142,7 +157,9 @@ def test_existing_load_failure_keeps_the_cursor(service, user):
 
 
 def test_cursor_read_failure_fails_the_job(service, user):
-    report, cursor, _ = cursor_after_failure(service, user, VerbatimExtractor(), {"get_cursor": BackendError("x")})
+    report, cursor, _ = cursor_after_failure(
+        service, user, VerbatimExtractor(), {"get_cursor": BackendError("x")}
+    )
     assert report.status == JobStatus.FAILED and cursor is None and service.count(user) == 0
 
 
@@ -150,7 +167,9 @@ def test_extractor_error_keeps_the_cursor_and_retry_succeeds(service, user):
     def boom(messages):
         raise RuntimeError("rate limited")
 
-    model = ScriptedChatModel(replies=[boom, calls(tool_call("memory_add", {"memory": "Lives in Oslo"}))])
+    model = ScriptedChatModel(
+        replies=[boom, calls(tool_call("memory_add", {"memory": "Lives in Oslo"}))]
+    )
     worker = AutoMemoryWorker(service, LLMExtractor(model))
     msgs = [HumanMessage("I live in Oslo", id="1")]
     first = worker.process(user, "t", msgs)
@@ -196,14 +215,20 @@ def test_crash_between_operations_then_retry_leaves_no_duplicates(service, user)
     flaky = FlakyService(service)
     flaky.crash_on_write = 3
     model = ScriptedChatModel(replies=[proposal, proposal])
-    msgs = [HumanMessage("We moved prod to Go 1.24, deploy Fridays, billing is on Postgres 16", id="1")]
+    msgs = [
+        HumanMessage("We moved prod to Go 1.24, deploy Fridays, billing is on Postgres 16", id="1")
+    ]
     with pytest.raises(Crash):
         AutoMemoryWorker(flaky, LLMExtractor(model)).process(user, "t", msgs)
     assert service.get_cursor(user, "t") is None
     report = AutoMemoryWorker(flaky, LLMExtractor(model)).process(user, "t", msgs)
     assert report.status == JobStatus.COMPLETED
     texts = sorted(e.text for e in service.read(user))
-    assert texts == ["Deploys every Friday", "Production runs Go 1.24", "Uses PostgreSQL 16 for billing"]
+    assert texts == [
+        "Deploys every Friday",
+        "Production runs Go 1.24",
+        "Uses PostgreSQL 16 for billing",
+    ]
 
 
 def test_verbatim_turns_become_episodes_deduplicated_only_when_identical(service, user):
