@@ -1,8 +1,36 @@
 from __future__ import annotations
 
+import hashlib
+import multiprocessing
+import random
+import sqlite3
+import threading
+from datetime import datetime, timedelta, timezone
+
 import pytest
 
-from langmem_trpc.backends.sqlite import SQLiteMemoryService
+from langmem_trpc import (
+    BackendError,
+    CapacityExceededError,
+    ExtractionCursor,
+    InMemoryMemoryService,
+    InvalidMemoryError,
+    Kind,
+    Limits,
+    Memory,
+    Operation,
+    SearchOptions,
+    Source,
+    UserKey,
+)
+from langmem_trpc.backends.sqlite import MIGRATIONS, SQLiteMemoryService
+from langmem_trpc.backends.sqlite._keyword import (
+    fts_document,
+    keyword_doc,
+    scope_token,
+    topics_document,
+)
+from langmem_trpc.service._search import CorpusStats, KeywordDoc, QueryTerms, keyword_score
 from langmem_trpc.testing import HashingEmbeddings
 from langmem_trpc.testing.conformance import Capability, MemoryServiceConformance
 
@@ -29,3 +57,339 @@ class TestSQLiteKeywordOnly(MemoryServiceConformance):
     @pytest.fixture
     def make_service(self, tmp_path):
         return lambda limits: SQLiteMemoryService(tmp_path / "limited.db", limits=limits)
+
+
+# -- SQLite-specific behaviour -------------------------------------------------------
+
+ALICE = UserKey("app", "alice")
+BOB = UserKey("app", "bob")
+T0 = datetime(2024, 5, 1, 12, 0, 0, 123456, tzinfo=timezone.utc)
+
+#: sha256 of each shipped migration. Append a hash for a new migration; never
+#: change an existing one (databases in the field already ran it).
+PINNED_MIGRATIONS = [
+    "81efc1d2b7013aed5a0a9daff315e8d7203c2c21982477118c5fcea8947508ce",
+]
+
+
+def test_shipped_migrations_are_never_edited():
+    hashes = [hashlib.sha256("\n".join(m).encode()).hexdigest() for m in MIGRATIONS]
+    assert hashes[: len(PINNED_MIGRATIONS)] == PINNED_MIGRATIONS
+    assert len(hashes) == len(PINNED_MIGRATIONS), "pin the hash of the new migration"
+
+
+def test_migrations_are_idempotent(tmp_path):
+    path = tmp_path / "m.db"
+    for _ in range(3):
+        SQLiteMemoryService(path).close()
+    with sqlite3.connect(path) as conn:
+        versions = [v for (v,) in conn.execute("SELECT version FROM langmem_migrations")]
+        assert versions == list(range(1, len(MIGRATIONS) + 1))
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_newer_schema_is_refused(tmp_path):
+    path = tmp_path / "m.db"
+    SQLiteMemoryService(path).close()
+    with sqlite3.connect(path) as conn:
+        conn.execute("INSERT INTO langmem_migrations VALUES (?, 0)", (len(MIGRATIONS) + 1,))
+    with pytest.raises(BackendError, match="newer"):
+        SQLiteMemoryService(path)
+
+
+def test_data_persists_across_close_and_reopen(tmp_path):
+    path = tmp_path / "nested" / "dir" / "m.db"
+    svc = SQLiteMemoryService(path, HashingEmbeddings())
+    entry = svc.add(
+        ALICE,
+        "Met Bob in Paris",
+        kind=Kind.EPISODE,
+        event_time=T0,
+        participants=["Bob"],
+        location="Paris",
+        topics=["travel"],
+        metadata={"n": 1, "nested": {"ok": [1, 2]}},
+        source=Source(thread_id="t1", message_ids=["m1"], actor="worker"),
+    )
+    svc.update(ALICE, entry.id, "Met Bob in Lyon")
+    svc.set_cursor(ALICE, ExtractionCursor(thread_id="t1", last_message_id="m1", message_count=1))
+    history = svc.history(ALICE, entry.id)
+    svc.close()
+    with pytest.raises(BackendError):
+        svc.get(ALICE, entry.id)
+
+    again = SQLiteMemoryService(str(path), HashingEmbeddings())
+    got = again.get(ALICE, entry.id)
+    assert got is not None and got.text == "Met Bob in Lyon"
+    assert got.memory.event_time == T0  # microseconds survive
+    assert got.created_at == entry.created_at
+    assert got.memory.metadata == {"n": 1, "nested": {"ok": [1, 2]}}
+    assert again.history(ALICE, entry.id) == history
+    assert history[0].source == Source(thread_id="t1", message_ids=["m1"], actor="worker")
+    assert again.get_cursor(ALICE, "t1").last_message_id == "m1"
+    assert [e.id for e in again.search(ALICE, "Bob Lyon", SearchOptions(hybrid=True))] == [entry.id]
+    again.close()
+
+
+def test_in_memory_database_works():
+    svc = SQLiteMemoryService(":memory:", HashingEmbeddings())
+    svc.add(ALICE, "Likes green tea")
+    assert [e.text for e in svc.search(ALICE, "green tea", SearchOptions(hybrid=True))] == [
+        "Likes green tea"
+    ]
+    svc.close()
+
+
+def test_two_instances_on_one_file_see_each_others_writes(tmp_path):
+    path = tmp_path / "shared.db"
+    a = SQLiteMemoryService(path, HashingEmbeddings())
+    b = SQLiteMemoryService(path, HashingEmbeddings())
+    a.add(ALICE, "Drinks espresso every morning")
+    for options in (SearchOptions(), SearchOptions(hybrid=True)):
+        assert len(a.search(ALICE, "espresso morning", options)) == 1  # warms a's caches
+    added = b.add(ALICE, "Drinks espresso after lunch")
+    for options in (SearchOptions(), SearchOptions(hybrid=True)):
+        assert {e.id for e in a.search(ALICE, "espresso", options)} >= {added.id}
+    b.delete(ALICE, added.id)
+    for options in (SearchOptions(), SearchOptions(hybrid=True)):
+        assert added.id not in {e.id for e in a.search(ALICE, "espresso", options)}
+    b.purge(ALICE)
+    a.add(ALICE, "Fresh start")  # new generation of alice's state: no stale cache
+    assert [e.text for e in a.search(ALICE, "espresso fresh start")] == ["Fresh start"]
+    assert a.count(ALICE) == b.count(ALICE) == 1
+    a.close()
+    b.close()
+
+
+def test_keyword_only_data_gets_vectors_when_reopened_with_an_embedder(tmp_path):
+    path = tmp_path / "m.db"
+    plain = SQLiteMemoryService(path)
+    plain.add(ALICE, "Upgraded the database servers")
+    plain.add(ALICE, "Bakes sourdough bread")
+    plain.close()
+    svc = SQLiteMemoryService(path, HashingEmbeddings())
+    hits = svc.search(ALICE, "database upgrade", SearchOptions(similarity_threshold=0.2))
+    assert hits and hits[0].text == "Upgraded the database servers"
+    svc.close()
+
+
+FTS_SYNTAX = [
+    '"',
+    '""',
+    '"hello',
+    "NEAR(door",
+    "NEAR",
+    "near/2",
+    "-- then",
+    "-x",
+    "*",
+    "a*",
+    "^start",
+    "a OR b AND",
+    "NOT x",
+    "AND",
+    "(",
+    ")",
+    "{content}: x",
+    "content: x",
+    "scope: x",
+    ":",
+    "'; DROP TABLE memories; --",
+    "C#",
+    "^$",
+    "\\",
+    "+",
+    "col:val",
+    "x:y:z",
+    "🙂",
+]
+
+
+@pytest.mark.parametrize("embeddings", [None, HashingEmbeddings()])
+def test_fts_syntax_in_text_and_queries_is_harmless(tmp_path, embeddings):
+    svc = SQLiteMemoryService(tmp_path / "m.db", embeddings)
+    for text in FTS_SYNTAX:
+        svc.add(ALICE, f"note {text} end")
+    svc.add(BOB, "bob's secret near the door")
+    for query in FTS_SYNTAX:
+        for options in (SearchOptions(), SearchOptions(hybrid=True), SearchOptions(kind="fact")):
+            hits = svc.search(ALICE, query, options)
+            assert all(h.user_id == "alice" for h in hits)
+    near = svc.search(ALICE, "NEAR", SearchOptions(hybrid=True))
+    assert any("NEAR(door" in h.text for h in near)
+    # Another user's scope token as query text cannot reach their rows.
+    assert svc.search(ALICE, scope_token(BOB)) == []
+    assert svc.count(ALICE) == len(FTS_SYNTAX)
+    with sqlite3.connect(svc.path) as conn:
+        assert conn.execute("SELECT count(*) FROM memories").fetchone()[0] == len(FTS_SYNTAX) + 1
+    svc.close()
+
+
+def test_metadata_must_be_json(tmp_path):
+    svc = SQLiteMemoryService(tmp_path / "m.db")
+    with pytest.raises(InvalidMemoryError) as info:
+        svc.add(ALICE, "has a set", metadata={"s": {1, 2}})
+    assert info.value.field == "metadata"
+    assert svc.count(ALICE) == 0
+    svc.close()
+
+
+def test_add_many_matches_add_and_is_atomic(tmp_path):
+    svc = SQLiteMemoryService(tmp_path / "m.db", limits=Limits(capacity=3))
+    entries = svc.add_many(ALICE, ["one", Memory(text="two", topics=["t"]), "One."])
+    assert entries[0].id == entries[2].id  # idempotent within the batch
+    assert svc.count(ALICE) == 2
+    assert [h.operation for h in svc.history(ALICE, entries[1].id)] == [Operation.ADD]
+    with pytest.raises(CapacityExceededError):
+        svc.add_many(ALICE, ["three", "four"])
+    assert svc.count(ALICE) == 2  # nothing of the failed batch was written
+    with pytest.raises(InvalidMemoryError):
+        svc.add_many(ALICE, ["fine", "   "])
+    assert svc.count(ALICE) == 2
+    svc.close()
+
+
+def test_restore_round_trips_ids_times_and_history(tmp_path):
+    source = SQLiteMemoryService(tmp_path / "a.db")
+    entry = source.add(ALICE, "Likes jazz", topics=["music"])
+    source.update(ALICE, entry.id, "Likes jazz and blues")
+    exported = source.get(ALICE, entry.id)
+    history = source.history(ALICE, entry.id)
+    target = SQLiteMemoryService(tmp_path / "b.db")
+    target.restore(ALICE, exported, history)
+    target.restore(ALICE, exported, history)  # replaces, does not duplicate
+    assert target.get(ALICE, entry.id) == exported
+    assert target.history(ALICE, entry.id) == history
+    assert target.count(ALICE) == 1
+    assert [e.id for e in target.search(ALICE, "blues")] == [entry.id]
+    source.close()
+    target.close()
+
+
+def test_keyword_doc_from_stored_tokens_scores_like_the_reference():
+    texts = [
+        "Production runs Go 1.23 on Kubernetes",
+        "喜欢喝绿茶和乌龙茶",
+        "東京で寿司を食べた",
+        "Vit à Montréal, aime le café crème",
+        "go go go gadget",
+        "绿茶 green tea 绿茶",
+        "한국어 텍스트 검색",
+        "x",
+        "C# and F# developer",
+    ]
+    topics = [[], ["tea"], ["旅行", "food"], ["ville"], ["go"], [], ["언어"], [], ["dev"]]
+    docs = [KeywordDoc.build(t, tp) for t, tp in zip(texts, topics, strict=True)]
+    stats = CorpusStats.from_docs(docs)
+    for query in [
+        "go",
+        "绿茶",
+        "寿司 food",
+        "montréal café",
+        "go gadget go",
+        "한국어",
+        "green 绿茶",
+    ]:
+        terms = QueryTerms.build(query)
+        for text, tp, doc in zip(texts, topics, docs, strict=True):
+            rebuilt = keyword_doc(fts_document(text), topics_document(tp))
+            assert rebuilt.content_tf == doc.content_tf and rebuilt.topic_tf == doc.topic_tf
+            assert keyword_score(terms, rebuilt, stats) == keyword_score(terms, doc, stats)
+
+
+def test_search_matches_the_in_memory_reference(tmp_path):
+    rng = random.Random(7)
+    words = "tea coffee go rust python hiking alps paris lyon cat dog jazz blues bread db".split()
+    reference = InMemoryMemoryService(HashingEmbeddings(), limits=Limits(capacity=None))
+    svc = SQLiteMemoryService(tmp_path / "m.db", HashingEmbeddings(), limits=Limits(capacity=None))
+    for i in range(60):
+        text = " ".join(rng.choice(words) for _ in range(rng.randint(2, 7))) + f" n{i}"
+        kind = rng.choice(["fact", "episode"])
+        event = T0 + timedelta(days=rng.randint(0, 30)) if kind == "episode" else None
+        topics = rng.sample(words, rng.randint(0, 2))
+        reference.add(ALICE, text, kind=kind, event_time=event, topics=topics)
+        svc.add(ALICE, text, kind=kind, event_time=event, topics=topics)
+    options = [
+        SearchOptions(),
+        SearchOptions(hybrid=True),
+        SearchOptions(hybrid=True, kind="episode", kind_fallback=True),
+        SearchOptions(hybrid=True, time_after=T0 + timedelta(days=10), max_results=20),
+        SearchOptions(hybrid=True, deduplicate=True, order_by_event_time=True),
+    ]
+    for query in ["tea coffee", "go rust python", "jazz", "hiking in the alps", "cat dog bread"]:
+        for opt in options:
+            want = [(e.text, round(e.score, 6)) for e in reference.search(ALICE, query, opt)]
+            got = [(e.text, round(e.score, 6)) for e in svc.search(ALICE, query, opt)]
+            assert got == want, (query, opt)
+    keyword_ref = InMemoryMemoryService(limits=Limits(capacity=None))
+    keyword_svc = SQLiteMemoryService(tmp_path / "k.db", limits=Limits(capacity=None))
+    for entry in reversed(reference.read(ALICE)):
+        keyword_ref.add(ALICE, entry.text, topics=entry.memory.topics)
+        keyword_svc.add(ALICE, entry.text, topics=entry.memory.topics)
+    for query in ["tea coffee", "go rust python", "jazz blues", "n1", "paris"]:
+        want = [(e.text, round(e.score, 6)) for e in keyword_ref.search(ALICE, query)]
+        got = [(e.text, round(e.score, 6)) for e in keyword_svc.search(ALICE, query)]
+        assert got == want, query
+    svc.close()
+    keyword_svc.close()
+
+
+def test_threads_with_separate_instances_never_see_locked(tmp_path):
+    path = tmp_path / "m.db"
+    SQLiteMemoryService(path).close()
+    errors: list[BaseException] = []
+
+    def writer(n: int) -> None:
+        svc = SQLiteMemoryService(path, limits=Limits(capacity=None))
+        try:
+            for i in range(25):
+                svc.add(ALICE, f"thread {n} fact {i}")
+                svc.add(ALICE, "everyone adds this")
+                svc.search(ALICE, f"thread {n}")
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+        finally:
+            svc.close()
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    svc = SQLiteMemoryService(path)
+    assert svc.count(ALICE) == 4 * 25 + 1
+    svc.close()
+
+
+def _process_writer(path: str, n: int, count: int) -> None:
+    svc = SQLiteMemoryService(path, HashingEmbeddings(), limits=Limits(capacity=None))
+    for i in range(count):
+        svc.add(UserKey("app", "shared"), f"process {n} memory {i}")
+        svc.add(UserKey("app", "shared"), "every process adds this one")
+        svc.add(UserKey("app", f"own-{n}"), f"private note {i}")
+    svc.close()
+
+
+@pytest.mark.slow
+def test_several_processes_share_one_file(tmp_path):
+    path = str(tmp_path / "m.db")
+    SQLiteMemoryService(path).close()
+    processes, count = 4, 30
+    ctx = multiprocessing.get_context("spawn")
+    workers = [ctx.Process(target=_process_writer, args=(path, n, count)) for n in range(processes)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(timeout=120)
+    assert [w.exitcode for w in workers] == [0] * processes
+    svc = SQLiteMemoryService(path)
+    assert svc.count(UserKey("app", "shared")) == processes * count + 1
+    for n in range(processes):
+        assert svc.count(UserKey("app", f"own-{n}")) == count
+    svc.close()
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        conn.execute("INSERT INTO memories_fts(memories_fts) VALUES ('integrity-check')")
+        live = conn.execute("SELECT count(*) FROM memories WHERE deleted_at IS NULL").fetchone()
+        assert conn.execute("SELECT count(*) FROM memories_fts").fetchone() == live

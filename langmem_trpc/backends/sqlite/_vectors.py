@@ -63,7 +63,7 @@ class UserVectors:
         """Best `pool` (rid, cosine clipped at 0) after the kind and time filters."""
         if not len(self.rids):
             return []
-        scores = self.matrix @ query
+        scores = np.maximum(self.matrix @ query, 0.0)  # clip first: ties then go to the oldest row
         mask: np.ndarray | None = None
         if kind is not None:
             mask = self.kinds == KIND_CODES[kind.value]
@@ -83,9 +83,7 @@ class UserVectors:
         best = np.argpartition(-scores, k - 1)[:k] if k < len(scores) else np.arange(len(scores))
         best = best[np.lexsort((self.rids[best], -scores[best]))]  # ties: oldest row first
         return [
-            (int(self.rids[i]), max(0.0, float(scores[i])))
-            for i in best
-            if math.isfinite(float(scores[i]))
+            (int(self.rids[i]), float(scores[i])) for i in best if math.isfinite(float(scores[i]))
         ]
 
 
