@@ -52,7 +52,11 @@ class ExtractionRequest:
 
 @runtime_checkable
 class Extractor(Protocol):
-    """Anything with `extract(request) -> list[MemoryOp]` (called in a worker thread)."""
+    """Anything with `extract(request) -> list[MemoryOp]` (called in a worker thread).
+
+    An extractor may set `uses_existing = False` when it ignores
+    `request.existing`; the worker then skips the existing-memory search.
+    """
 
     def extract(self, request: ExtractionRequest) -> list[MemoryOp]: ...
 
@@ -145,6 +149,9 @@ class VerbatimExtractor:
     participants the speaker's `name` when set. Records are de-duplicated only
     when identical, never merged by reconcile.
     """
+
+    uses_existing = False
+    """Raw turns need no existing memories: the worker skips that search."""
 
     def __init__(self, *, include_assistant: bool = False) -> None:
         self.include_assistant = include_assistant

@@ -217,7 +217,9 @@ def _run(
     if not all(check(context) for check in settings.checkers):
         report.status = JobStatus.SKIPPED_BY_CHECKER
         return
-    existing = load_existing(service, user, existing_query(delta.messages, settings.policy))
+    existing: list[Entry] = []
+    if getattr(extractor, "uses_existing", True):
+        existing = load_existing(service, user, existing_query(delta.messages, settings.policy))
     deadline.check("loading existing memories")
     request = ExtractionRequest(
         user, thread_id, delta.messages, existing, settings.policy, settings.actions, _utcnow()

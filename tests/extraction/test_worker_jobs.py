@@ -15,7 +15,7 @@ from langmem_trpc import (
     Operation,
     VerbatimExtractor,
 )
-from langmem_trpc.extraction import JobStatus
+from langmem_trpc.extraction import JobStatus, MemoryOp
 from langmem_trpc.testing import ScriptedChatModel, tool_call
 
 from .conftest import Crash, FlakyService
@@ -149,11 +149,24 @@ def test_search_failure_falls_back_to_recent_memories(service, user):
     assert "Likes tea" in model.calls[0][0].content
 
 
+class NeedsExisting:
+    """An instant extractor that reads the existing memories, as LLMExtractor does."""
+
+    def extract(self, request):
+        return [MemoryOp.add(m.content) for m in request.messages]
+
+
 def test_existing_load_failure_keeps_the_cursor(service, user):
     breaks = {"search": BackendError("down"), "read": BackendError("down too")}
-    report, cursor, worker = cursor_after_failure(service, user, VerbatimExtractor(), breaks)
+    report, cursor, worker = cursor_after_failure(service, user, NeedsExisting(), breaks)
     assert report.status == JobStatus.FAILED and "fallback read failed" in report.error
     assert cursor is None and service.count(user) == 0 and worker.stats().jobs_failed == 1
+
+
+def test_verbatim_extractor_skips_the_existing_memory_search(service, user):
+    breaks = {"search": BackendError("down"), "read": BackendError("down too")}
+    report, cursor, _ = cursor_after_failure(service, user, VerbatimExtractor(), breaks)
+    assert report.status == JobStatus.COMPLETED and cursor is not None
 
 
 def test_cursor_read_failure_fails_the_job(service, user):
