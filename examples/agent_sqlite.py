@@ -1,0 +1,104 @@
+"""Example 1: a `create_agent` agent with long-term memory on SQLite.
+
+* `MemoryPreloadMiddleware` puts the user's memories in the system message;
+* `create_memory_tools` lets the model search them;
+* `MemoryCheckpointer` hands each finished run to the background worker,
+  which extracts memories with `LLMExtractor`.
+
+Runs offline with scripted models; set OPENAI_API_KEY (or OPENAI_BASE_URL) to
+use a real model. Usage: python examples/agent_sqlite.py [DB_PATH]
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from langchain.agents import create_agent
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from langgraph.checkpoint.memory import InMemorySaver
+
+from langmem_trpc import (
+    AutoMemoryWorker,
+    LLMExtractor,
+    MemoryCheckpointer,
+    MemoryPreloadMiddleware,
+    SQLiteMemoryService,
+    UserKey,
+    create_memory_tools,
+)
+from langmem_trpc.testing import HashingEmbeddings, ScriptedChatModel, tool_call
+
+
+def remember_user_statements(messages: list[BaseMessage]) -> AIMessage:
+    """Offline stand-in for the extraction model: store what the user said about themselves."""
+    said = [
+        str(m.content) for m in messages if isinstance(m, HumanMessage) and "I " in str(m.content)
+    ]
+    calls = [
+        tool_call("memory_add", {"memory": f"The user said: {text}", "topics": ["diet"]})
+        for text in said
+    ]
+    return AIMessage("", tool_calls=calls)
+
+
+def models() -> tuple[BaseChatModel, BaseChatModel]:
+    if os.environ.get("OPENAI_API_KEY") or os.environ.get("OPENAI_BASE_URL"):
+        from langchain_openai import ChatOpenAI
+
+        model = ChatOpenAI(model=os.environ.get("OPENAI_MODEL", "gpt-4o-mini"), temperature=0)
+        return model, model
+    agent = ScriptedChatModel(
+        replies=[
+            "Got it, vegetarian and no peanuts.",
+            AIMessage("", tool_calls=[tool_call("memory_search", {"query": "diet allergies"})]),
+            "How about a chickpea curry? It is vegetarian and peanut-free.",
+        ]
+    )
+    return agent, ScriptedChatModel(replies=[], default=remember_user_statements)
+
+
+def settle(worker: AutoMemoryWorker, runs: int, timeout: float = 60.0) -> None:
+    """Wait until the worker finished `runs` jobs (a real app never needs to wait)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        s = worker.stats()
+        if s.jobs_run + s.jobs_nothing_new + s.jobs_skipped_by_checker + s.jobs_failed >= runs:
+            return
+        time.sleep(0.05)
+
+
+def main(db_path: Path) -> None:
+    service = SQLiteMemoryService(db_path, embeddings=HashingEmbeddings())
+    agent_model, extraction_model = models()
+    identity = {"app_name": "recipes", "user_id": "alice"}
+    with AutoMemoryWorker(service, LLMExtractor(extraction_model)) as worker:
+        agent = create_agent(
+            agent_model,
+            tools=create_memory_tools(service),
+            system_prompt="You are a cooking assistant.",
+            middleware=[MemoryPreloadMiddleware(service, preload=10)],
+            checkpointer=MemoryCheckpointer(InMemorySaver(), worker),
+        )
+        first = agent.invoke(
+            {"messages": [HumanMessage("I am vegetarian and I am allergic to peanuts.")]},
+            {"configurable": {"thread_id": "monday", **identity}},
+        )
+        print("monday:", first["messages"][-1].content)
+        settle(worker, runs=1)
+        for entry in service.read(UserKey("recipes", "alice")):
+            print("remembered:", entry.text)
+        second = agent.invoke(
+            {"messages": [HumanMessage("Suggest a dinner for tonight.")]},
+            {"configurable": {"thread_id": "friday", **identity}},
+        )
+        print("friday:", second["messages"][-1].content)
+    service.close()
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]) if len(sys.argv) > 1 else Path(tempfile.mkdtemp()) / "memories.db")

@@ -1,0 +1,86 @@
+"""Example 3: langmem's memory tools on `MemoryStore`, the BaseStore adapter.
+
+langmem's `create_manage_memory_tool` / `create_search_memory_tool` take a
+namespace template; `("{app_name}", "{user_id}")` maps onto the adapter's
+`(app_name, user_id, *scope)` layout, filled from `configurable`. The memories
+land in the same service the rest of langmem_trpc uses (hybrid search,
+history, the CLI).
+
+Runs offline with a scripted model; set OPENAI_API_KEY (or OPENAI_BASE_URL) to
+use a real one. Usage: python examples/langmem_store.py
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from langchain.agents import create_agent
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from langmem import create_manage_memory_tool, create_search_memory_tool
+
+from langmem_trpc import MemoryStore, SQLiteMemoryService, UserKey
+from langmem_trpc.testing import HashingEmbeddings, ScriptedChatModel, tool_call
+
+
+def update_found(messages: list[BaseMessage]) -> AIMessage:
+    found = json.loads(str(messages[-1].content))
+    args = {
+        "action": "update",
+        "id": found[0]["key"],
+        "content": "Prefers the window seat on long flights",
+    }
+    return AIMessage("", tool_calls=[tool_call("manage_memory", args)])
+
+
+def model() -> BaseChatModel:
+    if os.environ.get("OPENAI_API_KEY") or os.environ.get("OPENAI_BASE_URL"):
+        from langchain_openai import ChatOpenAI
+
+        return ChatOpenAI(model=os.environ.get("OPENAI_MODEL", "gpt-4o-mini"), temperature=0)
+    return ScriptedChatModel(
+        replies=[
+            AIMessage(
+                "", tool_calls=[tool_call("manage_memory", {"content": "Prefers the aisle seat"})]
+            ),
+            "Saved.",
+            AIMessage("", tool_calls=[tool_call("search_memory", {"query": "seat preference"})]),
+            update_found,
+            "Updated: window seat on long flights.",
+        ]
+    )
+
+
+def main() -> None:
+    service = SQLiteMemoryService(
+        Path(tempfile.mkdtemp()) / "store.db", embeddings=HashingEmbeddings()
+    )
+    store = MemoryStore(service)
+    namespace = ("{app_name}", "{user_id}")
+    agent = create_agent(
+        model(),
+        tools=[create_manage_memory_tool(namespace), create_search_memory_tool(namespace)],
+        store=store,
+    )
+    config = {"configurable": {"app_name": "travel", "user_id": "sam", "thread_id": "1"}}
+    agent.invoke({"messages": [HumanMessage("Remember that I like the aisle seat.")]}, config)
+    out = agent.invoke(
+        {"messages": [HumanMessage("Actually, window seat on long flights.")]}, config
+    )
+    print("agent:", out["messages"][-1].content)
+    for item in store.search(("travel", "sam")):
+        print("store item:", item.key, item.value)
+    for entry in service.read(UserKey("travel", "sam")):
+        print(
+            "service view:",
+            entry.text,
+            [h.operation.value for h in service.history(entry.user, entry.id)],
+        )
+    service.close()
+
+
+if __name__ == "__main__":
+    main()

