@@ -20,6 +20,7 @@ from langchain.agents import create_agent
 from langchain.agents.middleware import AgentMiddleware, ModelRequest
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
+from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.memory import InMemorySaver
 
 from ..extraction import AutoMemoryWorker, LLMExtractor
@@ -141,6 +142,14 @@ def _memory_block(messages: list[BaseMessage]) -> str:
     return text[text.index(BLOCK_BEGIN) : text.index(BLOCK_END) + len(BLOCK_END)]
 
 
+def _ask(agent: Any, text: str, thread_id: str) -> str:
+    config: RunnableConfig = {
+        "configurable": {"thread_id": thread_id, "app_name": USER.app_name, "user_id": USER.user_id}
+    }
+    result = agent.invoke({"messages": [HumanMessage(text)]}, config)
+    return str(result["messages"][-1].content)
+
+
 def run_demo(db_path: Path, *, out: Callable[[str], None] = print) -> None:
     """Run the two-thread Go upgrade conversation and print what memory did."""
     agent_model, extraction_model, note = _models()
@@ -149,7 +158,6 @@ def run_demo(db_path: Path, *, out: Callable[[str], None] = print) -> None:
     out(f"Store: {where}; user {USER}; the demo resets this user first")
     service.purge(USER)
     seen = _SeenByModel()
-    config = {"configurable": {"app_name": USER.app_name, "user_id": USER.user_id}}
     with AutoMemoryWorker(service, LLMExtractor(extraction_model)) as worker:
         agent = create_agent(
             agent_model,
@@ -159,18 +167,12 @@ def run_demo(db_path: Path, *, out: Callable[[str], None] = print) -> None:
             checkpointer=MemoryCheckpointer(InMemorySaver(), worker),
         )
         for runs, text in enumerate(THREAD_1, start=1):
-            reply = agent.invoke(
-                {"messages": [HumanMessage(text)]},
-                {**config, "configurable": {**config["configurable"], "thread_id": "thread-1"}},
-            )
-            out(f"\n[thread-1] user: {text}\n[thread-1] assistant: {reply['messages'][-1].content}")
+            out(f"\n[thread-1] user: {text}\n[thread-1] assistant: {_ask(agent, text, 'thread-1')}")
             _wait(worker, runs)
         start = len(seen.inputs)
-        reply = agent.invoke(
-            {"messages": [HumanMessage(THREAD_2)]},
-            {**config, "configurable": {**config["configurable"], "thread_id": "thread-2"}},
+        out(
+            f"\n[thread-2] user: {THREAD_2}\n[thread-2] assistant: {_ask(agent, THREAD_2, 'thread-2')}"
         )
-        out(f"\n[thread-2] user: {THREAD_2}\n[thread-2] assistant: {reply['messages'][-1].content}")
     out("\nWhat is remembered (with history):")
     for entry in service.read(USER):
         out(f"- [{entry.id}] {entry.text}  topics={list(entry.memory.topics)}")
