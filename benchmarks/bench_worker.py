@@ -22,9 +22,9 @@ from __future__ import annotations
 import argparse
 import statistics
 import tempfile
-import threading
 import time
 from collections.abc import Callable
+from datetime import datetime, timezone
 from pathlib import Path
 
 from langchain_core.messages import HumanMessage
@@ -102,9 +102,7 @@ def direct_rate(service: MemoryService, jobs: list) -> float:
     return len(jobs) / (time.perf_counter() - started)
 
 
-def started_at():  # noqa: ANN201 - tiny helper
-    from datetime import datetime, timezone
-
+def started_at() -> datetime:
     return datetime.now(timezone.utc)
 
 
