@@ -271,7 +271,7 @@ class AutoMemoryWorker:
         if self._try_put(job):
             return EnqueueResult.QUEUED
         task = asyncio.current_task()
-        cancelled = task is not None and task.cancelling() > 0
+        cancelled = task is not None and getattr(task, "cancelling", lambda: 0)() > 0  # 3.11+
         result = self._fallback(cancelled)
         if result == EnqueueResult.RAN_SYNC:
             self._counters.bump("jobs_sync")
