@@ -437,6 +437,24 @@ class MemoryServiceConformance:
         assert [h.operation for h in svc.history(ALICE, first.id)][-1] == Operation.DELETE
         svc.close()
 
+    # -- restore (lossless import) ---------------------------------------------
+
+    async def test_restore_writes_entries_back_exactly(self, client: Client) -> None:
+        entry = await client.add(ALICE, "Hiked Mont Blanc", kind=Kind.EPISODE, event_time=T0, topics=["trip"])
+        await client.update(ALICE, entry.id, "Hiked Mont Blanc with Bob", participants=["Bob"])
+        exported = await client.get(ALICE, entry.id)
+        history = await client.history(ALICE, entry.id)
+        await client.purge(ALICE)
+        restored = await client.restore(ALICE, exported, history)
+        assert restored == exported
+        assert await client.get(ALICE, entry.id) == exported
+        assert await client.history(ALICE, entry.id) == history
+        again = await client.add(
+            ALICE, "hiked mont blanc with bob", kind=Kind.EPISODE, event_time=T0, participants=["Bob"]
+        )
+        assert again.id == entry.id
+        assert [e.id for e in await client.search(ALICE, "Mont Blanc")] == [entry.id]
+
     # -- cursors -------------------------------------------------------------
 
     async def test_cursor_round_trip_per_user_and_thread(self, client: Client) -> None:
