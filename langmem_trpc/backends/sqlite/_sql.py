@@ -49,6 +49,8 @@ MIGRATIONS: list[tuple[str, ...]] = [
             location TEXT,
             metadata TEXT NOT NULL DEFAULT '{}',
             embedding BLOB,
+            content_doc TEXT NOT NULL DEFAULT '',
+            topic_doc TEXT NOT NULL DEFAULT '',
             content_len INTEGER NOT NULL DEFAULT 0,
             topic_len INTEGER NOT NULL DEFAULT 0,
             created_at INTEGER NOT NULL,
@@ -127,12 +129,13 @@ MIGRATIONS: list[tuple[str, ...]] = [
                     - CASE WHEN old.deleted_at IS NULL THEN old.topic_len ELSE 0 END
             WHERE app_name = old.app_name AND user_id = old.user_id;
         END""",
-        # The documents are the package tokenizer's output joined by spaces, each
-        # token prefixed with the user's scope; the ascii tokenizer only splits
+        # The documents (content_doc, topic_doc) are the package tokenizer's
+        # output joined by spaces; FTS indexes them with each token behind the
+        # user's prefix (lm_scoped), contentless. The ascii tokenizer only splits
         # on ASCII non-alphanumerics, so FTS sees exactly those tokens and every
         # term (and its document count) belongs to one (app_name, user_id).
         """CREATE VIRTUAL TABLE memories_fts USING fts5(
-            content, topics, tokenize = 'ascii'
+            content, topics, content = '', tokenize = 'ascii'
         )""",
     ),
 ]
@@ -154,9 +157,11 @@ USER = "app_name = ? AND user_id = ?"
 LIVE = USER + " AND deleted_at IS NULL"
 
 SELECT_BY_ID = f"SELECT {ENTRY_COLUMNS}, deleted_at, keyed FROM memories WHERE {USER} AND id = ?"
+"""Entry columns, then deleted_at (11) and keyed (12)."""
 SELECT_LIVE_BY_FINGERPRINT = (
-    f"SELECT {ENTRY_COLUMNS}, deleted_at, keyed FROM memories WHERE {LIVE} AND fingerprint = ?"
+    f"SELECT {ENTRY_COLUMNS}, content_doc, keyed FROM memories WHERE {LIVE} AND fingerprint = ?"
 )
+"""Entry columns, then content_doc (11) and keyed (12)."""
 SELECT_ANY_BY_FINGERPRINT = (
     f"SELECT {ENTRY_COLUMNS}, deleted_at, keyed FROM memories"
     f" WHERE {USER} AND fingerprint = ? ORDER BY rid LIMIT 1"
@@ -177,18 +182,22 @@ SELECT_SCAN = f"SELECT {ENTRY_COLUMNS} FROM memories WHERE {LIVE}"
 
 INSERT_MEMORY = """INSERT INTO memories (
     app_name, user_id, id, text, fingerprint, keyed, topics, kind, event_time, participants,
-    location, metadata, embedding, content_len, topic_len, created_at, updated_at
-) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"""
+    location, metadata, embedding, content_doc, topic_doc, content_len, topic_len, created_at,
+    updated_at
+) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"""
 UPDATE_CONTENT = """UPDATE memories SET
     text = ?, fingerprint = ?, topics = ?, kind = ?, event_time = ?, participants = ?,
-    location = ?, metadata = ?, embedding = ?, content_len = ?, topic_len = ?, updated_at = ?,
-    deleted_at = NULL
+    location = ?, metadata = ?, embedding = ?, content_doc = ?, topic_doc = ?, content_len = ?,
+    topic_len = ?, updated_at = ?, deleted_at = NULL
 WHERE rid = ?"""
 UPDATE_CONTENT_KEEP_EMBEDDING = """UPDATE memories SET
     text = ?, fingerprint = ?, topics = ?, kind = ?, event_time = ?, participants = ?,
-    location = ?, metadata = ?, content_len = ?, topic_len = ?, updated_at = ?
+    location = ?, metadata = ?, content_doc = ?, topic_doc = ?, content_len = ?, topic_len = ?,
+    updated_at = ?
 WHERE rid = ?"""
-UPDATE_TOPICS = "UPDATE memories SET topics = ?, topic_len = ?, updated_at = ? WHERE rid = ?"
+UPDATE_TOPICS = (
+    "UPDATE memories SET topics = ?, topic_doc = ?, topic_len = ?, updated_at = ? WHERE rid = ?"
+)
 UPDATE_EMBEDDING = "UPDATE memories SET embedding = ? WHERE rid = ? AND text = ?"
 SOFT_DELETE = "UPDATE memories SET deleted_at = ? WHERE rid = ?"
 SOFT_DELETE_ALL = f"UPDATE memories SET deleted_at = ? WHERE {LIVE}"
@@ -213,9 +222,15 @@ SELECT_MISSING_VECTORS = (
 # -- full-text index ------------------------------------------------------------
 
 FTS_INSERT = "INSERT INTO memories_fts (rowid, content, topics) VALUES (?, ?, ?)"
-FTS_DELETE = "DELETE FROM memories_fts WHERE rowid = ?"
-FTS_UPDATE_TOPICS = "UPDATE memories_fts SET topics = ? WHERE rowid = ?"
-FTS_DELETE_USER = f"DELETE FROM memories_fts WHERE rowid IN (SELECT rid FROM memories WHERE {LIVE})"
+_FTS_DELETE_COMMAND = (
+    "INSERT INTO memories_fts (memories_fts, rowid, content, topics)"
+    " SELECT 'delete', rid, lm_scoped(?, content_doc), lm_scoped(?, topic_doc) FROM memories"
+)
+FTS_UNINDEX = _FTS_DELETE_COMMAND + " WHERE rid = ? AND deleted_at IS NULL"
+"""Remove a row from the index; a no-op for deleted rows (they are not indexed).
+Params: prefix, prefix, rid. Must run before the row's documents change."""
+FTS_UNINDEX_USER = _FTS_DELETE_COMMAND + f" WHERE {LIVE}"
+"""Params: prefix, prefix, app_name, user_id."""
 FTS_COUNT = "SELECT count(*) FROM memories_fts WHERE memories_fts MATCH ?"
 FTS_RANK = "SELECT rowid FROM memories_fts WHERE memories_fts MATCH ?"
 """Best BM25 first, then `FTS_ORDER`; used when no kind or time filter applies."""
@@ -226,10 +241,8 @@ FTS_RANK_FILTERED = (
 """Followed by kind/time conditions on `m.`, then `FTS_ORDER`."""
 FTS_ORDER = " ORDER BY bm25(memories_fts, 1.0, 0.65) LIMIT ?"
 SELECT_CANDIDATES = (
-    f"SELECT {', '.join('m.' + c.strip() for c in ENTRY_COLUMNS.split(','))},"
-    " f.content, f.topics"
-    " FROM memories AS m CROSS JOIN memories_fts AS f ON f.rowid = m.rid"
-    " WHERE +m.app_name = ? AND +m.user_id = ? AND m.deleted_at IS NULL AND m.rid IN "
+    f"SELECT {ENTRY_COLUMNS}, content_doc, topic_doc FROM memories"
+    " WHERE +app_name = ? AND +user_id = ? AND deleted_at IS NULL AND rid IN "
 )
 """Rows and FTS documents of ranked candidates; followed by a `(?, ?, ...)` list."""
 
@@ -316,24 +329,38 @@ def memory_params(memory: Memory) -> tuple[Any, ...]:
     )
 
 
+def _json(text: str) -> Any:
+    if text == "[]":
+        return []
+    if text == "{}":
+        return {}
+    return json.loads(text)
+
+
 def row_to_entry(row: Sequence[Any], app_name: str, user_id: str) -> Entry:
-    """Build an Entry from the first len(ENTRY_COLUMNS) values of a row."""
-    memory = Memory(
+    """Build an Entry from the first len(ENTRY_COLUMNS) values of a row.
+
+    Rows were validated when written, so the models are constructed without
+    validating again (a search builds up to 60 of them per call).
+    """
+    memory = Memory.model_construct(
         text=row[2],
-        topics=json.loads(row[3]),
+        topics=_json(row[3]),
         kind=Kind(row[4]),
         event_time=from_us(row[5]),
-        participants=json.loads(row[6]),
+        participants=_json(row[6]),
         location=row[7],
-        metadata=json.loads(row[8]),
+        metadata=_json(row[8]),
     )
-    return Entry(
+    return Entry.model_construct(
         id=row[1],
         app_name=app_name,
         user_id=user_id,
         memory=memory,
         created_at=_required_time(row[9]),
         updated_at=_required_time(row[10]),
+        score=None,
+        rrf_score=None,
     )
 
 

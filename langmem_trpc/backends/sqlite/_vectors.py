@@ -63,7 +63,10 @@ class UserVectors:
         """Best `pool` (rid, cosine clipped at 0) after the kind and time filters."""
         if not len(self.rids):
             return []
-        scores = np.maximum(self.matrix @ query, 0.0)  # clip first: ties then go to the oldest row
+        # einsum, not `@`: BLAS would spread this small product over threads whose
+        # wake-up and spinning cost more than the product (10x at p50 on a busy host).
+        scores = np.einsum("ij,j->i", self.matrix, query)
+        scores = np.maximum(scores, 0.0, out=scores)  # clip first: ties go to the oldest row
         mask: np.ndarray | None = None
         if kind is not None:
             mask = self.kinds == KIND_CODES[kind.value]

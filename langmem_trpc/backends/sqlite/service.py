@@ -77,7 +77,7 @@ logger = logging.getLogger(__name__)
 Row = tuple[Any, ...]
 _ID, _TEXT, _TOPICS = 1, 2, 3
 _CREATED, _UPDATED, _DELETED, _KEYED = 9, 10, 11, 12
-_FTS_CONTENT, _FTS_TOPICS = 11, 12
+_CONTENT_DOC, _TOPIC_DOC = 11, 12
 _EMBED_BATCH = 256
 _DF_CACHE_USERS = 256
 _DF_CACHE_TOKENS = 4096
@@ -234,11 +234,18 @@ class SQLiteMemoryService(SyncMemoryService):
             update["memory"] = memory
         return entry.model_copy(update=update) if update else entry
 
-    def _index(self, conn: sqlite3.Connection, user: UserKey, rid: int, p: _Prepared) -> None:
+    @staticmethod
+    def _index(
+        conn: sqlite3.Connection, user: UserKey, rid: int, content: str, topics: str
+    ) -> None:
         prefix = scope_prefix(user)
-        conn.execute(
-            sql.FTS_INSERT, (rid, scoped(prefix, p.content_doc), scoped(prefix, p.topic_doc))
-        )
+        conn.execute(sql.FTS_INSERT, (rid, scoped(prefix, content), scoped(prefix, topics)))
+
+    @staticmethod
+    def _unindex(conn: sqlite3.Connection, user: UserKey, rid: int) -> None:
+        """Drop a live row from FTS; call before its documents change (no-op if deleted)."""
+        prefix = scope_prefix(user)
+        conn.execute(sql.FTS_UNINDEX, (prefix, prefix, rid))
 
     def _write_content(
         self,
@@ -248,32 +255,22 @@ class SQLiteMemoryService(SyncMemoryService):
         blob: bytes | None | _Keep,
         at: int,
         *,
-        was_live: bool,
         user: UserKey,
     ) -> None:
         """Replace a row's content (reviving it if deleted) and its FTS document."""
+        self._unindex(conn, user, rid)
+        docs = (p.content_doc, p.topic_doc, p.content_len, p.topic_len)
         if isinstance(blob, _Keep):
             conn.execute(
                 sql.UPDATE_CONTENT_KEEP_EMBEDDING,
-                (p.memory.text, p.fingerprint, *p.columns, p.content_len, p.topic_len, at, rid),
+                (p.memory.text, p.fingerprint, *p.columns, *docs, at, rid),
             )
         else:
             conn.execute(
                 sql.UPDATE_CONTENT,
-                (
-                    p.memory.text,
-                    p.fingerprint,
-                    *p.columns,
-                    blob,
-                    p.content_len,
-                    p.topic_len,
-                    at,
-                    rid,
-                ),
+                (p.memory.text, p.fingerprint, *p.columns, blob, *docs, at, rid),
             )
-        if was_live:
-            conn.execute(sql.FTS_DELETE, (rid,))
-        self._index(conn, user, rid, p)
+        self._index(conn, user, rid, p.content_doc, p.topic_doc)
 
     def _soft_delete(
         self,
@@ -286,8 +283,8 @@ class SQLiteMemoryService(SyncMemoryService):
         source: Source | None,
         at: int,
     ) -> None:
+        self._unindex(conn, user, rid)
         conn.execute(sql.SOFT_DELETE, (at, rid))
-        conn.execute(sql.FTS_DELETE, (rid,))
         self._history(conn, user, memory_id, op, text, None, source, at)
 
     def _make_room(self, conn: sqlite3.Connection, user: UserKey, at: int) -> None:
@@ -409,14 +406,14 @@ class SQLiteMemoryService(SyncMemoryService):
         at = sql.to_us(now)
         assert at is not None
         if row is not None and row[_DELETED] is None:  # explicit id, live: upsert in place
-            self._write_content(conn, row[0], p, blob, at, was_live=True, user=user)
+            self._write_content(conn, row[0], p, blob, at, user=user)
             self._history(
                 conn, user, row[_ID], Operation.UPDATE, row[_TEXT], p.memory.text, source, at
             )
             return self._entry(row, user, p.memory, updated_at=now)
         self._make_room(conn, user, at)
         if row is not None:  # revive a soft-deleted memory under its old id
-            self._write_content(conn, row[0], p, blob, at, was_live=False, user=user)
+            self._write_content(conn, row[0], p, blob, at, user=user)
             entry = self._entry(row, user, p.memory, updated_at=now)
         else:
             entry = Entry(
@@ -437,6 +434,8 @@ class SQLiteMemoryService(SyncMemoryService):
                     memory_id is not None,
                     *p.columns,
                     blob,
+                    p.content_doc,
+                    p.topic_doc,
                     p.content_len,
                     p.topic_len,
                     at,
@@ -444,7 +443,7 @@ class SQLiteMemoryService(SyncMemoryService):
                 ),
             )
             assert cursor.lastrowid is not None
-            self._index(conn, user, cursor.lastrowid, p)
+            self._index(conn, user, cursor.lastrowid, p.content_doc, p.topic_doc)
         self._history(conn, user, entry.id, Operation.ADD, None, p.memory.text, source, at)
         return entry
 
@@ -458,11 +457,12 @@ class SQLiteMemoryService(SyncMemoryService):
             return entry
         now = self._now()
         topic_doc = topics_document(merged)
+        self._unindex(conn, user, row[0])
         conn.execute(
             sql.UPDATE_TOPICS,
-            (sql.list_json(merged), len(topic_doc.split()), sql.to_us(now), row[0]),
+            (sql.list_json(merged), topic_doc, len(topic_doc.split()), sql.to_us(now), row[0]),
         )
-        conn.execute(sql.FTS_UPDATE_TOPICS, (scoped(scope_prefix(user), topic_doc), row[0]))
+        self._index(conn, user, row[0], row[_CONTENT_DOC], topic_doc)
         memory = entry.memory.model_copy(update={"topics": merged})
         return entry.model_copy(update={"memory": memory, "updated_at": now})
 
@@ -515,7 +515,7 @@ class SQLiteMemoryService(SyncMemoryService):
             now = self._now()
             at = sql.to_us(now)
             assert at is not None
-            self._write_content(conn, row[0], p, blob, at, was_live=True, user=user)
+            self._write_content(conn, row[0], p, blob, at, user=user)
             self._history(
                 conn, user, memory_id, Operation.UPDATE, row[_TEXT], memory.text, source, at
             )
@@ -551,8 +551,9 @@ class SQLiteMemoryService(SyncMemoryService):
             if not rows:
                 return 0
             at = sql.to_us(self._now())
+            prefix = scope_prefix(user)
+            conn.execute(sql.FTS_UNINDEX_USER, (prefix, prefix, *u))
             conn.execute(sql.SOFT_DELETE_ALL, (at, *u))
-            conn.executemany(sql.FTS_DELETE, [(rid,) for rid, _, _ in rows])
             encoded = sql.source_json(source)
             conn.executemany(
                 sql.INSERT_HISTORY,
@@ -576,8 +577,7 @@ class SQLiteMemoryService(SyncMemoryService):
                 conn.execute(sql.DELETE_HISTORY, (*u, memory_id))
                 if row is None:
                     return 0
-                if row[1] is None:
-                    conn.execute(sql.FTS_DELETE, (row[0],))
+                self._unindex(conn, user, row[0])
                 conn.execute(sql.DELETE_BY_RID, (row[0],))
                 return 1
 
@@ -585,7 +585,8 @@ class SQLiteMemoryService(SyncMemoryService):
 
         def purge_user(conn: sqlite3.Connection) -> int:
             count: int = conn.execute(sql.COUNT_USER_ROWS, u).fetchone()[0]
-            conn.execute(sql.FTS_DELETE_USER, u)
+            prefix = scope_prefix(user)
+            conn.execute(sql.FTS_UNINDEX_USER, (prefix, prefix, *u))
             conn.execute(sql.DELETE_USER, u)
             conn.execute(sql.DELETE_USER_HISTORY, u)
             conn.execute(sql.DELETE_USER_CURSORS, u)
@@ -627,8 +628,7 @@ class SQLiteMemoryService(SyncMemoryService):
         def work(conn: sqlite3.Connection) -> Entry:
             old = conn.execute(sql.SELECT_RID_BY_ID, (*u, entry.id)).fetchone()
             if old is not None:
-                if old[1] is None:
-                    conn.execute(sql.FTS_DELETE, (old[0],))
+                self._unindex(conn, user, old[0])
                 conn.execute(sql.DELETE_BY_RID, (old[0],))
             clash = conn.execute(sql.SELECT_LIVE_BY_FINGERPRINT, (*u, plain.fingerprint)).fetchone()
             p = keyed if clash is not None else plain
@@ -642,6 +642,8 @@ class SQLiteMemoryService(SyncMemoryService):
                     clash is not None,
                     *p.columns,
                     blob,
+                    p.content_doc,
+                    p.topic_doc,
                     p.content_len,
                     p.topic_len,
                     sql.to_us(entry.created_at),
@@ -649,7 +651,7 @@ class SQLiteMemoryService(SyncMemoryService):
                 ),
             )
             assert cursor.lastrowid is not None
-            self._index(conn, user, cursor.lastrowid, p)
+            self._index(conn, user, cursor.lastrowid, p.content_doc, p.topic_doc)
             conn.execute(sql.DELETE_HISTORY, (*u, entry.id))
             conn.executemany(sql.INSERT_HISTORY, events)
             return entry
@@ -950,7 +952,7 @@ class _Search:
         ).fetchall()
         scored: list[tuple[float, int, Row]] = []
         for row in rows:
-            doc = keyword_doc(row[_FTS_CONTENT], row[_FTS_TOPICS], len(prefix))
+            doc = keyword_doc(row[_CONTENT_DOC], row[_TOPIC_DOC])
             score = keyword_score(self.terms, doc, stats)
             if score <= 0:  # cannot happen for a token match; score it the long way to be sure
                 score = keyword_score(self.terms, self._full_doc(row), stats)
