@@ -1,0 +1,239 @@
+"""State and input validation shared by the sync and async halves of `PostgresMemoryService`.
+
+Every public method validates here and gets back an `Op` (a sans-I/O plan),
+so `sync.py` and `aio.py` hold nothing but the drivers that execute plans.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+from weakref import WeakSet
+
+from ...errors import ConfigurationError
+from ...service._core import (
+    Limits,
+    build_memory,
+    check_memory_id,
+    check_user,
+    patch_memory,
+    resolve_options,
+)
+from ...types import (
+    Entry,
+    ExtractionCursor,
+    HistoryEvent,
+    Kind,
+    Memory,
+    SearchOptions,
+    Source,
+    UserKey,
+)
+from . import _plans
+from ._plans import Op
+
+if TYPE_CHECKING:
+    from langchain_core.embeddings import Embeddings
+    from psycopg import AsyncConnection, Connection
+    from psycopg_pool import AsyncConnectionPool, ConnectionPool
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_EF_SEARCH = 100
+DEFAULT_EXACT_SEARCH_MAX = 10_000
+
+
+class PostgresBase:
+    """Configuration, pools and op builders; no I/O of its own."""
+
+    supports_vectors: bool
+
+    def __init__(
+        self,
+        conninfo_or_pool: str | ConnectionPool[Any] | AsyncConnectionPool[Any],
+        embeddings: Embeddings | None = None,
+        *,
+        limits: Limits | None = None,
+        dims: int | None = None,
+        pool_size: int = 10,
+        ef_search: int = DEFAULT_EF_SEARCH,
+        exact_search_max: int = DEFAULT_EXACT_SEARCH_MAX,
+    ) -> None:
+        from psycopg_pool import AsyncConnectionPool, ConnectionPool
+
+        self._sync_pool: ConnectionPool[Any] | None = None
+        self._async_pool: AsyncConnectionPool[Any] | None = None
+        self._owns_sync = self._owns_async = True
+        self._conninfo: Any  # a string, or what the given pool was built from
+        if isinstance(conninfo_or_pool, ConnectionPool):
+            self._sync_pool, self._owns_sync = conninfo_or_pool, False
+            self._conninfo = conninfo_or_pool.conninfo
+        elif isinstance(conninfo_or_pool, AsyncConnectionPool):
+            self._async_pool, self._owns_async = conninfo_or_pool, False
+            self._conninfo = conninfo_or_pool.conninfo
+        elif isinstance(conninfo_or_pool, str):
+            self._conninfo = conninfo_or_pool
+        else:
+            raise ConfigurationError(
+                "PostgresMemoryService needs a connection string, a psycopg_pool.ConnectionPool "
+                f"or an AsyncConnectionPool, not {type(conninfo_or_pool).__name__}"
+            )
+        if pool_size < 1 or ef_search < 1 or exact_search_max < 0:
+            raise ConfigurationError("pool_size and ef_search must be >= 1, exact_search_max >= 0")
+        self._embeddings = embeddings
+        self._limits = limits or Limits()
+        self._dims = dims
+        self._pool_size = pool_size
+        self._ef_search = ef_search
+        self._exact_search_max = exact_search_max
+        self._pool_lock = threading.Lock()
+        self._prepared: WeakSet[Connection[Any] | AsyncConnection[Any]] = WeakSet()
+        self.supports_vectors = embeddings is not None
+
+    @property
+    def session_settings(self) -> str:
+        """Per-connection settings: ANN recall and per-user filtering with pgvector 0.8."""
+        return (
+            f"SET hnsw.ef_search = {int(self._ef_search)}; SET hnsw.iterative_scan = relaxed_order"
+        )
+
+    # -- op builders (validation happens here, before any I/O) ---------------
+
+    def _op_setup(self) -> Op:
+        return Op(_plans.setup(self._dims, self._embeddings is not None), write=True)
+
+    def _op_add(
+        self,
+        user: UserKey,
+        text: str,
+        *,
+        topics: Sequence[str] | None = None,
+        kind: Kind | str = Kind.FACT,
+        event_time: datetime | str | None = None,
+        participants: Sequence[str] | None = None,
+        location: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        memory_id: str | None = None,
+        source: Source | None = None,
+    ) -> Op:
+        user = check_user(user)
+        if memory_id is not None:
+            check_memory_id(memory_id)
+        memory = build_memory(
+            text,
+            limits=self._limits,
+            topics=topics,
+            kind=kind,
+            event_time=event_time,
+            participants=participants,
+            location=location,
+            metadata=metadata,
+        )
+        plan = _plans.add(
+            user, memory, memory_id, source, self._limits, self._embeddings is not None
+        )
+        return Op(plan, write=True)
+
+    def _op_update(
+        self,
+        user: UserKey,
+        memory_id: str,
+        text: str,
+        *,
+        topics: Sequence[str] | None = None,
+        kind: Kind | str | None = None,
+        event_time: datetime | str | None = None,
+        participants: Sequence[str] | None = None,
+        location: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        source: Source | None = None,
+    ) -> Op:
+        user = check_user(user)
+        check_memory_id(memory_id)
+        limits = self._limits
+
+        def patch(current: Memory) -> Memory:
+            return patch_memory(
+                current,
+                text,
+                limits=limits,
+                topics=topics,
+                kind=kind,
+                event_time=event_time,
+                participants=participants,
+                location=location,
+                metadata=metadata,
+            )
+
+        plan = _plans.update(user, memory_id, patch, source, self._embeddings is not None)
+        return Op(plan, write=True)
+
+    def _op_delete(self, user: UserKey, memory_id: str, source: Source | None) -> Op:
+        return Op(_plans.delete(check_user(user), check_memory_id(memory_id), source), write=True)
+
+    def _op_clear(self, user: UserKey, source: Source | None) -> Op:
+        return Op(_plans.clear(check_user(user), source), write=True)
+
+    def _op_purge(self, user: UserKey, memory_id: str | None) -> Op:
+        user = check_user(user)
+        if memory_id is not None:
+            check_memory_id(memory_id)
+        return Op(_plans.purge(user, memory_id), write=True)
+
+    def _op_get(self, user: UserKey, memory_id: str) -> Op:
+        return Op(_plans.get(check_user(user), check_memory_id(memory_id)), write=False)
+
+    def _op_read(self, user: UserKey, limit: int | None) -> Op:
+        return Op(_plans.read(check_user(user), limit), write=False)
+
+    def _op_search(self, user: UserKey, query: str | None, options: SearchOptions | None) -> Op:
+        user = check_user(user)
+        resolved = resolve_options(query, options)
+        plan = _plans.search(user, resolved, self._embeddings is not None, self._exact_search_max)
+        return Op(plan, write=False)
+
+    def _op_history(self, user: UserKey, memory_id: str) -> Op:
+        return Op(_plans.history(check_user(user), check_memory_id(memory_id)), write=False)
+
+    def _op_count(self, user: UserKey) -> Op:
+        return Op(_plans.count(check_user(user)), write=False)
+
+    def _op_users(self, app_name: str | None) -> Op:
+        return Op(_plans.users(app_name), write=False)
+
+    def _op_get_cursor(self, user: UserKey, thread_id: str) -> Op:
+        return Op(_plans.get_cursor(check_user(user), thread_id), write=False)
+
+    def _op_restore(self, user: UserKey, entry: Entry, history: Sequence[HistoryEvent]) -> Op:
+        user = check_user(user)
+        check_memory_id(entry.id)
+        entry = entry.model_copy(
+            update={
+                "app_name": user.app_name,
+                "user_id": user.user_id,
+                "score": None,
+                "rrf_score": None,
+            }
+        )
+        return Op(
+            _plans.restore(user, entry, list(history), self._embeddings is not None), write=True
+        )
+
+    def _op_set_cursor(self, user: UserKey, cursor: ExtractionCursor) -> Op:
+        return Op(_plans.set_cursor(check_user(user), cursor), write=True)
+
+
+def backend_error(exc: Exception) -> Exception:
+    """Driver error -> our error tree, never echoing SQL text or connection strings."""
+    from psycopg import errors
+
+    if isinstance(exc, (errors.UndefinedTable, errors.UndefinedObject, errors.UndefinedFunction)):
+        return ConfigurationError(
+            "the langmem_trpc tables are missing or outdated: call setup() (or asetup()) once"
+        )
+    from ...errors import BackendError
+
+    return BackendError(f"PostgreSQL operation failed ({type(exc).__name__})")

@@ -1,0 +1,146 @@
+"""Bulk load: many memories of one user in one INSERT ... SELECT FROM jsonb_to_recordset.
+
+One statement per batch (no per-row round trips), idempotent through the
+live-fingerprint unique index (`ON CONFLICT DO NOTHING`), one history event
+per new row. Soft-deleted content is not revived here; `add` does that.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from psycopg.types.json import Jsonb
+
+from ...errors import CapacityExceededError, InvalidMemoryError
+from ...service._core import Limits, build_memory, check_user, fingerprint, new_memory_id, utcnow
+from ...service._search import KeywordDoc
+from ...types import Memory, Operation, Source, UserKey
+from . import _sql
+from ._plans import Op, Plan, Sql
+
+BULK_INSERT = """
+WITH input AS (
+    SELECT * FROM jsonb_to_recordset(%(rows)s) AS t(
+        id text, text text, fp text, topics text[], kind text, event_time timestamptz,
+        participants text[], location text, metadata jsonb, embedding real[],
+        content_terms text[], topic_terms text[], content_len integer, topic_len integer)),
+ins AS (
+    INSERT INTO langmem_memories (
+        app_name, user_id, id, text, fingerprint, keyed, topics, kind, event_time, participants,
+        location, metadata, embedding, content_terms, topic_terms, content_len, topic_len,
+        created_at, updated_at)
+    SELECT %(app)s, %(user)s, id, text, fp, false, topics, kind, event_time, participants,
+        location, metadata, embedding::vector, content_terms, topic_terms, content_len, topic_len,
+        %(now)s, %(now)s
+    FROM input
+    ON CONFLICT (app_name, user_id, fingerprint) WHERE deleted_at IS NULL DO NOTHING
+    RETURNING id, text)
+INSERT INTO langmem_history (app_name, user_id, memory_id, operation, text_before, text_after, at, source)
+SELECT %(app)s, %(user)s, id, %(op)s, NULL, text, %(now)s, %(source)s FROM ins
+RETURNING 1"""
+
+
+@dataclass(frozen=True)
+class Batch:
+    user: UserKey
+    rows: list[dict[str, Any]]
+
+    @property
+    def texts(self) -> list[str]:
+        return [r["text"] for r in self.rows]
+
+    def with_vectors(self, vectors: Sequence[Sequence[float]]) -> Batch:
+        if len(vectors) != len(self.rows):
+            raise InvalidMemoryError(
+                "vectors", f"has {len(vectors)} items for {len(self.rows)} memories"
+            )
+        return replace(
+            self,
+            rows=[
+                {**r, "embedding": [float(x) for x in v]}
+                for r, v in zip(self.rows, vectors, strict=True)
+            ],
+        )
+
+
+def prepare(
+    user: UserKey,
+    memories: Sequence[Memory],
+    vectors: Sequence[Sequence[float]] | None,
+    embed: bool,
+    limits: Limits,
+) -> Batch:
+    """Validate everything up front, so a bad item rejects the whole batch before any write."""
+    user = check_user(user)
+    rows = []
+    for i, memory in enumerate(memories):
+        if not isinstance(memory, Memory):
+            raise InvalidMemoryError(
+                f"memories[{i}]", f"expected Memory, got {type(memory).__name__}"
+            )
+        memory = build_memory(
+            memory.text,
+            limits=limits,
+            topics=memory.topics,
+            kind=memory.kind,
+            event_time=memory.event_time,
+            participants=memory.participants,
+            location=memory.location,
+            metadata=memory.metadata,
+        )
+        doc = KeywordDoc.build(memory.text, memory.topics)
+        rows.append(
+            {
+                "id": new_memory_id(),
+                "text": memory.text,
+                "fp": fingerprint(memory),
+                "topics": memory.topics,
+                "kind": memory.kind.value,
+                "event_time": memory.event_time.isoformat() if memory.event_time else None,
+                "participants": memory.participants,
+                "location": memory.location,
+                "metadata": memory.metadata,
+                "embedding": None,
+                "content_terms": sorted(doc.content_tf),
+                "topic_terms": sorted(doc.topic_tf),
+                "content_len": doc.content_len,
+                "topic_len": doc.topic_len,
+            }
+        )
+    batch = Batch(user, rows)
+    if vectors is not None:
+        if not embed:
+            raise InvalidMemoryError(
+                "vectors", "given, but the service has no embedder (keyword-only)"
+            )
+        batch = batch.with_vectors(vectors)
+    return batch
+
+
+def _plan(batch: Batch, source: Source | None, limits: Limits) -> Plan[int]:
+    user = batch.user
+    if not batch.rows:
+        return 0
+    yield Sql(_sql.USER_LOCK, _sql.user_params(user))
+    if limits.capacity is not None:
+        rows = yield Sql(_sql.LIVE_COUNT, _sql.user_params(user))
+        live = int(rows[0]["live_count"]) if rows else 0
+        if live + len(batch.rows) > limits.capacity:
+            raise CapacityExceededError(limits.capacity)
+    inserted = yield Sql(
+        BULK_INSERT,
+        _sql.user_params(
+            user,
+            rows=Jsonb(batch.rows),
+            now=utcnow(),
+            op=Operation.ADD.value,
+            source=_sql.source_json(source),
+        ),
+    )
+    return len(inserted)
+
+
+def op(batch: Batch, source: Source | None, limits: Limits) -> Op:
+    return Op(_plan(batch, source, limits), write=True)

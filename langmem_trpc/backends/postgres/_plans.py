@@ -1,0 +1,387 @@
+"""Every operation as a sans-I/O plan, shared by the sync and async drivers.
+
+A plan is a generator: it yields `Sql` (run it, send back the rows) or
+`Embed` (embed these texts, send back the vectors) and returns the result.
+The drivers in `sync.py` and `aio.py` only execute steps, so the logic of
+each operation exists once. Validation happens before the first yield, so
+bad input never opens a transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, TypeVar
+
+from ...errors import (
+    CapacityExceededError,
+    ConfigurationError,
+    MemoryConflictError,
+    MemoryNotFoundError,
+)
+from ...service._core import Limits, fingerprint, new_memory_id, utcnow
+from ...service._search import Legs, execute_search
+from ...types import (
+    Entry,
+    ExtractionCursor,
+    HistoryEvent,
+    Kind,
+    Memory,
+    Operation,
+    SearchOptions,
+    Source,
+    UserKey,
+    canonical_topics,
+)
+from . import _sql
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Sql:
+    """Run one statement; the driver sends back its rows (dicts), or [] without a result set."""
+
+    sql: str
+    params: dict[str, Any] | Sequence[Any] | None = None
+
+
+@dataclass(frozen=True)
+class Embed:
+    """Embed texts with the service's embedder; the driver sends back the vectors."""
+
+    texts: list[str]
+    query: bool = False
+
+
+Step = Sql | Embed
+Plan = Generator[Step, Any, T]
+
+
+@dataclass(frozen=True)
+class Op:
+    """A plan plus whether it writes (writes run in one transaction)."""
+
+    plan: Plan[Any]
+    write: bool
+
+
+# --- writes ----------------------------------------------------------------
+
+
+def _history(
+    user: UserKey,
+    memory_id: str,
+    op: Operation,
+    before: str | None,
+    after: str | None,
+    source: Source | None,
+    now: datetime,
+) -> Sql:
+    return Sql(
+        _sql.INSERT_HISTORY, _sql.history_params(user, memory_id, op, before, after, source, now)
+    )
+
+
+def _make_room(user: UserKey, limits: Limits, now: datetime) -> Plan[None]:
+    """Capacity policy, under the per-user lock the caller already holds."""
+    if limits.capacity is None:
+        return
+    rows = yield Sql(_sql.LIVE_COUNT, _sql.user_params(user))
+    live = int(rows[0]["live_count"]) if rows else 0
+    if live < limits.capacity:
+        return
+    if limits.on_capacity == "error":
+        raise CapacityExceededError(limits.capacity)
+    evicted = yield Sql(_sql.EVICT_OLDEST, _sql.user_params(user, now=now))
+    for row in evicted:
+        yield _history(
+            user, row["id"], Operation.DELETE, row["text"], None, Source(actor="capacity"), now
+        )
+
+
+def _embed_one(text: str, enabled: bool) -> Plan[list[float] | None]:
+    if not enabled:
+        return None
+    vectors = yield Embed([text])
+    return list(vectors[0])
+
+
+def add(
+    user: UserKey,
+    memory: Memory,
+    memory_id: str | None,
+    source: Source | None,
+    limits: Limits,
+    embed: bool,
+) -> Plan[Entry]:
+    """Idempotent add by content fingerprint; explicit ids are upserts; deleted content revives."""
+    fp = fingerprint(memory, memory_id)
+    vector = yield from _embed_one(memory.text, embed)
+    now = utcnow()
+    content = _sql.memory_params(memory, fp, vector)
+    yield Sql(_sql.USER_LOCK, _sql.user_params(user))
+    existing: dict[str, Any] | None = None
+    if memory_id is not None:
+        rows = yield Sql(_sql.SELECT_BY_ID, _sql.user_params(user, id=memory_id))
+        existing = rows[0] if rows else None
+        if existing is not None and existing["deleted_at"] is None:
+            updated = yield Sql(
+                _sql.REWRITE_MEMORY, _sql.user_params(user, id=memory_id, now=now, **content)
+            )
+            yield _history(
+                user, memory_id, Operation.UPDATE, existing["text"], memory.text, source, now
+            )
+            return _sql.entry_from_row(updated[0])
+    else:
+        live = yield Sql(_sql.SELECT_LIVE_BY_FINGERPRINT, _sql.user_params(user, fp=fp))
+        if live:
+            return (yield from _refresh_topics(user, live[0], memory, now))
+        deleted = yield Sql(_sql.SELECT_DELETED_BY_FINGERPRINT, _sql.user_params(user, fp=fp))
+        existing = deleted[0] if deleted else None
+    yield from _make_room(user, limits, now)
+    if existing is not None:  # revive a soft-deleted memory under its old id
+        rows = yield Sql(
+            _sql.REWRITE_MEMORY, _sql.user_params(user, id=existing["id"], now=now, **content)
+        )
+    else:
+        new_id = memory_id or new_memory_id()
+        rows = yield Sql(
+            _sql.INSERT_MEMORY,
+            _sql.user_params(user, id=new_id, keyed=memory_id is not None, now=now, **content),
+        )
+        if not rows:  # a writer outside the per-user lock (bulk load) got there first
+            live = yield Sql(_sql.SELECT_LIVE_BY_FINGERPRINT, _sql.user_params(user, fp=fp))
+            return (yield from _refresh_topics(user, live[0], memory, now))
+    entry = _sql.entry_from_row(rows[0])
+    yield _history(user, entry.id, Operation.ADD, None, memory.text, source, now)
+    return entry
+
+
+def _refresh_topics(user: UserKey, row: _sql.Row, memory: Memory, now: datetime) -> Plan[Entry]:
+    entry = _sql.entry_from_row(row)
+    merged = canonical_topics([*entry.memory.topics, *memory.topics])
+    if merged == entry.memory.topics:
+        return entry
+    new_memory = entry.memory.model_copy(update={"topics": merged})
+    rows = yield Sql(
+        _sql.SET_TOPICS,
+        _sql.user_params(user, id=entry.id, now=now, **_sql.topic_params(new_memory)),
+    )
+    return _sql.entry_from_row(rows[0])
+
+
+def update(
+    user: UserKey,
+    memory_id: str,
+    patch: Any,
+    source: Source | None,
+    embed: bool,
+) -> Plan[Entry]:
+    """In-place change; the id never changes. `patch(current) -> Memory` validates the new fields."""
+    rows = yield Sql(_sql.SELECT_LIVE_BY_ID, _sql.user_params(user, id=memory_id))
+    if not rows:
+        raise MemoryNotFoundError(memory_id)
+    memory: Memory = patch(_sql.memory_from_row(rows[0]))
+    vector = yield from _embed_one(memory.text, embed and memory.text != rows[0]["text"])
+    yield Sql(_sql.USER_LOCK, _sql.user_params(user))
+    rows = yield Sql(_sql.SELECT_LIVE_BY_ID, _sql.user_params(user, id=memory_id))
+    if not rows:
+        raise MemoryNotFoundError(memory_id)
+    current = rows[0]
+    memory = patch(_sql.memory_from_row(current))
+    fp = fingerprint(memory, memory_id if current["keyed"] else None)
+    clash = yield Sql(_sql.SELECT_CONFLICT, _sql.user_params(user, fp=fp, id=memory_id))
+    if clash:
+        raise MemoryConflictError(memory_id, clash[0]["id"])
+    now = utcnow()
+    content = _sql.memory_params(memory, fp, vector)
+    sql = _sql.REWRITE_MEMORY
+    if memory.text == current["text"] or not embed:
+        sql = _sql.REWRITE_MEMORY.replace(", embedding = %(embedding)s::vector", "")
+    updated = yield Sql(sql, _sql.user_params(user, id=memory_id, now=now, **content))
+    yield _history(user, memory_id, Operation.UPDATE, current["text"], memory.text, source, now)
+    return _sql.entry_from_row(updated[0])
+
+
+def delete(user: UserKey, memory_id: str, source: Source | None) -> Plan[bool]:
+    now = utcnow()
+    yield Sql(_sql.USER_LOCK, _sql.user_params(user))
+    rows = yield Sql(_sql.SOFT_DELETE, _sql.user_params(user, id=memory_id, now=now))
+    if not rows:
+        return False
+    yield _history(user, memory_id, Operation.DELETE, rows[0]["text"], None, source, now)
+    return True
+
+
+def clear(user: UserKey, source: Source | None) -> Plan[int]:
+    yield Sql(_sql.USER_LOCK, _sql.user_params(user))
+    rows = yield Sql(
+        _sql.CLEAR_USER, _sql.user_params(user, now=utcnow(), source=_sql.source_json(source))
+    )
+    return len(rows)
+
+
+def purge(user: UserKey, memory_id: str | None) -> Plan[int]:
+    yield Sql(_sql.USER_LOCK, _sql.user_params(user))
+    if memory_id is not None:
+        rows = yield Sql(_sql.PURGE_ONE, _sql.user_params(user, id=memory_id))
+        return int(rows[0]["n"])
+    rows = yield Sql(_sql.PURGE_USER, _sql.user_params(user))
+    yield Sql(_sql.DELETE_STATS, _sql.user_params(user))
+    return int(rows[0]["n"])
+
+
+def restore(
+    user: UserKey, entry: Entry, events: Sequence[HistoryEvent], embed: bool
+) -> Plan[Entry]:
+    """Write an exported entry back exactly (id, timestamps, content) and replace its history.
+
+    If another live memory already holds the same content, the restored one
+    keeps its own identity (its fingerprint includes its id), as in the reference.
+    """
+    vector = yield from _embed_one(entry.memory.text, embed)
+    yield Sql(_sql.USER_LOCK, _sql.user_params(user))
+    yield Sql(_sql.DELETE_ROW, _sql.user_params(user, id=entry.id))
+    yield Sql(_sql.DELETE_ROW_HISTORY, _sql.user_params(user, id=entry.id))
+    fp = fingerprint(entry.memory)
+    clash = yield Sql(_sql.SELECT_CONFLICT, _sql.user_params(user, fp=fp, id=entry.id))
+    keyed = bool(clash)
+    if keyed:
+        fp = fingerprint(entry.memory, entry.id)
+    content = _sql.memory_params(entry.memory, fp, vector)
+    yield Sql(
+        _sql.RESTORE_MEMORY,
+        _sql.user_params(
+            user,
+            id=entry.id,
+            keyed=keyed,
+            created=entry.created_at,
+            updated=entry.updated_at,
+            **content,
+        ),
+    )
+    for event in events:
+        yield _history(
+            user,
+            entry.id,
+            event.operation,
+            event.text_before,
+            event.text_after,
+            event.source,
+            event.at,
+        )
+    return entry
+
+
+def set_cursor(user: UserKey, cursor: ExtractionCursor) -> Plan[None]:
+    yield Sql(_sql.UPSERT_CURSOR, _sql.cursor_params(user, cursor, utcnow()))
+
+
+# --- reads -----------------------------------------------------------------
+
+
+def get(user: UserKey, memory_id: str) -> Plan[Entry | None]:
+    rows = yield Sql(_sql.SELECT_LIVE_BY_ID, _sql.user_params(user, id=memory_id))
+    return _sql.entry_from_row(rows[0]) if rows else None
+
+
+def read(user: UserKey, limit: int | None) -> Plan[list[Entry]]:
+    rows = yield Sql(
+        _sql.READ_LIVE, _sql.user_params(user, limit=limit if limit and limit > 0 else None)
+    )
+    return [_sql.entry_from_row(r) for r in rows]
+
+
+def count(user: UserKey) -> Plan[int]:
+    rows = yield Sql(_sql.LIVE_COUNT, _sql.user_params(user))
+    return int(rows[0]["live_count"]) if rows else 0
+
+
+def users(app_name: str | None) -> Plan[list[UserKey]]:
+    rows = yield Sql(_sql.SELECT_USERS, {"app": app_name})
+    return [UserKey(r["app_name"], r["user_id"]) for r in rows]
+
+
+def history(user: UserKey, memory_id: str) -> Plan[list[HistoryEvent]]:
+    rows = yield Sql(_sql.SELECT_HISTORY, _sql.user_params(user, id=memory_id))
+    return [_sql.history_from_row(r) for r in rows]
+
+
+def get_cursor(user: UserKey, thread_id: str) -> Plan[ExtractionCursor | None]:
+    rows = yield Sql(_sql.SELECT_CURSOR, _sql.user_params(user, thread=thread_id))
+    return _sql.cursor_from_row(rows[0]) if rows else None
+
+
+class _NeedFetch(Exception):
+    def __init__(self, kind: Kind | None, pool: int) -> None:
+        self.key = (kind, pool)
+
+
+def search(user: UserKey, options: SearchOptions, embed: bool, exact_max: int) -> Plan[list[Entry]]:
+    """The shared pipeline (`execute_search`) over one SQL round trip per leg fetch.
+
+    `execute_search` calls `fetch` synchronously, so the plan replays it with
+    the rows it has, and yields the statement for a missing fetch (the kind
+    fallback's second fetch) before replaying once more. Replays are pure.
+    """
+    if not options.query.strip():
+        return []
+    query_vector = None
+    if embed:
+        vectors = yield Embed([options.query], query=True)
+        query_vector = list(vectors[0])
+    fetched: dict[tuple[Kind | None, int], Legs] = {}
+
+    def fetch(kind: Kind | None, pool: int) -> Legs:
+        if (kind, pool) not in fetched:
+            raise _NeedFetch(kind, pool)
+        return fetched[(kind, pool)]
+
+    while True:
+        try:
+            return execute_search(options, fetch)
+        except _NeedFetch as need:
+            kind, pool = need.key
+            query = _sql.build_search(user, options, kind, pool, query_vector, exact_max)
+            rows = yield Sql(query.sql, query.params)
+            vector, keyword = _sql.legs_from_rows(query, rows)
+            fetched[need.key] = Legs(vector=vector, keyword=keyword)
+
+
+# --- setup -----------------------------------------------------------------
+
+
+def setup(dims: int | None, embed: bool) -> Plan[int | None]:
+    """Apply missing migrations in order, under a global advisory lock; returns the vector dims.
+
+    With an embedder and no explicit `dims`, one probe embedding fixes the dimension.
+    """
+    if dims is None and embed:
+        probe = yield Embed(["dimension probe"], query=True)
+        dims = len(probe[0])
+    yield Sql(_sql.SETUP_LOCK)
+    yield Sql(_sql.CREATE_EXTENSION)
+    yield Sql(_sql.CREATE_MIGRATIONS_TABLE)
+    rows = yield Sql(_sql.APPLIED_MIGRATIONS)
+    applied = {(r["scope"], r["version"]): r["checksum"] for r in rows}
+    scopes: list[tuple[str, list[str]]] = [(_sql.CORE_SCOPE, _sql.MIGRATIONS)]
+    existing_dims: int | None = None
+    if applied.get((_sql.VECTOR_SCOPE, 1)):
+        found = yield Sql(_sql.EMBEDDING_DIMS)
+        existing_dims = int(found[0]["dims"]) if found and found[0]["dims"] > 0 else None
+        if dims is not None and existing_dims is not None and dims != existing_dims:
+            raise ConfigurationError(
+                f"the database stores {existing_dims}-dimension embeddings but the embedder "
+                f"makes {dims}; use a fresh database or the matching embedder"
+            )
+    if dims is not None and existing_dims is None:
+        scopes.append((_sql.VECTOR_SCOPE, _sql.vector_migrations(dims)))
+    for scope, migrations in scopes:
+        for version, sql in enumerate(migrations, start=1):
+            if (scope, version) in applied:
+                continue
+            yield Sql(sql)
+            yield Sql(_sql.RECORD_MIGRATION, (scope, version, _sql.checksum(sql)))
+    return dims if dims is not None else existing_dims

@@ -1,0 +1,673 @@
+"""SQL text, migrations, parameter builders and row converters, shared by the sync and async paths.
+
+Nothing here does I/O. `MIGRATIONS` is append-only: position in the list is
+the version recorded in `langmem_migrations`; a shipped entry is never edited
+(a test pins their checksums). `vector_migrations(dims)` is the second,
+dimension-templated scope, applied once an embedder fixes the dimension.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timezone
+from typing import Any
+
+from psycopg.types.json import Jsonb
+
+from ...service._search import CorpusStats, KeywordDoc, QueryTerms, keyword_score
+from ...service._text import primary_tokens
+from ...types import (
+    Entry,
+    ExtractionCursor,
+    HistoryEvent,
+    Kind,
+    Memory,
+    Operation,
+    SearchOptions,
+    Source,
+    UserKey,
+)
+
+__all__ = [
+    "MIGRATIONS",
+    "Row",
+    "SearchQuery",
+    "build_search",
+    "checksum",
+    "entry_from_row",
+    "vector_migrations",
+]
+
+Row = Mapping[str, Any]
+Params = dict[str, Any]
+
+# --- migrations ------------------------------------------------------------
+
+CREATE_EXTENSION = "CREATE EXTENSION IF NOT EXISTS vector"
+
+CREATE_MIGRATIONS_TABLE = """
+CREATE TABLE IF NOT EXISTS langmem_migrations (
+    scope text NOT NULL,
+    version integer NOT NULL,
+    checksum text NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (scope, version)
+)"""
+
+SETUP_LOCK = "SELECT pg_advisory_xact_lock(7316402795)"
+APPLIED_MIGRATIONS = "SELECT scope, version, checksum FROM langmem_migrations"
+RECORD_MIGRATION = "INSERT INTO langmem_migrations (scope, version, checksum) VALUES (%s, %s, %s)"
+EMBEDDING_DIMS = """
+SELECT atttypmod AS dims FROM pg_attribute
+WHERE attrelid = 'langmem_memories'::regclass AND attname = 'embedding'"""
+
+MIGRATIONS: list[str] = [
+    # 1: memories. content_terms/topic_terms hold the package tokenizer's output
+    # (service/_text.py), so CJK bigrams and stopwords match the other backends;
+    # the tsvector is built from them verbatim, with no PostgreSQL parsing.
+    """
+CREATE TABLE langmem_memories (
+    app_name text NOT NULL,
+    user_id text NOT NULL,
+    id text NOT NULL,
+    text text NOT NULL,
+    fingerprint text NOT NULL,
+    keyed boolean NOT NULL DEFAULT false,
+    topics text[] NOT NULL DEFAULT '{}',
+    kind text NOT NULL,
+    event_time timestamptz,
+    participants text[] NOT NULL DEFAULT '{}',
+    location text,
+    metadata jsonb NOT NULL DEFAULT '{}',
+    embedding vector,
+    content_terms text[] NOT NULL DEFAULT '{}',
+    topic_terms text[] NOT NULL DEFAULT '{}',
+    content_len integer NOT NULL DEFAULT 0,
+    topic_len integer NOT NULL DEFAULT 0,
+    tsv tsvector GENERATED ALWAYS AS (
+        setweight(array_to_tsvector(content_terms), 'A') || setweight(array_to_tsvector(topic_terms), 'B')
+    ) STORED,
+    created_at timestamptz NOT NULL,
+    updated_at timestamptz NOT NULL,
+    deleted_at timestamptz,
+    PRIMARY KEY (app_name, user_id, id)
+);
+CREATE INDEX langmem_memories_user_updated ON langmem_memories (app_name, user_id, updated_at);
+CREATE UNIQUE INDEX langmem_memories_live_fingerprint
+    ON langmem_memories (app_name, user_id, fingerprint) WHERE deleted_at IS NULL;
+CREATE INDEX langmem_memories_tsv ON langmem_memories USING gin (tsv);
+""",
+    # 2: history events, oldest first by seq.
+    """
+CREATE TABLE langmem_history (
+    seq bigserial PRIMARY KEY,
+    app_name text NOT NULL,
+    user_id text NOT NULL,
+    memory_id text NOT NULL,
+    operation text NOT NULL,
+    text_before text,
+    text_after text,
+    at timestamptz NOT NULL,
+    source jsonb
+);
+CREATE INDEX langmem_history_memory ON langmem_history (app_name, user_id, memory_id, seq);
+""",
+    # 3: extraction cursors of the write path.
+    """
+CREATE TABLE langmem_cursors (
+    app_name text NOT NULL,
+    user_id text NOT NULL,
+    thread_id text NOT NULL,
+    last_message_id text,
+    last_message_digest text,
+    message_count integer NOT NULL DEFAULT 0,
+    last_extracted_at timestamptz,
+    updated_at timestamptz NOT NULL,
+    PRIMARY KEY (app_name, user_id, thread_id)
+);
+""",
+    # 4: per-user live count and field lengths (BM25 corpus stats, count(), users(),
+    # the exact-vs-HNSW choice), kept by statement-level triggers so bulk loads
+    # pay once per statement, not once per row.
+    """
+CREATE TABLE langmem_user_stats (
+    app_name text NOT NULL,
+    user_id text NOT NULL,
+    live_count bigint NOT NULL DEFAULT 0,
+    content_len_sum bigint NOT NULL DEFAULT 0,
+    topic_len_sum bigint NOT NULL DEFAULT 0,
+    PRIMARY KEY (app_name, user_id)
+);
+CREATE FUNCTION langmem_apply_stats() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP IN ('UPDATE', 'DELETE') THEN
+        INSERT INTO langmem_user_stats AS s (app_name, user_id, live_count, content_len_sum, topic_len_sum)
+        SELECT app_name, user_id, -count(*), -sum(content_len), -sum(topic_len)
+        FROM old_rows WHERE deleted_at IS NULL GROUP BY app_name, user_id
+        ON CONFLICT (app_name, user_id) DO UPDATE SET
+            live_count = s.live_count + excluded.live_count,
+            content_len_sum = s.content_len_sum + excluded.content_len_sum,
+            topic_len_sum = s.topic_len_sum + excluded.topic_len_sum;
+    END IF;
+    IF TG_OP IN ('UPDATE', 'INSERT') THEN
+        INSERT INTO langmem_user_stats AS s (app_name, user_id, live_count, content_len_sum, topic_len_sum)
+        SELECT app_name, user_id, count(*), sum(content_len), sum(topic_len)
+        FROM new_rows WHERE deleted_at IS NULL GROUP BY app_name, user_id
+        ON CONFLICT (app_name, user_id) DO UPDATE SET
+            live_count = s.live_count + excluded.live_count,
+            content_len_sum = s.content_len_sum + excluded.content_len_sum,
+            topic_len_sum = s.topic_len_sum + excluded.topic_len_sum;
+    END IF;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER langmem_stats_insert AFTER INSERT ON langmem_memories
+    REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION langmem_apply_stats();
+CREATE TRIGGER langmem_stats_update AFTER UPDATE ON langmem_memories
+    REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION langmem_apply_stats();
+CREATE TRIGGER langmem_stats_delete AFTER DELETE ON langmem_memories
+    REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION langmem_apply_stats();
+""",
+]
+
+VECTOR_SCOPE = "vector"
+CORE_SCOPE = "core"
+
+
+def vector_migrations(dims: int) -> list[str]:
+    """Append-only like MIGRATIONS; fixes the column dimension, then builds the HNSW index."""
+    return [
+        f"ALTER TABLE langmem_memories ALTER COLUMN embedding TYPE vector({int(dims)})",
+        """
+CREATE INDEX langmem_memories_embedding_hnsw ON langmem_memories
+    USING hnsw (embedding vector_cosine_ops) WITH (m = 16, ef_construction = 64)
+    WHERE deleted_at IS NULL
+""",
+    ]
+
+
+def checksum(sql: str) -> str:
+    """What `langmem_migrations` records, so an edited shipped migration is detectable."""
+    return hashlib.sha256(sql.strip().encode()).hexdigest()[:16]
+
+
+# --- writes ----------------------------------------------------------------
+
+USER_LOCK = "SELECT pg_advisory_xact_lock(hashtextextended(%(app)s || chr(31) || %(user)s, 0))"
+
+_COLUMNS = (
+    "id, app_name, user_id, text, topics, kind, event_time, participants, location, metadata, "
+    "keyed, created_at, updated_at"
+)
+_WHERE_USER = "app_name = %(app)s AND user_id = %(user)s"
+
+SELECT_LIVE_BY_FINGERPRINT = f"""
+SELECT {_COLUMNS} FROM langmem_memories
+WHERE {_WHERE_USER} AND fingerprint = %(fp)s AND deleted_at IS NULL"""
+
+SELECT_DELETED_BY_FINGERPRINT = f"""
+SELECT {_COLUMNS} FROM langmem_memories
+WHERE {_WHERE_USER} AND fingerprint = %(fp)s AND deleted_at IS NOT NULL
+ORDER BY deleted_at DESC, id LIMIT 1"""
+
+SELECT_BY_ID = (
+    f"SELECT {_COLUMNS}, deleted_at FROM langmem_memories WHERE {_WHERE_USER} AND id = %(id)s"
+)
+
+SELECT_LIVE_BY_ID = f"{SELECT_BY_ID} AND deleted_at IS NULL"
+
+SELECT_CONFLICT = f"""
+SELECT id FROM langmem_memories
+WHERE {_WHERE_USER} AND fingerprint = %(fp)s AND deleted_at IS NULL AND id <> %(id)s"""
+
+LIVE_COUNT = f"SELECT live_count FROM langmem_user_stats WHERE {_WHERE_USER}"
+
+EVICT_OLDEST = f"""
+UPDATE langmem_memories SET deleted_at = %(now)s
+WHERE {_WHERE_USER} AND id = (
+    SELECT id FROM langmem_memories WHERE {_WHERE_USER} AND deleted_at IS NULL
+    ORDER BY updated_at, created_at, id LIMIT 1)
+RETURNING id, text"""
+
+_CONTENT_SET = (
+    "text = %(text)s, fingerprint = %(fp)s, topics = %(topics)s, kind = %(kind)s, "
+    "event_time = %(event_time)s, participants = %(participants)s, location = %(location)s, "
+    "metadata = %(metadata)s, content_terms = %(content_terms)s, topic_terms = %(topic_terms)s, "
+    "content_len = %(content_len)s, topic_len = %(topic_len)s, updated_at = %(now)s"
+)
+
+INSERT_MEMORY = f"""
+INSERT INTO langmem_memories (
+    app_name, user_id, id, text, fingerprint, keyed, topics, kind, event_time, participants,
+    location, metadata, embedding, content_terms, topic_terms, content_len, topic_len,
+    created_at, updated_at)
+VALUES (
+    %(app)s, %(user)s, %(id)s, %(text)s, %(fp)s, %(keyed)s, %(topics)s, %(kind)s, %(event_time)s,
+    %(participants)s, %(location)s, %(metadata)s, %(embedding)s::vector, %(content_terms)s,
+    %(topic_terms)s, %(content_len)s, %(topic_len)s, %(now)s, %(now)s)
+ON CONFLICT (app_name, user_id, fingerprint) WHERE deleted_at IS NULL DO NOTHING
+RETURNING {_COLUMNS}"""
+
+RESTORE_MEMORY = """
+INSERT INTO langmem_memories (
+    app_name, user_id, id, text, fingerprint, keyed, topics, kind, event_time, participants,
+    location, metadata, embedding, content_terms, topic_terms, content_len, topic_len,
+    created_at, updated_at)
+VALUES (
+    %(app)s, %(user)s, %(id)s, %(text)s, %(fp)s, %(keyed)s, %(topics)s, %(kind)s, %(event_time)s,
+    %(participants)s, %(location)s, %(metadata)s, %(embedding)s::vector, %(content_terms)s,
+    %(topic_terms)s, %(content_len)s, %(topic_len)s, %(created)s, %(updated)s)"""
+
+DELETE_ROW = f"DELETE FROM langmem_memories WHERE {_WHERE_USER} AND id = %(id)s"
+
+DELETE_ROW_HISTORY = f"DELETE FROM langmem_history WHERE {_WHERE_USER} AND memory_id = %(id)s"
+
+REWRITE_MEMORY = f"""
+UPDATE langmem_memories SET {_CONTENT_SET}, embedding = %(embedding)s::vector, deleted_at = NULL
+WHERE {_WHERE_USER} AND id = %(id)s
+RETURNING {_COLUMNS}"""
+
+SET_TOPICS = f"""
+UPDATE langmem_memories SET topics = %(topics)s, topic_terms = %(topic_terms)s,
+    topic_len = %(topic_len)s, updated_at = %(now)s
+WHERE {_WHERE_USER} AND id = %(id)s
+RETURNING {_COLUMNS}"""
+
+SOFT_DELETE = f"""
+UPDATE langmem_memories SET deleted_at = %(now)s
+WHERE {_WHERE_USER} AND id = %(id)s AND deleted_at IS NULL
+RETURNING id, text"""
+
+INSERT_HISTORY = """
+INSERT INTO langmem_history (app_name, user_id, memory_id, operation, text_before, text_after, at, source)
+VALUES (%(app)s, %(user)s, %(id)s, %(op)s, %(before)s, %(after)s, %(now)s, %(source)s)"""
+
+CLEAR_USER = f"""
+WITH gone AS (
+    UPDATE langmem_memories SET deleted_at = %(now)s
+    WHERE {_WHERE_USER} AND deleted_at IS NULL
+    RETURNING id, text)
+INSERT INTO langmem_history (app_name, user_id, memory_id, operation, text_before, text_after, at, source)
+SELECT %(app)s, %(user)s, id, 'clear', text, NULL, %(now)s, %(source)s FROM gone
+RETURNING memory_id"""
+
+PURGE_ONE = f"""
+WITH gone AS (DELETE FROM langmem_memories WHERE {_WHERE_USER} AND id = %(id)s RETURNING id),
+     history AS (DELETE FROM langmem_history WHERE {_WHERE_USER} AND memory_id = %(id)s)
+SELECT count(*) AS n FROM gone"""
+
+PURGE_USER = f"""
+WITH gone AS (DELETE FROM langmem_memories WHERE {_WHERE_USER} RETURNING id),
+     history AS (DELETE FROM langmem_history WHERE {_WHERE_USER}),
+     cursors AS (DELETE FROM langmem_cursors WHERE {_WHERE_USER})
+SELECT count(*) AS n FROM gone"""
+
+DELETE_STATS = f"DELETE FROM langmem_user_stats WHERE {_WHERE_USER}"
+
+UPSERT_CURSOR = """
+INSERT INTO langmem_cursors (app_name, user_id, thread_id, last_message_id, last_message_digest,
+    message_count, last_extracted_at, updated_at)
+VALUES (%(app)s, %(user)s, %(thread)s, %(last_id)s, %(digest)s, %(count)s, %(extracted)s, %(now)s)
+ON CONFLICT (app_name, user_id, thread_id) DO UPDATE SET
+    last_message_id = excluded.last_message_id, last_message_digest = excluded.last_message_digest,
+    message_count = excluded.message_count, last_extracted_at = excluded.last_extracted_at,
+    updated_at = excluded.updated_at"""
+
+# --- reads -----------------------------------------------------------------
+
+READ_LIVE = f"""
+SELECT {_COLUMNS} FROM langmem_memories WHERE {_WHERE_USER} AND deleted_at IS NULL
+ORDER BY updated_at DESC, created_at DESC, id DESC LIMIT %(limit)s"""
+
+SELECT_HISTORY = f"""
+SELECT memory_id, operation, text_before, text_after, at, source FROM langmem_history
+WHERE {_WHERE_USER} AND memory_id = %(id)s ORDER BY seq"""
+
+SELECT_USERS = """
+SELECT app_name, user_id FROM langmem_user_stats
+WHERE live_count > 0 AND (%(app)s::text IS NULL OR app_name = %(app)s)
+ORDER BY app_name, user_id"""
+
+SELECT_CURSOR = """
+SELECT thread_id, last_message_id, last_message_digest, message_count, last_extracted_at, updated_at
+FROM langmem_cursors WHERE app_name = %(app)s AND user_id = %(user)s AND thread_id = %(thread)s"""
+
+
+def user_params(user: UserKey, **extra: Any) -> Params:
+    return {"app": user.app_name, "user": user.user_id, **extra}
+
+
+def vector_text(vector: Sequence[float] | None) -> str | None:
+    """pgvector's text form; sent as text and cast in SQL, so no adapter registration is needed."""
+    if vector is None:
+        return None
+    return "[" + ",".join(repr(float(x)) for x in vector) + "]"
+
+
+def terms_params(memory: Memory) -> Params:
+    """Pre-tokenised fields: what the tsvector indexes and the BM25 lengths."""
+    doc = KeywordDoc.build(memory.text, memory.topics)
+    return {
+        "content_terms": sorted(doc.content_tf),
+        "topic_terms": sorted(doc.topic_tf),
+        "content_len": doc.content_len,
+        "topic_len": doc.topic_len,
+    }
+
+
+def topic_params(memory: Memory) -> Params:
+    doc = KeywordDoc.build(memory.text, memory.topics)
+    return {
+        "topics": list(memory.topics),
+        "topic_terms": sorted(doc.topic_tf),
+        "topic_len": doc.topic_len,
+    }
+
+
+def memory_params(memory: Memory, fp: str, embedding: Sequence[float] | None) -> Params:
+    return {
+        "text": memory.text,
+        "fp": fp,
+        "topics": list(memory.topics),
+        "kind": memory.kind.value,
+        "event_time": memory.event_time,
+        "participants": list(memory.participants),
+        "location": memory.location,
+        "metadata": Jsonb(memory.metadata),
+        "embedding": vector_text(embedding),
+        **terms_params(memory),
+    }
+
+
+def history_params(
+    user: UserKey,
+    memory_id: str,
+    op: Operation,
+    before: str | None,
+    after: str | None,
+    source: Source | None,
+    now: datetime,
+) -> Params:
+    return user_params(
+        user,
+        id=memory_id,
+        op=op.value,
+        before=before,
+        after=after,
+        now=now,
+        source=None if source is None else Jsonb(source.model_dump(mode="json")),
+    )
+
+
+def source_json(source: Source | None) -> Jsonb | None:
+    return None if source is None else Jsonb(source.model_dump(mode="json"))
+
+
+def cursor_params(user: UserKey, cursor: ExtractionCursor, now: datetime) -> Params:
+    return user_params(
+        user,
+        thread=cursor.thread_id,
+        last_id=cursor.last_message_id,
+        digest=cursor.last_message_digest,
+        count=cursor.message_count,
+        extracted=cursor.last_extracted_at,
+        now=now,
+    )
+
+
+# --- row converters -----------------------------------------------------------
+
+
+def _utc(value: datetime) -> datetime:
+    return value.astimezone(timezone.utc)
+
+
+def memory_from_row(row: Row) -> Memory:
+    return Memory.model_construct(
+        text=row["text"],
+        topics=list(row["topics"]),
+        kind=Kind(row["kind"]),
+        event_time=None if row["event_time"] is None else _utc(row["event_time"]),
+        participants=list(row["participants"]),
+        location=row["location"],
+        metadata=dict(row["metadata"] or {}),
+    )
+
+
+def entry_from_row(row: Row) -> Entry:
+    return Entry.model_construct(
+        id=row["id"],
+        app_name=row["app_name"],
+        user_id=row["user_id"],
+        memory=memory_from_row(row),
+        created_at=_utc(row["created_at"]),
+        updated_at=_utc(row["updated_at"]),
+        score=None,
+        rrf_score=None,
+    )
+
+
+def history_from_row(row: Row) -> HistoryEvent:
+    source = row["source"]
+    return HistoryEvent(
+        memory_id=row["memory_id"],
+        operation=Operation(row["operation"]),
+        text_before=row["text_before"],
+        text_after=row["text_after"],
+        at=_utc(row["at"]),
+        source=None if source is None else Source.model_validate(source),
+    )
+
+
+def cursor_from_row(row: Row) -> ExtractionCursor:
+    return ExtractionCursor(
+        thread_id=row["thread_id"],
+        last_message_id=row["last_message_id"],
+        last_message_digest=row["last_message_digest"],
+        message_count=row["message_count"],
+        last_extracted_at=row["last_extracted_at"],
+        updated_at=row["updated_at"],
+    )
+
+
+# --- search ------------------------------------------------------------------
+
+_FILTERS = """
+      AND (%(kind)s::text IS NULL OR m.kind = %(kind)s)
+      AND (%(after)s::timestamptz IS NULL OR m.event_time IS NULL OR m.event_time >= %(after)s)
+      AND (%(before)s::timestamptz IS NULL OR m.event_time IS NULL OR m.event_time <= %(before)s)"""
+
+_LIVE_USER = "m.app_name = %(app)s AND m.user_id = %(user)s AND m.deleted_at IS NULL"
+
+_VECTOR_LEG = f"""
+vec_ann AS (
+    -- big users: the HNSW index, with pgvector 0.8 iterative scans so the
+    -- per-user filter does not starve the candidate list
+    SELECT m.id, m.embedding <=> %(q)s::vector AS dist
+    FROM langmem_memories m
+    WHERE {_LIVE_USER} {_FILTERS}
+      AND (SELECT n FROM stats) > %(exact_max)s
+    ORDER BY m.embedding <=> %(q)s::vector
+    LIMIT %(pool)s),
+vec_exact AS (
+    -- small users: exact distances over the user's rows (btree), no index recall loss
+    SELECT id, dist FROM (
+        SELECT m.id, m.embedding <=> %(q)s::vector AS dist
+        FROM langmem_memories m
+        WHERE {_LIVE_USER} {_FILTERS}
+          AND (SELECT n FROM stats) <= %(exact_max)s
+        OFFSET 0) e
+    ORDER BY dist, id
+    LIMIT %(pool)s),
+vec AS (
+    SELECT id, dist, row_number() OVER (ORDER BY dist, id) AS r
+    FROM (SELECT * FROM vec_ann UNION ALL SELECT * FROM vec_exact) u
+    WHERE dist IS NOT NULL AND dist <> 'NaN'::float8),"""
+
+_NO_VECTOR_LEG = """
+vec AS (SELECT NULL::text AS id, NULL::float8 AS dist, NULL::bigint AS r WHERE false),"""
+
+_KEYWORD_LEG = f"""
+kw AS (
+    SELECT id, row_number() OVER (ORDER BY rank DESC, id) AS r FROM (
+        SELECT m.id, ts_rank(m.tsv, %(tsq)s::tsquery) AS rank
+        FROM langmem_memories m
+        WHERE {_LIVE_USER} {_FILTERS}
+          AND (m.tsv @@ %(tsq)s::tsquery
+               OR (%(like)s::text[] IS NOT NULL
+                   AND lower(m.text || ' ' || array_to_string(m.topics, ' ')) LIKE ALL (%(like)s::text[])))
+        ORDER BY rank DESC, m.id
+        LIMIT %(kw_pool)s) k),"""
+
+_NO_KEYWORD_LEG = """
+kw AS (SELECT NULL::text AS id, NULL::bigint AS r WHERE false),"""
+
+_SEARCH_TAIL = f"""
+dfs AS MATERIALIZED (
+    -- document frequency of each query token among the user's live rows (GIN)
+    SELECT ARRAY(
+        SELECT (SELECT count(*) FROM langmem_memories m
+                WHERE {_LIVE_USER} AND m.tsv @@ t.q::tsquery)
+        FROM unnest(%(df_terms)s::text[]) WITH ORDINALITY AS t(q, i) ORDER BY t.i) AS df),
+fused AS (
+    SELECT coalesce(v.id, k.id) AS id, v.r AS vrank, k.r AS krank, v.dist,
+           coalesce(1.0 / (%(rrf_k)s + v.r), 0) + coalesce(1.0 / (%(rrf_k)s + k.r), 0) AS rrf
+    FROM vec v FULL OUTER JOIN kw k ON v.id = k.id)
+SELECT f.vrank, f.krank, f.dist, f.rrf::float8 AS rrf, s.n, s.content_sum, s.topic_sum, d.df,
+       {", ".join("m." + c.strip() for c in _COLUMNS.split(","))}
+FROM fused f
+JOIN langmem_memories m ON m.app_name = %(app)s AND m.user_id = %(user)s AND m.id = f.id
+CROSS JOIN stats s
+CROSS JOIN dfs d
+ORDER BY f.rrf DESC, m.updated_at DESC, m.created_at DESC, m.id"""
+
+_STATS = """
+WITH stats AS MATERIALIZED (
+    SELECT coalesce(max(live_count), 0) AS n, coalesce(max(content_len_sum), 0) AS content_sum,
+           coalesce(max(topic_len_sum), 0) AS topic_sum
+    FROM langmem_user_stats WHERE app_name = %(app)s AND user_id = %(user)s),"""
+
+
+def _search_sql(vector: bool, keyword: bool) -> str:
+    return (
+        _STATS
+        + (_VECTOR_LEG if vector else _NO_VECTOR_LEG)
+        + (_KEYWORD_LEG if keyword else _NO_KEYWORD_LEG)
+        + _SEARCH_TAIL
+    )
+
+
+SEARCH_SQL = {(v, k): _search_sql(v, k) for v in (True, False) for k in (True, False)}
+
+
+def tsquery_literal(term: str) -> str:
+    """One lexeme as tsquery input, quoted so no user character is ever read as an operator."""
+    return "'" + term.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+def _like_words(query: str) -> list[str] | None:
+    """Substring prefilter for the phrase fallback when the query has no scorable token ("C#")."""
+    if primary_tokens(query):
+        return None
+    words = "".join(c if c.isalnum() else " " for c in query.lower()).split()
+    if not words:
+        return None
+    escaped = (w.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") for w in words)
+    return ["%" + w + "%" for w in escaped]
+
+
+class SearchQuery:
+    """One candidate fetch: SQL text and parameters, and how to read its rows back."""
+
+    __slots__ = ("hybrid", "params", "sql", "terms", "vector")
+
+    def __init__(
+        self, sql: str, params: Params, terms: QueryTerms, vector: bool, hybrid: bool
+    ) -> None:
+        self.sql = sql
+        self.params = params
+        self.terms = terms
+        self.vector = vector
+        self.hybrid = hybrid
+
+
+def build_search(
+    user: UserKey,
+    options: SearchOptions,
+    kind: Kind | None,
+    pool: int,
+    query_vector: Sequence[float] | None,
+    exact_max: int,
+) -> SearchQuery:
+    """The one-round-trip hybrid statement for `fetch(kind, pool)` of the shared pipeline.
+
+    The keyword leg runs whenever its candidates can matter: always without an
+    embedder, and for hybrid search. Each leg is bounded by `pool`; without an
+    embedder the keyword leg reads a wider slice, because the final order is
+    the composite score, not ts_rank.
+    """
+    terms = QueryTerms.build(options.query)
+    use_vector = query_vector is not None
+    use_keyword = not use_vector or options.hybrid
+    like = _like_words(options.query) if use_keyword else None
+    tokens = terms.tokens
+    params: Params = user_params(
+        user,
+        q=vector_text(query_vector),
+        tsq=" | ".join(tsquery_literal(t) for t in tokens) if tokens else None,
+        like=like,
+        df_terms=[tsquery_literal(t) for t in tokens] if use_keyword else [],
+        kind=None if kind is None else kind.value,
+        after=options.time_after,
+        before=options.time_before,
+        pool=pool,
+        kw_pool=pool if use_vector else max(pool * 4, 200),
+        rrf_k=options.rrf_k,
+        exact_max=exact_max,
+    )
+    return SearchQuery(
+        SEARCH_SQL[(use_vector, use_keyword)], params, terms, use_vector, options.hybrid
+    )
+
+
+def legs_from_rows(
+    query: SearchQuery, rows: Sequence[Row]
+) -> tuple[list[tuple[Entry, float]] | None, list[tuple[Entry, float]]]:
+    """Rows of the fused statement -> (vector leg, keyword leg), each in its SQL rank order.
+
+    Scores are absolute: cosine for the vector leg, and the shared keyword
+    composite (computed here on the candidates, with the user's corpus stats
+    from the same statement) for the keyword leg; never ts_rank.
+    """
+    vector: list[tuple[int, Entry, float]] = []
+    keyword: list[tuple[int, Entry, float]] = []
+    stats: CorpusStats | None = None
+    for row in rows:
+        entry = entry_from_row(row)
+        if row["vrank"] is not None:
+            dist = float(row["dist"])
+            score = 0.0 if math.isnan(dist) else max(0.0, 1.0 - dist)
+            vector.append((row["vrank"], entry, score))
+        if row["krank"] is not None:
+            if stats is None:
+                stats = corpus_stats(query.terms, row)
+            doc = KeywordDoc.build(entry.memory.text, entry.memory.topics)
+            keyword.append((row["krank"], entry, keyword_score(query.terms, doc, stats)))
+    vector.sort(key=lambda item: item[0])
+    keyword.sort(key=lambda item: item[0])
+    return (
+        [(e, s) for _, e, s in vector] if query.vector else None,
+        [(e, s) for _, e, s in keyword],
+    )
+
+
+def corpus_stats(terms: QueryTerms, row: Row) -> CorpusStats:
+    """BM25 stats for the query's tokens only: all the composite score ever looks up."""
+    n = int(row["n"])
+    return CorpusStats(
+        n_docs=n,
+        df=dict(zip(terms.tokens, (int(x) for x in row["df"]), strict=True)),
+        avg_content_len=max(int(row["content_sum"]) / n, 1.0) if n else 1.0,
+        avg_topic_len=max(int(row["topic_sum"]) / n, 1.0) if n else 1.0,
+    )

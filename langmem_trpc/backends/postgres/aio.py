@@ -1,0 +1,186 @@
+"""The async half of `PostgresMemoryService`: an `AsyncConnectionPool` driver for the shared plans."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg_pool import AsyncConnectionPool
+
+from ...types import Entry, ExtractionCursor, HistoryEvent, Kind, SearchOptions, Source, UserKey
+from ._base import PostgresBase, backend_error, logger
+from ._plans import Embed, Op
+
+
+class AsyncPostgres(PostgresBase):
+    """`a*` methods on an async pool bound to the running loop (rebuilt if the loop changes)."""
+
+    _async_loop: asyncio.AbstractEventLoop | None = None
+
+    async def _apool(self) -> AsyncConnectionPool[Any]:
+        loop = asyncio.get_running_loop()
+        with self._pool_lock:
+            pool = self._async_pool
+            if pool is None or (self._owns_async and self._async_loop is not loop):
+                if pool is not None:
+                    logger.warning("event loop changed; opening a new async pool for this loop")
+                pool = AsyncConnectionPool(
+                    self._conninfo,
+                    min_size=1,
+                    max_size=self._pool_size,
+                    kwargs={"autocommit": True},
+                    open=False,
+                    name="langmem-trpc-async",
+                )
+                self._async_pool, self._async_loop = pool, loop
+        await pool.open()
+        return pool
+
+    async def _arun(self, op: Op) -> Any:
+        plan = op.plan
+        try:
+            pool = await self._apool()
+            async with pool.connection() as conn:
+                if conn not in self._prepared:
+                    await conn.execute(self.session_settings)
+                    self._prepared.add(conn)
+                cursor = conn.cursor(row_factory=dict_row)
+                if op.write:
+                    async with conn.transaction():
+                        return await self._adrive(plan, cursor)
+                return await self._adrive(plan, cursor)
+        except psycopg.Error as exc:
+            raise backend_error(exc) from exc
+
+    async def _adrive(self, plan: Any, cursor: psycopg.AsyncCursor[dict[str, Any]]) -> Any:
+        reply: Any = None
+        try:
+            while True:
+                step = plan.send(reply)
+                if isinstance(step, Embed):
+                    reply = await self._aembed(step)
+                else:
+                    await cursor.execute(step.sql, step.params)
+                    reply = await cursor.fetchall() if cursor.description is not None else []
+        except StopIteration as done:
+            return done.value
+
+    async def _aembed(self, step: Embed) -> list[list[float]]:
+        assert self._embeddings is not None
+        if step.query:
+            return [await self._embeddings.aembed_query(text) for text in step.texts]
+        return await self._embeddings.aembed_documents(step.texts)
+
+    async def asetup(self) -> None:
+        """Async twin of `setup()`."""
+        self._dims = await self._arun(self._op_setup())
+
+    async def aadd(
+        self,
+        user: UserKey,
+        text: str,
+        *,
+        topics: Sequence[str] | None = None,
+        kind: Kind | str = Kind.FACT,
+        event_time: datetime | str | None = None,
+        participants: Sequence[str] | None = None,
+        location: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        memory_id: str | None = None,
+        source: Source | None = None,
+    ) -> Entry:
+        op = self._op_add(
+            user,
+            text,
+            topics=topics,
+            kind=kind,
+            event_time=event_time,
+            participants=participants,
+            location=location,
+            metadata=metadata,
+            memory_id=memory_id,
+            source=source,
+        )
+        result: Entry = await self._arun(op)
+        return result
+
+    async def aupdate(
+        self,
+        user: UserKey,
+        memory_id: str,
+        text: str,
+        *,
+        topics: Sequence[str] | None = None,
+        kind: Kind | str | None = None,
+        event_time: datetime | str | None = None,
+        participants: Sequence[str] | None = None,
+        location: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        source: Source | None = None,
+    ) -> Entry:
+        op = self._op_update(
+            user,
+            memory_id,
+            text,
+            topics=topics,
+            kind=kind,
+            event_time=event_time,
+            participants=participants,
+            location=location,
+            metadata=metadata,
+            source=source,
+        )
+        result: Entry = await self._arun(op)
+        return result
+
+    async def adelete(self, user: UserKey, memory_id: str, *, source: Source | None = None) -> bool:
+        return bool(await self._arun(self._op_delete(user, memory_id, source)))
+
+    async def aclear(self, user: UserKey, *, source: Source | None = None) -> int:
+        return int(await self._arun(self._op_clear(user, source)))
+
+    async def apurge(self, user: UserKey, memory_id: str | None = None) -> int:
+        return int(await self._arun(self._op_purge(user, memory_id)))
+
+    async def aget(self, user: UserKey, memory_id: str) -> Entry | None:
+        result: Entry | None = await self._arun(self._op_get(user, memory_id))
+        return result
+
+    async def aread(self, user: UserKey, limit: int | None = None) -> list[Entry]:
+        result: list[Entry] = await self._arun(self._op_read(user, limit))
+        return result
+
+    async def asearch(
+        self, user: UserKey, query: str | None = None, options: SearchOptions | None = None
+    ) -> list[Entry]:
+        result: list[Entry] = await self._arun(self._op_search(user, query, options))
+        return result
+
+    async def ahistory(self, user: UserKey, memory_id: str) -> list[HistoryEvent]:
+        result: list[HistoryEvent] = await self._arun(self._op_history(user, memory_id))
+        return result
+
+    async def acount(self, user: UserKey) -> int:
+        return int(await self._arun(self._op_count(user)))
+
+    async def ausers(self, app_name: str | None = None) -> list[UserKey]:
+        result: list[UserKey] = await self._arun(self._op_users(app_name))
+        return result
+
+    async def aget_cursor(self, user: UserKey, thread_id: str) -> ExtractionCursor | None:
+        result: ExtractionCursor | None = await self._arun(self._op_get_cursor(user, thread_id))
+        return result
+
+    async def aset_cursor(self, user: UserKey, cursor: ExtractionCursor) -> None:
+        await self._arun(self._op_set_cursor(user, cursor))
+
+    async def arestore(
+        self, user: UserKey, entry: Entry, history: Sequence[HistoryEvent] = ()
+    ) -> Entry:
+        """Async twin of `restore()`."""
+        result: Entry = await self._arun(self._op_restore(user, entry, history))
+        return result

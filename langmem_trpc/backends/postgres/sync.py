@@ -1,0 +1,177 @@
+"""The blocking half of `PostgresMemoryService`: a `ConnectionPool` driver for the shared plans."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg_pool import ConnectionPool
+
+from ...types import Entry, ExtractionCursor, HistoryEvent, Kind, SearchOptions, Source, UserKey
+from ._base import PostgresBase, backend_error, logger
+from ._plans import Embed, Op
+
+
+class SyncPostgres(PostgresBase):
+    """Sync methods; they use their own pool, so a sync call on an event-loop thread cannot deadlock."""
+
+    def _pool(self) -> ConnectionPool[Any]:
+        with self._pool_lock:
+            if self._sync_pool is None:
+                pool: ConnectionPool[Any] = ConnectionPool(
+                    self._conninfo,
+                    min_size=1,
+                    max_size=self._pool_size,
+                    kwargs={"autocommit": True},
+                    open=False,
+                    name="langmem-trpc",
+                )
+                pool.open(wait=True)
+                self._sync_pool = pool
+            return self._sync_pool
+
+    def _run(self, op: Op) -> Any:
+        plan = op.plan
+        try:
+            with self._pool().connection() as conn:
+                if conn not in self._prepared:
+                    conn.execute(self.session_settings)
+                    self._prepared.add(conn)
+                cursor = conn.cursor(row_factory=dict_row)
+                if op.write:
+                    with conn.transaction():
+                        return self._drive(plan, cursor)
+                return self._drive(plan, cursor)
+        except psycopg.Error as exc:
+            raise backend_error(exc) from exc
+
+    def _drive(self, plan: Any, cursor: psycopg.Cursor[dict[str, Any]]) -> Any:
+        reply: Any = None
+        try:
+            while True:
+                step = plan.send(reply)
+                if isinstance(step, Embed):
+                    reply = self._embed(step)
+                else:
+                    cursor.execute(step.sql, step.params)
+                    reply = cursor.fetchall() if cursor.description is not None else []
+        except StopIteration as done:
+            return done.value
+
+    def _embed(self, step: Embed) -> list[list[float]]:
+        assert self._embeddings is not None
+        if step.query:
+            return [self._embeddings.embed_query(text) for text in step.texts]
+        return self._embeddings.embed_documents(step.texts)
+
+    def setup(self) -> None:
+        """Create the extension and apply pending migrations (idempotent; safe to run concurrently)."""
+        self._dims = self._run(self._op_setup())
+        logger.debug("langmem_trpc PostgreSQL schema ready (dims=%s)", self._dims)
+
+    def add(
+        self,
+        user: UserKey,
+        text: str,
+        *,
+        topics: Sequence[str] | None = None,
+        kind: Kind | str = Kind.FACT,
+        event_time: datetime | str | None = None,
+        participants: Sequence[str] | None = None,
+        location: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        memory_id: str | None = None,
+        source: Source | None = None,
+    ) -> Entry:
+        op = self._op_add(
+            user,
+            text,
+            topics=topics,
+            kind=kind,
+            event_time=event_time,
+            participants=participants,
+            location=location,
+            metadata=metadata,
+            memory_id=memory_id,
+            source=source,
+        )
+        result: Entry = self._run(op)
+        return result
+
+    def update(
+        self,
+        user: UserKey,
+        memory_id: str,
+        text: str,
+        *,
+        topics: Sequence[str] | None = None,
+        kind: Kind | str | None = None,
+        event_time: datetime | str | None = None,
+        participants: Sequence[str] | None = None,
+        location: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        source: Source | None = None,
+    ) -> Entry:
+        op = self._op_update(
+            user,
+            memory_id,
+            text,
+            topics=topics,
+            kind=kind,
+            event_time=event_time,
+            participants=participants,
+            location=location,
+            metadata=metadata,
+            source=source,
+        )
+        result: Entry = self._run(op)
+        return result
+
+    def delete(self, user: UserKey, memory_id: str, *, source: Source | None = None) -> bool:
+        return bool(self._run(self._op_delete(user, memory_id, source)))
+
+    def clear(self, user: UserKey, *, source: Source | None = None) -> int:
+        return int(self._run(self._op_clear(user, source)))
+
+    def purge(self, user: UserKey, memory_id: str | None = None) -> int:
+        return int(self._run(self._op_purge(user, memory_id)))
+
+    def get(self, user: UserKey, memory_id: str) -> Entry | None:
+        result: Entry | None = self._run(self._op_get(user, memory_id))
+        return result
+
+    def read(self, user: UserKey, limit: int | None = None) -> list[Entry]:
+        result: list[Entry] = self._run(self._op_read(user, limit))
+        return result
+
+    def search(
+        self, user: UserKey, query: str | None = None, options: SearchOptions | None = None
+    ) -> list[Entry]:
+        result: list[Entry] = self._run(self._op_search(user, query, options))
+        return result
+
+    def history(self, user: UserKey, memory_id: str) -> list[HistoryEvent]:
+        result: list[HistoryEvent] = self._run(self._op_history(user, memory_id))
+        return result
+
+    def count(self, user: UserKey) -> int:
+        return int(self._run(self._op_count(user)))
+
+    def users(self, app_name: str | None = None) -> list[UserKey]:
+        result: list[UserKey] = self._run(self._op_users(app_name))
+        return result
+
+    def get_cursor(self, user: UserKey, thread_id: str) -> ExtractionCursor | None:
+        result: ExtractionCursor | None = self._run(self._op_get_cursor(user, thread_id))
+        return result
+
+    def set_cursor(self, user: UserKey, cursor: ExtractionCursor) -> None:
+        self._run(self._op_set_cursor(user, cursor))
+
+    def restore(self, user: UserKey, entry: Entry, history: Sequence[HistoryEvent] = ()) -> Entry:
+        """Write an exported entry back exactly, replacing any memory with that id (lossless import)."""
+        result: Entry = self._run(self._op_restore(user, entry, history))
+        return result

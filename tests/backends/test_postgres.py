@@ -1,0 +1,271 @@
+"""PostgresMemoryService against a real PostgreSQL 18 + pgvector 0.8 (embedded server or LANGMEM_TRPC_PG_URL)."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import threading
+
+import psycopg
+import pytest
+
+from langmem_trpc import ConfigurationError, Limits, PostgresMemoryService, SearchOptions, UserKey
+from langmem_trpc.backends.postgres import _sql
+from langmem_trpc.service._search import rrf_fuse
+from langmem_trpc.testing import HashingEmbeddings
+from langmem_trpc.testing.conformance import Capability, MemoryServiceConformance
+from langmem_trpc.types import Memory
+
+pytestmark = pytest.mark.postgres
+
+ALICE = UserKey("app", "alice")
+BOB = UserKey("app", "bob")
+TABLES = "langmem_memories, langmem_history, langmem_cursors, langmem_user_stats"
+
+
+@pytest.fixture(scope="module")
+def schema_url(pg_module_url):
+    svc = PostgresMemoryService(pg_module_url, HashingEmbeddings())
+    svc.setup()
+    svc.close()
+    return pg_module_url
+
+
+@pytest.fixture
+def clean_url(schema_url):
+    with psycopg.connect(schema_url, autocommit=True) as conn:
+        conn.execute(f"TRUNCATE {TABLES}")
+    return schema_url
+
+
+class TestPostgresWithEmbeddings(MemoryServiceConformance):
+    @pytest.fixture
+    def service(self, clean_url):
+        return PostgresMemoryService(clean_url, HashingEmbeddings())
+
+    @pytest.fixture
+    def make_service(self, clean_url):
+        return lambda limits: PostgresMemoryService(clean_url, HashingEmbeddings(), limits=limits)
+
+
+class TestPostgresKeywordOnly(MemoryServiceConformance):
+    capabilities = frozenset[Capability]()
+
+    @pytest.fixture
+    def service(self, clean_url):
+        return PostgresMemoryService(clean_url)
+
+    @pytest.fixture
+    def make_service(self, clean_url):
+        return lambda limits: PostgresMemoryService(clean_url, limits=limits)
+
+
+@pytest.fixture
+def svc(clean_url):
+    service = PostgresMemoryService(clean_url, HashingEmbeddings())
+    yield service
+    service.close()
+
+
+def test_concurrent_adds_of_the_same_text_make_one_row(svc, clean_url):
+    barrier = threading.Barrier(8)
+    ids: list[str] = []
+
+    def writer() -> None:
+        barrier.wait()
+        ids.append(svc.add(ALICE, "Allergic to peanuts").id)
+
+    threads = [threading.Thread(target=writer) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(set(ids)) == 1
+    with psycopg.connect(clean_url) as conn:
+        rows = conn.execute(
+            "SELECT count(*) FROM langmem_memories WHERE text = 'Allergic to peanuts'"
+        ).fetchone()
+    assert rows == (1,)
+
+
+async def test_concurrent_async_adds_of_the_same_text_make_one_row(svc):
+    entries = await asyncio.gather(*(svc.aadd(ALICE, "Owns a red bicycle") for _ in range(8)))
+    assert len({e.id for e in entries}) == 1
+    assert await svc.acount(ALICE) == 1
+
+
+def test_sql_rrf_fusion_equals_python_rrf(svc):
+    texts = [
+        "Production runs Go 1.23 on Kubernetes",
+        "Go modules are vendored in production",
+        "Kubernetes cluster upgraded last week",
+        "Prefers tabs over spaces",
+        "Runs the production database on PostgreSQL",
+        "Enjoys hiking and Go board games",
+        "Production deploys happen on Fridays",
+        "Has two cats named Go and Stop",
+    ]
+    for text in texts:
+        svc.add(ALICE, text)
+    for query, k in [
+        ("Go in production", 60),
+        ("kubernetes upgrade", 10),
+        ("database production", 1),
+    ]:
+        options = SearchOptions(query=query, hybrid=True, rrf_k=k)
+        q = _sql.build_search(
+            ALICE, options, None, 30, HashingEmbeddings().embed_query(query), 10_000
+        )
+        with (
+            psycopg.connect(svc._conninfo) as conn,
+            conn.cursor(row_factory=psycopg.rows.dict_row) as cur,
+        ):
+            rows = cur.execute(q.sql, q.params).fetchall()
+        vector = [
+            r["id"] for r in sorted((r for r in rows if r["vrank"]), key=lambda r: r["vrank"])
+        ]
+        keyword = [
+            r["id"] for r in sorted((r for r in rows if r["krank"]), key=lambda r: r["krank"])
+        ]
+        assert vector and keyword
+        python = rrf_fuse([vector, keyword], k)
+        sql = {r["id"]: r["rrf"] for r in rows}
+        assert sql.keys() == python.keys()
+        for key, value in python.items():
+            assert sql[key] == pytest.approx(value, rel=1e-12)
+        assert [r["id"] for r in rows] == sorted(python, key=lambda i: (-python[i], *_tie(rows, i)))
+
+
+def _tie(rows, memory_id):
+    row = next(r for r in rows if r["id"] == memory_id)
+    return (-row["updated_at"].timestamp(), -row["created_at"].timestamp(), row["id"])
+
+
+def test_hybrid_scores_are_absolute_not_ts_rank(svc):
+    svc.add(ALICE, "Production runs Go 1.23")
+    svc.add(ALICE, "Prefers tabs over spaces")
+    hit = svc.search(ALICE, "production Go", SearchOptions(hybrid=True))[0]
+    assert hit.text == "Production runs Go 1.23"
+    assert 0.3 < hit.score <= 1.0
+    assert hit.rrf_score == pytest.approx(2 / 61)
+
+
+def test_migrations_are_idempotent_and_recorded(clean_url):
+    for _ in range(2):
+        svc = PostgresMemoryService(clean_url, HashingEmbeddings())
+        svc.setup()
+        svc.close()
+    with psycopg.connect(clean_url) as conn:
+        rows = conn.execute(
+            "SELECT scope, version, checksum FROM langmem_migrations ORDER BY 1, 2"
+        ).fetchall()
+    assert [(s, v) for s, v, _ in rows] == [
+        ("core", i) for i in range(1, len(_sql.MIGRATIONS) + 1)
+    ] + [("vector", 1), ("vector", 2)]
+    assert [c for s, _, c in rows if s == "core"] == [_sql.checksum(m) for m in _sql.MIGRATIONS]
+
+
+def test_shipped_migrations_are_pinned():
+    """Shipped migrations are never edited: append a new one instead and pin it here."""
+    assert [_sql.checksum(m) for m in _sql.MIGRATIONS] == PINNED
+
+
+PINNED: list[str] = ["b402dd12654bd4b4", "65d88ede9a5e9f7d", "dd0532192569e91e", "d1d5584650e25e77"]
+
+
+async def test_concurrent_setup_is_safe(pg_url):
+    services = [PostgresMemoryService(pg_url, HashingEmbeddings()) for _ in range(4)]
+    await asyncio.gather(*(s.asetup() for s in services))
+    for s in services:
+        await s.aclose()
+
+
+def test_dimension_mismatch_is_a_configuration_error(clean_url):
+    svc = PostgresMemoryService(clean_url, HashingEmbeddings(size=64))
+    with pytest.raises(ConfigurationError, match="384-dimension"):
+        svc.setup()
+    svc.close()
+
+
+def test_missing_setup_is_a_configuration_error(pg_url):
+    svc = PostgresMemoryService(pg_url)
+    with pytest.raises(ConfigurationError, match="setup"):
+        svc.add(ALICE, "anything")
+    svc.close()
+
+
+def test_isolation_in_sql_with_lookalike_keys(svc):
+    svc.add(UserKey("app", "a_b"), "underscore user likes tea")
+    svc.add(UserKey("app", "a%b"), "percent user likes tea")
+    svc.add(UserKey("ap", "papp"), "other app likes tea")
+    for user in (UserKey("app", "a_b"), UserKey("app", "a%b"), UserKey("ap", "papp")):
+        hits = svc.search(user, "likes tea", SearchOptions(hybrid=True))
+        assert len(hits) == 1 and hits[0].user_id == user.user_id
+        assert svc.count(user) == 1
+    assert svc.search(UserKey("app", "aXb"), "likes tea") == []
+
+
+def test_bulk_add_is_idempotent_and_searchable(svc):
+    memories = [Memory(text=f"bulk fact number {i} about topic {i % 7}") for i in range(300)]
+    assert svc.add_many(ALICE, memories) == 300
+    assert svc.add_many(ALICE, memories[:10] + [Memory(text="one more")]) == 1
+    assert svc.count(ALICE) == 301
+    hits = svc.search(ALICE, "bulk fact number 42", SearchOptions(hybrid=True))
+    assert hits[0].text == "bulk fact number 42 about topic 0"
+
+
+def test_small_and_big_users_both_answer(clean_url):
+    """The exact (btree) and HNSW branches of the vector leg return the same top hit."""
+    exact = PostgresMemoryService(clean_url, HashingEmbeddings())
+    ann = PostgresMemoryService(clean_url, HashingEmbeddings(), exact_search_max=0)
+    exact.add_many(ALICE, [Memory(text=f"note {i} on subject {i}") for i in range(200)])
+    for svc in (exact, ann):
+        hits = svc.search(ALICE, "note 17 on subject 17", SearchOptions(max_results=3))
+        assert hits[0].text == "note 17 on subject 17"
+        svc.close()
+
+
+async def test_sync_call_on_the_event_loop_thread_does_not_deadlock(clean_url):
+    from psycopg_pool import AsyncConnectionPool
+
+    pool = AsyncConnectionPool(clean_url, open=False, kwargs={"autocommit": True})
+    await pool.open()
+    svc = PostgresMemoryService(pool, HashingEmbeddings())
+    await svc.aadd(ALICE, "async added")
+    assert [e.text for e in svc.read(ALICE)] == ["async added"]  # sync, on the loop thread
+    await svc.aclose()
+    await pool.close()
+
+
+def test_import_langmem_trpc_does_not_import_psycopg():
+    code = "import sys, langmem_trpc; assert 'psycopg' not in sys.modules, 'psycopg imported'"
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_missing_extra_gives_an_install_hint():
+    code = (
+        "import sys; sys.modules['psycopg'] = None\n"
+        "import langmem_trpc\n"
+        "try:\n    langmem_trpc.PostgresMemoryService\n"
+        "except langmem_trpc.ConfigurationError as e:\n    assert 'langmem-trpc[postgres]' in str(e), e\n"
+        "else:\n    raise SystemExit('no error')\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_pool_size_validation():
+    with pytest.raises(ConfigurationError):
+        PostgresMemoryService("postgresql://x", pool_size=0)
+    with pytest.raises(ConfigurationError):
+        PostgresMemoryService(42)  # type: ignore[arg-type]
+
+
+def test_limits_capacity_error_writes_nothing_in_bulk(clean_url):
+    svc = PostgresMemoryService(clean_url, limits=Limits(capacity=5))
+    from langmem_trpc import CapacityExceededError
+
+    with pytest.raises(CapacityExceededError):
+        svc.add_many(ALICE, [Memory(text=f"m{i} text") for i in range(6)])
+    assert svc.count(ALICE) == 0
+    svc.close()

