@@ -296,6 +296,39 @@ def test_add_many_matches_add_and_is_atomic(tmp_path):
     svc.close()
 
 
+@pytest.mark.parametrize("policy", ["evict", None])
+def test_add_many_equals_adding_one_by_one(tmp_path, policy):
+    limits = Limits(capacity=4, on_capacity="evict") if policy else Limits(capacity=None)
+    one = SQLiteMemoryService(tmp_path / "one.db", limits=limits)
+    many = SQLiteMemoryService(tmp_path / "many.db", limits=limits)
+    for svc in (one, many):
+        gone = svc.add(ALICE, "to be revived")
+        svc.delete(ALICE, gone.id)
+        svc.add(ALICE, "already here", topics=["a"])
+    batch = [
+        "new one", Memory(text="already here", topics=["b"]), "to be revived", "new one.",
+        "new two", "new three", "new four",
+    ]  # fmt: skip
+    for item in batch:
+        if isinstance(item, Memory):
+            one.add(ALICE, item.text, topics=item.topics)
+        else:
+            one.add(ALICE, item)
+    many.add_many(ALICE, batch)
+
+    def summary(svc):
+        return [
+            (e.text, e.memory.topics, [h.operation for h in svc.history(ALICE, e.id)])
+            for e in svc.read(ALICE)
+        ]
+
+    assert summary(many) == summary(one)
+    assert many.count(ALICE) == one.count(ALICE)
+    assert_index_consistent(many.path)
+    one.close()
+    many.close()
+
+
 def test_restore_round_trips_ids_times_and_history(tmp_path):
     source = SQLiteMemoryService(tmp_path / "a.db")
     entry = source.add(ALICE, "Likes jazz", topics=["music"])

@@ -185,6 +185,15 @@ INSERT_MEMORY = """INSERT INTO memories (
     location, metadata, embedding, content_doc, topic_doc, content_len, topic_len, created_at,
     updated_at
 ) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"""
+INSERT_MEMORY_WITH_RID = """INSERT INTO memories (
+    rid, app_name, user_id, id, text, fingerprint, keyed, topics, kind, event_time, participants,
+    location, metadata, embedding, content_doc, topic_doc, content_len, topic_len, created_at,
+    updated_at
+) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"""
+"""The batch path assigns row ids itself (it holds the write lock) to use executemany."""
+NEXT_RID = "SELECT coalesce(max(rid), 0) + 1 FROM memories"
+KNOWN_FINGERPRINTS = f"SELECT fingerprint FROM memories WHERE {USER} AND fingerprint IN "
+"""Followed by a `(?, ?, ...)` list."""
 UPDATE_CONTENT = """UPDATE memories SET
     text = ?, fingerprint = ?, topics = ?, kind = ?, event_time = ?, participants = ?,
     location = ?, metadata = ?, embedding = ?, content_doc = ?, topic_doc = ?, content_len = ?,
@@ -303,6 +312,8 @@ def _required_time(value: int) -> datetime:
 
 def metadata_json(metadata: dict[str, Any]) -> str:
     """JSON text of a memory's metadata, or a field-named error (nothing is written)."""
+    if not metadata:
+        return "{}"
     try:
         return json.dumps(metadata, ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as exc:
@@ -310,7 +321,7 @@ def metadata_json(metadata: dict[str, Any]) -> str:
 
 
 def list_json(values: Sequence[str]) -> str:
-    return json.dumps(list(values), ensure_ascii=False)
+    return json.dumps(list(values), ensure_ascii=False) if values else "[]"
 
 
 def source_json(source: Source | None) -> str | None:

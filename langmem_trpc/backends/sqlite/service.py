@@ -376,13 +376,79 @@ class SQLiteMemoryService(SyncMemoryService):
             prepared.append(_Prepared.of(memory, fingerprint(memory)))
         blobs = self._embed([p.memory.text for p in prepared])
 
-        def work(conn: sqlite3.Connection) -> list[Entry]:
-            return [
-                self._add_in(conn, user, p, blob, None, source)
-                for p, blob in zip(prepared, blobs, strict=True)
-            ]
+        return self._db.write(lambda conn: self._add_many_in(conn, user, prepared, blobs, source))
 
-        return self._db.write(work)
+    def _add_many_in(
+        self,
+        conn: sqlite3.Connection,
+        user: UserKey,
+        prepared: list[_Prepared],
+        blobs: list[bytes | None],
+        source: Source | None,
+    ) -> list[Entry]:
+        """`_add_in` for each item, with a fast path for content the user does not have yet.
+
+        New content needs no lookups and no capacity action, so those rows are
+        written with executemany; anything else (a duplicate, a revival, a full
+        store) goes through `_add_in` after the pending rows are flushed, so
+        the result is the same as adding one by one.
+        """
+        u = (user.app_name, user.user_id)
+        known: set[bytes] = set()
+        fingerprints = list({p.fingerprint for p in prepared})
+        for start in range(0, len(fingerprints), 500):
+            chunk = fingerprints[start : start + 500]
+            marks = ", ".join("?" * len(chunk))
+            rows = conn.execute(sql.KNOWN_FINGERPRINTS + f"({marks})", (*u, *chunk))
+            known.update(fp for (fp,) in rows)
+        capacity = self._limits.capacity
+        state = self._state(conn, user)
+        live = 0 if state is None else int(state[2])
+        prefix = scope_prefix(user)
+        encoded = sql.source_json(source)
+        pending: list[tuple[_Prepared, bytes | None, Entry]] = []
+
+        def flush() -> None:
+            if not pending:
+                return
+            rid = int(conn.execute(sql.NEXT_RID).fetchone()[0])
+            memories, index, history = [], [], []
+            for offset, (p, blob, entry) in enumerate(pending):
+                at = sql.to_us(entry.created_at)
+                memories.append(
+                    (rid + offset, *u, entry.id, p.memory.text, p.fingerprint, False, *p.columns,
+                     blob, p.content_doc, p.topic_doc, p.content_len, p.topic_len, at, at)
+                )  # fmt: skip
+                index.append(
+                    (rid + offset, scoped(prefix, p.content_doc), scoped(prefix, p.topic_doc))
+                )
+                history.append(
+                    (*u, entry.id, Operation.ADD.value, None, p.memory.text, at, encoded)
+                )
+            conn.executemany(sql.INSERT_MEMORY_WITH_RID, memories)
+            conn.executemany(sql.FTS_INSERT, index)
+            conn.executemany(sql.INSERT_HISTORY, history)
+            pending.clear()
+
+        entries: list[Entry] = []
+        for p, blob in zip(prepared, blobs, strict=True):
+            if p.fingerprint in known or (capacity is not None and live >= capacity):
+                flush()
+                entries.append(self._add_in(conn, user, p, blob, None, source))
+                state = self._state(conn, user)
+                live = 0 if state is None else int(state[2])
+                continue
+            known.add(p.fingerprint)
+            now = self._now()
+            entry = Entry.model_construct(
+                id=new_memory_id(), app_name=user.app_name, user_id=user.user_id,
+                memory=p.memory, created_at=now, updated_at=now, score=None, rrf_score=None,
+            )  # fmt: skip
+            pending.append((p, blob, entry))
+            entries.append(entry)
+            live += 1
+        flush()
+        return entries
 
     def _add_in(
         self,
