@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from ._common import db_option, default_db
+from ._common import default_db
 from .memories import memories
 from .transfer import export_memories, import_memories
 
@@ -24,7 +24,7 @@ def cli(verbose: int) -> None:
 
 
 @cli.command(name="demo")
-@db_option
+@click.option("--db", default=None, help="SQLite file for the demo (default: memories.db in the data directory).")
 def demo(db: str | None) -> None:
     """Run a two-thread agent conversation through the real hook, worker, store and preload.
 
