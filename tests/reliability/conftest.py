@@ -1,0 +1,212 @@
+"""Fixtures for the reliability suite: one factory per real backend, look-alike identities.
+
+Every backend is real (in-memory reference, SQLite file, PostgreSQL from the
+session server in tests/conftest.py). Faults are injected around the real
+service (`FaultyService`) or, for PostgreSQL, by stopping a dedicated server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from langmem_trpc import InMemoryMemoryService, UserKey
+from langmem_trpc.errors import BackendError
+from langmem_trpc.service.protocol import MemoryService, SyncMemoryService
+from langmem_trpc.testing import HashingEmbeddings
+
+#: A connection string with a password: it must never reach a model, a tool message or a log.
+SECRET_DSN = "postgresql://admin:s3cr3t-hunter2@db.internal:5432/memories"
+SECRET_WORD = "s3cr3t-hunter2"
+
+#: Look-alike app names and user ids: all distinct users, compared exactly (types.py).
+APPS = ["app", "App", "app ", "a/b", "a%", "a'b", "a:b", "*"]
+USER_IDS = [
+    "alice",
+    "Alice",
+    "alice ",
+    "alice\u200b",
+    "al/ice",
+    "al%ice",
+    "o'brien",
+    "a:b",
+    "*",
+    "%",
+    "_",
+    "alice\t",
+    "x" * 512,
+]
+
+BACKENDS = [
+    "memory",
+    "sqlite",
+    pytest.param("postgres", marks=pytest.mark.postgres),
+]
+
+Factory = Callable[[], MemoryService]
+
+
+@pytest.fixture(params=BACKENDS)
+def make_service(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> Iterator[Callable[[], MemoryService]]:
+    """Build fresh, empty services of one backend (each call: a new store)."""
+    kind = request.param
+    made: list[MemoryService] = []
+    counter = itertools.count()
+    url: str | None = None
+    if kind == "postgres":
+        server = request.getfixturevalue("pg_server")
+        url = server.create_database("reliability")
+
+    shared: list[MemoryService] = []
+
+    def build() -> MemoryService:
+        n = next(counter)
+        svc: MemoryService
+        if kind == "postgres" and shared:  # one pool per test; each build empties the tables
+            assert url is not None
+            _wipe_postgres(url)
+            return shared[0]
+        if kind == "memory":
+            svc = InMemoryMemoryService(embeddings=HashingEmbeddings())
+        elif kind == "sqlite":
+            from langmem_trpc.backends.sqlite import SQLiteMemoryService
+
+            svc = SQLiteMemoryService(str(tmp_path / f"m{n}.db"), embeddings=HashingEmbeddings())
+        else:
+            from langmem_trpc.backends.postgres import PostgresMemoryService
+
+            assert url is not None
+            svc = PostgresMemoryService(url, HashingEmbeddings(), pool_size=2)
+            svc.setup()  # type: ignore[attr-defined]
+            _wipe_postgres(url)
+            shared.append(svc)
+        made.append(svc)
+        return svc
+
+    loop = asyncio.new_event_loop()  # async pools are bound to one loop: share it per test
+    build.kind = kind  # type: ignore[attr-defined]
+    build.loop = loop  # type: ignore[attr-defined]
+    yield build
+    for svc in made:
+        loop.run_until_complete(svc.aclose())
+    loop.close()
+    if url is not None:
+        request.getfixturevalue("pg_server").drop_database(url)
+
+
+def _wipe_postgres(url: str) -> None:
+    """Empty every langmem table, so each example starts from an empty store."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        tables = [
+            r[0]
+            for r in conn.execute(
+                "SELECT tablename FROM pg_tables WHERE schemaname = current_schema() "
+                "AND tablename NOT LIKE '%migration%'"
+            ).fetchall()
+        ]
+        if tables:
+            conn.execute("TRUNCATE " + ", ".join(f'"{t}"' for t in tables))
+
+
+class Outage(OSError):
+    """What a driver raises when the server is gone (carries the DSN, as real drivers do)."""
+
+
+class FaultyService(SyncMemoryService):
+    """A real service behind a switch: while `down`, every call fails like a dead connection.
+
+    `down_for` limits the outage to some method names; `delay` makes every call slow.
+    The raw driver-style error carries a DSN with a password, to prove it never leaks.
+    `wrap_errors=True` raises `BackendError` (what the real backends raise) instead.
+    """
+
+    def __init__(self, inner: MemoryService, *, wrap_errors: bool = False) -> None:
+        self.inner = inner
+        self.down = False
+        self.down_for: set[str] | None = None
+        self.wrap_errors = wrap_errors
+        self.delay = 0.0
+        self.failures = 0
+        self.calls = 0
+        self._lock = threading.Lock()
+        self.supports_vectors = inner.supports_vectors
+
+    def _fault(self, name: str) -> None:
+        if self.down and (self.down_for is None or name in self.down_for):
+            with self._lock:
+                self.failures += 1
+            error = Outage(f"connection to {SECRET_DSN} failed: Connection refused")
+            if self.wrap_errors:
+                raise BackendError("PostgreSQL operation failed (OperationalError)") from error
+            raise error
+
+    def _call(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        with self._lock:
+            self.calls += 1
+        if self.delay:
+            import time
+
+            time.sleep(self.delay)
+        self._fault(name)
+        return getattr(self.inner, name)(*args, **kwargs)
+
+    def add(self, user, text, **kw):  # type: ignore[override]
+        return self._call("add", user, text, **kw)
+
+    def update(self, user, memory_id, text, **kw):  # type: ignore[override]
+        return self._call("update", user, memory_id, text, **kw)
+
+    def delete(self, user, memory_id, *, source=None):  # type: ignore[override]
+        return self._call("delete", user, memory_id, source=source)
+
+    def clear(self, user, *, source=None):  # type: ignore[override]
+        return self._call("clear", user, source=source)
+
+    def purge(self, user, memory_id=None):  # type: ignore[override]
+        return self._call("purge", user, memory_id)
+
+    def get(self, user, memory_id):  # type: ignore[override]
+        return self._call("get", user, memory_id)
+
+    def read(self, user, limit=None):  # type: ignore[override]
+        return self._call("read", user, limit)
+
+    def search(self, user, query=None, options=None):  # type: ignore[override]
+        return self._call("search", user, query, options)
+
+    def history(self, user, memory_id):  # type: ignore[override]
+        return self._call("history", user, memory_id)
+
+    def count(self, user):  # type: ignore[override]
+        return self._call("count", user)
+
+    def users(self, app_name=None):  # type: ignore[override]
+        return self._call("users", app_name)
+
+    def get_cursor(self, user, thread_id):  # type: ignore[override]
+        return self._call("get_cursor", user, thread_id)
+
+    def set_cursor(self, user, cursor):  # type: ignore[override]
+        return self._call("set_cursor", user, cursor)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def users_of(pairs: list[tuple[int, int]]) -> list[UserKey]:
+    """UserKeys from (app index, user index) pairs, de-duplicated in order."""
+    seen: dict[tuple[str, str], UserKey] = {}
+    for a, u in pairs:
+        key = (APPS[a % len(APPS)], USER_IDS[u % len(USER_IDS)])
+        seen.setdefault(key, UserKey(*key))
+    return list(seen.values())
