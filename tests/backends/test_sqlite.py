@@ -1,9 +1,11 @@
 from __future__ import annotations
 
+import gc
 import hashlib
 import multiprocessing
 import random
 import sqlite3
+import sys
 import threading
 from datetime import datetime, timedelta, timezone
 
@@ -471,3 +473,34 @@ def test_several_processes_share_one_file(tmp_path):
     with sqlite3.connect(path) as conn:
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     assert_index_consistent(path)
+
+
+def test_a_thread_s_connection_closes_when_the_thread_ends(tmp_path):
+    svc = SQLiteMemoryService(tmp_path / "m.db")
+    svc.add(ALICE, "opened on the main thread")
+    threads = [threading.Thread(target=svc.count, args=(ALICE,)) for _ in range(8)]
+    for t in threads:
+        t.start()
+        t.join()
+    gc.collect()
+    assert len(svc._db._held) == 1  # only the main thread's
+    svc.close()
+
+
+def _forked_child(svc: SQLiteMemoryService) -> None:
+    svc.add(ALICE, "written by the forked child")
+    svc.close()
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="fork")
+def test_a_forked_child_opens_its_own_connection(tmp_path):
+    svc = SQLiteMemoryService(tmp_path / "m.db")
+    svc.add(ALICE, "written by the parent")
+    child = multiprocessing.get_context("fork").Process(target=_forked_child, args=(svc,))
+    child.start()
+    child.join(timeout=60)
+    assert child.exitcode == 0
+    svc.add(ALICE, "parent again")
+    assert svc.count(ALICE) == 3
+    svc.close()
+    assert_index_consistent(svc.path)

@@ -14,6 +14,7 @@ import random
 import sqlite3
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
@@ -37,6 +38,30 @@ def _is_busy(exc: sqlite3.OperationalError) -> bool:
         return (code & 0xFF) in _BUSY_CODES
     message = str(exc).lower()
     return "locked" in message or "busy" in message
+
+
+class _Held:
+    """A connection owned by one thread; closed when that thread ends (its locals go).
+
+    Only the process that opened it closes it: closing an inherited SQLite
+    connection in a forked child can checkpoint or delete the parent's WAL.
+    """
+
+    __slots__ = ("__weakref__", "conn", "pid")
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+        self.pid = os.getpid()
+
+    def close(self) -> None:
+        if self.pid == os.getpid():
+            try:
+                self.conn.close()
+            except sqlite3.Error:  # pragma: no cover - closing is best effort
+                logger.debug("error closing a SQLite connection", exc_info=True)
+
+    def __del__(self) -> None:
+        self.close()
 
 
 class Database:
@@ -71,18 +96,18 @@ class Database:
         self._retries = retries
         self._synchronous = synchronous.upper()
         self._local = threading.local()
-        self._connections: list[sqlite3.Connection] = []
-        self._connections_lock = threading.Lock()
+        self._held: weakref.WeakSet[_Held] = weakref.WeakSet()
+        self._held_lock = threading.Lock()
         self.write_lock = threading.RLock()
         """Serialises this process's writers (and every use of a ":memory:" connection)."""
         self._pid = os.getpid()
         self._closed = False
-        self._shared: sqlite3.Connection | None = None
+        self._shared: _Held | None = None
         self._setup()
 
     # -- connections ----------------------------------------------------------
 
-    def _open(self) -> sqlite3.Connection:
+    def _open(self) -> _Held:
         try:
             conn = sqlite3.connect(
                 self.path, isolation_level=None, check_same_thread=False, timeout=0
@@ -93,41 +118,39 @@ class Database:
             conn.create_function("lm_scoped", 2, scoped, deterministic=True)
         except sqlite3.Error as exc:
             raise BackendError(f"cannot open SQLite database: {exc}") from exc
-        with self._connections_lock:
-            self._connections.append(conn)
-        return conn
+        held = _Held(conn)
+        with self._held_lock:
+            self._held.add(held)
+        return held
 
     def connection(self) -> sqlite3.Connection:
         """This thread's connection (opened on first use)."""
         if self._closed:
             raise BackendError("the SQLite memory service is closed")
-        if os.getpid() != self._pid:  # forked: never touch the parent's connections
+        if os.getpid() != self._pid:  # forked: open our own, never use the parent's
             self._pid = os.getpid()
             self._local = threading.local()
             self._shared = None
-            with self._connections_lock:
-                self._connections = []
+            with self._held_lock:
+                self._held = weakref.WeakSet()
         if self.memory:
             if self._shared is None:
                 self._shared = self._open()
-            return self._shared
-        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = self._open()
-            self._local.conn = conn
-        return conn
+            return self._shared.conn
+        held: _Held | None = getattr(self._local, "held", None)
+        if held is None:
+            held = self._open()
+            self._local.held = held
+        return held.conn
 
     def close(self) -> None:
         """Close every connection this object opened, in any thread."""
         with self.write_lock:
             self._closed = True
-            with self._connections_lock:
-                connections, self._connections = self._connections, []
-            for conn in connections:
-                try:
-                    conn.close()
-                except sqlite3.Error:  # pragma: no cover - closing is best effort
-                    logger.debug("error closing a SQLite connection", exc_info=True)
+            with self._held_lock:
+                held = list(self._held)
+            for item in held:
+                item.close()
 
     # -- transactions ---------------------------------------------------------
 
