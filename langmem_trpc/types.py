@@ -190,15 +190,21 @@ class SearchOptions(BaseModel):
     """Keep entries whose event_time is at or before this; entries without event_time pass."""
     max_results: int = Field(default=10, ge=1, le=1000)
     similarity_threshold: float | None = Field(default=None, ge=0.0, le=1.0)
-    """Minimum absolute score; None means the backend default (0.3). Not applied to hybrid fusion."""
+    """Minimum absolute score; None means the backend default (0.3; a 0.1 floor per leg in hybrid fusion)."""
     order_by_event_time: bool = False
     """Use event_time ascending as a tie-break after relevance."""
     kind_fallback: bool = False
     """With `kind` set and fewer than 3 hits, merge an unfiltered search (requested kind first)."""
     deduplicate: bool = False
     """Drop near-duplicates (word-set Jaccard >= 0.80), keeping the higher-scored one."""
-    hybrid: bool = False
-    """Fuse the vector and keyword legs with RRF (needs an embedder; keyword-only otherwise)."""
+    hybrid: bool = True
+    """Fuse the vector and keyword legs with RRF (needs an embedder; keyword-only otherwise).
+
+    On by default: on LoCoMo turn retrieval the fused ranking (with participant
+    awareness and session context, see `service._search.FusionTuning`) finds far
+    more evidence than the vector leg alone (docs/bench-locomo.md). An explicit
+    `similarity_threshold` filters both legs by their absolute scores.
+    """
     rrf_k: int = Field(default=60, ge=1)
 
     @field_validator("time_after", "time_before", mode="before")

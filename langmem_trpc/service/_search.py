@@ -18,10 +18,12 @@ from ..types import Entry, Kind, SearchOptions
 from ._text import cjk_trigrams, jaccard, primary_tokens, token_set
 
 __all__ = [
+    "DEFAULT_FUSION",
     "DEFAULT_MIN_SCORE",
     "DEDUPE_JACCARD",
     "MIN_KIND_FALLBACK_RESULTS",
     "CorpusStats",
+    "FusionTuning",
     "KeywordDoc",
     "Legs",
     "QueryTerms",
@@ -32,6 +34,7 @@ __all__ = [
     "merge_kind_fallback",
     "passes_time",
     "rrf_fuse",
+    "set_fusion_tuning",
     "sort_entries",
 ]
 
@@ -44,6 +47,39 @@ BM25_B = 0.75
 TOPIC_WEIGHT = 0.65
 TRIGRAM_WEIGHT = 0.45
 PHRASE_FALLBACK_SCORE = 0.35
+
+
+@dataclass(frozen=True)
+class FusionTuning:
+    """Knobs of the hybrid ranking, measured on LoCoMo (docs/bench-locomo.md).
+
+    `participant_boost`: a hit whose participant the query names ("What did
+    Caroline paint?") keeps its fused score; others are scaled by
+    1 / (1 + boost). `context_weight`: a hit shares in the best fused score of
+    the other candidates with the same event time (the same conversation
+    session or moment), because a question about an event usually matches
+    several turns of it. `vector_floor` / `keyword_floor`: minimum absolute
+    scores for a leg to vote when no explicit threshold is set. `min_pool`:
+    candidates fetched per leg.
+    """
+
+    participant_boost: float = 0.5
+    context_weight: float = 0.4
+    vector_floor: float = 0.1
+    keyword_floor: float = 0.1
+    min_pool: int = 100
+
+
+DEFAULT_FUSION = FusionTuning()
+_fusion = DEFAULT_FUSION
+
+
+def set_fusion_tuning(tuning: FusionTuning | None) -> FusionTuning:
+    """Replace the process-wide fusion knobs (benchmark ablations); returns the previous ones."""
+    global _fusion
+    previous = _fusion
+    _fusion = tuning or DEFAULT_FUSION
+    return previous
 
 
 # --- keyword leg ---------------------------------------------------------
@@ -241,7 +277,7 @@ Fetch = Callable[[Kind | None, int], Legs]
 
 def candidate_pool(max_results: int) -> int:
     """How many candidates each leg returns: head room for fusion, filters and dedupe."""
-    return max(max_results * 3, 30)
+    return max(max_results * 3, _fusion.min_pool)
 
 
 def passes_time(
@@ -288,30 +324,91 @@ def rrf_fuse(rankings: Sequence[Sequence[str]], k: int = 60) -> dict[str, float]
     return fused
 
 
+def _rrf_with_ties(legs: Sequence[Sequence[tuple[Entry, float]]], k: int) -> dict[str, float]:
+    """RRF where equal scores in a leg share a rank, so identical memories tie (and the
+    event-time tie-break can order them)."""
+    fused: dict[str, float] = {}
+    for leg in legs:
+        rank, previous = 0, None
+        for position, (entry, score) in enumerate(leg, start=1):
+            if score != previous:
+                rank, previous = position, score
+            fused[entry.id] = fused.get(entry.id, 0.0) + 1.0 / (k + rank)
+    return fused
+
+
+def _named_participants(query: str, entries: Iterable[Entry]) -> set[str]:
+    """Participants (as spelled on the entries) whose every name token occurs in the query."""
+    query_tokens = set(primary_tokens(query))
+    named: set[str] = set()
+    for entry in entries:
+        for person in entry.memory.participants:
+            tokens = set(primary_tokens(person))
+            if tokens and tokens <= query_tokens:
+                named.add(person)
+    return named
+
+
+def _adjust_fused(fused: dict[str, float], best: Mapping[str, tuple[Entry, float]], query: str) -> dict[str, float]:
+    """Session context and participant awareness on top of plain RRF, bounded by the RRF maximum."""
+    tuning = _fusion
+    adjusted = dict(fused)
+    if tuning.context_weight > 0:
+        groups: dict[datetime, list[str]] = {}
+        for key in fused:
+            event = best[key][0].memory.event_time
+            if event is not None:
+                groups.setdefault(event, []).append(key)
+        for keys in groups.values():
+            if len(keys) < 2:
+                continue
+            ranked = sorted(keys, key=lambda k: -fused[k])
+            top, second = fused[ranked[0]], fused[ranked[1]]
+            for key in keys:
+                context = second if key == ranked[0] else top
+                adjusted[key] = (fused[key] + tuning.context_weight * context) / (1 + tuning.context_weight)
+    if tuning.participant_boost > 0:
+        named = _named_participants(query, (entry for entry, _ in best.values()))
+        if named:
+            scale = 1.0 / (1.0 + tuning.participant_boost)
+            for key in adjusted:
+                if not named.intersection(best[key][0].memory.participants):
+                    adjusted[key] *= scale
+    return adjusted
+
+
+def _keyword_hits(legs: Legs, threshold: float) -> list[tuple[Entry, float]]:
+    return [(e, s) for e, s in legs.keyword if s >= threshold and s > 0]
+
+
 def _rank_legs(legs: Legs, options: SearchOptions) -> list[Entry]:
     threshold = options.similarity_threshold
     if threshold is None:
         threshold = DEFAULT_MIN_SCORE
-    keyword = [(e, s) for e, s in legs.keyword if s >= threshold and s > 0]
-    if legs.vector is None or (options.hybrid and not legs.vector and keyword):
-        return sort_entries(
-            (e.model_copy(update={"score": s}) for e, s in keyword), options.order_by_event_time
-        )
+    if legs.vector is None:
+        keyword = _keyword_hits(legs, threshold)
+        return sort_entries((e.model_copy(update={"score": s}) for e, s in keyword), options.order_by_event_time)
+    if options.hybrid and not legs.vector and _keyword_hits(legs, threshold):
+        keyword = _keyword_hits(legs, threshold)
+        return sort_entries((e.model_copy(update={"score": s}) for e, s in keyword), options.order_by_event_time)
     if not options.hybrid:
         vector = [(e, s) for e, s in legs.vector if s >= threshold]
-        return sort_entries(
-            (e.model_copy(update={"score": s}) for e, s in vector), options.order_by_event_time
-        )
+        return sort_entries((e.model_copy(update={"score": s}) for e, s in vector), options.order_by_event_time)
+    # Hybrid: each leg votes with its candidates above a low floor (or the explicit threshold).
+    explicit = options.similarity_threshold
+    vector_floor = explicit if explicit is not None else _fusion.vector_floor
+    keyword_floor = explicit if explicit is not None else _fusion.keyword_floor
+    vector = [(e, s) for e, s in legs.vector if s >= vector_floor and s > 0]
+    keyword = [(e, s) for e, s in legs.keyword if s >= keyword_floor and s > 0]
     best: dict[str, tuple[Entry, float]] = {}
-    for entry, score in [*legs.vector, *keyword]:
+    for entry, score in [*vector, *keyword]:
         if entry.id not in best or score > best[entry.id][1]:
             best[entry.id] = (entry, score)
-    fused = rrf_fuse([[e.id for e, _ in legs.vector], [e.id for e, _ in keyword]], options.rrf_k)
+    fused = _rrf_with_ties([vector, keyword], options.rrf_k)
+    fused = _adjust_fused(fused, best, options.query)
     return sort_entries(
         (
-            best[key][0].model_copy(
-                update={"score": max(0.0, min(best[key][1], 1.0)), "rrf_score": value}
-            )
+            best[key][0].model_copy(update={"score": max(0.0, min(best[key][1], 1.0)), "rrf_score": value})
             for key, value in fused.items()
         ),
         options.order_by_event_time,

@@ -103,7 +103,7 @@ def test_hybrid_orders_by_rrf_and_reports_absolute_score():
 def test_non_hybrid_uses_the_vector_leg_with_threshold():
     a, b = entry("a", "alpha"), entry("b", "beta")
     legs = Legs(vector=[(a, 0.9), (b, 0.2)], keyword=[(b, 0.8)])
-    hits = execute_search(SearchOptions(query="q"), lambda kind, pool: legs)
+    hits = execute_search(SearchOptions(query="q", hybrid=False), lambda kind, pool: legs)
     assert [(h.id, h.score) for h in hits] == [("a", 0.9)]
 
 

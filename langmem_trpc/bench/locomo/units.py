@@ -1,0 +1,69 @@
+"""Turn a LoCoMo conversation into memory units and ingest them through the service.
+
+Raw turns become what `VerbatimExtractor` produces: one episode per turn,
+event time = the session date, participants = the speaker. LoCoMo's own
+`observation` facts are the oracle-extraction units.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal
+
+from ...service.protocol import MemoryService
+from ...types import Kind, UserKey
+from .loader import Conversation
+
+__all__ = ["UnitKind", "UnitRecord", "conversation_units", "ingest_units", "unit_texts"]
+
+UnitKind = Literal["turns", "observations"]
+
+
+@dataclass(frozen=True)
+class UnitRecord:
+    text: str
+    kind: Kind
+    event_time: datetime | None
+    participants: tuple[str, ...]
+    dia_ids: tuple[str, ...]
+
+
+def conversation_units(conv: Conversation, units: UnitKind) -> list[UnitRecord]:
+    if units == "turns":
+        return [
+            UnitRecord(t.display_text, Kind.EPISODE, t.date, (t.speaker,), (t.dia_id,))
+            for t in conv.turns
+            if t.display_text.strip()
+        ]
+    return [
+        UnitRecord(o.text, Kind.FACT, o.date, (o.speaker,), o.dia_ids)
+        for o in conv.observations
+        if o.text.strip()
+    ]
+
+
+def unit_texts(conv: Conversation, units: UnitKind) -> list[str]:
+    return [u.text for u in conversation_units(conv, units)]
+
+
+def ingest_units(
+    service: MemoryService, user: UserKey, records: list[UnitRecord]
+) -> dict[str, tuple[str, ...]]:
+    """Add every unit in order; returns memory id -> the dia ids it stands for.
+
+    Identical units (same text, speaker and session) are merged by the
+    service's idempotent add, so one memory can stand for several dia ids.
+    """
+    ids: dict[str, tuple[str, ...]] = {}
+    for record in records:
+        entry = service.add(
+            user,
+            record.text,
+            kind=record.kind,
+            event_time=record.event_time,
+            participants=list(record.participants),
+            metadata={"dia_ids": list(record.dia_ids)},
+        )
+        ids[entry.id] = tuple(dict.fromkeys([*ids.get(entry.id, ()), *record.dia_ids]))
+    return ids
