@@ -1,0 +1,284 @@
+"""Search over one read snapshot: the keyword leg (FTS5), the vector leg (numpy), caches.
+
+`SearchRun.fetch` is the `fetch(kind, pool)` that the shared
+`execute_search` calls, so fusion, fallback and dedupe stay in one place.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from collections import OrderedDict
+from typing import Any
+
+import numpy as np
+
+from ...service._search import (
+    CorpusStats,
+    KeywordDoc,
+    Legs,
+    QueryTerms,
+    execute_search,
+    keyword_score,
+)
+from ...types import Entry, Kind, SearchOptions, UserKey
+from . import _sql as sql
+from ._keyword import keyword_doc, match_any, scope_prefix
+from ._rows import CONTENT_DOC, TEXT, TOPIC_DOC, TOPICS, Row, user_state
+from ._vectors import KIND_CODES, UserVectors, VectorCache
+
+__all__ = ["SearchCaches", "SearchRun"]
+
+Stamp = tuple[str, int]
+_DF_CACHE_USERS = 256
+_DF_CACHE_TOKENS = 4096
+
+
+class SearchCaches:
+    """Per-process caches of one service, each valid for one (generation, version) of a user.
+
+    The version row is bumped by a trigger on every write, from any process,
+    so a stale entry is never used.
+    """
+
+    def __init__(self, vector_bytes: int) -> None:
+        self.vectors = VectorCache(vector_bytes)
+        self._df: OrderedDict[UserKey, tuple[Stamp, dict[str, int]]] = OrderedDict()
+        self._df_lock = threading.Lock()
+
+    def clear(self) -> None:
+        self.vectors.clear()
+        with self._df_lock:
+            self._df.clear()
+
+    def drop(self, user: UserKey) -> None:
+        self.vectors.drop(user)
+        with self._df_lock:
+            self._df.pop(user, None)
+
+    def user_vectors(
+        self, conn: sqlite3.Connection, user: UserKey, stamp: Stamp, dim: int
+    ) -> UserVectors:
+        """The user's live embeddings of this dimension, loaded from this snapshot if stale."""
+        cached = self.vectors.get(user, stamp)
+        if cached is not None and cached.matrix.shape[1] == dim:
+            return cached
+        u = (user.app_name, user.user_id)
+        n = conn.execute(sql.COUNT_VECTORS, (*u, dim * 4)).fetchone()[0]
+        rids = np.empty(n, dtype=np.int64)
+        matrix = np.empty((n, dim), dtype=np.float32)
+        kinds = np.empty(n, dtype=np.int8)
+        events = np.full(n, np.nan, dtype=np.float64)
+        i = 0
+        for rid, kind, event_time, blob in conn.execute(sql.SELECT_VECTORS, (*u, dim * 4)):
+            if i == n:  # pragma: no cover - same snapshot, cannot grow
+                break
+            rids[i] = rid
+            matrix[i] = np.frombuffer(blob, dtype=np.float32)
+            kinds[i] = KIND_CODES[kind]
+            if event_time is not None:
+                events[i] = event_time
+            i += 1
+        vectors = UserVectors(stamp, rids[:i], matrix[:i], kinds[:i], events[:i])
+        self.vectors.put(user, vectors)
+        return vectors
+
+    def document_frequencies(
+        self, conn: sqlite3.Connection, user: UserKey, stamp: Stamp, tokens: list[str]
+    ) -> dict[str, int]:
+        """Per-user document frequency of each token, cached for this state of the user."""
+        with self._df_lock:
+            cached = self._df.get(user)
+            known = cached[1] if cached is not None and cached[0] == stamp else {}
+        prefix = scope_prefix(user)
+        missing = {
+            t: conn.execute(sql.FTS_COUNT, (match_any(prefix, [t]),)).fetchone()[0]
+            for t in tokens
+            if t not in known
+        }
+        if missing:
+            with self._df_lock:
+                cached = self._df.get(user)
+                table = cached[1] if cached is not None and cached[0] == stamp else {}
+                if len(table) > _DF_CACHE_TOKENS:
+                    table = {}
+                table.update(missing)
+                self._df[user] = (stamp, table)
+                self._df.move_to_end(user)
+                while len(self._df) > _DF_CACHE_USERS:
+                    self._df.popitem(last=False)
+        return {t: known.get(t, missing.get(t, 0)) for t in tokens}
+
+
+class SearchRun:
+    """One search over one read snapshot: the `fetch` that `execute_search` calls."""
+
+    def __init__(
+        self,
+        caches: SearchCaches,
+        user: UserKey,
+        options: SearchOptions,
+        query_vector: np.ndarray | None,
+        keyword_candidates: int | None,
+    ) -> None:
+        self.caches = caches
+        self.keyword_candidates = keyword_candidates
+        self.user = user
+        self.options = options
+        self.query_vector = query_vector
+        self.terms = QueryTerms.build(options.query)
+        self.after_us = sql.to_us(options.time_after)
+        self.before_us = sql.to_us(options.time_before)
+        self.missing_vectors = 0
+        """Set to the query dimension when live memories lack a vector of that size."""
+        self._entries: dict[int, Entry] = {}
+        self._conn: sqlite3.Connection | None = None
+        self._state: Row | None = None
+        self._stats: CorpusStats | None = None
+
+    def run(self, conn: sqlite3.Connection) -> list[Entry]:
+        self._conn = conn
+        self._state = user_state(conn, self.user)
+        if self._state is None or self._state[2] == 0:
+            return []
+        return execute_search(self.options, self.fetch)
+
+    @property
+    def stamp(self) -> Stamp:
+        assert self._state is not None
+        return (self._state[0], self._state[1])
+
+    def fetch(self, kind: Kind | None, pool: int) -> Legs:
+        vector: list[tuple[Entry, float]] | None = None
+        if self.query_vector is not None:
+            vector = self._vector_leg(kind, pool)
+            if not self.options.hybrid:  # the shared ranking uses the vector leg alone
+                return Legs(vector=vector, keyword=[])
+        return Legs(vector=vector, keyword=self._keyword_leg(kind, pool))
+
+    # -- shared pieces ------------------------------------------------------------
+
+    def _filters(self, kind: Kind | None, prefix: str) -> tuple[str, list[Any]]:
+        clauses, params = "", list[Any]()
+        if kind is not None:
+            clauses += f" AND {prefix}kind = ?"
+            params.append(kind.value)
+        if self.after_us is not None:
+            clauses += f" AND ({prefix}event_time IS NULL OR {prefix}event_time >= ?)"
+            params.append(self.after_us)
+        if self.before_us is not None:
+            clauses += f" AND ({prefix}event_time IS NULL OR {prefix}event_time <= ?)"
+            params.append(self.before_us)
+        return clauses, params
+
+    def _entry(self, row: Row) -> Entry:
+        entry = self._entries.get(row[0])
+        if entry is None:
+            entry = sql.row_to_entry(row, self.user.app_name, self.user.user_id)
+            self._entries[row[0]] = entry
+        return entry
+
+    def _entries_for(self, rids: list[int]) -> dict[int, Entry]:
+        assert self._conn is not None
+        missing = [rid for rid in rids if rid not in self._entries]
+        if missing:
+            marks = ", ".join("?" * len(missing))
+            rows = self._conn.execute(
+                sql.SELECT_BY_RIDS + f"({marks})",
+                (self.user.app_name, self.user.user_id, *missing),
+            ).fetchall()
+            for row in rows:
+                self._entry(row)
+        return self._entries
+
+    # -- legs ---------------------------------------------------------------------
+
+    def _vector_leg(self, kind: Kind | None, pool: int) -> list[tuple[Entry, float]]:
+        assert self._conn is not None and self.query_vector is not None and self._state
+        dim = int(self.query_vector.shape[0])
+        vectors = self.caches.user_vectors(self._conn, self.user, self.stamp, dim)
+        if len(vectors.rids) < self._state[2]:
+            self.missing_vectors = dim
+        hits = vectors.top(self.query_vector, pool, kind, self.after_us, self.before_us)
+        entries = self._entries_for([rid for rid, _ in hits])
+        return [(entries[rid], score) for rid, score in hits if rid in entries]
+
+    def _corpus_stats(self) -> CorpusStats:
+        assert self._conn is not None and self._state is not None
+        if self._stats is None:
+            n, content, topic = self._state[2], self._state[3], self._state[4]
+            df = self.caches.document_frequencies(
+                self._conn, self.user, self.stamp, self.terms.tokens
+            )
+            self._stats = CorpusStats(
+                n_docs=n,
+                df=df,
+                avg_content_len=max(content / n, 1.0) if n else 1.0,
+                avg_topic_len=max(topic / n, 1.0) if n else 1.0,
+            )
+        return self._stats
+
+    def _keyword_leg(self, kind: Kind | None, pool: int) -> list[tuple[Entry, float]]:
+        """FTS5 ranks candidates by BM25; the shared composite scores them."""
+        assert self._conn is not None
+        if not self.terms.tokens:
+            return self._phrase_scan(kind, pool)
+        stats = self._corpus_stats()
+        prefix = scope_prefix(self.user)
+        limit = self.keyword_candidates or max(pool * 3, 90)
+        match = match_any(prefix, self.terms.tokens)
+        if kind is None and self.after_us is None and self.before_us is None:
+            ranked = self._conn.execute(sql.FTS_RANK + sql.FTS_ORDER, (match, limit))
+        else:
+            clauses, params = self._filters(kind, "m.")
+            ranked = self._conn.execute(
+                sql.FTS_RANK_FILTERED + clauses + sql.FTS_ORDER, (match, *params, limit)
+            )
+        rids = [rid for (rid,) in ranked]
+        if not rids:
+            return []
+        rows = self._conn.execute(
+            sql.SELECT_CANDIDATES + f"({', '.join('?' * len(rids))})",
+            (self.user.app_name, self.user.user_id, *rids),
+        ).fetchall()
+        scored: list[tuple[float, int, Row]] = []
+        for row in rows:
+            doc = keyword_doc(row[CONTENT_DOC], row[TOPIC_DOC])
+            score = keyword_score(self.terms, doc, stats)
+            if score <= 0:  # cannot happen for a token match; score it the long way to be sure
+                score = keyword_score(self.terms, self._full_doc(row), stats)
+            if score > 0:
+                scored.append((score, row[0], row))
+        scored.sort(key=lambda hit: (-hit[0], hit[1]))
+        return [(self._entry(row), score) for score, _, row in scored[:pool]]
+
+    @staticmethod
+    def _full_doc(row: Row) -> KeywordDoc:
+        return KeywordDoc.build(row[TEXT], json.loads(row[TOPICS]))
+
+    def _phrase_scan(self, kind: Kind | None, pool: int) -> list[tuple[Entry, float]]:
+        """A query with no tokens ("C#"): the shared literal fallback over a filtered scan."""
+        assert self._conn is not None
+        words = alnum_runs(self.options.query.lower())
+        if not words:
+            return []
+        clauses, params = self._filters(kind, "")
+        stats = CorpusStats(n_docs=0, df={}, avg_content_len=1.0, avg_topic_len=1.0)
+        scored: list[tuple[float, int, Row]] = []
+        for row in self._conn.execute(
+            sql.SELECT_SCAN + clauses + " ORDER BY rid",
+            (self.user.app_name, self.user.user_id, *params),
+        ):
+            text, topics = row[TEXT].lower(), row[TOPICS].lower()
+            if not (all(w in text for w in words) or all(w in topics for w in words)):
+                continue  # cheap prefilter: the literal needle cannot occur
+            score = keyword_score(self.terms, self._full_doc(row), stats)
+            if score > 0:
+                scored.append((score, row[0], row))
+        scored.sort(key=lambda hit: (-hit[0], hit[1]))
+        return [(self._entry(row), score) for score, _, row in scored[:pool]]
+
+
+def alnum_runs(text: str) -> list[str]:
+    return "".join(c if c.isalnum() else " " for c in text).split()

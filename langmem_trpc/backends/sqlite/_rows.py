@@ -1,0 +1,167 @@
+"""Row-level writes shared by every write path: FTS upkeep, history, soft delete.
+
+Every function runs inside the caller's write transaction.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+from typing import Any
+
+from ...types import Entry, Memory, Operation, Source, UserKey
+from . import _sql as sql
+from ._keyword import fts_document, scope_prefix, scoped, topics_document
+
+__all__ = [
+    "CONTENT_DOC",
+    "CREATED",
+    "DELETED",
+    "ID",
+    "KEEP",
+    "KEYED",
+    "TEXT",
+    "TOPICS",
+    "TOPIC_DOC",
+    "UPDATED",
+    "Keep",
+    "Prepared",
+    "Row",
+    "index_row",
+    "record_history",
+    "soft_delete",
+    "to_entry",
+    "unindex_row",
+    "user_state",
+    "write_content",
+]
+
+Row = tuple[Any, ...]
+"""A fetched row; the names below index the columns `_sql` selects."""
+ID, TEXT, TOPICS = 1, 2, 3
+CREATED, UPDATED, DELETED, KEYED = 9, 10, 11, 12
+CONTENT_DOC, TOPIC_DOC = 11, 12
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A validated memory with everything its row needs, computed outside the transaction."""
+
+    memory: Memory
+    fingerprint: bytes
+    columns: tuple[Any, ...]
+    """topics, kind, event_time, participants, location, metadata as stored."""
+    content_doc: str
+    topic_doc: str
+
+    @classmethod
+    def of(cls, memory: Memory, fp: str) -> Prepared:
+        return cls(
+            memory=memory,
+            fingerprint=bytes.fromhex(fp),
+            columns=sql.memory_params(memory),
+            content_doc=fts_document(memory.text),
+            topic_doc=topics_document(memory.topics),
+        )
+
+    @property
+    def content_len(self) -> int:
+        return len(self.content_doc.split())
+
+    @property
+    def topic_len(self) -> int:
+        return len(self.topic_doc.split())
+
+
+class Keep:
+    """Sentinel: leave the stored embedding as it is."""
+
+
+KEEP = Keep()
+
+
+def record_history(
+    conn: sqlite3.Connection,
+    user: UserKey,
+    memory_id: str,
+    op: Operation,
+    before: str | None,
+    after: str | None,
+    source: Source | None,
+    at: int,
+) -> None:
+    conn.execute(
+        sql.INSERT_HISTORY,
+        (
+            user.app_name,
+            user.user_id,
+            memory_id,
+            op.value,
+            before,
+            after,
+            at,
+            sql.source_json(source),
+        ),
+    )
+
+
+def user_state(conn: sqlite3.Connection, user: UserKey) -> Row | None:
+    row: Row | None = conn.execute(sql.SELECT_STATE, (user.app_name, user.user_id)).fetchone()
+    return row
+
+
+def to_entry(row: Row, user: UserKey, memory: Memory | None = None, **update: Any) -> Entry:
+    entry = sql.row_to_entry(row, user.app_name, user.user_id)
+    if memory is not None:
+        update["memory"] = memory
+    return entry.model_copy(update=update) if update else entry
+
+
+def index_row(conn: sqlite3.Connection, user: UserKey, rid: int, content: str, topics: str) -> None:
+    prefix = scope_prefix(user)
+    conn.execute(sql.FTS_INSERT, (rid, scoped(prefix, content), scoped(prefix, topics)))
+
+
+def unindex_row(conn: sqlite3.Connection, user: UserKey, rid: int) -> None:
+    """Drop a live row from FTS; call before its documents change (no-op if deleted)."""
+    prefix = scope_prefix(user)
+    conn.execute(sql.FTS_UNINDEX, (prefix, prefix, rid))
+
+
+def write_content(
+    conn: sqlite3.Connection,
+    user: UserKey,
+    rid: int,
+    p: Prepared,
+    blob: bytes | None | Keep,
+    at: int,
+) -> None:
+    """Replace a row's content (reviving it if deleted) and its FTS document."""
+    unindex_row(conn, user, rid)
+    docs = (p.content_doc, p.topic_doc, p.content_len, p.topic_len)
+    if isinstance(blob, Keep):
+        conn.execute(
+            sql.UPDATE_CONTENT_KEEP_EMBEDDING,
+            (p.memory.text, p.fingerprint, *p.columns, *docs, at, rid),
+        )
+    else:
+        conn.execute(
+            sql.UPDATE_CONTENT,
+            (p.memory.text, p.fingerprint, *p.columns, blob, *docs, at, rid),
+        )
+    index_row(conn, user, rid, p.content_doc, p.topic_doc)
+
+
+def soft_delete(
+    conn: sqlite3.Connection,
+    user: UserKey,
+    rid: int,
+    memory_id: str,
+    text: str,
+    op: Operation,
+    source: Source | None,
+    at: int,
+) -> None:
+    unindex_row(conn, user, rid)
+    conn.execute(sql.SOFT_DELETE, (at, rid))
+    record_history(conn, user, memory_id, op, text, None, source, at)
