@@ -80,7 +80,12 @@ def _embeddings(run_dir: Path, needed: bool) -> Any:
 
 @click.group()
 def bench() -> None:
-    """Benchmarks (LoCoMo)."""
+    """Benchmarks (LoCoMo).
+
+    Example:
+
+        langmem-trpc bench locomo --retrieval --out recall.json
+    """
 
 
 @bench.command()
@@ -149,7 +154,12 @@ def locomo(
     top_k: str,
     mem0_labels: bool,
 ) -> None:
-    """LoCoMo: offline retrieval recall (--retrieval) or QA arms with a chat model."""
+    """LoCoMo: offline retrieval recall (--retrieval) or QA arms with a chat model.
+
+    Example:
+
+        langmem-trpc bench locomo --retrieval --ablation --out recall.json --plots docs/img
+    """
     from ..bench.locomo.loader import load_locomo
     from ..errors import ConfigurationError
 

@@ -63,8 +63,8 @@ class FusionTuning:
     candidates fetched per leg.
     """
 
-    participant_boost: float = 0.5
-    context_weight: float = 0.4
+    participant_boost: float = 1.0
+    context_weight: float = 0.7
     vector_floor: float = 0.1
     keyword_floor: float = 0.1
     min_pool: int = 100

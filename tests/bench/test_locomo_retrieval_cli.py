@@ -1,0 +1,98 @@
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from langmem_trpc import InMemoryMemoryService
+from langmem_trpc.bench.locomo.loader import load_locomo
+from langmem_trpc.bench.locomo.retrieval import RetrievalArm, question_metrics, run_retrieval
+from langmem_trpc.cli.bench import bench
+from langmem_trpc.testing import HashingEmbeddings
+
+
+def test_question_metrics_fraction_any_all_mrr_tokens():
+    ranked = [(("D1:2",), "x" * 8), (("D1:1", "D1:3"), "y" * 4), (("D2:1",), "z")]
+    m = question_metrics(ranked, ["D1:1", "D2:1"], (1, 2, 3))
+    assert m["recall@1"] == 0.0 and m["recall@2"] == 0.5 and m["recall@3"] == 1.0
+    assert m["any@2"] == 1.0 and m["all@2"] == 0.0 and m["all@3"] == 1.0
+    assert m["mrr"] == 0.5
+    assert m["tokens@1"] == 2 and m["tokens@3"] == 4
+
+
+def _arms():
+    return [
+        RetrievalArm("turns-hash", "turns", True, {}),
+        RetrievalArm("obs-keyword", "observations", False, {"hybrid": False}),
+    ]
+
+
+def test_run_retrieval_schema_and_resume(sample_path, tmp_path):
+    convs = load_locomo(sample_path).conversations
+    calls = []
+
+    def make(embeddings):
+        calls.append(embeddings)
+        return InMemoryMemoryService(embeddings)
+
+    results = run_retrieval(convs, _arms(), make, HashingEmbeddings(), tmp_path / "run", ks=(1, 3, 10))
+    turns = results["turns-hash"]
+    assert set(turns["recall@10"]) >= {"overall", "1", "2", "3", "4"}
+    assert turns["questions"]["overall"] == 4  # cat 5 and the evidence-less question are excluded
+    assert 0.0 < turns["recall@10"]["overall"] <= 1.0
+    assert results["obs-keyword"]["embedder"] is None
+    assert len(calls) == 2
+    again = run_retrieval(convs, _arms(), make, HashingEmbeddings(), tmp_path / "run", ks=(1, 3, 10))
+    assert len(calls) == 2, "finished traces are reused"
+    assert again["turns-hash"]["recall@10"] == turns["recall@10"]
+    trace = (tmp_path / "run" / "traces" / "turns-hash" / "conv-x.jsonl").read_text().splitlines()
+    assert {"question", "evidence", "retrieved", "metrics"} <= set(json.loads(trace[0]))
+
+
+def test_default_search_finds_the_named_speakers_turn():
+    service = InMemoryMemoryService(HashingEmbeddings())
+    from langmem_trpc import Kind, UserKey
+
+    user = UserKey("t", "u")
+    service.add(user, "I painted a sunset last week", kind=Kind.EPISODE, participants=["Mel"],
+                event_time="2023-05-08T10:00:00+00:00")
+    service.add(user, "I painted a sunset too", kind=Kind.EPISODE, participants=["Caro"],
+                event_time="2023-06-08T10:00:00+00:00")
+    hits = service.search(user, "What did Mel say about the sunset?")
+    assert hits[0].memory.participants == ["Mel"]
+
+
+def test_cli_qa_without_model_exits_cleanly(sample_path, tmp_path, monkeypatch):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    result = CliRunner().invoke(bench, ["locomo", "--data", str(sample_path), "--run-dir", str(tmp_path / "r")])
+    assert result.exit_code == 0, result.output
+    assert "need a chat model" in result.output
+
+
+def test_cli_retrieval_writes_documented_json(sample_path, tmp_path, monkeypatch):
+    import langmem_trpc.bench.embeddings as emb
+
+    monkeypatch.setattr(emb, "local_embeddings_available", lambda: False)
+    out = tmp_path / "r.json"
+    result = CliRunner().invoke(
+        bench, ["locomo", "--retrieval", "--data", str(sample_path), "--run-dir", str(tmp_path / "r"), "--out", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    assert "local embeddings are missing" in result.output
+    payload = json.loads(out.read_text())
+    assert set(payload["arms"]) == {"turns-keyword"}
+    assert set(payload["arms"]["turns-keyword"]["recall@10"]) >= {"overall", "1", "2", "3", "4"}
+    assert payload["dataset"]["dropped_evidence"] == [["conv-x", "D9:9"]]
+
+
+@pytest.mark.local_embeddings
+def test_minilm_embeddings_run_offline():
+    pytest.importorskip("sentence_transformers", reason="needs the [local] extra (sentence-transformers)")
+    from langmem_trpc.bench.embeddings import LocalMiniLMEmbeddings
+
+    embedder = LocalMiniLMEmbeddings()
+    dog, puppy, tax = (embedder.embed_query(t) for t in ("a dog", "a puppy", "income tax form"))
+    assert len(dog) == 384
+    cos = lambda a, b: sum(x * y for x, y in zip(a, b, strict=True))  # noqa: E731
+    assert cos(dog, puppy) > cos(dog, tax)
