@@ -26,7 +26,7 @@ import queue
 import threading
 import time
 from collections.abc import Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from enum import Enum
@@ -166,6 +166,8 @@ class AutoMemoryWorker:
         self._queues: list[queue.Queue[object]] = []
         self._threads: list[threading.Thread] = []
         self._pool: ThreadPoolExecutor | None = None
+        self._overflow_pool: ThreadPoolExecutor | None = None
+        self._overflow_jobs: set[Future[JobReport]] = set()
         self._thread_locks = [threading.Lock() for _ in range(LOCK_STRIPES)]
         self._counters = Counters()
 
@@ -209,8 +211,21 @@ class AutoMemoryWorker:
             thread.join(max(0.0, deadline - time.monotonic()))
         finished = not any(t.is_alive() for t in self._threads)
         with self._state_lock:
+            overflow = list(self._overflow_jobs)
+        _, unfinished = wait(overflow, timeout=max(0.0, deadline - time.monotonic()))
+        if unfinished:
+            logger.warning(
+                "auto_memory: %d overflow job(s) still running at stop; their cursors have not "
+                "moved, so the threads' next runs re-read what they miss",
+                len(unfinished),
+            )
+            finished = False
+        with self._state_lock:
             self._state = WorkerState.STOPPED
             pool, self._pool = self._pool, None
+            overflow_pool, self._overflow_pool = self._overflow_pool, None
+        if overflow_pool is not None:
+            overflow_pool.shutdown(wait=False)
         if pool is not None and finished:
             pool.shutdown(wait=False, cancel_futures=True)
         return finished
@@ -253,7 +268,7 @@ class AutoMemoryWorker:
         if result == EnqueueResult.RAN_SYNC:
             if _on_loop_thread():
                 self._counters.bump("jobs_overflow")
-                self._extraction_pool().submit(self._run, job)
+                self._submit_overflow(job)
                 return EnqueueResult.OVERFLOW
             self._counters.bump("jobs_sync")
             self._run(job)
@@ -365,6 +380,26 @@ class AutoMemoryWorker:
             )
         self._counters.record(report)
         return report
+
+    def _submit_overflow(self, job: _Job) -> None:
+        """Run a fallback job off the event loop, in its own pool.
+
+        Not in the extraction pool: a job waits there for its extractor call, so
+        overflow jobs filling that pool would starve their own extractions until
+        each timed out.
+        """
+        with self._state_lock:
+            if self._overflow_pool is None:
+                self._overflow_pool = ThreadPoolExecutor(
+                    self.workers + 32, thread_name_prefix="langmem-overflow"
+                )
+            future = self._overflow_pool.submit(self._run, job)
+            self._overflow_jobs.add(future)
+        future.add_done_callback(self._overflow_done)
+
+    def _overflow_done(self, future: Future[JobReport]) -> None:
+        with self._state_lock:
+            self._overflow_jobs.discard(future)
 
     def _extraction_pool(self) -> ThreadPoolExecutor:
         with self._state_lock:
