@@ -312,3 +312,26 @@ def test_stop_timeout_reports_unfinished_jobs_and_loses_none(tmp_path: Path) -> 
     for user in users:
         texts = _live_texts(service, user)
         assert len(set(texts)) == len(texts) >= 1
+
+
+def test_many_overflow_jobs_from_an_event_loop_do_not_starve(tmp_path: Path) -> None:
+    """Regression: overflow jobs shared the extractor's thread pool and starved their own
+    extractions (63 of 80 jobs timed out, stop() returned False). Now they all complete."""
+    service = InMemoryMemoryService()
+    worker = AutoMemoryWorker(service, Sleepy(0.05), workers=1, queue_size=1, job_timeout=5).start()
+    users = [UserKey("app", f"u{i}") for i in range(80)]
+
+    async def flood() -> list[EnqueueResult]:
+        return [
+            worker.enqueue(u, "t0", [HumanMessage(f"turn of {u.user_id} in t0", id="m")])
+            for u in users
+        ]
+
+    import asyncio
+
+    results = asyncio.run(flood())
+    assert results.count(EnqueueResult.OVERFLOW) > 40
+    assert worker.stop(timeout=30) is True
+    stats = worker.stats()
+    assert stats.jobs_failed == 0 and stats.jobs_run == 80
+    assert _expected(service, users, 1) == 0
