@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from ._common import default_db
+from .bench import bench
 from .memories import memories
 from .transfer import export_memories, import_memories
 
@@ -45,12 +46,7 @@ cli.add_command(memories)
 cli.add_command(export_memories)
 cli.add_command(import_memories)
 
-try:
-    from .bench import bench
-except ImportError:  # pragma: no cover - the benchmark needs no extra to import
-    pass
-else:
-    cli.add_command(bench)
+cli.add_command(bench)
 
 
 def main() -> None:
