@@ -226,7 +226,7 @@ class SearchRun:
             return self._phrase_scan(kind, pool)
         stats = self._corpus_stats()
         prefix = scope_prefix(self.user)
-        limit = self.keyword_candidates or max(pool * 3, 90)
+        limit = self.keyword_candidates or max(pool * 3 // 2, 90)
         match = match_any(prefix, self.terms.tokens)
         if kind is None and self.after_us is None and self.before_us is None:
             ranked = self._conn.execute(sql.FTS_RANK + sql.FTS_ORDER, (match, limit))

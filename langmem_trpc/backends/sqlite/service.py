@@ -92,7 +92,9 @@ class SQLiteMemoryService(SyncMemoryService):
         vector_cache_bytes: bound on the per-user embedding matrices kept in memory.
         keyword_candidates: how many FTS5 candidates (best BM25 first) the
             keyword leg rescores with the shared composite; None means
-            max(3 x pool, 90). Every match is scored when fewer match.
+            max(1.5 x pool, 90) (150 for the default pool of 100); every match
+            is scored when fewer match. The one approximation of the backend:
+            a document BM25 ranks below that cut is not scored.
         busy_timeout_ms: how long SQLite waits for another process's write.
         synchronous: SQLite `synchronous` pragma ("NORMAL" by default: WAL
             keeps the file consistent; a power cut may lose the last commits).
