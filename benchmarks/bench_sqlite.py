@@ -183,7 +183,7 @@ def bench_searches(
     cases = {
         "hybrid": lambda q: hybrid_svc.search(USER, q, SearchOptions(hybrid=True)),
         "keyword leg": lambda q: keyword_svc.search(USER, q),
-        "vector leg": lambda q: hybrid_svc.search(USER, q),
+        "vector leg": lambda q: hybrid_svc.search(USER, q, SearchOptions(hybrid=False)),
     }
     figures: dict[str, dict[str, float]] = {}
     for name, call in cases.items():
