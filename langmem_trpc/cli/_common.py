@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -19,7 +20,7 @@ from ..types import Entry, HistoryEvent, UserKey
 F = TypeVar("F", bound=Callable[..., Any])
 
 DB_HELP = (
-    "SQLite file, or a postgresql:// URL. Default: memories.db in $LANGMEM_TRPC_HOME, "
+    "SQLite file, or a postgresql:// URL / libpq 'host=... dbname=...' string. Default: memories.db in $LANGMEM_TRPC_HOME, "
     "else in the user data directory."
 )
 
@@ -66,12 +67,19 @@ def reports_errors(func: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+def is_postgres_dsn(target: str) -> bool:
+    """A postgres:// URL or a libpq key=value string ("host=... dbname=...")."""
+    if target.startswith(("postgres://", "postgresql://")):
+        return True
+    return bool(re.match(r"^\s*(host|hostaddr|dbname|user|port|service)\s*=", target))
+
+
 @contextmanager
 def open_service(db: str | None) -> Iterator[MemoryService]:
     """Open the backend the --db value names; closed on exit."""
     target = db or default_db()
     service: MemoryService
-    if target.startswith(("postgres://", "postgresql://")):
+    if is_postgres_dsn(target):
         from ..backends.postgres import PostgresMemoryService
 
         service = PostgresMemoryService(target)

@@ -80,3 +80,20 @@ def test_errors_are_one_line_and_exit_non_zero(run, args, message):
 def test_default_database_lives_in_langmem_trpc_home(run, tmp_path):
     run("memories", "add", "--user", "carol", "Lives in Oslo")
     assert (tmp_path / "home" / "memories.db").exists()
+
+
+@pytest.mark.parametrize(
+    ("target", "expected"),
+    [
+        ("postgresql://u@localhost/db", True),
+        ("postgres://localhost", True),
+        ("host=/tmp dbname=memories", True),
+        ("dbname=memories", True),
+        ("memories.db", False),
+        ("/data/host=1/memories.db", False),
+    ],
+)
+def test_postgres_targets_are_recognised(target, expected):
+    from langmem_trpc.cli._common import is_postgres_dsn
+
+    assert is_postgres_dsn(target) is expected
