@@ -1,10 +1,14 @@
 """One extraction job, start to finish, and the report it returns.
 
-Steps: read the cursor -> delta -> checkers -> existing memories -> extractor
--> update policy -> execute -> advance the cursor. The cursor moves only when
-everything before it succeeded; every failure (cursor read, existing-memory
-load, extractor error, timeout, storage error during execution) leaves it
-where it was, so the same delta is read again next time.
+Steps: read the cursor -> delta -> checkers -> then, batch by batch of at
+most `batch_messages` new messages: existing memories -> extractor -> update
+policy -> execute -> advance the cursor past the batch. The cursor moves only
+when everything before it succeeded; every failure (cursor read,
+existing-memory load, extractor error, timeout, storage error during
+execution) leaves it after the last finished batch, so the rest of the delta
+is read again next time. Batches bound the work of one extractor call, so a
+huge delta (a 10,000-message import) makes steady progress within the job
+timeout instead of timing out on every run.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from ..errors import LangmemTrpcError
 from ..service.protocol import MemoryService
 from ..types import Entry, ExtractionCursor, Source, UserKey
 from .checkers import Checker, ExtractionContext
-from .delta import advance_cursor, compute_delta, message_text
+from .delta import Delta, advance_cursor, compute_delta, is_memorable, message_text
 from .execute import OpOutcome, execute_ops
 from .extractor import ExtractionRequest, Extractor
 from .ops import Action, MemoryOp
@@ -42,6 +46,8 @@ class JobStatus(str, Enum):
     COMPLETED = "completed"
     NOTHING_NEW = "nothing_new"
     SKIPPED_BY_CHECKER = "skipped_by_checker"
+    PARTIAL = "partial"
+    """Some batches finished (the cursor moved past them); time ran out for the rest."""
     FAILED = "failed"
 
 
@@ -57,11 +63,14 @@ class JobSettings:
     policy: Policy = "merge_similar"
     actions: frozenset[Action] = frozenset({Action.ADD, Action.UPDATE, Action.DELETE})
     timeout: float | None = 30.0
+    batch_messages: int = 50
+    """New messages per extractor call; a longer delta is processed in several batches."""
 
 
 @dataclass
 class JobReport:
-    """What one job did. `status` says whether the cursor moved (only on COMPLETED / NOTHING_NEW)."""
+    """What one job did. The cursor covers the whole delta on COMPLETED / NOTHING_NEW,
+    the finished batches on PARTIAL (and on FAILED after a first finished batch)."""
 
     user: UserKey
     thread_id: str
@@ -79,6 +88,8 @@ class JobReport:
     timed_out: bool = False
     seconds: float = 0.0
     extract_seconds: float = 0.0
+    batches: int = 0
+    """Batches finished (the cursor moved past each)."""
 
     def count(self, result: str) -> int:
         return sum(o.count for o in self.outcomes if o.result == result)
@@ -181,7 +192,9 @@ def run_job(
     try:
         _run(service, extractor, settings, report, messages, run_extractor)
     except JobTimeoutError as exc:
-        report.status, report.error, report.timed_out = JobStatus.FAILED, str(exc), True
+        # Batches that finished before the deadline stay done; the cursor is past them.
+        status = JobStatus.PARTIAL if report.batches else JobStatus.FAILED
+        report.status, report.error, report.timed_out = status, str(exc), True
     except Exception as exc:  # every failure leaves the cursor where it was
         report.status, report.error = JobStatus.FAILED, f"{type(exc).__name__}: {exc}"
     report.seconds = time.perf_counter() - started
@@ -217,17 +230,59 @@ def _run(
     if not all(check(context) for check in settings.checkers):
         report.status = JobStatus.SKIPPED_BY_CHECKER
         return
+    batches = split_batches(messages, delta, settings.batch_messages)
+    for end, batch in batches:
+        if report.batches and not deadline.ok():
+            report.status = JobStatus.PARTIAL
+            report.error = f"time ran out after {report.batches} of {len(batches)} batches"
+            return
+        _run_batch(service, extractor, settings, report, batch, deadline, run_extractor)
+        report.cursor = advance_cursor(thread_id, messages[:end], _utcnow())
+        service.set_cursor(user, report.cursor)
+        report.batches += 1
+    report.status = JobStatus.COMPLETED
+
+
+def split_batches(
+    messages: Sequence[BaseMessage], delta: Delta, size: int
+) -> list[tuple[int, tuple[BaseMessage, ...]]]:
+    """Cut the delta after every `size` memorable messages: (end index in `messages`, batch)."""
+    batches: list[tuple[int, tuple[BaseMessage, ...]]] = []
+    current: list[BaseMessage] = []
+    for index in range(delta.start, len(messages)):
+        if is_memorable(messages[index]):
+            current.append(messages[index])
+            if len(current) == size:
+                batches.append((index + 1, tuple(current)))
+                current = []
+    if current or not batches:
+        batches.append((len(messages), tuple(current)))
+    else:  # trailing tool traffic after the last full batch belongs to it
+        batches[-1] = (len(messages), batches[-1][1])
+    return batches
+
+
+def _run_batch(
+    service: MemoryService,
+    extractor: Extractor,
+    settings: JobSettings,
+    report: JobReport,
+    batch: tuple[BaseMessage, ...],
+    deadline: _Deadline,
+    run_extractor: RunExtractor,
+) -> None:
+    user, thread_id = report.user, report.thread_id
     existing: list[Entry] = []
     if getattr(extractor, "uses_existing", True):
-        existing = load_existing(service, user, existing_query(delta.messages, settings.policy))
+        existing = load_existing(service, user, existing_query(batch, settings.policy))
     deadline.check("loading existing memories")
     request = ExtractionRequest(
-        user, thread_id, delta.messages, existing, settings.policy, settings.actions, _utcnow()
+        user, thread_id, batch, existing, settings.policy, settings.actions, _utcnow()
     )
     extract_started = time.perf_counter()
     ops = run_extractor(extractor, request, deadline.remaining())
-    report.extract_seconds = time.perf_counter() - extract_started
-    report.proposed = len(ops)
+    report.extract_seconds += time.perf_counter() - extract_started
+    report.proposed += len(ops)
     deadline.check("extracting")
     decided = apply_policy(
         settings.policy,
@@ -236,20 +291,16 @@ def _run(
         existing=existing,
         actions=settings.actions,
     )
-    report.duplicates_dropped = len(decided.duplicates)
+    report.duplicates_dropped += len(decided.duplicates)
     deadline.check("reconciling")
-    source = Source(
-        thread_id=thread_id, message_ids=[m.id for m in delta.messages if m.id], actor="worker"
-    )
-    report.outcomes, finished = execute_ops(
+    source = Source(thread_id=thread_id, message_ids=[m.id for m in batch if m.id], actor="worker")
+    outcomes, finished = execute_ops(
         service, user, decided.ops, actions=settings.actions, source=source, keep_going=deadline.ok
     )
+    report.outcomes.extend(outcomes)
     deadline.check("executing")
-    if not finished or any(o.retry for o in report.outcomes):
+    if not finished or any(o.retry for o in outcomes):
         raise LangmemTrpcError("storage failed during execution; the delta will be retried")
-    report.cursor = advance_cursor(thread_id, messages, _utcnow())
-    service.set_cursor(user, report.cursor)
-    report.status = JobStatus.COMPLETED
 
 
 def _utcnow() -> datetime:

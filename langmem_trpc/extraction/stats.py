@@ -26,9 +26,11 @@ class WorkerStats:
     """Jobs that completed and moved the cursor."""
     jobs_nothing_new: int = 0
     jobs_skipped_by_checker: int = 0
+    jobs_partial: int = 0
+    """Jobs that finished some batches of a long delta before time ran out."""
     jobs_failed: int = 0
     jobs_timed_out: int = 0
-    """Subset of jobs_failed."""
+    """Jobs that hit the timeout (counted in jobs_failed, or jobs_partial when a batch finished)."""
     jobs_sync: int = 0
     """Jobs run in the caller because the queue was full or not running."""
     jobs_overflow: int = 0
@@ -54,6 +56,7 @@ _JOB_COUNTER = {
     JobStatus.COMPLETED: "jobs_run",
     JobStatus.NOTHING_NEW: "jobs_nothing_new",
     JobStatus.SKIPPED_BY_CHECKER: "jobs_skipped_by_checker",
+    JobStatus.PARTIAL: "jobs_partial",
     JobStatus.FAILED: "jobs_failed",
 }
 

@@ -116,6 +116,8 @@ class AutoMemoryWorker:
         workers: worker threads (queues).
         queue_size: bounded queue length per worker.
         job_timeout: seconds per job (None: no limit).
+        batch_messages: new messages per extractor call; longer deltas run in
+            batches and the cursor moves after each.
         policy: "merge_similar", "preserve_history" or "append_only".
         on_full: "sync" or "defer" (see the module docstring).
         actions: operations the worker executes ("clear" is off by default).
@@ -137,6 +139,7 @@ class AutoMemoryWorker:
         workers: int = 1,
         queue_size: int = 10,
         job_timeout: float | None = 30.0,
+        batch_messages: int = 50,
         policy: str = "merge_similar",
         on_full: OnFull = "sync",
         actions: Iterable[str | Action] = ("add", "update", "delete"),
@@ -151,12 +154,18 @@ class AutoMemoryWorker:
             raise ConfigurationError("workers and queue_size must be >= 1")
         if job_timeout is not None and job_timeout <= 0:
             raise ConfigurationError("job_timeout must be > 0 or None")
+        if batch_messages < 1:
+            raise ConfigurationError("batch_messages must be >= 1")
         if on_full not in ("sync", "defer"):
             raise ConfigurationError(f"on_full must be 'sync' or 'defer', not {on_full!r}")
         self.service = service
         self.extractor = extractor
         self.settings = JobSettings(
-            tuple(checkers or ()), check_policy(policy), _actions(actions), job_timeout
+            tuple(checkers or ()),
+            check_policy(policy),
+            _actions(actions),
+            job_timeout,
+            batch_messages,
         )
         self.workers = workers
         self.queue_size = queue_size

@@ -2,30 +2,21 @@
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from langmem_trpc import InMemoryMemoryService, UserKey
+from langmem_trpc import InMemoryMemoryService, SQLiteMemoryService, UserKey
 from langmem_trpc.service.protocol import MemoryService, SyncMemoryService
 
-
-def _sqlite_class() -> Any:
-    try:
-        return importlib.import_module("langmem_trpc.backends.sqlite").SQLiteMemoryService
-    except (ImportError, AttributeError):
-        return None
-
-
-BACKENDS = ["memory"] + (["sqlite"] if _sqlite_class() is not None else [])
+BACKENDS = ["memory", "sqlite"]
 
 
 def make_service(kind: str, tmp_path: Path) -> MemoryService:
     if kind == "sqlite":
-        return _sqlite_class()(str(tmp_path / "memories.db"))
+        return SQLiteMemoryService(str(tmp_path / "memories.db"))
     return InMemoryMemoryService()
 
 
