@@ -95,9 +95,18 @@ def _check_text(text: object, limits: Limits) -> str:
         raise InvalidMemoryError(
             "text", f"is {len(text)} characters, more than the limit of {limits.max_text_length}"
         )
-    if "\x00" in text:
-        raise InvalidMemoryError("text", "must not contain NUL bytes")
+    _check_encodable("text", text)
     return text.strip()
+
+
+def _check_encodable(field: str, value: str) -> None:
+    """NUL bytes and lone surrogates cannot be stored by every backend: reject them up front."""
+    if "\x00" in value:
+        raise InvalidMemoryError(field, "must not contain NUL bytes")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidMemoryError(field, "is not valid Unicode (lone surrogate)") from None
 
 
 def _check_names(field: str, values: object, max_count: int, max_length: int) -> list[str]:
@@ -114,6 +123,7 @@ def _check_names(field: str, values: object, max_count: int, max_length: int) ->
             raise InvalidMemoryError(field, f"items must be strings, got {type(value).__name__}")
         if len(value) > max_length:
             raise InvalidMemoryError(field, f"item longer than {max_length} characters")
+        _check_encodable(field, value)
     return list(values)
 
 
@@ -135,6 +145,7 @@ def _check_location(location: object, limits: Limits) -> str | None:
         raise InvalidMemoryError("location", "must be a string")
     if len(location) > limits.max_name_length:
         raise InvalidMemoryError("location", f"longer than {limits.max_name_length} characters")
+    _check_encodable("location", location)
     return location
 
 

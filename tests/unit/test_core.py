@@ -1,5 +1,8 @@
 from datetime import datetime, timezone
 
+import pytest
+
+from langmem_trpc.errors import InvalidMemoryError
 from langmem_trpc.service._core import Limits, build_memory, fingerprint, patch_memory
 from langmem_trpc.types import Kind
 
@@ -21,9 +24,25 @@ def test_fingerprint_separates_events_and_explicit_ids():
 
 def test_patch_keeps_unspecified_fields():
     original = build_memory(
-        "Met Bob", limits=LIMITS, kind="episode", event_time="2024-05-06", participants=["Bob"], location="Paris"
+        "Met Bob",
+        limits=LIMITS,
+        kind="episode",
+        event_time="2024-05-06",
+        participants=["Bob"],
+        location="Paris",
     )
     patched = patch_memory(original, "Met Bob for lunch", limits=LIMITS)
     assert patched.kind == Kind.EPISODE
     assert patched.event_time == datetime(2024, 5, 6, tzinfo=timezone.utc)
     assert patched.participants == ["Bob"] and patched.location == "Paris"
+
+
+@pytest.mark.parametrize("field", ["text", "topics", "participants", "location"])
+def test_lone_surrogates_and_nul_bytes_are_rejected_by_field(field):
+    for bad in ("bad \ud800 text", "bad \x00 text"):
+        kwargs = {"text": "ok", "topics": None, "participants": None, "location": None}
+        kwargs[field] = bad if field in ("text", "location") else [bad]
+        text = kwargs.pop("text")
+        with pytest.raises(InvalidMemoryError) as info:
+            build_memory(text, limits=LIMITS, **kwargs)
+        assert info.value.field == field
