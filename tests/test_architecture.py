@@ -26,7 +26,9 @@ def test_every_sync_method_has_an_async_twin_with_the_same_parameters():
             continue
         twin = getattr(MemoryService, "a" + name)
         assert inspect.iscoroutinefunction(twin), name
-        assert list(inspect.signature(method).parameters) == list(inspect.signature(twin).parameters), name
+        assert list(inspect.signature(method).parameters) == list(
+            inspect.signature(twin).parameters
+        ), name
 
 
 def _functions(tree: ast.AST):
@@ -54,5 +56,7 @@ def test_core_import_does_not_load_drivers_or_cli():
         "import sys, langmem_trpc; from langmem_trpc import UserKey, InMemoryMemoryService; "
         "print(','.join(m for m in ('psycopg', 'click', 'langgraph') if m in sys.modules))"
     )
-    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    loaded = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
     assert loaded.stdout.strip() == ""

@@ -25,7 +25,11 @@ def cli(verbose: int) -> None:
 
 
 @cli.command(name="demo")
-@click.option("--db", default=None, help="SQLite file for the demo (default: memories.db in the data directory).")
+@click.option(
+    "--db",
+    default=None,
+    help="SQLite file for the demo (default: memories.db in the data directory).",
+)
 def demo(db: str | None) -> None:
     """Run a two-thread agent conversation through the real hook, worker, store and preload.
 

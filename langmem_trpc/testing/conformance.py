@@ -440,7 +440,9 @@ class MemoryServiceConformance:
     # -- restore (lossless import) ---------------------------------------------
 
     async def test_restore_writes_entries_back_exactly(self, client: Client) -> None:
-        entry = await client.add(ALICE, "Hiked Mont Blanc", kind=Kind.EPISODE, event_time=T0, topics=["trip"])
+        entry = await client.add(
+            ALICE, "Hiked Mont Blanc", kind=Kind.EPISODE, event_time=T0, topics=["trip"]
+        )
         await client.update(ALICE, entry.id, "Hiked Mont Blanc with Bob", participants=["Bob"])
         exported = await client.get(ALICE, entry.id)
         history = await client.history(ALICE, entry.id)
@@ -450,7 +452,11 @@ class MemoryServiceConformance:
         assert await client.get(ALICE, entry.id) == exported
         assert await client.history(ALICE, entry.id) == history
         again = await client.add(
-            ALICE, "hiked mont blanc with bob", kind=Kind.EPISODE, event_time=T0, participants=["Bob"]
+            ALICE,
+            "hiked mont blanc with bob",
+            kind=Kind.EPISODE,
+            event_time=T0,
+            participants=["Bob"],
         )
         assert again.id == entry.id
         assert [e.id for e in await client.search(ALICE, "Mont Blanc")] == [entry.id]

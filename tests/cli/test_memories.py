@@ -29,7 +29,9 @@ def ids(output: str) -> list[str]:
 def test_add_search_update_history_round_trip(run, tmp_path):
     db = str(tmp_path / "m.db")
     base = ["--db", db, "--app", "support", "--user", "alice"]
-    added = json.loads(run("memories", "add", *base, "--topic", "go", "--json", "Production runs Go 1.23").output)
+    added = json.loads(
+        run("memories", "add", *base, "--topic", "go", "--json", "Production runs Go 1.23").output
+    )
     assert added["memory"]["text"] == "Production runs Go 1.23"
     updated = run("memories", "update", *base, "--json", added["id"], "Production runs Go 1.24")
     assert json.loads(updated.output)["id"] == added["id"]
@@ -55,7 +57,9 @@ def test_list_get_delete_clear_purge(run, tmp_path):
 
 def test_users_are_isolated_on_the_command_line(run, tmp_path):
     db = str(tmp_path / "m.db")
-    secret = json.loads(run("memories", "add", "--db", db, "--user", "alice", "--json", "alice's secret").output)["id"]
+    secret = json.loads(
+        run("memories", "add", "--db", db, "--user", "alice", "--json", "alice's secret").output
+    )["id"]
     assert run("memories", "list", "--db", db, "--user", "Alice").output.strip() == "no memories"
     result = run("memories", "get", "--db", db, "--user", "mallory", secret, ok=False)
     assert result.exit_code == 1 and "not found" in result.output
@@ -64,9 +68,15 @@ def test_users_are_isolated_on_the_command_line(run, tmp_path):
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["memories", "add", "--user", "alice", "   "], "InvalidMemoryError: text: must not be empty"),
+        (
+            ["memories", "add", "--user", "alice", "   "],
+            "InvalidMemoryError: text: must not be empty",
+        ),
         (["memories", "add", "--user", "", "x"], "InvalidUserKeyError: user_id: must not be empty"),
-        (["memories", "add", "--user", "a", "--event-time", "soon", "x"], "InvalidTimeError: event_time"),
+        (
+            ["memories", "add", "--user", "a", "--event-time", "soon", "x"],
+            "InvalidTimeError: event_time",
+        ),
         (["memories", "update", "--user", "a", "nope", "x"], "MemoryNotFoundError"),
     ],
 )

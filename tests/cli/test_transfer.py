@@ -15,8 +15,15 @@ def test_export_import_is_lossless(tmp_path):
     with SQLiteMemoryService(source) as svc:
         plain = svc.add(ALICE, "Production runs Go 1.23", topics=["go"])
         svc.update(ALICE, plain.id, "Production runs Go 1.24")
-        svc.add(ALICE, "Hiked Mont Blanc", kind=Kind.EPISODE, event_time="2024-07-14T09:00:00Z",
-                participants=["Bob"], location="Chamonix", metadata={"source": "chat"})
+        svc.add(
+            ALICE,
+            "Hiked Mont Blanc",
+            kind=Kind.EPISODE,
+            event_time="2024-07-14T09:00:00Z",
+            participants=["Bob"],
+            location="Chamonix",
+            metadata={"source": "chat"},
+        )
         gone = svc.add(ALICE, "to be deleted")
         svc.delete(ALICE, gone.id)
         svc.add(UserKey("support", "bob"), "bob's memory")
@@ -24,7 +31,9 @@ def test_export_import_is_lossless(tmp_path):
         before_history = {e.id: svc.history(ALICE, e.id) for e in before}
 
     runner = CliRunner()
-    result = runner.invoke(cli, ["export", "--db", str(source), "--app", "support", "--user", "alice", "-o", str(dump)])
+    result = runner.invoke(
+        cli, ["export", "--db", str(source), "--app", "support", "--user", "alice", "-o", str(dump)]
+    )
     assert result.exit_code == 0, result.output
     assert len(dump.read_text().splitlines()) == 2
     result = runner.invoke(cli, ["import", "--db", str(target), str(dump)])
@@ -46,7 +55,9 @@ def test_export_every_user_of_an_app(tmp_path):
         svc.add(ALICE, "a")
         svc.add(UserKey("support", "bob"), "b")
         svc.add(UserKey("other", "carol"), "c")
-    result = CliRunner().invoke(cli, ["export", "--db", str(db), "--app", "support", "-o", str(dump)])
+    result = CliRunner().invoke(
+        cli, ["export", "--db", str(db), "--app", "support", "-o", str(dump)]
+    )
     assert result.exit_code == 0, result.output
     users = sorted(json.loads(line)["entry"]["user_id"] for line in dump.read_text().splitlines())
     assert users == ["alice", "bob"]

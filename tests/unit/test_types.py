@@ -25,7 +25,15 @@ def test_naive_event_time_rejected():
         Memory(text="x", event_time=datetime(2024, 5, 1))
 
 
-@pytest.mark.parametrize(("app", "user", "field"), [("", "u", "app_name"), ("a", " ", "user_id"), ("a", "x\x00", "user_id"), ("a" * 513, "u", "app_name")])
+@pytest.mark.parametrize(
+    ("app", "user", "field"),
+    [
+        ("", "u", "app_name"),
+        ("a", " ", "user_id"),
+        ("a", "x\x00", "user_id"),
+        ("a" * 513, "u", "app_name"),
+    ],
+)
 def test_user_key_validation_names_the_field(app, user, field):
     with pytest.raises(InvalidUserKeyError) as info:
         UserKey(app, user)
