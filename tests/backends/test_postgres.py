@@ -21,7 +21,9 @@ pytestmark = pytest.mark.postgres
 
 ALICE = UserKey("app", "alice")
 BOB = UserKey("app", "bob")
-TABLES = "langmem_memories, langmem_history, langmem_cursors, langmem_user_stats"
+TABLES = (
+    "langmem_memories, langmem_history, langmem_cursors, langmem_user_stats, langmem_user_terms"
+)
 
 
 @pytest.fixture(scope="module")
@@ -39,33 +41,51 @@ def clean_url(schema_url):
     return schema_url
 
 
+@pytest.fixture
+async def opened(clean_url):
+    """Services made by a test, closed inside the test's event loop.
+
+    An AsyncConnectionPool must be closed before its loop is: the loop
+    fixture may be torn down before the conformance `client` fixture runs
+    its sync `close()`.
+    """
+    made: list[PostgresMemoryService] = []
+
+    def make(**kwargs) -> PostgresMemoryService:
+        service = PostgresMemoryService(clean_url, **kwargs)
+        made.append(service)
+        return service
+
+    yield make
+    for service in made:
+        await service.aclose()
+
+
 class TestPostgresWithEmbeddings(MemoryServiceConformance):
     @pytest.fixture
-    def service(self, clean_url):
-        return PostgresMemoryService(clean_url, HashingEmbeddings())
+    def service(self, opened):
+        return opened(embeddings=HashingEmbeddings())
 
     @pytest.fixture
-    def make_service(self, clean_url):
-        return lambda limits: PostgresMemoryService(clean_url, HashingEmbeddings(), limits=limits)
+    def make_service(self, opened):
+        return lambda limits: opened(embeddings=HashingEmbeddings(), limits=limits)
 
 
 class TestPostgresKeywordOnly(MemoryServiceConformance):
     capabilities = frozenset[Capability]()
 
     @pytest.fixture
-    def service(self, clean_url):
-        return PostgresMemoryService(clean_url)
+    def service(self, opened):
+        return opened()
 
     @pytest.fixture
-    def make_service(self, clean_url):
-        return lambda limits: PostgresMemoryService(clean_url, limits=limits)
+    def make_service(self, opened):
+        return lambda limits: opened(limits=limits)
 
 
 @pytest.fixture
-def svc(clean_url):
-    service = PostgresMemoryService(clean_url, HashingEmbeddings())
-    yield service
-    service.close()
+def svc(opened):
+    return opened(embeddings=HashingEmbeddings())
 
 
 def test_concurrent_adds_of_the_same_text_make_one_row(svc, clean_url):
@@ -171,7 +191,13 @@ def test_shipped_migrations_are_pinned():
     assert [_sql.checksum(m) for m in _sql.MIGRATIONS] == PINNED
 
 
-PINNED: list[str] = ["b402dd12654bd4b4", "65d88ede9a5e9f7d", "dd0532192569e91e", "d1d5584650e25e77"]
+PINNED: list[str] = [
+    "b402dd12654bd4b4",
+    "65d88ede9a5e9f7d",
+    "dd0532192569e91e",
+    "d1d5584650e25e77",
+    "1c6695d26ef1684c",
+]
 
 
 async def test_concurrent_setup_is_safe(pg_url):

@@ -42,8 +42,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_EF_SEARCH = 100
-DEFAULT_EXACT_SEARCH_MAX = 10_000
+DEFAULT_EF_SEARCH = 200
+DEFAULT_EXACT_SEARCH_MAX = 2_000
 
 
 class PostgresBase:

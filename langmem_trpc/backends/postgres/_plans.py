@@ -230,6 +230,7 @@ def purge(user: UserKey, memory_id: str | None) -> Plan[int]:
         return int(rows[0]["n"])
     rows = yield Sql(_sql.PURGE_USER, _sql.user_params(user))
     yield Sql(_sql.DELETE_STATS, _sql.user_params(user))
+    yield Sql(_sql.DELETE_TERMS, _sql.user_params(user))
     return int(rows[0]["n"])
 
 

@@ -169,6 +169,52 @@ CREATE TRIGGER langmem_stats_update AFTER UPDATE ON langmem_memories
 CREATE TRIGGER langmem_stats_delete AFTER DELETE ON langmem_memories
     REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION langmem_apply_stats();
 """,
+    # 5: per-user document frequency of every term among live rows, so BM25's idf
+    # is an index lookup instead of a GIN count over a heavy user's rows.
+    """
+CREATE TABLE langmem_user_terms (
+    app_name text NOT NULL,
+    user_id text NOT NULL,
+    term text NOT NULL,
+    df bigint NOT NULL,
+    PRIMARY KEY (app_name, user_id, term)
+);
+CREATE FUNCTION langmem_apply_terms() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        INSERT INTO langmem_user_terms AS s (app_name, user_id, term, df)
+        SELECT r.app_name, r.user_id, t.term, count(*)
+        FROM new_rows r CROSS JOIN LATERAL (SELECT DISTINCT unnest(r.content_terms || r.topic_terms) AS term) t
+        WHERE r.deleted_at IS NULL GROUP BY 1, 2, 3
+        ON CONFLICT (app_name, user_id, term) DO UPDATE SET df = s.df + excluded.df;
+    ELSIF TG_OP = 'DELETE' THEN
+        INSERT INTO langmem_user_terms AS s (app_name, user_id, term, df)
+        SELECT r.app_name, r.user_id, t.term, -count(*)
+        FROM old_rows r CROSS JOIN LATERAL (SELECT DISTINCT unnest(r.content_terms || r.topic_terms) AS term) t
+        WHERE r.deleted_at IS NULL GROUP BY 1, 2, 3
+        ON CONFLICT (app_name, user_id, term) DO UPDATE SET df = s.df + excluded.df;
+    ELSE
+        INSERT INTO langmem_user_terms AS s (app_name, user_id, term, df)
+        SELECT app_name, user_id, term, sum(delta) FROM (
+            SELECT r.app_name, r.user_id, t.term, -1 AS delta
+            FROM old_rows r CROSS JOIN LATERAL (SELECT DISTINCT unnest(r.content_terms || r.topic_terms) AS term) t
+            WHERE r.deleted_at IS NULL
+            UNION ALL
+            SELECT r.app_name, r.user_id, t.term, 1
+            FROM new_rows r CROSS JOIN LATERAL (SELECT DISTINCT unnest(r.content_terms || r.topic_terms) AS term) t
+            WHERE r.deleted_at IS NULL) d
+        GROUP BY 1, 2, 3 HAVING sum(delta) <> 0
+        ON CONFLICT (app_name, user_id, term) DO UPDATE SET df = s.df + excluded.df;
+    END IF;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER langmem_terms_insert AFTER INSERT ON langmem_memories
+    REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION langmem_apply_terms();
+CREATE TRIGGER langmem_terms_update AFTER UPDATE ON langmem_memories
+    REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION langmem_apply_terms();
+CREATE TRIGGER langmem_terms_delete AFTER DELETE ON langmem_memories
+    REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION langmem_apply_terms();
+""",
 ]
 
 VECTOR_SCOPE = "vector"
@@ -304,6 +350,8 @@ WITH gone AS (DELETE FROM langmem_memories WHERE {_WHERE_USER} RETURNING id),
 SELECT count(*) AS n FROM gone"""
 
 DELETE_STATS = f"DELETE FROM langmem_user_stats WHERE {_WHERE_USER}"
+
+DELETE_TERMS = f"DELETE FROM langmem_user_terms WHERE {_WHERE_USER}"
 
 UPSERT_CURSOR = """
 INSERT INTO langmem_cursors (app_name, user_id, thread_id, last_message_id, last_message_digest,
@@ -511,10 +559,10 @@ vec AS (SELECT NULL::text AS id, NULL::float8 AS dist, NULL::bigint AS r WHERE f
 _KEYWORD_LEG = f"""
 kw AS (
     SELECT id, row_number() OVER (ORDER BY rank DESC, id) AS r FROM (
-        SELECT m.id, ts_rank(m.tsv, %(tsq)s::tsquery) AS rank
+        SELECT m.id, ts_rank(m.tsv, (SELECT tsq FROM dfs)) AS rank
         FROM langmem_memories m
         WHERE {_LIVE_USER} {_FILTERS}
-          AND (m.tsv @@ %(tsq)s::tsquery
+          AND (m.tsv @@ (SELECT tsq FROM dfs)
                OR (%(like)s::text[] IS NOT NULL
                    AND lower(m.text || ' ' || array_to_string(m.topics, ' ')) LIKE ALL (%(like)s::text[])))
         ORDER BY rank DESC, m.id
@@ -524,12 +572,6 @@ _NO_KEYWORD_LEG = """
 kw AS (SELECT NULL::text AS id, NULL::bigint AS r WHERE false),"""
 
 _SEARCH_TAIL = f"""
-dfs AS MATERIALIZED (
-    -- document frequency of each query token among the user's live rows (GIN)
-    SELECT ARRAY(
-        SELECT (SELECT count(*) FROM langmem_memories m
-                WHERE {_LIVE_USER} AND m.tsv @@ t.q::tsquery)
-        FROM unnest(%(df_terms)s::text[]) WITH ORDINALITY AS t(q, i) ORDER BY t.i) AS df),
 fused AS (
     SELECT coalesce(v.id, k.id) AS id, v.r AS vrank, k.r AS krank, v.dist,
            coalesce(1.0 / (%(rrf_k)s + v.r), 0) + coalesce(1.0 / (%(rrf_k)s + k.r), 0) AS rrf
@@ -546,7 +588,21 @@ _STATS = """
 WITH stats AS MATERIALIZED (
     SELECT coalesce(max(live_count), 0) AS n, coalesce(max(content_len_sum), 0) AS content_sum,
            coalesce(max(topic_len_sum), 0) AS topic_sum
-    FROM langmem_user_stats WHERE app_name = %(app)s AND user_id = %(user)s),"""
+    FROM langmem_user_stats WHERE app_name = %(app)s AND user_id = %(user)s),
+terms AS MATERIALIZED (
+    -- document frequency of each query token among the user's live rows
+    SELECT t.i, t.lexeme, coalesce(u.df, 0) AS df
+    FROM unnest(%(df_terms)s::text[], %(lexemes)s::text[]) WITH ORDINALITY AS t(term, lexeme, i)
+    LEFT JOIN langmem_user_terms u
+      ON u.app_name = %(app)s AND u.user_id = %(user)s AND u.term = t.term),
+dfs AS MATERIALIZED (
+    -- the keyword leg matches the rarest tokens whose rows fit the budget
+    -- (always at least one): the same as all tokens for all but heavy users
+    SELECT ARRAY(SELECT df FROM terms ORDER BY i) AS df,
+           (SELECT string_agg(lexeme, ' | ') FROM (
+                SELECT lexeme, sum(df) OVER w AS cum, row_number() OVER w AS rn
+                FROM terms WINDOW w AS (ORDER BY df, i)) r
+            WHERE cum <= %(budget)s OR rn = 1)::tsquery AS tsq),"""
 
 
 def _search_sql(vector: bool, keyword: bool) -> str:
@@ -559,6 +615,10 @@ def _search_sql(vector: bool, keyword: bool) -> str:
 
 
 SEARCH_SQL = {(v, k): _search_sql(v, k) for v in (True, False) for k in (True, False)}
+
+
+KEYWORD_BUDGET = 2_000
+"""Matching rows the keyword leg ranks at most (summed df of the tokens it uses)."""
 
 
 def tsquery_literal(term: str) -> str:
@@ -615,9 +675,10 @@ def build_search(
     params: Params = user_params(
         user,
         q=vector_text(query_vector),
-        tsq=" | ".join(tsquery_literal(t) for t in tokens) if tokens else None,
         like=like,
-        df_terms=[tsquery_literal(t) for t in tokens] if use_keyword else [],
+        df_terms=tokens if use_keyword else [],
+        lexemes=[tsquery_literal(t) for t in tokens] if use_keyword else [],
+        budget=KEYWORD_BUDGET,
         kind=None if kind is None else kind.value,
         after=options.time_after,
         before=options.time_before,

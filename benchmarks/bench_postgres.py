@@ -1,0 +1,299 @@
+"""Speed of the PostgreSQL + pgvector backend against LangGraph's PostgresStore (issue 3, "Speed").
+
+Prints figures; not a test. Embedded PostgreSQL 18 + pgvector 0.8 (or
+LANGMEM_TRPC_PG_URL), 384-dimension vectors precomputed before any timing
+(a lookup `Embeddings`), synthetic memories of Zipf-distributed words.
+Vectors are clustered (centroid + noise, unit length) like real sentence
+embeddings; both stores get the same vectors and queries.
+
+Measured in one run:
+
+* heavy user: bulk ingest (`add_many`, 1,000 per statement, HNSW maintained),
+  vector-only search p50 and recall@10 against exact (numpy) search,
+  hybrid search p50/p95;
+* LangGraph `PostgresStore` on the same items in one namespace: `put`
+  throughput (one call per item, and `batch` of 1,000 PutOps), vector
+  search p50 and recall@10;
+* many users: hybrid search p50 for a typical user (exact-scan branch).
+
+Every latency figure is the median over `--runs` passes of the query set.
+
+Usage:
+    .venv/bin/python benchmarks/bench_postgres.py --quick
+    .venv/bin/python benchmarks/bench_postgres.py --heavy 100000 --users 1000 --per-user 100
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import psycopg
+from langchain_core.embeddings import Embeddings
+
+from langmem_trpc import Limits, PostgresMemoryService, SearchOptions, UserKey
+from langmem_trpc.testing.postgres import PostgresTestServer
+from langmem_trpc.types import Memory
+
+DIMS = 384
+UNLIMITED = Limits(capacity=None)
+
+
+class LookupEmbeddings(Embeddings):
+    """Vectors computed before timing; embedding costs a dict lookup."""
+
+    def __init__(self) -> None:
+        self.table: dict[str, list[float]] = {}
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        return [self.table[t] for t in texts]
+
+    def embed_query(self, text: str) -> list[float]:
+        return self.table[text]
+
+
+class Corpus:
+    """Texts, unit vectors and queries (with their vectors) for one benchmark."""
+
+    def __init__(self, n: int, n_queries: int, seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        vocab = [self._word(rng) for _ in range(5000)]
+        weights = 1.0 / np.arange(1, len(vocab) + 1)
+        weights /= weights.sum()
+        lengths = rng.integers(6, 16, size=n)
+        words = rng.choice(len(vocab), size=int(lengths.sum()), p=weights)
+        self.texts: list[str] = []
+        pos = 0
+        for i, length in enumerate(lengths):
+            chunk = [vocab[w] for w in words[pos : pos + length]]
+            pos += length
+            self.texts.append(f"{' '.join(chunk)} ref{i}")
+        centroids = rng.standard_normal((max(n // 100, 10), DIMS)).astype(np.float32)
+        assign = rng.integers(0, len(centroids), size=n)
+        vectors = centroids[assign] + 0.6 * rng.standard_normal((n, DIMS)).astype(np.float32)
+        self.vectors = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+        picks = rng.integers(0, n, size=n_queries)
+        self.picks = picks.tolist()
+        q = (
+            self.vectors[picks]
+            + 0.5 * rng.standard_normal((n_queries, DIMS)).astype(np.float32) / np.sqrt(DIMS) * 8
+        )
+        self.query_vectors = q / np.linalg.norm(q, axis=1, keepdims=True)
+        self.queries = [f"{' '.join(self.texts[p].split()[:3])} q{j}" for j, p in enumerate(picks)]
+
+    @staticmethod
+    def _word(rng: np.random.Generator) -> str:
+        letters = "abcdefghijklmnopqrstuvwxyz"
+        return "".join(rng.choice(list(letters), size=int(rng.integers(3, 9))))
+
+    def embeddings(self) -> LookupEmbeddings:
+        emb = LookupEmbeddings()
+        for text, vec in zip(self.texts, self.vectors, strict=True):
+            emb.table[text] = vec.tolist()
+        for text, vec in zip(self.queries, self.query_vectors, strict=True):
+            emb.table[text] = vec.tolist()
+        return emb
+
+    def exact_top(self, k: int = 10) -> list[set[int]]:
+        sims = self.query_vectors @ self.vectors.T
+        return [set(np.argpartition(-row, k)[:k].tolist()) for row in sims]
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    return float(np.percentile(np.asarray(values), q))
+
+
+def time_queries(fn: Callable[[int], Any], n: int, runs: int) -> tuple[float, float]:
+    """Median over runs of (p50, p95) in milliseconds."""
+    p50s, p95s = [], []
+    for i in range(min(n, 20)):  # warm caches and pools
+        fn(i)
+    for _ in range(runs):
+        times = []
+        for i in range(n):
+            start = time.perf_counter()
+            fn(i)
+            times.append((time.perf_counter() - start) * 1000)
+        p50s.append(percentile(times, 50))
+        p95s.append(percentile(times, 95))
+    return statistics.median(p50s), statistics.median(p95s)
+
+
+def vacuum(url: str) -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("VACUUM ANALYZE")
+
+
+def bench_ours(url: str, corpus: Corpus, args: argparse.Namespace) -> dict[str, float]:
+    emb = corpus.embeddings()
+    svc = PostgresMemoryService(
+        url,
+        emb,
+        limits=UNLIMITED,
+        dims=DIMS,
+        ef_search=args.ef_search,
+        exact_search_max=args.exact_max,
+    )
+    svc.setup()
+    user = UserKey("bench", "heavy")
+    memories = [Memory(text=t) for t in corpus.texts]
+    start = time.perf_counter()
+    for lo in range(0, len(memories), 1000):
+        svc.add_many(
+            user, memories[lo : lo + 1000], vectors=corpus.vectors[lo : lo + 1000].tolist()
+        )
+    ingest = len(memories) / (time.perf_counter() - start)
+    vacuum(url)
+    text_to_index = {t: i for i, t in enumerate(corpus.texts)}
+    exact = corpus.exact_top(10)
+    vector_only = SearchOptions(max_results=10, similarity_threshold=0.0)
+    recall = []
+    for i, query in enumerate(corpus.queries):
+        hits = svc.search(user, query, vector_only)
+        recall.append(len({text_to_index[h.text] for h in hits} & exact[i]) / 10)
+    n = len(corpus.queries)
+    v50, v95 = time_queries(
+        lambda i: svc.search(user, corpus.queries[i], vector_only), n, args.runs
+    )
+    hybrid = SearchOptions(max_results=10, hybrid=True)
+    h50, h95 = time_queries(lambda i: svc.search(user, corpus.queries[i], hybrid), n, args.runs)
+    svc.close()
+    return {
+        "ingest_per_s": ingest,
+        "recall10": float(np.mean(recall)),
+        "vec_p50": v50,
+        "vec_p95": v95,
+        "hyb_p50": h50,
+        "hyb_p95": h95,
+    }
+
+
+def bench_peer(url: str, corpus: Corpus, args: argparse.Namespace) -> dict[str, float]:
+    from langgraph.store.base import PutOp
+    from langgraph.store.postgres import PostgresStore
+
+    emb = corpus.embeddings()
+    ns = ("bench", "heavy")
+    index = {"dims": DIMS, "embed": emb, "fields": ["text"]}
+    with PostgresStore.from_conn_string(url, index=index) as store:  # type: ignore[arg-type]
+        store.setup()
+        n_single = min(args.peer_put, len(corpus.texts))
+        start = time.perf_counter()
+        for i in range(n_single):
+            store.put(ns, f"k{i}", {"text": corpus.texts[i]})
+        put_rate = n_single / (time.perf_counter() - start)
+        start = time.perf_counter()
+        for lo in range(n_single, len(corpus.texts), 1000):
+            hi = min(lo + 1000, len(corpus.texts))
+            store.batch([PutOp(ns, f"k{i}", {"text": corpus.texts[i]}) for i in range(lo, hi)])
+        rest = len(corpus.texts) - n_single
+        batch_rate = rest / (time.perf_counter() - start) if rest else float("nan")
+        vacuum(url)
+        exact = corpus.exact_top(10)
+        recall = []
+        for i, query in enumerate(corpus.queries):
+            hits = store.search(ns, query=query, limit=10)
+            recall.append(len({int(h.key[1:]) for h in hits} & exact[i]) / 10)
+        n = len(corpus.queries)
+        p50, p95 = time_queries(
+            lambda i: store.search(ns, query=corpus.queries[i], limit=10), n, args.runs
+        )
+    return {
+        "put_per_s": put_rate,
+        "batch_per_s": batch_rate,
+        "recall10": float(np.mean(recall)),
+        "vec_p50": p50,
+        "vec_p95": p95,
+    }
+
+
+def bench_many_users(url: str, args: argparse.Namespace) -> dict[str, float]:
+    total = args.users * args.per_user
+    corpus = Corpus(total, args.queries, seed=7)
+    emb = corpus.embeddings()
+    svc = PostgresMemoryService(
+        url,
+        emb,
+        limits=UNLIMITED,
+        dims=DIMS,
+        ef_search=args.ef_search,
+        exact_search_max=args.exact_max,
+    )
+    svc.setup()
+    memories = [Memory(text=t) for t in corpus.texts]
+    start = time.perf_counter()
+    for u in range(args.users):
+        lo = u * args.per_user
+        svc.add_many(
+            UserKey("bench", f"user{u}"),
+            memories[lo : lo + args.per_user],
+            vectors=corpus.vectors[lo : lo + args.per_user].tolist(),
+        )
+    ingest = total / (time.perf_counter() - start)
+    vacuum(url)
+    # each query goes to the user who owns the item it was drawn from
+    owners = [UserKey("bench", f"user{p // args.per_user}") for p in corpus.picks]
+    hybrid = SearchOptions(max_results=10, hybrid=True)
+    h50, h95 = time_queries(
+        lambda i: svc.search(owners[i], corpus.queries[i], hybrid), len(owners), args.runs
+    )
+    svc.close()
+    return {"rows": total, "ingest_per_s": ingest, "hyb_p50": h50, "hyb_p95": h95}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--heavy", type=int, default=100_000, help="memories of the heavy user")
+    parser.add_argument("--users", type=int, default=1000)
+    parser.add_argument("--per-user", type=int, default=100)
+    parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--ef-search", type=int, default=200)
+    parser.add_argument(
+        "--exact-max", type=int, default=2000, help="exact vector scan up to this many live rows"
+    )
+    parser.add_argument(
+        "--peer-put", type=int, default=2000, help="items stored with one put() each"
+    )
+    parser.add_argument("--skip-peer", action="store_true")
+    parser.add_argument("--quick", action="store_true", help="10k heavy user, 100x100 users")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.heavy, args.users, args.per_user, args.queries, args.peer_put = (
+            10_000,
+            100,
+            100,
+            100,
+            500,
+        )
+    with PostgresTestServer() as server:
+        corpus = Corpus(args.heavy, args.queries, seed=1)
+        print(
+            f"heavy user: {args.heavy} memories, {args.queries} queries, runs={args.runs}, "
+            f"ef_search={args.ef_search}",
+            flush=True,
+        )
+        ours = bench_ours(server.create_database("ours"), corpus, args)
+        print("  langmem_trpc  " + "  ".join(f"{k}={v:.3f}" for k, v in ours.items()), flush=True)
+        if not args.skip_peer:
+            peer = bench_peer(server.create_database("peer"), corpus, args)
+            print(
+                "  PostgresStore " + "  ".join(f"{k}={v:.3f}" for k, v in peer.items()), flush=True
+            )
+            print(
+                f"  ingest ratio (ours add_many / peer put) = {ours['ingest_per_s'] / peer['put_per_s']:.1f}x; "
+                f"vs peer batch = {ours['ingest_per_s'] / peer['batch_per_s']:.1f}x",
+                flush=True,
+            )
+        many = bench_many_users(server.create_database("many"), args)
+        print(f"many users: {args.users} x {args.per_user}", flush=True)
+        print("  langmem_trpc  " + "  ".join(f"{k}={v:.3f}" for k, v in many.items()), flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
