@@ -25,6 +25,7 @@ __all__ = [
     "HistoryEvent",
     "Kind",
     "Memory",
+    "FusionSettings",
     "Operation",
     "SearchOptions",
     "Source",
@@ -177,6 +178,29 @@ class Entry(BaseModel):
         return self.memory.kind
 
 
+class FusionSettings(BaseModel):
+    """Knobs of the hybrid ranking, per search (measured on LoCoMo, docs/bench-locomo.md).
+
+    `participant_boost`: a hit whose participant the query names ("What did
+    Caroline paint?") keeps its fused score; others are scaled by
+    1 / (1 + boost). `context_weight`: a hit shares in the best fused score of
+    the other candidates with the same event time (the same conversation
+    session or moment), because a question about an event usually matches
+    several turns of it. `vector_floor` / `keyword_floor`: minimum absolute
+    scores for a leg to vote when no explicit threshold is set. `min_pool`:
+    candidates fetched per leg (at least 3 x max_results); a larger pool costs
+    latency on database backends for little recall (docs/bench-sqlite.md).
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    participant_boost: float = Field(default=1.0, ge=0.0)
+    context_weight: float = Field(default=0.7, ge=0.0)
+    vector_floor: float = Field(default=0.1, ge=0.0, le=1.0)
+    keyword_floor: float = Field(default=0.1, ge=0.0, le=1.0)
+    min_pool: int = Field(default=100, ge=1, le=10_000)
+
+
 class SearchOptions(BaseModel):
     """How to search. The positional query of `search()` overrides `query` here."""
 
@@ -201,11 +225,13 @@ class SearchOptions(BaseModel):
     """Fuse the vector and keyword legs with RRF (needs an embedder; keyword-only otherwise).
 
     On by default: on LoCoMo turn retrieval the fused ranking (with participant
-    awareness and session context, see `service._search.FusionTuning`) finds far
+    awareness and session context, see `FusionSettings`) finds far
     more evidence than the vector leg alone (docs/bench-locomo.md). An explicit
     `similarity_threshold` filters both legs by their absolute scores.
     """
     rrf_k: int = Field(default=60, ge=1)
+    fusion: FusionSettings = FusionSettings()
+    """Hybrid ranking knobs for this call; the defaults are what docs/bench-locomo.md measured."""
 
     @field_validator("time_after", "time_before", mode="before")
     @classmethod

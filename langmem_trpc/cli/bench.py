@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Iterable
 from pathlib import Path
@@ -209,7 +208,6 @@ def _run_retrieval(
     payload: dict[str, Any],
 ) -> None:
     from ..bench.locomo.retrieval import RetrievalArm, default_arms, run_retrieval
-    from ..service._search import FusionTuning
 
     chosen = default_arms()
     if arms:
@@ -221,9 +219,8 @@ def _run_retrieval(
                 f"turns-default/{name}",
                 "turns",
                 True,
-                {},
+                {"fusion": knobs},
                 f"ablation: {knobs}",
-                tuning=dataclasses.replace(FusionTuning(), **knobs),
             )
             for name, knobs in ABLATIONS.items()
         ]

@@ -14,16 +14,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import NamedTuple
 
-from ..types import Entry, Kind, SearchOptions
-from ._text import cjk_trigrams, jaccard, primary_tokens, token_set
+from ..types import Entry, FusionSettings, Kind, SearchOptions
+from ._text import QUERY_FUNCTION_WORDS, cjk_trigrams, jaccard, primary_tokens, token_set
 
 __all__ = [
-    "DEFAULT_FUSION",
     "DEFAULT_MIN_SCORE",
     "DEDUPE_JACCARD",
     "MIN_KIND_FALLBACK_RESULTS",
     "CorpusStats",
-    "FusionTuning",
     "KeywordDoc",
     "Legs",
     "QueryTerms",
@@ -34,7 +32,6 @@ __all__ = [
     "merge_kind_fallback",
     "passes_time",
     "rrf_fuse",
-    "set_fusion_tuning",
     "sort_entries",
 ]
 
@@ -46,40 +43,8 @@ BM25_K1 = 1.2
 BM25_B = 0.75
 TOPIC_WEIGHT = 0.65
 TRIGRAM_WEIGHT = 0.45
+FUNCTION_WORD_WEIGHT = 0.1
 PHRASE_FALLBACK_SCORE = 0.35
-
-
-@dataclass(frozen=True)
-class FusionTuning:
-    """Knobs of the hybrid ranking, measured on LoCoMo (docs/bench-locomo.md).
-
-    `participant_boost`: a hit whose participant the query names ("What did
-    Caroline paint?") keeps its fused score; others are scaled by
-    1 / (1 + boost). `context_weight`: a hit shares in the best fused score of
-    the other candidates with the same event time (the same conversation
-    session or moment), because a question about an event usually matches
-    several turns of it. `vector_floor` / `keyword_floor`: minimum absolute
-    scores for a leg to vote when no explicit threshold is set. `min_pool`:
-    candidates fetched per leg.
-    """
-
-    participant_boost: float = 1.0
-    context_weight: float = 0.7
-    vector_floor: float = 0.1
-    keyword_floor: float = 0.1
-    min_pool: int = 100
-
-
-DEFAULT_FUSION = FusionTuning()
-_fusion = DEFAULT_FUSION
-
-
-def set_fusion_tuning(tuning: FusionTuning | None) -> FusionTuning:
-    """Replace the process-wide fusion knobs (benchmark ablations); returns the previous ones."""
-    global _fusion
-    previous = _fusion
-    _fusion = tuning or DEFAULT_FUSION
-    return previous
 
 
 # --- keyword leg ---------------------------------------------------------
@@ -162,7 +127,12 @@ class CorpusStats:
 
 @dataclass(frozen=True)
 class QueryTerms:
-    """A query's weighted tokens: primary 1.0, extra CJK trigrams 0.45."""
+    """A query's weighted tokens: primary 1.0, extra CJK trigrams 0.45, function words 0.1.
+
+    Function words ("what", "did", "you") are frequent in conversational text,
+    so at full weight they dominate the coverage part of `keyword_score`; at
+    0.1 they still break ties (LoCoMo recall@10 +0.04, docs/bench-locomo.md).
+    """
 
     raw: str
     primary: tuple[str, ...]
@@ -171,7 +141,9 @@ class QueryTerms:
     @classmethod
     def build(cls, query: str) -> QueryTerms:
         primary = tuple(dict.fromkeys(primary_tokens(query)))
-        weighted = [(t, 1.0) for t in primary]
+        weighted = [
+            (t, FUNCTION_WORD_WEIGHT if t in QUERY_FUNCTION_WORDS else 1.0) for t in primary
+        ]
         weighted += [(g, TRIGRAM_WEIGHT) for g in cjk_trigrams(query) if g not in primary]
         return cls(raw=query, primary=primary, weighted=tuple(weighted))
 
@@ -275,9 +247,9 @@ class Legs(NamedTuple):
 Fetch = Callable[[Kind | None, int], Legs]
 
 
-def candidate_pool(max_results: int) -> int:
+def candidate_pool(max_results: int, fusion: FusionSettings | None = None) -> int:
     """How many candidates each leg returns: head room for fusion, filters and dedupe."""
-    return max(max_results * 3, _fusion.min_pool)
+    return max(max_results * 3, (fusion or FusionSettings()).min_pool)
 
 
 def passes_time(
@@ -349,9 +321,13 @@ def _named_participants(query: str, entries: Iterable[Entry]) -> set[str]:
     return named
 
 
-def _adjust_fused(fused: dict[str, float], best: Mapping[str, tuple[Entry, float]], query: str) -> dict[str, float]:
+def _adjust_fused(
+    fused: dict[str, float],
+    best: Mapping[str, tuple[Entry, float]],
+    query: str,
+    tuning: FusionSettings,
+) -> dict[str, float]:
     """Session context and participant awareness on top of plain RRF, bounded by the RRF maximum."""
-    tuning = _fusion
     adjusted = dict(fused)
     if tuning.context_weight > 0:
         groups: dict[datetime, list[str]] = {}
@@ -366,7 +342,9 @@ def _adjust_fused(fused: dict[str, float], best: Mapping[str, tuple[Entry, float
             top, second = fused[ranked[0]], fused[ranked[1]]
             for key in keys:
                 context = second if key == ranked[0] else top
-                adjusted[key] = (fused[key] + tuning.context_weight * context) / (1 + tuning.context_weight)
+                adjusted[key] = (fused[key] + tuning.context_weight * context) / (
+                    1 + tuning.context_weight
+                )
     if tuning.participant_boost > 0:
         named = _named_participants(query, (entry for entry, _ in best.values()))
         if named:
@@ -381,23 +359,40 @@ def _keyword_hits(legs: Legs, threshold: float) -> list[tuple[Entry, float]]:
     return [(e, s) for e, s in legs.keyword if s >= threshold and s > 0]
 
 
-def _rank_legs(legs: Legs, options: SearchOptions) -> list[Entry]:
+def _ranked(
+    hits: Iterable[tuple[Entry, float, float | None]], by_event_time: bool, limit: int | None
+) -> list[Entry]:
+    """Sort (entry, score, rrf) like `sort_entries`, then copy scores onto the first `limit` only.
+
+    Copying a pydantic model costs more than ranking it, and a search keeps
+    max_results of a few hundred candidates.
+    """
+    ordered = sorted(
+        hits, key=lambda h: _sort_key(h[0], h[2] if h[2] is not None else h[1], by_event_time)
+    )
+    return [
+        entry.model_copy(update={"score": score, "rrf_score": rrf})
+        for entry, score, rrf in ordered[:limit]
+    ]
+
+
+def _rank_legs(legs: Legs, options: SearchOptions, limit: int | None = None) -> list[Entry]:
     threshold = options.similarity_threshold
     if threshold is None:
         threshold = DEFAULT_MIN_SCORE
-    if legs.vector is None:
+    by_event = options.order_by_event_time
+    if legs.vector is None or (
+        options.hybrid and not legs.vector and _keyword_hits(legs, threshold)
+    ):
         keyword = _keyword_hits(legs, threshold)
-        return sort_entries((e.model_copy(update={"score": s}) for e, s in keyword), options.order_by_event_time)
-    if options.hybrid and not legs.vector and _keyword_hits(legs, threshold):
-        keyword = _keyword_hits(legs, threshold)
-        return sort_entries((e.model_copy(update={"score": s}) for e, s in keyword), options.order_by_event_time)
+        return _ranked(((e, s, None) for e, s in keyword), by_event, limit)
     if not options.hybrid:
         vector = [(e, s) for e, s in legs.vector if s >= threshold]
-        return sort_entries((e.model_copy(update={"score": s}) for e, s in vector), options.order_by_event_time)
+        return _ranked(((e, s, None) for e, s in vector), by_event, limit)
     # Hybrid: each leg votes with its candidates above a low floor (or the explicit threshold).
     explicit = options.similarity_threshold
-    vector_floor = explicit if explicit is not None else _fusion.vector_floor
-    keyword_floor = explicit if explicit is not None else _fusion.keyword_floor
+    vector_floor = explicit if explicit is not None else options.fusion.vector_floor
+    keyword_floor = explicit if explicit is not None else options.fusion.keyword_floor
     vector = [(e, s) for e, s in legs.vector if s >= vector_floor and s > 0]
     keyword = [(e, s) for e, s in legs.keyword if s >= keyword_floor and s > 0]
     best: dict[str, tuple[Entry, float]] = {}
@@ -405,13 +400,11 @@ def _rank_legs(legs: Legs, options: SearchOptions) -> list[Entry]:
         if entry.id not in best or score > best[entry.id][1]:
             best[entry.id] = (entry, score)
     fused = _rrf_with_ties([vector, keyword], options.rrf_k)
-    fused = _adjust_fused(fused, best, options.query)
-    return sort_entries(
-        (
-            best[key][0].model_copy(update={"score": max(0.0, min(best[key][1], 1.0)), "rrf_score": value})
-            for key, value in fused.items()
-        ),
-        options.order_by_event_time,
+    fused = _adjust_fused(fused, best, options.query, options.fusion)
+    return _ranked(
+        ((best[key][0], max(0.0, min(best[key][1], 1.0)), value) for key, value in fused.items()),
+        by_event,
+        limit,
     )
 
 
@@ -440,13 +433,12 @@ def execute_search(options: SearchOptions, fetch: Fetch) -> list[Entry]:
     """Run the shared pipeline over a backend's candidate `fetch(kind, pool)`."""
     if not options.query.strip():
         return []
-    pool = candidate_pool(options.max_results)
-    results = _rank_legs(fetch(options.kind, pool), options)
-    if (
-        options.kind is not None
-        and options.kind_fallback
-        and len(results) < MIN_KIND_FALLBACK_RESULTS
-    ):
+    pool = candidate_pool(options.max_results, options.fusion)
+    fallback = options.kind is not None and options.kind_fallback
+    # Dedupe and the kind fallback look past the first max_results; otherwise only they are kept.
+    limit = None if options.deduplicate or fallback else options.max_results
+    results = _rank_legs(fetch(options.kind, pool), options, limit)
+    if fallback and options.kind is not None and len(results) < MIN_KIND_FALLBACK_RESULTS:
         results = merge_kind_fallback(results, _rank_legs(fetch(None, pool), options), options.kind)
     if options.deduplicate:
         results = deduplicate(results)

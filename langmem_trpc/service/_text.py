@@ -15,6 +15,7 @@ import re
 import unicodedata
 
 __all__ = [
+    "QUERY_FUNCTION_WORDS",
     "cjk_trigrams",
     "normalize_text",
     "primary_tokens",
@@ -26,6 +27,14 @@ __all__ = [
 STOPWORDS = frozenset(
     "a an the and or of in on to for with is are am be been being was were this that these those".split()
 )
+QUERY_FUNCTION_WORDS = frozenset(
+    "what when where who whom whose why how which did does do doing done has have had would could "
+    "should can will is are be been her his him he she they them their you your me my we our it its "
+    "about any some kind sort type".split()
+)
+"""Question words, auxiliaries and pronouns: indexed as usual, but a query's keyword
+leg weighs them lightly (`service._search.QueryTerms`), so "What did Caroline
+research?" is judged by "caroline" and "research", not by "what" and "did"."""
 CJK_STOPWORDS = frozenset(
     "的 了 是 在 和 有 我 他 她 它 这 那 都 也 就 不 会 到 说 对 一个 一些 一种 这个 那个 我们 你们 他们 她们 它们 "
     "自己 已经 还是 如果 因为 所以 然后 用户".split()

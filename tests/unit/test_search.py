@@ -112,3 +112,47 @@ def test_empty_query_never_fetches():
         raise AssertionError("fetch must not run")
 
     assert execute_search(SearchOptions(query="  "), fetch) == []
+
+
+def test_fusion_settings_are_per_call():
+    """Two calls with different FusionSettings rank differently; neither changes the other."""
+    from langmem_trpc.types import FusionSettings
+
+    a = entry("a", "alpha").model_copy(
+        update={"memory": Memory(text="alpha", participants=["Caroline"])}
+    )
+    b = entry("b", "beta").model_copy(update={"memory": Memory(text="beta", participants=["Mel"])})
+    legs = Legs(vector=[(b, 0.9), (a, 0.5)], keyword=[])
+    query = "what did caroline say"
+    boosted = execute_search(SearchOptions(query=query), lambda kind, pool: legs)
+    plain = execute_search(
+        SearchOptions(query=query, fusion=FusionSettings(participant_boost=0.0)),
+        lambda kind, pool: legs,
+    )
+    again = execute_search(SearchOptions(query=query), lambda kind, pool: legs)
+    assert [h.id for h in boosted] == ["a", "b"] == [h.id for h in again]
+    assert [h.id for h in plain] == ["b", "a"]
+
+
+def test_fusion_min_pool_sets_the_candidate_pool():
+    from langmem_trpc.types import FusionSettings
+
+    pools: list[int] = []
+
+    def fetch(kind, pool):
+        pools.append(pool)
+        return Legs(vector=[], keyword=[])
+
+    execute_search(SearchOptions(query="q", fusion=FusionSettings(min_pool=30)), fetch)
+    execute_search(SearchOptions(query="q", max_results=20), fetch)
+    assert pools == [30, 100]
+
+
+def test_question_words_weigh_little_in_the_keyword_score():
+    """"what did" matching must not outweigh the content words of a question."""
+    corpus = ["What did you do today?", "Caroline researched adoption agencies", "hello there"]
+    function_only = score("What did Caroline research?", corpus[0], corpus)
+    content = score("What did Caroline research?", corpus[1], corpus)
+    assert content > function_only
+    weights = dict(QueryTerms.build("What did Caroline research").weighted)
+    assert weights["what"] < 0.5 and weights["caroline"] == 1.0

@@ -10,7 +10,6 @@ of the top-k retrieved texts (characters / 4).
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import math
@@ -22,7 +21,6 @@ from typing import Any
 
 from langchain_core.embeddings import Embeddings
 
-from ...service._search import FusionTuning, set_fusion_tuning
 from ...service.protocol import MemoryService
 from ...types import SearchOptions, UserKey
 from .loader import Conversation
@@ -55,14 +53,14 @@ class RetrievalArm:
     units: UnitKind
     embed: bool
     options: dict[str, Any] = field(default_factory=dict)
-    """SearchOptions fields other than query and max_results; empty = the library defaults."""
+    """SearchOptions fields other than query and max_results; empty = the library defaults.
+
+    Ablations set `{"fusion": {...}}`: per-call `FusionSettings` knobs."""
     description: str = ""
-    tuning: FusionTuning | None = None
-    """Fusion knobs for an ablation; None = the library's defaults."""
 
     @property
     def is_default(self) -> bool:
-        return self.embed and not self.options and self.tuning is None
+        return self.embed and not self.options
 
     def search_options(self, query: str, k: int) -> SearchOptions:
         return SearchOptions(query=query, max_results=k, **self.options)
@@ -203,11 +201,7 @@ def run_retrieval(
                 )
                 continue
             service = make_service(embeddings if arm.embed else None)
-            previous = set_fusion_tuning(arm.tuning)
-            try:
-                conv_records = _evaluate_conversation(arm, conv, service, ks)
-            finally:
-                set_fusion_tuning(previous)
+            conv_records = _evaluate_conversation(arm, conv, service, ks)
             _write_atomic(trace, (json.dumps(r, ensure_ascii=False) for r in conv_records))
             records.extend(conv_records)
         summary = summarize(records, ks)
@@ -224,6 +218,5 @@ def run_retrieval(
             "embedder": "all-MiniLM-L6-v2" if arm.embed else None,
             "options": arm.options,
             "description": arm.description,
-            "tuning": None if arm.tuning is None else dataclasses.asdict(arm.tuning),
         }
     return results
