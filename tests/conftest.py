@@ -7,7 +7,9 @@ out loudly; they are never skipped.
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -18,8 +20,19 @@ from langmem_trpc.testing.postgres import PostgresTestServer
 def pg_server() -> Iterator[PostgresTestServer]:
     """The session's PostgreSQL + pgvector server."""
     server = PostgresTestServer().start()
-    yield server
-    server.stop()
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def stop_then_exit(signum: int, frame: Any) -> None:
+        # a killed test run (CI timeout) must not leave an embedded server behind
+        server.stop()
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop_then_exit)
+    try:
+        yield server
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        server.stop()
 
 
 @pytest.fixture(scope="module")

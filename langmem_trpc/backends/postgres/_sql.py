@@ -559,13 +559,17 @@ vec AS (SELECT NULL::text AS id, NULL::float8 AS dist, NULL::bigint AS r WHERE f
 _KEYWORD_LEG = f"""
 kw AS (
     SELECT id, row_number() OVER (ORDER BY rank DESC, id) AS r FROM (
-        SELECT m.id, ts_rank(m.tsv, (SELECT tsq FROM dfs)) AS rank
-        FROM langmem_memories m
-        WHERE {_LIVE_USER} {_FILTERS}
-          AND (m.tsv @@ (SELECT tsq FROM dfs)
-               OR (%(like)s::text[] IS NOT NULL
-                   AND lower(m.text || ' ' || array_to_string(m.topics, ' ')) LIKE ALL (%(like)s::text[])))
-        ORDER BY rank DESC, m.id
+        SELECT c.id, ts_rank(c.tsv, (SELECT tsq FROM dfs)) AS rank FROM (
+            -- at most `budget` matching rows are ranked; when even the rarest token
+            -- matches more (heavy users, common words), the most recently updated
+            SELECT m.id, m.tsv FROM langmem_memories m
+            WHERE {_LIVE_USER} {_FILTERS}
+              AND (m.tsv @@ (SELECT tsq FROM dfs)
+                   OR (%(like)s::text[] IS NOT NULL
+                       AND lower(m.text || ' ' || array_to_string(m.topics, ' ')) LIKE ALL (%(like)s::text[])))
+            ORDER BY m.updated_at DESC
+            LIMIT %(budget)s) c
+        ORDER BY rank DESC, c.id
         LIMIT %(kw_pool)s) k),"""
 
 _NO_KEYWORD_LEG = """
