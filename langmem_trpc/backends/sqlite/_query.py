@@ -33,6 +33,22 @@ __all__ = ["SearchCaches", "SearchRun"]
 Stamp = tuple[str, int]
 _DF_CACHE_USERS = 256
 _DF_CACHE_TOKENS = 4096
+_ROW_CACHE_USERS = 64
+_ROW_CACHE_ROWS = 50_000
+
+
+class RowCache:
+    """Entries and keyword documents of one user's rows, valid for one state of the user.
+
+    Building `Entry` models and `KeywordDoc`s for a few hundred candidates was
+    most of a warm search's CPU time; both depend only on the row, so between
+    two writes (the stamp) they are reused.
+    """
+
+    def __init__(self, stamp: Stamp) -> None:
+        self.stamp = stamp
+        self.entries: dict[int, Entry] = {}
+        self.docs: dict[int, KeywordDoc] = {}
 
 
 class SearchCaches:
@@ -46,16 +62,35 @@ class SearchCaches:
         self.vectors = VectorCache(vector_bytes)
         self._df: OrderedDict[UserKey, tuple[Stamp, dict[str, int]]] = OrderedDict()
         self._df_lock = threading.Lock()
+        self._rows: OrderedDict[UserKey, RowCache] = OrderedDict()
 
     def clear(self) -> None:
         self.vectors.clear()
         with self._df_lock:
             self._df.clear()
+            self._rows.clear()
 
     def drop(self, user: UserKey) -> None:
         self.vectors.drop(user)
         with self._df_lock:
             self._df.pop(user, None)
+            self._rows.pop(user, None)
+
+    def rows(self, user: UserKey, stamp: Stamp) -> RowCache:
+        """The user's row cache for this state (a fresh one when the user was written since)."""
+        with self._df_lock:
+            cached = self._rows.get(user)
+            if (
+                cached is None
+                or cached.stamp != stamp
+                or len(cached.entries) + len(cached.docs) > _ROW_CACHE_ROWS
+            ):
+                cached = RowCache(stamp)
+                self._rows[user] = cached
+            self._rows.move_to_end(user)
+            while len(self._rows) > _ROW_CACHE_USERS:
+                self._rows.popitem(last=False)
+            return cached
 
     def user_vectors(
         self, conn: sqlite3.Connection, user: UserKey, stamp: Stamp, dim: int
@@ -133,6 +168,7 @@ class SearchRun:
         self.missing_vectors = 0
         """Set to the query dimension when live memories lack a vector of that size."""
         self._entries: dict[int, Entry] = {}
+        self._docs: dict[int, KeywordDoc] = {}
         self._conn: sqlite3.Connection | None = None
         self._state: Row | None = None
         self._stats: CorpusStats | None = None
@@ -142,6 +178,8 @@ class SearchRun:
         self._state = user_state(conn, self.user)
         if self._state is None or self._state[2] == 0:
             return []
+        cache = self.caches.rows(self.user, self.stamp)
+        self._entries, self._docs = cache.entries, cache.docs
         return execute_search(self.options, self.fetch)
 
     @property
@@ -238,20 +276,25 @@ class SearchRun:
         rids = [rid for (rid,) in ranked]
         if not rids:
             return []
-        rows = self._conn.execute(
-            sql.SELECT_CANDIDATES + f"({', '.join('?' * len(rids))})",
-            (self.user.app_name, self.user.user_id, *rids),
-        ).fetchall()
-        scored: list[tuple[float, int, Row]] = []
-        for row in rows:
-            doc = keyword_doc(row[CONTENT_DOC], row[TOPIC_DOC])
+        missing = [rid for rid in rids if rid not in self._docs or rid not in self._entries]
+        if missing:
+            rows = self._conn.execute(
+                sql.SELECT_CANDIDATES + f"({', '.join('?' * len(missing))})",
+                (self.user.app_name, self.user.user_id, *missing),
+            ).fetchall()
+            for row in rows:
+                self._entry(row)
+                self._docs[row[0]] = keyword_doc(row[CONTENT_DOC], row[TOPIC_DOC])
+        scored: list[tuple[float, int]] = []
+        for rid in rids:
+            doc = self._docs.get(rid)
+            if doc is None:  # pragma: no cover - same snapshot, the row exists
+                continue
             score = keyword_score(self.terms, doc, stats)
-            if score <= 0:  # cannot happen for a token match; score it the long way to be sure
-                score = keyword_score(self.terms, self._full_doc(row), stats)
-            if score > 0:
-                scored.append((score, row[0], row))
+            if score > 0:  # a token match always scores > 0
+                scored.append((score, rid))
         scored.sort(key=lambda hit: (-hit[0], hit[1]))
-        return [(self._entry(row), score) for score, _, row in scored[:pool]]
+        return [(self._entries[rid], score) for score, rid in scored[:pool]]
 
     @staticmethod
     def _full_doc(row: Row) -> KeywordDoc:
