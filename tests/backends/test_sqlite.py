@@ -33,6 +33,7 @@ from langmem_trpc.backends.sqlite._keyword import (
     scoped,
     topics_document,
 )
+from langmem_trpc.backends.sqlite._scoring import score_candidates
 from langmem_trpc.service._search import CorpusStats, KeywordDoc, QueryTerms, keyword_score
 from langmem_trpc.testing import HashingEmbeddings
 from langmem_trpc.testing.conformance import Capability, MemoryServiceConformance
@@ -377,6 +378,33 @@ def test_keyword_doc_from_stored_tokens_scores_like_the_reference():
             rebuilt = keyword_doc(fts_document(text), topics_document(tp))
             assert rebuilt.content_tf == doc.content_tf and rebuilt.topic_tf == doc.topic_tf
             assert keyword_score(terms, rebuilt, stats) == keyword_score(terms, doc, stats)
+
+
+def test_vectorised_keyword_scores_equal_the_shared_scorer_exactly():
+    rng = random.Random(11)
+    words = "alpha beta gamma what did you the dark mode 北京大学 咖啡店 C# x1 β go".split()
+    for _ in range(400):
+        texts = [
+            " ".join(rng.choice(words) for _ in range(rng.randint(1, 12)))
+            for _ in range(rng.randint(1, 25))
+        ]
+        topics = [[rng.choice(words) for _ in range(rng.randint(0, 3))] for _ in texts]
+        docs = [
+            keyword_doc(fts_document(t), topics_document(tp))
+            for t, tp in zip(texts, topics, strict=True)
+        ]
+        full = CorpusStats.from_docs(
+            KeywordDoc.build(t, tp) for t, tp in zip(texts, topics, strict=True)
+        )
+        stats = CorpusStats(
+            n_docs=full.n_docs + rng.randint(0, 40),
+            df=full.df,
+            avg_content_len=full.avg_content_len,
+            avg_topic_len=full.avg_topic_len,
+        )
+        terms = QueryTerms.build(" ".join(rng.choice(words) for _ in range(rng.randint(1, 5))))
+        got = score_candidates(terms, docs, stats).tolist()
+        assert got == [keyword_score(terms, doc, stats) for doc in docs]
 
 
 def test_search_matches_the_in_memory_reference(tmp_path):

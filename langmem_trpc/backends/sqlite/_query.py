@@ -26,6 +26,7 @@ from ...types import Entry, Kind, SearchOptions, UserKey
 from . import _sql as sql
 from ._keyword import keyword_doc, match_any, scope_prefix
 from ._rows import CONTENT_DOC, TEXT, TOPIC_DOC, TOPICS, Row, user_state
+from ._scoring import score_candidates
 from ._vectors import KIND_CODES, UserVectors, VectorCache
 
 __all__ = ["SearchCaches", "SearchRun"]
@@ -285,16 +286,11 @@ class SearchRun:
             for row in rows:
                 self._entry(row)
                 self._docs[row[0]] = keyword_doc(row[CONTENT_DOC], row[TOPIC_DOC])
-        scored: list[tuple[float, int]] = []
-        for rid in rids:
-            doc = self._docs.get(rid)
-            if doc is None:  # pragma: no cover - same snapshot, the row exists
-                continue
-            score = keyword_score(self.terms, doc, stats)
-            if score > 0:  # a token match always scores > 0
-                scored.append((score, rid))
-        scored.sort(key=lambda hit: (-hit[0], hit[1]))
-        return [(self._entries[rid], score) for score, rid in scored[:pool]]
+        rids = [rid for rid in rids if rid in self._docs]  # same snapshot: all present
+        scores = score_candidates(self.terms, [self._docs[rid] for rid in rids], stats)
+        order = np.lexsort((np.asarray(rids, dtype=np.int64), -scores))  # best, then oldest row
+        kept = [i for i in order.tolist() if scores[i] > 0][:pool]  # a token match scores > 0
+        return [(self._entries[rids[i]], float(scores[i])) for i in kept]
 
     @staticmethod
     def _full_doc(row: Row) -> KeywordDoc:
