@@ -151,7 +151,7 @@ def bench_ours(url: str, corpus: Corpus, args: argparse.Namespace) -> dict[str, 
     vacuum(url)
     text_to_index = {t: i for i, t in enumerate(corpus.texts)}
     exact = corpus.exact_top(10)
-    vector_only = SearchOptions(max_results=10, similarity_threshold=0.0)
+    vector_only = SearchOptions(max_results=10, similarity_threshold=0.0, hybrid=False)
     recall = []
     for i, query in enumerate(corpus.queries):
         hits = svc.search(user, query, vector_only)
