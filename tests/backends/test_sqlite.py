@@ -532,3 +532,21 @@ def test_a_forked_child_opens_its_own_connection(tmp_path):
     assert svc.count(ALICE) == 3
     svc.close()
     assert_index_consistent(svc.path)
+
+
+def test_keyword_leg_ranks_with_bm25_only_when_matches_exceed_the_cut(tmp_path):
+    svc = SQLiteMemoryService(tmp_path / "m.db", keyword_candidates=3)
+    for i in range(8):
+        svc.add(ALICE, f"jazz {'jazz ' * (i % 3)}note {i}")
+    svc.add(ALICE, "blues one")
+    svc.add(ALICE, "blues two")
+    # 8 matches > 3: only the 3 best by BM25 are rescored, so at most 3 come back.
+    jazz = svc.search(ALICE, "jazz", SearchOptions(max_results=10, similarity_threshold=0.0))
+    assert len(jazz) == 3 and all("jazz" in e.text for e in jazz)
+    # 2 matches <= 3: both are scored without BM25 ordering, same order as the reference.
+    reference = InMemoryMemoryService(limits=Limits(capacity=None))
+    for entry in reversed(svc.read(ALICE)):
+        reference.add(ALICE, entry.text)
+    want = [e.text for e in reference.search(ALICE, "blues")]
+    assert [e.text for e in svc.search(ALICE, "blues")] == want and len(want) == 2
+    svc.close()

@@ -267,12 +267,19 @@ class SearchRun:
         prefix = scope_prefix(self.user)
         limit = self.keyword_candidates or max(pool * 3 // 2, 90)
         match = match_any(prefix, self.terms.tokens)
+        # When the user's document frequencies show that every match fits under the
+        # cut, all are scored anyway: skip BM25 ordering (about 60% of the FTS time).
+        everything = sum(stats.df.values()) <= limit
+        order = "" if everything else sql.FTS_ORDER
         if kind is None and self.after_us is None and self.before_us is None:
-            ranked = self._conn.execute(sql.FTS_RANK + sql.FTS_ORDER, (match, limit))
+            ranked = self._conn.execute(
+                sql.FTS_RANK + order, (match,) if everything else (match, limit)
+            )
         else:
             clauses, params = self._filters(kind, "m.")
             ranked = self._conn.execute(
-                sql.FTS_RANK_FILTERED + clauses + sql.FTS_ORDER, (match, *params, limit)
+                sql.FTS_RANK_FILTERED + clauses + order,
+                (match, *params) if everything else (match, *params, limit),
             )
         rids = [rid for (rid,) in ranked]
         if not rids:
