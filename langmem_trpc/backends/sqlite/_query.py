@@ -295,8 +295,8 @@ class SearchRun:
                 self._docs[row[0]] = keyword_doc(row[CONTENT_DOC], row[TOPIC_DOC])
         rids = [rid for rid in rids if rid in self._docs]  # same snapshot: all present
         scores = score_candidates(self.terms, [self._docs[rid] for rid in rids], stats)
-        order = np.lexsort((np.asarray(rids, dtype=np.int64), -scores))  # best, then oldest row
-        kept = [i for i in order.tolist() if scores[i] > 0][:pool]  # a token match scores > 0
+        best = np.lexsort((np.asarray(rids, dtype=np.int64), -scores))  # best, then oldest row
+        kept = [i for i in best.tolist() if scores[i] > 0][:pool]  # a token match scores > 0
         return [(self._entries[rids[i]], float(scores[i])) for i in kept]
 
     @staticmethod
