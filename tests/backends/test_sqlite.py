@@ -550,3 +550,34 @@ def test_keyword_leg_ranks_with_bm25_only_when_matches_exceed_the_cut(tmp_path):
     want = [e.text for e in reference.search(ALICE, "blues")]
     assert [e.text for e in svc.search(ALICE, "blues")] == want and len(want) == 2
     svc.close()
+
+
+def test_search_after_own_add_many_extends_the_cached_matrix_instead_of_reloading(tmp_path):
+    path = tmp_path / "m.db"
+    svc = SQLiteMemoryService(path, HashingEmbeddings(), limits=Limits(capacity=None))
+    svc.add_many(ALICE, [f"note {i} about tea" for i in range(20)])
+    svc.search(ALICE, "tea", SearchOptions(hybrid=False))  # loads the matrix
+    loads: list[str] = []
+    svc._db.connection().set_trace_callback(
+        lambda stmt: loads.append(stmt) if "embedding FROM memories" in stmt else None
+    )
+    svc.add_many(ALICE, ["jazz in paris", Memory(text="blues in lyon", kind=Kind.EPISODE)])
+    svc.add_many(ALICE, ["hiking the alps"])
+    got = svc.search(ALICE, "blues lyon", SearchOptions(hybrid=False, max_results=30))
+    assert loads == []
+    fresh = SQLiteMemoryService(path, HashingEmbeddings(), limits=Limits(capacity=None))
+    want = fresh.search(ALICE, "blues lyon", SearchOptions(hybrid=False, max_results=30))
+    assert [(e.id, e.score) for e in got] == [(e.id, e.score) for e in want]
+    cached, reloaded = svc._caches.vectors._items[ALICE], fresh._caches.vectors._items[ALICE]
+    assert cached.stamp == reloaded.stamp
+    for name in ("rids", "matrix", "kinds", "events"):
+        assert getattr(cached, name).tobytes() == getattr(reloaded, name).tobytes(), name
+    # Another instance's write, a duplicate or a delete is not an own append: reload.
+    fresh.add(ALICE, "rust and go")
+    svc.add_many(ALICE, ["jazz in paris"])
+    svc.delete(ALICE, got[0].id)
+    after = svc.search(ALICE, "rust go", SearchOptions(hybrid=False, max_results=30))
+    assert loads and after[0].text == "rust and go"
+    assert got[0].id not in {e.id for e in after}
+    svc.close()
+    fresh.close()

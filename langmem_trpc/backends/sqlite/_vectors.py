@@ -18,7 +18,7 @@ import numpy as np
 
 from ...types import Kind, UserKey
 
-__all__ = ["KIND_CODES", "UserVectors", "VectorCache", "to_blob", "unit_vector"]
+__all__ = ["KIND_CODES", "Appended", "UserVectors", "VectorCache", "to_blob", "unit_vector"]
 
 KIND_CODES = {Kind.FACT.value: 0, Kind.EPISODE.value: 1}
 Stamp = tuple[str, int]
@@ -90,35 +90,107 @@ class UserVectors:
         ]
 
 
+@dataclass(frozen=True)
+class Appended:
+    """New live rows one committed write added, taking the user from `before` to `after`.
+
+    Rows are (rid, kind, event_time in us or None, embedding blob or None);
+    their rids are above every existing row's, as the batch path assigns them.
+    """
+
+    before: Stamp
+    after: Stamp
+    rows: list[tuple[int, str, int | None, bytes | None]]
+
+
 class VectorCache:
-    """LRU of `UserVectors` by user, bounded by total bytes."""
+    """LRU of `UserVectors` by user, bounded by total bytes.
+
+    A write of this process that only appended rows (`add_many`'s new
+    content) records them with `append`; the next `get` for the resulting
+    stamp extends the cached matrix instead of reloading every row. Any other
+    change of the stamp (another process, an update, a delete) is a miss.
+    """
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
         self._items: OrderedDict[UserKey, UserVectors] = OrderedDict()
+        self._pending: dict[UserKey, list[Appended]] = {}
         self._lock = threading.Lock()
 
     def get(self, user: UserKey, stamp: Stamp) -> UserVectors | None:
         with self._lock:
             item = self._items.get(user)
-            if item is None or item.stamp != stamp:
+            if item is None:
                 return None
+            if item.stamp != stamp:
+                pending = self._pending.pop(user, [])
+                if not pending or pending[-1].after != stamp:
+                    return None
+                item = _extended(item, pending)
+                self._items[user] = item
+                self._evict()
             self._items.move_to_end(user)
             return item
 
     def put(self, user: UserKey, item: UserVectors) -> None:
         with self._lock:
+            self._pending.pop(user, None)
             self._items[user] = item
             self._items.move_to_end(user)
-            total = sum(v.nbytes for v in self._items.values())
-            while total > self.max_bytes and len(self._items) > 1:
-                _, evicted = self._items.popitem(last=False)
-                total -= evicted.nbytes
+            self._evict()
+
+    def append(self, user: UserKey, appended: Appended) -> None:
+        """Record a committed append-only write (ignored unless it continues the cached state)."""
+        with self._lock:
+            item = self._items.get(user)
+            if item is None:
+                return
+            pending = self._pending.setdefault(user, [])
+            if (pending[-1].after if pending else item.stamp) != appended.before:
+                del self._pending[user]  # the cached state is stale: the next get reloads
+                return
+            pending.append(appended)
+
+    def _evict(self) -> None:
+        total = sum(v.nbytes for v in self._items.values())
+        while total > self.max_bytes and len(self._items) > 1:
+            evicted_user, evicted = self._items.popitem(last=False)
+            self._pending.pop(evicted_user, None)
+            total -= evicted.nbytes
 
     def drop(self, user: UserKey) -> None:
         with self._lock:
             self._items.pop(user, None)
+            self._pending.pop(user, None)
 
     def clear(self) -> None:
         with self._lock:
             self._items.clear()
+            self._pending.clear()
+
+
+def _extended(item: UserVectors, pending: list[Appended]) -> UserVectors:
+    """`item` plus the appended rows whose embedding has the matrix's dimension,
+    exactly what a reload (live rows of that dimension, by rid) would give."""
+    width = item.matrix.shape[1] * 4
+    rows = [
+        row
+        for chunk in pending
+        for row in chunk.rows
+        if row[3] is not None and len(row[3]) == width
+    ]
+    n = len(rows)
+    rids = np.fromiter((row[0] for row in rows), dtype=np.int64, count=n)
+    kinds = np.fromiter((KIND_CODES[row[1]] for row in rows), dtype=np.int8, count=n)
+    events = np.fromiter(
+        (np.nan if row[2] is None else row[2] for row in rows), dtype=np.float64, count=n
+    )
+    added = np.frombuffer(b"".join(row[3] for row in rows if row[3] is not None), dtype=np.float32)
+    return UserVectors(
+        pending[-1].after,
+        np.concatenate([item.rids, rids]),
+        np.concatenate([item.matrix, added.reshape(n, item.matrix.shape[1])]),
+        np.concatenate([item.kinds, kinds]),
+        np.concatenate([item.events, events]),
+    )

@@ -70,7 +70,7 @@ from ._rows import (
     user_state,
     write_content,
 )
-from ._vectors import to_blob, unit_vector
+from ._vectors import Appended, to_blob, unit_vector
 
 if TYPE_CHECKING:
     from langchain_core.embeddings import Embeddings
@@ -247,8 +247,13 @@ class SQLiteMemoryService(SyncMemoryService):
                 memory = build_memory(item, limits=self._limits)
             prepared.append(Prepared.of(memory, fingerprint(memory)))
         blobs = self._embed([p.memory.text for p in prepared])
-
-        return self._db.write(lambda conn: self._add_many_in(conn, user, prepared, blobs, source))
+        appended: list[Appended] = []
+        entries = self._db.write(
+            lambda conn: self._add_many_in(conn, user, prepared, blobs, source, appended)
+        )
+        if appended:  # committed: the next search extends the cached matrix
+            self._caches.vectors.append(user, appended[0])
+        return entries
 
     def _add_many_in(
         self,
@@ -257,13 +262,15 @@ class SQLiteMemoryService(SyncMemoryService):
         prepared: list[Prepared],
         blobs: list[bytes | None],
         source: Source | None,
+        appended: list[Appended],
     ) -> list[Entry]:
         """`_add_in` for each item, with a fast path for content the user does not have yet.
 
         New content needs no lookups and no capacity action, so those rows are
         written with executemany; anything else (a duplicate, a revival, a full
         store) goes through `_add_in` after the pending rows are flushed, so
-        the result is the same as adding one by one.
+        the result is the same as adding one by one. When every item took the
+        fast path, the new rows go into `appended` for the vector cache.
         """
         u = (user.app_name, user.user_id)
         known: set[bytes] = set()
@@ -275,8 +282,11 @@ class SQLiteMemoryService(SyncMemoryService):
             known.update(fp for (fp,) in rows)
         capacity = self._limits.capacity
         state = user_state(conn, user)
+        before = None if state is None else (state[0], state[1])
         live = 0 if state is None else int(state[2])
         prefix = scope_prefix(user)
+        new_rows: list[tuple[int, str, int | None, bytes | None]] = []
+        append_only = True
         encoded = sql.source_json(source)
         pending: list[tuple[Prepared, bytes | None, Entry]] = []
 
@@ -297,6 +307,7 @@ class SQLiteMemoryService(SyncMemoryService):
                 history.append(
                     (*u, entry.id, Operation.ADD.value, None, p.memory.text, at, encoded)
                 )
+                new_rows.append((rid + offset, p.columns[1], p.columns[2], blob))
             conn.executemany(sql.INSERT_MEMORY_WITH_RID, memories)
             conn.executemany(sql.FTS_INSERT, index)
             conn.executemany(sql.INSERT_HISTORY, history)
@@ -306,6 +317,7 @@ class SQLiteMemoryService(SyncMemoryService):
         for p, blob in zip(prepared, blobs, strict=True):
             if p.fingerprint in known or (capacity is not None and live >= capacity):
                 flush()
+                append_only = False
                 entries.append(self._add_in(conn, user, p, blob, None, source))
                 state = user_state(conn, user)
                 live = 0 if state is None else int(state[2])
@@ -320,6 +332,9 @@ class SQLiteMemoryService(SyncMemoryService):
             entries.append(entry)
             live += 1
         flush()
+        after = user_state(conn, user)
+        if append_only and before is not None and after is not None and new_rows:
+            appended.append(Appended(before, (after[0], after[1]), new_rows))
         return entries
 
     def _add_in(
