@@ -252,6 +252,31 @@ def test_small_and_big_users_both_answer(clean_url):
         svc.close()
 
 
+def test_big_user_search_pins_the_hnsw_plan_and_leaves_no_setting_behind(clean_url):
+    """Once a user is known to be above exact_search_max, its vector search runs in a short
+    transaction that disables sorts and seq scans (so the planner uses HNSW); the same
+    answers, and the pooled connection comes back idle with the settings restored."""
+    from psycopg_pool import ConnectionPool
+
+    pool = ConnectionPool(clean_url, min_size=1, max_size=1, kwargs={"autocommit": True})
+    svc = PostgresMemoryService(pool, HashingEmbeddings(), exact_search_max=10)
+    svc.add_many(ALICE, [Memory(text=f"note {i} on subject {i}") for i in range(60)])
+    options = SearchOptions(max_results=3, hybrid=False)
+    first = svc.search(ALICE, "note 17 on subject 17", options)  # learns ALICE's size
+    assert svc._user_sizes[ALICE] == 60
+    second = svc.search(ALICE, "note 17 on subject 17", options)  # pinned
+    assert [e.id for e in second] == [e.id for e in first]
+    assert second[0].text == "note 17 on subject 17"
+    with pool.connection() as conn:
+        assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        row = conn.execute(
+            "SELECT current_setting('enable_sort'), current_setting('enable_seqscan')"
+        )
+        assert row.fetchone() == ("on", "on")
+    svc.close()
+    pool.close()
+
+
 async def test_sync_call_on_the_event_loop_thread_does_not_deadlock(clean_url):
     from psycopg_pool import AsyncConnectionPool
 

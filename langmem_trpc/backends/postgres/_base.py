@@ -90,6 +90,7 @@ class PostgresBase:
         self._ef_search = ef_search
         self._exact_search_max = exact_search_max
         self._pool_lock = threading.Lock()
+        self._user_sizes: dict[UserKey, int] = {}  # live counts seen by search (HNSW pinning)
         self._prepared: WeakSet[Connection[Any] | AsyncConnection[Any]] = WeakSet()
         self.supports_vectors = embeddings is not None
 
@@ -192,7 +193,13 @@ class PostgresBase:
     def _op_search(self, user: UserKey, query: str | None, options: SearchOptions | None) -> Op:
         user = check_user(user)
         resolved = resolve_options(query, options)
-        plan = _plans.search(user, resolved, self._embeddings is not None, self._exact_search_max)
+        plan = _plans.search(
+            user,
+            resolved,
+            self._embeddings is not None,
+            self._exact_search_max,
+            self._user_sizes,
+        )
         return Op(plan, write=False)
 
     def _op_history(self, user: UserKey, memory_id: str) -> Op:

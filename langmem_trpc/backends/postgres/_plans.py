@@ -9,7 +9,7 @@ bad input never opens a transaction.
 
 from __future__ import annotations
 
-from collections.abc import Generator, Sequence
+from collections.abc import Generator, MutableMapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
@@ -320,12 +320,21 @@ class _NeedFetch(Exception):
         self.key = (kind, pool)
 
 
-def search(user: UserKey, options: SearchOptions, embed: bool, exact_max: int) -> Plan[list[Entry]]:
+def search(
+    user: UserKey,
+    options: SearchOptions,
+    embed: bool,
+    exact_max: int,
+    sizes: MutableMapping[UserKey, int] | None = None,
+) -> Plan[list[Entry]]:
     """The shared pipeline (`execute_search`) over one SQL round trip per leg fetch.
 
     `execute_search` calls `fetch` synchronously, so the plan replays it with
     the rows it has, and yields the statement for a missing fetch (the kind
     fallback's second fetch) before replaying once more. Replays are pure.
+    `sizes` remembers each user's live count from earlier searches: for users
+    above `exact_max` the statement runs in a short transaction that pins the
+    planner to the HNSW index (see `_sql.ANN_PIN_INDEX`).
     """
     if not options.query.strip():
         return []
@@ -346,9 +355,27 @@ def search(user: UserKey, options: SearchOptions, embed: bool, exact_max: int) -
         except _NeedFetch as need:
             kind, pool = need.key
             query = _sql.build_search(user, options, kind, pool, query_vector, exact_max)
+            pin = query.vector and sizes is not None and sizes.get(user, 0) > exact_max
+            if pin:
+                yield Sql(_sql.ANN_BEGIN)
+                yield Sql(_sql.ANN_PIN_INDEX)
             rows = yield Sql(query.sql, query.params)
+            if pin:
+                yield Sql(_sql.ANN_END)
+            if sizes is not None and rows:
+                remember_size(sizes, user, int(rows[0]["n"]))
             vector, keyword = _sql.legs_from_rows(query, rows)
             fetched[need.key] = Legs(vector=vector, keyword=keyword)
+
+
+SIZE_CACHE_MAX = 10_000
+
+
+def remember_size(sizes: MutableMapping[UserKey, int], user: UserKey, n: int) -> None:
+    """Bounded: when full, forget everything (a forgotten heavy user costs one unpinned search)."""
+    if user not in sizes and len(sizes) >= SIZE_CACHE_MAX:
+        sizes.clear()
+    sizes[user] = n
 
 
 # --- setup -----------------------------------------------------------------
