@@ -190,6 +190,19 @@ class FusionSettings(BaseModel):
     scores for a leg to vote when no explicit threshold is set. `min_pool`:
     candidates fetched per leg (at least 3 x max_results); a larger pool costs
     latency on database backends for little recall (docs/bench-sqlite.md).
+
+    `score_weight`: score-aware fusion. A hybrid hit's fused score is
+    (1 - w) x its RRF sum + w x the mean of its two absolute leg scores (cosine,
+    keyword composite; 0 for a leg that did not return it) scaled by 2 / (rrf_k + 1),
+    RRF's range; 1.0 (the default) ranks by the scores alone, 0.0 is plain RRF.
+    Session context, participant and time preferences then apply to that fused
+    score, which orders the results; `Entry.rrf_score` stays the plain RRF sum of
+    the two legs. `time_boost`: when the query names a calendar period ("in May
+    2023", "on 3 June, 2023", "in 2022") and some candidate's event time falls
+    in it, the others are scaled by 1 / (1 + boost): a soft preference, not a
+    filter. `decompose_weight`: sub-queries (clauses, else content words) rank
+    the fetched candidates by keyword score and vote with this total weight;
+    off by default (small gain, several ms per search).
     """
 
     model_config = ConfigDict(frozen=True)
@@ -199,6 +212,9 @@ class FusionSettings(BaseModel):
     vector_floor: float = Field(default=0.1, ge=0.0, le=1.0)
     keyword_floor: float = Field(default=0.1, ge=0.0, le=1.0)
     min_pool: int = Field(default=100, ge=1, le=10_000)
+    score_weight: float = Field(default=1.0, ge=0.0, le=1.0)
+    time_boost: float = Field(default=1.0, ge=0.0)
+    decompose_weight: float = Field(default=0.0, ge=0.0)
 
 
 class SearchOptions(BaseModel):

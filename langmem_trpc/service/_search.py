@@ -8,6 +8,7 @@ every backend answers the same query the same way.
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -321,6 +322,104 @@ def _named_participants(query: str, entries: Iterable[Entry]) -> set[str]:
     return named
 
 
+_MONTH_NAMES = (
+    "january february march april may june july august september october november december"
+).split()
+_MONTHS = {name: number for number, name in enumerate(_MONTH_NAMES, start=1)}
+_MONTHS.update({name[:3]: number for name, number in _MONTHS.items()})
+_MONTHS["sept"] = 9
+_MONTH_RE = r"(jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?|sep(?:t(?:ember)?)?|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)"
+_ORD = r"(\d{1,2})(?:st|nd|rd|th)?"
+_DATE_FORMS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"\b(\d{4})-(\d{1,2})-(\d{1,2})\b"), "ymd"),
+    (re.compile(rf"\b{_ORD}\s+(?:of\s+)?{_MONTH_RE}\.?,?\s+(\d{{4}})\b", re.I), "dmy"),
+    (re.compile(rf"\b{_MONTH_RE}\.?\s+{_ORD},?\s+(\d{{4}})\b", re.I), "mdy"),
+    (re.compile(rf"\b{_MONTH_RE}\.?,?\s+(?:of\s+)?(\d{{4}})\b", re.I), "my"),
+    (re.compile(r"\b(19\d\d|20\d\d)\b"), "y"),
+    (
+        re.compile(
+            r"\b(January|February|March|April|May|June|July|August|September|October|November|December)\b"
+        ),
+        "m",
+    ),
+)
+
+
+class Period(NamedTuple):
+    """A calendar period a query names: year, month and day, each None when unsaid."""
+
+    year: int | None
+    month: int | None
+    day: int | None
+
+    def contains(self, when: datetime) -> bool:
+        if self.day is not None and self.year is not None and self.month is not None:
+            try:
+                target = datetime(self.year, self.month, self.day, tzinfo=when.tzinfo)
+            except ValueError:
+                return False
+            return abs((when - target).total_seconds()) <= 36 * 3600
+        if self.year is not None and when.year != self.year:
+            return False
+        return self.month is None or when.month == self.month
+
+
+def query_periods(query: str) -> list[Period]:
+    """Calendar periods a question names ("May 2023", "on 3 June, 2023", "in 2022", "in July").
+
+    Absolute dates only: relative ones ("last year") have no anchor a
+    search can trust (the question's time is not the memories' time). A lone
+    month must be capitalised, so the verb "may" is not a month.
+    """
+    periods: list[Period] = []
+    rest = query
+    for pattern, form in _DATE_FORMS:
+        for match in pattern.finditer(rest):
+            groups = match.groups()
+            if form == "ymd":
+                period = Period(int(groups[0]), int(groups[1]), int(groups[2]))
+            elif form == "dmy":
+                period = Period(int(groups[2]), _month(groups[1]), int(groups[0]))
+            elif form == "mdy":
+                period = Period(int(groups[2]), _month(groups[0]), int(groups[1]))
+            elif form == "my":
+                period = Period(int(groups[1]), _month(groups[0]), None)
+            elif form == "y":
+                period = Period(int(groups[0]), None, None)
+            else:
+                period = Period(None, _month(groups[0]), None)
+            periods.append(period)
+        rest = pattern.sub(" ", rest)
+    return periods
+
+
+def _month(name: str) -> int:
+    return _MONTHS[name.lower()[:3]]
+
+
+def _time_preference(
+    adjusted: dict[str, float], best: Mapping[str, tuple[Entry, float]], query: str, boost: float
+) -> None:
+    """Soft time preference: when some candidate falls in a period the query names,
+    the others are scaled by 1 / (1 + boost) (a preference, not a filter: a
+    question's dates are often only near the evidence's)."""
+    periods = query_periods(query)
+    if not periods:
+        return
+    inside = {
+        key
+        for key in adjusted
+        if (event := best[key][0].memory.event_time) is not None
+        and any(p.contains(event) for p in periods)
+    }
+    if not inside:
+        return
+    scale = 1.0 / (1.0 + boost)
+    for key in adjusted:
+        if key not in inside:
+            adjusted[key] *= scale
+
+
 def _adjust_fused(
     fused: dict[str, float],
     best: Mapping[str, tuple[Entry, float]],
@@ -355,21 +454,100 @@ def _adjust_fused(
     return adjusted
 
 
+def _blend_scores(
+    fused: Mapping[str, float],
+    vector: Sequence[tuple[Entry, float]],
+    keyword: Sequence[tuple[Entry, float]],
+    weight: float,
+    k: int,
+) -> dict[str, float]:
+    """Score-aware fusion: (1 - w) x RRF + w x the mean of the two legs' absolute scores,
+    the latter scaled to RRF's range (a hit first in both legs scores 2 / (k + 1))."""
+    vec = {e.id: s for e, s in vector}
+    kw = {e.id: s for e, s in keyword}
+    top = 2.0 / (k + 1)
+    return {
+        key: (1 - weight) * value
+        + weight * top * (min(vec.get(key, 0.0), 1.0) + min(kw.get(key, 0.0), 1.0)) / 2
+        for key, value in fused.items()
+    }
+
+
+_CLAUSE_SPLIT = re.compile(r"\s*(?:[,;?!]|\band\b|\bor\b|\bbut\b)\s*", re.I)
+
+
+def _sub_queries(query: str, named: set[str]) -> list[QueryTerms]:
+    """Short searches a question breaks into: its clauses when it has several,
+    else each content word (minus participant names) when it has 2-5 of them."""
+    clauses = [c for c in _CLAUSE_SPLIT.split(query) if primary_tokens(c)]
+    names = {t for person in named for t in primary_tokens(person)}
+    if len(clauses) >= 2:
+        return [QueryTerms.build(c) for c in clauses]
+    words = [
+        t
+        for t in dict.fromkeys(primary_tokens(query))
+        if t not in QUERY_FUNCTION_WORDS and t not in names
+    ]
+    if 2 <= len(words) <= 5:
+        return [QueryTerms.build(w) for w in words]
+    return []
+
+
+def _decomposed(
+    fused: dict[str, float],
+    best: Mapping[str, tuple[Entry, float]],
+    query: str,
+    tuning: FusionSettings,
+    k: int,
+) -> dict[str, float]:
+    """Query decomposition without an LLM: each sub-query (`_sub_queries`) ranks the
+    candidates already fetched by the local keyword score (no backend call) and
+    votes in the fusion with decompose_weight / n. Off by default: +0.007
+    LoCoMo recall@10 for ~6 ms per search (docs/bench-locomo.md)."""
+    docs = {
+        key: KeywordDoc.build(entry.memory.text, entry.memory.topics)
+        for key, (entry, _) in best.items()
+    }
+    stats = CorpusStats.from_docs(docs.values())
+    out = dict(fused)
+
+    def vote(terms: QueryTerms, weight: float) -> None:
+        scored = [(key, keyword_score(terms, doc, stats)) for key, doc in docs.items()]
+        ranked = sorted((h for h in scored if h[1] > 0), key=lambda h: -h[1])
+        for rank, (key, _) in enumerate(ranked, start=1):
+            out[key] += weight / (k + rank)
+
+    if tuning.decompose_weight > 0:
+        named = _named_participants(query, (entry for entry, _ in best.values()))
+        subs = _sub_queries(query, named)
+        for sub in subs:
+            vote(sub, tuning.decompose_weight / len(subs))
+    return out
+
+
 def _keyword_hits(legs: Legs, threshold: float) -> list[tuple[Entry, float]]:
     return [(e, s) for e, s in legs.keyword if s >= threshold and s > 0]
 
 
 def _ranked(
-    hits: Iterable[tuple[Entry, float, float | None]], by_event_time: bool, limit: int | None
+    hits: Iterable[tuple[Entry, float, float | None]],
+    by_event_time: bool,
+    limit: int | None,
+    order: Mapping[str, float] | None = None,
 ) -> list[Entry]:
     """Sort (entry, score, rrf) like `sort_entries`, then copy scores onto the first `limit` only.
 
-    Copying a pydantic model costs more than ranking it, and a search keeps
-    max_results of a few hundred candidates.
+    `order` (entry id -> fused score) ranks hybrid hits when given; `rrf_score`
+    keeps the plain RRF sum. Copying a pydantic model costs more than ranking
+    it, and a search keeps max_results of a few hundred candidates.
     """
-    ordered = sorted(
-        hits, key=lambda h: _sort_key(h[0], h[2] if h[2] is not None else h[1], by_event_time)
-    )
+
+    def primary(hit: tuple[Entry, float, float | None]) -> float:
+        if order is not None:
+            return order[hit[0].id]
+        return hit[2] if hit[2] is not None else hit[1]
+
+    ordered = sorted(hits, key=lambda h: _sort_key(h[0], primary(h), by_event_time))
     return [
         entry.model_copy(update={"score": score, "rrf_score": rrf})
         for entry, score, rrf in ordered[:limit]
@@ -399,12 +577,21 @@ def _rank_legs(legs: Legs, options: SearchOptions, limit: int | None = None) -> 
     for entry, score in [*vector, *keyword]:
         if entry.id not in best or score > best[entry.id][1]:
             best[entry.id] = (entry, score)
-    fused = _rrf_with_ties([vector, keyword], options.rrf_k)
-    fused = _adjust_fused(fused, best, options.query, options.fusion)
+    tuning = options.fusion
+    plain = _rrf_with_ties([vector, keyword], options.rrf_k)
+    fused = plain
+    if tuning.score_weight > 0:
+        fused = _blend_scores(plain, vector, keyword, tuning.score_weight, options.rrf_k)
+    if tuning.decompose_weight > 0:
+        fused = _decomposed(fused, best, options.query, tuning, options.rrf_k)
+    fused = _adjust_fused(fused, best, options.query, tuning)
+    if tuning.time_boost > 0:
+        _time_preference(fused, best, options.query, tuning.time_boost)
     return _ranked(
-        ((best[key][0], max(0.0, min(best[key][1], 1.0)), value) for key, value in fused.items()),
+        ((best[key][0], max(0.0, min(best[key][1], 1.0)), value) for key, value in plain.items()),
         by_event,
         limit,
+        fused,
     )
 
 

@@ -21,12 +21,21 @@ T0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
 
 def entry(key: str, text: str, kind: Kind = Kind.FACT, minutes: int = 0) -> Entry:
     at = T0 + timedelta(minutes=minutes)
-    return Entry(id=key, app_name="a", user_id="u", memory=Memory(text=text, kind=kind), created_at=at, updated_at=at)
+    return Entry(
+        id=key,
+        app_name="a",
+        user_id="u",
+        memory=Memory(text=text, kind=kind),
+        created_at=at,
+        updated_at=at,
+    )
 
 
 def score(query: str, text: str, corpus: list[str]) -> float:
     docs = [KeywordDoc.build(t, []) for t in corpus]
-    return keyword_score(QueryTerms.build(query), KeywordDoc.build(text, []), CorpusStats.from_docs(docs))
+    return keyword_score(
+        QueryTerms.build(query), KeywordDoc.build(text, []), CorpusStats.from_docs(docs)
+    )
 
 
 CORPUS = [
@@ -82,7 +91,11 @@ def test_deduplicate_keeps_the_better_ranked_copy():
 def test_merge_kind_fallback_orders_wanted_kind_first():
     primary = [entry("e1", "x", Kind.EPISODE)]
     fallback = [entry("f1", "y"), entry("e1", "x", Kind.EPISODE), entry("e2", "z", Kind.EPISODE)]
-    assert [e.id for e in merge_kind_fallback(primary, fallback, Kind.EPISODE)] == ["e1", "e2", "f1"]
+    assert [e.id for e in merge_kind_fallback(primary, fallback, Kind.EPISODE)] == [
+        "e1",
+        "e2",
+        "f1",
+    ]
 
 
 def test_passes_time_lets_undated_entries_through():
@@ -149,10 +162,69 @@ def test_fusion_min_pool_sets_the_candidate_pool():
 
 
 def test_question_words_weigh_little_in_the_keyword_score():
-    """"what did" matching must not outweigh the content words of a question."""
+    """ "what did" matching must not outweigh the content words of a question."""
     corpus = ["What did you do today?", "Caroline researched adoption agencies", "hello there"]
     function_only = score("What did Caroline research?", corpus[0], corpus)
     content = score("What did Caroline research?", corpus[1], corpus)
     assert content > function_only
     weights = dict(QueryTerms.build("What did Caroline research").weighted)
     assert weights["what"] < 0.5 and weights["caroline"] == 1.0
+
+
+def test_score_aware_fusion_orders_by_scores_and_keeps_plain_rrf():
+    """A hit strong in one leg beats one weak in both; rrf_score stays the plain RRF sum."""
+    from langmem_trpc.types import FusionSettings
+
+    a, b = entry("a", "alpha"), entry("b", "beta")
+    legs = Legs(vector=[(b, 0.30), (a, 0.25)], keyword=[(a, 0.95), (b, 0.20)])
+    hits = execute_search(SearchOptions(query="q"), lambda kind, pool: legs)
+    assert [h.id for h in hits] == ["a", "b"]
+    assert hits[0].rrf_score == pytest.approx(1 / 62 + 1 / 61)
+    plain = execute_search(
+        SearchOptions(query="q", fusion=FusionSettings(score_weight=0.0)), lambda kind, pool: legs
+    )
+    assert {h.id: h.rrf_score for h in plain} == {h.id: h.rrf_score for h in hits}
+
+
+def test_query_periods_reads_absolute_dates_only():
+    from langmem_trpc.service._search import Period, query_periods
+
+    assert query_periods("What did she paint in July 2023?") == [Period(2023, 7, None)]
+    assert query_periods("What did he say on 3 June, 2023?") == [Period(2023, 6, 3)]
+    assert query_periods("on October 13, 2023") == [Period(2023, 10, 13)]
+    assert query_periods("camping in June") == [Period(None, 6, None)]
+    assert query_periods("trips in 2022") == [Period(2022, None, None)]
+    assert query_periods("what may he do last year") == []
+
+
+def test_time_preference_is_soft():
+    """A candidate in the named month ranks first; the others stay (no filter)."""
+    from langmem_trpc.types import FusionSettings
+
+    def dated(key: str, when: datetime) -> Entry:
+        base = entry(key, key)
+        return base.model_copy(update={"memory": Memory(text=key, event_time=when)})
+
+    may = dated("may", datetime(2023, 5, 20, tzinfo=timezone.utc))
+    june = dated("june", datetime(2023, 6, 2, tzinfo=timezone.utc))
+    legs = Legs(vector=[(june, 0.6), (may, 0.5)], keyword=[])
+    query = "what did she paint in May 2023"
+    hits = execute_search(SearchOptions(query=query), lambda kind, pool: legs)
+    assert [h.id for h in hits] == ["may", "june"]
+    off = execute_search(
+        SearchOptions(query=query, fusion=FusionSettings(time_boost=0.0)), lambda kind, pool: legs
+    )
+    assert [h.id for h in off] == ["june", "may"]
+
+
+def test_decomposition_votes_for_each_content_word():
+    """With decompose_weight, a hit matching one sub-query word gains on one matching none."""
+    from langmem_trpc.types import FusionSettings
+
+    a, b, c = entry("a", "pottery class"), entry("b", "weather today"), entry("c", "camping trip")
+    legs = Legs(vector=[(b, 0.5), (c, 0.49), (a, 0.48)], keyword=[])
+    options = SearchOptions(
+        query="pottery and camping", fusion=FusionSettings(decompose_weight=1.0)
+    )
+    hits = execute_search(options, lambda kind, pool: legs)
+    assert hits[-1].id == "b"
