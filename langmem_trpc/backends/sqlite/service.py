@@ -332,9 +332,8 @@ class SQLiteMemoryService(SyncMemoryService):
             entries.append(entry)
             live += 1
         flush()
-        after = user_state(conn, user)
-        if append_only and before is not None and after is not None and new_rows:
-            appended.append(Appended(before, (after[0], after[1]), new_rows))
+        if append_only:
+            _note_appended(conn, user, before, new_rows, appended)
         return entries
 
     def _add_in(
@@ -718,6 +717,19 @@ class SQLiteMemoryService(SyncMemoryService):
             sql.to_us(self._now()),
         )
         self._db.write(lambda conn: conn.execute(sql.UPSERT_CURSOR, params))
+
+
+def _note_appended(
+    conn: sqlite3.Connection,
+    user: UserKey,
+    before: tuple[str, int] | None,
+    rows: list[tuple[int, str, int | None, bytes | None]],
+    out: list[Appended],
+) -> None:
+    """Record rows an append-only write added, with the user's stamps around it."""
+    after = user_state(conn, user)
+    if before is not None and after is not None and rows:
+        out.append(Appended(before, (after[0], after[1]), rows))
 
 
 def _executemany(
