@@ -150,8 +150,11 @@ class Entry(BaseModel):
     `score` is an absolute relevance in [0, 1], comparable across queries:
     cosine similarity for the vector leg, the composite keyword score
     (coverage, rarity, BM25 strength, phrase) for the keyword leg, and the
-    higher of the two for a hybrid hit. `rrf_score` is the Reciprocal Rank
-    Fusion sum that ordered a hybrid result; it is None otherwise.
+    higher of the two for a hybrid hit. `rrf_score` is the plain Reciprocal
+    Rank Fusion sum of the two legs for a hybrid hit (None otherwise). The
+    hybrid order itself comes from score-aware fusion with session context,
+    participant and time preferences (see `FusionSettings`), so it can differ
+    from the `rrf_score` order.
     """
 
     model_config = ConfigDict(frozen=True)
