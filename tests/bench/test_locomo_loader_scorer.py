@@ -15,7 +15,9 @@ SHARED = Path(__file__).resolve().parents[3] / "shared" / "data" / "locomo10.jso
 def test_loader_enumerates_session_lists_not_date_keys(sample_path):
     conv = load_locomo(sample_path).conversations[0]
     assert [s.number for s in conv.sessions] == [1, 2]
-    assert conv.turns[0].date is not None and conv.turns[0].date.isoformat().startswith("2023-05-08T13:56")
+    assert conv.turns[0].date is not None and conv.turns[0].date.isoformat().startswith(
+        "2023-05-08T13:56"
+    )
     assert conv.turns[2].display_text.endswith("[shared a photo of a dog]")
 
 
@@ -61,8 +63,14 @@ def test_normalize_evidence_cases():
 def test_porter_stemmer_known_forms():
     assert stem("paintings") == stem("painting") == "paint"
     assert stem("running") == "run" and stem("ran") == "ran"
-    assert [stem(w) for w in ("caresses", "ponies", "relational", "hopeful", "generalizations")] == [
-        "caress", "poni", "relat", "hope", "gener",
+    assert [
+        stem(w) for w in ("caresses", "ponies", "relational", "hopeful", "generalizations")
+    ] == [
+        "caress",
+        "poni",
+        "relat",
+        "hope",
+        "gener",
     ]
 
 

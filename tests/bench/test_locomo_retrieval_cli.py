@@ -36,14 +36,18 @@ def test_run_retrieval_schema_and_resume(sample_path, tmp_path):
         calls.append(embeddings)
         return InMemoryMemoryService(embeddings)
 
-    results = run_retrieval(convs, _arms(), make, HashingEmbeddings(), tmp_path / "run", ks=(1, 3, 10))
+    results = run_retrieval(
+        convs, _arms(), make, HashingEmbeddings(), tmp_path / "run", ks=(1, 3, 10)
+    )
     turns = results["turns-hash"]
     assert set(turns["recall@10"]) >= {"overall", "1", "2", "3", "4"}
     assert turns["questions"]["overall"] == 4  # cat 5 and the evidence-less question are excluded
     assert 0.0 < turns["recall@10"]["overall"] <= 1.0
     assert results["obs-keyword"]["embedder"] is None
     assert len(calls) == 2
-    again = run_retrieval(convs, _arms(), make, HashingEmbeddings(), tmp_path / "run", ks=(1, 3, 10))
+    again = run_retrieval(
+        convs, _arms(), make, HashingEmbeddings(), tmp_path / "run", ks=(1, 3, 10)
+    )
     assert len(calls) == 2, "finished traces are reused"
     assert again["turns-hash"]["recall@10"] == turns["recall@10"]
     trace = (tmp_path / "run" / "traces" / "turns-hash" / "conv-x.jsonl").read_text().splitlines()
@@ -55,17 +59,29 @@ def test_default_search_finds_the_named_speakers_turn():
     from langmem_trpc import Kind, UserKey
 
     user = UserKey("t", "u")
-    service.add(user, "I painted a sunset last week", kind=Kind.EPISODE, participants=["Mel"],
-                event_time="2023-05-08T10:00:00+00:00")
-    service.add(user, "I painted a sunset too", kind=Kind.EPISODE, participants=["Caro"],
-                event_time="2023-06-08T10:00:00+00:00")
+    service.add(
+        user,
+        "I painted a sunset last week",
+        kind=Kind.EPISODE,
+        participants=["Mel"],
+        event_time="2023-05-08T10:00:00+00:00",
+    )
+    service.add(
+        user,
+        "I painted a sunset too",
+        kind=Kind.EPISODE,
+        participants=["Caro"],
+        event_time="2023-06-08T10:00:00+00:00",
+    )
     hits = service.search(user, "What did Mel say about the sunset?")
     assert hits[0].memory.participants == ["Mel"]
 
 
 def test_cli_qa_without_model_exits_cleanly(sample_path, tmp_path, monkeypatch):
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    result = CliRunner().invoke(bench, ["locomo", "--data", str(sample_path), "--run-dir", str(tmp_path / "r")])
+    result = CliRunner().invoke(
+        bench, ["locomo", "--data", str(sample_path), "--run-dir", str(tmp_path / "r")]
+    )
     assert result.exit_code == 0, result.output
     assert "need a chat model" in result.output
 
@@ -76,7 +92,17 @@ def test_cli_retrieval_writes_documented_json(sample_path, tmp_path, monkeypatch
     monkeypatch.setattr(emb, "local_embeddings_available", lambda: False)
     out = tmp_path / "r.json"
     result = CliRunner().invoke(
-        bench, ["locomo", "--retrieval", "--data", str(sample_path), "--run-dir", str(tmp_path / "r"), "--out", str(out)]
+        bench,
+        [
+            "locomo",
+            "--retrieval",
+            "--data",
+            str(sample_path),
+            "--run-dir",
+            str(tmp_path / "r"),
+            "--out",
+            str(out),
+        ],
     )
     assert result.exit_code == 0, result.output
     assert "local embeddings are missing" in result.output
@@ -88,7 +114,9 @@ def test_cli_retrieval_writes_documented_json(sample_path, tmp_path, monkeypatch
 
 @pytest.mark.local_embeddings
 def test_minilm_embeddings_run_offline():
-    pytest.importorskip("sentence_transformers", reason="needs the [local] extra (sentence-transformers)")
+    pytest.importorskip(
+        "sentence_transformers", reason="needs the [local] extra (sentence-transformers)"
+    )
     from langmem_trpc.bench.embeddings import LocalMiniLMEmbeddings
 
     embedder = LocalMiniLMEmbeddings()
