@@ -18,8 +18,9 @@ import pytest
 
 from langmem_trpc import InMemoryMemoryService, UserKey
 from langmem_trpc.errors import BackendError
-from langmem_trpc.service.protocol import MemoryService, SyncMemoryService
+from langmem_trpc.service.protocol import MemoryService
 from langmem_trpc.testing import HashingEmbeddings
+from langmem_trpc.testing._wrap import DelegatingService
 
 #: A connection string with a password: it must never reach a model, a tool message or a log.
 SECRET_DSN = "postgresql://admin:s3cr3t-hunter2@db.internal:5432/memories"
@@ -122,7 +123,7 @@ class Outage(OSError):
     """What a driver raises when the server is gone (carries the DSN, as real drivers do)."""
 
 
-class FaultyService(SyncMemoryService):
+class FaultyService(DelegatingService):
     """A real service behind a switch: while `down`, every call fails like a dead connection.
 
     `down_for` limits the outage to some method names; `delay` makes every call slow.
@@ -131,7 +132,7 @@ class FaultyService(SyncMemoryService):
     """
 
     def __init__(self, inner: MemoryService, *, wrap_errors: bool = False) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.down = False
         self.down_for: set[str] | None = None
         self.wrap_errors = wrap_errors
@@ -139,7 +140,6 @@ class FaultyService(SyncMemoryService):
         self.failures = 0
         self.calls = 0
         self._lock = threading.Lock()
-        self.supports_vectors = inner.supports_vectors
 
     def _fault(self, name: str) -> None:
         if self.down and (self.down_for is None or name in self.down_for):
@@ -158,49 +158,7 @@ class FaultyService(SyncMemoryService):
 
             time.sleep(self.delay)
         self._fault(name)
-        return getattr(self.inner, name)(*args, **kwargs)
-
-    def add(self, user, text, **kw):  # type: ignore[override]
-        return self._call("add", user, text, **kw)
-
-    def update(self, user, memory_id, text, **kw):  # type: ignore[override]
-        return self._call("update", user, memory_id, text, **kw)
-
-    def delete(self, user, memory_id, *, source=None):  # type: ignore[override]
-        return self._call("delete", user, memory_id, source=source)
-
-    def clear(self, user, *, source=None):  # type: ignore[override]
-        return self._call("clear", user, source=source)
-
-    def purge(self, user, memory_id=None):  # type: ignore[override]
-        return self._call("purge", user, memory_id)
-
-    def get(self, user, memory_id):  # type: ignore[override]
-        return self._call("get", user, memory_id)
-
-    def read(self, user, limit=None):  # type: ignore[override]
-        return self._call("read", user, limit)
-
-    def search(self, user, query=None, options=None):  # type: ignore[override]
-        return self._call("search", user, query, options)
-
-    def history(self, user, memory_id):  # type: ignore[override]
-        return self._call("history", user, memory_id)
-
-    def count(self, user):  # type: ignore[override]
-        return self._call("count", user)
-
-    def users(self, app_name=None):  # type: ignore[override]
-        return self._call("users", app_name)
-
-    def get_cursor(self, user, thread_id):  # type: ignore[override]
-        return self._call("get_cursor", user, thread_id)
-
-    def set_cursor(self, user, cursor):  # type: ignore[override]
-        return self._call("set_cursor", user, cursor)
-
-    def close(self) -> None:
-        self.inner.close()
+        return super()._call(name, *args, **kwargs)
 
 
 def users_of(pairs: list[tuple[int, int]]) -> list[UserKey]:

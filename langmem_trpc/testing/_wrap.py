@@ -1,0 +1,73 @@
+"""A service that forwards every call to another one, for fault-injection doubles."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ..service.protocol import MemoryService, SyncMemoryService
+from ..types import Entry, ExtractionCursor, HistoryEvent, SearchOptions, Source, UserKey
+
+__all__ = ["DelegatingService"]
+
+
+class DelegatingService(SyncMemoryService):
+    """Forwards each method through `_call(name, *args, **kwargs)` to `inner`.
+
+    Override `_call` to fail, delay, count or crash calls by name; the async
+    twins come from `SyncMemoryService`, so they go through `_call` too.
+    """
+
+    def __init__(self, inner: MemoryService) -> None:
+        self.inner = inner
+        self.supports_vectors = inner.supports_vectors
+
+    def _call(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        return getattr(self.inner, name)(*args, **kwargs)
+
+    def add(self, user: UserKey, text: str, **kwargs: Any) -> Entry:  # type: ignore[override]
+        return self._call("add", user, text, **kwargs)  # type: ignore[no-any-return]
+
+    def update(self, user: UserKey, memory_id: str, text: str, **kwargs: Any) -> Entry:  # type: ignore[override]
+        return self._call("update", user, memory_id, text, **kwargs)  # type: ignore[no-any-return]
+
+    def delete(self, user: UserKey, memory_id: str, *, source: Source | None = None) -> bool:
+        return self._call("delete", user, memory_id, source=source)  # type: ignore[no-any-return]
+
+    def clear(self, user: UserKey, *, source: Source | None = None) -> int:
+        return self._call("clear", user, source=source)  # type: ignore[no-any-return]
+
+    def purge(self, user: UserKey, memory_id: str | None = None) -> int:
+        return self._call("purge", user, memory_id)  # type: ignore[no-any-return]
+
+    def get(self, user: UserKey, memory_id: str) -> Entry | None:
+        return self._call("get", user, memory_id)  # type: ignore[no-any-return]
+
+    def read(self, user: UserKey, limit: int | None = None) -> list[Entry]:
+        return self._call("read", user, limit)  # type: ignore[no-any-return]
+
+    def search(
+        self, user: UserKey, query: str | None = None, options: SearchOptions | None = None
+    ) -> list[Entry]:
+        return self._call("search", user, query, options)  # type: ignore[no-any-return]
+
+    def history(self, user: UserKey, memory_id: str) -> list[HistoryEvent]:
+        return self._call("history", user, memory_id)  # type: ignore[no-any-return]
+
+    def count(self, user: UserKey) -> int:
+        return self._call("count", user)  # type: ignore[no-any-return]
+
+    def users(self, app_name: str | None = None) -> list[UserKey]:
+        return self._call("users", app_name)  # type: ignore[no-any-return]
+
+    def get_cursor(self, user: UserKey, thread_id: str) -> ExtractionCursor | None:
+        return self._call("get_cursor", user, thread_id)  # type: ignore[no-any-return]
+
+    def set_cursor(self, user: UserKey, cursor: ExtractionCursor) -> None:
+        self._call("set_cursor", user, cursor)
+
+    def restore(self, user: UserKey, entry: Entry, history: Sequence[HistoryEvent] = ()) -> Entry:
+        return self._call("restore", user, entry, history)  # type: ignore[no-any-return]
+
+    def close(self) -> None:
+        self.inner.close()
