@@ -258,7 +258,7 @@ def test_big_user_search_pins_the_hnsw_plan_and_leaves_no_setting_behind(clean_u
     answers, and the pooled connection comes back idle with the settings restored."""
     from psycopg_pool import ConnectionPool
 
-    pool = ConnectionPool(clean_url, min_size=1, max_size=1, kwargs={"autocommit": True})
+    pool = ConnectionPool(clean_url, min_size=1, max_size=1, open=True, kwargs={"autocommit": True})
     svc = PostgresMemoryService(pool, HashingEmbeddings(), exact_search_max=10)
     svc.add_many(ALICE, [Memory(text=f"note {i} on subject {i}") for i in range(60)])
     options = SearchOptions(max_results=3, hybrid=False)
