@@ -320,3 +320,33 @@ def test_limits_capacity_error_writes_nothing_in_bulk(clean_url):
         svc.add_many(ALICE, [Memory(text=f"m{i} text") for i in range(6)])
     assert svc.count(ALICE) == 0
     svc.close()
+
+
+@pytest.mark.postgres
+def test_unreachable_server_fails_fast_with_a_safe_backend_error(tmp_path):
+    import time
+
+    from langmem_trpc import BackendError
+
+    dsn = f"host={tmp_path} port=1 dbname=nothing user=secret_user password=hunter2"
+    svc = PostgresMemoryService(dsn, pool_timeout=0.5)
+    started = time.perf_counter()
+    with pytest.raises(BackendError) as info:
+        svc.add(ALICE, "never stored")
+    assert time.perf_counter() - started < 10
+    assert "hunter2" not in str(info.value) and "secret_user" not in str(info.value)
+    svc.close()
+
+
+@pytest.mark.postgres
+async def test_unreachable_server_fails_fast_async(tmp_path):
+    import time
+
+    from langmem_trpc import BackendError
+
+    svc = PostgresMemoryService(f"host={tmp_path} port=1 dbname=nothing", pool_timeout=0.5)
+    started = time.perf_counter()
+    with pytest.raises(BackendError):
+        await svc.asearch(ALICE, "anything")
+    assert time.perf_counter() - started < 10
+    await svc.aclose()

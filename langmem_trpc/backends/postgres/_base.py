@@ -59,6 +59,7 @@ class PostgresBase:
         limits: Limits | None = None,
         dims: int | None = None,
         pool_size: int = 10,
+        pool_timeout: float = 5.0,
         ef_search: int = DEFAULT_EF_SEARCH,
         exact_search_max: int = DEFAULT_EXACT_SEARCH_MAX,
     ) -> None:
@@ -81,12 +82,17 @@ class PostgresBase:
                 "PostgresMemoryService needs a connection string, a psycopg_pool.ConnectionPool "
                 f"or an AsyncConnectionPool, not {type(conninfo_or_pool).__name__}"
             )
-        if pool_size < 1 or ef_search < 1 or exact_search_max < 0:
-            raise ConfigurationError("pool_size and ef_search must be >= 1, exact_search_max >= 0")
+        if pool_size < 1 or ef_search < 1 or exact_search_max < 0 or pool_timeout <= 0:
+            raise ConfigurationError(
+                "pool_size and ef_search must be >= 1, exact_search_max >= 0, pool_timeout > 0"
+            )
         self._embeddings = embeddings
         self._limits = limits or Limits()
         self._dims = dims
         self._pool_size = pool_size
+        # Seconds to wait for a connection: during an outage a preload or tool call
+        # fails fast (psycopg_pool's own default is 30 s).
+        self._pool_timeout = pool_timeout
         self._ef_search = ef_search
         self._exact_search_max = exact_search_max
         self._pool_lock = threading.Lock()

@@ -32,6 +32,7 @@ class AsyncPostgres(PostgresBase):
                     self._conninfo,
                     min_size=1,
                     max_size=self._pool_size,
+                    timeout=self._pool_timeout,
                     kwargs={"autocommit": True},
                     open=False,
                     name="langmem-trpc-async",

@@ -30,6 +30,8 @@ class PostgresMemoryService(SyncPostgres, AsyncPostgres, MemoryService):
         limits: text, topic and capacity limits (see `Limits`).
         dims: embedding dimension; probed from the embedder at `setup()` when omitted.
         pool_size: maximum connections of each pool this service opens.
+        pool_timeout: seconds to wait for a connection before failing with
+            `BackendError` (an outage fails fast instead of after 30 s).
         ef_search: HNSW candidate list size (recall vs latency for big users).
         exact_search_max: users with at most this many live memories get exact
             vector search (btree + sort) instead of the HNSW index.

@@ -25,11 +25,12 @@ class SyncPostgres(PostgresBase):
                     self._conninfo,
                     min_size=1,
                     max_size=self._pool_size,
+                    timeout=self._pool_timeout,
                     kwargs={"autocommit": True},
                     open=False,
                     name="langmem-trpc",
                 )
-                pool.open(wait=True)
+                pool.open(wait=True, timeout=self._pool_timeout)
                 self._sync_pool = pool
             return self._sync_pool
 
