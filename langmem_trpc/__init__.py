@@ -41,6 +41,7 @@ from .types import (
 if TYPE_CHECKING:
     from .backends.postgres import PostgresMemoryService
     from .backends.sqlite import SQLiteMemoryService
+    from .embeddings import LocalMiniLMEmbeddings
     from .extraction import (
         AutoMemoryWorker,
         Checker,
@@ -71,6 +72,7 @@ if TYPE_CHECKING:
 _LAZY = {
     "SQLiteMemoryService": ".backends.sqlite",
     "PostgresMemoryService": ".backends.postgres",
+    "LocalMiniLMEmbeddings": ".embeddings",
     "AutoMemoryWorker": ".extraction",
     "Checker": ".extraction",
     "ExtractionContext": ".extraction",
@@ -127,6 +129,7 @@ __all__ = [
     "LLMExtractor",
     "LangmemTrpcError",
     "Limits",
+    "LocalMiniLMEmbeddings",
     "Memory",
     "MemoryCheckpointer",
     "MemoryConflictError",

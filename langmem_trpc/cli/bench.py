@@ -69,7 +69,7 @@ def _service_factory(backend: str, workdir: Path) -> Any:
 def _embeddings(run_dir: Path, needed: bool) -> Any:
     if not needed:
         return None
-    from ..bench.embeddings import (
+    from ..embeddings import (
         CachedEmbeddings,
         LocalMiniLMEmbeddings,
         local_embeddings_available,

@@ -87,7 +87,7 @@ def test_cli_qa_without_model_exits_cleanly(sample_path, tmp_path, monkeypatch):
 
 
 def test_cli_retrieval_writes_documented_json(sample_path, tmp_path, monkeypatch):
-    import langmem_trpc.bench.embeddings as emb
+    import langmem_trpc.embeddings as emb
 
     monkeypatch.setattr(emb, "local_embeddings_available", lambda: False)
     out = tmp_path / "r.json"
@@ -117,7 +117,7 @@ def test_minilm_embeddings_run_offline():
     pytest.importorskip(
         "sentence_transformers", reason="needs the [local] extra (sentence-transformers)"
     )
-    from langmem_trpc.bench.embeddings import LocalMiniLMEmbeddings
+    from langmem_trpc.embeddings import LocalMiniLMEmbeddings
 
     embedder = LocalMiniLMEmbeddings()
     dog, puppy, tax = (embedder.embed_query(t) for t in ("a dog", "a puppy", "income tax form"))

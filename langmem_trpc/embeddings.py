@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 from langchain_core.embeddings import Embeddings
 
-from ..errors import ConfigurationError
+from .errors import ConfigurationError
 
 __all__ = ["CachedEmbeddings", "LocalMiniLMEmbeddings", "local_embeddings_available"]
 
