@@ -13,6 +13,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from itertools import chain
 from typing import NamedTuple
 
 from ..types import Entry, FusionSettings, Kind, SearchOptions
@@ -306,19 +307,22 @@ def _rrf_with_ties(legs: Sequence[Sequence[tuple[Entry, float]]], k: int) -> dic
         for position, (entry, score) in enumerate(leg, start=1):
             if score != previous:
                 rank, previous = position, score
-            fused[entry.id] = fused.get(entry.id, 0.0) + 1.0 / (k + rank)
+            key = entry.id
+            fused[key] = fused.get(key, 0.0) + 1.0 / (k + rank)
     return fused
 
 
 def _named_participants(query: str, entries: Iterable[Entry]) -> set[str]:
     """Participants (as spelled on the entries) whose every name token occurs in the query."""
+    people = {person for entry in entries for person in entry.memory.participants}
+    if not people:
+        return set()
     query_tokens = set(primary_tokens(query))
     named: set[str] = set()
-    for entry in entries:
-        for person in entry.memory.participants:
-            tokens = set(primary_tokens(person))
-            if tokens and tokens <= query_tokens:
-                named.add(person)
+    for person in people:
+        tokens = set(primary_tokens(person))
+        if tokens and tokens <= query_tokens:
+            named.add(person)
     return named
 
 
@@ -430,9 +434,9 @@ def _adjust_fused(
     adjusted = dict(fused)
     if tuning.context_weight > 0:
         groups: dict[datetime, list[str]] = {}
-        for key in fused:
-            event = best[key][0].memory.event_time
-            if event is not None:
+        for key, (entry, _) in best.items():
+            event = entry.memory.event_time
+            if event is not None and key in fused:
                 groups.setdefault(event, []).append(key)
         for keys in groups.values():
             if len(keys) < 2:
@@ -463,12 +467,12 @@ def _blend_scores(
 ) -> dict[str, float]:
     """Score-aware fusion: (1 - w) x RRF + w x the mean of the two legs' absolute scores,
     the latter scaled to RRF's range (a hit first in both legs scores 2 / (k + 1))."""
-    vec = {e.id: s for e, s in vector}
-    kw = {e.id: s for e, s in keyword}
-    top = 2.0 / (k + 1)
+    vec = {e.id: min(s, 1.0) for e, s in vector}
+    kw = {e.id: min(s, 1.0) for e, s in keyword}
+    scaled = weight * (2.0 / (k + 1))
+    rest = 1 - weight
     return {
-        key: (1 - weight) * value
-        + weight * top * (min(vec.get(key, 0.0), 1.0) + min(kw.get(key, 0.0), 1.0)) / 2
+        key: rest * value + scaled * (vec.get(key, 0.0) + kw.get(key, 0.0)) / 2
         for key, value in fused.items()
     }
 
@@ -539,18 +543,24 @@ def _ranked(
 
     `order` (entry id -> fused score) ranks hybrid hits when given; `rrf_score`
     keeps the plain RRF sum. Copying a pydantic model costs more than ranking
-    it, and a search keeps max_results of a few hundred candidates.
+    it, and a search keeps max_results of a few hundred candidates. The sort
+    key leads with the relevance, so only hits at or above the `limit`-th best
+    relevance (ties included) can reach the first `limit` places: the full
+    tie-break key is built for those alone.
     """
-
-    def primary(hit: tuple[Entry, float, float | None]) -> float:
-        if order is not None:
-            return order[hit[0].id]
-        return hit[2] if hit[2] is not None else hit[1]
-
-    ordered = sorted(hits, key=lambda h: _sort_key(h[0], primary(h), by_event_time))
+    items = list(hits)
+    if order is not None:
+        primaries = [order[entry.id] for entry, _, _ in items]
+    else:
+        primaries = [score if rrf is None else rrf for _, score, rrf in items]
+    chosen = list(zip(primaries, items, strict=True))
+    if limit is not None and 0 < limit < len(chosen):
+        cut = sorted(primaries, reverse=True)[limit - 1]
+        chosen = [pair for pair in chosen if pair[0] >= cut]
+    chosen.sort(key=lambda pair: _sort_key(pair[1][0], pair[0], by_event_time))
     return [
         entry.model_copy(update={"score": score, "rrf_score": rrf})
-        for entry, score, rrf in ordered[:limit]
+        for _, (entry, score, rrf) in chosen[:limit]
     ]
 
 
@@ -574,8 +584,9 @@ def _rank_legs(legs: Legs, options: SearchOptions, limit: int | None = None) -> 
     vector = [(e, s) for e, s in legs.vector if s >= vector_floor and s > 0]
     keyword = [(e, s) for e, s in legs.keyword if s >= keyword_floor and s > 0]
     best: dict[str, tuple[Entry, float]] = {}
-    for entry, score in [*vector, *keyword]:
-        if entry.id not in best or score > best[entry.id][1]:
+    for entry, score in chain(vector, keyword):
+        held = best.get(entry.id)
+        if held is None or score > held[1]:
             best[entry.id] = (entry, score)
     tuning = options.fusion
     plain = _rrf_with_ties([vector, keyword], options.rrf_k)
@@ -587,8 +598,13 @@ def _rank_legs(legs: Legs, options: SearchOptions, limit: int | None = None) -> 
     fused = _adjust_fused(fused, best, options.query, tuning)
     if tuning.time_boost > 0:
         _time_preference(fused, best, options.query, tuning.time_boost)
+    keys: Iterable[str] = plain
+    if limit is not None and 0 < limit < len(fused):
+        # Only hits at or above the limit-th fused score can be ranked into the result.
+        cut = sorted(fused.values(), reverse=True)[limit - 1]
+        keys = [key for key in plain if fused[key] >= cut]
     return _ranked(
-        ((best[key][0], max(0.0, min(best[key][1], 1.0)), value) for key, value in plain.items()),
+        ((best[key][0], max(0.0, min(best[key][1], 1.0)), plain[key]) for key in keys),
         by_event,
         limit,
         fused,

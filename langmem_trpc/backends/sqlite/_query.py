@@ -296,8 +296,12 @@ class SearchRun:
         rids = [rid for rid in rids if rid in self._docs]  # same snapshot: all present
         scores = score_candidates(self.terms, [self._docs[rid] for rid in rids], stats)
         best = np.lexsort((np.asarray(rids, dtype=np.int64), -scores))  # best, then oldest row
-        kept = [i for i in best.tolist() if scores[i] > 0][:pool]  # a token match scores > 0
-        return [(self._entries[rids[i]], float(scores[i])) for i in kept]
+        best = best[scores[best] > 0][:pool]  # a token match scores > 0
+        entries = self._entries
+        return [
+            (entries[rids[i]], score)
+            for i, score in zip(best.tolist(), scores[best].tolist(), strict=True)
+        ]
 
     @staticmethod
     def _full_doc(row: Row) -> KeywordDoc:

@@ -8,7 +8,6 @@ bounded in bytes.
 
 from __future__ import annotations
 
-import math
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -85,9 +84,11 @@ class UserVectors:
         k = min(pool, len(scores))
         best = np.argpartition(-scores, k - 1)[:k] if k < len(scores) else np.arange(len(scores))
         best = best[np.lexsort((self.rids[best], -scores[best]))]  # ties: oldest row first
-        return [
-            (int(self.rids[i]), float(scores[i])) for i in best if math.isfinite(float(scores[i]))
-        ]
+        chosen = scores[best]
+        finite = np.isfinite(chosen)  # filtered out rows score -inf
+        if not finite.all():
+            best, chosen = best[finite], chosen[finite]
+        return list(zip(self.rids[best].tolist(), chosen.tolist(), strict=True))
 
 
 @dataclass(frozen=True)
