@@ -228,3 +228,25 @@ def test_decomposition_votes_for_each_content_word():
     )
     hits = execute_search(options, lambda kind, pool: legs)
     assert hits[-1].id == "b"
+
+
+@pytest.mark.parametrize("max_results", [1, 3, 5, 50])
+def test_ranking_a_prefix_equals_ranking_everything(max_results: int):
+    """Only hits at or above the cut are ranked; ties at the cut fall to the full tie-break."""
+    legs = Legs(
+        vector=[
+            (entry(f"v{i}", f"text {i}", minutes=i % 4), 0.9 - 0.1 * (i // 3)) for i in range(9)
+        ],
+        keyword=[(entry(f"k{i}", f"word {i}", minutes=-i), 0.5) for i in range(6)],
+    )
+    for hybrid in (True, False):
+        options = SearchOptions(query="text word", hybrid=hybrid, order_by_event_time=True)
+        everything = execute_search(
+            options.model_copy(update={"max_results": 1000}), lambda *_: legs
+        )
+        limited = execute_search(
+            options.model_copy(update={"max_results": max_results}), lambda *_: legs
+        )
+        assert [(e.id, e.score, e.rrf_score) for e in limited] == [
+            (e.id, e.score, e.rrf_score) for e in everything[:max_results]
+        ]
