@@ -581,3 +581,29 @@ def test_search_after_own_add_many_extends_the_cached_matrix_instead_of_reloadin
     assert got[0].id not in {e.id for e in after}
     svc.close()
     fresh.close()
+
+
+def test_vector_scan_on_the_side_thread_gives_the_same_results(tmp_path, monkeypatch):
+    """Large matrices are scanned on a side thread while FTS runs; results must not change."""
+    from langmem_trpc.backends.sqlite import _query
+
+    svc = SQLiteMemoryService(tmp_path / "m.db", HashingEmbeddings())
+    user = UserKey("app", "side")
+    rng = random.Random(3)
+    words = [f"w{i}" for i in range(40)]
+    svc.add_many(user, [" ".join(rng.choices(words, k=6)) for _ in range(120)])
+    queries = [" ".join(rng.choices(words, k=3)) for _ in range(15)]
+
+    def results() -> list[list[tuple[str, float | None, float | None]]]:
+        return [[(e.id, e.score, e.rrf_score) for e in svc.search(user, q)] for q in queries]
+
+    monkeypatch.setattr(_query, "SIDE_SCAN_MIN_VALUES", 10**12)
+    inline = results()
+    monkeypatch.setattr(_query, "SIDE_SCAN_MIN_VALUES", 0)
+    side = results()
+    assert inline == side
+    assert any(inline)
+    busy = threading.Lock()
+    assert busy.acquire()  # a busy side thread: the scan runs inline instead
+    monkeypatch.setattr(_query._side, "_busy", busy)
+    assert results() == inline

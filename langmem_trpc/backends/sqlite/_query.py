@@ -7,9 +7,12 @@
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -32,10 +35,14 @@ from ._vectors import KIND_CODES, UserVectors, VectorCache
 __all__ = ["SearchCaches", "SearchRun"]
 
 Stamp = tuple[str, int]
+Hits = list[tuple[int, float]]
 _DF_CACHE_USERS = 256
 _DF_CACHE_TOKENS = 4096
 _ROW_CACHE_USERS = 64
 _ROW_CACHE_ROWS = 50_000
+SIDE_SCAN_MIN_VALUES = 1_000_000
+"""Matrices this large (rows x dim) are scanned on the side thread: below, the
+hand-off costs more than the overlap saves."""
 
 
 class RowCache:
@@ -147,6 +154,39 @@ class SearchCaches:
         return {t: known.get(t, missing.get(t, 0)) for t in tokens}
 
 
+class _SideThread:
+    """One process-wide thread that scans large vector matrices while the searching
+    thread queries FTS (numpy's product and SQLite's query both release the GIL)."""
+
+    def __init__(self) -> None:
+        self._busy = threading.Lock()
+        self._executor: ThreadPoolExecutor | None = None
+        self._pid = 0
+
+    def submit(self, scan: Callable[..., Hits], *args: Any) -> Future[Hits] | None:
+        """`scan(*args)` on the side thread, or None when it is busy (the caller scans
+        inline: concurrent searches never queue behind one another's scans)."""
+        if not self._busy.acquire(blocking=False):
+            return None
+        try:
+            if self._executor is None or self._pid != os.getpid():  # a forked child has no thread
+                self._executor = ThreadPoolExecutor(1, thread_name_prefix="langmem-vector-scan")
+                self._pid = os.getpid()
+            return self._executor.submit(self._run, scan, args)
+        except BaseException:
+            self._busy.release()
+            raise
+
+    def _run(self, scan: Callable[..., Hits], args: tuple[Any, ...]) -> Hits:
+        try:
+            return scan(*args)
+        finally:
+            self._busy.release()
+
+
+_side = _SideThread()
+
+
 class SearchRun:
     """One search over one read snapshot: the `fetch` that `execute_search` calls."""
 
@@ -189,12 +229,15 @@ class SearchRun:
         return (self._state[0], self._state[1])
 
     def fetch(self, kind: Kind | None, pool: int) -> Legs:
-        vector: list[tuple[Entry, float]] | None = None
-        if self.query_vector is not None:
-            vector = self._vector_leg(kind, pool)
-            if not self.options.hybrid:  # the shared ranking uses the vector leg alone
-                return Legs(vector=vector, keyword=[])
-        return Legs(vector=vector, keyword=self._keyword_leg(kind, pool))
+        if self.query_vector is None:
+            return Legs(vector=None, keyword=self._keyword_leg(kind, pool))
+        if not self.options.hybrid:  # the shared ranking uses the vector leg alone
+            return Legs(vector=self._vector_leg(kind, pool), keyword=[])
+        # The matrix product (numpy) and the FTS query (SQLite) both release the GIL:
+        # on a large matrix the scan runs on the side while this thread queries FTS.
+        scan = self._start_vector_scan(kind, pool)
+        keyword = self._keyword_leg(kind, pool)
+        return Legs(vector=self._vector_hits(scan.result()), keyword=keyword)
 
     # -- shared pieces ------------------------------------------------------------
 
@@ -234,12 +277,27 @@ class SearchRun:
     # -- legs ---------------------------------------------------------------------
 
     def _vector_leg(self, kind: Kind | None, pool: int) -> list[tuple[Entry, float]]:
+        return self._vector_hits(self._start_vector_scan(kind, pool, inline=True).result())
+
+    def _start_vector_scan(
+        self, kind: Kind | None, pool: int, inline: bool = False
+    ) -> Future[Hits]:
+        """The best `pool` (rid, score) of the vector leg, computed on the side when worth it."""
         assert self._conn is not None and self.query_vector is not None and self._state
         dim = int(self.query_vector.shape[0])
         vectors = self.caches.user_vectors(self._conn, self.user, self.stamp, dim)
         if len(vectors.rids) < self._state[2]:
             self.missing_vectors = dim
-        hits = vectors.top(self.query_vector, pool, kind, self.after_us, self.before_us)
+        args = (self.query_vector, pool, kind, self.after_us, self.before_us)
+        if not inline and vectors.matrix.size >= SIDE_SCAN_MIN_VALUES:
+            scan = _side.submit(vectors.top, *args)
+            if scan is not None:
+                return scan
+        done: Future[Hits] = Future()
+        done.set_result(vectors.top(*args))
+        return done
+
+    def _vector_hits(self, hits: Hits) -> list[tuple[Entry, float]]:
         entries = self._entries_for([rid for rid, _ in hits])
         return [(entries[rid], score) for rid, score in hits if rid in entries]
 
