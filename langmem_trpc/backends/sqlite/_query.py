@@ -342,7 +342,8 @@ class SearchRun:
         rids = [rid for (rid,) in ranked]
         if not rids:
             return []
-        missing = [rid for rid in rids if rid not in self._docs or rid not in self._entries]
+        docs, entries = self._docs, self._entries
+        missing = [rid for rid in rids if rid not in docs or rid not in entries]
         if missing:
             rows = self._conn.execute(
                 sql.SELECT_CANDIDATES + f"({', '.join('?' * len(missing))})",
@@ -350,12 +351,11 @@ class SearchRun:
             ).fetchall()
             for row in rows:
                 self._entry(row)
-                self._docs[row[0]] = keyword_doc(row[CONTENT_DOC], row[TOPIC_DOC])
-        rids = [rid for rid in rids if rid in self._docs]  # same snapshot: all present
-        scores = score_candidates(self.terms, [self._docs[rid] for rid in rids], stats)
+                docs[row[0]] = keyword_doc(row[CONTENT_DOC], row[TOPIC_DOC])
+            rids = [rid for rid in rids if rid in docs]  # same snapshot: all present
+        scores = score_candidates(self.terms, [docs[rid] for rid in rids], stats)
         best = np.lexsort((np.asarray(rids, dtype=np.int64), -scores))  # best, then oldest row
         best = best[scores[best] > 0][:pool]  # a token match scores > 0
-        entries = self._entries
         return [
             (entries[rids[i]], score)
             for i, score in zip(best.tolist(), scores[best].tolist(), strict=True)
