@@ -13,7 +13,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -36,6 +36,7 @@ __all__ = ["SearchCaches", "SearchRun"]
 
 Stamp = tuple[str, int]
 Hits = list[tuple[int, float]]
+T = TypeVar("T")
 _DF_CACHE_USERS = 256
 _DF_CACHE_TOKENS = 4096
 _ROW_CACHE_USERS = 64
@@ -163,7 +164,7 @@ class _SideThread:
         self._executor: ThreadPoolExecutor | None = None
         self._pid = 0
 
-    def submit(self, scan: Callable[..., Hits], *args: Any) -> Future[Hits] | None:
+    def submit(self, scan: Callable[..., T], *args: Any) -> Future[T] | None:
         """`scan(*args)` on the side thread, or None when it is busy (the caller scans
         inline: concurrent searches never queue behind one another's scans)."""
         if not self._busy.acquire(blocking=False):
@@ -177,7 +178,7 @@ class _SideThread:
             self._busy.release()
             raise
 
-    def _run(self, scan: Callable[..., Hits], args: tuple[Any, ...]) -> Hits:
+    def _run(self, scan: Callable[..., T], args: tuple[Any, ...]) -> T:
         try:
             return scan(*args)
         finally:
@@ -237,7 +238,7 @@ class SearchRun:
         # on a large matrix the scan runs on the side while this thread queries FTS.
         scan = self._start_vector_scan(kind, pool)
         keyword = self._keyword_leg(kind, pool)
-        return Legs(vector=self._vector_hits(scan.result()), keyword=keyword)
+        return Legs(vector=self._vector_hits(scan()), keyword=keyword)
 
     # -- shared pieces ------------------------------------------------------------
 
@@ -277,25 +278,28 @@ class SearchRun:
     # -- legs ---------------------------------------------------------------------
 
     def _vector_leg(self, kind: Kind | None, pool: int) -> list[tuple[Entry, float]]:
-        return self._vector_hits(self._start_vector_scan(kind, pool, inline=True).result())
+        return self._vector_hits(self._start_vector_scan(kind, pool, inline=True)())
 
     def _start_vector_scan(
         self, kind: Kind | None, pool: int, inline: bool = False
-    ) -> Future[Hits]:
-        """The best `pool` (rid, score) of the vector leg, computed on the side when worth it."""
+    ) -> Callable[[], Hits]:
+        """The best `pool` (rid, score) of the vector leg, to collect by calling the result.
+
+        On a large matrix the product runs on the side thread and this thread
+        selects the best rows once it is done.
+        """
         assert self._conn is not None and self.query_vector is not None and self._state
         dim = int(self.query_vector.shape[0])
         vectors = self.caches.user_vectors(self._conn, self.user, self.stamp, dim)
         if len(vectors.rids) < self._state[2]:
             self.missing_vectors = dim
-        args = (self.query_vector, pool, kind, self.after_us, self.before_us)
+        filters = (pool, kind, self.after_us, self.before_us)
         if not inline and vectors.matrix.size >= SIDE_SCAN_MIN_VALUES:
-            scan = _side.submit(vectors.top, *args)
+            scan = _side.submit(vectors.scores, self.query_vector)
             if scan is not None:
-                return scan
-        done: Future[Hits] = Future()
-        done.set_result(vectors.top(*args))
-        return done
+                return lambda: vectors.select(scan.result(), *filters)
+        hits = vectors.top(self.query_vector, *filters)
+        return lambda: hits
 
     def _vector_hits(self, hits: Hits) -> list[tuple[Entry, float]]:
         entries = self._entries_for([rid for rid, _ in hits])

@@ -60,12 +60,30 @@ class UserVectors:
         before_us: int | None,
     ) -> list[tuple[int, float]]:
         """Best `pool` (rid, cosine clipped at 0) after the kind and time filters."""
-        if not len(self.rids):
-            return []
+        return self.select(self.scores(query), pool, kind, after_us, before_us)
+
+    def scores(self, query: np.ndarray) -> np.ndarray:
+        """Cosine of every row clipped at 0 (clip first: ties go to the oldest row).
+
+        The heavy part of `top`, without the GIL: a side thread can run it alone.
+        """
         # einsum, not `@`: BLAS would spread this small product over threads whose
         # wake-up and spinning cost more than the product (10x at p50 on a busy host).
-        scores = np.einsum("ij,j->i", self.matrix, query)
-        scores = np.maximum(scores, 0.0, out=scores)  # clip first: ties go to the oldest row
+        scores: np.ndarray = np.einsum("ij,j->i", self.matrix, query)
+        np.maximum(scores, 0.0, out=scores)
+        return scores
+
+    def select(
+        self,
+        scores: np.ndarray,
+        pool: int,
+        kind: Kind | None,
+        after_us: int | None,
+        before_us: int | None,
+    ) -> list[tuple[int, float]]:
+        """`top` given the `scores` of every row."""
+        if not len(self.rids):
+            return []
         mask: np.ndarray | None = None
         if kind is not None:
             mask = self.kinds == KIND_CODES[kind.value]
