@@ -27,6 +27,7 @@ __all__ = [
     "check_memory_id",
     "check_user",
     "fingerprint",
+    "memory_from",
     "new_memory_id",
     "patch_memory",
     "resolve_options",
@@ -181,6 +182,22 @@ def build_memory(
         location=_check_location(location, limits),
         metadata=dict(metadata or {}),
     )
+
+
+def memory_from(item: object, *, limits: Limits) -> Memory:
+    """An `add_many` item, a text or a `Memory` built elsewhere, held to the same rules as `add()`."""
+    if isinstance(item, Memory):
+        return build_memory(
+            item.text,
+            limits=limits,
+            topics=item.topics,
+            kind=item.kind,
+            event_time=item.event_time,
+            participants=item.participants,
+            location=item.location,
+            metadata=item.metadata,
+        )
+    return build_memory(item, limits=limits)
 
 
 def patch_memory(

@@ -46,3 +46,15 @@ def test_lone_surrogates_and_nul_bytes_are_rejected_by_field(field):
         with pytest.raises(InvalidMemoryError) as info:
             build_memory(text, limits=LIMITS, **kwargs)
         assert info.value.field == field
+
+
+def test_memory_from_holds_prebuilt_memories_to_the_same_limits():
+    from langmem_trpc.service._core import memory_from
+    from langmem_trpc.types import Memory
+
+    assert memory_from("  Likes tea ", limits=LIMITS).text == "Likes tea"
+    built = Memory(text="x" * 50, topics=["a"])
+    assert memory_from(built, limits=LIMITS) == built
+    with pytest.raises(InvalidMemoryError) as info:
+        memory_from(built, limits=Limits(max_text_length=10))
+    assert info.value.field == "text"

@@ -14,7 +14,7 @@ from typing import Any
 from psycopg.types.json import Jsonb
 
 from ...errors import CapacityExceededError, InvalidMemoryError
-from ...service._core import Limits, build_memory, check_user, fingerprint, new_memory_id, utcnow
+from ...service._core import Limits, check_user, fingerprint, memory_from, new_memory_id, utcnow
 from ...service._search import KeywordDoc
 from ...types import Memory, Operation, Source, UserKey
 from . import _sql
@@ -67,7 +67,7 @@ class Batch:
 
 def prepare(
     user: UserKey,
-    memories: Sequence[Memory],
+    memories: Sequence[str | Memory],
     vectors: Sequence[Sequence[float]] | None,
     embed: bool,
     limits: Limits,
@@ -75,21 +75,8 @@ def prepare(
     """Validate everything up front, so a bad item rejects the whole batch before any write."""
     user = check_user(user)
     rows = []
-    for i, memory in enumerate(memories):
-        if not isinstance(memory, Memory):
-            raise InvalidMemoryError(
-                f"memories[{i}]", f"expected Memory, got {type(memory).__name__}"
-            )
-        memory = build_memory(
-            memory.text,
-            limits=limits,
-            topics=memory.topics,
-            kind=memory.kind,
-            event_time=memory.event_time,
-            participants=memory.participants,
-            location=memory.location,
-            metadata=memory.metadata,
-        )
+    for item in memories:
+        memory = memory_from(item, limits=limits)
         doc = KeywordDoc.build(memory.text, memory.topics)
         rows.append(
             {

@@ -73,7 +73,7 @@ class PostgresMemoryService(SyncPostgres, AsyncPostgres, MemoryService):
     def add_many(
         self,
         user: UserKey,
-        memories: Sequence[Memory],
+        memories: Sequence[str | Memory],
         *,
         vectors: Sequence[Sequence[float]] | None = None,
         source: Source | None = None,
@@ -94,7 +94,7 @@ class PostgresMemoryService(SyncPostgres, AsyncPostgres, MemoryService):
     async def aadd_many(
         self,
         user: UserKey,
-        memories: Sequence[Memory],
+        memories: Sequence[str | Memory],
         *,
         vectors: Sequence[Sequence[float]] | None = None,
         source: Source | None = None,

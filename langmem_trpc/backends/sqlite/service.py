@@ -26,6 +26,7 @@ from ...service._core import (
     check_memory_id,
     check_user,
     fingerprint,
+    memory_from,
     new_memory_id,
     patch_memory,
     resolve_options,
@@ -232,19 +233,7 @@ class SQLiteMemoryService(SyncMemoryService):
         user = check_user(user)
         prepared: list[Prepared] = []
         for item in memories:
-            if isinstance(item, Memory):
-                memory = build_memory(
-                    item.text,
-                    limits=self._limits,
-                    topics=item.topics,
-                    kind=item.kind,
-                    event_time=item.event_time,
-                    participants=item.participants,
-                    location=item.location,
-                    metadata=item.metadata,
-                )
-            else:
-                memory = build_memory(item, limits=self._limits)
+            memory = memory_from(item, limits=self._limits)
             prepared.append(Prepared.of(memory, fingerprint(memory)))
         blobs = self._embed([p.memory.text for p in prepared])
         appended: list[Appended] = []
