@@ -315,6 +315,12 @@ class Preloader:
             )
         return _Turn(user, query, key)
 
+    def _cached(self, turn: _Turn) -> str | None:
+        """The block already rendered for this turn (tool-call loops reuse it)."""
+        if self._cache is None or not turn.key:
+            return None
+        return self._cache.get(turn.key)
+
     def _finish(self, turn: _Turn, entries: list[Entry]) -> str:
         block = render_block(entries, self.playbook)
         if self._cache is not None and turn.key is not None:
@@ -331,7 +337,7 @@ class Preloader:
             turn = self._turn(messages, runtime, config)
             if turn is None:
                 return ""
-            cached = self._cache.get(turn.key) if self._cache is not None and turn.key else None
+            cached = self._cached(turn)
             if cached is not None:
                 return cached
             return self._finish(
@@ -351,7 +357,7 @@ class Preloader:
             turn = self._turn(messages, runtime, config)
             if turn is None:
                 return ""
-            cached = self._cache.get(turn.key) if self._cache is not None and turn.key else None
+            cached = self._cached(turn)
             if cached is not None:
                 return cached
             return self._finish(

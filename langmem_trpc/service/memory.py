@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..errors import MemoryConflictError, MemoryNotFoundError
+from ..errors import CapacityExceededError, MemoryConflictError, MemoryNotFoundError
 from ..types import (
     Entry,
     ExtractionCursor,
@@ -134,8 +134,6 @@ class InMemoryMemoryService(SyncMemoryService):
         return [r for r in data.rows.values() if r.live]
 
     def _make_room(self, user: UserKey, data: _UserData, now: datetime) -> None:
-        from ..errors import CapacityExceededError
-
         capacity = self._limits.capacity
         live = self._live(data)
         if capacity is None or len(live) < capacity:
