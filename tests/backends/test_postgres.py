@@ -171,6 +171,60 @@ def test_hybrid_scores_are_absolute_not_ts_rank(svc):
     assert hit.rrf_score == pytest.approx(2 / 61)
 
 
+STORED_DOC_TEXTS = [
+    ("Production runs Go 1.23 on Kubernetes", ["ops", "go"]),
+    ("Go modules are vendored in production production", []),
+    ("東京の天気は晴れ、東京タワーに行った", ["旅行", "東京"]),
+    ("Likes C# and F# for the backend", ["languages"]),
+    ("Kubernetes cluster upgraded; Go services restarted", ["ops"]),
+]
+
+
+def _scored(svc, query):
+    return [(e.id, e.score) for e in svc.search(ALICE, query, SearchOptions(max_results=10))]
+
+
+@pytest.mark.parametrize("embeddings", [None, HashingEmbeddings()], ids=["keyword", "hybrid"])
+def test_stored_keyword_docs_score_like_tokenising_again(opened, clean_url, embeddings):
+    """Keyword candidates are scored from the stored content_doc/topic_doc, with the same
+    scores as tokenising the text again (what rows without stored docs still do)."""
+    svc = opened(embeddings=embeddings)
+    for text, topics in STORED_DOC_TEXTS:
+        svc.add(ALICE, text, topics=topics)
+    svc.add(ALICE, "Production runs Go 1.23 on Kubernetes", topics=["platform"])  # topic refresh
+    queries = ["go production", "東京 天気", "kubernetes ops", "C#", "platform go"]
+    stored = [_scored(svc, q) for q in queries]
+    assert all(stored[:4])
+    with psycopg.connect(clean_url, autocommit=True) as conn:
+        assert conn.execute(
+            "SELECT count(*) FROM langmem_memories WHERE content_doc IS NULL OR topic_doc IS NULL"
+        ).fetchone() == (0,)
+        conn.execute("UPDATE langmem_memories SET content_doc = NULL, topic_doc = NULL")
+    assert [_scored(svc, q) for q in queries] == stored
+
+
+def test_docs_migration_backfills_rows_written_before_it(opened, clean_url):
+    svc = opened(embeddings=HashingEmbeddings(), limits=Limits(capacity=None))
+    for text, topics in STORED_DOC_TEXTS:
+        svc.add(ALICE, text, topics=topics)
+    svc.add_many(BOB, [Memory(text=f"bulk note {i}") for i in range(2_500)])
+    with psycopg.connect(clean_url, autocommit=True) as conn:
+        conn.execute("ALTER TABLE langmem_memories DROP COLUMN content_doc, DROP COLUMN topic_doc")
+        conn.execute(
+            "DELETE FROM langmem_migrations WHERE scope = 'core' AND version = %s",
+            (_sql.DOCS_MIGRATION,),
+        )
+    svc.setup()
+    with psycopg.connect(clean_url, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT text, topics, content_doc, topic_doc FROM langmem_memories"
+        ).fetchall()
+    assert len(rows) == len(STORED_DOC_TEXTS) + 2_500
+    for text, topics, content_doc, topic_doc in rows:
+        expected = _sql.keyword_columns(text, topics)
+        assert (content_doc, topic_doc) == (expected["content_doc"], expected["topic_doc"])
+
+
 def test_migrations_are_idempotent_and_recorded(clean_url):
     for _ in range(2):
         svc = PostgresMemoryService(clean_url, HashingEmbeddings())
@@ -197,6 +251,7 @@ PINNED: list[str] = [
     "dd0532192569e91e",
     "d1d5584650e25e77",
     "1c6695d26ef1684c",
+    "497dc67b4c283c50",
 ]
 
 

@@ -15,7 +15,6 @@ from psycopg.types.json import Jsonb
 
 from ...errors import CapacityExceededError, InvalidMemoryError
 from ...service._core import Limits, check_user, fingerprint, memory_from, new_memory_id, utcnow
-from ...service._search import KeywordDoc
 from ...types import Memory, Operation, Source, UserKey
 from . import _sql
 from ._plans import Op, Plan, Sql
@@ -25,15 +24,16 @@ WITH input AS (
     SELECT * FROM jsonb_to_recordset(%(rows)s) AS t(
         id text, text text, fp text, topics text[], kind text, event_time timestamptz,
         participants text[], location text, metadata jsonb, embedding real[],
-        content_terms text[], topic_terms text[], content_len integer, topic_len integer)),
+        content_terms text[], topic_terms text[], content_len integer, topic_len integer,
+        content_doc text, topic_doc text)),
 ins AS (
     INSERT INTO langmem_memories (
         app_name, user_id, id, text, fingerprint, keyed, topics, kind, event_time, participants,
         location, metadata, embedding, content_terms, topic_terms, content_len, topic_len,
-        created_at, updated_at)
+        content_doc, topic_doc, created_at, updated_at)
     SELECT %(app)s, %(user)s, id, text, fp, false, topics, kind, event_time, participants,
         location, metadata, embedding::vector, content_terms, topic_terms, content_len, topic_len,
-        %(now)s, %(now)s
+        content_doc, topic_doc, %(now)s, %(now)s
     FROM input
     ON CONFLICT (app_name, user_id, fingerprint) WHERE deleted_at IS NULL DO NOTHING
     RETURNING id, text)
@@ -77,7 +77,6 @@ def prepare(
     rows = []
     for item in memories:
         memory = memory_from(item, limits=limits)
-        doc = KeywordDoc.build(memory.text, memory.topics)
         rows.append(
             {
                 "id": new_memory_id(),
@@ -90,10 +89,7 @@ def prepare(
                 "location": memory.location,
                 "metadata": memory.metadata,
                 "embedding": None,
-                "content_terms": sorted(doc.content_tf),
-                "topic_terms": sorted(doc.topic_tf),
-                "content_len": doc.content_len,
-                "topic_len": doc.topic_len,
+                **_sql.keyword_columns(memory.text, memory.topics),
             }
         )
     batch = Batch(user, rows)

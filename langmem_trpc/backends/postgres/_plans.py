@@ -412,4 +412,31 @@ def setup(dims: int | None, embed: bool) -> Plan[int | None]:
                 continue
             yield Sql(sql)
             yield Sql(_sql.RECORD_MIGRATION, (scope, version, _sql.checksum(sql)))
+            if (scope, version) == (_sql.CORE_SCOPE, _sql.DOCS_MIGRATION):
+                yield from backfill_docs()
     return dims if dims is not None else existing_dims
+
+
+def backfill_docs() -> Plan[int]:
+    """Fill content_doc/topic_doc of rows written before migration 6, in batches.
+
+    The tokenizer is Python, so SQL cannot compute them; runs once, in the
+    transaction that applies the migration.
+    """
+    done = 0
+    while True:
+        rows = yield Sql(_sql.BACKFILL_SELECT, {"limit": _sql.BACKFILL_BATCH})
+        if not rows:
+            return done
+        docs = [_sql.keyword_columns(r["text"], r["topics"]) for r in rows]
+        yield Sql(
+            _sql.BACKFILL_UPDATE,
+            {
+                "apps": [r["app_name"] for r in rows],
+                "users": [r["user_id"] for r in rows],
+                "ids": [r["id"] for r in rows],
+                "content": [d["content_doc"] for d in docs],
+                "topic": [d["topic_doc"] for d in docs],
+            },
+        )
+        done += len(rows)

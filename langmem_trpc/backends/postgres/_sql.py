@@ -29,6 +29,7 @@ from ...types import (
     Source,
     UserKey,
 )
+from ..sqlite._keyword import fts_document, keyword_doc, topics_document
 
 __all__ = [
     "MIGRATIONS",
@@ -215,7 +216,29 @@ CREATE TRIGGER langmem_terms_update AFTER UPDATE ON langmem_memories
 CREATE TRIGGER langmem_terms_delete AFTER DELETE ON langmem_memories
     REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION langmem_apply_terms();
 """,
+    # 6: the package tokenizer's documents (primary tokens in order, then CJK
+    # trigrams, space separated), so a keyword candidate's `KeywordDoc` is rebuilt
+    # by splitting, not by tokenising again at query time. NULL until backfilled
+    # (`BACKFILL_UPDATE`, run by setup); readers tokenise such rows as before.
+    """
+ALTER TABLE langmem_memories ADD COLUMN content_doc text, ADD COLUMN topic_doc text;
+""",
 ]
+
+DOCS_MIGRATION = 6
+"""Core version that added content_doc/topic_doc; applying it runs the Python backfill."""
+
+BACKFILL_SELECT = """
+SELECT app_name, user_id, id, text, topics FROM langmem_memories
+WHERE content_doc IS NULL LIMIT %(limit)s"""
+
+BACKFILL_UPDATE = """
+UPDATE langmem_memories m SET content_doc = d.content_doc, topic_doc = d.topic_doc
+FROM unnest(%(apps)s::text[], %(users)s::text[], %(ids)s::text[], %(content)s::text[],
+            %(topic)s::text[]) AS d(app_name, user_id, id, content_doc, topic_doc)
+WHERE m.app_name = d.app_name AND m.user_id = d.user_id AND m.id = d.id"""
+
+BACKFILL_BATCH = 1_000
 
 VECTOR_SCOPE = "vector"
 CORE_SCOPE = "core"
@@ -280,18 +303,19 @@ _CONTENT_SET = (
     "text = %(text)s, fingerprint = %(fp)s, topics = %(topics)s, kind = %(kind)s, "
     "event_time = %(event_time)s, participants = %(participants)s, location = %(location)s, "
     "metadata = %(metadata)s, content_terms = %(content_terms)s, topic_terms = %(topic_terms)s, "
-    "content_len = %(content_len)s, topic_len = %(topic_len)s, updated_at = %(now)s"
+    "content_len = %(content_len)s, topic_len = %(topic_len)s, content_doc = %(content_doc)s, "
+    "topic_doc = %(topic_doc)s, updated_at = %(now)s"
 )
 
 INSERT_MEMORY = f"""
 INSERT INTO langmem_memories (
     app_name, user_id, id, text, fingerprint, keyed, topics, kind, event_time, participants,
     location, metadata, embedding, content_terms, topic_terms, content_len, topic_len,
-    created_at, updated_at)
+    content_doc, topic_doc, created_at, updated_at)
 VALUES (
     %(app)s, %(user)s, %(id)s, %(text)s, %(fp)s, %(keyed)s, %(topics)s, %(kind)s, %(event_time)s,
     %(participants)s, %(location)s, %(metadata)s, %(embedding)s::vector, %(content_terms)s,
-    %(topic_terms)s, %(content_len)s, %(topic_len)s, %(now)s, %(now)s)
+    %(topic_terms)s, %(content_len)s, %(topic_len)s, %(content_doc)s, %(topic_doc)s, %(now)s, %(now)s)
 ON CONFLICT (app_name, user_id, fingerprint) WHERE deleted_at IS NULL DO NOTHING
 RETURNING {_COLUMNS}"""
 
@@ -299,11 +323,11 @@ RESTORE_MEMORY = """
 INSERT INTO langmem_memories (
     app_name, user_id, id, text, fingerprint, keyed, topics, kind, event_time, participants,
     location, metadata, embedding, content_terms, topic_terms, content_len, topic_len,
-    created_at, updated_at)
+    content_doc, topic_doc, created_at, updated_at)
 VALUES (
     %(app)s, %(user)s, %(id)s, %(text)s, %(fp)s, %(keyed)s, %(topics)s, %(kind)s, %(event_time)s,
     %(participants)s, %(location)s, %(metadata)s, %(embedding)s::vector, %(content_terms)s,
-    %(topic_terms)s, %(content_len)s, %(topic_len)s, %(created)s, %(updated)s)"""
+    %(topic_terms)s, %(content_len)s, %(topic_len)s, %(content_doc)s, %(topic_doc)s, %(created)s, %(updated)s)"""
 
 DELETE_ROW = f"DELETE FROM langmem_memories WHERE {_WHERE_USER} AND id = %(id)s"
 
@@ -316,7 +340,7 @@ RETURNING {_COLUMNS}"""
 
 SET_TOPICS = f"""
 UPDATE langmem_memories SET topics = %(topics)s, topic_terms = %(topic_terms)s,
-    topic_len = %(topic_len)s, updated_at = %(now)s
+    topic_len = %(topic_len)s, topic_doc = %(topic_doc)s, updated_at = %(now)s
 WHERE {_WHERE_USER} AND id = %(id)s
 RETURNING {_COLUMNS}"""
 
@@ -393,23 +417,34 @@ def vector_text(vector: Sequence[float] | None) -> str | None:
     return "[" + ",".join(repr(float(x)) for x in vector) + "]"
 
 
-def terms_params(memory: Memory) -> Params:
-    """Pre-tokenised fields: what the tsvector indexes and the BM25 lengths."""
-    doc = KeywordDoc.build(memory.text, memory.topics)
+def keyword_columns(text: str, topics: Sequence[str]) -> Params:
+    """Pre-tokenised fields, from one tokenizer pass: the tsvector's terms, the BM25
+    lengths and the stored documents the keyword score is rebuilt from."""
+    content_doc = fts_document(text)
+    topic_doc = topics_document(topics)
+    doc = keyword_doc(content_doc, topic_doc)
     return {
         "content_terms": sorted(doc.content_tf),
         "topic_terms": sorted(doc.topic_tf),
         "content_len": doc.content_len,
         "topic_len": doc.topic_len,
+        "content_doc": content_doc,
+        "topic_doc": topic_doc,
     }
 
 
+def terms_params(memory: Memory) -> Params:
+    return keyword_columns(memory.text, memory.topics)
+
+
 def topic_params(memory: Memory) -> Params:
-    doc = KeywordDoc.build(memory.text, memory.topics)
+    topic_doc = topics_document(memory.topics)
+    doc = keyword_doc("", topic_doc)
     return {
         "topics": list(memory.topics),
         "topic_terms": sorted(doc.topic_tf),
         "topic_len": doc.topic_len,
+        "topic_doc": topic_doc,
     }
 
 
@@ -581,6 +616,8 @@ fused AS (
            coalesce(1.0 / (%(rrf_k)s + v.r), 0) + coalesce(1.0 / (%(rrf_k)s + k.r), 0) AS rrf
     FROM vec v FULL OUTER JOIN kw k ON v.id = k.id)
 SELECT f.vrank, f.krank, f.dist, f.rrf::float8 AS rrf, s.n, s.content_sum, s.topic_sum, d.df,
+       CASE WHEN f.krank IS NOT NULL THEN m.content_doc END AS content_doc,
+       CASE WHEN f.krank IS NOT NULL THEN m.topic_doc END AS topic_doc,
        {", ".join("m." + c.strip() for c in _COLUMNS.split(","))}
 FROM fused f
 JOIN langmem_memories m ON m.app_name = %(app)s AND m.user_id = %(user)s AND m.id = f.id
@@ -728,7 +765,7 @@ def legs_from_rows(
         if row["krank"] is not None:
             if stats is None:
                 stats = corpus_stats(query.terms, row)
-            doc = KeywordDoc.build(entry.memory.text, entry.memory.topics)
+            doc = _candidate_doc(query, row, entry)
             keyword.append((row["krank"], entry, keyword_score(query.terms, doc, stats)))
     vector.sort(key=lambda item: item[0])
     keyword.sort(key=lambda item: item[0])
@@ -736,6 +773,20 @@ def legs_from_rows(
         [(e, s) for _, e, s in vector] if query.vector else None,
         [(e, s) for _, e, s in keyword],
     )
+
+
+def _candidate_doc(query: SearchQuery, row: Row, entry: Entry) -> KeywordDoc:
+    """The stored documents split back into a `KeywordDoc` (no tokenizer run).
+
+    A row the tsquery matched holds a query token, so the phrase fallback
+    (which needs the loose-normalised text) never runs for it; rows found by
+    the substring prefilter, and rows written before migration 6 was
+    backfilled, are tokenised as before.
+    """
+    content, topics = row["content_doc"], row["topic_doc"]
+    if content is None or topics is None or query.params["like"] is not None:
+        return KeywordDoc.build(entry.memory.text, entry.memory.topics)
+    return keyword_doc(content, topics)
 
 
 def corpus_stats(terms: QueryTerms, row: Row) -> CorpusStats:
