@@ -28,6 +28,7 @@ from ...service._search import (
 from ...types import Entry, Kind, SearchOptions, UserKey
 from . import _sql as sql
 from ._keyword import keyword_doc, match_any, scope_prefix
+from ._postings import KeywordIndex, KeywordIndexCache
 from ._rows import CONTENT_DOC, TEXT, TOPIC_DOC, TOPICS, Row, user_state
 from ._scoring import score_candidates
 from ._vectors import KIND_CODES, UserVectors, VectorCache
@@ -41,6 +42,7 @@ _DF_CACHE_USERS = 256
 _DF_CACHE_TOKENS = 4096
 _ROW_CACHE_USERS = 64
 _ROW_CACHE_ROWS = 50_000
+_PHRASE_CHUNK = 16
 SIDE_SCAN_MIN_VALUES = 1_000_000
 """Matrices this large (rows x dim) are scanned on the side thread: below, the
 hand-off costs more than the overlap saves."""
@@ -69,18 +71,21 @@ class SearchCaches:
 
     def __init__(self, vector_bytes: int) -> None:
         self.vectors = VectorCache(vector_bytes)
+        self.keywords = KeywordIndexCache(vector_bytes)
         self._df: OrderedDict[UserKey, tuple[Stamp, dict[str, int]]] = OrderedDict()
         self._df_lock = threading.Lock()
         self._rows: OrderedDict[UserKey, RowCache] = OrderedDict()
 
     def clear(self) -> None:
         self.vectors.clear()
+        self.keywords.clear()
         with self._df_lock:
             self._df.clear()
             self._rows.clear()
 
     def drop(self, user: UserKey) -> None:
         self.vectors.drop(user)
+        self.keywords.drop(user)
         with self._df_lock:
             self._df.pop(user, None)
             self._rows.pop(user, None)
@@ -214,6 +219,7 @@ class SearchRun:
         self._conn: sqlite3.Connection | None = None
         self._state: Row | None = None
         self._stats: CorpusStats | None = None
+        self._index: KeywordIndex | None = None
 
     def run(self, conn: sqlite3.Connection) -> list[Entry]:
         self._conn = conn
@@ -222,6 +228,8 @@ class SearchRun:
             return []
         cache = self.caches.rows(self.user, self.stamp)
         self._entries, self._docs = cache.entries, cache.docs
+        if self.terms.tokens:
+            self._index = self.caches.keywords.get(conn, self.user, self.stamp)
         return execute_search(self.options, self.fetch)
 
     @property
@@ -307,6 +315,8 @@ class SearchRun:
 
     def _corpus_stats(self) -> CorpusStats:
         assert self._conn is not None and self._state is not None
+        if self._stats is None and self._index is not None:
+            self._stats = self._index.stats(self.terms.tokens)
         if self._stats is None:
             n, content, topic = self._state[2], self._state[3], self._state[4]
             df = self.caches.document_frequencies(
@@ -325,6 +335,8 @@ class SearchRun:
         assert self._conn is not None
         if not self.terms.tokens:
             return self._phrase_scan(kind, pool)
+        if self._index is not None:
+            return self._indexed_keyword_leg(self._index, kind, pool)
         stats = self._corpus_stats()
         prefix = scope_prefix(self.user)
         limit = self.keyword_candidates or max(pool * 3 // 2, 90)
@@ -343,20 +355,10 @@ class SearchRun:
                 sql.FTS_RANK_FILTERED + clauses + order,
                 (match, *params) if everything else (match, *params, limit),
             )
-        rids = [rid for (rid,) in ranked]
+        rids = self._load_docs([rid for (rid,) in ranked])
         if not rids:
             return []
         docs, entries = self._docs, self._entries
-        missing = [rid for rid in rids if rid not in docs or rid not in entries]
-        if missing:
-            rows = self._conn.execute(
-                sql.SELECT_CANDIDATES + f"({', '.join('?' * len(missing))})",
-                (self.user.app_name, self.user.user_id, *missing),
-            ).fetchall()
-            for row in rows:
-                self._entry(row)
-                docs[row[0]] = keyword_doc(row[CONTENT_DOC], row[TOPIC_DOC])
-            rids = [rid for rid in rids if rid in docs]  # same snapshot: all present
         scores = score_candidates(self.terms, [docs[rid] for rid in rids], stats)
         best = np.lexsort((np.asarray(rids, dtype=np.int64), -scores))  # best, then oldest row
         best = best[scores[best] > 0][:pool]  # a token match scores > 0
@@ -364,6 +366,79 @@ class SearchRun:
             (entries[rids[i]], score)
             for i, score in zip(best.tolist(), scores[best].tolist(), strict=True)
         ]
+
+    def _load_docs(self, rids: list[int]) -> list[int]:
+        """`rids` whose keyword documents and entries are now cached (all of them: one snapshot)."""
+        assert self._conn is not None
+        docs, entries = self._docs, self._entries
+        missing = [rid for rid in rids if rid not in docs or rid not in entries]
+        if not missing:
+            return rids
+        rows = self._conn.execute(
+            sql.SELECT_CANDIDATES + f"({', '.join('?' * len(missing))})",
+            (self.user.app_name, self.user.user_id, *missing),
+        ).fetchall()
+        for row in rows:
+            self._entry(row)
+            docs[row[0]] = keyword_doc(row[CONTENT_DOC], row[TOPIC_DOC])
+        return [rid for rid in rids if rid in docs]
+
+    def _indexed_keyword_leg(
+        self, index: KeywordIndex, kind: Kind | None, pool: int
+    ) -> list[tuple[Entry, float]]:
+        """The exact composite of every matching memory.
+
+        The phrase part (+0.10 or +0.08) needs each memory's token sequence,
+        so it is only computed, best bound first, until no memory left
+        unchecked could still reach the pool.
+        """
+        scored = index.score(self.terms, self._corpus_stats())
+        keep = index.allowed(scored.rows, kind, self.after_us, self.before_us)
+        base = scored.base[keep]
+        if not len(base):
+            return []
+        rids = index.rids[scored.rows[keep]]
+        scores = np.minimum(base, 1.0)
+        todo = np.flatnonzero(scored.phrase_possible[keep])
+        if len(todo):
+            bound = np.minimum(base[todo] + 0.10, 1.0)
+            todo = todo[np.argsort(-bound, kind="stable")]
+            bound = np.minimum(base[todo] + 0.10, 1.0)
+            hits = {t: h[keep] for t, h in scored.hits.items()}
+            cut = max(len(scores) - pool, 0)
+            for start in range(0, len(todo), _PHRASE_CHUNK):
+                if start and cut and bound[start] < np.partition(scores, cut)[cut]:
+                    break  # even with the bonus, none of the rest reaches the pool
+                chunk = todo[start : start + _PHRASE_CHUNK]
+                self._add_phrase_bonus(scores, base, rids, chunk, hits)
+        best = np.lexsort((rids, -scores))[:pool]  # best, then oldest row
+        chosen = rids[best].tolist()
+        entries = self._entries_for(chosen)
+        return [
+            (entries[rid], score)
+            for rid, score in zip(chosen, scores[best].tolist(), strict=True)
+            if rid in entries
+        ]
+
+    def _add_phrase_bonus(
+        self,
+        scores: np.ndarray,
+        base: np.ndarray,
+        rids: np.ndarray,
+        chunk: np.ndarray,
+        hits: dict[str, np.ndarray],
+    ) -> None:
+        """`keyword_score`'s phrase part for the rows in `chunk`, in place."""
+        self._load_docs(rids[chunk].tolist())
+        primary = [t for t in self.terms.primary if t in hits]
+        matched = np.column_stack([hits[t][chunk] for t in primary]).tolist()
+        for i, row_hits in zip(chunk.tolist(), matched, strict=True):
+            doc = self._docs[int(rids[i])]
+            in_query_order = [t for t, hit in zip(primary, row_hits, strict=True) if hit]
+            if _in_sequence(in_query_order, doc.content_seq):
+                scores[i] = min(base[i] + 0.10 * 1.0, 1.0)
+            elif all(t in doc.topic_tf for t in in_query_order):
+                scores[i] = min(base[i] + 0.10 * 0.8, 1.0)
 
     @staticmethod
     def _full_doc(row: Row) -> KeywordDoc:
@@ -390,6 +465,17 @@ class SearchRun:
                 scored.append((score, row[0], row))
         scored.sort(key=lambda hit: (-hit[0], hit[1]))
         return [(self._entry(row), score) for score, _, row in scored[:pool]]
+
+
+def _in_sequence(needles: list[str], haystack: tuple[str, ...]) -> bool:
+    """`_in_order` of the shared scorer (greedy subsequence), with C-level `tuple.index`."""
+    at = -1
+    for needle in needles:
+        try:
+            at = haystack.index(needle, at + 1)
+        except ValueError:
+            return False
+    return True
 
 
 def alnum_runs(text: str) -> list[str]:

@@ -219,6 +219,10 @@ SELECT_VECTORS = (
     f"SELECT rid, kind, event_time, embedding FROM memories WHERE {LIVE}"
     " AND embedding IS NOT NULL AND length(embedding) = ? ORDER BY rid"
 )
+SELECT_DOCUMENTS = (
+    f"SELECT rid, kind, event_time, content_doc, topic_doc FROM memories WHERE {LIVE} ORDER BY rid"
+)
+"""What a user's in-memory keyword index is built from (`_postings.KeywordIndex`)."""
 COUNT_VECTORS = (
     f"SELECT count(*) FROM memories WHERE {LIVE}"
     " AND embedding IS NOT NULL AND length(embedding) = ?"
