@@ -316,18 +316,23 @@ def test_big_user_search_pins_the_hnsw_plan_and_leaves_no_setting_behind(clean_u
     pool = ConnectionPool(clean_url, min_size=1, max_size=1, open=True, kwargs={"autocommit": True})
     svc = PostgresMemoryService(pool, HashingEmbeddings(), exact_search_max=10)
     svc.add_many(ALICE, [Memory(text=f"note {i} on subject {i}") for i in range(60)])
-    options = SearchOptions(max_results=3, hybrid=False)
-    first = svc.search(ALICE, "note 17 on subject 17", options)  # learns ALICE's size
-    assert svc._user_sizes[ALICE] == 60
-    second = svc.search(ALICE, "note 17 on subject 17", options)  # pinned
-    assert [e.id for e in second] == [e.id for e in first]
-    assert second[0].text == "note 17 on subject 17"
+    for hybrid in (False, True):
+        svc._user_sizes.clear()
+        options = SearchOptions(max_results=3, hybrid=hybrid)
+        first = svc.search(ALICE, "note 17 on subject 17", options)  # learns ALICE's size
+        assert svc._user_sizes[ALICE] == 60
+        second = svc.search(ALICE, "note 17 on subject 17", options)  # pinned ANN leg
+        assert [(e.id, e.score, e.rrf_score) for e in second] == [
+            (e.id, e.score, e.rrf_score) for e in first
+        ]
+        assert second[0].text == "note 17 on subject 17"
     with pool.connection() as conn:
         assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
         row = conn.execute(
-            "SELECT current_setting('enable_sort'), current_setting('enable_seqscan')"
+            "SELECT current_setting('enable_sort'), current_setting('enable_seqscan'), "
+            "current_setting('plan_cache_mode')"
         )
-        assert row.fetchone() == ("on", "on")
+        assert row.fetchone() == ("on", "on", "auto")  # a pool passed in keeps its mode
     svc.close()
     pool.close()
 
@@ -405,3 +410,15 @@ async def test_unreachable_server_fails_fast_async(tmp_path):
         await svc.asearch(ALICE, "anything")
     assert time.perf_counter() - started < 10
     await svc.aclose()
+
+
+def test_owned_pool_prepares_generic_plans(clean_url):
+    """The service's own connections cache generic plans (planning the search statement
+    costs more than running it for a typical user); pinned heavy searches force custom ones."""
+    svc = PostgresMemoryService(clean_url, pool_size=1)
+    svc.count(ALICE)
+    with svc._pool().connection() as conn:
+        row = conn.execute("SELECT current_setting('plan_cache_mode')").fetchone()
+    assert row == ("force_generic_plan",)
+    assert "force_custom_plan" in _sql.ANN_PIN_INDEX
+    svc.close()

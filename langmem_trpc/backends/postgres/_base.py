@@ -100,12 +100,22 @@ class PostgresBase:
         self._prepared: WeakSet[Connection[Any] | AsyncConnection[Any]] = WeakSet()
         self.supports_vectors = embeddings is not None
 
-    @property
-    def session_settings(self) -> str:
-        """Per-connection settings: ANN recall and per-user filtering with pgvector 0.8."""
-        return (
+    def session_settings(self, owned_pool: bool) -> str:
+        """Per-connection settings: ANN recall and per-user filtering with pgvector 0.8.
+
+        On connections of pools this service opened, prepared statements also
+        use generic plans: the search statement costs ~1 ms to plan, more than
+        its execution for a typical user. Heavy users' vector searches switch
+        back to custom plans inside their pinned transaction
+        (`_sql.ANN_PIN_INDEX`). A pool passed in keeps its own plan_cache_mode,
+        since the application's own statements run on it too.
+        """
+        settings = (
             f"SET hnsw.ef_search = {int(self._ef_search)}; SET hnsw.iterative_scan = relaxed_order"
         )
+        if owned_pool:
+            settings += "; SET plan_cache_mode = force_generic_plan"
+        return settings
 
     # -- op builders (validation happens here, before any I/O) ---------------
 

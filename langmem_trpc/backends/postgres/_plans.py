@@ -199,7 +199,7 @@ def update(
     content = _sql.memory_params(memory, fp, vector)
     sql = _sql.REWRITE_MEMORY
     if memory.text == current["text"] or not embed:
-        sql = _sql.REWRITE_MEMORY.replace(", embedding = %(embedding)s::vector", "")
+        sql = _sql.REWRITE_MEMORY.replace(", embedding = %(embedding)b::vector", "")
     updated = yield Sql(sql, _sql.user_params(user, id=memory_id, now=now, **content))
     yield _history(user, memory_id, Operation.UPDATE, current["text"], memory.text, source, now)
     return _sql.entry_from_row(updated[0])
@@ -355,13 +355,17 @@ def search(
         except _NeedFetch as need:
             kind, pool = need.key
             query = _sql.build_search(user, options, kind, pool, query_vector, exact_max)
-            pin = query.vector and sizes is not None and sizes.get(user, 0) > exact_max
-            if pin:
+            if query.vector and sizes is not None and sizes.get(user, 0) > exact_max:
+                # the ANN leg alone, pinned to HNSW; the rest unpinned, so the keyword
+                # leg and the row fetch keep their own best plans
                 yield Sql(_sql.ANN_BEGIN)
                 yield Sql(_sql.ANN_PIN_INDEX)
-            rows = yield Sql(query.sql, query.params)
-            if pin:
+                hits = yield Sql(_sql.ANN_ONLY, query.params)
                 yield Sql(_sql.ANN_END)
+                query = _sql.build_search(
+                    user, options, kind, pool, query_vector, exact_max, vector_hits=hits
+                )
+            rows = yield Sql(query.sql, query.params)
             if sizes is not None and rows:
                 remember_size(sizes, user, int(rows[0]["n"]))
             vector, keyword = _sql.legs_from_rows(query, rows)

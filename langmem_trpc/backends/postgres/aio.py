@@ -47,7 +47,7 @@ class AsyncPostgres(PostgresBase):
             pool = await self._apool()
             async with pool.connection() as conn:
                 if conn not in self._prepared:
-                    await conn.execute(self.session_settings)
+                    await conn.execute(self.session_settings(self._owns_async))
                     self._prepared.add(conn)
                 cursor = conn.cursor(row_factory=dict_row)
                 if op.write:

@@ -39,7 +39,7 @@ class SyncPostgres(PostgresBase):
         try:
             with self._pool().connection() as conn:
                 if conn not in self._prepared:
-                    conn.execute(self.session_settings)
+                    conn.execute(self.session_settings(self._owns_sync))
                     self._prepared.add(conn)
                 cursor = conn.cursor(row_factory=dict_row)
                 if op.write:
