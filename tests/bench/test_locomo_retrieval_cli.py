@@ -124,3 +124,27 @@ def test_minilm_embeddings_run_offline():
     assert len(dog) == 384
     cos = lambda a, b: sum(x * y for x, y in zip(a, b, strict=True))  # noqa: E731
     assert cos(dog, puppy) > cos(dog, tax)
+
+
+def test_turn_units_are_what_verbatim_extractor_stores(sample_path):
+    """The benchmark's turn units equal VerbatimExtractor's ops, one session per batch."""
+    from langchain_core.messages import HumanMessage
+
+    from langmem_trpc import UserKey
+    from langmem_trpc.bench.locomo.units import conversation_units
+    from langmem_trpc.extraction.extractor import ExtractionRequest, VerbatimExtractor
+
+    conv = load_locomo(sample_path).conversations[0]
+    units = conversation_units(conv, "turns")
+    ops = []
+    for session in sorted({t.session for t in conv.turns}):
+        messages = [
+            HumanMessage(t.display_text, name=t.speaker)
+            for t in conv.turns
+            if t.session == session
+        ]
+        ops += VerbatimExtractor().extract(ExtractionRequest(UserKey("a", "u"), "t", messages))
+    assert [(u.text, u.topics, u.participants) for u in units] == [
+        (op.text, op.topics, op.participants) for op in ops
+    ]
+    assert any(u.topics[1:] for u in units), "turns after the first carry their context"

@@ -1,7 +1,9 @@
 """Turn a LoCoMo conversation into memory units and ingest them through the service.
 
 Raw turns become what `VerbatimExtractor` produces: one episode per turn,
-event time = the session date, participants = the speaker. LoCoMo's own
+event time = the session date, participants = the speaker, topics = its
+`context_topics` (the speaker, the previous turn's speaker and words, within
+the session: a session is one extraction batch). LoCoMo's own
 `observation` facts are the oracle-extraction units.
 """
 
@@ -11,6 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
+from ...extraction.extractor import context_topics
 from ...service.protocol import MemoryService
 from ...types import Kind, UserKey
 from .loader import Conversation
@@ -27,15 +30,24 @@ class UnitRecord:
     event_time: datetime | None
     participants: tuple[str, ...]
     dia_ids: tuple[str, ...]
+    topics: tuple[str, ...] = ()
 
 
 def conversation_units(conv: Conversation, units: UnitKind) -> list[UnitRecord]:
     if units == "turns":
-        return [
-            UnitRecord(t.display_text, Kind.EPISODE, t.date, (t.speaker,), (t.dia_id,))
-            for t in conv.turns
-            if t.display_text.strip()
-        ]
+        turns = [t for t in conv.turns if t.display_text.strip()]
+        records = []
+        for i, t in enumerate(turns):
+            prev = turns[i - 1] if i and turns[i - 1].session == t.session else None
+            topics = context_topics(
+                t.speaker, prev.display_text if prev else None, prev.speaker if prev else None
+            )
+            records.append(
+                UnitRecord(
+                    t.display_text, Kind.EPISODE, t.date, (t.speaker,), (t.dia_id,), tuple(topics)
+                )
+            )
+        return records
     return [
         UnitRecord(o.text, Kind.FACT, o.date, (o.speaker,), o.dia_ids)
         for o in conv.observations
@@ -63,6 +75,7 @@ def ingest_units(
             kind=record.kind,
             event_time=record.event_time,
             participants=list(record.participants),
+            topics=list(record.topics),
             metadata={"dia_ids": list(record.dia_ids)},
         )
         ids[entry.id] = tuple(dict.fromkeys([*ids.get(entry.id, ()), *record.dia_ids]))
