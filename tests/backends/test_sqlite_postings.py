@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import sqlite3
+import time
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -24,6 +25,7 @@ WORDS = "alpha beta gamma what did you the dark mode 北京大学 咖啡店 C# x
 def indexed(svc: SQLiteMemoryService) -> SQLiteMemoryService:
     """The service with its keyword index built on every state's first search."""
     svc._caches.keywords.fts_searches = 0
+    svc._caches.keywords.background = False
     return svc
 
 
@@ -130,6 +132,7 @@ def test_indexed_search_ranks_exactly_like_the_reference(tmp_path):
     words = "tea coffee go rust python hiking alps paris lyon cat dog jazz".split()
     reference = InMemoryMemoryService(limits=Limits(capacity=None))
     svc = SQLiteMemoryService(tmp_path / "m.db", limits=Limits(capacity=None))
+    svc._caches.keywords.background = False
     for i in range(400):
         # Many short one-word-heavy rows (BM25 likes them) and long rows holding
         # several query words (the composite's coverage likes them).
@@ -160,6 +163,7 @@ def test_index_is_built_on_a_state_second_search_and_dropped_by_a_write(tmp_path
     svc = SQLiteMemoryService(tmp_path / "m.db")
     svc.add(ALICE, "dark mode everywhere")
     cache = svc._caches.keywords
+    cache.background = False
     svc.search(ALICE, "dark mode")
     assert ALICE not in cache._items  # a write then one search (reconcile) builds nothing
     svc.search(ALICE, "dark mode")
@@ -171,6 +175,20 @@ def test_index_is_built_on_a_state_second_search_and_dropped_by_a_write(tmp_path
     assert cache._items[ALICE] is built  # stale, unused: the new state searched FTS5 once
     assert [e.text for e in svc.search(ALICE, "light mode")][0] == "light mode at night"
     assert cache._items[ALICE] is not built
+    svc.close()
+
+
+def test_background_build_never_blocks_a_search_and_is_used_once_ready(tmp_path):
+    svc = SQLiteMemoryService(tmp_path / "m.db", limits=Limits(capacity=None))
+    svc.add_many(ALICE, [f"note {i} about tea and coffee" for i in range(300)])
+    cache = svc._caches.keywords
+    first = [(e.id, e.score) for e in svc.search(ALICE, "tea coffee")]
+    assert [(e.id, e.score) for e in svc.search(ALICE, "tea coffee")] == first
+    deadline = time.monotonic() + 10
+    while ALICE not in cache._items and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert ALICE in cache._items
+    assert [(e.id, e.score) for e in svc.search(ALICE, "tea coffee")] == first
     svc.close()
 
 

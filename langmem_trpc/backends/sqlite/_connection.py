@@ -166,6 +166,25 @@ class Database:
                 return self._run(work, "BEGIN")
         return self._run(work, "BEGIN")
 
+    def read_detached(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        """`read` on a connection of its own, opened and closed here.
+
+        For background threads: `close()` closes every shared connection and
+        must never close one under a running query (that can crash sqlite3).
+        A ":memory:" database has one connection, used behind the lock.
+        """
+        if self.memory:
+            return self.read(work)
+        if self._closed:
+            raise BackendError("the SQLite memory service is closed")
+        conn = sqlite3.connect(self.path, isolation_level=None, timeout=0)
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
+            conn.execute("BEGIN")
+            return work(conn)
+        finally:
+            conn.close()
+
     def _run(self, work: Callable[[sqlite3.Connection], T], begin: str) -> T:
         conn = self.connection()
         delay = 0.005

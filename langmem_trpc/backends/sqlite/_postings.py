@@ -9,16 +9,21 @@ memory at once. That is exact, not an approximation: the keyword leg ranks
 like the in-memory reference instead of rescoring FTS5's top BM25 rows.
 
 An index is valid for one (generation, version) of the user, like the
-vector matrices. Building one costs a full read of the user's documents, so
-it is only built once a user state is searched a second time (a read-heavy
-phase); the first search after a write keeps using FTS5.
+vector matrices. Building one reads all the user's documents (about 10 us
+per memory), so no search ever waits for it: once a user state is searched
+a second time (a read-heavy phase), a background thread builds the index
+while searches keep using FTS5, and later searches of that state use it.
 """
 
 from __future__ import annotations
 
+import logging
+import os
 import sqlite3
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,11 +31,16 @@ import numpy as np
 from ...service._search import BM25_B, BM25_K1, TOPIC_WEIGHT, CorpusStats, QueryTerms
 from ...types import Kind, UserKey
 from . import _sql as sql
+from ._rows import user_state
 from ._vectors import KIND_CODES
 
 __all__ = ["KeywordIndex", "KeywordIndexCache", "Scored"]
 
+logger = logging.getLogger(__name__)
+
 Stamp = tuple[str, int]
+Reader = Callable[[Callable[[sqlite3.Connection], "KeywordIndex | None"]], "KeywordIndex | None"]
+"""`Database.read`: runs a function in one read snapshot."""
 
 
 @dataclass(frozen=True)
@@ -231,18 +241,22 @@ class KeywordIndexCache:
 
     `fts_searches` searches of each user state run on FTS5 before the index
     is built (default 1: a write followed by one search, the write path's
-    reconcile pattern, never pays for a build); 0 builds on the first.
+    reconcile pattern, never pays for a build). With `background` (the
+    default) the build runs on a side thread and searches use FTS5 until it
+    is ready; without it (tests) the search that asks builds and waits.
     """
 
-    def __init__(self, max_bytes: int, fts_searches: int = 1) -> None:
+    def __init__(self, max_bytes: int, fts_searches: int = 1, background: bool = True) -> None:
         self.max_bytes = max_bytes
         self.fts_searches = fts_searches
+        self.background = background
         self._items: OrderedDict[UserKey, KeywordIndex] = OrderedDict()
         self._searched: OrderedDict[UserKey, tuple[Stamp, int]] = OrderedDict()
+        self._building: set[UserKey] = set()
         self._lock = threading.Lock()
 
-    def get(self, conn: sqlite3.Connection, user: UserKey, stamp: Stamp) -> KeywordIndex | None:
-        """The user's index for this state, or None while the state is new (search FTS5)."""
+    def get(self, read: Reader, user: UserKey, stamp: Stamp) -> KeywordIndex | None:
+        """The user's index for this state, or None (search FTS5) while there is none."""
         with self._lock:
             item = self._items.get(user)
             if item is not None and item.stamp == stamp:
@@ -250,14 +264,30 @@ class KeywordIndexCache:
                 return item
             seen_stamp, searches = self._searched.get(user, (stamp, 0))
             searches = searches + 1 if seen_stamp == stamp else 1
-            if searches <= self.fts_searches:
-                self._searched[user] = (stamp, searches)
-                self._searched.move_to_end(user)
-                while len(self._searched) > 4096:
-                    self._searched.popitem(last=False)
+            self._searched[user] = (stamp, searches)
+            self._searched.move_to_end(user)
+            while len(self._searched) > 4096:
+                self._searched.popitem(last=False)
+            if searches <= self.fts_searches or user in self._building:
                 return None
-            self._searched.pop(user, None)
-        item = KeywordIndex.load(conn, user, stamp)
+            self._building.add(user)
+        if self.background:
+            _builder.submit(self._build, read, user)
+            return None
+        built = self._build(read, user)
+        return built if built is not None and built.stamp == stamp else None
+
+    def _build(self, read: Reader, user: UserKey) -> KeywordIndex | None:
+        try:
+            item = read(lambda conn: _load_current(conn, user))
+        except Exception:  # a closed service or a busy file: searches keep using FTS5
+            logger.debug("keyword index build failed", exc_info=True)
+            return None
+        finally:
+            with self._lock:
+                self._building.discard(user)
+        if item is None:
+            return None
         with self._lock:
             self._items[user] = item
             self._items.move_to_end(user)
@@ -276,3 +306,32 @@ class KeywordIndexCache:
         with self._lock:
             self._items.clear()
             self._searched.clear()
+
+
+def _load_current(conn: sqlite3.Connection, user: UserKey) -> KeywordIndex | None:
+    """The index of the user's state in this snapshot (None for an unknown user)."""
+    state = user_state(conn, user)
+    if state is None:
+        return None
+    return KeywordIndex.load(conn, user, (state[0], state[1]))
+
+
+class _Builder:
+    """One process-wide daemon thread for index builds (recreated in a forked child)."""
+
+    def __init__(self) -> None:
+        self._executor: ThreadPoolExecutor | None = None
+        self._pid = 0
+        self._lock = threading.Lock()
+
+    def submit(
+        self, build: Callable[[Reader, UserKey], object], read: Reader, user: UserKey
+    ) -> None:
+        with self._lock:
+            if self._executor is None or self._pid != os.getpid():
+                self._executor = ThreadPoolExecutor(1, thread_name_prefix="langmem-keyword-index")
+                self._pid = os.getpid()
+            self._executor.submit(build, read, user)
+
+
+_builder = _Builder()

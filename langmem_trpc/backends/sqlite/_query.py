@@ -28,7 +28,7 @@ from ...service._search import (
 from ...types import Entry, Kind, SearchOptions, UserKey
 from . import _sql as sql
 from ._keyword import keyword_doc, match_any, scope_prefix
-from ._postings import KeywordIndex, KeywordIndexCache
+from ._postings import KeywordIndex, KeywordIndexCache, Reader
 from ._rows import CONTENT_DOC, TEXT, TOPIC_DOC, TOPICS, Row, user_state
 from ._scoring import score_candidates
 from ._vectors import KIND_CODES, UserVectors, VectorCache
@@ -69,9 +69,10 @@ class SearchCaches:
     so a stale entry is never used.
     """
 
-    def __init__(self, vector_bytes: int) -> None:
+    def __init__(self, vector_bytes: int, read: Reader) -> None:
         self.vectors = VectorCache(vector_bytes)
         self.keywords = KeywordIndexCache(vector_bytes)
+        self.read = read
         self._df: OrderedDict[UserKey, tuple[Stamp, dict[str, int]]] = OrderedDict()
         self._df_lock = threading.Lock()
         self._rows: OrderedDict[UserKey, RowCache] = OrderedDict()
@@ -229,7 +230,7 @@ class SearchRun:
         cache = self.caches.rows(self.user, self.stamp)
         self._entries, self._docs = cache.entries, cache.docs
         if self.terms.tokens:
-            self._index = self.caches.keywords.get(conn, self.user, self.stamp)
+            self._index = self.caches.keywords.get(self.caches.read, self.user, self.stamp)
         return execute_search(self.options, self.fetch)
 
     @property

@@ -123,7 +123,7 @@ class SQLiteMemoryService(SyncMemoryService):
         self._db = Database(path, busy_timeout_ms=busy_timeout_ms, synchronous=synchronous)
         self._embeddings = embeddings
         self._limits = limits or Limits()
-        self._caches = SearchCaches(vector_cache_bytes)
+        self._caches = SearchCaches(vector_cache_bytes, self._db.read_detached)
         self._keyword_candidates = keyword_candidates
         self._clock_lock = threading.Lock()
         self._last_us = 0
