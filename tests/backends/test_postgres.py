@@ -422,3 +422,31 @@ def test_owned_pool_prepares_generic_plans(clean_url):
     assert row == ("force_generic_plan",)
     assert "force_custom_plan" in _sql.ANN_PIN_INDEX
     svc.close()
+
+
+async def test_bulk_copy_keeps_every_field_sync_and_async(svc):
+    """add_many streams rows with binary COPY: fields, vectors and history survive both twins."""
+    from datetime import datetime, timezone
+
+    when = datetime(2024, 5, 1, 12, 30, tzinfo=timezone.utc)
+    memories = [
+        Memory(
+            text=f"Trip {i} to Kyoto 京都の旅",
+            topics=["travel", "japan"],
+            kind="episode",
+            event_time=when,
+            participants=["Ana", "Bo"],
+            location="Kyoto",
+            metadata={"n": i, "tags": ["x"]},
+        )
+        for i in range(3)
+    ]
+    assert svc.add_many(ALICE, memories[:2]) == 2
+    assert await svc.aadd_many(ALICE, memories) == 1
+    assert await svc.aadd_many(BOB, memories) == 3
+    entries = sorted(svc.read(ALICE), key=lambda e: e.memory.metadata["n"])
+    assert [e.memory for e in entries] == [svc.get(ALICE, e.id).memory for e in entries]
+    assert entries[2].memory.model_dump() == memories[2].model_dump()
+    assert [h.operation.value for h in svc.history(ALICE, entries[0].id)] == ["add"]
+    hits = await svc.asearch(ALICE, "Trip 2 Kyoto", SearchOptions(hybrid=True, max_results=1))
+    assert hits[0].memory.metadata["n"] == 2

@@ -11,7 +11,7 @@ import threading
 from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
-from weakref import WeakSet
+from weakref import WeakKeyDictionary, WeakSet
 
 from ...errors import ConfigurationError
 from ...service._core import (
@@ -38,6 +38,7 @@ from ._plans import Op
 if TYPE_CHECKING:
     from langchain_core.embeddings import Embeddings
     from psycopg import AsyncConnection, Connection
+    from psycopg.types import TypeInfo
     from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 logger = logging.getLogger(__name__)
@@ -98,6 +99,10 @@ class PostgresBase:
         self._pool_lock = threading.Lock()
         self._user_sizes: dict[UserKey, int] = {}  # live counts seen by search (HNSW pinning)
         self._prepared: WeakSet[Connection[Any] | AsyncConnection[Any]] = WeakSet()
+        # pgvector's `vector` type per connection, fetched on the first bulk COPY
+        self._vector_info: WeakKeyDictionary[Connection[Any] | AsyncConnection[Any], TypeInfo] = (
+            WeakKeyDictionary()
+        )
         self.supports_vectors = embeddings is not None
 
     def session_settings(self, owned_pool: bool) -> str:

@@ -1,8 +1,9 @@
-"""Bulk load: many memories of one user in one INSERT ... SELECT FROM jsonb_to_recordset.
+"""Bulk load: many memories of one user, binary COPY into a staging table + one INSERT ... SELECT.
 
-One statement per batch (no per-row round trips), idempotent through the
-live-fingerprint unique index (`ON CONFLICT DO NOTHING`), one history event
-per new row. Soft-deleted content is not revived here; `add` does that.
+Binary COPY sends vectors in pgvector's binary format straight from numpy
+(no JSON or text float formatting on the client, no parsing on the server). The INSERT is idempotent through the
+live-fingerprint unique index (`ON CONFLICT DO NOTHING`) and writes one
+history event per new row. Soft-deleted content is not revived here; `add` does that.
 """
 
 from __future__ import annotations
@@ -11,22 +12,45 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+import numpy as np
 from psycopg.types.json import Jsonb
 
 from ...errors import CapacityExceededError, InvalidMemoryError
 from ...service._core import Limits, check_user, fingerprint, memory_from, new_memory_id, utcnow
 from ...types import Memory, Operation, Source, UserKey
 from . import _sql
-from ._plans import Op, Plan, Sql
+from ._plans import Copy, Op, Plan, Sql
+
+STAGE_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("id", "text"),
+    ("text", "text"),
+    ("fp", "text"),
+    ("topics", "text[]"),
+    ("kind", "text"),
+    ("event_time", "timestamptz"),
+    ("participants", "text[]"),
+    ("location", "text"),
+    ("metadata", "jsonb"),
+    ("embedding", "vector"),
+    ("content_terms", "text[]"),
+    ("topic_terms", "text[]"),
+    ("content_len", "int4"),
+    ("topic_len", "int4"),
+    ("content_doc", "text"),
+    ("topic_doc", "text"),
+)
+_NAMES = ", ".join(name for name, _ in STAGE_COLUMNS)
+
+CREATE_STAGE = f"""
+CREATE TEMP TABLE IF NOT EXISTS langmem_stage (
+    {", ".join(f"{name} {kind}" for name, kind in STAGE_COLUMNS)}
+) ON COMMIT DELETE ROWS"""
+"""Session-local staging table (created once per connection, emptied at each commit)."""
+
+COPY_STAGE = f"COPY langmem_stage ({_NAMES}) FROM STDIN (FORMAT BINARY)"
 
 BULK_INSERT = """
-WITH input AS (
-    SELECT * FROM jsonb_to_recordset(%(rows)s) AS t(
-        id text, text text, fp text, topics text[], kind text, event_time timestamptz,
-        participants text[], location text, metadata jsonb, embedding real[],
-        content_terms text[], topic_terms text[], content_len integer, topic_len integer,
-        content_doc text, topic_doc text)),
-ins AS (
+WITH ins AS (
     INSERT INTO langmem_memories (
         app_name, user_id, id, text, fingerprint, keyed, topics, kind, event_time, participants,
         location, metadata, embedding, content_terms, topic_terms, content_len, topic_len,
@@ -34,7 +58,7 @@ ins AS (
     SELECT %(app)s, %(user)s, id, text, fp, false, topics, kind, event_time, participants,
         location, metadata, embedding::vector, content_terms, topic_terms, content_len, topic_len,
         content_doc, topic_doc, %(now)s, %(now)s
-    FROM input
+    FROM langmem_stage
     ON CONFLICT (app_name, user_id, fingerprint) WHERE deleted_at IS NULL DO NOTHING
     RETURNING id, text)
 INSERT INTO langmem_history (app_name, user_id, memory_id, operation, text_before, text_after, at, source)
@@ -59,7 +83,7 @@ class Batch:
         return replace(
             self,
             rows=[
-                {**r, "embedding": [float(x) for x in v]}
+                {**r, "embedding": np.asarray(v, dtype=np.float32)}
                 for r, v in zip(self.rows, vectors, strict=True)
             ],
         )
@@ -84,10 +108,10 @@ def prepare(
                 "fp": fingerprint(memory),
                 "topics": memory.topics,
                 "kind": memory.kind.value,
-                "event_time": memory.event_time.isoformat() if memory.event_time else None,
+                "event_time": memory.event_time,
                 "participants": memory.participants,
                 "location": memory.location,
-                "metadata": memory.metadata,
+                "metadata": Jsonb(memory.metadata),
                 "embedding": None,
                 **_sql.keyword_columns(memory.text, memory.topics),
             }
@@ -112,14 +136,16 @@ def _plan(batch: Batch, source: Source | None, limits: Limits) -> Plan[int]:
         live = int(rows[0]["live_count"]) if rows else 0
         if live + len(batch.rows) > limits.capacity:
             raise CapacityExceededError(limits.capacity)
+    yield Sql(CREATE_STAGE)
+    yield Copy(
+        COPY_STAGE,
+        [kind for _, kind in STAGE_COLUMNS],
+        [tuple(row[name] for name, _ in STAGE_COLUMNS) for row in batch.rows],
+    )
     inserted = yield Sql(
         BULK_INSERT,
         _sql.user_params(
-            user,
-            rows=Jsonb(batch.rows),
-            now=utcnow(),
-            op=Operation.ADD.value,
-            source=_sql.source_json(source),
+            user, now=utcnow(), op=Operation.ADD.value, source=_sql.source_json(source)
         ),
     )
     return len(inserted)

@@ -1,7 +1,8 @@
 """Every operation as a sans-I/O plan, shared by the sync and async drivers.
 
-A plan is a generator: it yields `Sql` (run it, send back the rows) or
-`Embed` (embed these texts, send back the vectors) and returns the result.
+A plan is a generator: it yields `Sql` (run it, send back the rows), `Copy`
+(stream rows in, send back nothing) or `Embed` (embed these texts, send back
+the vectors) and returns the result.
 The drivers in `sync.py` and `aio.py` only execute steps, so the logic of
 each operation exists once. Validation happens before the first yield, so
 bad input never opens a transaction.
@@ -55,7 +56,16 @@ class Embed:
     query: bool = False
 
 
-Step = Sql | Embed
+@dataclass(frozen=True)
+class Copy:
+    """Stream rows into a table with binary COPY; `types` are the columns' PostgreSQL types."""
+
+    sql: str
+    types: Sequence[str]
+    rows: Sequence[Sequence[Any]]
+
+
+Step = Sql | Embed | Copy
 Plan = Generator[Step, Any, T]
 
 

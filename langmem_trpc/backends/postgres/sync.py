@@ -4,15 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 import psycopg
+from pgvector.psycopg.vector import register_vector_info
 from psycopg.rows import dict_row
+from psycopg.types import TypeInfo
 from psycopg_pool import ConnectionPool
 
 from ...types import Entry, ExtractionCursor, HistoryEvent, Kind, SearchOptions, Source, UserKey
 from ._base import PostgresBase, backend_error, logger
-from ._plans import Embed, Op
+from ._plans import Copy, Embed, Op
 
 
 class SyncPostgres(PostgresBase):
@@ -56,6 +58,18 @@ class SyncPostgres(PostgresBase):
                 step = plan.send(reply)
                 if isinstance(step, Embed):
                     reply = self._embed(step)
+                elif isinstance(step, Copy):
+                    info = self._vector_info.get(cursor.connection)
+                    if info is None:
+                        info = TypeInfo.fetch(cursor.connection, "vector")
+                        if info is not None:
+                            self._vector_info[cursor.connection] = info
+                    register_vector_info(cast(Any, cursor), info)  # this cursor: numpy -> vector
+                    with cursor.copy(step.sql) as copy:
+                        copy.set_types(list(step.types))
+                        for row in step.rows:
+                            copy.write_row(row)
+                    reply = []
                 else:
                     cursor.execute(step.sql, step.params)
                     reply = cursor.fetchall() if cursor.description is not None else []
