@@ -236,7 +236,7 @@ def test_migrations_are_idempotent_and_recorded(clean_url):
         ).fetchall()
     assert [(s, v) for s, v, _ in rows] == [
         ("core", i) for i in range(1, len(_sql.MIGRATIONS) + 1)
-    ] + [("vector", 1), ("vector", 2)]
+    ] + [("vector", 1), ("vector", 2), ("vector", 3)]
     assert [c for s, _, c in rows if s == "core"] == [_sql.checksum(m) for m in _sql.MIGRATIONS]
 
 
@@ -450,3 +450,24 @@ async def test_bulk_copy_keeps_every_field_sync_and_async(svc):
     assert [h.operation.value for h in svc.history(ALICE, entries[0].id)] == ["add"]
     hits = await svc.asearch(ALICE, "Trip 2 Kyoto", SearchOptions(hybrid=True, max_results=1))
     assert hits[0].memory.metadata["n"] == 2
+
+
+def test_pinned_ann_leg_uses_the_half_precision_hnsw_index(svc, clean_url):
+    """The ANN ORDER BY repeats the halfvec index expression (vector migration 3) exactly."""
+    svc.add_many(ALICE, [Memory(text=f"note {i} on subject {i}") for i in range(50)])
+    query = HashingEmbeddings().embed_query("note 7")
+    built = _sql.build_search(ALICE, SearchOptions(query="note 7"), None, 30, query, 0)
+    with psycopg.connect(clean_url) as conn:
+        conn.execute(_sql.ANN_PIN_INDEX)
+        plan = conn.execute("EXPLAIN " + _sql.ann_only_sql(len(query)), built.params).fetchall()
+    assert "langmem_memories_embedding_hnsw_half" in "\n".join(r[0] for r in plan)
+
+
+def test_search_learns_the_dimension_when_another_process_ran_setup(opened):
+    writer = opened(embeddings=HashingEmbeddings())
+    writer.add(ALICE, "Prefers window seats")
+    reader = opened(embeddings=HashingEmbeddings(), exact_search_max=0)  # no setup(), no dims
+    assert reader._dims is None
+    for _ in range(2):  # the second search is pinned to the index
+        assert reader.search(ALICE, "window seats")[0].text == "Prefers window seats"
+    assert reader._dims == len(HashingEmbeddings().embed_query("x"))

@@ -89,7 +89,7 @@ class PostgresBase:
             )
         self._embeddings = embeddings
         self._limits = limits or Limits()
-        self._dims = dims
+        self._search_cache = _plans.SearchCache(dims=dims)
         self._pool_size = pool_size
         # Seconds to wait for a connection: during an outage a preload or tool call
         # fails fast (psycopg_pool's own default is 30 s).
@@ -97,13 +97,26 @@ class PostgresBase:
         self._ef_search = ef_search
         self._exact_search_max = exact_search_max
         self._pool_lock = threading.Lock()
-        self._user_sizes: dict[UserKey, int] = {}  # live counts seen by search (HNSW pinning)
         self._prepared: WeakSet[Connection[Any] | AsyncConnection[Any]] = WeakSet()
         # pgvector's `vector` type per connection, fetched on the first bulk COPY
         self._vector_info: WeakKeyDictionary[Connection[Any] | AsyncConnection[Any], TypeInfo] = (
             WeakKeyDictionary()
         )
         self.supports_vectors = embeddings is not None
+
+    @property
+    def _dims(self) -> int | None:
+        """The embedding dimension: given, found by setup(), or read by the first search."""
+        return self._search_cache.dims
+
+    @_dims.setter
+    def _dims(self, value: int | None) -> None:
+        self._search_cache.dims = value
+
+    @property
+    def _user_sizes(self) -> dict[UserKey, int]:
+        """Live counts seen by search (HNSW pinning)."""
+        return self._search_cache.sizes
 
     def session_settings(self, owned_pool: bool) -> str:
         """Per-connection settings: ANN recall and per-user filtering with pgvector 0.8.
@@ -219,7 +232,7 @@ class PostgresBase:
             resolved,
             self._embeddings is not None,
             self._exact_search_max,
-            self._user_sizes,
+            self._search_cache,
         )
         return Op(plan, write=False)
 

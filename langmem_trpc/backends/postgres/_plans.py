@@ -11,7 +11,7 @@ bad input never opens a transaction.
 from __future__ import annotations
 
 from collections.abc import Generator, MutableMapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -330,28 +330,41 @@ class _NeedFetch(Exception):
         self.key = (kind, pool)
 
 
+@dataclass
+class SearchCache:
+    """What searches of one service learn and keep: each user's live count, the dimension."""
+
+    dims: int | None = None
+    sizes: dict[UserKey, int] = field(default_factory=dict)
+
+
 def search(
     user: UserKey,
     options: SearchOptions,
     embed: bool,
     exact_max: int,
-    sizes: MutableMapping[UserKey, int] | None = None,
+    cache: SearchCache | None = None,
 ) -> Plan[list[Entry]]:
     """The shared pipeline (`execute_search`) over one SQL round trip per leg fetch.
 
     `execute_search` calls `fetch` synchronously, so the plan replays it with
     the rows it has, and yields the statement for a missing fetch (the kind
     fallback's second fetch) before replaying once more. Replays are pure.
-    `sizes` remembers each user's live count from earlier searches: for users
-    above `exact_max` the statement runs in a short transaction that pins the
-    planner to the HNSW index (see `_sql.ANN_PIN_INDEX`).
+    `cache.sizes` remembers each user's live count from earlier searches: for
+    users above `exact_max` the ANN leg runs alone in a short transaction that
+    pins the planner to the HNSW index (see `_sql.ANN_PIN_INDEX`).
     """
     if not options.query.strip():
         return []
+    cache = cache if cache is not None else SearchCache()
     query_vector = None
     if embed:
         vectors = yield Embed([options.query], query=True)
         query_vector = list(vectors[0])
+        if cache.dims is None:  # set up by another process: the index expression needs it
+            found = yield Sql(_sql.EMBEDDING_DIMS)
+            cache.dims = int(found[0]["dims"]) if found and found[0]["dims"] > 0 else None
+    dims = cache.dims or len(query_vector or ())
     fetched: dict[tuple[Kind | None, int], Legs] = {}
 
     def fetch(kind: Kind | None, pool: int) -> Legs:
@@ -364,20 +377,20 @@ def search(
             return execute_search(options, fetch)
         except _NeedFetch as need:
             kind, pool = need.key
-            query = _sql.build_search(user, options, kind, pool, query_vector, exact_max)
-            if query.vector and sizes is not None and sizes.get(user, 0) > exact_max:
+            query = _sql.build_search(user, options, kind, pool, query_vector, exact_max, dims=dims)
+            if query.vector and cache.sizes.get(user, 0) > exact_max:
                 # the ANN leg alone, pinned to HNSW; the rest unpinned, so the keyword
                 # leg and the row fetch keep their own best plans
                 yield Sql(_sql.ANN_BEGIN)
                 yield Sql(_sql.ANN_PIN_INDEX)
-                hits = yield Sql(_sql.ANN_ONLY, query.params)
+                hits = yield Sql(_sql.ann_only_sql(dims), query.params)
                 yield Sql(_sql.ANN_END)
                 query = _sql.build_search(
                     user, options, kind, pool, query_vector, exact_max, vector_hits=hits
                 )
             rows = yield Sql(query.sql, query.params)
-            if sizes is not None and rows:
-                remember_size(sizes, user, int(rows[0]["n"]))
+            if rows:
+                remember_size(cache.sizes, user, int(rows[0]["n"]))
             vector, keyword = _sql.legs_from_rows(query, rows)
             fetched[need.key] = Legs(vector=vector, keyword=keyword)
 
