@@ -471,3 +471,28 @@ def test_search_learns_the_dimension_when_another_process_ran_setup(opened):
     for _ in range(2):  # the second search is pinned to the index
         assert reader.search(ALICE, "window seats")[0].text == "Prefers window seats"
     assert reader._dims == len(HashingEmbeddings().embed_query("x"))
+
+
+@pytest.mark.parametrize("exact_max", [10_000, 0], ids=["exact", "hnsw"])
+def test_search_never_serves_a_cached_entry_after_another_writer_changed_it(opened, exact_max):
+    """Candidates' entries are cached by row version: a write by another service (process)
+    makes a new version, so the next search returns the new content."""
+    reader = opened(embeddings=HashingEmbeddings(), exact_search_max=exact_max)
+    writer = opened(embeddings=HashingEmbeddings())
+    entry = writer.add(ALICE, "Lives in Lisbon", topics=["home"], metadata={"v": 1})
+    writer.add(BOB, "Lives in Lisbon", memory_id=entry.id, metadata={"v": "bob"})
+    options = SearchOptions(hybrid=True, max_results=3)
+    for _ in range(2):  # the second search reads the cache
+        hit = reader.search(ALICE, "lisbon", options)[0]
+        assert (hit.id, hit.memory.metadata) == (entry.id, {"v": 1})
+    assert len(reader._search_cache.entries) >= 1
+    writer.update(ALICE, entry.id, "Lives in Lisbon", metadata={"v": 2})
+    assert reader.search(ALICE, "lisbon", options)[0].memory.metadata == {"v": 2}
+    writer.add(ALICE, "Lives in Lisbon", topics=["city"])  # topic refresh, same id
+    assert reader.search(ALICE, "lisbon", options)[0].memory.topics == ["home", "city"]
+    writer.restore(ALICE, entry)  # back to the exported content and timestamps
+    hit = reader.search(ALICE, "lisbon", options)[0]
+    assert (hit.memory.topics, hit.memory.metadata) == (["home"], {"v": 1})
+    assert reader.search(BOB, "lisbon", options)[0].memory.metadata == {"v": "bob"}
+    writer.delete(ALICE, entry.id)
+    assert reader.search(ALICE, "lisbon", options) == []

@@ -36,6 +36,7 @@ from ...types import (
     canonical_topics,
 )
 from . import _sql
+from ._cache import EntryCache
 
 T = TypeVar("T")
 
@@ -332,10 +333,12 @@ class _NeedFetch(Exception):
 
 @dataclass
 class SearchCache:
-    """What searches of one service learn and keep: each user's live count, the dimension."""
+    """What searches of one service learn and keep: each user's live count, the
+    dimension, and the entries of candidate rows (by row version)."""
 
     dims: int | None = None
     sizes: dict[UserKey, int] = field(default_factory=dict)
+    entries: EntryCache = field(default_factory=EntryCache)
 
 
 def search(
@@ -391,8 +394,23 @@ def search(
             rows = yield Sql(query.sql, query.params)
             if rows:
                 remember_size(cache.sizes, user, int(rows[0]["n"]))
-            vector, keyword = _sql.legs_from_rows(query, rows)
+            entries = yield from _candidate_entries(user, rows, cache.entries)
+            vector, keyword = _sql.legs_from_rows(query, rows, entries)
             fetched[need.key] = Legs(vector=vector, keyword=keyword)
+
+
+def _candidate_entries(
+    user: UserKey, rows: Sequence[_sql.Row], entries: EntryCache
+) -> Plan[dict[str, Entry]]:
+    """Candidates' entries from the cache; rows it lacks (at their version) in one fetch."""
+    found, missing = entries.split(user, ((r["id"], (r["version"], r["updated_at"])) for r in rows))
+    if missing:
+        fetched = yield Sql(_sql.ROWS_BY_IDS, _sql.user_params(user, ids=missing))
+        for row in fetched:
+            entry = _sql.entry_from_row(row)
+            entries.put(user, entry, (row["version"], row["updated_at"]))
+            found[entry.id] = entry
+    return found
 
 
 SIZE_CACHE_MAX = 10_000

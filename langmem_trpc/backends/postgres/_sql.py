@@ -340,6 +340,11 @@ VALUES (
     %(participants)s, %(location)s, %(metadata)s, %(embedding)b::vector, %(content_terms)s,
     %(topic_terms)s, %(content_len)s, %(topic_len)s, %(content_doc)s, %(topic_doc)s, %(created)s, %(updated)s)"""
 
+ROWS_BY_IDS = f"""
+SELECT {_COLUMNS}, xmin::text AS version FROM langmem_memories
+WHERE {_WHERE_USER} AND id = ANY(%(ids)s::text[]) AND deleted_at IS NULL"""
+"""Full rows of search candidates the entry cache does not hold at their current version."""
+
 DELETE_ROW = f"DELETE FROM langmem_memories WHERE {_WHERE_USER} AND id = %(id)s"
 
 DELETE_ROW_HISTORY = f"DELETE FROM langmem_history WHERE {_WHERE_USER} AND memory_id = %(id)s"
@@ -653,7 +658,7 @@ kw AS (
 _NO_KEYWORD_LEG = """
 kw AS (SELECT NULL::text AS id, NULL::bigint AS r WHERE false),"""
 
-_SEARCH_TAIL = f"""
+_SEARCH_TAIL = """
 fused AS (
     SELECT coalesce(v.id, k.id) AS id, v.r AS vrank, k.r AS krank, v.dist,
            coalesce(1.0 / (%(rrf_k)s + v.r), 0) + coalesce(1.0 / (%(rrf_k)s + k.r), 0) AS rrf
@@ -661,12 +666,14 @@ fused AS (
 SELECT f.vrank, f.krank, f.dist, f.rrf::float8 AS rrf, s.n, s.content_sum, s.topic_sum, d.df,
        CASE WHEN f.krank IS NOT NULL THEN m.content_doc END AS content_doc,
        CASE WHEN f.krank IS NOT NULL THEN m.topic_doc END AS topic_doc,
-       {", ".join("m." + c.strip() for c in _COLUMNS.split(","))}
+       m.id, m.version, m.updated_at, m.created_at
 FROM fused f
 CROSS JOIN LATERAL (
     -- one primary-key probe per candidate (OFFSET 0 keeps the planner from
     -- hash-joining against every row of a heavy user)
-    SELECT * FROM langmem_memories m
+    SELECT m.id, m.xmin::text AS version, m.updated_at, m.created_at, m.content_doc,
+           m.topic_doc
+    FROM langmem_memories m
     WHERE m.app_name = %(app)s AND m.user_id = %(user)s AND m.id = f.id OFFSET 0) m
 CROSS JOIN stats s
 CROSS JOIN dfs d
@@ -805,19 +812,22 @@ def build_search(
 
 
 def legs_from_rows(
-    query: SearchQuery, rows: Sequence[Row]
+    query: SearchQuery, rows: Sequence[Row], entries: Mapping[str, Entry]
 ) -> tuple[list[tuple[Entry, float]] | None, list[tuple[Entry, float]]]:
     """Rows of the fused statement -> (vector leg, keyword leg), each in its SQL rank order.
 
     Scores are absolute: cosine for the vector leg, and the shared keyword
     composite (computed here on the candidates, with the user's corpus stats
-    from the same statement) for the keyword leg; never ts_rank.
+    from the same statement) for the keyword leg; never ts_rank. `entries`
+    holds the candidates' entries by id (a row deleted since is left out).
     """
     vector: list[tuple[int, Entry, float]] = []
     keyword: list[tuple[int, Entry, float]] = []
     stats: CorpusStats | None = None
     for row in rows:
-        entry = entry_from_row(row)
+        entry = entries.get(row["id"])
+        if entry is None:
+            continue
         if row["vrank"] is not None:
             dist = float(row["dist"])
             score = 0.0 if math.isnan(dist) else max(0.0, 1.0 - dist)

@@ -1,0 +1,60 @@
+"""Per-process cache of search candidates' `Entry` objects, keyed by row version.
+
+Building an `Entry` from a row (and decoding its columns) costs more than
+scoring it: a typical search reads ~140 candidate rows. The search statement
+returns each candidate's id and row version (`xmin`, the transaction that
+wrote that version, plus `updated_at`); only ids the cache does not hold at
+that version are fetched in full. Every write makes a new row version, so a
+stale entry is never served, and nothing needs invalidating.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+
+from ...types import Entry, UserKey
+
+__all__ = ["EntryCache", "Version"]
+
+Version = tuple[str, datetime]
+"""(xmin as text, updated_at) of one row version."""
+
+MAX_ENTRIES = 20_000
+
+
+class EntryCache:
+    """Bounded (oldest first out) map of (user, memory id) -> (version, Entry)."""
+
+    def __init__(self, max_entries: int = MAX_ENTRIES) -> None:
+        self._max = max_entries
+        self._items: dict[tuple[UserKey, str], tuple[Version, Entry]] = {}
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def get(self, user: UserKey, memory_id: str, version: Version) -> Entry | None:
+        held = self._items.get((user, memory_id))
+        if held is None or held[0] != version:
+            return None
+        return held[1]
+
+    def put(self, user: UserKey, entry: Entry, version: Version) -> None:
+        key = (user, entry.id)
+        if key not in self._items and len(self._items) >= self._max:
+            del self._items[next(iter(self._items))]
+        self._items[key] = (version, entry)
+
+    def split(
+        self, user: UserKey, rows: Iterable[tuple[str, Version]]
+    ) -> tuple[dict[str, Entry], list[str]]:
+        """Entries held at the given versions, and the ids to fetch."""
+        found: dict[str, Entry] = {}
+        missing: list[str] = []
+        for memory_id, version in rows:
+            entry = self.get(user, memory_id, version)
+            if entry is None:
+                missing.append(memory_id)
+            else:
+                found[memory_id] = entry
+        return found, missing
