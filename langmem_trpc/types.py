@@ -203,7 +203,11 @@ class FusionSettings(BaseModel):
     the two legs. `time_boost`: when the query names a calendar period ("in May
     2023", "on 3 June, 2023", "in 2022") and some candidate's event time falls
     in it, the others are scaled by 1 / (1 + boost): a soft preference, not a
-    filter. `decompose_weight`: sub-queries (clauses, else content words) rank
+    filter. `when_boost`: a question that asks when ("When did ...", "What
+    year ...", "how long ago") prefers hits that say a time (a date, month,
+    weekday, "yesterday", "last week", "two years ago"): when some candidate
+    does, the others are scaled by 1 / (1 + boost) (English cue words).
+    `decompose_weight`: sub-queries (clauses, else content words) rank
     the fetched candidates by keyword score and vote with this total weight;
     off by default (small gain, several ms per search).
     """
@@ -217,6 +221,7 @@ class FusionSettings(BaseModel):
     min_pool: int = Field(default=100, ge=1, le=10_000)
     score_weight: float = Field(default=1.0, ge=0.0, le=1.0)
     time_boost: float = Field(default=1.0, ge=0.0)
+    when_boost: float = Field(default=0.5, ge=0.0)
     decompose_weight: float = Field(default=0.0, ge=0.0)
 
 

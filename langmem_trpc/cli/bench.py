@@ -27,6 +27,7 @@ ABLATIONS: dict[str, dict[str, Any]] = {
     },
     "no-score-fusion": {"score_weight": 0.0},
     "no-time-preference": {"time_boost": 0.0},
+    "no-when-preference": {"when_boost": 0.0},
     "decompose": {"decompose_weight": 1.0},
     "no-participants": {"participant_boost": 0.0},
     "no-session-context": {"context_weight": 0.0},
@@ -229,6 +230,15 @@ def _run_retrieval(
             )
             for name, knobs in ABLATIONS.items()
         ]
+        chosen.append(
+            RetrievalArm(
+                "turns-default/no-context-units",
+                "turns-plain",
+                True,
+                {},
+                "ablation: turns without context topics (VerbatimExtractor(context=False))",
+            )
+        )
     embeddings = _embeddings(run_dir, any(a.embed for a in chosen))
     if embeddings is None and any(a.embed for a in chosen):
         click.echo(

@@ -47,6 +47,13 @@ TOPIC_WEIGHT = 0.65
 TRIGRAM_WEIGHT = 0.45
 FUNCTION_WORD_WEIGHT = 0.1
 PHRASE_FALLBACK_SCORE = 0.35
+COVERAGE_WEIGHT = 0.40
+RARITY_WEIGHT = 0.25
+STRENGTH_WEIGHT = 0.25
+PHRASE_WEIGHT = 0.10
+"""The keyword composite's parts (reference spec 5.1). Vectorised copies of the
+scorer must read these; LoCoMo measured 0.30 / 0.60 / 0.00 / 0.10 at +0.03
+turn recall@10 (docs/bench-locomo.md, round 4), not yet the default."""
 
 
 # --- keyword leg ---------------------------------------------------------
@@ -170,7 +177,7 @@ def keyword_score(query: QueryTerms, doc: KeywordDoc, stats: CorpusStats) -> flo
 
     0.40 coverage of the query's tokens + 0.25 their rarity + 0.25 BM25
     strength against its best case + 0.10 when matched tokens keep the
-    query's order. Never normalised by the best hit, so it is comparable
+    query's order (`COVERAGE_WEIGHT` ... `PHRASE_WEIGHT`). Never normalised by the best hit, so it is comparable
     across queries and usable as a reconcile threshold.
     """
     total_weight = sum(w for _, w in query.weighted)
@@ -208,7 +215,13 @@ def keyword_score(query: QueryTerms, doc: KeywordDoc, stats: CorpusStats) -> flo
             phrase = 1.0
         elif all(t in doc.topic_tf for t in in_query_order):
             phrase = 0.8
-    return min(0.40 * coverage + 0.25 * rarity + 0.25 * strength + 0.10 * phrase, 1.0)
+    return min(
+        COVERAGE_WEIGHT * coverage
+        + RARITY_WEIGHT * rarity
+        + STRENGTH_WEIGHT * strength
+        + PHRASE_WEIGHT * phrase,
+        1.0,
+    )
 
 
 def _phrase_fallback(query: str, doc: KeywordDoc) -> float:
@@ -424,6 +437,38 @@ def _time_preference(
             adjusted[key] *= scale
 
 
+_WHEN_QUESTION = re.compile(
+    r"^\s*(?:when|what (?:date|year|month|day|time)|which (?:year|month|day))\b|\bhow long ago\b",
+    re.I,
+)
+_TIME_WORDS = (
+    "yesterday today tonight tomorrow last next ago recently earlier week weekend weeks month "
+    "months year years days summer winter spring fall autumn monday tuesday wednesday thursday "
+    "friday saturday sunday"
+).split()
+_TIME_EXPRESSION = re.compile(
+    rf"\b(?:{'|'.join([*_TIME_WORDS, *_MONTH_NAMES])}|(?:19|20)\d\d)\b", re.I
+)
+
+
+def _when_preference(
+    adjusted: dict[str, float], best: Mapping[str, tuple[Entry, float]], query: str, boost: float
+) -> None:
+    """A "when" question prefers hits that say a time: an answer to "When did Ann
+    adopt Rex?" reads "I adopted him last week", while the turns that only
+    talk about Rex do not date anything. Others are scaled by 1 / (1 + boost)
+    when some candidate says a time (LoCoMo recall@10 +0.010, round 4)."""
+    if not _WHEN_QUESTION.search(query):
+        return
+    dated = {key for key in adjusted if _TIME_EXPRESSION.search(best[key][0].memory.text)}
+    if not dated:
+        return
+    scale = 1.0 / (1.0 + boost)
+    for key in adjusted:
+        if key not in dated:
+            adjusted[key] *= scale
+
+
 def _adjust_fused(
     fused: dict[str, float],
     best: Mapping[str, tuple[Entry, float]],
@@ -598,6 +643,8 @@ def _rank_legs(legs: Legs, options: SearchOptions, limit: int | None = None) -> 
     fused = _adjust_fused(fused, best, options.query, tuning)
     if tuning.time_boost > 0:
         _time_preference(fused, best, options.query, tuning.time_boost)
+    if tuning.when_boost > 0:
+        _when_preference(fused, best, options.query, tuning.when_boost)
     keys: Iterable[str] = plain
     if limit is not None and 0 < limit < len(fused):
         # Only hits at or above the limit-th fused score can be ranked into the result.

@@ -217,6 +217,24 @@ def test_time_preference_is_soft():
     assert [h.id for h in off] == ["june", "may"]
 
 
+def test_when_questions_prefer_hits_that_say_a_time():
+    """"When did ..." lifts the turn that dates the event; other questions are untouched."""
+    from langmem_trpc.types import FusionSettings
+
+    rex = entry("rex", "Rex loves the beach and chasing balls")
+    dated = entry("dated", "I adopted him last week from the shelter")
+    legs = Legs(vector=[(rex, 0.6), (dated, 0.5)], keyword=[])
+
+    def ids(query: str, **knobs: float) -> list[str]:
+        options = SearchOptions(query=query, fusion=FusionSettings(**knobs))
+        return [h.id for h in execute_search(options, lambda kind, pool: legs)]
+
+    assert ids("When did Ann adopt Rex?") == ["dated", "rex"]
+    assert ids("What year did Ann adopt Rex?") == ["dated", "rex"]
+    assert ids("When did Ann adopt Rex?", when_boost=0.0) == ["rex", "dated"]
+    assert ids("What does Rex love?") == ["rex", "dated"]
+
+
 def test_decomposition_votes_for_each_content_word():
     """With decompose_weight, a hit matching one sub-query word gains on one matching none."""
     from langmem_trpc.types import FusionSettings

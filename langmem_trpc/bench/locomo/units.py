@@ -20,7 +20,8 @@ from .loader import Conversation
 
 __all__ = ["UnitKind", "UnitRecord", "conversation_units", "ingest_units", "unit_texts"]
 
-UnitKind = Literal["turns", "observations"]
+UnitKind = Literal["turns", "turns-plain", "observations"]
+"""`turns-plain`: what `VerbatimExtractor(context=False)` stores (no context topics)."""
 
 
 @dataclass(frozen=True)
@@ -34,14 +35,16 @@ class UnitRecord:
 
 
 def conversation_units(conv: Conversation, units: UnitKind) -> list[UnitRecord]:
-    if units == "turns":
+    if units in ("turns", "turns-plain"):
         turns = [t for t in conv.turns if t.display_text.strip()]
         records = []
         for i, t in enumerate(turns):
             prev = turns[i - 1] if i and turns[i - 1].session == t.session else None
-            topics = context_topics(
-                t.speaker, prev.display_text if prev else None, prev.speaker if prev else None
-            )
+            topics: list[str] = []
+            if units == "turns":
+                topics = context_topics(
+                    t.speaker, prev.display_text if prev else None, prev.speaker if prev else None
+                )
             records.append(
                 UnitRecord(
                     t.display_text, Kind.EPISODE, t.date, (t.speaker,), (t.dia_id,), tuple(topics)
