@@ -28,7 +28,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...service._search import BM25_B, BM25_K1, TOPIC_WEIGHT, CorpusStats, QueryTerms
+from ...service._search import (
+    BM25_B,
+    BM25_K1,
+    COVERAGE_WEIGHT,
+    RARITY_WEIGHT,
+    STRENGTH_WEIGHT,
+    TOPIC_WEIGHT,
+    CorpusStats,
+    QueryTerms,
+)
 from ...types import Kind, UserKey
 from . import _sql as sql
 from ._rows import user_state
@@ -50,7 +59,7 @@ class Scored:
     rows: np.ndarray
     """Positions in the index (int64)."""
     base: np.ndarray
-    """The composite without its phrase part: 0.40 coverage + 0.25 rarity + 0.25 strength."""
+    """The composite without its phrase part (coverage, rarity and strength)."""
     phrase_possible: np.ndarray
     """bool: two or more primary query tokens matched, so the phrase part may apply."""
     hits: dict[str, np.ndarray]
@@ -199,7 +208,7 @@ class KeywordIndex:
         strength = np.minimum(raw / potential, 1.0)
         coverage = matched_weight / max(total_weight, 1.0)
         rarity = matched_idf / max(total_idf, 1.0)
-        base = 0.40 * coverage + 0.25 * rarity + 0.25 * strength
+        base = COVERAGE_WEIGHT * coverage + RARITY_WEIGHT * rarity + STRENGTH_WEIGHT * strength
         return Scored(rows, base, matched_primary >= 2, hits)
 
     def allowed(

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from ...service._search import (
+    PHRASE_WEIGHT,
     CorpusStats,
     KeywordDoc,
     Legs,
@@ -389,7 +390,7 @@ class SearchRun:
     ) -> list[tuple[Entry, float]]:
         """The exact composite of every matching memory.
 
-        The phrase part (+0.10 or +0.08) needs each memory's token sequence,
+        The phrase part (`PHRASE_WEIGHT`, x 0.8 in topics) needs each memory's token sequence,
         so it is only computed, best bound first, until no memory left
         unchecked could still reach the pool.
         """
@@ -402,9 +403,9 @@ class SearchRun:
         scores = np.minimum(base, 1.0)
         todo = np.flatnonzero(scored.phrase_possible[keep])
         if len(todo):
-            bound = np.minimum(base[todo] + 0.10, 1.0)
+            bound = np.minimum(base[todo] + PHRASE_WEIGHT, 1.0)
             todo = todo[np.argsort(-bound, kind="stable")]
-            bound = np.minimum(base[todo] + 0.10, 1.0)
+            bound = np.minimum(base[todo] + PHRASE_WEIGHT, 1.0)
             hits = {t: h[keep] for t, h in scored.hits.items()}
             cut = max(len(scores) - pool, 0)
             for start in range(0, len(todo), _PHRASE_CHUNK):
@@ -437,9 +438,9 @@ class SearchRun:
             doc = self._docs[int(rids[i])]
             in_query_order = [t for t, hit in zip(primary, row_hits, strict=True) if hit]
             if _in_sequence(in_query_order, doc.content_seq):
-                scores[i] = min(base[i] + 0.10 * 1.0, 1.0)
+                scores[i] = min(base[i] + PHRASE_WEIGHT * 1.0, 1.0)
             elif all(t in doc.topic_tf for t in in_query_order):
-                scores[i] = min(base[i] + 0.10 * 0.8, 1.0)
+                scores[i] = min(base[i] + PHRASE_WEIGHT * 0.8, 1.0)
 
     @staticmethod
     def _full_doc(row: Row) -> KeywordDoc:

@@ -19,6 +19,10 @@ import numpy as np
 from ...service._search import (
     BM25_B,
     BM25_K1,
+    COVERAGE_WEIGHT,
+    PHRASE_WEIGHT,
+    RARITY_WEIGHT,
+    STRENGTH_WEIGHT,
     TOPIC_WEIGHT,
     CorpusStats,
     KeywordDoc,
@@ -96,7 +100,13 @@ def score_candidates(
                 phrase[i] = 1.0
             elif all(t in doc.topic_tf for t in in_query_order):
                 phrase[i] = 0.8
-    scores = np.minimum(0.40 * coverage + 0.25 * rarity + 0.25 * strength + 0.10 * phrase, 1.0)
+    scores = np.minimum(
+        COVERAGE_WEIGHT * coverage
+        + RARITY_WEIGHT * rarity
+        + STRENGTH_WEIGHT * strength
+        + PHRASE_WEIGHT * phrase,
+        1.0,
+    )
     for i in np.flatnonzero(~any_hit).tolist():  # no token matched: the reference's fallback
         scores[i] = keyword_score(terms, docs[i], stats)
     return scores
