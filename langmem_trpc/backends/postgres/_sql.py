@@ -647,13 +647,20 @@ kw AS (
             -- matches more (heavy users, common words), the most recently updated
             SELECT m.id, m.tsv FROM langmem_memories m
             WHERE {_LIVE_USER} {_FILTERS}
-              AND (m.tsv @@ (SELECT tsq FROM dfs)
-                   OR (%(like)s::text[] IS NOT NULL
-                       AND lower(m.text || ' ' || array_to_string(m.topics, ' ')) LIKE ALL (%(like)s::text[])))
+              AND {{match}}
             ORDER BY m.updated_at DESC
             LIMIT %(budget)s) c
         ORDER BY rank DESC, c.id
         LIMIT %(kw_pool)s) k),"""
+
+_KEYWORD_MATCH = {
+    # separate statements, not one `tsv @@ q OR (like IS NOT NULL AND ...)`: under a
+    # generic plan that OR cannot use the GIN index, and a heavy user's every row
+    # was scanned (85 ms at 100k rows)
+    "tsq": "m.tsv @@ (SELECT tsq FROM dfs)",
+    # queries without a scorable token ("C#"): substring prefilter for the phrase fallback
+    "like": "lower(m.text || ' ' || array_to_string(m.topics, ' ')) LIKE ALL (%(like)s::text[])",
+}
 
 _NO_KEYWORD_LEG = """
 kw AS (SELECT NULL::text AS id, NULL::bigint AS r WHERE false),"""
@@ -704,12 +711,16 @@ _VECTOR_LEGS = {"sql": _VECTOR_LEG, "given": _GIVEN_VECTOR_LEG, "none": _NO_VECT
 
 
 @functools.cache
-def search_sql(vector: str, keyword: bool, dims: int) -> str:
-    """The fused statement for one leg combination (`dims` names the ANN index expression)."""
+def search_sql(vector: str, keyword: str, dims: int) -> str:
+    """The fused statement for one leg combination: `vector` "sql", "given" or "none",
+    `keyword` "tsq", "like" or "none" (`dims` names the ANN index expression)."""
     leg = _VECTOR_LEGS[vector]
     if vector == "sql":
         leg = leg.format(ann_order=_ann_order(dims))
-    return _STATS + leg + (_KEYWORD_LEG if keyword else _NO_KEYWORD_LEG) + _SEARCH_TAIL
+    kw = _NO_KEYWORD_LEG
+    if keyword != "none":
+        kw = _KEYWORD_LEG.format(match=_KEYWORD_MATCH[keyword])
+    return _STATS + leg + kw + _SEARCH_TAIL
 
 
 ANN_BEGIN = "BEGIN"
@@ -800,6 +811,9 @@ def build_search(
         exact_max=exact_max,
     )
     dims = dims or len(query_vector or ())
+    keyword_leg = "none"
+    if use_keyword:
+        keyword_leg = "tsq" if like is None else "like"
     vector_leg = "none"
     if use_vector:
         vector_leg = "sql" if vector_hits is None else "given"
@@ -807,7 +821,7 @@ def build_search(
         params["vec_ids"] = [r["id"] for r in vector_hits]
         params["vec_dists"] = [r["dist"] for r in vector_hits]
     return SearchQuery(
-        search_sql(vector_leg, use_keyword, dims), params, terms, use_vector, options.hybrid
+        search_sql(vector_leg, keyword_leg, dims), params, terms, use_vector, options.hybrid
     )
 
 
