@@ -13,6 +13,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import lru_cache
 from itertools import chain
 from typing import NamedTuple
 
@@ -441,14 +442,25 @@ _WHEN_QUESTION = re.compile(
     r"^\s*(?:when|what (?:date|year|month|day|time)|which (?:year|month|day))\b|\bhow long ago\b",
     re.I,
 )
-_TIME_WORDS = (
-    "yesterday today tonight tomorrow last next ago recently earlier week weekend weeks month "
-    "months year years days summer winter spring fall autumn monday tuesday wednesday thursday "
-    "friday saturday sunday"
-).split()
-_TIME_EXPRESSION = re.compile(
-    rf"\b(?:{'|'.join([*_TIME_WORDS, *_MONTH_NAMES])}|(?:19|20)\d\d)\b", re.I
-)
+_TIME_WORDS = frozenset(
+    (
+        "yesterday today tonight tomorrow last next ago recently earlier week weekend weeks "
+        "month months year years days summer winter spring fall autumn monday tuesday "
+        "wednesday thursday friday saturday sunday"
+    ).split()
+).union(_MONTH_NAMES)
+_WORD = re.compile(r"[a-z]+")
+_YEAR = re.compile(r"(?<!\d)(?:19|20)\d\d(?!\d)")
+
+
+@lru_cache(maxsize=8192)
+def _says_time(text: str) -> bool:
+    """A time word ("yesterday", "last", "May", "Sunday") or a year 1900-2099 in the text.
+
+    Cached per text: the same memories come back as candidates search after search.
+    """
+    lowered = text.lower()
+    return not _TIME_WORDS.isdisjoint(_WORD.findall(lowered)) or _YEAR.search(lowered) is not None
 
 
 def _when_preference(
@@ -460,7 +472,7 @@ def _when_preference(
     when some candidate says a time (LoCoMo recall@10 +0.010, round 4)."""
     if not _WHEN_QUESTION.search(query):
         return
-    dated = {key for key in adjusted if _TIME_EXPRESSION.search(best[key][0].memory.text)}
+    dated = {key for key in adjusted if _says_time(best[key][0].memory.text)}
     if not dated:
         return
     scale = 1.0 / (1.0 + boost)
