@@ -24,6 +24,7 @@ ABLATIONS: dict[str, dict[str, Any]] = {
         "min_pool": 30,
         "score_weight": 0.0,
         "time_boost": 0.0,
+        "when_boost": 0.0,
     },
     "no-score-fusion": {"score_weight": 0.0},
     "no-time-preference": {"time_boost": 0.0},
