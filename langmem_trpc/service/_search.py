@@ -48,13 +48,15 @@ TOPIC_WEIGHT = 0.65
 TRIGRAM_WEIGHT = 0.45
 FUNCTION_WORD_WEIGHT = 0.1
 PHRASE_FALLBACK_SCORE = 0.35
-COVERAGE_WEIGHT = 0.40
-RARITY_WEIGHT = 0.25
-STRENGTH_WEIGHT = 0.25
+COVERAGE_WEIGHT = 0.30
+RARITY_WEIGHT = 0.60
+STRENGTH_WEIGHT = 0.0
 PHRASE_WEIGHT = 0.10
-"""The keyword composite's parts (reference spec 5.1). Vectorised copies of the
-scorer must read these; LoCoMo measured 0.30 / 0.60 / 0.00 / 0.10 at +0.03
-turn recall@10 (docs/bench-locomo.md, round 4), not yet the default."""
+"""The keyword composite's parts. The reference spec 5.1 weighs 0.40 / 0.25 /
+0.25 / 0.10; on conversational turns BM25 strength hurts ranking and rarity
+helps: these weights lift LoCoMo turn recall@10 0.725 -> 0.757, every
+conversation up (docs/bench-locomo.md, round 4). Vectorised copies of the
+scorer read these constants."""
 
 
 # --- keyword leg ---------------------------------------------------------
@@ -176,9 +178,11 @@ def _in_order(needles: Sequence[str], haystack: Sequence[str]) -> bool:
 def keyword_score(query: QueryTerms, doc: KeywordDoc, stats: CorpusStats) -> float:
     """Absolute keyword relevance in [0, 1] (reference spec 5.1 composite).
 
-    0.40 coverage of the query's tokens + 0.25 their rarity + 0.25 BM25
-    strength against its best case + 0.10 when matched tokens keep the
-    query's order (`COVERAGE_WEIGHT` ... `PHRASE_WEIGHT`). Never normalised by the best hit, so it is comparable
+    Coverage of the query's tokens, their rarity (matched share of the
+    query's IDF), BM25 strength against its best case and a bonus when matched
+    tokens keep the query's order, weighted by `COVERAGE_WEIGHT` ...
+    `PHRASE_WEIGHT` (0.30 / 0.60 / 0 / 0.10; the spec's 0.40 / 0.25 / 0.25 / 0.10
+    ranked conversational turns worse). Never normalised by the best hit, so it is comparable
     across queries and usable as a reconcile threshold.
     """
     total_weight = sum(w for _, w in query.weighted)
