@@ -139,9 +139,7 @@ def test_turn_units_are_what_verbatim_extractor_stores(sample_path):
     ops = []
     for session in sorted({t.session for t in conv.turns}):
         messages = [
-            HumanMessage(t.display_text, name=t.speaker)
-            for t in conv.turns
-            if t.session == session
+            HumanMessage(t.display_text, name=t.speaker) for t in conv.turns if t.session == session
         ]
         ops += VerbatimExtractor().extract(ExtractionRequest(UserKey("a", "u"), "t", messages))
     assert [(u.text, u.topics, u.participants) for u in units] == [

@@ -218,7 +218,7 @@ def test_time_preference_is_soft():
 
 
 def test_when_questions_prefer_hits_that_say_a_time():
-    """"When did ..." lifts the turn that dates the event; other questions are untouched."""
+    """A "when did" question lifts the turn that dates the event; other questions are untouched."""
     from langmem_trpc.types import FusionSettings
 
     rex = entry("rex", "Rex loves the beach and chasing balls")
