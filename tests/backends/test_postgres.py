@@ -496,3 +496,17 @@ def test_search_never_serves_a_cached_entry_after_another_writer_changed_it(open
     assert reader.search(BOB, "lisbon", options)[0].memory.metadata == {"v": "bob"}
     writer.delete(ALICE, entry.id)
     assert reader.search(ALICE, "lisbon", options) == []
+
+
+@pytest.mark.parametrize("embeddings", [None, HashingEmbeddings()], ids=["keyword", "hybrid"])
+def test_keyword_leg_scan_and_gin_branches_agree(opened, monkeypatch, embeddings):
+    """Small users are keyword-matched over their own rows, big ones through the GIN
+    index (`KEYWORD_SCAN_MAX`): the same candidates and scores either way."""
+    svc = opened(embeddings=embeddings)
+    for text, topics in STORED_DOC_TEXTS:
+        svc.add(ALICE, text, topics=topics)
+    queries = ["go production", "東京 天気", "kubernetes ops", "C#", "backend"]
+    scanned = [_scored(svc, q) for q in queries]
+    assert all(scanned)
+    monkeypatch.setattr(_sql, "KEYWORD_SCAN_MAX", 0)
+    assert [_scored(svc, q) for q in queries] == scanned
