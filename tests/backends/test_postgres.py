@@ -11,7 +11,7 @@ import psycopg
 import pytest
 
 from langmem_trpc import ConfigurationError, Limits, PostgresMemoryService, SearchOptions, UserKey
-from langmem_trpc.backends.postgres import _sql
+from langmem_trpc.backends.postgres import _search_sql, _sql
 from langmem_trpc.service._search import rrf_fuse
 from langmem_trpc.testing import HashingEmbeddings
 from langmem_trpc.testing.conformance import Capability, MemoryServiceConformance
@@ -134,7 +134,7 @@ def test_sql_rrf_fusion_equals_python_rrf(svc):
         ("database production", 1),
     ]:
         options = SearchOptions(query=query, hybrid=True, rrf_k=k)
-        q = _sql.build_search(
+        q = _search_sql.build_search(
             ALICE, options, None, 30, HashingEmbeddings().embed_query(query), 10_000
         )
         with (
@@ -420,7 +420,7 @@ def test_owned_pool_prepares_generic_plans(clean_url):
     with svc._pool().connection() as conn:
         row = conn.execute("SELECT current_setting('plan_cache_mode')").fetchone()
     assert row == ("force_generic_plan",)
-    assert "force_custom_plan" in _sql.ANN_PIN_INDEX
+    assert "force_custom_plan" in _search_sql.ANN_PIN_INDEX
     svc.close()
 
 
@@ -456,10 +456,12 @@ def test_pinned_ann_leg_uses_the_half_precision_hnsw_index(svc, clean_url):
     """The ANN ORDER BY repeats the halfvec index expression (vector migration 3) exactly."""
     svc.add_many(ALICE, [Memory(text=f"note {i} on subject {i}") for i in range(50)])
     query = HashingEmbeddings().embed_query("note 7")
-    built = _sql.build_search(ALICE, SearchOptions(query="note 7"), None, 30, query, 0)
+    built = _search_sql.build_search(ALICE, SearchOptions(query="note 7"), None, 30, query, 0)
     with psycopg.connect(clean_url) as conn:
-        conn.execute(_sql.ANN_PIN_INDEX)
-        plan = conn.execute("EXPLAIN " + _sql.ann_only_sql(len(query)), built.params).fetchall()
+        conn.execute(_search_sql.ANN_PIN_INDEX)
+        plan = conn.execute(
+            "EXPLAIN " + _search_sql.ann_only_sql(len(query)), built.params
+        ).fetchall()
     assert "langmem_memories_embedding_hnsw_half" in "\n".join(r[0] for r in plan)
 
 
@@ -508,5 +510,5 @@ def test_keyword_leg_scan_and_gin_branches_agree(opened, monkeypatch, embeddings
     queries = ["go production", "東京 天気", "kubernetes ops", "C#", "backend"]
     scanned = [_scored(svc, q) for q in queries]
     assert all(scanned)
-    monkeypatch.setattr(_sql, "KEYWORD_SCAN_MAX", 0)
+    monkeypatch.setattr(_search_sql, "KEYWORD_SCAN_MAX", 0)
     assert [_scored(svc, q) for q in queries] == scanned

@@ -125,7 +125,7 @@ class PostgresBase:
         use generic plans: the search statement costs ~1 ms to plan, more than
         its execution for a typical user. Heavy users' vector searches switch
         back to custom plans inside their pinned transaction
-        (`_sql.ANN_PIN_INDEX`). A pool passed in keeps its own plan_cache_mode,
+        (`_search_sql.ANN_PIN_INDEX`). A pool passed in keeps its own plan_cache_mode,
         since the application's own statements run on it too.
         """
         settings = (

@@ -35,7 +35,7 @@ from ...types import (
     UserKey,
     canonical_topics,
 )
-from . import _sql
+from . import _search_sql, _sql
 from ._cache import EntryCache
 
 T = TypeVar("T")
@@ -355,7 +355,7 @@ def search(
     fallback's second fetch) before replaying once more. Replays are pure.
     `cache.sizes` remembers each user's live count from earlier searches: for
     users above `exact_max` the ANN leg runs alone in a short transaction that
-    pins the planner to the HNSW index (see `_sql.ANN_PIN_INDEX`).
+    pins the planner to the HNSW index (see `_search_sql.ANN_PIN_INDEX`).
     """
     if not options.query.strip():
         return []
@@ -380,22 +380,24 @@ def search(
             return execute_search(options, fetch)
         except _NeedFetch as need:
             kind, pool = need.key
-            query = _sql.build_search(user, options, kind, pool, query_vector, exact_max, dims=dims)
+            query = _search_sql.build_search(
+                user, options, kind, pool, query_vector, exact_max, dims=dims
+            )
             if query.vector and cache.sizes.get(user, 0) > exact_max:
                 # the ANN leg alone, pinned to HNSW; the rest unpinned, so the keyword
                 # leg and the row fetch keep their own best plans
-                yield Sql(_sql.ANN_BEGIN)
-                yield Sql(_sql.ANN_PIN_INDEX)
-                hits = yield Sql(_sql.ann_only_sql(dims), query.params)
-                yield Sql(_sql.ANN_END)
-                query = _sql.build_search(
+                yield Sql(_search_sql.ANN_BEGIN)
+                yield Sql(_search_sql.ANN_PIN_INDEX)
+                hits = yield Sql(_search_sql.ann_only_sql(dims), query.params)
+                yield Sql(_search_sql.ANN_END)
+                query = _search_sql.build_search(
                     user, options, kind, pool, query_vector, exact_max, vector_hits=hits
                 )
             rows = yield Sql(query.sql, query.params)
             if rows:
                 remember_size(cache.sizes, user, int(rows[0]["n"]))
             entries = yield from _candidate_entries(user, rows, cache.entries)
-            vector, keyword = _sql.legs_from_rows(query, rows, entries)
+            vector, keyword = _search_sql.legs_from_rows(query, rows, entries)
             fetched[need.key] = Legs(vector=vector, keyword=keyword)
 
 

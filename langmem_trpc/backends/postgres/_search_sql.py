@@ -1,0 +1,354 @@
+"""The search statement: SQL text per leg combination, its parameters, and its rows read back.
+
+Nothing here does I/O. One statement fetches both legs' candidates for the
+shared pipeline (`service/_search.execute_search`); see docs/backends.md
+("Hybrid search: one statement").
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Mapping, Sequence
+
+from ...service._search import CorpusStats, KeywordDoc, QueryTerms, keyword_score
+from ...service._text import primary_tokens
+from ...types import Entry, Kind, SearchOptions, UserKey
+from ..sqlite._keyword import keyword_doc
+from ._sql import Params, Row, user_params, vector_param
+
+__all__ = [
+    "ANN_BEGIN",
+    "ANN_END",
+    "ANN_PIN_INDEX",
+    "KEYWORD_BUDGET",
+    "KEYWORD_SCAN_MAX",
+    "SearchQuery",
+    "ann_only_sql",
+    "build_search",
+    "legs_from_rows",
+    "search_sql",
+]
+
+
+_FILTERS = """
+      AND (%(kind)s::text IS NULL OR m.kind = %(kind)s)
+      AND (%(after)s::timestamptz IS NULL OR m.event_time IS NULL OR m.event_time >= %(after)s)
+      AND (%(before)s::timestamptz IS NULL OR m.event_time IS NULL OR m.event_time <= %(before)s)"""
+
+_LIVE_USER = "m.app_name = %(app)s AND m.user_id = %(user)s AND m.deleted_at IS NULL"
+
+_VECTOR_LEG = f"""
+vec_ann AS (
+    -- big users: the HNSW index, with pgvector 0.8 iterative scans so the
+    -- per-user filter does not starve the candidate list
+    SELECT m.id, m.embedding <=> %(q)b::vector AS dist
+    FROM langmem_memories m
+    WHERE {_LIVE_USER} {_FILTERS}
+      AND (SELECT n FROM stats) > %(exact_max)s
+    ORDER BY {{ann_order}}
+    LIMIT %(pool)s),
+vec_exact AS (
+    -- small users: exact distances over the user's rows (btree), no index recall loss
+    SELECT id, dist FROM (
+        SELECT m.id, m.embedding <=> %(q)b::vector AS dist
+        FROM langmem_memories m
+        WHERE {_LIVE_USER} {_FILTERS}
+          AND (SELECT n FROM stats) <= %(exact_max)s
+        OFFSET 0) e
+    ORDER BY dist, id
+    LIMIT %(pool)s),
+vec AS (
+    SELECT id, dist, row_number() OVER (ORDER BY dist, id) AS r
+    FROM (SELECT * FROM vec_ann UNION ALL SELECT * FROM vec_exact) u
+    WHERE dist IS NOT NULL AND dist <> 'NaN'::float8),"""
+
+_GIVEN_VECTOR_LEG = """
+vec AS (
+    -- the ANN hits of a pinned heavy-user statement (`ANN_ONLY`), sent back in
+    SELECT id, dist, row_number() OVER (ORDER BY dist, id) AS r
+    FROM unnest(%(vec_ids)s::text[], %(vec_dists)s::float8[]) AS u(id, dist)
+    WHERE dist IS NOT NULL AND dist <> 'NaN'::float8),"""
+
+_ANN_ONLY = f"""
+SELECT m.id, m.embedding <=> %(q)b::vector AS dist
+FROM langmem_memories m
+WHERE {_LIVE_USER} {_FILTERS}
+ORDER BY {{ann_order}}
+LIMIT %(pool)s"""
+
+
+def _ann_order(dims: int) -> str:
+    """The ORDER BY the half-precision HNSW index serves (vector migration 3); it must
+    repeat the index expression exactly."""
+    return f"m.embedding::halfvec({int(dims)}) <=> %(q)b::vector::halfvec({int(dims)})"
+
+
+@functools.cache
+def ann_only_sql(dims: int) -> str:
+    """The vector leg alone, for users known to be above `exact_max`; runs pinned to the
+    HNSW index (`ANN_PIN_INDEX`), and the rest of the search runs unpinned with its hits."""
+    return _ANN_ONLY.format(ann_order=_ann_order(dims))
+
+
+_NO_VECTOR_LEG = """
+vec AS (SELECT NULL::text AS id, NULL::float8 AS dist, NULL::bigint AS r WHERE false),"""
+
+_KEYWORD_LEG = f"""
+kw AS (
+    SELECT id, row_number() OVER (ORDER BY rank DESC, id) AS r FROM (
+        SELECT c.id, ts_rank(c.tsv, (SELECT tsq FROM dfs)) AS rank FROM (
+            -- at most `budget` matching rows are ranked; when even the rarest token
+            -- matches more (heavy users, common words), the most recently updated
+            SELECT m.id, m.tsv FROM (
+                -- big users: the GIN index (its posting lists span every user)
+                SELECT m.id, m.tsv, m.updated_at FROM langmem_memories m
+                WHERE {_LIVE_USER} {_FILTERS}
+                  AND {{match}} AND (SELECT n FROM stats) > %(kw_scan_max)s
+                UNION ALL
+                -- small users: match over the user's own rows (btree), so the cost
+                -- does not grow with the table (GIN took 1-4 ms at 100k rows)
+                SELECT m.id, m.tsv, m.updated_at FROM (
+                    SELECT m.id, m.tsv, m.updated_at, m.text, m.topics FROM langmem_memories m
+                    WHERE {_LIVE_USER} {_FILTERS}
+                      AND (SELECT n FROM stats) <= %(kw_scan_max)s
+                    OFFSET 0) m
+                WHERE {{match}}) m
+            ORDER BY m.updated_at DESC
+            LIMIT %(budget)s) c
+        ORDER BY rank DESC, c.id
+        LIMIT %(kw_pool)s) k),"""
+
+_KEYWORD_MATCH = {
+    # separate statements, not one `tsv @@ q OR (like IS NOT NULL AND ...)`: under a
+    # generic plan that OR cannot use the GIN index, and a heavy user's every row
+    # was scanned (85 ms at 100k rows)
+    "tsq": "m.tsv @@ (SELECT tsq FROM dfs)",
+    # queries without a scorable token ("C#"): substring prefilter for the phrase fallback
+    "like": "lower(m.text || ' ' || array_to_string(m.topics, ' ')) LIKE ALL (%(like)s::text[])",
+}
+
+_NO_KEYWORD_LEG = """
+kw AS (SELECT NULL::text AS id, NULL::bigint AS r WHERE false),"""
+
+_SEARCH_TAIL = """
+fused AS (
+    SELECT coalesce(v.id, k.id) AS id, v.r AS vrank, k.r AS krank, v.dist,
+           coalesce(1.0 / (%(rrf_k)s + v.r), 0) + coalesce(1.0 / (%(rrf_k)s + k.r), 0) AS rrf
+    FROM vec v FULL OUTER JOIN kw k ON v.id = k.id)
+SELECT f.vrank, f.krank, f.dist, f.rrf::float8 AS rrf, s.n, s.content_sum, s.topic_sum, d.df,
+       CASE WHEN f.krank IS NOT NULL THEN m.content_doc END AS content_doc,
+       CASE WHEN f.krank IS NOT NULL THEN m.topic_doc END AS topic_doc,
+       m.id, m.version, m.updated_at, m.created_at
+FROM fused f
+CROSS JOIN LATERAL (
+    -- one primary-key probe per candidate (OFFSET 0 keeps the planner from
+    -- hash-joining against every row of a heavy user)
+    SELECT m.id, m.xmin::text AS version, m.updated_at, m.created_at, m.content_doc,
+           m.topic_doc
+    FROM langmem_memories m
+    WHERE m.app_name = %(app)s AND m.user_id = %(user)s AND m.id = f.id OFFSET 0) m
+CROSS JOIN stats s
+CROSS JOIN dfs d
+ORDER BY f.rrf DESC, m.updated_at DESC, m.created_at DESC, m.id"""
+
+_STATS = """
+WITH stats AS MATERIALIZED (
+    SELECT coalesce(max(live_count), 0) AS n, coalesce(max(content_len_sum), 0) AS content_sum,
+           coalesce(max(topic_len_sum), 0) AS topic_sum
+    FROM langmem_user_stats WHERE app_name = %(app)s AND user_id = %(user)s),
+terms AS MATERIALIZED (
+    -- document frequency of each query token among the user's live rows
+    SELECT t.i, t.lexeme, coalesce(u.df, 0) AS df
+    FROM unnest(%(df_terms)s::text[], %(lexemes)s::text[]) WITH ORDINALITY AS t(term, lexeme, i)
+    LEFT JOIN langmem_user_terms u
+      ON u.app_name = %(app)s AND u.user_id = %(user)s AND u.term = t.term),
+dfs AS MATERIALIZED (
+    -- the keyword leg matches the rarest tokens whose rows fit the budget
+    -- (always at least one): the same as all tokens for all but heavy users
+    SELECT ARRAY(SELECT df FROM terms ORDER BY i) AS df,
+           (SELECT string_agg(lexeme, ' | ') FROM (
+                SELECT lexeme, sum(df) OVER w AS cum, row_number() OVER w AS rn
+                FROM terms WINDOW w AS (ORDER BY df, i)) r
+            WHERE cum <= %(budget)s OR rn = 1)::tsquery AS tsq),"""
+
+
+_VECTOR_LEGS = {"sql": _VECTOR_LEG, "given": _GIVEN_VECTOR_LEG, "none": _NO_VECTOR_LEG}
+
+
+@functools.cache
+def search_sql(vector: str, keyword: str, dims: int) -> str:
+    """The fused statement for one leg combination: `vector` "sql", "given" or "none",
+    `keyword` "tsq", "like" or "none" (`dims` names the ANN index expression)."""
+    leg = _VECTOR_LEGS[vector]
+    if vector == "sql":
+        leg = leg.format(ann_order=_ann_order(dims))
+    kw = _NO_KEYWORD_LEG
+    if keyword != "none":
+        kw = _KEYWORD_LEG.format(match=_KEYWORD_MATCH[keyword])
+    return _STATS + leg + kw + _SEARCH_TAIL
+
+
+ANN_BEGIN = "BEGIN"
+ANN_PIN_INDEX = (
+    "SELECT set_config('enable_sort', 'off', true), set_config('enable_seqscan', 'off', true), "
+    "set_config('plan_cache_mode', 'force_custom_plan', true)"
+)
+ANN_END = "COMMIT"
+"""For a user known to be above `exact_max`: pgvector's cost model charges the HNSW
+scan in proportion to `hnsw.ef_search`, so at ef_search 200 and up to ~15k rows the
+planner prefers an exact seq scan + sort (measured 17-20 ms instead of ~2 ms at 10k
+rows). Disabling sorts and seq scans for this one statement (`set_config(..., true)`
+is transaction-local) leaves the HNSW scan as the only plan for the ANN branch. A custom
+plan is forced too: a cached generic plan was made without these settings."""
+
+KEYWORD_SCAN_MAX = 1_000
+"""Users with at most this many live rows are keyword-matched over their own rows, not GIN."""
+
+KEYWORD_BUDGET = 2_000
+"""Matching rows the keyword leg ranks at most (summed df of the tokens it uses)."""
+
+
+def tsquery_literal(term: str) -> str:
+    """One lexeme as tsquery input, quoted so no user character is ever read as an operator."""
+    return "'" + term.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+def _like_words(query: str) -> list[str] | None:
+    """Substring prefilter for the phrase fallback when the query has no scorable token ("C#")."""
+    if primary_tokens(query):
+        return None
+    words = "".join(c if c.isalnum() else " " for c in query.lower()).split()
+    if not words:
+        return None
+    escaped = (w.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") for w in words)
+    return ["%" + w + "%" for w in escaped]
+
+
+class SearchQuery:
+    """One candidate fetch: SQL text and parameters, and how to read its rows back."""
+
+    __slots__ = ("hybrid", "params", "sql", "terms", "vector")
+
+    def __init__(
+        self, sql: str, params: Params, terms: QueryTerms, vector: bool, hybrid: bool
+    ) -> None:
+        self.sql = sql
+        self.params = params
+        self.terms = terms
+        self.vector = vector
+        self.hybrid = hybrid
+
+
+def build_search(
+    user: UserKey,
+    options: SearchOptions,
+    kind: Kind | None,
+    pool: int,
+    query_vector: Sequence[float] | None,
+    exact_max: int,
+    vector_hits: Sequence[Row] | None = None,
+    dims: int = 0,
+) -> SearchQuery:
+    """The one-round-trip hybrid statement for `fetch(kind, pool)` of the shared pipeline.
+
+    The keyword leg runs whenever its candidates can matter: always without an
+    embedder, and for hybrid search. Each leg is bounded by `pool`; without an
+    embedder the keyword leg reads a wider slice, because the final order is
+    the composite score, not ts_rank. `vector_hits` are the rows of `ANN_ONLY`
+    when the vector leg already ran (pinned heavy users); `dims` is the
+    embedding dimension (the ANN index expression names it).
+    """
+    terms = QueryTerms.build(options.query)
+    use_vector = query_vector is not None
+    use_keyword = not use_vector or options.hybrid
+    like = _like_words(options.query) if use_keyword else None
+    tokens = terms.tokens
+    params: Params = user_params(
+        user,
+        q=vector_param(query_vector),
+        like=like,
+        df_terms=tokens if use_keyword else [],
+        lexemes=[tsquery_literal(t) for t in tokens] if use_keyword else [],
+        budget=KEYWORD_BUDGET,
+        kw_scan_max=KEYWORD_SCAN_MAX,
+        kind=None if kind is None else kind.value,
+        after=options.time_after,
+        before=options.time_before,
+        pool=pool,
+        kw_pool=pool if use_vector else max(pool * 4, 200),
+        rrf_k=options.rrf_k,
+        exact_max=exact_max,
+    )
+    dims = dims or len(query_vector or ())
+    keyword_leg = "none"
+    if use_keyword:
+        keyword_leg = "tsq" if like is None else "like"
+    vector_leg = "none"
+    if use_vector:
+        vector_leg = "sql" if vector_hits is None else "given"
+    if vector_hits is not None:
+        params["vec_ids"] = [r["id"] for r in vector_hits]
+        params["vec_dists"] = [r["dist"] for r in vector_hits]
+    return SearchQuery(
+        search_sql(vector_leg, keyword_leg, dims), params, terms, use_vector, options.hybrid
+    )
+
+
+def legs_from_rows(
+    query: SearchQuery, rows: Sequence[Row], entries: Mapping[str, Entry]
+) -> tuple[list[tuple[Entry, float]] | None, list[tuple[Entry, float]]]:
+    """Rows of the fused statement -> (vector leg, keyword leg), each in its SQL rank order.
+
+    Scores are absolute: cosine for the vector leg, and the shared keyword
+    composite (computed here on the candidates, with the user's corpus stats
+    from the same statement) for the keyword leg; never ts_rank. `entries`
+    holds the candidates' entries by id (a row deleted since is left out).
+    """
+    vector: list[tuple[int, Entry, float]] = []
+    keyword: list[tuple[int, Entry, float]] = []
+    stats: CorpusStats | None = None
+    for row in rows:
+        entry = entries.get(row["id"])
+        if entry is None:
+            continue
+        if row["vrank"] is not None:
+            dist = float(row["dist"])
+            score = 0.0 if math.isnan(dist) else max(0.0, 1.0 - dist)
+            vector.append((row["vrank"], entry, score))
+        if row["krank"] is not None:
+            if stats is None:
+                stats = corpus_stats(query.terms, row)
+            doc = _candidate_doc(query, row, entry)
+            keyword.append((row["krank"], entry, keyword_score(query.terms, doc, stats)))
+    vector.sort(key=lambda item: item[0])
+    keyword.sort(key=lambda item: item[0])
+    return (
+        [(e, s) for _, e, s in vector] if query.vector else None,
+        [(e, s) for _, e, s in keyword],
+    )
+
+
+def _candidate_doc(query: SearchQuery, row: Row, entry: Entry) -> KeywordDoc:
+    """The stored documents split back into a `KeywordDoc` (no tokenizer run).
+
+    A row the tsquery matched holds a query token, so the phrase fallback
+    (which needs the loose-normalised text) never runs for it; rows found by
+    the substring prefilter, and rows written before migration 6 was
+    backfilled, are tokenised as before.
+    """
+    content, topics = row["content_doc"], row["topic_doc"]
+    if content is None or topics is None or query.params["like"] is not None:
+        return KeywordDoc.build(entry.memory.text, entry.memory.topics)
+    return keyword_doc(content, topics)
+
+
+def corpus_stats(terms: QueryTerms, row: Row) -> CorpusStats:
+    """BM25 stats for the query's tokens only: all the composite score ever looks up."""
+    n = int(row["n"])
+    return CorpusStats(
+        n_docs=n,
+        df=dict(zip(terms.tokens, (int(x) for x in row["df"]), strict=True)),
+        avg_content_len=max(int(row["content_sum"]) / n, 1.0) if n else 1.0,
+        avg_topic_len=max(int(row["topic_sum"]) / n, 1.0) if n else 1.0,
+    )
