@@ -1,10 +1,14 @@
 """QA arms: answer each question with a chat model and score it with the official metric.
 
-Arms: `long-context` (the whole transcript, official prompt layout) and
+Arms: `long-context` (the whole transcript, official prompt layout),
 `raw-turns` (verbatim turn episodes, the library's default search, top-k
-turns in the prompt); `observations` uses LoCoMo's oracle facts. Each answered
-question is appended to a JSONL trace at once, so an interrupted run resumes
-by skipping the questions already in the trace.
+turns in the prompt), `observations` (LoCoMo's oracle facts), and the two
+memory arms (`memory_qa.py`): `memory-vector` (`LLMExtractor` memories,
+vector-only search, the baseline) and `memory-hybrid` (the same memories,
+default hybrid search plus multi-pass `memory_search` tool calls). Each
+answered question is appended to a JSONL trace at once, so an interrupted run
+resumes by skipping the questions already in the trace; the memory arms also
+cache each conversation's extraction (`extract.py`).
 """
 
 from __future__ import annotations
@@ -24,23 +28,34 @@ from langchain_core.messages import HumanMessage
 
 from ...errors import ConfigurationError
 from ...types import SearchOptions, UserKey
+from .extract import ExtractedConversation, extract_conversation
 from .loader import Conversation, Question
+from .memory_qa import MEMORY_ARMS, MemoryAnswerer
+from .meter import usage_of
+from .prompts import ANSWER_INSTRUCTION, question_text
 from .retrieval import ServiceFactory, estimate_tokens
 from .scorer import aggregate, score_answer
 from .units import UnitKind, conversation_units, ingest_units
 
-__all__ = ["QA_ARMS", "chat_model_from_env", "long_context_prompt", "run_qa"]
+__all__ = [
+    "ANSWER_INSTRUCTION",
+    "MEMORY_ARMS",
+    "QA_ARMS",
+    "chat_model_from_env",
+    "long_context_prompt",
+    "run_qa",
+    "summarize_qa",
+]
 
-QA_ARMS = ("long-context", "raw-turns", "observations")
-ANSWER_INSTRUCTION = (
-    "Based on the above context, write an answer in the form of a short phrase for the following question. "
-    "Answer with exact words from the context whenever possible. If the context does not say, answer "
-    '"Not mentioned in the conversation".'
-)
+QA_ARMS = ("long-context", "raw-turns", "observations", *MEMORY_ARMS)
+Answer = Callable[[Question, str], dict[str, Any]]
 
 
-def chat_model_from_env(model: str | None) -> BaseChatModel | None:
-    """An OpenAI-compatible chat model from OPENAI_API_KEY / OPENAI_BASE_URL, or None."""
+def chat_model_from_env(model: str | None, max_tokens: int = 64) -> BaseChatModel | None:
+    """An OpenAI-compatible chat model from OPENAI_API_KEY / OPENAI_BASE_URL, or None.
+
+    `max_tokens` 64 suits short answers; extraction and tool calls need more.
+    """
     if not os.environ.get("OPENAI_API_KEY"):
         return None
     try:
@@ -51,7 +66,7 @@ def chat_model_from_env(model: str | None) -> BaseChatModel | None:
         ) from exc
     name = model or os.environ.get("LOCOMO_MODEL", "gpt-4o-mini")
     return ChatOpenAI(
-        model=name, temperature=0, max_tokens=64, base_url=os.environ.get("OPENAI_BASE_URL")
+        model=name, temperature=0, max_tokens=max_tokens, base_url=os.environ.get("OPENAI_BASE_URL")
     )
 
 
@@ -69,16 +84,6 @@ def long_context_prompt(conv: Conversation) -> str:
             parts.append(line + (f" and shared {t.caption}." if t.caption else ""))
         parts.append("")
     return "\n".join(parts)
-
-
-def _question_text(q: Question, rng: random.Random) -> str:
-    if q.category == 2:
-        return q.question + " Use DATE of CONVERSATION to answer with an approximate date."
-    if q.category == 5 and q.adversarial_answer:
-        options = ["Not mentioned in the conversation", str(q.adversarial_answer)]
-        rng.shuffle(options)
-        return f"{q.question} Select the correct answer: (a) {options[0]} (b) {options[1]}."
-    return q.question
 
 
 class _Retriever:
@@ -109,13 +114,67 @@ class _Retriever:
         return "Memories (date: speaker: text):\n" + "\n".join(lines) + "\n", ranks
 
 
-def _usage(message: Any) -> dict[str, int]:
-    meta = getattr(message, "usage_metadata", None) or {}
-    details = meta.get("input_token_details") or {}
+def _plain_answerer(
+    arm: str,
+    conv: Conversation,
+    model: BaseChatModel,
+    make_service: ServiceFactory,
+    embeddings: Embeddings | None,
+    top_k: int,
+) -> Answer:
+    """One model call over the transcript (long-context) or the top-k units."""
+    retriever = None
+    if arm != "long-context":
+        units: UnitKind = "turns" if arm == "raw-turns" else "observations"
+        retriever = _Retriever(conv, units, make_service, embeddings, top_k)
+
+    def answer(q: Question, text: str) -> dict[str, Any]:
+        ranks: list[dict[str, Any]] = []
+        if retriever is None:
+            context = long_context_prompt(conv)
+        else:
+            context, ranks = retriever.context(q.question)
+        prompt = f"{context}\n{ANSWER_INSTRUCTION}\nQuestion: {text} Short answer:"
+        started = time.perf_counter()
+        reply = model.invoke([HumanMessage(prompt)])
+        latency = time.perf_counter() - started
+        return {
+            "answer": str(reply.content).strip(),
+            "retrieval": ranks,
+            "prompt_tokens_est": estimate_tokens(prompt),
+            "usage": usage_of(reply),
+            "calls": 1,
+            "latency_s": latency,
+        }
+
+    return answer
+
+
+def _extraction_fields(extracted: ExtractedConversation, questions: int) -> dict[str, Any]:
+    """Per-session extractor operations and the extraction cost shared by the conversation's questions."""
+    totals = extracted.totals
     return {
-        "prompt": int(meta.get("input_tokens", 0)),
-        "completion": int(meta.get("output_tokens", 0)),
-        "cached": int(details.get("cache_read", 0)),
+        "memories": len(extracted.memory_session),
+        "extraction": [
+            {
+                k: s[k]
+                for k in (
+                    "session",
+                    "status",
+                    "proposed",
+                    "added",
+                    "updated",
+                    "deleted",
+                    "duplicates",
+                    "failed_ops",
+                )
+            }
+            | {"calls": s["usage"]["calls"]}
+            for s in extracted.sessions
+        ],
+        "extraction_amortised": {
+            k: totals[k] / questions for k in ("calls", "prompt", "completion", "cached")
+        },
     }
 
 
@@ -129,8 +188,17 @@ def run_qa(
     top_k: int = 10,
     include_adversarial: bool = True,
     progress: Callable[[Iterable[Any], str, int], Iterable[Any]] | None = None,
+    *,
+    extract_model: BaseChatModel | None = None,
+    extraction_dir: Path | None = None,
+    max_passes: int = 3,
 ) -> dict[str, Any]:
-    """Answer, score and trace every question of one arm; resumes from `trace_path`."""
+    """Answer, score and trace every question of one arm; resumes from `trace_path`.
+
+    The memory arms extract with `LLMExtractor(extract_model or model)` and
+    cache the result per conversation in `extraction_dir` (default: an
+    `extraction` folder beside the trace), shared by both memory arms.
+    """
     if arm not in QA_ARMS:
         raise ConfigurationError(f"unknown QA arm {arm!r}; choose from {', '.join(QA_ARMS)}")
     trace_path.parent.mkdir(parents=True, exist_ok=True)
@@ -140,6 +208,12 @@ def run_qa(
             if line:
                 row = json.loads(line)
                 done[f"{row['sample_id']}#{row['index']}"] = row
+    extractor = None
+    if arm in MEMORY_ARMS:
+        from ...extraction.extractor import LLMExtractor
+
+        extractor = LLMExtractor(extract_model or model)
+    cache = extraction_dir or trace_path.parent / "extraction"
     rng = random.Random(1234)
     with trace_path.open("a", encoding="utf-8") as trace:
         for conv in progress(conversations, arm, len(conversations)) if progress else conversations:
@@ -147,35 +221,29 @@ def run_qa(
             todo = [q for q in questions if f"{conv.sample_id}#{q.index}" not in done]
             if not todo:
                 continue
-            retriever = None
-            if arm != "long-context":
-                units: UnitKind = "turns" if arm == "raw-turns" else "observations"
-                retriever = _Retriever(conv, units, make_service, embeddings, top_k)
+            extra: dict[str, Any] = {}
+            if extractor is not None:
+                extracted = extract_conversation(
+                    conv, extractor, make_service, embeddings, cache, progress
+                )
+                extra = _extraction_fields(extracted, len(questions))
+                answer: Answer = MemoryAnswerer(
+                    arm, conv, extracted, model, top_k, max_passes
+                ).answer
+            else:
+                answer = _plain_answerer(arm, conv, model, make_service, embeddings, top_k)
             for q in todo:
-                ranks: list[dict[str, Any]] = []
-                if retriever is None:
-                    context = long_context_prompt(conv)
-                else:
-                    context, ranks = retriever.context(q.question)
-                prompt = f"{context}\n{ANSWER_INSTRUCTION}\nQuestion: {_question_text(q, rng)} Short answer:"
-                started = time.perf_counter()
-                reply = model.invoke([HumanMessage(prompt)])
-                latency = time.perf_counter() - started
-                answer = str(reply.content).strip()
+                fields = answer(q, question_text(q, rng))
                 row = {
                     "sample_id": conv.sample_id,
                     "index": q.index,
                     "category": q.category,
                     "question": q.question,
                     "gold": q.answer,
-                    "answer": answer,
-                    "score": round(score_answer(answer, q.answer, q.category), 3),
-                    "retrieval": ranks,
+                    "score": round(score_answer(fields["answer"], q.answer, q.category), 3),
                     "evidence": list(q.evidence),
-                    "prompt_tokens_est": estimate_tokens(prompt),
-                    "usage": _usage(reply),
-                    "calls": 1,
-                    "latency_s": latency,
+                    **fields,
+                    **extra,
                 }
                 trace.write(json.dumps(row, ensure_ascii=False) + "\n")
                 trace.flush()
@@ -183,22 +251,45 @@ def run_qa(
     return summarize_qa(list(done.values()))
 
 
+def _per_q(rows: list[dict[str, Any]], get: Callable[[dict[str, Any]], float]) -> float:
+    return sum(get(r) for r in rows) / len(rows)
+
+
 def summarize_qa(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """F1 per category (with and without cat 5) and cost per question.
+
+    Memory arms add `cost.extraction` (calls and tokens amortised per question
+    and in total) and `cost.total_*` (extraction + answering) per question.
+    """
     if not rows:
         return {}
     latencies = sorted(r["latency_s"] for r in rows)
     p95 = latencies[min(len(latencies) - 1, int(0.95 * len(latencies)))]
     n = len(rows)
-    return {
-        "f1": aggregate((r["category"], r["score"]) for r in rows),
-        "cost": {
-            "questions": n,
-            "prompt_tokens_per_q": sum(r["usage"]["prompt"] for r in rows) / n,
-            "completion_tokens_per_q": sum(r["usage"]["completion"] for r in rows) / n,
-            "cached_tokens_per_q": sum(r["usage"]["cached"] for r in rows) / n,
-            "prompt_tokens_est_per_q": sum(r["prompt_tokens_est"] for r in rows) / n,
-            "calls_per_q": sum(r["calls"] for r in rows) / n,
-            "latency_p50_s": statistics.median(latencies),
-            "latency_p95_s": p95,
-        },
+    cost: dict[str, Any] = {
+        "questions": n,
+        "prompt_tokens_per_q": _per_q(rows, lambda r: r["usage"]["prompt"]),
+        "completion_tokens_per_q": _per_q(rows, lambda r: r["usage"]["completion"]),
+        "cached_tokens_per_q": _per_q(rows, lambda r: r["usage"]["cached"]),
+        "prompt_tokens_est_per_q": _per_q(rows, lambda r: r["prompt_tokens_est"]),
+        "calls_per_q": _per_q(rows, lambda r: r["calls"]),
+        "latency_p50_s": statistics.median(latencies),
+        "latency_p95_s": p95,
     }
+    if all("extraction_amortised" in r for r in rows):
+        names = {"calls": "calls", "prompt": "prompt_tokens", "completion": "completion_tokens"}
+        names["cached"] = "cached_tokens"
+        extraction: dict[str, Any] = {}
+        for key, name in names.items():
+            total = sum(r["extraction_amortised"][key] for r in rows)
+            extraction[f"{name}_total"] = round(total, 3)
+            extraction[f"{name}_per_q"] = total / n
+        memories = {r["sample_id"]: r["memories"] for r in rows}
+        extraction["conversations"] = len(memories)
+        extraction["memories_per_conversation"] = sum(memories.values()) / len(memories)
+        cost["extraction"] = extraction
+        cost["tool_calls_per_q"] = _per_q(rows, lambda r: len(r.get("tool_calls", ())))
+        for key, name in names.items():
+            answer_key = "calls_per_q" if key == "calls" else f"{name}_per_q"
+            cost[f"total_{name}_per_q"] = cost[answer_key] + extraction[f"{name}_per_q"]
+    return {"f1": aggregate((r["category"], r["score"]) for r in rows), "cost": cost}

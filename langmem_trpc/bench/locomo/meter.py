@@ -1,0 +1,80 @@
+"""Count model calls and tokens, wherever the call happens.
+
+`LLMExtractor` calls its model inside the worker's job, out of the
+benchmark's reach, so calls are metered with a LangChain callback installed
+through a context variable (`metered()`): every chat model call made in that
+context (this thread) is counted, with no change to the library.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any
+
+from langchain_core.callbacks import BaseCallbackHandler
+from langchain_core.outputs import ChatGeneration, LLMResult
+from langchain_core.tracers.context import register_configure_hook
+
+__all__ = ["UsageMeter", "metered", "usage_of"]
+
+
+def usage_of(message: Any) -> dict[str, int]:
+    """Prompt, completion and cached tokens a provider reported on one message (0 when not)."""
+    meta = getattr(message, "usage_metadata", None) or {}
+    details = meta.get("input_token_details") or {}
+    return {
+        "prompt": int(meta.get("input_tokens", 0)),
+        "completion": int(meta.get("output_tokens", 0)),
+        "cached": int(details.get("cache_read", 0) or 0),
+    }
+
+
+class UsageMeter(BaseCallbackHandler):
+    """Sums calls and reported tokens of every chat model call it sees."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._lock = threading.Lock()
+        self.calls = 0
+        self.prompt = 0
+        self.completion = 0
+        self.cached = 0
+
+    def on_llm_end(self, response: LLMResult, **kwargs: Any) -> None:
+        for generations in response.generations:
+            for generation in generations:
+                if not isinstance(generation, ChatGeneration):
+                    continue
+                usage = usage_of(generation.message)
+                with self._lock:
+                    self.calls += 1
+                    self.prompt += usage["prompt"]
+                    self.completion += usage["completion"]
+                    self.cached += usage["cached"]
+
+    def snapshot(self) -> dict[str, int]:
+        with self._lock:
+            return {
+                "calls": self.calls,
+                "prompt": self.prompt,
+                "completion": self.completion,
+                "cached": self.cached,
+            }
+
+
+_METER: ContextVar[UsageMeter | None] = ContextVar("langmem_trpc_bench_meter", default=None)
+register_configure_hook(_METER, inheritable=True)
+
+
+@contextmanager
+def metered() -> Iterator[UsageMeter]:
+    """A fresh meter that sees every chat model call made inside the block (this context)."""
+    meter = UsageMeter()
+    token = _METER.set(meter)
+    try:
+        yield meter
+    finally:
+        _METER.reset(token)
