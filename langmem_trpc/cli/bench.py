@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -143,6 +144,18 @@ def bench() -> None:
     show_default=True,
     help="QA retrieval depth; comma list = ablation.",
 )
+@click.option(
+    "--extract-model",
+    default=None,
+    help="Chat model for LLMExtractor in the memory-* arms (default: --model).",
+)
+@click.option(
+    "--max-passes",
+    type=click.IntRange(0, 10),
+    default=3,
+    show_default=True,
+    help="memory-hybrid: most memory_search tool rounds before the answer.",
+)
 @click.option("--mem0-labels", is_flag=True, help="Label categories the way Mem0-style tables do.")
 def locomo(
     data: Path | None,
@@ -158,13 +171,20 @@ def locomo(
     backend: str,
     model: str | None,
     top_k: str,
+    extract_model: str | None,
+    max_passes: int,
     mem0_labels: bool,
 ) -> None:
     """LoCoMo: offline retrieval recall (--retrieval) or QA arms with a chat model.
 
+    QA arms: long-context, raw-turns, observations, memory-vector (LLMExtractor
+    memories + vector search) and memory-hybrid (the same memories + default
+    hybrid search + up to --max-passes memory_search tool calls).
+
     Example:
 
         langmem-trpc bench locomo --retrieval --ablation --out recall.json --plots docs/img
+        langmem-trpc bench locomo --arms memory-vector,memory-hybrid --out qa.json
     """
     from ..bench.locomo.loader import load_locomo
     from ..errors import ConfigurationError
@@ -188,7 +208,15 @@ def locomo(
     if retrieval:
         _run_retrieval(convs, arms, ablation, run_dir, fresh, backend, payload)
     else:
-        _run_qa(convs, arms, run_dir, backend, model, top_k, payload)
+        _run_qa(
+            convs,
+            arms,
+            run_dir,
+            backend,
+            QaModels(model, extract_model, max_passes),
+            top_k,
+            payload,
+        )
     if payload["arms"] and any("recall@10" in a for a in payload["arms"].values()):
         from ..bench.locomo.report import markdown_tables
 
@@ -271,18 +299,44 @@ def _run_retrieval(
     )
 
 
+@dataclass(frozen=True)
+class QaModels:
+    """Which chat models the QA arms use (names; the endpoint comes from the environment)."""
+
+    answer: str | None
+    extract: str | None = None
+    max_passes: int = 3
+
+
+def _qa_embeddings(run_dir: Path, chosen: list[str]) -> tuple[Any, str | None]:
+    """MiniLM when the [local] extra is installed; the memory arms fall back to hashing."""
+    embeddings = _embeddings(run_dir, any(a != "long-context" for a in chosen))
+    if embeddings is not None:
+        return embeddings, "all-MiniLM-L6-v2"
+    if any(a.startswith("memory-") for a in chosen):
+        from ..testing import HashingEmbeddings
+
+        click.echo(
+            "local embeddings are missing (the [local] extra: pip install torch==2.13.0 && "
+            "pip install 'langmem-trpc[local]'); the memory arms use HashingEmbeddings (token "
+            "hashing, no semantics), so their vector figures are not comparable"
+        )
+        return HashingEmbeddings(), "hashing (fallback)"
+    return None, None
+
+
 def _run_qa(
     convs: list[Any],
     arms: str | None,
     run_dir: Path,
     backend: str,
-    model_name: str | None,
+    models: QaModels,
     top_k: str,
     payload: dict[str, Any],
 ) -> None:
     from ..bench.locomo.qa import QA_ARMS, chat_model_from_env, run_qa
 
-    model = chat_model_from_env(model_name)
+    model = chat_model_from_env(models.answer)
     if model is None:
         click.echo(
             "QA arms need a chat model: set OPENAI_API_KEY (and OPENAI_BASE_URL / --model for other "
@@ -290,20 +344,44 @@ def _run_qa(
         )
         return
     chosen = arms.split(",") if arms else list(QA_ARMS)
-    embeddings = _embeddings(run_dir, any(a != "long-context" for a in chosen))
+    unknown = [a for a in chosen if a not in QA_ARMS]
+    if unknown:
+        raise click.ClickException(f"unknown QA arm(s) {unknown}; choose from {list(QA_ARMS)}")
+    embeddings, embedder = _qa_embeddings(run_dir, chosen)
+    extract_model = None
+    if any(a.startswith("memory-") for a in chosen):
+        # extraction emits many tool calls and the hybrid arm's searches need room too
+        extract_model = chat_model_from_env(models.extract or models.answer, max_tokens=4096)
+    tool_model = chat_model_from_env(models.answer, max_tokens=256)
     for arm in chosen:
         for k in [int(x) for x in top_k.split(",")] if arm != "long-context" else [0]:
             name = arm if k in (0, 10) else f"{arm}@{k}"
             summary = run_qa(
                 convs,
                 arm,
-                model,
+                (tool_model if arm == "memory-hybrid" else model) or model,
                 _service_factory(backend, run_dir),
                 embeddings,
                 run_dir / "qa" / f"{name}.jsonl",
                 top_k=k or 10,
                 progress=_progress,
+                extract_model=extract_model,
+                extraction_dir=run_dir
+                / "qa"
+                / "extraction"
+                / _slug(models.extract or models.answer),
+                max_passes=models.max_passes,
             )
-            payload["arms"][name] = {"qa": summary}
+            entry: dict[str, Any] = {"qa": summary}
+            if arm != "long-context":
+                entry["embedder"] = embedder
+            payload["arms"][name] = entry
             click.echo(f"{name}: {summary.get('f1')} {summary.get('cost')}")
-    payload["default_arm"] = "raw-turns" if "raw-turns" in chosen else None
+    default = next((a for a in ("raw-turns", "memory-hybrid") if a in chosen), None)
+    payload["default_arm"] = default
+
+
+def _slug(model: Any) -> str:
+    """A folder name for the extraction cache of one extraction model."""
+    text = str(getattr(model, "model_name", None) or "model")
+    return "".join(c if c.isalnum() or c in "-._" else "_" for c in text)

@@ -173,7 +173,7 @@ def _extraction_fields(extracted: ExtractedConversation, questions: int) -> dict
             for s in extracted.sessions
         ],
         "extraction_amortised": {
-            k: totals[k] / questions for k in ("calls", "prompt", "completion", "cached")
+            k: totals[k] / questions for k in ("calls", "prompt", "completion", "cached", "seconds")
         },
     }
 
@@ -284,6 +284,9 @@ def summarize_qa(rows: list[dict[str, Any]]) -> dict[str, Any]:
             total = sum(r["extraction_amortised"][key] for r in rows)
             extraction[f"{name}_total"] = round(total, 3)
             extraction[f"{name}_per_q"] = total / n
+        extraction["seconds_total"] = round(
+            sum(r["extraction_amortised"].get("seconds", 0.0) for r in rows), 3
+        )
         memories = {r["sample_id"]: r["memories"] for r in rows}
         extraction["conversations"] = len(memories)
         extraction["memories_per_conversation"] = sum(memories.values()) / len(memories)
