@@ -236,7 +236,7 @@ def test_migrations_are_idempotent_and_recorded(clean_url):
         ).fetchall()
     assert [(s, v) for s, v, _ in rows] == [
         ("core", i) for i in range(1, len(_sql.MIGRATIONS) + 1)
-    ] + [("vector", 1), ("vector", 2), ("vector", 3)]
+    ] + [("vector", 1), ("vector", 2), ("vector", 3), ("vector", 4)]
     assert [c for s, _, c in rows if s == "core"] == [_sql.checksum(m) for m in _sql.MIGRATIONS]
 
 
@@ -252,6 +252,7 @@ PINNED: list[str] = [
     "d1d5584650e25e77",
     "1c6695d26ef1684c",
     "497dc67b4c283c50",
+    "5a2a038fd3c68f20",
 ]
 
 
@@ -453,7 +454,8 @@ async def test_bulk_copy_keeps_every_field_sync_and_async(svc):
 
 
 def test_pinned_ann_leg_uses_the_half_precision_hnsw_index(svc, clean_url):
-    """The ANN ORDER BY repeats the halfvec index expression (vector migration 3) exactly."""
+    """The ANN ORDER BY and WHERE repeat the halfvec index expression and predicate
+    (vector migration 4) exactly."""
     svc.add_many(ALICE, [Memory(text=f"note {i} on subject {i}") for i in range(50)])
     query = HashingEmbeddings().embed_query("note 7")
     built = _search_sql.build_search(ALICE, SearchOptions(query="note 7"), None, 30, query, 0)
@@ -462,7 +464,7 @@ def test_pinned_ann_leg_uses_the_half_precision_hnsw_index(svc, clean_url):
         plan = conn.execute(
             "EXPLAIN " + _search_sql.ann_only_sql(len(query)), built.params
         ).fetchall()
-    assert "langmem_memories_embedding_hnsw_half" in "\n".join(r[0] for r in plan)
+    assert "langmem_memories_embedding_hnsw_ready" in "\n".join(r[0] for r in plan)
 
 
 def test_search_learns_the_dimension_when_another_process_ran_setup(opened):
@@ -512,3 +514,113 @@ def test_keyword_leg_scan_and_gin_branches_agree(opened, monkeypatch, embeddings
     assert all(scanned)
     monkeypatch.setattr(_search_sql, "KEYWORD_SCAN_MAX", 0)
     assert [_scored(svc, q) for q in queries] == scanned
+
+
+# --- deferred indexing (bulk imports) -------------------------------------------
+
+
+def _pending_rows(url: str) -> int:
+    with psycopg.connect(url) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM langmem_memories WHERE deleted_at IS NULL AND NOT indexed"
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+@pytest.mark.parametrize("exact_max", [10_000, 0], ids=["exact", "hnsw"])
+def test_deferred_bulk_load_is_searchable_before_and_after_indexing(opened, clean_url, exact_max):
+    """Rows loaded with defer_index=True are outside the HNSW graph until index_pending():
+    searches return the same hits before, during (half indexed) and after, for the
+    exact branch, the unpinned ANN statement and the pinned one."""
+    svc = opened(embeddings=HashingEmbeddings(), exact_search_max=exact_max)
+    ref = opened(embeddings=HashingEmbeddings(), exact_search_max=exact_max)
+    indexed = [Memory(text=f"indexed note n{i} about river r{i}") for i in range(40)]
+    deferred = [Memory(text=f"deferred note n{i} about mountain m{i}") for i in range(60)]
+    assert svc.add_many(ALICE, indexed) == 40
+    assert svc.add_many(ALICE, deferred, defer_index=True) == 60
+    assert svc.add_many(BOB, deferred[:5]) == 5  # another user's default path
+    assert svc.pending_count(ALICE) == 60 and svc.pending_count(BOB) == 0
+    assert _pending_rows(clean_url) == 60
+    queries = ["deferred note n17 about mountain m17", "indexed note n13 about river r13"]
+    options = [SearchOptions(max_results=5, hybrid=h) for h in (False, True)]
+
+    def answers() -> list[list[str]]:
+        return [[e.text for e in svc.search(ALICE, q, o)] for q in queries for o in options]
+
+    before = answers()
+    assert before == answers()  # second pass: the user's size is known, ANN leg pinned
+    assert [a[0] for a in before] == [queries[0]] * 2 + [queries[1]] * 2, before
+    assert svc.index_pending(ALICE, batch_size=25) == 60
+    assert svc.pending_count() == 0 and _pending_rows(clean_url) == 0
+    after = answers()
+    assert [a[0] for a in after] == [a[0] for a in before]
+    bob_query = "deferred note n3 about mountain m3"
+    assert [e.text for e in ref.search(BOB, bob_query, options[0])][0] == bob_query
+
+
+async def test_deferred_load_async_and_index_pending_of_every_user(opened, clean_url):
+    svc = opened(embeddings=HashingEmbeddings(), exact_search_max=0)
+    for user in (ALICE, BOB):
+        added = await svc.aadd_many(
+            user, [f"{user.user_id} fact item{i}" for i in range(30)], defer_index=True
+        )
+        assert added == 30
+    assert await svc.apending_count() == 60
+    hit = (await svc.asearch(BOB, "bob fact item7", SearchOptions(max_results=1)))[0]
+    assert (hit.user_id, hit.text) == ("bob", "bob fact item7")
+    assert await svc.aindex_pending() == 60
+    assert await svc.apending_count() == 0
+    hit = (await svc.asearch(ALICE, "alice fact item7", SearchOptions(max_results=1)))[0]
+    assert (hit.user_id, hit.text) == ("alice", "alice fact item7")
+
+
+def test_deferred_rows_follow_update_delete_and_revive(opened, clean_url):
+    """Writes on a pending row keep it correct: update and revive index it (the default
+    path), delete removes it from search and from the pending set."""
+    svc = opened(embeddings=HashingEmbeddings(), exact_search_max=0)
+    svc.add_many(ALICE, [f"pending fact {i}" for i in range(10)], defer_index=True)
+    rows = {e.text: e for e in svc.read(ALICE)}
+    svc.update(ALICE, rows["pending fact 1"].id, "pending fact one, updated")
+    svc.delete(ALICE, rows["pending fact 2"].id)
+    assert svc.pending_count(ALICE) == 8
+    texts = [e.text for e in svc.search(ALICE, "pending fact", SearchOptions(max_results=20))]
+    assert "pending fact 2" not in texts and "pending fact one, updated" in texts
+    svc.add(ALICE, "pending fact 2")  # revives the deleted row through the default path
+    assert svc.pending_count(ALICE) == 8
+    assert svc.search(ALICE, "pending fact 2", SearchOptions(max_results=1))[0].text == (
+        "pending fact 2"
+    )
+
+
+def test_pending_leg_reads_the_partial_btree_not_the_users_rows(svc, clean_url):
+    """With nothing pending, the exact pending leg is an index probe of the (empty)
+    partial index, so the default path pays nothing for it."""
+    svc.add_many(ALICE, [Memory(text=f"note {i} on subject {i}") for i in range(50)])
+    query = HashingEmbeddings().embed_query("note 7")
+    built = _search_sql.build_search(ALICE, SearchOptions(query="note 7"), None, 30, query, 0)
+    with psycopg.connect(clean_url) as conn:
+        conn.execute("ANALYZE langmem_memories")
+        plan = "\n".join(
+            r[0] for r in conn.execute("EXPLAIN " + built.sql, built.params).fetchall()
+        )
+    assert "langmem_memories_pending" in plan
+
+
+def test_index_pending_rejects_a_bad_batch_size(svc):
+    from langmem_trpc.errors import InvalidInputError
+
+    with pytest.raises(InvalidInputError, match="batch_size"):
+        svc.index_pending(batch_size=0)
+
+
+@pytest.mark.parametrize("size", [0, 1])
+def test_entry_cache_size_is_configurable(opened, size):
+    svc = opened(embeddings=HashingEmbeddings(), entry_cache_size=size)
+    for i in range(3):
+        svc.add(ALICE, f"cached fact {i}")
+    for _ in range(2):
+        assert len(svc.search(ALICE, "cached fact", SearchOptions(max_results=3))) == 3
+    assert len(svc._search_cache.entries) == size
+    with pytest.raises(ConfigurationError, match="entry_cache_size"):
+        opened(entry_cache_size=-1)

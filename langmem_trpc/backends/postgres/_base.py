@@ -33,6 +33,7 @@ from ...types import (
     UserKey,
 )
 from . import _plans
+from ._cache import MAX_ENTRIES, EntryCache
 from ._plans import Op
 
 if TYPE_CHECKING:
@@ -63,6 +64,7 @@ class PostgresBase:
         pool_timeout: float = 5.0,
         ef_search: int = DEFAULT_EF_SEARCH,
         exact_search_max: int = DEFAULT_EXACT_SEARCH_MAX,
+        entry_cache_size: int = MAX_ENTRIES,
     ) -> None:
         from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
@@ -83,13 +85,20 @@ class PostgresBase:
                 "PostgresMemoryService needs a connection string, a psycopg_pool.ConnectionPool "
                 f"or an AsyncConnectionPool, not {type(conninfo_or_pool).__name__}"
             )
-        if pool_size < 1 or ef_search < 1 or exact_search_max < 0 or pool_timeout <= 0:
+        if (
+            pool_size < 1
+            or ef_search < 1
+            or exact_search_max < 0
+            or pool_timeout <= 0
+            or entry_cache_size < 0
+        ):
             raise ConfigurationError(
-                "pool_size and ef_search must be >= 1, exact_search_max >= 0, pool_timeout > 0"
+                "pool_size and ef_search must be >= 1, exact_search_max and entry_cache_size "
+                ">= 0, pool_timeout > 0"
             )
         self._embeddings = embeddings
         self._limits = limits or Limits()
-        self._search_cache = _plans.SearchCache(dims=dims)
+        self._search_cache = _plans.SearchCache(dims=dims, entries=EntryCache(entry_cache_size))
         self._pool_size = pool_size
         # Seconds to wait for a connection: during an outage a preload or tool call
         # fails fast (psycopg_pool's own default is 30 s).

@@ -4,6 +4,10 @@ Binary COPY sends vectors in pgvector's binary format straight from numpy
 (no JSON or text float formatting on the client, no parsing on the server). The INSERT is idempotent through the
 live-fingerprint unique index (`ON CONFLICT DO NOTHING`) and writes one
 history event per new row. Soft-deleted content is not revived here; `add` does that.
+
+Deferred indexing (`indexed=False`): the rows skip the HNSW graph (its index is
+partial on `indexed`), which is most of the cost of a load; searches serve them
+by an exact scan of the user's pending rows until `pending_op` batches flip them.
 """
 
 from __future__ import annotations
@@ -54,10 +58,10 @@ WITH ins AS (
     INSERT INTO langmem_memories (
         app_name, user_id, id, text, fingerprint, keyed, topics, kind, event_time, participants,
         location, metadata, embedding, content_terms, topic_terms, content_len, topic_len,
-        content_doc, topic_doc, created_at, updated_at)
+        content_doc, topic_doc, indexed, created_at, updated_at)
     SELECT %(app)s, %(user)s, id, text, fp, false, topics, kind, event_time, participants,
         location, metadata, embedding::vector, content_terms, topic_terms, content_len, topic_len,
-        content_doc, topic_doc, %(now)s, %(now)s
+        content_doc, topic_doc, %(indexed)s, %(now)s, %(now)s
     FROM langmem_stage
     ON CONFLICT (app_name, user_id, fingerprint) WHERE deleted_at IS NULL DO NOTHING
     RETURNING id, text)
@@ -126,7 +130,7 @@ def prepare(
     return batch
 
 
-def _plan(batch: Batch, source: Source | None, limits: Limits) -> Plan[int]:
+def _plan(batch: Batch, source: Source | None, limits: Limits, indexed: bool) -> Plan[int]:
     user = batch.user
     if not batch.rows:
         return 0
@@ -145,11 +149,38 @@ def _plan(batch: Batch, source: Source | None, limits: Limits) -> Plan[int]:
     inserted = yield Sql(
         BULK_INSERT,
         _sql.user_params(
-            user, now=utcnow(), op=Operation.ADD.value, source=_sql.source_json(source)
+            user,
+            now=utcnow(),
+            op=Operation.ADD.value,
+            source=_sql.source_json(source),
+            indexed=indexed,
         ),
     )
     return len(inserted)
 
 
-def op(batch: Batch, source: Source | None, limits: Limits) -> Op:
-    return Op(_plan(batch, source, limits), write=True)
+def op(batch: Batch, source: Source | None, limits: Limits, *, indexed: bool = True) -> Op:
+    """`indexed=False` defers the HNSW insert of the new rows (see `pending_op`)."""
+    return Op(_plan(batch, source, limits, indexed), write=True)
+
+
+def _pending_plan(user: UserKey | None, limit: int) -> Plan[int]:
+    params = {"app": None, "user": None} if user is None else _sql.user_params(user)
+    rows = yield Sql(_sql.PENDING_BATCH, {**params, "limit": limit})
+    return len(rows)
+
+
+def pending_op(user: UserKey | None, limit: int) -> Op:
+    """One batch of deferred rows flipped to indexed (one transaction, so each batch's
+    graph inserts commit on their own and a long run never holds many row locks)."""
+    return Op(_pending_plan(user, limit), write=True)
+
+
+def _count_plan(user: UserKey | None) -> Plan[int]:
+    params = {"app": None, "user": None} if user is None else _sql.user_params(user)
+    rows = yield Sql(_sql.PENDING_COUNT, params)
+    return int(rows[0]["n"])
+
+
+def pending_count_op(user: UserKey | None) -> Op:
+    return Op(_count_plan(user), write=False)

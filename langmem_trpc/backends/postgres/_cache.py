@@ -21,6 +21,7 @@ Version = tuple[str, datetime]
 """(xmin as text, updated_at) of one row version."""
 
 MAX_ENTRIES = 20_000
+"""Default bound (`entry_cache_size`): about 2 KB an entry with a short text, so ~40 MB."""
 
 
 class EntryCache:
@@ -40,6 +41,8 @@ class EntryCache:
         return held[1]
 
     def put(self, user: UserKey, entry: Entry, version: Version) -> None:
+        if self._max <= 0:
+            return
         key = (user, entry.id)
         if key not in self._items and len(self._items) >= self._max:
             del self._items[next(iter(self._items))]

@@ -451,8 +451,10 @@ def setup(dims: int | None, embed: bool) -> Plan[int | None]:
                 f"the database stores {existing_dims}-dimension embeddings but the embedder "
                 f"makes {dims}; use a fresh database or the matching embedder"
             )
-    if dims is not None and existing_dims is None:
-        scopes.append((_sql.VECTOR_SCOPE, _sql.vector_migrations(dims)))
+    vector_dims = dims if dims is not None else existing_dims
+    if vector_dims is not None:
+        # also on a database set up earlier: its later vector migrations still apply
+        scopes.append((_sql.VECTOR_SCOPE, _sql.vector_migrations(vector_dims)))
     for scope, migrations in scopes:
         for version, sql in enumerate(migrations, start=1):
             if (scope, version) in applied:

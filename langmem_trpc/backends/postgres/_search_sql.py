@@ -44,10 +44,10 @@ vec_ann AS (
     -- per-user filter does not starve the candidate list
     SELECT m.id, m.embedding <=> %(q)b::vector AS dist
     FROM langmem_memories m
-    WHERE {_LIVE_USER} {_FILTERS}
+    WHERE {_LIVE_USER} AND m.indexed {_FILTERS}
       AND (SELECT n FROM stats) > %(exact_max)s
     ORDER BY {{ann_order}}
-    LIMIT %(pool)s),
+    LIMIT %(pool)s),{{pending}}
 vec_exact AS (
     -- small users: exact distances over the user's rows (btree), no index recall loss
     SELECT id, dist FROM (
@@ -60,20 +60,40 @@ vec_exact AS (
     LIMIT %(pool)s),
 vec AS (
     SELECT id, dist, row_number() OVER (ORDER BY dist, id) AS r
-    FROM (SELECT * FROM vec_ann UNION ALL SELECT * FROM vec_exact) u
-    WHERE dist IS NOT NULL AND dist <> 'NaN'::float8),"""
+    FROM (SELECT * FROM vec_ann UNION ALL SELECT * FROM vec_pending
+          UNION ALL SELECT * FROM vec_exact) u
+    WHERE dist IS NOT NULL AND dist <> 'NaN'::float8
+    ORDER BY dist, id
+    LIMIT %(pool)s),"""
 
-_GIVEN_VECTOR_LEG = """
+_PENDING_LEG = f"""
+vec_pending AS (
+    -- big users' rows of a deferred bulk load, not yet in the HNSW graph
+    -- (`index_pending`): exact distances over them (partial btree; empty when none)
+    SELECT id, dist FROM (
+        SELECT m.id, m.embedding <=> %(q)b::vector AS dist
+        FROM langmem_memories m
+        WHERE {_LIVE_USER} AND NOT m.indexed {_FILTERS}
+          AND (SELECT n FROM stats) > %(exact_max)s
+        OFFSET 0) p
+    ORDER BY dist, id
+    LIMIT %(pool)s),"""
+
+_GIVEN_VECTOR_LEG = """{pending}
 vec AS (
-    -- the ANN hits of a pinned heavy-user statement (`ANN_ONLY`), sent back in
+    -- the ANN hits of a pinned heavy-user statement (`ANN_ONLY`), sent back in,
+    -- merged with the user's rows not yet indexed
     SELECT id, dist, row_number() OVER (ORDER BY dist, id) AS r
-    FROM unnest(%(vec_ids)s::text[], %(vec_dists)s::float8[]) AS u(id, dist)
-    WHERE dist IS NOT NULL AND dist <> 'NaN'::float8),"""
+    FROM (SELECT * FROM unnest(%(vec_ids)s::text[], %(vec_dists)s::float8[]) AS g(id, dist)
+          UNION ALL SELECT * FROM vec_pending) u
+    WHERE dist IS NOT NULL AND dist <> 'NaN'::float8
+    ORDER BY dist, id
+    LIMIT %(pool)s),"""
 
 _ANN_ONLY = f"""
 SELECT m.id, m.embedding <=> %(q)b::vector AS dist
 FROM langmem_memories m
-WHERE {_LIVE_USER} {_FILTERS}
+WHERE {_LIVE_USER} AND m.indexed {_FILTERS}
 ORDER BY {{ann_order}}
 LIMIT %(pool)s"""
 
@@ -182,7 +202,9 @@ def search_sql(vector: str, keyword: str, dims: int) -> str:
     `keyword` "tsq", "like" or "none" (`dims` names the ANN index expression)."""
     leg = _VECTOR_LEGS[vector]
     if vector == "sql":
-        leg = leg.format(ann_order=_ann_order(dims))
+        leg = leg.format(ann_order=_ann_order(dims), pending=_PENDING_LEG)
+    elif vector == "given":
+        leg = leg.format(pending=_PENDING_LEG)
     kw = _NO_KEYWORD_LEG
     if keyword != "none":
         kw = _KEYWORD_LEG.format(match=_KEYWORD_MATCH[keyword])

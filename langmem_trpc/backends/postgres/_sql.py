@@ -217,6 +217,15 @@ CREATE TRIGGER langmem_terms_delete AFTER DELETE ON langmem_memories
     """
 ALTER TABLE langmem_memories ADD COLUMN content_doc text, ADD COLUMN topic_doc text;
 """,
+    # 7: deferred indexing for bulk loads. Rows written by `add_many(defer_index=True)`
+    # have indexed = false: the HNSW index (vector migration 4) leaves them out, so the
+    # load pays no graph maintenance, and searches read them by an exact scan of the
+    # user's pending rows (this partial btree) until `index_pending()` flips them.
+    """
+ALTER TABLE langmem_memories ADD COLUMN indexed boolean NOT NULL DEFAULT true;
+CREATE INDEX langmem_memories_pending ON langmem_memories (app_name, user_id)
+    WHERE deleted_at IS NULL AND NOT indexed;
+""",
 ]
 
 DOCS_MIGRATION = 6
@@ -256,6 +265,14 @@ CREATE INDEX langmem_memories_embedding_hnsw_half ON langmem_memories
     USING hnsw ((embedding::halfvec({int(dims)})) halfvec_cosine_ops)
     WITH (m = 16, ef_construction = 64) WHERE deleted_at IS NULL;
 DROP INDEX langmem_memories_embedding_hnsw;
+""",
+        # 4: the same graph, over indexed rows only (core migration 7): a deferred bulk
+        # load adds nothing to it until `index_pending()`.
+        f"""
+CREATE INDEX langmem_memories_embedding_hnsw_ready ON langmem_memories
+    USING hnsw ((embedding::halfvec({int(dims)})) halfvec_cosine_ops)
+    WITH (m = 16, ef_construction = 64) WHERE deleted_at IS NULL AND indexed;
+DROP INDEX langmem_memories_embedding_hnsw_half;
 """,
     ]
 
@@ -338,12 +355,31 @@ SELECT {_COLUMNS}, xmin::text AS version FROM langmem_memories
 WHERE {_WHERE_USER} AND id = ANY(%(ids)s::text[]) AND deleted_at IS NULL"""
 """Full rows of search candidates the entry cache does not hold at their current version."""
 
+PENDING_BATCH = """
+WITH batch AS (
+    SELECT app_name, user_id, id FROM langmem_memories
+    WHERE deleted_at IS NULL AND NOT indexed
+      AND (%(app)s::text IS NULL OR (app_name = %(app)s AND user_id = %(user)s))
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED)
+UPDATE langmem_memories m SET indexed = true
+FROM batch b
+WHERE m.app_name = b.app_name AND m.user_id = b.user_id AND m.id = b.id
+RETURNING 1"""
+"""One batch of deferred rows into the HNSW graph (the UPDATE inserts them into it)."""
+
+PENDING_COUNT = """
+SELECT count(*) AS n FROM langmem_memories
+WHERE deleted_at IS NULL AND NOT indexed
+  AND (%(app)s::text IS NULL OR (app_name = %(app)s AND user_id = %(user)s))"""
+
 DELETE_ROW = f"DELETE FROM langmem_memories WHERE {_WHERE_USER} AND id = %(id)s"
 
 DELETE_ROW_HISTORY = f"DELETE FROM langmem_history WHERE {_WHERE_USER} AND memory_id = %(id)s"
 
 REWRITE_MEMORY = f"""
-UPDATE langmem_memories SET {_CONTENT_SET}, embedding = %(embedding)b::vector, deleted_at = NULL
+UPDATE langmem_memories SET {_CONTENT_SET}, embedding = %(embedding)b::vector, deleted_at = NULL,
+    indexed = true
 WHERE {_WHERE_USER} AND id = %(id)s
 RETURNING {_COLUMNS}"""
 

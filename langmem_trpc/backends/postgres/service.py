@@ -7,6 +7,8 @@ from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
+from ...errors import InvalidMemoryError
+from ...service._core import check_user
 from ...service.protocol import MemoryService
 from ...types import Memory, Source, UserKey
 from . import _bulk
@@ -35,6 +37,9 @@ class PostgresMemoryService(SyncPostgres, AsyncPostgres, MemoryService):
         ef_search: HNSW candidate list size (recall vs latency for big users).
         exact_search_max: users with at most this many live memories get exact
             vector search (btree + sort) instead of the HNSW index.
+        entry_cache_size: search candidates' entries kept per process (by row
+            version, so never stale); size it to the rows hot users' searches touch
+            (0 turns the cache off).
 
     Example:
         ```python
@@ -77,6 +82,7 @@ class PostgresMemoryService(SyncPostgres, AsyncPostgres, MemoryService):
         *,
         vectors: Sequence[Sequence[float]] | None = None,
         source: Source | None = None,
+        defer_index: bool = False,
     ) -> int:
         """Bulk-insert validated memories in one statement; returns how many were new.
 
@@ -84,12 +90,51 @@ class PostgresMemoryService(SyncPostgres, AsyncPostgres, MemoryService):
         `vectors` are precomputed embeddings in the same order; without them
         the embedder runs once for the whole batch. Raises
         CapacityExceededError, writing nothing, when the batch would exceed capacity.
+
+        `defer_index=True` (bulk imports) skips the HNSW graph insert, most of
+        a load's cost: the rows are searchable at once (an exact scan of the
+        user's not-yet-indexed rows, merged into the index's hits) and join the
+        graph when `index_pending()` runs. Other users' searches are unaffected.
         """
         batch = _bulk.prepare(user, memories, vectors, self._embeddings is not None, self._limits)
         if vectors is None and self._embeddings is not None and batch.texts:
             batch = batch.with_vectors(self._embeddings.embed_documents(batch.texts))
-        result: int = self._run(_bulk.op(batch, source, self._limits))
+        result: int = self._run(_bulk.op(batch, source, self._limits, indexed=not defer_index))
         return result
+
+    def index_pending(self, user: UserKey | None = None, *, batch_size: int = 2_000) -> int:
+        """Add deferred rows (`add_many(defer_index=True)`) to the HNSW index; returns how many.
+
+        Runs batch by batch, each its own transaction, until none is left (of
+        `user`, or of every user). Safe to run while others read and write.
+        """
+        scope = self._pending_scope(user, batch_size)
+        done = 0
+        while n := int(self._run(_bulk.pending_op(scope, batch_size))):
+            done += n
+        return done
+
+    async def aindex_pending(self, user: UserKey | None = None, *, batch_size: int = 2_000) -> int:
+        """Async twin of `index_pending`."""
+        scope = self._pending_scope(user, batch_size)
+        done = 0
+        while n := int(await self._arun(_bulk.pending_op(scope, batch_size))):
+            done += n
+        return done
+
+    def pending_count(self, user: UserKey | None = None) -> int:
+        """Live rows not yet in the HNSW index (of `user`, or of every user)."""
+        return int(self._run(_bulk.pending_count_op(self._pending_scope(user, 1))))
+
+    async def apending_count(self, user: UserKey | None = None) -> int:
+        """Async twin of `pending_count`."""
+        return int(await self._arun(_bulk.pending_count_op(self._pending_scope(user, 1))))
+
+    @staticmethod
+    def _pending_scope(user: UserKey | None, batch_size: int) -> UserKey | None:
+        if batch_size < 1:
+            raise InvalidMemoryError("batch_size", "must be >= 1")
+        return None if user is None else check_user(user)
 
     async def aadd_many(
         self,
@@ -98,12 +143,14 @@ class PostgresMemoryService(SyncPostgres, AsyncPostgres, MemoryService):
         *,
         vectors: Sequence[Sequence[float]] | None = None,
         source: Source | None = None,
+        defer_index: bool = False,
     ) -> int:
         """Async twin of `add_many`."""
         batch = _bulk.prepare(user, memories, vectors, self._embeddings is not None, self._limits)
         if vectors is None and self._embeddings is not None and batch.texts:
             batch = batch.with_vectors(await self._embeddings.aembed_documents(batch.texts))
-        result: int = await self._arun(_bulk.op(batch, source, self._limits))
+        op = _bulk.op(batch, source, self._limits, indexed=not defer_index)
+        result: int = await self._arun(op)
         return result
 
     # -- lifecycle -------------------------------------------------------------
