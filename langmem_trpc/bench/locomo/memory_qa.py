@@ -1,7 +1,7 @@
 """Answering for the memory arms: extracted memories in, one scored answer out.
 
-`memory-vector` (baseline) puts the top-k memories of a vector-only search in
-the prompt and asks once. `memory-hybrid` preloads the top-k of the library's
+`memory-vector` (baseline) puts the top-k memories of a vector-only search
+(`hybrid=False`, no score floor) in the prompt and asks once. `memory-hybrid` preloads the top-k of the library's
 default hybrid search and binds the `memory_search` tool (the one agents get
 from `create_memory_tools`), so the model may run up to `max_passes` searches
 of its own (short queries, kind and time filters) before it answers; the last
@@ -75,7 +75,13 @@ class MemoryAnswerer:
         self.model = model
         self.top_k = top_k
         self.max_passes = max_passes if arm == "memory-hybrid" else 0
-        self.options = SearchOptions(max_results=top_k, hybrid=arm == "memory-hybrid")
+        # The baseline is plain top-k by cosine (no 0.3 floor, as the turns-vector retrieval
+        # arm); the optimised arm runs the library's default search unchanged.
+        self.options = (
+            SearchOptions(max_results=top_k)
+            if arm == "memory-hybrid"
+            else SearchOptions(max_results=top_k, hybrid=False, similarity_threshold=0.0)
+        )
         self.tools: list[BaseTool] = (
             create_memory_tools(extracted.service, ("memory_search",)) if self.max_passes else []
         )
