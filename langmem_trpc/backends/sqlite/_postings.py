@@ -17,8 +17,10 @@ while searches keep using FTS5, and later searches of that state use it.
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
+import platform
 import sqlite3
 import threading
 from collections import OrderedDict
@@ -48,6 +50,7 @@ __all__ = ["KeywordIndex", "KeywordIndexCache", "Scored"]
 logger = logging.getLogger(__name__)
 
 Stamp = tuple[str, int]
+_LOAD_BATCH = 4096
 Reader = Callable[[Callable[[sqlite3.Connection], "KeywordIndex | None"]], "KeywordIndex | None"]
 """`Database.read`: runs a function in one read snapshot."""
 
@@ -95,32 +98,44 @@ class KeywordIndex:
 
     @classmethod
     def load(cls, conn: sqlite3.Connection, user: UserKey, stamp: Stamp) -> KeywordIndex:
-        rows = conn.execute(sql.SELECT_DOCUMENTS, (user.app_name, user.user_id)).fetchall()
-        n = len(rows)
-        rids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=n)
-        kinds = np.fromiter((KIND_CODES[r[1]] for r in rows), dtype=np.int8, count=n)
-        events = np.fromiter(
-            (np.nan if r[2] is None else r[2] for r in rows), dtype=np.float64, count=n
-        )
+        """Read the user's documents in batches: only one batch of token strings is
+        alive at a time, so the build's peak memory stays near the index's size."""
         terms: dict[str, int] = {}
-        content_keys, content_len = _occurrences([r[3] for r in rows], terms)
-        topic_keys, topic_len = _occurrences([r[4] for r in rows], terms)
+        columns: list[list[np.ndarray]] = [[] for _ in range(9)]
+        cursor = conn.execute(sql.SELECT_DOCUMENTS, (user.app_name, user.user_id))
+        n = 0
+        while batch := cursor.fetchmany(_LOAD_BATCH):
+            m = len(batch)
+            columns[0].append(np.fromiter((r[0] for r in batch), dtype=np.int64, count=m))
+            columns[1].append(np.fromiter((KIND_CODES[r[1]] for r in batch), np.int8, m))
+            columns[2].append(
+                np.fromiter((np.nan if r[2] is None else r[2] for r in batch), np.float64, m)
+            )
+            for field, at in ((3, 3), (4, 6)):
+                slots, lengths = _occurrences([r[field] for r in batch], terms)
+                columns[at].append(slots)
+                columns[at + 1].append(np.repeat(np.arange(n, n + m, dtype=np.int64), lengths))
+                columns[at + 2].append(lengths.astype(np.float64))
+            n += m
+        rids, kinds, events, c_slots, c_pos, content_len, t_slots, t_pos, topic_len = (
+            np.concatenate(parts) if parts else np.zeros(0) for parts in columns
+        )
+        width = max(n, 1)
         # One key per (token, document): token slot x n + position.
-        c_keys, c_counts = np.unique(content_keys, return_counts=True)
-        t_keys, t_counts = np.unique(topic_keys, return_counts=True)
+        c_keys, c_counts = np.unique(c_slots.astype(np.int64) * width + c_pos, return_counts=True)
+        t_keys, t_counts = np.unique(t_slots.astype(np.int64) * width + t_pos, return_counts=True)
         keys = np.union1d(c_keys, t_keys)
-        content_tf = np.zeros(len(keys), dtype=np.float64)
-        topic_tf = np.zeros(len(keys), dtype=np.float64)
+        content_tf = np.zeros(len(keys), dtype=np.float32)  # small counts: exact in float32
+        topic_tf = np.zeros(len(keys), dtype=np.float32)
         content_tf[np.searchsorted(keys, c_keys)] = c_counts
         topic_tf[np.searchsorted(keys, t_keys)] = t_counts
-        width = max(n, 1)
         offsets = np.zeros(len(terms) + 1, dtype=np.int64)
         np.cumsum(np.bincount(keys // width, minlength=len(terms)), out=offsets[1:])
         return cls(
             stamp=stamp,
-            rids=rids,
-            kinds=kinds,
-            events=events,
+            rids=rids.astype(np.int64),
+            kinds=kinds.astype(np.int8),
+            events=events.astype(np.float64),
             content_len=content_len,
             topic_len=topic_len,
             terms=terms,
@@ -189,6 +204,7 @@ class KeywordIndex:
         for token, weight, scale, docs, ctf, ttf in found:
             local = inverse[start : start + len(docs)]
             start += len(docs)
+            ctf, ttf = ctf.astype(np.float64), ttf.astype(np.float64)
             bm25 = ctf * (BM25_K1 + 1) / (ctf + content_norm[local])
             bm25 += TOPIC_WEIGHT * (ttf * (BM25_K1 + 1) / (ttf + topic_norm[local]))
             terms_raw.append(scale * bm25)
@@ -231,18 +247,16 @@ class KeywordIndex:
 
 
 def _occurrences(documents: list[str], terms: dict[str, int]) -> tuple[np.ndarray, np.ndarray]:
-    """(token slot x n + position) of every token occurrence, and each document's length."""
-    n = len(documents)
+    """The term slot of every token occurrence, in order, and each document's length."""
     split = [d.split() for d in documents]
-    lengths = np.fromiter((len(s) for s in split), dtype=np.int64, count=n)
+    lengths = np.fromiter((len(s) for s in split), dtype=np.int64, count=len(split))
     setdefault = terms.setdefault
     slots = np.fromiter(
         (setdefault(t, len(terms)) for s in split for t in s),
         dtype=np.int64,
         count=int(lengths.sum()),
     )
-    positions = np.repeat(np.arange(n, dtype=np.int64), lengths)
-    return slots * max(n, 1) + positions, lengths.astype(np.float64)
+    return slots, lengths
 
 
 class KeywordIndexCache:
@@ -295,6 +309,7 @@ class KeywordIndexCache:
         finally:
             with self._lock:
                 self._building.discard(user)
+        _return_freed_memory()
         if item is None:
             return None
         with self._lock:
@@ -323,6 +338,26 @@ def _load_current(conn: sqlite3.Connection, user: UserKey) -> KeywordIndex | Non
     if state is None:
         return None
     return KeywordIndex.load(conn, user, (state[0], state[1]))
+
+
+def _return_freed_memory() -> None:
+    """Hand the build's freed scratch memory back to the OS (glibc keeps freed heap
+    memory otherwise: +140 MB of resident memory after one 100,000-memory build)."""
+    if _malloc_trim is not None:
+        _malloc_trim(0)
+
+
+def _find_malloc_trim() -> Callable[[int], int] | None:
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        return None
+    try:
+        trim: Callable[[int], int] = ctypes.CDLL("libc.so.6").malloc_trim
+    except (OSError, AttributeError):  # pragma: no cover - glibc always has it
+        return None
+    return trim
+
+
+_malloc_trim = _find_malloc_trim()
 
 
 class _Builder:

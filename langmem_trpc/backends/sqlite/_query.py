@@ -42,7 +42,9 @@ T = TypeVar("T")
 _DF_CACHE_USERS = 256
 _DF_CACHE_TOKENS = 4096
 _ROW_CACHE_USERS = 64
-_ROW_CACHE_ROWS = 50_000
+_ROW_CACHE_ROWS = 12_000
+"""Entries plus keyword documents kept over all users (about 2 KB each): a user of
+10,000 memories fits; larger ones recycle their cache."""
 _PHRASE_CHUNK = 16
 SIDE_SCAN_MIN_VALUES = 1_000_000
 """Matrices this large (rows x dim) are scanned on the side thread: below, the
@@ -104,8 +106,12 @@ class SearchCaches:
                 cached = RowCache(stamp)
                 self._rows[user] = cached
             self._rows.move_to_end(user)
-            while len(self._rows) > _ROW_CACHE_USERS:
-                self._rows.popitem(last=False)
+            total = sum(len(c.entries) + len(c.docs) for c in self._rows.values())
+            while len(self._rows) > 1 and (
+                len(self._rows) > _ROW_CACHE_USERS or total > _ROW_CACHE_ROWS
+            ):
+                _, evicted = self._rows.popitem(last=False)
+                total -= len(evicted.entries) + len(evicted.docs)
             return cached
 
     def user_vectors(
