@@ -89,11 +89,14 @@ class KeywordIndex:
     topic_tf: np.ndarray
     avg_content_len: float
     avg_topic_len: float
+    sequences: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+    """Each row's content and topic tokens as slots, in order (content slots,
+    content bounds, topic slots, topic bounds): the phrase part reads them."""
 
     @property
     def nbytes(self) -> int:
         arrays = (self.rids, self.kinds, self.events, self.content_len, self.topic_len)
-        postings = (self.offsets, self.docs, self.content_tf, self.topic_tf)
+        postings = (self.offsets, self.docs, self.content_tf, self.topic_tf, *self.sequences)
         return sum(a.nbytes for a in (*arrays, *postings)) + 80 * len(self.terms)
 
     @classmethod
@@ -145,7 +148,30 @@ class KeywordIndex:
             topic_tf=topic_tf,
             avg_content_len=max(float(content_len.sum()) / n, 1.0) if n else 1.0,
             avg_topic_len=max(float(topic_len.sum()) / n, 1.0) if n else 1.0,
+            sequences=(
+                c_slots.astype(np.int32),
+                _bounds(content_len),
+                t_slots.astype(np.int32),
+                _bounds(topic_len),
+            ),
         )
+
+    def phrase_part(self, row: int, primary: list[str]) -> float:
+        """`keyword_score`'s phrase factor for one row, given the primary query tokens
+        it holds (in query order): 1.0 in order in the text, 0.8 all in the topics."""
+        content, content_at, topics, topics_at = self.sequences
+        slots = [self.terms[t] for t in primary]
+        sequence = content[content_at[row] : content_at[row + 1]].tolist()
+        at = -1
+        for slot in slots:
+            try:
+                at = sequence.index(slot, at + 1)
+            except ValueError:
+                break
+        else:
+            return 1.0
+        held = set(topics[topics_at[row] : topics_at[row + 1]].tolist())
+        return 0.8 if all(slot in held for slot in slots) else 0.0
 
     def postings(self, token: str) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
         slot = self.terms.get(token)
@@ -244,6 +270,12 @@ class KeywordIndex:
                     inside &= events <= before_us
             keep &= np.isnan(events) | inside
         return keep
+
+
+def _bounds(lengths: np.ndarray) -> np.ndarray:
+    bounds = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths.astype(np.int64), out=bounds[1:])
+    return bounds
 
 
 def _occurrences(documents: list[str], terms: dict[str, int]) -> tuple[np.ndarray, np.ndarray]:

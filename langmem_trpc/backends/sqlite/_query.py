@@ -405,7 +405,8 @@ class SearchRun:
         base = scored.base[keep]
         if not len(base):
             return []
-        rids = index.rids[scored.rows[keep]]
+        positions = scored.rows[keep]
+        rids = index.rids[positions]
         scores = np.minimum(base, 1.0)
         todo = np.flatnonzero(scored.phrase_possible[keep])
         if len(todo):
@@ -418,7 +419,7 @@ class SearchRun:
                 if start and cut and bound[start] < np.partition(scores, cut)[cut]:
                     break  # even with the bonus, none of the rest reaches the pool
                 chunk = todo[start : start + _PHRASE_CHUNK]
-                self._add_phrase_bonus(scores, base, rids, chunk, hits)
+                self._add_phrase_bonus(index, scores, base, positions, chunk, hits)
         best = np.lexsort((rids, -scores))[:pool]  # best, then oldest row
         chosen = rids[best].tolist()
         entries = self._entries_for(chosen)
@@ -430,23 +431,21 @@ class SearchRun:
 
     def _add_phrase_bonus(
         self,
+        index: KeywordIndex,
         scores: np.ndarray,
         base: np.ndarray,
-        rids: np.ndarray,
+        positions: np.ndarray,
         chunk: np.ndarray,
         hits: dict[str, np.ndarray],
     ) -> None:
         """`keyword_score`'s phrase part for the rows in `chunk`, in place."""
-        self._load_docs(rids[chunk].tolist())
         primary = [t for t in self.terms.primary if t in hits]
         matched = np.column_stack([hits[t][chunk] for t in primary]).tolist()
         for i, row_hits in zip(chunk.tolist(), matched, strict=True):
-            doc = self._docs[int(rids[i])]
             in_query_order = [t for t, hit in zip(primary, row_hits, strict=True) if hit]
-            if _in_sequence(in_query_order, doc.content_seq):
-                scores[i] = min(base[i] + PHRASE_WEIGHT * 1.0, 1.0)
-            elif all(t in doc.topic_tf for t in in_query_order):
-                scores[i] = min(base[i] + PHRASE_WEIGHT * 0.8, 1.0)
+            phrase = index.phrase_part(int(positions[i]), in_query_order)
+            if phrase:
+                scores[i] = min(base[i] + PHRASE_WEIGHT * phrase, 1.0)
 
     @staticmethod
     def _full_doc(row: Row) -> KeywordDoc:
@@ -473,17 +472,6 @@ class SearchRun:
                 scored.append((score, row[0], row))
         scored.sort(key=lambda hit: (-hit[0], hit[1]))
         return [(self._entry(row), score) for score, _, row in scored[:pool]]
-
-
-def _in_sequence(needles: list[str], haystack: tuple[str, ...]) -> bool:
-    """`_in_order` of the shared scorer (greedy subsequence), with C-level `tuple.index`."""
-    at = -1
-    for needle in needles:
-        try:
-            at = haystack.index(needle, at + 1)
-        except ValueError:
-            return False
-    return True
 
 
 def alnum_runs(text: str) -> list[str]:
