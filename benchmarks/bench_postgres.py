@@ -8,13 +8,16 @@ embeddings; both stores get the same vectors and queries.
 
 Measured in one run:
 
-* heavy user: bulk ingest (`add_many`, 1,000 per statement, HNSW maintained),
+* heavy user: bulk ingest (`add_many`, 1,000 per statement; `--ingest deferred`:
+  `defer_index=True`, then `index_pending()`: "ingest_per_s" is the load alone,
+  "ingest_e2e_per_s" includes indexing; `--ingest default`: HNSW maintained per row),
   vector-only search p50 and recall@10 against exact (numpy) search,
   hybrid search p50/p95;
 * LangGraph `PostgresStore` on the same items in one namespace: `put`
   throughput (one call per item, and `batch` of 1,000 PutOps), vector
   search p50 and recall@10;
-* many users: hybrid search p50 for a typical user (exact-scan branch).
+* many users: hybrid search p50 for a typical user (exact-scan branch);
+* the recall@10 / p50 curve over `--ef-curve` values of `hnsw.ef_search`, both stores.
 
 Every latency figure is the median over `--runs` passes of the query set.
 
@@ -189,25 +192,74 @@ def vacuum(url: str) -> None:
         conn.execute("VACUUM ANALYZE")
 
 
-def bench_ours(url: str, corpus: Corpus, args: argparse.Namespace) -> dict[str, float]:
-    emb = corpus.embeddings()
-    svc = PostgresMemoryService(
+def service(
+    url: str, emb: Embeddings, args: argparse.Namespace, ef_search: int | None = None
+) -> PostgresMemoryService:
+    return PostgresMemoryService(
         url,
         emb,
         limits=UNLIMITED,
         dims=DIMS,
-        ef_search=args.ef_search,
+        ef_search=ef_search or args.ef_search,
         exact_search_max=args.exact_max,
+        entry_cache_size=args.entry_cache,
     )
+
+
+def load(
+    svc: PostgresMemoryService,
+    batches: Sequence[tuple[UserKey, list[Memory], np.ndarray]],
+    deferred: bool,
+    index: bool = True,
+) -> tuple[float, float]:
+    """(load rows/s, end-to-end rows/s including `index_pending`) of one bulk import."""
+    total = sum(len(m) for _, m, _ in batches)
+    start = time.perf_counter()
+    for user, memories, vectors in batches:
+        svc.add_many(user, memories, vectors=vectors, defer_index=deferred)
+    loaded = time.perf_counter() - start
+    if deferred and index:
+        svc.index_pending(batch_size=5_000)
+    return total / loaded, total / (time.perf_counter() - start)
+
+
+def ours_ef_curve(
+    url: str, corpus: Corpus, args: argparse.Namespace, user: UserKey
+) -> dict[str, float]:
+    """Vector-only recall@10 and p50 per `hnsw.ef_search` (warm service, pinned ANN leg)."""
+    emb = corpus.embeddings()
+    text_to_index = {t: i for i, t in enumerate(corpus.texts)}
+    exact = corpus.exact_top(10)
+    vector_only = SearchOptions(max_results=10, similarity_threshold=0.0, hybrid=False)
+    out: dict[str, float] = {}
+    for ef in args.ef_curve:
+        svc = service(url, emb, args, ef_search=ef)
+        recall = []
+        for i, query in enumerate(corpus.queries):
+            hits = svc.search(user, query, vector_only)
+            recall.append(len({text_to_index[h.text] for h in hits} & exact[i]) / 10)
+        p50, _ = time_queries(
+            lambda i, svc=svc: svc.search(user, corpus.queries[i], vector_only),
+            len(corpus.queries),
+            1,
+        )
+        svc.close()
+        out[f"ef{ef}_recall"] = float(np.mean(recall))
+        out[f"ef{ef}_p50"] = p50
+    return out
+
+
+def bench_ours(url: str, corpus: Corpus, args: argparse.Namespace) -> dict[str, float]:
+    emb = corpus.embeddings()
+    svc = service(url, emb, args)
     svc.setup()
     user = UserKey("bench", "heavy")
     memories = [Memory(text=t) for t in corpus.texts]
-    start = time.perf_counter()
-    for lo in range(0, len(memories), 1000):
-        svc.add_many(
-            user, memories[lo : lo + 1000], vectors=corpus.vectors[lo : lo + 1000].tolist()
-        )
-    ingest = len(memories) / (time.perf_counter() - start)
+    batches = [
+        (user, memories[lo : lo + 1000], corpus.vectors[lo : lo + 1000])
+        for lo in range(0, len(memories), 1000)
+    ]
+    ingest, ingest_e2e = load(svc, batches, args.ingest == "deferred")
     vacuum(url)
     text_to_index = {t: i for i, t in enumerate(corpus.texts)}
     exact = corpus.exact_top(10)
@@ -222,28 +274,16 @@ def bench_ours(url: str, corpus: Corpus, args: argparse.Namespace) -> dict[str, 
     )
     hybrid = SearchOptions(max_results=10, hybrid=True)
     svc.close()
-    cold = PostgresMemoryService(
-        url,
-        emb,
-        limits=UNLIMITED,
-        dims=DIMS,
-        ef_search=args.ef_search,
-        exact_search_max=args.exact_max,
-    )
+    cold = service(url, emb, args)
     c50, c95 = time_once(lambda i: cold.search(user, corpus.queries[i], hybrid), n)
     cold.close()
-    svc = PostgresMemoryService(
-        url,
-        emb,
-        limits=UNLIMITED,
-        dims=DIMS,
-        ef_search=args.ef_search,
-        exact_search_max=args.exact_max,
-    )
+    svc = service(url, emb, args)
     h50, h95 = time_queries(lambda i: svc.search(user, corpus.queries[i], hybrid), n, args.runs)
     svc.close()
+    curve = ours_ef_curve(url, corpus, args, user)
     return {
         "ingest_per_s": ingest,
+        "ingest_e2e_per_s": ingest_e2e,
         "recall10": float(np.mean(recall)),
         "vec_p50": v50,
         "vec_p95": v95,
@@ -251,6 +291,7 @@ def bench_ours(url: str, corpus: Corpus, args: argparse.Namespace) -> dict[str, 
         "hyb_p95": h95,
         "hyb_cold_p50": c50,
         "hyb_cold_p95": c95,
+        **curve,
     }
 
 
@@ -284,61 +325,55 @@ def bench_peer(url: str, corpus: Corpus, args: argparse.Namespace) -> dict[str, 
         p50, p95 = time_queries(
             lambda i: store.search(ns, query=corpus.queries[i], limit=10), n, args.runs
         )
+        curve: dict[str, float] = {}
+        for ef in args.ef_curve:
+            store.conn.execute(f"SET hnsw.ef_search = {int(ef)}")
+            rec = []
+            for i, query in enumerate(corpus.queries):
+                hits = store.search(ns, query=query, limit=10)
+                rec.append(len({int(h.key[1:]) for h in hits} & exact[i]) / 10)
+            curve[f"ef{ef}_recall"] = float(np.mean(rec))
+            curve[f"ef{ef}_p50"], _ = time_queries(
+                lambda i: store.search(ns, query=corpus.queries[i], limit=10), n, 1
+            )
+        store.conn.execute("RESET hnsw.ef_search")
     return {
         "put_per_s": put_rate,
         "batch_per_s": batch_rate,
         "recall10": float(np.mean(recall)),
         "vec_p50": p50,
         "vec_p95": p95,
+        **curve,
     }
 
 
 def bench_many_users(url: str, args: argparse.Namespace) -> dict[str, float]:
     total = args.users * args.per_user
-    corpus = Corpus(total, args.queries, seed=7)
+    corpus = Corpus(total, args.queries, seed=7, data=args.data)
     emb = corpus.embeddings()
-    svc = PostgresMemoryService(
-        url,
-        emb,
-        limits=UNLIMITED,
-        dims=DIMS,
-        ef_search=args.ef_search,
-        exact_search_max=args.exact_max,
-    )
+    svc = service(url, emb, args)
     svc.setup()
     memories = [Memory(text=t) for t in corpus.texts]
-    start = time.perf_counter()
-    for u in range(args.users):
-        lo = u * args.per_user
-        svc.add_many(
+    batches = [
+        (
             UserKey("bench", f"user{u}"),
-            memories[lo : lo + args.per_user],
-            vectors=corpus.vectors[lo : lo + args.per_user].tolist(),
+            memories[u * args.per_user : (u + 1) * args.per_user],
+            corpus.vectors[u * args.per_user : (u + 1) * args.per_user],
         )
-    ingest = total / (time.perf_counter() - start)
+        for u in range(args.users)
+    ]
+    # users of at most `exact_max` rows are served by the exact branch, indexed or not:
+    # their rows are loaded deferred and left pending (e2e = load here)
+    ingest, ingest_e2e = load(svc, batches, deferred=True, index=False)
     vacuum(url)
     # each query goes to the user who owns the item it was drawn from
     owners = [UserKey("bench", f"user{p // args.per_user}") for p in corpus.picks]
     hybrid = SearchOptions(max_results=10, hybrid=True)
     svc.close()
-    cold = PostgresMemoryService(
-        url,
-        emb,
-        limits=UNLIMITED,
-        dims=DIMS,
-        ef_search=args.ef_search,
-        exact_search_max=args.exact_max,
-    )
+    cold = service(url, emb, args)
     c50, c95 = time_once(lambda i: cold.search(owners[i], corpus.queries[i], hybrid), len(owners))
     cold.close()
-    svc = PostgresMemoryService(
-        url,
-        emb,
-        limits=UNLIMITED,
-        dims=DIMS,
-        ef_search=args.ef_search,
-        exact_search_max=args.exact_max,
-    )
+    svc = service(url, emb, args)
     h50, h95 = time_queries(
         lambda i: svc.search(owners[i], corpus.queries[i], hybrid), len(owners), args.runs
     )
@@ -346,6 +381,7 @@ def bench_many_users(url: str, args: argparse.Namespace) -> dict[str, float]:
     return {
         "rows": total,
         "ingest_per_s": ingest,
+        "ingest_e2e_per_s": ingest_e2e,
         "hyb_p50": h50,
         "hyb_p95": h95,
         "hyb_cold_p50": c50,
@@ -368,6 +404,24 @@ def main(argv: list[str] | None = None) -> None:
         "--peer-put", type=int, default=2000, help="items stored with one put() each"
     )
     parser.add_argument("--skip-peer", action="store_true")
+    parser.add_argument(
+        "--data", choices=["realistic", "hard"], default="realistic", help="vector distribution"
+    )
+    parser.add_argument(
+        "--ingest",
+        choices=["deferred", "default"],
+        default="deferred",
+        help="add_many(defer_index=True) then index_pending(), or HNSW maintained per row",
+    )
+    parser.add_argument(
+        "--entry-cache", type=int, default=0, help="entry_cache_size (0: the heavy user's size)"
+    )
+    parser.add_argument(
+        "--ef-curve",
+        type=lambda v: [int(x) for x in v.split(",") if x],
+        default=[40, 100, 200, 400],
+        help="ef_search values of the recall/latency curve (empty: skip)",
+    )
     parser.add_argument("--quick", action="store_true", help="10k heavy user, 100x100 users")
     args = parser.parse_args(argv)
     if args.quick:
@@ -378,11 +432,14 @@ def main(argv: list[str] | None = None) -> None:
             100,
             500,
         )
+    if args.entry_cache <= 0:
+        args.entry_cache = max(args.heavy, 20_000)
     with PostgresTestServer() as server:
-        corpus = Corpus(args.heavy, args.queries, seed=1)
+        corpus = Corpus(args.heavy, args.queries, seed=1, data=args.data)
         print(
             f"heavy user: {args.heavy} memories, {args.queries} queries, runs={args.runs}, "
-            f"ef_search={args.ef_search}",
+            f"ef_search={args.ef_search}, data={args.data}, ingest={args.ingest}, "
+            f"entry_cache={args.entry_cache}",
             flush=True,
         )
         ours = bench_ours(server.create_database("ours"), corpus, args)
