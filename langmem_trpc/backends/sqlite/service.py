@@ -157,7 +157,7 @@ class SQLiteMemoryService(SyncMemoryService):
         blobs: list[bytes | None] = []
         for start in range(0, len(texts), _EMBED_BATCH):
             chunk = list(texts[start : start + _EMBED_BATCH])
-            blobs.extend(to_blob(unit_vector(v)) for v in self._embeddings.embed_documents(chunk))
+            blobs.extend(_unit_blobs(self._embeddings.embed_documents(chunk)))
         return blobs
 
     def _make_room(self, conn: sqlite3.Connection, user: UserKey, at: int) -> None:
@@ -706,6 +706,20 @@ class SQLiteMemoryService(SyncMemoryService):
             sql.to_us(self._now()),
         )
         self._db.write(lambda conn: conn.execute(sql.UPSERT_CURSOR, params))
+
+
+def _unit_blobs(vectors: Sequence[Sequence[float]]) -> list[bytes | None]:
+    """Each vector L2-normalised as a float32 blob; one numpy pass for the whole batch
+    (per-vector conversion was a tenth of `add_many`'s time)."""
+    try:
+        matrix = np.asarray(vectors, dtype=np.float32)
+    except ValueError:  # ragged: vectors of different sizes
+        return [to_blob(unit_vector(v)) for v in vectors]
+    if matrix.ndim != 2:
+        return [to_blob(unit_vector(v)) for v in vectors]
+    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+    matrix = np.divide(matrix, norms, out=matrix.copy(), where=norms > 0)
+    return [row.tobytes() for row in matrix]
 
 
 def _note_appended(
