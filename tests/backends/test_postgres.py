@@ -551,7 +551,12 @@ def test_deferred_bulk_load_is_searchable_before_and_after_indexing(opened, clea
     before = answers()
     assert before == answers()  # second pass: the user's size is known, ANN leg pinned
     assert [a[0] for a in before] == [queries[0]] * 2 + [queries[1]] * 2, before
-    assert svc.index_pending(ALICE, batch_size=25) == 60
+    from langmem_trpc.backends.postgres import _bulk
+
+    assert svc._run(_bulk.pending_op(ALICE, 30)) == 30  # one batch: half indexed
+    assert svc.pending_count(ALICE) == 30
+    assert [a[0] for a in answers()] == [a[0] for a in before]
+    assert svc.index_pending(ALICE, batch_size=25) == 30
     assert svc.pending_count() == 0 and _pending_rows(clean_url) == 0
     after = answers()
     assert [a[0] for a in after] == [a[0] for a in before]
