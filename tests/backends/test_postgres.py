@@ -629,3 +629,14 @@ def test_entry_cache_size_is_configurable(opened, size):
     assert len(svc._search_cache.entries) == size
     with pytest.raises(ConfigurationError, match="entry_cache_size"):
         opened(entry_cache_size=-1)
+
+
+def test_pinned_ann_leg_merges_pending_rows_even_with_a_stale_user_size(opened):
+    """A user remembered as big (pinned ANN over indexed rows) who is now small still gets
+    their not-yet-indexed rows."""
+    svc = opened(embeddings=HashingEmbeddings(), exact_search_max=50)
+    svc.add_many(ALICE, [f"indexed item{i}" for i in range(10)])
+    svc.add_many(ALICE, [f"pending item{i}" for i in range(20)], defer_index=True)
+    svc._user_sizes[ALICE] = 10_000  # stale: learnt before the user shrank
+    hit = svc.search(ALICE, "pending item7", SearchOptions(max_results=1, hybrid=False))[0]
+    assert hit.text == "pending item7"

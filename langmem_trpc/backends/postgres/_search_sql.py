@@ -73,8 +73,7 @@ vec_pending AS (
     SELECT id, dist FROM (
         SELECT m.id, m.embedding <=> %(q)b::vector AS dist
         FROM langmem_memories m
-        WHERE {_LIVE_USER} AND NOT m.indexed {_FILTERS}
-          AND (SELECT n FROM stats) > %(exact_max)s
+        WHERE {_LIVE_USER} AND NOT m.indexed {_FILTERS}{{big_only}}
         OFFSET 0) p
     ORDER BY dist, id
     LIMIT %(pool)s),"""
@@ -202,9 +201,14 @@ def search_sql(vector: str, keyword: str, dims: int) -> str:
     `keyword` "tsq", "like" or "none" (`dims` names the ANN index expression)."""
     leg = _VECTOR_LEGS[vector]
     if vector == "sql":
-        leg = leg.format(ann_order=_ann_order(dims), pending=_PENDING_LEG)
+        # small users' pending rows are already in vec_exact
+        pending = _PENDING_LEG.format(
+            big_only="\n          AND (SELECT n FROM stats) > %(exact_max)s"
+        )
+        leg = leg.format(ann_order=_ann_order(dims), pending=pending)
     elif vector == "given":
-        leg = leg.format(pending=_PENDING_LEG)
+        # the given ANN hits are indexed rows only, whatever the user's size now
+        leg = leg.format(pending=_PENDING_LEG.format(big_only=""))
     kw = _NO_KEYWORD_LEG
     if keyword != "none":
         kw = _KEYWORD_LEG.format(match=_KEYWORD_MATCH[keyword])
