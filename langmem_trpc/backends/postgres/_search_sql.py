@@ -11,10 +11,10 @@ import functools
 import math
 from collections.abc import Mapping, Sequence
 
+from ...service._documents import keyword_doc
 from ...service._search import CorpusStats, KeywordDoc, QueryTerms, keyword_score
 from ...service._text import primary_tokens
 from ...types import Entry, Kind, SearchOptions, UserKey
-from ..sqlite._keyword import keyword_doc
 from ._sql import Params, Row, user_params, vector_param
 
 __all__ = [

@@ -15,6 +15,7 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
+from ...service._documents import fts_document, keyword_doc, topics_document
 from ...types import (
     Entry,
     ExtractionCursor,
@@ -25,7 +26,6 @@ from ...types import (
     Source,
     UserKey,
 )
-from ..sqlite._keyword import fts_document, keyword_doc, topics_document
 
 __all__ = [
     "MIGRATIONS",

@@ -1,4 +1,4 @@
-"""The keyword leg's bridge to FTS5: documents, scope tokens, safe MATCH strings.
+"""The keyword leg's bridge to FTS5: scope tokens and safe MATCH strings (documents: `service._documents`).
 
 The FTS documents are the package tokenizer's own output (primary tokens
 then CJK trigrams, joined by spaces), indexed with FTS5's `ascii`
@@ -14,11 +14,9 @@ from tokens, each double-quoted.
 from __future__ import annotations
 
 import hashlib
-from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 
-from ...service._search import KeywordDoc
-from ...service._text import cjk_trigrams, primary_tokens
+from ...service._documents import fts_document, keyword_doc, topics_document
 from ...types import UserKey
 
 __all__ = [
@@ -41,15 +39,6 @@ def scope_prefix(user: UserKey) -> str:
     return "u" + digest[:16]
 
 
-def fts_document(text: str) -> str:
-    """Primary tokens (with repeats, in order) then CJK trigrams, space separated."""
-    return " ".join([*primary_tokens(text), *cjk_trigrams(text)])
-
-
-def topics_document(topics: Sequence[str]) -> str:
-    return fts_document(" ".join(topics))
-
-
 def scoped(prefix: str, document: str) -> str:
     """The document as indexed: each token behind the user's prefix."""
     return " ".join(prefix + token for token in document.split())
@@ -62,24 +51,3 @@ def _quote(token: str) -> str:
 def match_any(prefix: str, tokens: Iterable[str]) -> str:
     """Rows of the user holding any of the tokens, in content or topics."""
     return " OR ".join(_quote(prefix + t) for t in tokens)
-
-
-def keyword_doc(content_document: str, topic_document: str) -> KeywordDoc:
-    """The `KeywordDoc` of stored documents, equal in scoring to `KeywordDoc.build`.
-
-    Primary tokens and trigrams never coincide (trigrams are three CJK
-    characters, primary CJK tokens two), so one Counter gives both fields'
-    term frequencies. The phrase-fallback fields stay empty: a FTS candidate
-    matched at least one token, so the fallback never runs for it.
-    """
-    content = content_document.split()
-    topics = topic_document.split()
-    return KeywordDoc(
-        content_tf=Counter(content),
-        content_len=len(content),
-        content_seq=tuple(content),
-        topic_tf=Counter(topics),
-        topic_len=len(topics),
-        content_norm="",
-        topic_norm="",
-    )

@@ -1,0 +1,48 @@
+"""Stored token documents: the tokenizer's output kept beside a memory, so the
+keyword leg never tokenises a stored memory again.
+
+A document is the package tokenizer's primary tokens (with repeats, in order)
+then its CJK trigrams, joined by spaces. The SQLite backend indexes it with
+FTS5 and builds its in-memory postings from it; the PostgreSQL backend stores
+it in `content_doc` / `topic_doc`. Both rebuild a `KeywordDoc` from it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+
+from ._search import KeywordDoc
+from ._text import cjk_trigrams, primary_tokens
+
+__all__ = ["fts_document", "keyword_doc", "topics_document"]
+
+
+def fts_document(text: str) -> str:
+    """Primary tokens (with repeats, in order) then CJK trigrams, space separated."""
+    return " ".join([*primary_tokens(text), *cjk_trigrams(text)])
+
+
+def topics_document(topics: Sequence[str]) -> str:
+    return fts_document(" ".join(topics))
+
+
+def keyword_doc(content_document: str, topic_document: str) -> KeywordDoc:
+    """The `KeywordDoc` of stored documents, equal in scoring to `KeywordDoc.build`.
+
+    Primary tokens and trigrams never coincide (trigrams are three CJK
+    characters, primary CJK tokens two), so one Counter gives both fields'
+    term frequencies. The phrase-fallback fields stay empty: a FTS candidate
+    matched at least one token, so the fallback never runs for it.
+    """
+    content = content_document.split()
+    topics = topic_document.split()
+    return KeywordDoc(
+        content_tf=Counter(content),
+        content_len=len(content),
+        content_seq=tuple(content),
+        topic_tf=Counter(topics),
+        topic_len=len(topics),
+        content_norm="",
+        topic_norm="",
+    )
