@@ -1,4 +1,4 @@
-"""The keyword leg's bridge to FTS5: scope tokens and safe MATCH strings (documents: `service._documents`).
+"""The keyword leg's bridge to FTS5: scope tokens and safe MATCH strings.
 
 The FTS documents are the package tokenizer's own output (primary tokens
 then CJK trigrams, joined by spaces), indexed with FTS5's `ascii`
