@@ -67,6 +67,14 @@ class Scored:
     """bool: two or more primary query tokens matched, so the phrase part may apply."""
     hits: dict[str, np.ndarray]
     """Per primary token, whether each row holds it (for the in-order check)."""
+    matched_primary: np.ndarray
+    """How many primary query tokens each row holds."""
+    first: dict[str, np.ndarray]
+    """Per primary token, its first position in each row's text (-1: not in the text)."""
+    last: dict[str, np.ndarray]
+    """Per primary token, its last position in each row's text (-1: not in the text)."""
+    in_topics: dict[str, np.ndarray]
+    """Per primary token, whether each row's topics hold it."""
 
 
 @dataclass(frozen=True)
@@ -87,6 +95,9 @@ class KeywordIndex:
     """int32 positions, grouped by token (`offsets[slot]:offsets[slot + 1]`)."""
     content_tf: np.ndarray
     topic_tf: np.ndarray
+    content_first: np.ndarray
+    """Per posting, the token's first position in the row's text (-1: topics only)."""
+    content_last: np.ndarray
     avg_content_len: float
     avg_topic_len: float
     sequences: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
@@ -96,7 +107,10 @@ class KeywordIndex:
     @property
     def nbytes(self) -> int:
         arrays = (self.rids, self.kinds, self.events, self.content_len, self.topic_len)
-        postings = (self.offsets, self.docs, self.content_tf, self.topic_tf, *self.sequences)
+        postings = (
+            *(self.offsets, self.docs, self.content_tf, self.topic_tf, *self.sequences),
+            *(self.content_first, self.content_last),
+        )
         return sum(a.nbytes for a in (*arrays, *postings)) + 80 * len(self.terms)
 
     @classmethod
@@ -125,13 +139,21 @@ class KeywordIndex:
         )
         width = max(n, 1)
         # One key per (token, document): token slot x n + position.
-        c_keys, c_counts = np.unique(c_slots.astype(np.int64) * width + c_pos, return_counts=True)
+        c_all = c_slots.astype(np.int64) * width + c_pos
+        c_keys, c_first, c_counts = np.unique(c_all, return_index=True, return_counts=True)
+        c_last = len(c_all) - 1 - np.unique(c_all[::-1], return_index=True)[1]
         t_keys, t_counts = np.unique(t_slots.astype(np.int64) * width + t_pos, return_counts=True)
         keys = np.union1d(c_keys, t_keys)
         content_tf = np.zeros(len(keys), dtype=np.float32)  # small counts: exact in float32
         topic_tf = np.zeros(len(keys), dtype=np.float32)
-        content_tf[np.searchsorted(keys, c_keys)] = c_counts
+        in_content = np.searchsorted(keys, c_keys)
+        content_tf[in_content] = c_counts
         topic_tf[np.searchsorted(keys, t_keys)] = t_counts
+        starts = _bounds(content_len)[:-1]  # where each row's tokens begin in c_slots
+        content_first = np.full(len(keys), -1, dtype=np.int32)
+        content_last = np.full(len(keys), -1, dtype=np.int32)
+        content_first[in_content] = c_first - starts[c_pos[c_first]]
+        content_last[in_content] = c_last - starts[c_pos[c_last]]
         offsets = np.zeros(len(terms) + 1, dtype=np.int64)
         np.cumsum(np.bincount(keys // width, minlength=len(terms)), out=offsets[1:])
         return cls(
@@ -146,6 +168,8 @@ class KeywordIndex:
             docs=(keys % width).astype(np.int32),
             content_tf=content_tf,
             topic_tf=topic_tf,
+            content_first=content_first,
+            content_last=content_last,
             avg_content_len=max(float(content_len.sum()) / n, 1.0) if n else 1.0,
             avg_topic_len=max(float(topic_len.sum()) / n, 1.0) if n else 1.0,
             sequences=(
@@ -174,11 +198,16 @@ class KeywordIndex:
         return 0.8 if all(slot in held for slot in slots) else 0.0
 
     def postings(self, token: str) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        span = self._span(token)
+        if span is None:
+            return None
+        return self.docs[span], self.content_tf[span], self.topic_tf[span]
+
+    def _span(self, token: str) -> slice | None:
         slot = self.terms.get(token)
         if slot is None:
             return None
-        start, end = int(self.offsets[slot]), int(self.offsets[slot + 1])
-        return self.docs[start:end], self.content_tf[start:end], self.topic_tf[start:end]
+        return slice(int(self.offsets[slot]), int(self.offsets[slot + 1]))
 
     def document_frequency(self, token: str) -> int:
         slot = self.terms.get(token)
@@ -210,7 +239,9 @@ class KeywordIndex:
                 found.append((token, weight, weight * idf, *postings))
         if not found:
             empty = np.zeros(0)
-            return Scored(np.zeros(0, dtype=np.int64), empty, empty.astype(bool), {})
+            return Scored(
+                np.zeros(0, dtype=np.int64), empty, empty.astype(bool), {}, empty, {}, {}, {}
+            )
         matched = np.concatenate([f[3] for f in found])
         seen = np.zeros(len(self.rids), dtype=bool)
         seen[matched] = True
@@ -226,6 +257,9 @@ class KeywordIndex:
         terms_raw, weights, scales, primaries = [], [], [], []
         primary = set(terms.primary)
         hits: dict[str, np.ndarray] = {}
+        first: dict[str, np.ndarray] = {}
+        last: dict[str, np.ndarray] = {}
+        in_topics: dict[str, np.ndarray] = {}
         start = 0
         for token, weight, scale, docs, ctf, ttf in found:
             local = inverse[start : start + len(docs)]
@@ -241,6 +275,13 @@ class KeywordIndex:
                 hit = np.zeros(m, dtype=bool)
                 hit[local] = True
                 hits[token] = hit
+                span = self._span(token)
+                first[token] = np.full(m, -1, dtype=np.int32)
+                first[token][local] = self.content_first[span]
+                last[token] = np.full(m, -1, dtype=np.int32)
+                last[token][local] = self.content_last[span]
+                in_topics[token] = np.zeros(m, dtype=bool)
+                in_topics[token][local] = ttf > 0
         scale_all = np.concatenate(scales)
         raw = np.bincount(inverse, np.concatenate(terms_raw), m)
         potential = np.bincount(inverse, scale_all * (BM25_K1 + 1), m)
@@ -251,7 +292,9 @@ class KeywordIndex:
         coverage = matched_weight / max(total_weight, 1.0)
         rarity = matched_idf / max(total_idf, 1.0)
         base = COVERAGE_WEIGHT * coverage + RARITY_WEIGHT * rarity + STRENGTH_WEIGHT * strength
-        return Scored(rows, base, matched_primary >= 2, hits)
+        return Scored(
+            rows, base, matched_primary >= 2, hits, matched_primary, first, last, in_topics
+        )
 
     def allowed(
         self, rows: np.ndarray, kind: Kind | None, after_us: int | None, before_us: int | None

@@ -29,7 +29,7 @@ from ...service._search import (
 from ...types import Entry, Kind, SearchOptions, UserKey
 from . import _sql as sql
 from ._keyword import keyword_doc, match_any, scope_prefix
-from ._postings import KeywordIndex, KeywordIndexCache, Reader
+from ._postings import KeywordIndex, KeywordIndexCache, Reader, Scored
 from ._rows import CONTENT_DOC, TEXT, TOPIC_DOC, TOPICS, Row, user_state
 from ._scoring import score_candidates
 from ._vectors import KIND_CODES, UserVectors, VectorCache
@@ -408,7 +408,9 @@ class SearchRun:
         positions = scored.rows[keep]
         rids = index.rids[positions]
         scores = np.minimum(base, 1.0)
-        todo = np.flatnonzero(scored.phrase_possible[keep])
+        matched = scored.matched_primary[keep]
+        self._add_pair_phrase_bonus(scored, keep, matched == 2, scores, base)
+        todo = np.flatnonzero(matched >= 3)  # longer in-order checks: per row, bounded
         if len(todo):
             bound = np.minimum(base[todo] + PHRASE_WEIGHT, 1.0)
             todo = todo[np.argsort(-bound, kind="stable")]
@@ -428,6 +430,32 @@ class SearchRun:
             for rid, score in zip(chosen, scores[best].tolist(), strict=True)
             if rid in entries
         ]
+
+    def _add_pair_phrase_bonus(
+        self,
+        scored: Scored,
+        keep: np.ndarray,
+        pairs: np.ndarray,
+        scores: np.ndarray,
+        base: np.ndarray,
+    ) -> None:
+        """The phrase part of rows holding exactly two primary query tokens, at once:
+        "a then b" in the text is first(a) < last(b), else both in the topics."""
+        if not pairs.any():
+            return
+        primary = [t for t in self.terms.primary if t in scored.hits]
+        for i, a in enumerate(primary):
+            for b in primary[i + 1 :]:
+                rows = np.flatnonzero(pairs & scored.hits[a][keep] & scored.hits[b][keep])
+                if not len(rows):
+                    continue
+                first_a = scored.first[a][keep][rows]
+                last_b = scored.last[b][keep][rows]
+                in_order = (first_a >= 0) & (first_a < last_b)
+                topics = scored.in_topics[a][keep][rows] & scored.in_topics[b][keep][rows]
+                phrase = np.where(in_order, 1.0, np.where(topics, 0.8, 0.0))
+                bonus = rows[phrase > 0]
+                scores[bonus] = np.minimum(base[bonus] + PHRASE_WEIGHT * phrase[phrase > 0], 1.0)
 
     def _add_phrase_bonus(
         self,
