@@ -197,6 +197,16 @@ def memory_from(item: object, *, limits: Limits) -> Memory:
             location=item.location,
             metadata=item.metadata,
         )
+    if isinstance(item, str):  # a plain text: every other field is its default
+        return Memory.model_construct(
+            text=_check_text(item, limits),
+            topics=[],
+            kind=Kind.FACT,
+            event_time=None,
+            participants=[],
+            location=None,
+            metadata={},
+        )
     return build_memory(item, limits=limits)
 
 
