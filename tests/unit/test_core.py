@@ -3,7 +3,7 @@ from datetime import datetime, timezone
 import pytest
 
 from langmem_trpc.errors import InvalidMemoryError
-from langmem_trpc.service._core import Limits, build_memory, fingerprint, patch_memory
+from langmem_trpc.service._core import Limits, build_memory, fingerprint, memory_from, patch_memory
 from langmem_trpc.types import Kind
 
 LIMITS = Limits()
@@ -58,3 +58,16 @@ def test_memory_from_holds_prebuilt_memories_to_the_same_limits():
     with pytest.raises(InvalidMemoryError) as info:
         memory_from(built, limits=Limits(max_text_length=10))
     assert info.value.field == "text"
+
+
+@pytest.mark.parametrize("text", ["  Prefers dark mode ", "北京 café", "x"])
+def test_memory_from_a_plain_text_equals_the_fully_validated_memory(text):
+    fast = memory_from(text, limits=Limits())
+    assert fast == build_memory(text, limits=Limits())
+    assert fast.model_dump_json() == build_memory(text, limits=Limits()).model_dump_json()
+
+
+@pytest.mark.parametrize("text", ["", "   ", "a\x00b", "\ud800"])
+def test_memory_from_a_plain_text_still_rejects_bad_text(text):
+    with pytest.raises(InvalidMemoryError, match="text"):
+        memory_from(text, limits=Limits())
