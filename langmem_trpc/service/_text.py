@@ -119,6 +119,8 @@ def search_tokens(text: str) -> list[str]:
 
 def cjk_trigrams(text: str) -> list[str]:
     """Every 3-character window of each CJK run of length >= 3 (secondary tokens)."""
+    if text.isascii():  # no CJK run: skip the split (called for every stored field)
+        return []
     grams: list[str] = []
     for run, cjk in _runs(text.lower()):
         if cjk and len(run) >= 3:
