@@ -15,10 +15,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from functools import lru_cache
 from itertools import chain
-from typing import NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, overload
 
 from ..types import Entry, FusionSettings, Kind, SearchOptions
 from ._text import QUERY_FUNCTION_WORDS, cjk_trigrams, jaccard, primary_tokens, token_set
+
+if TYPE_CHECKING:
+    from numpy import ndarray
 
 __all__ = [
     "DEFAULT_MIN_SCORE",
@@ -220,13 +223,20 @@ def keyword_score(query: QueryTerms, doc: KeywordDoc, stats: CorpusStats) -> flo
             phrase = 1.0
         elif all(t in doc.topic_tf for t in in_query_order):
             phrase = 0.8
-    return min(
-        COVERAGE_WEIGHT * coverage
-        + RARITY_WEIGHT * rarity
-        + STRENGTH_WEIGHT * strength
-        + PHRASE_WEIGHT * phrase,
-        1.0,
-    )
+    return min(composite_base(coverage, rarity, strength) + PHRASE_WEIGHT * phrase, 1.0)
+
+
+@overload
+def composite_base(coverage: float, rarity: float, strength: float) -> float: ...
+@overload
+def composite_base(coverage: ndarray, rarity: ndarray, strength: ndarray) -> ndarray: ...
+def composite_base(coverage: Any, rarity: Any, strength: Any) -> Any:
+    """The keyword composite before its phrase part, for floats or numpy arrays alike.
+
+    Every copy of the scorer adds the phrase part to this, in this order, so
+    the vectorised backends stay bit-identical to `keyword_score`.
+    """
+    return COVERAGE_WEIGHT * coverage + RARITY_WEIGHT * rarity + STRENGTH_WEIGHT * strength
 
 
 def _phrase_fallback(query: str, doc: KeywordDoc) -> float:

@@ -108,7 +108,7 @@ def test_scores_plus_phrase_part_equal_the_shared_scorer_bit_for_bit(tmp_path):
                     min(base + 0.10 * 0.8, 1.0),
                 }
                 assert want in candidates
-                if not scored.phrase_possible[i]:
+                if scored.matched_primary[i] < 2:
                     assert want == min(base, 1.0)
         svc.close()
 

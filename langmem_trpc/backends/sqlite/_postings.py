@@ -30,20 +30,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...service._search import (
-    BM25_B,
-    BM25_K1,
-    COVERAGE_WEIGHT,
-    RARITY_WEIGHT,
-    STRENGTH_WEIGHT,
-    TOPIC_WEIGHT,
-    CorpusStats,
-    QueryTerms,
-)
+from ...service._search import BM25_K1, TOPIC_WEIGHT, CorpusStats, QueryTerms, composite_base
 from ...types import Kind, UserKey
 from . import _sql as sql
 from ._rows import user_state
-from ._vectors import KIND_CODES
+from ._scoring import bm25, length_norm
+from ._vectors import KIND_CODES, evict_to_bytes
 
 __all__ = ["KeywordIndex", "KeywordIndexCache", "Scored"]
 
@@ -62,11 +54,7 @@ class Scored:
     rows: np.ndarray
     """Positions in the index (int64)."""
     base: np.ndarray
-    """The composite without its phrase part (coverage, rarity and strength)."""
-    phrase_possible: np.ndarray
-    """bool: two or more primary query tokens matched, so the phrase part may apply."""
-    hits: dict[str, np.ndarray]
-    """Per primary token, whether each row holds it (for the in-order check)."""
+    """The composite without its phrase part (`composite_base`)."""
     matched_primary: np.ndarray
     """How many primary query tokens each row holds."""
     first: dict[str, np.ndarray]
@@ -75,6 +63,26 @@ class Scored:
     """Per primary token, its last position in each row's text (-1: not in the text)."""
     in_topics: dict[str, np.ndarray]
     """Per primary token, whether each row's topics hold it."""
+
+    def holds(self, token: str, at: np.ndarray | None = None) -> np.ndarray:
+        """Whether each row (or each row at the positions `at`) holds the primary
+        token, in its text or its topics."""
+        first, in_topics = self.first[token], self.in_topics[token]
+        if at is not None:
+            first, in_topics = first[at], in_topics[at]
+        held: np.ndarray = (first >= 0) | in_topics
+        return held
+
+    def only(self, keep: np.ndarray) -> Scored:
+        """The rows where `keep` is true (a boolean mask over `rows`)."""
+        return Scored(
+            self.rows[keep],
+            self.base[keep],
+            self.matched_primary[keep],
+            {t: a[keep] for t, a in self.first.items()},
+            {t: a[keep] for t, a in self.last.items()},
+            {t: a[keep] for t, a in self.in_topics.items()},
+        )
 
 
 @dataclass(frozen=True)
@@ -149,7 +157,8 @@ class KeywordIndex:
         in_content = np.searchsorted(keys, c_keys)
         content_tf[in_content] = c_counts
         topic_tf[np.searchsorted(keys, t_keys)] = t_counts
-        starts = _bounds(content_len)[:-1]  # where each row's tokens begin in c_slots
+        content_at = _bounds(content_len)
+        starts = content_at[:-1]  # where each row's tokens begin in c_slots
         content_first = np.full(len(keys), -1, dtype=np.int32)
         content_last = np.full(len(keys), -1, dtype=np.int32)
         content_first[in_content] = c_first - starts[c_pos[c_first]]
@@ -174,7 +183,7 @@ class KeywordIndex:
             avg_topic_len=max(float(topic_len.sum()) / n, 1.0) if n else 1.0,
             sequences=(
                 c_slots.astype(np.int32),
-                _bounds(content_len),
+                content_at,
                 t_slots.astype(np.int32),
                 _bounds(topic_len),
             ),
@@ -238,10 +247,7 @@ class KeywordIndex:
             if idf > 0 and postings is not None and len(postings[0]):
                 found.append((token, weight, weight * idf, *postings))
         if not found:
-            empty = np.zeros(0)
-            return Scored(
-                np.zeros(0, dtype=np.int64), empty, empty.astype(bool), {}, empty, {}, {}, {}
-            )
+            return Scored(np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0), {}, {}, {})
         matched = np.concatenate([f[3] for f in found])
         seen = np.zeros(len(self.rids), dtype=bool)
         seen[matched] = True
@@ -250,13 +256,10 @@ class KeywordIndex:
         slot = np.empty(len(self.rids), dtype=np.int64)
         slot[rows] = np.arange(m)
         inverse = slot[matched]
-        content_norm = BM25_K1 * (
-            1 - BM25_B + BM25_B * self.content_len[rows] / stats.avg_content_len
-        )
-        topic_norm = BM25_K1 * (1 - BM25_B + BM25_B * self.topic_len[rows] / stats.avg_topic_len)
+        content_norm = length_norm(self.content_len[rows], stats.avg_content_len)
+        topic_norm = length_norm(self.topic_len[rows], stats.avg_topic_len)
         terms_raw, weights, scales, primaries = [], [], [], []
         primary = set(terms.primary)
-        hits: dict[str, np.ndarray] = {}
         first: dict[str, np.ndarray] = {}
         last: dict[str, np.ndarray] = {}
         in_topics: dict[str, np.ndarray] = {}
@@ -265,16 +268,12 @@ class KeywordIndex:
             local = inverse[start : start + len(docs)]
             start += len(docs)
             ctf, ttf = ctf.astype(np.float64), ttf.astype(np.float64)
-            bm25 = ctf * (BM25_K1 + 1) / (ctf + content_norm[local])
-            bm25 += TOPIC_WEIGHT * (ttf * (BM25_K1 + 1) / (ttf + topic_norm[local]))
-            terms_raw.append(scale * bm25)
+            both = bm25(ctf, content_norm[local]) + TOPIC_WEIGHT * bm25(ttf, topic_norm[local])
+            terms_raw.append(scale * both)
             weights.append(np.full(len(docs), weight))
             scales.append(np.full(len(docs), scale))
             primaries.append(np.full(len(docs), token in primary))
             if token in primary:
-                hit = np.zeros(m, dtype=bool)
-                hit[local] = True
-                hits[token] = hit
                 span = self._span(token)
                 first[token] = np.full(m, -1, dtype=np.int32)
                 first[token][local] = self.content_first[span]
@@ -291,10 +290,8 @@ class KeywordIndex:
         strength = np.minimum(raw / potential, 1.0)
         coverage = matched_weight / max(total_weight, 1.0)
         rarity = matched_idf / max(total_idf, 1.0)
-        base = COVERAGE_WEIGHT * coverage + RARITY_WEIGHT * rarity + STRENGTH_WEIGHT * strength
-        return Scored(
-            rows, base, matched_primary >= 2, hits, matched_primary, first, last, in_topics
-        )
+        base = composite_base(coverage, rarity, strength)
+        return Scored(rows, base, matched_primary, first, last, in_topics)
 
     def allowed(
         self, rows: np.ndarray, kind: Kind | None, after_us: int | None, before_us: int | None
@@ -390,10 +387,7 @@ class KeywordIndexCache:
         with self._lock:
             self._items[user] = item
             self._items.move_to_end(user)
-            total = sum(i.nbytes for i in self._items.values())
-            while total > self.max_bytes and len(self._items) > 1:
-                _, evicted = self._items.popitem(last=False)
-                total -= evicted.nbytes
+            evict_to_bytes(self._items, self.max_bytes)
         return item
 
     def drop(self, user: UserKey) -> None:

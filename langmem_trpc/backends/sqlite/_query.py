@@ -396,32 +396,30 @@ class SearchRun:
     ) -> list[tuple[Entry, float]]:
         """The exact composite of every matching memory.
 
-        The phrase part (`PHRASE_WEIGHT`, x 0.8 in topics) needs each memory's token sequence,
-        so it is only computed, best bound first, until no memory left
-        unchecked could still reach the pool.
+        The phrase part (`PHRASE_WEIGHT`, x 0.8 in topics) needs the order of
+        the query's tokens in each memory: for rows holding two of them it is
+        computed at once; rows holding more are checked one by one, best
+        bound first, until no memory left unchecked could still reach the pool.
         """
         scored = index.score(self.terms, self._corpus_stats())
-        keep = index.allowed(scored.rows, kind, self.after_us, self.before_us)
-        base = scored.base[keep]
+        scored = scored.only(index.allowed(scored.rows, kind, self.after_us, self.before_us))
+        base = scored.base
         if not len(base):
             return []
-        positions = scored.rows[keep]
-        rids = index.rids[positions]
+        rids = index.rids[scored.rows]
         scores = np.minimum(base, 1.0)
-        matched = scored.matched_primary[keep]
-        self._add_pair_phrase_bonus(scored, keep, matched == 2, scores, base)
-        todo = np.flatnonzero(matched >= 3)  # longer in-order checks: per row, bounded
+        self._add_pair_phrase_bonus(scored, scores)
+        todo = np.flatnonzero(scored.matched_primary >= 3)
         if len(todo):
             bound = np.minimum(base[todo] + PHRASE_WEIGHT, 1.0)
             todo = todo[np.argsort(-bound, kind="stable")]
             bound = np.minimum(base[todo] + PHRASE_WEIGHT, 1.0)
-            hits = {t: h[keep] for t, h in scored.hits.items()}
             cut = max(len(scores) - pool, 0)
             for start in range(0, len(todo), _PHRASE_CHUNK):
                 if start and cut and bound[start] < np.partition(scores, cut)[cut]:
                     break  # even with the bonus, none of the rest reaches the pool
                 chunk = todo[start : start + _PHRASE_CHUNK]
-                self._add_phrase_bonus(index, scores, base, positions, chunk, hits)
+                self._add_phrase_bonus(index, scored, scores, chunk)
         best = np.lexsort((rids, -scores))[:pool]  # best, then oldest row
         chosen = rids[best].tolist()
         entries = self._entries_for(chosen)
@@ -431,49 +429,39 @@ class SearchRun:
             if rid in entries
         ]
 
-    def _add_pair_phrase_bonus(
-        self,
-        scored: Scored,
-        keep: np.ndarray,
-        pairs: np.ndarray,
-        scores: np.ndarray,
-        base: np.ndarray,
-    ) -> None:
+    def _add_pair_phrase_bonus(self, scored: Scored, scores: np.ndarray) -> None:
         """The phrase part of rows holding exactly two primary query tokens, at once:
         "a then b" in the text is first(a) < last(b), else both in the topics."""
+        pairs = scored.matched_primary == 2
         if not pairs.any():
             return
-        primary = [t for t in self.terms.primary if t in scored.hits]
+        primary = [t for t in self.terms.primary if t in scored.first]
+        held = {t: scored.holds(t) for t in primary}
         for i, a in enumerate(primary):
             for b in primary[i + 1 :]:
-                rows = np.flatnonzero(pairs & scored.hits[a][keep] & scored.hits[b][keep])
+                rows = np.flatnonzero(pairs & held[a] & held[b])
                 if not len(rows):
                     continue
-                first_a = scored.first[a][keep][rows]
-                last_b = scored.last[b][keep][rows]
+                first_a, last_b = scored.first[a][rows], scored.last[b][rows]
                 in_order = (first_a >= 0) & (first_a < last_b)
-                topics = scored.in_topics[a][keep][rows] & scored.in_topics[b][keep][rows]
+                topics = scored.in_topics[a][rows] & scored.in_topics[b][rows]
                 phrase = np.where(in_order, 1.0, np.where(topics, 0.8, 0.0))
                 bonus = rows[phrase > 0]
-                scores[bonus] = np.minimum(base[bonus] + PHRASE_WEIGHT * phrase[phrase > 0], 1.0)
+                scores[bonus] = np.minimum(
+                    scored.base[bonus] + PHRASE_WEIGHT * phrase[phrase > 0], 1.0
+                )
 
     def _add_phrase_bonus(
-        self,
-        index: KeywordIndex,
-        scores: np.ndarray,
-        base: np.ndarray,
-        positions: np.ndarray,
-        chunk: np.ndarray,
-        hits: dict[str, np.ndarray],
+        self, index: KeywordIndex, scored: Scored, scores: np.ndarray, chunk: np.ndarray
     ) -> None:
         """`keyword_score`'s phrase part for the rows in `chunk`, in place."""
-        primary = [t for t in self.terms.primary if t in hits]
-        matched = np.column_stack([hits[t][chunk] for t in primary]).tolist()
+        primary = [t for t in self.terms.primary if t in scored.first]
+        matched = np.column_stack([scored.holds(t, chunk) for t in primary]).tolist()
         for i, row_hits in zip(chunk.tolist(), matched, strict=True):
             in_query_order = [t for t, hit in zip(primary, row_hits, strict=True) if hit]
-            phrase = index.phrase_part(int(positions[i]), in_query_order)
+            phrase = index.phrase_part(int(scored.rows[i]), in_query_order)
             if phrase:
-                scores[i] = min(base[i] + PHRASE_WEIGHT * phrase, 1.0)
+                scores[i] = min(scored.base[i] + PHRASE_WEIGHT * phrase, 1.0)
 
     @staticmethod
     def _full_doc(row: Row) -> KeywordDoc:

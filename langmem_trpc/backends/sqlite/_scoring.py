@@ -19,28 +19,26 @@ import numpy as np
 from ...service._search import (
     BM25_B,
     BM25_K1,
-    COVERAGE_WEIGHT,
     PHRASE_WEIGHT,
-    RARITY_WEIGHT,
-    STRENGTH_WEIGHT,
     TOPIC_WEIGHT,
     CorpusStats,
     KeywordDoc,
     QueryTerms,
     _in_order,
+    composite_base,
     keyword_score,
 )
 
-__all__ = ["score_candidates"]
+__all__ = ["bm25", "length_norm", "score_candidates"]
 
 
-def _bm25(tf: np.ndarray, norm: np.ndarray) -> np.ndarray:
+def bm25(tf: np.ndarray, norm: np.ndarray) -> np.ndarray:
     """`_bm25` of the reference, element-wise; `norm` is K1 x (1 - B + B x len / avg)."""
     out: np.ndarray = tf * (BM25_K1 + 1) / (tf + norm)
     return out
 
 
-def _length_norm(lengths: np.ndarray, avg: float) -> np.ndarray:
+def length_norm(lengths: np.ndarray, avg: float) -> np.ndarray:
     out: np.ndarray = BM25_K1 * (1 - BM25_B + BM25_B * lengths / avg)
     return out
 
@@ -53,10 +51,10 @@ def score_candidates(
     scores = np.zeros(n)
     if n == 0:
         return scores
-    content_norm = _length_norm(
+    content_norm = length_norm(
         np.array([d.content_len for d in docs], dtype=np.float64), stats.avg_content_len
     )
-    topic_norm = _length_norm(
+    topic_norm = length_norm(
         np.array([d.topic_len for d in docs], dtype=np.float64), stats.avg_topic_len
     )
     total_weight = sum(w for _, w in terms.weighted)
@@ -75,9 +73,7 @@ def score_candidates(
         content_tf = np.array([d.content_tf.get(token, 0) for d in docs], dtype=np.float64)
         topic_tf = np.array([d.topic_tf.get(token, 0) for d in docs], dtype=np.float64)
         scale = weight * idf
-        term = scale * (
-            _bm25(content_tf, content_norm) + TOPIC_WEIGHT * _bm25(topic_tf, topic_norm)
-        )
+        term = scale * (bm25(content_tf, content_norm) + TOPIC_WEIGHT * bm25(topic_tf, topic_norm))
         hit = term > 0
         raw += np.where(hit, term, 0.0)
         matched_weight += np.where(hit, weight, 0.0)
@@ -100,13 +96,7 @@ def score_candidates(
                 phrase[i] = 1.0
             elif all(t in doc.topic_tf for t in in_query_order):
                 phrase[i] = 0.8
-    scores = np.minimum(
-        COVERAGE_WEIGHT * coverage
-        + RARITY_WEIGHT * rarity
-        + STRENGTH_WEIGHT * strength
-        + PHRASE_WEIGHT * phrase,
-        1.0,
-    )
+    scores = np.minimum(composite_base(coverage, rarity, strength) + PHRASE_WEIGHT * phrase, 1.0)
     for i in np.flatnonzero(~any_hit).tolist():  # no token matched: the reference's fallback
         scores[i] = keyword_score(terms, docs[i], stats)
     return scores

@@ -12,12 +12,21 @@ import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol, TypeVar
 
 import numpy as np
 
 from ...types import Kind, UserKey
 
-__all__ = ["KIND_CODES", "Appended", "UserVectors", "VectorCache", "to_blob", "unit_vector"]
+__all__ = [
+    "KIND_CODES",
+    "Appended",
+    "UserVectors",
+    "VectorCache",
+    "evict_to_bytes",
+    "to_blob",
+    "unit_vector",
+]
 
 KIND_CODES = {Kind.FACT.value: 0, Kind.EPISODE.value: 1}
 Stamp = tuple[str, int]
@@ -172,11 +181,8 @@ class VectorCache:
             pending.append(appended)
 
     def _evict(self) -> None:
-        total = sum(v.nbytes for v in self._items.values())
-        while total > self.max_bytes and len(self._items) > 1:
-            evicted_user, evicted = self._items.popitem(last=False)
+        for evicted_user in evict_to_bytes(self._items, self.max_bytes):
             self._pending.pop(evicted_user, None)
-            total -= evicted.nbytes
 
     def drop(self, user: UserKey) -> None:
         with self._lock:
@@ -187,6 +193,27 @@ class VectorCache:
         with self._lock:
             self._items.clear()
             self._pending.clear()
+
+
+class _Sized(Protocol):
+    @property
+    def nbytes(self) -> int: ...
+
+
+K = TypeVar("K")
+V = TypeVar("V", bound=_Sized)
+
+
+def evict_to_bytes(items: OrderedDict[K, V], max_bytes: int) -> list[K]:
+    """Drop least recently used items until the rest fit in `max_bytes` (the newest
+    always stays); returns the evicted keys. The caller holds the cache's lock."""
+    evicted: list[K] = []
+    total = sum(item.nbytes for item in items.values())
+    while total > max_bytes and len(items) > 1:
+        key, item = items.popitem(last=False)
+        total -= item.nbytes
+        evicted.append(key)
+    return evicted
 
 
 def _extended(item: UserVectors, pending: list[Appended]) -> UserVectors:
