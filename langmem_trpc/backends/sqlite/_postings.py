@@ -108,9 +108,9 @@ class KeywordIndex:
     content_last: np.ndarray
     avg_content_len: float
     avg_topic_len: float
-    sequences: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
-    """Each row's content and topic tokens as slots, in order (content slots,
-    content bounds, topic slots, topic bounds): the phrase part reads them."""
+    sequences: tuple[np.ndarray, np.ndarray]
+    """Each row's text tokens as slots, in order (slots, row bounds), for the
+    phrase part's in-order check."""
 
     @property
     def nbytes(self) -> int:
@@ -181,30 +181,21 @@ class KeywordIndex:
             content_last=content_last,
             avg_content_len=max(float(content_len.sum()) / n, 1.0) if n else 1.0,
             avg_topic_len=max(float(topic_len.sum()) / n, 1.0) if n else 1.0,
-            sequences=(
-                c_slots.astype(np.int32),
-                content_at,
-                t_slots.astype(np.int32),
-                _bounds(topic_len),
-            ),
+            sequences=(c_slots.astype(np.int32), content_at),
         )
 
-    def phrase_part(self, row: int, primary: list[str]) -> float:
-        """`keyword_score`'s phrase factor for one row, given the primary query tokens
-        it holds (in query order): 1.0 in order in the text, 0.8 all in the topics."""
-        content, content_at, topics, topics_at = self.sequences
-        slots = [self.terms[t] for t in primary]
+    def in_text_order(self, row: int, primary: list[str]) -> bool:
+        """Whether the row's text holds the tokens in this order (`_in_order` of the
+        shared scorer: a greedy subsequence), read from the stored token slots."""
+        content, content_at = self.sequences
         sequence = content[content_at[row] : content_at[row + 1]].tolist()
         at = -1
-        for slot in slots:
+        for slot in (self.terms[t] for t in primary):
             try:
                 at = sequence.index(slot, at + 1)
             except ValueError:
-                break
-        else:
-            return 1.0
-        held = set(topics[topics_at[row] : topics_at[row + 1]].tolist())
-        return 0.8 if all(slot in held for slot in slots) else 0.0
+                return False
+        return True
 
     def postings(self, token: str) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
         span = self._span(token)

@@ -459,9 +459,10 @@ class SearchRun:
         matched = np.column_stack([scored.holds(t, chunk) for t in primary]).tolist()
         for i, row_hits in zip(chunk.tolist(), matched, strict=True):
             in_query_order = [t for t, hit in zip(primary, row_hits, strict=True) if hit]
-            phrase = index.phrase_part(int(scored.rows[i]), in_query_order)
-            if phrase:
-                scores[i] = min(scored.base[i] + PHRASE_WEIGHT * phrase, 1.0)
+            if index.in_text_order(int(scored.rows[i]), in_query_order):
+                scores[i] = min(scored.base[i] + PHRASE_WEIGHT * 1.0, 1.0)
+            elif all(scored.in_topics[t][i] for t in in_query_order):
+                scores[i] = min(scored.base[i] + PHRASE_WEIGHT * 0.8, 1.0)
 
     @staticmethod
     def _full_doc(row: Row) -> KeywordDoc:

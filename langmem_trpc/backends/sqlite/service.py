@@ -714,8 +714,8 @@ def _unit_blobs(vectors: Sequence[Sequence[float]]) -> list[bytes | None]:
     try:
         matrix = np.asarray(vectors, dtype=np.float32)
     except ValueError:  # ragged: vectors of different sizes
-        return [to_blob(unit_vector(v)) for v in vectors]
-    if matrix.ndim != 2:
+        matrix = None
+    if matrix is None or matrix.ndim != 2:
         return [to_blob(unit_vector(v)) for v in vectors]
     norms = np.linalg.norm(matrix, axis=1, keepdims=True)
     matrix = np.divide(matrix, norms, out=matrix.copy(), where=norms > 0)
