@@ -7,6 +7,7 @@ writes anything and every backend rejects the same inputs the same way.
 from __future__ import annotations
 
 import hashlib
+import os
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ __all__ = [
     "fingerprint",
     "memory_from",
     "new_memory_id",
+    "new_memory_ids",
     "patch_memory",
     "resolve_options",
     "utcnow",
@@ -71,6 +73,17 @@ def utcnow() -> datetime:
 def new_memory_id() -> str:
     """Random, stable for the life of the memory (never derived from content)."""
     return uuid.uuid4().hex
+
+
+def new_memory_ids(n: int) -> list[str]:
+    """`n` ids like `new_memory_id()` (random version-4 UUIDs as hex) from one
+    `os.urandom` call: per-id `uuid4()` was a tenth of a bulk insert's time."""
+    raw = bytearray(os.urandom(16 * n))
+    for at in range(0, 16 * n, 16):
+        raw[at + 6] = raw[at + 6] & 0x0F | 0x40  # version 4
+        raw[at + 8] = raw[at + 8] & 0x3F | 0x80  # RFC 4122 variant
+    text = raw.hex()
+    return [text[at : at + 32] for at in range(0, 32 * n, 32)]
 
 
 def check_user(user: object) -> UserKey:

@@ -73,6 +73,7 @@ T0 = datetime(2024, 5, 1, 12, 0, 0, 123456, tzinfo=timezone.utc)
 #: change an existing one (databases in the field already ran it).
 PINNED_MIGRATIONS = [
     "4f8ab22d3f60e9490bba3e39fc08a7ca9c6ecf320e0ebad909699ff9d61ac520",
+    "9917c197d1edd1a65893ef9417a865ff916cae3f62dda2994c6cb15cc4753efe",
 ]
 
 
@@ -96,6 +97,26 @@ def assert_index_consistent(path) -> None:
                 assert rid in {r for (r,) in hits}
 
 
+def assert_state_consistent(path) -> None:
+    """user_state's counts equal a recount of the live rows (inserts count in code)."""
+    with sqlite3.connect(path) as conn:
+        state = {
+            (a, u): (n, c, t)
+            for a, u, n, c, t in conn.execute(
+                "SELECT app_name, user_id, n_live, content_len, topic_len FROM user_state"
+            )
+            if n
+        }
+        recount = {
+            (a, u): (n, c, t)
+            for a, u, n, c, t in conn.execute(
+                "SELECT app_name, user_id, count(*), sum(content_len), sum(topic_len)"
+                " FROM memories WHERE deleted_at IS NULL GROUP BY app_name, user_id"
+            )
+        }
+    assert state == recount
+
+
 def test_every_write_path_keeps_the_index_consistent(tmp_path):
     svc = SQLiteMemoryService(tmp_path / "m.db", limits=Limits(capacity=5, on_capacity="evict"))
     a = svc.add(ALICE, "Drinks green tea", topics=["tea"])
@@ -111,12 +132,17 @@ def test_every_write_path_keeps_the_index_consistent(tmp_path):
     svc.add(BOB, "bob memory")
     svc.purge(ALICE, b.id)
     svc.restore(ALICE, svc.get(BOB, svc.read(BOB)[0].id).model_copy(update={"id": "r1"}))
+    svc.add_many(BOB, ["bob batch one", "bob memory", "bob batch two 绿茶"])  # with a duplicate
+    svc.add_many(ALICE, ["alice batch", "alice batch two"])  # at capacity: evicts
     assert_index_consistent(svc.path)
+    assert_state_consistent(svc.path)
     svc.clear(ALICE)
     assert_index_consistent(svc.path)
+    assert_state_consistent(svc.path)
     svc.add(ALICE, "after clear")
     svc.purge(BOB)
     assert_index_consistent(svc.path)
+    assert_state_consistent(svc.path)
     assert [e.text for e in svc.search(ALICE, "after clear")] == ["after clear"]
     svc.close()
 
@@ -135,6 +161,38 @@ def test_migrations_are_idempotent(tmp_path):
         versions = [v for (v,) in conn.execute("SELECT version FROM langmem_migrations")]
         assert versions == list(range(1, len(MIGRATIONS) + 1))
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_a_version_1_file_upgrades_and_keeps_its_counts(tmp_path):
+    """Migration 2 drops the insert trigger: rows counted by it and rows counted in
+    code add up."""
+    path = tmp_path / "m.db"
+    with sqlite3.connect(path) as conn:
+        conn.create_function("lm_scoped", 2, scoped)
+        conn.execute(
+            "CREATE TABLE langmem_migrations (version INTEGER PRIMARY KEY, applied_at INTEGER)"
+        )
+        for statement in MIGRATIONS[0]:
+            conn.execute(statement)
+        conn.execute("INSERT INTO langmem_migrations VALUES (1, 0)")
+        conn.execute(  # counted by the version-1 trigger
+            "INSERT INTO memories (app_name, user_id, id, text, fingerprint, kind, content_doc,"
+            " content_len, created_at, updated_at) VALUES (?, ?, 'old', 'zero', x'00', 'fact',"
+            " 'zero', 1, 1, 1)",
+            (ALICE.app_name, ALICE.user_id),
+        )
+    SQLiteMemoryService(path).close()  # applies migration 2 only
+    with sqlite3.connect(path) as conn:
+        triggers = {
+            n for (n,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")
+        }
+    assert "memories_after_insert" not in triggers
+    svc = SQLiteMemoryService(path)
+    svc.add(ALICE, "one")
+    svc.add_many(ALICE, ["two", "three"])
+    assert svc.count(ALICE) == 4
+    assert_state_consistent(path)
+    svc.close()
 
 
 def test_newer_schema_is_refused(tmp_path):

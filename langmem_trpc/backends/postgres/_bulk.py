@@ -20,7 +20,7 @@ import numpy as np
 from psycopg.types.json import Jsonb
 
 from ...errors import CapacityExceededError, InvalidMemoryError
-from ...service._core import Limits, check_user, fingerprint, memory_from, new_memory_id, utcnow
+from ...service._core import Limits, check_user, fingerprint, memory_from, new_memory_ids, utcnow
 from ...types import Memory, Operation, Source, UserKey
 from . import _sql
 from ._plans import Copy, Op, Plan, Sql
@@ -103,11 +103,12 @@ def prepare(
     """Validate everything up front, so a bad item rejects the whole batch before any write."""
     user = check_user(user)
     rows = []
-    for item in memories:
+    ids = new_memory_ids(len(memories))
+    for item, memory_id in zip(memories, ids, strict=True):
         memory = memory_from(item, limits=limits)
         rows.append(
             {
-                "id": new_memory_id(),
+                "id": memory_id,
                 "text": memory.text,
                 "fp": fingerprint(memory),
                 "topics": memory.topics,

@@ -40,8 +40,14 @@ def scope_prefix(user: UserKey) -> str:
 
 
 def scoped(prefix: str, document: str) -> str:
-    """The document as indexed: each token behind the user's prefix."""
-    return " ".join(prefix + token for token in document.split())
+    """The document as indexed: each token behind the user's prefix.
+
+    Documents are tokens joined by single spaces (`fts_document`), so a
+    replace prefixes them all without splitting.
+    """
+    if not document:
+        return ""
+    return prefix + document.replace(" ", " " + prefix)
 
 
 def _quote(token: str) -> str:

@@ -66,11 +66,16 @@ class Prepared:
 
     @property
     def content_len(self) -> int:
-        return len(self.content_doc.split())
+        return _token_count(self.content_doc)
 
     @property
     def topic_len(self) -> int:
-        return len(self.topic_doc.split())
+        return _token_count(self.topic_doc)
+
+
+def _token_count(document: str) -> int:
+    """Tokens of a stored document (single-space separated, see `fts_document`)."""
+    return document.count(" ") + 1 if document else 0
 
 
 class Keep:
@@ -103,6 +108,15 @@ def record_history(
             sql.source_json(source),
         ),
     )
+
+
+def count_inserted(
+    conn: sqlite3.Connection, user: UserKey, rows: int, content_len: int, topic_len: int
+) -> None:
+    """Account for live rows just inserted into `memories`: every insert path calls this."""
+    u = (user.app_name, user.user_id)
+    conn.execute(sql.STATE_ROW, u)
+    conn.execute(sql.COUNT_INSERTED, (rows, rows, content_len, topic_len, *u))
 
 
 def user_state(conn: sqlite3.Connection, user: UserKey) -> Row | None:

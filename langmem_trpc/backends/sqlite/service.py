@@ -28,6 +28,7 @@ from ...service._core import (
     fingerprint,
     memory_from,
     new_memory_id,
+    new_memory_ids,
     patch_memory,
     resolve_options,
     utcnow,
@@ -63,6 +64,7 @@ from ._rows import (
     Keep,
     Prepared,
     Row,
+    count_inserted,
     index_row,
     record_history,
     soft_delete,
@@ -142,14 +144,17 @@ class SQLiteMemoryService(SyncMemoryService):
 
     # -- helpers ----------------------------------------------------------------
 
-    def _now(self) -> datetime:
-        """UTC now, strictly increasing within this service so orders stay stable."""
+    def _now(self, wall_us: int | None = None) -> datetime:
+        """UTC now, strictly increasing within this service so orders stay stable.
+
+        A batch passes the wall clock it read once (`wall_us`): its items then
+        get consecutive microseconds, still after anything stamped before.
+        """
+        if wall_us is None:
+            wall_us = sql.to_us(utcnow()) or 0
         with self._clock_lock:
-            us = max(sql.to_us(utcnow()) or 0, self._last_us + 1)
-            self._last_us = us
-        now = sql.from_us(us)
-        assert now is not None
-        return now
+            us = self._last_us = max(wall_us, self._last_us + 1)
+        return sql.from_us_required(us)
 
     def _embed(self, texts: Sequence[str]) -> list[bytes | None]:
         if self._embeddings is None:
@@ -261,48 +266,23 @@ class SQLiteMemoryService(SyncMemoryService):
         the result is the same as adding one by one. When every item took the
         fast path, the new rows go into `appended` for the vector cache.
         """
-        u = (user.app_name, user.user_id)
-        known: set[bytes] = set()
-        fingerprints = list({p.fingerprint for p in prepared})
-        for start in range(0, len(fingerprints), 500):
-            chunk = fingerprints[start : start + 500]
-            marks = ", ".join("?" * len(chunk))
-            rows = conn.execute(sql.KNOWN_FINGERPRINTS + f"({marks})", (*u, *chunk))
-            known.update(fp for (fp,) in rows)
+        known = _known_fingerprints(conn, user, {p.fingerprint for p in prepared})
         capacity = self._limits.capacity
         state = user_state(conn, user)
         before = None if state is None else (state[0], state[1])
         live = 0 if state is None else int(state[2])
-        prefix = scope_prefix(user)
         new_rows: list[tuple[int, str, int | None, bytes | None]] = []
         append_only = True
         encoded = sql.source_json(source)
         pending: list[tuple[Prepared, bytes | None, Entry]] = []
 
         def flush() -> None:
-            if not pending:
-                return
-            rid = int(conn.execute(sql.NEXT_RID).fetchone()[0])
-            memories, index, history = [], [], []
-            for offset, (p, blob, entry) in enumerate(pending):
-                at = sql.to_us(entry.created_at)
-                memories.append(
-                    (rid + offset, *u, entry.id, p.memory.text, p.fingerprint, False, *p.columns,
-                     blob, p.content_doc, p.topic_doc, p.content_len, p.topic_len, at, at)
-                )  # fmt: skip
-                index.append(
-                    (rid + offset, scoped(prefix, p.content_doc), scoped(prefix, p.topic_doc))
-                )
-                history.append(
-                    (*u, entry.id, Operation.ADD.value, None, p.memory.text, at, encoded)
-                )
-                new_rows.append((rid + offset, p.columns[1], p.columns[2], blob))
-            conn.executemany(sql.INSERT_MEMORY_WITH_RID, memories)
-            conn.executemany(sql.FTS_INSERT, index)
-            conn.executemany(sql.INSERT_HISTORY, history)
+            new_rows.extend(_insert_new(conn, user, pending, encoded))
             pending.clear()
 
         entries: list[Entry] = []
+        ids = iter(new_memory_ids(len(prepared)))
+        wall_us = sql.to_us(utcnow())
         for p, blob in zip(prepared, blobs, strict=True):
             if p.fingerprint in known or (capacity is not None and live >= capacity):
                 flush()
@@ -312,9 +292,9 @@ class SQLiteMemoryService(SyncMemoryService):
                 live = 0 if state is None else int(state[2])
                 continue
             known.add(p.fingerprint)
-            now = self._now()
+            now = self._now(wall_us)
             entry = Entry.model_construct(
-                id=new_memory_id(), app_name=user.app_name, user_id=user.user_id,
+                id=next(ids), app_name=user.app_name, user_id=user.user_id,
                 memory=p.memory, created_at=now, updated_at=now, score=None, rrf_score=None,
             )  # fmt: skip
             pending.append((p, blob, entry))
@@ -384,6 +364,7 @@ class SQLiteMemoryService(SyncMemoryService):
                 ),
             )
             assert cursor.lastrowid is not None
+            count_inserted(conn, user, 1, p.content_len, p.topic_len)
             index_row(conn, user, cursor.lastrowid, p.content_doc, p.topic_doc)
         record_history(conn, user, entry.id, Operation.ADD, None, p.memory.text, source, at)
         return entry
@@ -590,6 +571,7 @@ class SQLiteMemoryService(SyncMemoryService):
                 ),
             )
             assert cursor.lastrowid is not None
+            count_inserted(conn, user, 1, p.content_len, p.topic_len)
             index_row(conn, user, cursor.lastrowid, p.content_doc, p.topic_doc)
             conn.execute(sql.DELETE_HISTORY, (*u, entry.id))
             conn.executemany(sql.INSERT_HISTORY, events)
@@ -720,6 +702,57 @@ def _unit_blobs(vectors: Sequence[Sequence[float]]) -> list[bytes | None]:
     norms = np.linalg.norm(matrix, axis=1, keepdims=True)
     matrix = np.divide(matrix, norms, out=matrix.copy(), where=norms > 0)
     return [row.tobytes() for row in matrix]
+
+
+def _known_fingerprints(
+    conn: sqlite3.Connection, user: UserKey, fingerprints: set[bytes]
+) -> set[bytes]:
+    """Which of these content fingerprints the user already has (live or deleted)."""
+    u = (user.app_name, user.user_id)
+    wanted = list(fingerprints)
+    known: set[bytes] = set()
+    for start in range(0, len(wanted), 500):
+        chunk = wanted[start : start + 500]
+        marks = ", ".join("?" * len(chunk))
+        rows = conn.execute(sql.KNOWN_FINGERPRINTS + f"({marks})", (*u, *chunk))
+        known.update(fp for (fp,) in rows)
+    return known
+
+
+def _insert_new(
+    conn: sqlite3.Connection,
+    user: UserKey,
+    pending: Sequence[tuple[Prepared, bytes | None, Entry]],
+    source: str | None,
+) -> list[tuple[int, str, int | None, bytes | None]]:
+    """Rows for content the user does not have, history and FTS with executemany;
+    returns (rid, kind, event_time, embedding) of each for the vector cache."""
+    if not pending:
+        return []
+    u = (user.app_name, user.user_id)
+    prefix = scope_prefix(user)
+    rid = int(conn.execute(sql.NEXT_RID).fetchone()[0])
+    memories, index, history, new_rows = [], [], [], []
+    for offset, (p, blob, entry) in enumerate(pending):
+        at = sql.to_us(entry.created_at)
+        memories.append(
+            (rid + offset, *u, entry.id, p.memory.text, p.fingerprint, False, *p.columns,
+             blob, p.content_doc, p.topic_doc, p.content_len, p.topic_len, at, at)
+        )  # fmt: skip
+        index.append((rid + offset, scoped(prefix, p.content_doc), scoped(prefix, p.topic_doc)))
+        history.append((*u, entry.id, Operation.ADD.value, None, p.memory.text, at, source))
+        new_rows.append((rid + offset, p.columns[1], p.columns[2], blob))
+    conn.executemany(sql.INSERT_MEMORY_WITH_RID, memories)
+    count_inserted(
+        conn,
+        user,
+        len(pending),
+        sum(p.content_len for p, _, _ in pending),
+        sum(p.topic_len for p, _, _ in pending),
+    )
+    conn.executemany(sql.FTS_INSERT, index)
+    conn.executemany(sql.INSERT_HISTORY, history)
+    return new_rows
 
 
 def _note_appended(
