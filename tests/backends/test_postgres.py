@@ -159,7 +159,7 @@ def test_sql_rrf_fusion_equals_python_rrf(svc):
 
 def _tie(rows, memory_id):
     row = next(r for r in rows if r["id"] == memory_id)
-    return (-row["updated_at"].timestamp(), -row["created_at"].timestamp(), row["id"])
+    return (-row["updated_at"].timestamp(), row["id"])
 
 
 def test_hybrid_scores_are_absolute_not_ts_rank(svc):
@@ -236,7 +236,7 @@ def test_migrations_are_idempotent_and_recorded(clean_url):
         ).fetchall()
     assert [(s, v) for s, v, _ in rows] == [
         ("core", i) for i in range(1, len(_sql.MIGRATIONS) + 1)
-    ] + [("vector", 1), ("vector", 2), ("vector", 3), ("vector", 4)]
+    ] + [("vector", i) for i in range(1, len(_sql.vector_migrations(4)) + 1)]
     assert [c for s, _, c in rows if s == "core"] == [_sql.checksum(m) for m in _sql.MIGRATIONS]
 
 
@@ -309,9 +309,10 @@ def test_small_and_big_users_both_answer(clean_url):
 
 
 def test_big_user_search_pins_the_hnsw_plan_and_leaves_no_setting_behind(clean_url):
-    """Once a user is known to be above exact_search_max, its vector search runs in a short
-    transaction that disables sorts and seq scans (so the planner uses HNSW); the same
-    answers, and the pooled connection comes back idle with the settings restored."""
+    """Once a user is known to be above exact_search_max, its vector leg runs in
+    `langmem_ann_candidates`, whose own settings disable sorts and seq scans (so the
+    planner uses HNSW); the same answers, and the pooled connection comes back idle
+    with its settings untouched."""
     from psycopg_pool import ConnectionPool
 
     pool = ConnectionPool(clean_url, min_size=1, max_size=1, open=True, kwargs={"autocommit": True})
@@ -336,6 +337,24 @@ def test_big_user_search_pins_the_hnsw_plan_and_leaves_no_setting_behind(clean_u
         assert row.fetchone() == ("on", "on", "auto")  # a pool passed in keeps its mode
     svc.close()
     pool.close()
+
+
+@pytest.mark.parametrize("deduplicate", [True, False])
+def test_heavy_vector_only_search_widens_its_pool_when_dedupe_empties_it(opened, deduplicate):
+    """A known-heavy user's vector-only search fetches 3 x max_results candidates; when
+    near-duplicates fill them, it falls back to the full pool: the same answers as the
+    first (full-pool) search."""
+    svc = opened(embeddings=HashingEmbeddings(), exact_search_max=0)
+    same = "river bank note long text here today again once"
+    svc.add_many(ALICE, [f"{same} w{i}" for i in range(30)])  # pairwise Jaccard 0.82
+    svc.add_many(ALICE, [f"river bank fact {i} about stone s{i}" for i in range(20)])
+    options = SearchOptions(max_results=5, hybrid=False, deduplicate=deduplicate)
+    first = svc.search(ALICE, same, options)  # size unknown: the fused statement
+    second = svc.search(ALICE, same, options)  # known heavy: narrow ANN fetch, widened
+    assert len(first) == 5
+    assert [(e.id, e.score) for e in second] == [(e.id, e.score) for e in first]
+    if deduplicate:
+        assert sum(e.text.startswith(same) for e in second) == 1
 
 
 async def test_sync_call_on_the_event_loop_thread_does_not_deadlock(clean_url):
@@ -415,13 +434,13 @@ async def test_unreachable_server_fails_fast_async(tmp_path):
 
 def test_owned_pool_prepares_generic_plans(clean_url):
     """The service's own connections cache generic plans (planning the search statement
-    costs more than running it for a typical user); pinned heavy searches force custom ones."""
+    costs more than running it for a typical user); heavy users' ANN scans plan custom
+    ones inside their function."""
     svc = PostgresMemoryService(clean_url, pool_size=1)
     svc.count(ALICE)
     with svc._pool().connection() as conn:
         row = conn.execute("SELECT current_setting('plan_cache_mode')").fetchone()
     assert row == ("force_generic_plan",)
-    assert "force_custom_plan" in _search_sql.ANN_PIN_INDEX
     svc.close()
 
 
@@ -453,17 +472,35 @@ async def test_bulk_copy_keeps_every_field_sync_and_async(svc):
     assert hits[0].memory.metadata["n"] == 2
 
 
-def test_pinned_ann_leg_uses_the_half_precision_hnsw_index(svc, clean_url):
-    """The ANN ORDER BY and WHERE repeat the halfvec index expression and predicate
-    (vector migration 4) exactly."""
+def test_ann_function_scans_the_half_precision_hnsw_index(svc, clean_url):
+    """`langmem_ann_candidates` repeats the halfvec index expression and predicate
+    (vector migration 4) exactly, and its SET clauses pin the plan to the index: its
+    body, planned under the same settings, scans the index."""
     svc.add_many(ALICE, [Memory(text=f"note {i} on subject {i}") for i in range(50)])
     query = HashingEmbeddings().embed_query("note 7")
-    built = _search_sql.build_search(ALICE, SearchOptions(query="note 7"), None, 30, query, 0)
     with psycopg.connect(clean_url) as conn:
-        conn.execute(_search_sql.ANN_PIN_INDEX)
-        plan = conn.execute(
-            "EXPLAIN " + _search_sql.ann_only_sql(len(query)), built.params
-        ).fetchall()
+        body, config = conn.execute(
+            "SELECT prosrc, proconfig FROM pg_proc WHERE proname = 'langmem_ann_candidates'"
+        ).fetchone()
+        assert set(config) == {
+            "enable_seqscan=off",
+            "enable_sort=off",
+            "plan_cache_mode=force_custom_plan",
+        }
+        for setting in config:
+            name, value = setting.split("=")
+            conn.execute("SELECT set_config(%s, %s, true)", (name, value))
+        names = ["p_app", "p_user", "p_q", "p_kind", "p_after", "p_before", "p_pool"]
+        for i, name in reversed(list(enumerate(names, start=1))):
+            body = body.replace(name, f"${i}")
+        prepare = "PREPARE ann(text, text, vector, text, timestamptz, timestamptz, integer) AS "
+        result = conn.pgconn.exec_((prepare + body).encode())  # simple protocol: $n are PREPARE's
+        assert result.status == psycopg.pq.ExecStatus.COMMAND_OK, result.error_message
+        args = psycopg.sql.SQL(", ").join(
+            psycopg.sql.Literal(v) for v in (ALICE.app_name, ALICE.user_id, str(query))
+        )
+        explain = psycopg.sql.SQL("EXPLAIN EXECUTE ann({}, NULL, NULL, NULL, 30)").format(args)
+        plan = conn.execute(explain).fetchall()
     assert "langmem_memories_embedding_hnsw_ready" in "\n".join(r[0] for r in plan)
 
 

@@ -132,10 +132,10 @@ class PostgresBase:
 
         On connections of pools this service opened, prepared statements also
         use generic plans: the search statement costs ~1 ms to plan, more than
-        its execution for a typical user. Heavy users' vector searches switch
-        back to custom plans inside their pinned transaction
-        (`_search_sql.ANN_PIN_INDEX`). A pool passed in keeps its own plan_cache_mode,
-        since the application's own statements run on it too.
+        its execution for a typical user. Heavy users' ANN scans plan their own
+        custom plans inside `langmem_ann_candidates` (vector migration 5). A
+        pool passed in keeps its own plan_cache_mode, since the application's
+        own statements run on it too.
         """
         settings = (
             f"SET hnsw.ef_search = {int(self._ef_search)}; SET hnsw.iterative_scan = relaxed_order"

@@ -10,7 +10,7 @@ bad input never opens a transaction.
 
 from __future__ import annotations
 
-from collections.abc import Generator, MutableMapping, Sequence
+from collections.abc import Generator, Iterable, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar
@@ -22,7 +22,7 @@ from ...errors import (
     MemoryNotFoundError,
 )
 from ...service._core import Limits, fingerprint, new_memory_id, utcnow
-from ...service._search import Legs, execute_search
+from ...service._search import DEFAULT_MIN_SCORE, Legs, execute_search
 from ...types import (
     Entry,
     ExtractionCursor,
@@ -328,7 +328,7 @@ def get_cursor(user: UserKey, thread_id: str) -> Plan[ExtractionCursor | None]:
 
 class _NeedFetch(Exception):
     def __init__(self, kind: Kind | None, pool: int) -> None:
-        self.key = (kind, pool)
+        self.key: tuple[Kind | None, int] = (kind, pool)
 
 
 @dataclass
@@ -354,8 +354,9 @@ def search(
     the rows it has, and yields the statement for a missing fetch (the kind
     fallback's second fetch) before replaying once more. Replays are pure.
     `cache.sizes` remembers each user's live count from earlier searches: for
-    users above `exact_max` the ANN leg runs alone in a short transaction that
-    pins the planner to the HNSW index (see `_search_sql.ANN_PIN_INDEX`).
+    users above `exact_max` the vector leg reads the HNSW index through
+    `langmem_ann_candidates`, and a vector-only search reads nothing else
+    (`_heavy_vector_only`).
     """
     if not options.query.strip():
         return []
@@ -368,37 +369,67 @@ def search(
             found = yield Sql(_sql.EMBEDDING_DIMS)
             cache.dims = int(found[0]["dims"]) if found and found[0]["dims"] > 0 else None
     dims = cache.dims or len(query_vector or ())
+    heavy = query_vector is not None and cache.sizes.get(user, 0) > exact_max
     fetched: dict[tuple[Kind | None, int], Legs] = {}
+    # vector-only results are ordered by cosine alone: 3 x max_results candidates
+    # leave room for dedupe; `_needs_wider_pool` falls back to the full pool
+    narrow = heavy and not options.hybrid
+    ann_pool = 3 * options.max_results
 
     def fetch(kind: Kind | None, pool: int) -> Legs:
-        if (kind, pool) not in fetched:
-            raise _NeedFetch(kind, pool)
-        return fetched[(kind, pool)]
+        key = (kind, min(pool, ann_pool) if narrow else pool)
+        if key not in fetched:
+            raise _NeedFetch(*key)
+        return fetched[key]
 
     while True:
         try:
-            return execute_search(options, fetch)
+            results = execute_search(options, fetch)
         except _NeedFetch as need:
             kind, pool = need.key
             query = _search_sql.build_search(
-                user, options, kind, pool, query_vector, exact_max, dims=dims
+                user, options, kind, pool, query_vector, exact_max, heavy=heavy, dims=dims
             )
-            if query.vector and cache.sizes.get(user, 0) > exact_max:
-                # the ANN leg alone, pinned to HNSW; the rest unpinned, so the keyword
-                # leg and the row fetch keep their own best plans
-                yield Sql(_search_sql.ANN_BEGIN)
-                yield Sql(_search_sql.ANN_PIN_INDEX)
-                hits = yield Sql(_search_sql.ann_only_sql(dims), query.params)
-                yield Sql(_search_sql.ANN_END)
-                query = _search_sql.build_search(
-                    user, options, kind, pool, query_vector, exact_max, vector_hits=hits
-                )
-            rows = yield Sql(query.sql, query.params)
-            if rows:
+            if narrow:
+                rows = yield Sql(_search_sql.ANN_CANDIDATES, query.params)
+            else:
+                rows = yield Sql(query.sql, query.params)
+            if rows and rows[0]["n"] is not None:
                 remember_size(cache.sizes, user, int(rows[0]["n"]))
             entries = yield from _candidate_entries(user, rows, cache.entries)
-            vector, keyword = _search_sql.legs_from_rows(query, rows, entries)
-            fetched[need.key] = Legs(vector=vector, keyword=keyword)
+            if narrow:
+                legs = Legs(vector=_search_sql.vector_leg_from_ann(rows, entries, pool), keyword=[])
+            else:
+                vector, keyword = _search_sql.legs_from_rows(query, rows, entries)
+                legs = Legs(vector=vector, keyword=keyword)
+            fetched[need.key] = legs
+            continue
+        if narrow and _needs_wider_pool(results, fetched.values(), ann_pool, options):
+            narrow = False
+            fetched.clear()
+            continue
+        return results
+
+
+def _needs_wider_pool(
+    results: Sequence[Entry], legs: Iterable[Legs], pool: int, options: SearchOptions
+) -> bool:
+    """Whether the full pool might rank differently than a narrow vector-only fetch
+    that came back full: when dedupe (or the kind fallback's filters) left fewer
+    than max_results, or when its farthest candidate ties the last result (an
+    unseen candidate could tie too, and win the tie-break)."""
+    threshold = options.similarity_threshold
+    threshold = DEFAULT_MIN_SCORE if threshold is None else threshold
+    for leg in legs:
+        if leg.vector is None or len(leg.vector) < pool:
+            continue
+        farthest = leg.vector[-1][1]
+        if len(results) < options.max_results:
+            if farthest >= threshold:
+                return True
+        elif results and farthest >= (results[-1].score or 0.0):
+            return True
+    return False
 
 
 def _candidate_entries(

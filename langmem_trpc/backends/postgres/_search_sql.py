@@ -18,16 +18,14 @@ from ...types import Entry, Kind, SearchOptions, UserKey
 from ._sql import Params, Row, user_params, vector_param
 
 __all__ = [
-    "ANN_BEGIN",
-    "ANN_END",
-    "ANN_PIN_INDEX",
+    "ANN_CANDIDATES",
     "KEYWORD_BUDGET",
     "KEYWORD_SCAN_MAX",
     "SearchQuery",
-    "ann_only_sql",
     "build_search",
     "legs_from_rows",
     "search_sql",
+    "vector_leg_from_ann",
 ]
 
 
@@ -38,11 +36,14 @@ _FILTERS = """
 
 _LIVE_USER = "m.app_name = %(app)s AND m.user_id = %(user)s AND m.deleted_at IS NULL"
 
+_VERSION = "m.xmin::text AS version, m.updated_at"
+"""Each candidate's row version, read with the candidate: the entry cache's key."""
+
 _VECTOR_LEG = f"""
 vec_ann AS (
     -- big users: the HNSW index, with pgvector 0.8 iterative scans so the
     -- per-user filter does not starve the candidate list
-    SELECT m.id, m.embedding <=> %(q)b::vector AS dist
+    SELECT m.id, m.embedding <=> %(q)b::vector AS dist, {_VERSION}
     FROM langmem_memories m
     WHERE {_LIVE_USER} AND m.indexed {_FILTERS}
       AND (SELECT n FROM stats) > %(exact_max)s
@@ -50,8 +51,8 @@ vec_ann AS (
     LIMIT %(pool)s),{{pending}}
 vec_exact AS (
     -- small users: exact distances over the user's rows (btree), no index recall loss
-    SELECT id, dist FROM (
-        SELECT m.id, m.embedding <=> %(q)b::vector AS dist
+    SELECT * FROM (
+        SELECT m.id, m.embedding <=> %(q)b::vector AS dist, {_VERSION}
         FROM langmem_memories m
         WHERE {_LIVE_USER} {_FILTERS}
           AND (SELECT n FROM stats) <= %(exact_max)s
@@ -59,7 +60,7 @@ vec_exact AS (
     ORDER BY dist, id
     LIMIT %(pool)s),
 vec AS (
-    SELECT id, dist, row_number() OVER (ORDER BY dist, id) AS r
+    SELECT id, dist, version, updated_at, row_number() OVER (ORDER BY dist, id) AS r
     FROM (SELECT * FROM vec_ann UNION ALL SELECT * FROM vec_pending
           UNION ALL SELECT * FROM vec_exact) u
     WHERE dist IS NOT NULL AND dist <> 'NaN'::float8
@@ -70,31 +71,31 @@ _PENDING_LEG = f"""
 vec_pending AS (
     -- big users' rows of a deferred bulk load, not yet in the HNSW graph
     -- (`index_pending`): exact distances over them (partial btree; empty when none)
-    SELECT id, dist FROM (
-        SELECT m.id, m.embedding <=> %(q)b::vector AS dist
+    SELECT * FROM (
+        SELECT m.id, m.embedding <=> %(q)b::vector AS dist, {_VERSION}
         FROM langmem_memories m
         WHERE {_LIVE_USER} AND NOT m.indexed {_FILTERS}{{big_only}}
         OFFSET 0) p
     ORDER BY dist, id
     LIMIT %(pool)s),"""
 
-_GIVEN_VECTOR_LEG = """{pending}
+_HEAVY_VECTOR_LEG = """
 vec AS (
-    -- the ANN hits of a pinned heavy-user statement (`ANN_ONLY`), sent back in,
-    -- merged with the user's rows not yet indexed
-    SELECT id, dist, row_number() OVER (ORDER BY dist, id) AS r
-    FROM (SELECT * FROM unnest(%(vec_ids)s::text[], %(vec_dists)s::float8[]) AS g(id, dist)
-          UNION ALL SELECT * FROM vec_pending) u
+    -- users known to be above `exact_max`: the HNSW index, through the function that
+    -- pins its own plan to it (vector migration 5), plus their rows not yet indexed
+    SELECT id, dist, version, updated_at, row_number() OVER (ORDER BY dist, id) AS r
+    FROM langmem_ann_candidates(%(app)s, %(user)s, %(q)b::vector, %(kind)s, %(after)s,
+                                %(before)s, %(pool)s)
     WHERE dist IS NOT NULL AND dist <> 'NaN'::float8
     ORDER BY dist, id
     LIMIT %(pool)s),"""
 
-_ANN_ONLY = f"""
-SELECT m.id, m.embedding <=> %(q)b::vector AS dist
-FROM langmem_memories m
-WHERE {_LIVE_USER} AND m.indexed {_FILTERS}
-ORDER BY {{ann_order}}
-LIMIT %(pool)s"""
+ANN_CANDIDATES = """
+SELECT id, dist, version, updated_at, n
+FROM langmem_ann_candidates(%(app)s, %(user)s, %(q)b::vector, %(kind)s, %(after)s,
+                            %(before)s, %(pool)s)"""
+"""A heavy user's vector-only search: the candidates, their row versions (for the
+entry cache) and the live count, without the fused statement."""
 
 
 def _ann_order(dims: int) -> str:
@@ -103,32 +104,29 @@ def _ann_order(dims: int) -> str:
     return f"m.embedding::halfvec({int(dims)}) <=> %(q)b::vector::halfvec({int(dims)})"
 
 
-@functools.cache
-def ann_only_sql(dims: int) -> str:
-    """The vector leg alone, for users known to be above `exact_max`; runs pinned to the
-    HNSW index (`ANN_PIN_INDEX`), and the rest of the search runs unpinned with its hits."""
-    return _ANN_ONLY.format(ann_order=_ann_order(dims))
-
-
 _NO_VECTOR_LEG = """
-vec AS (SELECT NULL::text AS id, NULL::float8 AS dist, NULL::bigint AS r WHERE false),"""
+vec AS (SELECT NULL::text AS id, NULL::float8 AS dist, NULL::text AS version,
+               NULL::timestamptz AS updated_at, NULL::bigint AS r WHERE false),"""
+
+_KEYWORD_COLUMNS = "m.id, m.tsv, m.xmin::text AS version, m.updated_at, m.content_doc, m.topic_doc"
 
 _KEYWORD_LEG = f"""
 kw AS (
-    SELECT id, row_number() OVER (ORDER BY rank DESC, id) AS r FROM (
-        SELECT c.id, ts_rank(c.tsv, (SELECT tsq FROM dfs)) AS rank FROM (
+    SELECT id, version, updated_at, content_doc, topic_doc,
+           row_number() OVER (ORDER BY rank DESC, id) AS r FROM (
+        SELECT c.*, ts_rank(c.tsv, (SELECT tsq FROM dfs)) AS rank FROM (
             -- at most `budget` matching rows are ranked; when even the rarest token
             -- matches more (heavy users, common words), the most recently updated
-            SELECT m.id, m.tsv FROM (
+            SELECT m.* FROM (
                 -- big users: the GIN index (its posting lists span every user)
-                SELECT m.id, m.tsv, m.updated_at FROM langmem_memories m
+                SELECT {_KEYWORD_COLUMNS} FROM langmem_memories m
                 WHERE {_LIVE_USER} {_FILTERS}
                   AND {{match}} AND (SELECT n FROM stats) > %(kw_scan_max)s
                 UNION ALL
                 -- small users: match over the user's own rows (btree), so the cost
                 -- does not grow with the table (GIN took 1-4 ms at 100k rows)
-                SELECT m.id, m.tsv, m.updated_at FROM (
-                    SELECT m.id, m.tsv, m.updated_at, m.text, m.topics FROM langmem_memories m
+                SELECT m.id, m.tsv, m.version, m.updated_at, m.content_doc, m.topic_doc FROM (
+                    SELECT {_KEYWORD_COLUMNS}, m.text, m.topics FROM langmem_memories m
                     WHERE {_LIVE_USER} {_FILTERS}
                       AND (SELECT n FROM stats) <= %(kw_scan_max)s
                     OFFSET 0) m
@@ -148,28 +146,25 @@ _KEYWORD_MATCH = {
 }
 
 _NO_KEYWORD_LEG = """
-kw AS (SELECT NULL::text AS id, NULL::bigint AS r WHERE false),"""
+kw AS (SELECT NULL::text AS id, NULL::text AS version, NULL::timestamptz AS updated_at,
+              NULL::text AS content_doc, NULL::text AS topic_doc, NULL::bigint AS r
+       WHERE false),"""
 
 _SEARCH_TAIL = """
 fused AS (
+    -- every leg read its candidates' row versions and the keyword leg their
+    -- documents, so no candidate is probed again
     SELECT coalesce(v.id, k.id) AS id, v.r AS vrank, k.r AS krank, v.dist,
-           coalesce(1.0 / (%(rrf_k)s + v.r), 0) + coalesce(1.0 / (%(rrf_k)s + k.r), 0) AS rrf
+           coalesce(1.0 / (%(rrf_k)s + v.r), 0) + coalesce(1.0 / (%(rrf_k)s + k.r), 0) AS rrf,
+           coalesce(v.version, k.version) AS version,
+           coalesce(v.updated_at, k.updated_at) AS updated_at, k.content_doc, k.topic_doc
     FROM vec v FULL OUTER JOIN kw k ON v.id = k.id)
 SELECT f.vrank, f.krank, f.dist, f.rrf::float8 AS rrf, s.n, s.content_sum, s.topic_sum, d.df,
-       CASE WHEN f.krank IS NOT NULL THEN m.content_doc END AS content_doc,
-       CASE WHEN f.krank IS NOT NULL THEN m.topic_doc END AS topic_doc,
-       m.id, m.version, m.updated_at, m.created_at
+       f.content_doc, f.topic_doc, f.id, f.version, f.updated_at
 FROM fused f
-CROSS JOIN LATERAL (
-    -- one primary-key probe per candidate (OFFSET 0 keeps the planner from
-    -- hash-joining against every row of a heavy user)
-    SELECT m.id, m.xmin::text AS version, m.updated_at, m.created_at, m.content_doc,
-           m.topic_doc
-    FROM langmem_memories m
-    WHERE m.app_name = %(app)s AND m.user_id = %(user)s AND m.id = f.id OFFSET 0) m
 CROSS JOIN stats s
 CROSS JOIN dfs d
-ORDER BY f.rrf DESC, m.updated_at DESC, m.created_at DESC, m.id"""
+ORDER BY f.rrf DESC, f.updated_at DESC, f.id"""
 
 _STATS = """
 WITH stats AS MATERIALIZED (
@@ -192,12 +187,12 @@ dfs AS MATERIALIZED (
             WHERE cum <= %(budget)s OR rn = 1)::tsquery AS tsq),"""
 
 
-_VECTOR_LEGS = {"sql": _VECTOR_LEG, "given": _GIVEN_VECTOR_LEG, "none": _NO_VECTOR_LEG}
+_VECTOR_LEGS = {"sql": _VECTOR_LEG, "heavy": _HEAVY_VECTOR_LEG, "none": _NO_VECTOR_LEG}
 
 
 @functools.cache
 def search_sql(vector: str, keyword: str, dims: int) -> str:
-    """The fused statement for one leg combination: `vector` "sql", "given" or "none",
+    """The fused statement for one leg combination: `vector` "sql", "heavy" or "none",
     `keyword` "tsq", "like" or "none" (`dims` names the ANN index expression)."""
     leg = _VECTOR_LEGS[vector]
     if vector == "sql":
@@ -206,27 +201,11 @@ def search_sql(vector: str, keyword: str, dims: int) -> str:
             big_only="\n          AND (SELECT n FROM stats) > %(exact_max)s"
         )
         leg = leg.format(ann_order=_ann_order(dims), pending=pending)
-    elif vector == "given":
-        # the given ANN hits are indexed rows only, whatever the user's size now
-        leg = leg.format(pending=_PENDING_LEG.format(big_only=""))
     kw = _NO_KEYWORD_LEG
     if keyword != "none":
         kw = _KEYWORD_LEG.format(match=_KEYWORD_MATCH[keyword])
     return _STATS + leg + kw + _SEARCH_TAIL
 
-
-ANN_BEGIN = "BEGIN"
-ANN_PIN_INDEX = (
-    "SELECT set_config('enable_sort', 'off', true), set_config('enable_seqscan', 'off', true), "
-    "set_config('plan_cache_mode', 'force_custom_plan', true)"
-)
-ANN_END = "COMMIT"
-"""For a user known to be above `exact_max`: pgvector's cost model charges the HNSW
-scan in proportion to `hnsw.ef_search`, so at ef_search 200 and up to ~15k rows the
-planner prefers an exact seq scan + sort (measured 17-20 ms instead of ~2 ms at 10k
-rows). Disabling sorts and seq scans for this one statement (`set_config(..., true)`
-is transaction-local) leaves the HNSW scan as the only plan for the ANN branch. A custom
-plan is forced too: a cached generic plan was made without these settings."""
 
 KEYWORD_SCAN_MAX = 1_000
 """Users with at most this many live rows are keyword-matched over their own rows, not GIN."""
@@ -273,7 +252,7 @@ def build_search(
     pool: int,
     query_vector: Sequence[float] | None,
     exact_max: int,
-    vector_hits: Sequence[Row] | None = None,
+    heavy: bool = False,
     dims: int = 0,
 ) -> SearchQuery:
     """The one-round-trip hybrid statement for `fetch(kind, pool)` of the shared pipeline.
@@ -281,8 +260,8 @@ def build_search(
     The keyword leg runs whenever its candidates can matter: always without an
     embedder, and for hybrid search. Each leg is bounded by `pool`; without an
     embedder the keyword leg reads a wider slice, because the final order is
-    the composite score, not ts_rank. `vector_hits` are the rows of `ANN_ONLY`
-    when the vector leg already ran (pinned heavy users); `dims` is the
+    the composite score, not ts_rank. `heavy`: the user is known to be above
+    `exact_max`, so the vector leg goes straight to the HNSW index; `dims` is the
     embedding dimension (the ANN index expression names it).
     """
     terms = QueryTerms.build(options.query)
@@ -312,10 +291,7 @@ def build_search(
         keyword_leg = "tsq" if like is None else "like"
     vector_leg = "none"
     if use_vector:
-        vector_leg = "sql" if vector_hits is None else "given"
-    if vector_hits is not None:
-        params["vec_ids"] = [r["id"] for r in vector_hits]
-        params["vec_dists"] = [r["dist"] for r in vector_hits]
+        vector_leg = "heavy" if heavy else "sql"
     return SearchQuery(
         search_sql(vector_leg, keyword_leg, dims), params, terms, use_vector, options.hybrid
     )
@@ -353,6 +329,19 @@ def legs_from_rows(
         [(e, s) for _, e, s in vector] if query.vector else None,
         [(e, s) for _, e, s in keyword],
     )
+
+
+def vector_leg_from_ann(
+    rows: Sequence[Row], entries: Mapping[str, Entry], pool: int
+) -> list[tuple[Entry, float]]:
+    """Rows of `ANN_CANDIDATES` (indexed and pending hits) -> the vector leg, as the
+    fused statement's `vec` ranks them: nearest `pool`, by distance then id, no NaN."""
+    hits = sorted(
+        (float(r["dist"]), r["id"])
+        for r in rows
+        if r["dist"] is not None and not math.isnan(r["dist"]) and r["id"] in entries
+    )
+    return [(entries[i], max(0.0, 1.0 - dist)) for dist, i in hits[:pool]]
 
 
 def _candidate_doc(query: SearchQuery, row: Row, entry: Entry) -> KeywordDoc:
