@@ -422,6 +422,19 @@ def main(argv: list[str] | None = None) -> None:
         default=[40, 100, 200, 400],
         help="ef_search values of the recall/latency curve (empty: skip)",
     )
+    parser.add_argument(
+        "--shared-buffers",
+        default="1GB",
+        help="the embedded server's shared_buffers (PostgreSQL's default 128MB holds less "
+        "than the 100k-row table and its HNSW graph); both stores run on it",
+    )
+    parser.add_argument(
+        "--parts",
+        type=lambda v: set(v.split(",")),
+        default={"heavy", "peer", "many"},
+        help="comma-separated: heavy (ours, one big user), peer (PostgresStore), many "
+        "(ours, many typical users)",
+    )
     parser.add_argument("--quick", action="store_true", help="10k heavy user, 100x100 users")
     args = parser.parse_args(argv)
     if args.quick:
@@ -434,29 +447,45 @@ def main(argv: list[str] | None = None) -> None:
         )
     if args.entry_cache <= 0:
         args.entry_cache = max(args.heavy, 20_000)
-    with PostgresTestServer() as server:
+    if args.skip_peer:
+        args.parts.discard("peer")
+    settings = {"shared_buffers": args.shared_buffers} if args.shared_buffers else {}
+    with PostgresTestServer(settings=settings) as server:
+        with psycopg.connect(server.url) as conn:
+            version = conn.execute("SHOW server_version").fetchone()
+            buffers = conn.execute("SHOW shared_buffers").fetchone()
+        print(f"PostgreSQL {version and version[0]}, shared_buffers {buffers and buffers[0]}")
         corpus = Corpus(args.heavy, args.queries, seed=1, data=args.data)
-        print(
-            f"heavy user: {args.heavy} memories, {args.queries} queries, runs={args.runs}, "
-            f"ef_search={args.ef_search}, data={args.data}, ingest={args.ingest}, "
-            f"entry_cache={args.entry_cache}",
-            flush=True,
-        )
-        ours = bench_ours(server.create_database("ours"), corpus, args)
-        print("  langmem_trpc  " + "  ".join(f"{k}={v:.3f}" for k, v in ours.items()), flush=True)
-        if not args.skip_peer:
+        if args.parts & {"heavy", "peer"}:
+            print(
+                f"heavy user: {args.heavy} memories, {args.queries} queries, runs={args.runs}, "
+                f"ef_search={args.ef_search}, data={args.data}, ingest={args.ingest}, "
+                f"entry_cache={args.entry_cache}",
+                flush=True,
+            )
+        if "heavy" in args.parts:
+            ours = bench_ours(server.create_database("ours"), corpus, args)
+            print(
+                "  langmem_trpc  " + "  ".join(f"{k}={v:.3f}" for k, v in ours.items()), flush=True
+            )
+        if "peer" in args.parts:
             peer = bench_peer(server.create_database("peer"), corpus, args)
             print(
                 "  PostgresStore " + "  ".join(f"{k}={v:.3f}" for k, v in peer.items()), flush=True
             )
+        if {"heavy", "peer"} <= args.parts:
             print(
                 f"  ingest ratio (ours add_many / peer put) = {ours['ingest_per_s'] / peer['put_per_s']:.1f}x; "
-                f"vs peer batch = {ours['ingest_per_s'] / peer['batch_per_s']:.1f}x",
+                f"vs peer batch = {ours['ingest_per_s'] / peer['batch_per_s']:.1f}x; "
+                f"vector p50 ours / peer = {ours['vec_p50'] / peer['vec_p50']:.2f}",
                 flush=True,
             )
-        many = bench_many_users(server.create_database("many"), args)
-        print(f"many users: {args.users} x {args.per_user}", flush=True)
-        print("  langmem_trpc  " + "  ".join(f"{k}={v:.3f}" for k, v in many.items()), flush=True)
+        if "many" in args.parts:
+            many = bench_many_users(server.create_database("many"), args)
+            print(f"many users: {args.users} x {args.per_user}", flush=True)
+            print(
+                "  langmem_trpc  " + "  ".join(f"{k}={v:.3f}" for k, v in many.items()), flush=True
+            )
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ import re
 import shutil
 import tempfile
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -38,8 +39,11 @@ logger = logging.getLogger(__name__)
 class PostgresTestServer:
     """One server per test session; many throwaway databases on it."""
 
-    def __init__(self, url: str | None = None) -> None:
+    def __init__(self, url: str | None = None, settings: Mapping[str, str] | None = None) -> None:
+        """`settings`: server parameters for an embedded server (`{"shared_buffers": "1GB"}`),
+        written with ALTER SYSTEM before a restart; a server named by URL is left as it is."""
         self._url = url if url is not None else os.environ.get(ENV_URL) or None
+        self._settings = dict(settings or {})
         self._server: Any = None
         self._tmpdir: str | None = None
         self._created: list[str] = []
@@ -63,13 +67,30 @@ class PostgresTestServer:
                 f"or set {ENV_URL} to a PostgreSQL with pgvector"
             ) from exc
         self._tmpdir = tempfile.mkdtemp(prefix="langmem-pg-")
+        data = Path(self._tmpdir) / "data"
         try:
-            self._server = get_server(Path(self._tmpdir) / "data", cleanup_mode="delete")
+            if self._settings:  # first start writes them; the second reads them
+                first = get_server(data, cleanup_mode="stop")
+                self._configure(str(first.get_uri()))
+                first.cleanup()
+            self._server = get_server(data, cleanup_mode="delete")
             self._url = str(self._server.get_uri())
         except Exception as exc:
             raise RuntimeError(f"could not start the embedded PostgreSQL server: {exc!r}") from exc
         logger.info("embedded PostgreSQL started at %s", self._url)
         return self
+
+    def _configure(self, url: str) -> None:
+        import psycopg
+        from psycopg import sql
+
+        with psycopg.connect(url, autocommit=True) as conn:
+            for name, value in self._settings.items():
+                conn.execute(
+                    sql.SQL("ALTER SYSTEM SET {} = {}").format(
+                        sql.Identifier(name), sql.Literal(value)
+                    )
+                )
 
     def create_database(self, prefix: str = "test") -> str:
         """A fresh database with pgvector; returns its connection string."""

@@ -1,0 +1,27 @@
+"""The embedded PostgreSQL helper that tests and benchmarks start."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+psycopg = pytest.importorskip("psycopg")
+
+from langmem_trpc.testing.postgres import ENV_URL, PostgresTestServer  # noqa: E402
+
+
+@pytest.mark.postgres
+def test_settings_reach_an_embedded_server_and_nothing_is_left_behind(monkeypatch):
+    monkeypatch.delenv(ENV_URL, raising=False)
+    server = PostgresTestServer(settings={"shared_buffers": "64MB", "work_mem": "8MB"})
+    with server:
+        url = server.create_database("settings")
+        with psycopg.connect(url) as conn:
+            shown = [
+                conn.execute(f"SHOW {name}").fetchone()[0]
+                for name in ("shared_buffers", "work_mem")
+            ]
+        data = server._tmpdir
+    assert shown == ["64MB", "8MB"]
+    assert data is not None and not os.path.exists(data)
