@@ -27,16 +27,30 @@ def topics_document(topics: Sequence[str]) -> str:
     return fts_document(" ".join(topics))
 
 
-def keyword_doc(content_document: str, topic_document: str) -> KeywordDoc:
+def keyword_doc(
+    content_document: str, topic_document: str, terms: Sequence[str] | None = None
+) -> KeywordDoc:
     """The `KeywordDoc` of stored documents, equal in scoring to `KeywordDoc.build`.
 
     Primary tokens and trigrams never coincide (trigrams are three CJK
     characters, primary CJK tokens two), so one Counter gives both fields'
     term frequencies. The phrase-fallback fields stay empty: a FTS candidate
-    matched at least one token, so the fallback never runs for it.
+    matched at least one token, so the fallback never runs for it. `terms`
+    (a query's tokens) keeps only their frequencies: `keyword_score` looks up
+    nothing else, and counting a few terms costs less than a full Counter.
     """
     content = content_document.split()
     topics = topic_document.split()
+    if terms is not None:
+        return KeywordDoc(
+            content_tf=_counts(content, terms),
+            content_len=len(content),
+            content_seq=tuple(content),
+            topic_tf=_counts(topics, terms),
+            topic_len=len(topics),
+            content_norm="",
+            topic_norm="",
+        )
     return KeywordDoc(
         content_tf=Counter(content),
         content_len=len(content),
@@ -46,3 +60,12 @@ def keyword_doc(content_document: str, topic_document: str) -> KeywordDoc:
         content_norm="",
         topic_norm="",
     )
+
+
+def _counts(tokens: list[str], terms: Sequence[str]) -> dict[str, int]:
+    counts = {}
+    for term in terms:
+        n = tokens.count(term)
+        if n:
+            counts[term] = n
+    return counts

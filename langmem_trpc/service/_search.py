@@ -118,6 +118,9 @@ class CorpusStats:
     df: Mapping[str, int]
     avg_content_len: float
     avg_topic_len: float
+    _idf: dict[str, float] = field(default_factory=dict, init=False, repr=False, compare=False)
+    """idf by term, filled as asked: a search scores every candidate against the
+    same few query terms."""
 
     @classmethod
     def from_docs(cls, docs: Iterable[KeywordDoc]) -> CorpusStats:
@@ -136,8 +139,11 @@ class CorpusStats:
         )
 
     def idf(self, term: str) -> float:
-        df = self.df.get(term, 0)
-        return math.log(1 + (self.n_docs - df + 0.5) / (df + 0.5))
+        value = self._idf.get(term)
+        if value is None:
+            df = self.df.get(term, 0)
+            value = self._idf[term] = math.log(1 + (self.n_docs - df + 0.5) / (df + 0.5))
+        return value
 
 
 @dataclass(frozen=True)

@@ -355,7 +355,7 @@ def _candidate_doc(query: SearchQuery, row: Row, entry: Entry) -> KeywordDoc:
     content, topics = row["content_doc"], row["topic_doc"]
     if content is None or topics is None or query.params["like"] is not None:
         return KeywordDoc.build(entry.memory.text, entry.memory.topics)
-    return keyword_doc(content, topics)
+    return keyword_doc(content, topics, query.terms.tokens)
 
 
 def corpus_stats(terms: QueryTerms, row: Row) -> CorpusStats:
