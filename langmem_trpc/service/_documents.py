@@ -10,7 +10,7 @@ it in `content_doc` / `topic_doc`. Both rebuild a `KeywordDoc` from it.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from ._search import KeywordDoc
 from ._text import cjk_trigrams, primary_tokens
@@ -41,21 +41,16 @@ def keyword_doc(
     """
     content = content_document.split()
     topics = topic_document.split()
-    if terms is not None:
-        return KeywordDoc(
-            content_tf=_counts(content, terms),
-            content_len=len(content),
-            content_seq=tuple(content),
-            topic_tf=_counts(topics, terms),
-            topic_len=len(topics),
-            content_norm="",
-            topic_norm="",
-        )
+    if terms is None:
+        content_tf: Mapping[str, int] = Counter(content)
+        topic_tf: Mapping[str, int] = Counter(topics)
+    else:
+        content_tf, topic_tf = _counts(content, terms), _counts(topics, terms)
     return KeywordDoc(
-        content_tf=Counter(content),
+        content_tf=content_tf,
         content_len=len(content),
         content_seq=tuple(content),
-        topic_tf=Counter(topics),
+        topic_tf=topic_tf,
         topic_len=len(topics),
         content_norm="",
         topic_norm="",

@@ -450,11 +450,16 @@ def _time_preference(
         if (event := best[key][0].memory.event_time) is not None
         and any(p.contains(event) for p in periods)
     }
-    if not inside:
+    _prefer(adjusted, inside, boost)
+
+
+def _prefer(adjusted: dict[str, float], preferred: set[str], boost: float) -> None:
+    """Scale every other hit by 1 / (1 + boost), when some hit is preferred."""
+    if not preferred:
         return
     scale = 1.0 / (1.0 + boost)
     for key in adjusted:
-        if key not in inside:
+        if key not in preferred:
             adjusted[key] *= scale
 
 
@@ -492,13 +497,7 @@ def _when_preference(
     when some candidate says a time (LoCoMo recall@10 +0.010, round 4)."""
     if not _WHEN_QUESTION.search(query):
         return
-    dated = {key for key in adjusted if _says_time(best[key][0].memory.text)}
-    if not dated:
-        return
-    scale = 1.0 / (1.0 + boost)
-    for key in adjusted:
-        if key not in dated:
-            adjusted[key] *= scale
+    _prefer(adjusted, {key for key in adjusted if _says_time(best[key][0].memory.text)}, boost)
 
 
 def _adjust_fused(

@@ -356,7 +356,7 @@ def search(
     `cache.sizes` remembers each user's live count from earlier searches: for
     users above `exact_max` the vector leg reads the HNSW index through
     `langmem_ann_candidates`, and a vector-only search reads nothing else
-    (`_heavy_vector_only`).
+    (`ANN_CANDIDATES`, narrowed to 3 x max_results unless `_needs_wider_pool`).
     """
     if not options.query.strip():
         return []

@@ -318,9 +318,7 @@ def to_us(value: datetime | None) -> int | None:
 
 
 def from_us(value: int | None) -> datetime | None:
-    if value is None:
-        return None
-    return _EPOCH + timedelta(microseconds=value)
+    return None if value is None else from_us_required(value)
 
 
 def from_us_required(value: int) -> datetime:

@@ -733,23 +733,21 @@ def _insert_new(
     prefix = scope_prefix(user)
     rid = int(conn.execute(sql.NEXT_RID).fetchone()[0])
     memories, index, history, new_rows = [], [], [], []
+    content_total = topic_total = 0
     for offset, (p, blob, entry) in enumerate(pending):
         at = sql.to_us(entry.created_at)
+        content_len, topic_len = p.content_len, p.topic_len
+        content_total += content_len
+        topic_total += topic_len
         memories.append(
             (rid + offset, *u, entry.id, p.memory.text, p.fingerprint, False, *p.columns,
-             blob, p.content_doc, p.topic_doc, p.content_len, p.topic_len, at, at)
+             blob, p.content_doc, p.topic_doc, content_len, topic_len, at, at)
         )  # fmt: skip
         index.append((rid + offset, scoped(prefix, p.content_doc), scoped(prefix, p.topic_doc)))
         history.append((*u, entry.id, Operation.ADD.value, None, p.memory.text, at, source))
         new_rows.append((rid + offset, p.columns[1], p.columns[2], blob))
     conn.executemany(sql.INSERT_MEMORY_WITH_RID, memories)
-    count_inserted(
-        conn,
-        user,
-        len(pending),
-        sum(p.content_len for p, _, _ in pending),
-        sum(p.topic_len for p, _, _ in pending),
-    )
+    count_inserted(conn, user, len(pending), content_total, topic_total)
     conn.executemany(sql.FTS_INSERT, index)
     conn.executemany(sql.INSERT_HISTORY, history)
     return new_rows
