@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 import click
 
 from ..errors import LangmemTrpcError
+from ..service._core import Limits
 from ..service.protocol import MemoryService
 from ..types import Entry, HistoryEvent, UserKey
 
@@ -23,6 +24,15 @@ DB_HELP = (
     "SQLite file, or a postgresql:// URL / libpq 'host=... dbname=...' string. Default: memories.db in $LANGMEM_TRPC_HOME, "
     "else in the user data directory."
 )
+
+
+CLI_LIMITS = Limits()
+"""The limits every service the CLI opens enforces (`import` checks records against them)."""
+
+
+def plural(count: int, one: str, many: str | None = None) -> str:
+    """`one` for a count of 1, else `many` (default: `one` + "s")."""
+    return one if count == 1 else (many or one + "s")
 
 
 def default_db() -> str:
@@ -82,12 +92,12 @@ def open_service(db: str | None) -> Iterator[MemoryService]:
     if is_postgres_dsn(target):
         from ..backends.postgres import PostgresMemoryService
 
-        service = PostgresMemoryService(target)
+        service = PostgresMemoryService(target, limits=CLI_LIMITS)
         service.setup()  # type: ignore[attr-defined]
     else:
         from ..backends.sqlite import SQLiteMemoryService
 
-        service = SQLiteMemoryService(target)
+        service = SQLiteMemoryService(target, limits=CLI_LIMITS)
     try:
         yield service
     finally:

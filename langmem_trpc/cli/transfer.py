@@ -11,11 +11,9 @@ from pathlib import Path
 
 import click
 
-from ..errors import InvalidInputError
-from ..types import Entry, HistoryEvent, UserKey
-from ._common import db_option, open_service, reports_errors
-
-FORMAT = "langmem-trpc/1"
+from ..types import UserKey
+from ._common import CLI_LIMITS, db_option, open_service, plural, reports_errors
+from ._records import FORMAT, checked_records
 
 
 @click.command(name="export")
@@ -53,23 +51,17 @@ def export_memories(db: str | None, app_name: str, user_id: str | None, output: 
 def import_memories(db: str | None, source: Path) -> None:
     """Load a JSONL export; memories keep their ids, times and history.
 
+    Every record is first checked exactly like `memories add` checks its
+    input (text, topics, participants, times, ids, the per-user capacity);
+    the first bad record stops the import with `line N: field: problem`
+    before anything is written, so a file is imported whole or not at all.
+
     \b
     Example:
         langmem-trpc import --db other.db alice.jsonl
     """
-    count = 0
-    with open_service(db) as svc, source.open(encoding="utf-8") as lines:
-        for number, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-                entry = Entry.model_validate(record["entry"])
-                history = [HistoryEvent.model_validate(h) for h in record.get("history", [])]
-            except (ValueError, KeyError, TypeError) as exc:
-                raise InvalidInputError(
-                    f"line {number}", f"not a langmem-trpc export record ({exc})"
-                ) from None
-            svc.restore(UserKey(entry.app_name, entry.user_id), entry, history)
-            count += 1
-    click.echo(f"imported {count} memories")
+    with open_service(db) as svc:
+        records = checked_records(source, svc, CLI_LIMITS)
+        for record in records:
+            svc.restore(record.entry.user, record.entry, record.history)
+    click.echo(f"imported {len(records)} {plural(len(records), 'memory', 'memories')}")

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from click.testing import CliRunner
 
 from langmem_trpc import Kind, SQLiteMemoryService, UserKey
@@ -69,3 +70,103 @@ def test_import_rejects_garbage_with_the_line_number(tmp_path):
     result = CliRunner().invoke(cli, ["import", "--db", str(tmp_path / "x.db"), str(bad)])
     assert result.exit_code == 1
     assert "line 1" in result.output
+
+
+def _exported(tmp_path, texts=("first memory", "second memory")):
+    """A real export of `texts` for alice, as a list of parsed records."""
+    db, dump = tmp_path / "src.db", tmp_path / "src.jsonl"
+    with SQLiteMemoryService(db) as svc:
+        for text in texts:
+            svc.add(ALICE, text)
+    result = CliRunner().invoke(
+        cli, ["export", "--db", str(db), "--app", "support", "-o", str(dump)]
+    )
+    assert result.exit_code == 0, result.output
+    return [json.loads(line) for line in dump.read_text().splitlines()]
+
+
+def _import(tmp_path, records, name="in.jsonl"):
+    path = tmp_path / name
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    target = tmp_path / "target.db"
+    return CliRunner().invoke(cli, ["import", "--db", str(target), str(path)]), target
+
+
+def _set(record, path, value):
+    *parents, last = path
+    node = record
+    for key in parents:
+        node = node[key]
+    node[last] = value
+    return record
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "expected"),
+    [
+        (("entry", "memory", "text"), "   ", "line 2: text: must not be empty"),
+        (("entry", "memory", "text"), "x" * 200_000, "line 2: text: is 200000 characters"),
+        (("entry", "memory", "topics"), [f"t{i}" for i in range(10_000)], "line 2: topics: has"),
+        (("entry", "created_at"), "2024-01-01T00:00:00", "line 2: created_at: must be timezone"),
+        (("entry", "memory", "event_time"), "2024-01-01T10:00:00", None),
+        (("entry", "id"), "a\x00b", "line 2: memory_id: must be at most 512"),
+        (("entry", "user_id"), "", "line 2: user_id: must not be empty"),
+        (
+            ("history",),
+            [
+                {
+                    "memory_id": "x",
+                    "operation": "add",
+                    "text_before": None,
+                    "text_after": "t",
+                    "at": "2024-01-01T00:00:00",
+                }
+            ],
+            "line 2: at: must be",
+        ),
+    ],
+)
+def test_import_validates_every_record_like_add_and_writes_nothing(tmp_path, path, value, expected):
+    records = _exported(tmp_path)
+    _set(records[1], path, value)
+    result, target = _import(tmp_path, records)
+    if expected is None:  # zone-less dates are read as UTC by add() too: accepted
+        assert result.exit_code == 0, result.output
+        return
+    assert result.exit_code == 1, result.output
+    assert expected in result.output
+    assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1
+    with SQLiteMemoryService(target) as svc:  # all or nothing: line 1 was not imported
+        assert svc.read(ALICE) == []
+
+
+def test_import_respects_the_capacity_counting_what_is_already_stored(tmp_path):
+    from langmem_trpc.cli._common import CLI_LIMITS
+
+    capacity = CLI_LIMITS.capacity
+    assert capacity is not None
+    records = _exported(tmp_path, texts=["one", "two"])
+    target = tmp_path / "target.db"
+    with SQLiteMemoryService(target) as svc:
+        svc.add_many(ALICE, [f"memory {i}" for i in range(capacity - 1)])
+    result, _ = _import(tmp_path, records)
+    assert result.exit_code == 1
+    assert f"line 2: capacity: support/alice would hold {capacity + 1} memories" in result.output
+    with SQLiteMemoryService(target) as svc:
+        assert svc.count(ALICE) == capacity - 1
+    # re-importing ids the user already holds replaces them: no extra room needed
+    result, _ = _import(tmp_path, records[:1])
+    assert result.exit_code == 0, result.output
+    result, _ = _import(tmp_path, records[:1])
+    assert result.exit_code == 0, result.output
+    assert result.output.strip() == "imported 1 memory"
+
+
+def test_import_reports_undecodable_lines_without_a_traceback(tmp_path):
+    records = _exported(tmp_path)
+    path = tmp_path / "bad.jsonl"
+    path.write_bytes((json.dumps(records[0]) + "\n").encode() + b"\xff\xfe{}\n")
+    result = CliRunner().invoke(cli, ["import", "--db", str(tmp_path / "t.db"), str(path)])
+    assert result.exit_code == 1
+    assert "line 2: record: is not valid UTF-8" in result.output
+    assert "Traceback" not in result.output

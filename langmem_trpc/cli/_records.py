@@ -1,0 +1,163 @@
+"""Reading and checking a JSONL export before `import` writes any of it.
+
+Every record is held to the rules `add()` applies (the shared
+`build_memory` validation with the service's limits), plus what only an
+export carries: ids, aware timestamps, history events and the per-user
+capacity once the file's memories are counted in. The first bad record
+raises an `InvalidInputError` whose field reads `line N: field`, so the
+CLI prints `line N: field: problem` and nothing has been written yet.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from .._time import ensure_utc
+from ..errors import InvalidInputError, InvalidMemoryError
+from ..service._core import Limits, build_memory, check_memory_id
+from ..service.protocol import MemoryService
+from ..types import Entry, HistoryEvent, UserKey
+
+__all__ = ["FORMAT", "Record", "checked_records"]
+
+FORMAT = "langmem-trpc/1"
+
+
+@dataclass(frozen=True)
+class Record:
+    """One checked line of an export: the entry to restore and its history."""
+
+    line: int
+    entry: Entry
+    history: list[HistoryEvent]
+
+
+def _pydantic_problem(exc: ValidationError, prefix: str) -> InvalidInputError:
+    """The first pydantic error as a field-named input error (our own error when it wraps one)."""
+    error = exc.errors()[0]
+    inner = (error.get("ctx") or {}).get("error")
+    if isinstance(inner, InvalidInputError):
+        return type(inner)(inner.field, inner.problem)
+    field = ".".join(str(part) for part in error["loc"])
+    return InvalidMemoryError(f"{prefix}.{field}" if field else prefix, error["msg"])
+
+
+def _check_text(field: str, value: str | None) -> None:
+    if value is not None and ("\x00" in value or not _encodable(value)):
+        raise InvalidMemoryError(field, "must not contain NUL bytes or lone surrogates")
+
+
+def _encodable(value: str) -> bool:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _entry(raw: object, limits: Limits) -> Entry:
+    if not isinstance(raw, dict):
+        raise InvalidMemoryError("entry", "must be a JSON object")
+    try:
+        entry = Entry.model_validate(raw)
+    except ValidationError as exc:
+        raise _pydantic_problem(exc, "entry") from None
+    UserKey(entry.app_name, entry.user_id)  # the same identifier rules as every call
+    check_memory_id(entry.id)
+    memory = entry.memory
+    built = build_memory(
+        memory.text,
+        limits=limits,
+        topics=memory.topics,
+        kind=memory.kind,
+        event_time=memory.event_time,
+        participants=memory.participants,
+        location=memory.location,
+        metadata=memory.metadata,
+    )
+    return entry.model_copy(
+        update={
+            "memory": built,
+            "created_at": ensure_utc(entry.created_at, "created_at"),
+            "updated_at": ensure_utc(entry.updated_at, "updated_at"),
+            "score": None,
+            "rrf_score": None,
+        }
+    )
+
+
+def _history(raw: object) -> list[HistoryEvent]:
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise InvalidMemoryError("history", "must be a list")
+    events: list[HistoryEvent] = []
+    for at, item in enumerate(raw):
+        try:
+            event = HistoryEvent.model_validate(item)
+        except ValidationError as exc:
+            raise _pydantic_problem(exc, f"history[{at}]") from None
+        _check_text(f"history[{at}].text_before", event.text_before)
+        _check_text(f"history[{at}].text_after", event.text_after)
+        events.append(event)
+    return events
+
+
+def _record(number: int, raw: bytes, limits: Limits) -> Record:
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InvalidMemoryError("record", "is not valid UTF-8") from None
+    try:
+        data: Any = json.loads(text)
+    except ValueError as exc:
+        raise InvalidMemoryError("record", f"is not JSON ({exc})") from None
+    if not isinstance(data, dict) or "entry" not in data:
+        raise InvalidMemoryError("record", "not a langmem-trpc export record (no 'entry')")
+    if data.get("format", FORMAT) != FORMAT:
+        raise InvalidMemoryError("format", f"unsupported format {data['format']!r}")
+    return Record(number, _entry(data["entry"], limits), _history(data.get("history")))
+
+
+def _at_line(number: int, exc: InvalidInputError) -> InvalidInputError:
+    return type(exc)(f"line {number}: {exc.field}", exc.problem)
+
+
+def _check_capacity(records: list[Record], service: MemoryService, limits: Limits) -> None:
+    """Each user's live memories plus the file's new ones must fit `limits.capacity`."""
+    if limits.capacity is None or limits.on_capacity != "error":
+        return
+    held: dict[UserKey, set[str]] = {}
+    incoming: dict[UserKey, set[str]] = defaultdict(set)
+    for record in records:
+        user = record.entry.user
+        if user not in held:
+            held[user] = {e.id for e in service.read(user)}
+        incoming[user].add(record.entry.id)
+        total = len(held[user] | incoming[user])
+        if total > limits.capacity:
+            raise InvalidInputError(
+                f"line {record.line}: capacity",
+                f"{user} would hold {total} memories, more than the capacity of {limits.capacity}",
+            )
+
+
+def checked_records(source: Path, service: MemoryService, limits: Limits) -> list[Record]:
+    """Every record of `source`, checked; raises on the first bad line, before any write."""
+    records: list[Record] = []
+    with source.open("rb") as lines:
+        for number, raw in enumerate(lines, start=1):
+            if not raw.strip():
+                continue
+            try:
+                records.append(_record(number, raw, limits))
+            except InvalidInputError as exc:
+                raise _at_line(number, exc) from None
+    _check_capacity(records, service, limits)
+    return records
