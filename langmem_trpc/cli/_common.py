@@ -77,11 +77,23 @@ def reports_errors(func: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+_LIBPQ_KEYS = (
+    "host|hostaddr|port|dbname|user|password|passfile|service|options|application_name|"
+    "connect_timeout|client_encoding|sslmode|sslrootcert|sslcert|sslkey|sslpassword|"
+    "target_session_attrs|require_auth|channel_binding|gssencmode|keepalives"
+)
+_LIBPQ_PAIR = re.compile(rf"^\s*({_LIBPQ_KEYS})\s*=")
+
+
 def is_postgres_dsn(target: str) -> bool:
-    """A postgres:// URL or a libpq key=value string ("host=... dbname=...")."""
+    """A postgres:// URL or a libpq key=value string starting with a libpq keyword.
+
+    Any common keyword counts, `password=` included, so a string that starts
+    with its password is never taken for a SQLite file name.
+    """
     if target.startswith(("postgres://", "postgresql://")):
         return True
-    return bool(re.match(r"^\s*(host|hostaddr|dbname|user|port|service)\s*=", target))
+    return bool(_LIBPQ_PAIR.match(target))
 
 
 @contextmanager

@@ -99,6 +99,8 @@ def test_default_database_lives_in_langmem_trpc_home(run, tmp_path):
         ("postgres://localhost", True),
         ("host=/tmp dbname=memories", True),
         ("dbname=memories", True),
+        ("password=secret host=db", True),
+        ("sslmode=require host=db", True),
         ("memories.db", False),
         ("/data/host=1/memories.db", False),
     ],

@@ -34,6 +34,7 @@ from ...types import (
 )
 from . import _plans
 from ._cache import MAX_ENTRIES, EntryCache
+from ._conninfo import checked_conninfo
 from ._plans import Op
 
 if TYPE_CHECKING:
@@ -79,7 +80,7 @@ class PostgresBase:
             self._async_pool, self._owns_async = conninfo_or_pool, False
             self._conninfo = conninfo_or_pool.conninfo
         elif isinstance(conninfo_or_pool, str):
-            self._conninfo = conninfo_or_pool
+            self._conninfo = checked_conninfo(conninfo_or_pool)  # before any pool: no secret logged
         else:
             raise ConfigurationError(
                 "PostgresMemoryService needs a connection string, a psycopg_pool.ConnectionPool "
@@ -284,6 +285,14 @@ def backend_error(exc: Exception) -> Exception:
         return ConfigurationError(
             "the langmem_trpc tables are missing or outdated: call setup() (or asetup()) once"
         )
+    from psycopg_pool import PoolTimeout
+
     from ...errors import BackendError
 
+    if isinstance(exc, PoolTimeout):
+        return BackendError(
+            "no PostgreSQL connection within the pool timeout (PoolTimeout): the server is "
+            "unreachable, refused the login, or every connection is busy; the psycopg.pool "
+            "WARNING log gives libpq's reason"
+        )
     return BackendError(f"PostgreSQL operation failed ({type(exc).__name__})")
