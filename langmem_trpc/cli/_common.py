@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import json
 import os
 import re
 from collections.abc import Callable, Iterator
@@ -12,17 +11,19 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
+from pydantic import ValidationError
 
 from ..errors import LangmemTrpcError
 from ..service._core import Limits
 from ..service.protocol import MemoryService
-from ..types import Entry, HistoryEvent, UserKey
+from ..types import UserKey
+from ._output import FORMATS, OutputFormat
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 DB_HELP = (
-    "SQLite file, or a postgresql:// URL / libpq 'host=... dbname=...' string. Default: memories.db in $LANGMEM_TRPC_HOME, "
-    "else in the user data directory."
+    "SQLite file, or a postgresql:// URL / libpq 'host=... dbname=...' string. Default: "
+    "$LANGMEM_TRPC_DSN, else memories.db in $LANGMEM_TRPC_HOME, else in the user data directory."
 )
 
 
@@ -50,6 +51,23 @@ def db_option(func: F) -> F:
     return click.option("--db", "db", default=None, help=DB_HELP)(func)
 
 
+def format_options(func: F) -> F:
+    """`--format table|json|jsonl|csv` and `--json` (short for `--format json`)."""
+    func = click.option("--json", "as_json", is_flag=True, help="Same as --format json.")(func)
+    return click.option(
+        "--format",
+        "fmt",
+        type=click.Choice(FORMATS),
+        default="table",
+        show_default=True,
+        help="table for people (escaped, fitted to the terminal); json, jsonl, csv exact.",
+    )(func)
+
+
+def pick_format(fmt: OutputFormat, as_json: bool) -> OutputFormat:
+    return "json" if as_json else fmt
+
+
 def json_option(func: F) -> F:
     return click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")(func)
 
@@ -64,15 +82,32 @@ def user_options(func: F) -> F:
     return db_option(func)
 
 
+def _one_line(exc: BaseException) -> str:
+    if isinstance(exc, LangmemTrpcError):
+        return f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, ValidationError):
+        error = exc.errors()[0]
+        inner = (error.get("ctx") or {}).get("error")
+        if isinstance(inner, LangmemTrpcError):
+            return f"{type(inner).__name__}: {inner}"
+        field = ".".join(str(part) for part in error["loc"]) or "input"
+        return f"InvalidInputError: {field}: {error['msg']}"
+    if isinstance(exc, OSError):
+        where = f": {exc.filename}" if exc.filename else ""
+        return f"{exc.strerror or type(exc).__name__}{where}"
+    return f"{type(exc).__name__}: {exc}"
+
+
 def reports_errors(func: F) -> F:
-    """Library errors become one clear line and exit code 1 (only the CLI does this)."""
+    """Library, validation and file errors become one line and exit code 1 (only the CLI does this)."""
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return func(*args, **kwargs)
-        except LangmemTrpcError as exc:
-            raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
+        except (LangmemTrpcError, ValidationError, OSError) as exc:
+            message = " ".join(_one_line(exc).split())  # one line, whatever the error held
+            raise click.ClickException(message) from None
 
     return wrapper  # type: ignore[return-value]
 
@@ -97,18 +132,26 @@ def is_postgres_dsn(target: str) -> bool:
 
 
 @contextmanager
-def open_service(db: str | None) -> Iterator[MemoryService]:
-    """Open the backend the --db value names; closed on exit."""
+def open_service(db: str | None, *, read: bool = False) -> Iterator[MemoryService]:
+    """Open the backend the --db value names; closed on exit.
+
+    With `read=True` (commands that only look) nothing is created: a SQLite
+    path that does not exist, or a file without langmem-trpc tables (looked
+    at read-only), is a one-line error, and PostgreSQL's `setup()` is not run.
+    """
     target = db or default_db()
     service: MemoryService
     if is_postgres_dsn(target):
         from ..backends.postgres import PostgresMemoryService
 
         service = PostgresMemoryService(target, limits=CLI_LIMITS)
-        service.setup()  # type: ignore[attr-defined]
+        if not read:
+            service.setup()  # type: ignore[attr-defined]
     else:
         from ..backends.sqlite import SQLiteMemoryService
 
+        if read and target != ":memory:":
+            _check_readable(target)
         service = SQLiteMemoryService(target, limits=CLI_LIMITS)
     try:
         yield service
@@ -116,42 +159,21 @@ def open_service(db: str | None) -> Iterator[MemoryService]:
         service.close()
 
 
+def _check_readable(path: str) -> None:
+    from ..backends.sqlite._connection import probe
+
+    state = probe(path)
+    if state == "missing":
+        raise click.ClickException(
+            f"no memory database at {path} (a read creates nothing; check --db or "
+            "$LANGMEM_TRPC_HOME)"
+        )
+    if state == "foreign":
+        raise click.ClickException(
+            f"{path} is not a langmem-trpc database (no langmem tables); it was opened "
+            "read-only and left unchanged"
+        )
+
+
 def make_user(app_name: str, user_id: str) -> UserKey:
     return UserKey(app_name, user_id)
-
-
-def entry_json(entry: Entry) -> dict[str, Any]:
-    return entry.model_dump(mode="json", exclude_none=True)
-
-
-def format_entry(entry: Entry) -> str:
-    memory = entry.memory
-    meta = [memory.kind.value]
-    if memory.event_time:
-        meta.append(memory.event_time.strftime("%Y-%m-%d"))
-    if memory.participants:
-        meta.append("with " + ", ".join(memory.participants))
-    if memory.location:
-        meta.append("at " + memory.location)
-    if memory.topics:
-        meta.append("topics: " + ", ".join(memory.topics))
-    score = f" score={entry.score:.3f}" if entry.score is not None else ""
-    return f"{entry.id}  {memory.text}  ({'; '.join(meta)}){score}"
-
-
-def format_event(event: HistoryEvent) -> str:
-    change = {
-        "add": f"+ {event.text_after!r}",
-        "update": f"{event.text_before!r} -> {event.text_after!r}",
-    }.get(event.operation.value, f"- {event.text_before!r}")
-    where = ""
-    if event.source and (event.source.thread_id or event.source.actor):
-        where = f"  [{event.source.actor or ''}{' thread ' + event.source.thread_id if event.source.thread_id else ''}]"
-    return f"{event.at.isoformat(timespec='seconds')}  {event.operation.value:<6} {change}{where}"
-
-
-def emit(data: Any, as_json: bool, text: Callable[[], str]) -> None:
-    if as_json:
-        click.echo(json.dumps(data, ensure_ascii=False, indent=2))
-    else:
-        click.echo(text())

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
@@ -148,16 +148,15 @@ def _check_capacity(records: list[Record], service: MemoryService, limits: Limit
             )
 
 
-def checked_records(source: Path, service: MemoryService, limits: Limits) -> list[Record]:
-    """Every record of `source`, checked; raises on the first bad line, before any write."""
+def checked_records(lines: Iterable[bytes], service: MemoryService, limits: Limits) -> list[Record]:
+    """Every record of an export's `lines`, checked; raises on the first bad line, before any write."""
     records: list[Record] = []
-    with source.open("rb") as lines:
-        for number, raw in enumerate(lines, start=1):
-            if not raw.strip():
-                continue
-            try:
-                records.append(_record(number, raw, limits))
-            except InvalidInputError as exc:
-                raise _at_line(number, exc) from None
+    for number, raw in enumerate(lines, start=1):
+        if not raw.strip():
+            continue
+        try:
+            records.append(_record(number, raw, limits))
+        except InvalidInputError as exc:
+            raise _at_line(number, exc) from None
     _check_capacity(records, service, limits)
     return records

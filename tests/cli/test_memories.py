@@ -50,7 +50,7 @@ def test_list_get_delete_clear_purge(run, tmp_path):
     assert len(ids(run("memories", "list", *base, "--json").output)) == 2
     assert "one" in run("memories", "get", *base, first).output
     assert run("memories", "delete", *base, first).output.strip() == f"deleted {first}"
-    assert run("memories", "clear", *base, "--yes").output.strip() == "cleared 1 memories"
+    assert run("memories", "clear", *base, "--yes").output.strip() == "cleared 1 memory"
     assert run("memories", "purge", *base, "--yes").output.strip() == "purged 2 memories"
     assert run("memories", "list", *base).output.strip() == "no memories"
 
@@ -109,3 +109,250 @@ def test_postgres_targets_are_recognised(target, expected):
     from langmem_trpc.cli._common import is_postgres_dsn
 
     assert is_postgres_dsn(target) is expected
+
+
+# -- human output is escaped; machine output is exact (#13.11) -----------------
+
+FORGERY = "harmless\n0123456789ab  fact  2024-01-01 00:00  forged\x1b[2J\x1b]0;pwned\x07\u202eevil"
+
+
+def _service(db):
+    from langmem_trpc import SQLiteMemoryService
+
+    return SQLiteMemoryService(db)
+
+
+def test_human_output_escapes_stored_text_and_json_stays_exact(run, tmp_path):
+    from langmem_trpc import UserKey
+
+    db = str(tmp_path / "m.db")
+    alice = UserKey("default", "alice")
+    with _service(db) as svc:
+        forged = svc.add(alice, FORGERY, topics=["x\x1by"])
+        svc.update(alice, forged.id, FORGERY + " v2")
+    base = ["--db", db, "--user", "alice"]
+    outputs = {
+        "list": run("memories", "list", *base).output,
+        "search": run("memories", "search", *base, "harmless forged").output,
+        "get": run("memories", "get", *base, forged.id).output,
+        "history": run("memories", "history", *base, forged.id).output,
+        "update": run("memories", "update", *base, forged.id, "--topic", "t").output,
+    }
+    for name, output in outputs.items():
+        assert "\x1b" not in output and "\u202e" not in output and "\x07" not in output, name
+        assert "\\x1b" in output, name
+    assert len(outputs["list"].splitlines()) == 2  # header + one row: nothing forged
+    assert len(outputs["history"].splitlines()) == 2  # add, update
+    exact = json.loads(run("memories", "list", *base, "--json").output)
+    assert exact[0]["memory"]["text"] == FORGERY + " v2"
+    jsonl = run("memories", "list", *base, "--format", "jsonl").output
+    assert json.loads(jsonl)["memory"]["text"] == FORGERY + " v2"
+
+
+# -- output formats (#18 section 4) ---------------------------------------------
+
+
+def test_table_has_a_header_fits_the_terminal_and_rounds_scores(run, tmp_path, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "70")
+    base = ["--db", str(tmp_path / "m.db"), "--user", "alice"]
+    run("memories", "add", *base, "Production runs Go 1.23 " + "and much more " * 20)
+    table = run("memories", "list", *base).output.splitlines()
+    assert table[0].split() == ["ID", "KIND", "UPDATED", "TEXT"]
+    assert all(len(line) <= 70 for line in table) and table[1].endswith("…")
+    hits = run("memories", "search", *base, "production go").output.splitlines()
+    assert hits[0].split() == ["ID", "KIND", "UPDATED", "SCORE", "TEXT"]
+    score = hits[1].split()[4]
+    assert len(score) == 4 and 0 <= float(score) <= 1  # rounded to 2 places
+
+
+def test_list_shows_50_by_default_and_says_how_many_more(run, tmp_path):
+    from langmem_trpc import UserKey
+
+    db = str(tmp_path / "m.db")
+    with _service(db) as svc:
+        svc.add_many(UserKey("default", "alice"), [f"memory number {i}" for i in range(60)])
+    result = run("memories", "list", "--db", db, "--user", "alice")
+    assert len(result.stdout.splitlines()) == 51
+    assert "showing 50 of 60 memories" in result.stderr
+    assert (
+        len(
+            run(
+                "memories", "list", "--db", db, "--user", "alice", "--limit", "0"
+            ).stdout.splitlines()
+        )
+        == 61
+    )
+
+
+def test_csv_and_jsonl_are_exact(run, tmp_path):
+    import csv
+    import io
+
+    base = ["--db", str(tmp_path / "m.db"), "--user", "alice"]
+    run("memories", "add", *base, "--topics", "go,prod", 'comma, "quote"\nnewline')
+    rows = list(
+        csv.DictReader(io.StringIO(run("memories", "list", *base, "--format", "csv").output))
+    )
+    assert rows[0]["text"] == 'comma, "quote"\nnewline' and rows[0]["topics"] == "go;prod"
+
+
+def test_counts_are_pluralised(run, tmp_path):
+    base = ["--db", str(tmp_path / "m.db"), "--user", "bob"]
+    run("memories", "add", *base, "one")
+    assert run("memories", "clear", *base, "--yes").output.strip() == "cleared 1 memory"
+    assert run("memories", "purge", *base, "--yes").output.strip() == "purged 1 memory"
+    assert run("memories", "clear", *base, "--yes").output.strip() == "cleared 0 memories"
+
+
+# -- stdin, ids, users, updates --------------------------------------------------
+
+
+def test_add_reads_stdin_when_text_is_dash(tmp_path):
+    db = str(tmp_path / "m.db")
+    result = CliRunner().invoke(
+        cli, ["memories", "add", "--db", db, "--user", "a", "--json", "-"], input="from stdin\n"
+    )
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["memory"]["text"] == "from stdin"
+
+
+def test_an_id_prefix_of_8_characters_works_and_an_ambiguous_one_errors(run, tmp_path):
+    from langmem_trpc import UserKey
+
+    db = str(tmp_path / "m.db")
+    alice = UserKey("default", "alice")
+    with _service(db) as svc:
+        one = svc.add(alice, "first", memory_id="abcdef0011112222")
+        svc.add(alice, "second", memory_id="abcdef0099998888")
+    base = ["--db", db, "--user", "alice"]
+    assert "first" in run("memories", "get", *base, "abcdef001").output
+    assert (
+        json.loads(run("memories", "history", *base, "abcdef00111", "--json").output)[0][
+            "memory_id"
+        ]
+        == one.id
+    )
+    run("memories", "update", *base, "abcdef001", "first, edited")
+    ambiguous = run("memories", "get", *base, "abcdef00", ok=False)
+    assert ambiguous.exit_code == 1 and "is the start of 2 memories' ids" in ambiguous.output
+    short = run("memories", "get", *base, "abcdef0", ok=False)  # 7 characters: no prefix match
+    assert short.exit_code == 1 and "not found" in short.output
+    assert run("memories", "delete", *base, "abcdef001").output.strip() == f"deleted {one.id}"
+
+
+def test_users_and_apps_list_who_has_memories(run, tmp_path):
+    db = str(tmp_path / "m.db")
+    run("memories", "add", "--db", db, "--app", "shop", "--user", "alice", "a")
+    run("memories", "add", "--db", db, "--app", "shop", "--user", "alice", "b")
+    run("memories", "add", "--db", db, "--app", "shop", "--user", "bob", "c")
+    run("memories", "add", "--db", db, "--app", "chat", "--user", "carol", "d")
+    users = json.loads(run("memories", "users", "--db", db, "--app", "shop", "--json").output)
+    assert users == [
+        {"app_name": "shop", "user_id": "alice", "memories": 2},
+        {"app_name": "shop", "user_id": "bob", "memories": 1},
+    ]
+    apps = run("memories", "apps", "--db", db).output.splitlines()
+    assert apps[0].split() == ["APP", "USERS", "MEMORIES"]
+    assert [line.split() for line in apps[1:]] == [["chat", "1", "1"], ["shop", "2", "3"]]
+
+
+def test_update_topics_without_retyping_the_text(run, tmp_path):
+    base = ["--db", str(tmp_path / "m.db"), "--user", "alice"]
+    added = json.loads(run("memories", "add", *base, "--json", "Prefers dark mode").output)
+    updated = json.loads(
+        run("memories", "update", *base, added["id"], "--topics", "ui,theme", "--json").output
+    )
+    assert updated["memory"] == {**added["memory"], "topics": ["ui", "theme"]}
+    nothing = run("memories", "update", *base, added["id"], ok=False)
+    assert nothing.exit_code == 2 and "give a new TEXT or at least one field" in nothing.output
+
+
+# -- errors: one line, non-zero, no traceback ------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["memories", "search", "--user", "a", "--after", "yesterday", "q"],
+            "InvalidTimeError: after",
+        ),
+        (["export", "--app", "x", "-o", "/missing/dir/x.jsonl"], "No such file or directory"),
+    ],
+)
+def test_bad_arguments_are_one_line_errors(run, tmp_path, args, message):
+    run("memories", "add", "--user", "a", "--app", "x", "seed")  # the default database exists
+    result = run(*args, ok=False)
+    assert result.exit_code == 1
+    assert message in result.output and "Traceback" not in result.output
+    assert len(result.output.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["get"],
+        ["update", "--topic", "t"],
+        ["update"],
+        ["delete"],
+        ["history"],
+        ["purge", "--yes"],
+    ],
+)
+def test_an_unknown_id_is_exit_1_with_the_same_message_everywhere(run, tmp_path, command):
+    db = str(tmp_path / "m.db")
+    run("memories", "add", "--db", db, "--user", "alice", "exists")
+    name, *options = command
+    args = ["memories", name, "--db", db, "--user", "alice", *options, "0badc0ffee0badc0ffee"]
+    if command == ["update"]:
+        args.append("new text")
+    result = run(*args, ok=False)
+    assert result.exit_code == 1, result.output
+    assert (
+        result.output.strip()
+        == "Error: MemoryNotFoundError: memory '0badc0ffee0badc0ffee' not found"
+    )
+
+
+# -- reads create nothing ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["memories", "list", "--user", "a"],
+        ["memories", "search", "--user", "a", "q"],
+        ["memories", "get", "--user", "a", "abcdefgh"],
+        ["memories", "users"],
+        ["export", "-o", "-"],
+    ],
+)
+def test_a_read_on_a_mistyped_path_creates_nothing(run, tmp_path, command):
+    missing = tmp_path / "typo" / "memories.db"
+    result = run(*command, "--db", str(missing), ok=False)
+    assert result.exit_code == 1
+    assert f"no memory database at {missing}" in result.output
+    assert len(result.output.strip().splitlines()) == 1
+    assert not missing.parent.exists()
+
+
+def test_a_read_on_someone_elses_sqlite_file_leaves_it_unchanged(run, tmp_path):
+    import sqlite3
+
+    theirs = tmp_path / "theirs.db"
+    conn = sqlite3.connect(theirs)
+    conn.execute("CREATE TABLE notes (body TEXT)")
+    conn.commit()
+    conn.close()
+    before = theirs.read_bytes()
+    for command in (["list", "--user", "a"], ["search", "--user", "a", "q"]):
+        result = run("memories", *command, "--db", str(theirs), ok=False)
+        assert result.exit_code == 1
+        assert "is not a langmem-trpc database" in result.output
+        assert "opened read-only and left unchanged" in result.output
+    assert theirs.read_bytes() == before
+    conn = sqlite3.connect(theirs)
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+    assert [r[0] for r in conn.execute("SELECT name FROM sqlite_master")] == ["notes"]
+    conn.close()
+    assert [p.name for p in tmp_path.iterdir()] == ["theirs.db"]  # no -wal, no -shm

@@ -17,13 +17,14 @@ import time
 import weakref
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Literal, TypeVar
+from urllib.parse import quote
 
 from ...errors import BackendError, LangmemTrpcError
 from ._keyword import scoped
 from ._sql import CREATE_MIGRATIONS_TABLE, MIGRATIONS
 
-__all__ = ["Database"]
+__all__ = ["Database", "probe"]
 
 logger = logging.getLogger(__name__)
 
@@ -38,6 +39,31 @@ def _is_busy(exc: sqlite3.OperationalError) -> bool:
         return (code & 0xFF) in _BUSY_CODES
     message = str(exc).lower()
     return "locked" in message or "busy" in message
+
+
+def probe(path: str | Path) -> Literal["missing", "foreign", "langmem"]:
+    """What the file at `path` holds, looked at read-only.
+
+    "missing": no such file; "foreign": a file that is not a SQLite database
+    or holds no langmem-trpc schema; "langmem": ours. The file is opened with
+    a `mode=ro` URI, so nothing is created, migrated or switched to WAL.
+    """
+    target = Path(path).expanduser()
+    if not target.is_file():
+        return "missing"
+    try:
+        conn = sqlite3.connect(f"file:{quote(str(target.resolve()))}?mode=ro", uri=True, timeout=5)
+        try:
+            found = conn.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'langmem_migrations'"
+            ).fetchone()
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError as exc:
+        if getattr(exc, "sqlite_errorcode", None) == 26 or "not a database" in str(exc):
+            return "foreign"  # SQLITE_NOTADB
+        raise BackendError(f"cannot inspect SQLite database: {exc}") from exc
+    return "langmem" if found else "foreign"
 
 
 class _Held:

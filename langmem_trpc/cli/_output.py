@@ -1,0 +1,241 @@
+"""Everything the CLI prints: escaping, tables, machine formats, progress.
+
+Human output (tables, detail views, history lines) never prints stored text
+raw: control characters (C0, DEL, C1), Unicode line and paragraph
+separators and invisible or bidirectional format characters are shown as
+escapes (`\\n`, `\\x1b`, `\\u202e`), so a memory cannot move the cursor,
+recolour the terminal, reorder what is shown or start a forged row.
+`json`, `jsonl` and `csv` are exact: they are for programs and their own
+quoting keeps every row one record.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import shutil
+import sys
+import time
+import unicodedata
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, Literal, TypeVar
+
+import click
+
+from ..types import Entry, HistoryEvent
+
+__all__ = [
+    "FORMATS",
+    "OutputFormat",
+    "entry_detail",
+    "entry_json",
+    "entry_line",
+    "event_line",
+    "progress",
+    "render_entries",
+    "render_rows",
+    "safe",
+    "short_id",
+]
+
+T = TypeVar("T")
+OutputFormat = Literal["table", "json", "jsonl", "csv"]
+FORMATS: tuple[OutputFormat, ...] = ("table", "json", "jsonl", "csv")
+
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+# Invisible characters that reorder or hide text (bidi controls, zero-width
+# spaces and marks, word joiner, BOM). ZWJ (U+200D) stays: emoji need it.
+_INVISIBLE = frozenset(
+    [0x061C, 0x200B, 0x200C, 0x200E, 0x200F, 0xFEFF, *range(0x202A, 0x202F), *range(0x2060, 0x2070)]
+)
+
+
+def _escape(char: str) -> str:
+    if char in _NAMED:
+        return _NAMED[char]
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def safe(text: str) -> str:
+    """`text` with every control, separator and invisible format character escaped."""
+    if text.isprintable():
+        return text
+    out = []
+    for char in text:
+        kind = unicodedata.category(char)
+        if kind in ("Cc", "Zl", "Zp", "Cs", "Co", "Cn") or ord(char) in _INVISIBLE:
+            out.append(_escape(char))
+        else:
+            out.append(char)
+    return "".join(out)
+
+
+def short_id(memory_id: str) -> str:
+    """Generated (32 hex) ids shortened to 12 characters for tables; others as they are."""
+    if len(memory_id) == 32 and all(c in "0123456789abcdef" for c in memory_id):
+        return memory_id[:12]
+    return memory_id
+
+
+def _clip(text: str, width: int | None) -> str:
+    if width is None or len(text) <= width:
+        return text
+    return text[: max(width - 1, 0)] + "…"
+
+
+def terminal_width() -> int | None:
+    """Columns to fit: $COLUMNS, else the terminal's; None when stdout is not a terminal."""
+    if columns := os.environ.get("COLUMNS", "").strip():
+        try:
+            return max(int(columns), 20)
+        except ValueError:
+            pass
+    if sys.stdout.isatty():
+        return shutil.get_terminal_size().columns
+    return None
+
+
+def render_rows(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """A left-aligned table with a header; every cell escaped; the last column fills the width."""
+    cells = [[safe(str(c)) for c in row] for row in rows]
+    widths = [max([len(h), *(len(r[i]) for r in cells)]) for i, h in enumerate(headers)]
+    width = terminal_width()
+    last: int | None = None
+    if width is not None:
+        last = max(width - sum(w + 2 for w in widths[:-1]), 10)
+        widths[-1] = min(widths[-1], last)
+    lines = []
+    for row in [list(headers), *cells]:
+        *lead, tail = row
+        line = "  ".join(c.ljust(w) for c, w in zip(lead, widths, strict=False))
+        lines.append((line + "  " if lead else "") + _clip(tail, last))
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def entry_json(entry: Entry) -> dict[str, Any]:
+    return entry.model_dump(mode="json", exclude_none=True)
+
+
+def _score(entry: Entry) -> str:
+    return f"{entry.score:.2f}" if entry.score is not None else ""
+
+
+def _csv(entries: Sequence[Entry]) -> str:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(
+        ["id", "app_name", "user_id", "kind", "text", "topics", "event_time", "participants"]
+        + ["location", "created_at", "updated_at", "score"]
+    )
+    for e in entries:
+        m = e.memory
+        writer.writerow(
+            [e.id, e.app_name, e.user_id, m.kind.value, m.text, ";".join(m.topics)]
+            + [m.event_time.isoformat() if m.event_time else "", ";".join(m.participants)]
+            + [m.location or "", e.created_at.isoformat(), e.updated_at.isoformat()]
+            + ["" if e.score is None else repr(e.score)]
+        )
+    return buffer.getvalue().rstrip("\n")
+
+
+def render_entries(
+    entries: Sequence[Entry], fmt: OutputFormat, *, empty: str, scores: bool = False
+) -> str:
+    """Entries in `fmt`; a table shows ID, KIND, UPDATED, (SCORE,) TEXT, or `empty`."""
+    if fmt == "json":
+        return json.dumps([entry_json(e) for e in entries], ensure_ascii=False, indent=2)
+    if fmt == "jsonl":
+        return "\n".join(json.dumps(entry_json(e), ensure_ascii=False) for e in entries)
+    if fmt == "csv":
+        return _csv(entries)
+    if not entries:
+        return empty
+    headers = ["ID", "KIND", "UPDATED", *(["SCORE"] if scores else []), "TEXT"]
+    rows = [
+        [short_id(e.id), e.kind.value, f"{e.updated_at:%Y-%m-%d %H:%M}"]
+        + ([_score(e)] if scores else [])
+        + [e.text]
+        for e in entries
+    ]
+    return render_rows(headers, rows)
+
+
+def _meta(entry: Entry) -> list[str]:
+    memory = entry.memory
+    meta = [memory.kind.value]
+    if memory.event_time:
+        meta.append(memory.event_time.strftime("%Y-%m-%d"))
+    if memory.participants:
+        meta.append("with " + ", ".join(memory.participants))
+    if memory.location:
+        meta.append("at " + memory.location)
+    if memory.topics:
+        meta.append("topics: " + ", ".join(memory.topics))
+    return meta
+
+
+def entry_line(entry: Entry) -> str:
+    """One escaped line: id, text, (kind; date; with ...; at ...; topics: ...) and score."""
+    score = f" score={_score(entry)}" if entry.score is not None else ""
+    return safe(f"{entry.id}  {entry.text}  ({'; '.join(_meta(entry))}){score}")
+
+
+def entry_detail(entry: Entry) -> str:
+    """`memories get`: one escaped `field: value` line per field that is set."""
+    memory = entry.memory
+    fields = [
+        ("id", entry.id),
+        ("user", f"{entry.app_name}/{entry.user_id}"),
+        ("kind", memory.kind.value),
+        ("text", memory.text),
+        ("topics", ", ".join(memory.topics)),
+        ("event time", memory.event_time.isoformat() if memory.event_time else ""),
+        ("participants", ", ".join(memory.participants)),
+        ("location", memory.location or ""),
+        ("metadata", json.dumps(memory.metadata, ensure_ascii=False) if memory.metadata else ""),
+        ("created", entry.created_at.isoformat(timespec="seconds")),
+        ("updated", entry.updated_at.isoformat(timespec="seconds")),
+    ]
+    return "\n".join(f"{name + ':':<14}{safe(value)}" for name, value in fields if value)
+
+
+def event_line(event: HistoryEvent, *, time_format: str = "%Y-%m-%dT%H:%M:%S%z") -> str:
+    """One change, the same in `memories history` and the demo: `+ 'new'`, `'old' -> 'new'`, `- 'old'`."""
+    change = {
+        "add": f"+ {event.text_after!r}",
+        "update": f"{event.text_before!r} -> {event.text_after!r}",
+    }.get(event.operation.value, f"- {event.text_before!r}")
+    where = ""
+    if event.source and (event.source.thread_id or event.source.actor):
+        thread = f" thread {event.source.thread_id}" if event.source.thread_id else ""
+        where = f"  [{event.source.actor or ''}{thread}]"
+    return safe(f"{event.at.strftime(time_format)}  {event.operation.value:<6} {change}{where}")
+
+
+def progress(items: Iterable[T], *, total: int, label: str, every_s: float = 5.0) -> Iterator[T]:
+    """`items`, with progress on stderr: a bar on a terminal, else a line every `every_s` seconds."""
+    if total <= 0:
+        yield from items
+        return
+    if sys.stderr.isatty():
+        with click.progressbar(items, length=total, label=label, file=sys.stderr) as bar:
+            yield from bar
+        return
+    last = time.monotonic()
+    done = 0
+    for item in items:
+        yield item
+        done += 1
+        now = time.monotonic()
+        if now - last >= every_s and done < total:
+            click.echo(f"{label}: {done}/{total}", err=True)
+            last = now
+
+
+def emit(text: str) -> None:
+    """Print `text` unless it is empty (an empty jsonl/csv result prints nothing)."""
+    if text:
+        click.echo(text)
