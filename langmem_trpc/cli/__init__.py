@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import shlex
 from pathlib import Path
 
 import click
@@ -39,11 +40,15 @@ def demo(db: str | None) -> None:
     Example:
         langmem-trpc demo --db /tmp/demo.db
     """
-    from .demo import run_demo
+    from .demo import USER, run_demo
 
     target = Path(db or default_db())
     target.parent.mkdir(parents=True, exist_ok=True)
-    run_demo(target, out=click.echo)
+    where = f"--db {shlex.quote(str(target))} --app {USER.app_name} --user {USER.user_id}"
+    hints = [f"langmem-trpc memories list {where}"]
+    if "ui" in cli.commands:
+        hints.append(f"langmem-trpc ui --db {shlex.quote(str(target))}")
+    run_demo(target, out=click.echo, hints=hints)
 
 
 cli.add_command(memories)

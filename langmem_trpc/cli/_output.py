@@ -202,7 +202,7 @@ def entry_detail(entry: Entry) -> str:
     return "\n".join(f"{name + ':':<14}{safe(value)}" for name, value in fields if value)
 
 
-def event_line(event: HistoryEvent, *, time_format: str = "%Y-%m-%dT%H:%M:%S%z") -> str:
+def event_line(event: HistoryEvent) -> str:
     """One change, the same in `memories history` and the demo: `+ 'new'`, `'old' -> 'new'`, `- 'old'`."""
     change = {
         "add": f"+ {event.text_after!r}",
@@ -212,7 +212,8 @@ def event_line(event: HistoryEvent, *, time_format: str = "%Y-%m-%dT%H:%M:%S%z")
     if event.source and (event.source.thread_id or event.source.actor):
         thread = f" thread {event.source.thread_id}" if event.source.thread_id else ""
         where = f"  [{event.source.actor or ''}{thread}]"
-    return safe(f"{event.at.strftime(time_format)}  {event.operation.value:<6} {change}{where}")
+    at = event.at.isoformat(timespec="seconds")
+    return safe(f"{at}  {event.operation.value:<6} {change}{where}")
 
 
 def progress(items: Iterable[T], *, total: int, label: str, every_s: float = 5.0) -> Iterator[T]:

@@ -9,26 +9,36 @@ OPENAI_API_KEY (or OPENAI_BASE_URL) is set.
 
 from __future__ import annotations
 
-import os
+import json
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from langchain.agents import create_agent
 from langchain.agents.middleware import AgentMiddleware, ModelRequest
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+)
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.memory import InMemorySaver
 
+from ..errors import ConfigurationError
 from ..extraction import AutoMemoryWorker, LLMExtractor
 from ..integration import MemoryCheckpointer, MemoryPreloadMiddleware, create_memory_tools
 from ..integration.preload import BLOCK_BEGIN, BLOCK_END
+from ..models import chat_model_from_env
 from ..service.protocol import MemoryService
 from ..testing import HashingEmbeddings, ScriptedChatModel, tool_call
 from ..types import UserKey
+from ._common import plural
+from ._output import event_line, safe
 
 __all__ = ["run_demo"]
 
@@ -65,33 +75,61 @@ def _scripted_extraction(messages: list[BaseMessage]) -> AIMessage:
     return AIMessage("")
 
 
-def _scripted_agent() -> ScriptedChatModel:
-    return ScriptedChatModel(
-        replies=[
-            "Noted: production runs Go 1.23.",
-            "Good to know: production is now on Go 1.24.",
-            AIMessage(
-                "", tool_calls=[tool_call("memory_search", {"query": "Go version production"})]
-            ),
-            "Plan: production is on Go 1.24, so target Go 1.25. Run the test suite on 1.25 in CI, "
-            "canary one service, then roll out service by service.",
-        ]
+_VERSION = re.compile(r"Go (\d+)\.(\d+)")
+
+
+def _plan_from_input(messages: list[BaseMessage]) -> AIMessage:
+    """Thread 2's scripted answer, written from what the model was actually given.
+
+    The newest Go version found in the model's input (the preloaded block and
+    the memory_search result) decides the plan; with no memory there is no
+    version to find, and the answer says so instead.
+    """
+    seen = " ".join(str(m.content) for m in messages if not isinstance(m, HumanMessage))
+    versions = sorted({(int(a), int(b)) for a, b in _VERSION.findall(seen)})
+    if not versions:
+        return AIMessage(
+            "I don't know which Go version production runs; tell me and I will plan the upgrade."
+        )
+    major, minor = versions[-1]
+    return AIMessage(
+        f"Plan: production is on Go {major}.{minor}, so target Go {major}.{minor + 1}. Run the "
+        f"test suite on {major}.{minor + 1} in CI, canary one service, then roll out service by "
+        "service."
     )
 
 
+def _scripted_reply(messages: list[BaseMessage]) -> AIMessage:
+    """The scripted agent: acknowledge thread 1, search then plan in thread 2."""
+    last = messages[-1] if messages else HumanMessage("")
+    if isinstance(last, ToolMessage):
+        return _plan_from_input(messages)
+    said = str(last.content)
+    if "plan" in said.lower():
+        return AIMessage(
+            "", tool_calls=[tool_call("memory_search", {"query": "Go version production"})]
+        )
+    found = _VERSION.findall(said)
+    return AIMessage(f"Noted: production runs Go {'.'.join(found[-1])}." if found else "Noted.")
+
+
+def _scripted_agent() -> ScriptedChatModel:
+    return ScriptedChatModel(replies=[], default=_scripted_reply)
+
+
 def _models() -> tuple[BaseChatModel, BaseChatModel, str]:
-    if os.environ.get("OPENAI_API_KEY") or os.environ.get("OPENAI_BASE_URL"):
-        try:
-            from langchain_openai import ChatOpenAI
-        except ImportError:
-            pass
-        else:
-            name = os.environ.get("OPENAI_MODEL", "gpt-4o-mini")
-            model = ChatOpenAI(model=name, temperature=0)
-            return model, model, f"real model {name!r} (OPENAI_API_KEY / OPENAI_BASE_URL set)"
+    try:
+        model = chat_model_from_env()
+    except ConfigurationError as exc:
+        model, missing = None, f" ({exc})"
+    else:
+        missing = ""
+    if model is not None:
+        name = getattr(model, "model_name", "?")
+        return model, model, f"real model {name!r} (OPENAI_API_KEY / OPENAI_BASE_URL set)"
     extractor = ScriptedChatModel(replies=[], default=_scripted_extraction)
     note = "scripted model (offline; set OPENAI_API_KEY or OPENAI_BASE_URL to use a real one)"
-    return _scripted_agent(), extractor, note
+    return _scripted_agent(), extractor, note + missing
 
 
 def _service(db_path: Path) -> tuple[MemoryService, str]:
@@ -142,16 +180,68 @@ def _memory_block(messages: list[BaseMessage]) -> str:
     return text[text.index(BLOCK_BEGIN) : text.index(BLOCK_END) + len(BLOCK_END)]
 
 
-def _ask(agent: Any, text: str, thread_id: str) -> str:
+def _ask(agent: Any, text: str, thread_id: str) -> list[BaseMessage]:
+    """Run one turn; returns the messages this turn added (the user's first)."""
     config: RunnableConfig = {
         "configurable": {"thread_id": thread_id, "app_name": USER.app_name, "user_id": USER.user_id}
     }
     result = agent.invoke({"messages": [HumanMessage(text)]}, config)
-    return str(result["messages"][-1].content)
+    messages: list[BaseMessage] = result["messages"]
+    starts = [i for i, m in enumerate(messages) if isinstance(m, HumanMessage)]
+    return messages[starts[-1] :] if starts else messages
 
 
-def run_demo(db_path: Path, *, out: Callable[[str], None] = print) -> None:
-    """Run the two-thread Go upgrade conversation and print what memory did."""
+def _result_summary(content: str) -> str:
+    """A memory tool's JSON result as `N results: 'text'; ...`, else its first line."""
+    try:
+        data = json.loads(content)
+        found = [str(r["memory"]) for r in data["results"]]
+    except (ValueError, KeyError, TypeError):
+        lines = content.strip().splitlines() or [""]
+        return lines[0][:200]
+    return f"{len(found)} {plural(len(found), 'result')}: " + "; ".join(map(repr, found))
+
+
+def _tool_lines(turn: list[BaseMessage]) -> list[str]:
+    """Each tool call of the turn and what it returned, in short."""
+    results = {m.tool_call_id: str(m.content) for m in turn if isinstance(m, ToolMessage)}
+    lines = []
+    for message in turn:
+        for call in getattr(message, "tool_calls", None) or []:
+            args = ", ".join(f"{k}={v!r}" for k, v in call["args"].items())
+            got = results.get(call["id"] or "")
+            shown = "(no result)" if got is None else _result_summary(got)
+            lines.append(safe(f"tool call: {call['name']}({args}) -> {shown}"))
+    return lines
+
+
+def _verdict(model_input: str, answer: str) -> str:
+    knew = "1.24" in model_input
+    if knew and "1.24" in answer:
+        return "Verdict: memory worked: thread 2 knew production runs Go 1.24 without being told."
+    if knew:
+        return (
+            "Verdict: memory reached the model (Go 1.24 was in its input), but its answer "
+            "did not use it."
+        )
+    return "Verdict: memory did NOT carry over: thread 2's model never saw Go 1.24."
+
+
+def _remembered(service: MemoryService, out: Callable[[str], None]) -> None:
+    out("\nWhat is remembered (with history):")
+    for entry in service.read(USER):
+        out(safe(f"- [{entry.id}] {entry.text}  topics={list(entry.memory.topics)}"))
+        for event in service.history(USER, entry.id):
+            out("    " + event_line(event))
+
+
+def run_demo(
+    db_path: Path, *, out: Callable[[str], None] = print, hints: Sequence[str] = ()
+) -> None:
+    """Run the two-thread Go upgrade conversation and print what memory did.
+
+    `hints` are commands printed at the end as "try next".
+    """
     agent_model, extraction_model, note = _models()
     service, where = _service(Path(db_path))
     out(f"Model: {note}")
@@ -167,23 +257,26 @@ def run_demo(db_path: Path, *, out: Callable[[str], None] = print) -> None:
             checkpointer=MemoryCheckpointer(InMemorySaver(), worker),
         )
         for runs, text in enumerate(THREAD_1, start=1):
-            out(f"\n[thread-1] user: {text}\n[thread-1] assistant: {_ask(agent, text, 'thread-1')}")
+            answer = str(_ask(agent, text, "thread-1")[-1].content)
+            out(f"\n[thread-1] user: {text}\n[thread-1] assistant: {safe(answer)}")
             _wait(worker, runs)
         start = len(seen.inputs)
-        out(
-            f"\n[thread-2] user: {THREAD_2}\n[thread-2] assistant: {_ask(agent, THREAD_2, 'thread-2')}"
-        )
-    out("\nWhat is remembered (with history):")
-    for entry in service.read(USER):
-        out(f"- [{entry.id}] {entry.text}  topics={list(entry.memory.topics)}")
-        for event in service.history(USER, entry.id):
-            out(
-                f"    {event.at:%H:%M:%S} {event.operation.value:<6} {event.text_before!r} -> {event.text_after!r}"
-            )
+        turn = _ask(agent, THREAD_2, "thread-2")
+        out(f"\n[thread-2] user: {THREAD_2}")
+        for line in _tool_lines(turn):
+            out(f"[thread-2] {line}")
+        answer = str(turn[-1].content)
+        out(f"[thread-2] assistant: {safe(answer)}")
+    _remembered(service, out)
     out("\nWhat thread 2's model saw before its first answer (the preloaded block):")
     out(
         _memory_block(seen.inputs[start])
         if len(seen.inputs) > start
         else "(the model was not called)"
     )
+    model_input = " ".join(str(m.content) for call in seen.inputs[start:] for m in call)
+    out("")
+    out(_verdict(model_input, answer))
+    if hints:
+        out("Try next: " + "   ".join(hints))
     service.close()

@@ -20,7 +20,7 @@ def test_demo_offline_shows_go_124_only(tmp_path: Path, monkeypatch: pytest.Monk
     assert "Go 1.24" in block and "Go 1.23" not in block
     remembered = text[text.index("What is remembered") : text.index("What thread 2's model saw")]
     assert remembered.count("- [") == 1
-    assert "add    None -> 'Production runs Go 1.23'" in remembered
+    assert "add    + 'Production runs Go 1.23'" in remembered
     assert "update 'Production runs Go 1.23' -> 'Production runs Go 1.24'" in remembered
     lines.clear()
     run_demo(tmp_path / "demo.db", out=lines.append)  # rerunnable on the same database

@@ -54,20 +54,14 @@ Answer = Callable[[Question, str], dict[str, Any]]
 def chat_model_from_env(model: str | None, max_tokens: int = 64) -> BaseChatModel | None:
     """An OpenAI-compatible chat model from OPENAI_API_KEY / OPENAI_BASE_URL, or None.
 
-    `max_tokens` 64 suits short answers; extraction and tool calls need more.
+    OPENAI_BASE_URL alone (a local server) is enough: see `langmem_trpc.models`.
+    The model is `model`, else $LOCOMO_MODEL, else gpt-4o-mini. `max_tokens`
+    64 suits short answers; extraction and tool calls need more.
     """
-    if not os.environ.get("OPENAI_API_KEY"):
-        return None
-    try:
-        from langchain_openai import ChatOpenAI
-    except ImportError as exc:
-        raise ConfigurationError(
-            "QA arms need langchain-openai: pip install 'langmem-trpc[openai]'"
-        ) from exc
+    from ...models import chat_model_from_env as from_env
+
     name = model or os.environ.get("LOCOMO_MODEL", "gpt-4o-mini")
-    return ChatOpenAI(
-        model=name, temperature=0, max_tokens=max_tokens, base_url=os.environ.get("OPENAI_BASE_URL")
-    )
+    return from_env(name, max_tokens=max_tokens)
 
 
 def long_context_prompt(conv: Conversation) -> str:
