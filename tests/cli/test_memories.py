@@ -356,3 +356,23 @@ def test_a_read_on_someone_elses_sqlite_file_leaves_it_unchanged(run, tmp_path):
     assert [r[0] for r in conn.execute("SELECT name FROM sqlite_master")] == ["notes"]
     conn.close()
     assert [p.name for p in tmp_path.iterdir()] == ["theirs.db"]  # no -wal, no -shm
+
+
+@pytest.mark.postgres
+def test_a_read_on_postgres_creates_no_schema(run, pg_url):
+    import psycopg
+
+    def tables() -> list[str]:
+        with psycopg.connect(pg_url) as conn:
+            rows = conn.execute(
+                "SELECT tablename FROM pg_tables WHERE tablename LIKE 'langmem%'"
+            ).fetchall()
+        return [r[0] for r in rows]
+
+    result = run("memories", "list", "--db", pg_url, "--user", "alice", ok=False)
+    assert result.exit_code == 1 and "tables are missing" in result.output
+    assert "Traceback" not in result.output
+    assert tables() == []
+    run("memories", "add", "--db", pg_url, "--user", "alice", "now it exists")
+    assert tables()
+    assert "now it exists" in run("memories", "list", "--db", pg_url, "--user", "alice").output

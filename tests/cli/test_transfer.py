@@ -170,3 +170,27 @@ def test_import_reports_undecodable_lines_without_a_traceback(tmp_path):
     assert result.exit_code == 1
     assert "line 2: record: is not valid UTF-8" in result.output
     assert "Traceback" not in result.output
+
+
+def test_export_to_stdout_and_import_from_stdin(tmp_path):
+    db = tmp_path / "a.db"
+    with SQLiteMemoryService(db) as svc:
+        svc.add(ALICE, "one")
+        svc.add(ALICE, "two")
+    exported = CliRunner().invoke(
+        cli, ["export", "--db", str(db), "--app", "support", "-o", "-"], catch_exceptions=False
+    )
+    assert exported.exit_code == 0, exported.output
+    assert [
+        json.loads(line)["entry"]["memory"]["text"] for line in exported.stdout.splitlines()
+    ] == [
+        "one",
+        "two",
+    ]
+    assert exported.stderr.strip() == "exported 2 memories to standard output"
+    target = tmp_path / "b.db"
+    imported = CliRunner().invoke(cli, ["import", "--db", str(target), "-"], input=exported.stdout)
+    assert imported.exit_code == 0, imported.output
+    assert imported.stdout.strip() == "imported 2 memories"
+    with SQLiteMemoryService(target) as svc:
+        assert [e.text for e in svc.read(ALICE)] == ["two", "one"]
