@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import click
+
+from ._output import progress
 
 __all__ = ["bench"]
 
@@ -38,12 +41,34 @@ ABLATIONS: dict[str, dict[str, Any]] = {
 
 
 def _progress(items: Iterable[Any], label: str, total: int) -> Iterable[Any]:
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        return items
-    bar: Iterable[Any] = tqdm(items, desc=label, total=total, unit="conv", leave=False)
-    return bar
+    """A bar on a terminal, else a line every few seconds (stderr)."""
+    return progress(items, total=total, label=label)
+
+
+def default_data() -> Path:
+    """The LoCoMo-10 file: $LANGMEM_TRPC_LOCOMO, else a `shared/data/locomo10.json` next to
+    the source checkout or the working directory (or its parent), else `./locomo10.json`.
+
+    Raises a one-line ClickException naming where it looked and how to pass `--data`.
+    """
+    env = os.environ.get("LANGMEM_TRPC_LOCOMO")
+    if env:
+        return Path(env)
+    cwd = Path.cwd()
+    candidates = [
+        SHARED_DATA,
+        cwd / "shared" / "data" / "locomo10.json",
+        cwd.parent / "shared" / "data" / "locomo10.json",
+        cwd / "locomo10.json",
+    ]
+    for candidate in candidates:
+        if candidate.is_file():
+            return candidate
+    looked = ", ".join(str(c) for c in dict.fromkeys(candidates))
+    raise click.ClickException(
+        f"no LoCoMo data found (looked in {looked}); pass --data PATH/locomo10.json "
+        "(the LoCoMo-10 file from github.com/snap-research/locomo) or set LANGMEM_TRPC_LOCOMO"
+    )
 
 
 def _service_factory(backend: str, workdir: Path) -> Any:
@@ -100,7 +125,7 @@ def bench() -> None:
     "--data",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
-    help="A file in the LoCoMo-10 layout (default: the shared locomo10.json when present).",
+    help="A file in the LoCoMo-10 layout (default: $LANGMEM_TRPC_LOCOMO, else a shared/data/locomo10.json or ./locomo10.json that exists).",
 )
 @click.option("--retrieval", is_flag=True, help="Offline retrieval evaluation (no LLM).")
 @click.option("--arms", default=None, help="Comma-separated arms (retrieval or QA arm names).")
@@ -189,7 +214,7 @@ def locomo(
     from ..bench.locomo.loader import load_locomo
     from ..errors import ConfigurationError
 
-    path = data or SHARED_DATA
+    path = data or default_data()
     try:
         dataset = load_locomo(path)
     except ConfigurationError as exc:

@@ -1,0 +1,35 @@
+"""`langmem-trpc bench locomo`: finding its data, or saying how to pass it."""
+
+from __future__ import annotations
+
+import importlib
+
+from click.testing import CliRunner
+
+from langmem_trpc.cli import cli
+
+bench_module = importlib.import_module(
+    "langmem_trpc.cli.bench"
+)  # the package's `bench` is the group
+
+
+def test_without_data_it_says_how_to_pass_data(tmp_path, monkeypatch):
+    monkeypatch.setattr(bench_module, "SHARED_DATA", tmp_path / "nowhere" / "locomo10.json")
+    monkeypatch.delenv("LANGMEM_TRPC_LOCOMO", raising=False)
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(cli, ["bench", "locomo", "--retrieval"])
+    assert result.exit_code == 1
+    assert "no LoCoMo data found" in result.output and "pass --data" in result.output
+    assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1
+
+
+def test_default_data_is_found_from_the_environment_or_the_working_directory(tmp_path, monkeypatch):
+    monkeypatch.setattr(bench_module, "SHARED_DATA", tmp_path / "nowhere" / "locomo10.json")
+    monkeypatch.delenv("LANGMEM_TRPC_LOCOMO", raising=False)
+    here = tmp_path / "project"
+    (here / "shared" / "data").mkdir(parents=True)
+    (here / "shared" / "data" / "locomo10.json").write_text("[]")
+    monkeypatch.chdir(here)
+    assert bench_module.default_data() == here / "shared" / "data" / "locomo10.json"
+    monkeypatch.setenv("LANGMEM_TRPC_LOCOMO", str(tmp_path / "mine.json"))
+    assert bench_module.default_data() == tmp_path / "mine.json"
