@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import re
 from collections.abc import Callable, Iterator
@@ -18,6 +19,8 @@ from ..service._core import Limits
 from ..service.protocol import MemoryService
 from ..types import UserKey
 from ._output import FORMATS, OutputFormat
+
+logger = logging.getLogger(__name__)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -99,14 +102,24 @@ def _one_line(exc: BaseException) -> str:
 
 
 def reports_errors(func: F) -> F:
-    """Library, validation and file errors become one line and exit code 1 (only the CLI does this)."""
+    """Every error becomes one line on stderr and exit code 1 (only the CLI does this).
+
+    Library, validation and file errors say what is wrong; anything else is
+    "unexpected ..." with its traceback logged at DEBUG (`-vv`).
+    """
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return func(*args, **kwargs)
+        except click.ClickException:
+            raise
         except (LangmemTrpcError, ValidationError, OSError) as exc:
             message = " ".join(_one_line(exc).split())  # one line, whatever the error held
+            raise click.ClickException(message) from None
+        except Exception as exc:  # a bug or a third-party failure: still one line
+            logger.debug("unexpected error", exc_info=True)
+            message = " ".join(f"unexpected {_one_line(exc)} (-vv shows the traceback)".split())
             raise click.ClickException(message) from None
 
     return wrapper  # type: ignore[return-value]

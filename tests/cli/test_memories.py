@@ -376,3 +376,19 @@ def test_a_read_on_postgres_creates_no_schema(run, pg_url):
     run("memories", "add", "--db", pg_url, "--user", "alice", "now it exists")
     assert tables()
     assert "now it exists" in run("memories", "list", "--db", pg_url, "--user", "alice").output
+
+
+def test_an_unexpected_failure_is_one_line_too(run, tmp_path, monkeypatch):
+    from langmem_trpc.backends.sqlite import SQLiteMemoryService
+
+    def broken(self, *args, **kwargs):
+        raise RuntimeError("disk on fire\nsecond line")
+
+    db = str(tmp_path / "m.db")
+    run("memories", "add", "--db", db, "--user", "a", "x")
+    monkeypatch.setattr(SQLiteMemoryService, "read", broken)
+    result = run("memories", "list", "--db", db, "--user", "a", ok=False)
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert result.output.strip() == (
+        "Error: unexpected RuntimeError: disk on fire second line (-vv shows the traceback)"
+    )
