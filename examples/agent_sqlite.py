@@ -11,7 +11,6 @@ use a real model. Usage: python examples/agent_sqlite.py [DB_PATH]
 
 from __future__ import annotations
 
-import os
 import sys
 import tempfile
 import time
@@ -31,6 +30,7 @@ from langmem_trpc import (
     UserKey,
     create_memory_tools,
 )
+from langmem_trpc.models import chat_model_from_env
 from langmem_trpc.testing import HashingEmbeddings, ScriptedChatModel, tool_call
 
 
@@ -47,10 +47,8 @@ def remember_user_statements(messages: list[BaseMessage]) -> AIMessage:
 
 
 def models() -> tuple[BaseChatModel, BaseChatModel]:
-    if os.environ.get("OPENAI_API_KEY") or os.environ.get("OPENAI_BASE_URL"):
-        from langchain_openai import ChatOpenAI
-
-        model = ChatOpenAI(model=os.environ.get("OPENAI_MODEL", "gpt-4o-mini"), temperature=0)
+    model = chat_model_from_env()  # OPENAI_API_KEY, or OPENAI_BASE_URL alone (no key needed)
+    if model is not None:
         return model, model
     agent = ScriptedChatModel(
         replies=[

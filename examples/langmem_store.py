@@ -13,7 +13,6 @@ use a real one. Usage: python examples/langmem_store.py
 from __future__ import annotations
 
 import json
-import os
 import tempfile
 from pathlib import Path
 
@@ -23,6 +22,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langmem import create_manage_memory_tool, create_search_memory_tool
 
 from langmem_trpc import MemoryStore, SQLiteMemoryService, UserKey
+from langmem_trpc.models import chat_model_from_env
 from langmem_trpc.testing import HashingEmbeddings, ScriptedChatModel, tool_call
 
 
@@ -37,10 +37,9 @@ def update_found(messages: list[BaseMessage]) -> AIMessage:
 
 
 def model() -> BaseChatModel:
-    if os.environ.get("OPENAI_API_KEY") or os.environ.get("OPENAI_BASE_URL"):
-        from langchain_openai import ChatOpenAI
-
-        return ChatOpenAI(model=os.environ.get("OPENAI_MODEL", "gpt-4o-mini"), temperature=0)
+    real = chat_model_from_env()  # OPENAI_API_KEY, or OPENAI_BASE_URL alone (no key needed)
+    if real is not None:
+        return real
     return ScriptedChatModel(
         replies=[
             AIMessage(

@@ -28,6 +28,7 @@ from langmem_trpc import (
     UserKey,
     create_memory_tools,
 )
+from langmem_trpc.models import chat_model_from_env
 from langmem_trpc.testing import HashingEmbeddings, ScriptedChatModel, tool_call
 from langmem_trpc.testing.postgres import PostgresTestServer
 
@@ -44,10 +45,8 @@ def extract(messages: list[BaseMessage]) -> AIMessage:
 
 
 def models() -> tuple[BaseChatModel, BaseChatModel]:
-    if os.environ.get("OPENAI_API_KEY") or os.environ.get("OPENAI_BASE_URL"):
-        from langchain_openai import ChatOpenAI
-
-        model = ChatOpenAI(model=os.environ.get("OPENAI_MODEL", "gpt-4o-mini"), temperature=0)
+    model = chat_model_from_env()  # OPENAI_API_KEY, or OPENAI_BASE_URL alone (no key needed)
+    if model is not None:
         return model, model
     agent = ScriptedChatModel(
         replies=["Thanks, noted.", "On the Pro plan you get priority support: 4h response."]

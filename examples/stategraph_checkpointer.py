@@ -13,7 +13,6 @@ use a real model. Usage: python examples/stategraph_checkpointer.py
 from __future__ import annotations
 
 import asyncio
-import os
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
@@ -28,6 +27,7 @@ from langmem_trpc import (
     UserKey,
     create_preload_node,
 )
+from langmem_trpc.models import chat_model_from_env
 from langmem_trpc.testing import HashingEmbeddings, ScriptedChatModel, tool_call
 
 
@@ -41,10 +41,8 @@ def extract_timezone(messages: list[BaseMessage]) -> AIMessage:
 
 
 def models() -> tuple[BaseChatModel, BaseChatModel]:
-    if os.environ.get("OPENAI_API_KEY") or os.environ.get("OPENAI_BASE_URL"):
-        from langchain_openai import ChatOpenAI
-
-        model = ChatOpenAI(model=os.environ.get("OPENAI_MODEL", "gpt-4o-mini"), temperature=0)
+    model = chat_model_from_env()  # OPENAI_API_KEY, or OPENAI_BASE_URL alone (no key needed)
+    if model is not None:
         return model, model
     agent = ScriptedChatModel(
         replies=["Noted, Tokyo it is.", "09:00 JST works: that is 00:00 UTC."]
