@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import os
 import re
@@ -18,7 +19,23 @@ from ..errors import LangmemTrpcError
 from ..service._core import Limits
 from ..service.protocol import MemoryService
 from ..types import UserKey
-from ._output import FORMATS, OutputFormat
+from ._output import FORMATS, OutputFormat, entry_json, entry_line, event_line, safe
+
+__all__ = [
+    "CLI_LIMITS",
+    "default_db",
+    "emit",
+    "entry_json",
+    "format_entry",
+    "format_event",
+    "is_postgres_dsn",
+    "json_option",
+    "open_service",
+    "plural",
+    "reports_errors",
+    "safe",
+    "user_options",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -190,3 +207,19 @@ def _check_readable(path: str) -> None:
 
 def make_user(app_name: str, user_id: str) -> UserKey:
     return UserKey(app_name, user_id)
+
+
+# -- the helpers other command modules have imported from here ----------------
+
+format_entry = entry_line
+"""One escaped line per memory (kept under its old name)."""
+format_event = event_line
+"""One escaped line per history event (kept under its old name)."""
+
+
+def emit(data: Any, as_json: bool, text: Callable[[], str]) -> None:
+    """`data` as indented JSON with --json, else `text()` (escape stored text in it with `safe`)."""
+    if as_json:
+        click.echo(json.dumps(data, ensure_ascii=False, indent=2))
+    else:
+        click.echo(text())

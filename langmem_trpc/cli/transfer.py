@@ -73,7 +73,9 @@ def import_memories(db: str | None, source: str) -> None:
     SOURCE `-` reads standard input. Every record is first checked exactly like `memories add` checks its
     input (text, topics, participants, times, ids, the per-user capacity);
     the first bad record stops the import with `line N: field: problem`
-    before anything is written, so a file is imported whole or not at all.
+    before anything is written, so a bad record never leaves part of a file
+    imported. Records replace memories with the same id, so rerunning an
+    import that a backend failure stopped partway is safe.
     Progress goes to standard error (a bar on a terminal, else a line every
     few seconds).
 
