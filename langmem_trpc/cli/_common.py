@@ -118,6 +118,11 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
+def _shown(message: str) -> str:
+    """One line, escaped: an error may quote user input (ids, paths)."""
+    return safe(" ".join(message.split()))
+
+
 def reports_errors(func: F) -> F:
     """Every error becomes one line on stderr and exit code 1 (only the CLI does this).
 
@@ -132,12 +137,11 @@ def reports_errors(func: F) -> F:
         except click.ClickException:
             raise
         except (LangmemTrpcError, ValidationError, OSError) as exc:
-            message = " ".join(_one_line(exc).split())  # one line, whatever the error held
-            raise click.ClickException(message) from None
+            raise click.ClickException(_shown(_one_line(exc))) from None
         except Exception as exc:  # a bug or a third-party failure: still one line
             logger.debug("unexpected error", exc_info=True)
-            message = " ".join(f"unexpected {_one_line(exc)} (-vv shows the traceback)".split())
-            raise click.ClickException(message) from None
+            message = f"unexpected {_one_line(exc)} (-vv shows the traceback)"
+            raise click.ClickException(_shown(message)) from None
 
     return wrapper  # type: ignore[return-value]
 

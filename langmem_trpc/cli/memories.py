@@ -32,6 +32,7 @@ from ._output import (
     event_line,
     render_entries,
     render_rows,
+    safe,
 )
 
 KIND = click.Choice([k.value for k in Kind])
@@ -357,7 +358,7 @@ def memories_delete(
         target = resolve_id(svc, user, memory_id)
         if not svc.delete(user, target, source=CLI_SOURCE):
             raise MemoryNotFoundError(target)
-    click.echo(f"deleted {target}")
+    click.echo(safe(f"deleted {target}"))
 
 
 @memories.command(name="history")
@@ -414,7 +415,7 @@ def memories_clear(
         langmem-trpc memories clear --user alice --yes
     """
     if not yes:
-        click.confirm(f"Delete every memory of {app_name}/{user_id}?", abort=True)
+        click.confirm(safe(f"Delete every memory of {app_name}/{user_id}?"), abort=True)
     with open_service(db) as svc:
         count = svc.clear(make_user(app_name, user_id))
     click.echo(f"cleared {count} {plural(count, 'memory', 'memories')}")
@@ -445,7 +446,7 @@ def memories_purge(
         target = resolve_id(svc, user, memory_id, deleted_ok=True) if memory_id else None
         what = target or f"every memory of {app_name}/{user_id}"
         if not yes:
-            click.confirm(f"Permanently remove {what} and its history?", abort=True)
+            click.confirm(safe(f"Permanently remove {what} and its history?"), abort=True)
         count = svc.purge(user, target)
     if target and not count:
         raise MemoryNotFoundError(target)

@@ -14,7 +14,7 @@ import click
 from ..service.protocol import MemoryService
 from ..types import UserKey
 from ._common import CLI_LIMITS, db_option, open_service, plural, reports_errors
-from ._output import progress
+from ._output import progress, safe
 from ._records import FORMAT, checked_records
 
 
@@ -59,7 +59,7 @@ def export_memories(db: str | None, app_name: str, user_id: str | None, output: 
                 out.write(line)
                 count += 1
     where = "standard output" if output == "-" else output
-    message = f"exported {count} {plural(count, 'memory', 'memories')} to {where}"
+    message = safe(f"exported {count} {plural(count, 'memory', 'memories')} to {where}")
     click.echo(message, err=output == "-")
 
 

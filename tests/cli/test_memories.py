@@ -392,3 +392,11 @@ def test_an_unexpected_failure_is_one_line_too(run, tmp_path, monkeypatch):
     assert result.output.strip() == (
         "Error: unexpected RuntimeError: disk on fire second line (-vv shows the traceback)"
     )
+
+
+def test_error_messages_escape_what_they_quote(run, tmp_path):
+    hostile = tmp_path / "\x1b[31mred\u202e" / "m.db"
+    result = run("memories", "list", "--db", str(hostile), "--user", "a", ok=False)
+    assert result.exit_code == 1
+    assert "\x1b" not in result.output and "\u202e" not in result.output
+    assert "\\x1b[31mred\\u202e" in result.output
