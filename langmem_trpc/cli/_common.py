@@ -134,7 +134,8 @@ def reports_errors(func: F) -> F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return func(*args, **kwargs)
-        except click.ClickException:
+        except click.ClickException as exc:
+            exc.message = _shown(exc.message)
             raise
         except (LangmemTrpcError, ValidationError, OSError) as exc:
             raise click.ClickException(_shown(_one_line(exc))) from None
