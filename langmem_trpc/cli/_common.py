@@ -135,8 +135,9 @@ def reports_errors(func: F) -> F:
         try:
             return func(*args, **kwargs)
         except click.ClickException as exc:
-            exc.message = _shown(exc.message)
-            raise
+            if type(exc) is not click.ClickException:  # usage errors, aborts: click's own
+                raise
+            raise click.ClickException(_shown(exc.message)) from None
         except (LangmemTrpcError, ValidationError, OSError) as exc:
             raise click.ClickException(_shown(_one_line(exc))) from None
         except Exception as exc:  # a bug or a third-party failure: still one line
