@@ -194,3 +194,21 @@ def test_export_to_stdout_and_import_from_stdin(tmp_path):
     assert imported.stdout.strip() == "imported 2 memories"
     with SQLiteMemoryService(target) as svc:
         assert [e.text for e in svc.read(ALICE)] == ["two", "one"]
+
+
+@pytest.mark.postgres
+def test_import_on_postgres_checks_the_same_way_and_writes_nothing(tmp_path, pg_url):
+    from langmem_trpc import PostgresMemoryService
+
+    records = _exported(tmp_path)
+    records[1]["entry"]["memory"]["text"] = " "
+    path = tmp_path / "in.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    result = CliRunner().invoke(cli, ["import", "--db", pg_url, str(path)])
+    assert result.exit_code == 1
+    assert result.output.strip() == "Error: InvalidMemoryError: line 2: text: must not be empty"
+    svc = PostgresMemoryService(pg_url)
+    try:
+        assert svc.read(ALICE) == []
+    finally:
+        svc.close()
