@@ -80,10 +80,30 @@ def short_id(memory_id: str) -> str:
     return memory_id
 
 
+def display_width(text: str) -> int:
+    """Terminal columns `text` takes: wide (CJK, fullwidth) characters take 2, combining marks 0."""
+    return sum(
+        0 if unicodedata.combining(c) else 2 if unicodedata.east_asian_width(c) in ("W", "F") else 1
+        for c in text
+    )
+
+
 def _clip(text: str, width: int | None) -> str:
-    if width is None or len(text) <= width:
+    """`text` cut to `width` columns, ending in "…" when it was cut."""
+    if width is None or display_width(text) <= width:
         return text
-    return text[: max(width - 1, 0)] + "…"
+    out, used = [], 0
+    for char in text:
+        size = display_width(char)
+        if used + size > width - 1:
+            break
+        out.append(char)
+        used += size
+    return "".join(out) + "…"
+
+
+def _pad(text: str, width: int) -> str:
+    return text + " " * max(width - display_width(text), 0)
 
 
 def terminal_width() -> int | None:
@@ -101,7 +121,10 @@ def terminal_width() -> int | None:
 def render_rows(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     """A left-aligned table with a header; every cell escaped; the last column fills the width."""
     cells = [[safe(str(c)) for c in row] for row in rows]
-    widths = [max([len(h), *(len(r[i]) for r in cells)]) for i, h in enumerate(headers)]
+    widths = [
+        max([display_width(h), *(display_width(r[i]) for r in cells)])
+        for i, h in enumerate(headers)
+    ]
     width = terminal_width()
     last: int | None = None
     if width is not None:
@@ -110,7 +133,7 @@ def render_rows(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     lines = []
     for row in [list(headers), *cells]:
         *lead, tail = row
-        line = "  ".join(c.ljust(w) for c, w in zip(lead, widths, strict=False))
+        line = "  ".join(_pad(c, w) for c, w in zip(lead, widths, strict=False))
         lines.append((line + "  " if lead else "") + _clip(tail, last))
     return "\n".join(line.rstrip() for line in lines)
 

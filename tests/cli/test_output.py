@@ -48,3 +48,19 @@ def test_a_table_row_is_one_line_and_fits_the_terminal(monkeypatch):
 def test_progress_prints_a_line_every_few_seconds_off_a_terminal(capsys):
     assert list(progress(range(3), total=3, label="importing", every_s=0)) == [0, 1, 2]
     assert capsys.readouterr().err.splitlines() == ["importing: 1/3", "importing: 2/3"]
+
+
+def test_wide_characters_count_as_two_columns(monkeypatch):
+    from langmem_trpc.cli._output import display_width
+
+    monkeypatch.setenv("COLUMNS", "30")
+    table = render_rows(
+        ["ID", "TEXT"], [["日本", "東京に住んでいて毎日ラーメンを食べます"], ["ab", "x"]]
+    )
+    lines = table.splitlines()
+    assert all(display_width(line) <= 30 for line in lines)
+    assert lines[1].endswith("…")
+    starts = [
+        display_width(line[: line.index(first)]) for line, first in zip(lines, "T東x", strict=True)
+    ]
+    assert starts == [6, 6, 6]  # the TEXT column lines up: 4 columns of ID + 2 of gap
