@@ -324,7 +324,16 @@ def checksum(sql: str) -> str:
 
 # --- writes ----------------------------------------------------------------
 
-USER_LOCK = "SELECT pg_advisory_xact_lock(hashtextextended(%(app)s || chr(31) || %(user)s, 0))"
+USER_LOCK = """
+SELECT pg_advisory_xact_lock(hashtextextended(CASE
+    WHEN strpos(%(app)s, chr(31)) = 0 AND strpos(%(user)s, chr(31)) = 0
+    THEN %(app)s || chr(31) || %(user)s
+    ELSE length(%(app)s)::text || chr(31) || %(app)s || chr(31) || %(user)s END, 0))"""
+"""The per-user write lock. Its key hashes an injective encoding of the pair: the
+historical `app U+001F user` when neither part holds U+001F (exactly one U+001F:
+unambiguous, and the key processes of earlier versions take), else the
+length-prefixed form, which holds two or more. A collision of the 64-bit hash
+itself only serialises two users' writes."""
 
 _COLUMNS = (
     "id, app_name, user_id, text, topics, kind, event_time, participants, location, metadata, "

@@ -143,6 +143,22 @@ MIGRATIONS: list[tuple[str, ...]] = [
     # (`_rows.count_inserted`, `COUNT_INSERTED`): the per-row insert trigger was
     # 40% of a batch row's insert time. Update and delete keep their triggers.
     ("DROP TRIGGER memories_after_insert",),
+    # 3: the FTS prefix of a pair with U+001F in app_name or user_id was ambiguous
+    # (("a\x1fb", "c") and ("a", "b\x1fc") shared one); such users' live rows move
+    # from the old prefix (lm_scope_v1) to the injective one (lm_scope,
+    # `_keyword.scope_prefix_of`). Every other pair keeps its prefix.
+    (
+        """INSERT INTO memories_fts (memories_fts, rowid, content, topics)
+            SELECT 'delete', rid, lm_scoped(lm_scope_v1(app_name, user_id), content_doc),
+                lm_scoped(lm_scope_v1(app_name, user_id), topic_doc)
+            FROM memories WHERE deleted_at IS NULL
+                AND (instr(app_name, char(31)) > 0 OR instr(user_id, char(31)) > 0)""",
+        """INSERT INTO memories_fts (rowid, content, topics)
+            SELECT rid, lm_scoped(lm_scope(app_name, user_id), content_doc),
+                lm_scoped(lm_scope(app_name, user_id), topic_doc)
+            FROM memories WHERE deleted_at IS NULL
+                AND (instr(app_name, char(31)) > 0 OR instr(user_id, char(31)) > 0)""",
+    ),
 ]
 
 CREATE_MIGRATIONS_TABLE = """CREATE TABLE IF NOT EXISTS langmem_migrations (
