@@ -226,6 +226,24 @@ ALTER TABLE langmem_memories ADD COLUMN indexed boolean NOT NULL DEFAULT true;
 CREATE INDEX langmem_memories_pending ON langmem_memories (app_name, user_id)
     WHERE deleted_at IS NULL AND NOT indexed;
 """,
+    # 8: the "evict" capacity policy takes the least recently written memory by
+    # write_seq, a sequence every insert and content write draws from, so a wall
+    # clock stepping backwards cannot make the newest memory look oldest. Existing
+    # rows are numbered in their old order (updated_at, created_at, id).
+    """
+CREATE SEQUENCE langmem_write_seq;
+ALTER TABLE langmem_memories ADD COLUMN write_seq bigint;
+UPDATE langmem_memories m SET write_seq = o.n
+FROM (SELECT app_name, user_id, id, row_number() OVER (ORDER BY updated_at, created_at, id) AS n
+      FROM langmem_memories) o
+WHERE m.app_name = o.app_name AND m.user_id = o.user_id AND m.id = o.id;
+SELECT setval('langmem_write_seq', coalesce((SELECT max(write_seq) FROM langmem_memories), 0) + 1, false);
+ALTER TABLE langmem_memories ALTER COLUMN write_seq SET DEFAULT nextval('langmem_write_seq'),
+    ALTER COLUMN write_seq SET NOT NULL;
+ALTER SEQUENCE langmem_write_seq OWNED BY langmem_memories.write_seq;
+CREATE INDEX langmem_memories_user_write_seq ON langmem_memories (app_name, user_id, write_seq)
+    WHERE deleted_at IS NULL;
+""",
 ]
 
 DOCS_MIGRATION = 6
@@ -366,7 +384,7 @@ EVICT_OLDEST = f"""
 UPDATE langmem_memories SET deleted_at = %(now)s
 WHERE {_WHERE_USER} AND id = (
     SELECT id FROM langmem_memories WHERE {_WHERE_USER} AND deleted_at IS NULL
-    ORDER BY updated_at, created_at, id LIMIT 1)
+    ORDER BY write_seq LIMIT 1)
 RETURNING id, text"""
 
 _CONTENT_SET = (
@@ -374,7 +392,7 @@ _CONTENT_SET = (
     "event_time = %(event_time)s, participants = %(participants)s, location = %(location)s, "
     "metadata = %(metadata)s, content_terms = %(content_terms)s, topic_terms = %(topic_terms)s, "
     "content_len = %(content_len)s, topic_len = %(topic_len)s, content_doc = %(content_doc)s, "
-    "topic_doc = %(topic_doc)s, updated_at = %(now)s"
+    "topic_doc = %(topic_doc)s, updated_at = %(now)s, write_seq = nextval('langmem_write_seq')"
 )
 
 INSERT_MEMORY = f"""
@@ -434,7 +452,8 @@ RETURNING {_COLUMNS}"""
 
 SET_TOPICS = f"""
 UPDATE langmem_memories SET topics = %(topics)s, topic_terms = %(topic_terms)s,
-    topic_len = %(topic_len)s, topic_doc = %(topic_doc)s, updated_at = %(now)s
+    topic_len = %(topic_len)s, topic_doc = %(topic_doc)s, updated_at = %(now)s,
+    write_seq = nextval('langmem_write_seq')
 WHERE {_WHERE_USER} AND id = %(id)s
 RETURNING {_COLUMNS}"""
 

@@ -159,6 +159,22 @@ MIGRATIONS: list[tuple[str, ...]] = [
             FROM memories WHERE deleted_at IS NULL
                 AND (instr(app_name, char(31)) > 0 OR instr(user_id, char(31)) > 0)""",
     ),
+    # 4: the "evict" capacity policy takes the least recently written memory by
+    # write_seq (per user: the user's highest + 1 on every insert and content
+    # write), not by updated_at, so a wall clock stepping backwards (another
+    # process, a restart) cannot make the newest memory look oldest. Existing rows
+    # are numbered in their old order; a temporary table keeps this portable
+    # (no UPDATE ... FROM, which needs SQLite 3.33).
+    (
+        "ALTER TABLE memories ADD COLUMN write_seq INTEGER NOT NULL DEFAULT 0",
+        "CREATE TEMP TABLE lm_write_order (n INTEGER PRIMARY KEY, rid INTEGER NOT NULL UNIQUE)",
+        """INSERT INTO lm_write_order (rid)
+            SELECT rid FROM memories ORDER BY updated_at, created_at, id""",
+        """UPDATE memories SET write_seq = (
+            SELECT n FROM lm_write_order AS o WHERE o.rid = memories.rid)""",
+        "DROP TABLE lm_write_order",
+        "CREATE INDEX memories_write_seq ON memories (app_name, user_id, write_seq)",
+    ),
 ]
 
 CREATE_MIGRATIONS_TABLE = """CREATE TABLE IF NOT EXISTS langmem_migrations (
@@ -189,7 +205,7 @@ SELECT_ANY_BY_FINGERPRINT = (
 )
 SELECT_LIVE_CLASH = f"SELECT id FROM memories WHERE {LIVE} AND fingerprint = ? AND rid != ?"
 SELECT_OLDEST_LIVE = (
-    f"SELECT rid, id, text FROM memories WHERE {LIVE} ORDER BY updated_at, created_at, id LIMIT 1"
+    f"SELECT rid, id, text FROM memories WHERE {LIVE} ORDER BY write_seq LIMIT 1"
 )
 SELECT_READ = f"SELECT {ENTRY_COLUMNS} FROM memories WHERE {LIVE} ORDER BY updated_at DESC, created_at DESC, id DESC"
 SELECT_LIVE_TEXT = f"SELECT rid, id, text FROM memories WHERE {LIVE} ORDER BY rid"
@@ -201,16 +217,22 @@ SELECT_BY_RIDS = (
 SELECT_SCAN = f"SELECT {ENTRY_COLUMNS} FROM memories WHERE {LIVE}"
 """Followed by optional kind/time conditions (the phrase-fallback scan)."""
 
-INSERT_MEMORY = """INSERT INTO memories (
+_WRITE_SEQ = """(SELECT coalesce(max(s.write_seq), 0) + 1 FROM memories AS s
+        WHERE s.app_name = memories.app_name AND s.user_id = memories.user_id)"""
+"""A rewritten row's new write_seq: its user's highest + 1 (migration 4)."""
+_NEXT_SEQ = """(SELECT coalesce(max(write_seq), 0) + 1 FROM memories
+    WHERE app_name = ?{app} AND user_id = ?{user})"""
+"""The user's next write_seq (migration 4); `?N` names the app_name and user_id parameters."""
+INSERT_MEMORY = f"""INSERT INTO memories (
     app_name, user_id, id, text, fingerprint, keyed, topics, kind, event_time, participants,
     location, metadata, embedding, content_doc, topic_doc, content_len, topic_len, created_at,
-    updated_at
-) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"""
-INSERT_MEMORY_WITH_RID = """INSERT INTO memories (
+    updated_at, write_seq
+) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, {_NEXT_SEQ.format(app=1, user=2)})"""
+INSERT_MEMORY_WITH_RID = f"""INSERT INTO memories (
     rid, app_name, user_id, id, text, fingerprint, keyed, topics, kind, event_time, participants,
     location, metadata, embedding, content_doc, topic_doc, content_len, topic_len, created_at,
-    updated_at
-) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"""
+    updated_at, write_seq
+) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, {_NEXT_SEQ.format(app=2, user=3)})"""
 """The batch path assigns row ids itself (it holds the write lock) to use executemany."""
 NEXT_RID = "SELECT coalesce(max(rid), 0) + 1 FROM memories"
 STATE_ROW = """INSERT OR IGNORE INTO user_state (app_name, user_id, generation)
@@ -223,19 +245,19 @@ WHERE app_name = ? AND user_id = ?"""
 Params: rows, rows, content_len sum, topic_len sum, app_name, user_id."""
 KNOWN_FINGERPRINTS = f"SELECT fingerprint FROM memories WHERE {USER} AND fingerprint IN "
 """Followed by a `(?, ?, ...)` list."""
-UPDATE_CONTENT = """UPDATE memories SET
+UPDATE_CONTENT = f"""UPDATE memories SET
     text = ?, fingerprint = ?, topics = ?, kind = ?, event_time = ?, participants = ?,
     location = ?, metadata = ?, embedding = ?, content_doc = ?, topic_doc = ?, content_len = ?,
-    topic_len = ?, updated_at = ?, deleted_at = NULL
+    topic_len = ?, updated_at = ?, deleted_at = NULL, write_seq = {_WRITE_SEQ}
 WHERE rid = ?"""
-UPDATE_CONTENT_KEEP_EMBEDDING = """UPDATE memories SET
+UPDATE_CONTENT_KEEP_EMBEDDING = f"""UPDATE memories SET
     text = ?, fingerprint = ?, topics = ?, kind = ?, event_time = ?, participants = ?,
     location = ?, metadata = ?, content_doc = ?, topic_doc = ?, content_len = ?, topic_len = ?,
-    updated_at = ?
+    updated_at = ?, write_seq = {_WRITE_SEQ}
 WHERE rid = ?"""
-UPDATE_TOPICS = (
-    "UPDATE memories SET topics = ?, topic_doc = ?, topic_len = ?, updated_at = ? WHERE rid = ?"
-)
+UPDATE_TOPICS = f"""UPDATE memories SET topics = ?, topic_doc = ?, topic_len = ?, updated_at = ?,
+    write_seq = {_WRITE_SEQ}
+WHERE rid = ?"""
 UPDATE_EMBEDDING = "UPDATE memories SET embedding = ? WHERE rid = ? AND text = ?"
 SOFT_DELETE = "UPDATE memories SET deleted_at = ? WHERE rid = ?"
 SOFT_DELETE_ALL = f"UPDATE memories SET deleted_at = ? WHERE {LIVE}"
