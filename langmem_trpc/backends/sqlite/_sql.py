@@ -204,9 +204,7 @@ SELECT_ANY_BY_FINGERPRINT = (
     f" WHERE {USER} AND fingerprint = ? ORDER BY rid LIMIT 1"
 )
 SELECT_LIVE_CLASH = f"SELECT id FROM memories WHERE {LIVE} AND fingerprint = ? AND rid != ?"
-SELECT_OLDEST_LIVE = (
-    f"SELECT rid, id, text FROM memories WHERE {LIVE} ORDER BY write_seq LIMIT 1"
-)
+SELECT_OLDEST_LIVE = f"SELECT rid, id, text FROM memories WHERE {LIVE} ORDER BY write_seq LIMIT 1"
 SELECT_READ = f"SELECT {ENTRY_COLUMNS} FROM memories WHERE {LIVE} ORDER BY updated_at DESC, created_at DESC, id DESC"
 SELECT_LIVE_TEXT = f"SELECT rid, id, text FROM memories WHERE {LIVE} ORDER BY rid"
 SELECT_BY_RIDS = (
