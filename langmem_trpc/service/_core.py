@@ -13,11 +13,12 @@ import os
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import date, datetime, time, timezone
+from datetime import date, datetime, time
 from typing import Any, Literal
 
 from pydantic import ValidationError
 
+from .. import _time
 from .._time import parse_time_or_raise
 from ..errors import ConfigurationError, InvalidMemoryError, InvalidUserKeyError
 from ..types import (
@@ -90,7 +91,8 @@ class Limits:
 
 
 def utcnow() -> datetime:
-    return datetime.now(timezone.utc)
+    """Now in UTC, from the one clock seam (`_time.wall_clock`)."""
+    return _time.wall_clock()
 
 
 def new_memory_id() -> str:
@@ -423,4 +425,5 @@ def resolve_options(query: str | None, options: SearchOptions | None) -> SearchO
         if not isinstance(query, str):
             raise InvalidMemoryError("query", "must be a string")
         options = options.model_copy(update={"query": query})
+    check_text_value("query", options.query)
     return options
