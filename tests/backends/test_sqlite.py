@@ -197,6 +197,43 @@ def test_a_version_1_file_upgrades_and_keeps_its_counts(tmp_path):
     svc.close()
 
 
+def test_a_version_2_file_moves_separator_users_to_the_injective_prefix(tmp_path, monkeypatch):
+    """Migration 3: users whose ids hold U+001F were indexed under the ambiguous
+    prefix; after the upgrade every live row sits under `scope_prefix` (the FTS
+    integrity check passes) and search, update and delete work. Migration 4
+    numbers existing rows in their old eviction order."""
+    from langmem_trpc.backends.sqlite import _keyword
+
+    path = tmp_path / "m.db"
+    x, y = UserKey("a\x1fb", "c"), UserKey("a", "b\x1fc")
+    with monkeypatch.context() as m:  # write as version 2 did: one prefix for x and y
+        m.setattr(_keyword, "scope_prefix_of", _keyword.scope_prefix_v1)
+        assert scope_prefix(x) == scope_prefix(y)
+        svc = SQLiteMemoryService(path)
+        first = svc.add(x, "zebra stripes")
+        svc.add(y, "zebra crossing")
+        svc.add(ALICE, "zebra at the zoo")
+        svc.add(x, "lions sleep")
+        svc.close()
+    with sqlite3.connect(path) as conn:
+        conn.execute("DELETE FROM langmem_migrations WHERE version > 2")
+        conn.execute("DROP INDEX memories_write_seq")
+        conn.execute("ALTER TABLE memories DROP COLUMN write_seq")
+    svc = SQLiteMemoryService(path)  # applies 3 and 4
+    assert scope_prefix(x) != scope_prefix(y)
+    assert_index_consistent(path)
+    assert [e.text for e in svc.search(x, "zebra")] == ["zebra stripes"]
+    assert [e.text for e in svc.search(y, "zebra")] == ["zebra crossing"]
+    assert [e.text for e in svc.search(ALICE, "zebra")] == ["zebra at the zoo"]
+    svc.update(x, first.id, "zebra stripes, updated")
+    assert svc.delete(y, svc.read(y)[0].id)
+    assert_index_consistent(path)
+    svc.close()
+    with sqlite3.connect(path) as conn:
+        seqs = [s for (s,) in conn.execute("SELECT write_seq FROM memories ORDER BY rid")]
+    assert seqs[1:4] == [2, 3, 4] and seqs[0] > 4  # old order, then the update
+
+
 def test_newer_schema_is_refused(tmp_path):
     path = tmp_path / "m.db"
     SQLiteMemoryService(path).close()
