@@ -77,7 +77,8 @@ class Limits:
     capacity: int | None = 1_000
     """Live memories per user; None for unlimited."""
     on_capacity: CapacityPolicy = "error"
-    """"error" raises CapacityExceededError; "evict" soft-deletes the least recently updated."""
+    """"error" raises CapacityExceededError; "evict" soft-deletes the least recently written
+    (added, updated or revived) memory, by a per-user write order that ignores the wall clock."""
 
     def __post_init__(self) -> None:
         if self.capacity is not None and self.capacity < 1:
