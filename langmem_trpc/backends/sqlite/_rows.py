@@ -214,6 +214,7 @@ def insert_new(
     u = (user.app_name, user.user_id)
     prefix = scope_prefix(user)
     rid = int(conn.execute(sql.NEXT_RID).fetchone()[0])
+    seq = int(conn.execute(sql.NEXT_WRITE_SEQ, u).fetchone()[0])
     memories, index, history, new_rows = [], [], [], []
     content_total = topic_total = 0
     for offset, (p, blob, entry) in enumerate(pending):
@@ -223,7 +224,7 @@ def insert_new(
         topic_total += topic_len
         memories.append(
             (rid + offset, *u, entry.id, p.memory.text, p.fingerprint, False, *p.columns,
-             blob, p.content_doc, p.topic_doc, content_len, topic_len, at, at)
+             blob, p.content_doc, p.topic_doc, content_len, topic_len, at, at, seq + offset)
         )  # fmt: skip
         index.append((rid + offset, scoped(prefix, p.content_doc), scoped(prefix, p.topic_doc)))
         history.append((*u, entry.id, Operation.ADD.value, None, p.memory.text, at, source))

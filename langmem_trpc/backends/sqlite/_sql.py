@@ -226,13 +226,15 @@ INSERT_MEMORY = f"""INSERT INTO memories (
     location, metadata, embedding, content_doc, topic_doc, content_len, topic_len, created_at,
     updated_at, write_seq
 ) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, {_NEXT_SEQ.format(app=1, user=2)})"""
-INSERT_MEMORY_WITH_RID = f"""INSERT INTO memories (
+INSERT_MEMORY_WITH_RID = """INSERT INTO memories (
     rid, app_name, user_id, id, text, fingerprint, keyed, topics, kind, event_time, participants,
     location, metadata, embedding, content_doc, topic_doc, content_len, topic_len, created_at,
     updated_at, write_seq
-) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, {_NEXT_SEQ.format(app=2, user=3)})"""
+) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"""
 """The batch path assigns row ids itself (it holds the write lock) to use executemany."""
 NEXT_RID = "SELECT coalesce(max(rid), 0) + 1 FROM memories"
+NEXT_WRITE_SEQ = "SELECT " + _NEXT_SEQ.format(app=1, user=2)
+"""Params: app_name, user_id; the batch path numbers its rows from it."""
 STATE_ROW = """INSERT OR IGNORE INTO user_state (app_name, user_id, generation)
     VALUES (?, ?, lower(hex(randomblob(8))))"""
 COUNT_INSERTED = """UPDATE user_state SET
