@@ -29,6 +29,7 @@ from ..types import (
     Memory,
     SearchOptions,
     UserKey,
+    check_identifier,
     check_optional_id,
     check_source,
     check_text_value,
@@ -40,6 +41,7 @@ __all__ = [
     "CapacityPolicy",
     "Limits",
     "build_memory",
+    "check_app_filter",
     "check_cursor",
     "check_memory_id",
     "check_metadata",
@@ -110,6 +112,11 @@ def new_memory_ids(n: int) -> list[str]:
         raw[at + 8] = raw[at + 8] & 0x3F | 0x80  # RFC 4122 variant
     text = raw.hex()
     return [text[at : at + 32] for at in range(0, 32 * n, 32)]
+
+
+def check_app_filter(app_name: object) -> str | None:
+    """`users(app_name)`'s filter: None, or an app name as `UserKey` accepts it."""
+    return None if app_name is None else check_identifier("app_name", app_name)
 
 
 def check_user(user: object) -> UserKey:

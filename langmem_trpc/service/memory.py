@@ -31,6 +31,7 @@ from ._core import (
     UPDATE_ATTEMPTS,
     Limits,
     build_memory,
+    check_app_filter,
     check_cursor,
     check_memory_id,
     check_restorable,
@@ -365,6 +366,7 @@ class InMemoryMemoryService(SyncMemoryService):
             return len(self._live(data)) if data else 0
 
     def users(self, app_name: str | None = None) -> list[UserKey]:
+        app_name = check_app_filter(app_name)
         with self._lock:
             keys = [k for k, d in self._users.items() if self._live(d)]
         return sorted(

@@ -661,6 +661,9 @@ class MemoryServiceConformance:
         with pytest.raises(InvalidMemoryError) as info:
             await client.get(ALICE, "m\x00")
         assert info.value.field == "memory_id"
+        with pytest.raises(InvalidUserKeyError) as bad_app:
+            await client.users("app\x00")
+        assert bad_app.value.field == "app_name"
         assert await client.get_cursor(ALICE, "t") is None
 
     async def test_metadata_is_json_the_same_on_every_backend(self, client: Client) -> None:

@@ -17,6 +17,7 @@ from ...errors import ConfigurationError
 from ...service._core import (
     Limits,
     build_memory,
+    check_app_filter,
     check_cursor,
     check_memory_id,
     check_restorable,
@@ -260,7 +261,7 @@ class PostgresBase:
         return Op(_plans.count(check_user(user)), write=False)
 
     def _op_users(self, app_name: str | None) -> Op:
-        return Op(_plans.users(app_name), write=False)
+        return Op(_plans.users(check_app_filter(app_name)), write=False)
 
     def _op_get_cursor(self, user: UserKey, thread_id: str) -> Op:
         user = check_user(user)

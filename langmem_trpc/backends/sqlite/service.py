@@ -24,6 +24,7 @@ from ...service._core import (
     UPDATE_ATTEMPTS,
     Limits,
     build_memory,
+    check_app_filter,
     check_cursor,
     check_memory_id,
     check_restorable,
@@ -636,6 +637,7 @@ class SQLiteMemoryService(SyncMemoryService):
         return 0 if state is None else int(state[2])
 
     def users(self, app_name: str | None = None) -> list[UserKey]:
+        app_name = check_app_filter(app_name)
         query, params = sql.SELECT_USERS, tuple[str, ...]()
         if app_name is not None:
             query, params = query + " AND app_name = ?", (app_name,)
