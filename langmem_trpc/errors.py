@@ -7,7 +7,7 @@ LangmemTrpcError
 │   ├── InvalidMemoryError                empty or oversized text, unknown kind, bad topics ...
 │   └── InvalidTimeError                  naive or unparseable datetime
 ├── MemoryNotFoundError (KeyError)        no live memory with that id for this user
-├── MemoryConflictError                   an update would duplicate another live memory
+├── MemoryConflictError                   an update would duplicate another live memory (or lost every retry)
 ├── CapacityExceededError                 per-user capacity reached with policy "error"
 ├── BackendError                          the storage driver failed (wraps the driver error)
 ├── ExtractionError                       the extractor (LLM) failed or returned nothing usable
