@@ -55,6 +55,7 @@ __all__ = [
     "new_memory_ids",
     "patch_memory",
     "resolve_options",
+    "stored_fingerprint",
     "utcnow",
 ]
 
@@ -421,6 +422,28 @@ def fingerprint(memory: Memory, explicit_id: str | None = None) -> str:
     if explicit_id is not None:
         parts.append("id:" + explicit_id)
     return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()
+
+
+def stored_fingerprint(
+    text: str,
+    kind: str,
+    event_time: datetime | None,
+    participants: Sequence[str],
+    location: str | None,
+    explicit_id: str | None,
+) -> str:
+    """`fingerprint` of a stored row's columns (the backends' fingerprint migrations
+    recompute rows written under the ambiguous participants encoding)."""
+    memory = Memory.model_construct(
+        text=text,
+        topics=[],
+        kind=Kind(kind),
+        event_time=event_time,
+        participants=list(participants),
+        location=location,
+        metadata={},
+    )
+    return fingerprint(memory, explicit_id)
 
 
 def resolve_options(query: str | None, options: SearchOptions | None) -> SearchOptions:

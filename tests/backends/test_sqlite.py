@@ -76,6 +76,7 @@ PINNED_MIGRATIONS = [
     "9917c197d1edd1a65893ef9417a865ff916cae3f62dda2994c6cb15cc4753efe",
     "f1cb918a08809f1257ee32515b622d6282631cca7d0ecb8473ed7a615fc18bbe",
     "816fb66cfe5b5fa3827ffbf2a850f0657df255e5269447362afcec8809bc08d5",
+    "10b331ae7bc60f9dcc7892db8837539bc16010911bec84242963c85549411efc",
 ]
 
 
@@ -232,6 +233,52 @@ def test_a_version_2_file_moves_separator_users_to_the_injective_prefix(tmp_path
     with sqlite3.connect(path) as conn:
         seqs = [s for (s,) in conn.execute("SELECT write_seq FROM memories ORDER BY rid")]
     assert seqs[1:4] == [2, 3, 4] and seqs[0] > 4  # old order, then the update
+
+
+def legacy_fingerprint(memory, explicit_id=None):
+    """The content fingerprint before the participants encoding was made unambiguous."""
+    import hashlib
+
+    from langmem_trpc.service._text import normalize_text
+
+    event = memory.event_time.strftime("%Y-%m-%dT%H:%M:%SZ") if memory.event_time else ""
+    parts = [
+        "text:" + normalize_text(memory.text),
+        "kind:" + memory.kind.value,
+        "event:" + event,
+        "with:" + ",".join(p.casefold() for p in memory.participants),
+        "at:" + (memory.location or "").casefold(),
+    ]
+    if explicit_id is not None:
+        parts.append("id:" + explicit_id)
+    return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()
+
+
+def test_fingerprint_migration_recomputes_ambiguous_rows(tmp_path, monkeypatch):
+    """Rows stored under the old participants encoding: after the migration, adding
+    their content again refreshes them instead of creating a second memory, and a
+    list that only looked the same stays a different memory."""
+    from langmem_trpc.backends.sqlite import service as sqlite_service
+
+    path = tmp_path / "m.db"
+    with monkeypatch.context() as m:
+        m.setattr(sqlite_service, "fingerprint", legacy_fingerprint)
+        svc = SQLiteMemoryService(path)
+        comma = svc.add(ALICE, "Met for lunch", participants=["Smith, John"])
+        plain = svc.add(ALICE, "Plain memory", participants=["Ana", "Bob"])
+        keyed = svc.add(ALICE, "Keyed memory", memory_id="k\x1f1", location="a\x1fb")
+        svc.close()
+    (statements,) = [m for m in MIGRATIONS if "lm_fingerprint" in "".join(m)]
+    svc = SQLiteMemoryService(path)
+    svc._db.write(lambda conn: [conn.execute(statement) for statement in statements])
+    assert svc.add(ALICE, "met for lunch", participants=["smith, john"]).id == comma.id
+    assert svc.add(ALICE, "Plain memory", participants=["Bob", "Ana"]).id == plain.id
+    again = svc.add(ALICE, "Keyed memory, new", memory_id="k\x1f1", location="a\x1fb")
+    assert again.id == keyed.id
+    assert svc.add(ALICE, "Met for lunch", participants=["Smith", "John"]).id != comma.id
+    assert svc.count(ALICE) == 4
+    assert_index_consistent(path)
+    svc.close()
 
 
 def test_newer_schema_is_refused(tmp_path):

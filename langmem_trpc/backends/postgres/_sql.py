@@ -244,10 +244,39 @@ ALTER SEQUENCE langmem_write_seq OWNED BY langmem_memories.write_seq;
 CREATE INDEX langmem_memories_user_write_seq ON langmem_memories (app_name, user_id, write_seq)
     WHERE deleted_at IS NULL;
 """,
+    # 9: fingerprints of rows whose participants, location or explicit id could be
+    # read two ways (a participant holding a comma, U+001F anywhere) are recomputed
+    # in the unambiguous encoding by a Python pass (`_plans.backfill_fingerprints`,
+    # run when this version is applied), so adding their content again finds them.
+    """
+COMMENT ON COLUMN langmem_memories.fingerprint IS
+    'service._core.fingerprint: sha256 of the normalised content, unambiguous encoding (recomputed by the fingerprint migration)';
+""",
 ]
 
 DOCS_MIGRATION = 6
 """Core version that added content_doc/topic_doc; applying it runs the Python backfill."""
+
+FINGERPRINT_MIGRATION = next(
+    i for i, m in enumerate(MIGRATIONS, start=1) if "recomputed by the fingerprint migration" in m
+)
+"""Core version whose application recomputes ambiguous fingerprints (by position, so
+appending or reordering migrations keeps it right)."""
+
+FINGERPRINT_SELECT = """
+SELECT app_name, user_id, id, text, kind, event_time, participants, location, keyed
+FROM langmem_memories
+WHERE (app_name, user_id, id) > (%(app)s, %(user)s, %(id)s)
+  AND (strpos(array_to_string(participants, chr(30)), ',') > 0
+       OR strpos(array_to_string(participants, chr(30)), chr(31)) > 0
+       OR strpos(coalesce(location, ''), chr(31)) > 0 OR (keyed AND strpos(id, chr(31)) > 0))
+ORDER BY app_name, user_id, id LIMIT %(limit)s"""
+
+FINGERPRINT_UPDATE = """
+UPDATE langmem_memories m SET fingerprint = d.fp
+FROM unnest(%(apps)s::text[], %(users)s::text[], %(ids)s::text[], %(fps)s::text[])
+    AS d(app_name, user_id, id, fp)
+WHERE m.app_name = d.app_name AND m.user_id = d.user_id AND m.id = d.id"""
 
 BACKFILL_SELECT = """
 SELECT app_name, user_id, id, text, topics FROM langmem_memories
@@ -621,6 +650,10 @@ def cursor_params(user: UserKey, cursor: ExtractionCursor, now: datetime) -> Par
 
 def _utc(value: datetime) -> datetime:
     return value.astimezone(timezone.utc)
+
+
+def utc_or_none(value: datetime | None) -> datetime | None:
+    return None if value is None else _utc(value)
 
 
 def memory_from_row(row: Row) -> Memory:

@@ -21,7 +21,7 @@ from typing import TypeVar
 
 from ...errors import BackendError, LangmemTrpcError
 from ._keyword import scope_prefix_of, scope_prefix_v1, scoped
-from ._sql import CREATE_MIGRATIONS_TABLE, MIGRATIONS
+from ._sql import CREATE_MIGRATIONS_TABLE, MIGRATIONS, stored_fingerprint
 
 __all__ = ["Database"]
 
@@ -118,6 +118,7 @@ class Database:
             conn.create_function("lm_scoped", 2, scoped, deterministic=True)
             conn.create_function("lm_scope", 2, scope_prefix_of, deterministic=True)
             conn.create_function("lm_scope_v1", 2, scope_prefix_v1, deterministic=True)
+            conn.create_function("lm_fingerprint", 6, stored_fingerprint, deterministic=True)
         except sqlite3.Error as exc:
             raise BackendError(f"cannot open SQLite database: {exc}") from exc
         held = _Held(conn)

@@ -13,6 +13,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from ...errors import InvalidMemoryError
+from ...service import _core
 from ...types import Entry, ExtractionCursor, HistoryEvent, Kind, Memory, Operation, Source
 
 __all__ = [
@@ -174,6 +175,18 @@ MIGRATIONS: list[tuple[str, ...]] = [
             SELECT n FROM lm_write_order AS o WHERE o.rid = memories.rid)""",
         "DROP TABLE lm_write_order",
         "CREATE INDEX memories_write_seq ON memories (app_name, user_id, write_seq)",
+    ),
+    # 5: fingerprints of rows whose participants, location or explicit id could be
+    # read two ways (a participant holding a comma, U+001F anywhere) are
+    # recomputed in the unambiguous encoding (`service._core.fingerprint`, through
+    # lm_fingerprint), so adding their content again finds them. Every other
+    # row's fingerprint is the same in both encodings and is left alone.
+    (
+        """UPDATE memories SET fingerprint = lm_fingerprint(
+                text, kind, event_time, participants, location, CASE WHEN keyed THEN id END)
+            WHERE participants LIKE '%,%' OR instr(participants, char(31)) > 0
+                OR instr(coalesce(location, ''), char(31)) > 0
+                OR (keyed AND instr(id, char(31)) > 0)""",
     ),
 ]
 
@@ -346,6 +359,21 @@ DELETE_USER_CURSORS = f"DELETE FROM cursors WHERE {USER}"
 
 
 # -- converters -------------------------------------------------------------------
+
+
+def stored_fingerprint(
+    text: str,
+    kind: str,
+    event_time: int | None,
+    participants: str,
+    location: str | None,
+    explicit_id: str | None,
+) -> bytes:
+    """SQL `lm_fingerprint` (migration 5): the fingerprint of a row's columns."""
+    fp = _core.stored_fingerprint(
+        text, kind, from_us(event_time), _json(participants), location, explicit_id
+    )
+    return bytes.fromhex(fp)
 
 
 def to_us(value: datetime | None) -> int | None:
