@@ -13,7 +13,13 @@ from datetime import datetime, timedelta, timezone
 
 from .errors import InvalidTimeError
 
-__all__ = ["end_of_period", "ensure_utc", "parse_flexible_time", "parse_time_or_raise"]
+__all__ = [
+    "end_of_period",
+    "ensure_utc",
+    "parse_flexible_time",
+    "parse_time_or_raise",
+    "wall_clock",
+]
 
 _LAYOUTS = (
     "%Y-%m-%dT%H:%M:%S",
@@ -36,6 +42,16 @@ _LAYOUTS = (
 _MONTH_LAYOUTS = frozenset({"%B %Y", "%b %Y", "%Y-%m"})
 # LoCoMo-style "1:56 pm on 8 May, 2023".
 _CLOCK_ON_DATE = re.compile(r"^(\d{1,2}:\d{2}\s*[ap]m)\s+on\s+(.+)$", re.IGNORECASE)
+
+
+def wall_clock() -> datetime:
+    """The wall clock every memory service stamps writes with (`service._core.utcnow`).
+
+    The one seam for time: a test replaces it (`monkeypatch.setattr`) to make
+    the clock jump or step backwards. Orders that must survive such a step
+    (capacity eviction) do not read it.
+    """
+    return datetime.now(timezone.utc)
 
 
 def ensure_utc(value: datetime, field: str = "time") -> datetime:

@@ -7,7 +7,7 @@ LangmemTrpcError
 │   ├── InvalidMemoryError                empty or oversized text, unknown kind, bad topics ...
 │   └── InvalidTimeError                  naive or unparseable datetime
 ├── MemoryNotFoundError (KeyError)        no live memory with that id for this user
-├── MemoryConflictError                   an update would duplicate another live memory
+├── MemoryConflictError                   an update would duplicate another live memory (or lost every retry)
 ├── CapacityExceededError                 per-user capacity reached with policy "error"
 ├── BackendError                          the storage driver failed (wraps the driver error)
 ├── ExtractionError                       the extractor (LLM) failed or returned nothing usable
@@ -83,12 +83,19 @@ class MemoryConflictError(LangmemTrpcError):
     """An update would give a memory the same content as another live memory.
 
     `existing_id` is the memory that already holds that content; nothing was written.
+    With `concurrent=True` the memory kept changing under the update (other
+    writers won every compare-and-set retry); `existing_id` is then the memory itself.
     """
 
-    def __init__(self, memory_id: str, existing_id: str) -> None:
+    def __init__(self, memory_id: str, existing_id: str, *, concurrent: bool = False) -> None:
         self.memory_id = memory_id
         self.existing_id = existing_id
-        super().__init__(f"memory {memory_id!r} would duplicate memory {existing_id!r}")
+        self.concurrent = concurrent
+        if concurrent:
+            message = f"memory {memory_id!r} kept changing during the update; retry it"
+        else:
+            message = f"memory {memory_id!r} would duplicate memory {existing_id!r}"
+        super().__init__(message)
 
 
 class CapacityExceededError(LangmemTrpcError):

@@ -4,11 +4,15 @@ Identity rule (documented in docs/configuration.md): `app_name` and `user_id`
 are compared exactly as given. Nothing is trimmed, case-folded or
 Unicode-normalised, so "alice", "Alice", "alice " and "alice\\u200b" are four
 different users. They must be non-empty, not only whitespace, at most
-`MAX_ID_LENGTH` characters and free of NUL bytes.
+`MAX_ID_LENGTH` characters, free of NUL bytes and valid Unicode (no lone
+surrogates). Every backend stores such ids exactly; where a pair becomes one
+string (SQLite's keyword-index prefix, PostgreSQL's per-user lock key) it is
+length-prefixed, so a separator inside an id cannot join two users.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from enum import Enum
 from typing import Any
@@ -16,7 +20,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ._time import ensure_utc, parse_time_or_raise
-from .errors import InvalidUserKeyError
+from .errors import InvalidMemoryError, InvalidUserKeyError
 
 __all__ = [
     "MAX_ID_LENGTH",
@@ -51,6 +55,29 @@ class Operation(str, Enum):
     CLEAR = "clear"
 
 
+def _text_problem(value: str) -> str | None:
+    """Why no backend can store `value` (a NUL byte, a lone surrogate), or None."""
+    if "\x00" in value:
+        return "must not contain NUL bytes"
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return "is not valid Unicode (lone surrogate)"
+    return None
+
+
+def check_text_value(field: str, value: str) -> str:
+    """Refuse, naming `field`, a string that some backend cannot store exactly.
+
+    PostgreSQL cannot hold NUL in text or jsonb and no backend can encode a
+    lone surrogate as UTF-8, so every backend refuses both, up front.
+    """
+    problem = _text_problem(value)
+    if problem is not None:
+        raise InvalidMemoryError(field, problem)
+    return value
+
+
 def check_identifier(field: str, value: object) -> str:
     """Validate an app or user id without altering it (see module docstring)."""
     if not isinstance(value, str):
@@ -59,9 +86,22 @@ def check_identifier(field: str, value: object) -> str:
         raise InvalidUserKeyError(field, "must not be empty")
     if len(value) > MAX_ID_LENGTH:
         raise InvalidUserKeyError(field, f"must be at most {MAX_ID_LENGTH} characters")
-    if "\x00" in value:
-        raise InvalidUserKeyError(field, "must not contain NUL bytes")
+    problem = _text_problem(value)
+    if problem is not None:
+        raise InvalidUserKeyError(field, problem)
     return value
+
+
+def check_optional_id(field: str, value: object) -> str | None:
+    """A thread or message id: None, or a string of at most `MAX_ID_LENGTH` characters
+    that every backend can store (no NUL, no lone surrogate)."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise InvalidMemoryError(field, f"must be a string, got {type(value).__name__}")
+    if len(value) > MAX_ID_LENGTH:
+        raise InvalidMemoryError(field, f"must be at most {MAX_ID_LENGTH} characters")
+    return check_text_value(field, value)
 
 
 class UserKey(BaseModel):
@@ -264,7 +304,11 @@ class SearchOptions(BaseModel):
 
 
 class Source(BaseModel):
-    """Where a write came from, recorded in history (thread and message ids)."""
+    """Where a write came from, recorded in history (thread and message ids).
+
+    Constructing one validates every id (`check_source`): a NUL byte or a lone
+    surrogate is an `InvalidMemoryError` naming the field, on every backend.
+    """
 
     model_config = ConfigDict(frozen=True)
 
@@ -272,6 +316,38 @@ class Source(BaseModel):
     message_ids: list[str] = Field(default_factory=list)
     actor: str | None = None
     """Who wrote: "worker", "tool", "cli", "store" or a caller-chosen label."""
+
+    def __init__(self, **data: Any) -> None:
+        _check_source_fields(data)
+        super().__init__(**data)
+
+
+def _check_source_fields(data: Mapping[str, Any]) -> None:
+    check_optional_id("source.thread_id", data.get("thread_id"))
+    check_optional_id("source.actor", data.get("actor"))
+    ids = data.get("message_ids")
+    if ids is None:
+        return
+    if isinstance(ids, str) or not isinstance(ids, Sequence):
+        raise InvalidMemoryError("source.message_ids", "must be a list of strings")
+    for value in ids:
+        check_optional_id("source.message_ids", value)
+
+
+def check_source(source: object) -> Source | None:
+    """A write's `source`: None or a `Source` whose ids every backend can store.
+
+    Backends call this on every write, so a `Source` made with `model_copy` or
+    `model_construct` (which skip `__init__`) is held to the same rules.
+    """
+    if source is None:
+        return None
+    if not isinstance(source, Source):
+        raise InvalidMemoryError("source", f"expected a Source, got {type(source).__name__}")
+    _check_source_fields(
+        {"thread_id": source.thread_id, "message_ids": source.message_ids, "actor": source.actor}
+    )
+    return source
 
 
 class HistoryEvent(BaseModel):

@@ -7,25 +7,47 @@ writes anything and every backend rejects the same inputs the same way.
 from __future__ import annotations
 
 import hashlib
+import json
+import math
 import os
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import date, datetime, time
 from typing import Any, Literal
 
 from pydantic import ValidationError
 
+from .. import _time
 from .._time import parse_time_or_raise
 from ..errors import ConfigurationError, InvalidMemoryError, InvalidUserKeyError
-from ..types import Kind, Memory, SearchOptions, UserKey
+from ..types import (
+    Entry,
+    ExtractionCursor,
+    HistoryEvent,
+    Kind,
+    Memory,
+    SearchOptions,
+    UserKey,
+    check_identifier,
+    check_optional_id,
+    check_source,
+    check_text_value,
+)
 from ._text import normalize_text
 
 __all__ = [
+    "UPDATE_ATTEMPTS",
     "CapacityPolicy",
     "Limits",
     "build_memory",
+    "check_app_filter",
+    "check_cursor",
     "check_memory_id",
+    "check_metadata",
+    "check_restorable",
+    "check_source",
+    "check_thread_id",
     "check_user",
     "fingerprint",
     "memory_from",
@@ -33,10 +55,15 @@ __all__ = [
     "new_memory_ids",
     "patch_memory",
     "resolve_options",
+    "stored_fingerprint",
     "utcnow",
 ]
 
 CapacityPolicy = Literal["error", "evict"]
+
+UPDATE_ATTEMPTS = 16
+"""Compare-and-set rounds of one `update()`: each lost round re-reads the memory and
+patches the newer version; when all are lost it raises `MemoryConflictError`."""
 
 
 @dataclass(frozen=True)
@@ -53,7 +80,8 @@ class Limits:
     capacity: int | None = 1_000
     """Live memories per user; None for unlimited."""
     on_capacity: CapacityPolicy = "error"
-    """"error" raises CapacityExceededError; "evict" soft-deletes the least recently updated."""
+    """"error" raises CapacityExceededError; "evict" soft-deletes the least recently written
+    (added, updated or revived) memory, by a per-user write order that ignores the wall clock."""
 
     def __post_init__(self) -> None:
         if self.capacity is not None and self.capacity < 1:
@@ -67,7 +95,8 @@ class Limits:
 
 
 def utcnow() -> datetime:
-    return datetime.now(timezone.utc)
+    """Now in UTC, from the one clock seam (`_time.wall_clock`)."""
+    return _time.wall_clock()
 
 
 def new_memory_id() -> str:
@@ -86,6 +115,11 @@ def new_memory_ids(n: int) -> list[str]:
     return [text[at : at + 32] for at in range(0, 32 * n, 32)]
 
 
+def check_app_filter(app_name: object) -> str | None:
+    """`users(app_name)`'s filter: None, or an app name as `UserKey` accepts it."""
+    return None if app_name is None else check_identifier("app_name", app_name)
+
+
 def check_user(user: object) -> UserKey:
     if not isinstance(user, UserKey):
         raise InvalidUserKeyError("user", f"expected a UserKey, got {type(user).__name__}")
@@ -97,7 +131,119 @@ def check_memory_id(memory_id: object) -> str:
         raise InvalidMemoryError("memory_id", "must be a non-empty string")
     if len(memory_id) > 512 or "\x00" in memory_id:
         raise InvalidMemoryError("memory_id", "must be at most 512 characters without NUL bytes")
-    return memory_id
+    return check_text_value("memory_id", memory_id)
+
+
+def check_thread_id(thread_id: object) -> str:
+    """A cursor's thread id: a string every backend can store (no NUL, no lone surrogate)."""
+    if not isinstance(thread_id, str):
+        raise InvalidMemoryError("thread_id", f"must be a string, got {type(thread_id).__name__}")
+    checked = check_optional_id("thread_id", thread_id)
+    assert checked is not None
+    return checked
+
+
+def check_cursor(cursor: object) -> ExtractionCursor:
+    """An `ExtractionCursor` whose ids every backend can store, else a field-named error."""
+    if not isinstance(cursor, ExtractionCursor):
+        raise InvalidMemoryError(
+            "cursor", f"expected an ExtractionCursor, got {type(cursor).__name__}"
+        )
+    check_thread_id(cursor.thread_id)
+    check_optional_id("cursor.last_message_id", cursor.last_message_id)
+    check_optional_id("cursor.last_message_digest", cursor.last_message_digest)
+    return cursor
+
+
+MAX_METADATA_DEPTH = 32
+"""Nesting levels of lists and dicts a memory's metadata may have."""
+
+
+def check_metadata(metadata: object) -> dict[str, Any]:
+    """Metadata as every backend stores and returns it: JSON values only.
+
+    The result equals what a JSON round trip gives back, so the in-memory,
+    SQLite and PostgreSQL backends return the same value: tuples become lists,
+    `datetime`, `date` and `time` values become their `isoformat()` strings.
+    Refused, naming the path: keys that are not strings, NaN and infinities,
+    strings with a NUL byte or a lone surrogate (PostgreSQL's jsonb cannot hold
+    NUL), values of other types and nesting deeper than `MAX_METADATA_DEPTH`.
+    """
+    if metadata is None:
+        return {}
+    if not isinstance(metadata, Mapping):
+        raise InvalidMemoryError("metadata", f"must be a dict, got {type(metadata).__name__}")
+    value = _json_value("metadata", metadata, 0)
+    assert isinstance(value, dict)
+    return value
+
+
+def _json_value(path: str, value: object, depth: int) -> Any:
+    """`value` as JSON gives it back; errors name the field "metadata" and the path in it."""
+    if value is None or isinstance(value, (bool, int)):
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise _bad_metadata(path, f"must be a finite number, not {value!r}")
+        return value
+    if isinstance(value, str):
+        return _metadata_string(path, value)
+    if isinstance(value, (datetime, date, time)):
+        return value.isoformat()
+    if depth >= MAX_METADATA_DEPTH:
+        raise _bad_metadata(path, f"is nested deeper than {MAX_METADATA_DEPTH} levels")
+    if isinstance(value, Mapping):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise _bad_metadata(path, f"keys must be strings, got {type(key).__name__}")
+            _metadata_string(f"{path} key {key[:32]!r}", key)
+            out[key] = _json_value(f"{path}.{key}", item, depth + 1)
+        return out
+    if isinstance(value, (list, tuple)):
+        return [_json_value(f"{path}[{i}]", item, depth + 1) for i, item in enumerate(value)]
+    kinds = "str, number, bool, None, list, dict, datetime"
+    raise _bad_metadata(path, f"must be a JSON value ({kinds}), not {type(value).__name__}")
+
+
+def _metadata_string(path: str, value: str) -> str:
+    try:
+        return check_text_value(path, value)
+    except InvalidMemoryError as exc:
+        raise _bad_metadata(path, exc.problem) from None
+
+
+def _bad_metadata(path: str, problem: str) -> InvalidMemoryError:
+    return InvalidMemoryError("metadata", problem if path == "metadata" else f"{path} {problem}")
+
+
+def check_restorable(entry: object, history: Sequence[HistoryEvent] = ()) -> Entry:
+    """An exported entry (and its history) that every backend can store exactly.
+
+    `restore` writes entries back as they are (no trimming, no limits), so
+    only what storage itself needs is checked: every string free of NUL
+    bytes and lone surrogates, and JSON metadata (`check_metadata`; the
+    returned entry carries the normalised metadata).
+    """
+    if not isinstance(entry, Entry):
+        raise InvalidMemoryError("entry", f"expected an Entry, got {type(entry).__name__}")
+    check_memory_id(entry.id)
+    memory = entry.memory
+    check_text_value("text", memory.text)
+    for name, values in (("topics", memory.topics), ("participants", memory.participants)):
+        for value in values:
+            check_text_value(name, value)
+    if memory.location is not None:
+        check_text_value("location", memory.location)
+    for event in history:
+        check_source(event.source)
+        for text in (event.text_before, event.text_after):
+            if text is not None:
+                check_text_value("history.text", text)
+    metadata = check_metadata(memory.metadata)
+    if metadata == memory.metadata:
+        return entry
+    return entry.model_copy(update={"memory": memory.model_copy(update={"metadata": metadata})})
 
 
 def _check_text(text: object, limits: Limits) -> str:
@@ -115,12 +261,7 @@ def _check_text(text: object, limits: Limits) -> str:
 
 def _check_encodable(field: str, value: str) -> None:
     """NUL bytes and lone surrogates cannot be stored by every backend: reject them up front."""
-    if "\x00" in value:
-        raise InvalidMemoryError(field, "must not contain NUL bytes")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise InvalidMemoryError(field, "is not valid Unicode (lone surrogate)") from None
+    check_text_value(field, value)
 
 
 def _check_names(field: str, values: object, max_count: int, max_length: int) -> list[str]:
@@ -181,7 +322,7 @@ def build_memory(
     event_time: object = None,
     participants: object = None,
     location: object = None,
-    metadata: dict[str, Any] | None = None,
+    metadata: object = None,
 ) -> Memory:
     """Validate every field and return a normalised Memory, or raise naming the field."""
     return _construct(
@@ -193,7 +334,7 @@ def build_memory(
             "participants", participants, limits.max_participants, limits.max_name_length
         ),
         location=_check_location(location, limits),
-        metadata=dict(metadata or {}),
+        metadata=check_metadata(metadata),
     )
 
 
@@ -233,7 +374,7 @@ def patch_memory(
     event_time: object = None,
     participants: object = None,
     location: object = None,
-    metadata: dict[str, Any] | None = None,
+    metadata: object = None,
 ) -> Memory:
     """New text always; every other field only when given (None keeps the stored value)."""
     return build_memory(
@@ -254,17 +395,55 @@ def fingerprint(memory: Memory, explicit_id: str | None = None) -> str:
     Topics and metadata are not part of it. A memory added under a caller-chosen
     id (the BaseStore adapter) is its own identity, so equal text under two
     keys stays two memories.
+
+    The fields are joined by U+001F, with participants joined by commas: the
+    historical encoding, kept so stored fingerprints stay valid. That joined
+    form is ambiguous only when a participant holds a comma or a participant,
+    the location or the explicit id holds U+001F (the normalised text never
+    does: it turns U+001F into a space), so those memories hash a JSON list of
+    the fields instead, which starts with "[" where the old form starts with
+    "text:" and so can equal no old form.
     """
+    with_ = [p.casefold() for p in memory.participants]
+    at = (memory.location or "").casefold()
     parts = [
         "text:" + normalize_text(memory.text),
         "kind:" + memory.kind.value,
         "event:" + (memory.event_time.strftime("%Y-%m-%dT%H:%M:%SZ") if memory.event_time else ""),
-        "with:" + ",".join(p.casefold() for p in memory.participants),
-        "at:" + (memory.location or "").casefold(),
     ]
+    ambiguous = any("," in p or "\x1f" in p for p in with_) or "\x1f" in at
+    if explicit_id is not None and "\x1f" in explicit_id:
+        ambiguous = True
+    if ambiguous:
+        fields: list[Any] = [*parts, with_, at, explicit_id]
+        encoded = json.dumps(fields, ensure_ascii=False)
+        return hashlib.sha256(encoded.encode()).hexdigest()
+    parts += ["with:" + ",".join(with_), "at:" + at]
     if explicit_id is not None:
         parts.append("id:" + explicit_id)
     return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()
+
+
+def stored_fingerprint(
+    text: str,
+    kind: str,
+    event_time: datetime | None,
+    participants: Sequence[str],
+    location: str | None,
+    explicit_id: str | None,
+) -> str:
+    """`fingerprint` of a stored row's columns (the backends' fingerprint migrations
+    recompute rows written under the ambiguous participants encoding)."""
+    memory = Memory.model_construct(
+        text=text,
+        topics=[],
+        kind=Kind(kind),
+        event_time=event_time,
+        participants=list(participants),
+        location=location,
+        metadata={},
+    )
+    return fingerprint(memory, explicit_id)
 
 
 def resolve_options(query: str | None, options: SearchOptions | None) -> SearchOptions:
@@ -277,4 +456,5 @@ def resolve_options(query: str | None, options: SearchOptions | None) -> SearchO
         if not isinstance(query, str):
             raise InvalidMemoryError("query", "must be a string")
         options = options.model_copy(update={"query": query})
+    check_text_value("query", options.query)
     return options

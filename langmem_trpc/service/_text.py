@@ -4,7 +4,9 @@ One tokeniser for every backend keeps scores comparable: the SQLite FTS
 index, the in-memory scorer and reconcile all see the same tokens.
 
 Latin text: maximal runs of letters/digits, lowercased, length >= 2, minus a
-small English stopword list. CJK text (no dictionary, so no jieba): each
+small English stopword list; a run longer than `MAX_TOKEN_CHARS` is indexed
+and queried as its first `MAX_TOKEN_CHARS` characters (PostgreSQL refuses a
+tsvector lexeme of 2,047 bytes or more; the stored text stays exact). CJK text (no dictionary, so no jieba): each
 maximal run of Han/Kana/Hangul yields its 2-character windows as primary
 tokens, plus 3-character windows as secondary ("trigram") tokens.
 """
@@ -15,6 +17,7 @@ import re
 import unicodedata
 
 __all__ = [
+    "MAX_TOKEN_CHARS",
     "QUERY_FUNCTION_WORDS",
     "cjk_trigrams",
     "normalize_text",
@@ -39,6 +42,11 @@ CJK_STOPWORDS = frozenset(
     "的 了 是 在 和 有 我 他 她 它 这 那 都 也 就 不 会 到 说 对 一个 一些 一种 这个 那个 我们 你们 他们 她们 它们 "
     "自己 已经 还是 如果 因为 所以 然后 用户".split()
 )
+
+MAX_TOKEN_CHARS = 256
+"""Longest token, in characters (at most 4 UTF-8 bytes each, so 1,024 bytes, under
+PostgreSQL's 2,046-byte lexeme limit). A longer run (a pasted base64 blob, a hash)
+is cut to its first 256 characters on every backend, for documents and queries alike."""
 
 _CJK_RANGES = (
     (0x3040, 0x30FF),  # Hiragana, Katakana
@@ -99,7 +107,7 @@ def primary_tokens(text: str) -> list[str]:
     for run, cjk in runs:
         if not cjk:
             if len(run) >= 2 and run not in STOPWORDS:
-                tokens.append(run)
+                tokens.append(run[:MAX_TOKEN_CHARS])
             continue
         if len(run) == 1:
             if single_cjk:

@@ -6,6 +6,7 @@ Its behaviour is the specification the SQL backends are tested against.
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -27,9 +28,15 @@ from ..types import (
     canonical_topics,
 )
 from ._core import (
+    UPDATE_ATTEMPTS,
     Limits,
     build_memory,
+    check_app_filter,
+    check_cursor,
     check_memory_id,
+    check_restorable,
+    check_source,
+    check_thread_id,
     check_user,
     fingerprint,
     new_memory_id,
@@ -63,6 +70,8 @@ class _Row:
     doc: KeywordDoc | None = None
     keyed: bool = False
     """Added under a caller-chosen id: its fingerprint includes the id."""
+    seq: int = 0
+    """Write order within the service (`_touch`): eviction takes the lowest, whatever the clock did."""
 
     @property
     def live(self) -> bool:
@@ -97,6 +106,7 @@ class InMemoryMemoryService(SyncMemoryService):
         self._limits = limits or Limits()
         self._users: dict[UserKey, _UserData] = {}
         self._lock = threading.RLock()
+        self._writes = itertools.count(1)
         self.supports_vectors = embeddings is not None
 
     # -- helpers ------------------------------------------------------------
@@ -130,6 +140,11 @@ class InMemoryMemoryService(SyncMemoryService):
             )
         )
 
+    def _touch(self, row: _Row, entry: Entry) -> Entry:
+        """Store `entry` in `row` as its newest write (under the lock); returns it."""
+        row.entry, row.seq = entry, next(self._writes)
+        return entry
+
     def _live(self, data: _UserData) -> list[_Row]:
         return [r for r in data.rows.values() if r.live]
 
@@ -140,7 +155,7 @@ class InMemoryMemoryService(SyncMemoryService):
             return
         if self._limits.on_capacity == "error":
             raise CapacityExceededError(capacity)
-        oldest = min(live, key=lambda r: (r.entry.updated_at, r.entry.created_at, r.entry.id))
+        oldest = min(live, key=lambda r: r.seq)
         oldest.deleted_at = now
         self._record(
             data,
@@ -171,6 +186,7 @@ class InMemoryMemoryService(SyncMemoryService):
         user = check_user(user)
         if memory_id is not None:
             check_memory_id(memory_id)
+        check_source(source)
         memory = build_memory(
             text,
             limits=self._limits,
@@ -193,21 +209,22 @@ class InMemoryMemoryService(SyncMemoryService):
                     merged = canonical_topics([*row.entry.memory.topics, *memory.topics])
                     new_memory = row.entry.memory.model_copy(update={"topics": merged})
                     if new_memory != row.entry.memory:
-                        row.entry = row.entry.model_copy(
-                            update={"memory": new_memory, "updated_at": now}
+                        self._touch(
+                            row,
+                            row.entry.model_copy(update={"memory": new_memory, "updated_at": now}),
                         )
                         row.doc = None
                     return row.entry
                 row = next((r for r in data.rows.values() if r.fingerprint == fp), None)
             if row is not None and row.live:  # explicit id, live: upsert in place
                 before = row.entry.text
-                row.entry = row.entry.model_copy(update={"memory": memory, "updated_at": now})
+                self._touch(row, row.entry.model_copy(update={"memory": memory, "updated_at": now}))
                 row.fingerprint, row.vector, row.doc = fp, vector, None
                 self._record(data, row.entry.id, Operation.UPDATE, before, memory.text, source, now)
                 return row.entry
             self._make_room(user, data, now)
             if row is not None:  # revive a soft-deleted memory under its old id
-                row.entry = row.entry.model_copy(update={"memory": memory, "updated_at": now})
+                self._touch(row, row.entry.model_copy(update={"memory": memory, "updated_at": now}))
                 row.fingerprint, row.vector, row.doc, row.deleted_at = fp, vector, None, None
             else:
                 entry = Entry(
@@ -219,6 +236,7 @@ class InMemoryMemoryService(SyncMemoryService):
                     updated_at=now,
                 )
                 row = _Row(entry=entry, fingerprint=fp, vector=vector, keyed=memory_id is not None)
+                self._touch(row, entry)
                 data.rows[entry.id] = row
             self._record(data, row.entry.id, Operation.ADD, None, memory.text, source, now)
             return row.entry
@@ -239,45 +257,52 @@ class InMemoryMemoryService(SyncMemoryService):
     ) -> Entry:
         user = check_user(user)
         check_memory_id(memory_id)
-        with self._lock:
-            row = self._users.get(user, _UserData()).rows.get(memory_id)
-            if row is None or not row.live:
-                raise MemoryNotFoundError(memory_id)
-            current = row.entry
-        memory = patch_memory(
-            current.memory,
-            text,
-            limits=self._limits,
-            topics=topics,
-            kind=kind,
-            event_time=event_time,
-            participants=participants,
-            location=location,
-            metadata=metadata,
-        )
-        fp = fingerprint(memory, memory_id if row.keyed else None)
-        vector = self._embed(memory.text) if memory.text != current.text else row.vector
-        with self._lock:
-            data = self._data(user)
-            row = data.rows.get(memory_id)
-            if row is None or not row.live:
-                raise MemoryNotFoundError(memory_id)
-            clash = next(
-                (r for r in data.rows.values() if r.fingerprint == fp and r.live and r is not row),
-                None,
-            )
-            if clash is not None:
-                raise MemoryConflictError(memory_id, clash.entry.id)
-            now = utcnow()
-            before = row.entry.text
-            row.entry = row.entry.model_copy(update={"memory": memory, "updated_at": now})
-            row.fingerprint, row.vector, row.doc = fp, vector, None
-            self._record(data, memory_id, Operation.UPDATE, before, memory.text, source, now)
-            return row.entry
+        check_source(source)
+        fields = {
+            "topics": topics,
+            "kind": kind,
+            "event_time": event_time,
+            "participants": participants,
+            "location": location,
+            "metadata": metadata,
+        }
+        for _ in range(UPDATE_ATTEMPTS):
+            with self._lock:
+                row = self._users.get(user, _UserData()).rows.get(memory_id)
+                if row is None or not row.live:
+                    raise MemoryNotFoundError(memory_id)
+                current, vector = row.entry, row.vector
+            memory = patch_memory(current.memory, text, limits=self._limits, **fields)
+            fp = fingerprint(memory, memory_id if row.keyed else None)
+            if memory.text != current.text:
+                vector = self._embed(memory.text)
+            with self._lock:
+                data = self._data(user)
+                if data.rows.get(memory_id) is not row or row.entry is not current or not row.live:
+                    continue  # compare-and-set lost: re-read and patch the newer version
+                clash = next(
+                    (
+                        r
+                        for r in data.rows.values()
+                        if r.fingerprint == fp and r.live and r is not row
+                    ),
+                    None,
+                )
+                if clash is not None:
+                    raise MemoryConflictError(memory_id, clash.entry.id)
+                now = utcnow()
+                self._touch(row, current.model_copy(update={"memory": memory, "updated_at": now}))
+                row.fingerprint, row.vector, row.doc = fp, vector, None
+                self._record(
+                    data, memory_id, Operation.UPDATE, current.text, memory.text, source, now
+                )
+                return row.entry
+        raise MemoryConflictError(memory_id, memory_id, concurrent=True)
 
     def delete(self, user: UserKey, memory_id: str, *, source: Source | None = None) -> bool:
         user = check_user(user)
         check_memory_id(memory_id)
+        check_source(source)
         with self._lock:
             data = self._users.get(user)
             row = data.rows.get(memory_id) if data else None
@@ -290,6 +315,7 @@ class InMemoryMemoryService(SyncMemoryService):
 
     def clear(self, user: UserKey, *, source: Source | None = None) -> int:
         user = check_user(user)
+        check_source(source)
         with self._lock:
             data = self._users.get(user)
             if data is None:
@@ -340,6 +366,7 @@ class InMemoryMemoryService(SyncMemoryService):
             return len(self._live(data)) if data else 0
 
     def users(self, app_name: str | None = None) -> list[UserKey]:
+        app_name = check_app_filter(app_name)
         with self._lock:
             keys = [k for k, d in self._users.items() if self._live(d)]
         return sorted(
@@ -392,8 +419,7 @@ class InMemoryMemoryService(SyncMemoryService):
 
     def restore(self, user: UserKey, entry: Entry, history: Sequence[HistoryEvent] = ()) -> Entry:
         user = check_user(user)
-        check_memory_id(entry.id)
-        entry = entry.model_copy(
+        entry = check_restorable(entry, history).model_copy(
             update={
                 "app_name": user.app_name,
                 "user_id": user.user_id,
@@ -408,9 +434,9 @@ class InMemoryMemoryService(SyncMemoryService):
             keyed = any(r.fingerprint == fp and r.live for r in data.rows.values())
             if keyed:
                 fp = fingerprint(entry.memory, entry.id)
-            data.rows[entry.id] = _Row(
-                entry=entry, fingerprint=fp, vector=self._embed(entry.text), keyed=keyed
-            )
+            row = _Row(entry=entry, fingerprint=fp, vector=self._embed(entry.text), keyed=keyed)
+            data.rows[entry.id] = row
+            self._touch(row, entry)
             data.history = [h for h in data.history if h.memory_id != entry.id]
             data.history.extend(h.model_copy(update={"memory_id": entry.id}) for h in history)
             return entry
@@ -419,12 +445,14 @@ class InMemoryMemoryService(SyncMemoryService):
 
     def get_cursor(self, user: UserKey, thread_id: str) -> ExtractionCursor | None:
         user = check_user(user)
+        check_thread_id(thread_id)
         with self._lock:
             data = self._users.get(user)
             return data.cursors.get(thread_id) if data else None
 
     def set_cursor(self, user: UserKey, cursor: ExtractionCursor) -> None:
         user = check_user(user)
+        check_cursor(cursor)
         with self._lock:
             self._data(user).cursors[cursor.thread_id] = cursor.model_copy(
                 update={"updated_at": utcnow()}

@@ -73,7 +73,14 @@ class MemoryService(ABC):
         metadata: dict[str, Any] | None = None,
         source: Source | None = None,
     ) -> Entry:
-        """Change a memory in place; the id never changes. None keeps a field."""
+        """Change a memory in place; the id never changes. None keeps a field.
+
+        Compare-and-set: if the memory changed between this call's read and its
+        write, the call re-reads it and applies its own fields to the newer
+        version (so concurrent updates of different fields all land); after
+        `UPDATE_ATTEMPTS` lost rounds it raises `MemoryConflictError(concurrent=True)`
+        (PostgreSQL re-reads under its per-user lock, so it never loses a round).
+        """
 
     @abstractmethod
     def delete(self, user: UserKey, memory_id: str, *, source: Source | None = None) -> bool:

@@ -17,6 +17,8 @@ from langmem_trpc.testing import HashingEmbeddings
 from langmem_trpc.testing.conformance import Capability, MemoryServiceConformance
 from langmem_trpc.types import Memory
 
+T_EVENT = "2024-05-06T18:30:00+02:00"
+
 pytestmark = pytest.mark.postgres
 
 ALICE = UserKey("app", "alice")
@@ -253,7 +255,54 @@ PINNED: list[str] = [
     "1c6695d26ef1684c",
     "497dc67b4c283c50",
     "5a2a038fd3c68f20",
+    "d751b111a9030771",
+    "20fc46fcb699cf48",
 ]
+
+
+def legacy_fingerprint(memory, explicit_id=None):
+    """The content fingerprint before the participants encoding was made unambiguous."""
+    import hashlib
+
+    from langmem_trpc.service._text import normalize_text
+
+    event = memory.event_time.strftime("%Y-%m-%dT%H:%M:%SZ") if memory.event_time else ""
+    parts = [
+        "text:" + normalize_text(memory.text),
+        "kind:" + memory.kind.value,
+        "event:" + event,
+        "with:" + ",".join(p.casefold() for p in memory.participants),
+        "at:" + (memory.location or "").casefold(),
+    ]
+    if explicit_id is not None:
+        parts.append("id:" + explicit_id)
+    return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()
+
+
+def test_fingerprint_backfill_recomputes_ambiguous_rows(pg_url, monkeypatch):
+    """setup() applying the fingerprint migration: rows stored under the old
+    participants encoding are found again by their content afterwards."""
+    from langmem_trpc.backends.postgres import _plans
+
+    alice = UserKey("app", "alice")
+    svc = PostgresMemoryService(pg_url)
+    svc.setup()
+    with monkeypatch.context() as m:
+        m.setattr(_plans, "fingerprint", legacy_fingerprint)
+        comma = svc.add(alice, "Met for lunch", participants=["Smith, John"], event_time=T_EVENT)
+        plain = svc.add(alice, "Plain memory", participants=["Ana", "Bob"])
+    with psycopg.connect(pg_url, autocommit=True) as conn:  # as if never applied
+        conn.execute(
+            "DELETE FROM langmem_migrations WHERE scope = 'core' AND version = %s",
+            (_sql.FINGERPRINT_MIGRATION,),
+        )
+    svc.setup()  # applies it again: the backfill recomputes the comma row
+    again = svc.add(alice, "met for lunch", participants=["smith, john"], event_time=T_EVENT)
+    assert again.id == comma.id
+    assert svc.add(alice, "Plain memory", participants=["Bob", "Ana"]).id == plain.id
+    assert svc.add(alice, "Met for lunch", participants=["Smith", "John"]).id != comma.id
+    assert svc.count(alice) == 3
+    svc.close()
 
 
 async def test_concurrent_setup_is_safe(pg_url):

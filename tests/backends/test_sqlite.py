@@ -74,6 +74,9 @@ T0 = datetime(2024, 5, 1, 12, 0, 0, 123456, tzinfo=timezone.utc)
 PINNED_MIGRATIONS = [
     "4f8ab22d3f60e9490bba3e39fc08a7ca9c6ecf320e0ebad909699ff9d61ac520",
     "9917c197d1edd1a65893ef9417a865ff916cae3f62dda2994c6cb15cc4753efe",
+    "f1cb918a08809f1257ee32515b622d6282631cca7d0ecb8473ed7a615fc18bbe",
+    "816fb66cfe5b5fa3827ffbf2a850f0657df255e5269447362afcec8809bc08d5",
+    "10b331ae7bc60f9dcc7892db8837539bc16010911bec84242963c85549411efc",
 ]
 
 
@@ -192,6 +195,89 @@ def test_a_version_1_file_upgrades_and_keeps_its_counts(tmp_path):
     svc.add_many(ALICE, ["two", "three"])
     assert svc.count(ALICE) == 4
     assert_state_consistent(path)
+    svc.close()
+
+
+def test_a_version_2_file_moves_separator_users_to_the_injective_prefix(tmp_path, monkeypatch):
+    """Migration 3: users whose ids hold U+001F were indexed under the ambiguous
+    prefix; after the upgrade every live row sits under `scope_prefix` (the FTS
+    integrity check passes) and search, update and delete work. Migration 4
+    numbers existing rows in their old eviction order."""
+    from langmem_trpc.backends.sqlite import _keyword
+
+    path = tmp_path / "m.db"
+    x, y = UserKey("a\x1fb", "c"), UserKey("a", "b\x1fc")
+    with monkeypatch.context() as m:  # write as version 2 did: one prefix for x and y
+        m.setattr(_keyword, "scope_prefix_of", _keyword.scope_prefix_v1)
+        assert scope_prefix(x) == scope_prefix(y)
+        svc = SQLiteMemoryService(path)
+        first = svc.add(x, "zebra stripes")
+        svc.add(y, "zebra crossing")
+        svc.add(ALICE, "zebra at the zoo")
+        svc.add(x, "lions sleep")
+        svc.close()
+    with sqlite3.connect(path) as conn:
+        conn.execute("DELETE FROM langmem_migrations WHERE version > 2")
+        conn.execute("DROP INDEX memories_write_seq")
+        conn.execute("ALTER TABLE memories DROP COLUMN write_seq")
+    svc = SQLiteMemoryService(path)  # applies 3 and 4
+    assert scope_prefix(x) != scope_prefix(y)
+    assert_index_consistent(path)
+    assert [e.text for e in svc.search(x, "zebra")] == ["zebra stripes"]
+    assert [e.text for e in svc.search(y, "zebra")] == ["zebra crossing"]
+    assert [e.text for e in svc.search(ALICE, "zebra")] == ["zebra at the zoo"]
+    svc.update(x, first.id, "zebra stripes, updated")
+    assert svc.delete(y, svc.read(y)[0].id)
+    assert_index_consistent(path)
+    svc.close()
+    with sqlite3.connect(path) as conn:
+        seqs = [s for (s,) in conn.execute("SELECT write_seq FROM memories ORDER BY rid")]
+    assert seqs[1:4] == [2, 3, 4] and seqs[0] > 4  # old order, then the update
+
+
+def legacy_fingerprint(memory, explicit_id=None):
+    """The content fingerprint before the participants encoding was made unambiguous."""
+    import hashlib
+
+    from langmem_trpc.service._text import normalize_text
+
+    event = memory.event_time.strftime("%Y-%m-%dT%H:%M:%SZ") if memory.event_time else ""
+    parts = [
+        "text:" + normalize_text(memory.text),
+        "kind:" + memory.kind.value,
+        "event:" + event,
+        "with:" + ",".join(p.casefold() for p in memory.participants),
+        "at:" + (memory.location or "").casefold(),
+    ]
+    if explicit_id is not None:
+        parts.append("id:" + explicit_id)
+    return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()
+
+
+def test_fingerprint_migration_recomputes_ambiguous_rows(tmp_path, monkeypatch):
+    """Rows stored under the old participants encoding: after the migration, adding
+    their content again refreshes them instead of creating a second memory, and a
+    list that only looked the same stays a different memory."""
+    from langmem_trpc.backends.sqlite import service as sqlite_service
+
+    path = tmp_path / "m.db"
+    with monkeypatch.context() as m:
+        m.setattr(sqlite_service, "fingerprint", legacy_fingerprint)
+        svc = SQLiteMemoryService(path)
+        comma = svc.add(ALICE, "Met for lunch", participants=["Smith, John"])
+        plain = svc.add(ALICE, "Plain memory", participants=["Ana", "Bob"])
+        keyed = svc.add(ALICE, "Keyed memory", memory_id="k\x1f1", location="a\x1fb")
+        svc.close()
+    (statements,) = [m for m in MIGRATIONS if "lm_fingerprint" in "".join(m)]
+    svc = SQLiteMemoryService(path)
+    svc._db.write(lambda conn: [conn.execute(statement) for statement in statements])
+    assert svc.add(ALICE, "met for lunch", participants=["smith, john"]).id == comma.id
+    assert svc.add(ALICE, "Plain memory", participants=["Bob", "Ana"]).id == plain.id
+    again = svc.add(ALICE, "Keyed memory, new", memory_id="k\x1f1", location="a\x1fb")
+    assert again.id == keyed.id
+    assert svc.add(ALICE, "Met for lunch", participants=["Smith", "John"]).id != comma.id
+    assert svc.count(ALICE) == 4
+    assert_index_consistent(path)
     svc.close()
 
 

@@ -27,7 +27,29 @@ SECRET_DSN = "postgresql://admin:s3cr3t-hunter2@db.internal:5432/memories"
 SECRET_WORD = "s3cr3t-hunter2"
 
 #: Look-alike app names and user ids: all distinct users, compared exactly (types.py).
-APPS = ["app", "App", "app ", "a/b", "a%", "a'b", "a:b", "*"]
+#: After the first lines: separator-bearing ids (U+001F, U+001E, U+2028) that join
+#: into one string the same way as a neighbour, look-alikes (Cyrillic "а",
+#: fullwidth forms, zero-width joiners) and normalisation variants (NFC "é" vs
+#: NFD "e" + U+0301).
+APPS = [
+    "app",
+    "App",
+    "app ",
+    "a/b",
+    "a%",
+    "a'b",
+    "a:b",
+    "*",
+    "a\x1fb",
+    "a",
+    "3\x1fa",
+    "3",
+    "\u0430pp",
+    "\uff41\uff50\uff50",
+    "app\u200d",
+    "caf\u00e9",
+    "cafe\u0301",
+]
 USER_IDS = [
     "alice",
     "Alice",
@@ -42,7 +64,36 @@ USER_IDS = [
     "_",
     "alice\t",
     "x" * 512,
+    "b\x1fc",
+    "c",
+    "a\x1fb",
+    "b",
+    "\u0430lice",
+    "\uff41\uff4c\uff49\uff43\uff45",
+    "al\u200cice",
+    "jos\u00e9",
+    "jose\u0301",
+    "alice\u2028",
+    "alice\x1e",
 ]
+
+
+def neighbours() -> list[list[tuple[int, int]]]:
+    """(app index, user index) lists of users one separator, look-alike character
+    or normal form apart: the pairs that would share state under a careless key."""
+    a, u = APPS.index, USER_IDS.index
+    return [
+        [(a("a\x1fb"), u("c")), (a("a"), u("b\x1fc"))],
+        [(a("3\x1fa"), u("b")), (a("3"), u("a\x1fb"))],
+        [(a("a"), u("b")), (a("a\x1fb"), u("c")), (a("a"), u("b\x1fc"))],
+        [(a("app"), u("alice")), (a("\u0430pp"), u("alice")), (a("app"), u("\u0430lice"))],
+        [(a("app"), u("alice")), (a("\uff41\uff50\uff50"), u("\uff41\uff4c\uff49\uff43\uff45"))],
+        [(a("app"), u("alice")), (a("app\u200d"), u("al\u200cice")), (a("app"), u("alice\u200b"))],
+        [(a("caf\u00e9"), u("jos\u00e9")), (a("cafe\u0301"), u("jose\u0301"))],
+        [(a("caf\u00e9"), u("jose\u0301")), (a("cafe\u0301"), u("jos\u00e9"))],
+        [(a("app"), u("alice")), (a("app"), u("alice\x1e")), (a("app"), u("alice\u2028"))],
+    ]
+
 
 BACKENDS = [
     "memory",
@@ -178,6 +229,7 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     stats = getattr(module, "STATS", None)
     if stats and stats.get("operations"):
         terminalreporter.write_line(
-            "isolation fuzzing: {operations} operations, {foreign_id_probes} probes with another "
+            "isolation fuzzing: {operations} operations ({odd_id_operations} by users with "
+            "separator, look-alike or NFD ids), {foreign_id_probes} probes with another "
             "user's id, {entries_checked} returned entries checked".format(**stats)
         )

@@ -24,7 +24,7 @@ from langmem_trpc.errors import LangmemTrpcError
 from langmem_trpc.service.protocol import MemoryService
 from langmem_trpc.types import Entry, SearchOptions
 
-from .conftest import APPS, USER_IDS, users_of
+from .conftest import APPS, USER_IDS, neighbours, users_of
 
 TEXTS = [
     "Prefers dark mode in every editor",
@@ -38,7 +38,12 @@ EXPLICIT_IDS = ["m1", "shared", "a/b", "50%", "o'x", "k:1", "*", "kv-" + "0" * 3
 KINDS = ["add", "add", "add_id", "update", "delete", "get", "history", "search", "read"]
 
 #: Totals across all runs of this module, reported in docs/reliability.md.
-STATS = {"operations": 0, "foreign_id_probes": 0, "entries_checked": 0}
+STATS = {"operations": 0, "foreign_id_probes": 0, "entries_checked": 0, "odd_id_operations": 0}
+
+
+def _odd(user: UserKey) -> bool:
+    """An id with a control or separator character, or outside ASCII (look-alikes, NFD)."""
+    return any(not c.isprintable() or ord(c) > 127 for c in user.app_name + user.user_id)
 
 
 @dataclass(frozen=True)
@@ -132,6 +137,7 @@ class Run:
         if self.only is not None and step.actor != self.only:
             return
         STATS["operations"] += 1
+        STATS["odd_id_operations"] += _odd(step.actor)
         user, svc, a = step.actor, self.svc, (self.loop if step.use_async else None)
         target = self.target(step)
         foreign = target is not None and target not in self.owned.get(user, set())
@@ -167,7 +173,8 @@ class Run:
                 options = SearchOptions(max_results=50, similarity_threshold=0.0)
                 found = _call(svc, a, "search", user, step.text, options)
                 self.check_entries(user, found)
-                out = ("search", _texts(found))
+                # scores too: a neighbour sharing index state would move them
+                out = ("search", sorted((e.text, round(e.score or 0.0, 9)) for e in found))
             else:
                 found = _call(svc, a, "read", user)
                 self.check_entries(user, found)
@@ -205,10 +212,13 @@ raw_ops = st.lists(
     min_size=1,
     max_size=14,
 )
-user_pairs = st.lists(
-    st.tuples(st.integers(0, len(APPS) - 1), st.integers(0, len(USER_IDS) - 1)),
-    min_size=2,
-    max_size=4,
+user_pairs = st.one_of(
+    st.lists(
+        st.tuples(st.integers(0, len(APPS) - 1), st.integers(0, len(USER_IDS) - 1)),
+        min_size=2,
+        max_size=4,
+    ),
+    st.sampled_from(neighbours()),  # users one separator / look-alike / normal form apart
 )
 
 
@@ -255,6 +265,21 @@ def test_random_sequences_stay_isolated(make_service: Any, pairs: Any, raw: Any)
 @given(pairs=user_pairs, raw=raw_ops)
 def test_random_sequences_stay_isolated_longer(make_service: Any, pairs: Any, raw: Any) -> None:
     check_isolation(make_service, pairs, raw)
+
+
+#: A fixed program for `test_neighbours_stay_isolated`: every user adds, searches,
+#: updates, deletes and reads, interleaved with its neighbours.
+PROGRAM = [
+    (step % 3, kind, step % len(TEXTS), step + 1, step % len(EXPLICIT_IDS), step % 2 == 1)
+    for step, kind in enumerate([0, 0, 0, 1, 1, 1, 7, 7, 7, 2, 2, 2, 7, 7, 7, 3, 4, 5, 6, 8, 7, 7])
+]
+
+
+@pytest.mark.parametrize("group", range(len(neighbours())))
+def test_neighbours_stay_isolated(make_service: Any, group: int) -> None:
+    """Users one separator, look-alike character or normal form apart (conftest.neighbours),
+    every time, not only when hypothesis happens to draw them."""
+    check_isolation(make_service, neighbours()[group], PROGRAM)
 
 
 def test_look_alikes_are_distinct_users(make_service: Any) -> None:

@@ -1,3 +1,4 @@
+import hashlib
 from datetime import datetime, timezone
 
 import pytest
@@ -20,6 +21,53 @@ def test_fingerprint_separates_events_and_explicit_ids():
     tuesday = build_memory("hiking", limits=LIMITS, kind=Kind.EPISODE, event_time="2024-05-07")
     assert fingerprint(monday) != fingerprint(tuesday)
     assert fingerprint(monday) != fingerprint(monday, "key-1")
+
+
+def test_fingerprint_of_comma_free_participants_is_the_historical_one():
+    """Stored fingerprints stay valid: lists without commas or U+001F hash as before."""
+    memory = build_memory(
+        "Met Bob", limits=LIMITS, kind="episode", event_time="2024-05-06",
+        participants=["Bob", "Ana"], location="Paris",
+    )  # fmt: skip
+    historical = "\x1f".join(
+        [
+            "text:met bob",
+            "kind:episode",
+            "event:2024-05-06T00:00:00Z",
+            "with:ana,bob",
+            "at:paris",
+        ]
+    )
+    assert fingerprint(memory) == hashlib.sha256(historical.encode()).hexdigest()
+    keyed = hashlib.sha256((historical + "\x1fid:k1").encode()).hexdigest()
+    assert fingerprint(memory, "k1") == keyed
+
+
+def test_fingerprint_is_unambiguous_for_commas_and_separators():
+    def fp(**fields: object) -> str:
+        return fingerprint(build_memory("lunch", limits=LIMITS, **fields))  # type: ignore[arg-type]
+
+    assert fp(participants=["Smith, John"]) != fp(participants=["Smith", "John"])
+    assert fp(participants=["x\x1fat:paris"]) != fp(participants=["x"], location="paris\x1fat:")
+    assert fp(participants=["a,b", "c"]) != fp(participants=["a", "b,c"])
+    assert fp(participants=["Smith, John"]) == fp(participants=["smith, john"])
+    plain = build_memory("lunch", limits=LIMITS)
+    assert fingerprint(plain, "a\x1fid:b") != fingerprint(plain, "a")
+
+
+def test_metadata_is_normalised_to_json_values():
+    from langmem_trpc.service._core import check_metadata
+
+    when = datetime(2024, 5, 1, tzinfo=timezone.utc)
+    assert check_metadata({"t": when, "p": (1, "x")}) == {"t": when.isoformat(), "p": [1, "x"]}
+    for bad, problem in [
+        ({"x": float("nan")}, "metadata.x must be a finite number"),
+        ({"x": ["\x00"]}, "metadata.x[0] must not contain NUL bytes"),
+        ({2: 1}, "keys must be strings"),
+    ]:
+        with pytest.raises(InvalidMemoryError, match=problem.replace("[", r"\[")) as info:
+            check_metadata(bad)
+        assert info.value.field == "metadata"
 
 
 def test_patch_keeps_unspecified_fields():

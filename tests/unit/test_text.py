@@ -37,3 +37,13 @@ def test_token_jaccard():
 def test_normalize_text_for_fingerprints():
     assert normalize_text("  Prefers   DARK mode. ") == "prefers dark mode"
     assert normalize_text("ｆｕｌｌ width！") == "full width"
+
+
+def test_over_long_tokens_are_cut_to_the_index_limit():
+    from langmem_trpc.service._text import MAX_TOKEN_CHARS
+
+    blob = "ab" * 2_000
+    assert primary_tokens(f"key {blob} end") == ["key", blob[:MAX_TOKEN_CHARS], "end"]
+    wide = "ж" * 1_100  # 2 UTF-8 bytes each: over PostgreSQL's 2,046-byte lexeme limit
+    (token,) = primary_tokens(wide)
+    assert token == wide[:MAX_TOKEN_CHARS] and len(token.encode()) < 2_047

@@ -49,3 +49,16 @@ def test_user_key_keeps_ids_exactly():
 def test_search_options_parse_time_strings():
     options = SearchOptions(time_before="2024-01-02")
     assert options.time_before == datetime(2024, 1, 2, tzinfo=timezone.utc)
+
+
+def test_ids_that_no_backend_can_store_are_refused_naming_the_field():
+    from langmem_trpc import InvalidMemoryError
+    from langmem_trpc.types import Source
+
+    with pytest.raises(InvalidUserKeyError, match="lone surrogate") as info:
+        UserKey("app", "al\ud800ice")
+    assert info.value.field == "user_id"
+    with pytest.raises(InvalidMemoryError) as bad_source:
+        Source(thread_id="t", message_ids=["ok", "m\x00"])
+    assert bad_source.value.field == "source.message_ids"
+    assert Source(thread_id="t\x1fu", message_ids=["m\u2028"]).thread_id == "t\x1fu"

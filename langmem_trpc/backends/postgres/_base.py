@@ -17,7 +17,12 @@ from ...errors import ConfigurationError
 from ...service._core import (
     Limits,
     build_memory,
+    check_app_filter,
+    check_cursor,
     check_memory_id,
+    check_restorable,
+    check_source,
+    check_thread_id,
     check_user,
     patch_memory,
     resolve_options,
@@ -167,6 +172,7 @@ class PostgresBase:
         user = check_user(user)
         if memory_id is not None:
             check_memory_id(memory_id)
+        check_source(source)
         memory = build_memory(
             text,
             limits=self._limits,
@@ -198,6 +204,7 @@ class PostgresBase:
     ) -> Op:
         user = check_user(user)
         check_memory_id(memory_id)
+        check_source(source)
         limits = self._limits
 
         def patch(current: Memory) -> Memory:
@@ -217,10 +224,12 @@ class PostgresBase:
         return Op(plan, write=True)
 
     def _op_delete(self, user: UserKey, memory_id: str, source: Source | None) -> Op:
-        return Op(_plans.delete(check_user(user), check_memory_id(memory_id), source), write=True)
+        user, memory_id = check_user(user), check_memory_id(memory_id)
+        return Op(_plans.delete(user, memory_id, check_source(source)), write=True)
 
     def _op_clear(self, user: UserKey, source: Source | None) -> Op:
-        return Op(_plans.clear(check_user(user), source), write=True)
+        user = check_user(user)
+        return Op(_plans.clear(user, check_source(source)), write=True)
 
     def _op_purge(self, user: UserKey, memory_id: str | None) -> Op:
         user = check_user(user)
@@ -253,15 +262,15 @@ class PostgresBase:
         return Op(_plans.count(check_user(user)), write=False)
 
     def _op_users(self, app_name: str | None) -> Op:
-        return Op(_plans.users(app_name), write=False)
+        return Op(_plans.users(check_app_filter(app_name)), write=False)
 
     def _op_get_cursor(self, user: UserKey, thread_id: str) -> Op:
-        return Op(_plans.get_cursor(check_user(user), thread_id), write=False)
+        user = check_user(user)
+        return Op(_plans.get_cursor(user, check_thread_id(thread_id)), write=False)
 
     def _op_restore(self, user: UserKey, entry: Entry, history: Sequence[HistoryEvent]) -> Op:
         user = check_user(user)
-        check_memory_id(entry.id)
-        entry = entry.model_copy(
+        entry = check_restorable(entry, history).model_copy(
             update={
                 "app_name": user.app_name,
                 "user_id": user.user_id,
@@ -274,7 +283,8 @@ class PostgresBase:
         )
 
     def _op_set_cursor(self, user: UserKey, cursor: ExtractionCursor) -> Op:
-        return Op(_plans.set_cursor(check_user(user), cursor), write=True)
+        user = check_user(user)
+        return Op(_plans.set_cursor(user, check_cursor(cursor)), write=True)
 
 
 def backend_error(exc: Exception) -> Exception:

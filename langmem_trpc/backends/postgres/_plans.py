@@ -21,7 +21,7 @@ from ...errors import (
     MemoryConflictError,
     MemoryNotFoundError,
 )
-from ...service._core import Limits, fingerprint, new_memory_id, utcnow
+from ...service._core import Limits, fingerprint, new_memory_id, stored_fingerprint, utcnow
 from ...service._search import DEFAULT_MIN_SCORE, Legs, execute_search
 from ...types import (
     Entry,
@@ -494,7 +494,41 @@ def setup(dims: int | None, embed: bool) -> Plan[int | None]:
             yield Sql(_sql.RECORD_MIGRATION, (scope, version, _sql.checksum(sql)))
             if (scope, version) == (_sql.CORE_SCOPE, _sql.DOCS_MIGRATION):
                 yield from backfill_docs()
+            if (scope, version) == (_sql.CORE_SCOPE, _sql.FINGERPRINT_MIGRATION):
+                yield from backfill_fingerprints()
     return dims if dims is not None else existing_dims
+
+
+def backfill_fingerprints() -> Plan[int]:
+    """Recompute the fingerprints core migration 9 names, in keyset-ordered batches."""
+    done, after = 0, ("", "", "")
+    while True:
+        rows = yield Sql(
+            _sql.FINGERPRINT_SELECT,
+            {"app": after[0], "user": after[1], "id": after[2], "limit": _sql.BACKFILL_BATCH},
+        )
+        if not rows:
+            return done
+        fps = [
+            stored_fingerprint(
+                r["text"], r["kind"], _sql.utc_or_none(r["event_time"]), r["participants"],
+                r["location"],
+                r["id"] if r["keyed"] else None,
+            )
+            for r in rows
+        ]  # fmt: skip
+        yield Sql(
+            _sql.FINGERPRINT_UPDATE,
+            {
+                "apps": [r["app_name"] for r in rows],
+                "users": [r["user_id"] for r in rows],
+                "ids": [r["id"] for r in rows],
+                "fps": fps,
+            },
+        )
+        last = rows[-1]
+        after = (last["app_name"], last["user_id"], last["id"])
+        done += len(rows)
 
 
 def backfill_docs() -> Plan[int]:

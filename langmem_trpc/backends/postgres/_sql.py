@@ -226,10 +226,57 @@ ALTER TABLE langmem_memories ADD COLUMN indexed boolean NOT NULL DEFAULT true;
 CREATE INDEX langmem_memories_pending ON langmem_memories (app_name, user_id)
     WHERE deleted_at IS NULL AND NOT indexed;
 """,
+    # 8: the "evict" capacity policy takes the least recently written memory by
+    # write_seq, a sequence every insert and content write draws from, so a wall
+    # clock stepping backwards cannot make the newest memory look oldest. Existing
+    # rows are numbered in their old order (updated_at, created_at, id).
+    """
+CREATE SEQUENCE langmem_write_seq;
+ALTER TABLE langmem_memories ADD COLUMN write_seq bigint;
+UPDATE langmem_memories m SET write_seq = o.n
+FROM (SELECT app_name, user_id, id, row_number() OVER (ORDER BY updated_at, created_at, id) AS n
+      FROM langmem_memories) o
+WHERE m.app_name = o.app_name AND m.user_id = o.user_id AND m.id = o.id;
+SELECT setval('langmem_write_seq', coalesce((SELECT max(write_seq) FROM langmem_memories), 0) + 1, false);
+ALTER TABLE langmem_memories ALTER COLUMN write_seq SET DEFAULT nextval('langmem_write_seq'),
+    ALTER COLUMN write_seq SET NOT NULL;
+ALTER SEQUENCE langmem_write_seq OWNED BY langmem_memories.write_seq;
+CREATE INDEX langmem_memories_user_write_seq ON langmem_memories (app_name, user_id, write_seq)
+    WHERE deleted_at IS NULL;
+""",
+    # 9: fingerprints of rows whose participants, location or explicit id could be
+    # read two ways (a participant holding a comma, U+001F anywhere) are recomputed
+    # in the unambiguous encoding by a Python pass (`_plans.backfill_fingerprints`,
+    # run when this version is applied), so adding their content again finds them.
+    """
+COMMENT ON COLUMN langmem_memories.fingerprint IS
+    'service._core.fingerprint: sha256 of the normalised content, unambiguous encoding (recomputed by the fingerprint migration)';
+""",
 ]
 
 DOCS_MIGRATION = 6
 """Core version that added content_doc/topic_doc; applying it runs the Python backfill."""
+
+FINGERPRINT_MIGRATION = next(
+    i for i, m in enumerate(MIGRATIONS, start=1) if "recomputed by the fingerprint migration" in m
+)
+"""Core version whose application recomputes ambiguous fingerprints (by position, so
+appending or reordering migrations keeps it right)."""
+
+FINGERPRINT_SELECT = """
+SELECT app_name, user_id, id, text, kind, event_time, participants, location, keyed
+FROM langmem_memories
+WHERE (app_name, user_id, id) > (%(app)s, %(user)s, %(id)s)
+  AND (strpos(array_to_string(participants, chr(30)), ',') > 0
+       OR strpos(array_to_string(participants, chr(30)), chr(31)) > 0
+       OR strpos(coalesce(location, ''), chr(31)) > 0 OR (keyed AND strpos(id, chr(31)) > 0))
+ORDER BY app_name, user_id, id LIMIT %(limit)s"""
+
+FINGERPRINT_UPDATE = """
+UPDATE langmem_memories m SET fingerprint = d.fp
+FROM unnest(%(apps)s::text[], %(users)s::text[], %(ids)s::text[], %(fps)s::text[])
+    AS d(app_name, user_id, id, fp)
+WHERE m.app_name = d.app_name AND m.user_id = d.user_id AND m.id = d.id"""
 
 BACKFILL_SELECT = """
 SELECT app_name, user_id, id, text, topics FROM langmem_memories
@@ -324,7 +371,16 @@ def checksum(sql: str) -> str:
 
 # --- writes ----------------------------------------------------------------
 
-USER_LOCK = "SELECT pg_advisory_xact_lock(hashtextextended(%(app)s || chr(31) || %(user)s, 0))"
+USER_LOCK = """
+SELECT pg_advisory_xact_lock(hashtextextended(CASE
+    WHEN strpos(%(app)s, chr(31)) = 0 AND strpos(%(user)s, chr(31)) = 0
+    THEN %(app)s || chr(31) || %(user)s
+    ELSE length(%(app)s)::text || chr(31) || %(app)s || chr(31) || %(user)s END, 0))"""
+"""The per-user write lock. Its key hashes an injective encoding of the pair: the
+historical `app U+001F user` when neither part holds U+001F (exactly one U+001F:
+unambiguous, and the key processes of earlier versions take), else the
+length-prefixed form, which holds two or more. A collision of the 64-bit hash
+itself only serialises two users' writes."""
 
 _COLUMNS = (
     "id, app_name, user_id, text, topics, kind, event_time, participants, location, metadata, "
@@ -357,7 +413,7 @@ EVICT_OLDEST = f"""
 UPDATE langmem_memories SET deleted_at = %(now)s
 WHERE {_WHERE_USER} AND id = (
     SELECT id FROM langmem_memories WHERE {_WHERE_USER} AND deleted_at IS NULL
-    ORDER BY updated_at, created_at, id LIMIT 1)
+    ORDER BY write_seq LIMIT 1)
 RETURNING id, text"""
 
 _CONTENT_SET = (
@@ -365,7 +421,7 @@ _CONTENT_SET = (
     "event_time = %(event_time)s, participants = %(participants)s, location = %(location)s, "
     "metadata = %(metadata)s, content_terms = %(content_terms)s, topic_terms = %(topic_terms)s, "
     "content_len = %(content_len)s, topic_len = %(topic_len)s, content_doc = %(content_doc)s, "
-    "topic_doc = %(topic_doc)s, updated_at = %(now)s"
+    "topic_doc = %(topic_doc)s, updated_at = %(now)s, write_seq = nextval('langmem_write_seq')"
 )
 
 INSERT_MEMORY = f"""
@@ -425,7 +481,8 @@ RETURNING {_COLUMNS}"""
 
 SET_TOPICS = f"""
 UPDATE langmem_memories SET topics = %(topics)s, topic_terms = %(topic_terms)s,
-    topic_len = %(topic_len)s, topic_doc = %(topic_doc)s, updated_at = %(now)s
+    topic_len = %(topic_len)s, topic_doc = %(topic_doc)s, updated_at = %(now)s,
+    write_seq = nextval('langmem_write_seq')
 WHERE {_WHERE_USER} AND id = %(id)s
 RETURNING {_COLUMNS}"""
 
@@ -593,6 +650,10 @@ def cursor_params(user: UserKey, cursor: ExtractionCursor, now: datetime) -> Par
 
 def _utc(value: datetime) -> datetime:
     return value.astimezone(timezone.utc)
+
+
+def utc_or_none(value: datetime | None) -> datetime | None:
+    return None if value is None else _utc(value)
 
 
 def memory_from_row(row: Row) -> Memory:

@@ -8,7 +8,7 @@ from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 from ...errors import InvalidMemoryError
-from ...service._core import check_user
+from ...service._core import check_source, check_user
 from ...service.protocol import MemoryService
 from ...types import Memory, Source, UserKey
 from . import _bulk
@@ -96,6 +96,7 @@ class PostgresMemoryService(SyncPostgres, AsyncPostgres, MemoryService):
         user's not-yet-indexed rows, merged into the index's hits) and join the
         graph when `index_pending()` runs. Other users' searches are unaffected.
         """
+        check_source(source)
         batch = _bulk.prepare(user, memories, vectors, self._embeddings is not None, self._limits)
         if vectors is None and self._embeddings is not None and batch.texts:
             batch = batch.with_vectors(self._embeddings.embed_documents(batch.texts))
@@ -146,6 +147,7 @@ class PostgresMemoryService(SyncPostgres, AsyncPostgres, MemoryService):
         defer_index: bool = False,
     ) -> int:
         """Async twin of `add_many`."""
+        check_source(source)
         batch = _bulk.prepare(user, memories, vectors, self._embeddings is not None, self._limits)
         if vectors is None and self._embeddings is not None and batch.texts:
             batch = batch.with_vectors(await self._embeddings.aembed_documents(batch.texts))

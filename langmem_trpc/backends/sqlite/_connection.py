@@ -21,8 +21,8 @@ from typing import Literal, TypeVar
 from urllib.parse import quote
 
 from ...errors import BackendError, LangmemTrpcError
-from ._keyword import scoped
-from ._sql import CREATE_MIGRATIONS_TABLE, MIGRATIONS
+from ._keyword import scope_prefix_of, scope_prefix_v1, scoped
+from ._sql import CREATE_MIGRATIONS_TABLE, MIGRATIONS, stored_fingerprint
 
 __all__ = ["Database", "probe"]
 
@@ -142,6 +142,9 @@ class Database:
             conn.execute(f"PRAGMA synchronous = {self._synchronous}")
             conn.execute("PRAGMA temp_store = MEMORY")
             conn.create_function("lm_scoped", 2, scoped, deterministic=True)
+            conn.create_function("lm_scope", 2, scope_prefix_of, deterministic=True)
+            conn.create_function("lm_scope_v1", 2, scope_prefix_v1, deterministic=True)
+            conn.create_function("lm_fingerprint", 6, stored_fingerprint, deterministic=True)
         except sqlite3.Error as exc:
             raise BackendError(f"cannot open SQLite database: {exc}") from exc
         held = _Held(conn)

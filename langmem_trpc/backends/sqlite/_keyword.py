@@ -24,6 +24,8 @@ __all__ = [
     "keyword_doc",
     "match_any",
     "scope_prefix",
+    "scope_prefix_of",
+    "scope_prefix_v1",
     "scoped",
     "topics_document",
 ]
@@ -32,10 +34,32 @@ __all__ = [
 def scope_prefix(user: UserKey) -> str:
     """Prefix of every FTS term of one (app_name, user_id): a term never spans two users.
 
-    17 ASCII characters from a hash; a collision would only cost speed, since
-    every query also filters rows by app_name and user_id.
+    17 ASCII characters from a hash of an injective encoding of the pair
+    (`scope_prefix_of`). Every query also filters rows by app_name and user_id;
+    a shared prefix would still merge two users' document frequencies (BM25
+    rarity, the candidate cut), so the encoding must never join two pairs.
     """
-    digest = hashlib.sha256(f"{user.app_name}\x1f{user.user_id}".encode()).hexdigest()
+    return scope_prefix_of(user.app_name, user.user_id)
+
+
+def scope_prefix_of(app_name: str, user_id: str) -> str:
+    """`scope_prefix` of a pair; registered as the SQL function `lm_scope` (migration 3).
+
+    Pairs without U+001F keep the historical hash of `app + U+001F + user`,
+    which is unambiguous for them (exactly one U+001F), so existing files keep
+    their index. A pair with U+001F in either part hashes its length-prefixed
+    form `len(app) U+001F app U+001F user`, which holds at least two U+001F
+    and so never equals a historical string; the length makes it injective.
+    """
+    if "\x1f" not in app_name and "\x1f" not in user_id:
+        return scope_prefix_v1(app_name, user_id)
+    encoded = f"{len(app_name)}\x1f{app_name}\x1f{user_id}"
+    return "u" + hashlib.sha256(encoded.encode()).hexdigest()[:16]
+
+
+def scope_prefix_v1(app_name: str, user_id: str) -> str:
+    """The prefix before migration 3 (ambiguous when an id holds U+001F); SQL `lm_scope_v1`."""
+    digest = hashlib.sha256(f"{app_name}\x1f{user_id}".encode()).hexdigest()
     return "u" + digest[:16]
 
 

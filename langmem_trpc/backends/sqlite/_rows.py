@@ -6,12 +6,14 @@ Every function runs inside the caller's write transaction.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ...types import Entry, Memory, Operation, Source, UserKey
 from . import _sql as sql
 from ._keyword import fts_document, scope_prefix, scoped, topics_document
+from ._vectors import Appended
 
 __all__ = [
     "CONTENT_DOC",
@@ -28,6 +30,9 @@ __all__ = [
     "Prepared",
     "Row",
     "index_row",
+    "insert_new",
+    "known_fingerprints",
+    "note_appended",
     "record_history",
     "soft_delete",
     "to_entry",
@@ -179,3 +184,66 @@ def soft_delete(
     unindex_row(conn, user, rid)
     conn.execute(sql.SOFT_DELETE, (at, rid))
     record_history(conn, user, memory_id, op, text, None, source, at)
+
+
+def known_fingerprints(
+    conn: sqlite3.Connection, user: UserKey, fingerprints: set[bytes]
+) -> set[bytes]:
+    """Which of these content fingerprints the user already has (live or deleted)."""
+    u = (user.app_name, user.user_id)
+    wanted = list(fingerprints)
+    known: set[bytes] = set()
+    for start in range(0, len(wanted), 500):
+        chunk = wanted[start : start + 500]
+        marks = ", ".join("?" * len(chunk))
+        rows = conn.execute(sql.KNOWN_FINGERPRINTS + f"({marks})", (*u, *chunk))
+        known.update(fp for (fp,) in rows)
+    return known
+
+
+def insert_new(
+    conn: sqlite3.Connection,
+    user: UserKey,
+    pending: Sequence[tuple[Prepared, bytes | None, Entry]],
+    source: str | None,
+) -> list[tuple[int, str, int | None, bytes | None]]:
+    """Rows for content the user does not have, history and FTS with executemany;
+    returns (rid, kind, event_time, embedding) of each for the vector cache."""
+    if not pending:
+        return []
+    u = (user.app_name, user.user_id)
+    prefix = scope_prefix(user)
+    rid = int(conn.execute(sql.NEXT_RID).fetchone()[0])
+    seq = int(conn.execute(sql.NEXT_WRITE_SEQ, u).fetchone()[0])
+    memories, index, history, new_rows = [], [], [], []
+    content_total = topic_total = 0
+    for offset, (p, blob, entry) in enumerate(pending):
+        at = sql.to_us(entry.created_at)
+        content_len, topic_len = p.content_len, p.topic_len
+        content_total += content_len
+        topic_total += topic_len
+        memories.append(
+            (rid + offset, *u, entry.id, p.memory.text, p.fingerprint, False, *p.columns,
+             blob, p.content_doc, p.topic_doc, content_len, topic_len, at, at, seq + offset)
+        )  # fmt: skip
+        index.append((rid + offset, scoped(prefix, p.content_doc), scoped(prefix, p.topic_doc)))
+        history.append((*u, entry.id, Operation.ADD.value, None, p.memory.text, at, source))
+        new_rows.append((rid + offset, p.columns[1], p.columns[2], blob))
+    conn.executemany(sql.INSERT_MEMORY_WITH_RID, memories)
+    count_inserted(conn, user, len(pending), content_total, topic_total)
+    conn.executemany(sql.FTS_INSERT, index)
+    conn.executemany(sql.INSERT_HISTORY, history)
+    return new_rows
+
+
+def note_appended(
+    conn: sqlite3.Connection,
+    user: UserKey,
+    before: tuple[str, int] | None,
+    rows: list[tuple[int, str, int | None, bytes | None]],
+    out: list[Appended],
+) -> None:
+    """Record rows an append-only write added, with the user's stamps around it."""
+    after = user_state(conn, user)
+    if before is not None and after is not None and rows:
+        out.append(Appended(before, (after[0], after[1]), rows))

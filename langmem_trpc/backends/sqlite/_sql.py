@@ -13,6 +13,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from ...errors import InvalidMemoryError
+from ...service import _core
 from ...types import Entry, ExtractionCursor, HistoryEvent, Kind, Memory, Operation, Source
 
 __all__ = [
@@ -143,6 +144,50 @@ MIGRATIONS: list[tuple[str, ...]] = [
     # (`_rows.count_inserted`, `COUNT_INSERTED`): the per-row insert trigger was
     # 40% of a batch row's insert time. Update and delete keep their triggers.
     ("DROP TRIGGER memories_after_insert",),
+    # 3: the FTS prefix of a pair with U+001F in app_name or user_id was ambiguous
+    # (("a\x1fb", "c") and ("a", "b\x1fc") shared one); such users' live rows move
+    # from the old prefix (lm_scope_v1) to the injective one (lm_scope,
+    # `_keyword.scope_prefix_of`). Every other pair keeps its prefix.
+    (
+        """INSERT INTO memories_fts (memories_fts, rowid, content, topics)
+            SELECT 'delete', rid, lm_scoped(lm_scope_v1(app_name, user_id), content_doc),
+                lm_scoped(lm_scope_v1(app_name, user_id), topic_doc)
+            FROM memories WHERE deleted_at IS NULL
+                AND (instr(app_name, char(31)) > 0 OR instr(user_id, char(31)) > 0)""",
+        """INSERT INTO memories_fts (rowid, content, topics)
+            SELECT rid, lm_scoped(lm_scope(app_name, user_id), content_doc),
+                lm_scoped(lm_scope(app_name, user_id), topic_doc)
+            FROM memories WHERE deleted_at IS NULL
+                AND (instr(app_name, char(31)) > 0 OR instr(user_id, char(31)) > 0)""",
+    ),
+    # 4: the "evict" capacity policy takes the least recently written memory by
+    # write_seq (per user: the user's highest + 1 on every insert and content
+    # write), not by updated_at, so a wall clock stepping backwards (another
+    # process, a restart) cannot make the newest memory look oldest. Existing rows
+    # are numbered in their old order; a temporary table keeps this portable
+    # (no UPDATE ... FROM, which needs SQLite 3.33).
+    (
+        "ALTER TABLE memories ADD COLUMN write_seq INTEGER NOT NULL DEFAULT 0",
+        "CREATE TEMP TABLE lm_write_order (n INTEGER PRIMARY KEY, rid INTEGER NOT NULL UNIQUE)",
+        """INSERT INTO lm_write_order (rid)
+            SELECT rid FROM memories ORDER BY updated_at, created_at, id""",
+        """UPDATE memories SET write_seq = (
+            SELECT n FROM lm_write_order AS o WHERE o.rid = memories.rid)""",
+        "DROP TABLE lm_write_order",
+        "CREATE INDEX memories_write_seq ON memories (app_name, user_id, write_seq)",
+    ),
+    # 5: fingerprints of rows whose participants, location or explicit id could be
+    # read two ways (a participant holding a comma, U+001F anywhere) are
+    # recomputed in the unambiguous encoding (`service._core.fingerprint`, through
+    # lm_fingerprint), so adding their content again finds them. Every other
+    # row's fingerprint is the same in both encodings and is left alone.
+    (
+        """UPDATE memories SET fingerprint = lm_fingerprint(
+                text, kind, event_time, participants, location, CASE WHEN keyed THEN id END)
+            WHERE participants LIKE '%,%' OR instr(participants, char(31)) > 0
+                OR instr(coalesce(location, ''), char(31)) > 0
+                OR (keyed AND instr(id, char(31)) > 0)""",
+    ),
 ]
 
 CREATE_MIGRATIONS_TABLE = """CREATE TABLE IF NOT EXISTS langmem_migrations (
@@ -172,9 +217,7 @@ SELECT_ANY_BY_FINGERPRINT = (
     f" WHERE {USER} AND fingerprint = ? ORDER BY rid LIMIT 1"
 )
 SELECT_LIVE_CLASH = f"SELECT id FROM memories WHERE {LIVE} AND fingerprint = ? AND rid != ?"
-SELECT_OLDEST_LIVE = (
-    f"SELECT rid, id, text FROM memories WHERE {LIVE} ORDER BY updated_at, created_at, id LIMIT 1"
-)
+SELECT_OLDEST_LIVE = f"SELECT rid, id, text FROM memories WHERE {LIVE} ORDER BY write_seq LIMIT 1"
 SELECT_READ = f"SELECT {ENTRY_COLUMNS} FROM memories WHERE {LIVE} ORDER BY updated_at DESC, created_at DESC, id DESC"
 SELECT_LIVE_TEXT = f"SELECT rid, id, text FROM memories WHERE {LIVE} ORDER BY rid"
 SELECT_BY_RIDS = (
@@ -185,18 +228,26 @@ SELECT_BY_RIDS = (
 SELECT_SCAN = f"SELECT {ENTRY_COLUMNS} FROM memories WHERE {LIVE}"
 """Followed by optional kind/time conditions (the phrase-fallback scan)."""
 
-INSERT_MEMORY = """INSERT INTO memories (
+_WRITE_SEQ = """(SELECT coalesce(max(s.write_seq), 0) + 1 FROM memories AS s
+        WHERE s.app_name = memories.app_name AND s.user_id = memories.user_id)"""
+"""A rewritten row's new write_seq: its user's highest + 1 (migration 4)."""
+_NEXT_SEQ = """(SELECT coalesce(max(write_seq), 0) + 1 FROM memories
+    WHERE app_name = ?{app} AND user_id = ?{user})"""
+"""The user's next write_seq (migration 4); `?N` names the app_name and user_id parameters."""
+INSERT_MEMORY = f"""INSERT INTO memories (
     app_name, user_id, id, text, fingerprint, keyed, topics, kind, event_time, participants,
     location, metadata, embedding, content_doc, topic_doc, content_len, topic_len, created_at,
-    updated_at
-) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"""
+    updated_at, write_seq
+) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, {_NEXT_SEQ.format(app=1, user=2)})"""
 INSERT_MEMORY_WITH_RID = """INSERT INTO memories (
     rid, app_name, user_id, id, text, fingerprint, keyed, topics, kind, event_time, participants,
     location, metadata, embedding, content_doc, topic_doc, content_len, topic_len, created_at,
-    updated_at
-) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"""
+    updated_at, write_seq
+) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"""
 """The batch path assigns row ids itself (it holds the write lock) to use executemany."""
 NEXT_RID = "SELECT coalesce(max(rid), 0) + 1 FROM memories"
+NEXT_WRITE_SEQ = "SELECT " + _NEXT_SEQ.format(app=1, user=2)
+"""Params: app_name, user_id; the batch path numbers its rows from it."""
 STATE_ROW = """INSERT OR IGNORE INTO user_state (app_name, user_id, generation)
     VALUES (?, ?, lower(hex(randomblob(8))))"""
 COUNT_INSERTED = """UPDATE user_state SET
@@ -207,19 +258,19 @@ WHERE app_name = ? AND user_id = ?"""
 Params: rows, rows, content_len sum, topic_len sum, app_name, user_id."""
 KNOWN_FINGERPRINTS = f"SELECT fingerprint FROM memories WHERE {USER} AND fingerprint IN "
 """Followed by a `(?, ?, ...)` list."""
-UPDATE_CONTENT = """UPDATE memories SET
+UPDATE_CONTENT = f"""UPDATE memories SET
     text = ?, fingerprint = ?, topics = ?, kind = ?, event_time = ?, participants = ?,
     location = ?, metadata = ?, embedding = ?, content_doc = ?, topic_doc = ?, content_len = ?,
-    topic_len = ?, updated_at = ?, deleted_at = NULL
+    topic_len = ?, updated_at = ?, deleted_at = NULL, write_seq = {_WRITE_SEQ}
 WHERE rid = ?"""
-UPDATE_CONTENT_KEEP_EMBEDDING = """UPDATE memories SET
+UPDATE_CONTENT_KEEP_EMBEDDING = f"""UPDATE memories SET
     text = ?, fingerprint = ?, topics = ?, kind = ?, event_time = ?, participants = ?,
     location = ?, metadata = ?, content_doc = ?, topic_doc = ?, content_len = ?, topic_len = ?,
-    updated_at = ?
+    updated_at = ?, write_seq = {_WRITE_SEQ}
 WHERE rid = ?"""
-UPDATE_TOPICS = (
-    "UPDATE memories SET topics = ?, topic_doc = ?, topic_len = ?, updated_at = ? WHERE rid = ?"
-)
+UPDATE_TOPICS = f"""UPDATE memories SET topics = ?, topic_doc = ?, topic_len = ?, updated_at = ?,
+    write_seq = {_WRITE_SEQ}
+WHERE rid = ?"""
 UPDATE_EMBEDDING = "UPDATE memories SET embedding = ? WHERE rid = ? AND text = ?"
 SOFT_DELETE = "UPDATE memories SET deleted_at = ? WHERE rid = ?"
 SOFT_DELETE_ALL = f"UPDATE memories SET deleted_at = ? WHERE {LIVE}"
@@ -308,6 +359,21 @@ DELETE_USER_CURSORS = f"DELETE FROM cursors WHERE {USER}"
 
 
 # -- converters -------------------------------------------------------------------
+
+
+def stored_fingerprint(
+    text: str,
+    kind: str,
+    event_time: int | None,
+    participants: str,
+    location: str | None,
+    explicit_id: str | None,
+) -> bytes:
+    """SQL `lm_fingerprint` (migration 5): the fingerprint of a row's columns."""
+    fp = _core.stored_fingerprint(
+        text, kind, from_us(event_time), _json(participants), location, explicit_id
+    )
+    return bytes.fromhex(fp)
 
 
 def to_us(value: datetime | None) -> int | None:

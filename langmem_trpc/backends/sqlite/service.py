@@ -21,9 +21,15 @@ import numpy as np
 
 from ...errors import CapacityExceededError, MemoryConflictError, MemoryNotFoundError
 from ...service._core import (
+    UPDATE_ATTEMPTS,
     Limits,
     build_memory,
+    check_app_filter,
+    check_cursor,
     check_memory_id,
+    check_restorable,
+    check_source,
+    check_thread_id,
     check_user,
     fingerprint,
     memory_from,
@@ -50,7 +56,6 @@ from . import _sql as sql
 from ._connection import Database
 from ._keyword import (
     scope_prefix,
-    scoped,
     topics_document,
 )
 from ._query import SearchCaches, SearchRun
@@ -66,6 +71,9 @@ from ._rows import (
     Row,
     count_inserted,
     index_row,
+    insert_new,
+    known_fingerprints,
+    note_appended,
     record_history,
     soft_delete,
     to_entry,
@@ -205,6 +213,7 @@ class SQLiteMemoryService(SyncMemoryService):
         user = check_user(user)
         if memory_id is not None:
             check_memory_id(memory_id)
+        check_source(source)
         memory = build_memory(
             text,
             limits=self._limits,
@@ -236,6 +245,7 @@ class SQLiteMemoryService(SyncMemoryService):
         computed in batches before the transaction.
         """
         user = check_user(user)
+        check_source(source)
         prepared: list[Prepared] = []
         for item in memories:
             memory = memory_from(item, limits=self._limits)
@@ -266,7 +276,7 @@ class SQLiteMemoryService(SyncMemoryService):
         the result is the same as adding one by one. When every item took the
         fast path, the new rows go into `appended` for the vector cache.
         """
-        known = _known_fingerprints(conn, user, {p.fingerprint for p in prepared})
+        known = known_fingerprints(conn, user, {p.fingerprint for p in prepared})
         capacity = self._limits.capacity
         state = user_state(conn, user)
         before = None if state is None else (state[0], state[1])
@@ -277,7 +287,7 @@ class SQLiteMemoryService(SyncMemoryService):
         pending: list[tuple[Prepared, bytes | None, Entry]] = []
 
         def flush() -> None:
-            new_rows.extend(_insert_new(conn, user, pending, encoded))
+            new_rows.extend(insert_new(conn, user, pending, encoded))
             pending.clear()
 
         entries: list[Entry] = []
@@ -302,7 +312,7 @@ class SQLiteMemoryService(SyncMemoryService):
             live += 1
         flush()
         if append_only:
-            _note_appended(conn, user, before, new_rows, appended)
+            note_appended(conn, user, before, new_rows, appended)
         return entries
 
     def _add_in(
@@ -404,50 +414,70 @@ class SQLiteMemoryService(SyncMemoryService):
     ) -> Entry:
         user = check_user(user)
         check_memory_id(memory_id)
+        check_source(source)
+        fields = {
+            "topics": topics,
+            "kind": kind,
+            "event_time": event_time,
+            "participants": participants,
+            "location": location,
+            "metadata": metadata,
+        }
         u = (user.app_name, user.user_id)
-        current_row = self._db.read(
-            lambda conn: conn.execute(sql.SELECT_BY_ID, (*u, memory_id)).fetchone()
-        )
-        if current_row is None or current_row[DELETED] is not None:
-            raise MemoryNotFoundError(memory_id)
-        current = to_entry(current_row, user)
-        memory = patch_memory(
-            current.memory,
-            text,
-            limits=self._limits,
-            topics=topics,
-            kind=kind,
-            event_time=event_time,
-            participants=participants,
-            location=location,
-            metadata=metadata,
-        )
-        p = Prepared.of(memory, fingerprint(memory, memory_id if current_row[KEYED] else None))
-        blob: bytes | None | Keep = KEEP
-        if memory.text != current.text:
-            (blob,) = self._embed([memory.text])
-
-        def work(conn: sqlite3.Connection) -> Entry:
-            row = conn.execute(sql.SELECT_BY_ID, (*u, memory_id)).fetchone()
-            if row is None or row[DELETED] is not None:
-                raise MemoryNotFoundError(memory_id)
-            clash = conn.execute(sql.SELECT_LIVE_CLASH, (*u, p.fingerprint, row[0])).fetchone()
-            if clash is not None:
-                raise MemoryConflictError(memory_id, clash[0])
-            now = self._now()
-            at = sql.to_us(now)
-            assert at is not None
-            write_content(conn, user, row[0], p, blob, at)
-            record_history(
-                conn, user, memory_id, Operation.UPDATE, row[TEXT], memory.text, source, at
+        for _ in range(UPDATE_ATTEMPTS):
+            seen = self._db.read(
+                lambda conn: conn.execute(sql.SELECT_BY_ID, (*u, memory_id)).fetchone()
             )
-            return to_entry(row, user, memory, updated_at=now)
+            if seen is None or seen[DELETED] is not None:
+                raise MemoryNotFoundError(memory_id)
+            current = to_entry(seen, user)
+            memory = patch_memory(current.memory, text, limits=self._limits, **fields)
+            p = Prepared.of(memory, fingerprint(memory, memory_id if seen[KEYED] else None))
+            blob: bytes | None | Keep = KEEP
+            if memory.text != current.text:
+                (blob,) = self._embed([memory.text])
+            entry = self._db.write(
+                lambda conn: self._update_in(conn, user, seen, p, blob, source)  # noqa: B023
+            )
+            if entry is not None:
+                return entry
+        raise MemoryConflictError(memory_id, memory_id, concurrent=True)
 
-        return self._db.write(work)
+    def _update_in(
+        self,
+        conn: sqlite3.Connection,
+        user: UserKey,
+        seen: Row,
+        p: Prepared,
+        blob: bytes | None | Keep,
+        source: Source | None,
+    ) -> Entry | None:
+        """Write `p` over the row read as `seen`, compare-and-set: None (nothing
+        written) when the row changed since, so the caller re-reads and patches again."""
+        memory_id = seen[ID]
+        row = conn.execute(sql.SELECT_BY_ID, (user.app_name, user.user_id, memory_id)).fetchone()
+        if row is None or row[DELETED] is not None:
+            raise MemoryNotFoundError(memory_id)
+        if tuple(row) != tuple(seen):
+            return None
+        clash = conn.execute(
+            sql.SELECT_LIVE_CLASH, (user.app_name, user.user_id, p.fingerprint, row[0])
+        ).fetchone()
+        if clash is not None:
+            raise MemoryConflictError(memory_id, clash[0])
+        now = self._now()
+        at = sql.to_us(now)
+        assert at is not None
+        write_content(conn, user, row[0], p, blob, at)
+        record_history(
+            conn, user, memory_id, Operation.UPDATE, row[TEXT], p.memory.text, source, at
+        )
+        return to_entry(row, user, p.memory, updated_at=now)
 
     def delete(self, user: UserKey, memory_id: str, *, source: Source | None = None) -> bool:
         user = check_user(user)
         check_memory_id(memory_id)
+        check_source(source)
 
         def work(conn: sqlite3.Connection) -> bool:
             row = conn.execute(
@@ -464,6 +494,7 @@ class SQLiteMemoryService(SyncMemoryService):
 
     def clear(self, user: UserKey, *, source: Source | None = None) -> int:
         user = check_user(user)
+        check_source(source)
         u = (user.app_name, user.user_id)
 
         def work(conn: sqlite3.Connection) -> int:
@@ -519,8 +550,7 @@ class SQLiteMemoryService(SyncMemoryService):
 
     def restore(self, user: UserKey, entry: Entry, history: Sequence[HistoryEvent] = ()) -> Entry:
         user = check_user(user)
-        check_memory_id(entry.id)
-        entry = entry.model_copy(
+        entry = check_restorable(entry, history).model_copy(
             update={
                 "app_name": user.app_name,
                 "user_id": user.user_id,
@@ -607,6 +637,7 @@ class SQLiteMemoryService(SyncMemoryService):
         return 0 if state is None else int(state[2])
 
     def users(self, app_name: str | None = None) -> list[UserKey]:
+        app_name = check_app_filter(app_name)
         query, params = sql.SELECT_USERS, tuple[str, ...]()
         if app_name is not None:
             query, params = query + " AND app_name = ?", (app_name,)
@@ -668,6 +699,7 @@ class SQLiteMemoryService(SyncMemoryService):
 
     def get_cursor(self, user: UserKey, thread_id: str) -> ExtractionCursor | None:
         user = check_user(user)
+        check_thread_id(thread_id)
         row = self._db.read(
             lambda conn: conn.execute(
                 sql.SELECT_CURSOR, (user.app_name, user.user_id, thread_id)
@@ -677,6 +709,7 @@ class SQLiteMemoryService(SyncMemoryService):
 
     def set_cursor(self, user: UserKey, cursor: ExtractionCursor) -> None:
         user = check_user(user)
+        check_cursor(cursor)
         params = (
             user.app_name,
             user.user_id,
@@ -702,68 +735,6 @@ def _unit_blobs(vectors: Sequence[Sequence[float]]) -> list[bytes | None]:
     norms = np.linalg.norm(matrix, axis=1, keepdims=True)
     matrix = np.divide(matrix, norms, out=matrix.copy(), where=norms > 0)
     return [row.tobytes() for row in matrix]
-
-
-def _known_fingerprints(
-    conn: sqlite3.Connection, user: UserKey, fingerprints: set[bytes]
-) -> set[bytes]:
-    """Which of these content fingerprints the user already has (live or deleted)."""
-    u = (user.app_name, user.user_id)
-    wanted = list(fingerprints)
-    known: set[bytes] = set()
-    for start in range(0, len(wanted), 500):
-        chunk = wanted[start : start + 500]
-        marks = ", ".join("?" * len(chunk))
-        rows = conn.execute(sql.KNOWN_FINGERPRINTS + f"({marks})", (*u, *chunk))
-        known.update(fp for (fp,) in rows)
-    return known
-
-
-def _insert_new(
-    conn: sqlite3.Connection,
-    user: UserKey,
-    pending: Sequence[tuple[Prepared, bytes | None, Entry]],
-    source: str | None,
-) -> list[tuple[int, str, int | None, bytes | None]]:
-    """Rows for content the user does not have, history and FTS with executemany;
-    returns (rid, kind, event_time, embedding) of each for the vector cache."""
-    if not pending:
-        return []
-    u = (user.app_name, user.user_id)
-    prefix = scope_prefix(user)
-    rid = int(conn.execute(sql.NEXT_RID).fetchone()[0])
-    memories, index, history, new_rows = [], [], [], []
-    content_total = topic_total = 0
-    for offset, (p, blob, entry) in enumerate(pending):
-        at = sql.to_us(entry.created_at)
-        content_len, topic_len = p.content_len, p.topic_len
-        content_total += content_len
-        topic_total += topic_len
-        memories.append(
-            (rid + offset, *u, entry.id, p.memory.text, p.fingerprint, False, *p.columns,
-             blob, p.content_doc, p.topic_doc, content_len, topic_len, at, at)
-        )  # fmt: skip
-        index.append((rid + offset, scoped(prefix, p.content_doc), scoped(prefix, p.topic_doc)))
-        history.append((*u, entry.id, Operation.ADD.value, None, p.memory.text, at, source))
-        new_rows.append((rid + offset, p.columns[1], p.columns[2], blob))
-    conn.executemany(sql.INSERT_MEMORY_WITH_RID, memories)
-    count_inserted(conn, user, len(pending), content_total, topic_total)
-    conn.executemany(sql.FTS_INSERT, index)
-    conn.executemany(sql.INSERT_HISTORY, history)
-    return new_rows
-
-
-def _note_appended(
-    conn: sqlite3.Connection,
-    user: UserKey,
-    before: tuple[str, int] | None,
-    rows: list[tuple[int, str, int | None, bytes | None]],
-    out: list[Appended],
-) -> None:
-    """Record rows an append-only write added, with the user's stamps around it."""
-    after = user_state(conn, user)
-    if before is not None and after is not None and rows:
-        out.append(Appended(before, (after[0], after[1]), rows))
 
 
 def _executemany(
