@@ -47,7 +47,7 @@ def _scripted_extraction(messages: list[BaseMessage]) -> AIMessage:
     said = " ".join(str(m.content) for m in messages[1:] if isinstance(m, HumanMessage))
     topics = ["go", "production"]
     if "1.24" in said:
-        found = re.search(r"- \[([^\]]+)\] Production runs Go 1\.23", system)
+        found = re.search(r"- \[([^\]]+)\] \"Production runs Go 1\.23\"", system)
         if found:
             args = {
                 "memory_id": found.group(1),
@@ -62,7 +62,7 @@ def _scripted_extraction(messages: list[BaseMessage]) -> AIMessage:
                 tool_call("memory_add", {"memory": "Production runs Go 1.23", "topics": topics})
             ],
         )
-    return AIMessage("")
+    return AIMessage("", tool_calls=[tool_call("nothing_to_remember")])
 
 
 def _scripted_agent() -> ScriptedChatModel:

@@ -15,9 +15,7 @@ checkpointed and never re-extracted.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
-import re
 import threading
 import time
 from collections import OrderedDict
@@ -27,6 +25,7 @@ from typing import Any, Literal
 
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 
+from ..service._render import memory_line
 from ..service.protocol import MemoryService
 from ..types import Entry, SearchOptions, UserKey
 from .identity import resolve_identity
@@ -51,8 +50,6 @@ Placement = Literal["system", "user"]
 
 BLOCK_BEGIN = "========= PRELOADED_USER_MEMORIES BEGINS ========="
 BLOCK_END = "========= PRELOADED_USER_MEMORIES ENDS ========="
-_MARKER = re.compile(r"PRELOADED[\s_-]*USER[\s_-]*MEMORIES", re.IGNORECASE)
-_RULE = re.compile(r"={3,}")
 _MAX_RESULTS = 1000
 
 DEFAULT_PLAYBOOK = """## Memory
@@ -79,27 +76,14 @@ _HEADER = (
 # -- rendering ----------------------------------------------------------------
 
 
-def _defuse(text: str) -> str:
-    """Remove anything that could close the block early or pose as a delimiter."""
-    return _RULE.sub("=", _MARKER.sub("[memory-marker]", text))
-
-
-def _meta(text: str) -> str:
-    return " ".join(_defuse(text).split()).replace(";", ",")
-
-
 def render_entry(entry: Entry) -> str:
-    """One line: `- [id] "text" (kind=..; date=..; with=..; at=..)`; topics are omitted."""
-    memory = entry.memory
-    meta = [f"kind={memory.kind.value}"]
-    if memory.event_time is not None:
-        meta.append(f"date={memory.event_time:%Y-%m-%d}")
-    if memory.participants:
-        meta.append("with=" + ", ".join(_meta(p) for p in memory.participants))
-    if memory.location:
-        meta.append(f"at={_meta(memory.location)}")
-    quoted = json.dumps(_defuse(memory.text), ensure_ascii=False)
-    return f"- [{_meta(entry.id)}] {quoted} ({'; '.join(meta)})"
+    """One line: `- [id] "text" (kind=..; date=..; with=..; at=..)`; topics are omitted.
+
+    The shared renderer (`langmem_trpc.service._render.memory_line`): stored
+    text is defused (NFKC, no zero-width characters, every line break folded,
+    look-alike delimiters neutralised) and JSON-quoted.
+    """
+    return memory_line(entry)
 
 
 def render_block(entries: Sequence[Entry], playbook: str | None = None) -> str:
