@@ -94,8 +94,10 @@ class LLMExtractor:
             message time (`additional_kwargs["timestamp"]`), else the job's time.
         tool_choice: passed to `bind_tools` so the model must call a tool ("any", which
             LangChain maps to each provider's "required"). When the model's `bind_tools`
-            rejects it (raises), the extractor binds without it from then on. None: never
-            passed.
+            rejects it (raises), or the server answers a call with an error that names
+            `tool_choice` (a local OpenAI-compatible server without "required" support; the
+            call is retried once without it), the extractor binds without it from then on.
+            None: never passed.
 
     Every reply must call a memory tool or `nothing_to_remember`; a reply in prose, or
     one whose calls are all unusable, raises `ExtractionError` (logged at WARNING), so
@@ -141,6 +143,23 @@ class LLMExtractor:
                 self.tool_choice = None
         return self.model.bind_tools(tools)
 
+    def _call(self, tools: list[dict[str, Any]], messages: list[BaseMessage]) -> Any:
+        """One model call; a server that refuses `tool_choice` gets one retry without it."""
+        choice = self.tool_choice
+        try:
+            return self.bind(tools).invoke(messages)
+        except Exception as exc:  # any provider failure is an extraction failure
+            if choice is None or "tool_choice" not in str(exc):
+                raise ExtractionError(f"model call failed: {type(exc).__name__}: {exc}") from exc
+            logger.info(
+                "extractor: the model server refused tool_choice=%r; retrying without", choice
+            )
+            self.tool_choice = None
+        try:
+            return self.model.bind_tools(tools).invoke(messages)
+        except Exception as exc:
+            raise ExtractionError(f"model call failed: {type(exc).__name__}: {exc}") from exc
+
     def build_messages(self, request: ExtractionRequest) -> list[BaseMessage]:
         """System prompt, the labelled delta, and a closing instruction when the last turn is the assistant's."""
         actions = request.actions & (
@@ -167,11 +186,7 @@ class LLMExtractor:
         actions = request.actions & (
             {Action.ADD} if request.policy == "append_only" else set(Action)
         )
-        bound = self.bind(tool_schemas(actions, request.policy))
-        try:
-            reply = bound.invoke(self.build_messages(request))
-        except Exception as exc:  # any provider failure is an extraction failure
-            raise ExtractionError(f"model call failed: {type(exc).__name__}: {exc}") from exc
+        reply = self._call(tool_schemas(actions, request.policy), self.build_messages(request))
         if not isinstance(reply, AIMessage):
             raise ExtractionError(f"model returned {type(reply).__name__}, expected an AIMessage")
         ops = parse_reply(reply, actions)

@@ -46,7 +46,9 @@ class ScriptedChatModel(BaseChatModel):
     `bound_tools` records the tool names of each `bind_tools` call and
     `bound_options` its keyword arguments (e.g. `tool_choice`). With
     `accepts_tool_choice=False`, `bind_tools(..., tool_choice=...)` raises
-    `TypeError`, like a model whose `bind_tools` has no such parameter.
+    `TypeError`, like a model whose `bind_tools` has no such parameter; with
+    `serves_tool_choice=False`, a call bound with `tool_choice` fails like a
+    server that does not support it (the reply is not consumed).
 
     Example:
         ```python
@@ -65,6 +67,7 @@ class ScriptedChatModel(BaseChatModel):
     bound_tools: list[list[str]] = Field(default_factory=list)
     bound_options: list[dict[str, Any]] = Field(default_factory=list)
     accepts_tool_choice: bool = True
+    serves_tool_choice: bool = True
     _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
     _position: int = PrivateAttr(default=0)
 
@@ -113,6 +116,10 @@ class ScriptedChatModel(BaseChatModel):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
+        if kwargs.get("tool_choice") is not None and not self.serves_tool_choice:
+            raise ValueError(
+                f"Error code: 400 - tool_choice {kwargs['tool_choice']!r} is not supported"
+            )
         return ChatResult(generations=[ChatGeneration(message=self._next_reply(messages))])
 
     @property

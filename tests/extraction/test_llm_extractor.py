@@ -201,6 +201,17 @@ def test_a_model_that_rejects_tool_choice_is_bound_without_it():
     assert plain.bound_options == [{}]
 
 
+def test_a_server_that_refuses_tool_choice_is_retried_without_it():
+    model = ScriptedChatModel(replies=[reply(NOTHING), reply(NOTHING)], serves_tool_choice=False)
+    extractor = LLMExtractor(model)
+    assert extractor.extract(request()) == [] and extractor.tool_choice is None
+    assert model.bound_options == [{"tool_choice": "any"}, {}]
+    assert len(model.calls) == 1  # the refused call never reached the script
+    broken = ScriptedChatModel(replies=[lambda m: (_ for _ in ()).throw(RuntimeError("HTTP 500"))])
+    with pytest.raises(ExtractionError, match="HTTP 500"):
+        LLMExtractor(broken).extract(request())
+
+
 def test_worker_keeps_the_cursor_when_the_model_answers_in_prose():
     from langmem_trpc import AutoMemoryWorker, InMemoryMemoryService
     from langmem_trpc.extraction import JobStatus
