@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.prebuilt import ToolRuntime
 
@@ -257,3 +259,51 @@ def test_model_output_that_is_not_a_message_fails_the_job_cleanly(service: Memor
     extractor = LLMExtractor(ScriptedChatModel(replies=[broken]))
     report = AutoMemoryWorker(service, extractor).process(ALICE, "t", [HumanMessage("x", id="h")])
     assert report.status == JobStatus.FAILED and service.get_cursor(ALICE, "t") is None
+
+
+# -- bad tool input is never reported as an outage (#13.5) --------------------------------
+
+_ODD = st.sampled_from(["\ud800", "\udfff", "\x00", "\u2028", "\ufeff", "\U0010ffff"])
+_DATES = st.one_of(
+    st.sampled_from(
+        [
+            "9999-12-31T23:00:00-05:00",
+            "0001-01-01T00:30+01:00",
+            "9999-12-31T23:59:59-23:59",
+            "10000-01-01",
+            "0000-01-01",
+            "2024-13-40",
+            "9999",
+            "0001",
+            "May 0",
+        ]
+    ),
+    st.text(st.one_of(st.sampled_from("0123456789-:T+Z "), _ODD), max_size=30),
+)
+_TEXT = st.text(st.one_of(st.characters(), _ODD), min_size=1, max_size=40)
+
+
+@settings(
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(query=_TEXT, after=st.none() | _DATES, before=st.none() | _DATES, memory=_TEXT, when=_DATES)
+def test_fuzzed_bad_tool_input_is_never_reported_as_an_outage(
+    service: MemoryService,
+    query: str,
+    after: str | None,
+    before: str | None,
+    memory: str,
+    when: str,
+) -> None:
+    search = _tool(
+        service, "memory_search", {"query": query, "time_after": after, "time_before": before}
+    )
+    add = _tool(
+        service, "memory_add", {"memory": memory, "memory_kind": "episode", "event_time": when}
+    )
+    for message in (search, add):
+        assert "unavailable" not in message.content, message.content
+        if message.status == "error":
+            assert "invalid" in message.content, message.content
