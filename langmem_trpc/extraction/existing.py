@@ -3,15 +3,20 @@
 One query made of the whole delta finds nothing on a keyword-only service
 (the embedded default: SQLite or in-memory with `embeddings=None`): keyword
 scores measure how much of the query a memory covers, so a multi-turn query
-dilutes every match below the threshold. Instead `existing_queries` makes
-one query per turn (user turns for "merge_similar", user and assistant turns
-otherwise), and splits a long turn into sentence-aligned pieces of at most
-`PIECE_WORDS` words. `load_existing` shows a user with at most
-`MAX_EXISTING` memories all of them (one read); for a larger store it runs
-one search per query (`PER_QUERY` results each, at most `MAX_QUERIES`
-queries, the latest kept), merges the result lists round-robin by rank,
-drops repeated ids and keeps at most `MAX_EXISTING` memories. The same rule
-holds on every backend, with or without embeddings.
+dilutes every match below the threshold. Instead:
+
+* `existing_queries` makes one query per turn (user turns for
+  "merge_similar", user and assistant turns otherwise); a turn longer than
+  `PIECE_WORDS` words is searched sentence by sentence (a sentence of under
+  `MIN_PIECE_WORDS` words joins the next). At most `MAX_QUERIES` queries:
+  every turn's first piece before any turn's second.
+* `load_existing` shows a user with at most `MAX_EXISTING` memories all of
+  them (one read). For a larger store it runs one search per query
+  (`PER_QUERY` hits each; score floor `KEYWORD_MIN_SCORE` on a keyword-only
+  service, the hybrid defaults with embeddings), merges the hit lists
+  round-robin by rank, drops repeated ids and keeps at most `MAX_EXISTING`.
+
+The same rule holds on every backend, with or without embeddings.
 """
 
 from __future__ import annotations
@@ -47,11 +52,17 @@ MAX_POLICY_QUERY_BYTES = 7 * 1024
 """Longest single query (a longer turn is cut in the middle)."""
 OMISSION_MARKER = "\n...\n"
 PIECE_WORDS = 24
-"""A turn longer than this is searched in sentence-aligned pieces of at most this many words."""
+"""A turn longer than this is searched sentence by sentence (pieces of at most this many words)."""
+MIN_PIECE_WORDS = 4
+"""A shorter sentence is searched together with the next one."""
+KEYWORD_MIN_SCORE = 0.2
+"""Score floor of the existing-memory search on a keyword-only service (the search default is
+0.3): a turn that mentions a stored fact among other words scores about 0.3, and the model should
+see that memory. Services with embeddings keep their hybrid defaults."""
 PER_QUERY = 5
 """Results kept per query."""
 MAX_QUERIES = 64
-"""Searches per batch at most; a longer delta keeps its latest pieces."""
+"""Searches per batch at most; every turn keeps its first piece before any gets a second."""
 MAX_EXISTING = 20
 """Existing memories shown to the model at most."""
 
@@ -70,40 +81,57 @@ def _cap(text: str, limit: int = MAX_POLICY_QUERY_BYTES) -> str:
 
 
 def _pieces(text: str) -> list[str]:
-    """`text` whole when short, else sentence-aligned pieces of at most PIECE_WORDS words."""
+    """`text` whole when short, else one piece per sentence (at most PIECE_WORDS words each).
+
+    A sentence of fewer than `MIN_PIECE_WORDS` words joins the next one, so
+    "Yes. We moved to Go 1.24." is one query, not two.
+    """
     if len(text.split()) <= PIECE_WORDS:
         return [text]
     pieces: list[str] = []
-    current: list[str] = []
+    pending: list[str] = []
     for sentence in _SENTENCE_END.split(text):
-        words = sentence.split()
-        for start in range(0, len(words), PIECE_WORDS):
-            chunk = words[start : start + PIECE_WORDS]
-            if current and len(current) + len(chunk) > PIECE_WORDS:
-                pieces.append(" ".join(current))
-                current = []
-            current.extend(chunk)
-    if current:
-        pieces.append(" ".join(current))
+        pending.extend(sentence.split())
+        if len(pending) < MIN_PIECE_WORDS:
+            continue
+        pieces.extend(
+            " ".join(pending[i : i + PIECE_WORDS]) for i in range(0, len(pending), PIECE_WORDS)
+        )
+        pending = []
+    if pending:
+        pieces.append(" ".join(pending))
     return pieces
 
 
+def _spread(per_turn: list[list[str]], limit: int) -> list[str]:
+    """At most `limit` queries: every turn's first piece, then second pieces, and so on."""
+    chosen: set[tuple[int, int]] = set()
+    depth = max((len(p) for p in per_turn), default=0)
+    for rank in range(depth):
+        for turn, pieces in enumerate(per_turn):
+            if rank < len(pieces) and len(chosen) < limit:
+                chosen.add((turn, rank))
+    return [
+        p for t, pieces in enumerate(per_turn) for r, p in enumerate(pieces) if (t, r) in chosen
+    ]
+
+
 def existing_queries(messages: Sequence[BaseMessage], policy: str) -> list[str]:
-    """One query per turn (long turns in pieces): user turns for merge_similar, else every turn."""
+    """One query per turn (long turns per sentence): user turns for merge_similar, else every turn.
+
+    At most `MAX_QUERIES`, spread so that every turn keeps its first piece
+    before any turn gets a second.
+    """
     kinds = ("human",) if policy == "merge_similar" else ("human", "ai")
-    queries: list[str] = []
+    seen: set[str] = set()
+    per_turn: list[list[str]] = []
     for message in messages:
         text = message_text(message).strip() if message.type in kinds else ""
-        if text:
-            queries.extend(p for p in _pieces(_cap(text)) if p.strip())
-    unique = list(dict.fromkeys(queries))
-    if len(unique) > MAX_QUERIES:
-        logger.debug(
-            "auto_memory: %d existing-memory queries, keeping the latest %d",
-            len(unique),
-            MAX_QUERIES,
-        )
-    return unique[-MAX_QUERIES:]
+        pieces = [p for p in _pieces(_cap(text)) if p.strip() and p not in seen] if text else []
+        seen.update(pieces)
+        if pieces:
+            per_turn.append(pieces)
+    return _spread(per_turn, MAX_QUERIES)
 
 
 def existing_query(messages: Sequence[BaseMessage], policy: str) -> list[str]:
@@ -149,7 +177,8 @@ def load_existing(
         read_error = exc
     if recent is not None and len(recent) <= MAX_EXISTING:
         return recent
-    options = SearchOptions(max_results=PER_QUERY)
+    floor = None if getattr(service, "supports_vectors", False) else KEYWORD_MIN_SCORE
+    options = SearchOptions(max_results=PER_QUERY, similarity_threshold=floor)
     try:
         return merge_ranked([service.search(user, q, options) for q in wanted])
     except Exception as search_error:

@@ -11,6 +11,7 @@ from langchain_core.messages import AIMessage, HumanMessage
 from langmem_trpc import AutoMemoryWorker, InMemoryMemoryService, LLMExtractor, UserKey
 from langmem_trpc.extraction.existing import (
     MAX_EXISTING,
+    MAX_QUERIES,
     PIECE_WORDS,
     existing_queries,
     load_existing,
@@ -107,15 +108,27 @@ def test_a_small_store_is_shown_whole_without_searching(backend: MemoryService):
     assert [e.id for e in load_existing(backend, USER, ["We moved to Go 1.24"])] == [go.id]
 
 
-def test_queries_are_per_turn_and_long_turns_come_in_pieces():
-    long_turn = " ".join(f"word{i}." for i in range(3 * PIECE_WORDS))
+def test_queries_are_per_turn_and_long_turns_come_per_sentence():
+    sentences = [f"We talked about topic{i} for hours." for i in range(6)]
+    long_turn = " ".join(["Yes.", *sentences, " ".join(f"w{i}" for i in range(30))])
     queries = existing_queries(
         [HumanMessage("short one"), AIMessage("reply"), HumanMessage(long_turn)], "merge_similar"
     )
     assert queries[0] == "short one" and "reply" not in queries
-    assert len(queries) == 1 + 3 and all(len(q.split()) <= PIECE_WORDS for q in queries)
+    assert queries[1] == "Yes. " + sentences[0] and queries[2:7] == sentences[1:]
+    assert all(len(q.split()) <= PIECE_WORDS for q in queries) and len(queries) == 1 + 6 + 2
     every = existing_queries([HumanMessage("a b"), AIMessage("c d")], "preserve_history")
     assert every == ["a b", "c d"]
+
+
+def test_many_turns_each_keep_their_first_query_within_the_bound():
+    long_turns = [
+        HumanMessage(" ".join(f"Turn {t} sentence {i} is here." for i in range(10)))
+        for t in range(MAX_QUERIES)
+    ]
+    queries = existing_queries(long_turns, "merge_similar")
+    assert len(queries) == MAX_QUERIES
+    assert [q.split()[1] for q in queries] == [str(t) for t in range(MAX_QUERIES)]
 
 
 def test_merge_is_round_robin_deduplicated_and_bounded():
@@ -125,3 +138,12 @@ def test_merge_is_round_robin_deduplicated_and_bounded():
     merged = merge_ranked([first, second])
     assert [e.id for e in merged[:4]] == [first[0].id, first[1].id, second[1].id, first[2].id]
     assert len(merged) == MAX_EXISTING and len({e.id for e in merged}) == MAX_EXISTING
+
+
+def test_a_long_single_turn_finds_the_memory_one_sentence_is_about(backend: MemoryService):
+    _fill(backend)
+    go = backend.add(USER, "Production runs Go 1.23", topics=["production", "go"])
+    chatter = " ".join(f"Then we talked about topic{i} for a while." for i in range(12))
+    turn = HumanMessage(f"{chatter} By the way, production now runs Go 1.24. {chatter}")
+    found = load_existing(backend, USER, existing_queries([turn], "merge_similar"))
+    assert go.id in [e.id for e in found]
