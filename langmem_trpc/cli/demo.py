@@ -57,7 +57,7 @@ def _scripted_extraction(messages: list[BaseMessage]) -> AIMessage:
     said = " ".join(str(m.content) for m in messages[1:] if isinstance(m, HumanMessage))
     topics = ["go", "production"]
     if "1.24" in said:
-        found = re.search(r"- \[([^\]]+)\] Production runs Go 1\.23", system)
+        found = re.search(r"- \[([^\]]+)\] \"Production runs Go 1\.23\"", system)
         if found:
             args = {
                 "memory_id": found.group(1),
@@ -72,7 +72,7 @@ def _scripted_extraction(messages: list[BaseMessage]) -> AIMessage:
                 tool_call("memory_add", {"memory": "Production runs Go 1.23", "topics": topics})
             ],
         )
-    return AIMessage("")
+    return AIMessage("", tool_calls=[tool_call("nothing_to_remember")])
 
 
 _VERSION = re.compile(r"Go (\d+)\.(\d+)")

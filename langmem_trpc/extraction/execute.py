@@ -8,9 +8,12 @@ Rules (spec 3.7, plus what stable ids need):
   the other one says, so the now-redundant source memory is deleted and the
   other one kept;
 - an add the store already holds (idempotent add) counts as a duplicate;
-- a failed op is logged and counted and the rest continue. A `BackendError`
-  also marks the job for retry (the cursor stays), since storage may be back
-  next time and every op is safe to replay.
+- a failed op is logged with its reason and counted, and the rest continue.
+  A validation failure of any exception type (our `InvalidInputError`, or a
+  `ValueError`, `TypeError`, `ArithmeticError` such as an `OverflowError`
+  from a date at the calendar's edge) skips that op only. A `BackendError`,
+  or any other unknown error, also marks the job for retry (the cursor
+  stays), since storage may be back next time and every op is safe to replay.
 """
 
 from __future__ import annotations
@@ -28,6 +31,9 @@ from .ops import Action, MemoryOp
 __all__ = ["OpOutcome", "execute_ops"]
 
 logger = logging.getLogger(__name__)
+
+_INVALID = (ValueError, TypeError, ArithmeticError)
+"""Exception types that mean "this op's input is invalid", whoever raised them."""
 
 
 @dataclass(frozen=True)
@@ -146,6 +152,15 @@ def execute_ops(
                     op, "failed", op.memory_id, error=str(exc), retry=isinstance(exc, BackendError)
                 )
             )
+        except _INVALID as exc:  # this op's content is unusable: skip it, keep the rest
+            logger.warning(
+                "auto_memory: operation skipped (%s %s): invalid: %s: %s",
+                op.action.value,
+                op.memory_id or "",
+                type(exc).__name__,
+                exc,
+            )
+            outcomes.append(OpOutcome(op, "failed", op.memory_id, error=repr(exc)))
         except Exception as exc:  # unknown driver error: count it, retry the job later
             logger.warning("auto_memory: operation failed (%s)", op.action.value, exc_info=True)
             outcomes.append(OpOutcome(op, "failed", op.memory_id, error=repr(exc), retry=True))

@@ -21,7 +21,7 @@ from ..types import Entry, Kind, UserKey, canonical_topics
 from .delta import message_text, message_time
 from .ops import Action, MemoryOp
 from .prompts import DEFAULT_PROMPT, render_system_prompt
-from .tool_calls import parse_tool_calls, tool_schemas
+from .tool_calls import parse_reply, tool_schemas
 
 if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
@@ -92,6 +92,16 @@ class LLMExtractor:
         prompt: system prompt template; `{current_date}` is replaced. Default: `DEFAULT_PROMPT`.
         reference_date: the "today" used to resolve relative dates. Default: the latest
             message time (`additional_kwargs["timestamp"]`), else the job's time.
+        tool_choice: passed to `bind_tools` so the model must call a tool ("any", which
+            LangChain maps to each provider's "required"). When the model's `bind_tools`
+            rejects it (raises), or the server answers a call with an error that names
+            `tool_choice` (a local OpenAI-compatible server without "required" support; the
+            call is retried once without it), the extractor binds without it from then on.
+            None: never passed.
+
+    Every reply must call a memory tool or `nothing_to_remember`; a reply in prose, or
+    one whose calls are all unusable, raises `ExtractionError` (logged at WARNING), so
+    the job fails and the cursor stays before the delta.
 
     Example:
         ```python
@@ -101,7 +111,12 @@ class LLMExtractor:
     """
 
     def __init__(
-        self, model: BaseChatModel, *, prompt: str | None = None, reference_date: date | None = None
+        self,
+        model: BaseChatModel,
+        *,
+        prompt: str | None = None,
+        reference_date: date | None = None,
+        tool_choice: str | None = "any",
     ) -> None:
         if not hasattr(model, "bind_tools"):
             raise ConfigurationError("LLMExtractor needs a chat model that supports bind_tools")
@@ -110,6 +125,40 @@ class LLMExtractor:
         self.reference_date = (
             reference_date.date() if isinstance(reference_date, datetime) else reference_date
         )
+        self.tool_choice = tool_choice
+
+    def bind(self, tools: list[dict[str, Any]]) -> Any:
+        """The model with `tools` bound, with `tool_choice` when the model accepts it."""
+        if self.tool_choice is not None:
+            try:
+                return self.model.bind_tools(tools, tool_choice=self.tool_choice)
+            except Exception as exc:  # this model's bind_tools has no (such) tool_choice
+                logger.info(
+                    "extractor: %s.bind_tools rejected tool_choice=%r (%s: %s); binding without it",
+                    type(self.model).__name__,
+                    self.tool_choice,
+                    type(exc).__name__,
+                    exc,
+                )
+                self.tool_choice = None
+        return self.model.bind_tools(tools)
+
+    def _call(self, tools: list[dict[str, Any]], messages: list[BaseMessage]) -> Any:
+        """One model call; a server that refuses `tool_choice` gets one retry without it."""
+        choice = self.tool_choice
+        try:
+            return self.bind(tools).invoke(messages)
+        except Exception as exc:  # any provider failure is an extraction failure
+            if choice is None or "tool_choice" not in str(exc):
+                raise ExtractionError(f"model call failed: {type(exc).__name__}: {exc}") from exc
+            logger.info(
+                "extractor: the model server refused tool_choice=%r; retrying without", choice
+            )
+            self.tool_choice = None
+        try:
+            return self.model.bind_tools(tools).invoke(messages)
+        except Exception as exc:
+            raise ExtractionError(f"model call failed: {type(exc).__name__}: {exc}") from exc
 
     def build_messages(self, request: ExtractionRequest) -> list[BaseMessage]:
         """System prompt, the labelled delta, and a closing instruction when the last turn is the assistant's."""
@@ -137,14 +186,10 @@ class LLMExtractor:
         actions = request.actions & (
             {Action.ADD} if request.policy == "append_only" else set(Action)
         )
-        bound: Any = self.model.bind_tools(tool_schemas(actions, request.policy))
-        try:
-            reply = bound.invoke(self.build_messages(request))
-        except Exception as exc:  # any provider failure is an extraction failure
-            raise ExtractionError(f"model call failed: {type(exc).__name__}: {exc}") from exc
+        reply = self._call(tool_schemas(actions, request.policy), self.build_messages(request))
         if not isinstance(reply, AIMessage):
             raise ExtractionError(f"model returned {type(reply).__name__}, expected an AIMessage")
-        ops = parse_tool_calls(reply, actions)
+        ops = parse_reply(reply, actions)
         logger.debug("extractor: %d tool calls -> %d operations", len(reply.tool_calls), len(ops))
         return ops
 

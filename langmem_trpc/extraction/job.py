@@ -26,8 +26,9 @@ from ..errors import LangmemTrpcError
 from ..service.protocol import MemoryService
 from ..types import Entry, ExtractionCursor, Source, UserKey
 from .checkers import Checker, ExtractionContext
-from .delta import Delta, advance_cursor, compute_delta, is_memorable, message_text
+from .delta import Delta, advance_cursor, compute_delta, is_memorable
 from .execute import OpOutcome, execute_ops
+from .existing import existing_query, load_existing
 from .extractor import ExtractionRequest, Extractor
 from .ops import Action, MemoryOp
 from .policies import Policy, apply_policy
@@ -36,10 +37,6 @@ from .reconcile import PROBE_OPTIONS
 __all__ = ["JobReport", "JobSettings", "JobStatus", "JobTimeoutError", "run_job"]
 
 logger = logging.getLogger(__name__)
-
-EXISTING_FALLBACK_LIMIT = 10
-MAX_POLICY_QUERY_BYTES = 7 * 1024
-OMISSION_MARKER = "\n...\n"
 
 
 class JobStatus(str, Enum):
@@ -122,42 +119,6 @@ def _direct(
     extractor: Extractor, request: ExtractionRequest, timeout: float | None
 ) -> list[MemoryOp]:
     return extractor.extract(request)
-
-
-def _cap(text: str, limit: int = MAX_POLICY_QUERY_BYTES) -> str:
-    raw = text.encode()
-    if len(raw) <= limit:
-        return text
-    head = (limit - len(OMISSION_MARKER)) // 2
-    tail = limit - len(OMISSION_MARKER) - head
-    start = raw[:head].decode(errors="ignore")
-    end = raw[len(raw) - tail :].decode(errors="ignore")
-    return (start + OMISSION_MARKER + end).strip()
-
-
-def existing_query(messages: Sequence[BaseMessage], policy: Policy) -> str:
-    """User text (merge_similar), or user and assistant text capped at 7 KiB (other policies)."""
-    if policy == "merge_similar":
-        return " ".join(message_text(m) for m in messages if m.type == "human").strip()
-    return _cap(" ".join(message_text(m) for m in messages).strip())
-
-
-def load_existing(service: MemoryService, user: UserKey, query: str) -> list[Entry]:
-    """Search with the new text; on failure read the 10 most recent; both failing fails the job."""
-    if not query:
-        return []
-    try:
-        return service.search(user, query)
-    except Exception as search_error:
-        logger.warning(
-            "auto_memory: existing-memory search failed, reading recent: %s", search_error
-        )
-        try:
-            return service.read(user, EXISTING_FALLBACK_LIMIT)
-        except Exception as read_error:
-            raise LangmemTrpcError(
-                f"search existing memories failed: {search_error}; fallback read failed: {read_error}"
-            ) from read_error
 
 
 class _Deadline:

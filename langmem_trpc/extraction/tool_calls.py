@@ -1,10 +1,18 @@
 """The extractor's tools: typed declarations for the model, validation of its calls.
 
 The model proposes operations by calling `memory_add`, `memory_update`,
-`memory_delete` (and `memory_clear` when enabled). The calls are never
-executed as tools; they are parsed into `MemoryOp`s. A call that cannot be
-trusted (invalid JSON, unknown tool, missing or mistyped required argument)
-is logged and skipped; a mistyped optional argument is dropped with a warning.
+`memory_delete` (and `memory_clear` when enabled), or says there is nothing
+to remember by calling `nothing_to_remember`. The calls are never executed
+as tools; they are parsed into `MemoryOp`s. A call that cannot be trusted
+(invalid JSON, unknown tool, missing or mistyped required argument, or any
+other failure while reading it, e.g. an `event_time` whose time-zone offset
+overflows the calendar) is logged at WARNING with its reason and skipped;
+the other calls of the reply still count. A mistyped optional argument is
+dropped with a warning.
+
+`parse_reply` adds the reply-level rule: a reply with no usable memory call
+and no `nothing_to_remember` call is an `ExtractionError`, never a silent
+"nothing new".
 """
 
 from __future__ import annotations
@@ -17,11 +25,12 @@ from typing import Any
 from langchain_core.messages import AIMessage
 
 from .._time import parse_flexible_time
+from ..errors import ExtractionError
 from ..types import Kind
 from .ops import Action, MemoryOp
-from .prompts import TOOL_NAMES, action_descriptions
+from .prompts import NOTHING_DESCRIPTION, NOTHING_TOOL, TOOL_NAMES, action_descriptions
 
-__all__ = ["parse_tool_calls", "tool_schemas"]
+__all__ = ["parse_reply", "parse_tool_calls", "tool_schemas"]
 
 logger = logging.getLogger(__name__)
 
@@ -61,13 +70,29 @@ _PARAMETERS: dict[Action, dict[str, Any]] = {
 _BY_NAME = {name: action for action, name in TOOL_NAMES.items()}
 
 
+_NOTHING_SCHEMA: dict[str, Any] = {
+    "name": NOTHING_TOOL,
+    "description": NOTHING_DESCRIPTION,
+    "parameters": {
+        "type": "object",
+        "properties": {
+            "reason": {"type": "string", "description": "Why nothing is worth remembering."}
+        },
+    },
+}
+
+
 def tool_schemas(actions: Collection[Action], policy: str) -> list[dict[str, Any]]:
-    """Function declarations (name, description, JSON-schema parameters) for `bind_tools`."""
+    """Function declarations (name, description, JSON-schema parameters) for `bind_tools`:
+    the offered memory tools, then `nothing_to_remember` (always offered)."""
     descriptions = action_descriptions(policy)
     return [
-        {"name": TOOL_NAMES[a], "description": descriptions[a], "parameters": _PARAMETERS[a]}
-        for a in TOOL_NAMES
-        if a in actions
+        *(
+            {"name": TOOL_NAMES[a], "description": descriptions[a], "parameters": _PARAMETERS[a]}
+            for a in TOOL_NAMES
+            if a in actions
+        ),
+        _NOTHING_SCHEMA,
     ]
 
 
@@ -143,13 +168,42 @@ def parse_tool_calls(message: AIMessage, allowed: Collection[Action]) -> list[Me
         )
     for call in message.tool_calls:
         name = call.get("name") or ""
+        if name == NOTHING_TOOL:
+            continue
         try:
             op = _parse_one(name, _arguments(call.get("args")))
         except _Skip as reason:
             logger.warning("extractor: skipped call %r: %s", name, reason)
+            continue
+        except Exception as exc:  # any failure reading one call skips that call only
+            logger.warning("extractor: skipped call %r: %s: %s", name, type(exc).__name__, exc)
             continue
         if op.action not in allowed:
             logger.warning("extractor: skipped call %r: action not offered", name)
             continue
         ops.append(op)
     return ops
+
+
+def parse_reply(message: AIMessage, allowed: Collection[Action]) -> list[MemoryOp]:
+    """`parse_tool_calls`, plus: a reply must hold a usable memory call or `nothing_to_remember`.
+
+    Raises:
+        ExtractionError: the reply is prose, or every call in it was skipped
+            (logged at WARNING), so the job fails and its delta is kept.
+    """
+    ops = parse_tool_calls(message, allowed)
+    if ops or any(call.get("name") == NOTHING_TOOL for call in message.tool_calls):
+        return ops
+    calls = len(message.tool_calls) + len(message.invalid_tool_calls)
+    problem = f"all {calls} tool calls were unusable" if calls else "the reply had no tool call"
+    text = message.content if isinstance(message.content, str) else str(message.content)
+    logger.warning(
+        "extractor: failed extraction: %s (expected a memory tool or %s); reply text %.120r",
+        problem,
+        NOTHING_TOOL,
+        text,
+    )
+    raise ExtractionError(
+        f"model reply is not an extraction: {problem}; expected a memory tool call or {NOTHING_TOOL}"
+    )

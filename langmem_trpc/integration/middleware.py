@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from typing import Any
 
 from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest
@@ -13,7 +13,7 @@ from ..service.protocol import MemoryService
 from ..types import UserKey
 from ._ingest import IngestWorker, ahand_off, hand_off, thread_messages
 from .identity import resolve_identity
-from .preload import Placement, Preloader, merge_system, prepend_to_first_user
+from .preload import READ_ONLY_TOOLS, Placement, Preloader, merge_system, prepend_to_first_user
 
 __all__ = ["MemoryIngestMiddleware", "MemoryPreloadMiddleware"]
 
@@ -38,7 +38,9 @@ class MemoryPreloadMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     The block is merged into the single system message (`placement="system"`)
     or prepended to the first user message (`"user"`, friendlier to prompt
     caches) of the request only; the agent state never sees it. It is
-    computed once per user turn and reused across the tool-call loop.
+    computed once per user turn and reused across the tool-call loop until a
+    tool outside `read_only_tools` returns (it may have written memories);
+    code that writes memories outside tools calls `invalidate(user)`.
 
     Example:
         ```python
@@ -54,6 +56,8 @@ class MemoryPreloadMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         app_name: default app when the run names none.
         playbook: replaces the default guidance text above the block.
         cache_per_turn: reuse the block for every model call of one turn.
+        read_only_tools: tools that never write memories; the cached block survives their
+            results (default `memory_search`, `memory_load`).
     """
 
     def __init__(
@@ -65,6 +69,7 @@ class MemoryPreloadMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         app_name: str | None = None,
         playbook: str | None = None,
         cache_per_turn: bool = True,
+        read_only_tools: Collection[str] = READ_ONLY_TOOLS,
     ) -> None:
         super().__init__()
         self.placement = placement
@@ -74,7 +79,12 @@ class MemoryPreloadMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             app_name=app_name,
             playbook=playbook,
             cache_per_turn=cache_per_turn,
+            read_only_tools=read_only_tools,
         )
+
+    def invalidate(self, user: UserKey | None = None) -> None:
+        """Drop the cached blocks of `user` (all when None) after writing memories outside tools."""
+        self.preloader.invalidate(user)
 
     def _apply(self, request: ModelRequest, block: str) -> ModelRequest:
         if not block:

@@ -15,18 +15,17 @@ checkpointed and never re-extracted.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
-import re
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
+from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
+from ..service._render import memory_line
 from ..service.protocol import MemoryService
 from ..types import Entry, SearchOptions, UserKey
 from .identity import resolve_identity
@@ -51,8 +50,6 @@ Placement = Literal["system", "user"]
 
 BLOCK_BEGIN = "========= PRELOADED_USER_MEMORIES BEGINS ========="
 BLOCK_END = "========= PRELOADED_USER_MEMORIES ENDS ========="
-_MARKER = re.compile(r"PRELOADED[\s_-]*USER[\s_-]*MEMORIES", re.IGNORECASE)
-_RULE = re.compile(r"={3,}")
 _MAX_RESULTS = 1000
 
 DEFAULT_PLAYBOOK = """## Memory
@@ -79,27 +76,14 @@ _HEADER = (
 # -- rendering ----------------------------------------------------------------
 
 
-def _defuse(text: str) -> str:
-    """Remove anything that could close the block early or pose as a delimiter."""
-    return _RULE.sub("=", _MARKER.sub("[memory-marker]", text))
-
-
-def _meta(text: str) -> str:
-    return " ".join(_defuse(text).split()).replace(";", ",")
-
-
 def render_entry(entry: Entry) -> str:
-    """One line: `- [id] "text" (kind=..; date=..; with=..; at=..)`; topics are omitted."""
-    memory = entry.memory
-    meta = [f"kind={memory.kind.value}"]
-    if memory.event_time is not None:
-        meta.append(f"date={memory.event_time:%Y-%m-%d}")
-    if memory.participants:
-        meta.append("with=" + ", ".join(_meta(p) for p in memory.participants))
-    if memory.location:
-        meta.append(f"at={_meta(memory.location)}")
-    quoted = json.dumps(_defuse(memory.text), ensure_ascii=False)
-    return f"- [{_meta(entry.id)}] {quoted} ({'; '.join(meta)})"
+    """One line: `- [id] "text" (kind=..; date=..; with=..; at=..)`; topics are omitted.
+
+    The shared renderer (`langmem_trpc.service._render.memory_line`): stored
+    text is defused (NFKC, no zero-width characters, every line break folded,
+    look-alike delimiters neutralised) and JSON-quoted.
+    """
+    return memory_line(entry)
 
 
 def render_block(entries: Sequence[Entry], playbook: str | None = None) -> str:
@@ -252,6 +236,36 @@ class _TurnCache:
             while len(self._items) > self._size:
                 self._items.popitem(last=False)
 
+    def drop(self, user: UserKey | None = None) -> None:
+        """Forget the blocks of `user` (every block when None)."""
+        with self._lock:
+            for key in [k for k in self._items if user is None or k[:2] == user_labels(user)]:
+                del self._items[key]
+
+
+def user_labels(user: UserKey) -> tuple[str, str]:
+    return (user.app_name, user.user_id)
+
+
+READ_ONLY_TOOLS = frozenset({"memory_search", "memory_load"})
+"""Tools whose results never change memories: the per-turn cache survives them."""
+
+
+def writes_in_turn(messages: Sequence[BaseMessage], read_only: Collection[str]) -> int:
+    """Tool results after the last user message from tools not known to be read-only.
+
+    Any other tool (`memory_add`, `memory_delete`, langmem's `manage_memory` over
+    `MemoryStore`, an app's own tool) may have written memories, so each one
+    starts a fresh cache entry for the rest of the turn.
+    """
+    count = 0
+    for message in reversed(messages):
+        if isinstance(message, HumanMessage):
+            break
+        if isinstance(message, ToolMessage) and message.name not in read_only:
+            count += 1
+    return count
+
 
 @dataclass(frozen=True)
 class _Turn:
@@ -265,6 +279,13 @@ class Preloader:
 
     Shared by `MemoryPreloadMiddleware`, `preload_messages` and the preload
     node. Never raises; returns "" when there is nothing (or nothing safe) to inject.
+
+    With `cache_per_turn`, the block is computed once per user turn and reused
+    for the turn's later model calls, until the run writes: a result from any
+    tool not in `read_only_tools` (default `memory_search`, `memory_load`)
+    starts a fresh entry, so a memory deleted or changed earlier in the turn is
+    never shown stale. Code that writes memories outside tools (a node, a
+    `MemoryStore` write) calls `invalidate(user)`.
     """
 
     def __init__(
@@ -275,6 +296,7 @@ class Preloader:
         app_name: str | None = None,
         playbook: str | None = None,
         cache_per_turn: bool = True,
+        read_only_tools: Collection[str] = READ_ONLY_TOOLS,
     ) -> None:
         if not isinstance(preload, int) or isinstance(preload, bool):
             from ..errors import ConfigurationError
@@ -287,6 +309,12 @@ class Preloader:
         self.app_name = app_name
         self.playbook = playbook
         self._cache = _TurnCache() if cache_per_turn else None
+        self.read_only_tools = frozenset(read_only_tools)
+
+    def invalidate(self, user: UserKey | None = None) -> None:
+        """Drop the cached blocks of `user` (all users when None): call after writing memories."""
+        if self._cache is not None:
+            self._cache.drop(user)
 
     def _turn(
         self, messages: Sequence[BaseMessage], runtime: Any, config: Mapping[str, Any] | None
@@ -312,6 +340,7 @@ class Preloader:
                 thread,
                 marker,
                 str(sum(isinstance(m, HumanMessage) for m in messages)),
+                str(writes_in_turn(messages, self.read_only_tools)),
             )
         return _Turn(user, query, key)
 

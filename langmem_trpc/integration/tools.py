@@ -5,18 +5,33 @@ then runs one service call. Sync and async share the same preparation and
 rendering; only the call differs (`service.x` vs `service.ax`). Failures
 become `ToolMessage(status="error")` with a message that is safe to show a
 model: our own validation text, or the exception type for backend failures,
-never connection strings or SQL. Tools are built with `handle_tool_error`
-themselves, so this holds under any `ToolNode` (whose default re-raises).
+never connection strings or SQL. Bad input and outages read differently:
+bad input (an unparseable or out-of-range date, an inverted time range, a
+lone surrogate in any text argument, any `InvalidInputError` or
+`ValueError`/`TypeError`/`ArithmeticError` the call raises) is
+"<tool>: invalid <field>: <problem>" ("<tool>: invalid time range: ..." for
+the search window); only other failures say "the memory store is
+unavailable". Tools are built with `handle_tool_error` themselves, so this
+holds under any `ToolNode` (whose default re-raises).
+
+Within one run (the messages since the last user message), a tool refuses a
+call identical to an earlier successful one (same tool, same arguments after
+schema defaults, NFKC, case folding and whitespace collapsing): it returns a
+short message saying so instead of running it again, which stops a small
+model from looping on the same search. The earlier calls are read from the
+run's own messages (`ToolRuntime.state`), so nothing is kept between runs.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Sequence
+import unicodedata
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.tools import BaseTool, StructuredTool, ToolException
 from langgraph.prebuilt import ToolRuntime
 from pydantic import BaseModel, Field
@@ -26,6 +41,7 @@ from ..errors import (
     CapacityExceededError,
     ConfigurationError,
     InvalidInputError,
+    LangmemTrpcError,
     MemoryConflictError,
     MemoryNotFoundError,
 )
@@ -57,7 +73,7 @@ MAX_LIMIT = 50
 
 class SearchArgs(BaseModel):
     query: str = Field(
-        description="Short keyword-style query, e.g. 'Alice hiking trip' rather than 'When did Alice go hiking?'."
+        description="A few keywords naming the people, things or events to look for, not a full question."
     )
     kind: Literal["fact", "episode"] | None = Field(
         default=None,
@@ -133,11 +149,13 @@ _DESCRIPTIONS = {
     "memory_search": (
         "Search the user's long-term memories (facts and past events). Results are ranked by relevance "
         "and carry a 0-1 score, the event date, participants and location.\n"
-        "- Use short keyword queries ('Alice hiking trip', not 'When did Alice go hiking?').\n"
+        "- Use a few keywords from the user's own question (names, things, events), not a full sentence.\n"
         "- Split a multi-part question into several short searches, one per part.\n"
         "- Check `participants` to make sure a memory is about the right person.\n"
-        "- For 'when' or 'before/after' questions use time_after / time_before and order_by_event_time.\n"
-        "- `kind` is only a preference with automatic fallback; omit it when unsure.\n" + _SCOPE
+        "- For questions about when something happened, or before or after a date, use time_after / "
+        "time_before and order_by_event_time.\n"
+        "- `kind` is only a preference with automatic fallback; omit it when unsure.\n"
+        "- Never repeat a search with the same arguments: its result is already above.\n" + _SCOPE
     ),
     "memory_load": "Load the user's most recent memories, newest first. Use memory_search when you know "
     "what you are looking for; use this for a general overview. " + _SCOPE,
@@ -206,10 +224,31 @@ def _entries(entries: list[Entry]) -> list[dict[str, Any]]:
 def _time(value: str | None, name: str, *, end: bool = False) -> Any:
     if value is None or not value.strip():
         return None
-    parsed = end_of_period(value) if end else parse_flexible_time(value)
+    try:
+        parsed = end_of_period(value) if end else parse_flexible_time(value)
+    except (OverflowError, ValueError) as exc:  # e.g. a time-zone offset past year 9999
+        raise InvalidInputError(
+            name, f"{value[:40]!r} is outside the supported dates (years 1-9999) ({exc})"
+        ) from None
     if parsed is None:
         raise InvalidInputError(name, f"cannot parse {value[:40]!r} as a date (try YYYY-MM-DD)")
     return parsed
+
+
+def _check_text(value: Any, name: str) -> None:
+    """Refuse lone surrogates in any text argument, the same answer on every backend."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidInputError(name, "is not valid Unicode (lone surrogate)") from None
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            _check_text(item, name)
+
+
+class _TimeRangeError(InvalidInputError):
+    """time_after / time_before cannot be used as a search window."""
 
 
 def _source(runtime: ToolRuntime[Any]) -> Source:
@@ -225,11 +264,12 @@ def _prepare_search(user: UserKey, runtime: ToolRuntime[Any], a: dict[str, Any])
     query = (a.get("query") or "").strip()
     if not query:
         return _dump({"query": "", "results": [], "count": 0}), []
+    after, before = _window(a)
     options = SearchOptions(
         query=query,
         kind=a.get("kind"),
-        time_after=_time(a.get("time_after"), "time_after"),
-        time_before=_time(a.get("time_before"), "time_before", end=True),
+        time_after=after,
+        time_before=before,
         order_by_event_time=bool(a.get("order_by_event_time")),
         max_results=int(a.get("limit") or 10),
         deduplicate=True,
@@ -242,6 +282,19 @@ def _prepare_search(user: UserKey, runtime: ToolRuntime[Any], a: dict[str, Any])
         return _dump(payload), _entries(found)
 
     return _Call("search", (user, query, options), render)
+
+
+def _window(a: dict[str, Any]) -> tuple[Any, Any]:
+    try:
+        after = _time(a.get("time_after"), "time_after")
+        before = _time(a.get("time_before"), "time_before", end=True)
+    except InvalidInputError as exc:
+        raise _TimeRangeError(exc.field, exc.problem) from None
+    if after is not None and before is not None and after > before:
+        raise _TimeRangeError(
+            "time_after", f"{a.get('time_after')!r} is after time_before {a.get('time_before')!r}"
+        )
+    return after, before
 
 
 def _prepare_load(user: UserKey, runtime: ToolRuntime[Any], a: dict[str, Any]) -> Prepared:
@@ -274,6 +327,7 @@ def _prepare_clear(user: UserKey, runtime: ToolRuntime[Any], a: dict[str, Any]) 
 
 
 def _write_fields(runtime: ToolRuntime[Any], a: dict[str, Any]) -> dict[str, Any]:
+    _time(a.get("event_time"), "event_time")  # bad dates are input errors, before any I/O
     fields = {
         "topics": a.get("topics"),
         "event_time": a.get("event_time"),
@@ -329,10 +383,17 @@ _ARG_NAMES = {"text": "memory", "kind": "memory_kind"}
 
 
 def _safe(name: str, exc: Exception) -> ToolException:
-    """A message the model may see; backend details stay in the log."""
+    """A message the model may see: bad input says what is wrong, an outage says only that."""
+    if isinstance(exc, _TimeRangeError):
+        return ToolException(f"{name}: invalid time range: {exc.field} {exc.problem}")
     if isinstance(exc, InvalidInputError):
         field = _ARG_NAMES.get(exc.field, exc.field)
         return ToolException(f"{name}: invalid {field}: {exc.problem}")
+    if isinstance(exc, _INVALID) and not isinstance(exc, LangmemTrpcError):
+        logger.info("%s: invalid input", name, exc_info=exc)
+        return ToolException(
+            f"{name}: invalid input ({type(exc).__name__}); check the arguments and try again"
+        )
     if isinstance(exc, MemoryNotFoundError):
         return ToolException(
             f"{name}: memory {exc.memory_id!r} not found; use memory_search or memory_load to find valid ids"
@@ -343,6 +404,71 @@ def _safe(name: str, exc: Exception) -> ToolException:
     return ToolException(
         f"{name} failed: the memory store is unavailable ({type(exc).__name__}). Continue without it."
     )
+
+
+_INVALID = (ValueError, TypeError, ArithmeticError)
+"""Exception types that mean the arguments were unusable, whoever raised them."""
+
+
+# -- repeated identical calls within one run ----------------------------------------------
+
+
+def _normal(value: Any) -> Any:
+    if isinstance(value, str):
+        return " ".join(unicodedata.normalize("NFKC", value).casefold().split())
+    if isinstance(value, Mapping):
+        return {str(k): _normal(v) for k, v in value.items() if v is not None and k != "runtime"}
+    if isinstance(value, (list, tuple)):
+        return [_normal(v) for v in value]
+    return value
+
+
+def call_key(name: str, args: Mapping[str, Any]) -> str:
+    """What makes two calls the same: the tool and its arguments after defaults and normalising."""
+    raw = {k: v for k, v in args.items() if k != "runtime"}
+    try:
+        full: Mapping[str, Any] = _SCHEMAS[name].model_validate(raw).model_dump()
+    except Exception:  # unvalidated args still compare by what was sent
+        full = raw
+    return name + json.dumps(_normal(full), sort_keys=True, ensure_ascii=False, default=str)
+
+
+def _run_messages(runtime: ToolRuntime[Any]) -> list[BaseMessage]:
+    """The run's messages so far: those after the last user message."""
+    state = runtime.state
+    messages = state.get("messages") if isinstance(state, Mapping) else None
+    if not isinstance(messages, list):
+        return []
+    for index in range(len(messages) - 1, -1, -1):
+        if isinstance(messages[index], HumanMessage):
+            return messages[index + 1 :]
+    return list(messages)
+
+
+def is_repeat(name: str, runtime: ToolRuntime[Any], args: Mapping[str, Any]) -> bool:
+    """True when an earlier call of this run, not answered by an error, was identical."""
+    messages = _run_messages(runtime)
+    failed = {
+        m.tool_call_id for m in messages if isinstance(m, ToolMessage) and m.status == "error"
+    }
+    key = call_key(name, args)
+    for message in messages:
+        if not isinstance(message, AIMessage):
+            continue
+        for call in message.tool_calls:
+            if call.get("id") == runtime.tool_call_id:
+                return False
+            if call.get("id") not in failed and call_key(call["name"], call["args"]) == key:
+                return True
+    return False
+
+
+def _repeat_message(name: str) -> tuple[str, Any]:
+    text = (
+        f"{name}: refused, this exact call was already made in this run and its result is "
+        "above. Do not repeat it: use that result, change the arguments, or answer the user."
+    )
+    return text, None
 
 
 class _Tools:
@@ -360,10 +486,18 @@ class _Tools:
             )
         return user
 
-    def run(self, name: str, runtime: ToolRuntime[Any], args: dict[str, Any]) -> tuple[str, Any]:
+    def _prepare(self, name: str, runtime: ToolRuntime[Any], args: dict[str, Any]) -> Prepared:
         user = self._user(name, runtime)
+        if is_repeat(name, runtime, args):
+            logger.info("%s: refused a repeated identical call", name)
+            return _repeat_message(name)
+        for key, value in args.items():
+            _check_text(value, key)
+        return _PREPARE[name](user, runtime, args)
+
+    def run(self, name: str, runtime: ToolRuntime[Any], args: dict[str, Any]) -> tuple[str, Any]:
         try:
-            call = _PREPARE[name](user, runtime, args)
+            call = self._prepare(name, runtime, args)
             if isinstance(call, tuple):
                 return call
             return call.render(getattr(self.service, call.method)(*call.args, **call.kwargs))
@@ -375,9 +509,8 @@ class _Tools:
     async def arun(
         self, name: str, runtime: ToolRuntime[Any], args: dict[str, Any]
     ) -> tuple[str, Any]:
-        user = self._user(name, runtime)
         try:
-            call = _PREPARE[name](user, runtime, args)
+            call = self._prepare(name, runtime, args)
             if isinstance(call, tuple):
                 return call
             return call.render(

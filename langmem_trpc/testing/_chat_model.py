@@ -43,6 +43,13 @@ class ScriptedChatModel(BaseChatModel):
     function of the input messages. When the script runs out, `default` is
     used if set; otherwise the call fails loudly.
 
+    `bound_tools` records the tool names of each `bind_tools` call and
+    `bound_options` its keyword arguments (e.g. `tool_choice`). With
+    `accepts_tool_choice=False`, `bind_tools(..., tool_choice=...)` raises
+    `TypeError`, like a model whose `bind_tools` has no such parameter; with
+    `serves_tool_choice=False`, a call bound with `tool_choice` fails like a
+    server that does not support it (the reply is not consumed).
+
     Example:
         ```python
         model = ScriptedChatModel(replies=[
@@ -58,6 +65,9 @@ class ScriptedChatModel(BaseChatModel):
     default: Any = None
     calls: list[list[BaseMessage]] = Field(default_factory=list)
     bound_tools: list[list[str]] = Field(default_factory=list)
+    bound_options: list[dict[str, Any]] = Field(default_factory=list)
+    accepts_tool_choice: bool = True
+    serves_tool_choice: bool = True
     _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
     _position: int = PrivateAttr(default=0)
 
@@ -68,12 +78,15 @@ class ScriptedChatModel(BaseChatModel):
     def bind_tools(
         self, tools: Sequence[dict[str, Any] | type | Callable[..., Any] | BaseTool], **kwargs: Any
     ) -> Runnable[LanguageModelInput, AIMessage]:
+        if "tool_choice" in kwargs and not self.accepts_tool_choice:
+            raise TypeError("bind_tools() got an unexpected keyword argument 'tool_choice'")
         names = [
             getattr(t, "name", None) or (t.get("name") if isinstance(t, dict) else str(t))
             for t in tools
         ]
         with self._lock:
             self.bound_tools.append([str(n) for n in names])
+            self.bound_options.append(dict(kwargs))
         return self.bind(tools=[str(n) for n in names], **kwargs)
 
     def _next_reply(self, messages: list[BaseMessage]) -> AIMessage:
@@ -103,6 +116,10 @@ class ScriptedChatModel(BaseChatModel):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
+        if kwargs.get("tool_choice") is not None and not self.serves_tool_choice:
+            raise ValueError(
+                f"Error code: 400 - tool_choice {kwargs['tool_choice']!r} is not supported"
+            )
         return ChatResult(generations=[ChatGeneration(message=self._next_reply(messages))])
 
     @property

@@ -19,20 +19,23 @@ def request(messages=None, **kw):
     )
 
 
+NOTHING = tool_call("nothing_to_remember")
+
+
 def reply(*calls, invalid=()):
     return AIMessage("", tool_calls=list(calls), invalid_tool_calls=list(invalid))
 
 
 def test_tools_offered_follow_actions_and_policy():
-    model = ScriptedChatModel(default=reply())
+    model = ScriptedChatModel(default=reply(NOTHING))
     extractor = LLMExtractor(model)
     extractor.extract(request())
     extractor.extract(request(actions=frozenset(Action)))
     extractor.extract(request(policy="append_only"))
     assert model.bound_tools == [
-        ["memory_add", "memory_update", "memory_delete"],
-        ["memory_add", "memory_update", "memory_delete", "memory_clear"],
-        ["memory_add"],
+        ["memory_add", "memory_update", "memory_delete", "nothing_to_remember"],
+        ["memory_add", "memory_update", "memory_delete", "memory_clear", "nothing_to_remember"],
+        ["memory_add", "nothing_to_remember"],
     ]
 
 
@@ -41,20 +44,20 @@ def test_system_prompt_carries_date_existing_ids_and_policy(service):
 
     svc = InMemoryMemoryService()
     entry = svc.add(USER, "Production runs Go 1.23", topics=["go"])
-    model = ScriptedChatModel(default=reply())
+    model = ScriptedChatModel(default=reply(NOTHING))
     LLMExtractor(model, reference_date=date(2024, 5, 20)).extract(
         request(existing=[entry], policy="preserve_history")
     )
     system = model.calls[0][0]
     assert isinstance(system, SystemMessage)
     assert "2024-05-20" in system.content
-    assert f"[{entry.id}] Production runs Go 1.23" in system.content
+    assert f'[{entry.id}] "Production runs Go 1.23" (kind=fact; topics=go)' in system.content
     assert "<update_policy>" in system.content and "memory_update" in system.content
     assert "explicitly asks" in system.content
 
 
 def test_reference_date_defaults_to_latest_message_time():
-    model = ScriptedChatModel(default=reply())
+    model = ScriptedChatModel(default=reply(NOTHING))
     msg = HumanMessage(
         "We went hiking yesterday",
         name="Caroline",
@@ -67,7 +70,7 @@ def test_reference_date_defaults_to_latest_message_time():
 
 
 def test_closing_instruction_when_the_assistant_spoke_last():
-    model = ScriptedChatModel(default=reply())
+    model = ScriptedChatModel(default=reply(NOTHING))
     LLMExtractor(model).extract(request([HumanMessage("hi"), AIMessage("hello")]))
     assert model.calls[0][-1].content == "Extract and manage memories from the conversation above."
 
@@ -149,3 +152,139 @@ def test_no_messages_no_call():
     model = ScriptedChatModel()
     assert LLMExtractor(model).extract(ExtractionRequest(USER, "t", [])) == []
     assert model.calls == []
+
+
+# -- a reply must be an extraction (#12.3) ------------------------------------------------
+
+
+def test_a_reply_in_prose_is_a_failed_extraction_with_a_warning(caplog):
+    model = ScriptedChatModel(replies=["Sure! The user moved to Oslo."])
+    with caplog.at_level(logging.WARNING), pytest.raises(ExtractionError, match="no tool call"):
+        LLMExtractor(model).extract(request())
+    assert any(
+        r.levelno == logging.WARNING and "failed extraction" in r.getMessage()
+        for r in caplog.records
+    )
+
+
+def test_a_reply_whose_calls_are_all_unusable_is_a_failed_extraction():
+    model = ScriptedChatModel(replies=[reply(tool_call("memory_frobnicate", {"x": 1}))])
+    with pytest.raises(ExtractionError, match="unusable"):
+        LLMExtractor(model).extract(request())
+
+
+def test_nothing_to_remember_is_an_empty_successful_extraction():
+    model = ScriptedChatModel(
+        replies=[reply(tool_call("nothing_to_remember", {"reason": "chit-chat"}))]
+    )
+    assert LLMExtractor(model).extract(request()) == []
+    system = model.calls[0][0].content
+    assert "nothing_to_remember" in system
+
+
+def test_binds_with_a_required_tool_choice():
+    model = ScriptedChatModel(default=reply(NOTHING))
+    extractor = LLMExtractor(model)
+    extractor.extract(request())
+    assert model.bound_options == [{"tool_choice": "any"}]
+
+
+def test_a_model_that_rejects_tool_choice_is_bound_without_it():
+    model = ScriptedChatModel(default=reply(NOTHING), accepts_tool_choice=False)
+    extractor = LLMExtractor(model)
+    assert extractor.extract(request()) == []
+    assert extractor.extract(request()) == []
+    assert model.bound_options == [{}, {}]
+    assert extractor.tool_choice is None
+    plain = ScriptedChatModel(default=reply(NOTHING))
+    LLMExtractor(plain, tool_choice=None).extract(request())
+    assert plain.bound_options == [{}]
+
+
+def test_a_server_that_refuses_tool_choice_is_retried_without_it():
+    model = ScriptedChatModel(replies=[reply(NOTHING), reply(NOTHING)], serves_tool_choice=False)
+    extractor = LLMExtractor(model)
+    assert extractor.extract(request()) == [] and extractor.tool_choice is None
+    assert model.bound_options == [{"tool_choice": "any"}, {}]
+    assert len(model.calls) == 1  # the refused call never reached the script
+    broken = ScriptedChatModel(replies=[lambda m: (_ for _ in ()).throw(RuntimeError("HTTP 500"))])
+    with pytest.raises(ExtractionError, match="HTTP 500"):
+        LLMExtractor(broken).extract(request())
+
+
+def test_worker_keeps_the_cursor_when_the_model_answers_in_prose():
+    from langmem_trpc import AutoMemoryWorker, InMemoryMemoryService
+    from langmem_trpc.extraction import JobStatus
+
+    service = InMemoryMemoryService()
+    model = ScriptedChatModel(
+        replies=[
+            "I will remember that you live in Oslo.",
+            reply(tool_call("memory_add", {"memory": "Lives in Oslo"})),
+        ]
+    )
+    worker = AutoMemoryWorker(service, LLMExtractor(model))
+    msgs = [HumanMessage("I live in Oslo", id="1")]
+    first = worker.process(USER, "t", msgs)
+    assert first.status == JobStatus.FAILED and "no tool call" in (first.error or "")
+    assert service.get_cursor(USER, "t") is None and service.count(USER) == 0
+    second = worker.process(USER, "t", msgs)
+    assert second.status == JobStatus.COMPLETED and second.added == 1
+
+
+# -- one bad operation skips only itself (#12.5) ----------------------------------------
+
+
+def test_an_event_time_that_overflows_the_calendar_skips_only_that_call(caplog):
+    model = ScriptedChatModel(
+        replies=[
+            reply(
+                tool_call("memory_add", {"memory": "Lives in Oslo"}),
+                tool_call(
+                    "memory_add",
+                    {
+                        "memory": "Party at the end of time",
+                        "memory_kind": "episode",
+                        "event_time": "9999-12-31T23:00:00-05:00",
+                    },
+                ),
+                tool_call("memory_add", {"memory": "Keeps bees"}),
+            )
+        ]
+    )
+    with caplog.at_level(logging.WARNING):
+        ops = LLMExtractor(model).extract(request())
+    texts = [op.text for op in ops]
+    assert "Lives in Oslo" in texts and "Keeps bees" in texts
+    bad = [op for op in ops if op.text == "Party at the end of time"]
+    assert all(op.event_time is None or op.event_time.year == 9999 for op in bad)
+    assert "Lives in Oslo" == texts[0]
+
+
+def test_the_valid_adds_of_a_reply_with_a_poisoned_call_are_stored():
+    from langmem_trpc import AutoMemoryWorker, InMemoryMemoryService
+    from langmem_trpc.extraction import JobStatus
+
+    service = InMemoryMemoryService()
+    model = ScriptedChatModel(
+        replies=[
+            reply(
+                tool_call("memory_add", {"memory": "Lives in Oslo"}),
+                tool_call(
+                    "memory_add",
+                    {
+                        "memory": "Edge",
+                        "memory_kind": "episode",
+                        "event_time": "0001-01-01T00:30+01:00",
+                    },
+                ),
+                tool_call("memory_add", {"memory": "Keeps bees"}),
+            )
+        ]
+    )
+    report = AutoMemoryWorker(service, LLMExtractor(model)).process(
+        USER, "t", [HumanMessage("I live in Oslo and keep bees", id="1")]
+    )
+    assert report.status == JobStatus.COMPLETED
+    stored = {e.text for e in service.read(USER)}
+    assert {"Lives in Oslo", "Keeps bees"} <= stored

@@ -66,9 +66,9 @@ def test_paraphrased_add_is_skipped(service, user):
 
 def test_existing_memories_with_ids_reach_the_model(service, user):
     old = service.add(user, "Production runs Go 1.23")
-    worker, model = worker_for(service, calls())
+    worker, model = worker_for(service, calls(tool_call("nothing_to_remember")))
     worker.process(user, "t", [HumanMessage("Production runs Go 1.24 now", id="1")])
-    assert f"[{old.id}] Production runs Go 1.23" in model.calls[0][0].content
+    assert f'[{old.id}] "Production runs Go 1.23"' in model.calls[0][0].content
 
 
 def test_update_of_missing_id_becomes_add_and_missing_delete_is_ignored(service, user):
@@ -141,7 +141,7 @@ def cursor_after_failure(inner, user, extractor, breaks, **kw):
 
 def test_search_failure_falls_back_to_recent_memories(service, user):
     service.add(user, "Likes tea")
-    model = ScriptedChatModel(replies=[calls()])
+    model = ScriptedChatModel(replies=[calls(tool_call("nothing_to_remember"))])
     report, cursor, _ = cursor_after_failure(
         service, user, LLMExtractor(model), {"search": BackendError("down")}
     )

@@ -43,12 +43,15 @@ def make_service(tmp_path: Path) -> MemoryService:
     return SQLiteMemoryService(tmp_path / "memories.db", embeddings=HashingEmbeddings())
 
 
+NOTHING = AIMessage("", tool_calls=[tool_call("nothing_to_remember")])
+
+
 def scripted_extractor(messages: list[BaseMessage]) -> AIMessage:
     """What a good extraction model does for this conversation."""
     system = str(messages[0].content) if isinstance(messages[0], SystemMessage) else ""
     said = " ".join(str(m.content) for m in messages[1:] if isinstance(m, HumanMessage))
     if "1.24" in said:
-        found = re.search(r"- \[([^\]]+)\] Production runs Go 1\.23", system)
+        found = re.search(r"- \[([^\]]+)\] \"Production runs Go 1\.23\"", system)
         if found:
             return AIMessage(
                 "",
@@ -73,7 +76,7 @@ def scripted_extractor(messages: list[BaseMessage]) -> AIMessage:
                 )
             ],
         )
-    return AIMessage("")
+    return AIMessage("", tool_calls=[tool_call("nothing_to_remember")])
 
 
 def _wait_for(predicate: Any, timeout: float = 10.0) -> None:
@@ -177,7 +180,7 @@ async def test_a_users_memories_never_reach_another_users_thread(mode: str, tmp_
         ]
     )
     with AutoMemoryWorker(
-        service, LLMExtractor(ScriptedChatModel(replies=[], default=""))
+        service, LLMExtractor(ScriptedChatModel(replies=[], default=NOTHING))
     ) as worker:
         agent = _agent(service, worker, model)
         out = await _invoke(
@@ -202,7 +205,7 @@ async def test_a_store_that_always_fails_never_breaks_the_run(
         ]
     )
     with AutoMemoryWorker(
-        broken, LLMExtractor(ScriptedChatModel(replies=[], default=""))
+        broken, LLMExtractor(ScriptedChatModel(replies=[], default=NOTHING))
     ) as worker:
         agent = _agent(broken, worker, model)
         out = await _invoke(agent, "Which Go version do we run?", _config("t", ALICE), mode)

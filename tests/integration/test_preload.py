@@ -260,7 +260,7 @@ async def test_block_is_cached_across_the_tool_loop(mode: str, service: Counting
     _fill(service, ALICE, [f"fact {i}" for i in range(8)])
     replies = [
         AIMessage("", tool_calls=[tool_call("memory_load", {})]),
-        AIMessage("", tool_calls=[tool_call("memory_load", {})]),
+        AIMessage("", tool_calls=[tool_call("memory_load", {"limit": 5})]),
         "done",
     ]
     model = ScriptedChatModel(replies=replies)
@@ -296,3 +296,52 @@ async def test_default_preload_is_off(service: CountingService):
     model = ScriptedChatModel(replies=["ok"])
     await _agent(service, model).ainvoke({"messages": [HumanMessage("hi")]}, CONFIG)
     assert service.reads == 0 and "Go 1.24" not in _system_text(model.calls[0])
+
+
+# -- the per-turn cache follows the run's own writes (#13.9) --------------------------------
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+async def test_a_memory_deleted_earlier_in_the_turn_is_not_preloaded_again(
+    mode: str, service: CountingService
+):
+    doomed = service.add(ALICE, "Production runs Go 1.23")
+    service.add(ALICE, "Likes green tea")
+    model = ScriptedChatModel(
+        replies=[
+            AIMessage("", tool_calls=[tool_call("memory_load", {})]),
+            AIMessage("", tool_calls=[tool_call("memory_delete", {"memory_id": doomed.id})]),
+            "Forgotten.",
+        ]
+    )
+    agent = create_agent(
+        model,
+        tools=create_memory_tools(service, ("memory_search", "memory_load", "memory_delete")),
+        system_prompt="You are a helpful assistant.",
+        middleware=[MemoryPreloadMiddleware(service, preload=5)],
+    )
+    inputs = {"messages": [HumanMessage("forget which Go we run")]}
+    if mode == "async":
+        await agent.ainvoke(inputs, CONFIG)
+    else:
+        await asyncio.to_thread(agent.invoke, inputs, CONFIG)
+    blocks = [_system_text(call) for call in model.calls]
+    assert "Go 1.23" in blocks[0] and blocks[1] == blocks[0]  # a read keeps the cached block
+    assert "Go 1.23" not in blocks[2] and "green tea" in blocks[2]
+
+
+def test_invalidate_drops_the_users_cached_block(service: CountingService):
+    entry = service.add(ALICE, "Production runs Go 1.23")
+    service.add(BOB, "Bob likes jazz")
+    middleware = MemoryPreloadMiddleware(service, preload=5)
+    loader = middleware.preloader
+    messages = [HumanMessage("hi", id="m1")]
+    bob_config = {"configurable": {"app_name": "demo", "user_id": "bob", "thread_id": "t1"}}
+    assert "Go 1.23" in loader.block(messages, None, CONFIG)
+    assert "jazz" in loader.block(messages, None, bob_config)
+    service.delete(ALICE, entry.id)
+    assert "Go 1.23" in loader.block(messages, None, CONFIG)  # cached: the write was not the run's
+    reads = service.reads
+    middleware.invalidate(ALICE)
+    assert "Go 1.23" not in loader.block(messages, None, CONFIG)
+    assert "jazz" in loader.block(messages, None, bob_config) and service.reads == reads + 1

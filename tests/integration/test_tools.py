@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from typing import Any
 
 import pytest
@@ -209,3 +210,137 @@ async def test_backend_failure_under_create_agent(mode: str):
     tool_message = next(m for m in out["messages"] if isinstance(m, ToolMessage))
     assert tool_message.status == "error" and SECRET not in tool_message.content
     assert out["messages"][-1].content == "I could not reach memory."
+
+
+# -- no copyable example queries; repeated calls refused (#12.10) ---------------------------
+
+_FORMAT_HINT = re.compile(r"^(\d{4}(-\d{2}){0,2}|[A-Z][a-z]+ \d{4}|fact|episode)$")
+
+
+def _texts(tool: Any) -> list[str]:
+    schema = tool.tool_call_schema.model_json_schema()
+    return [tool.description] + [
+        p.get("description", "") for p in schema.get("properties", {}).values()
+    ]
+
+
+def test_descriptions_hold_format_hints_but_no_copyable_example_query(service: CountingService):
+    for tool in create_memory_tools(service, ALL):
+        for text in _texts(tool):
+            assert "Alice" not in text and "hiking" not in text, (tool.name, text)
+            for quoted in re.findall(r"(?<!\w)'([^']+)'(?!\w)", text):
+                assert _FORMAT_HINT.match(quoted), (tool.name, quoted)
+
+
+def _repeat_agent(service: Any, *queries: str) -> tuple[Any, ScriptedChatModel]:
+    replies: list[Any] = [
+        AIMessage("", tool_calls=[tool_call("memory_search", {"query": q})]) for q in queries
+    ]
+    model = ScriptedChatModel(replies=[*replies, "done"])
+    return create_agent(model, tools=create_memory_tools(service)), model
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+async def test_a_repeated_identical_call_in_one_run_is_refused(mode: str, service: CountingService):
+    service.add(ALICE, "Production runs Go 1.24")
+    agent, _ = _repeat_agent(service, "Go version", "  go   VERSION ", "Go release")
+    inputs = {"messages": [HumanMessage("what Go version?")]}
+    config = {"configurable": {"app_name": "demo", "user_id": "alice"}}
+    out = (
+        await agent.ainvoke(inputs, config)
+        if mode == "async"
+        else await asyncio.to_thread(agent.invoke, inputs, config)
+    )
+    results = [m for m in out["messages"] if isinstance(m, ToolMessage)]
+    assert "Go 1.24" in results[0].content
+    assert "already made in this run" in results[1].content and "Go 1.24" not in results[1].content
+    assert "already made" not in results[2].content
+    assert service.searches == 2
+
+
+def test_a_new_run_or_a_failed_call_may_repeat(service: CountingService):
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    model = ScriptedChatModel(
+        replies=[
+            AIMessage("", tool_calls=[tool_call("memory_search", {"query": "Go version"})]),
+            "first",
+            AIMessage("", tool_calls=[tool_call("memory_search", {"query": "Go version"})]),
+            "second",
+        ]
+    )
+    agent = create_agent(model, tools=create_memory_tools(service), checkpointer=InMemorySaver())
+    config = {"configurable": {"app_name": "demo", "user_id": "alice", "thread_id": "t"}}
+    agent.invoke({"messages": [HumanMessage("what Go version?")]}, config)
+    out = agent.invoke({"messages": [HumanMessage("and now?")]}, config)
+    results = [m for m in out["messages"] if isinstance(m, ToolMessage)]
+    assert len(results) == 2 and all("already made" not in m.content for m in results)
+    earlier = AIMessage("", tool_calls=[tool_call("memory_search", {"query": "go"}, "c0")])
+    failed = ToolMessage("memory_search failed", tool_call_id="c0", status="error")
+    current = AIMessage("", tool_calls=[tool_call("memory_search", {"query": "go"}, "c1")])
+    runtime = _runtime()
+    runtime.state = {"messages": [HumanMessage("q"), earlier, failed, current]}
+    runtime.tool_call_id = "c1"
+    retry = _call(_tools(service)["memory_search"], {"query": "go"}, runtime=runtime)
+    assert "already made" not in retry.content and retry.status != "error"
+
+
+# -- bad input is not an outage (#13.5) ---------------------------------------------------
+
+BAD_INPUT = [
+    (
+        "memory_search",
+        {"query": "go", "time_after": "9999-12-31T23:00:00-05:00"},
+        "invalid time range",
+    ),
+    (
+        "memory_search",
+        {"query": "go", "time_before": "0001-01-01T00:30+01:00"},
+        "invalid time range",
+    ),
+    (
+        "memory_search",
+        {"query": "go", "time_after": "2024-05-01", "time_before": "2023"},
+        "invalid time range",
+    ),
+    ("memory_search", {"query": "go \ud800"}, "invalid query: is not valid Unicode"),
+    ("memory_add", {"memory": "Likes \udfff tea"}, "invalid memory: is not valid Unicode"),
+    ("memory_add", {"memory": "ok", "participants": ["\ud800"]}, "invalid participants"),
+    (
+        "memory_add",
+        {"memory": "Party", "memory_kind": "episode", "event_time": "9999-12-31T23:00-05:00"},
+        "invalid event_time",
+    ),
+]
+
+
+@pytest.fixture(params=["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def any_backend(request: pytest.FixtureRequest, tmp_path: Any) -> Any:
+    from langmem_trpc import InMemoryMemoryService
+    from langmem_trpc.testing import HashingEmbeddings
+
+    svc: Any
+    if request.param == "memory":
+        svc = InMemoryMemoryService(embeddings=HashingEmbeddings())
+    elif request.param == "sqlite":
+        from langmem_trpc.backends.sqlite import SQLiteMemoryService
+
+        svc = SQLiteMemoryService(str(tmp_path / "m.db"), embeddings=HashingEmbeddings())
+    else:
+        from langmem_trpc.backends.postgres import PostgresMemoryService
+
+        svc = PostgresMemoryService(request.getfixturevalue("pg_url"), HashingEmbeddings())
+        svc.setup()
+    yield svc
+    svc.close()
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_bad_input_reads_as_bad_input_never_as_an_outage(mode: str, any_backend: Any):
+    tools = _tools(any_backend)
+    for name, args, expected in BAD_INPUT:
+        message = _call(tools[name], args, mode)
+        assert message.status == "error", (name, args)
+        assert expected in message.content, (name, args, message.content)
+        assert "unavailable" not in message.content
+    assert any_backend.count(ALICE) == 0

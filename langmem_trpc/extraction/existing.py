@@ -1,0 +1,192 @@
+"""The existing memories an extraction job shows the model: found for every turn of the delta.
+
+One query made of the whole delta finds nothing on a keyword-only service
+(the embedded default: SQLite or in-memory with `embeddings=None`): keyword
+scores measure how much of the query a memory covers, so a multi-turn query
+dilutes every match below the threshold. Instead:
+
+* `existing_queries` makes one query per turn (user turns for
+  "merge_similar", user and assistant turns otherwise); a turn longer than
+  `PIECE_WORDS` words is searched sentence by sentence (a sentence of under
+  `MIN_PIECE_WORDS` words joins the next). At most `MAX_QUERIES` queries:
+  every turn's first piece before any turn's second.
+* `load_existing` shows a user with at most `MAX_EXISTING` memories all of
+  them (one read). For a larger store it runs one search per query
+  (`PER_QUERY` hits each; score floor `KEYWORD_MIN_SCORE` on a keyword-only
+  service, the hybrid defaults with embeddings), merges the hit lists
+  round-robin by rank, drops repeated ids and keeps at most `MAX_EXISTING`.
+
+The same rule holds on every backend, with or without embeddings.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Sequence
+
+from langchain_core.messages import BaseMessage
+
+from ..errors import LangmemTrpcError
+from ..service.protocol import MemoryService
+from ..types import Entry, SearchOptions, UserKey
+from .delta import message_text
+
+__all__ = [
+    "EXISTING_FALLBACK_LIMIT",
+    "MAX_EXISTING",
+    "MAX_QUERIES",
+    "PER_QUERY",
+    "PIECE_WORDS",
+    "existing_queries",
+    "existing_query",
+    "load_existing",
+    "merge_ranked",
+]
+
+logger = logging.getLogger(__name__)
+
+EXISTING_FALLBACK_LIMIT = 10
+"""Recent memories read when the existing-memory search fails."""
+MAX_POLICY_QUERY_BYTES = 7 * 1024
+"""Longest single query (a longer turn is cut in the middle)."""
+OMISSION_MARKER = "\n...\n"
+PIECE_WORDS = 24
+"""A turn longer than this is searched sentence by sentence (pieces of at most this many words)."""
+MIN_PIECE_WORDS = 4
+"""A shorter sentence is searched together with the next one."""
+KEYWORD_MIN_SCORE = 0.2
+"""Score floor of the existing-memory search on a keyword-only service (the search default is
+0.3): a turn that mentions a stored fact among other words scores about 0.3, and the model should
+see that memory. Services with embeddings keep their hybrid defaults."""
+PER_QUERY = 5
+"""Results kept per query."""
+MAX_QUERIES = 64
+"""Searches per batch at most; every turn keeps its first piece before any gets a second."""
+MAX_EXISTING = 20
+"""Existing memories shown to the model at most."""
+
+_SENTENCE_END = re.compile(r"(?<=[.!?;:])\s+|\n+")
+
+
+def _cap(text: str, limit: int = MAX_POLICY_QUERY_BYTES) -> str:
+    raw = text.encode()
+    if len(raw) <= limit:
+        return text
+    head = (limit - len(OMISSION_MARKER)) // 2
+    tail = limit - len(OMISSION_MARKER) - head
+    start = raw[:head].decode(errors="ignore")
+    end = raw[len(raw) - tail :].decode(errors="ignore")
+    return (start + OMISSION_MARKER + end).strip()
+
+
+def _pieces(text: str) -> list[str]:
+    """`text` whole when short, else one piece per sentence (at most PIECE_WORDS words each).
+
+    A sentence of fewer than `MIN_PIECE_WORDS` words joins the next one, so
+    "Yes. We moved to Go 1.24." is one query, not two.
+    """
+    if len(text.split()) <= PIECE_WORDS:
+        return [text]
+    pieces: list[str] = []
+    pending: list[str] = []
+    for sentence in _SENTENCE_END.split(text):
+        pending.extend(sentence.split())
+        if len(pending) < MIN_PIECE_WORDS:
+            continue
+        pieces.extend(
+            " ".join(pending[i : i + PIECE_WORDS]) for i in range(0, len(pending), PIECE_WORDS)
+        )
+        pending = []
+    if pending:
+        pieces.append(" ".join(pending))
+    return pieces
+
+
+def _spread(per_turn: list[list[str]], limit: int) -> list[str]:
+    """At most `limit` queries: every turn's first piece, then second pieces, and so on."""
+    chosen: set[tuple[int, int]] = set()
+    depth = max((len(p) for p in per_turn), default=0)
+    for rank in range(depth):
+        for turn, pieces in enumerate(per_turn):
+            if rank < len(pieces) and len(chosen) < limit:
+                chosen.add((turn, rank))
+    return [
+        p for t, pieces in enumerate(per_turn) for r, p in enumerate(pieces) if (t, r) in chosen
+    ]
+
+
+def existing_queries(messages: Sequence[BaseMessage], policy: str) -> list[str]:
+    """One query per turn (long turns per sentence): user turns for merge_similar, else every turn.
+
+    At most `MAX_QUERIES`, spread so that every turn keeps its first piece
+    before any turn gets a second.
+    """
+    kinds = ("human",) if policy == "merge_similar" else ("human", "ai")
+    seen: set[str] = set()
+    per_turn: list[list[str]] = []
+    for message in messages:
+        text = message_text(message).strip() if message.type in kinds else ""
+        pieces = [p for p in _pieces(_cap(text)) if p.strip() and p not in seen] if text else []
+        seen.update(pieces)
+        if pieces:
+            per_turn.append(pieces)
+    return _spread(per_turn, MAX_QUERIES)
+
+
+def existing_query(messages: Sequence[BaseMessage], policy: str) -> list[str]:
+    """The queries `load_existing` runs for a batch (see `existing_queries`)."""
+    return existing_queries(messages, policy)
+
+
+def merge_ranked(results: Sequence[Sequence[Entry]], limit: int = MAX_EXISTING) -> list[Entry]:
+    """Round-robin by rank over the result lists, each id once, at most `limit`."""
+    merged: list[Entry] = []
+    seen: set[str] = set()
+    depth = max((len(r) for r in results), default=0)
+    for rank in range(depth):
+        for hits in results:
+            if rank < len(hits) and hits[rank].id not in seen:
+                seen.add(hits[rank].id)
+                merged.append(hits[rank])
+                if len(merged) >= limit:
+                    return merged
+    return merged
+
+
+def load_existing(
+    service: MemoryService, user: UserKey, queries: str | Sequence[str]
+) -> list[Entry]:
+    """The memories to show the model for a batch whose search queries are `queries`.
+
+    A user with at most `MAX_EXISTING` memories gets them all (one read, no
+    search: the model sees everything, and a keyword score over a tiny corpus
+    says little). Otherwise one search per query, merged by `merge_ranked`.
+    When a search fails the 10 most recent memories stand in; a failed search
+    and a failed read together fail the job.
+    """
+    wanted = [queries] if isinstance(queries, str) else list(queries)
+    wanted = [q for q in wanted if q.strip()]
+    if not wanted:
+        return []
+    recent: list[Entry] | None = None
+    read_error: Exception | None = None
+    try:
+        recent = service.read(user, MAX_EXISTING + 1)
+    except Exception as exc:  # the searches may still work
+        read_error = exc
+    if recent is not None and len(recent) <= MAX_EXISTING:
+        return recent
+    floor = None if getattr(service, "supports_vectors", False) else KEYWORD_MIN_SCORE
+    options = SearchOptions(max_results=PER_QUERY, similarity_threshold=floor)
+    try:
+        return merge_ranked([service.search(user, q, options) for q in wanted])
+    except Exception as search_error:
+        if recent is not None:
+            logger.warning(
+                "auto_memory: existing-memory search failed, using recent: %s", search_error
+            )
+            return recent[:EXISTING_FALLBACK_LIMIT]
+        raise LangmemTrpcError(
+            f"search existing memories failed: {search_error}; fallback read failed: {read_error}"
+        ) from search_error

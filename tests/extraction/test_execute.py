@@ -1,0 +1,58 @@
+"""execute_ops: one failing operation never takes the others with it."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+
+from langmem_trpc.extraction import Action, MemoryOp
+from langmem_trpc.extraction.execute import execute_ops
+from langmem_trpc.testing._wrap import DelegatingService
+from langmem_trpc.types import Source
+
+
+class PoisonedAdds(DelegatingService):
+    """A real service whose add raises `errors[text]` for the listed texts."""
+
+    def __init__(self, inner: Any, errors: dict[str, BaseException]) -> None:
+        super().__init__(inner)
+        self.errors = errors
+
+    def _call(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        if name == "add" and args[1] in self.errors:
+            raise self.errors[args[1]]
+        return super()._call(name, *args, **kwargs)
+
+
+ACTIONS = frozenset({Action.ADD, Action.UPDATE, Action.DELETE})
+
+
+@pytest.mark.parametrize(
+    "error", [OverflowError("date value out of range"), ValueError("bad"), TypeError("odd")]
+)
+def test_a_validation_failure_of_any_type_skips_only_that_op(service, user, error, caplog):
+    poisoned = PoisonedAdds(service, {"poison": error})
+    ops = [MemoryOp.add("Lives in Oslo"), MemoryOp.add("poison"), MemoryOp.add("Keeps bees")]
+    with caplog.at_level(logging.WARNING):
+        outcomes, finished = execute_ops(
+            poisoned, user, ops, actions=ACTIONS, source=Source(actor="worker")
+        )
+    assert finished
+    assert [o.result for o in outcomes] == ["added", "failed", "added"]
+    assert not any(o.retry for o in outcomes)  # invalid input: replaying it cannot help
+    assert type(error).__name__ in caplog.text and "skipped" in caplog.text
+    assert {e.text for e in service.read(user)} == {"Lives in Oslo", "Keeps bees"}
+
+
+def test_an_unknown_driver_error_still_marks_the_job_for_retry(service, user):
+    poisoned = PoisonedAdds(service, {"poison": OSError("connection reset")})
+    outcomes, _ = execute_ops(
+        poisoned,
+        user,
+        [MemoryOp.add("poison"), MemoryOp.add("Keeps bees")],
+        actions=ACTIONS,
+        source=Source(actor="worker"),
+    )
+    assert [o.result for o in outcomes] == ["failed", "added"] and outcomes[0].retry
