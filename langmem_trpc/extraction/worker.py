@@ -121,6 +121,12 @@ class AutoMemoryWorker:
         policy: "merge_similar", "preserve_history" or "append_only".
         on_full: "sync" or "defer" (see the module docstring).
         actions: operations the worker executes ("clear" is off by default).
+        max_attempts: failed attempts in a row on one batch before it is
+            dead-lettered (recorded in the backend, the cursor moves past it).
+        claim_ttl: seconds a job's claim on its thread lasts in the backend
+            unless renewed (None: twice job_timeout, at least 60 s; 600 s
+            without a timeout). A claim of a job that died blocks its thread
+            this long.
 
     Example:
         ```python
@@ -143,6 +149,8 @@ class AutoMemoryWorker:
         policy: str = "merge_similar",
         on_full: OnFull = "sync",
         actions: Iterable[str | Action] = ("add", "update", "delete"),
+        max_attempts: int = 3,
+        claim_ttl: float | None = None,
     ) -> None:
         if not isinstance(service, MemoryService):
             raise ConfigurationError(
@@ -156,6 +164,10 @@ class AutoMemoryWorker:
             raise ConfigurationError("job_timeout must be > 0 or None")
         if batch_messages < 1:
             raise ConfigurationError("batch_messages must be >= 1")
+        if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
+            raise ConfigurationError("max_attempts must be an integer >= 1")
+        if claim_ttl is not None and not 0 < claim_ttl <= 86_400:
+            raise ConfigurationError("claim_ttl must be in (0, 86400] seconds or None")
         if on_full not in ("sync", "defer"):
             raise ConfigurationError(f"on_full must be 'sync' or 'defer', not {on_full!r}")
         self.service = service
@@ -166,6 +178,8 @@ class AutoMemoryWorker:
             _actions(actions),
             job_timeout,
             batch_messages,
+            max_attempts=max_attempts,
+            claim_ttl=claim_ttl,
         )
         self.workers = workers
         self.queue_size = queue_size

@@ -36,7 +36,6 @@ from ...service._core import (
 from ...service.protocol import SyncMemoryService
 from ...types import (
     Entry,
-    ExtractionCursor,
     HistoryEvent,
     Kind,
     Memory,
@@ -47,6 +46,7 @@ from ...types import (
     canonical_topics,
 )
 from . import _sql as sql
+from ._claims import SQLiteClaims, purge_claims
 from ._connection import Database
 from ._keyword import (
     scope_prefix,
@@ -85,7 +85,7 @@ logger = logging.getLogger(__name__)
 _EMBED_BATCH = 256
 
 
-class SQLiteMemoryService(SyncMemoryService):
+class SQLiteMemoryService(SQLiteClaims, SyncMemoryService):
     """Durable memories in one SQLite file, safe for several threads and processes.
 
     Args:
@@ -510,6 +510,7 @@ class SQLiteMemoryService(SyncMemoryService):
             conn.execute(sql.DELETE_USER, u)
             conn.execute(sql.DELETE_USER_HISTORY, u)
             conn.execute(sql.DELETE_USER_CURSORS, u)
+            purge_claims(conn, user)
             conn.execute(sql.DELETE_STATE, u)
             return count
 
@@ -663,31 +664,6 @@ class SQLiteMemoryService(SyncMemoryService):
             updates = [(blob, rid, text) for (rid, text), blob in zip(rows, blobs, strict=True)]
             self._db.write(_executemany(sql.UPDATE_EMBEDDING, updates))
             logger.info("backfilled %d embeddings for %s", len(rows), user)
-
-    # -- cursors ----------------------------------------------------------------
-
-    def get_cursor(self, user: UserKey, thread_id: str) -> ExtractionCursor | None:
-        user = check_user(user)
-        row = self._db.read(
-            lambda conn: conn.execute(
-                sql.SELECT_CURSOR, (user.app_name, user.user_id, thread_id)
-            ).fetchone()
-        )
-        return None if row is None else sql.row_to_cursor(row)
-
-    def set_cursor(self, user: UserKey, cursor: ExtractionCursor) -> None:
-        user = check_user(user)
-        params = (
-            user.app_name,
-            user.user_id,
-            cursor.thread_id,
-            cursor.last_message_id,
-            cursor.last_message_digest,
-            cursor.message_count,
-            sql.to_us(cursor.last_extracted_at),
-            sql.to_us(self._now()),
-        )
-        self._db.write(lambda conn: conn.execute(sql.UPSERT_CURSOR, params))
 
 
 def _unit_blobs(vectors: Sequence[Sequence[float]]) -> list[bytes | None]:
