@@ -22,7 +22,8 @@ pytestmark = pytest.mark.postgres
 ALICE = UserKey("app", "alice")
 BOB = UserKey("app", "bob")
 TABLES = (
-    "langmem_memories, langmem_history, langmem_cursors, langmem_user_stats, langmem_user_terms"
+    "langmem_memories, langmem_history, langmem_cursors, langmem_user_stats, langmem_user_terms,"
+    " langmem_thread_claims, langmem_dead_letters"
 )
 
 
@@ -253,6 +254,7 @@ PINNED: list[str] = [
     "1c6695d26ef1684c",
     "497dc67b4c283c50",
     "5a2a038fd3c68f20",
+    "ec59438420a8d89d",  # cursor keys, thread claims, dead letters
 ]
 
 
