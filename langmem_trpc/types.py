@@ -318,6 +318,9 @@ class ExtractionCursor(BaseModel):
     updated_at: datetime | None = None
     message_keys: bytes = b""
     """The covered messages' keys, 8 bytes each, in order (empty: a cursor from before them)."""
+    retired_keys: bytes = b""
+    """Keys of messages covered before a rewrite (summary, trim, removal) dropped them
+    from the thread, the newest 4096: a job queued before the rewrite finds them covered."""
     pending_retries: int = 0
     """Dead letters of this thread queued for retry (set by the backend, never by a job)."""
 

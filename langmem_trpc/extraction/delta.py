@@ -58,6 +58,8 @@ SKIPPED_SOURCES = frozenset({"summarization", "langmem_trpc"})
 TIME_KEYS = ("timestamp", "time", "created_at")
 #: Bytes of one message's key in `ExtractionCursor.message_keys`.
 KEY_BYTES = 8
+#: Keys a cursor keeps of messages that a rewrite dropped from the thread.
+MAX_RETIRED = 4096
 
 
 def message_text(message: BaseMessage) -> str:
@@ -164,14 +166,20 @@ def _fallback(messages: Sequence[BaseMessage]) -> tuple[int, str]:
     return 0, "lost"
 
 
-def _keyed_anchor(messages: Sequence[BaseMessage], covered: bytes) -> tuple[int, str]:
-    """Rules 1-3 of the module docstring against the covered keys."""
+def _split(keys: bytes) -> set[bytes]:
+    return {keys[i : i + KEY_BYTES] for i in range(0, len(keys), KEY_BYTES)}
+
+
+def _keyed_anchor(
+    messages: Sequence[BaseMessage], covered: bytes, retired: bytes
+) -> tuple[int, str]:
+    """Rules 1-3 of the module docstring against the covered (and retired) keys."""
     keys = message_keys(messages)
     if keys.startswith(covered):
         return len(covered) // KEY_BYTES, "extends"
     if covered.startswith(keys):
         return len(messages), "covered"
-    known = {covered[i : i + KEY_BYTES] for i in range(0, len(covered), KEY_BYTES)}
+    known = _split(covered) | _split(retired)
     for index in range(len(messages) - 1, -1, -1):
         if keys[index * KEY_BYTES : (index + 1) * KEY_BYTES] in known:
             return index + 1, "rewritten"
@@ -188,7 +196,7 @@ def compute_delta(messages: Sequence[BaseMessage], cursor: ExtractionCursor | No
         start, anchor = 0, "none"
     else:
         if cursor.message_keys:
-            start, anchor = _keyed_anchor(messages, cursor.message_keys)
+            start, anchor = _keyed_anchor(messages, cursor.message_keys, cursor.retired_keys)
         else:
             start, anchor = _legacy_anchor(messages, cursor)
         if anchor == "lost":
@@ -201,15 +209,33 @@ def compute_delta(messages: Sequence[BaseMessage], cursor: ExtractionCursor | No
 
 
 def advance_cursor(
-    thread_id: str, messages: Sequence[BaseMessage], now: datetime | None
+    thread_id: str,
+    messages: Sequence[BaseMessage],
+    now: datetime | None,
+    previous: ExtractionCursor | None = None,
 ) -> ExtractionCursor:
-    """The cursor after a successful job: it covers exactly `messages`."""
+    """The cursor after a successful job: it covers exactly `messages`.
+
+    When `messages` rewrote `previous`'s history, the keys it dropped join the
+    retired keys (the newest `MAX_RETIRED` are kept).
+    """
     last = messages[-1] if messages else None
+    keys = message_keys(messages)
+    retired = b""
+    if previous is not None:
+        retired = previous.retired_keys
+        if not keys.startswith(previous.message_keys):
+            kept = _split(keys)
+            old = previous.message_keys
+            dropped = [old[i : i + KEY_BYTES] for i in range(0, len(old), KEY_BYTES)]
+            retired += b"".join(k for k in dropped if k not in kept)
+        retired = retired[-MAX_RETIRED * KEY_BYTES :]
     return ExtractionCursor(
         thread_id=thread_id,
         last_message_id=last.id if last is not None else None,
         last_message_digest=message_digest(last) if last is not None else None,
         message_count=len(messages),
         last_extracted_at=now,
-        message_keys=message_keys(messages),
+        message_keys=keys,
+        retired_keys=retired,
     )

@@ -281,7 +281,7 @@ def _run_claimed(
     if not delta.messages:
         report.status = JobStatus.COMPLETED if report.retried else JobStatus.NOTHING_NEW
         if not delta.covered and delta.start < len(messages):  # only tool traffic: move past it
-            report.cursor = advance_cursor(thread_id, messages, last_extracted)
+            report.cursor = advance_cursor(thread_id, messages, last_extracted, cursor)
             held.save(cursor=report.cursor, final=True)
         return
     context = ExtractionContext(user, delta.messages, last_extracted)
@@ -297,12 +297,15 @@ def _run_claimed(
         try:
             _run_batch(service, extractor, settings, report, batch, deadline, run_extractor)
         except Exception as exc:
-            cursor = advance_cursor(thread_id, messages[:end], last_extracted)
-            if not _dead_letter(settings, report, batch, cursor, exc, held, end == len(messages)):
+            when = report.cursor.last_extracted_at if report.cursor else last_extracted
+            past = advance_cursor(thread_id, messages[:end], when, report.cursor or cursor)
+            if not _dead_letter(settings, report, batch, past, exc, held, end == len(messages)):
                 raise
-            report.cursor = cursor
+            report.cursor = past
             continue
-        report.cursor = advance_cursor(thread_id, messages[:end], _utcnow())
+        report.cursor = advance_cursor(
+            thread_id, messages[:end], _utcnow(), report.cursor or cursor
+        )
         held.save(cursor=report.cursor, final=end == len(messages))
         report.batches += 1
     done = report.batches or not report.dead_lettered

@@ -254,7 +254,7 @@ PINNED: list[str] = [
     "1c6695d26ef1684c",
     "497dc67b4c283c50",
     "5a2a038fd3c68f20",
-    "ec59438420a8d89d",  # cursor keys, thread claims, dead letters
+    "d9d4ca11fe60147d",  # cursor keys, thread claims, dead letters
 ]
 
 

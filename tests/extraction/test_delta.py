@@ -146,3 +146,15 @@ def test_trailing_tool_traffic_moves_the_cursor_without_a_job(service, user):
     report = worker.process(user, "t", msgs)
     assert report.status == JobStatus.NOTHING_NEW
     assert service.get_cursor(user, "t").last_message_id == "t1"
+
+
+def test_a_rewrite_retires_the_dropped_keys_so_an_older_job_finds_them_covered():
+    old = [HumanMessage(f"m{i}", id=str(i)) for i in range(4)]
+    summary = HumanMessage("sum", id="s", additional_kwargs={"lc_source": "summarization"})
+    first = advance_cursor("t", old, NOW)
+    rewritten = advance_cursor("t", [summary, HumanMessage("m4", id="4")], NOW, first)
+    assert len(rewritten.retired_keys) == 4 * len(first.message_keys) // 4
+    delta = compute_delta(old[:3], rewritten)
+    assert delta.messages == () and delta.anchor == "rewritten"
+    extended = advance_cursor("t", [summary, HumanMessage("m4", id="4"), old[0]], NOW, rewritten)
+    assert extended.retired_keys == rewritten.retired_keys

@@ -35,16 +35,17 @@ _T = "app_name = %(app)s AND user_id = %(user)s AND thread_id = %(thread)s"
 
 UPSERT_CURSOR = """
 INSERT INTO langmem_cursors (app_name, user_id, thread_id, last_message_id, last_message_digest,
-    message_count, last_extracted_at, updated_at, message_keys)
+    message_count, last_extracted_at, updated_at, message_keys, retired_keys)
 VALUES (%(app)s, %(user)s, %(thread)s, %(last_id)s, %(digest)s, %(count)s, %(extracted)s, now(),
-    %(keys)s)
+    %(keys)s, %(retired)s)
 ON CONFLICT (app_name, user_id, thread_id) DO UPDATE SET
     last_message_id = excluded.last_message_id, last_message_digest = excluded.last_message_digest,
     message_count = excluded.message_count, last_extracted_at = excluded.last_extracted_at,
-    updated_at = excluded.updated_at, message_keys = excluded.message_keys"""
+    updated_at = excluded.updated_at, message_keys = excluded.message_keys,
+    retired_keys = excluded.retired_keys"""
 SELECT_CURSOR = f"""
 SELECT thread_id, last_message_id, last_message_digest, message_count, last_extracted_at,
-    updated_at, message_keys, pending_retries FROM langmem_cursors WHERE {_T}"""
+    updated_at, message_keys, pending_retries, retired_keys FROM langmem_cursors WHERE {_T}"""
 COUNT_PENDING = f"""
 UPDATE langmem_cursors SET pending_retries = (
     SELECT count(*) FROM langmem_dead_letters WHERE {_T} AND status = 'retry') WHERE {_T}"""
@@ -109,6 +110,7 @@ def cursor_from_row(row: Row) -> ExtractionCursor:
         updated_at=row["updated_at"],
         message_keys=bytes(row["message_keys"] or b""),
         pending_retries=row["pending_retries"],
+        retired_keys=bytes(row["retired_keys"] or b""),
     )
 
 
@@ -150,6 +152,7 @@ def _cursor_params(user: UserKey, cursor: ExtractionCursor) -> dict[str, Any]:
         count=cursor.message_count,
         extracted=cursor.last_extracted_at,
         keys=cursor.message_keys,
+        retired=cursor.retired_keys,
     )
 
 

@@ -228,7 +228,7 @@ CREATE INDEX langmem_memories_pending ON langmem_memories (app_name, user_id)
     # (cursor) extraction cursors record the covered messages' keys; thread claims
     # with failed-attempt counts; dead letters (backends/postgres/_claims.py).
     """
-ALTER TABLE langmem_cursors ADD COLUMN message_keys bytea,
+ALTER TABLE langmem_cursors ADD COLUMN message_keys bytea, ADD COLUMN retired_keys bytea,
     ADD COLUMN pending_retries integer NOT NULL DEFAULT 0;
 CREATE TABLE langmem_thread_claims (
     app_name text NOT NULL,

@@ -35,18 +35,19 @@ _U = "app_name = ? AND user_id = ? AND thread_id = ?"
 
 UPSERT_CURSOR = """INSERT INTO cursors (
     app_name, user_id, thread_id, last_message_id, last_message_digest, message_count,
-    last_extracted_at, updated_at, message_keys
-) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+    last_extracted_at, updated_at, message_keys, retired_keys
+) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (app_name, user_id, thread_id) DO UPDATE SET
     last_message_id = excluded.last_message_id,
     last_message_digest = excluded.last_message_digest,
     message_count = excluded.message_count,
     last_extracted_at = excluded.last_extracted_at,
     updated_at = excluded.updated_at,
-    message_keys = excluded.message_keys"""
+    message_keys = excluded.message_keys,
+    retired_keys = excluded.retired_keys"""
 SELECT_CURSOR = (
     "SELECT thread_id, last_message_id, last_message_digest, message_count,"
-    " last_extracted_at, updated_at, message_keys, pending_retries FROM cursors"
+    " last_extracted_at, updated_at, message_keys, pending_retries, retired_keys FROM cursors"
     f" WHERE {_U}"
 )
 COUNT_PENDING = f"""UPDATE cursors SET pending_retries = (
@@ -101,6 +102,7 @@ def row_to_cursor(row: Sequence[Any]) -> ExtractionCursor:
         updated_at=sql.from_us(row[5]),
         message_keys=bytes(row[6] or b""),
         pending_retries=row[7],
+        retired_keys=bytes(row[8] or b""),
     )
 
 
@@ -155,6 +157,7 @@ class SQLiteClaims:
                 sql.to_us(cursor.last_extracted_at),
                 sql.to_us(self._now()),
                 cursor.message_keys,
+                cursor.retired_keys,
             ),
         )
 

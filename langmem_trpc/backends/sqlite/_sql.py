@@ -146,6 +146,7 @@ MIGRATIONS: list[tuple[str, ...]] = [
     # claims with failed-attempt counts; dead letters (backends/sqlite/_claims.py).
     (
         "ALTER TABLE cursors ADD COLUMN message_keys BLOB",
+        "ALTER TABLE cursors ADD COLUMN retired_keys BLOB",
         "ALTER TABLE cursors ADD COLUMN pending_retries INTEGER NOT NULL DEFAULT 0",
         """CREATE TABLE thread_claims (
             app_name TEXT NOT NULL,
