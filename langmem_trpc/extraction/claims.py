@@ -13,6 +13,7 @@ takes it over and extracts the delta again.
 from __future__ import annotations
 
 import hashlib
+import logging
 import time
 import uuid
 from collections.abc import Sequence
@@ -27,6 +28,8 @@ from ..types import DeadLetter, ExtractionCursor, ThreadClaim, UserKey
 from .delta import message_keys
 
 __all__ = ["ClaimLostError", "HeldClaim", "ThreadBusyError", "batch_key", "dead_letter_for"]
+
+logger = logging.getLogger(__name__)
 
 POLL_START = 0.01
 POLL_MAX = 0.25
@@ -125,6 +128,13 @@ class HeldClaim:
         return self.service.record_failure(self.user, self.thread_id, self.owner, batch, error)
 
     def release(self) -> None:
+        """Give the claim back; if the backend is unreachable, it expires after its TTL."""
         if not self.released:
             self.released = True
-            self.service.release_thread(self.user, self.thread_id, self.owner)
+            try:
+                self.service.release_thread(self.user, self.thread_id, self.owner)
+            except Exception as exc:
+                logger.warning(
+                    "auto_memory: could not release the claim on thread %r (it expires in %s s): %s",
+                    self.thread_id, self.ttl, exc,
+                )  # fmt: skip
