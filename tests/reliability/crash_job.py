@@ -87,8 +87,8 @@ def seed(path: str) -> None:
 def main() -> None:
     path, crash_at = sys.argv[1], int(sys.argv[2])
     service = Dying(path, crash_at)
-    # A killed job's claim on the thread blocks it for claim_ttl seconds; then the
-    # restarted process takes it over and extracts the delta again.
+    # SQLite: the kernel frees a killed process's claim at once (a file lock).
+    # claim_ttl bounds how long a dead job's claim blocks on backends with rows.
     with AutoMemoryWorker(service, Batch(), job_timeout=30, claim_ttl=1) as worker:
         worker.enqueue(USER, "thread-1", MESSAGES)
     print(

@@ -1,10 +1,9 @@
-"""SQLite: extraction cursors with their covered keys, thread claims, failed
-attempts and dead letters (contract: `service/_claims.py`).
+"""SQLite: extraction cursors with their covered keys, failed attempts and
+dead letters (contract: `service/_claims.py`).
 
-Claims are rows of `thread_claims`, taken in a `BEGIN IMMEDIATE` transaction,
-so two processes on one file serialise on SQLite's write lock and exactly one
-gets a free or expired claim. Expiry compares wall-clock microseconds, which
-every process on one host shares.
+Claims themselves are not rows: `_locks.FileClaims` holds them as byte-range
+locks on `<database>-claims`, so taking one costs no write transaction.
+Failed attempts live in `thread_attempts`, dead letters in `dead_letters`.
 """
 
 from __future__ import annotations
@@ -28,6 +27,7 @@ from ...service._core import check_user
 from ...types import DeadLetter, DeadLetterStatus, ExtractionCursor, ThreadClaim, UserKey
 from . import _sql as sql
 from ._connection import Database
+from ._locks import FileClaims
 
 __all__ = ["SQLiteClaims"]
 
@@ -53,18 +53,9 @@ SELECT_CURSOR = (
 COUNT_PENDING = f"""UPDATE cursors SET pending_retries = (
     SELECT count(*) FROM dead_letters WHERE {_U} AND status = 'retry') WHERE {_U}"""
 
-SELECT_CLAIM = f"SELECT owner, expires_at, batch, attempts FROM thread_claims WHERE {_U}"
-TAKE_CLAIM = """INSERT INTO thread_claims (app_name, user_id, thread_id, owner, expires_at)
-VALUES (?, ?, ?, ?, ?)
-ON CONFLICT (app_name, user_id, thread_id) DO UPDATE SET
-    owner = excluded.owner, expires_at = excluded.expires_at"""
-HOLDS = f"SELECT 1 FROM thread_claims WHERE {_U} AND owner = ?"
-RENEW = f"UPDATE thread_claims SET expires_at = ? WHERE {_U} AND owner = ?"
-RELEASE = f"UPDATE thread_claims SET owner = NULL, expires_at = NULL WHERE {_U} AND owner = ?"
-CLEAR_ATTEMPTS = (
-    f"UPDATE thread_claims SET batch = NULL, attempts = 0, last_error = NULL WHERE {_U}"
-)
-RECORD_FAILURE = """INSERT INTO thread_claims (app_name, user_id, thread_id, batch, attempts, last_error)
+SELECT_ATTEMPTS = f"SELECT batch, attempts FROM thread_attempts WHERE {_U}"
+CLEAR_ATTEMPTS = f"DELETE FROM thread_attempts WHERE {_U}"
+RECORD_FAILURE = """INSERT INTO thread_attempts (app_name, user_id, thread_id, batch, attempts, last_error)
 VALUES (?, ?, ?, ?, 1, ?)
 ON CONFLICT (app_name, user_id, thread_id) DO UPDATE SET
     attempts = CASE WHEN batch IS excluded.batch THEN attempts + 1 ELSE 1 END,
@@ -88,7 +79,7 @@ SELECT_LETTERS = (
 )
 SELECT_LETTER = f"SELECT {_LETTER} FROM dead_letters WHERE id = ?"
 RETRY_LETTER = "UPDATE dead_letters SET status = 'retry', updated_at = ? WHERE id = ?"
-DELETE_USER_CLAIMS = "DELETE FROM thread_claims WHERE app_name = ? AND user_id = ?"
+DELETE_USER_ATTEMPTS = "DELETE FROM thread_attempts WHERE app_name = ? AND user_id = ?"
 DELETE_USER_LETTERS = "DELETE FROM dead_letters WHERE app_name = ? AND user_id = ?"
 
 
@@ -131,6 +122,7 @@ class SQLiteClaims:
 
     _db: Database
     _now: Callable[..., datetime]
+    _file_claims: FileClaims
 
     def get_cursor(self, user: UserKey, thread_id: str) -> ExtractionCursor | None:
         user = check_user(user)
@@ -166,25 +158,29 @@ class SQLiteClaims:
     ) -> ThreadClaim | None:
         user = check_user(user)
         thread_id, owner = check_claim(thread_id, owner)
-        seconds = check_ttl(ttl) or 0.0
         key = (user.app_name, user.user_id, thread_id)
+        if not self._file_claims.take(key, owner, check_ttl(ttl) or 0.0):
+            return None
 
-        def take(conn: sqlite3.Connection) -> ThreadClaim | None:
-            now = _wall_us()
-            row = conn.execute(SELECT_CLAIM, key).fetchone()
-            if row is not None and row[0] not in (None, owner) and (row[1] or 0) > now:
-                return None
-            conn.execute(TAKE_CLAIM, (*key, owner, now + int(seconds * 1_000_000)))
-            cursor = conn.execute(SELECT_CURSOR, key).fetchone()
-            retries = conn.execute(SELECT_RETRIES, key).fetchall()
+        def read(conn: sqlite3.Connection) -> ThreadClaim:
+            row = conn.execute(SELECT_CURSOR, key).fetchone()
+            cursor = None if row is None else row_to_cursor(row)
+            attempts = conn.execute(SELECT_ATTEMPTS, key).fetchone()
+            retries = []
+            if cursor is not None and cursor.pending_retries:
+                retries = [row_to_letter(r) for r in conn.execute(SELECT_RETRIES, key)]
             return ThreadClaim(
-                cursor=None if cursor is None else row_to_cursor(cursor),
-                attempts=0 if row is None else row[3],
-                failed_batch=None if row is None else row[2],
-                retries=[row_to_letter(r) for r in retries],
+                cursor=cursor,
+                attempts=0 if attempts is None else attempts[1],
+                failed_batch=None if attempts is None else attempts[0],
+                retries=retries,
             )
 
-        return self._db.write(take)
+        try:
+            return self._db.read(read)
+        except BaseException:
+            self._file_claims.release(key, owner)
+            raise
 
     def save_progress(
         self,
@@ -202,10 +198,10 @@ class SQLiteClaims:
         seconds = check_ttl(ttl, optional=True)
         cursor, letter, done = check_progress(user, thread_id, cursor, dead_letter, resolved)
         key = (user.app_name, user.user_id, thread_id)
+        if not self._file_claims.holds(key, owner):
+            return False
 
-        def save(conn: sqlite3.Connection) -> bool:
-            if conn.execute(HOLDS, (*key, owner)).fetchone() is None:
-                return False
+        def save(conn: sqlite3.Connection) -> None:
             now = sql.to_us(self._now())
             if letter is not None:
                 conn.execute(UPSERT_LETTER, _letter_params(letter, now))
@@ -216,13 +212,14 @@ class SQLiteClaims:
                 conn.execute(CLEAR_ATTEMPTS, key)
             if letter is not None or done:
                 conn.execute(COUNT_PENDING, (*key, *key))
-            if seconds is None:
-                conn.execute(RELEASE, (*key, owner))
-            else:
-                conn.execute(RENEW, (_wall_us() + int(seconds * 1_000_000), *key, owner))
-            return True
 
-        return self._db.write(save)
+        if cursor is not None or letter is not None or done:
+            self._db.write(save)
+        if seconds is None:
+            self._file_claims.release(key, owner)
+        else:
+            self._file_claims.renew(key, owner, seconds)
+        return True
 
     def record_failure(
         self, user: UserKey, thread_id: str, owner: str, batch: str, error: str
@@ -235,8 +232,7 @@ class SQLiteClaims:
     def release_thread(self, user: UserKey, thread_id: str, owner: str) -> None:
         user = check_user(user)
         thread_id, owner = check_claim(thread_id, owner)
-        params = (user.app_name, user.user_id, thread_id, owner)
-        self._db.write(lambda conn: conn.execute(RELEASE, params))
+        self._file_claims.release((user.app_name, user.user_id, thread_id), owner)
 
     def dead_letters(
         self,
@@ -268,7 +264,7 @@ class SQLiteClaims:
 
 def purge_claims(conn: sqlite3.Connection, user: UserKey) -> None:
     """Part of purging a user: claims, attempts and dead letters go too."""
-    conn.execute(DELETE_USER_CLAIMS, (user.app_name, user.user_id))
+    conn.execute(DELETE_USER_ATTEMPTS, (user.app_name, user.user_id))
     conn.execute(DELETE_USER_LETTERS, (user.app_name, user.user_id))
 
 

@@ -142,18 +142,17 @@ MIGRATIONS: list[tuple[str, ...]] = [
     # (`_rows.count_inserted`, `COUNT_INSERTED`): the per-row insert trigger was
     # 40% of a batch row's insert time. Update and delete keep their triggers.
     ("DROP TRIGGER memories_after_insert",),
-    # (cursor) extraction cursors record the covered messages' keys; thread
-    # claims with failed-attempt counts; dead letters (backends/sqlite/_claims.py).
+    # (cursor) extraction cursors record the covered messages' keys; failed
+    # attempts per thread; dead letters (backends/sqlite/_claims.py). Claims
+    # are file locks, not rows (backends/sqlite/_locks.py).
     (
         "ALTER TABLE cursors ADD COLUMN message_keys BLOB",
         "ALTER TABLE cursors ADD COLUMN retired_keys BLOB",
         "ALTER TABLE cursors ADD COLUMN pending_retries INTEGER NOT NULL DEFAULT 0",
-        """CREATE TABLE thread_claims (
+        """CREATE TABLE thread_attempts (
             app_name TEXT NOT NULL,
             user_id TEXT NOT NULL,
             thread_id TEXT NOT NULL,
-            owner TEXT,
-            expires_at INTEGER,
             batch TEXT,
             attempts INTEGER NOT NULL DEFAULT 0,
             last_error TEXT,

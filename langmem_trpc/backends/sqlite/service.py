@@ -53,6 +53,7 @@ from ._keyword import (
     scoped,
     topics_document,
 )
+from ._locks import FileClaims
 from ._query import SearchCaches, SearchRun
 from ._rows import (
     CONTENT_DOC,
@@ -123,6 +124,7 @@ class SQLiteMemoryService(SQLiteClaims, SyncMemoryService):
         synchronous: str = "NORMAL",
     ) -> None:
         self._db = Database(path, busy_timeout_ms=busy_timeout_ms, synchronous=synchronous)
+        self._file_claims = FileClaims(None if self._db.memory else self._db.path)
         self._embeddings = embeddings
         self._limits = limits or Limits()
         self._caches = SearchCaches(vector_cache_bytes, self._db.read_detached)
@@ -140,6 +142,7 @@ class SQLiteMemoryService(SQLiteClaims, SyncMemoryService):
 
     def close(self) -> None:
         self._db.close()
+        self._file_claims.close()
         self._caches.clear()
 
     # -- helpers ----------------------------------------------------------------
@@ -511,6 +514,7 @@ class SQLiteMemoryService(SQLiteClaims, SyncMemoryService):
             conn.execute(sql.DELETE_USER_HISTORY, u)
             conn.execute(sql.DELETE_USER_CURSORS, u)
             purge_claims(conn, user)
+            self._file_claims.purge(user.app_name, user.user_id)
             conn.execute(sql.DELETE_STATE, u)
             return count
 
