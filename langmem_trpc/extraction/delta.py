@@ -104,12 +104,13 @@ def message_digest(message: BaseMessage) -> str:
 def message_keys(messages: Sequence[BaseMessage]) -> bytes:
     """The messages' cursor keys, concatenated: a hash of the id, else of type and text."""
     out = bytearray()
+    blake2b = hashlib.blake2b
     for message in messages:
         if message.id:
             raw = b"i" + message.id.encode()
         else:
             raw = b"d" + f"{message.type}\x1f{message_text(message)}".encode()
-        out += hashlib.blake2b(raw, digest_size=KEY_BYTES).digest()
+        out += blake2b(raw, digest_size=KEY_BYTES).digest()
     return bytes(out)
 
 
@@ -171,10 +172,9 @@ def _split(keys: bytes) -> set[bytes]:
 
 
 def _keyed_anchor(
-    messages: Sequence[BaseMessage], covered: bytes, retired: bytes
+    messages: Sequence[BaseMessage], keys: bytes, covered: bytes, retired: bytes
 ) -> tuple[int, str]:
     """Rules 1-3 of the module docstring against the covered (and retired) keys."""
-    keys = message_keys(messages)
     if keys.startswith(covered):
         return len(covered) // KEY_BYTES, "extends"
     if covered.startswith(keys):
@@ -186,8 +186,13 @@ def _keyed_anchor(
     return _fallback(messages)
 
 
-def compute_delta(messages: Sequence[BaseMessage], cursor: ExtractionCursor | None) -> Delta:
-    """New memorable messages after `cursor` (all of them without a cursor)."""
+def compute_delta(
+    messages: Sequence[BaseMessage], cursor: ExtractionCursor | None, keys: bytes | None = None
+) -> Delta:
+    """New memorable messages after `cursor` (all of them without a cursor).
+
+    `keys`: `message_keys(messages)` when the caller has them already.
+    """
     if cursor is None or (
         not cursor.message_keys
         and cursor.last_message_id is None
@@ -196,7 +201,9 @@ def compute_delta(messages: Sequence[BaseMessage], cursor: ExtractionCursor | No
         start, anchor = 0, "none"
     else:
         if cursor.message_keys:
-            start, anchor = _keyed_anchor(messages, cursor.message_keys, cursor.retired_keys)
+            if keys is None:
+                keys = message_keys(messages)
+            start, anchor = _keyed_anchor(messages, keys, cursor.message_keys, cursor.retired_keys)
         else:
             start, anchor = _legacy_anchor(messages, cursor)
         if anchor == "lost":
@@ -213,14 +220,17 @@ def advance_cursor(
     messages: Sequence[BaseMessage],
     now: datetime | None,
     previous: ExtractionCursor | None = None,
+    keys: bytes | None = None,
 ) -> ExtractionCursor:
     """The cursor after a successful job: it covers exactly `messages`.
 
     When `messages` rewrote `previous`'s history, the keys it dropped join the
-    retired keys (the newest `MAX_RETIRED` are kept).
+    retired keys (the newest `MAX_RETIRED` are kept). `keys`: `message_keys(messages)`
+    when the caller has them already.
     """
     last = messages[-1] if messages else None
-    keys = message_keys(messages)
+    if keys is None:
+        keys = message_keys(messages)
     retired = b""
     if previous is not None:
         retired = previous.retired_keys

@@ -33,7 +33,15 @@ from ..service.protocol import MemoryService
 from ..types import DeadLetter, DeadLetterStatus, Entry, ExtractionCursor, Source, UserKey
 from .checkers import Checker, ExtractionContext
 from .claims import HeldClaim, batch_key, dead_letter_for
-from .delta import Delta, advance_cursor, compute_delta, is_memorable, message_text
+from .delta import (
+    KEY_BYTES,
+    Delta,
+    advance_cursor,
+    compute_delta,
+    is_memorable,
+    message_keys,
+    message_text,
+)
 from .execute import OpOutcome, execute_ops
 from .extractor import ExtractionRequest, Extractor
 from .ops import Action, MemoryOp
@@ -240,6 +248,23 @@ def _has_work(
     return bool(delta.messages) or (not delta.covered and delta.start < len(messages))
 
 
+@dataclass(frozen=True)
+class _Thread:
+    """The job's messages, their cursor keys (hashed once) and what the peek found."""
+
+    messages: Sequence[BaseMessage]
+    keys: bytes
+    peeked: ExtractionCursor | None
+    delta: Delta
+
+    def cursor(
+        self, end: int, now: datetime | None, previous: ExtractionCursor | None, thread_id: str
+    ) -> ExtractionCursor:
+        """The cursor covering `messages[:end]`."""
+        keys = self.keys[: end * KEY_BYTES]
+        return advance_cursor(thread_id, self.messages[:end], now, previous, keys)
+
+
 def _run(
     service: MemoryService,
     extractor: Extractor,
@@ -251,13 +276,15 @@ def _run(
     deadline = _Deadline(settings.timeout)
     user, thread_id = report.user, report.thread_id
     peeked = service.get_cursor(user, thread_id)
-    delta = compute_delta(messages, peeked)
+    keys = message_keys(messages)
+    delta = compute_delta(messages, peeked, keys)
     if not _has_work(messages, delta, peeked):
         report.status, report.anchor = JobStatus.NOTHING_NEW, delta.anchor
         return
     held = HeldClaim.take(service, user, thread_id, settings.claim_seconds, deadline.remaining())
     try:
-        _run_claimed(extractor, settings, report, messages, run_extractor, deadline, held)
+        thread = _Thread(messages, keys, peeked, delta)
+        _run_claimed(extractor, settings, report, thread, run_extractor, deadline, held)
     finally:
         held.release()
 
@@ -266,14 +293,17 @@ def _run_claimed(
     extractor: Extractor,
     settings: JobSettings,
     report: JobReport,
-    messages: Sequence[BaseMessage],
+    thread: _Thread,
     run_extractor: RunExtractor,
     deadline: _Deadline,
     held: HeldClaim,
 ) -> None:
     service, user, thread_id = held.service, report.user, report.thread_id
+    messages = thread.messages
     cursor = held.claim.cursor  # read under the claim: nobody moves it while we hold it
-    delta = compute_delta(messages, cursor)
+    delta = thread.delta
+    if cursor != thread.peeked:  # another job moved it between the peek and the claim
+        delta = compute_delta(messages, cursor, thread.keys)
     report.messages, report.anchor = len(delta.messages), delta.anchor
     last_extracted = cursor.last_extracted_at if cursor else None
     for letter in held.claim.retries:
@@ -281,7 +311,7 @@ def _run_claimed(
     if not delta.messages:
         report.status = JobStatus.COMPLETED if report.retried else JobStatus.NOTHING_NEW
         if not delta.covered and delta.start < len(messages):  # only tool traffic: move past it
-            report.cursor = advance_cursor(thread_id, messages, last_extracted, cursor)
+            report.cursor = thread.cursor(len(messages), last_extracted, cursor, thread_id)
             held.save(cursor=report.cursor, final=True)
         return
     context = ExtractionContext(user, delta.messages, last_extracted)
@@ -298,14 +328,12 @@ def _run_claimed(
             _run_batch(service, extractor, settings, report, batch, deadline, run_extractor)
         except Exception as exc:
             when = report.cursor.last_extracted_at if report.cursor else last_extracted
-            past = advance_cursor(thread_id, messages[:end], when, report.cursor or cursor)
+            past = thread.cursor(end, when, report.cursor or cursor, thread_id)
             if not _dead_letter(settings, report, batch, past, exc, held, end == len(messages)):
                 raise
             report.cursor = past
             continue
-        report.cursor = advance_cursor(
-            thread_id, messages[:end], _utcnow(), report.cursor or cursor
-        )
+        report.cursor = thread.cursor(end, _utcnow(), report.cursor or cursor, thread_id)
         held.save(cursor=report.cursor, final=end == len(messages))
         report.batches += 1
     done = report.batches or not report.dead_lettered
