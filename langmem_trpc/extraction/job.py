@@ -98,8 +98,9 @@ class JobSettings:
 
 @dataclass
 class JobReport:
-    """What one job did. The cursor covers the whole delta on COMPLETED / NOTHING_NEW,
-    the finished batches on PARTIAL (and on FAILED after a first finished batch)."""
+    """What one job did. The cursor covers the whole delta on COMPLETED / NOTHING_NEW /
+    DEAD_LETTERED, the finished or dead-lettered batches on PARTIAL (and on FAILED
+    after a first finished batch)."""
 
     user: UserKey
     thread_id: str

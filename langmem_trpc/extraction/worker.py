@@ -4,9 +4,11 @@ N worker threads, each with a bounded queue. A stable hash of (app_name,
 user_id) picks the queue, so one user's jobs run in order while other users
 use other workers. Jobs carry the thread's messages; the job itself reads the
 cursor and finds the delta, so `enqueue` does no I/O and is safe to call from
-an event loop. Two jobs for the same thread never run at once (a lock per
-thread, then the cursor is re-read inside it), so nothing is read twice even
-when a synchronous fallback overtakes a queued job.
+an event loop. Two jobs for the same thread never run at once: in one
+process a lock per thread, across processes a claim in the backend, and the
+cursor is re-read under both. A job whose messages the cursor already covers
+(a queued job overtaken by a synchronous fallback) does nothing, so nothing
+is read twice and a cursor never moves back (see `job.py` and `delta.py`).
 
 When a queue is full or the worker is not running, the delta is never
 dropped. `on_full="sync"` (default, the reference behaviour) runs the job in
