@@ -6,6 +6,7 @@ import threading
 import time
 from collections import defaultdict
 
+import pytest
 from langchain_core.messages import HumanMessage
 
 from langmem_trpc import AutoMemoryWorker, UserKey
@@ -190,3 +191,25 @@ def test_a_thread_busy_past_the_deadline_fails_without_counting_an_attempt(servi
     service.release_thread(user, "t", "slow-process")
     claim = service.claim_thread(user, "t", "inspector", 5)
     assert claim is not None and claim.attempts == 0 and claim.cursor is None
+
+
+@pytest.mark.postgres
+def test_dead_letter_then_retry_on_postgres(pg_url, user):
+    from langmem_trpc.backends.postgres import PostgresMemoryService
+
+    with PostgresMemoryService(pg_url) as service:
+        service.setup()
+        extractor = Recording()
+        worker = AutoMemoryWorker(service, extractor, max_attempts=2)
+        thread = [msg(0, "poison but worth keeping")]
+        assert worker.process(user, "t", thread).status == JobStatus.FAILED
+        dead = worker.process(user, "t", thread)
+        assert dead.status == JobStatus.DEAD_LETTERED
+        (letter,) = service.dead_letters()
+        assert letter.attempts == 2 and letter.message_ids == ["m0"]
+        extractor.poisoned = False
+        service.retry_dead_letter(letter.id)
+        retried = worker.process(user, "t", [*thread, msg(1, "I live in Oslo")])
+        assert retried.status == JobStatus.COMPLETED and retried.retried == 1
+        assert [i for _, i in extractor.seen] == ["m0", "m1"]
+        assert service.dead_letters(status="done")[0].id == letter.id

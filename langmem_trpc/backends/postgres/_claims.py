@@ -161,10 +161,13 @@ def claim_thread(user: UserKey, thread_id: str, owner: str, ttl: float) -> Plan[
     taken = yield Sql(TAKE_CLAIM, p)
     if not taken:
         return None
-    cursor = yield Sql(SELECT_CURSOR, p)
-    retries = yield Sql(SELECT_RETRIES, p)
+    rows = yield Sql(SELECT_CURSOR, p)
+    cursor = cursor_from_row(rows[0]) if rows else None
+    retries = []
+    if cursor is not None and cursor.pending_retries:
+        retries = yield Sql(SELECT_RETRIES, p)
     return ThreadClaim(
-        cursor=cursor_from_row(cursor[0]) if cursor else None,
+        cursor=cursor,
         attempts=taken[0]["attempts"],
         failed_batch=taken[0]["batch"],
         retries=[letter_from_row(r) for r in retries],
