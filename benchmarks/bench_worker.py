@@ -14,7 +14,8 @@ Scenarios (median of --runs runs each):
 4. worker overhead per job, p50/p90, excluding the extractor call
    (`JobReport.seconds - extract_seconds`), sequential `process()`.
 
-Run: .venv/bin/python benchmarks/bench_worker.py [--backend sqlite|memory] [--runs 3]
+Run: .venv/bin/python benchmarks/bench_worker.py [--backend sqlite|memory|postgres] [--runs 3]
+     [--scenarios 1,2,3,4]   (postgres: an embedded server, a fresh database per run)
 """
 
 from __future__ import annotations
@@ -37,11 +38,25 @@ from langmem_trpc.service.protocol import MemoryService
 TOPICS = ["tea", "hiking", "Go", "Oslo", "piano", "dogs", "chess", "sushi", "running", "jazz"]
 
 
+_PG: list[object] = []  # the embedded server of a --backend postgres run
+
+
 def make_service(backend: str, folder: Path, tag: str) -> MemoryService:
     if backend == "sqlite":
         from langmem_trpc.backends.sqlite import SQLiteMemoryService
 
         return SQLiteMemoryService(folder / f"{tag}.db")
+    if backend == "postgres":  # a fresh database on one embedded server per run
+        from langmem_trpc.backends.postgres import PostgresMemoryService
+        from langmem_trpc.testing.postgres import PostgresTestServer
+
+        if not _PG:
+            _PG.append(PostgresTestServer().start())
+        server = _PG[0]
+        assert isinstance(server, PostgresTestServer)
+        service = PostgresMemoryService(server.create_database("bench"))
+        service.setup()
+        return service
     return InMemoryMemoryService()
 
 
@@ -155,7 +170,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--backend", choices=["sqlite", "memory"], default="sqlite")
+    parser.add_argument("--backend", choices=["sqlite", "memory", "postgres"], default="sqlite")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--users", type=int, default=50)
     parser.add_argument(
@@ -189,6 +204,8 @@ def main() -> None:
             scenario_3(args, run, folder)
         if 4 in wanted:
             scenario_4(args, folder)
+    for server in _PG:
+        server.stop()  # type: ignore[attr-defined]
 
 
 def scenario_1(args: argparse.Namespace, run: Callable[..., float], jobs: list) -> None:

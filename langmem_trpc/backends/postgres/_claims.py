@@ -5,7 +5,9 @@ failed attempts and dead letters, as sans-I/O plans (contract:
 A claim is taken by one `INSERT ... ON CONFLICT DO UPDATE ... WHERE` on
 `langmem_thread_claims`: the row lock serialises competing processes and the
 WHERE (free, expired or ours) is re-checked on the latest row version, so
-exactly one wins. Expiry uses the server's clock, never a client's.
+exactly one wins. Expiry uses the server's clock, never a client's. Claim
+and release transactions commit asynchronously (no WAL flush wait); the
+cursor writes under the claim are ordinary durable commits.
 """
 
 from __future__ import annotations
@@ -30,6 +32,10 @@ __all__ = [
     "save_progress",
     "set_cursor",
 ]
+
+ASYNC_COMMIT = "SET LOCAL synchronous_commit = off"
+"""Taking or releasing a claim does not wait for the WAL flush: a claim lost to a server
+crash only lets another job take the thread, whose cursor writes stay durable."""
 
 _T = "app_name = %(app)s AND user_id = %(user)s AND thread_id = %(thread)s"
 
@@ -158,6 +164,7 @@ def _cursor_params(user: UserKey, cursor: ExtractionCursor) -> dict[str, Any]:
 
 def claim_thread(user: UserKey, thread_id: str, owner: str, ttl: float) -> Plan[ThreadClaim | None]:
     p = _params(user, thread_id, owner=owner, ttl=ttl)
+    yield Sql(ASYNC_COMMIT)
     taken = yield Sql(TAKE_CLAIM, p)
     if not taken:
         return None
@@ -220,6 +227,7 @@ def record_failure(user: UserKey, thread_id: str, batch: str, error: str) -> Pla
 
 
 def release_thread(user: UserKey, thread_id: str, owner: str) -> Plan[None]:
+    yield Sql(ASYNC_COMMIT)
     yield Sql(RELEASE, _params(user, thread_id, owner=owner))
 
 
