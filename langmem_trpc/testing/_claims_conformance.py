@@ -123,6 +123,14 @@ class ClaimsConformance:
         assert await client.dead_letters() == []
         assert await client.claim_thread(ALICE, "t1", "other", 30) is not None
 
+    async def test_cursor_keys_round_trip(self, client: Client) -> None:
+        cursor = _cursor(3).model_copy(update={"retired_keys": bytes(range(16))})
+        await client.set_cursor(ALICE, cursor)
+        got = await client.get_cursor(ALICE, "t1")
+        assert got is not None
+        assert (got.message_keys, got.retired_keys) == (cursor.message_keys, cursor.retired_keys)
+        assert got.pending_retries == 0
+
     async def test_claim_arguments_are_validated(self, client: Client) -> None:
         for call, field in (
             (client.claim_thread(ALICE, "", "o", 30), "thread_id"),
