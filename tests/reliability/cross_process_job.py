@@ -1,7 +1,7 @@
 """One of two processes running the same 200 jobs over 20 threads, for test_cross_process.py.
 
 Usage: python -m tests.reliability.cross_process_job TARGET RECORDS GO ORDER
-  TARGET   a SQLite file path, or a postgresql:// URL
+  TARGET   a SQLite file path, or a PostgreSQL URL / libpq key=value string
   RECORDS  file the extractor appends "user thread message-id" lines to
   GO       the process writes GO.ORDER.ready, then waits until GO exists, so both
            start together
@@ -21,6 +21,7 @@ from pathlib import Path
 from langchain_core.messages import HumanMessage
 
 from langmem_trpc import AutoMemoryWorker, UserKey
+from langmem_trpc.cli._common import is_postgres_dsn
 from langmem_trpc.extraction import ExtractionRequest, MemoryOp, VerbatimExtractor
 from langmem_trpc.service.protocol import MemoryService
 
@@ -52,7 +53,7 @@ class Recording(VerbatimExtractor):
 
 
 def open_service(target: str) -> MemoryService:
-    if target.startswith("postgresql://"):
+    if is_postgres_dsn(target):  # a URL or a libpq "user=... dbname=..." string
         from langmem_trpc.backends.postgres import PostgresMemoryService
 
         return PostgresMemoryService(target, pool_size=4)

@@ -89,4 +89,7 @@ def test_two_processes_on_postgres_extract_each_message_once(pg_url: str, tmp_pa
 
     with PostgresMemoryService(pg_url) as service:
         service.setup()
+        assert isinstance(open_service(pg_url), PostgresMemoryService)
     _check(pg_url, _run_two(pg_url, tmp_path))
+    with PostgresMemoryService(pg_url) as service:  # the jobs really ran on PostgreSQL
+        assert service.get_cursor(THREADS[0][0], THREADS[0][1]) is not None
