@@ -14,7 +14,8 @@ Scenarios (median of --runs runs each):
 4. worker overhead per job, p50/p90, excluding the extractor call
    (`JobReport.seconds - extract_seconds`), sequential `process()`.
 
-Run: .venv/bin/python benchmarks/bench_worker.py [--backend sqlite|memory] [--runs 3]
+Run: .venv/bin/python benchmarks/bench_worker.py [--backend sqlite|memory|postgres] [--runs 3]
+     [--scenarios 1,2,3,4]   (postgres: an embedded server, a fresh database per run)
 """
 
 from __future__ import annotations
@@ -37,11 +38,25 @@ from langmem_trpc.service.protocol import MemoryService
 TOPICS = ["tea", "hiking", "Go", "Oslo", "piano", "dogs", "chess", "sushi", "running", "jazz"]
 
 
+_PG: list[object] = []  # the embedded server of a --backend postgres run
+
+
 def make_service(backend: str, folder: Path, tag: str) -> MemoryService:
     if backend == "sqlite":
         from langmem_trpc.backends.sqlite import SQLiteMemoryService
 
         return SQLiteMemoryService(folder / f"{tag}.db")
+    if backend == "postgres":  # a fresh database on one embedded server per run
+        from langmem_trpc.backends.postgres import PostgresMemoryService
+        from langmem_trpc.testing.postgres import PostgresTestServer
+
+        if not _PG:
+            _PG.append(PostgresTestServer().start())
+        server = _PG[0]
+        assert isinstance(server, PostgresTestServer)
+        service = PostgresMemoryService(server.create_database("bench"))
+        service.setup()
+        return service
     return InMemoryMemoryService()
 
 
@@ -155,7 +170,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--backend", choices=["sqlite", "memory"], default="sqlite")
+    parser.add_argument("--backend", choices=["sqlite", "memory", "postgres"], default="sqlite")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--users", type=int, default=50)
     parser.add_argument(
@@ -163,7 +178,11 @@ def main() -> None:
     )
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--load-seconds", type=float, default=10.0)
+    parser.add_argument(
+        "--scenarios", default="1,2,3,4", help="comma-separated scenario numbers to run"
+    )
     args = parser.parse_args()
+    wanted = {int(n) for n in args.scenarios.split(",")}
     jobs = workload(args.users, args.turns)
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
@@ -176,41 +195,54 @@ def main() -> None:
             print(f"  {name:<34} median {med:8.1f} jobs/s   runs {[round(v, 1) for v in values]}")
             return med
 
-        print(f"1. instant extractor, {args.workers} workers, queued, end to end")
-        verbatim = run(
-            "verbatim (worker)", lambda s: queued_rate(s, VerbatimExtractor(), jobs, args.workers)
-        )
-        direct = run("peer: direct add + set_cursor", lambda s: direct_rate(s, jobs))
-        print(f"  ratio worker/direct = {verbatim / direct:.2f}")
-        print("2. instant model-like extractor (reconcile probe per add)")
-        run("model-like (worker)", lambda s: queued_rate(s, ModelLike(), jobs, args.workers))
-        print("3. extractor sleeping 200 ms, 8 workers")
-        sleepy_jobs = workload(160, 2)
-        run(
-            "saturation (320 jobs, 160 users)",
-            lambda s: queued_rate(s, Sleepy(0.2), sleepy_jobs, 8),
-        )
-        load = offered_load(
-            make_service(args.backend, folder, "load"), 35.0, args.load_seconds, 200
+        if 1 in wanted:
+            scenario_1(args, run, jobs)
+        if 2 in wanted:
+            print("2. instant model-like extractor (reconcile probe per add)")
+            run("model-like (worker)", lambda s: queued_rate(s, ModelLike(), jobs, args.workers))
+        if 3 in wanted:
+            scenario_3(args, run, folder)
+        if 4 in wanted:
+            scenario_4(args, folder)
+    for server in _PG:
+        server.stop()  # type: ignore[attr-defined]
+
+
+def scenario_1(args: argparse.Namespace, run: Callable[..., float], jobs: list) -> None:
+    print(f"1. instant extractor, {args.workers} workers, queued, end to end")
+    verbatim = run(
+        "verbatim (worker)", lambda s: queued_rate(s, VerbatimExtractor(), jobs, args.workers)
+    )
+    direct = run("peer: direct add + set_cursor", lambda s: direct_rate(s, jobs))
+    print(f"  ratio worker/direct = {verbatim / direct:.2f}")
+
+
+def scenario_3(args: argparse.Namespace, run: Callable[..., float], folder: Path) -> None:
+    print("3. extractor sleeping 200 ms, 8 workers")
+    sleepy_jobs = workload(160, 2)
+    run("saturation (320 jobs, 160 users)", lambda s: queued_rate(s, Sleepy(0.2), sleepy_jobs, 8))
+    load = offered_load(make_service(args.backend, folder, "load"), 35.0, args.load_seconds, 200)
+    print(
+        f"  offered {load['offered']:.1f} jobs/s for {args.load_seconds:.0f} s: completed "
+        f"{load['completed']:.0f}/{load['total']:.0f}, queues drained {load['drain_s']:.2f} s after the last "
+        f"offer, sync fallbacks {load['sync_fallbacks']:.0f}, failed {load['failed']:.0f}"
+    )
+
+
+def scenario_4(args: argparse.Namespace, folder: Path) -> None:
+    print("4. worker overhead per job excluding the extractor (sequential process())")
+    small = workload(20, 25)
+    for timeout in (30.0, None):
+        p50s, p90s = zip(
+            *(
+                overhead(make_service(args.backend, folder, f"oh{timeout}{i}"), small, timeout)
+                for i in range(args.runs)
+            ),
+            strict=True,
         )
         print(
-            f"  offered {load['offered']:.1f} jobs/s for {args.load_seconds:.0f} s: completed "
-            f"{load['completed']:.0f}/{load['total']:.0f}, queues drained {load['drain_s']:.2f} s after the last "
-            f"offer, sync fallbacks {load['sync_fallbacks']:.0f}, failed {load['failed']:.0f}"
+            f"  job_timeout={timeout!s:<5} p50 {statistics.median(p50s):7.0f} us   p90 {statistics.median(p90s):7.0f} us"
         )
-        print("4. worker overhead per job excluding the extractor (sequential process())")
-        small = workload(20, 25)
-        for timeout in (30.0, None):
-            p50s, p90s = zip(
-                *(
-                    overhead(make_service(args.backend, folder, f"oh{timeout}{i}"), small, timeout)
-                    for i in range(args.runs)
-                ),
-                strict=True,
-            )
-            print(
-                f"  job_timeout={timeout!s:<5} p50 {statistics.median(p50s):7.0f} us   p90 {statistics.median(p90s):7.0f} us"
-            )
 
 
 if __name__ == "__main__":

@@ -27,6 +27,8 @@ from .errors import (
 )
 from .service import InMemoryMemoryService, Limits, MemoryService
 from .types import (
+    DeadLetter,
+    DeadLetterStatus,
     Entry,
     ExtractionCursor,
     HistoryEvent,
@@ -113,6 +115,8 @@ __all__ = [
     "CapacityExceededError",
     "Checker",
     "ConfigurationError",
+    "DeadLetter",
+    "DeadLetterStatus",
     "Entry",
     "ExtractionContext",
     "ExtractionCursor",

@@ -24,6 +24,8 @@ from .errors import InvalidMemoryError, InvalidUserKeyError
 
 __all__ = [
     "MAX_ID_LENGTH",
+    "DeadLetter",
+    "DeadLetterStatus",
     "Entry",
     "ExtractionCursor",
     "HistoryEvent",
@@ -33,6 +35,7 @@ __all__ = [
     "Operation",
     "SearchOptions",
     "Source",
+    "ThreadClaim",
     "UserKey",
 ]
 
@@ -371,9 +374,13 @@ class HistoryEvent(BaseModel):
 class ExtractionCursor(BaseModel):
     """How far the write path has read one thread, persisted in the backend.
 
-    LangGraph messages carry ids but no timestamps, so the cursor keys on the
-    id of the last message included, with a content digest and a position as
-    fallbacks for histories that were trimmed or messages without ids.
+    `message_keys` is the covered sequence itself: 8 bytes per message (a
+    hash of its id, or of its type and text when it has none), in thread
+    order. With it a job tells an extension of that sequence (read what
+    follows), an older prefix of it (nothing new) and a rewritten history
+    (summarised, trimmed, messages removed) apart; see
+    `extraction/delta.py`. The id, digest and count of the last message are
+    kept for cursors written before the keys existed.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -385,3 +392,65 @@ class ExtractionCursor(BaseModel):
     """How many messages the thread had when the cursor was written."""
     last_extracted_at: datetime | None = None
     updated_at: datetime | None = None
+    message_keys: bytes = b""
+    """The covered messages' keys, 8 bytes each, in order (empty: a cursor from before them)."""
+    retired_keys: bytes = b""
+    """Keys of messages covered before a rewrite (summary, trim, removal) dropped them
+    from the thread, the newest 4096: a job queued before the rewrite finds them covered."""
+    pending_retries: int = 0
+    """Dead letters of this thread queued for retry (set by the backend, never by a job)."""
+
+
+class DeadLetterStatus(str, Enum):
+    DEAD = "dead"
+    """Failed its bounded attempts; the cursor moved past it."""
+    RETRY = "retry"
+    """Queued by `retry_dead_letter`: the thread's next job extracts it first."""
+    DONE = "done"
+    """A retry succeeded; kept as a record."""
+
+
+class DeadLetter(BaseModel):
+    """A batch of messages the write path gave up on, recorded durably.
+
+    `messages` holds the batch as LangChain message dicts
+    (`messages_to_dict`), so a retry does not depend on the thread still
+    holding them (histories get trimmed).
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    app_name: str
+    user_id: str
+    thread_id: str
+    status: DeadLetterStatus = DeadLetterStatus.DEAD
+    error: str
+    attempts: int
+    message_ids: list[str] = Field(default_factory=list)
+    messages: list[dict[str, Any]] = Field(default_factory=list)
+    created_at: datetime
+    updated_at: datetime
+
+    @property
+    def user(self) -> UserKey:
+        return UserKey(self.app_name, self.user_id)
+
+    @field_validator("created_at", "updated_at")
+    @classmethod
+    def _times(cls, value: datetime) -> datetime:
+        return ensure_utc(value, "time")
+
+
+class ThreadClaim(BaseModel):
+    """What `claim_thread` read in the transaction that took the claim."""
+
+    model_config = ConfigDict(frozen=True)
+
+    cursor: ExtractionCursor | None = None
+    attempts: int = 0
+    """Failed attempts recorded on `failed_batch` (0: none)."""
+    failed_batch: str | None = None
+    """Key of the batch the attempts were counted on."""
+    retries: list[DeadLetter] = Field(default_factory=list)
+    """This thread's dead letters queued for retry, oldest first."""

@@ -10,6 +10,7 @@ import click
 
 from ._common import default_db
 from .bench import bench
+from .jobs import jobs
 from .memories import memories
 from .transfer import export_memories, import_memories
 
@@ -54,6 +55,7 @@ def demo(db: str | None) -> None:
 cli.add_command(memories)
 cli.add_command(export_memories)
 cli.add_command(import_memories)
+cli.add_command(jobs)
 
 cli.add_command(bench)
 

@@ -1,18 +1,27 @@
 """Which messages of a thread are new: message filtering and the durable cursor.
 
 LangGraph messages have ids but no timestamps, and histories get summarised
-or trimmed, so the cursor remembers the id of the last message it covered,
-that message's content digest and the thread length at the time:
+or trimmed, so the cursor records the covered sequence itself: one 8-byte
+key per message (a hash of its id, or of its type and text when it has
+none), in order. A job's messages `M` compare with the covered keys `K`:
 
-1. the id is found: the delta is everything after it;
-2. else a message with the same digest is found (messages without ids, or
-   re-issued ids): after it; with repeats ("ok"), the one nearest the
-   recorded position wins;
-3. else the anchor was summarised or trimmed away: after the last summary
-   message if there is one, otherwise the whole list. Summaries and trims
-   keep a suffix of the history, so everything left is newer than the
+1. extends: `K` is a prefix of `M`'s keys: the delta is everything after
+   position `len(K)` (nothing when `M` is exactly `K`);
+2. covered: `M`'s keys are a prefix of `K`: an older snapshot of the thread
+   that a newer job overtook. Nothing is new and the cursor is not written,
+   so a cursor never moves backwards;
+3. rewritten: neither. The history was summarised, trimmed or had messages
+   removed: the delta is what follows the last message of `M` whose key is
+   in `K` (a job older than a rewrite finds its newest messages covered and
+   reads nothing); if no message of `M` is covered, after the last summary
+   message, or the whole list ("lost", logged as a WARNING). Summaries and
+   trims keep a suffix of the history, so everything left is newer than the
    anchor. Re-reading is safe (reconcile and idempotent adds absorb it);
    skipping would lose memories.
+
+A cursor written before the keys existed (`message_keys` empty) is located
+by its last message's id, then by content digest nearest the recorded
+position, then by the fallbacks of rule 3.
 """
 
 from __future__ import annotations
@@ -29,11 +38,13 @@ from .._time import parse_flexible_time
 from ..types import ExtractionCursor
 
 __all__ = [
+    "KEY_BYTES",
     "Delta",
     "advance_cursor",
     "compute_delta",
     "is_memorable",
     "message_digest",
+    "message_keys",
     "message_text",
     "message_time",
 ]
@@ -45,6 +56,10 @@ logger = logging.getLogger(__name__)
 SKIPPED_SOURCES = frozenset({"summarization", "langmem_trpc"})
 #: `additional_kwargs` keys read (in order) for a message's own time.
 TIME_KEYS = ("timestamp", "time", "created_at")
+#: Bytes of one message's key in `ExtractionCursor.message_keys`.
+KEY_BYTES = 8
+#: Keys a cursor keeps of messages that a rewrite dropped from the thread.
+MAX_RETIRED = 4096
 
 
 def message_text(message: BaseMessage) -> str:
@@ -86,6 +101,19 @@ def message_digest(message: BaseMessage) -> str:
     return hashlib.sha256(raw).hexdigest()[:32]
 
 
+def message_keys(messages: Sequence[BaseMessage]) -> bytes:
+    """The messages' cursor keys, concatenated: a hash of the id, else of type and text."""
+    out = bytearray()
+    blake2b = hashlib.blake2b
+    for message in messages:
+        if message.id:
+            raw = b"i" + message.id.encode()
+        else:
+            raw = b"d" + f"{message.type}\x1f{message_text(message)}".encode()
+        out += blake2b(raw, digest_size=KEY_BYTES).digest()
+    return bytes(out)
+
+
 def message_time(message: BaseMessage) -> datetime | None:
     """The message's own time from `additional_kwargs` (ISO 8601), if the host set one."""
     for key in TIME_KEYS:
@@ -106,11 +134,17 @@ class Delta:
     start: int
     """Index of the first unread message in the full list."""
     anchor: str
-    """How the cursor was located: "none", "id", "digest", "summary" or "lost"."""
+    """How the cursor was located: "none", "extends", "covered", "rewritten", "summary",
+    "lost", or for a cursor without keys "id" or "digest"."""
+
+    @property
+    def covered(self) -> bool:
+        """Everything from `start` on is already covered: the cursor must not be written."""
+        return self.anchor == "covered"
 
 
-def _find_anchor(messages: Sequence[BaseMessage], cursor: ExtractionCursor) -> tuple[int, str]:
-    """Index after the cursor's message, and how it was found."""
+def _legacy_anchor(messages: Sequence[BaseMessage], cursor: ExtractionCursor) -> tuple[int, str]:
+    """Index after the message of a cursor without keys, and how it was found."""
     if cursor.last_message_id is not None:
         for index in range(len(messages) - 1, -1, -1):
             if messages[index].id == cursor.last_message_id:
@@ -123,18 +157,55 @@ def _find_anchor(messages: Sequence[BaseMessage], cursor: ExtractionCursor) -> t
             expected = cursor.message_count - 1
             best = min(hits, key=lambda i: (abs(i - expected), -i))
             return best + 1, "digest"
+    return _fallback(messages)
+
+
+def _fallback(messages: Sequence[BaseMessage]) -> tuple[int, str]:
     summaries = [i for i, m in enumerate(messages) if _is_summary(m)]
     if summaries:
         return summaries[-1] + 1, "summary"
     return 0, "lost"
 
 
-def compute_delta(messages: Sequence[BaseMessage], cursor: ExtractionCursor | None) -> Delta:
-    """New memorable messages after `cursor` (all of them without a cursor)."""
-    if cursor is None or (cursor.last_message_id is None and cursor.last_message_digest is None):
+def _split(keys: bytes) -> set[bytes]:
+    return {keys[i : i + KEY_BYTES] for i in range(0, len(keys), KEY_BYTES)}
+
+
+def _keyed_anchor(
+    messages: Sequence[BaseMessage], keys: bytes, covered: bytes, retired: bytes
+) -> tuple[int, str]:
+    """Rules 1-3 of the module docstring against the covered (and retired) keys."""
+    if keys.startswith(covered):
+        return len(covered) // KEY_BYTES, "extends"
+    if covered.startswith(keys):
+        return len(messages), "covered"
+    known = _split(covered) | _split(retired)
+    for index in range(len(messages) - 1, -1, -1):
+        if keys[index * KEY_BYTES : (index + 1) * KEY_BYTES] in known:
+            return index + 1, "rewritten"
+    return _fallback(messages)
+
+
+def compute_delta(
+    messages: Sequence[BaseMessage], cursor: ExtractionCursor | None, keys: bytes | None = None
+) -> Delta:
+    """New memorable messages after `cursor` (all of them without a cursor).
+
+    `keys`: `message_keys(messages)` when the caller has them already.
+    """
+    if cursor is None or (
+        not cursor.message_keys
+        and cursor.last_message_id is None
+        and cursor.last_message_digest is None
+    ):
         start, anchor = 0, "none"
     else:
-        start, anchor = _find_anchor(messages, cursor)
+        if cursor.message_keys:
+            if keys is None:
+                keys = message_keys(messages)
+            start, anchor = _keyed_anchor(messages, keys, cursor.message_keys, cursor.retired_keys)
+        else:
+            start, anchor = _legacy_anchor(messages, cursor)
         if anchor == "lost":
             logger.warning(
                 "cursor anchor for thread %r not found (history rewritten); re-reading %d messages",
@@ -145,14 +216,36 @@ def compute_delta(messages: Sequence[BaseMessage], cursor: ExtractionCursor | No
 
 
 def advance_cursor(
-    thread_id: str, messages: Sequence[BaseMessage], now: datetime
+    thread_id: str,
+    messages: Sequence[BaseMessage],
+    now: datetime | None,
+    previous: ExtractionCursor | None = None,
+    keys: bytes | None = None,
 ) -> ExtractionCursor:
-    """The cursor after a successful job: anchored on the last message scanned."""
+    """The cursor after a successful job: it covers exactly `messages`.
+
+    When `messages` rewrote `previous`'s history, the keys it dropped join the
+    retired keys (the newest `MAX_RETIRED` are kept). `keys`: `message_keys(messages)`
+    when the caller has them already.
+    """
     last = messages[-1] if messages else None
+    if keys is None:
+        keys = message_keys(messages)
+    retired = b""
+    if previous is not None:
+        retired = previous.retired_keys
+        if not keys.startswith(previous.message_keys):
+            kept = _split(keys)
+            old = previous.message_keys
+            dropped = [old[i : i + KEY_BYTES] for i in range(0, len(old), KEY_BYTES)]
+            retired += b"".join(k for k in dropped if k not in kept)
+        retired = retired[-MAX_RETIRED * KEY_BYTES :]
     return ExtractionCursor(
         thread_id=thread_id,
         last_message_id=last.id if last is not None else None,
         last_message_digest=message_digest(last) if last is not None else None,
         message_count=len(messages),
         last_extracted_at=now,
+        message_keys=keys,
+        retired_keys=retired,
     )

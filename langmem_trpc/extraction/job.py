@@ -1,12 +1,18 @@
 """One extraction job, start to finish, and the report it returns.
 
-Steps: read the cursor -> delta -> checkers -> then, batch by batch of at
-most `batch_messages` new messages: existing memories -> extractor -> update
-policy -> execute -> advance the cursor past the batch. The cursor moves only
-when everything before it succeeded; every failure (cursor read,
-existing-memory load, extractor error, timeout, storage error during
-execution) leaves it after the last finished batch, so the rest of the delta
-is read again next time. Batches bound the work of one extractor call, so a
+Steps: read the cursor -> delta (nothing new: done, no write) -> claim the
+thread in the backend and compute the delta again from the cursor read
+under the claim (see `claims.py`) -> retry the thread's dead letters queued
+for retry -> checkers -> then, batch by batch of at most `batch_messages`
+new messages: existing memories -> extractor -> update policy -> execute ->
+advance the cursor past the batch, under the claim. The cursor moves only
+when everything before it succeeded; a failure (existing-memory load,
+extractor error, timeout, storage error during execution) leaves it after
+the last finished batch and counts a failed attempt on the batch in the
+backend. After `max_attempts` failed attempts in a row on the same batch,
+the batch is dead-lettered: recorded in the backend with its messages, the
+error and the attempts, and the cursor moves past it, so a poison delta
+never blocks its thread. Batches bound the work of one extractor call, so a
 huge delta (a 10,000-message import) makes steady progress within the job
 timeout instead of timing out on every run.
 """
@@ -20,13 +26,21 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from enum import Enum
 
-from langchain_core.messages import BaseMessage
+from langchain_core.messages import BaseMessage, messages_from_dict
 
 from ..errors import LangmemTrpcError
 from ..service.protocol import MemoryService
-from ..types import Entry, ExtractionCursor, Source, UserKey
+from ..types import DeadLetter, DeadLetterStatus, Entry, ExtractionCursor, Source, UserKey
 from .checkers import Checker, ExtractionContext
-from .delta import Delta, advance_cursor, compute_delta, is_memorable
+from .claims import HeldClaim, batch_key, dead_letter_for
+from .delta import (
+    KEY_BYTES,
+    Delta,
+    advance_cursor,
+    compute_delta,
+    is_memorable,
+    message_keys,
+)
 from .execute import OpOutcome, execute_ops
 from .existing import existing_query, load_existing
 from .extractor import ExtractionRequest, Extractor
@@ -46,6 +60,9 @@ class JobStatus(str, Enum):
     PARTIAL = "partial"
     """Some batches finished (the cursor moved past them); time ran out for the rest."""
     FAILED = "failed"
+    DEAD_LETTERED = "dead_lettered"
+    """No batch finished, but one failed `max_attempts` times: it was dead-lettered and
+    the cursor moved past it."""
 
 
 class JobTimeoutError(LangmemTrpcError):
@@ -62,12 +79,24 @@ class JobSettings:
     timeout: float | None = 30.0
     batch_messages: int = 50
     """New messages per extractor call; a longer delta is processed in several batches."""
+    max_attempts: int = 3
+    """Failed attempts in a row on one batch before it is dead-lettered."""
+    claim_ttl: float | None = None
+    """Seconds a job's claim on its thread lasts unless renewed (after each batch);
+    None: twice the timeout, at least 60 s (600 s without a timeout)."""
+
+    @property
+    def claim_seconds(self) -> float:
+        if self.claim_ttl is not None:
+            return self.claim_ttl
+        return 600.0 if self.timeout is None else max(60.0, 2 * self.timeout)
 
 
 @dataclass
 class JobReport:
-    """What one job did. The cursor covers the whole delta on COMPLETED / NOTHING_NEW,
-    the finished batches on PARTIAL (and on FAILED after a first finished batch)."""
+    """What one job did. The cursor covers the whole delta on COMPLETED / NOTHING_NEW /
+    DEAD_LETTERED, the finished or dead-lettered batches on PARTIAL (and on FAILED
+    after a first finished batch)."""
 
     user: UserKey
     thread_id: str
@@ -87,6 +116,10 @@ class JobReport:
     extract_seconds: float = 0.0
     batches: int = 0
     """Batches finished (the cursor moved past each)."""
+    dead_lettered: list[str] = field(default_factory=list)
+    """Ids of the dead letters this job wrote (the cursor moved past each batch)."""
+    retried: int = 0
+    """Dead letters queued for retry that this job extracted successfully."""
 
     def count(self, result: str) -> int:
         return sum(o.count for o in self.outcomes if o.result == result)
@@ -154,8 +187,9 @@ def run_job(
         _run(service, extractor, settings, report, messages, run_extractor)
     except JobTimeoutError as exc:
         # Batches that finished before the deadline stay done; the cursor is past them.
-        status = JobStatus.PARTIAL if report.batches else JobStatus.FAILED
-        report.status, report.error, report.timed_out = status, str(exc), True
+        progressed = report.batches or report.dead_lettered
+        report.status = JobStatus.PARTIAL if progressed else JobStatus.FAILED
+        report.error, report.timed_out = str(exc), True
     except Exception as exc:  # every failure leaves the cursor where it was
         report.status, report.error = JobStatus.FAILED, f"{type(exc).__name__}: {exc}"
     report.seconds = time.perf_counter() - started
@@ -164,6 +198,32 @@ def run_job(
             "auto_memory: job failed for %s thread %r: %s", user, thread_id, report.error
         )
     return report
+
+
+def _has_work(
+    messages: Sequence[BaseMessage], delta: Delta, cursor: ExtractionCursor | None
+) -> bool:
+    """New messages, unread tool traffic to move past, or dead letters queued for retry."""
+    if cursor is not None and cursor.pending_retries:
+        return True
+    return bool(delta.messages) or (not delta.covered and delta.start < len(messages))
+
+
+@dataclass(frozen=True)
+class _Thread:
+    """The job's messages, their cursor keys (hashed once) and what the peek found."""
+
+    messages: Sequence[BaseMessage]
+    keys: bytes
+    peeked: ExtractionCursor | None
+    delta: Delta
+
+    def cursor(
+        self, end: int, now: datetime | None, previous: ExtractionCursor | None, thread_id: str
+    ) -> ExtractionCursor:
+        """The cursor covering `messages[:end]`."""
+        keys = self.keys[: end * KEY_BYTES]
+        return advance_cursor(thread_id, self.messages[:end], now, previous, keys)
 
 
 def _run(
@@ -176,16 +236,44 @@ def _run(
 ) -> None:
     deadline = _Deadline(settings.timeout)
     user, thread_id = report.user, report.thread_id
-    cursor = service.get_cursor(user, thread_id)
-    delta = compute_delta(messages, cursor)
+    peeked = service.get_cursor(user, thread_id)
+    keys = message_keys(messages)
+    delta = compute_delta(messages, peeked, keys)
+    if not _has_work(messages, delta, peeked):
+        report.status, report.anchor = JobStatus.NOTHING_NEW, delta.anchor
+        return
+    held = HeldClaim.take(service, user, thread_id, settings.claim_seconds, deadline.remaining())
+    try:
+        thread = _Thread(messages, keys, peeked, delta)
+        _run_claimed(extractor, settings, report, thread, run_extractor, deadline, held)
+    finally:
+        held.release()
+
+
+def _run_claimed(
+    extractor: Extractor,
+    settings: JobSettings,
+    report: JobReport,
+    thread: _Thread,
+    run_extractor: RunExtractor,
+    deadline: _Deadline,
+    held: HeldClaim,
+) -> None:
+    service, user, thread_id = held.service, report.user, report.thread_id
+    messages = thread.messages
+    cursor = held.claim.cursor  # read under the claim: nobody moves it while we hold it
+    delta = thread.delta
+    if cursor != thread.peeked:  # another job moved it between the peek and the claim
+        delta = compute_delta(messages, cursor, thread.keys)
     report.messages, report.anchor = len(delta.messages), delta.anchor
     last_extracted = cursor.last_extracted_at if cursor else None
+    for letter in held.claim.retries:
+        _retry(extractor, settings, report, letter, deadline, run_extractor, held)
     if not delta.messages:
-        report.status = JobStatus.NOTHING_NEW
-        if messages and delta.start < len(messages):  # only tool traffic arrived: move past it
-            report.cursor = advance_cursor(thread_id, messages, last_extracted or _utcnow())
-            report.cursor = report.cursor.model_copy(update={"last_extracted_at": last_extracted})
-            service.set_cursor(user, report.cursor)
+        report.status = JobStatus.COMPLETED if report.retried else JobStatus.NOTHING_NEW
+        if not delta.covered and delta.start < len(messages):  # only tool traffic: move past it
+            report.cursor = thread.cursor(len(messages), last_extracted, cursor, thread_id)
+            held.save(cursor=report.cursor, final=True)
         return
     context = ExtractionContext(user, delta.messages, last_extracted)
     if not all(check(context) for check in settings.checkers):
@@ -193,15 +281,77 @@ def _run(
         return
     batches = split_batches(messages, delta, settings.batch_messages)
     for end, batch in batches:
-        if report.batches and not deadline.ok():
+        if (report.batches or report.dead_lettered) and not deadline.ok():
             report.status = JobStatus.PARTIAL
             report.error = f"time ran out after {report.batches} of {len(batches)} batches"
             return
-        _run_batch(service, extractor, settings, report, batch, deadline, run_extractor)
-        report.cursor = advance_cursor(thread_id, messages[:end], _utcnow())
-        service.set_cursor(user, report.cursor)
+        try:
+            _run_batch(service, extractor, settings, report, batch, deadline, run_extractor)
+        except Exception as exc:
+            when = report.cursor.last_extracted_at if report.cursor else last_extracted
+            past = thread.cursor(end, when, report.cursor or cursor, thread_id)
+            if not _dead_letter(settings, report, batch, past, exc, held, end == len(messages)):
+                raise
+            report.cursor = past
+            continue
+        report.cursor = thread.cursor(end, _utcnow(), report.cursor or cursor, thread_id)
+        held.save(cursor=report.cursor, final=end == len(messages))
         report.batches += 1
-    report.status = JobStatus.COMPLETED
+    done = report.batches or not report.dead_lettered
+    report.status = JobStatus.COMPLETED if done else JobStatus.DEAD_LETTERED
+
+
+def _dead_letter(
+    settings: JobSettings,
+    report: JobReport,
+    batch: tuple[BaseMessage, ...],
+    cursor: ExtractionCursor,
+    exc: Exception,
+    held: HeldClaim,
+    final: bool,
+) -> bool:
+    """Count the failed attempt; at `max_attempts`, dead-letter the batch and move past it."""
+    error = str(exc) if isinstance(exc, JobTimeoutError) else f"{type(exc).__name__}: {exc}"
+    attempts = held.fail(batch_key(batch), error)
+    if attempts < settings.max_attempts:
+        logger.warning(
+            "auto_memory: batch of %d message(s) failed for %s thread %r (attempt %d of %d): %s",
+            len(batch), report.user, report.thread_id, attempts, settings.max_attempts, error,
+        )  # fmt: skip
+        return False
+    letter = dead_letter_for(report.user, report.thread_id, batch, error, attempts)
+    held.save(cursor=cursor, dead_letter=letter, final=final)
+    report.dead_lettered.append(letter.id)
+    report.error = error
+    logger.error(
+        "auto_memory: dead-lettered %d message(s) of %s thread %r after %d attempts as %s: %s",
+        len(batch), report.user, report.thread_id, attempts, letter.id, error,
+    )  # fmt: skip
+    return True
+
+
+def _retry(
+    extractor: Extractor,
+    settings: JobSettings,
+    report: JobReport,
+    letter: DeadLetter,
+    deadline: _Deadline,
+    run_extractor: RunExtractor,
+    held: HeldClaim,
+) -> None:
+    """Extract one dead letter queued for retry; a failure makes it dead again (one attempt)."""
+    deadline.check("retrying dead letters")
+    batch = tuple(messages_from_dict(letter.messages))
+    try:
+        _run_batch(held.service, extractor, settings, report, batch, deadline, run_extractor)
+    except Exception as exc:
+        error = f"{type(exc).__name__}: {exc}"
+        update = {"status": DeadLetterStatus.DEAD, "attempts": letter.attempts + 1, "error": error}
+        held.save(dead_letter=letter.model_copy(update=update))
+        logger.error("auto_memory: retry of dead letter %s failed: %s", letter.id, error)
+        return
+    held.save(resolved=[letter.id])
+    report.retried += 1
 
 
 def split_batches(

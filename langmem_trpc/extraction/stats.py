@@ -29,6 +29,13 @@ class WorkerStats:
     jobs_partial: int = 0
     """Jobs that finished some batches of a long delta before time ran out."""
     jobs_failed: int = 0
+    jobs_dead_lettered: int = 0
+    """Jobs whose only progress was dead-lettering a batch (see batches_dead_lettered)."""
+    batches_dead_lettered: int = 0
+    """Batches that failed `max_attempts` times, recorded as dead letters (the cursor moved
+    past them); list them with `langmem-trpc jobs failed`."""
+    dead_letters_retried: int = 0
+    """Dead letters queued for retry that a job then extracted successfully."""
     jobs_timed_out: int = 0
     """Jobs that hit the timeout (counted in jobs_failed, or jobs_partial when a batch finished)."""
     jobs_sync: int = 0
@@ -58,6 +65,7 @@ _JOB_COUNTER = {
     JobStatus.SKIPPED_BY_CHECKER: "jobs_skipped_by_checker",
     JobStatus.PARTIAL: "jobs_partial",
     JobStatus.FAILED: "jobs_failed",
+    JobStatus.DEAD_LETTERED: "jobs_dead_lettered",
 }
 
 
@@ -86,6 +94,8 @@ class Counters:
             counts[name] = counts.get(name, 0) + 1
             for counter, value in (
                 ("jobs_timed_out", int(report.timed_out)),
+                ("batches_dead_lettered", len(report.dead_lettered)),
+                ("dead_letters_retried", report.retried),
                 ("memories_added", report.added),
                 ("memories_updated", report.updated),
                 ("memories_deleted", report.deleted),

@@ -4,9 +4,11 @@ N worker threads, each with a bounded queue. A stable hash of (app_name,
 user_id) picks the queue, so one user's jobs run in order while other users
 use other workers. Jobs carry the thread's messages; the job itself reads the
 cursor and finds the delta, so `enqueue` does no I/O and is safe to call from
-an event loop. Two jobs for the same thread never run at once (a lock per
-thread, then the cursor is re-read inside it), so nothing is read twice even
-when a synchronous fallback overtakes a queued job.
+an event loop. Two jobs for the same thread never run at once: in one
+process a lock per thread, across processes a claim in the backend, and the
+cursor is re-read under both. A job whose messages the cursor already covers
+(a queued job overtaken by a synchronous fallback) does nothing, so nothing
+is read twice and a cursor never moves back (see `job.py` and `delta.py`).
 
 When a queue is full or the worker is not running, the delta is never
 dropped. `on_full="sync"` (default, the reference behaviour) runs the job in
@@ -121,6 +123,12 @@ class AutoMemoryWorker:
         policy: "merge_similar", "preserve_history" or "append_only".
         on_full: "sync" or "defer" (see the module docstring).
         actions: operations the worker executes ("clear" is off by default).
+        max_attempts: failed attempts in a row on one batch before it is
+            dead-lettered (recorded in the backend, the cursor moves past it).
+        claim_ttl: seconds a job's claim on its thread lasts in the backend
+            unless renewed (None: twice job_timeout, at least 60 s; 600 s
+            without a timeout). A claim of a job that died blocks its thread
+            this long.
 
     Example:
         ```python
@@ -143,6 +151,8 @@ class AutoMemoryWorker:
         policy: str = "merge_similar",
         on_full: OnFull = "sync",
         actions: Iterable[str | Action] = ("add", "update", "delete"),
+        max_attempts: int = 3,
+        claim_ttl: float | None = None,
     ) -> None:
         if not isinstance(service, MemoryService):
             raise ConfigurationError(
@@ -156,6 +166,10 @@ class AutoMemoryWorker:
             raise ConfigurationError("job_timeout must be > 0 or None")
         if batch_messages < 1:
             raise ConfigurationError("batch_messages must be >= 1")
+        if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
+            raise ConfigurationError("max_attempts must be an integer >= 1")
+        if claim_ttl is not None and not 0 < claim_ttl <= 86_400:
+            raise ConfigurationError("claim_ttl must be in (0, 86400] seconds or None")
         if on_full not in ("sync", "defer"):
             raise ConfigurationError(f"on_full must be 'sync' or 'defer', not {on_full!r}")
         self.service = service
@@ -166,6 +180,8 @@ class AutoMemoryWorker:
             _actions(actions),
             job_timeout,
             batch_messages,
+            max_attempts=max_attempts,
+            claim_ttl=claim_ttl,
         )
         self.workers = workers
         self.queue_size = queue_size

@@ -45,6 +45,7 @@ __all__ = [
     "check_cursor",
     "check_memory_id",
     "check_metadata",
+    "check_optional_id",
     "check_restorable",
     "check_source",
     "check_thread_id",

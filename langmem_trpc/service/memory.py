@@ -17,6 +17,8 @@ import numpy as np
 
 from ..errors import CapacityExceededError, MemoryConflictError, MemoryNotFoundError
 from ..types import (
+    DeadLetter,
+    DeadLetterStatus,
     Entry,
     ExtractionCursor,
     HistoryEvent,
@@ -24,8 +26,18 @@ from ..types import (
     Operation,
     SearchOptions,
     Source,
+    ThreadClaim,
     UserKey,
     canonical_topics,
+)
+from ._claims import (
+    ClaimTable,
+    check_claim,
+    check_letter_id,
+    check_limit,
+    check_progress,
+    check_status,
+    check_ttl,
 )
 from ._core import (
     UPDATE_ATTEMPTS,
@@ -107,6 +119,7 @@ class InMemoryMemoryService(SyncMemoryService):
         self._users: dict[UserKey, _UserData] = {}
         self._lock = threading.RLock()
         self._writes = itertools.count(1)
+        self._claims = ClaimTable(self._lock)
         self.supports_vectors = embeddings is not None
 
     # -- helpers ------------------------------------------------------------
@@ -330,6 +343,8 @@ class InMemoryMemoryService(SyncMemoryService):
     def purge(self, user: UserKey, memory_id: str | None = None) -> int:
         user = check_user(user)
         with self._lock:
+            if memory_id is None:
+                self._claims.purge(user)
             data = self._users.get(user)
             if data is None:
                 return 0
@@ -448,7 +463,11 @@ class InMemoryMemoryService(SyncMemoryService):
         check_thread_id(thread_id)
         with self._lock:
             data = self._users.get(user)
-            return data.cursors.get(thread_id) if data else None
+            cursor = data.cursors.get(thread_id) if data else None
+            if cursor is not None and self._claims.letters:
+                pending = len(self._claims.retries(user, thread_id))
+                cursor = cursor.model_copy(update={"pending_retries": pending})
+            return cursor
 
     def set_cursor(self, user: UserKey, cursor: ExtractionCursor) -> None:
         user = check_user(user)
@@ -457,3 +476,64 @@ class InMemoryMemoryService(SyncMemoryService):
             self._data(user).cursors[cursor.thread_id] = cursor.model_copy(
                 update={"updated_at": utcnow()}
             )
+
+    # -- claims and dead letters ----------------------------------------------
+
+    def claim_thread(
+        self, user: UserKey, thread_id: str, owner: str, ttl: float
+    ) -> ThreadClaim | None:
+        user = check_user(user)
+        thread_id, owner = check_claim(thread_id, owner)
+        seconds = check_ttl(ttl)
+        assert seconds is not None
+        with self._lock:
+            return self._claims.claim(
+                user, thread_id, owner, seconds, self.get_cursor(user, thread_id)
+            )
+
+    def save_progress(
+        self,
+        user: UserKey,
+        thread_id: str,
+        owner: str,
+        *,
+        cursor: ExtractionCursor | None = None,
+        ttl: float | None = None,
+        dead_letter: DeadLetter | None = None,
+        resolved: Sequence[str] = (),
+    ) -> bool:
+        user = check_user(user)
+        thread_id, owner = check_claim(thread_id, owner)
+        seconds = check_ttl(ttl, optional=True)
+        cursor, letter, done = check_progress(user, thread_id, cursor, dead_letter, resolved)
+        with self._lock:
+            if not self._claims.holds(user, thread_id, owner):
+                return False
+            if cursor is not None:
+                self.set_cursor(user, cursor)
+            self._claims.progress(user, thread_id, owner, seconds, letter, done, cursor is not None)
+            return True
+
+    def record_failure(
+        self, user: UserKey, thread_id: str, owner: str, batch: str, error: str
+    ) -> int:
+        user = check_user(user)
+        thread_id, owner = check_claim(thread_id, owner)
+        return self._claims.failure(user, thread_id, str(batch), str(error))
+
+    def release_thread(self, user: UserKey, thread_id: str, owner: str) -> None:
+        user = check_user(user)
+        thread_id, owner = check_claim(thread_id, owner)
+        self._claims.release(user, thread_id, owner)
+
+    def dead_letters(
+        self,
+        app_name: str | None = None,
+        *,
+        status: DeadLetterStatus | str | None = None,
+        limit: int | None = None,
+    ) -> list[DeadLetter]:
+        return self._claims.listing(app_name, check_status(status), check_limit(limit))
+
+    def retry_dead_letter(self, letter_id: str) -> DeadLetter | None:
+        return self._claims.retry(check_letter_id(letter_id), utcnow())

@@ -15,7 +15,18 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from ..types import Entry, ExtractionCursor, HistoryEvent, Kind, SearchOptions, Source, UserKey
+from ..types import (
+    DeadLetter,
+    DeadLetterStatus,
+    Entry,
+    ExtractionCursor,
+    HistoryEvent,
+    Kind,
+    SearchOptions,
+    Source,
+    ThreadClaim,
+    UserKey,
+)
 
 __all__ = ["MemoryService", "SyncMemoryService"]
 
@@ -129,6 +140,54 @@ class MemoryService(ABC):
     @abstractmethod
     def set_cursor(self, user: UserKey, cursor: ExtractionCursor) -> None: ...
 
+    # -- claims and dead letters (see service/_claims.py for the contract) ---
+
+    @abstractmethod
+    def claim_thread(
+        self, user: UserKey, thread_id: str, owner: str, ttl: float
+    ) -> ThreadClaim | None:
+        """Take the thread's claim for `ttl` s (free, expired or `owner`'s); None if busy."""
+
+    @abstractmethod
+    def save_progress(
+        self,
+        user: UserKey,
+        thread_id: str,
+        owner: str,
+        *,
+        cursor: ExtractionCursor | None = None,
+        ttl: float | None = None,
+        dead_letter: DeadLetter | None = None,
+        resolved: Sequence[str] = (),
+    ) -> bool:
+        """Under `owner`'s claim, in one transaction: write the cursor (clearing failed
+        attempts), the dead letter and the resolved retries; renew the claim for `ttl`
+        s, or release it (None). False, with nothing written, if the claim was lost."""
+
+    @abstractmethod
+    def record_failure(
+        self, user: UserKey, thread_id: str, owner: str, batch: str, error: str
+    ) -> int:
+        """Count a failed attempt on `batch` (another batch restarts at 1); the count."""
+
+    @abstractmethod
+    def release_thread(self, user: UserKey, thread_id: str, owner: str) -> None:
+        """Give up `owner`'s claim, if it still holds it."""
+
+    @abstractmethod
+    def dead_letters(
+        self,
+        app_name: str | None = None,
+        *,
+        status: DeadLetterStatus | str | None = None,
+        limit: int | None = None,
+    ) -> list[DeadLetter]:
+        """Dead letters of every user (admin), oldest first."""
+
+    @abstractmethod
+    def retry_dead_letter(self, letter_id: str) -> DeadLetter | None:
+        """Queue a dead letter for retry by its thread's next job; None if unknown or done."""
+
     def restore(self, user: UserKey, entry: Entry, history: Sequence[HistoryEvent] = ()) -> Entry:
         """Write an exported entry back exactly (id, timestamps, content) with its history.
 
@@ -216,6 +275,44 @@ class MemoryService(ABC):
     @abstractmethod
     async def aset_cursor(self, user: UserKey, cursor: ExtractionCursor) -> None: ...
 
+    @abstractmethod
+    async def aclaim_thread(
+        self, user: UserKey, thread_id: str, owner: str, ttl: float
+    ) -> ThreadClaim | None: ...
+
+    @abstractmethod
+    async def asave_progress(
+        self,
+        user: UserKey,
+        thread_id: str,
+        owner: str,
+        *,
+        cursor: ExtractionCursor | None = None,
+        ttl: float | None = None,
+        dead_letter: DeadLetter | None = None,
+        resolved: Sequence[str] = (),
+    ) -> bool: ...
+
+    @abstractmethod
+    async def arecord_failure(
+        self, user: UserKey, thread_id: str, owner: str, batch: str, error: str
+    ) -> int: ...
+
+    @abstractmethod
+    async def arelease_thread(self, user: UserKey, thread_id: str, owner: str) -> None: ...
+
+    @abstractmethod
+    async def adead_letters(
+        self,
+        app_name: str | None = None,
+        *,
+        status: DeadLetterStatus | str | None = None,
+        limit: int | None = None,
+    ) -> list[DeadLetter]: ...
+
+    @abstractmethod
+    async def aretry_dead_letter(self, letter_id: str) -> DeadLetter | None: ...
+
     async def aclose(self) -> None:
         self.close()
 
@@ -275,6 +372,56 @@ class SyncMemoryService(MemoryService, ABC):
 
     async def aset_cursor(self, user: UserKey, cursor: ExtractionCursor) -> None:
         await asyncio.to_thread(self.set_cursor, user, cursor)
+
+    async def aclaim_thread(
+        self, user: UserKey, thread_id: str, owner: str, ttl: float
+    ) -> ThreadClaim | None:
+        return await asyncio.to_thread(self.claim_thread, user, thread_id, owner, ttl)
+
+    async def asave_progress(
+        self,
+        user: UserKey,
+        thread_id: str,
+        owner: str,
+        *,
+        cursor: ExtractionCursor | None = None,
+        ttl: float | None = None,
+        dead_letter: DeadLetter | None = None,
+        resolved: Sequence[str] = (),
+    ) -> bool:
+        return await asyncio.to_thread(
+            lambda: self.save_progress(
+                user,
+                thread_id,
+                owner,
+                cursor=cursor,
+                ttl=ttl,
+                dead_letter=dead_letter,
+                resolved=resolved,
+            )
+        )
+
+    async def arecord_failure(
+        self, user: UserKey, thread_id: str, owner: str, batch: str, error: str
+    ) -> int:
+        return await asyncio.to_thread(self.record_failure, user, thread_id, owner, batch, error)
+
+    async def arelease_thread(self, user: UserKey, thread_id: str, owner: str) -> None:
+        await asyncio.to_thread(self.release_thread, user, thread_id, owner)
+
+    async def adead_letters(
+        self,
+        app_name: str | None = None,
+        *,
+        status: DeadLetterStatus | str | None = None,
+        limit: int | None = None,
+    ) -> list[DeadLetter]:
+        return await asyncio.to_thread(
+            lambda: self.dead_letters(app_name, status=status, limit=limit)
+        )
+
+    async def aretry_dead_letter(self, letter_id: str) -> DeadLetter | None:
+        return await asyncio.to_thread(self.retry_dead_letter, letter_id)
 
     async def aclose(self) -> None:
         await asyncio.to_thread(self.close)

@@ -6,7 +6,17 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..service.protocol import MemoryService, SyncMemoryService
-from ..types import Entry, ExtractionCursor, HistoryEvent, SearchOptions, Source, UserKey
+from ..types import (
+    DeadLetter,
+    DeadLetterStatus,
+    Entry,
+    ExtractionCursor,
+    HistoryEvent,
+    SearchOptions,
+    Source,
+    ThreadClaim,
+    UserKey,
+)
 
 __all__ = ["DelegatingService"]
 
@@ -65,6 +75,53 @@ class DelegatingService(SyncMemoryService):
 
     def set_cursor(self, user: UserKey, cursor: ExtractionCursor) -> None:
         self._call("set_cursor", user, cursor)
+
+    def claim_thread(
+        self, user: UserKey, thread_id: str, owner: str, ttl: float
+    ) -> ThreadClaim | None:
+        return self._call("claim_thread", user, thread_id, owner, ttl)  # type: ignore[no-any-return]
+
+    def save_progress(
+        self,
+        user: UserKey,
+        thread_id: str,
+        owner: str,
+        *,
+        cursor: ExtractionCursor | None = None,
+        ttl: float | None = None,
+        dead_letter: DeadLetter | None = None,
+        resolved: Sequence[str] = (),
+    ) -> bool:
+        return self._call(  # type: ignore[no-any-return]
+            "save_progress",
+            user,
+            thread_id,
+            owner,
+            cursor=cursor,
+            ttl=ttl,
+            dead_letter=dead_letter,
+            resolved=resolved,
+        )
+
+    def record_failure(
+        self, user: UserKey, thread_id: str, owner: str, batch: str, error: str
+    ) -> int:
+        return self._call("record_failure", user, thread_id, owner, batch, error)  # type: ignore[no-any-return]
+
+    def release_thread(self, user: UserKey, thread_id: str, owner: str) -> None:
+        self._call("release_thread", user, thread_id, owner)
+
+    def dead_letters(
+        self,
+        app_name: str | None = None,
+        *,
+        status: DeadLetterStatus | str | None = None,
+        limit: int | None = None,
+    ) -> list[DeadLetter]:
+        return self._call("dead_letters", app_name, status=status, limit=limit)  # type: ignore[no-any-return]
+
+    def retry_dead_letter(self, letter_id: str) -> DeadLetter | None:
+        return self._call("retry_dead_letter", letter_id)  # type: ignore[no-any-return]
 
     def restore(self, user: UserKey, entry: Entry, history: Sequence[HistoryEvent] = ()) -> Entry:
         return self._call("restore", user, entry, history)  # type: ignore[no-any-return]

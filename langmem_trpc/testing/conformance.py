@@ -42,6 +42,7 @@ from ..errors import (
 from ..service._core import Limits
 from ..service.protocol import MemoryService
 from ..types import ExtractionCursor, Kind, Operation, SearchOptions, Source, UserKey
+from ._claims_conformance import ClaimsConformance
 
 __all__ = ["Capability", "Client", "MemoryServiceConformance"]
 
@@ -81,7 +82,7 @@ class Client:
         return call_sync
 
 
-class MemoryServiceConformance:
+class MemoryServiceConformance(ClaimsConformance):
     """The behaviour every backend must have. See the module docstring."""
 
     pytestmark = pytest.mark.asyncio

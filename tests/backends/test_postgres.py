@@ -24,7 +24,8 @@ pytestmark = pytest.mark.postgres
 ALICE = UserKey("app", "alice")
 BOB = UserKey("app", "bob")
 TABLES = (
-    "langmem_memories, langmem_history, langmem_cursors, langmem_user_stats, langmem_user_terms"
+    "langmem_memories, langmem_history, langmem_cursors, langmem_user_stats, langmem_user_terms,"
+    " langmem_thread_claims, langmem_dead_letters"
 )
 
 
@@ -257,6 +258,7 @@ PINNED: list[str] = [
     "5a2a038fd3c68f20",
     "d751b111a9030771",
     "20fc46fcb699cf48",
+    "d9d4ca11fe60147d",  # cursor keys, thread claims, dead letters
 ]
 
 

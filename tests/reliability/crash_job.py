@@ -71,9 +71,10 @@ class Dying(SQLiteMemoryService):
         self._wrote()
         return out
 
-    def set_cursor(self, *args: Any, **kwargs: Any) -> Any:
-        super().set_cursor(*args, **kwargs)
+    def save_progress(self, *args: Any, **kwargs: Any) -> Any:
+        saved = super().save_progress(*args, **kwargs)  # the cursor, under the job's claim
         self._wrote()
+        return saved
 
 
 def seed(path: str) -> None:
@@ -86,7 +87,9 @@ def seed(path: str) -> None:
 def main() -> None:
     path, crash_at = sys.argv[1], int(sys.argv[2])
     service = Dying(path, crash_at)
-    with AutoMemoryWorker(service, Batch(), job_timeout=30) as worker:
+    # SQLite: the kernel frees a killed process's claim at once (a file lock).
+    # claim_ttl bounds how long a dead job's claim blocks on backends with rows.
+    with AutoMemoryWorker(service, Batch(), job_timeout=30, claim_ttl=1) as worker:
         worker.enqueue(USER, "thread-1", MESSAGES)
     print(
         worker.stats().model_dump_json() if hasattr(worker.stats(), "model_dump_json") else "done"

@@ -118,7 +118,7 @@ def test_outage_during_a_run_then_recovery(
 @pytest.mark.parametrize("kind", ["memory", "sqlite"])
 @pytest.mark.parametrize(
     "failing",
-    [("get_cursor",), ("search", "read"), ("add",), ("set_cursor",), ("search",)],
+    [("get_cursor",), ("search", "read"), ("add",), ("save_progress",), ("search",)],
     ids=["cursor-read", "existing-memories", "write", "cursor-write", "search-only"],
 )
 def test_worker_outage_at_each_step_leaves_the_cursor_then_catches_up(

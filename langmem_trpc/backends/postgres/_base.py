@@ -14,6 +14,14 @@ from typing import TYPE_CHECKING, Any
 from weakref import WeakKeyDictionary, WeakSet
 
 from ...errors import ConfigurationError
+from ...service._claims import (
+    check_claim,
+    check_letter_id,
+    check_limit,
+    check_progress,
+    check_status,
+    check_ttl,
+)
 from ...service._core import (
     Limits,
     build_memory,
@@ -28,6 +36,8 @@ from ...service._core import (
     resolve_options,
 )
 from ...types import (
+    DeadLetter,
+    DeadLetterStatus,
     Entry,
     ExtractionCursor,
     HistoryEvent,
@@ -37,7 +47,7 @@ from ...types import (
     Source,
     UserKey,
 )
-from . import _plans
+from . import _claims, _plans
 from ._cache import MAX_ENTRIES, EntryCache
 from ._conninfo import checked_conninfo
 from ._plans import Op
@@ -265,8 +275,7 @@ class PostgresBase:
         return Op(_plans.users(check_app_filter(app_name)), write=False)
 
     def _op_get_cursor(self, user: UserKey, thread_id: str) -> Op:
-        user = check_user(user)
-        return Op(_plans.get_cursor(user, check_thread_id(thread_id)), write=False)
+        return Op(_claims.get_cursor(check_user(user), check_thread_id(thread_id)), write=False)
 
     def _op_restore(self, user: UserKey, entry: Entry, history: Sequence[HistoryEvent]) -> Op:
         user = check_user(user)
@@ -283,8 +292,52 @@ class PostgresBase:
         )
 
     def _op_set_cursor(self, user: UserKey, cursor: ExtractionCursor) -> Op:
+        return Op(_claims.set_cursor(check_user(user), check_cursor(cursor)), write=True)
+
+    # -- claims and dead letters (contract: service/_claims.py) ---------------
+
+    def _op_claim_thread(self, user: UserKey, thread_id: str, owner: str, ttl: float) -> Op:
         user = check_user(user)
-        return Op(_plans.set_cursor(user, check_cursor(cursor)), write=True)
+        thread_id, owner = check_claim(thread_id, owner)
+        return Op(_claims.claim_thread(user, thread_id, owner, check_ttl(ttl) or 0.0), write=True)
+
+    def _op_save_progress(
+        self,
+        user: UserKey,
+        thread_id: str,
+        owner: str,
+        cursor: ExtractionCursor | None,
+        ttl: float | None,
+        dead_letter: DeadLetter | None,
+        resolved: Sequence[str],
+    ) -> Op:
+        user = check_user(user)
+        thread_id, owner = check_claim(thread_id, owner)
+        seconds = check_ttl(ttl, optional=True)
+        cursor, letter, done = check_progress(user, thread_id, cursor, dead_letter, resolved)
+        plan = _claims.save_progress(user, thread_id, owner, cursor, seconds, letter, done)
+        return Op(plan, write=True)
+
+    def _op_record_failure(
+        self, user: UserKey, thread_id: str, owner: str, batch: str, error: str
+    ) -> Op:
+        user = check_user(user)
+        thread_id, owner = check_claim(thread_id, owner)
+        return Op(_claims.record_failure(user, thread_id, str(batch), str(error)), write=True)
+
+    def _op_release_thread(self, user: UserKey, thread_id: str, owner: str) -> Op:
+        user = check_user(user)
+        thread_id, owner = check_claim(thread_id, owner)
+        return Op(_claims.release_thread(user, thread_id, owner), write=True)
+
+    def _op_dead_letters(
+        self, app_name: str | None, status: DeadLetterStatus | str | None, limit: int | None
+    ) -> Op:
+        plan = _claims.dead_letters(app_name, check_status(status), check_limit(limit))
+        return Op(plan, write=False)
+
+    def _op_retry_dead_letter(self, letter_id: str) -> Op:
+        return Op(_claims.retry_dead_letter(check_letter_id(letter_id)), write=True)
 
 
 def backend_error(exc: Exception) -> Exception:

@@ -25,7 +25,6 @@ from ...service._core import Limits, fingerprint, new_memory_id, stored_fingerpr
 from ...service._search import DEFAULT_MIN_SCORE, Legs, execute_search
 from ...types import (
     Entry,
-    ExtractionCursor,
     HistoryEvent,
     Kind,
     Memory,
@@ -287,10 +286,6 @@ def restore(
     return entry
 
 
-def set_cursor(user: UserKey, cursor: ExtractionCursor) -> Plan[None]:
-    yield Sql(_sql.UPSERT_CURSOR, _sql.cursor_params(user, cursor, utcnow()))
-
-
 # --- reads -----------------------------------------------------------------
 
 
@@ -319,11 +314,6 @@ def users(app_name: str | None) -> Plan[list[UserKey]]:
 def history(user: UserKey, memory_id: str) -> Plan[list[HistoryEvent]]:
     rows = yield Sql(_sql.SELECT_HISTORY, _sql.user_params(user, id=memory_id))
     return [_sql.history_from_row(r) for r in rows]
-
-
-def get_cursor(user: UserKey, thread_id: str) -> Plan[ExtractionCursor | None]:
-    rows = yield Sql(_sql.SELECT_CURSOR, _sql.user_params(user, thread=thread_id))
-    return _sql.cursor_from_row(rows[0]) if rows else None
 
 
 class _NeedFetch(Exception):

@@ -18,7 +18,6 @@ from psycopg.types.json import Jsonb
 from ...service._documents import fts_document, keyword_doc, topics_document
 from ...types import (
     Entry,
-    ExtractionCursor,
     HistoryEvent,
     Kind,
     Memory,
@@ -251,6 +250,39 @@ CREATE INDEX langmem_memories_user_write_seq ON langmem_memories (app_name, user
     """
 COMMENT ON COLUMN langmem_memories.fingerprint IS
     'service._core.fingerprint: sha256 of the normalised content, unambiguous encoding (recomputed by the fingerprint migration)';
+""",
+    # (cursor) extraction cursors record the covered messages' keys; thread claims
+    # with failed-attempt counts; dead letters (backends/postgres/_claims.py).
+    """
+ALTER TABLE langmem_cursors ADD COLUMN message_keys bytea, ADD COLUMN retired_keys bytea,
+    ADD COLUMN pending_retries integer NOT NULL DEFAULT 0;
+CREATE TABLE langmem_thread_claims (
+    app_name text NOT NULL,
+    user_id text NOT NULL,
+    thread_id text NOT NULL,
+    owner text,
+    expires_at timestamptz,
+    batch text,
+    attempts integer NOT NULL DEFAULT 0,
+    last_error text,
+    PRIMARY KEY (app_name, user_id, thread_id)
+);
+CREATE TABLE langmem_dead_letters (
+    id text PRIMARY KEY,
+    app_name text NOT NULL,
+    user_id text NOT NULL,
+    thread_id text NOT NULL,
+    status text NOT NULL,
+    error text NOT NULL,
+    attempts integer NOT NULL,
+    message_ids text[] NOT NULL,
+    messages jsonb NOT NULL,
+    created_at timestamptz NOT NULL,
+    updated_at timestamptz NOT NULL
+);
+CREATE INDEX langmem_dead_letters_thread
+    ON langmem_dead_letters (app_name, user_id, thread_id, status);
+CREATE INDEX langmem_dead_letters_created ON langmem_dead_letters (created_at, id);
 """,
 ]
 
@@ -512,21 +544,14 @@ SELECT count(*) AS n FROM gone"""
 PURGE_USER = f"""
 WITH gone AS (DELETE FROM langmem_memories WHERE {_WHERE_USER} RETURNING id),
      history AS (DELETE FROM langmem_history WHERE {_WHERE_USER}),
-     cursors AS (DELETE FROM langmem_cursors WHERE {_WHERE_USER})
+     cursors AS (DELETE FROM langmem_cursors WHERE {_WHERE_USER}),
+     claims AS (DELETE FROM langmem_thread_claims WHERE {_WHERE_USER}),
+     letters AS (DELETE FROM langmem_dead_letters WHERE {_WHERE_USER})
 SELECT count(*) AS n FROM gone"""
 
 DELETE_STATS = f"DELETE FROM langmem_user_stats WHERE {_WHERE_USER}"
 
 DELETE_TERMS = f"DELETE FROM langmem_user_terms WHERE {_WHERE_USER}"
-
-UPSERT_CURSOR = """
-INSERT INTO langmem_cursors (app_name, user_id, thread_id, last_message_id, last_message_digest,
-    message_count, last_extracted_at, updated_at)
-VALUES (%(app)s, %(user)s, %(thread)s, %(last_id)s, %(digest)s, %(count)s, %(extracted)s, %(now)s)
-ON CONFLICT (app_name, user_id, thread_id) DO UPDATE SET
-    last_message_id = excluded.last_message_id, last_message_digest = excluded.last_message_digest,
-    message_count = excluded.message_count, last_extracted_at = excluded.last_extracted_at,
-    updated_at = excluded.updated_at"""
 
 # --- reads -----------------------------------------------------------------
 
@@ -542,10 +567,6 @@ SELECT_USERS = """
 SELECT app_name, user_id FROM langmem_user_stats
 WHERE live_count > 0 AND (%(app)s::text IS NULL OR app_name = %(app)s)
 ORDER BY app_name, user_id"""
-
-SELECT_CURSOR = """
-SELECT thread_id, last_message_id, last_message_digest, message_count, last_extracted_at, updated_at
-FROM langmem_cursors WHERE app_name = %(app)s AND user_id = %(user)s AND thread_id = %(thread)s"""
 
 
 def user_params(user: UserKey, **extra: Any) -> Params:
@@ -633,18 +654,6 @@ def source_json(source: Source | None) -> Jsonb | None:
     return None if source is None else Jsonb(source.model_dump(mode="json"))
 
 
-def cursor_params(user: UserKey, cursor: ExtractionCursor, now: datetime) -> Params:
-    return user_params(
-        user,
-        thread=cursor.thread_id,
-        last_id=cursor.last_message_id,
-        digest=cursor.last_message_digest,
-        count=cursor.message_count,
-        extracted=cursor.last_extracted_at,
-        now=now,
-    )
-
-
 # --- row converters -----------------------------------------------------------
 
 
@@ -690,15 +699,4 @@ def history_from_row(row: Row) -> HistoryEvent:
         text_after=row["text_after"],
         at=_utc(row["at"]),
         source=None if source is None else Source.model_validate(source),
-    )
-
-
-def cursor_from_row(row: Row) -> ExtractionCursor:
-    return ExtractionCursor(
-        thread_id=row["thread_id"],
-        last_message_id=row["last_message_id"],
-        last_message_digest=row["last_message_digest"],
-        message_count=row["message_count"],
-        last_extracted_at=row["last_extracted_at"],
-        updated_at=row["updated_at"],
     )

@@ -13,7 +13,18 @@ from psycopg.rows import dict_row
 from psycopg.types import TypeInfo
 from psycopg_pool import AsyncConnectionPool
 
-from ...types import Entry, ExtractionCursor, HistoryEvent, Kind, SearchOptions, Source, UserKey
+from ...types import (
+    DeadLetter,
+    DeadLetterStatus,
+    Entry,
+    ExtractionCursor,
+    HistoryEvent,
+    Kind,
+    SearchOptions,
+    Source,
+    ThreadClaim,
+    UserKey,
+)
 from ._base import PostgresBase, backend_error, logger
 from ._plans import Copy, Embed, Op
 
@@ -192,6 +203,50 @@ class AsyncPostgres(PostgresBase):
 
     async def aset_cursor(self, user: UserKey, cursor: ExtractionCursor) -> None:
         await self._arun(self._op_set_cursor(user, cursor))
+
+    async def aclaim_thread(
+        self, user: UserKey, thread_id: str, owner: str, ttl: float
+    ) -> ThreadClaim | None:
+        result: ThreadClaim | None = await self._arun(
+            self._op_claim_thread(user, thread_id, owner, ttl)
+        )
+        return result
+
+    async def asave_progress(
+        self,
+        user: UserKey,
+        thread_id: str,
+        owner: str,
+        *,
+        cursor: ExtractionCursor | None = None,
+        ttl: float | None = None,
+        dead_letter: DeadLetter | None = None,
+        resolved: Sequence[str] = (),
+    ) -> bool:
+        op = self._op_save_progress(user, thread_id, owner, cursor, ttl, dead_letter, resolved)
+        return bool(await self._arun(op))
+
+    async def arecord_failure(
+        self, user: UserKey, thread_id: str, owner: str, batch: str, error: str
+    ) -> int:
+        return int(await self._arun(self._op_record_failure(user, thread_id, owner, batch, error)))
+
+    async def arelease_thread(self, user: UserKey, thread_id: str, owner: str) -> None:
+        await self._arun(self._op_release_thread(user, thread_id, owner))
+
+    async def adead_letters(
+        self,
+        app_name: str | None = None,
+        *,
+        status: DeadLetterStatus | str | None = None,
+        limit: int | None = None,
+    ) -> list[DeadLetter]:
+        result: list[DeadLetter] = await self._arun(self._op_dead_letters(app_name, status, limit))
+        return result
+
+    async def aretry_dead_letter(self, letter_id: str) -> DeadLetter | None:
+        result: DeadLetter | None = await self._arun(self._op_retry_dead_letter(letter_id))
+        return result
 
     async def arestore(
         self, user: UserKey, entry: Entry, history: Sequence[HistoryEvent] = ()

@@ -14,7 +14,7 @@ from typing import Any
 
 from ...errors import InvalidMemoryError
 from ...service import _core
-from ...types import Entry, ExtractionCursor, HistoryEvent, Kind, Memory, Operation, Source
+from ...types import Entry, HistoryEvent, Kind, Memory, Operation, Source
 
 __all__ = [
     "ENTRY_COLUMNS",
@@ -22,7 +22,6 @@ __all__ = [
     "from_us",
     "from_us_required",
     "metadata_json",
-    "row_to_cursor",
     "row_to_entry",
     "row_to_event",
     "source_json",
@@ -188,6 +187,38 @@ MIGRATIONS: list[tuple[str, ...]] = [
                 OR instr(coalesce(location, ''), char(31)) > 0
                 OR (keyed AND instr(id, char(31)) > 0)""",
     ),
+    # (cursor) extraction cursors record the covered messages' keys; failed
+    # attempts per thread; dead letters (backends/sqlite/_claims.py). Claims
+    # are file locks, not rows (backends/sqlite/_locks.py).
+    (
+        "ALTER TABLE cursors ADD COLUMN message_keys BLOB",
+        "ALTER TABLE cursors ADD COLUMN retired_keys BLOB",
+        "ALTER TABLE cursors ADD COLUMN pending_retries INTEGER NOT NULL DEFAULT 0",
+        """CREATE TABLE thread_attempts (
+            app_name TEXT NOT NULL,
+            user_id TEXT NOT NULL,
+            thread_id TEXT NOT NULL,
+            batch TEXT,
+            attempts INTEGER NOT NULL DEFAULT 0,
+            last_error TEXT,
+            PRIMARY KEY (app_name, user_id, thread_id)
+        ) WITHOUT ROWID""",
+        """CREATE TABLE dead_letters (
+            id TEXT PRIMARY KEY,
+            app_name TEXT NOT NULL,
+            user_id TEXT NOT NULL,
+            thread_id TEXT NOT NULL,
+            status TEXT NOT NULL,
+            error TEXT NOT NULL,
+            attempts INTEGER NOT NULL,
+            message_ids TEXT NOT NULL,
+            messages TEXT NOT NULL,
+            created_at INTEGER NOT NULL,
+            updated_at INTEGER NOT NULL
+        )""",
+        "CREATE INDEX dead_letters_thread ON dead_letters (app_name, user_id, thread_id, status)",
+        "CREATE INDEX dead_letters_created ON dead_letters (created_at, id)",
+    ),
 ]
 
 CREATE_MIGRATIONS_TABLE = """CREATE TABLE IF NOT EXISTS langmem_migrations (
@@ -341,20 +372,6 @@ SELECT_HISTORY = (
 DELETE_HISTORY = f"DELETE FROM history WHERE {USER} AND memory_id = ?"
 DELETE_USER_HISTORY = f"DELETE FROM history WHERE {USER}"
 
-UPSERT_CURSOR = """INSERT INTO cursors (
-    app_name, user_id, thread_id, last_message_id, last_message_digest, message_count,
-    last_extracted_at, updated_at
-) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
-ON CONFLICT (app_name, user_id, thread_id) DO UPDATE SET
-    last_message_id = excluded.last_message_id,
-    last_message_digest = excluded.last_message_digest,
-    message_count = excluded.message_count,
-    last_extracted_at = excluded.last_extracted_at,
-    updated_at = excluded.updated_at"""
-SELECT_CURSOR = (
-    "SELECT thread_id, last_message_id, last_message_digest, message_count,"
-    f" last_extracted_at, updated_at FROM cursors WHERE {USER} AND thread_id = ?"
-)
 DELETE_USER_CURSORS = f"DELETE FROM cursors WHERE {USER}"
 
 
@@ -464,15 +481,4 @@ def row_to_event(row: Sequence[Any]) -> HistoryEvent:
         text_after=row[3],
         at=from_us_required(row[4]),
         source=None if row[5] is None else Source.model_validate_json(row[5]),
-    )
-
-
-def row_to_cursor(row: Sequence[Any]) -> ExtractionCursor:
-    return ExtractionCursor(
-        thread_id=row[0],
-        last_message_id=row[1],
-        last_message_digest=row[2],
-        message_count=row[3],
-        last_extracted_at=from_us(row[4]),
-        updated_at=from_us(row[5]),
     )

@@ -25,11 +25,9 @@ from ...service._core import (
     Limits,
     build_memory,
     check_app_filter,
-    check_cursor,
     check_memory_id,
     check_restorable,
     check_source,
-    check_thread_id,
     check_user,
     fingerprint,
     memory_from,
@@ -42,7 +40,6 @@ from ...service._core import (
 from ...service.protocol import SyncMemoryService
 from ...types import (
     Entry,
-    ExtractionCursor,
     HistoryEvent,
     Kind,
     Memory,
@@ -53,11 +50,13 @@ from ...types import (
     canonical_topics,
 )
 from . import _sql as sql
+from ._claims import SQLiteClaims, purge_claims
 from ._connection import Database
 from ._keyword import (
     scope_prefix,
     topics_document,
 )
+from ._locks import FileClaims
 from ._query import SearchCaches, SearchRun
 from ._rows import (
     CONTENT_DOC,
@@ -93,7 +92,7 @@ logger = logging.getLogger(__name__)
 _EMBED_BATCH = 256
 
 
-class SQLiteMemoryService(SyncMemoryService):
+class SQLiteMemoryService(SQLiteClaims, SyncMemoryService):
     """Durable memories in one SQLite file, safe for several threads and processes.
 
     Args:
@@ -131,6 +130,7 @@ class SQLiteMemoryService(SyncMemoryService):
         synchronous: str = "NORMAL",
     ) -> None:
         self._db = Database(path, busy_timeout_ms=busy_timeout_ms, synchronous=synchronous)
+        self._file_claims = FileClaims(None if self._db.memory else self._db.path)
         self._embeddings = embeddings
         self._limits = limits or Limits()
         self._caches = SearchCaches(vector_cache_bytes, self._db.read_detached)
@@ -148,6 +148,7 @@ class SQLiteMemoryService(SyncMemoryService):
 
     def close(self) -> None:
         self._db.close()
+        self._file_claims.close()
         self._caches.clear()
 
     # -- helpers ----------------------------------------------------------------
@@ -541,6 +542,8 @@ class SQLiteMemoryService(SyncMemoryService):
             conn.execute(sql.DELETE_USER, u)
             conn.execute(sql.DELETE_USER_HISTORY, u)
             conn.execute(sql.DELETE_USER_CURSORS, u)
+            purge_claims(conn, user)
+            self._file_claims.purge(user.app_name, user.user_id)
             conn.execute(sql.DELETE_STATE, u)
             return count
 
@@ -694,33 +697,6 @@ class SQLiteMemoryService(SyncMemoryService):
             updates = [(blob, rid, text) for (rid, text), blob in zip(rows, blobs, strict=True)]
             self._db.write(_executemany(sql.UPDATE_EMBEDDING, updates))
             logger.info("backfilled %d embeddings for %s", len(rows), user)
-
-    # -- cursors ----------------------------------------------------------------
-
-    def get_cursor(self, user: UserKey, thread_id: str) -> ExtractionCursor | None:
-        user = check_user(user)
-        check_thread_id(thread_id)
-        row = self._db.read(
-            lambda conn: conn.execute(
-                sql.SELECT_CURSOR, (user.app_name, user.user_id, thread_id)
-            ).fetchone()
-        )
-        return None if row is None else sql.row_to_cursor(row)
-
-    def set_cursor(self, user: UserKey, cursor: ExtractionCursor) -> None:
-        user = check_user(user)
-        check_cursor(cursor)
-        params = (
-            user.app_name,
-            user.user_id,
-            cursor.thread_id,
-            cursor.last_message_id,
-            cursor.last_message_digest,
-            cursor.message_count,
-            sql.to_us(cursor.last_extracted_at),
-            sql.to_us(self._now()),
-        )
-        self._db.write(lambda conn: conn.execute(sql.UPSERT_CURSOR, params))
 
 
 def _unit_blobs(vectors: Sequence[Sequence[float]]) -> list[bytes | None]:

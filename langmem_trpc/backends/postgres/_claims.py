@@ -1,0 +1,254 @@
+"""PostgreSQL: extraction cursors with their covered keys, thread claims,
+failed attempts and dead letters, as sans-I/O plans (contract:
+`service/_claims.py`).
+
+A claim is taken by one `INSERT ... ON CONFLICT DO UPDATE ... WHERE` on
+`langmem_thread_claims`: the row lock serialises competing processes and the
+WHERE (free, expired or ours) is re-checked on the latest row version, so
+exactly one wins. Expiry uses the server's clock, never a client's. Claim
+and release transactions commit asynchronously (no WAL flush wait); the
+cursor writes under the claim are ordinary durable commits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import timezone
+from typing import Any
+
+from psycopg.types.json import Jsonb
+
+from ...types import DeadLetter, DeadLetterStatus, ExtractionCursor, ThreadClaim, UserKey
+from ._plans import Plan, Sql
+from ._sql import Row, user_params
+
+__all__ = [
+    "claim_thread",
+    "dead_letters",
+    "get_cursor",
+    "record_failure",
+    "release_thread",
+    "retry_dead_letter",
+    "save_progress",
+    "set_cursor",
+]
+
+ASYNC_COMMIT = "SET LOCAL synchronous_commit = off"
+"""Taking or releasing a claim does not wait for the WAL flush: a claim lost to a server
+crash only lets another job take the thread, whose cursor writes stay durable."""
+
+_T = "app_name = %(app)s AND user_id = %(user)s AND thread_id = %(thread)s"
+
+UPSERT_CURSOR = """
+INSERT INTO langmem_cursors (app_name, user_id, thread_id, last_message_id, last_message_digest,
+    message_count, last_extracted_at, updated_at, message_keys, retired_keys)
+VALUES (%(app)s, %(user)s, %(thread)s, %(last_id)s, %(digest)s, %(count)s, %(extracted)s, now(),
+    %(keys)s, %(retired)s)
+ON CONFLICT (app_name, user_id, thread_id) DO UPDATE SET
+    last_message_id = excluded.last_message_id, last_message_digest = excluded.last_message_digest,
+    message_count = excluded.message_count, last_extracted_at = excluded.last_extracted_at,
+    updated_at = excluded.updated_at, message_keys = excluded.message_keys,
+    retired_keys = excluded.retired_keys"""
+SELECT_CURSOR = f"""
+SELECT thread_id, last_message_id, last_message_digest, message_count, last_extracted_at,
+    updated_at, message_keys, pending_retries, retired_keys FROM langmem_cursors WHERE {_T}"""
+COUNT_PENDING = f"""
+UPDATE langmem_cursors SET pending_retries = (
+    SELECT count(*) FROM langmem_dead_letters WHERE {_T} AND status = 'retry') WHERE {_T}"""
+
+TAKE_CLAIM = """
+INSERT INTO langmem_thread_claims AS c (app_name, user_id, thread_id, owner, expires_at)
+VALUES (%(app)s, %(user)s, %(thread)s, %(owner)s, now() + make_interval(secs => %(ttl)s))
+ON CONFLICT (app_name, user_id, thread_id) DO UPDATE SET
+    owner = excluded.owner, expires_at = excluded.expires_at
+WHERE c.owner IS NULL OR c.owner = excluded.owner OR c.expires_at <= now()
+RETURNING attempts, batch"""
+HOLDS = f"SELECT 1 AS held FROM langmem_thread_claims WHERE {_T} AND owner = %(owner)s FOR UPDATE"
+RENEW = f"""
+UPDATE langmem_thread_claims SET expires_at = now() + make_interval(secs => %(ttl)s)
+WHERE {_T} AND owner = %(owner)s"""
+RELEASE = f"""
+UPDATE langmem_thread_claims SET owner = NULL, expires_at = NULL WHERE {_T} AND owner = %(owner)s"""
+CLEAR_ATTEMPTS = (
+    f"UPDATE langmem_thread_claims SET batch = NULL, attempts = 0, last_error = NULL WHERE {_T}"
+)
+RECORD_FAILURE = """
+INSERT INTO langmem_thread_claims AS c (app_name, user_id, thread_id, batch, attempts, last_error)
+VALUES (%(app)s, %(user)s, %(thread)s, %(batch)s, 1, %(error)s)
+ON CONFLICT (app_name, user_id, thread_id) DO UPDATE SET
+    attempts = CASE WHEN c.batch IS NOT DISTINCT FROM excluded.batch THEN c.attempts + 1 ELSE 1 END,
+    batch = excluded.batch, last_error = excluded.last_error
+RETURNING attempts"""
+
+_LETTER = (
+    "id, app_name, user_id, thread_id, status, error, attempts, message_ids, messages,"
+    " created_at, updated_at"
+)
+UPSERT_LETTER = f"""
+INSERT INTO langmem_dead_letters ({_LETTER})
+VALUES (%(id)s, %(app)s, %(user)s, %(thread)s, %(status)s, %(error)s, %(attempts)s, %(ids)s,
+    %(messages)s, %(created)s, now())
+ON CONFLICT (id) DO UPDATE SET status = excluded.status, error = excluded.error,
+    attempts = excluded.attempts, updated_at = excluded.updated_at"""
+RESOLVE_LETTERS = f"""
+UPDATE langmem_dead_letters SET status = 'done', updated_at = now()
+WHERE {_T} AND id = ANY(%(ids)s)"""
+SELECT_RETRIES = f"""
+SELECT {_LETTER} FROM langmem_dead_letters WHERE {_T} AND status = 'retry'
+ORDER BY created_at, id"""
+SELECT_LETTERS = f"""
+SELECT {_LETTER} FROM langmem_dead_letters
+WHERE (%(app_filter)s::text IS NULL OR app_name = %(app_filter)s)
+    AND (%(status)s::text IS NULL OR status = %(status)s)
+ORDER BY created_at, id LIMIT %(limit)s"""
+RETRY_LETTER = f"""
+UPDATE langmem_dead_letters SET status = 'retry', updated_at = now()
+WHERE id = %(id)s AND status <> 'done' RETURNING {_LETTER}"""
+
+
+def cursor_from_row(row: Row) -> ExtractionCursor:
+    return ExtractionCursor(
+        thread_id=row["thread_id"],
+        last_message_id=row["last_message_id"],
+        last_message_digest=row["last_message_digest"],
+        message_count=row["message_count"],
+        last_extracted_at=row["last_extracted_at"],
+        updated_at=row["updated_at"],
+        message_keys=bytes(row["message_keys"] or b""),
+        pending_retries=row["pending_retries"],
+        retired_keys=bytes(row["retired_keys"] or b""),
+    )
+
+
+def letter_from_row(row: Row) -> DeadLetter:
+    return DeadLetter(
+        id=row["id"],
+        app_name=row["app_name"],
+        user_id=row["user_id"],
+        thread_id=row["thread_id"],
+        status=DeadLetterStatus(row["status"]),
+        error=row["error"],
+        attempts=row["attempts"],
+        message_ids=list(row["message_ids"]),
+        messages=list(row["messages"]),
+        created_at=row["created_at"].astimezone(timezone.utc),
+        updated_at=row["updated_at"].astimezone(timezone.utc),
+    )
+
+
+def _params(user: UserKey, thread_id: str, **extra: Any) -> dict[str, Any]:
+    return user_params(user, thread=thread_id, **extra)
+
+
+def get_cursor(user: UserKey, thread_id: str) -> Plan[ExtractionCursor | None]:
+    rows = yield Sql(SELECT_CURSOR, _params(user, thread_id))
+    return cursor_from_row(rows[0]) if rows else None
+
+
+def set_cursor(user: UserKey, cursor: ExtractionCursor) -> Plan[None]:
+    yield Sql(UPSERT_CURSOR, _cursor_params(user, cursor))
+
+
+def _cursor_params(user: UserKey, cursor: ExtractionCursor) -> dict[str, Any]:
+    return _params(
+        user,
+        cursor.thread_id,
+        last_id=cursor.last_message_id,
+        digest=cursor.last_message_digest,
+        count=cursor.message_count,
+        extracted=cursor.last_extracted_at,
+        keys=cursor.message_keys,
+        retired=cursor.retired_keys,
+    )
+
+
+def claim_thread(user: UserKey, thread_id: str, owner: str, ttl: float) -> Plan[ThreadClaim | None]:
+    p = _params(user, thread_id, owner=owner, ttl=ttl)
+    yield Sql(ASYNC_COMMIT)
+    taken = yield Sql(TAKE_CLAIM, p)
+    if not taken:
+        return None
+    rows = yield Sql(SELECT_CURSOR, p)
+    cursor = cursor_from_row(rows[0]) if rows else None
+    retries = []
+    if cursor is not None and cursor.pending_retries:
+        retries = yield Sql(SELECT_RETRIES, p)
+    return ThreadClaim(
+        cursor=cursor,
+        attempts=taken[0]["attempts"],
+        failed_batch=taken[0]["batch"],
+        retries=[letter_from_row(r) for r in retries],
+    )
+
+
+def save_progress(
+    user: UserKey,
+    thread_id: str,
+    owner: str,
+    cursor: ExtractionCursor | None,
+    ttl: float | None,
+    letter: DeadLetter | None,
+    resolved: Sequence[str],
+) -> Plan[bool]:
+    p = _params(user, thread_id, owner=owner, ttl=ttl)
+    held = yield Sql(HOLDS, p)
+    if not held:
+        return False
+    if letter is not None:
+        yield Sql(UPSERT_LETTER, _letter_params(letter))
+    if resolved:
+        yield Sql(RESOLVE_LETTERS, _params(user, thread_id, ids=list(resolved)))
+    if cursor is not None:
+        yield Sql(UPSERT_CURSOR, _cursor_params(user, cursor))
+        yield Sql(CLEAR_ATTEMPTS, p)
+    if letter is not None or resolved:
+        yield Sql(COUNT_PENDING, p)
+    yield Sql(RELEASE if ttl is None else RENEW, p)
+    return True
+
+
+def _letter_params(letter: DeadLetter) -> dict[str, Any]:
+    return _params(
+        letter.user,
+        letter.thread_id,
+        id=letter.id,
+        status=letter.status.value,
+        error=letter.error,
+        attempts=letter.attempts,
+        ids=list(letter.message_ids),
+        messages=Jsonb(letter.messages),
+        created=letter.created_at,
+    )
+
+
+def record_failure(user: UserKey, thread_id: str, batch: str, error: str) -> Plan[int]:
+    rows = yield Sql(RECORD_FAILURE, _params(user, thread_id, batch=batch, error=error[:2000]))
+    return int(rows[0]["attempts"])
+
+
+def release_thread(user: UserKey, thread_id: str, owner: str) -> Plan[None]:
+    yield Sql(ASYNC_COMMIT)
+    yield Sql(RELEASE, _params(user, thread_id, owner=owner))
+
+
+def dead_letters(
+    app_name: str | None, status: DeadLetterStatus | None, limit: int | None
+) -> Plan[list[DeadLetter]]:
+    rows = yield Sql(
+        SELECT_LETTERS,
+        {
+            "app_filter": app_name,
+            "status": None if status is None else status.value,
+            "limit": limit,
+        },
+    )
+    return [letter_from_row(r) for r in rows]
+
+
+def retry_dead_letter(letter_id: str) -> Plan[DeadLetter | None]:
+    rows = yield Sql(RETRY_LETTER, {"id": letter_id})
+    if not rows:
+        return None
+    letter = letter_from_row(rows[0])
+    yield Sql(COUNT_PENDING, _params(letter.user, letter.thread_id))
+    return letter
