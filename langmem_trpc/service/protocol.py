@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from ..types import Entry, ExtractionCursor, HistoryEvent, Kind, SearchOptions, Source, UserKey
+from ._core import Limits
 
 __all__ = ["MemoryService", "SyncMemoryService"]
 
@@ -35,6 +36,12 @@ class MemoryService(ABC):
 
     #: True when the backend has an embedder and can run the vector leg.
     supports_vectors: bool = False
+
+    @property
+    def limits(self) -> Limits:
+        """The text, topic and capacity limits this service enforces."""
+        limits = getattr(self, "_limits", None)
+        return limits if isinstance(limits, Limits) else Limits()
 
     # -- writes -------------------------------------------------------------
 

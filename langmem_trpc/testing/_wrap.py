@@ -21,6 +21,7 @@ class DelegatingService(SyncMemoryService):
     def __init__(self, inner: MemoryService) -> None:
         self.inner = inner
         self.supports_vectors = inner.supports_vectors
+        self._limits = inner.limits
 
     def _call(self, name: str, *args: Any, **kwargs: Any) -> Any:
         return getattr(self.inner, name)(*args, **kwargs)

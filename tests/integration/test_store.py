@@ -1,14 +1,20 @@
 """MemoryStore: a BaseStore over the service, checked differentially against InMemoryStore.
 
 Documented deviations (module docstring of langmem_trpc.integration.store):
-no-query order is newest first, query search returns relevant hits only,
-scores are the service's 0-1 relevance, created_at survives updates.
+two-label namespaces, no-query order is newest first, query search keeps the
+service's hybrid order then fills `limit` with score 0.0, scores are the
+service's 0-1 relevance, created_at survives updates. Behaviour tests run on
+every backend (in-memory, SQLite, PostgreSQL) through `backend_store`.
 """
 
 from __future__ import annotations
 
 import json
 import time
+import uuid
+from collections.abc import Iterator
+from datetime import date, datetime, timezone
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,7 +24,12 @@ from langgraph.store.base import InvalidNamespaceError
 from langgraph.store.memory import InMemoryStore
 
 from langmem_trpc import InMemoryMemoryService, MemoryStore, UserKey
+from langmem_trpc.errors import CapacityExceededError, InvalidMemoryError
+from langmem_trpc.service._core import Limits
+from langmem_trpc.service.protocol import MemoryService
 from langmem_trpc.testing import HashingEmbeddings, ScriptedChatModel, tool_call
+from langmem_trpc.testing._wrap import DelegatingService
+from langmem_trpc.types import Operation, SearchOptions
 
 from .conftest import ALICE
 
@@ -160,8 +171,7 @@ def test_namespace_rules(store: MemoryStore):
         store.put(("only-app",), "k", {"memory": "x"})
     with pytest.raises(InvalidNamespaceError):
         store.get(("a.b", "u"), "k")
-    with pytest.raises(NotImplementedError):
-        store.put(NS, "k", {"memory": "x"}, ttl=5)
+    assert store.supports_ttl
 
 
 def test_memories_written_elsewhere_are_visible(store: MemoryStore):
@@ -229,3 +239,298 @@ def test_langmem_tools_on_top(store: MemoryStore):
     items = store.search(NS)
     assert [i.value for i in items] == [{"content": "Production runs Go 1.24"}]
     assert store.service.count(UserKey("demo", "alice")) == 1
+
+
+# -- every backend -----------------------------------------------------------------------------
+
+BACKENDS = ["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+
+
+def _wipe_postgres(url: str) -> None:
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        tables = [
+            r[0]
+            for r in conn.execute(
+                "SELECT tablename FROM pg_tables WHERE schemaname = current_schema() "
+                "AND tablename NOT LIKE '%migration%'"
+            ).fetchall()
+        ]
+        if tables:
+            conn.execute("TRUNCATE " + ", ".join(f'"{t}"' for t in tables))
+
+
+@pytest.fixture(params=BACKENDS)
+def backend_service(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MemoryService]:
+    """A fresh, empty service of one backend, with the hashing embedder."""
+    svc: MemoryService
+    if request.param == "memory":
+        svc = InMemoryMemoryService(embeddings=HashingEmbeddings())
+    elif request.param == "sqlite":
+        from langmem_trpc.backends.sqlite import SQLiteMemoryService
+
+        svc = SQLiteMemoryService(str(tmp_path / "store.db"), embeddings=HashingEmbeddings())
+    else:
+        from langmem_trpc.backends.postgres import PostgresMemoryService
+
+        url = request.getfixturevalue("pg_module_url")
+        svc = PostgresMemoryService(url, HashingEmbeddings(), pool_size=2)
+        svc.setup()  # type: ignore[attr-defined]
+        _wipe_postgres(url)
+    yield svc
+    svc.close()
+
+
+@pytest.fixture
+def backend_store(backend_service: MemoryService) -> Iterator[MemoryStore]:
+    with MemoryStore(backend_service) as store:
+        yield store
+
+
+CORPUS = [
+    "Production runs Go 1.24 on Kubernetes",
+    "The staging cluster runs Go 1.23",
+    "Alice prefers dark mode in every editor",
+    "Alice drinks green tea in the morning",
+    "Bob plays chess on Sunday mornings",
+    "The team ships the Zebra project in May",
+    "Project Yak was cancelled in March",
+    "Alice lives in Paris with two cats",
+    "The office coffee machine is broken",
+    "Deploys happen every Tuesday after standup",
+    "The database runs PostgreSQL 16 with pgvector",
+    "Alice is allergic to peanuts",
+    "Go modules are cached on the build server",
+    "Morning standup starts at 9:30",
+    "The editor theme is solarized dark",
+]
+QUERIES = [
+    "which Go version runs in production",
+    "what does Alice drink in the morning",
+    "editor dark mode",
+    "when does the Zebra project ship",
+    "database version",
+    "Alice morning routine",
+    "Go build cache",
+    "standup time",
+]
+
+
+def test_query_search_keeps_the_services_fused_order(backend_store: MemoryStore):
+    for i, text in enumerate(CORPUS):
+        backend_store.put(NS, f"k{i}", {"memory": text, "n": i})
+    by_id = {backend_store.resolve(ALICE, (), f"k{i}").id: f"k{i}" for i in range(len(CORPUS))}
+    for query in QUERIES:
+        options = SearchOptions(max_results=10, similarity_threshold=0.0)
+        expected = [by_id[e.id] for e in backend_store.service.search(ALICE, query, options)]
+        got = [i.key for i in backend_store.search(NS, query=query, limit=len(expected))]
+        assert got == expected, query
+
+
+def test_uuid_keys_address_memories_written_elsewhere(backend_store: MemoryStore):
+    svc = backend_store.service
+    entry = svc.add(ALICE, "Production runs Go 1.23", topics=["go"])
+    spellings = [entry.id, str(uuid.UUID(entry.id)), str(uuid.UUID(entry.id)).upper()]
+    for key in spellings:
+        item = backend_store.get(NS, key)
+        assert item is not None and item.value["memory"] == "Production runs Go 1.23", key
+    backend_store.put(NS, spellings[1], {"content": "Production runs Go 1.24"})
+    assert svc.count(ALICE) == 1
+    assert svc.get(ALICE, entry.id).text == "Production runs Go 1.24"
+    assert [i.key for i in backend_store.search(NS)] == [entry.id]
+    assert backend_store.get(NS, spellings[2]).value == {"content": "Production runs Go 1.24"}
+    backend_store.delete(NS, spellings[2])
+    assert svc.get(ALICE, entry.id) is None and backend_store.search(NS) == []
+
+
+def test_store_keys_match_in_every_uuid_spelling(backend_store: MemoryStore):
+    key = uuid.uuid4()
+    backend_store.put(NS, str(key), {"content": "Prefers tea"})
+    for spelling in (key.hex, str(key).upper(), "{" + str(key) + "}"):
+        assert backend_store.get(NS, spelling).value == {"content": "Prefers tea"}
+    backend_store.put(NS, key.hex.upper(), {"content": "Prefers coffee"})
+    assert [i.value for i in backend_store.search(NS)] == [{"content": "Prefers coffee"}]
+    assert backend_store.get(NS, str(key)).key == str(key)  # the first spelling is kept
+    backend_store.delete(NS, key.hex)
+    assert backend_store.search(NS) == []
+
+
+def test_langmem_delete_and_update_reach_worker_memories(backend_store: MemoryStore):
+    from langmem import create_manage_memory_tool
+
+    entry = backend_store.service.add(ALICE, "Production runs Go 1.23")
+    other = backend_store.service.add(ALICE, "Prefers tea over coffee")
+    manage = create_manage_memory_tool(("{app_name}", "{user_id}"), store=backend_store)
+    config = {"configurable": {"app_name": "demo", "user_id": "alice"}}
+    manage.invoke({"action": "delete", "id": str(uuid.UUID(entry.id))}, config)
+    manage.invoke(
+        {"action": "update", "id": str(uuid.UUID(other.id)), "content": "Prefers coffee"}, config
+    )
+    svc = backend_store.service
+    assert svc.get(ALICE, entry.id) is None
+    assert [e.text for e in svc.read(ALICE)] == ["Prefers coffee"]
+    assert [i.key for i in backend_store.search(NS, query="coffee")] == [other.id]
+
+
+def test_query_search_returns_the_limit_best_without_a_floor(backend_store: MemoryStore):
+    for i, text in enumerate(CORPUS[:6]):
+        backend_store.put(NS, f"k{i}", {"memory": text})
+    hits = backend_store.search(NS, query="Noted.", limit=4)
+    assert len(hits) == 4 and all(0.0 <= (h.score or 0.0) <= 1.0 for h in hits)
+    assert len(backend_store.search(NS, query="Noted.", limit=50)) == 6
+    assert backend_store.search(NS, query="Go version in production", limit=1)[0].key == "k0"
+    strict = MemoryStore(backend_store.service, min_score=0.5)
+    assert strict.search(NS, query="Noted.", limit=4) == []
+
+
+def test_values_are_json_normalised_the_same_on_every_backend(backend_store: MemoryStore):
+    when = datetime(2024, 5, 1, 12, 30, tzinfo=timezone.utc)
+    value = {
+        "memory": "Meeting moved",
+        "at": when,
+        "day": date(2024, 5, 1),
+        "id": uuid.UUID(int=7),
+        "pair": (1, 2),
+        "nested": {"when": [when]},
+        2: "int key",
+    }
+    backend_store.put(NS, "k", value)
+    assert backend_store.get(NS, "k").value == {
+        "memory": "Meeting moved",
+        "at": "2024-05-01T12:30:00+00:00",
+        "day": "2024-05-01",
+        "id": "00000000-0000-0000-0000-000000000007",
+        "pair": [1, 2],
+        "nested": {"when": ["2024-05-01T12:30:00+00:00"]},
+        "2": "int key",
+    }
+
+
+@pytest.mark.parametrize(
+    "value, problem",
+    [
+        ({"memory": "x", "n": float("nan")}, "JSON"),
+        ({"memory": "x", "n": float("inf")}, "JSON"),
+        ({"memory": "x\x00y"}, "NUL"),
+        ({"memory": "x", "bad": "\ud800"}, "surrogate"),
+        ({"memory": "x", "obj": object()}, "JSON"),
+        ({"memory": "x", "s": {1, 2}}, "JSON"),
+    ],
+)
+def test_values_that_no_backend_can_keep_are_refused_clearly(
+    backend_store: MemoryStore, value: dict[str, Any], problem: str
+):
+    backend_store.put(NS, "k", {"memory": "kept"})
+    with pytest.raises(InvalidMemoryError) as info:
+        backend_store.put(NS, "k", value)
+    assert info.value.field == "value" and problem in str(info.value)
+    assert backend_store.get(NS, "k").value == {"memory": "kept"}
+
+
+def test_big_values_are_kept_whole_and_searchable(backend_store: MemoryStore):
+    long_text = "Quokka migration notes. " + "padding words " * 700 + "final zanzibar remark"
+    value = {
+        "memory": long_text,
+        "topics": [f"t{i}" for i in range(65)],
+        "location": "L" * 257,
+        "participants": ["p" * 300],
+        "event_time": "not a date",
+    }
+    backend_store.put(NS, "big", value)
+    assert backend_store.get(NS, "big").value == value
+    assert backend_store.search(NS, query="Quokka migration", limit=1)[0].key == "big"
+    limit = backend_store.service.limits.max_text_length
+    assert (
+        len(backend_store.service.get(ALICE, backend_store.resolve(ALICE, (), "big").id).text)
+        <= limit
+    )
+
+
+def test_capacity_is_our_error(backend_service: MemoryService):
+    backend_service._limits = Limits(capacity=3)  # type: ignore[attr-defined]
+    store = MemoryStore(backend_service)
+    for i in range(3):
+        store.put(NS, f"k{i}", {"memory": f"note {i}"})
+    with pytest.raises(CapacityExceededError):
+        store.put(NS, "k3", {"memory": "note 3"})
+    store.put(NS, "k0", {"memory": "note 0 changed"})  # replacing stays possible
+    assert len(store.search(NS)) == 3
+
+
+def test_reads_are_bounded_by_user_and_limit(backend_service: MemoryService):
+    reads: list[tuple[UserKey, int | None]] = []
+
+    class Counting(DelegatingService):
+        def _call(self, name: str, *args: Any, **kwargs: Any) -> Any:
+            if name == "read":
+                reads.append((args[0], args[1] if len(args) > 1 else kwargs.get("limit")))
+            return super()._call(name, *args, **kwargs)
+
+    store = MemoryStore(Counting(backend_service))
+    for user in ("alice", "bob", "carol"):
+        for i in range(5):
+            store.put(("demo", user), f"k{i}", {"memory": f"{user} note {i}"})
+    store.put(("demo", "alice", "deep"), "d", {"memory": "alice scoped"})
+    reads.clear()
+    assert [i.key for i in store.search(NS, limit=2)] == ["d", "k4"]
+    assert reads and all(u == ALICE and limit is not None and limit < 10 for u, limit in reads)
+    reads.clear()
+    assert store.list_namespaces(prefix=NS) == [NS, NS + ("deep",)]
+    assert {u for u, _ in reads} == {ALICE}
+    reads.clear()
+    assert store.list_namespaces(max_depth=2) == [("demo", u) for u in ("alice", "bob", "carol")]
+    assert reads == []
+
+
+def test_index_false_is_stored_but_not_searched(backend_store: MemoryStore):
+    backend_store.put(NS, "secret", {"memory": "The vault code is zebra", "n": 1}, index=False)
+    backend_store.put(NS, "plain", {"memory": "Zebras live in Africa", "n": 2})
+    assert backend_store.get(NS, "secret").value["n"] == 1
+    assert [i.key for i in backend_store.search(NS, query="vault code zebra", limit=5)] == ["plain"]
+    assert [i.key for i in backend_store.search(NS, filter={"n": 1})] == ["secret"]
+
+
+# -- TTL -----------------------------------------------------------------------------------------
+
+
+def test_ttl_expires_items_at_once_and_sweep_soft_deletes(backend_store: MemoryStore):
+    backend_store.put(NS, "short", {"memory": "Expires soon"}, ttl=0.02)  # 1.2 s
+    backend_store.put(NS, "long", {"memory": "Stays a while"}, ttl=60)
+    backend_store.put(NS, "forever", {"memory": "Never expires"})
+    assert backend_store.get(NS, "short") is not None
+    time.sleep(1.5)
+    assert backend_store.get(NS, "short") is None
+    keys = {i.key for i in backend_store.search(NS)}
+    assert keys == {"long", "forever"}
+    assert "short" not in {i.key for i in backend_store.search(NS, query="Expires soon")}
+    entry_id = backend_store.resolve(ALICE, (), "short").id
+    assert backend_store.sweep_ttl() == 1
+    assert backend_store.service.get(ALICE, entry_id) is None
+    last = backend_store.service.history(ALICE, entry_id)[-1]
+    assert last.operation == Operation.DELETE and last.source.actor == "store:ttl"
+    assert backend_store.sweep_ttl() == 0
+
+
+def test_ttl_refresh_on_read(backend_service: MemoryService):
+    store = MemoryStore(backend_service, ttl={"default_ttl": 0.05, "refresh_on_read": True})
+    store.put(NS, "k", {"memory": "Refreshed by reads"})  # default_ttl: 3 s
+    store.put(NS, "quiet", {"memory": "Not refreshed"})
+    for _ in range(4):
+        time.sleep(1.0)
+        assert store.get(NS, "k") is not None
+        assert store.get(NS, "quiet", refresh_ttl=False) is not None or _ >= 2
+    assert store.get(NS, "k") is not None
+    assert store.get(NS, "quiet", refresh_ttl=False) is None
+
+
+def test_ttl_sweeper_thread_starts_and_stops(backend_service: MemoryService):
+    with MemoryStore(backend_service, ttl={"sweep_interval_minutes": 1}) as store:
+        store.put(NS, "k", {"memory": "Expires"}, ttl=0.001)
+        assert store.start_ttl_sweeper(sweep_interval_minutes=0.01)  # type: ignore[arg-type]
+        deadline = time.time() + 10
+        while backend_service.count(ALICE) and time.time() < deadline:
+            time.sleep(0.1)
+        assert backend_service.count(ALICE) == 0
+        assert store.stop_ttl_sweeper(timeout=5)
+    assert MemoryStore(backend_service).start_ttl_sweeper() is False
