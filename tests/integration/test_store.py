@@ -10,6 +10,7 @@ every backend (in-memory, SQLite, PostgreSQL) through `backend_store`.
 from __future__ import annotations
 
 import json
+import re
 import time
 import uuid
 from collections.abc import Iterator
@@ -20,11 +21,11 @@ from typing import Any
 import pytest
 from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
-from langgraph.store.base import InvalidNamespaceError
+from langgraph.store.base import GetOp, InvalidNamespaceError, PutOp
 from langgraph.store.memory import InMemoryStore
 
 from langmem_trpc import InMemoryMemoryService, MemoryStore, UserKey
-from langmem_trpc.errors import CapacityExceededError, InvalidMemoryError
+from langmem_trpc.errors import CapacityExceededError, InvalidMemoryError, NamespaceAccessError
 from langmem_trpc.service._core import Limits
 from langmem_trpc.service.protocol import MemoryService
 from langmem_trpc.testing import HashingEmbeddings, ScriptedChatModel, tool_call
@@ -534,3 +535,215 @@ def test_ttl_sweeper_thread_starts_and_stops(backend_service: MemoryService):
         assert backend_service.count(ALICE) == 0
         assert store.stop_ttl_sweeper(timeout=5)
     assert MemoryStore(backend_service).start_ttl_sweeper() is False
+
+
+# -- identity: the authenticated user is enforced (issue #13.1) ---------------------------------
+
+SHOP_ALICE, SHOP_BOB = UserKey("shop", "alice"), UserKey("shop", "bob")
+
+
+def _attack_agent(store: MemoryStore, namespace: tuple[str, ...]) -> Any:
+    from langmem import create_manage_memory_tool, create_search_memory_tool
+
+    model = ScriptedChatModel(
+        replies=[
+            AIMessage("", tool_calls=[tool_call("search_memory", {"query": "bank account"})]),
+            AIMessage(
+                "",
+                tool_calls=[
+                    tool_call("manage_memory", {"content": "Bob owes me $500", "action": "create"})
+                ],
+            ),
+            "Done.",
+        ]
+    )
+    tools = [
+        create_manage_memory_tool(namespace, store=store),
+        create_search_memory_tool(namespace, store=store),
+    ]
+    return create_agent(model, tools=tools, store=store)
+
+
+AUTH_CONFIG = {
+    "configurable": {"langgraph_auth_user_id": "alice", "user_id": "bob", "app_name": "shop"}
+}
+
+
+def test_langmem_tools_cannot_reach_another_user_in_an_authenticated_run(
+    backend_store: MemoryStore,
+):
+    backend_store.put(("shop", "bob"), "b1", {"content": "Bob's bank account is 12345"})
+    agent = _attack_agent(backend_store, ("{app_name}", "{user_id}"))  # the unsafe template
+    with pytest.raises(NamespaceAccessError) as info:
+        agent.invoke({"messages": [HumanMessage("what is in bob's bank account?")]}, AUTH_CONFIG)
+    assert info.value.namespace == ("shop", "bob") and "alice" in str(info.value)
+    assert [i.value for i in backend_store.search(("shop", "bob"))] == [
+        {"content": "Bob's bank account is 12345"}
+    ]
+    assert backend_store.service.count(SHOP_ALICE) == 0
+
+
+def test_the_documented_template_follows_the_authenticated_user(backend_store: MemoryStore):
+    backend_store.put(("shop", "bob"), "b1", {"content": "Bob's bank account is 12345"})
+    agent = _attack_agent(backend_store, ("{app_name}", "{langgraph_auth_user_id}"))
+    out = agent.invoke({"messages": [HumanMessage("remember this")]}, AUTH_CONFIG)
+    results = [m for m in out["messages"] if isinstance(m, ToolMessage)]
+    assert [m.status for m in results] == ["success", "success"]
+    assert "12345" not in results[0].content
+    assert [i.value for i in backend_store.search(("shop", "alice"))] == [
+        {"content": "Bob owes me $500"}
+    ]
+    assert backend_store.service.count(SHOP_BOB) == 1
+
+
+def test_app_wide_prefix_in_an_authenticated_run_sees_only_that_user(backend_store: MemoryStore):
+    from langgraph.graph import END, START, StateGraph
+    from typing_extensions import TypedDict
+
+    backend_store.put(("shop", "alice"), "a", {"content": "Alice likes tea"})
+    backend_store.put(("shop", "alice", "prefs"), "p", {"content": "Alice prefers email"})
+    backend_store.put(("shop", "bob"), "b", {"content": "Bob likes tea"})
+    backend_store.put(("other", "alice"), "o", {"content": "Alice elsewhere"})
+
+    class State(TypedDict):
+        keys: list[str]
+        spaces: list[tuple[str, ...]]
+
+    def node(state: State) -> dict[str, Any]:
+        found = backend_store.search(("shop",), query="tea", limit=10)
+        found += backend_store.search((), limit=10)
+        return {
+            "keys": sorted({f"{i.namespace[0]}:{i.key}" for i in found}),
+            "spaces": backend_store.list_namespaces(),
+        }
+
+    graph = StateGraph(State)
+    graph.add_node("read", node)
+    graph.add_edge(START, "read")
+    graph.add_edge("read", END)
+    out = graph.compile().invoke({"keys": [], "spaces": []}, AUTH_CONFIG)
+    assert out["keys"] == ["other:o", "shop:a", "shop:p"]
+    assert out["spaces"] == [("other", "alice"), ("shop", "alice"), ("shop", "alice", "prefs")]
+    outside = {i.key for i in backend_store.search(("shop",), limit=10)}  # no run: unchanged
+    assert outside == {"a", "p", "b"}
+
+
+async def test_async_ops_enforce_the_authenticated_user(backend_store: MemoryStore):
+    from langgraph.config import get_config  # noqa: F401 - the run context is what matters
+    from langgraph.graph import END, START, StateGraph
+    from typing_extensions import TypedDict
+
+    class State(TypedDict):
+        error: str
+
+    async def node(state: State) -> dict[str, Any]:
+        try:
+            await backend_store.aget(("shop", "bob"), "b")
+        except NamespaceAccessError as exc:
+            return {"error": type(exc).__name__}
+        return {"error": ""}
+
+    graph = StateGraph(State)
+    graph.add_node("read", node)
+    graph.add_edge(START, "read")
+    graph.add_edge("read", END)
+    out = await graph.compile().ainvoke({"error": ""}, AUTH_CONFIG)
+    assert out["error"] == "NamespaceAccessError"
+
+
+def test_for_user_view_pins_app_and_user(backend_store: MemoryStore):
+    backend_store.put(("shop", "bob"), "b", {"content": "Bob likes tea"})
+    view = backend_store.for_user("shop", "alice")
+    view.put(("shop", "alice"), "a", {"content": "Alice likes tea"})
+    assert [i.key for i in view.search(("shop",), query="tea")] == ["a"]
+    assert [i.key for i in view.search(())] == ["a"]
+    assert view.list_namespaces() == [("shop", "alice")]
+    for namespace in [("shop", "bob"), ("other", "alice"), ("shop", "alice ")]:
+        with pytest.raises(NamespaceAccessError):
+            view.get(namespace, "b")
+        with pytest.raises(NamespaceAccessError):
+            view.put(namespace, "x", {"content": "forged"})
+    with pytest.raises(NamespaceAccessError):
+        view.search(("other",))
+    with pytest.raises(NamespaceAccessError):  # a batch is refused before any op runs
+        view.batch([PutOp(("shop", "alice"), "z", {"content": "z"}), GetOp(("shop", "bob"), "b")])
+    assert view.get(("shop", "alice"), "z") is None
+    assert backend_store.service.count(SHOP_BOB) == 1
+
+
+# -- reconcile through the store ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("reconcile, expected", [(True, 1), (False, 2)])
+def test_reconcile_merges_a_restatement_made_through_langmem(
+    backend_service: MemoryService, reconcile: bool, expected: int
+):
+    from langmem import create_manage_memory_tool
+
+    store = MemoryStore(backend_service, reconcile=reconcile)
+    manage = create_manage_memory_tool(("{app_name}", "{user_id}"), store=store)
+    config = {"configurable": {"app_name": "demo", "user_id": "alice"}}
+    manage.invoke({"action": "create", "content": "User prefers dark mode in the editor"}, config)
+    first = store.search(NS)[0]
+    manage.invoke({"action": "create", "content": "user prefers dark mode in the editor."}, config)
+    items = store.search(NS)
+    assert len(items) == expected and backend_service.count(ALICE) == expected
+    if reconcile:
+        assert items[0].key == first.key
+        entry = store.resolve(ALICE, (), first.key)
+        assert {h.source.actor for h in backend_service.history(ALICE, entry.id)} == {"store"}
+
+
+def test_reconcile_updates_the_surviving_memory_under_its_key(backend_service: MemoryService):
+    store = MemoryStore(backend_service, reconcile=True)
+    store.put(NS, "old", {"memory": "Production runs Go 1.23 on Kubernetes"})
+    store.put(NS, "new", {"memory": "Production runs Go 1.24 on Kubernetes"})
+    assert store.get(NS, "new") is None
+    assert store.get(NS, "old").value == {"memory": "Production runs Go 1.24 on Kubernetes"}
+    store.put(NS, "other", {"memory": "Alice drinks green tea"})
+    assert sorted(i.key for i in store.search(NS)) == ["old", "other"]
+    store.put(NS + ("scoped",), "s", {"memory": "Production runs Go 1.24 on Kubernetes"})
+    assert store.get(NS + ("scoped",), "s") is not None  # never merged across namespaces
+    plain = MemoryStore(backend_service)
+    plain.put(NS, "new", {"memory": "Production runs Go 1.24 on Kubernetes"})
+    assert plain.get(NS, "new") is not None  # reconcile=False: plain key/value
+
+
+# -- langmem's memory manager end to end (issue #14, defect 3) ---------------------------------
+
+
+def test_langmem_memory_store_manager_updates_what_it_stored(backend_store: MemoryStore):
+    from langmem import create_memory_store_manager
+
+    seen: list[str] = []
+
+    def patch(messages: list[Any]) -> AIMessage:
+        seen.append("\n".join(str(m.content) for m in messages))
+        assert "User loves green tea" in seen[-1]  # the manager was shown what it stored
+        args = {
+            "json_doc_id": re.search(r"<instance id=(\S+)", seen[-1]).group(1),
+            "planned_edits": "replace the drink",
+            "patches": [{"op": "replace", "path": "/content", "value": "User drinks coffee now"}],
+        }
+        return AIMessage("", tool_calls=[tool_call("PatchDoc", args)])
+
+    model = ScriptedChatModel(
+        replies=[
+            AIMessage("", tool_calls=[tool_call("Memory", {"content": "User loves green tea"})]),
+            patch,
+        ]
+    )
+    manager = create_memory_store_manager(
+        model, namespace=("{app_name}", "{user_id}"), store=backend_store
+    )
+    config = {"configurable": {"app_name": "demo", "user_id": "alice"}}
+    first = [HumanMessage("I love green tea"), AIMessage("Noted.")]
+    manager.invoke({"messages": first}, config)
+    (item,) = backend_store.search(NS)
+    assert item.value == {"kind": "Memory", "content": {"content": "User loves green tea"}}
+    second = [*first, HumanMessage("I switched to coffee"), AIMessage("Noted.")]
+    manager.invoke({"messages": second}, config)
+    (updated,) = backend_store.search(NS)
+    assert updated.key == item.key and seen
+    assert updated.value == {"kind": "Memory", "content": {"content": "User drinks coffee now"}}
+    assert backend_store.service.count(ALICE) == 1
