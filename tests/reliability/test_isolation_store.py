@@ -93,14 +93,15 @@ def _check_user(store: MemoryStore, me: tuple[str, str], pairs: list[tuple[str, 
             if other[1] == user_id:
                 assert store.get(other, "k") is not None
                 continue
-            for attempt in (
-                lambda: store.get(other, "k"),
-                lambda: store.search(other, query="secret"),
-                lambda: store.put(other, "k", {"memory": "forged"}),
-                lambda: store.delete(other, "k"),
-            ):
+            attempts: list[tuple[Any, tuple[Any, ...]]] = [
+                (store.get, (other, "k")),
+                (store.search, (other,)),
+                (store.put, (other, "k", {"memory": "forged"})),
+                (store.delete, (other, "k")),
+            ]
+            for call, args in attempts:
                 with pytest.raises(NamespaceAccessError):
-                    attempt()
+                    call(*args)
                 COUNTS["refused"] += 1
 
 
