@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -216,7 +217,8 @@ class MemoryStore(BaseStore):
             return
         value = normalize_value(op.value)
         limits = self.service.limits
-        text = memory_text(value, self.text_fields, limits.max_text_length)
+        paths = list(op.index) if isinstance(op.index, list) else None
+        text = memory_text(value, self.text_fields, limits.max_text_length, paths)
         fields = memory_fields(value, limits)
         meta: dict[str, Any] = {"scope": list(scope), "key": op.key, "value": value}
         if op.index is False:
@@ -276,19 +278,24 @@ class MemoryStore(BaseStore):
     async def asweep_ttl(self) -> int:
         return await asyncio.to_thread(self.sweep_ttl)
 
-    def start_ttl_sweeper(self, sweep_interval_minutes: int | None = None) -> bool:
-        """Start the background sweep (`sweep_interval_minutes`, else the TTLConfig's).
+    def start_ttl_sweeper(
+        self, sweep_interval_minutes: int | None = None
+    ) -> concurrent.futures.Future[None]:
+        """Sweep expired items every `sweep_interval_minutes` (else the TTLConfig's, else 5).
 
-        Returns False when no interval is configured; the thread belongs to
-        this store and stops with `stop_ttl_sweeper()` or `close()`.
+        Like LangGraph's stores: without a TTLConfig or an interval nothing
+        starts and the returned future is already done; otherwise it completes
+        when the sweeper stops (cancel it, `stop_ttl_sweeper()` or `close()`).
+        The thread belongs to this store.
         """
         interval = sweep_interval_minutes or (self.ttl_config or {}).get("sweep_interval_minutes")
-        if not interval:
-            return False
+        if not interval and not self.ttl_config:
+            done: concurrent.futures.Future[None] = concurrent.futures.Future()
+            done.set_result(None)
+            return done
         if self._sweeper is None:
-            self._sweeper = TTLSweeper(self.sweep_ttl, interval)
-        self._sweeper.start()
-        return True
+            self._sweeper = TTLSweeper(self.sweep_ttl, interval or 5)
+        return self._sweeper.start()
 
     def stop_ttl_sweeper(self, timeout: float | None = None) -> bool:
         """Stop the background sweep; True when it has stopped (or never ran)."""

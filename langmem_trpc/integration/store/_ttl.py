@@ -11,6 +11,7 @@ into a write each.
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import threading
 from collections.abc import Callable
@@ -65,38 +66,54 @@ def needs_refresh(entry: Entry, now: datetime | None = None) -> bool:
 
 
 class TTLSweeper:
-    """A daemon thread that calls `sweep` every `interval_minutes` until stopped."""
+    """A daemon thread that calls `sweep` every `interval_minutes` until stopped.
+
+    `start()` returns a future that completes when the loop ends; cancelling
+    it stops the loop (LangGraph's `start_ttl_sweeper` contract).
+    """
 
     def __init__(self, sweep: Callable[[], int], interval_minutes: float) -> None:
         self._sweep = sweep
         self._interval = max(0.001, float(interval_minutes)) * 60.0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._future: concurrent.futures.Future[None] | None = None
 
     @property
     def running(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
-    def start(self) -> None:
-        if self.running:
-            return
+    def start(self) -> concurrent.futures.Future[None]:
+        if self.running and self._future is not None:
+            return self._future
         self._stop.clear()
-        self._thread = threading.Thread(target=self._loop, name="memorystore-ttl", daemon=True)
+        future: concurrent.futures.Future[None] = concurrent.futures.Future()
+        future.add_done_callback(lambda f: self._stop.set() if f.cancelled() else None)
+        self._future = future
+        self._thread = threading.Thread(
+            target=self._loop, args=(future,), name="memorystore-ttl", daemon=True
+        )
         self._thread.start()
+        return future
 
     def stop(self, timeout: float | None = None) -> bool:
         """Signal the loop and join it; True when it has stopped."""
         self._stop.set()
-        thread, self._thread = self._thread, None
-        if thread is not None:
-            thread.join(timeout)
-            return not thread.is_alive()
+        thread = self._thread
+        if thread is None:
+            return True
+        thread.join(timeout)
+        if thread.is_alive():
+            return False
+        self._thread = None
         return True
 
-    def _loop(self) -> None:
+    def _loop(self, future: concurrent.futures.Future[None]) -> None:
         while not self._stop.wait(self._interval):
             try:
                 removed = self._sweep()
                 logger.debug("TTL sweep removed %d expired items", removed)
             except Exception:  # keep sweeping; a failed sweep retries next interval
                 logger.warning("TTL sweep failed", exc_info=True)
+        if future.set_running_or_notify_cancel():
+            future.set_result(None)

@@ -101,12 +101,33 @@ def check_label(field: str, value: str) -> str:
     return value
 
 
-def memory_text(value: Mapping[str, Any], fields: Sequence[str], max_length: int) -> str:
-    """The searchable text: the first text field (also nested), else the value's JSON, capped."""
-    text = _text_field(value, fields)
+def memory_text(
+    value: Mapping[str, Any],
+    fields: Sequence[str],
+    max_length: int,
+    paths: Sequence[str] | None = None,
+) -> str:
+    """The searchable text, capped: with `paths` (a put's `index=[...]`) those fields
+    joined; else the first text field (also nested), else the value's JSON."""
+    text = _at_paths(value, paths) if paths else _text_field(value, fields)
     if text is None:
         text = json.dumps(value, ensure_ascii=False, sort_keys=True)
     return text.strip()[:max_length].strip() or "{}"
+
+
+def _at_paths(value: Mapping[str, Any], paths: Sequence[str]) -> str | None:
+    """The values at dotted paths ("content.text"; "$" is the whole value), joined."""
+    parts: list[str] = []
+    for path in paths:
+        node: Any = value
+        for step in [] if path == "$" else path.split("."):
+            node = node.get(step) if isinstance(node, Mapping) else None
+        if isinstance(node, str):
+            parts.append(node)
+        elif node is not None:
+            parts.append(json.dumps(node, ensure_ascii=False, sort_keys=True))
+    joined = "\n".join(p for p in parts if p.strip())
+    return joined or None
 
 
 def _text_field(value: Mapping[str, Any], fields: Sequence[str]) -> str | None:
@@ -185,11 +206,9 @@ def id_candidates(scope: Sequence[str], key: str) -> list[str]:
     the key names, literally or as a UUID in any spelling.
     """
     out = [memory_id(scope, key), _legacy_id(scope, key)]
-    if not scope:
-        out.append(key)
-        canonical = canonical_key(key)
-        if canonical != key or _is_uuid(key):
-            out.append(uuid.UUID(canonical).hex)
+    canonical = canonical_key(key)
+    if not scope and (canonical != key or _is_uuid(key)):  # service ids are UUIDs
+        out.extend([key, uuid.UUID(canonical).hex])
     return list(dict.fromkeys(out))
 
 
