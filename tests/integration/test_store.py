@@ -755,3 +755,28 @@ def test_index_fields_choose_the_searchable_text(backend_store: MemoryStore):
     backend_store.put(NS, "other", {"memory": "Zanzibar is an island"})
     assert backend_store.search(NS, query="quokka", limit=1)[0].key == "doc"
     assert backend_store.get(NS, "doc").value == value
+
+
+def test_query_search_with_filters_and_pagination_returns_every_match(backend_store: MemoryStore):
+    docs = [
+        ("doc1", {"text": "red apple", "color": "red", "score": 4.5}),
+        ("doc2", {"text": "red car", "color": "red", "score": 3.0}),
+        ("doc3", {"text": "green apple", "color": "green", "score": 4.0}),
+        ("doc4", {"text": "blue car", "color": "blue", "score": 3.5}),
+        ("doc5", {"text": "yellow bus", "color": "yellow", "score": 1.0}),
+    ]
+    for key, value in docs:
+        backend_store.put(NS, key, value)
+    red = backend_store.search(NS, query="apple", filter={"color": "red"})
+    assert [i.key for i in red][:1] == ["doc1"] and len(red) == 2
+    assert len(backend_store.search(NS, query="bbbbluuu", filter={"score": {"$gt": 3.2}})) == 3
+    assert [i.key for i in backend_store.search(NS, query="apple", filter={"color": "green"})] == [
+        "doc3"
+    ]
+    for query in ("", "test!@#$%^&*()", "test " * 100):
+        assert len(backend_store.search(NS, query=query)) == 5, query
+    first = backend_store.search(NS, query="car", limit=2)
+    second = backend_store.search(NS, query="car", limit=2, offset=2)
+    assert len(first) == len(second) == 2
+    assert not {i.key for i in first} & {i.key for i in second}
+    assert len(backend_store.search(NS, query="car", limit=10)) == 5
