@@ -780,3 +780,30 @@ def test_query_search_with_filters_and_pagination_returns_every_match(backend_st
     assert len(first) == len(second) == 2
     assert not {i.key for i in first} & {i.key for i in second}
     assert len(backend_store.search(NS, query="car", limit=10)) == 5
+
+
+def test_deep_listing_reads_rows_only_after_a_change(backend_service: MemoryService):
+    reads: list[int | None] = []
+
+    class Counting(DelegatingService):
+        def _call(self, name: str, *args: Any, **kwargs: Any) -> Any:
+            if name == "read":
+                reads.append(args[1] if len(args) > 1 else kwargs.get("limit"))
+            return super()._call(name, *args, **kwargs)
+
+    store = MemoryStore(Counting(backend_service))
+    for i in range(20):
+        store.put(NS + (f"s{i % 4}",), f"k{i}", {"memory": f"note {i}"})
+    assert len(store.list_namespaces(prefix=NS)) == 4
+    reads.clear()
+    assert len(store.list_namespaces(prefix=NS)) == 4
+    assert reads == [1]  # the stamp only
+    other = MemoryStore(backend_service)  # another writer (another process, say)
+    other.put(NS + ("new",), "k", {"memory": "new scope"})
+    assert NS + ("new",) in store.list_namespaces(prefix=NS)
+    other.delete(NS + ("new",), "k")
+    assert NS + ("new",) not in store.list_namespaces(prefix=NS)
+    store.put(NS + ("brief",), "k", {"memory": "short lived"}, ttl=0.02)
+    assert NS + ("brief",) in store.list_namespaces(prefix=NS)
+    time.sleep(1.5)
+    assert NS + ("brief",) not in store.list_namespaces(prefix=NS)

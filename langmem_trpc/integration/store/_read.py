@@ -158,7 +158,7 @@ def list_namespaces(
         spaces = {(u.app_name, u.user_id) for u in users}
     else:
         for user in users:
-            spaces.update(namespace_of(e) for e in store.service.read(user) if not expired(e))
+            spaces.update(store.namespaces.spaces(store.service, user))
     selected = [
         ns for ns in spaces if all(matches_condition(c, ns) for c in op.match_conditions or ())
     ]

@@ -27,6 +27,7 @@ from ...types import Entry, Source, UserKey
 from ..identity import authenticated_user_id
 from . import _read
 from ._reconcile import reconcile_put, surviving_key
+from ._spaces import NamespaceCache
 from ._ttl import TTLSweeper, expired, expiry_fields, needs_refresh
 from ._values import (
     META,
@@ -125,6 +126,8 @@ class MemoryStore(BaseStore):
         self.min_score = min_score
         self._pinned: UserKey | None = None
         self._sweeper: TTLSweeper | None = None
+        self.namespaces = NamespaceCache()
+        """Per-user namespace sets for `list_namespaces` (see `_spaces`)."""
 
     def for_user(self, app_name: str, user_id: str) -> MemoryStore:
         """A view of this store that only reaches `(app_name, user_id)`.
@@ -141,6 +144,7 @@ class MemoryStore(BaseStore):
             min_score=self.min_score,
         )
         view._pinned = UserKey(app_name, user_id)
+        view.namespaces = self.namespaces
         return view
 
     # -- BaseStore ---------------------------------------------------------------
@@ -302,8 +306,9 @@ class MemoryStore(BaseStore):
         return self._sweeper.stop(timeout) if self._sweeper is not None else True
 
     def close(self) -> None:
-        """Stop the TTL sweeper; the service stays open (it belongs to the caller)."""
+        """Stop the TTL sweeper and drop cached namespaces; the service stays open."""
         self.stop_ttl_sweeper()
+        self.namespaces.clear()
 
     def __enter__(self) -> MemoryStore:
         return self

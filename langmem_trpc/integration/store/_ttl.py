@@ -21,7 +21,7 @@ from typing import Any
 from ...types import Entry
 from ._values import store_meta
 
-__all__ = ["TTLSweeper", "expired", "expiry_fields", "needs_refresh"]
+__all__ = ["TTLSweeper", "expired", "expires_at", "expiry_fields", "needs_refresh"]
 
 logger = logging.getLogger(__name__)
 
@@ -38,7 +38,7 @@ def expiry_fields(ttl: float | None, now: datetime | None = None) -> dict[str, A
     return {"ttl": float(ttl), "expires_at": at.isoformat()}
 
 
-def _expires_at(entry: Entry) -> datetime | None:
+def expires_at(entry: Entry) -> datetime | None:
     stored = store_meta(entry)
     raw = stored.get("expires_at") if stored is not None else None
     if not isinstance(raw, str):
@@ -50,14 +50,14 @@ def _expires_at(entry: Entry) -> datetime | None:
 
 
 def expired(entry: Entry, now: datetime | None = None) -> bool:
-    at = _expires_at(entry)
+    at = expires_at(entry)
     return at is not None and at <= (now or _now())
 
 
 def needs_refresh(entry: Entry, now: datetime | None = None) -> bool:
     """Whether a refreshing read should push this item's expiry forward now."""
     stored = store_meta(entry)
-    at = _expires_at(entry)
+    at = expires_at(entry)
     ttl = stored.get("ttl") if stored is not None else None
     if at is None or not isinstance(ttl, (int, float)):
         return False
