@@ -140,6 +140,37 @@ async def large_batch(store: BaseStore, n: int, m: int) -> float:
     return time.perf_counter() - start
 
 
+def scale(workdir: Path, n: int, runs: int = 20) -> None:
+    """Index-bounded reads: list_namespaces and no-query search over 3 users x `n` items (SQLite)."""
+    from langmem_trpc.backends.sqlite import SQLiteMemoryService
+
+    store = MemoryStore(
+        SQLiteMemoryService(str(workdir / "scale.db"), limits=Limits(capacity=None))
+    )
+    ops: list[Op] = [
+        PutOp(("app", f"u{u}", f"s{i % 3}"), f"k{i}", {"memory": f"note {i} of user {u}"})
+        for u in range(3)
+        for i in range(n)
+    ]
+    for lo in range(0, len(ops), 500):
+        store.batch(ops[lo : lo + 500])
+    cases: dict[str, Callable[[], Any]] = {
+        "list_namespaces(prefix=one user)": lambda: store.list_namespaces(prefix=("app", "u0")),
+        "list_namespaces()": lambda: store.list_namespaces(),
+        "search(one user, limit=10)": lambda: store.search(("app", "u0"), limit=10),
+        "search(app-wide, limit=10)": lambda: store.search(("app",), limit=10),
+    }
+    for name, call in cases.items():
+        call()
+        start = time.perf_counter()
+        for _ in range(runs):
+            call()
+        print(
+            f"scale {n} items x 3 users  {name:<34} {(time.perf_counter() - start) / runs * 1e3:8.2f} ms"
+        )
+    store.service.close()
+
+
 PEERS = {
     "MemoryStore/in-memory": "InMemoryStore",
     "MemoryStore/SQLite": "PostgresStore",
@@ -153,11 +184,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batch", type=int, default=100)
     parser.add_argument("--only", default="", help="comma-separated store names")
     parser.add_argument(
+        "--scale", type=int, default=0, help="also time index-bounded reads at N items per user"
+    )
+    parser.add_argument(
         "--large-n", type=int, default=0, help="also run LangGraph's large-batch shape (N=100)"
     )
     args = parser.parse_args(argv)
     only = {s for s in args.only.split(",") if s}
     with PostgresTestServer() as server, tempfile.TemporaryDirectory() as tmp:
+        if args.scale:
+            scale(Path(tmp), args.scale)
         if args.large_n:
             url = server.create_database("bench_store_large")
             with stores(url, Path(tmp), "large") as factories:
