@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import os
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Literal
@@ -18,7 +18,7 @@ from pydantic import ValidationError
 
 from .._time import parse_time_or_raise
 from ..errors import ConfigurationError, InvalidMemoryError, InvalidUserKeyError
-from ..types import Kind, Memory, SearchOptions, UserKey
+from ..types import Entry, Kind, Memory, SearchOptions, UserKey
 from ._text import normalize_text
 
 __all__ = [
@@ -28,11 +28,13 @@ __all__ = [
     "check_memory_id",
     "check_user",
     "fingerprint",
+    "is_expired",
     "memory_from",
     "new_memory_id",
     "new_memory_ids",
     "patch_memory",
     "resolve_options",
+    "unexpired",
     "utcnow",
 ]
 
@@ -68,6 +70,17 @@ class Limits:
 
 def utcnow() -> datetime:
     return datetime.now(timezone.utc)
+
+
+def is_expired(entry: Entry, now: datetime | None = None) -> bool:
+    """Whether the entry's expiry (`Entry.expires_at`) has passed."""
+    return entry.expires_at is not None and entry.expires_at <= (now or utcnow())
+
+
+def unexpired(entries: Iterable[Entry], now: datetime | None = None) -> list[Entry]:
+    """The entries whose expiry has not passed: what get, read and search return."""
+    at = now or utcnow()
+    return [e for e in entries if e.expires_at is None or e.expires_at > at]
 
 
 def new_memory_id() -> str:

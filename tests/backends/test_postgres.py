@@ -253,6 +253,7 @@ PINNED: list[str] = [
     "1c6695d26ef1684c",
     "497dc67b4c283c50",
     "5a2a038fd3c68f20",
+    "c0aacfb3b376488b",  # expires_at (store TTL)
 ]
 
 

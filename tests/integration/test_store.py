@@ -496,21 +496,46 @@ def test_index_false_is_stored_but_not_searched(backend_store: MemoryStore):
 
 
 def test_ttl_expires_items_at_once_and_sweep_soft_deletes(backend_store: MemoryStore):
+    svc = backend_store.service
     backend_store.put(NS, "short", {"memory": "Expires soon"}, ttl=0.02)  # 1.2 s
     backend_store.put(NS, "long", {"memory": "Stays a while"}, ttl=60)
     backend_store.put(NS, "forever", {"memory": "Never expires"})
-    assert backend_store.get(NS, "short") is not None
+    short = backend_store.resolve(ALICE, (), "short")
+    assert short is not None and short.expires_at is not None
+    assert backend_store.resolve(ALICE, (), "forever").expires_at is None
     time.sleep(1.5)
     assert backend_store.get(NS, "short") is None
-    keys = {i.key for i in backend_store.search(NS)}
-    assert keys == {"long", "forever"}
+    assert {i.key for i in backend_store.search(NS)} == {"long", "forever"}
     assert "short" not in {i.key for i in backend_store.search(NS, query="Expires soon")}
-    entry_id = backend_store.resolve(ALICE, (), "short").id
+    # hidden by the service itself, so the tools and preload never see it either
+    assert svc.get(ALICE, short.id) is None
+    assert short.id not in {e.id for e in svc.read(ALICE)}
+    assert short.id not in {e.id for e in svc.search(ALICE, "Expires soon")}
+    assert svc.expired(ALICE) == [short.id]
     assert backend_store.sweep_ttl() == 1
-    assert backend_store.service.get(ALICE, entry_id) is None
-    last = backend_store.service.history(ALICE, entry_id)[-1]
+    last = svc.history(ALICE, short.id)[-1]
     assert last.operation == Operation.DELETE and last.source.actor == "store:ttl"
-    assert backend_store.sweep_ttl() == 0
+    assert backend_store.sweep_ttl() == 0 and svc.expired(ALICE) == []
+    backend_store.put(NS, "short", {"memory": "Back again"})  # revived without a TTL
+    assert backend_store.get(NS, "short").value == {"memory": "Back again"}
+
+
+def test_a_put_without_ttl_clears_the_expiry(backend_store: MemoryStore):
+    backend_store.put(NS, "k", {"memory": "Temporary"}, ttl=0.02)
+    backend_store.put(NS, "k", {"memory": "Permanent now"})
+    time.sleep(1.5)
+    assert backend_store.get(NS, "k").value == {"memory": "Permanent now"}
+
+
+def test_refresh_moves_the_expiry_without_touching_the_memory(backend_store: MemoryStore):
+    backend_store.put(NS, "k", {"memory": "Refreshed"}, ttl=0.05)
+    before = backend_store.resolve(ALICE, (), "k")
+    time.sleep(1.2)
+    item = backend_store.get(NS, "k")  # refresh_ttl defaults to True
+    after = backend_store.resolve(ALICE, (), "k")
+    assert after.expires_at > before.expires_at
+    assert after.updated_at == before.updated_at == item.updated_at
+    assert len(backend_store.service.history(ALICE, before.id)) == 1  # the add only
 
 
 def test_ttl_refresh_on_read(backend_service: MemoryService):

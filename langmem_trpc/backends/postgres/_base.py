@@ -34,6 +34,7 @@ from ...types import (
 )
 from . import _plans
 from ._cache import MAX_ENTRIES, EntryCache
+from ._expiry import ExpiryOps
 from ._plans import Op
 
 if TYPE_CHECKING:
@@ -48,7 +49,7 @@ DEFAULT_EF_SEARCH = 200
 DEFAULT_EXACT_SEARCH_MAX = 2_000
 
 
-class PostgresBase:
+class PostgresBase(ExpiryOps):
     """Configuration, pools and op builders; no I/O of its own."""
 
     supports_vectors: bool

@@ -226,6 +226,12 @@ ALTER TABLE langmem_memories ADD COLUMN indexed boolean NOT NULL DEFAULT true;
 CREATE INDEX langmem_memories_pending ON langmem_memories (app_name, user_id)
     WHERE deleted_at IS NULL AND NOT indexed;
 """,
+    # 8: expires_at (MemoryStore's TTL; read and written by _expiry.py only). NULL: never.
+    """
+ALTER TABLE langmem_memories ADD COLUMN expires_at timestamptz;
+CREATE INDEX langmem_memories_expiring ON langmem_memories (app_name, user_id, expires_at)
+    WHERE expires_at IS NOT NULL AND deleted_at IS NULL;
+""",
 ]
 
 DOCS_MIGRATION = 6
@@ -328,7 +334,7 @@ USER_LOCK = "SELECT pg_advisory_xact_lock(hashtextextended(%(app)s || chr(31) ||
 
 _COLUMNS = (
     "id, app_name, user_id, text, topics, kind, event_time, participants, location, metadata, "
-    "keyed, created_at, updated_at"
+    "keyed, created_at, updated_at, expires_at"
 )
 _WHERE_USER = "app_name = %(app)s AND user_id = %(user)s"
 
@@ -617,6 +623,7 @@ def entry_from_row(row: Row) -> Entry:
         updated_at=_utc(row["updated_at"]),
         score=None,
         rrf_score=None,
+        expires_at=None if row.get("expires_at") is None else _utc(row["expires_at"]),
     )
 
 

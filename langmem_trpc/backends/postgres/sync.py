@@ -186,6 +186,13 @@ class SyncPostgres(PostgresBase):
     def set_cursor(self, user: UserKey, cursor: ExtractionCursor) -> None:
         self._run(self._op_set_cursor(user, cursor))
 
+    def set_expiry(self, user: UserKey, memory_id: str, expires_at: datetime | None) -> bool:
+        return bool(self._run(self._op_set_expiry(user, memory_id, expires_at)))
+
+    def expired(self, user: UserKey, limit: int | None = None) -> list[str]:
+        result: list[str] = self._run(self._op_expired(user, limit))
+        return result
+
     def restore(self, user: UserKey, entry: Entry, history: Sequence[HistoryEvent] = ()) -> Entry:
         """Write an exported entry back exactly, replacing any memory with that id (lossless import)."""
         result: Entry = self._run(self._op_restore(user, entry, history))

@@ -31,6 +31,7 @@ from ...service._core import (
     new_memory_ids,
     patch_memory,
     resolve_options,
+    unexpired,
     utcnow,
 )
 from ...service.protocol import SyncMemoryService
@@ -48,6 +49,7 @@ from ...types import (
 )
 from . import _sql as sql
 from ._connection import Database
+from ._expiry import ExpiryMixin
 from ._keyword import (
     scope_prefix,
     scoped,
@@ -85,7 +87,7 @@ logger = logging.getLogger(__name__)
 _EMBED_BATCH = 256
 
 
-class SQLiteMemoryService(SyncMemoryService):
+class SQLiteMemoryService(ExpiryMixin, SyncMemoryService):
     """Durable memories in one SQLite file, safe for several threads and processes.
 
     Args:
@@ -589,7 +591,9 @@ class SQLiteMemoryService(SyncMemoryService):
                 sql.SELECT_BY_ID, (user.app_name, user.user_id, memory_id)
             ).fetchone()
         )
-        return None if row is None or row[DELETED] is not None else to_entry(row, user)
+        if row is None or row[DELETED] is not None:
+            return None
+        return next(iter(unexpired([to_entry(row, user)])), None)
 
     def read(self, user: UserKey, limit: int | None = None) -> list[Entry]:
         user = check_user(user)
@@ -599,7 +603,7 @@ class SQLiteMemoryService(SyncMemoryService):
             query += " LIMIT ?"
             u = (*u, limit)
         rows = self._db.read(lambda conn: conn.execute(query, u).fetchall())
-        return [to_entry(row, user) for row in rows]
+        return unexpired(to_entry(row, user) for row in rows)
 
     def count(self, user: UserKey) -> int:
         user = check_user(user)

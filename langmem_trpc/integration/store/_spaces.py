@@ -19,7 +19,7 @@ from datetime import datetime, timezone
 
 from ...service.protocol import MemoryService
 from ...types import UserKey
-from ._ttl import expired, expires_at
+from ._ttl import expired
 from ._values import namespace_of
 
 __all__ = ["NamespaceCache"]
@@ -58,7 +58,7 @@ class NamespaceCache:
                 self._sets.move_to_end(user)
                 return cached.spaces
         entries = [e for e in service.read(user) if not expired(e, now)]
-        expiries = [at for at in (expires_at(e) for e in entries) if at is not None]
+        expiries = [e.expires_at for e in entries if e.expires_at is not None]
         fresh = _Cached(
             stamp, frozenset(namespace_of(e) for e in entries), min(expiries, default=None)
         )

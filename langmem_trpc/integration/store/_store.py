@@ -28,7 +28,7 @@ from ..identity import authenticated_user_id
 from . import _read
 from ._reconcile import reconcile_put, surviving_key
 from ._spaces import NamespaceCache
-from ._ttl import TTLSweeper, expired, expiry_fields, needs_refresh
+from ._ttl import TTLSweeper, deadline, expired, needs_refresh, ttl_of
 from ._values import (
     META,
     addresses,
@@ -227,7 +227,8 @@ class MemoryStore(BaseStore):
         meta: dict[str, Any] = {"scope": list(scope), "key": op.key, "value": value}
         if op.index is False:
             meta["index"] = False
-        meta.update(expiry_fields(op.ttl))
+        if op.ttl is not None:
+            meta["ttl"] = float(op.ttl)
         if existing is None and self.reconcile and op.index is not False:
             absorbed = reconcile_put(self.service, user, scope, text, fields)
             if absorbed is not None:
@@ -237,7 +238,7 @@ class MemoryStore(BaseStore):
                     return
         if existing is not None:
             meta["key"] = surviving_key(existing) if store_meta(existing) else existing.id
-        self.service.add(
+        entry = self.service.add(
             user,
             text,
             memory_id=existing.id if existing is not None else _memory_id(scope, op.key),
@@ -245,38 +246,25 @@ class MemoryStore(BaseStore):
             source=_SOURCE,
             **fields,
         )
+        at = deadline(op.ttl)
+        if entry.expires_at != at:  # a new TTL, or an old one this put replaces
+            self.service.set_expiry(user, entry.id, at)
 
     # -- TTL -----------------------------------------------------------------------------
 
     def refresh(self, entries: Iterable[Entry]) -> None:
         """Push the expiry of items read with `refresh_ttl` forward (see `_ttl`)."""
         for entry in entries:
-            stored = store_meta(entry)
-            if stored is None or not needs_refresh(entry):
-                continue
-            meta = dict(stored)
-            meta.update(expiry_fields(stored.get("ttl")))
-            self.service.add(
-                entry.user,
-                entry.text,
-                memory_id=entry.id,
-                topics=entry.memory.topics,
-                kind=entry.memory.kind,
-                event_time=entry.memory.event_time,
-                participants=entry.memory.participants,
-                location=entry.memory.location,
-                metadata={**entry.memory.metadata, META: meta},
-                source=_TTL_SOURCE,
-            )
+            if needs_refresh(entry):
+                self.service.set_expiry(entry.user, entry.id, deadline(ttl_of(entry)))
 
     def sweep_ttl(self) -> int:
-        """Soft-delete every expired item (history actor "store:ttl"); returns how many."""
+        """Soft-delete every expired memory (history actor "store:ttl"); returns how many."""
         removed = 0
         users = [self._pinned] if self._pinned is not None else self.service.users()
         for user in users:
-            for entry in self.service.read(user):
-                if store_meta(entry) is not None and expired(entry):
-                    removed += bool(self.service.delete(user, entry.id, source=_TTL_SOURCE))
+            for memory_id in self.service.expired(user):
+                removed += bool(self.service.delete(user, memory_id, source=_TTL_SOURCE))
         return removed
 
     async def asweep_ttl(self) -> int:

@@ -1,12 +1,14 @@
-"""Time-to-live of store items, kept in the item's store metadata.
+"""Time-to-live of store items, kept by the service (`Entry.expires_at`, `set_expiry`).
 
-`expires_at` (ISO-8601, UTC) and `ttl` (minutes) ride next to the value. An
-expired item is invisible to `get`, `search` and `list_namespaces` at once;
-`sweep_ttl()` soft-deletes expired items through the service (a `delete`
-history event with actor "store:ttl"), after which the service's purge rules
-apply. A read that refreshes rewrites the item only once a tenth of its TTL
-(at least one second) has passed since the last write, so reads do not turn
-into a write each.
+A put with a TTL (minutes) sets the memory's expiry through the service and
+keeps the TTL in the item's store metadata, so a refreshing read can push the
+expiry forward. The service hides an expired memory from get, read and search
+at once, on every backend and for every reader (tools and preload too);
+`sweep_ttl()` soft-deletes expired memories (a `delete` history event, actor
+"store:ttl"), after which the service's purge rules apply. A refreshing read
+calls `set_expiry` (no content change, no history event, `updated_at` kept)
+once a tenth of the TTL (at least one second) has passed since the expiry was
+last set, so reads do not each turn into a write.
 """
 
 from __future__ import annotations
@@ -16,12 +18,11 @@ import logging
 import threading
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
-from typing import Any
 
 from ...types import Entry
 from ._values import store_meta
 
-__all__ = ["TTLSweeper", "expired", "expires_at", "expiry_fields", "needs_refresh"]
+__all__ = ["TTLSweeper", "deadline", "expired", "needs_refresh", "ttl_of"]
 
 logger = logging.getLogger(__name__)
 
@@ -30,39 +31,30 @@ def _now() -> datetime:
     return datetime.now(timezone.utc)
 
 
-def expiry_fields(ttl: float | None, now: datetime | None = None) -> dict[str, Any]:
-    """The metadata fields of an item put with `ttl` minutes (none without a TTL)."""
-    if ttl is None:
-        return {}
-    at = (now or _now()) + timedelta(minutes=float(ttl))
-    return {"ttl": float(ttl), "expires_at": at.isoformat()}
+def deadline(ttl: float | None, now: datetime | None = None) -> datetime | None:
+    """When an item put (or refreshed) now with `ttl` minutes expires; None without a TTL."""
+    return None if ttl is None else (now or _now()) + timedelta(minutes=float(ttl))
 
 
-def expires_at(entry: Entry) -> datetime | None:
+def ttl_of(entry: Entry) -> float | None:
+    """The TTL (minutes) the item was put with, if any."""
     stored = store_meta(entry)
-    raw = stored.get("expires_at") if stored is not None else None
-    if not isinstance(raw, str):
-        return None
-    try:
-        return datetime.fromisoformat(raw)
-    except ValueError:
-        return None
+    ttl = stored.get("ttl") if stored is not None else None
+    return float(ttl) if isinstance(ttl, (int, float)) and not isinstance(ttl, bool) else None
 
 
 def expired(entry: Entry, now: datetime | None = None) -> bool:
-    at = expires_at(entry)
+    at = entry.expires_at
     return at is not None and at <= (now or _now())
 
 
 def needs_refresh(entry: Entry, now: datetime | None = None) -> bool:
     """Whether a refreshing read should push this item's expiry forward now."""
-    stored = store_meta(entry)
-    at = expires_at(entry)
-    ttl = stored.get("ttl") if stored is not None else None
-    if at is None or not isinstance(ttl, (int, float)):
+    ttl, at = ttl_of(entry), entry.expires_at
+    if ttl is None or at is None:
         return False
-    slack = max(timedelta(seconds=1), timedelta(minutes=float(ttl)) / 10)
-    return at - (now or _now()) < timedelta(minutes=float(ttl)) - slack
+    span = timedelta(minutes=ttl)
+    return at - (now or _now()) < span - max(timedelta(seconds=1), span / 10)
 
 
 class TTLSweeper:
