@@ -25,7 +25,8 @@ namespaces need two labels (app, user); no-query search is newest-updated
 first (not insertion order); query search returns the service's hybrid order,
 then, to fill `limit`, the newest other items with score 0.0;
 `SearchItem.score` is the service's absolute 0-1 relevance; `created_at`
-survives updates; a TTL refresh rewrites the item (once per tenth of its TTL).
+survives updates; a TTL refresh moves the memory's `expires_at` at most once
+per tenth of its TTL.
 """
 
 from ._store import MemoryStore
