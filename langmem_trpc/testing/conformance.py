@@ -503,6 +503,10 @@ class MemoryServiceConformance:
         assert await client.set_expiry(ALICE, gone.id, None) is True  # cleared: visible again
         assert (await client.get(ALICE, gone.id)) is not None
         assert await client.expired(ALICE) == []
+        history = await client.history(ALICE, kept.id)
+        await client.purge(ALICE, kept.id)
+        assert await client.restore(ALICE, live, history) == live  # the expiry round-trips
+        assert await client.get(ALICE, kept.id) == live
 
     # -- concurrency -----------------------------------------------------------
 

@@ -34,7 +34,7 @@ from ...types import (
 )
 from . import _plans
 from ._cache import MAX_ENTRIES, EntryCache
-from ._expiry import ExpiryOps
+from ._expiry import ExpiryOps, restore_expiry
 from ._plans import Op
 
 if TYPE_CHECKING:
@@ -269,9 +269,8 @@ class PostgresBase(ExpiryOps):
                 "rrf_score": None,
             }
         )
-        return Op(
-            _plans.restore(user, entry, list(history), self._embeddings is not None), write=True
-        )
+        plan = _plans.restore(user, entry, list(history), self._embeddings is not None)
+        return Op(restore_expiry(plan, user, entry.id, entry.expires_at), write=True)
 
     def _op_set_cursor(self, user: UserKey, cursor: ExtractionCursor) -> Op:
         return Op(_plans.set_cursor(check_user(user), cursor), write=True)

@@ -8,24 +8,31 @@ TTL sweep finds expired rows through the partial index of migration
 
 from __future__ import annotations
 
+import sqlite3
 from datetime import datetime
 from typing import TYPE_CHECKING
 
 from ..._time import ensure_utc
 from ...service._core import check_memory_id, check_user, utcnow
-from ...types import UserKey
+from ...types import Entry, UserKey
 from ._sql import LIVE, to_us
 
 if TYPE_CHECKING:
     from ._connection import Database
 
-__all__ = ["ExpiryMixin"]
+__all__ = ["ExpiryMixin", "restore_expiry"]
 
 SET_EXPIRY = f"UPDATE memories SET expires_at = ? WHERE {LIVE} AND id = ?"
 SELECT_EXPIRED = (
     f"SELECT id FROM memories WHERE {LIVE} AND expires_at IS NOT NULL AND expires_at <= ?"
     " ORDER BY expires_at, id"
 )
+
+
+def restore_expiry(conn: sqlite3.Connection, user: tuple[str, str], entry: Entry) -> None:
+    """Inside a restore's transaction: write back the restored memory's expiry."""
+    if entry.expires_at is not None:
+        conn.execute(SET_EXPIRY, (to_us(entry.expires_at), *user, entry.id))
 
 
 class ExpiryMixin:

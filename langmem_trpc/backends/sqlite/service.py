@@ -49,7 +49,7 @@ from ...types import (
 )
 from . import _sql as sql
 from ._connection import Database
-from ._expiry import ExpiryMixin
+from ._expiry import ExpiryMixin, restore_expiry
 from ._keyword import (
     scope_prefix,
     scoped,
@@ -577,6 +577,7 @@ class SQLiteMemoryService(ExpiryMixin, SyncMemoryService):
             index_row(conn, user, cursor.lastrowid, p.content_doc, p.topic_doc)
             conn.execute(sql.DELETE_HISTORY, (*u, entry.id))
             conn.executemany(sql.INSERT_HISTORY, events)
+            restore_expiry(conn, u, entry)
             return entry
 
         return self._db.write(work)
