@@ -832,3 +832,13 @@ def test_deep_listing_reads_rows_only_after_a_change(backend_service: MemoryServ
     assert NS + ("brief",) in store.list_namespaces(prefix=NS)
     time.sleep(1.5)
     assert NS + ("brief",) not in store.list_namespaces(prefix=NS)
+
+
+def test_scoped_query_search_ranks_past_other_scopes_hits(backend_store: MemoryStore):
+    scope = NS + ("trips",)
+    backend_store.put(scope, "a", {"memory": "Saw one zebra on the safari"})
+    backend_store.put(scope, "b", {"memory": "Bought new hiking boots"})  # newer, unrelated
+    for i in range(30):
+        backend_store.put(NS, f"z{i}", {"memory": f"Zebra herds migrate north, herd {i}"})
+    assert [i.key for i in backend_store.search(scope, query="zebra herds", limit=1)] == ["a"]
+    assert backend_store.search(scope, query="zebra herds", limit=2)[1].key == "b"

@@ -76,16 +76,23 @@ def _recent(
 def _ranked(
     store: MemoryStore, user: UserKey, op: SearchOp, prefix: tuple[str, ...], need: int
 ) -> list[tuple[Entry, float]]:
-    """The user's best `need` items for the query: the service's order, then (no floor) the rest."""
+    """The user's best `need` items for the query: the service's order, then (no floor) the rest.
+
+    Scope, filter and `index=False` items can drop hits, so the search widens
+    (x4, up to the service's 1,000) while the service returned all it was asked for.
+    """
     narrowed = len(prefix) > 2 or bool(op.filter)
     floor = store.min_score
-    options = SearchOptions(
-        max_results=_MAX_RESULTS if narrowed else min(max(need, 1), _MAX_RESULTS),
-        similarity_threshold=0.0 if floor is None else floor,
-        hybrid=True,
-    )
-    hits = store.service.search(user, (op.query or "").strip(), options)
-    ranked = [(e, e.score or 0.0) for e in hits if indexed(e) and _fits(e, prefix, op.filter)]
+    size = min(max(need * 4 if narrowed else need, 1), _MAX_RESULTS)
+    while True:
+        options = SearchOptions(
+            max_results=size, similarity_threshold=0.0 if floor is None else floor, hybrid=True
+        )
+        hits = store.service.search(user, (op.query or "").strip(), options)
+        ranked = [(e, e.score or 0.0) for e in hits if indexed(e) and _fits(e, prefix, op.filter)]
+        if len(ranked) >= need or len(hits) < size or size >= _MAX_RESULTS:
+            break
+        size = min(size * 4, _MAX_RESULTS)
     if floor is None and len(ranked) < need:  # InMemoryStore returns its best hits, never fewer
         seen = {e.id for e, _ in ranked}
         ranked.extend(
