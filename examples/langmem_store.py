@@ -2,7 +2,9 @@
 
 langmem's `create_manage_memory_tool` / `create_search_memory_tool` take a
 namespace template; `("{app_name}", "{user_id}")` maps onto the adapter's
-`(app_name, user_id, *scope)` layout, filled from `configurable`. The memories
+`(app_name, user_id, *scope)` layout, filled from `configurable`. Under
+LangGraph Server use `("{app_name}", "{langgraph_auth_user_id}")`: the store
+refuses, in an authenticated run, any namespace of another user. The memories
 land in the same service the rest of langmem_trpc uses (hybrid search,
 history, the CLI).
 

@@ -23,6 +23,7 @@ from .errors import (
     LangmemTrpcError,
     MemoryConflictError,
     MemoryNotFoundError,
+    NamespaceAccessError,
     WorkerError,
 )
 from .service import InMemoryMemoryService, Limits, MemoryService
@@ -143,6 +144,7 @@ __all__ = [
     "MemoryPreloadMiddleware",
     "MemoryService",
     "MemoryStore",
+    "NamespaceAccessError",
     "Operation",
     "PostgresMemoryService",
     "SQLiteMemoryService",

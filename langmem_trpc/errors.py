@@ -8,6 +8,7 @@ LangmemTrpcError
 │   └── InvalidTimeError                  naive or unparseable datetime
 ├── MemoryNotFoundError (KeyError)        no live memory with that id for this user
 ├── MemoryConflictError                   an update would duplicate another live memory (or lost every retry)
+├── NamespaceAccessError (PermissionError) a store namespace of another user than the run's
 ├── CapacityExceededError                 per-user capacity reached with policy "error"
 ├── BackendError                          the storage driver failed (wraps the driver error)
 ├── ExtractionError                       the extractor (LLM) failed or returned nothing usable
@@ -33,6 +34,7 @@ __all__ = [
     "LangmemTrpcError",
     "MemoryConflictError",
     "MemoryNotFoundError",
+    "NamespaceAccessError",
     "WorkerError",
 ]
 
@@ -96,6 +98,22 @@ class MemoryConflictError(LangmemTrpcError):
         else:
             message = f"memory {memory_id!r} would duplicate memory {existing_id!r}"
         super().__init__(message)
+
+
+class NamespaceAccessError(LangmemTrpcError, PermissionError):
+    """A `MemoryStore` operation names another user than the one it acts for.
+
+    Raised inside a run with an authenticated user (`langgraph_auth_user_id`)
+    or on a `MemoryStore.for_user` view; `namespace` is the refused namespace,
+    nothing was read or written.
+    """
+
+    def __init__(self, namespace: tuple[str, ...], allowed: str) -> None:
+        self.namespace = namespace
+        self.allowed = allowed
+        super().__init__(
+            f"namespace {namespace!r}: this store acts for {allowed} and refuses other users"
+        )
 
 
 class CapacityExceededError(LangmemTrpcError):

@@ -210,6 +210,9 @@ class Entry(BaseModel):
     updated_at: datetime
     score: float | None = None
     rrf_score: float | None = None
+    expires_at: datetime | None = None
+    """When the memory expires (UTC; `set_expiry`, used by MemoryStore's TTL). From
+    then on get, read and search hide it until a sweep soft-deletes it."""
 
     @property
     def user(self) -> UserKey:

@@ -24,7 +24,7 @@ from typing import Any
 from ..errors import InvalidUserKeyError
 from ..types import UserKey
 
-__all__ = ["AUTH_USER_KEY", "resolve_identity"]
+__all__ = ["AUTH_USER_KEY", "authenticated_user_id", "resolve_identity"]
 
 logger = logging.getLogger(__name__)
 
@@ -89,3 +89,15 @@ def resolve_identity(
     except InvalidUserKeyError as exc:
         logger.debug("ignoring malformed identity: %s", exc)
         return None
+
+
+def authenticated_user_id(config: Mapping[str, Any] | None = None) -> str | None:
+    """The run's authenticated user (`langgraph_auth_user_id`, step 1 above), else None.
+
+    Inside a graph run the current config is used when `config` is omitted;
+    outside a run, or in an unauthenticated deployment (empty id), None.
+    """
+    if config is None:
+        config = _current_config()
+    configurable: Mapping[str, Any] = (config or {}).get("configurable") or {}
+    return _field(configurable, AUTH_USER_KEY)

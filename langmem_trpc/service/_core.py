@@ -11,7 +11,7 @@ import json
 import math
 import os
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, time
 from typing import Any, Literal
@@ -51,12 +51,14 @@ __all__ = [
     "check_thread_id",
     "check_user",
     "fingerprint",
+    "is_expired",
     "memory_from",
     "new_memory_id",
     "new_memory_ids",
     "patch_memory",
     "resolve_options",
     "stored_fingerprint",
+    "unexpired",
     "utcnow",
 ]
 
@@ -98,6 +100,17 @@ class Limits:
 def utcnow() -> datetime:
     """Now in UTC, from the one clock seam (`_time.wall_clock`)."""
     return _time.wall_clock()
+
+
+def is_expired(entry: Entry, now: datetime | None = None) -> bool:
+    """Whether the entry's expiry (`Entry.expires_at`) has passed."""
+    return entry.expires_at is not None and entry.expires_at <= (now or utcnow())
+
+
+def unexpired(entries: Iterable[Entry], now: datetime | None = None) -> list[Entry]:
+    """The entries whose expiry has not passed: what get, read and search return."""
+    at = now or utcnow()
+    return [e for e in entries if e.expires_at is None or e.expires_at > at]
 
 
 def new_memory_id() -> str:

@@ -12,7 +12,7 @@ import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timezone
 from functools import lru_cache
 from itertools import chain
 from typing import TYPE_CHECKING, Any, NamedTuple, overload
@@ -710,6 +710,18 @@ def deduplicate(entries: Sequence[Entry], threshold: float = DEDUPE_JACCARD) -> 
     return keep
 
 
+def _unexpired_legs(legs: Legs) -> Legs:
+    """Drop candidates whose `expires_at` has passed (every backend searches through here)."""
+    now = datetime.now(timezone.utc)
+
+    def keep(hits: list[tuple[Entry, float]]) -> list[tuple[Entry, float]]:
+        if all(e.expires_at is None for e, _ in hits):
+            return hits
+        return [(e, s) for e, s in hits if e.expires_at is None or e.expires_at > now]
+
+    return Legs(None if legs.vector is None else keep(legs.vector), keep(legs.keyword))
+
+
 def execute_search(options: SearchOptions, fetch: Fetch) -> list[Entry]:
     """Run the shared pipeline over a backend's candidate `fetch(kind, pool)`."""
     if not options.query.strip():
@@ -718,9 +730,10 @@ def execute_search(options: SearchOptions, fetch: Fetch) -> list[Entry]:
     fallback = options.kind is not None and options.kind_fallback
     # Dedupe and the kind fallback look past the first max_results; otherwise only they are kept.
     limit = None if options.deduplicate or fallback else options.max_results
-    results = _rank_legs(fetch(options.kind, pool), options, limit)
+    results = _rank_legs(_unexpired_legs(fetch(options.kind, pool)), options, limit)
     if fallback and options.kind is not None and len(results) < MIN_KIND_FALLBACK_RESULTS:
-        results = merge_kind_fallback(results, _rank_legs(fetch(None, pool), options), options.kind)
+        second = _rank_legs(_unexpired_legs(fetch(None, pool)), options)
+        results = merge_kind_fallback(results, second, options.kind)
     if options.deduplicate:
         results = deduplicate(results)
     return results[: options.max_results]

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .._time import ensure_utc
 from ..errors import CapacityExceededError, MemoryConflictError, MemoryNotFoundError
 from ..types import (
     DeadLetter,
@@ -51,9 +52,11 @@ from ._core import (
     check_thread_id,
     check_user,
     fingerprint,
+    is_expired,
     new_memory_id,
     patch_memory,
     resolve_options,
+    unexpired,
     utcnow,
 )
 from ._search import (
@@ -364,13 +367,14 @@ class InMemoryMemoryService(SyncMemoryService):
         with self._lock:
             data = self._users.get(user)
             row = data.rows.get(memory_id) if data else None
-            return row.entry if row is not None and row.live else None
+            live = row is not None and row.live and not is_expired(row.entry)
+            return row.entry if row is not None and live else None
 
     def read(self, user: UserKey, limit: int | None = None) -> list[Entry]:
         user = check_user(user)
         with self._lock:
             data = self._users.get(user)
-            entries = [r.entry for r in self._live(data)] if data else []
+            entries = unexpired(r.entry for r in self._live(data)) if data else []
         entries.sort(key=lambda e: (e.updated_at, e.created_at, e.id), reverse=True)
         return entries[:limit] if limit is not None and limit > 0 else entries
 
@@ -455,6 +459,29 @@ class InMemoryMemoryService(SyncMemoryService):
             data.history = [h for h in data.history if h.memory_id != entry.id]
             data.history.extend(h.model_copy(update={"memory_id": entry.id}) for h in history)
             return entry
+
+    # -- expiry -------------------------------------------------------------
+
+    def set_expiry(self, user: UserKey, memory_id: str, expires_at: datetime | None) -> bool:
+        user = check_user(user)
+        check_memory_id(memory_id)
+        at = ensure_utc(expires_at, "expires_at") if expires_at is not None else None
+        with self._lock:
+            data = self._users.get(user)
+            row = data.rows.get(memory_id) if data else None
+            if row is None or not row.live:
+                return False
+            row.entry = row.entry.model_copy(update={"expires_at": at})
+            return True
+
+    def expired(self, user: UserKey, limit: int | None = None) -> list[str]:
+        user = check_user(user)
+        now = utcnow()
+        with self._lock:
+            data = self._users.get(user)
+            rows = [r for r in self._live(data) if is_expired(r.entry, now)] if data else []
+        rows.sort(key=lambda r: (r.entry.expires_at, r.entry.id))
+        return [r.entry.id for r in rows][: limit if limit and limit > 0 else None]
 
     # -- cursors ------------------------------------------------------------
 

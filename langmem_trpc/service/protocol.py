@@ -27,6 +27,7 @@ from ..types import (
     ThreadClaim,
     UserKey,
 )
+from ._core import Limits
 
 __all__ = ["MemoryService", "SyncMemoryService"]
 
@@ -46,6 +47,12 @@ class MemoryService(ABC):
 
     #: True when the backend has an embedder and can run the vector leg.
     supports_vectors: bool = False
+
+    @property
+    def limits(self) -> Limits:
+        """The text, topic and capacity limits this service enforces."""
+        limits = getattr(self, "_limits", None)
+        return limits if isinstance(limits, Limits) else Limits()
 
     # -- writes -------------------------------------------------------------
 
@@ -200,6 +207,27 @@ class MemoryService(ABC):
         self, user: UserKey, entry: Entry, history: Sequence[HistoryEvent] = ()
     ) -> Entry:
         return await asyncio.to_thread(self.restore, user, entry, history)
+
+    # -- expiry (MemoryStore's TTL) -----------------------------------------
+
+    def set_expiry(self, user: UserKey, memory_id: str, expires_at: datetime | None) -> bool:
+        """Set (or clear, with None) when a live memory expires; False when there is none.
+
+        From `expires_at` on, get, read and search hide the memory (count and
+        users still include it) until a sweep soft-deletes it. The memory's
+        content, `updated_at` and history are untouched.
+        """
+        raise NotImplementedError(f"{type(self).__name__} does not support set_expiry()")
+
+    async def aset_expiry(self, user: UserKey, memory_id: str, expires_at: datetime | None) -> bool:
+        return await asyncio.to_thread(self.set_expiry, user, memory_id, expires_at)
+
+    def expired(self, user: UserKey, limit: int | None = None) -> list[str]:
+        """Ids of live memories whose expiry has passed (for a TTL sweep), oldest expiry first."""
+        raise NotImplementedError(f"{type(self).__name__} does not support expired()")
+
+    async def aexpired(self, user: UserKey, limit: int | None = None) -> list[str]:
+        return await asyncio.to_thread(self.expired, user, limit)
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections; the default holds none."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from ..service.protocol import MemoryService, SyncMemoryService
@@ -31,6 +32,7 @@ class DelegatingService(SyncMemoryService):
     def __init__(self, inner: MemoryService) -> None:
         self.inner = inner
         self.supports_vectors = inner.supports_vectors
+        self._limits = inner.limits
 
     def _call(self, name: str, *args: Any, **kwargs: Any) -> Any:
         return getattr(self.inner, name)(*args, **kwargs)
@@ -49,6 +51,12 @@ class DelegatingService(SyncMemoryService):
 
     def purge(self, user: UserKey, memory_id: str | None = None) -> int:
         return self._call("purge", user, memory_id)  # type: ignore[no-any-return]
+
+    def set_expiry(self, user: UserKey, memory_id: str, expires_at: datetime | None) -> bool:
+        return self._call("set_expiry", user, memory_id, expires_at)  # type: ignore[no-any-return]
+
+    def expired(self, user: UserKey, limit: int | None = None) -> list[str]:
+        return self._call("expired", user, limit)  # type: ignore[no-any-return]
 
     def get(self, user: UserKey, memory_id: str) -> Entry | None:
         return self._call("get", user, memory_id)  # type: ignore[no-any-return]

@@ -480,6 +480,36 @@ class MemoryServiceConformance(ClaimsConformance):
         again = await client.get_cursor(ALICE, "t1")
         assert again is not None and again.last_message_id == "m12"
 
+    # -- expiry (MemoryStore's TTL) ------------------------------------------------
+
+    async def test_expired_memories_are_hidden_until_swept(self, client: Client) -> None:
+        gone = await client.add(ALICE, "Temporary parking code 4417")
+        kept = await client.add(ALICE, "Permanent parking spot 12")
+        past, future = T0, datetime.now(timezone.utc) + timedelta(hours=1)
+        assert await client.set_expiry(ALICE, gone.id, past) is True
+        assert await client.set_expiry(ALICE, kept.id, future) is True
+        assert await client.set_expiry(BOB, kept.id, past) is False  # another user's id
+        assert await client.set_expiry(ALICE, "missing", past) is False
+        with pytest.raises(InvalidTimeError):
+            await client.set_expiry(ALICE, kept.id, datetime(2030, 1, 1))  # naive
+        assert await client.get(ALICE, gone.id) is None
+        assert [e.id for e in await client.read(ALICE)] == [kept.id]
+        found = await client.search(ALICE, "parking code", SearchOptions(similarity_threshold=0))
+        assert [e.id for e in found] == [kept.id]
+        live = await client.get(ALICE, kept.id)
+        assert live is not None and live.expires_at == future
+        assert live.updated_at == kept.updated_at  # setting an expiry is not an edit
+        assert len(await client.history(ALICE, kept.id)) == 1
+        assert await client.expired(ALICE) == [gone.id]
+        assert await client.expired(BOB) == []
+        assert await client.set_expiry(ALICE, gone.id, None) is True  # cleared: visible again
+        assert (await client.get(ALICE, gone.id)) is not None
+        assert await client.expired(ALICE) == []
+        history = await client.history(ALICE, kept.id)
+        await client.purge(ALICE, kept.id)
+        assert await client.restore(ALICE, live, history) == live  # the expiry round-trips
+        assert await client.get(ALICE, kept.id) == live
+
     # -- concurrency -----------------------------------------------------------
 
     async def test_concurrent_writers_on_one_user(self, client: Client) -> None:

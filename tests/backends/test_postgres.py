@@ -259,6 +259,7 @@ PINNED: list[str] = [
     "d751b111a9030771",
     "20fc46fcb699cf48",
     "d9d4ca11fe60147d",  # cursor keys, thread claims, dead letters
+    "c0aacfb3b376488b",  # expires_at (store TTL)
 ]
 
 

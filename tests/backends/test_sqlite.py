@@ -78,6 +78,7 @@ PINNED_MIGRATIONS = [
     "816fb66cfe5b5fa3827ffbf2a850f0657df255e5269447362afcec8809bc08d5",
     "10b331ae7bc60f9dcc7892db8837539bc16010911bec84242963c85549411efc",
     "aa7c28b39645a437aaab7ae5b13958314d56f3f4ba8eedb7b182e545d6687974",  # cursor keys, attempts, dead letters
+    "99e8fa0a579811ac68e5c341b0f1e21b87ac3f018a72630ccb750cce274cf185",  # expires_at (store TTL)
 ]
 
 
@@ -244,6 +245,8 @@ def undo_later_migrations(conn):
         conn.execute(f"DROP TABLE {table}")
     for column in ("message_keys", "retired_keys", "pending_retries"):
         conn.execute(f"ALTER TABLE cursors DROP COLUMN {column}")
+    conn.execute("DROP INDEX memories_expiring")
+    conn.execute("ALTER TABLE memories DROP COLUMN expires_at")
 
 
 def legacy_fingerprint(memory, explicit_id=None):

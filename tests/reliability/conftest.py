@@ -233,3 +233,10 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
             "separator, look-alike or NFD ids), {foreign_id_probes} probes with another "
             "user's id, {entries_checked} returned entries checked".format(**stats)
         )
+    store_module = sys.modules.get("tests.reliability.test_isolation_store")
+    counts = getattr(store_module, "COUNTS", None)
+    if counts and counts.get("examples"):
+        terminalreporter.write_line(
+            "MemoryStore isolation fuzzing: {examples} authenticated examples, {reads} app-wide "
+            "reads checked, {refused} attacks on other users refused".format(**counts)
+        )

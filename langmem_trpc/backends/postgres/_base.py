@@ -50,6 +50,7 @@ from ...types import (
 from . import _claims, _plans
 from ._cache import MAX_ENTRIES, EntryCache
 from ._conninfo import checked_conninfo
+from ._expiry import ExpiryOps, restore_expiry
 from ._plans import Op
 
 if TYPE_CHECKING:
@@ -64,7 +65,7 @@ DEFAULT_EF_SEARCH = 200
 DEFAULT_EXACT_SEARCH_MAX = 2_000
 
 
-class PostgresBase:
+class PostgresBase(ExpiryOps):
     """Configuration, pools and op builders; no I/O of its own."""
 
     supports_vectors: bool
@@ -287,9 +288,8 @@ class PostgresBase:
                 "rrf_score": None,
             }
         )
-        return Op(
-            _plans.restore(user, entry, list(history), self._embeddings is not None), write=True
-        )
+        plan = _plans.restore(user, entry, list(history), self._embeddings is not None)
+        return Op(restore_expiry(plan, user, entry.id, entry.expires_at), write=True)
 
     def _op_set_cursor(self, user: UserKey, cursor: ExtractionCursor) -> Op:
         return Op(_claims.set_cursor(check_user(user), check_cursor(cursor)), write=True)

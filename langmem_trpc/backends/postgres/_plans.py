@@ -21,7 +21,14 @@ from ...errors import (
     MemoryConflictError,
     MemoryNotFoundError,
 )
-from ...service._core import Limits, fingerprint, new_memory_id, stored_fingerprint, utcnow
+from ...service._core import (
+    Limits,
+    fingerprint,
+    new_memory_id,
+    stored_fingerprint,
+    unexpired,
+    utcnow,
+)
 from ...service._search import DEFAULT_MIN_SCORE, Legs, execute_search
 from ...types import (
     Entry,
@@ -291,14 +298,14 @@ def restore(
 
 def get(user: UserKey, memory_id: str) -> Plan[Entry | None]:
     rows = yield Sql(_sql.SELECT_LIVE_BY_ID, _sql.user_params(user, id=memory_id))
-    return _sql.entry_from_row(rows[0]) if rows else None
+    return next(iter(unexpired([_sql.entry_from_row(rows[0])])), None) if rows else None
 
 
 def read(user: UserKey, limit: int | None) -> Plan[list[Entry]]:
     rows = yield Sql(
         _sql.READ_LIVE, _sql.user_params(user, limit=limit if limit and limit > 0 else None)
     )
-    return [_sql.entry_from_row(r) for r in rows]
+    return unexpired(_sql.entry_from_row(r) for r in rows)
 
 
 def count(user: UserKey) -> Plan[int]:

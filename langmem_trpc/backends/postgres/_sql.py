@@ -284,6 +284,12 @@ CREATE INDEX langmem_dead_letters_thread
     ON langmem_dead_letters (app_name, user_id, thread_id, status);
 CREATE INDEX langmem_dead_letters_created ON langmem_dead_letters (created_at, id);
 """,
+    # 11: expires_at (MemoryStore's TTL; read and written by _expiry.py only). NULL: never.
+    """
+ALTER TABLE langmem_memories ADD COLUMN expires_at timestamptz;
+CREATE INDEX langmem_memories_expiring ON langmem_memories (app_name, user_id, expires_at)
+    WHERE expires_at IS NOT NULL AND deleted_at IS NULL;
+""",
 ]
 
 DOCS_MIGRATION = 6
@@ -416,7 +422,7 @@ itself only serialises two users' writes."""
 
 _COLUMNS = (
     "id, app_name, user_id, text, topics, kind, event_time, participants, location, metadata, "
-    "keyed, created_at, updated_at"
+    "keyed, created_at, updated_at, expires_at"
 )
 _WHERE_USER = "app_name = %(app)s AND user_id = %(user)s"
 
@@ -687,6 +693,7 @@ def entry_from_row(row: Row) -> Entry:
         updated_at=_utc(row["updated_at"]),
         score=None,
         rrf_score=None,
+        expires_at=None if row.get("expires_at") is None else _utc(row["expires_at"]),
     )
 
 

@@ -248,6 +248,13 @@ class AsyncPostgres(PostgresBase):
         result: DeadLetter | None = await self._arun(self._op_retry_dead_letter(letter_id))
         return result
 
+    async def aset_expiry(self, user: UserKey, memory_id: str, expires_at: datetime | None) -> bool:
+        return bool(await self._arun(self._op_set_expiry(user, memory_id, expires_at)))
+
+    async def aexpired(self, user: UserKey, limit: int | None = None) -> list[str]:
+        result: list[str] = await self._arun(self._op_expired(user, limit))
+        return result
+
     async def arestore(
         self, user: UserKey, entry: Entry, history: Sequence[HistoryEvent] = ()
     ) -> Entry:

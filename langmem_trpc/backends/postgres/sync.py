@@ -239,6 +239,13 @@ class SyncPostgres(PostgresBase):
         result: DeadLetter | None = self._run(self._op_retry_dead_letter(letter_id))
         return result
 
+    def set_expiry(self, user: UserKey, memory_id: str, expires_at: datetime | None) -> bool:
+        return bool(self._run(self._op_set_expiry(user, memory_id, expires_at)))
+
+    def expired(self, user: UserKey, limit: int | None = None) -> list[str]:
+        result: list[str] = self._run(self._op_expired(user, limit))
+        return result
+
     def restore(self, user: UserKey, entry: Entry, history: Sequence[HistoryEvent] = ()) -> Entry:
         """Write an exported entry back exactly, replacing any memory with that id (lossless import)."""
         result: Entry = self._run(self._op_restore(user, entry, history))

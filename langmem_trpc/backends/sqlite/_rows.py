@@ -44,8 +44,8 @@ __all__ = [
 Row = tuple[Any, ...]
 """A fetched row; the names below index the columns `_sql` selects."""
 ID, TEXT, TOPICS = 1, 2, 3
-CREATED, UPDATED, DELETED, KEYED = 9, 10, 11, 12
-CONTENT_DOC, TOPIC_DOC = 11, 12
+CREATED, UPDATED, EXPIRES, DELETED, KEYED = 9, 10, 11, 12, 13
+CONTENT_DOC, TOPIC_DOC = 12, 13
 
 
 @dataclass(frozen=True)

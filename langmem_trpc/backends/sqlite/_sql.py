@@ -219,6 +219,12 @@ MIGRATIONS: list[tuple[str, ...]] = [
         "CREATE INDEX dead_letters_thread ON dead_letters (app_name, user_id, thread_id, status)",
         "CREATE INDEX dead_letters_created ON dead_letters (created_at, id)",
     ),
+    # 7: expires_at (MemoryStore's TTL; read and written by _expiry.py only).
+    (
+        "ALTER TABLE memories ADD COLUMN expires_at INTEGER",
+        "CREATE INDEX memories_expiring ON memories (app_name, user_id, expires_at)"
+        " WHERE expires_at IS NOT NULL AND deleted_at IS NULL",
+    ),
 ]
 
 CREATE_MIGRATIONS_TABLE = """CREATE TABLE IF NOT EXISTS langmem_migrations (
@@ -230,7 +236,7 @@ CREATE_MIGRATIONS_TABLE = """CREATE TABLE IF NOT EXISTS langmem_migrations (
 
 ENTRY_COLUMNS = (
     "rid, id, text, topics, kind, event_time, participants, location, metadata,"
-    " created_at, updated_at"
+    " created_at, updated_at, expires_at"
 )
 """Columns `row_to_entry` reads, in order (app_name and user_id come from the caller)."""
 
@@ -238,11 +244,11 @@ USER = "app_name = ? AND user_id = ?"
 LIVE = USER + " AND deleted_at IS NULL"
 
 SELECT_BY_ID = f"SELECT {ENTRY_COLUMNS}, deleted_at, keyed FROM memories WHERE {USER} AND id = ?"
-"""Entry columns, then deleted_at (11) and keyed (12)."""
+"""Entry columns, then deleted_at (12) and keyed (13)."""
 SELECT_LIVE_BY_FINGERPRINT = (
     f"SELECT {ENTRY_COLUMNS}, content_doc, keyed FROM memories WHERE {LIVE} AND fingerprint = ?"
 )
-"""Entry columns, then content_doc (11) and keyed (12)."""
+"""Entry columns, then content_doc (12) and keyed (13)."""
 SELECT_ANY_BY_FINGERPRINT = (
     f"SELECT {ENTRY_COLUMNS}, deleted_at, keyed FROM memories"
     f" WHERE {USER} AND fingerprint = ? ORDER BY rid LIMIT 1"
@@ -470,6 +476,7 @@ def row_to_entry(row: Sequence[Any], app_name: str, user_id: str) -> Entry:
         updated_at=from_us_required(row[10]),
         score=None,
         rrf_score=None,
+        expires_at=from_us(row[11]),
     )
 
 

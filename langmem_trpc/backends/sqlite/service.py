@@ -35,6 +35,7 @@ from ...service._core import (
     new_memory_ids,
     patch_memory,
     resolve_options,
+    unexpired,
     utcnow,
 )
 from ...service.protocol import SyncMemoryService
@@ -52,6 +53,7 @@ from ...types import (
 from . import _sql as sql
 from ._claims import SQLiteClaims, purge_claims
 from ._connection import Database
+from ._expiry import ExpiryMixin, restore_expiry
 from ._keyword import (
     scope_prefix,
     topics_document,
@@ -92,7 +94,7 @@ logger = logging.getLogger(__name__)
 _EMBED_BATCH = 256
 
 
-class SQLiteMemoryService(SQLiteClaims, SyncMemoryService):
+class SQLiteMemoryService(SQLiteClaims, ExpiryMixin, SyncMemoryService):
     """Durable memories in one SQLite file, safe for several threads and processes.
 
     Args:
@@ -608,6 +610,7 @@ class SQLiteMemoryService(SQLiteClaims, SyncMemoryService):
             index_row(conn, user, cursor.lastrowid, p.content_doc, p.topic_doc)
             conn.execute(sql.DELETE_HISTORY, (*u, entry.id))
             conn.executemany(sql.INSERT_HISTORY, events)
+            restore_expiry(conn, u, entry)
             return entry
 
         return self._db.write(work)
@@ -622,7 +625,9 @@ class SQLiteMemoryService(SQLiteClaims, SyncMemoryService):
                 sql.SELECT_BY_ID, (user.app_name, user.user_id, memory_id)
             ).fetchone()
         )
-        return None if row is None or row[DELETED] is not None else to_entry(row, user)
+        if row is None or row[DELETED] is not None:
+            return None
+        return next(iter(unexpired([to_entry(row, user)])), None)
 
     def read(self, user: UserKey, limit: int | None = None) -> list[Entry]:
         user = check_user(user)
@@ -632,7 +637,7 @@ class SQLiteMemoryService(SQLiteClaims, SyncMemoryService):
             query += " LIMIT ?"
             u = (*u, limit)
         rows = self._db.read(lambda conn: conn.execute(query, u).fetchall())
-        return [to_entry(row, user) for row in rows]
+        return unexpired(to_entry(row, user) for row in rows)
 
     def count(self, user: UserKey) -> int:
         user = check_user(user)

@@ -1,0 +1,57 @@
+"""Memory expiry on SQLite (`expires_at`, for MemoryStore's TTL): its own SQL and methods.
+
+`expires_at` is integer microseconds (UTC) like every other time; NULL means
+never. Reads hide an expired row in Python (`service._core.unexpired`), the
+TTL sweep finds expired rows through the partial index of migration
+`EXPIRY_MIGRATION`.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from ..._time import ensure_utc
+from ...service._core import check_memory_id, check_user, utcnow
+from ...types import Entry, UserKey
+from ._sql import LIVE, to_us
+
+if TYPE_CHECKING:
+    from ._connection import Database
+
+__all__ = ["ExpiryMixin", "restore_expiry"]
+
+SET_EXPIRY = f"UPDATE memories SET expires_at = ? WHERE {LIVE} AND id = ?"
+SELECT_EXPIRED = (
+    f"SELECT id FROM memories WHERE {LIVE} AND expires_at IS NOT NULL AND expires_at <= ?"
+    " ORDER BY expires_at, id"
+)
+
+
+def restore_expiry(conn: sqlite3.Connection, user: tuple[str, str], entry: Entry) -> None:
+    """Inside a restore's transaction: write back the restored memory's expiry."""
+    if entry.expires_at is not None:
+        conn.execute(SET_EXPIRY, (to_us(entry.expires_at), *user, entry.id))
+
+
+class ExpiryMixin:
+    """`set_expiry` / `expired` for `SQLiteMemoryService` (its `_db` is the Database)."""
+
+    _db: Database
+
+    def set_expiry(self, user: UserKey, memory_id: str, expires_at: datetime | None) -> bool:
+        user = check_user(user)
+        check_memory_id(memory_id)
+        at = to_us(ensure_utc(expires_at, "expires_at")) if expires_at is not None else None
+        params = (at, user.app_name, user.user_id, memory_id)
+        return bool(self._db.write(lambda conn: conn.execute(SET_EXPIRY, params).rowcount))
+
+    def expired(self, user: UserKey, limit: int | None = None) -> list[str]:
+        user = check_user(user)
+        query = SELECT_EXPIRED
+        params: tuple[object, ...] = (user.app_name, user.user_id, to_us(utcnow()))
+        if limit is not None and limit > 0:
+            query, params = query + " LIMIT ?", (*params, limit)
+        rows = self._db.read(lambda conn: conn.execute(query, params).fetchall())
+        return [str(r[0]) for r in rows]

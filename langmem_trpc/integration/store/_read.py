@@ -1,0 +1,174 @@
+"""`MemoryStore` reads: search (query and no query) and namespace listing.
+
+Bounded by the index: a prefix naming one user reads that user's rows only,
+and no-query search pushes `offset + limit` down to the backend's
+newest-first `read(user, limit)`, widening only when filters or scopes leave
+too few matches. Query search keeps the service's fused (hybrid) order; with
+several users, their ranked lists are merged by score, each keeping its order.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterator, Mapping
+from itertools import islice
+from typing import TYPE_CHECKING, Any
+
+from langgraph.store.base import ListNamespacesOp, SearchItem, SearchOp
+
+from ...types import Entry, SearchOptions, UserKey
+from ._filters import matches, matches_condition
+from ._ttl import expired
+from ._values import indexed, namespace_of, store_meta, to_item
+
+if TYPE_CHECKING:
+    from ._store import Access, MemoryStore
+
+__all__ = ["list_namespaces", "search"]
+
+_MAX_RESULTS = 1000
+_MIN_READ = 32
+
+
+def _value_of(entry: Entry) -> Mapping[str, Any]:
+    stored = store_meta(entry)
+    return stored["value"] if stored is not None else to_item(entry).value
+
+
+def _fits(entry: Entry, prefix: tuple[str, ...], filter: Mapping[str, Any] | None) -> bool:
+    return (
+        namespace_of(entry)[: len(prefix)] == prefix
+        and not expired(entry)
+        and matches(_value_of(entry), filter)
+    )
+
+
+def users_for(store: MemoryStore, prefix: tuple[str, ...], access: Access | None) -> list[UserKey]:
+    """The users a prefix can reach, never outside `access`."""
+    if len(prefix) >= 2:
+        users = [UserKey(prefix[0], prefix[1])]
+    else:
+        app = prefix[0] if prefix else None
+        if access is not None and access.app_name is not None:
+            app = access.app_name
+        users = [u for u in store.service.users(app) if (u.app_name,)[: len(prefix)] == prefix]
+    return [u for u in users if access is None or access.allows(u)]
+
+
+def _recent(
+    store: MemoryStore,
+    user: UserKey,
+    prefix: tuple[str, ...],
+    filter: Mapping[str, Any] | None,
+    need: int,
+) -> list[Entry]:
+    """The user's `need` newest fitting items, reading no more rows than it must."""
+    narrowed = len(prefix) > 2 or bool(filter)
+    limit = max(need * 2, _MIN_READ) if narrowed else max(need, 1)
+    while True:
+        entries = store.service.read(user, limit)
+        fitting = [e for e in entries if _fits(e, prefix, filter)]
+        if len(fitting) >= need or len(entries) < limit:
+            return fitting[:need]
+        limit *= 4
+
+
+def _ranked(
+    store: MemoryStore, user: UserKey, op: SearchOp, prefix: tuple[str, ...], need: int
+) -> list[tuple[Entry, float]]:
+    """The user's best `need` items for the query: the service's order, then (no floor) the rest.
+
+    Scope, filter and `index=False` items can drop hits, so the search widens
+    (x4, up to the service's 1,000) while the service returned all it was asked for.
+    """
+    narrowed = len(prefix) > 2 or bool(op.filter)
+    floor = store.min_score
+    size = min(max(need * 4 if narrowed else need, 1), _MAX_RESULTS)
+    while True:
+        options = SearchOptions(
+            max_results=size, similarity_threshold=0.0 if floor is None else floor, hybrid=True
+        )
+        hits = store.service.search(user, (op.query or "").strip(), options)
+        ranked = [(e, e.score or 0.0) for e in hits if indexed(e) and _fits(e, prefix, op.filter)]
+        if len(ranked) >= need or len(hits) < size or size >= _MAX_RESULTS:
+            break
+        size = min(size * 4, _MAX_RESULTS)
+    if floor is None and len(ranked) < need:  # InMemoryStore returns its best hits, never fewer
+        seen = {e.id for e, _ in ranked}
+        ranked.extend(
+            (e, 0.0)
+            for e in _recent(store, user, prefix, op.filter, need + len(seen))
+            if e.id not in seen and indexed(e)
+        )
+    return ranked[:need]
+
+
+def search(store: MemoryStore, op: SearchOp, access: Access | None) -> list[SearchItem]:
+    prefix = tuple(op.namespace_prefix)
+    need = op.offset + op.limit
+    users = users_for(store, prefix, access)
+    window: list[tuple[Entry, float | None]]
+    if (op.query or "").strip():
+        lists = [_ranked(store, u, op, prefix, need) for u in users]
+        merged: Iterator[tuple[Entry, float | None]] = heapq.merge(
+            *lists, key=lambda pair: -(pair[1] or 0.0)
+        )
+        window = list(islice(merged, op.offset, need))
+    else:
+        recents = [_recent(store, u, prefix, op.filter, need) for u in users]
+        newest = heapq.merge(*recents, key=lambda e: e.updated_at, reverse=True)
+        window = [(e, None) for e in islice(newest, op.offset, need)]
+    if op.refresh_ttl:
+        store.refresh(e for e, _ in window)
+    out: list[SearchItem] = []
+    for entry, score in window:
+        item = to_item(entry)
+        out.append(
+            SearchItem(
+                item.namespace, item.key, item.value, item.created_at, item.updated_at, score
+            )
+        )
+    return out
+
+
+def _shallow(op: ListNamespacesOp) -> bool:
+    """Whether the users alone answer the listing (no scope label can matter)."""
+    depth = op.max_depth
+    return (
+        depth is not None
+        and depth <= 2
+        and all(
+            c.match_type == "prefix" and len(c.path) <= depth for c in op.match_conditions or ()
+        )
+    )
+
+
+def _listing_prefix(op: ListNamespacesOp) -> tuple[str, ...]:
+    """The literal leading labels of the prefix condition (to pick users by index)."""
+    for condition in op.match_conditions or ():
+        if condition.match_type == "prefix":
+            literal: list[str] = []
+            for label in condition.path[:2]:
+                if label == "*":
+                    break
+                literal.append(label)
+            return tuple(literal)
+    return ()
+
+
+def list_namespaces(
+    store: MemoryStore, op: ListNamespacesOp, access: Access | None
+) -> list[tuple[str, ...]]:
+    users = users_for(store, _listing_prefix(op), access)
+    spaces: set[tuple[str, ...]] = set()
+    if _shallow(op):
+        spaces = {(u.app_name, u.user_id) for u in users}
+    else:
+        for user in users:
+            spaces.update(store.namespaces.spaces(store.service, user))
+    selected = [
+        ns for ns in spaces if all(matches_condition(c, ns) for c in op.match_conditions or ())
+    ]
+    if op.max_depth is not None:
+        selected = list({ns[: op.max_depth] for ns in selected})
+    return sorted(selected)[op.offset : op.offset + op.limit]

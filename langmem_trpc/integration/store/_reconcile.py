@@ -1,0 +1,96 @@
+"""Reconcile for `MemoryStore(reconcile=True)`: the worker's "merge_similar" policy on a put.
+
+A put under a key that names no item becomes a proposed add. The policy
+probes the user's memories exactly as the worker does (`PROBE_OPTIONS`),
+restricted to memories of the same namespace, and decides: keep the add,
+drop it as a duplicate, or rewrite it into an update of the closest memory.
+An update keeps the surviving memory's id, key and namespace and takes the
+new value; nothing is created under the new key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ...extraction.ops import Action, MemoryOp
+from ...extraction.policies import apply_policy
+from ...extraction.reconcile import PROBE_OPTIONS, best_match
+from ...service.protocol import MemoryService
+from ...types import Entry, Kind, UserKey
+from ._values import indexed, namespace_of, store_meta
+
+__all__ = ["Absorbed", "reconcile_put"]
+
+_ACTIONS = frozenset({Action.ADD, Action.UPDATE})
+
+
+class Absorbed:
+    """The put merged into `target` (`updated` False when it was a duplicate)."""
+
+    __slots__ = ("target", "topics", "updated")
+
+    def __init__(self, target: Entry, updated: bool, topics: list[str]) -> None:
+        self.target = target
+        self.updated = updated
+        self.topics = topics
+
+
+def _proposed(text: str, fields: Mapping[str, Any]) -> MemoryOp:
+    kind = fields.get("kind")
+    return MemoryOp.add(
+        text,
+        topics=fields.get("topics", ()),
+        kind=Kind(kind) if kind is not None else None,
+        event_time=fields.get("event_time"),
+        participants=fields.get("participants", ()),
+        location=fields.get("location"),
+    )
+
+
+def reconcile_put(
+    service: MemoryService,
+    user: UserKey,
+    scope: Sequence[str],
+    text: str,
+    fields: Mapping[str, Any],
+) -> Absorbed | None:
+    """None: store the put as a new item; else the memory that absorbs it."""
+    namespace = (user.app_name, user.user_id, *scope)
+
+    def probe(query: str) -> list[Entry]:
+        hits = service.search(user, query, PROBE_OPTIONS)
+        return [e for e in hits if namespace_of(e) == namespace and indexed(e)]
+
+    candidates: dict[str, Entry] = {}
+
+    def recording_probe(query: str) -> list[Entry]:
+        hits = probe(query)
+        candidates.update((e.id, e) for e in hits)
+        return hits
+
+    decided = apply_policy(
+        "merge_similar",
+        [_proposed(text, fields)],
+        probe=recording_probe,
+        existing=(),
+        actions=_ACTIONS,
+    )
+    if decided.ops and decided.ops[0].action == Action.ADD:
+        return None
+    if not decided.ops:  # a duplicate: the best candidate already says it
+        best = best_match(_proposed(text, fields), list(candidates.values()))
+        if best is None:  # pragma: no cover - a skip always has a candidate
+            return None
+        return Absorbed(best.entry, False, list(best.entry.memory.topics))
+    op = decided.ops[0]
+    target = candidates.get(op.memory_id or "")
+    if target is None:  # pragma: no cover - the policy only names probed memories
+        return None
+    return Absorbed(target, True, list(op.topics))
+
+
+def surviving_key(entry: Entry) -> str:
+    """The key the absorbing memory keeps."""
+    stored = store_meta(entry)
+    return str(stored["key"]) if stored is not None else entry.id

@@ -1,0 +1,74 @@
+"""The namespaces of one user's items, cached per store and re-validated by index.
+
+Listing scopes needs every item's namespace, which only the rows know. The
+store keeps each user's set together with a stamp of cheap indexed reads
+(live count, and id and `updated_at` of the newest memory): every add,
+update, delete, clear or revive changes the stamp, so a listing costs two
+index lookups per user while nothing changed and one read of that user's
+rows after a change. An item's TTL expiry also invalidates the set. At most
+`max_users` sets are kept (least recently used dropped); the cache belongs
+to the store instance.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+from ...service.protocol import MemoryService
+from ...types import UserKey
+from ._ttl import expired
+from ._values import namespace_of
+
+__all__ = ["NamespaceCache"]
+
+Stamp = tuple[int, str, str]
+
+
+@dataclass(frozen=True)
+class _Cached:
+    stamp: Stamp
+    spaces: frozenset[tuple[str, ...]]
+    valid_until: datetime | None
+
+
+class NamespaceCache:
+    def __init__(self, max_users: int = 1024) -> None:
+        self._max = max_users
+        self._lock = threading.Lock()
+        self._sets: OrderedDict[UserKey, _Cached] = OrderedDict()
+
+    def spaces(self, service: MemoryService, user: UserKey) -> frozenset[tuple[str, ...]]:
+        newest = service.read(user, 1)
+        stamp: Stamp = (
+            service.count(user),
+            newest[0].id if newest else "",
+            newest[0].updated_at.isoformat() if newest else "",
+        )
+        now = datetime.now(timezone.utc)
+        with self._lock:
+            cached = self._sets.get(user)
+            if (
+                cached is not None
+                and cached.stamp == stamp
+                and (cached.valid_until is None or now < cached.valid_until)
+            ):
+                self._sets.move_to_end(user)
+                return cached.spaces
+        entries = [e for e in service.read(user) if not expired(e, now)]
+        expiries = [e.expires_at for e in entries if e.expires_at is not None]
+        fresh = _Cached(
+            stamp, frozenset(namespace_of(e) for e in entries), min(expiries, default=None)
+        )
+        with self._lock:
+            self._sets[user] = fresh
+            self._sets.move_to_end(user)
+            while len(self._sets) > self._max:
+                self._sets.popitem(last=False)
+        return fresh.spaces
+
+    def clear(self) -> None:
+        with self._lock:
+            self._sets.clear()

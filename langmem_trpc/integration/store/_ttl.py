@@ -1,0 +1,111 @@
+"""Time-to-live of store items, kept by the service (`Entry.expires_at`, `set_expiry`).
+
+A put with a TTL (minutes) sets the memory's expiry through the service and
+keeps the TTL in the item's store metadata, so a refreshing read can push the
+expiry forward. The service hides an expired memory from get, read and search
+at once, on every backend and for every reader (tools and preload too);
+`sweep_ttl()` soft-deletes expired memories (a `delete` history event, actor
+"store:ttl"), after which the service's purge rules apply. A refreshing read
+calls `set_expiry` (no content change, no history event, `updated_at` kept)
+once a tenth of the TTL (at least one second) has passed since the expiry was
+last set, so reads do not each turn into a write.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import threading
+from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
+
+from ...types import Entry
+from ._values import store_meta
+
+__all__ = ["TTLSweeper", "deadline", "expired", "needs_refresh", "ttl_of"]
+
+logger = logging.getLogger(__name__)
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def deadline(ttl: float | None, now: datetime | None = None) -> datetime | None:
+    """When an item put (or refreshed) now with `ttl` minutes expires; None without a TTL."""
+    return None if ttl is None else (now or _now()) + timedelta(minutes=float(ttl))
+
+
+def ttl_of(entry: Entry) -> float | None:
+    """The TTL (minutes) the item was put with, if any."""
+    stored = store_meta(entry)
+    ttl = stored.get("ttl") if stored is not None else None
+    return float(ttl) if isinstance(ttl, (int, float)) and not isinstance(ttl, bool) else None
+
+
+def expired(entry: Entry, now: datetime | None = None) -> bool:
+    at = entry.expires_at
+    return at is not None and at <= (now or _now())
+
+
+def needs_refresh(entry: Entry, now: datetime | None = None) -> bool:
+    """Whether a refreshing read should push this item's expiry forward now."""
+    ttl, at = ttl_of(entry), entry.expires_at
+    if ttl is None or at is None:
+        return False
+    span = timedelta(minutes=ttl)
+    return at - (now or _now()) < span - max(timedelta(seconds=1), span / 10)
+
+
+class TTLSweeper:
+    """A daemon thread that calls `sweep` every `interval_minutes` until stopped.
+
+    `start()` returns a future that completes when the loop ends; cancelling
+    it stops the loop (LangGraph's `start_ttl_sweeper` contract).
+    """
+
+    def __init__(self, sweep: Callable[[], int], interval_minutes: float) -> None:
+        self._sweep = sweep
+        self._interval = max(0.001, float(interval_minutes)) * 60.0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._future: concurrent.futures.Future[None] | None = None
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def start(self) -> concurrent.futures.Future[None]:
+        if self.running and self._future is not None:
+            return self._future
+        self._stop.clear()
+        future: concurrent.futures.Future[None] = concurrent.futures.Future()
+        future.add_done_callback(lambda f: self._stop.set() if f.cancelled() else None)
+        self._future = future
+        self._thread = threading.Thread(
+            target=self._loop, args=(future,), name="memorystore-ttl", daemon=True
+        )
+        self._thread.start()
+        return future
+
+    def stop(self, timeout: float | None = None) -> bool:
+        """Signal the loop and join it; True when it has stopped."""
+        self._stop.set()
+        thread = self._thread
+        if thread is None:
+            return True
+        thread.join(timeout)
+        if thread.is_alive():
+            return False
+        self._thread = None
+        return True
+
+    def _loop(self, future: concurrent.futures.Future[None]) -> None:
+        while not self._stop.wait(self._interval):
+            try:
+                removed = self._sweep()
+                logger.debug("TTL sweep removed %d expired items", removed)
+            except Exception:  # keep sweeping; a failed sweep retries next interval
+                logger.warning("TTL sweep failed", exc_info=True)
+        if future.set_running_or_notify_cancel():
+            future.set_result(None)

@@ -1,0 +1,277 @@
+"""How `MemoryStore` maps store items to memories and back.
+
+* A value is normalised once, on `put`, the way LangGraph's database stores
+  keep it: through JSON, with datetimes, dates and times as ISO-8601 strings and
+  UUIDs as strings. Everything else must be JSON already; NaN, infinities, NUL
+  characters and lone surrogates are refused with `InvalidMemoryError` (field
+  `value`), so every backend stores and returns the same thing.
+* The memory text (what search indexes) is the value's first text field, else
+  its JSON, cut to the service's `max_text_length`; the value itself is kept
+  whole in the memory's metadata.
+* A caller's key lives under a stable memory id derived from (scope, key).
+  A key that spells a UUID (dashed, undashed, upper case, braces) is read as
+  that UUID, so every spelling names the same item.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import math
+import uuid
+from collections.abc import Mapping, Sequence
+from copy import deepcopy
+from typing import Any
+
+from langgraph.store.base import Item
+
+from ...errors import InvalidInputError, InvalidMemoryError
+from ...service._core import Limits, build_memory
+from ...types import Entry, Kind
+
+__all__ = [
+    "META",
+    "canonical_key",
+    "id_candidates",
+    "is_store_memory",
+    "memory_fields",
+    "memory_id",
+    "memory_text",
+    "normalize_value",
+    "store_meta",
+    "to_item",
+]
+
+META = "langgraph_store"
+"""The metadata key under which a store-written memory keeps scope, key and value."""
+
+
+# -- values -------------------------------------------------------------------------------------
+
+
+def _default(value: object) -> Any:
+    if isinstance(value, (dt.datetime, dt.date, dt.time)):
+        return value.isoformat()
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    raise TypeError(f"a {type(value).__name__} is not JSON-serializable")
+
+
+def _check_strings(value: Any, path: str) -> None:
+    if isinstance(value, str):
+        if "\x00" in value:
+            raise InvalidMemoryError("value", f"{path} holds a NUL character")
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidMemoryError("value", f"{path} holds a lone surrogate") from None
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _check_strings(key, path)
+            _check_strings(item, f"{path}.{key}")
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _check_strings(item, f"{path}[{index}]")
+    elif isinstance(value, float) and not math.isfinite(value):  # pragma: no cover - json refuses
+        raise InvalidMemoryError("value", f"{path} is not a finite number")
+
+
+def normalize_value(value: Mapping[str, Any]) -> dict[str, Any]:
+    """The value as every backend stores it (a JSON round trip), or InvalidMemoryError."""
+    if not isinstance(value, Mapping):
+        raise InvalidMemoryError("value", f"must be a dict, got {type(value).__name__}")
+    try:
+        text = json.dumps(dict(value), default=_default, allow_nan=False, ensure_ascii=False)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise InvalidMemoryError("value", f"is not JSON-serializable: {exc}") from None
+    loaded: dict[str, Any] = json.loads(text)
+    _check_strings(loaded, "value")
+    return loaded
+
+
+def check_label(field: str, value: str) -> str:
+    """A key or scope label must be storable by every backend."""
+    if "\x00" in value:
+        raise InvalidInputError(field, "must not contain NUL characters")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidInputError(field, "holds a lone surrogate") from None
+    return value
+
+
+def memory_text(
+    value: Mapping[str, Any],
+    fields: Sequence[str],
+    max_length: int,
+    paths: Sequence[str] | None = None,
+) -> str:
+    """The searchable text, capped: with `paths` (a put's `index=[...]`) those fields
+    joined; else the first text field (also nested), else the value's JSON."""
+    text = _at_paths(value, paths) if paths else _text_field(value, fields)
+    if text is None:
+        text = json.dumps(value, ensure_ascii=False, sort_keys=True)
+    return text.strip()[:max_length].strip() or "{}"
+
+
+def _at_paths(value: Mapping[str, Any], paths: Sequence[str]) -> str | None:
+    """The values at dotted paths ("content.text"; "$" is the whole value), joined."""
+    parts: list[str] = []
+    for path in paths:
+        node: Any = value
+        for step in [] if path == "$" else path.split("."):
+            node = node.get(step) if isinstance(node, Mapping) else None
+        if isinstance(node, str):
+            parts.append(node)
+        elif node is not None:
+            parts.append(json.dumps(node, ensure_ascii=False, sort_keys=True))
+    joined = "\n".join(p for p in parts if p.strip())
+    return joined or None
+
+
+def _text_field(value: Mapping[str, Any], fields: Sequence[str]) -> str | None:
+    for name in fields:
+        field = value.get(name)
+        if isinstance(field, str) and field.strip():
+            return field
+        if isinstance(field, Mapping):
+            for inner in fields:
+                nested = field.get(inner)
+                if isinstance(nested, str) and nested.strip():
+                    return nested
+    return None
+
+
+def memory_fields(value: Mapping[str, Any], limits: Limits) -> dict[str, Any]:
+    """Memory fields a value carries in the service's vocabulary.
+
+    A field the service would refuse (65 topics, a 257-character location, a bad
+    date) is left out of the index; the value keeps it unchanged.
+    """
+    candidates: dict[str, Any] = {}
+    if value.get("kind") in (Kind.FACT.value, Kind.EPISODE.value):
+        candidates["kind"] = value["kind"]
+    for name in ("topics", "participants"):
+        items = value.get(name)
+        if isinstance(items, list) and all(isinstance(t, str) for t in items):
+            candidates[name] = items
+    if isinstance(value.get("location"), str):
+        candidates["location"] = value["location"]
+    if isinstance(value.get("event_time"), str):
+        candidates["event_time"] = value["event_time"]
+    out: dict[str, Any] = {}
+    for name, field in candidates.items():
+        try:
+            memory = build_memory("x", limits=limits, **{name: field})
+        except InvalidInputError:
+            continue
+        out[name] = getattr(memory, name)
+    return out
+
+
+# -- keys -------------------------------------------------------------------------------------
+
+
+def canonical_key(key: str) -> str:
+    """A UUID in any spelling becomes its dashed lower-case form; other keys stay as given."""
+    if 32 <= len(key) <= 45:
+        try:
+            return str(uuid.UUID(key))
+        except ValueError:
+            pass
+    return key
+
+
+def _is_uuid(key: str) -> bool:
+    return canonical_key(key) == key and len(key) == 36 and key.count("-") == 4
+
+
+def memory_id(scope: Sequence[str], key: str) -> str:
+    """The stable memory id of a (scope, key) inside one user's memories."""
+    payload = json.dumps([list(scope), canonical_key(key)], ensure_ascii=False)
+    return "kv-" + hashlib.sha256(payload.encode()).hexdigest()[:32]
+
+
+def _legacy_id(scope: Sequence[str], key: str) -> str:
+    payload = json.dumps([list(scope), key], ensure_ascii=False)
+    return "kv-" + hashlib.sha256(payload.encode()).hexdigest()[:32]
+
+
+def id_candidates(scope: Sequence[str], key: str) -> list[str]:
+    """Memory ids a (scope, key) may be stored under, most likely first.
+
+    Store items first (also under the id an older release derived from the
+    raw spelling); at the top level also a memory written elsewhere whose id
+    the key names, literally or as a UUID in any spelling.
+    """
+    out = [memory_id(scope, key), _legacy_id(scope, key)]
+    canonical = canonical_key(key)
+    if not scope and (canonical != key or _is_uuid(key)):  # service ids are UUIDs
+        out.extend([key, uuid.UUID(canonical).hex])
+    return list(dict.fromkeys(out))
+
+
+def store_meta(entry: Entry) -> Mapping[str, Any] | None:
+    stored = entry.memory.metadata.get(META)
+    return stored if isinstance(stored, Mapping) else None
+
+
+def is_store_memory(entry: Entry) -> bool:
+    return store_meta(entry) is not None
+
+
+def addresses(entry: Entry, scope: Sequence[str], key: str) -> bool:
+    """Whether (scope, key) names this memory."""
+    stored = store_meta(entry)
+    if stored is None:
+        return not scope and canonical_key(key) in {entry.id, canonical_key(entry.id)}
+    return list(stored.get("scope") or ()) == list(scope) and canonical_key(
+        str(stored.get("key"))
+    ) == canonical_key(key)
+
+
+def to_item(entry: Entry) -> Item:
+    """The store view of a memory (store-written or not)."""
+    stored = store_meta(entry)
+    base = (entry.app_name, entry.user_id)
+    if stored is not None:
+        return Item(
+            value=deepcopy(dict(stored["value"])),
+            key=str(stored["key"]),
+            namespace=base + tuple(stored.get("scope") or ()),
+            created_at=entry.created_at,
+            updated_at=entry.updated_at,
+        )
+    memory = entry.memory
+    value: dict[str, Any] = {
+        "memory": memory.text,
+        "kind": memory.kind.value,
+        "topics": list(memory.topics),
+    }
+    if memory.event_time is not None:
+        value["event_time"] = memory.event_time.isoformat()
+    if memory.participants:
+        value["participants"] = list(memory.participants)
+    if memory.location:
+        value["location"] = memory.location
+    return Item(
+        value=value,
+        key=entry.id,
+        namespace=base,
+        created_at=entry.created_at,
+        updated_at=entry.updated_at,
+    )
+
+
+def namespace_of(entry: Entry) -> tuple[str, ...]:
+    """The item's namespace without building the item."""
+    stored = store_meta(entry)
+    scope = tuple(stored.get("scope") or ()) if stored is not None else ()
+    return (entry.app_name, entry.user_id, *scope)
+
+
+def indexed(entry: Entry) -> bool:
+    """False for an item put with `index=False` (kept out of query search)."""
+    stored = store_meta(entry)
+    return stored is None or stored.get("index", True) is not False
