@@ -74,6 +74,7 @@ T0 = datetime(2024, 5, 1, 12, 0, 0, 123456, tzinfo=timezone.utc)
 PINNED_MIGRATIONS = [
     "4f8ab22d3f60e9490bba3e39fc08a7ca9c6ecf320e0ebad909699ff9d61ac520",
     "9917c197d1edd1a65893ef9417a865ff916cae3f62dda2994c6cb15cc4753efe",
+    "f6f6fe3e4c1143be5723b9df398000df835c4121719c104307857e7d3c46c4d6",
 ]
 
 

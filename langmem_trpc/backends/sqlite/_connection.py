@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from ...errors import BackendError, LangmemTrpcError
-from ._keyword import scoped
+from ._keyword import register_functions
 from ._sql import CREATE_MIGRATIONS_TABLE, MIGRATIONS
 
 __all__ = ["Database"]
@@ -115,7 +115,7 @@ class Database:
             conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
             conn.execute(f"PRAGMA synchronous = {self._synchronous}")
             conn.execute("PRAGMA temp_store = MEMORY")
-            conn.create_function("lm_scoped", 2, scoped, deterministic=True)
+            register_functions(conn)
         except sqlite3.Error as exc:
             raise BackendError(f"cannot open SQLite database: {exc}") from exc
         held = _Held(conn)
