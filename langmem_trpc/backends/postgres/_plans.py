@@ -492,13 +492,15 @@ def setup(dims: int | None, embed: bool) -> Plan[int | None]:
                 continue
             yield Sql(sql)
             yield Sql(_sql.RECORD_MIGRATION, (scope, version, _sql.checksum(sql)))
-            if (scope, version) == (_sql.CORE_SCOPE, _sql.DOCS_MIGRATION):
+            if scope == _sql.CORE_SCOPE and version in _sql.RETOKENIZE_MIGRATIONS:
                 yield from backfill_docs()
     return dims if dims is not None else existing_dims
 
 
 def backfill_docs() -> Plan[int]:
-    """Fill content_doc/topic_doc of rows written before migration 6, in batches.
+    """Re-tokenise every row whose content_doc is NULL (written before migration 6,
+    or reset by the stemmed-documents migration), in batches: documents, terms
+    and lengths.
 
     The tokenizer is Python, so SQL cannot compute them; runs once, in the
     transaction that applies the migration.
@@ -517,6 +519,10 @@ def backfill_docs() -> Plan[int]:
                 "ids": [r["id"] for r in rows],
                 "content": [d["content_doc"] for d in docs],
                 "topic": [d["topic_doc"] for d in docs],
+                "content_terms": [" ".join(d["content_terms"]) for d in docs],
+                "topic_terms": [" ".join(d["topic_terms"]) for d in docs],
+                "content_len": [d["content_len"] for d in docs],
+                "topic_len": [d["topic_len"] for d in docs],
             },
         )
         done += len(rows)
