@@ -208,8 +208,8 @@ class FusionSettings(BaseModel):
       month, weekday, "yesterday", "last week"): when some candidate does, the
       others are scaled by 1 / (1 + boost). The cue words are the language's.
     - `decompose_weight` ("decompose", hybrid): sub-queries (clauses, else
-      content words) rank the fetched candidates by keyword score and vote
-      with this total weight in RRF units.
+      content words) score the fetched candidates by keyword relevance and
+      vote like one more keyword leg, with this total weight.
 
     `vector_floor` / `keyword_floor`: minimum absolute scores for a leg to vote
     when no explicit threshold is set; `keyword_floor` is also the default
@@ -262,11 +262,14 @@ class SearchOptions(BaseModel):
     (docs/bench-locomo.md). An explicit `similarity_threshold` filters both
     legs by their absolute scores.
     """
-    fusion_method: FusionMethod = "rrf"
-    """How hybrid hits are ordered before the `FusionSettings` steps: "rrf",
-    Reciprocal Rank Fusion, sum of 1 / (rrf_k + rank) over the legs (the
-    default); "scores", the mean of the two legs' absolute scores (cosine,
-    keyword relevance). `Entry.rrf_score` is the plain RRF sum either way."""
+    fusion_method: FusionMethod = "scores"
+    """How hybrid hits are ordered before the `FusionSettings` steps: "scores" (the
+    default), the mean of the two legs' absolute scores (cosine, keyword
+    relevance; 0 for a leg that did not return the hit); "rrf", Reciprocal Rank
+    Fusion, the sum of 1 / (rrf_k + rank) over the legs. The default was chosen
+    on LoCoMo's development half (conversations 1-5) and checked on the test
+    half (docs/bench-locomo.md). `Entry.rrf_score` is the plain RRF sum either
+    way; `rrf_k` only orders hits under "rrf"."""
     rrf_k: int = Field(default=60, ge=1)
     fusion: FusionSettings = FusionSettings()
     """Hybrid ranking knobs for this call; the defaults are what docs/bench-locomo.md measured."""

@@ -20,6 +20,7 @@ ABLATIONS: dict[str, dict[str, Any]] = {
     "plain-rrf": {
         "fusion_method": "rrf",
         "fusion": {
+            "decompose_weight": 0.0,
             "participant_boost": 0.0,
             "context_weight": 0.0,
             "question_word_weight": 1.0,
@@ -28,6 +29,7 @@ ABLATIONS: dict[str, dict[str, Any]] = {
         },
     },
     "rrf": {"fusion_method": "rrf"},
+    "rrf-k1": {"fusion_method": "rrf", "rrf_k": 1},
     "scores": {"fusion_method": "scores"},
     "no-question-words": {"fusion": {"question_word_weight": 1.0}},
     "no-time-preference": {"fusion": {"time_boost": 0.0}},

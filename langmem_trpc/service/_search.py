@@ -55,6 +55,12 @@ TRIGRAM_WEIGHT = 0.45
 PHRASE_FALLBACK_SCORE = 0.35
 RELEVANCE_KNEE = 0.9
 """Where `relevance` stops being the identity and saturates towards 1."""
+IDF_PRIOR_DOCS = 10
+"""Background documents, holding none of the query's terms, added to N for idf: a
+user's first few memories must not make every word they hold look common (with
+N = 1, idf puts a word of the only memory at a fifth of an unseen word's weight,
+and any query with one unseen word scored below reconcile's 0.30 probe). Changes
+nothing that matters at LoCoMo sizes (N = 400-900)."""
 
 
 # --- keyword leg ---------------------------------------------------------
@@ -131,11 +137,13 @@ class CorpusStats:
         )
 
     def idf(self, term: str) -> float:
-        """Lucene's BM25 idf, log(1 + (N - df + 0.5) / (df + 0.5)): always > 0."""
+        """Lucene's BM25 idf, log(1 + (N - df + 0.5) / (df + 0.5)), with N counting
+        `IDF_PRIOR_DOCS` background documents: always > 0."""
         value = self._idf.get(term)
         if value is None:
             df = self.df.get(term, 0)
-            value = self._idf[term] = math.log(1 + (self.n_docs - df + 0.5) / (df + 0.5))
+            n = self.n_docs + IDF_PRIOR_DOCS
+            value = self._idf[term] = math.log(1 + (n - df + 0.5) / (df + 0.5))
         return value
 
 
@@ -579,7 +587,8 @@ def _fused_order(
     tuning = options.fusion
     fused = plain if options.fusion_method == "rrf" else _score_fusion(vector, keyword)
     if tuning.decompose_weight > 0:
-        fused = _decomposed(fused, best, options.query, tuning, options.rrf_k)
+        k = options.rrf_k if options.fusion_method == "rrf" else None
+        fused = _decomposed(fused, best, options.query, tuning, k)
     if tuning.context_weight > 0:
         fused = _session_context(fused, best, tuning.context_weight)
     else:
@@ -615,12 +624,13 @@ def _decomposed(
     best: Mapping[str, tuple[Entry, float]],
     query: str,
     tuning: FusionSettings,
-    k: int,
+    k: int | None,
 ) -> dict[str, float]:
-    """Query decomposition without an LLM: each sub-query (`_sub_queries`) ranks the
+    """Query decomposition without an LLM: each sub-query (`_sub_queries`) scores the
     candidates already fetched by the local keyword score (no backend call) and
-    votes in the fusion with decompose_weight / n. Off by default: +0.007
-    LoCoMo recall@10 for ~6 ms per search (docs/bench-locomo.md)."""
+    votes like one more keyword leg with decompose_weight / n: 1 / (k + rank)
+    under RRF (`k`), half its keyword relevance under score fusion (`k` None).
+    Off by default (docs/bench-locomo.md)."""
     docs = {
         key: KeywordDoc.build(entry.memory.text, entry.memory.topics)
         for key, (entry, _) in best.items()
@@ -631,8 +641,8 @@ def _decomposed(
     def vote(terms: QueryTerms, weight: float) -> None:
         scored = [(key, keyword_score(terms, doc, stats)) for key, doc in docs.items()]
         ranked = sorted((h for h in scored if h[1] > 0), key=lambda h: -h[1])
-        for rank, (key, _) in enumerate(ranked, start=1):
-            out[key] += weight / (k + rank)
+        for rank, (key, score) in enumerate(ranked, start=1):
+            out[key] += weight * (score / 2 if k is None else 1 / (k + rank))
 
     if tuning.decompose_weight > 0:
         named = _named_participants(query, (entry for entry, _ in best.values()))

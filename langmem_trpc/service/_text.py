@@ -81,8 +81,9 @@ def _cjk_stop(token: str) -> bool:
     return token in CJK_STOPWORDS or all(c in CJK_STOPWORDS for c in token)
 
 
-def primary_tokens(text: str, language: Language = ENGLISH) -> list[str]:
-    """Tokens in order, with repeats (term frequencies need them); Latin words stemmed."""
+def primary_tokens(text: str, language: Language = ENGLISH, stem: bool = True) -> list[str]:
+    """Tokens in order, with repeats (term frequencies need them); Latin words stemmed
+    unless `stem` is false (words shown to people, such as context topics)."""
     lowered = text.lower().strip()
     if not lowered:
         return []
@@ -92,7 +93,7 @@ def primary_tokens(text: str, language: Language = ENGLISH) -> list[str]:
     for run, cjk in runs:
         if not cjk:
             if len(run) >= 2 and run not in language.stopwords:
-                tokens.append(language.stem(run))
+                tokens.append(language.stem(run) if stem else run)
             continue
         if len(run) == 1:
             if single_cjk:

@@ -126,7 +126,9 @@ def test_passes_time_lets_undated_entries_through():
 def test_hybrid_orders_by_rrf_and_reports_absolute_score():
     a, b, c = entry("a", "alpha"), entry("b", "beta"), entry("c", "gamma")
     legs = Legs(vector=[(a, 0.9), (b, 0.5)], keyword=[(b, 0.8), (c, 0.4)])
-    hits = execute_search(SearchOptions(query="q", hybrid=True), lambda kind, pool: legs)
+    hits = execute_search(
+        SearchOptions(query="q", hybrid=True, fusion_method="rrf"), lambda kind, pool: legs
+    )
     assert [h.id for h in hits] == ["b", "a", "c"]
     assert hits[0].score == 0.8 and hits[0].rrf_score == pytest.approx(1 / 62 + 1 / 61)
 
@@ -196,14 +198,16 @@ def test_question_words_weigh_little_in_the_keyword_score():
 
 
 def test_score_fusion_orders_by_scores_and_keeps_plain_rrf():
-    """fusion_method="scores": a hit strong in one leg beats one weak in both;
-    rrf_score stays the plain RRF sum. The default ("rrf") orders by ranks."""
+    """fusion_method="scores" (the default): a hit strong in one leg beats one weak in
+    both; rrf_score stays the plain RRF sum. "rrf" orders by ranks."""
     a, b = entry("a", "alpha"), entry("b", "beta")
     legs = Legs(vector=[(b, 0.30), (a, 0.25)], keyword=[(a, 0.95), (b, 0.20)])
     hits = execute_search(SearchOptions(query="q", fusion_method="scores"), lambda kind, pool: legs)
     assert [h.id for h in hits] == ["a", "b"]
     assert hits[0].rrf_score == pytest.approx(1 / 62 + 1 / 61)
-    plain = execute_search(SearchOptions(query="q"), lambda kind, pool: legs)
+    assert SearchOptions().fusion_method == "scores"
+    assert [h.id for h in execute_search(SearchOptions(query="q"), lambda k, p: legs)] == ["a", "b"]
+    plain = execute_search(SearchOptions(query="q", fusion_method="rrf"), lambda k, p: legs)
     assert {h.id: h.rrf_score for h in plain} == {h.id: h.rrf_score for h in hits}
 
 
@@ -220,7 +224,7 @@ def test_rrf_k_changes_the_order():
     )
 
     def ids(k: int) -> list[str]:
-        options = SearchOptions(query="q", rrf_k=k, fusion=_no_steps())
+        options = SearchOptions(query="q", rrf_k=k, fusion_method="rrf", fusion=_no_steps())
         return [h.id for h in execute_search(options, lambda kind, pool: legs)]
 
     assert ids(1).index("first") < ids(1).index("both")

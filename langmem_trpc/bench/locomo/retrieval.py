@@ -75,6 +75,13 @@ def default_arms() -> list[RetrievalArm]:
             "turns-keyword", "turns", False, {"hybrid": False}, "keyword leg only (no embedder)"
         ),
         RetrievalArm(
+            "turns-plain-keyword",
+            "turns-plain",
+            False,
+            {"hybrid": False},
+            "keyword leg only over the turn texts alone (no context topics), as bm25s sees them",
+        ),
+        RetrievalArm(
             "turns-bm25s",
             "turns",
             False,

@@ -19,8 +19,8 @@ import string
 from collections import Counter
 from collections.abc import Iterable, Mapping
 
-from .loader import CATEGORY_NAMES, MEM0_LABELS
 from ...service._language import ENGLISH
+from .loader import CATEGORY_NAMES, MEM0_LABELS
 
 __all__ = [
     "ABSTENTION_PHRASES",
