@@ -200,28 +200,11 @@ def locomo(
 
     Example:
 
-        langmem-trpc bench locomo --retrieval --ablation --out recall.json --plots docs/img
+        langmem-trpc bench locomo --retrieval --split dev --ablation --out recall.json
         langmem-trpc bench locomo --arms memory-vector,memory-hybrid --out qa.json
     """
-    from ..bench.locomo.loader import load_locomo
-    from ..errors import ConfigurationError
-
     path = data or SHARED_DATA
-    try:
-        dataset = load_locomo(path)
-    except ConfigurationError as exc:
-        raise click.ClickException(str(exc)) from exc
-    convs = dataset.select(
-        sample_ids.split(",") if sample_ids else None,
-        limit,
-        "dev" if split == "dev" else "test" if split == "test" else "all",
-    )
-    dropped = dataset.dropped_evidence
-    click.echo(
-        f"split {split}: {len(convs)} conversations ({', '.join(c.sample_id for c in convs)}), "
-        f"{sum(len(c.questions) for c in convs)} questions from {path}; "
-        f"dropped {len(dropped)} unresolvable evidence ids: {dropped}"
-    )
+    convs, dropped = _load(path, sample_ids, limit, split)
     run_dir.mkdir(parents=True, exist_ok=True)
     payload: dict[str, Any] = {
         "dataset": {
@@ -258,6 +241,31 @@ def locomo(
 
         for png in plot_results(payload, plots):
             click.echo(f"wrote {png}")
+
+
+def _load(
+    path: Path, sample_ids: str | None, limit: int | None, split: str
+) -> tuple[list[Any], list[tuple[str, str]]]:
+    """The conversations of one split (and ids, limit), and the dropped evidence ids."""
+    from ..bench.locomo.loader import load_locomo
+    from ..errors import ConfigurationError
+
+    try:
+        dataset = load_locomo(path)
+    except ConfigurationError as exc:
+        raise click.ClickException(str(exc)) from exc
+    convs = dataset.select(
+        sample_ids.split(",") if sample_ids else None,
+        limit,
+        "dev" if split == "dev" else "test" if split == "test" else "all",
+    )
+    dropped = dataset.dropped_evidence
+    click.echo(
+        f"split {split}: {len(convs)} conversations ({', '.join(c.sample_id for c in convs)}), "
+        f"{sum(len(c.questions) for c in convs)} questions from {path}; "
+        f"dropped {len(dropped)} unresolvable evidence ids: {dropped}"
+    )
+    return convs, dropped
 
 
 def _run_retrieval(
