@@ -9,14 +9,17 @@ Needs the `bench` extra.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from .units import UnitRecord
 
-__all__ = ["BASELINES", "bm25s_ranker"]
+__all__ = ["BASELINES", "Ranker", "bm25s_ranker"]
 
 Ranked = list[tuple[tuple[str, ...], str]]
+Ranker = Callable[[str, int], Ranked]
 
 
-def bm25s_ranker(units: list[UnitRecord]) -> object:
+def bm25s_ranker(units: list[UnitRecord]) -> Ranker:
     """A `rank(question, depth)` over `units`: (dia ids, text) best first."""
     import bm25s
     import Stemmer
@@ -44,4 +47,4 @@ def bm25s_ranker(units: list[UnitRecord]) -> object:
     return rank
 
 
-BASELINES = {"bm25s": bm25s_ranker}
+BASELINES: dict[str, Callable[[list[UnitRecord]], Ranker]] = {"bm25s": bm25s_ranker}

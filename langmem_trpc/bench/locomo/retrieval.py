@@ -180,7 +180,10 @@ def _evaluate_conversation(
 
 
 def _baseline_records(
-    conv: Conversation, rank: Any, depth: int, ks: tuple[int, ...]
+    conv: Conversation,
+    rank: Callable[[str, int], list[tuple[tuple[str, ...], str]]],
+    depth: int,
+    ks: tuple[int, ...],
 ) -> list[dict[str, Any]]:
     records = []
     for q in conv.questions:
