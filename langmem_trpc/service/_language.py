@@ -10,7 +10,8 @@ English-only steps simply never fire for it.
 
 The tokens a backend stores depend on its language: changing it needs
 the stored documents rebuilt (the migrations that re-tokenise do exactly
-that for English).
+that for English). Every service and the search steps use `ENGLISH` today:
+the functions take a `Language`, but no service option selects another one yet.
 """
 
 from __future__ import annotations

@@ -341,3 +341,18 @@ def test_ranking_a_prefix_equals_ranking_everything(max_results: int):
         assert [(e.id, e.score, e.rrf_score) for e in limited] == [
             (e.id, e.score, e.rrf_score) for e in everything[:max_results]
         ]
+
+
+def test_relevance_reads_as_reconcile_thresholds_expect():
+    """Reconcile's 0.30 / 0.60 / 0.90 on keyword relevance: the same text scores above
+    0.90, a memory holding about half of the query's idf mass near 0.5, no overlap 0."""
+    corpus = [
+        "Production runs Go 1.23",
+        "Enjoys hiking in the Alps",
+        "Has two cats named Tom and Jerry",
+        "Works as a nurse in Lyon",
+    ]
+    assert score("Production runs Go 1.23", corpus[0], corpus) >= 0.90
+    half = score("hiking nurse", corpus[1], corpus)
+    assert 0.30 <= half < 0.60
+    assert score("volcano eruption", corpus[2], corpus) == 0.0
