@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from enum import Enum
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -31,6 +31,7 @@ __all__ = [
     "HistoryEvent",
     "Kind",
     "Memory",
+    "FusionMethod",
     "FusionSettings",
     "Operation",
     "SearchOptions",
@@ -227,35 +228,40 @@ class Entry(BaseModel):
         return self.memory.kind
 
 
+FusionMethod = Literal["rrf", "scores"]
+
+
 class FusionSettings(BaseModel):
-    """Knobs of the hybrid ranking, per search (measured on LoCoMo, docs/bench-locomo.md).
+    """Knobs of the ranking steps, per search (measured on LoCoMo, docs/bench-locomo.md).
 
-    `participant_boost`: a hit whose participant the query names ("What did
-    Caroline paint?") keeps its fused score; others are scaled by
-    1 / (1 + boost). `context_weight`: a hit shares in the best fused score of
-    the other candidates with the same event time (the same conversation
-    session or moment), because a question about an event usually matches
-    several turns of it. `vector_floor` / `keyword_floor`: minimum absolute
-    scores for a leg to vote when no explicit threshold is set. `min_pool`:
-    candidates fetched per leg (at least 3 x max_results); a larger pool costs
-    latency on database backends for little recall (docs/bench-sqlite.md).
+    Each step is named and switched off by 0 (1.0 for `question_word_weight`):
 
-    `score_weight`: score-aware fusion. A hybrid hit's fused score is
-    (1 - w) x its RRF sum + w x the mean of its two absolute leg scores (cosine,
-    keyword composite; 0 for a leg that did not return it) scaled by 2 / (rrf_k + 1),
-    RRF's range; 1.0 (the default) ranks by the scores alone, 0.0 is plain RRF.
-    Session context, participant and time preferences then apply to that fused
-    score, which orders the results; `Entry.rrf_score` stays the plain RRF sum of
-    the two legs. `time_boost`: when the query names a calendar period ("in May
-    2023", "on 3 June, 2023", "in 2022") and some candidate's event time falls
-    in it, the others are scaled by 1 / (1 + boost): a soft preference, not a
-    filter. `when_boost`: a question that asks when ("When did ...", "What
-    year ...", "how long ago") prefers hits that say a time (a date, month,
-    weekday, "yesterday", "last week", "two years ago"): when some candidate
-    does, the others are scaled by 1 / (1 + boost) (English cue words).
-    `decompose_weight`: sub-queries (clauses, else content words) rank
-    the fetched candidates by keyword score and vote with this total weight;
-    off by default (small gain, several ms per search).
+    - `question_word_weight` (keyword leg, every mode): query tokens that are
+      the language's question words, auxiliaries or pronouns ("what", "did",
+      "you") weigh this much in BM25 instead of 1.0.
+    - `context_weight` ("context", hybrid): a hit shares in the best fused score
+      of the other candidates with the same event time (the same conversation
+      session or moment): (own + w x other) / (1 + w).
+    - `participant_boost` ("participants", hybrid): when the query names a
+      participant of some candidate ("What did Caroline paint?"), the hits
+      without that participant are scaled by 1 / (1 + boost).
+    - `time_boost` ("time", hybrid): when the query names a calendar period
+      ("in May 2023", "on 3 June, 2023", "in 2022") and some candidate's event
+      time falls in it, the others are scaled by 1 / (1 + boost): a soft
+      preference, not a filter. Month names are the language's.
+    - `when_boost` ("when", hybrid): a question that asks when ("When did ...",
+      "What year ...", "how long ago") prefers hits that say a time (a date,
+      month, weekday, "yesterday", "last week"): when some candidate does, the
+      others are scaled by 1 / (1 + boost). The cue words are the language's.
+    - `decompose_weight` ("decompose", hybrid): sub-queries (clauses, else
+      content words) score the fetched candidates by keyword relevance and
+      vote like one more keyword leg, with this total weight.
+
+    `vector_floor` / `keyword_floor`: minimum absolute scores for a leg to vote
+    when no explicit threshold is set; `keyword_floor` is also the default
+    threshold of a keyword-only search (keyword relevance, `service._search.relevance`). `min_pool`: candidates fetched per leg
+    (at least 3 x max_results); a larger pool costs latency on database
+    backends for little recall (docs/bench-sqlite.md).
     """
 
     model_config = ConfigDict(frozen=True)
@@ -265,7 +271,7 @@ class FusionSettings(BaseModel):
     vector_floor: float = Field(default=0.1, ge=0.0, le=1.0)
     keyword_floor: float = Field(default=0.1, ge=0.0, le=1.0)
     min_pool: int = Field(default=100, ge=1, le=10_000)
-    score_weight: float = Field(default=1.0, ge=0.0, le=1.0)
+    question_word_weight: float = Field(default=0.1, ge=0.0, le=1.0)
     time_boost: float = Field(default=1.0, ge=0.0)
     when_boost: float = Field(default=0.5, ge=0.0)
     decompose_weight: float = Field(default=0.0, ge=0.0)
@@ -284,7 +290,9 @@ class SearchOptions(BaseModel):
     """Keep entries whose event_time is at or before this; entries without event_time pass."""
     max_results: int = Field(default=10, ge=1, le=1000)
     similarity_threshold: float | None = Field(default=None, ge=0.0, le=1.0)
-    """Minimum absolute score; None means the backend default (0.3; a 0.1 floor per leg in hybrid fusion)."""
+    """Minimum absolute score; None means the defaults: cosine 0.3 for a vector-only
+    search, keyword relevance `fusion.keyword_floor` (0.1) for a keyword-only one,
+    and in hybrid fusion `fusion.vector_floor` / `fusion.keyword_floor` per leg."""
     order_by_event_time: bool = False
     """Use event_time ascending as a tie-break after relevance."""
     kind_fallback: bool = False
@@ -292,13 +300,22 @@ class SearchOptions(BaseModel):
     deduplicate: bool = False
     """Drop near-duplicates (word-set Jaccard >= 0.80), keeping the higher-scored one."""
     hybrid: bool = True
-    """Fuse the vector and keyword legs with RRF (needs an embedder; keyword-only otherwise).
+    """Fuse the vector and keyword legs by `fusion_method` (needs an embedder;
+    keyword-only otherwise).
 
-    On by default: on LoCoMo turn retrieval the fused ranking (with participant
-    awareness and session context, see `FusionSettings`) finds far
-    more evidence than the vector leg alone (docs/bench-locomo.md). An explicit
-    `similarity_threshold` filters both legs by their absolute scores.
+    On by default: on LoCoMo turn retrieval the fused ranking (with the steps
+    of `FusionSettings`) finds far more evidence than either leg alone
+    (docs/bench-locomo.md). An explicit `similarity_threshold` filters both
+    legs by their absolute scores.
     """
+    fusion_method: FusionMethod = "scores"
+    """How hybrid hits are ordered before the `FusionSettings` steps: "scores" (the
+    default), the mean of the two legs' absolute scores (cosine, keyword
+    relevance; 0 for a leg that did not return the hit); "rrf", Reciprocal Rank
+    Fusion, the sum of 1 / (rrf_k + rank) over the legs. The default was chosen
+    on LoCoMo's development half (conversations 1-5) and checked on the test
+    half (docs/bench-locomo.md). `Entry.rrf_score` is the plain RRF sum either
+    way; `rrf_k` only orders hits under "rrf"."""
     rrf_k: int = Field(default=60, ge=1)
     fusion: FusionSettings = FusionSettings()
     """Hybrid ranking knobs for this call; the defaults are what docs/bench-locomo.md measured."""

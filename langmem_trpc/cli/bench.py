@@ -21,23 +21,28 @@ SHARED_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "
 
 ABLATIONS: dict[str, dict[str, Any]] = {
     "plain-rrf": {
-        "participant_boost": 0.0,
-        "context_weight": 0.0,
-        "vector_floor": 0.0,
-        "keyword_floor": 0.3,
-        "min_pool": 30,
-        "score_weight": 0.0,
-        "time_boost": 0.0,
-        "when_boost": 0.0,
+        "fusion_method": "rrf",
+        "fusion": {
+            "decompose_weight": 0.0,
+            "participant_boost": 0.0,
+            "context_weight": 0.0,
+            "question_word_weight": 1.0,
+            "time_boost": 0.0,
+            "when_boost": 0.0,
+        },
     },
-    "no-score-fusion": {"score_weight": 0.0},
-    "no-time-preference": {"time_boost": 0.0},
-    "no-when-preference": {"when_boost": 0.0},
-    "decompose": {"decompose_weight": 1.0},
-    "no-participants": {"participant_boost": 0.0},
-    "no-session-context": {"context_weight": 0.0},
-    "pool-30": {"min_pool": 30},
+    "rrf": {"fusion_method": "rrf"},
+    "rrf-k1": {"fusion_method": "rrf", "rrf_k": 1},
+    "scores": {"fusion_method": "scores"},
+    "no-question-words": {"fusion": {"question_word_weight": 1.0}},
+    "no-time-preference": {"fusion": {"time_boost": 0.0}},
+    "no-when-preference": {"fusion": {"when_boost": 0.0}},
+    "no-participants": {"fusion": {"participant_boost": 0.0}},
+    "no-session-context": {"fusion": {"context_weight": 0.0}},
+    "decompose": {"fusion": {"decompose_weight": 1.0}},
+    "pool-30": {"fusion": {"min_pool": 30}},
 }
+"""SearchOptions overrides of the default arm, one step or choice at a time."""
 
 
 def _progress(items: Iterable[Any], label: str, total: int) -> Iterable[Any]:
@@ -72,7 +77,11 @@ def default_data() -> Path:
 
 
 def _service_factory(backend: str, workdir: Path) -> Any:
+    """Fresh stores with unlimited capacity, so a conversation of any length fits."""
+    from ..service._core import Limits
     from ..service.memory import InMemoryMemoryService
+
+    limits = Limits(capacity=None)
 
     if backend in ("auto", "sqlite"):
         try:
@@ -88,10 +97,10 @@ def _service_factory(backend: str, workdir: Path) -> Any:
             def make_sqlite(embeddings: Any) -> Any:
                 path = workdir / f"store-{next(counter)}.db"
                 path.unlink(missing_ok=True)
-                return SQLiteMemoryService(str(path), embeddings=embeddings)
+                return SQLiteMemoryService(str(path), embeddings=embeddings, limits=limits)
 
             return make_sqlite
-    return lambda embeddings: InMemoryMemoryService(embeddings)
+    return lambda embeddings: InMemoryMemoryService(embeddings, limits=limits)
 
 
 def _embeddings(run_dir: Path, needed: bool) -> Any:
@@ -128,6 +137,13 @@ def bench() -> None:
     help="A file in the LoCoMo-10 layout (default: $LANGMEM_TRPC_LOCOMO, else a shared/data/locomo10.json or ./locomo10.json that exists).",
 )
 @click.option("--retrieval", is_flag=True, help="Offline retrieval evaluation (no LLM).")
+@click.option(
+    "--split",
+    type=click.Choice(["dev", "test", "all"]),
+    default="all",
+    show_default=True,
+    help="dev: the first half of the conversations (LoCoMo-10: 1-5), test: the rest (6-10).",
+)
 @click.option("--arms", default=None, help="Comma-separated arms (retrieval or QA arm names).")
 @click.option("--ablation", is_flag=True, help="Also run the fusion ablations on the default arm.")
 @click.option(
@@ -185,6 +201,7 @@ def bench() -> None:
 def locomo(
     data: Path | None,
     retrieval: bool,
+    split: str,
     arms: str | None,
     ablation: bool,
     sample_ids: str | None,
@@ -208,26 +225,19 @@ def locomo(
 
     Example:
 
-        langmem-trpc bench locomo --retrieval --ablation --out recall.json --plots docs/img
+        langmem-trpc bench locomo --retrieval --split dev --ablation --out recall.json
         langmem-trpc bench locomo --arms memory-vector,memory-hybrid --out qa.json
     """
-    from ..bench.locomo.loader import load_locomo
-    from ..errors import ConfigurationError
-
     path = data or default_data()
-    try:
-        dataset = load_locomo(path)
-    except ConfigurationError as exc:
-        raise click.ClickException(str(exc)) from exc
-    convs = dataset.select(sample_ids.split(",") if sample_ids else None, limit)
-    dropped = dataset.dropped_evidence
-    click.echo(
-        f"{len(convs)} conversations, {sum(len(c.questions) for c in convs)} questions from {path}; "
-        f"dropped {len(dropped)} unresolvable evidence ids: {dropped}"
-    )
+    convs, dropped = _load(path, sample_ids, limit, split)
     run_dir.mkdir(parents=True, exist_ok=True)
     payload: dict[str, Any] = {
-        "dataset": {"path": str(path), "dropped_evidence": [list(d) for d in dropped]},
+        "dataset": {
+            "path": str(path),
+            "split": split,
+            "conversations": [c.sample_id for c in convs],
+            "dropped_evidence": [list(d) for d in dropped],
+        },
         "arms": {},
     }
     if retrieval:
@@ -258,6 +268,31 @@ def locomo(
             click.echo(f"wrote {png}")
 
 
+def _load(
+    path: Path, sample_ids: str | None, limit: int | None, split: str
+) -> tuple[list[Any], list[tuple[str, str]]]:
+    """The conversations of one split (and ids, limit), and the dropped evidence ids."""
+    from ..bench.locomo.loader import load_locomo
+    from ..errors import ConfigurationError
+
+    try:
+        dataset = load_locomo(path)
+    except ConfigurationError as exc:
+        raise click.ClickException(str(exc)) from exc
+    convs = dataset.select(
+        sample_ids.split(",") if sample_ids else None,
+        limit,
+        "dev" if split == "dev" else "test" if split == "test" else "all",
+    )
+    dropped = dataset.dropped_evidence
+    click.echo(
+        f"split {split}: {len(convs)} conversations ({', '.join(c.sample_id for c in convs)}), "
+        f"{sum(len(c.questions) for c in convs)} questions from {path}; "
+        f"dropped {len(dropped)} unresolvable evidence ids: {dropped}"
+    )
+    return convs, dropped
+
+
 def _run_retrieval(
     convs: list[Any],
     arms: str | None,
@@ -279,7 +314,7 @@ def _run_retrieval(
                 f"turns-default/{name}",
                 "turns",
                 True,
-                {"fusion": knobs},
+                knobs,
                 f"ablation: {knobs}",
             )
             for name, knobs in ABLATIONS.items()

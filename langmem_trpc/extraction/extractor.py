@@ -213,7 +213,7 @@ def context_topics(
     """
     topics = [name for name in (speaker, previous_speaker) if name]
     if previous:
-        topics += primary_tokens(previous)
+        topics += primary_tokens(previous, stem=False)  # words as said; indexing stems them
     return canonical_topics(topics)[:CONTEXT_TOPICS]
 
 

@@ -1,10 +1,11 @@
 """Stored token documents: the tokenizer's output kept beside a memory, so the
 keyword leg never tokenises a stored memory again.
 
-A document is the package tokenizer's primary tokens (with repeats, in order)
-then its CJK trigrams, joined by spaces. The SQLite backend indexes it with
-FTS5 and builds its in-memory postings from it; the PostgreSQL backend stores
-it in `content_doc` / `topic_doc`. Both rebuild a `KeywordDoc` from it.
+A document is the package tokenizer's primary tokens (stemmed, with
+repeats, in order) then its CJK trigrams, joined by spaces. The SQLite
+backend indexes it with FTS5 and builds its in-memory postings from it; the
+PostgreSQL backend stores it in `content_doc` / `topic_doc`. Both rebuild a
+`KeywordDoc` from it.
 """
 
 from __future__ import annotations
@@ -49,7 +50,6 @@ def keyword_doc(
     return KeywordDoc(
         content_tf=content_tf,
         content_len=len(content),
-        content_seq=tuple(content),
         topic_tf=topic_tf,
         topic_len=len(topics),
         content_norm="",

@@ -15,13 +15,14 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from functools import lru_cache
 from itertools import chain
-from typing import TYPE_CHECKING, Any, NamedTuple, overload
+from typing import Any, NamedTuple, overload
+
+import numpy as np
+from numpy import ndarray
 
 from ..types import Entry, FusionSettings, Kind, SearchOptions
-from ._text import QUERY_FUNCTION_WORDS, cjk_trigrams, jaccard, primary_tokens, token_set
-
-if TYPE_CHECKING:
-    from numpy import ndarray
+from ._language import ENGLISH, Language
+from ._text import cjk_trigrams, jaccard, primary_tokens, token_set
 
 __all__ = [
     "DEFAULT_MIN_SCORE",
@@ -48,18 +49,18 @@ MIN_KIND_FALLBACK_RESULTS = 3
 BM25_K1 = 1.2
 BM25_B = 0.75
 TOPIC_WEIGHT = 0.65
+"""BM25F weight of the topics field against the text (1.0)."""
 TRIGRAM_WEIGHT = 0.45
-FUNCTION_WORD_WEIGHT = 0.1
+"""Query weight of a CJK trigram that is not also a primary token."""
 PHRASE_FALLBACK_SCORE = 0.35
-COVERAGE_WEIGHT = 0.30
-RARITY_WEIGHT = 0.60
-STRENGTH_WEIGHT = 0.0
-PHRASE_WEIGHT = 0.10
-"""The keyword composite's parts. The reference spec 5.1 weighs 0.40 / 0.25 /
-0.25 / 0.10; on conversational turns BM25 strength hurts ranking and rarity
-helps: these weights lift LoCoMo turn recall@10 0.725 -> 0.757, every
-conversation up (docs/bench-locomo.md, round 4). Vectorised copies of the
-scorer read these constants."""
+RELEVANCE_KNEE = 0.9
+"""Where `relevance` stops being the identity and saturates towards 1."""
+IDF_PRIOR_DOCS = 10
+"""Background documents, holding none of the query's terms, added to N for idf: a
+user's first few memories must not make every word they hold look common (with
+N = 1, idf puts a word of the only memory at a fifth of an unseen word's weight,
+and any query with one unseen word scored below reconcile's 0.30 probe). Changes
+nothing that matters at LoCoMo sizes (N = 400-900)."""
 
 
 # --- keyword leg ---------------------------------------------------------
@@ -71,7 +72,6 @@ class KeywordDoc:
 
     content_tf: Mapping[str, int]
     content_len: int
-    content_seq: tuple[str, ...]
     topic_tf: Mapping[str, int]
     topic_len: int
     content_norm: str
@@ -83,14 +83,12 @@ class KeywordDoc:
 
     @classmethod
     def build(cls, text: str, topics: Sequence[str]) -> KeywordDoc:
-        content_seq = tuple(primary_tokens(text))
-        content_tf = _field_tf(text, content_seq)
+        content_tf = _field_tf(text)
         topic_text = " ".join(topics)
-        topic_tf = _field_tf(topic_text, tuple(primary_tokens(topic_text)))
+        topic_tf = _field_tf(topic_text)
         return cls(
             content_tf=content_tf,
             content_len=sum(content_tf.values()),
-            content_seq=content_seq,
             topic_tf=topic_tf,
             topic_len=sum(topic_tf.values()),
             content_norm=_loose(text),
@@ -98,8 +96,8 @@ class KeywordDoc:
         )
 
 
-def _field_tf(text: str, tokens: tuple[str, ...]) -> dict[str, int]:
-    tf: dict[str, int] = dict(Counter(tokens))
+def _field_tf(text: str) -> dict[str, int]:
+    tf: dict[str, int] = dict(Counter(primary_tokens(text)))
     for gram in cjk_trigrams(text):
         tf.setdefault(gram, 1)
     return tf
@@ -139,20 +137,26 @@ class CorpusStats:
         )
 
     def idf(self, term: str) -> float:
+        """Lucene's BM25 idf, log(1 + (N - df + 0.5) / (df + 0.5)), with N counting
+        `IDF_PRIOR_DOCS` background documents: always > 0."""
         value = self._idf.get(term)
         if value is None:
             df = self.df.get(term, 0)
-            value = self._idf[term] = math.log(1 + (self.n_docs - df + 0.5) / (df + 0.5))
+            n = self.n_docs + IDF_PRIOR_DOCS
+            value = self._idf[term] = math.log(1 + (n - df + 0.5) / (df + 0.5))
         return value
+
+
+DEFAULT_QUESTION_WORD_WEIGHT = 0.1
 
 
 @dataclass(frozen=True)
 class QueryTerms:
-    """A query's weighted tokens: primary 1.0, extra CJK trigrams 0.45, function words 0.1.
+    """A query's weighted tokens: primary 1.0, extra CJK trigrams `TRIGRAM_WEIGHT`,
+    the language's question words `question_word_weight` (1.0 turns that step off).
 
-    Function words ("what", "did", "you") are frequent in conversational text,
-    so at full weight they dominate the coverage part of `keyword_score`; at
-    0.1 they still break ties (LoCoMo recall@10 +0.04, docs/bench-locomo.md).
+    Question words ("what", "did", "you") are frequent in conversational text;
+    at a low weight they only break ties.
     """
 
     raw: str
@@ -160,89 +164,108 @@ class QueryTerms:
     weighted: tuple[tuple[str, float], ...] = field(default=())
 
     @classmethod
-    def build(cls, query: str) -> QueryTerms:
-        primary = tuple(dict.fromkeys(primary_tokens(query)))
-        weighted = [
-            (t, FUNCTION_WORD_WEIGHT if t in QUERY_FUNCTION_WORDS else 1.0) for t in primary
-        ]
+    def build(
+        cls,
+        query: str,
+        question_word_weight: float = DEFAULT_QUESTION_WORD_WEIGHT,
+        language: Language = ENGLISH,
+    ) -> QueryTerms:
+        primary = tuple(dict.fromkeys(primary_tokens(query, language)))
+        light = language.stemmed_question_words
+        weighted = [(t, question_word_weight if t in light else 1.0) for t in primary]
         weighted += [(g, TRIGRAM_WEIGHT) for g in cjk_trigrams(query) if g not in primary]
         return cls(raw=query, primary=primary, weighted=tuple(weighted))
+
+    @classmethod
+    def of(cls, options: SearchOptions) -> QueryTerms:
+        """The terms of a search, as every backend's keyword leg weighs them."""
+        return cls.build(options.query, options.fusion.question_word_weight)
 
     @property
     def tokens(self) -> list[str]:
         return [t for t, _ in self.weighted]
 
+    def reference(self, stats: CorpusStats) -> float:
+        """The BM25 of an average-length memory holding each query term once in its
+        text (each term contributes weight x idf): `relevance` divides by it."""
+        return sum(w * stats.idf(t) for t, w in self.weighted)
 
-def _bm25(tf: int, length: int, avg: float) -> float:
-    if tf <= 0:
-        return 0.0
-    return tf * (BM25_K1 + 1) / (tf + BM25_K1 * (1 - BM25_B + BM25_B * length / avg))
+
+@overload
+def length_norm(length: float, avg: float) -> float: ...
+@overload
+def length_norm(length: ndarray, avg: float) -> ndarray: ...
+def length_norm(length: Any, avg: float) -> Any:
+    """BM25's length normalisation of one field: 1 - b + b x len / avg."""
+    return 1 - BM25_B + BM25_B * length / avg
 
 
-def _in_order(needles: Sequence[str], haystack: Sequence[str]) -> bool:
-    it = iter(haystack)
-    return all(any(token == h for h in it) for token in needles)
+@overload
+def bm25_term(
+    weight_idf: float, content_tf: float, content_norm: float, topic_tf: float, topic_norm: float
+) -> float: ...
+@overload
+def bm25_term(
+    weight_idf: float,
+    content_tf: ndarray,
+    content_norm: ndarray,
+    topic_tf: ndarray,
+    topic_norm: ndarray,
+) -> ndarray: ...
+def bm25_term(
+    weight_idf: float, content_tf: Any, content_norm: Any, topic_tf: Any, topic_norm: Any
+) -> Any:
+    """One query term's BM25F contribution, for floats or numpy arrays alike.
+
+    The fields' length-normalised frequencies are summed (topics weighted
+    `TOPIC_WEIGHT`) and saturated once: tf x (k1 + 1) / (k1 + tf), times the
+    term's weight x idf. Every backend scores with this function.
+    """
+    tf = content_tf / content_norm + TOPIC_WEIGHT * topic_tf / topic_norm
+    return weight_idf * tf * (BM25_K1 + 1) / (BM25_K1 + tf)
+
+
+@overload
+def relevance(score: float, reference: float) -> float: ...
+@overload
+def relevance(score: ndarray, reference: float) -> ndarray: ...
+def relevance(score: Any, reference: float) -> Any:
+    """The absolute [0, 1] relevance of a BM25 score, strictly increasing in it.
+
+    x = score / `QueryTerms.reference` is 1.0 for an average-length memory
+    holding every query term once, 0.5 when it holds half the query's idf
+    mass, and at most k1 + 1. Up to `RELEVANCE_KNEE` the relevance is x;
+    above, it saturates smoothly towards 1 (same slope at the knee), so it
+    never ties two different BM25 scores and stays usable as a threshold
+    (reconcile: 0.30 / 0.60 / 0.90).
+    """
+    x = np.asarray(score, dtype=np.float64) / max(reference, 1e-12)
+    over = np.maximum(x - RELEVANCE_KNEE, 0.0)
+    soft = 1 - RELEVANCE_KNEE
+    out = np.minimum(x, RELEVANCE_KNEE) + soft * (1 - np.exp(-over / soft))
+    return out if isinstance(score, np.ndarray) else float(out)
 
 
 def keyword_score(query: QueryTerms, doc: KeywordDoc, stats: CorpusStats) -> float:
-    """Absolute keyword relevance in [0, 1] (reference spec 5.1 composite).
+    """Absolute keyword relevance in [0, 1]: `relevance` of the memory's BM25F score.
 
-    Coverage of the query's tokens, their rarity (matched share of the
-    query's IDF), BM25 strength against its best case and a bonus when matched
-    tokens keep the query's order, weighted by `COVERAGE_WEIGHT` ...
-    `PHRASE_WEIGHT` (0.30 / 0.60 / 0 / 0.10; the spec's 0.40 / 0.25 / 0.25 / 0.10
-    ranked conversational turns worse). Never normalised by the best hit, so it is comparable
-    across queries and usable as a reconcile threshold.
+    A query with no matching token falls back to a literal phrase match
+    ("C#"). Never normalised by the best hit, so it is comparable across
+    queries and usable as a reconcile threshold.
     """
-    total_weight = sum(w for _, w in query.weighted)
-    total_idf = raw = potential = matched_weight = matched_idf = 0.0
-    matched: set[str] = set()
+    content_norm = length_norm(doc.content_len, stats.avg_content_len)
+    topic_norm = length_norm(doc.topic_len, stats.avg_topic_len)
+    raw = 0.0
     for token, weight in query.weighted:
-        idf = stats.idf(token)
-        total_idf += weight * idf
-        if idf <= 0:
-            continue
-        term = (
-            weight
-            * idf
-            * (
-                _bm25(doc.content_tf.get(token, 0), doc.content_len, stats.avg_content_len)
-                + TOPIC_WEIGHT
-                * _bm25(doc.topic_tf.get(token, 0), doc.topic_len, stats.avg_topic_len)
+        content_tf = doc.content_tf.get(token, 0)
+        topic_tf = doc.topic_tf.get(token, 0)
+        if content_tf or topic_tf:
+            raw += bm25_term(
+                weight * stats.idf(token), content_tf, content_norm, topic_tf, topic_norm
             )
-        )
-        if term > 0:
-            raw += term
-            matched_weight += weight
-            matched_idf += weight * idf
-            potential += weight * idf * (BM25_K1 + 1)
-            matched.add(token)
-    if not matched:
+    if raw <= 0:
         return _phrase_fallback(query.raw, doc)
-    strength = min(raw / potential, 1.0) if potential > 0 else 0.0
-    coverage = matched_weight / max(total_weight, 1.0)
-    rarity = matched_idf / max(total_idf, 1.0)
-    in_query_order = [t for t in query.primary if t in matched]
-    phrase = 0.0
-    if len(in_query_order) >= 2:
-        if _in_order(in_query_order, doc.content_seq):
-            phrase = 1.0
-        elif all(t in doc.topic_tf for t in in_query_order):
-            phrase = 0.8
-    return min(composite_base(coverage, rarity, strength) + PHRASE_WEIGHT * phrase, 1.0)
-
-
-@overload
-def composite_base(coverage: float, rarity: float, strength: float) -> float: ...
-@overload
-def composite_base(coverage: ndarray, rarity: ndarray, strength: ndarray) -> ndarray: ...
-def composite_base(coverage: Any, rarity: Any, strength: Any) -> Any:
-    """The keyword composite before its phrase part, for floats or numpy arrays alike.
-
-    Every copy of the scorer adds the phrase part to this, in this order, so
-    the vectorised backends stay bit-identical to `keyword_score`.
-    """
-    return COVERAGE_WEIGHT * coverage + RARITY_WEIGHT * rarity + STRENGTH_WEIGHT * strength
+    return relevance(raw, query.reference(stats))
 
 
 def _phrase_fallback(query: str, doc: KeywordDoc) -> float:
@@ -360,27 +383,32 @@ def _named_participants(query: str, entries: Iterable[Entry]) -> set[str]:
     return named
 
 
-_MONTH_NAMES = (
-    "january february march april may june july august september october november december"
-).split()
-_MONTHS = {name: number for number, name in enumerate(_MONTH_NAMES, start=1)}
-_MONTHS.update({name[:3]: number for name, number in _MONTHS.items()})
-_MONTHS["sept"] = 9
-_MONTH_RE = r"(jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?|sep(?:t(?:ember)?)?|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)"
 _ORD = r"(\d{1,2})(?:st|nd|rd|th)?"
-_DATE_FORMS: tuple[tuple[re.Pattern[str], str], ...] = (
-    (re.compile(r"\b(\d{4})-(\d{1,2})-(\d{1,2})\b"), "ymd"),
-    (re.compile(rf"\b{_ORD}\s+(?:of\s+)?{_MONTH_RE}\.?,?\s+(\d{{4}})\b", re.I), "dmy"),
-    (re.compile(rf"\b{_MONTH_RE}\.?\s+{_ORD},?\s+(\d{{4}})\b", re.I), "mdy"),
-    (re.compile(rf"\b{_MONTH_RE}\.?,?\s+(?:of\s+)?(\d{{4}})\b", re.I), "my"),
-    (re.compile(r"\b(19\d\d|20\d\d)\b"), "y"),
-    (
-        re.compile(
-            r"\b(January|February|March|April|May|June|July|August|September|October|November|December)\b"
-        ),
-        "m",
-    ),
-)
+
+
+@lru_cache(maxsize=16)
+def _date_forms(language: Language) -> tuple[tuple[re.Pattern[str], str], ...]:
+    """The absolute date shapes a query can name, from the language's month names
+    (none without them but ISO dates and years)."""
+    forms: list[tuple[re.Pattern[str], str]] = [
+        (re.compile(r"\b(\d{4})-(\d{1,2})-(\d{1,2})\b"), "ymd")
+    ]
+    if language.month_names:
+        months = "|".join(
+            f"{re.escape(m[:3])}(?:{re.escape(m[3:])})?" if len(m) > 3 else re.escape(m)
+            for m in language.month_names
+        )
+        month = rf"({months}|sept)" if language is ENGLISH else rf"({months})"
+        forms += [
+            (re.compile(rf"\b{_ORD}\s+(?:of\s+)?{month}\.?,?\s+(\d{{4}})\b", re.I), "dmy"),
+            (re.compile(rf"\b{month}\.?\s+{_ORD},?\s+(\d{{4}})\b", re.I), "mdy"),
+            (re.compile(rf"\b{month}\.?,?\s+(?:of\s+)?(\d{{4}})\b", re.I), "my"),
+        ]
+    forms.append((re.compile(r"\b(19\d\d|20\d\d)\b"), "y"))
+    if language.month_names:
+        names = "|".join(re.escape(m.capitalize()) for m in language.month_names)
+        forms.append((re.compile(rf"\b({names})\b"), "m"))
+    return tuple(forms)
 
 
 class Period(NamedTuple):
@@ -402,37 +430,42 @@ class Period(NamedTuple):
         return self.month is None or when.month == self.month
 
 
-def query_periods(query: str) -> list[Period]:
+def query_periods(query: str, language: Language = ENGLISH) -> list[Period]:
     """Calendar periods a question names ("May 2023", "on 3 June, 2023", "in 2022", "in July").
 
     Absolute dates only: relative ones ("last year") have no anchor a
     search can trust (the question's time is not the memories' time). A lone
-    month must be capitalised, so the verb "may" is not a month.
+    month must be capitalised, so the verb "may" is not a month. Month names
+    come from the language.
     """
     periods: list[Period] = []
     rest = query
-    for pattern, form in _DATE_FORMS:
+    for pattern, form in _date_forms(language):
         for match in pattern.finditer(rest):
-            groups = match.groups()
+            g = match.groups()
             if form == "ymd":
-                period = Period(int(groups[0]), int(groups[1]), int(groups[2]))
+                period = Period(int(g[0]), int(g[1]), int(g[2]))
             elif form == "dmy":
-                period = Period(int(groups[2]), _month(groups[1]), int(groups[0]))
+                period = Period(int(g[2]), _month(g[1], language), int(g[0]))
             elif form == "mdy":
-                period = Period(int(groups[2]), _month(groups[0]), int(groups[1]))
+                period = Period(int(g[2]), _month(g[0], language), int(g[1]))
             elif form == "my":
-                period = Period(int(groups[1]), _month(groups[0]), None)
+                period = Period(int(g[1]), _month(g[0], language), None)
             elif form == "y":
-                period = Period(int(groups[0]), None, None)
+                period = Period(int(g[0]), None, None)
             else:
-                period = Period(None, _month(groups[0]), None)
+                period = Period(None, _month(g[0], language), None)
             periods.append(period)
         rest = pattern.sub(" ", rest)
     return periods
 
 
-def _month(name: str) -> int:
-    return _MONTHS[name.lower()[:3]]
+def _month(name: str, language: Language) -> int:
+    prefix = name.lower()[:3]
+    for number, month in enumerate(language.month_names, start=1):
+        if month[:3] == prefix:
+            return number
+    raise ValueError(name)  # pragma: no cover - the patterns only match month names
 
 
 def _time_preference(
@@ -463,29 +496,22 @@ def _prefer(adjusted: dict[str, float], preferred: set[str], boost: float) -> No
             adjusted[key] *= scale
 
 
-_WHEN_QUESTION = re.compile(
-    r"^\s*(?:when|what (?:date|year|month|day|time)|which (?:year|month|day))\b|\bhow long ago\b",
-    re.I,
-)
-_TIME_WORDS = frozenset(
-    (
-        "yesterday today tonight tomorrow last next ago recently earlier week weekend weeks "
-        "month months year years days summer winter spring fall autumn monday tuesday "
-        "wednesday thursday friday saturday sunday"
-    ).split()
-).union(_MONTH_NAMES)
-_WORD = re.compile(r"[a-z]+")
+_WORD = re.compile(r"[^\W\d_]+")
 _YEAR = re.compile(r"(?<!\d)(?:19|20)\d\d(?!\d)")
 
 
 @lru_cache(maxsize=8192)
-def _says_time(text: str) -> bool:
-    """A time word ("yesterday", "last", "May", "Sunday") or a year 1900-2099 in the text.
+def _says_time(text: str, language: Language = ENGLISH) -> bool:
+    """A time word of the language ("yesterday", "last", "May", "Sunday") or a year
+    1900-2099 in the text.
 
     Cached per text: the same memories come back as candidates search after search.
     """
     lowered = text.lower()
-    return not _TIME_WORDS.isdisjoint(_WORD.findall(lowered)) or _YEAR.search(lowered) is not None
+    return (
+        not language.time_words.isdisjoint(_WORD.findall(lowered))
+        or _YEAR.search(lowered) is not None
+    )
 
 
 def _when_preference(
@@ -494,63 +520,86 @@ def _when_preference(
     """A "when" question prefers hits that say a time: an answer to "When did Ann
     adopt Rex?" reads "I adopted him last week", while the turns that only
     talk about Rex do not date anything. Others are scaled by 1 / (1 + boost)
-    when some candidate says a time (LoCoMo recall@10 +0.010, round 4)."""
-    if not _WHEN_QUESTION.search(query):
+    when some candidate says a time. The cue is the language's `when_question`."""
+    language = ENGLISH
+    if language.when_question is None or not language.when_question.search(query):
         return
     _prefer(adjusted, {key for key in adjusted if _says_time(best[key][0].memory.text)}, boost)
 
 
-def _adjust_fused(
-    fused: dict[str, float],
-    best: Mapping[str, tuple[Entry, float]],
-    query: str,
-    tuning: FusionSettings,
+def _session_context(
+    fused: dict[str, float], best: Mapping[str, tuple[Entry, float]], weight: float
 ) -> dict[str, float]:
-    """Session context and participant awareness on top of plain RRF, bounded by the RRF maximum."""
+    """Each hit shares in the best fused score of the other candidates with the same
+    event time (one conversation session or moment): (own + w x other) / (1 + w)."""
     adjusted = dict(fused)
-    if tuning.context_weight > 0:
-        groups: dict[datetime, list[str]] = {}
-        for key, (entry, _) in best.items():
-            event = entry.memory.event_time
-            if event is not None and key in fused:
-                groups.setdefault(event, []).append(key)
-        for keys in groups.values():
-            if len(keys) < 2:
-                continue
-            ranked = sorted(keys, key=lambda k: -fused[k])
-            top, second = fused[ranked[0]], fused[ranked[1]]
-            for key in keys:
-                context = second if key == ranked[0] else top
-                adjusted[key] = (fused[key] + tuning.context_weight * context) / (
-                    1 + tuning.context_weight
-                )
-    if tuning.participant_boost > 0:
-        named = _named_participants(query, (entry for entry, _ in best.values()))
-        if named:
-            scale = 1.0 / (1.0 + tuning.participant_boost)
-            for key in adjusted:
-                if not named.intersection(best[key][0].memory.participants):
-                    adjusted[key] *= scale
+    groups: dict[datetime, list[str]] = {}
+    for key, (entry, _) in best.items():
+        event = entry.memory.event_time
+        if event is not None and key in fused:
+            groups.setdefault(event, []).append(key)
+    for keys in groups.values():
+        if len(keys) < 2:
+            continue
+        ranked = sorted(keys, key=lambda k: -fused[k])
+        top, second = fused[ranked[0]], fused[ranked[1]]
+        for key in keys:
+            context = second if key == ranked[0] else top
+            adjusted[key] = (fused[key] + weight * context) / (1 + weight)
     return adjusted
 
 
-def _blend_scores(
-    fused: Mapping[str, float],
-    vector: Sequence[tuple[Entry, float]],
-    keyword: Sequence[tuple[Entry, float]],
-    weight: float,
-    k: int,
+def _participant_preference(
+    adjusted: dict[str, float], best: Mapping[str, tuple[Entry, float]], query: str, boost: float
+) -> None:
+    """A hit whose participant the query names keeps its score; others are scaled by
+    1 / (1 + boost), when the query names one."""
+    named = _named_participants(query, (entry for entry, _ in best.values()))
+    if named:
+        _prefer(
+            adjusted,
+            {key for key in adjusted if named.intersection(best[key][0].memory.participants)},
+            boost,
+        )
+
+
+def _score_fusion(
+    vector: Sequence[tuple[Entry, float]], keyword: Sequence[tuple[Entry, float]]
 ) -> dict[str, float]:
-    """Score-aware fusion: (1 - w) x RRF + w x the mean of the two legs' absolute scores,
-    the latter scaled to RRF's range (a hit first in both legs scores 2 / (k + 1))."""
-    vec = {e.id: min(s, 1.0) for e, s in vector}
-    kw = {e.id: min(s, 1.0) for e, s in keyword}
-    scaled = weight * (2.0 / (k + 1))
-    rest = 1 - weight
-    return {
-        key: rest * value + scaled * (vec.get(key, 0.0) + kw.get(key, 0.0)) / 2
-        for key, value in fused.items()
-    }
+    """`fusion_method="scores"`: the mean of the two legs' absolute scores (cosine,
+    keyword relevance; 0 for a leg that did not return the hit)."""
+    fused: dict[str, float] = {}
+    for leg in (vector, keyword):
+        for entry, score in leg:
+            fused[entry.id] = fused.get(entry.id, 0.0) + min(score, 1.0) / 2
+    return fused
+
+
+def _fused_order(
+    vector: list[tuple[Entry, float]],
+    keyword: list[tuple[Entry, float]],
+    best: Mapping[str, tuple[Entry, float]],
+    plain: dict[str, float],
+    options: SearchOptions,
+) -> dict[str, float]:
+    """The fused score that orders hybrid hits: the fusion method, then each enabled step
+    (decompose, context, participants, time, when) in that order."""
+    tuning = options.fusion
+    fused = plain if options.fusion_method == "rrf" else _score_fusion(vector, keyword)
+    if tuning.decompose_weight > 0:
+        k = options.rrf_k if options.fusion_method == "rrf" else None
+        fused = _decomposed(fused, best, options.query, tuning, k)
+    if tuning.context_weight > 0:
+        fused = _session_context(fused, best, tuning.context_weight)
+    else:
+        fused = dict(fused)
+    if tuning.participant_boost > 0:
+        _participant_preference(fused, best, options.query, tuning.participant_boost)
+    if tuning.time_boost > 0:
+        _time_preference(fused, best, options.query, tuning.time_boost)
+    if tuning.when_boost > 0:
+        _when_preference(fused, best, options.query, tuning.when_boost)
+    return fused
 
 
 _CLAUSE_SPLIT = re.compile(r"\s*(?:[,;?!]|\band\b|\bor\b|\bbut\b)\s*", re.I)
@@ -563,11 +612,8 @@ def _sub_queries(query: str, named: set[str]) -> list[QueryTerms]:
     names = {t for person in named for t in primary_tokens(person)}
     if len(clauses) >= 2:
         return [QueryTerms.build(c) for c in clauses]
-    words = [
-        t
-        for t in dict.fromkeys(primary_tokens(query))
-        if t not in QUERY_FUNCTION_WORDS and t not in names
-    ]
+    light = ENGLISH.stemmed_question_words
+    words = [t for t in dict.fromkeys(primary_tokens(query)) if t not in light and t not in names]
     if 2 <= len(words) <= 5:
         return [QueryTerms.build(w) for w in words]
     return []
@@ -578,12 +624,13 @@ def _decomposed(
     best: Mapping[str, tuple[Entry, float]],
     query: str,
     tuning: FusionSettings,
-    k: int,
+    k: int | None,
 ) -> dict[str, float]:
-    """Query decomposition without an LLM: each sub-query (`_sub_queries`) ranks the
+    """Query decomposition without an LLM: each sub-query (`_sub_queries`) scores the
     candidates already fetched by the local keyword score (no backend call) and
-    votes in the fusion with decompose_weight / n. Off by default: +0.007
-    LoCoMo recall@10 for ~6 ms per search (docs/bench-locomo.md)."""
+    votes like one more keyword leg with decompose_weight / n: 1 / (k + rank)
+    under RRF (`k`), half its keyword relevance under score fusion (`k` None).
+    Off by default (docs/bench-locomo.md)."""
     docs = {
         key: KeywordDoc.build(entry.memory.text, entry.memory.topics)
         for key, (entry, _) in best.items()
@@ -594,8 +641,8 @@ def _decomposed(
     def vote(terms: QueryTerms, weight: float) -> None:
         scored = [(key, keyword_score(terms, doc, stats)) for key, doc in docs.items()]
         ranked = sorted((h for h in scored if h[1] > 0), key=lambda h: -h[1])
-        for rank, (key, _) in enumerate(ranked, start=1):
-            out[key] += weight / (k + rank)
+        for rank, (key, score) in enumerate(ranked, start=1):
+            out[key] += weight * (score / 2 if k is None else 1 / (k + rank))
 
     if tuning.decompose_weight > 0:
         named = _named_participants(query, (entry for entry, _ in best.values()))
@@ -641,20 +688,19 @@ def _ranked(
 
 
 def _rank_legs(legs: Legs, options: SearchOptions, limit: int | None = None) -> list[Entry]:
-    threshold = options.similarity_threshold
-    if threshold is None:
-        threshold = DEFAULT_MIN_SCORE
+    explicit = options.similarity_threshold
+    keyword_min = options.fusion.keyword_floor if explicit is None else explicit
     by_event = options.order_by_event_time
     if legs.vector is None or (
-        options.hybrid and not legs.vector and _keyword_hits(legs, threshold)
+        options.hybrid and not legs.vector and _keyword_hits(legs, keyword_min)
     ):
-        keyword = _keyword_hits(legs, threshold)
+        keyword = _keyword_hits(legs, keyword_min)
         return _ranked(((e, s, None) for e, s in keyword), by_event, limit)
     if not options.hybrid:
+        threshold = DEFAULT_MIN_SCORE if explicit is None else explicit
         vector = [(e, s) for e, s in legs.vector if s >= threshold]
         return _ranked(((e, s, None) for e, s in vector), by_event, limit)
     # Hybrid: each leg votes with its candidates above a low floor (or the explicit threshold).
-    explicit = options.similarity_threshold
     vector_floor = explicit if explicit is not None else options.fusion.vector_floor
     keyword_floor = explicit if explicit is not None else options.fusion.keyword_floor
     vector = [(e, s) for e, s in legs.vector if s >= vector_floor and s > 0]
@@ -664,18 +710,8 @@ def _rank_legs(legs: Legs, options: SearchOptions, limit: int | None = None) -> 
         held = best.get(entry.id)
         if held is None or score > held[1]:
             best[entry.id] = (entry, score)
-    tuning = options.fusion
     plain = _rrf_with_ties([vector, keyword], options.rrf_k)
-    fused = plain
-    if tuning.score_weight > 0:
-        fused = _blend_scores(plain, vector, keyword, tuning.score_weight, options.rrf_k)
-    if tuning.decompose_weight > 0:
-        fused = _decomposed(fused, best, options.query, tuning, options.rrf_k)
-    fused = _adjust_fused(fused, best, options.query, tuning)
-    if tuning.time_boost > 0:
-        _time_preference(fused, best, options.query, tuning.time_boost)
-    if tuning.when_boost > 0:
-        _when_preference(fused, best, options.query, tuning.when_boost)
+    fused = _fused_order(vector, keyword, best, plain, options)
     keys: Iterable[str] = plain
     if limit is not None and 0 < limit < len(fused):
         # Only hits at or above the limit-th fused score can be ranked into the result.

@@ -3,8 +3,9 @@
 One tokeniser for every backend keeps scores comparable: the SQLite FTS
 index, the in-memory scorer and reconcile all see the same tokens.
 
-Latin text: maximal runs of letters/digits, lowercased, length >= 2, minus a
-small English stopword list; a run longer than `MAX_TOKEN_CHARS` is indexed
+Latin text: maximal runs of letters/digits, lowercased, length >= 2, minus the
+language's stopwords, then Snowball-stemmed ("Hiked" -> "hike"; English by
+default, `service._language`); a token longer than `MAX_TOKEN_CHARS` is indexed
 and queried as its first `MAX_TOKEN_CHARS` characters (PostgreSQL refuses a
 tsvector lexeme of 2,047 bytes or more; the stored text stays exact). CJK text (no dictionary, so no jieba): each
 maximal run of Han/Kana/Hangul yields its 2-character windows as primary
@@ -16,9 +17,12 @@ from __future__ import annotations
 import re
 import unicodedata
 
+from ._language import ENGLISH, Language
+
 __all__ = [
+    "ENGLISH",
     "MAX_TOKEN_CHARS",
-    "QUERY_FUNCTION_WORDS",
+    "Language",
     "cjk_trigrams",
     "normalize_text",
     "primary_tokens",
@@ -27,17 +31,6 @@ __all__ = [
     "token_set",
 ]
 
-STOPWORDS = frozenset(
-    "a an the and or of in on to for with is are am be been being was were this that these those".split()
-)
-QUERY_FUNCTION_WORDS = frozenset(
-    "what when where who whom whose why how which did does do doing done has have had would could "
-    "should can will is are be been her his him he she they them their you your me my we our it its "
-    "about any some kind sort type".split()
-)
-"""Question words, auxiliaries and pronouns: indexed as usual, but a query's keyword
-leg weighs them lightly (`service._search.QueryTerms`), so "What did Caroline
-research?" is judged by "caroline" and "research", not by "what" and "did"."""
 CJK_STOPWORDS = frozenset(
     "的 了 是 在 和 有 我 他 她 它 这 那 都 也 就 不 会 到 说 对 一个 一些 一种 这个 那个 我们 你们 他们 她们 它们 "
     "自己 已经 还是 如果 因为 所以 然后 用户".split()
@@ -96,8 +89,9 @@ def _cjk_stop(token: str) -> bool:
     return token in CJK_STOPWORDS or all(c in CJK_STOPWORDS for c in token)
 
 
-def primary_tokens(text: str) -> list[str]:
-    """Tokens in order, with repeats (term frequencies need them)."""
+def primary_tokens(text: str, language: Language = ENGLISH, stem: bool = True) -> list[str]:
+    """Tokens in order, with repeats (term frequencies need them); Latin words stemmed
+    unless `stem` is false (words shown to people, such as context topics)."""
     lowered = text.lower().strip()
     if not lowered:
         return []
@@ -106,8 +100,8 @@ def primary_tokens(text: str) -> list[str]:
     single_cjk = len(runs) == 1 and runs[0][1] and len(runs[0][0]) == 1
     for run, cjk in runs:
         if not cjk:
-            if len(run) >= 2 and run not in STOPWORDS:
-                tokens.append(run[:MAX_TOKEN_CHARS])
+            if len(run) >= 2 and run not in language.stopwords:
+                tokens.append((language.stem(run) if stem else run)[:MAX_TOKEN_CHARS])
             continue
         if len(run) == 1:
             if single_cjk:
@@ -120,9 +114,9 @@ def primary_tokens(text: str) -> list[str]:
     return tokens
 
 
-def search_tokens(text: str) -> list[str]:
+def search_tokens(text: str, language: Language = ENGLISH) -> list[str]:
     """Primary tokens, de-duplicated, first occurrence order."""
-    return list(dict.fromkeys(primary_tokens(text)))
+    return list(dict.fromkeys(primary_tokens(text, language)))
 
 
 def cjk_trigrams(text: str) -> list[str]:

@@ -417,7 +417,7 @@ class InMemoryMemoryService(SyncMemoryService):
                 if row.doc is None:
                     row.doc = KeywordDoc.build(row.entry.text, row.entry.memory.topics)
             snapshot = [(r.entry, r.vector, r.doc) for r in rows if r.doc is not None]
-        terms = QueryTerms.build(options.query)
+        terms = QueryTerms.of(options)
         stats = CorpusStats.from_docs(doc for _, _, doc in snapshot)
 
         def fetch(kind: Kind | None, pool: int) -> Legs:

@@ -35,7 +35,7 @@ class HashingEmbeddings(Embeddings):
 
     def embed(self, text: str) -> list[float]:
         vector = np.zeros(self.size, dtype=np.float64)
-        for token in primary_tokens(text):
+        for token in primary_tokens(text, stem=False):  # words as written: a stand-in for a model
             index, sign = self._bucket("w:" + token)
             vector[index] += sign
             padded = f"#{token}#"

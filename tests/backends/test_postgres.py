@@ -228,6 +228,42 @@ def test_docs_migration_backfills_rows_written_before_it(opened, clean_url):
         assert (content_doc, topic_doc) == (expected["content_doc"], expected["topic_doc"])
 
 
+def test_stemmed_docs_migration_retokenises_every_row(opened, clean_url):
+    """Rows stored by the unstemmed tokenizer get stemmed documents, terms and lengths,
+    and their user's document frequencies follow: "hike" then finds "Hiked"."""
+    svc = opened(limits=Limits(capacity=None))
+    svc.add(ALICE, "Hiked the ridge at dawn", topics=["Mountains"])
+    svc.add(ALICE, "Bought new boots")
+    version = max(_sql.RETOKENIZE_MIGRATIONS)
+    with psycopg.connect(clean_url, autocommit=True) as conn:
+        conn.execute(  # what the unstemmed tokenizer stored
+            "UPDATE langmem_memories SET content_terms = string_to_array(lower(text), ' '), "
+            "content_doc = lower(text), topic_terms = '{mountains}', topic_doc = 'mountains'"
+        )
+        conn.execute(
+            "DELETE FROM langmem_migrations WHERE scope = 'core' AND version = %s", (version,)
+        )
+        conn.execute("DELETE FROM langmem_user_terms")
+        conn.execute(
+            "INSERT INTO langmem_user_terms (app_name, user_id, term, df) "
+            "SELECT app_name, user_id, t, count(*) FROM langmem_memories, "
+            "unnest(content_terms || topic_terms) t GROUP BY 1, 2, 3"
+        )
+    svc.setup()
+    with psycopg.connect(clean_url, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT text, topics, content_doc, topic_doc, content_terms, content_len "
+            "FROM langmem_memories"
+        ).fetchall()
+        df = dict(conn.execute("SELECT term, df FROM langmem_user_terms WHERE df > 0").fetchall())
+    for text, topics, content_doc, topic_doc, terms, length in rows:
+        expected = _sql.keyword_columns(text, topics)
+        assert (content_doc, topic_doc) == (expected["content_doc"], expected["topic_doc"])
+        assert sorted(terms) == expected["content_terms"] and length == expected["content_len"]
+    assert df.get("hike") == 1 and "hiked" not in df
+    assert [e.text for e in svc.search(ALICE, "hike")] == ["Hiked the ridge at dawn"]
+
+
 def test_migrations_are_idempotent_and_recorded(clean_url):
     for _ in range(2):
         svc = PostgresMemoryService(clean_url, HashingEmbeddings())
@@ -260,6 +296,7 @@ PINNED: list[str] = [
     "20fc46fcb699cf48",
     "d9d4ca11fe60147d",  # cursor keys, thread claims, dead letters
     "c0aacfb3b376488b",  # expires_at (store TTL)
+    "d4e8680fc281ce87",
 ]
 
 

@@ -79,6 +79,7 @@ PINNED_MIGRATIONS = [
     "10b331ae7bc60f9dcc7892db8837539bc16010911bec84242963c85549411efc",
     "aa7c28b39645a437aaab7ae5b13958314d56f3f4ba8eedb7b182e545d6687974",  # cursor keys, attempts, dead letters
     "99e8fa0a579811ac68e5c341b0f1e21b87ac3f018a72630ccb750cce274cf185",  # expires_at (store TTL)
+    "f6f6fe3e4c1143be5723b9df398000df835c4121719c104307857e7d3c46c4d6",
 ]
 
 
@@ -149,6 +150,39 @@ def test_every_write_path_keeps_the_index_consistent(tmp_path):
     assert_index_consistent(svc.path)
     assert_state_consistent(svc.path)
     assert [e.text for e in svc.search(ALICE, "after clear")] == ["after clear"]
+    svc.close()
+
+
+def test_stemmed_docs_migration_rebuilds_documents_and_fts(tmp_path):
+    """A file written by the unstemmed tokenizer is re-tokenised on open: documents,
+    lengths, user_state sums and the FTS index, so "hike" finds "Hiked"."""
+    path = tmp_path / "old.db"
+    svc = SQLiteMemoryService(path)
+    svc.add(ALICE, "Hiked the ridge at dawn", topics=["Mountains"])
+    svc.add(ALICE, "Bought new boots")
+    svc.close()
+    conn = sqlite3.connect(path)
+    conn.create_function("lm_scoped", 2, scoped)
+    with conn:  # the unstemmed tokenizer's documents and FTS rows, then "before" the migration
+        prefix = scope_prefix(ALICE)
+        conn.execute("INSERT INTO memories_fts (memories_fts) VALUES ('delete-all')")
+        conn.execute("UPDATE memories SET content_doc = 'hiked ridge at dawn', content_len = 4")
+        conn.execute(
+            "INSERT INTO memories_fts (rowid, content, topics) "
+            "SELECT rid, lm_scoped(?, content_doc), lm_scoped(?, topic_doc) FROM memories",
+            (prefix, prefix),
+        )
+        conn.execute("DELETE FROM langmem_migrations WHERE version = ?", (len(MIGRATIONS),))
+    conn.close()
+    svc = SQLiteMemoryService(path)
+    assert [e.text for e in svc.search(ALICE, "hike")] == ["Hiked the ridge at dawn"]
+    conn = sqlite3.connect(path)
+    rows = conn.execute("SELECT text, content_doc, content_len FROM memories").fetchall()
+    state = conn.execute("SELECT content_len FROM user_state").fetchone()[0]
+    conn.close()
+    for text, doc, length in rows:
+        assert doc == fts_document(text) and length == len(doc.split())
+    assert state == sum(length for _, _, length in rows)
     svc.close()
 
 

@@ -107,9 +107,51 @@ def test_cli_retrieval_writes_documented_json(sample_path, tmp_path, monkeypatch
     assert result.exit_code == 0, result.output
     assert "local embeddings are missing" in result.output
     payload = json.loads(out.read_text())
-    assert set(payload["arms"]) == {"turns-keyword"}
+    assert set(payload["arms"]) == {"turns-keyword", "turns-plain-keyword", "turns-bm25s"}
     assert set(payload["arms"]["turns-keyword"]["recall@10"]) >= {"overall", "1", "2", "3", "4"}
+    assert payload["arms"]["turns-bm25s"]["recall@10"]["overall"] > 0
     assert payload["dataset"]["dropped_evidence"] == [["conv-x", "D9:9"]]
+
+
+def _two_conversations(tmp_path, turns: int = 3):
+    """conv-x (the sample) and conv-y, whose one session holds `turns` turns."""
+    from tests.bench.conftest import _sample
+
+    first, second = _sample(), _sample()
+    second["sample_id"] = "conv-y"
+    second["conversation"]["session_2"] = [
+        {"speaker": "Bob", "dia_id": f"D2:{i}", "text": f"Bob ran marathon number {i}."}
+        for i in range(1, turns + 1)
+    ]
+    path = tmp_path / "two.json"
+    path.write_text(json.dumps([first, second]))
+    return path
+
+
+def _run(path, tmp_path, *extra: str) -> dict:
+    out = tmp_path / "r.json"
+    result = CliRunner().invoke(
+        bench,
+        ["locomo", "--retrieval", "--data", str(path), "--arms", "turns-keyword"]
+        + ["--run-dir", str(tmp_path / "r"), "--fresh", "--out", str(out), *extra],
+    )
+    assert result.exit_code == 0, result.output
+    return json.loads(out.read_text())
+
+
+def test_cli_split_selects_the_halves(tmp_path):
+    """--split dev is the first half of the file's conversations, test the rest."""
+    path = _two_conversations(tmp_path)
+    assert _run(path, tmp_path, "--split", "dev")["dataset"]["conversations"] == ["conv-x"]
+    assert _run(path, tmp_path, "--split", "test")["dataset"]["conversations"] == ["conv-y"]
+    assert _run(path, tmp_path)["dataset"]["conversations"] == ["conv-x", "conv-y"]
+
+
+def test_cli_runs_conversations_longer_than_the_default_capacity(tmp_path):
+    """1,100 turns in one conversation: the harness stores have no capacity limit."""
+    path = _two_conversations(tmp_path, turns=1_100)
+    payload = _run(path, tmp_path, "--split", "test")
+    assert payload["arms"]["turns-keyword"]["questions"]["overall"] > 0
 
 
 @pytest.mark.local_embeddings

@@ -60,10 +60,28 @@ def test_keyword_score_does_not_depend_on_the_best_hit():
     assert alone > 0.6
 
 
-def test_phrase_order_bonus():
-    in_order = score("two cats", CORPUS[2], CORPUS)
-    reversed_ = score("cats two", CORPUS[2], CORPUS)
-    assert in_order > reversed_
+def test_keyword_score_finds_inflected_forms():
+    """Snowball stemming: "hike" finds "Hiked", "cat" finds "cats"."""
+    corpus = [*CORPUS, "Hiked the ridge at dawn"]
+    assert score("hike", corpus[-1], corpus) > 0
+    assert score("hiking", corpus[-1], corpus) == score("hike", corpus[-1], corpus)
+    assert score("cat", CORPUS[2], CORPUS) > 0
+
+
+def test_keyword_score_is_bm25_ordered():
+    """Repeats saturate, longer memories weigh a match less, rarer terms weigh more."""
+    corpus = ["tea", "tea tea tea", "tea with milk and sugar every day", "coffee", "coffee beans"]
+    once, thrice, long = (score("tea", t, corpus) for t in corpus[:3])
+    assert thrice > once > long > 0
+
+
+def test_relevance_is_the_idf_share_and_strictly_increasing():
+    from langmem_trpc.service._search import RELEVANCE_KNEE, relevance
+
+    assert relevance(0.5, 1.0) == 0.5
+    assert relevance(RELEVANCE_KNEE, 1.0) == pytest.approx(RELEVANCE_KNEE)
+    above = [relevance(x, 1.0) for x in (0.95, 1.0, 1.5, 2.2)]
+    assert above == sorted(above) and len(set(above)) == 4 and above[-1] < 1.0
 
 
 def test_symbol_queries_fall_back_to_a_literal_match():
@@ -108,7 +126,9 @@ def test_passes_time_lets_undated_entries_through():
 def test_hybrid_orders_by_rrf_and_reports_absolute_score():
     a, b, c = entry("a", "alpha"), entry("b", "beta"), entry("c", "gamma")
     legs = Legs(vector=[(a, 0.9), (b, 0.5)], keyword=[(b, 0.8), (c, 0.4)])
-    hits = execute_search(SearchOptions(query="q", hybrid=True), lambda kind, pool: legs)
+    hits = execute_search(
+        SearchOptions(query="q", hybrid=True, fusion_method="rrf"), lambda kind, pool: legs
+    )
     assert [h.id for h in hits] == ["b", "a", "c"]
     assert hits[0].score == 0.8 and hits[0].rrf_score == pytest.approx(1 / 62 + 1 / 61)
 
@@ -163,27 +183,80 @@ def test_fusion_min_pool_sets_the_candidate_pool():
 
 def test_question_words_weigh_little_in_the_keyword_score():
     """ "what did" matching must not outweigh the content words of a question."""
+    from langmem_trpc.types import FusionSettings
+
     corpus = ["What did you do today?", "Caroline researched adoption agencies", "hello there"]
     function_only = score("What did Caroline research?", corpus[0], corpus)
     content = score("What did Caroline research?", corpus[1], corpus)
     assert content > function_only
     weights = dict(QueryTerms.build("What did Caroline research").weighted)
-    assert weights["what"] < 0.5 and weights["caroline"] == 1.0
+    assert weights["what"] < 0.5 and weights["carolin"] == 1.0
+    off = dict(QueryTerms.build("What did Caroline research", question_word_weight=1.0).weighted)
+    assert off["what"] == 1.0
+    options = SearchOptions(query="What did", fusion=FusionSettings(question_word_weight=0.3))
+    assert dict(QueryTerms.of(options).weighted)["what"] == 0.3
 
 
-def test_score_aware_fusion_orders_by_scores_and_keeps_plain_rrf():
-    """A hit strong in one leg beats one weak in both; rrf_score stays the plain RRF sum."""
-    from langmem_trpc.types import FusionSettings
-
+def test_score_fusion_orders_by_scores_and_keeps_plain_rrf():
+    """fusion_method="scores" (the default): a hit strong in one leg beats one weak in
+    both; rrf_score stays the plain RRF sum. "rrf" orders by ranks."""
     a, b = entry("a", "alpha"), entry("b", "beta")
     legs = Legs(vector=[(b, 0.30), (a, 0.25)], keyword=[(a, 0.95), (b, 0.20)])
-    hits = execute_search(SearchOptions(query="q"), lambda kind, pool: legs)
+    hits = execute_search(SearchOptions(query="q", fusion_method="scores"), lambda kind, pool: legs)
     assert [h.id for h in hits] == ["a", "b"]
     assert hits[0].rrf_score == pytest.approx(1 / 62 + 1 / 61)
-    plain = execute_search(
-        SearchOptions(query="q", fusion=FusionSettings(score_weight=0.0)), lambda kind, pool: legs
-    )
+    assert SearchOptions().fusion_method == "scores"
+    assert [h.id for h in execute_search(SearchOptions(query="q"), lambda k, p: legs)] == ["a", "b"]
+    plain = execute_search(SearchOptions(query="q", fusion_method="rrf"), lambda k, p: legs)
     assert {h.id: h.rrf_score for h in plain} == {h.id: h.rrf_score for h in hits}
+
+
+def test_rrf_k_changes_the_order():
+    """RRF's k matters: a hit ranked 1st and 10th beats one ranked 4th in both legs
+    at k=1 (1/2 + 1/11 > 2/5) and loses to it at k=60 (1/61 + 1/70 < 2/64)."""
+    first, both = entry("first", "x"), entry("both", "y")
+    fill = [entry(f"f{i}", f"f{i}") for i in range(16)]
+    vector = [first, *fill[:2], both, *fill[2:8]]
+    keyword = [*fill[8:11], both, *fill[11:16], first]
+    legs = Legs(
+        vector=[(e, 1 - i / 20) for i, e in enumerate(vector)],
+        keyword=[(e, 1 - i / 20) for i, e in enumerate(keyword)],
+    )
+
+    def ids(k: int) -> list[str]:
+        options = SearchOptions(query="q", rrf_k=k, fusion_method="rrf", fusion=_no_steps())
+        return [h.id for h in execute_search(options, lambda kind, pool: legs)]
+
+    assert ids(1).index("first") < ids(1).index("both")
+    assert ids(60).index("both") < ids(60).index("first")
+
+
+def _no_steps():
+    from langmem_trpc.types import FusionSettings
+
+    return FusionSettings(participant_boost=0, context_weight=0, time_boost=0, when_boost=0)
+
+
+def test_session_context_lifts_turns_of_the_best_session():
+    """context_weight: a hit shares in the best score of its session (same event time)."""
+    from langmem_trpc.types import FusionSettings
+
+    def at(key: str, day: int) -> Entry:
+        when = datetime(2023, 5, day, tzinfo=timezone.utc)
+        return entry(key, key).model_copy(update={"memory": Memory(text=key, event_time=when)})
+
+    top, mate, other = at("top", 1), at("mate", 1), at("other", 2)
+    legs = Legs(vector=[(top, 0.9), (other, 0.8), (mate, 0.7)], keyword=[])
+    on = execute_search(
+        SearchOptions(query="q", fusion=FusionSettings(context_weight=3.0)),
+        lambda kind, pool: legs,
+    )
+    off = execute_search(
+        SearchOptions(query="q", fusion=FusionSettings(context_weight=0.0)),
+        lambda kind, pool: legs,
+    )
+    assert [h.id for h in on].index("mate") < [h.id for h in on].index("other")
+    assert [h.id for h in off] == ["top", "other", "mate"]
 
 
 def test_query_periods_reads_absolute_dates_only():
@@ -268,3 +341,18 @@ def test_ranking_a_prefix_equals_ranking_everything(max_results: int):
         assert [(e.id, e.score, e.rrf_score) for e in limited] == [
             (e.id, e.score, e.rrf_score) for e in everything[:max_results]
         ]
+
+
+def test_relevance_reads_as_reconcile_thresholds_expect():
+    """Reconcile's 0.30 / 0.60 / 0.90 on keyword relevance: the same text scores above
+    0.90, a memory holding about half of the query's idf mass near 0.5, no overlap 0."""
+    corpus = [
+        "Production runs Go 1.23",
+        "Enjoys hiking in the Alps",
+        "Has two cats named Tom and Jerry",
+        "Works as a nurse in Lyon",
+    ]
+    assert score("Production runs Go 1.23", corpus[0], corpus) >= 0.90
+    half = score("hiking nurse", corpus[1], corpus)
+    assert 0.30 <= half < 0.60
+    assert score("volcano eruption", corpus[2], corpus) == 0.0

@@ -1,3 +1,7 @@
+import pytest
+
+from langmem_trpc.errors import ConfigurationError
+from langmem_trpc.service._language import language
 from langmem_trpc.service._text import (
     cjk_trigrams,
     normalize_text,
@@ -7,12 +11,22 @@ from langmem_trpc.service._text import (
 )
 
 
+def test_latin_tokens_are_snowball_stemmed():
+    assert primary_tokens("Hiked, hiking and hikes") == ["hike", "hike", "hike"]
+    assert primary_tokens("Häuser und Katzen", language("german")) == ["haus", "und", "katz"]
+
+
+def test_unknown_language_names_the_field():
+    with pytest.raises(ConfigurationError, match="language"):
+        language("klingon")
+
+
 def test_latin_tokens_drop_stopwords_and_single_characters():
-    assert primary_tokens("The user runs Go 1.23 on a Mac") == ["user", "runs", "go", "23", "mac"]
+    assert primary_tokens("The user runs Go 1.23 on a Mac") == ["user", "run", "go", "23", "mac"]
 
 
 def test_search_tokens_deduplicate_in_order():
-    assert search_tokens("tea, more tea and coffee") == ["tea", "more", "coffee"]
+    assert search_tokens("tea, more tea and coffee") == ["tea", "more", "coffe"]
 
 
 def test_cjk_runs_become_bigrams_and_trigrams():

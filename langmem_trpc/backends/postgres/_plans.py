@@ -489,7 +489,7 @@ def setup(dims: int | None, embed: bool) -> Plan[int | None]:
                 continue
             yield Sql(sql)
             yield Sql(_sql.RECORD_MIGRATION, (scope, version, _sql.checksum(sql)))
-            if (scope, version) == (_sql.CORE_SCOPE, _sql.DOCS_MIGRATION):
+            if scope == _sql.CORE_SCOPE and version in _sql.RETOKENIZE_MIGRATIONS:
                 yield from backfill_docs()
             if (scope, version) == (_sql.CORE_SCOPE, _sql.FINGERPRINT_MIGRATION):
                 yield from backfill_fingerprints()
@@ -529,7 +529,9 @@ def backfill_fingerprints() -> Plan[int]:
 
 
 def backfill_docs() -> Plan[int]:
-    """Fill content_doc/topic_doc of rows written before migration 6, in batches.
+    """Re-tokenise every row whose content_doc is NULL (written before migration 6,
+    or reset by the stemmed-documents migration), in batches: documents, terms
+    and lengths.
 
     The tokenizer is Python, so SQL cannot compute them; runs once, in the
     transaction that applies the migration.
@@ -548,6 +550,10 @@ def backfill_docs() -> Plan[int]:
                 "ids": [r["id"] for r in rows],
                 "content": [d["content_doc"] for d in docs],
                 "topic": [d["topic_doc"] for d in docs],
+                "content_terms": [" ".join(d["content_terms"]) for d in docs],
+                "topic_terms": [" ".join(d["topic_terms"]) for d in docs],
+                "content_len": [d["content_len"] for d in docs],
+                "topic_len": [d["topic_len"] for d in docs],
             },
         )
         done += len(rows)

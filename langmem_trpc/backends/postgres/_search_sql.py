@@ -260,11 +260,11 @@ def build_search(
     The keyword leg runs whenever its candidates can matter: always without an
     embedder, and for hybrid search. Each leg is bounded by `pool`; without an
     embedder the keyword leg reads a wider slice, because the final order is
-    the composite score, not ts_rank. `heavy`: the user is known to be above
+    the keyword relevance, not ts_rank. `heavy`: the user is known to be above
     `exact_max`, so the vector leg goes straight to the HNSW index; `dims` is the
     embedding dimension (the ANN index expression names it).
     """
-    terms = QueryTerms.build(options.query)
+    terms = QueryTerms.of(options)
     use_vector = query_vector is not None
     use_keyword = not use_vector or options.hybrid
     like = _like_words(options.query) if use_keyword else None
@@ -303,7 +303,7 @@ def legs_from_rows(
     """Rows of the fused statement -> (vector leg, keyword leg), each in its SQL rank order.
 
     Scores are absolute: cosine for the vector leg, and the shared keyword
-    composite (computed here on the candidates, with the user's corpus stats
+    relevance (computed here on the candidates, with the user's corpus stats
     from the same statement) for the keyword leg; never ts_rank. `entries`
     holds the candidates' entries by id (a row deleted since is left out).
     """
@@ -359,7 +359,7 @@ def _candidate_doc(query: SearchQuery, row: Row, entry: Entry) -> KeywordDoc:
 
 
 def corpus_stats(terms: QueryTerms, row: Row) -> CorpusStats:
-    """BM25 stats for the query's tokens only: all the composite score ever looks up."""
+    """BM25 stats for the query's tokens only: all the keyword score ever looks up."""
     n = int(row["n"])
     return CorpusStats(
         n_docs=n,

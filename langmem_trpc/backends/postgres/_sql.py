@@ -292,8 +292,18 @@ CREATE INDEX langmem_memories_expiring ON langmem_memories (app_name, user_id, e
 """,
 ]
 
+_STEMMED_DOCS = """
+-- stemmed keyword documents: the tokenizer Snowball-stems Latin words, so every
+-- row's documents, terms and lengths are rebuilt by setup (`BACKFILL_UPDATE`);
+-- the statement triggers keep langmem_user_terms and langmem_user_stats in step
+UPDATE langmem_memories SET content_doc = NULL, topic_doc = NULL;
+"""
+MIGRATIONS.append(_STEMMED_DOCS)
+
 DOCS_MIGRATION = 6
 """Core version that added content_doc/topic_doc; applying it runs the Python backfill."""
+RETOKENIZE_MIGRATIONS = frozenset({DOCS_MIGRATION, MIGRATIONS.index(_STEMMED_DOCS) + 1})
+"""Core versions after which setup re-tokenises every row whose content_doc is NULL."""
 
 FINGERPRINT_MIGRATION = next(
     i for i, m in enumerate(MIGRATIONS, start=1) if "recomputed by the fingerprint migration" in m
@@ -321,10 +331,17 @@ SELECT app_name, user_id, id, text, topics FROM langmem_memories
 WHERE content_doc IS NULL LIMIT %(limit)s"""
 
 BACKFILL_UPDATE = """
-UPDATE langmem_memories m SET content_doc = d.content_doc, topic_doc = d.topic_doc
+UPDATE langmem_memories m SET content_doc = d.content_doc, topic_doc = d.topic_doc,
+    content_terms = string_to_array(d.content_terms, ' '),
+    topic_terms = string_to_array(d.topic_terms, ' '),
+    content_len = d.content_len, topic_len = d.topic_len
 FROM unnest(%(apps)s::text[], %(users)s::text[], %(ids)s::text[], %(content)s::text[],
-            %(topic)s::text[]) AS d(app_name, user_id, id, content_doc, topic_doc)
+            %(topic)s::text[], %(content_terms)s::text[], %(topic_terms)s::text[],
+            %(content_len)s::int[], %(topic_len)s::int[])
+     AS d(app_name, user_id, id, content_doc, topic_doc, content_terms, topic_terms,
+          content_len, topic_len)
 WHERE m.app_name = d.app_name AND m.user_id = d.user_id AND m.id = d.id"""
+"""Terms travel space-joined (tokens never hold a space) so one unnest row is one memory."""
 
 BACKFILL_BATCH = 1_000
 

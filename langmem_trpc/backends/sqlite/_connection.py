@@ -21,7 +21,7 @@ from typing import Literal, TypeVar
 from urllib.parse import quote
 
 from ...errors import BackendError, LangmemTrpcError
-from ._keyword import scope_prefix_of, scope_prefix_v1, scoped
+from ._keyword import register_functions, scope_prefix_v1
 from ._sql import CREATE_MIGRATIONS_TABLE, MIGRATIONS, stored_fingerprint
 
 __all__ = ["Database", "probe"]
@@ -141,8 +141,7 @@ class Database:
             conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
             conn.execute(f"PRAGMA synchronous = {self._synchronous}")
             conn.execute("PRAGMA temp_store = MEMORY")
-            conn.create_function("lm_scoped", 2, scoped, deterministic=True)
-            conn.create_function("lm_scope", 2, scope_prefix_of, deterministic=True)
+            register_functions(conn)
             conn.create_function("lm_scope_v1", 2, scope_prefix_v1, deterministic=True)
             conn.create_function("lm_fingerprint", 6, stored_fingerprint, deterministic=True)
         except sqlite3.Error as exc:

@@ -14,6 +14,8 @@ from tokens, each double-quoted.
 from __future__ import annotations
 
 import hashlib
+import json
+import sqlite3
 from collections.abc import Iterable
 
 from ...service._documents import fts_document, keyword_doc, topics_document
@@ -23,6 +25,7 @@ __all__ = [
     "fts_document",
     "keyword_doc",
     "match_any",
+    "register_functions",
     "scope_prefix",
     "scope_prefix_of",
     "scope_prefix_v1",
@@ -81,3 +84,22 @@ def _quote(token: str) -> str:
 def match_any(prefix: str, tokens: Iterable[str]) -> str:
     """Rows of the user holding any of the tokens, in content or topics."""
     return " OR ".join(_quote(prefix + t) for t in tokens)
+
+
+def _topic_doc(topics_json: str) -> str:
+    return topics_document(json.loads(topics_json))
+
+
+def _doc_len(document: str) -> int:
+    return document.count(" ") + 1 if document else 0
+
+
+def register_functions(conn: sqlite3.Connection) -> None:
+    """The package tokenizer as SQL functions, for statements and migrations that
+    rebuild keyword documents: lm_scoped(prefix, doc), lm_scope(app, user),
+    lm_content_doc(text), lm_topic_doc(topics_json), lm_doc_len(doc)."""
+    conn.create_function("lm_scoped", 2, scoped, deterministic=True)
+    conn.create_function("lm_scope", 2, scope_prefix_of, deterministic=True)
+    conn.create_function("lm_content_doc", 1, fts_document, deterministic=True)
+    conn.create_function("lm_topic_doc", 1, _topic_doc, deterministic=True)
+    conn.create_function("lm_doc_len", 1, _doc_len, deterministic=True)

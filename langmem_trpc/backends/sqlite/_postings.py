@@ -4,8 +4,8 @@ FTS5 can only hand out candidates ordered by its own BM25, and ordering
 every match was most of a warm hybrid search (~0.5 ms of ~2 ms at 10,000
 memories). A `KeywordIndex` holds one user's postings (document, content
 term frequency, topic term frequency per token) in compressed-row arrays,
-so the shared composite `keyword_score` is computed for every matching
-memory at once. That is exact, not an approximation: the keyword leg ranks
+so the shared BM25F relevance (`bm25_term`, `relevance`) is computed for
+every matching memory at once. That is exact, not an approximation: the keyword leg ranks
 like the in-memory reference instead of rescoring FTS5's top BM25 rows.
 
 An index is valid for one (generation, version) of the user, like the
@@ -30,11 +30,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...service._search import BM25_K1, TOPIC_WEIGHT, CorpusStats, QueryTerms, composite_base
+from ...service._search import CorpusStats, QueryTerms, bm25_term, length_norm, relevance
 from ...types import Kind, UserKey
 from . import _sql as sql
 from ._rows import user_state
-from ._scoring import bm25, length_norm
 from ._vectors import KIND_CODES, evict_to_bytes
 
 __all__ = ["KeywordIndex", "KeywordIndexCache", "Scored"]
@@ -49,40 +48,16 @@ Reader = Callable[[Callable[[sqlite3.Connection], "KeywordIndex | None"]], "Keyw
 
 @dataclass(frozen=True)
 class Scored:
-    """Composite scores of the memories matching at least one query token."""
+    """Keyword relevance of the memories matching at least one query token."""
 
     rows: np.ndarray
     """Positions in the index (int64)."""
-    base: np.ndarray
-    """The composite without its phrase part (`composite_base`)."""
-    matched_primary: np.ndarray
-    """How many primary query tokens each row holds."""
-    first: dict[str, np.ndarray]
-    """Per primary token, its first position in each row's text (-1: not in the text)."""
-    last: dict[str, np.ndarray]
-    """Per primary token, its last position in each row's text (-1: not in the text)."""
-    in_topics: dict[str, np.ndarray]
-    """Per primary token, whether each row's topics hold it."""
-
-    def holds(self, token: str, at: np.ndarray | None = None) -> np.ndarray:
-        """Whether each row (or each row at the positions `at`) holds the primary
-        token, in its text or its topics."""
-        first, in_topics = self.first[token], self.in_topics[token]
-        if at is not None:
-            first, in_topics = first[at], in_topics[at]
-        held: np.ndarray = (first >= 0) | in_topics
-        return held
+    scores: np.ndarray
+    """`relevance` of each row's BM25F score."""
 
     def only(self, keep: np.ndarray) -> Scored:
         """The rows where `keep` is true (a boolean mask over `rows`)."""
-        return Scored(
-            self.rows[keep],
-            self.base[keep],
-            self.matched_primary[keep],
-            {t: a[keep] for t, a in self.first.items()},
-            {t: a[keep] for t, a in self.last.items()},
-            {t: a[keep] for t, a in self.in_topics.items()},
-        )
+        return Scored(self.rows[keep], self.scores[keep])
 
 
 @dataclass(frozen=True)
@@ -103,22 +78,13 @@ class KeywordIndex:
     """int32 positions, grouped by token (`offsets[slot]:offsets[slot + 1]`)."""
     content_tf: np.ndarray
     topic_tf: np.ndarray
-    content_first: np.ndarray
-    """Per posting, the token's first position in the row's text (-1: topics only)."""
-    content_last: np.ndarray
     avg_content_len: float
     avg_topic_len: float
-    sequences: tuple[np.ndarray, np.ndarray]
-    """Each row's text tokens as slots, in order (slots, row bounds), for the
-    phrase part's in-order check."""
 
     @property
     def nbytes(self) -> int:
         arrays = (self.rids, self.kinds, self.events, self.content_len, self.topic_len)
-        postings = (
-            *(self.offsets, self.docs, self.content_tf, self.topic_tf, *self.sequences),
-            *(self.content_first, self.content_last),
-        )
+        postings = (self.offsets, self.docs, self.content_tf, self.topic_tf)
         return sum(a.nbytes for a in (*arrays, *postings)) + 80 * len(self.terms)
 
     @classmethod
@@ -148,21 +114,13 @@ class KeywordIndex:
         width = max(n, 1)
         # One key per (token, document): token slot x n + position.
         c_all = c_slots.astype(np.int64) * width + c_pos
-        c_keys, c_first, c_counts = np.unique(c_all, return_index=True, return_counts=True)
-        c_last = len(c_all) - 1 - np.unique(c_all[::-1], return_index=True)[1]
+        c_keys, c_counts = np.unique(c_all, return_counts=True)
         t_keys, t_counts = np.unique(t_slots.astype(np.int64) * width + t_pos, return_counts=True)
         keys = np.union1d(c_keys, t_keys)
         content_tf = np.zeros(len(keys), dtype=np.float32)  # small counts: exact in float32
         topic_tf = np.zeros(len(keys), dtype=np.float32)
-        in_content = np.searchsorted(keys, c_keys)
-        content_tf[in_content] = c_counts
+        content_tf[np.searchsorted(keys, c_keys)] = c_counts
         topic_tf[np.searchsorted(keys, t_keys)] = t_counts
-        content_at = _bounds(content_len)
-        starts = content_at[:-1]  # where each row's tokens begin in c_slots
-        content_first = np.full(len(keys), -1, dtype=np.int32)
-        content_last = np.full(len(keys), -1, dtype=np.int32)
-        content_first[in_content] = c_first - starts[c_pos[c_first]]
-        content_last[in_content] = c_last - starts[c_pos[c_last]]
         offsets = np.zeros(len(terms) + 1, dtype=np.int64)
         np.cumsum(np.bincount(keys // width, minlength=len(terms)), out=offsets[1:])
         return cls(
@@ -177,25 +135,9 @@ class KeywordIndex:
             docs=(keys % width).astype(np.int32),
             content_tf=content_tf,
             topic_tf=topic_tf,
-            content_first=content_first,
-            content_last=content_last,
             avg_content_len=max(float(content_len.sum()) / n, 1.0) if n else 1.0,
             avg_topic_len=max(float(topic_len.sum()) / n, 1.0) if n else 1.0,
-            sequences=(c_slots.astype(np.int32), content_at),
         )
-
-    def in_text_order(self, row: int, primary: list[str]) -> bool:
-        """Whether the row's text holds the tokens in this order (`_in_order` of the
-        shared scorer: a greedy subsequence), read from the stored token slots."""
-        content, content_at = self.sequences
-        sequence = content[content_at[row] : content_at[row + 1]].tolist()
-        at = -1
-        for slot in (self.terms[t] for t in primary):
-            try:
-                at = sequence.index(slot, at + 1)
-            except ValueError:
-                return False
-        return True
 
     def postings(self, token: str) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
         span = self._span(token)
@@ -222,24 +164,19 @@ class KeywordIndex:
         )
 
     def score(self, terms: QueryTerms, stats: CorpusStats) -> Scored:
-        """The shared composite, minus the phrase part, for every row matching a token.
+        """The shared keyword relevance of every row matching a query token.
 
-        Same formula and order of operations as `keyword_score` (`bincount`
-        adds each row's terms in token order), so each score is
-        bit-identical to it once the phrase part is added.
+        `bincount` adds each row's `bm25_term`s in query order, like
+        `keyword_score`, so the scores equal it.
         """
-        total_weight = sum(w for _, w in terms.weighted)
-        total_idf = 0.0
-        found: list[tuple[str, float, float, np.ndarray, np.ndarray, np.ndarray]] = []
+        found: list[tuple[float, np.ndarray, np.ndarray, np.ndarray]] = []
         for token, weight in terms.weighted:
-            idf = stats.idf(token)
-            total_idf += weight * idf
             postings = self.postings(token)
-            if idf > 0 and postings is not None and len(postings[0]):
-                found.append((token, weight, weight * idf, *postings))
+            if postings is not None and len(postings[0]):
+                found.append((weight * stats.idf(token), *postings))
         if not found:
-            return Scored(np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0), {}, {}, {})
-        matched = np.concatenate([f[3] for f in found])
+            return Scored(np.zeros(0, dtype=np.int64), np.zeros(0))
+        matched = np.concatenate([f[1] for f in found])
         seen = np.zeros(len(self.rids), dtype=bool)
         seen[matched] = True
         rows = np.flatnonzero(seen)  # O(n) but no sort: cheaper than np.unique here
@@ -249,40 +186,22 @@ class KeywordIndex:
         inverse = slot[matched]
         content_norm = length_norm(self.content_len[rows], stats.avg_content_len)
         topic_norm = length_norm(self.topic_len[rows], stats.avg_topic_len)
-        terms_raw, weights, scales, primaries = [], [], [], []
-        primary = set(terms.primary)
-        first: dict[str, np.ndarray] = {}
-        last: dict[str, np.ndarray] = {}
-        in_topics: dict[str, np.ndarray] = {}
+        parts = []
         start = 0
-        for token, weight, scale, docs, ctf, ttf in found:
+        for weight_idf, docs, ctf, ttf in found:
             local = inverse[start : start + len(docs)]
             start += len(docs)
-            ctf, ttf = ctf.astype(np.float64), ttf.astype(np.float64)
-            both = bm25(ctf, content_norm[local]) + TOPIC_WEIGHT * bm25(ttf, topic_norm[local])
-            terms_raw.append(scale * both)
-            weights.append(np.full(len(docs), weight))
-            scales.append(np.full(len(docs), scale))
-            primaries.append(np.full(len(docs), token in primary))
-            if token in primary:
-                span = self._span(token)
-                first[token] = np.full(m, -1, dtype=np.int32)
-                first[token][local] = self.content_first[span]
-                last[token] = np.full(m, -1, dtype=np.int32)
-                last[token][local] = self.content_last[span]
-                in_topics[token] = np.zeros(m, dtype=bool)
-                in_topics[token][local] = ttf > 0
-        scale_all = np.concatenate(scales)
-        raw = np.bincount(inverse, np.concatenate(terms_raw), m)
-        potential = np.bincount(inverse, scale_all * (BM25_K1 + 1), m)
-        matched_weight = np.bincount(inverse, np.concatenate(weights), m)
-        matched_idf = np.bincount(inverse, scale_all, m)
-        matched_primary = np.bincount(inverse, np.concatenate(primaries), m)
-        strength = np.minimum(raw / potential, 1.0)
-        coverage = matched_weight / max(total_weight, 1.0)
-        rarity = matched_idf / max(total_idf, 1.0)
-        base = composite_base(coverage, rarity, strength)
-        return Scored(rows, base, matched_primary, first, last, in_topics)
+            parts.append(
+                bm25_term(
+                    weight_idf,
+                    ctf.astype(np.float64),
+                    content_norm[local],
+                    ttf.astype(np.float64),
+                    topic_norm[local],
+                )
+            )
+        raw = np.bincount(inverse, np.concatenate(parts), m)
+        return Scored(rows, relevance(raw, terms.reference(stats)))
 
     def allowed(
         self, rows: np.ndarray, kind: Kind | None, after_us: int | None, before_us: int | None
@@ -301,12 +220,6 @@ class KeywordIndex:
                     inside &= events <= before_us
             keep &= np.isnan(events) | inside
         return keep
-
-
-def _bounds(lengths: np.ndarray) -> np.ndarray:
-    bounds = np.zeros(len(lengths) + 1, dtype=np.int64)
-    np.cumsum(lengths.astype(np.int64), out=bounds[1:])
-    return bounds
 
 
 def _occurrences(documents: list[str], terms: dict[str, int]) -> tuple[np.ndarray, np.ndarray]:

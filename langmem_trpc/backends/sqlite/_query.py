@@ -18,7 +18,6 @@ from typing import Any, TypeVar
 import numpy as np
 
 from ...service._search import (
-    PHRASE_WEIGHT,
     CorpusStats,
     KeywordDoc,
     Legs,
@@ -29,7 +28,7 @@ from ...service._search import (
 from ...types import Entry, Kind, SearchOptions, UserKey
 from . import _sql as sql
 from ._keyword import keyword_doc, match_any, scope_prefix
-from ._postings import KeywordIndex, KeywordIndexCache, Reader, Scored
+from ._postings import KeywordIndex, KeywordIndexCache, Reader
 from ._rows import CONTENT_DOC, TEXT, TOPIC_DOC, TOPICS, Row, user_state
 from ._scoring import score_candidates
 from ._vectors import KIND_CODES, UserVectors, VectorCache
@@ -45,7 +44,6 @@ _ROW_CACHE_USERS = 64
 _ROW_CACHE_ROWS = 12_000
 """Entries plus keyword documents kept over all users (about 2 KB each): a user of
 10,000 memories fits; larger ones recycle their cache."""
-_PHRASE_CHUNK = 16
 SIDE_SCAN_MIN_VALUES = 1_000_000
 """Matrices this large (rows x dim) are scanned on the side thread: below, the
 hand-off costs more than the overlap saves."""
@@ -217,7 +215,7 @@ class SearchRun:
         self.user = user
         self.options = options
         self.query_vector = query_vector
-        self.terms = QueryTerms.build(options.query)
+        self.terms = QueryTerms.of(options)
         self.after_us = sql.to_us(options.time_after)
         self.before_us = sql.to_us(options.time_before)
         self.missing_vectors = 0
@@ -339,7 +337,7 @@ class SearchRun:
         return self._stats
 
     def _keyword_leg(self, kind: Kind | None, pool: int) -> list[tuple[Entry, float]]:
-        """FTS5 ranks candidates by BM25; the shared composite scores them."""
+        """FTS5 ranks candidates by its BM25; the shared keyword relevance scores them."""
         assert self._conn is not None
         if not self.terms.tokens:
             return self._phrase_scan(kind, pool)
@@ -394,32 +392,17 @@ class SearchRun:
     def _indexed_keyword_leg(
         self, index: KeywordIndex, kind: Kind | None, pool: int
     ) -> list[tuple[Entry, float]]:
-        """The exact composite of every matching memory.
-
-        The phrase part (`PHRASE_WEIGHT`, x 0.8 in topics) needs the order of
-        the query's tokens in each memory: for rows holding two of them it is
-        computed at once; rows holding more are checked one by one, best
-        bound first, until no memory left unchecked could still reach the pool.
-        """
+        """The exact keyword relevance of every matching memory, best `pool` first."""
         scored = index.score(self.terms, self._corpus_stats())
         scored = scored.only(index.allowed(scored.rows, kind, self.after_us, self.before_us))
-        base = scored.base
-        if not len(base):
+        if not len(scored.rows):
             return []
         rids = index.rids[scored.rows]
-        scores = np.minimum(base, 1.0)
-        self._add_pair_phrase_bonus(scored, scores)
-        todo = np.flatnonzero(scored.matched_primary >= 3)
-        if len(todo):
-            bound = np.minimum(base[todo] + PHRASE_WEIGHT, 1.0)
-            todo = todo[np.argsort(-bound, kind="stable")]
-            bound = np.minimum(base[todo] + PHRASE_WEIGHT, 1.0)
-            cut = max(len(scores) - pool, 0)
-            for start in range(0, len(todo), _PHRASE_CHUNK):
-                if start and cut and bound[start] < np.partition(scores, cut)[cut]:
-                    break  # even with the bonus, none of the rest reaches the pool
-                chunk = todo[start : start + _PHRASE_CHUNK]
-                self._add_phrase_bonus(index, scored, scores, chunk)
+        scores = scored.scores
+        if len(scores) > pool:  # only the best `pool` (ties at the cut included) are sorted
+            cut = np.partition(scores, len(scores) - pool)[len(scores) - pool]
+            keep = scores >= cut
+            rids, scores = rids[keep], scores[keep]
         best = np.lexsort((rids, -scores))[:pool]  # best, then oldest row
         chosen = rids[best].tolist()
         entries = self._entries_for(chosen)
@@ -428,41 +411,6 @@ class SearchRun:
             for rid, score in zip(chosen, scores[best].tolist(), strict=True)
             if rid in entries
         ]
-
-    def _add_pair_phrase_bonus(self, scored: Scored, scores: np.ndarray) -> None:
-        """The phrase part of rows holding exactly two primary query tokens, at once:
-        "a then b" in the text is first(a) < last(b), else both in the topics."""
-        pairs = scored.matched_primary == 2
-        if not pairs.any():
-            return
-        primary = [t for t in self.terms.primary if t in scored.first]
-        held = {t: scored.holds(t) for t in primary}
-        for i, a in enumerate(primary):
-            for b in primary[i + 1 :]:
-                rows = np.flatnonzero(pairs & held[a] & held[b])
-                if not len(rows):
-                    continue
-                first_a, last_b = scored.first[a][rows], scored.last[b][rows]
-                in_order = (first_a >= 0) & (first_a < last_b)
-                topics = scored.in_topics[a][rows] & scored.in_topics[b][rows]
-                phrase = np.where(in_order, 1.0, np.where(topics, 0.8, 0.0))
-                bonus = rows[phrase > 0]
-                scores[bonus] = np.minimum(
-                    scored.base[bonus] + PHRASE_WEIGHT * phrase[phrase > 0], 1.0
-                )
-
-    def _add_phrase_bonus(
-        self, index: KeywordIndex, scored: Scored, scores: np.ndarray, chunk: np.ndarray
-    ) -> None:
-        """`keyword_score`'s phrase part for the rows in `chunk`, in place."""
-        primary = [t for t in self.terms.primary if t in scored.first]
-        matched = np.column_stack([scored.holds(t, chunk) for t in primary]).tolist()
-        for i, row_hits in zip(chunk.tolist(), matched, strict=True):
-            in_query_order = [t for t, hit in zip(primary, row_hits, strict=True) if hit]
-            if index.in_text_order(int(scored.rows[i]), in_query_order):
-                scores[i] = min(scored.base[i] + PHRASE_WEIGHT * 1.0, 1.0)
-            elif all(scored.in_topics[t][i] for t in in_query_order):
-                scores[i] = min(scored.base[i] + PHRASE_WEIGHT * 0.8, 1.0)
 
     @staticmethod
     def _full_doc(row: Row) -> KeywordDoc:

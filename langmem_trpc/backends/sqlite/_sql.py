@@ -225,6 +225,22 @@ MIGRATIONS: list[tuple[str, ...]] = [
         "CREATE INDEX memories_expiring ON memories (app_name, user_id, expires_at)"
         " WHERE expires_at IS NOT NULL AND deleted_at IS NULL",
     ),
+    # Stemmed keyword documents: the tokenizer now Snowball-stems Latin words, so
+    # every stored document, its token counts and the FTS index are rebuilt with
+    # the package tokenizer (the `lm_*` functions `_keyword.register_functions`
+    # gives each connection). The update trigger keeps user_state's length sums
+    # and bumps every user's version, so no cache outlives the rebuild.
+    (
+        "INSERT INTO memories_fts (memories_fts) VALUES ('delete-all')",
+        """UPDATE memories SET content_doc = lm_content_doc(text),
+            topic_doc = lm_topic_doc(topics)""",
+        """UPDATE memories SET content_len = lm_doc_len(content_doc),
+            topic_len = lm_doc_len(topic_doc)""",
+        """INSERT INTO memories_fts (rowid, content, topics)
+            SELECT rid, lm_scoped(lm_scope(app_name, user_id), content_doc),
+                lm_scoped(lm_scope(app_name, user_id), topic_doc)
+            FROM memories WHERE deleted_at IS NULL""",
+    ),
 ]
 
 CREATE_MIGRATIONS_TABLE = """CREATE TABLE IF NOT EXISTS langmem_migrations (

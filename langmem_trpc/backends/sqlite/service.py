@@ -2,7 +2,7 @@
 
 One file holds every user's memories, history and cursors. Keyword search
 runs on FTS5 over the package tokenizer's tokens and is scored with the
-shared absolute composite; vector search scores a per-user float32 matrix
+shared BM25F keyword relevance; vector search scores a per-user float32 matrix
 with numpy. The semantics are `InMemoryMemoryService`'s, checked by the same
 conformance suite.
 """
@@ -103,7 +103,7 @@ class SQLiteMemoryService(SQLiteClaims, ExpiryMixin, SyncMemoryService):
         limits: text, topic and capacity limits (see `Limits`).
         vector_cache_bytes: bound on the per-user embedding matrices kept in memory.
         keyword_candidates: how many FTS5 candidates (best BM25 first) the
-            keyword leg rescores with the shared composite; None means
+            keyword leg rescores with the shared keyword relevance; None means
             max(1.5 x pool, 90) (150 for the default pool of 100); every match
             is scored when fewer match. The one approximation of the backend:
             a document BM25 ranks below that cut is not scored.

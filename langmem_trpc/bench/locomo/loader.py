@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from ...errors import ConfigurationError
 
@@ -27,11 +27,14 @@ __all__ = [
     "Dataset",
     "Observation",
     "Question",
+    "SPLITS",
     "Session",
+    "Split",
     "Turn",
     "load_locomo",
     "normalize_evidence",
     "parse_session_date",
+    "split_conversations",
 ]
 
 logger = logging.getLogger(__name__)
@@ -136,9 +139,35 @@ class Dataset:
     def dropped_evidence(self) -> list[tuple[str, str]]:
         return [(c.sample_id, e) for c in self.conversations for e in c.dropped_evidence]
 
-    def select(self, sample_ids: list[str] | None, limit: int | None = None) -> list[Conversation]:
-        convs = [c for c in self.conversations if not sample_ids or c.sample_id in sample_ids]
+    def select(
+        self, sample_ids: list[str] | None, limit: int | None = None, split: Split = "all"
+    ) -> list[Conversation]:
+        """The conversations of `split` (`split_conversations`), then of `sample_ids`, then
+        the first `limit` of them."""
+        convs = [
+            c
+            for c in split_conversations(self.conversations, split)
+            if not sample_ids or c.sample_id in sample_ids
+        ]
         return convs[:limit] if limit else convs
+
+
+Split = Literal["dev", "test", "all"]
+SPLITS: tuple[Split, ...] = ("dev", "test", "all")
+
+
+def split_conversations(conversations: list[Conversation], split: Split) -> list[Conversation]:
+    """The tuning protocol's halves, by conversation in file order: "dev" is the first
+    ceil(n / 2) (LoCoMo-10: conversations 1-5), "test" the rest (6-10), "all" every one.
+    Defaults are chosen on "dev" only; "test" is the held-out figure."""
+    if split not in SPLITS:
+        raise ConfigurationError(f"split: expected one of {', '.join(SPLITS)}, got {split!r}")
+    half = (len(conversations) + 1) // 2
+    if split == "dev":
+        return conversations[:half]
+    if split == "test":
+        return conversations[half:]
+    return list(conversations)
 
 
 def parse_session_date(text: str) -> datetime | None:

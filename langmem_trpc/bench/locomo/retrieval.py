@@ -57,10 +57,12 @@ class RetrievalArm:
 
     Ablations set `{"fusion": {...}}`: per-call `FusionSettings` knobs."""
     description: str = ""
+    baseline: str | None = None
+    """A `baselines.BASELINES` name: rank the units without the library (no service)."""
 
     @property
     def is_default(self) -> bool:
-        return self.embed and not self.options
+        return self.embed and not self.options and self.baseline is None
 
     def search_options(self, query: str, k: int) -> SearchOptions:
         return SearchOptions(query=query, max_results=k, **self.options)
@@ -71,6 +73,20 @@ def default_arms() -> list[RetrievalArm]:
     return [
         RetrievalArm(
             "turns-keyword", "turns", False, {"hybrid": False}, "keyword leg only (no embedder)"
+        ),
+        RetrievalArm(
+            "turns-plain-keyword",
+            "turns-plain",
+            False,
+            {"hybrid": False},
+            "keyword leg only over the turn texts alone (no context topics), as bm25s sees them",
+        ),
+        RetrievalArm(
+            "turns-bm25s",
+            "turns",
+            False,
+            description="baseline: stock bm25s + Snowball (PyStemmer english) over the turn texts",
+            baseline="bm25s",
         ),
         RetrievalArm(
             "turns-vector",
@@ -129,12 +145,17 @@ def summarize(records: list[dict[str, Any]], ks: Iterable[int]) -> dict[str, dic
 
 
 def _evaluate_conversation(
-    arm: RetrievalArm, conv: Conversation, service: MemoryService, ks: tuple[int, ...]
+    arm: RetrievalArm, conv: Conversation, service: MemoryService | None, ks: tuple[int, ...]
 ) -> list[dict[str, Any]]:
     user = UserKey("locomo-bench", conv.sample_id)
     units = conversation_units(conv, arm.units)
-    id_map = ingest_units(service, user, units)
     depth = max(ks)
+    if arm.baseline is not None:
+        from .baselines import BASELINES
+
+        return _baseline_records(conv, BASELINES[arm.baseline](units), depth, ks)
+    assert service is not None
+    id_map = ingest_units(service, user, units)
     records = []
     for q in conv.questions:
         if q.category not in RETRIEVAL_CATEGORIES:
@@ -152,6 +173,31 @@ def _evaluate_conversation(
                     {"id": h.id, "dia_ids": list(ids), "score": h.score, "rrf": h.rrf_score}
                     for h, (ids, _) in zip(hits, ranked, strict=True)
                 ],
+                "metrics": question_metrics(ranked, q.evidence, ks),
+            }
+        )
+    return records
+
+
+def _baseline_records(
+    conv: Conversation,
+    rank: Callable[[str, int], list[tuple[tuple[str, ...], str]]],
+    depth: int,
+    ks: tuple[int, ...],
+) -> list[dict[str, Any]]:
+    records = []
+    for q in conv.questions:
+        if q.category not in RETRIEVAL_CATEGORIES:
+            continue
+        ranked = rank(q.question, depth)
+        records.append(
+            {
+                "sample_id": conv.sample_id,
+                "index": q.index,
+                "category": q.category,
+                "question": q.question,
+                "evidence": list(q.evidence),
+                "retrieved": [{"dia_ids": list(ids)} for ids, _ in ranked],
                 "metrics": question_metrics(ranked, q.evidence, ks),
             }
         )
@@ -200,7 +246,7 @@ def run_retrieval(
                     if line
                 )
                 continue
-            service = make_service(embeddings if arm.embed else None)
+            service = None if arm.baseline else make_service(embeddings if arm.embed else None)
             conv_records = _evaluate_conversation(arm, conv, service, ks)
             _write_atomic(trace, (json.dumps(r, ensure_ascii=False) for r in conv_records))
             records.extend(conv_records)
@@ -216,6 +262,7 @@ def run_retrieval(
             "per_conversation_recall@10": per_conv,
             "units": arm.units,
             "embedder": "all-MiniLM-L6-v2" if arm.embed else None,
+            "baseline": arm.baseline,
             "options": arm.options,
             "description": arm.description,
         }

@@ -1,0 +1,110 @@
+"""Per-language word lists and stemming of the shared tokenizer.
+
+Everything language-specific that search reads lives in one `Language`:
+the Snowball stemmer (PyStemmer, C), stopwords, the question words a
+keyword query weighs lightly, and the time cues of the "when" and time
+preferences (month names, time words, the shape of a "when" question).
+`ENGLISH` is the default and the only language whose cue lists are filled;
+`language("german")` gives German stemming with empty cue lists, so the
+English-only steps simply never fire for it.
+
+The tokens a backend stores depend on its language: changing it needs
+the stored documents rebuilt (the migrations that re-tokenise do exactly
+that for English). Every service and the search steps use `ENGLISH` today:
+the functions take a `Language`, but no service option selects another one yet.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import Stemmer
+
+from ..errors import ConfigurationError
+
+__all__ = ["ENGLISH", "Language", "language"]
+
+_ENGLISH_MONTHS = (
+    "january february march april may june july august september october november december"
+).split()
+
+
+@dataclass(frozen=True, eq=False)
+class Language:
+    """One language of the tokenizer: a Snowball algorithm plus its word lists."""
+
+    name: str
+    """A Snowball algorithm name (`Stemmer.algorithms()`), e.g. "english"."""
+    stopwords: frozenset[str] = frozenset()
+    question_words: frozenset[str] = frozenset()
+    """Question words, auxiliaries and pronouns (matched before stemming)."""
+    month_names: tuple[str, ...] = ()
+    """The twelve month names, January first; empty: no calendar dates are read."""
+    time_words: frozenset[str] = frozenset()
+    """Words that date a statement ("yesterday", "last", "Sunday"), months included."""
+    when_question: re.Pattern[str] | None = None
+    """Matches a question that asks when."""
+    _local: threading.local = field(default_factory=threading.local, repr=False)
+    """One stemmer per thread: a PyStemmer object must not be shared across threads."""
+
+    def stem(self, word: str) -> str:
+        stemmer = getattr(self._local, "stemmer", None)
+        if stemmer is None:
+            stemmer = self._local.stemmer = Stemmer.Stemmer(self.name)
+        stemmed: str = stemmer.stemWord(word)
+        return stemmed
+
+    @cached_property
+    def stemmed_question_words(self) -> frozenset[str]:
+        return frozenset(self.stem(w) for w in self.question_words)
+
+
+ENGLISH = Language(
+    name="english",
+    stopwords=frozenset(
+        "a an the and or of in on to for with is are am be been being was were this that these "
+        "those".split()
+    ),
+    question_words=frozenset(
+        "what when where who whom whose why how which did does do doing done has have had would "
+        "could should can will is are be been her his him he she they them their you your me my "
+        "we our it its about any some kind sort type".split()
+    ),
+    month_names=tuple(_ENGLISH_MONTHS),
+    time_words=frozenset(
+        (
+            "yesterday today tonight tomorrow last next ago recently earlier week weekend weeks "
+            "month months year years days summer winter spring fall autumn monday tuesday "
+            "wednesday thursday friday saturday sunday"
+        ).split()
+    ).union(_ENGLISH_MONTHS),
+    when_question=re.compile(
+        r"^\s*(?:when|what (?:date|year|month|day|time)|which (?:year|month|day))\b"
+        r"|\bhow long ago\b",
+        re.I,
+    ),
+)
+
+_LANGUAGES: dict[str, Language] = {"english": ENGLISH}
+_LOCK = threading.Lock()
+
+
+def language(name: str) -> Language:
+    """The `Language` of a Snowball algorithm name; word lists are filled for English only.
+
+    Raises `ConfigurationError` naming the unknown algorithm.
+    """
+    key = name.strip().lower()
+    with _LOCK:
+        found = _LANGUAGES.get(key)
+        if found is None:
+            if key not in Stemmer.algorithms():
+                raise ConfigurationError(
+                    f"language: unknown Snowball algorithm {name!r}; "
+                    f"one of {', '.join(Stemmer.algorithms())}"
+                )
+            found = _LANGUAGES[key] = Language(name=key)
+    return found
