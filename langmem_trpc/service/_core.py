@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ __all__ = [
     "build_memory",
     "check_memory_id",
     "check_user",
+    "embedding_text",
     "fingerprint",
     "memory_from",
     "new_memory_id",
@@ -265,6 +267,25 @@ def fingerprint(memory: Memory, explicit_id: str | None = None) -> str:
     if explicit_id is not None:
         parts.append("id:" + explicit_id)
     return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()
+
+
+def embedding_text(text: str, participants: Sequence[str]) -> str:
+    """The text the vector leg embeds for a memory: its participants, then its text.
+
+    `"Caroline: I went to a support group"`: who said or is concerned by a
+    memory is part of what it means, and the keyword leg already sees them
+    (verbatim turns carry the speaker in their topics). Participants the text
+    already names (a whole-word, case-insensitive match) are not repeated, and a
+    memory without participants embeds its text alone. Every backend embeds this
+    on add, update (when it changes), restore and backfill; the query is
+    embedded as written.
+    """
+    missing = [p for p in participants if not _mentions(text, p)]
+    return f"{', '.join(missing)}: {text}" if missing else text
+
+
+def _mentions(text: str, name: str) -> bool:
+    return re.search(rf"(?<!\w){re.escape(name)}(?!\w)", text, re.IGNORECASE) is not None
 
 
 def resolve_options(query: str | None, options: SearchOptions | None) -> SearchOptions:

@@ -20,6 +20,7 @@ from ..types import (
     ExtractionCursor,
     HistoryEvent,
     Kind,
+    Memory,
     Operation,
     SearchOptions,
     Source,
@@ -31,6 +32,7 @@ from ._core import (
     build_memory,
     check_memory_id,
     check_user,
+    embedding_text,
     fingerprint,
     new_memory_id,
     patch_memory,
@@ -104,10 +106,12 @@ class InMemoryMemoryService(SyncMemoryService):
     def _data(self, user: UserKey) -> _UserData:
         return self._users.setdefault(user, _UserData())
 
-    def _embed(self, text: str) -> np.ndarray | None:
+    def _embed(self, memory: Memory) -> np.ndarray | None:
         if self._embeddings is None:
             return None
-        return unit_vector(self._embeddings.embed_documents([text])[0])
+        return unit_vector(
+            self._embeddings.embed_documents([embedding_text(memory.text, memory.participants)])[0]
+        )
 
     def _record(
         self,
@@ -182,7 +186,7 @@ class InMemoryMemoryService(SyncMemoryService):
             metadata=metadata,
         )
         fp = fingerprint(memory, memory_id)
-        vector = self._embed(memory.text)
+        vector = self._embed(memory)
         with self._lock:
             data = self._data(user)
             now = utcnow()
@@ -256,7 +260,10 @@ class InMemoryMemoryService(SyncMemoryService):
             metadata=metadata,
         )
         fp = fingerprint(memory, memory_id if row.keyed else None)
-        vector = self._embed(memory.text) if memory.text != current.text else row.vector
+        changed = embedding_text(memory.text, memory.participants) != embedding_text(
+            current.memory.text, current.memory.participants
+        )
+        vector = self._embed(memory) if changed else row.vector
         with self._lock:
             data = self._data(user)
             row = data.rows.get(memory_id)
@@ -409,7 +416,7 @@ class InMemoryMemoryService(SyncMemoryService):
             if keyed:
                 fp = fingerprint(entry.memory, entry.id)
             data.rows[entry.id] = _Row(
-                entry=entry, fingerprint=fp, vector=self._embed(entry.text), keyed=keyed
+                entry=entry, fingerprint=fp, vector=self._embed(entry.memory), keyed=keyed
             )
             data.history = [h for h in data.history if h.memory_id != entry.id]
             data.history.extend(h.model_copy(update={"memory_id": entry.id}) for h in history)
