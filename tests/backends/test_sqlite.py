@@ -799,3 +799,18 @@ def test_vector_scan_on_the_side_thread_gives_the_same_results(tmp_path, monkeyp
     assert busy.acquire()  # a busy side thread: the scan runs inline instead
     monkeypatch.setattr(_query._side, "_busy", busy)
     assert results() == inline
+
+
+def test_backfilled_vectors_embed_participants_with_the_text(tmp_path):
+    """Rows written without an embedder get `embedding_text` vectors on the first vector search."""
+    path = str(tmp_path / "m.db")
+    user = UserKey("app", "alice")
+    plain = SQLiteMemoryService(path)
+    plain.add(user, "I went to the support group last night", participants=["Caroline"])
+    plain.add(user, "I went to the support group", participants=["Melanie"])
+    plain.close()
+    service = SQLiteMemoryService(path, embeddings=HashingEmbeddings())
+    vector_only = SearchOptions(hybrid=False, similarity_threshold=0.0)
+    hits = service.search(user, "Caroline support group", vector_only)
+    service.close()
+    assert hits[0].memory.participants == ["Caroline"]

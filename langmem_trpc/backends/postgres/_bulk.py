@@ -20,7 +20,15 @@ import numpy as np
 from psycopg.types.json import Jsonb
 
 from ...errors import CapacityExceededError, InvalidMemoryError
-from ...service._core import Limits, check_user, fingerprint, memory_from, new_memory_ids, utcnow
+from ...service._core import (
+    Limits,
+    check_user,
+    embedding_text,
+    fingerprint,
+    memory_from,
+    new_memory_ids,
+    utcnow,
+)
 from ...types import Memory, Operation, Source, UserKey
 from . import _sql
 from ._plans import Copy, Op, Plan, Sql
@@ -77,7 +85,8 @@ class Batch:
 
     @property
     def texts(self) -> list[str]:
-        return [r["text"] for r in self.rows]
+        """What the vector leg embeds for each row (`embedding_text`)."""
+        return [embedding_text(r["text"], r["participants"]) for r in self.rows]
 
     def with_vectors(self, vectors: Sequence[Sequence[float]]) -> Batch:
         if len(vectors) != len(self.rows):

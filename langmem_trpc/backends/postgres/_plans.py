@@ -23,6 +23,7 @@ from ...errors import (
 )
 from ...service._core import (
     Limits,
+    embedding_text,
     fingerprint,
     new_memory_id,
     stored_fingerprint,
@@ -118,10 +119,10 @@ def _make_room(user: UserKey, limits: Limits, now: datetime) -> Plan[None]:
         )
 
 
-def _embed_one(text: str, enabled: bool) -> Plan[list[float] | None]:
+def _embed_one(memory: Memory, enabled: bool) -> Plan[list[float] | None]:
     if not enabled:
         return None
-    vectors = yield Embed([text])
+    vectors = yield Embed([embedding_text(memory.text, memory.participants)])
     return list(vectors[0])
 
 
@@ -135,7 +136,7 @@ def add(
 ) -> Plan[Entry]:
     """Idempotent add by content fingerprint; explicit ids are upserts; deleted content revives."""
     fp = fingerprint(memory, memory_id)
-    vector = yield from _embed_one(memory.text, embed)
+    vector = yield from _embed_one(memory, embed)
     now = utcnow()
     content = _sql.memory_params(memory, fp, vector)
     yield Sql(_sql.USER_LOCK, _sql.user_params(user))
@@ -200,14 +201,19 @@ def update(
     rows = yield Sql(_sql.SELECT_LIVE_BY_ID, _sql.user_params(user, id=memory_id))
     if not rows:
         raise MemoryNotFoundError(memory_id)
-    memory: Memory = patch(_sql.memory_from_row(rows[0]))
-    vector = yield from _embed_one(memory.text, embed and memory.text != rows[0]["text"])
+    current = _sql.memory_from_row(rows[0])
+    memory: Memory = patch(current)
+    changed = embedding_text(memory.text, memory.participants) != embedding_text(
+        current.text, current.participants
+    )
+    vector = yield from _embed_one(memory, embed and changed)
     yield Sql(_sql.USER_LOCK, _sql.user_params(user))
     rows = yield Sql(_sql.SELECT_LIVE_BY_ID, _sql.user_params(user, id=memory_id))
     if not rows:
         raise MemoryNotFoundError(memory_id)
     current = rows[0]
-    memory = patch(_sql.memory_from_row(current))
+    locked = _sql.memory_from_row(current)
+    memory = patch(locked)
     fp = fingerprint(memory, memory_id if current["keyed"] else None)
     clash = yield Sql(_sql.SELECT_CONFLICT, _sql.user_params(user, fp=fp, id=memory_id))
     if clash:
@@ -215,7 +221,9 @@ def update(
     now = utcnow()
     content = _sql.memory_params(memory, fp, vector)
     sql = _sql.REWRITE_MEMORY
-    if memory.text == current["text"] or not embed:
+    if vector is None or embedding_text(memory.text, memory.participants) == embedding_text(
+        locked.text, locked.participants
+    ):
         sql = _sql.REWRITE_MEMORY.replace(", embedding = %(embedding)b::vector", "")
     updated = yield Sql(sql, _sql.user_params(user, id=memory_id, now=now, **content))
     yield _history(user, memory_id, Operation.UPDATE, current["text"], memory.text, source, now)
@@ -259,7 +267,7 @@ def restore(
     If another live memory already holds the same content, the restored one
     keeps its own identity (its fingerprint includes its id), as in the reference.
     """
-    vector = yield from _embed_one(entry.memory.text, embed)
+    vector = yield from _embed_one(entry.memory, embed)
     yield Sql(_sql.USER_LOCK, _sql.user_params(user))
     yield Sql(_sql.DELETE_ROW, _sql.user_params(user, id=entry.id))
     yield Sql(_sql.DELETE_ROW_HISTORY, _sql.user_params(user, id=entry.id))

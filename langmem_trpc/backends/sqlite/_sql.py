@@ -324,7 +324,9 @@ WHERE rid = ?"""
 UPDATE_TOPICS = f"""UPDATE memories SET topics = ?, topic_doc = ?, topic_len = ?, updated_at = ?,
     write_seq = {_WRITE_SEQ}
 WHERE rid = ?"""
-UPDATE_EMBEDDING = "UPDATE memories SET embedding = ? WHERE rid = ? AND text = ?"
+UPDATE_EMBEDDING = (
+    "UPDATE memories SET embedding = ? WHERE rid = ? AND text = ? AND participants = ?"
+)
 SOFT_DELETE = "UPDATE memories SET deleted_at = ? WHERE rid = ?"
 SOFT_DELETE_ALL = f"UPDATE memories SET deleted_at = ? WHERE {LIVE}"
 SELECT_RID_BY_ID = f"SELECT rid, deleted_at FROM memories WHERE {USER} AND id = ?"
@@ -345,7 +347,7 @@ COUNT_VECTORS = (
     " AND embedding IS NOT NULL AND length(embedding) = ?"
 )
 SELECT_MISSING_VECTORS = (
-    f"SELECT rid, text FROM memories WHERE {LIVE}"
+    f"SELECT rid, text, participants FROM memories WHERE {LIVE}"
     " AND (embedding IS NULL OR length(embedding) != ?) ORDER BY rid LIMIT ?"
 )
 

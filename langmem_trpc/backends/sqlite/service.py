@@ -9,6 +9,7 @@ conformance suite.
 
 from __future__ import annotations
 
+import json
 import logging
 import sqlite3
 import threading
@@ -29,6 +30,7 @@ from ...service._core import (
     check_restorable,
     check_source,
     check_user,
+    embedding_text,
     fingerprint,
     memory_from,
     new_memory_id,
@@ -228,7 +230,7 @@ class SQLiteMemoryService(SQLiteClaims, ExpiryMixin, SyncMemoryService):
             metadata=metadata,
         )
         prepared = Prepared.of(memory, fingerprint(memory, memory_id))
-        (blob,) = self._embed([memory.text])
+        (blob,) = self._embed([embedding_text(memory.text, memory.participants)])
         return self._db.write(
             lambda conn: self._add_in(conn, user, prepared, blob, memory_id, source)
         )
@@ -253,7 +255,9 @@ class SQLiteMemoryService(SQLiteClaims, ExpiryMixin, SyncMemoryService):
         for item in memories:
             memory = memory_from(item, limits=self._limits)
             prepared.append(Prepared.of(memory, fingerprint(memory)))
-        blobs = self._embed([p.memory.text for p in prepared])
+        blobs = self._embed(
+            [embedding_text(p.memory.text, p.memory.participants) for p in prepared]
+        )
         appended: list[Appended] = []
         entries = self._db.write(
             lambda conn: self._add_many_in(conn, user, prepared, blobs, source, appended)
@@ -437,8 +441,9 @@ class SQLiteMemoryService(SQLiteClaims, ExpiryMixin, SyncMemoryService):
             memory = patch_memory(current.memory, text, limits=self._limits, **fields)
             p = Prepared.of(memory, fingerprint(memory, memory_id if seen[KEYED] else None))
             blob: bytes | None | Keep = KEEP
-            if memory.text != current.text:
-                (blob,) = self._embed([memory.text])
+            embedded = embedding_text(memory.text, memory.participants)
+            if embedded != embedding_text(current.memory.text, current.memory.participants):
+                (blob,) = self._embed([embedded])
             entry = self._db.write(
                 lambda conn: self._update_in(conn, user, seen, p, blob, source)  # noqa: B023
             )
@@ -566,7 +571,7 @@ class SQLiteMemoryService(SQLiteClaims, ExpiryMixin, SyncMemoryService):
         u = (user.app_name, user.user_id)
         plain = Prepared.of(entry.memory, fingerprint(entry.memory))
         keyed = Prepared.of(entry.memory, fingerprint(entry.memory, entry.id))
-        (blob,) = self._embed([entry.text])
+        (blob,) = self._embed([embedding_text(entry.text, entry.memory.participants)])
         events = [
             (
                 *u,
@@ -695,11 +700,13 @@ class SQLiteMemoryService(SQLiteClaims, ExpiryMixin, SyncMemoryService):
             )
             if not rows:
                 return
-            blobs = self._embed([text for _, text in rows])
+            blobs = self._embed([embedding_text(text, json.loads(who)) for _, text, who in rows])
             if any(b is None or len(b) != dim * 4 for b in blobs):
                 logger.warning("embedder returned vectors of another dimension; not backfilling")
                 return
-            updates = [(blob, rid, text) for (rid, text), blob in zip(rows, blobs, strict=True)]
+            updates = [
+                (blob, rid, text, who) for (rid, text, who), blob in zip(rows, blobs, strict=True)
+            ]
             self._db.write(_executemany(sql.UPDATE_EMBEDDING, updates))
             logger.info("backfilled %d embeddings for %s", len(rows), user)
 

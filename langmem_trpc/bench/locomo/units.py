@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Literal
 
 from ...extraction.extractor import context_topics
+from ...service._core import embedding_text
 from ...service.protocol import MemoryService
 from ...types import Kind, UserKey
 from .loader import Conversation
@@ -59,7 +60,8 @@ def conversation_units(conv: Conversation, units: UnitKind) -> list[UnitRecord]:
 
 
 def unit_texts(conv: Conversation, units: UnitKind) -> list[str]:
-    return [u.text for u in conversation_units(conv, units)]
+    """What the service's vector leg embeds for each unit (`embedding_text`), for prefetching."""
+    return [embedding_text(u.text, u.participants) for u in conversation_units(conv, units)]
 
 
 def ingest_units(

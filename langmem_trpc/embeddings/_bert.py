@@ -1,0 +1,230 @@
+"""A BERT sentence encoder in numpy: the forward pass sentence-transformers runs, without torch.
+
+Reads a sentence-transformers model folder (`config.json`, `model.safetensors`,
+`tokenizer.json`, `sentence_bert_config.json`, `1_Pooling/config.json`,
+`modules.json`) and computes what its `encode(..., normalize_embeddings=True)`
+computes for a BERT encoder with mean pooling: token + position + segment
+embeddings and LayerNorm; per layer, multi-head self-attention (padded keys
+masked out) and a GELU feed-forward, each followed by a residual and LayerNorm;
+the mean of the unpadded token vectors; L2 normalisation when the model's
+`modules.json` lists `Normalize`. Arithmetic is float32, as on torch's CPU path.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ..errors import ConfigurationError
+
+__all__ = ["BertEncoder", "read_safetensors"]
+
+F32 = npt.NDArray[np.float32]
+
+_DTYPES = {"F32": "<f4", "F16": "<f2", "F64": "<f8", "I64": "<i8", "I32": "<i4"}
+_MASKED = np.float32(-1e30)
+
+
+def read_safetensors(path: Path) -> dict[str, npt.NDArray[Any]]:
+    """The tensors of a `.safetensors` file as read-only numpy arrays (no `safetensors` package).
+
+    The format is an 8-byte little-endian header length, a JSON header mapping
+    each name to its dtype, shape and byte range, then the raw little-endian data.
+    """
+    data = path.read_bytes()
+    header_len = int.from_bytes(data[:8], "little")
+    header = json.loads(data[8 : 8 + header_len])
+    base = 8 + header_len
+    tensors: dict[str, npt.NDArray[Any]] = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        dtype = _DTYPES.get(info["dtype"])
+        if dtype is None:
+            raise ConfigurationError(
+                f"{path}: tensor {name!r} has unsupported dtype {info['dtype']}"
+            )
+        start, end = info["data_offsets"]
+        array = np.frombuffer(
+            data, dtype=dtype, count=(end - start) // np.dtype(dtype).itemsize, offset=base + start
+        )
+        tensors[name] = array.reshape(info["shape"])
+    return tensors
+
+
+@dataclass(frozen=True)
+class _Layer:
+    qkv_w: F32  # (hidden, 3 * hidden): query, key and value projections side by side
+    qkv_b: F32
+    out_w: F32
+    out_b: F32
+    ln1_w: F32
+    ln1_b: F32
+    up_w: F32
+    up_b: F32
+    down_w: F32
+    down_b: F32
+    ln2_w: F32
+    ln2_b: F32
+
+
+class BertEncoder:
+    """The numpy forward pass of one BERT sentence-transformers model; stateless after loading.
+
+    Args:
+        model_dir: the sentence-transformers model folder.
+    """
+
+    def __init__(self, model_dir: Path) -> None:
+        config = _read_json(model_dir / "config.json")
+        if config.get("model_type", "bert") != "bert" or config.get("hidden_act", "gelu") != "gelu":
+            raise ConfigurationError(
+                f"{model_dir}: only BERT encoders with GELU are supported, got "
+                f"model_type={config.get('model_type')!r} hidden_act={config.get('hidden_act')!r}"
+            )
+        pooling = _read_json(model_dir / "1_Pooling" / "config.json")
+        if not pooling.get("pooling_mode_mean_tokens") or any(
+            pooling.get(mode)
+            for mode in (
+                "pooling_mode_cls_token",
+                "pooling_mode_max_tokens",
+                "pooling_mode_mean_sqrt_len_tokens",
+            )
+        ):
+            raise ConfigurationError(f"{model_dir}: only mean pooling is supported, got {pooling}")
+        modules = _read_json_list(model_dir / "modules.json")
+        self.normalize = any(m.get("type", "").endswith(".Normalize") for m in modules)
+        self.hidden = int(config["hidden_size"])
+        self.heads = int(config["num_attention_heads"])
+        self.eps = float(config.get("layer_norm_eps", 1e-12))
+        self.max_positions = int(config["max_position_embeddings"])
+        weights = read_safetensors(model_dir / "model.safetensors")
+        weights = {k.removeprefix("bert."): v for k, v in weights.items()}
+        self._load(weights, int(config["num_hidden_layers"]))
+
+    def _load(self, w: dict[str, npt.NDArray[Any]], layers: int) -> None:
+        def f32(name: str) -> F32:
+            return np.ascontiguousarray(w[name], dtype=np.float32)
+
+        def linear(name: str) -> tuple[F32, F32]:
+            return np.ascontiguousarray(f32(f"{name}.weight").T), f32(f"{name}.bias")
+
+        self.word = f32("embeddings.word_embeddings.weight")
+        self.position = f32("embeddings.position_embeddings.weight")
+        self.segment = f32("embeddings.token_type_embeddings.weight")
+        self.emb_ln = (f32("embeddings.LayerNorm.weight"), f32("embeddings.LayerNorm.bias"))
+        self.layers: list[_Layer] = []
+        for i in range(layers):
+            p = f"encoder.layer.{i}"
+            q, k, v = (linear(f"{p}.attention.self.{part}") for part in ("query", "key", "value"))
+            out_w, out_b = linear(f"{p}.attention.output.dense")
+            up_w, up_b = linear(f"{p}.intermediate.dense")
+            down_w, down_b = linear(f"{p}.output.dense")
+            self.layers.append(
+                _Layer(
+                    qkv_w=np.ascontiguousarray(np.concatenate([q[0], k[0], v[0]], axis=1)),
+                    qkv_b=np.concatenate([q[1], k[1], v[1]]),
+                    out_w=out_w,
+                    out_b=out_b,
+                    ln1_w=f32(f"{p}.attention.output.LayerNorm.weight"),
+                    ln1_b=f32(f"{p}.attention.output.LayerNorm.bias"),
+                    up_w=up_w,
+                    up_b=up_b,
+                    down_w=down_w,
+                    down_b=down_b,
+                    ln2_w=f32(f"{p}.output.LayerNorm.weight"),
+                    ln2_b=f32(f"{p}.output.LayerNorm.bias"),
+                )
+            )
+
+    def encode(self, ids: npt.NDArray[np.int64], mask: npt.NDArray[np.int64]) -> F32:
+        """Sentence vectors for one padded batch: `ids` and `mask` are (batch, length)."""
+        batch, length = ids.shape
+        x = self.word[ids] + self.position[:length][None, :, :] + self.segment[0][None, None, :]
+        x = _layer_norm(x, *self.emb_ln, self.eps)
+        bias = np.where(mask[:, None, None, :] > 0, np.float32(0.0), _MASKED).astype(np.float32)
+        for layer in self.layers:
+            x = self._block(x, bias, layer)
+        weights = mask.astype(np.float32)[:, :, None]
+        pooled: F32 = (x * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), np.float32(1e-9))
+        if self.normalize:
+            norms = np.linalg.norm(pooled, axis=1, keepdims=True)
+            pooled = pooled / np.maximum(norms, np.float32(1e-12))
+        return pooled.astype(np.float32)
+
+    def _block(self, x: F32, bias: F32, layer: _Layer) -> F32:
+        batch, length, hidden = x.shape
+        heads, head_dim = self.heads, hidden // self.heads
+        flat = x.reshape(batch * length, hidden)
+        qkv = (flat @ layer.qkv_w + layer.qkv_b).reshape(batch, length, 3, heads, head_dim)
+        q, k, v = (
+            qkv[:, :, i].transpose(0, 2, 1, 3) for i in range(3)
+        )  # (batch, heads, length, dim)
+        scores = q @ k.transpose(0, 1, 3, 2) * np.float32(1.0 / math.sqrt(head_dim)) + bias
+        scores -= scores.max(axis=-1, keepdims=True)
+        probs = np.exp(scores)
+        probs /= probs.sum(axis=-1, keepdims=True)
+        context = (probs @ v).transpose(0, 2, 1, 3).reshape(batch * length, hidden)
+        attended = _layer_norm(
+            context @ layer.out_w + layer.out_b + flat, layer.ln1_w, layer.ln1_b, self.eps
+        )
+        up = _gelu(attended @ layer.up_w + layer.up_b)
+        out = _layer_norm(
+            up @ layer.down_w + layer.down_b + attended, layer.ln2_w, layer.ln2_b, self.eps
+        )
+        return out.reshape(batch, length, hidden)
+
+
+def _layer_norm(x: F32, weight: F32, bias: F32, eps: float) -> F32:
+    mean = x.mean(axis=-1, keepdims=True)
+    centred = x - mean
+    var = (centred * centred).mean(axis=-1, keepdims=True)
+    out: F32 = centred / np.sqrt(var + np.float32(eps)) * weight + bias
+    return out
+
+
+def _gelu(x: F32) -> F32:
+    """Exact (erf) GELU, as BERT's `gelu`; erf by Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7)."""
+    z = np.abs(x) * np.float32(1.0 / math.sqrt(2.0))
+    t = np.float32(1.0) / (np.float32(1.0) + np.float32(0.3275911) * z)
+    poly = t * (
+        np.float32(0.254829592)
+        + t
+        * (
+            np.float32(-0.284496736)
+            + t
+            * (
+                np.float32(1.421413741)
+                + t * (np.float32(-1.453152027) + t * np.float32(1.061405429))
+            )
+        )
+    )
+    erf = np.float32(1.0) - poly * np.exp(-z * z)
+    erf = np.where(x < 0, -erf, erf)
+    out: F32 = np.float32(0.5) * x * (np.float32(1.0) + erf)
+    return out
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        loaded = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise ConfigurationError(
+            f"{path.parent}: not a sentence-transformers model folder ({path.name} is missing)"
+        ) from exc
+    if not isinstance(loaded, dict):
+        raise ConfigurationError(f"{path}: expected a JSON object")
+    return loaded
+
+
+def _read_json_list(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    loaded = json.loads(path.read_text(encoding="utf-8"))
+    return [m for m in loaded if isinstance(m, dict)] if isinstance(loaded, list) else []
