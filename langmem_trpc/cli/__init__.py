@@ -10,6 +10,7 @@ import click
 
 from ._common import default_db
 from .bench import bench
+from .mcp import mcp_command
 from .memories import memories
 from .transfer import export_memories, import_memories
 
@@ -56,6 +57,7 @@ cli.add_command(export_memories)
 cli.add_command(import_memories)
 
 cli.add_command(bench)
+cli.add_command(mcp_command)
 
 
 def main() -> None:
