@@ -94,6 +94,14 @@ MEMORY = (
 <div><div class="muted">created / updated</div>{{ entry.created_at|ts }} / {{ entry.updated_at|ts }}</div></div>
 <p id="memory-text">{{ entry.memory.text }}</p>
 {% if entry.memory.metadata %}<div class="muted mono">metadata: {{ entry.memory.metadata|tojson }}</div>{% endif %}</div>
+{% endif %}
+<h2>History <span class="muted">oldest first</span></h2>
+<table id="history"><tr><th>when</th><th>operation</th><th>change</th><th>source</th></tr>
+{% for ev in events %}<tr><td>{{ ev.at|ts }}</td><td class="op-{{ ev.op }}">{{ ev.op }}</td>
+<td>{% for kind, text in ev.diff %}{% if kind == 'del' %}<del>{{ text }}</del>{% elif kind == 'ins' %}<ins>{{ text }}</ins>{% else %}{{ text }}{% endif %}{% endfor %}</td>
+<td>{% for k, v in ev.source %}<div><span class="muted">{{ k }}</span> {{ v }}</div>{% else %}<span class="muted">not recorded</span>{% endfor %}</td></tr>
+{% endfor %}</table>
+{% if entry is not none %}
 {% if not read_only %}<h2>Edit</h2><form class="card" method="post" action="/memory/edit?{{ mqs }}">"""
     + TOKEN
     + """
@@ -117,12 +125,6 @@ MEMORY = (
     + """
 <label style="display:inline"><input type="checkbox" name="confirm" value="yes"> really remove it and its history for good</label>
 <button class="danger" type="submit">purge</button></form>{% endif %}
-<h2>History <span class="muted">oldest first</span></h2>
-<table id="history"><tr><th>when</th><th>operation</th><th>change</th><th>source</th></tr>
-{% for ev in events %}<tr><td>{{ ev.at|ts }}</td><td class="op-{{ ev.op }}">{{ ev.op }}</td>
-<td>{% for kind, text in ev.diff %}{% if kind == 'del' %}<del>{{ text }}</del>{% elif kind == 'ins' %}<ins>{{ text }}</ins>{% else %}{{ text }}{% endif %}{% endfor %}</td>
-<td>{% for k, v in ev.source %}<div><span class="muted">{{ k }}</span> {{ v }}</div>{% else %}<span class="muted">not recorded</span>{% endfor %}</td></tr>
-{% endfor %}</table>
 {% endblock %}"""
 )
 
