@@ -36,7 +36,7 @@ def ui_command(db: str | None, host: str, port: int, read_only: bool) -> None:
     token = new_token()
     with open_service(db, read=read_only) as svc:
         loopback = host in ("127.0.0.1", "localhost", "::1")
-        hosts = ["127.0.0.1", "localhost", "[::1]"] if loopback else None
+        hosts = ["127.0.0.1", "localhost", "::1", "[::1]"] if loopback else None
         app = create_app(svc, token=token, read_only=read_only, allowed_hosts=hosts)
         click.echo(f"langmem-trpc inspector on http://{host}:{port}/")
         if read_only:
