@@ -124,3 +124,51 @@ async def test_errors_render_exactly_like_the_langchain_tools(db: str, tmp_path:
     assert "memory 'nope' not found" in expected[0][0]
     assert "invalid arguments (limit)" in expected[2][0]
     assert "invalid time_after" in expected[3][0]
+
+
+async def _http_session(url: str) -> tuple[list[str], Any]:
+    import anyio
+    from mcp.client.streamable_http import streamable_http_client
+
+    for _ in range(100):  # the banner is printed just before uvicorn binds
+        try:
+            async with (
+                streamable_http_client(url) as (read, write),
+                ClientSession(read, write) as client,
+            ):
+                await client.initialize()
+                names = sorted(t.name for t in (await client.list_tools()).tools)
+                return names, await client.call_tool("memory_search", {"query": "green tea"})
+        except Exception:
+            await anyio.sleep(0.1)
+    pytest.fail("the HTTP MCP server did not answer")
+
+
+def test_streamable_http_flag_serves_the_same_tools(db: str) -> None:
+    import subprocess
+
+    import anyio
+
+    from langmem_trpc.ui.serving import free_port
+
+    port = free_port()
+    args = ["mcp", "--db", db, "--app", "support", "--user", "alice", "--http", "--port", str(port)]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "langmem_trpc.cli", *args],
+        cwd=ROOT,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stderr is not None
+        assert "/mcp" in proc.stderr.readline()
+        names, result = anyio.run(_http_session, f"http://127.0.0.1:{port}/mcp")
+        assert names == ["memory_load", "memory_search"]
+        assert [r["memory"] for r in json.loads(_text(result))["results"]] == [
+            "Alice likes green tea"
+        ]
+    finally:
+        proc.terminate()
+        proc.wait(10)
