@@ -55,8 +55,8 @@ def mcp_command(
     Tools: memory_search, memory_load; with --allow-writes also memory_add,
     memory_update, memory_delete. Same arguments, results and error messages
     as the agent tools. The identity comes from --app/--user, never from tool
-    arguments. Without --allow-writes the database is opened read-only
-    (nothing is created).
+    arguments. Without --allow-writes the database is opened as for a read
+    command: a missing one is an error and nothing is created.
 
     \b
     Examples:

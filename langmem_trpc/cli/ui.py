@@ -21,8 +21,8 @@ def ui_command(db: str | None, host: str, port: int, read_only: bool) -> None:
     Write actions (edit, delete, restore, purge, purge a user) need the token
     printed at start-up; the pages carry it, so use the printed URL. The
     server binds 127.0.0.1 unless --host says otherwise. With --read-only
-    the database is opened read-only (nothing is created) and no write is
-    possible.
+    no write is possible and the database is opened as for a read command
+    (a missing one is an error; nothing is created).
 
     \b
     Examples:
