@@ -172,3 +172,30 @@ def test_streamable_http_flag_serves_the_same_tools(db: str) -> None:
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def test_identity_comes_from_the_authenticated_client_when_the_transport_has_one() -> None:
+    from mcp.server.auth.middleware.auth_context import auth_context_var
+    from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+    from mcp.server.auth.provider import AccessToken
+
+    from langmem_trpc.integration.mcp_server import mcp_identity
+
+    assert mcp_identity("support", "alice") == ALICE
+    assert mcp_identity("support", None) is None
+    token = AccessToken(token="t", client_id="cursor-app", scopes=[], subject="carol")
+    reset = auth_context_var.set(AuthenticatedUser(token))
+    try:
+        assert mcp_identity("support", "alice") == UserKey("support", "carol")
+        no_subject = AccessToken(token="t", client_id="cursor-app", scopes=[])
+        auth_context_var.set(AuthenticatedUser(no_subject))
+        assert mcp_identity("support", None) == UserKey("support", "cursor-app")
+    finally:
+        auth_context_var.reset(reset)
+
+
+async def test_no_identity_is_the_tools_own_error(tmp_path: Path) -> None:
+    with SQLiteMemoryService(str(tmp_path / "m.db")) as svc:
+        tool = create_memory_tools(svc, include=["memory_search"])[0]
+        text, is_error = await call_memory_tool(tool, {"query": "tea"}, None)
+    assert is_error and "no user identity" in text
