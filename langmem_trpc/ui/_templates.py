@@ -64,6 +64,7 @@ USER = (
 <label>event before<input name="before" value="{{ f.before }}" size="11"></label>
 <button type="submit">filter</button>
 <a href="/search?{{ qs }}{% if f.q %}&q={{ f.q|urlencode }}{% endif %}">search playground</a>
+<a href="/threads?{{ qs }}">threads</a>
 <a href="/export.jsonl?{{ qs }}">export JSONL</a></form>
 <p class="muted">{{ shown }} shown{% if f.q and f.mode == 'hybrid' %}, best first{% else %}, most recently updated first{% endif %}</p>
 <table><tr><th>id</th><th>kind</th><th>memory</th><th>event time</th><th>participants</th><th>location</th><th>topics</th><th>updated</th>{% if f.q and f.mode == 'hybrid' %}<th class="num">score</th>{% endif %}</tr>
@@ -159,6 +160,18 @@ WORKER = (
 {% endblock %}"""
 )
 
+THREADS = """{% extends "base" %}{% block title %}threads{% endblock %}{% block body %}
+<h1><a href="/user?{{ qs }}">{{ user.app_name }} / {{ user.user_id }}</a> · threads</h1>
+<p class="muted">Threads named in the history of this user's live memories, with the write path's
+extraction cursor for each: how far extraction has read the thread, and when it last ran.</p>
+<table id="threads"><tr><th>thread</th><th class="num">writes</th><th>last write</th><th class="num">messages read</th>
+<th>last message id</th><th>last extracted</th><th>cursor updated</th></tr>
+{% for t in threads %}<tr><td class="mono">{{ t.thread }}</td><td class="num">{{ t.writes }}</td><td>{{ t.last_write|ts }}</td>
+{% if t.cursor %}<td class="num">{{ t.cursor.message_count }}</td><td class="mono">{{ t.cursor.last_message_id or '' }}</td>
+<td>{{ t.cursor.last_extracted_at|ts }}</td><td>{{ t.cursor.updated_at|ts }}</td>{% else %}<td colspan="4" class="muted">no cursor</td>{% endif %}</tr>
+{% else %}<tr><td colspan="7" class="muted">No thread recorded in this user's history.</td></tr>{% endfor %}</table>
+{% endblock %}"""
+
 ERROR = """{% extends "base" %}{% block title %}{{ code }}{% endblock %}{% block body %}
 <h1>{{ code }} {{ title }}</h1><p id="error">{{ message }}</p><p><a href="/">back to users</a></p>{% endblock %}"""
 
@@ -169,5 +182,6 @@ TEMPLATES = {
     "memory": MEMORY,
     "search": SEARCH,
     "worker": WORKER,
+    "threads": THREADS,
     "error": ERROR,
 }

@@ -323,6 +323,25 @@ class _UI:
             "search", user=user, qs=self.qs(user), q=q, kind=kind_name, k=k_text, ex=explained
         )
 
+    async def threads(self, request: Request) -> Response:
+        """Threads in the history of the user's live memories, with their extraction cursors."""
+        user = await self.known_user(request)
+        entries = await self.service.aread(user, LIST_LIMIT)
+        histories = await asyncio.gather(*(self.service.ahistory(user, e.id) for e in entries))
+        found: dict[str, dict[str, Any]] = {}
+        for event in (ev for events in histories for ev in events):
+            thread = event.source.thread_id if event.source else None
+            if not thread:
+                continue
+            row = found.setdefault(thread, {"thread": thread, "writes": 0, "last_write": event.at})
+            row["writes"] += 1
+            row["last_write"] = max(row["last_write"], event.at)
+        rows = sorted(found.values(), key=lambda r: r["last_write"], reverse=True)
+        cursors = await asyncio.gather(*(self.service.aget_cursor(user, r["thread"]) for r in rows))
+        for row, cursor in zip(rows, cursors, strict=True):
+            row["cursor"] = cursor
+        return self.page("threads", user=user, qs=self.qs(user), threads=rows)
+
     async def export(self, request: Request) -> Response:
         from ..cli.transfer import _export_records
 
@@ -492,6 +511,7 @@ def create_app(
         "/memory": ui.memory_page,
         "/search": ui.search_page,
         "/export.jsonl": ui.export,
+        "/threads": ui.threads,
         "/worker": ui.worker,
     }
     posts: dict[str, Endpoint] = {

@@ -265,3 +265,15 @@ def test_allowed_hosts_refuses_other_host_headers(svc, seeded) -> None:
 def test_new_token_per_app(svc) -> None:
     first, second = create_app(svc), create_app(svc)
     assert first.state.token != second.state.token and len(first.state.token) >= 20
+
+
+def test_threads_page_shows_each_thread_with_its_cursor(svc, client, seeded) -> None:
+    from langmem_trpc.types import ExtractionCursor
+
+    svc.set_cursor(ALICE, ExtractionCursor(thread_id="t-1", last_message_id="m2", message_count=4))
+    page = client.get(f"/threads?{Q}")
+    assert page.status_code == 200
+    row = page.text.split('<td class="mono">t-1</td>', 1)[1].split("</tr>", 1)[0]
+    assert '<td class="num">1</td>' in row  # one write from thread t-1
+    assert '<td class="num">4</td>' in row and "m2" in row
+    assert client.get("/threads?app=support&user=nobody").status_code == 404
