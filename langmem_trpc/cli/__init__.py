@@ -11,8 +11,10 @@ import click
 from ._common import default_db
 from .bench import bench
 from .jobs import jobs
+from .mcp import mcp_command
 from .memories import memories
 from .transfer import export_memories, import_memories
+from .ui import ui_command
 
 __all__ = ["cli", "main"]
 
@@ -58,6 +60,8 @@ cli.add_command(import_memories)
 cli.add_command(jobs)
 
 cli.add_command(bench)
+cli.add_command(mcp_command)
+cli.add_command(ui_command)
 
 
 def main() -> None:

@@ -229,6 +229,16 @@ class MemoryService(ABC):
     async def aexpired(self, user: UserKey, limit: int | None = None) -> list[str]:
         return await asyncio.to_thread(self.expired, user, limit)
 
+    def as_retriever(self, user: UserKey, **kwargs: Any) -> Any:
+        """A LangChain `BaseRetriever` over `user`'s memories, scope fixed.
+
+        Keyword arguments (`k`, `kind`, `time_after`, ...) are those of
+        `langmem_trpc.integration.retriever.create_retriever`.
+        """
+        from ..integration.retriever import create_retriever
+
+        return create_retriever(self, user, **kwargs)
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections; the default holds none."""
 

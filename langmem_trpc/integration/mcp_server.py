@@ -1,0 +1,141 @@
+"""An MCP server exposing the memory tools (`langmem-trpc mcp`), on the official `mcp` SDK.
+
+The server serves the very LangChain tools `create_memory_tools` builds: the
+same argument schemas (published as each tool's MCP input schema), the same
+validation and error messages (a failed call is a `CallToolResult` with
+`isError` and the tool's safe one-line message), the same JSON results.
+
+Identity is never taken from tool arguments (the schemas have no user field,
+and the identity is injected after the arguments). It is the `(app, user)`
+fixed for the server process, or, where the transport authenticated the
+client (streamable HTTP with an MCP auth token verifier), the token's
+`subject` (else `client_id`) under the fixed app. With neither, calls fail
+with the tool's "no user identity" error.
+
+Write tools (`memory_add`, `memory_update`, `memory_delete`) are served only
+with `allow_writes=True` (`--allow-writes`).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from langchain_core.messages import ToolMessage
+from langchain_core.tools import BaseTool
+from langgraph.prebuilt import ToolRuntime
+
+from ..errors import ConfigurationError
+from ..service.protocol import MemoryService
+from ..types import UserKey
+from .tools import create_memory_tools
+
+__all__ = ["READ_TOOLS", "WRITE_TOOLS", "build_mcp_server", "mcp_identity"]
+
+READ_TOOLS = ("memory_search", "memory_load")
+WRITE_TOOLS = ("memory_add", "memory_update", "memory_delete")
+
+
+def mcp_identity(app_name: str, user_id: str | None) -> UserKey | None:
+    """The user a call acts for: the authenticated client if any, else the fixed user."""
+    try:
+        from mcp.server.auth.middleware.auth_context import get_access_token
+    except ImportError:  # pragma: no cover - the [mcp] extra ships it
+        token = None
+    else:
+        token = get_access_token()
+    if token is not None:
+        return UserKey(app_name, token.subject or token.client_id)
+    return UserKey(app_name, user_id) if user_id else None
+
+
+def _runtime(user: UserKey | None, call_id: str) -> ToolRuntime[Any]:
+    configurable = {"app_name": user.app_name, "user_id": user.user_id} if user else {}
+    return ToolRuntime(
+        state={},
+        context=None,
+        config={"configurable": {**configurable, "thread_id": "mcp"}},
+        stream_writer=lambda _: None,
+        tool_call_id=call_id,
+        store=None,
+    )
+
+
+def _schema(tool: BaseTool) -> dict[str, Any]:
+    schema = tool.tool_call_schema
+    if isinstance(schema, dict):  # pragma: no cover - our tools always have a model
+        return schema
+    out: dict[str, Any] = schema.model_json_schema()  # type: ignore[union-attr]
+    out.pop("title", None)
+    out.pop("description", None)
+    return out
+
+
+async def call_memory_tool(
+    tool: BaseTool, arguments: dict[str, Any], user: UserKey | None, call_id: str = "mcp"
+) -> tuple[str, bool]:
+    """Run one memory tool as an agent's ToolNode would; (text, is_error)."""
+    args = {key: value for key, value in arguments.items() if key != "runtime"}
+    call = {
+        "name": tool.name,
+        "args": {**args, "runtime": _runtime(user, call_id)},
+        "id": call_id,
+        "type": "tool_call",
+    }
+    message = await tool.ainvoke(call)
+    if not isinstance(message, ToolMessage):  # pragma: no cover - tool_call input
+        return json.dumps(message, default=str), False
+    text = message.content if isinstance(message.content, str) else json.dumps(message.content)
+    return text, message.status == "error"
+
+
+def build_mcp_server(
+    service: MemoryService,
+    *,
+    app_name: str = "default",
+    user_id: str | None = None,
+    allow_writes: bool = False,
+) -> Any:
+    """An `mcp.server.lowlevel.Server` serving the memory tools for one identity.
+
+    Args:
+        service: the memory service (the caller closes it).
+        app_name: the app every call acts in.
+        user_id: the fixed user; None to require an authenticated client.
+        allow_writes: also serve `memory_add`, `memory_update`, `memory_delete`.
+    """
+    try:
+        import mcp_types as types
+        from mcp.server import Server
+    except ImportError as exc:  # pragma: no cover - depends on the install
+        raise ConfigurationError(
+            "the MCP server needs the [mcp] extra: pip install 'langmem-trpc[mcp]'"
+        ) from exc
+    names = READ_TOOLS + (WRITE_TOOLS if allow_writes else ())
+    tools = {t.name: t for t in create_memory_tools(service, include=names)}
+    listed = [
+        types.Tool(name=t.name, description=t.description, input_schema=_schema(t))
+        for t in tools.values()
+    ]
+
+    async def list_tools(ctx: Any, params: Any) -> Any:
+        return types.ListToolsResult(tools=listed)
+
+    async def call_tool(ctx: Any, params: Any) -> Any:
+        tool = tools.get(params.name)
+        if tool is None:
+            hint = " (write tools need --allow-writes)" if params.name in WRITE_TOOLS else ""
+            text, is_error = f"unknown tool {params.name!r}{hint}", True
+        else:
+            user = mcp_identity(app_name, user_id)
+            text, is_error = await call_memory_tool(tool, dict(params.arguments or {}), user)
+        return types.CallToolResult(
+            content=[types.TextContent(type="text", text=text)], is_error=is_error
+        )
+
+    return Server(
+        "langmem-trpc",
+        instructions="Long-term memory of one user: search and load (and, if enabled, edit) it.",
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+    )

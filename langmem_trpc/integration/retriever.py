@@ -1,0 +1,307 @@
+"""LangChain retrieval over one user's memories: `MemoryRetriever` and `MemoryVectorStore`.
+
+Both are scoped to one `(app_name, user_id)` fixed at construction; nothing a
+caller passes later (search kwargs, `filter`, metadata) can change it, and an
+attempt to is an `InvalidInputError`. Both run the service's own hybrid
+search (`service.search` / `service.asearch`), so a chain ranks memories the
+same way the agent's `memory_search` tool does. Async calls use the
+service's async twins, never a thread around the sync call of a native
+async backend.
+
+Example:
+    ```python
+    retriever = service.as_retriever(UserKey("support", "alice"), k=5, kind="episode")
+    docs = retriever.invoke("hiking trip")
+    store = MemoryVectorStore(service, UserKey("support", "alice"))
+    store.add_texts(["Alice likes tea"])
+    ```
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any
+
+from langchain_core.callbacks import (
+    AsyncCallbackManagerForRetrieverRun,
+    CallbackManagerForRetrieverRun,
+)
+from langchain_core.documents import Document
+from langchain_core.embeddings import Embeddings
+from langchain_core.retrievers import BaseRetriever
+from langchain_core.vectorstores import VectorStore
+from pydantic import ConfigDict, ValidationError
+
+from ..errors import ConfigurationError, InvalidInputError
+from ..service.protocol import MemoryService
+from ..types import Entry, Kind, SearchOptions, UserKey
+
+__all__ = ["MemoryRetriever", "MemoryVectorStore", "create_retriever", "entry_document"]
+
+_SCOPE_KEYS = frozenset({"user", "user_id", "app", "app_name", "namespace", "user_key"})
+_OPTION_KEYS = frozenset(SearchOptions.model_fields) - {"query"}
+
+
+def entry_document(entry: Entry) -> Document:
+    """A memory as a LangChain `Document`: its text, and its fields as metadata."""
+    memory = entry.memory
+    metadata: dict[str, Any] = {
+        "id": entry.id,
+        "app_name": entry.app_name,
+        "user_id": entry.user_id,
+        "kind": memory.kind.value,
+        "topics": list(memory.topics),
+        "created_at": entry.created_at.isoformat(),
+        "updated_at": entry.updated_at.isoformat(),
+    }
+    if memory.event_time is not None:
+        metadata["event_time"] = memory.event_time.isoformat()
+    if memory.participants:
+        metadata["participants"] = list(memory.participants)
+    if memory.location:
+        metadata["location"] = memory.location
+    if entry.score is not None:
+        metadata["score"] = entry.score
+    return Document(page_content=memory.text, metadata=metadata, id=entry.id)
+
+
+def _refuse_scope(user: UserKey, where: str, values: dict[str, Any]) -> None:
+    named = sorted(k for k in values if k in _SCOPE_KEYS)
+    if named:
+        raise InvalidInputError(
+            where,
+            f"{', '.join(named)} cannot be set: this retriever is scoped to {user} "
+            "and the scope cannot be overridden",
+        )
+
+
+def search_options(user: UserKey, k: int, values: dict[str, Any]) -> SearchOptions:
+    """`SearchOptions` (hybrid by default) from retriever kwargs, refusing scope changes.
+
+    A `filter` dict (what LangChain code passes) may carry `kind`, `time_after`
+    and `time_before`; any user/app key in it or in `values` is refused, as is
+    an unknown keyword.
+    """
+    values = dict(values)
+    filters = values.pop("filter", None) or {}
+    if not isinstance(filters, dict):
+        raise InvalidInputError("filter", f"expected a dict, got {type(filters).__name__}")
+    _refuse_scope(user, "filter", filters)
+    _refuse_scope(user, "search_kwargs", values)
+    merged = {**filters, **values}
+    unknown = sorted(set(merged) - _OPTION_KEYS)
+    if unknown:
+        raise InvalidInputError(
+            unknown[0], f"unknown search option; choose from {sorted(_OPTION_KEYS)}"
+        )
+    try:
+        return SearchOptions(**{"hybrid": True, **merged, "max_results": k})
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        field = ".".join(str(p) for p in error["loc"]) or "search_kwargs"
+        if field == "max_results":
+            field = "k"
+        raise InvalidInputError(field, error["msg"]) from None
+
+
+class MemoryRetriever(BaseRetriever):
+    """A `BaseRetriever` over one user's memories, ranked by the service's hybrid search.
+
+    Args:
+        service: the memory service.
+        user: the one user it reads; fixed for the retriever's life.
+        k: results per query (1-1000).
+        search_kwargs: more `SearchOptions` fields (`kind`, `time_after`,
+            `time_before`, `kind_fallback`, `similarity_threshold`, ...),
+            checked on every query (`create_retriever` also checks them up front).
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True, frozen=True)
+
+    service: MemoryService
+    user: UserKey
+    k: int = 4
+    search_kwargs: dict[str, Any] = {}
+
+    def _options(self, query: str) -> SearchOptions:
+        options = search_options(self.user, self.k, self.search_kwargs)
+        return options.model_copy(update={"query": query})
+
+    def _get_relevant_documents(
+        self, query: str, *, run_manager: CallbackManagerForRetrieverRun
+    ) -> list[Document]:
+        found = self.service.search(self.user, query, self._options(query))
+        return [entry_document(e) for e in found]
+
+    async def _aget_relevant_documents(
+        self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun
+    ) -> list[Document]:
+        found = await self.service.asearch(self.user, query, self._options(query))
+        return [entry_document(e) for e in found]
+
+
+def create_retriever(
+    service: MemoryService,
+    user: UserKey,
+    *,
+    k: int = 4,
+    kind: Kind | str | None = None,
+    time_after: datetime | str | None = None,
+    time_before: datetime | str | None = None,
+    **search_kwargs: Any,
+) -> MemoryRetriever:
+    """A `MemoryRetriever` for `user` (what `service.as_retriever` returns)."""
+    if not isinstance(user, UserKey):
+        raise InvalidInputError("user", f"expected a UserKey, got {type(user).__name__}")
+    extra = {"kind": kind, "time_after": time_after, "time_before": time_before}
+    search_kwargs.update({key: value for key, value in extra.items() if value is not None})
+    search_options(user, k, search_kwargs)  # bad options fail here, not at the first query
+    return MemoryRetriever(service=service, user=user, k=k, search_kwargs=search_kwargs)
+
+
+class MemoryVectorStore(VectorStore):
+    """A LangChain `VectorStore` over one user's memories.
+
+    Texts are stored as memories of `user` (metadata `kind`, `topics`,
+    `event_time`, `participants`, `location` become memory fields, the rest is
+    kept as memory metadata); searches run the service's hybrid search. The
+    service embeds: `embeddings` is the service's embedder only for callers
+    that read `store.embeddings`.
+    """
+
+    def __init__(
+        self, service: MemoryService, user: UserKey, *, embeddings: Embeddings | None = None
+    ) -> None:
+        if not isinstance(user, UserKey):
+            raise InvalidInputError("user", f"expected a UserKey, got {type(user).__name__}")
+        self._service = service
+        self._user = user
+        self._embeddings = embeddings
+
+    @property
+    def user(self) -> UserKey:
+        return self._user
+
+    @property
+    def embeddings(self) -> Embeddings | None:
+        return self._embeddings
+
+    # -- writes -------------------------------------------------------------
+
+    def _add_args(
+        self, texts: Iterable[str], metadatas: list[dict[str, Any]] | None, ids: Any
+    ) -> list[tuple[str, dict[str, Any]]]:
+        texts = list(texts)
+        metas = list(metadatas) if metadatas is not None else [{} for _ in texts]
+        id_list = list(ids) if ids is not None else [None] * len(texts)
+        if len(metas) != len(texts) or len(id_list) != len(texts):
+            raise InvalidInputError("metadatas", "texts, metadatas and ids differ in length")
+        calls = []
+        for text, meta, memory_id in zip(texts, metas, id_list, strict=True):
+            meta = dict(meta or {})
+            _refuse_scope(self._user, "metadatas", meta)
+            fields: dict[str, Any] = {
+                key: meta.pop(key)
+                for key in ("kind", "topics", "event_time", "participants", "location")
+                if key in meta
+            }
+            fields["metadata"] = meta
+            if memory_id is not None:
+                fields["memory_id"] = memory_id
+            calls.append((text, fields))
+        return calls
+
+    def add_texts(
+        self,
+        texts: Iterable[str],
+        metadatas: list[dict[str, Any]] | None = None,
+        *,
+        ids: list[str] | None = None,
+        **kwargs: Any,
+    ) -> list[str]:
+        """Store each text as a memory of the store's user; returns the memory ids."""
+        _refuse_scope(self._user, "kwargs", kwargs)
+        calls = self._add_args(texts, metadatas, ids)
+        return [self._service.add(self._user, text, **fields).id for text, fields in calls]
+
+    async def aadd_texts(
+        self,
+        texts: Iterable[str],
+        metadatas: list[dict[str, Any]] | None = None,
+        *,
+        ids: list[str] | None = None,
+        **kwargs: Any,
+    ) -> list[str]:
+        _refuse_scope(self._user, "kwargs", kwargs)
+        calls = self._add_args(texts, metadatas, ids)
+        return [(await self._service.aadd(self._user, t, **f)).id for t, f in calls]
+
+    def delete(self, ids: list[str] | None = None, **kwargs: Any) -> bool | None:
+        """Soft-delete the memories with these ids; True when every one was live."""
+        _refuse_scope(self._user, "kwargs", kwargs)
+        if not ids:
+            raise InvalidInputError("ids", "name the memories to delete")
+        return all([self._service.delete(self._user, memory_id) for memory_id in ids])
+
+    async def adelete(self, ids: list[str] | None = None, **kwargs: Any) -> bool | None:
+        _refuse_scope(self._user, "kwargs", kwargs)
+        if not ids:
+            raise InvalidInputError("ids", "name the memories to delete")
+        return all([await self._service.adelete(self._user, memory_id) for memory_id in ids])
+
+    # -- reads --------------------------------------------------------------
+
+    def get_by_ids(self, ids: Sequence[str], /) -> list[Document]:
+        found = (self._service.get(self._user, memory_id) for memory_id in ids)
+        return [entry_document(e) for e in found if e is not None]
+
+    async def aget_by_ids(self, ids: Sequence[str], /) -> list[Document]:
+        found = [await self._service.aget(self._user, memory_id) for memory_id in ids]
+        return [entry_document(e) for e in found if e is not None]
+
+    def similarity_search_with_score(
+        self, query: str, k: int = 4, **kwargs: Any
+    ) -> list[tuple[Document, float]]:
+        """Hybrid search; the score is the service's 0-1 relevance score."""
+        options = search_options(self._user, k, kwargs)
+        found = self._service.search(self._user, query, options)
+        return [(entry_document(e), float(e.score or 0.0)) for e in found]
+
+    async def asimilarity_search_with_score(
+        self, query: str, k: int = 4, **kwargs: Any
+    ) -> list[tuple[Document, float]]:
+        options = search_options(self._user, k, kwargs)
+        found = await self._service.asearch(self._user, query, options)
+        return [(entry_document(e), float(e.score or 0.0)) for e in found]
+
+    def similarity_search(self, query: str, k: int = 4, **kwargs: Any) -> list[Document]:
+        return [doc for doc, _ in self.similarity_search_with_score(query, k, **kwargs)]
+
+    async def asimilarity_search(self, query: str, k: int = 4, **kwargs: Any) -> list[Document]:
+        found = await self.asimilarity_search_with_score(query, k, **kwargs)
+        return [doc for doc, _ in found]
+
+    def _select_relevance_score_fn(self) -> Any:
+        return lambda score: score  # the service's score is already 0-1, higher is better
+
+    @classmethod
+    def from_texts(
+        cls,
+        texts: list[str],
+        embedding: Embeddings,
+        metadatas: list[dict[str, Any]] | None = None,
+        *,
+        ids: list[str] | None = None,
+        **kwargs: Any,
+    ) -> MemoryVectorStore:
+        """Build over `service=` and `user=` (both required kwargs), then add `texts`."""
+        service, user = kwargs.pop("service", None), kwargs.pop("user", None)
+        if service is None or user is None:
+            raise ConfigurationError(
+                "MemoryVectorStore.from_texts needs service= and user= (the store is "
+                "scoped to one user of an existing memory service)"
+            )
+        store = cls(service, user, embeddings=embedding)
+        store.add_texts(texts, metadatas, ids=ids, **kwargs)
+        return store

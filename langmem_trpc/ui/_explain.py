@@ -1,0 +1,135 @@
+"""The search playground: why a memory was, or was not, found.
+
+Everything here runs the service's own search (`service.asearch`, hence the
+shared pipeline in `service/_search.py` on every backend) with different
+`SearchOptions`; nothing re-ranks memories on its own:
+
+* fused: the search as asked (hybrid, every fusion signal on);
+* vector leg: `hybrid=False` with the hybrid vector floor as the threshold,
+  i.e. the vector leg alone, ranked by cosine score;
+* keyword leg: hybrid with `vector_floor=1.0` and every fusion signal off, so
+  only keyword candidates vote and the fused order is the keyword leg's
+  order (a memory whose vector score is exactly 1.0, the query itself, would
+  also be let in);
+* each signal's effect: the fused search again with that one signal switched
+  off; the rank it gives is shown beside the real one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..service.protocol import MemoryService
+from ..types import Entry, FusionSettings, SearchOptions, UserKey
+
+__all__ = ["SIGNALS", "Explained", "ExplainedRow", "explain_search"]
+
+SIGNALS: dict[str, dict[str, float]] = {
+    "score blend": {"score_weight": 0.0},
+    "session context": {"context_weight": 0.0},
+    "participant boost": {"participant_boost": 0.0},
+    "time boost": {"time_boost": 0.0},
+    "'when' boost": {"when_boost": 0.0},
+}
+"""Each fusion signal the playground switches off, by label: the FusionSettings change."""
+
+_ALL_OFF = {
+    "score_weight": 0.0,
+    "context_weight": 0.0,
+    "participant_boost": 0.0,
+    "time_boost": 0.0,
+    "when_boost": 0.0,
+    "decompose_weight": 0.0,
+}
+
+
+@dataclass
+class ExplainedRow:
+    entry: Entry
+    fused_rank: int | None = None
+    fused_score: float | None = None
+    rrf: float | None = None
+    vector_rank: int | None = None
+    vector_score: float | None = None
+    keyword_rank: int | None = None
+    keyword_score: float | None = None
+    without: dict[str, int | None] = field(default_factory=dict)
+    """Signal label -> the fused rank with that signal off (None: not in the results)."""
+
+
+@dataclass
+class Explained:
+    query: str
+    rows: list[ExplainedRow]
+    has_vectors: bool
+    signals: list[str]
+
+
+def _ranks(entries: list[Entry]) -> dict[str, tuple[int, Entry]]:
+    return {e.id: (rank, e) for rank, e in enumerate(entries, start=1)}
+
+
+async def explain_search(
+    service: MemoryService, user: UserKey, options: SearchOptions
+) -> Explained:
+    """Fused, vector and keyword ranks of `options.query` side by side, and each signal's effect.
+
+    Rows are every memory any of the searches returned, in fused order, then
+    the ones the fused search left out (best leg rank first).
+    """
+    query = options.query
+    deep = min(1000, max(3 * options.max_results, 30))  # the legs look past the cut-off
+    depth = options.model_copy(
+        update={"deduplicate": False, "kind_fallback": False, "max_results": deep}
+    )
+    fused = _ranks(await service.asearch(user, query, options))
+    keyword_fusion = FusionSettings(
+        **{**options.fusion.model_dump(), **_ALL_OFF, "vector_floor": 1.0}
+    )
+    keyword = _ranks(
+        await service.asearch(
+            user, query, depth.model_copy(update={"hybrid": True, "fusion": keyword_fusion})
+        )
+    )
+    vector: dict[str, tuple[int, Entry]] = {}
+    if service.supports_vectors:
+        floor = options.similarity_threshold
+        if floor is None:
+            floor = options.fusion.vector_floor
+        vector_opts = depth.model_copy(update={"hybrid": False, "similarity_threshold": floor})
+        vector = _ranks(await service.asearch(user, query, vector_opts))
+    without: dict[str, dict[str, tuple[int, Entry]]] = {}
+    for label, change in SIGNALS.items():
+        tuning = options.fusion.model_copy(update=change)
+        without[label] = _ranks(
+            await service.asearch(user, query, options.model_copy(update={"fusion": tuning}))
+        )
+    rows: dict[str, ExplainedRow] = {}
+    for source in (fused, vector, keyword, *without.values()):
+        for key, (_, entry) in source.items():
+            rows.setdefault(key, ExplainedRow(entry=entry))
+    for key, row in rows.items():
+        if key in fused:
+            row.fused_rank, hit = fused[key]
+            row.fused_score, row.rrf = hit.score, hit.rrf_score
+        if key in vector:
+            row.vector_rank, hit = vector[key]
+            row.vector_score = hit.score
+        if key in keyword:
+            row.keyword_rank, hit = keyword[key]
+            row.keyword_score = hit.score
+        row.without = {
+            label: ranks[key][0] if key in ranks else None for label, ranks in without.items()
+        }
+    big = 10**9
+
+    def order(row: ExplainedRow) -> tuple[int, int, str]:
+        best_leg = min(row.vector_rank or big, row.keyword_rank or big)
+        return (row.fused_rank or big, best_leg, row.entry.id)
+
+    return Explained(
+        query=query,
+        rows=sorted(rows.values(), key=order),
+        has_vectors=service.supports_vectors,
+        signals=list(SIGNALS),
+    )

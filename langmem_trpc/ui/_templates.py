@@ -1,0 +1,187 @@
+"""The inspector's HTML: Jinja2 templates with autoescaping on (stored text renders inert)."""
+
+from __future__ import annotations
+
+BASE = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{% block title %}{% endblock %} · langmem-trpc</title>
+<style>
+body{font:14px/1.45 system-ui,-apple-system,Segoe UI,sans-serif;margin:0;color:#1d2330;background:#f6f7f9}
+header{background:#1d2330;color:#fff;padding:10px 22px;display:flex;gap:18px;align-items:center}
+header a{color:#cfe0ff;text-decoration:none}header b{color:#fff}
+main{padding:18px 22px;max-width:1400px}
+h1{font-size:20px;margin:4px 0 14px}h2{font-size:16px;margin:22px 0 8px}
+table{border-collapse:collapse;width:100%;background:#fff;border:1px solid #dde1e8}
+th,td{text-align:left;padding:6px 9px;border-bottom:1px solid #eceef2;vertical-align:top}
+th{background:#eef1f6;font-weight:600;font-size:12px;text-transform:uppercase;color:#4a5263}
+td.num,th.num{text-align:right;font-variant-numeric:tabular-nums}
+code,.mono{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12px}
+form.inline{display:inline}
+.filters{background:#fff;border:1px solid #dde1e8;padding:10px;margin-bottom:12px;display:flex;gap:10px;flex-wrap:wrap;align-items:end}
+label{font-size:12px;color:#4a5263;display:flex;flex-direction:column;gap:2px}
+input,select,textarea{font:inherit;padding:4px 6px;border:1px solid #c4cad5;border-radius:4px}
+textarea{width:100%;min-height:70px}
+button{font:inherit;padding:5px 12px;border-radius:4px;border:1px solid #3a6fd8;background:#3a6fd8;color:#fff;cursor:pointer}
+button.danger{background:#c7392f;border-color:#c7392f}button.plain{background:#fff;color:#3a6fd8}
+.badge{display:inline-block;padding:1px 7px;border-radius:10px;font-size:12px;background:#e4e9f2}
+.badge.episode{background:#fde9c8}.badge.fact{background:#d9efe0}.badge.ro{background:#c7392f;color:#fff}
+.op-add{color:#177245}.op-update{color:#3a6fd8}.op-delete,.op-clear{color:#c7392f}
+del{background:#fbd5d2;text-decoration:line-through}ins{background:#cdeed6;text-decoration:none}
+.muted{color:#7a8295}.card{background:#fff;border:1px solid #dde1e8;padding:12px;margin-bottom:12px}
+.grid{display:grid;grid-template-columns:repeat(auto-fit,minmax(220px,1fr));gap:10px}
+.flash{background:#e6f4ea;border:1px solid #a8d5b5;padding:8px 12px;margin-bottom:12px}
+.up{color:#177245}.down{color:#c7392f}
+</style></head><body>
+<header><b>langmem-trpc</b><a href="/">users</a>{% if worker %}<a href="/worker">worker</a>{% endif %}
+<span class="muted">{{ backend }}</span>{% if read_only %}<span class="badge ro">read-only</span>{% endif %}</header>
+<main>{% if flash %}<div class="flash">{{ flash }}</div>{% endif %}{% block body %}{% endblock %}</main>
+</body></html>"""
+
+TOKEN = '<input type="hidden" name="token" value="{{ token }}">'
+
+INDEX = """{% extends "base" %}{% block title %}Users{% endblock %}{% block body %}
+<h1>Users and apps</h1>
+{% for app in apps %}
+<h2>{{ app.name }} <span class="muted">{{ app.users|length }} user{{ '' if app.users|length == 1 else 's' }},
+{{ app.memories }} memor{{ 'y' if app.memories == 1 else 'ies' }}</span></h2>
+<table><tr><th>user</th><th class="num">memories</th><th>last activity</th></tr>
+{% for u in app.users %}<tr><td><a href="{{ u.url }}">{{ u.user_id }}</a></td>
+<td class="num">{{ u.count }}</td><td>{{ u.last|ts }}</td></tr>{% endfor %}</table>
+{% else %}<p class="muted">No memories yet.</p>{% endfor %}
+{% endblock %}"""
+
+USER = (
+    """{% extends "base" %}{% block title %}{{ user.user_id }}{% endblock %}{% block body %}
+<h1>{{ user.app_name }} / {{ user.user_id }} <span class="muted">{{ total }} live memor{{ 'y' if total == 1 else 'ies' }}</span></h1>
+<form class="filters" method="get" action="/user"><input type="hidden" name="app" value="{{ user.app_name }}"><input type="hidden" name="user" value="{{ user.user_id }}">
+<label>search<input name="q" value="{{ f.q }}" size="30" placeholder="text or question"></label>
+<label>mode<select name="mode"><option value="hybrid" {{ 'selected' if f.mode == 'hybrid' }}>hybrid (ranked)</option>
+<option value="text" {{ 'selected' if f.mode == 'text' }}>full text (contains)</option></select></label>
+<label>kind<select name="kind"><option value="">any</option>{% for k in kinds %}
+<option {{ 'selected' if f.kind == k }}>{{ k }}</option>{% endfor %}</select></label>
+<label>event after<input name="after" value="{{ f.after }}" size="11" placeholder="2024-05-01"></label>
+<label>event before<input name="before" value="{{ f.before }}" size="11"></label>
+<button type="submit">filter</button>
+<a href="/search?{{ qs }}{% if f.q %}&q={{ f.q|urlencode }}{% endif %}">search playground</a>
+<a href="/threads?{{ qs }}">threads</a>
+<a href="/export.jsonl?{{ qs }}">export JSONL</a></form>
+<p class="muted">{{ shown }} shown{% if f.q and f.mode == 'hybrid' %}, best first{% else %}, most recently updated first{% endif %}</p>
+<table><tr><th>id</th><th>kind</th><th>memory</th><th>event time</th><th>participants</th><th>location</th><th>topics</th><th>updated</th>{% if f.q and f.mode == 'hybrid' %}<th class="num">score</th>{% endif %}</tr>
+{% for e in entries %}<tr><td><a class="mono" href="/memory?{{ qs }}&id={{ e.id|urlencode }}">{{ e.id[:8] }}</a></td>
+<td><span class="badge {{ e.memory.kind.value }}">{{ e.memory.kind.value }}</span></td><td>{{ e.memory.text }}</td>
+<td>{{ e.memory.event_time|ts }}</td><td>{{ e.memory.participants|join(', ') }}</td><td>{{ e.memory.location or '' }}</td>
+<td>{{ e.memory.topics|join(', ') }}</td><td>{{ e.updated_at|ts }}</td>{% if f.q and f.mode == 'hybrid' %}<td class="num">{{ '%.3f'|format(e.score or 0) }}</td>{% endif %}</tr>
+{% else %}<tr><td colspan="9" class="muted">No memory matches.</td></tr>{% endfor %}</table>
+{% if not read_only %}<h2>Purge this user</h2><form class="card" method="post" action="/user/purge?{{ qs }}">"""
+    + TOKEN
+    + """
+<p>Removes every memory of <b>{{ user.user_id }}</b> in <b>{{ user.app_name }}</b> and its history for good.
+Type the user id to confirm.</p><input name="confirm" placeholder="{{ user.user_id }}">
+<button class="danger" type="submit">purge user</button></form>{% endif %}
+{% endblock %}"""
+)
+
+MEMORY = (
+    """{% extends "base" %}{% block title %}memory {{ memory_id[:8] }}{% endblock %}{% block body %}
+<h1><a href="/user?{{ qs }}">{{ user.app_name }} / {{ user.user_id }}</a> · <span class="mono">{{ memory_id }}</span>
+{% if entry is none %}<span class="badge ro">deleted</span>{% endif %}</h1>
+{% if entry is not none %}<div class="card"><div class="grid">
+<div><div class="muted">kind</div><span class="badge {{ entry.memory.kind.value }}">{{ entry.memory.kind.value }}</span></div>
+<div><div class="muted">event time</div>{{ entry.memory.event_time|ts }}</div>
+<div><div class="muted">participants</div>{{ entry.memory.participants|join(', ') }}</div>
+<div><div class="muted">location</div>{{ entry.memory.location or '' }}</div>
+<div><div class="muted">topics</div>{{ entry.memory.topics|join(', ') }}</div>
+<div><div class="muted">created / updated</div>{{ entry.created_at|ts }} / {{ entry.updated_at|ts }}</div></div>
+<p id="memory-text">{{ entry.memory.text }}</p>
+{% if entry.memory.metadata %}<div class="muted mono">metadata: {{ entry.memory.metadata|tojson }}</div>{% endif %}</div>
+{% endif %}
+<h2>History <span class="muted">oldest first</span></h2>
+<table id="history"><tr><th>when</th><th>operation</th><th>change</th><th>source</th></tr>
+{% for ev in events %}<tr><td>{{ ev.at|ts }}</td><td class="op-{{ ev.op }}">{{ ev.op }}</td>
+<td>{% for kind, text in ev.diff %}{% if kind == 'del' %}<del>{{ text }}</del>{% elif kind == 'ins' %}<ins>{{ text }}</ins>{% else %}{{ text }}{% endif %}{% endfor %}</td>
+<td>{% for k, v in ev.source %}<div><span class="muted">{{ k }}</span> {{ v }}</div>{% else %}<span class="muted">not recorded</span>{% endfor %}</td></tr>
+{% endfor %}</table>
+{% if entry is not none %}
+{% if not read_only %}<h2>Edit</h2><form class="card" method="post" action="/memory/edit?{{ mqs }}">"""
+    + TOKEN
+    + """
+<label>text<textarea name="text">{{ entry.memory.text }}</textarea></label><div class="grid">
+<label>kind<select name="kind">{% for k in kinds %}<option {{ 'selected' if entry.memory.kind.value == k }}>{{ k }}</option>{% endfor %}</select></label>
+<label>topics (comma separated)<input name="topics" value="{{ entry.memory.topics|join(', ') }}"></label>
+<label>event time<input name="event_time" value="{{ entry.memory.event_time.isoformat() if entry.memory.event_time else '' }}"></label>
+<label>participants (comma separated)<input name="participants" value="{{ entry.memory.participants|join(', ') }}"></label>
+<label>location<input name="location" value="{{ entry.memory.location or '' }}"></label></div>
+<p><button type="submit">save</button></p></form>
+<form class="inline" method="post" action="/memory/delete?{{ mqs }}">"""
+    + TOKEN
+    + """<button class="plain" type="submit">delete (soft)</button></form>
+{% endif %}{% elif not read_only and restorable %}<form class="card" method="post" action="/memory/restore?{{ mqs }}">"""
+    + TOKEN
+    + """
+<p>Deleted. Restore brings back its last text under the same id (history records only text, so topics and other fields start empty).</p>
+<button type="submit">restore</button></form>{% endif %}
+{% if not read_only %}<form class="inline" method="post" action="/memory/purge?{{ mqs }}">"""
+    + TOKEN
+    + """
+<label style="display:inline"><input type="checkbox" name="confirm" value="yes"> really remove it and its history for good</label>
+<button class="danger" type="submit">purge</button></form>{% endif %}
+{% endblock %}"""
+)
+
+SEARCH = """{% extends "base" %}{% block title %}search playground{% endblock %}{% block body %}
+<h1><a href="/user?{{ qs }}">{{ user.app_name }} / {{ user.user_id }}</a> · search playground</h1>
+<form class="filters" method="get" action="/search"><input type="hidden" name="app" value="{{ user.app_name }}"><input type="hidden" name="user" value="{{ user.user_id }}"><label>query<input name="q" value="{{ q }}" size="40" autofocus></label>
+<label>kind<select name="kind"><option value="">any</option>{% for k in kinds %}<option {{ 'selected' if kind == k }}>{{ k }}</option>{% endfor %}</select></label>
+<label>k<input name="k" value="{{ k }}" size="3"></label><button type="submit">explain</button></form>
+{% if ex %}<p class="muted">The same search the agent's memory_search runs (hybrid{% if not ex.has_vectors %}; this backend has no embedder, so keyword only{% endif %}).
+Rows below the cut-off were found by a leg but not returned. "without X" is the fused rank with that one signal switched off.</p>
+<table id="explain"><tr><th class="num">fused</th><th>memory</th><th class="num">score</th><th class="num">rrf</th>
+{% if ex.has_vectors %}<th class="num">vector rank (cosine)</th>{% endif %}<th class="num">keyword rank (score)</th>
+{% for s in ex.signals %}<th class="num">without {{ s }}</th>{% endfor %}</tr>
+{% for r in ex.rows %}<tr><td class="num">{{ r.fused_rank or '—' }}</td><td><a href="/memory?{{ qs }}&id={{ r.entry.id|urlencode }}">{{ r.entry.memory.text }}</a></td>
+<td class="num">{{ '%.3f'|format(r.fused_score) if r.fused_score is not none else '' }}</td><td class="num">{{ '%.4f'|format(r.rrf) if r.rrf is not none else '' }}</td>
+{% if ex.has_vectors %}<td class="num">{% if r.vector_rank %}{{ r.vector_rank }} ({{ '%.3f'|format(r.vector_score or 0) }}){% else %}—{% endif %}</td>{% endif %}
+<td class="num">{% if r.keyword_rank %}{{ r.keyword_rank }} ({{ '%.3f'|format(r.keyword_score or 0) }}){% else %}—{% endif %}</td>
+{% for s in ex.signals %}{% set w = r.without[s] %}<td class="num">{% if w == r.fused_rank %}<span class="muted">{{ w or '—' }}</span>{% elif w is none %}<span class="up">— (signal adds it)</span>{% elif r.fused_rank is none %}<span class="down">{{ w }} (signal drops it)</span>{% elif w > r.fused_rank %}<span class="up">{{ w }} (+{{ w - r.fused_rank }})</span>{% else %}<span class="down">{{ w }} ({{ w - r.fused_rank }})</span>{% endif %}</td>{% endfor %}</tr>
+{% else %}<tr><td colspan="12" class="muted">Nothing found by any leg.</td></tr>{% endfor %}</table>{% endif %}
+{% endblock %}"""
+
+WORKER = (
+    """{% extends "base" %}{% block title %}worker{% endblock %}{% block body %}
+<h1>Worker</h1>{% if error %}<p class="down">{{ error }}</p>{% endif %}
+<h2>Dead letters</h2><table id="dead-letters"><tr>{% for c in columns %}<th>{{ c }}</th>{% endfor %}<th></th></tr>
+{% for row in letters %}<tr>{% for c in columns %}<td>{{ row.fields.get(c, '') }}</td>{% endfor %}<td>
+{% if can_retry and not read_only and row.id %}<form class="inline" method="post" action="/worker/retry">"""
+    + TOKEN
+    + """
+<input type="hidden" name="id" value="{{ row.id }}"><button type="submit">retry</button></form>{% endif %}</td></tr>
+{% else %}<tr><td class="muted" colspan="9">No dead letters.</td></tr>{% endfor %}</table>
+{% endblock %}"""
+)
+
+THREADS = """{% extends "base" %}{% block title %}threads{% endblock %}{% block body %}
+<h1><a href="/user?{{ qs }}">{{ user.app_name }} / {{ user.user_id }}</a> · threads</h1>
+<p class="muted">Threads named in the history of this user's live memories, with the write path's
+extraction cursor for each: how far extraction has read the thread, and when it last ran.</p>
+<table id="threads"><tr><th>thread</th><th class="num">writes</th><th>last write</th><th class="num">messages read</th>
+<th>last message id</th><th>last extracted</th><th>cursor updated</th></tr>
+{% for t in threads %}<tr><td class="mono">{{ t.thread }}</td><td class="num">{{ t.writes }}</td><td>{{ t.last_write|ts }}</td>
+{% if t.cursor %}<td class="num">{{ t.cursor.message_count }}</td><td class="mono">{{ t.cursor.last_message_id or '' }}</td>
+<td>{{ t.cursor.last_extracted_at|ts }}</td><td>{{ t.cursor.updated_at|ts }}</td>{% else %}<td colspan="4" class="muted">no cursor</td>{% endif %}</tr>
+{% else %}<tr><td colspan="7" class="muted">No thread recorded in this user's history.</td></tr>{% endfor %}</table>
+{% endblock %}"""
+
+ERROR = """{% extends "base" %}{% block title %}{{ code }}{% endblock %}{% block body %}
+<h1>{{ code }} {{ title }}</h1><p id="error">{{ message }}</p><p><a href="/">back to users</a></p>{% endblock %}"""
+
+TEMPLATES = {
+    "base": BASE,
+    "index": INDEX,
+    "user": USER,
+    "memory": MEMORY,
+    "search": SEARCH,
+    "worker": WORKER,
+    "threads": THREADS,
+    "error": ERROR,
+}

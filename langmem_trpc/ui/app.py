@@ -1,0 +1,541 @@
+"""The inspector web app (`langmem-trpc ui`): Starlette, server-rendered HTML, no JavaScript.
+
+Every page reads through the `MemoryService` API (its async twins), so it
+works the same on every backend. Pages are addressed by query parameters
+(`/user?app=A&user=U`, `/memory?app=A&user=U&id=ID`) so any app or user id
+(slashes included) has a URL.
+
+Write actions (edit, delete, restore, purge a memory, purge a user, retry a
+dead letter) are POSTs that must carry the start-up token (form field
+`token` or header `X-LangMem-Token`); without it, or with `read_only`, the
+answer is 403 and nothing changes. Responses carry a strict
+Content-Security-Policy (no script at all), so even a stored payload that
+escaped the autoescaping could not run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import difflib
+import hmac
+import re
+import secrets
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from datetime import datetime
+from typing import Any
+from urllib.parse import quote, urlencode
+
+from jinja2 import DictLoader, Environment
+from pydantic import ValidationError
+from starlette.applications import Starlette
+from starlette.datastructures import FormData
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from .._time import end_of_period, parse_flexible_time
+from ..errors import InvalidInputError, LangmemTrpcError, MemoryNotFoundError
+from ..service.protocol import MemoryService
+from ..types import Entry, HistoryEvent, Kind, Operation, SearchOptions, Source, UserKey
+from ._explain import explain_search
+from ._templates import TEMPLATES
+
+__all__ = ["TOKEN_HEADER", "create_app", "new_token"]
+
+TOKEN_HEADER = "X-LangMem-Token"
+CSP = (
+    "default-src 'none'; style-src 'unsafe-inline'; img-src 'self'; form-action 'self'; "
+    "frame-ancestors 'none'; base-uri 'none'"
+)
+UI_SOURCE = Source(actor="ui")
+LIST_LIMIT = 500
+
+
+def new_token() -> str:
+    """A fresh write token (printed by `langmem-trpc ui` at start-up)."""
+    return secrets.token_urlsafe(18)
+
+
+def _ts(value: datetime | None) -> str:
+    return "" if value is None else value.strftime("%Y-%m-%d %H:%M")
+
+
+def _environment() -> Environment:
+    env = Environment(loader=DictLoader(TEMPLATES), autoescape=True)
+    env.filters["ts"] = _ts
+    return env
+
+
+def word_diff(before: str | None, after: str | None) -> list[tuple[str, str]]:
+    """Word-level diff of two texts as (kind, text) runs; kind is 'same', 'del' or 'ins'."""
+    old = re.findall(r"\S+|\s+", before or "")
+    new = re.findall(r"\S+|\s+", after or "")
+    runs: list[tuple[str, str]] = []
+    matcher = difflib.SequenceMatcher(a=old, b=new, autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "equal":
+            runs.append(("same", "".join(old[i1:i2])))
+            continue
+        if i2 > i1:
+            runs.append(("del", "".join(old[i1:i2])))
+        if j2 > j1:
+            runs.append(("ins", "".join(new[j1:j2])))
+    return runs
+
+
+def _source_rows(source: Source | None) -> list[tuple[str, str]]:
+    """Every recorded field of a write's source (thread, messages, actor, and any others)."""
+    if source is None:
+        return []
+    rows = []
+    for key, value in source.model_dump(mode="json").items():
+        if value in (None, [], {}, ""):
+            continue
+        shown = ", ".join(map(str, value)) if isinstance(value, list) else str(value)
+        rows.append((key.replace("_", " "), shown))
+    return rows
+
+
+def _event_view(event: HistoryEvent) -> dict[str, Any]:
+    return {
+        "at": event.at,
+        "op": event.operation.value,
+        "diff": word_diff(event.text_before, event.text_after),
+        "source": _source_rows(event.source),
+    }
+
+
+def _split(value: str | None) -> list[str]:
+    return [part.strip() for part in (value or "").split(",") if part.strip()]
+
+
+def _time(value: str | None, name: str, *, end: bool = False) -> datetime | None:
+    if value is None or not value.strip():
+        return None
+    parsed = end_of_period(value) if end else parse_flexible_time(value)
+    if parsed is None:
+        raise InvalidInputError(name, f"cannot parse {value[:40]!r} as a date (try YYYY-MM-DD)")
+    return parsed
+
+
+def _kind(value: str | None) -> Kind | None:
+    if not value:
+        return None
+    try:
+        return Kind(value)
+    except ValueError:
+        raise InvalidInputError("kind", f"unknown kind {value[:40]!r}") from None
+
+
+def _contains(entry: Entry, needle: str) -> bool:
+    memory = entry.memory
+    hay = " ".join([memory.text, *memory.topics, *memory.participants, memory.location or ""])
+    return needle.casefold() in hay.casefold()
+
+
+def _message(exc: Exception) -> str:
+    if isinstance(exc, ValidationError):
+        error = exc.errors()[0]
+        inner = (error.get("ctx") or {}).get("error")
+        if isinstance(inner, LangmemTrpcError):
+            return str(inner)
+        field = ".".join(str(p) for p in error["loc"]) or "input"
+        return f"{field}: {error['msg']}"
+    return str(exc)
+
+
+class _UI:
+    """The routes, closing over one service, its token and the read-only flag."""
+
+    def __init__(self, service: MemoryService, token: str, read_only: bool) -> None:
+        self.service = service
+        self.token = token
+        self.read_only = read_only
+        self.env = _environment()
+        self.backend = type(service).__name__
+
+    # -- plumbing -------------------------------------------------------------
+
+    @property
+    def has_worker(self) -> bool:
+        return hasattr(self.service, "dead_letters")
+
+    def page(self, name: str, status: int = 200, **context: Any) -> HTMLResponse:
+        html = self.env.get_template(name).render(
+            token=self.token,
+            read_only=self.read_only,
+            backend=self.backend,
+            worker=self.has_worker,
+            kinds=[k.value for k in Kind],
+            **context,
+        )
+        return HTMLResponse(html, status_code=status, headers={"Content-Security-Policy": CSP})
+
+    def user_of(self, request: Request) -> UserKey:
+        app, user = request.query_params.get("app"), request.query_params.get("user")
+        if not app or not user:
+            raise HTTPException(400, "name the user: ?app=APP&user=USER")
+        try:
+            return UserKey(app, user)
+        except (LangmemTrpcError, ValidationError) as exc:
+            raise HTTPException(400, _message(exc)) from None
+
+    @staticmethod
+    def qs(user: UserKey) -> str:
+        return urlencode({"app": user.app_name, "user": user.user_id})
+
+    async def known_user(self, request: Request) -> UserKey:
+        user = self.user_of(request)
+        if user not in await self.service.ausers(user.app_name):
+            raise HTTPException(
+                404, f"no memories for user {user.user_id!r} in app {user.app_name!r}"
+            )
+        return user
+
+    async def check_write(self, request: Request) -> FormData:
+        if self.read_only:
+            raise HTTPException(403, "the inspector runs read-only (--read-only)")
+        form = await request.form()
+        sent = request.headers.get(TOKEN_HEADER) or str(form.get("token") or "")
+        if not hmac.compare_digest(sent.encode(), self.token.encode()):
+            raise HTTPException(403, "missing or wrong write token (printed when the UI started)")
+        return form
+
+    # -- read pages -------------------------------------------------------------
+
+    async def index(self, request: Request) -> Response:
+        apps: dict[str, dict[str, Any]] = {}
+        for user in sorted(await self.service.ausers(), key=lambda u: (u.app_name, u.user_id)):
+            count, latest = await asyncio.gather(
+                self.service.acount(user), self.service.aread(user, 1)
+            )
+            app = apps.setdefault(
+                user.app_name, {"name": user.app_name, "users": [], "memories": 0}
+            )
+            app["users"].append(
+                {
+                    "user_id": user.user_id,
+                    "count": count,
+                    "last": latest[0].updated_at if latest else None,
+                    "url": "/user?" + self.qs(user),
+                }
+            )
+            app["memories"] += count
+        return self.page("index", apps=list(apps.values()))
+
+    async def user_page(self, request: Request) -> Response:
+        user = await self.known_user(request)
+        params = request.query_params
+        f = {k: params.get(k, "") for k in ("q", "mode", "kind", "after", "before")}
+        f["mode"] = f["mode"] if f["mode"] in ("hybrid", "text") else "hybrid"
+        try:
+            kind = _kind(f["kind"])
+            after = _time(f["after"], "after")
+            before = _time(f["before"], "before", end=True)
+            entries = await self._filtered(user, f["q"], f["mode"], kind, after, before)
+        except (LangmemTrpcError, ValidationError) as exc:
+            raise HTTPException(400, _message(exc)) from None
+        total = await self.service.acount(user)
+        return self.page(
+            "user",
+            user=user,
+            qs=self.qs(user),
+            f=f,
+            entries=entries,
+            total=total,
+            shown=len(entries),
+        )
+
+    async def _filtered(
+        self,
+        user: UserKey,
+        q: str,
+        mode: str,
+        kind: Kind | None,
+        after: datetime | None,
+        before: datetime | None,
+    ) -> list[Entry]:
+        if q.strip() and mode == "hybrid":
+            options = SearchOptions(
+                query=q, kind=kind, time_after=after, time_before=before, max_results=50
+            )
+            return await self.service.asearch(user, q, options)
+        entries = await self.service.aread(user, LIST_LIMIT)
+
+        def keep(e: Entry) -> bool:
+            when = e.memory.event_time
+            if kind is not None and e.memory.kind != kind:
+                return False
+            if (after or before) and when is None:
+                return False
+            if when is not None and (after and when < after or before and when > before):
+                return False
+            return not q.strip() or _contains(e, q.strip())
+
+        return [e for e in entries if keep(e)]
+
+    async def memory_page(self, request: Request, flash: str | None = None) -> Response:
+        user = self.user_of(request)
+        memory_id = request.query_params.get("id") or ""
+        entry = await self.service.aget(user, memory_id) if memory_id else None
+        events = await self.service.ahistory(user, memory_id) if memory_id else []
+        if entry is None and not events:
+            raise HTTPException(404, f"no memory {memory_id!r} for user {user.user_id!r}")
+        restorable = entry is None and bool(events) and events[-1].text_before is not None
+        return self.page(
+            "memory",
+            user=user,
+            qs=self.qs(user),
+            mqs=self.qs(user) + "&id=" + quote(memory_id, safe=""),
+            memory_id=memory_id,
+            entry=entry,
+            events=[_event_view(e) for e in events],
+            restorable=restorable,
+            flash=flash,
+        )
+
+    async def search_page(self, request: Request) -> Response:
+        user = await self.known_user(request)
+        params = request.query_params
+        q, kind_name, k_text = params.get("q", ""), params.get("kind", ""), params.get("k", "10")
+        explained = None
+        try:
+            k = int(k_text)
+            kind = _kind(kind_name)
+            if q.strip():
+                options = SearchOptions(  # what the memory_search tool asks for
+                    query=q,
+                    kind=kind,
+                    max_results=k,
+                    hybrid=True,
+                    deduplicate=True,
+                    kind_fallback=kind is not None,
+                )
+                explained = await explain_search(self.service, user, options)
+        except ValueError as exc:
+            if isinstance(exc, LangmemTrpcError):
+                raise HTTPException(400, str(exc)) from None
+            raise HTTPException(400, "k: must be a whole number from 1 to 1000") from None
+        return self.page(
+            "search", user=user, qs=self.qs(user), q=q, kind=kind_name, k=k_text, ex=explained
+        )
+
+    async def threads(self, request: Request) -> Response:
+        """Threads in the history of the user's live memories, with their extraction cursors."""
+        user = await self.known_user(request)
+        entries = await self.service.aread(user, LIST_LIMIT)
+        histories = await asyncio.gather(*(self.service.ahistory(user, e.id) for e in entries))
+        found: dict[str, dict[str, Any]] = {}
+        for event in (ev for events in histories for ev in events):
+            thread = event.source.thread_id if event.source else None
+            if not thread:
+                continue
+            row = found.setdefault(thread, {"thread": thread, "writes": 0, "last_write": event.at})
+            row["writes"] += 1
+            row["last_write"] = max(row["last_write"], event.at)
+        rows = sorted(found.values(), key=lambda r: r["last_write"], reverse=True)
+        cursors = await asyncio.gather(*(self.service.aget_cursor(user, r["thread"]) for r in rows))
+        for row, cursor in zip(rows, cursors, strict=True):
+            row["cursor"] = cursor
+        return self.page("threads", user=user, qs=self.qs(user), threads=rows)
+
+    async def export(self, request: Request) -> Response:
+        from ..cli.transfer import _export_records
+
+        user = await self.known_user(request)
+        lines = await asyncio.to_thread(lambda: list(_export_records(self.service, [user])))
+
+        def body() -> Iterator[str]:
+            yield from lines
+
+        name = re.sub(r"[^A-Za-z0-9_.-]", "_", f"{user.app_name}-{user.user_id}") + ".jsonl"
+        return StreamingResponse(
+            body(),
+            media_type="application/x-ndjson",
+            headers={"Content-Disposition": f'attachment; filename="{name}"'},
+        )
+
+    # -- write actions ------------------------------------------------------------
+
+    def _back(self, user: UserKey, memory_id: str | None = None) -> RedirectResponse:
+        url = "/user?" + self.qs(user)
+        if memory_id is not None:
+            url = "/memory?" + self.qs(user) + "&id=" + quote(memory_id, safe="")
+        return RedirectResponse(url, status_code=303)
+
+    def _memory_id(self, request: Request) -> str:
+        memory_id = request.query_params.get("id") or ""
+        if not memory_id:
+            raise HTTPException(400, "id: name the memory (?id=...)")
+        return memory_id
+
+    async def edit(self, request: Request) -> Response:
+        form = await self.check_write(request)
+        user, memory_id = self.user_of(request), self._memory_id(request)
+        fields: dict[str, Any] = {
+            "topics": _split(str(form.get("topics") or "")),
+            "participants": _split(str(form.get("participants") or "")),
+            "location": str(form.get("location") or "").strip() or None,
+            "source": UI_SOURCE,
+        }
+        if form.get("kind"):
+            fields["kind"] = str(form["kind"])
+        if str(form.get("event_time") or "").strip():
+            fields["event_time"] = str(form["event_time"]).strip()
+        await self.service.aupdate(user, memory_id, str(form.get("text") or ""), **fields)
+        return self._back(user, memory_id)
+
+    async def delete(self, request: Request) -> Response:
+        await self.check_write(request)
+        user, memory_id = self.user_of(request), self._memory_id(request)
+        if not await self.service.adelete(user, memory_id, source=UI_SOURCE):
+            raise MemoryNotFoundError(memory_id)
+        return self._back(user, memory_id)
+
+    async def restore(self, request: Request) -> Response:
+        await self.check_write(request)
+        user, memory_id = self.user_of(request), self._memory_id(request)
+        if await self.service.aget(user, memory_id) is not None:
+            return self._back(user, memory_id)  # already live: nothing to do
+        events = await self.service.ahistory(user, memory_id)
+        if not events or events[-1].operation not in (Operation.DELETE, Operation.CLEAR):
+            raise MemoryNotFoundError(memory_id)
+        text = events[-1].text_before
+        if text is None:
+            raise MemoryNotFoundError(memory_id)
+        await self.service.aadd(user, text, memory_id=memory_id, source=UI_SOURCE)
+        return self._back(user, memory_id)
+
+    async def purge_memory(self, request: Request) -> Response:
+        form = await self.check_write(request)
+        user, memory_id = self.user_of(request), self._memory_id(request)
+        if form.get("confirm") != "yes":
+            raise InvalidInputError("confirm", "tick the box to purge the memory for good")
+        if not await self.service.apurge(user, memory_id):
+            raise MemoryNotFoundError(memory_id)
+        return RedirectResponse("/user?" + self.qs(user), status_code=303)
+
+    async def purge_user(self, request: Request) -> Response:
+        form = await self.check_write(request)
+        user = self.user_of(request)
+        if form.get("confirm") != user.user_id:
+            raise InvalidInputError("confirm", "type the user id exactly to purge the user")
+        await self.service.apurge(user)
+        return RedirectResponse("/", status_code=303)
+
+    # -- worker panel (only when the service exposes dead letters) -----------------
+
+    async def worker(self, request: Request) -> Response:
+        if not self.has_worker:
+            raise HTTPException(404, "this service exposes no worker state (no dead_letters())")
+        letters: list[dict[str, Any]] = []
+        error = None
+        try:
+            raw = await asyncio.to_thread(self.service.dead_letters)  # type: ignore[attr-defined]
+            for item in raw:
+                dumped = item.model_dump(mode="json") if hasattr(item, "model_dump") else item
+                fields = dumped if isinstance(dumped, dict) else vars(item)
+                fields = {k: str(v)[:300] for k, v in fields.items()}
+                letters.append({"id": fields.get("id"), "fields": fields})
+        except Exception as exc:  # show, do not crash: this panel reads another module's state
+            error = f"could not read dead letters: {type(exc).__name__}: {exc}"
+        columns = sorted({c for row in letters for c in row["fields"]})
+        can_retry = hasattr(self.service, "retry_dead_letter")
+        return self.page(
+            "worker", letters=letters, columns=columns, can_retry=can_retry, error=error
+        )
+
+    async def retry(self, request: Request) -> Response:
+        form = await self.check_write(request)
+        if not hasattr(self.service, "retry_dead_letter"):
+            raise HTTPException(404, "this service cannot retry dead letters")
+        letter = str(form.get("id") or "")
+        await asyncio.to_thread(self.service.retry_dead_letter, letter)  # type: ignore[attr-defined]
+        return RedirectResponse("/worker", status_code=303)
+
+    # -- errors -------------------------------------------------------------------
+
+    def error_page(self, status: int, message: str) -> Response:
+        titles = {400: "Bad request", 403: "Forbidden", 404: "Not found", 409: "Conflict"}
+        return self.page(
+            "error", status, code=status, message=message, title=titles.get(status, "")
+        )
+
+
+Endpoint = Callable[[Request], Awaitable[Response]]
+
+
+def _guarded(ui: _UI, endpoint: Endpoint) -> Endpoint:
+    """Library errors become error pages: bad input 400, unknown memory 404, conflict 409."""
+
+    async def run(request: Request) -> Response:
+        try:
+            return await endpoint(request)
+        except HTTPException as exc:
+            return ui.error_page(exc.status_code, str(exc.detail))
+        except MemoryNotFoundError as exc:
+            return ui.error_page(404, str(exc))
+        except (InvalidInputError, ValidationError) as exc:
+            return ui.error_page(400, _message(exc))
+        except LangmemTrpcError as exc:
+            return ui.error_page(409, f"{type(exc).__name__}: {exc}")
+
+    return run
+
+
+def create_app(
+    service: MemoryService,
+    *,
+    token: str | None = None,
+    read_only: bool = False,
+    allowed_hosts: Sequence[str] | None = None,
+) -> Starlette:
+    """The inspector as an ASGI app over `service` (which the caller opens and closes).
+
+    Args:
+        service: any backend.
+        token: the write token POSTs must carry; a fresh one when None
+            (read it back from `app.state.token`).
+        read_only: refuse every write and hide the write forms.
+        allowed_hosts: Host header values served (others get 400), against DNS
+            rebinding; None serves any (`langmem-trpc ui` passes the loopback
+            names when it binds a loopback address).
+    """
+    ui = _UI(service, token or new_token(), read_only)
+    gets: dict[str, Endpoint] = {
+        "/": ui.index,
+        "/user": ui.user_page,
+        "/memory": ui.memory_page,
+        "/search": ui.search_page,
+        "/export.jsonl": ui.export,
+        "/threads": ui.threads,
+        "/worker": ui.worker,
+    }
+    posts: dict[str, Endpoint] = {
+        "/memory/edit": ui.edit,
+        "/memory/delete": ui.delete,
+        "/memory/restore": ui.restore,
+        "/memory/purge": ui.purge_memory,
+        "/user/purge": ui.purge_user,
+        "/worker/retry": ui.retry,
+    }
+    routes = [Route(p, _guarded(ui, e), methods=["GET"]) for p, e in gets.items()]
+    routes += [Route(p, _guarded(ui, e), methods=["POST"]) for p, e in posts.items()]
+
+    async def not_found(request: Request, exc: Exception) -> Response:
+        return ui.error_page(getattr(exc, "status_code", 404), getattr(exc, "detail", "not found"))
+
+    middleware = []
+    if allowed_hosts is not None:
+        middleware.append(Middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts)))
+    app = Starlette(
+        routes=routes,
+        middleware=middleware,
+        exception_handlers={404: not_found, 405: not_found},
+    )
+    app.state.token = ui.token
+    app.state.read_only = read_only
+    return app

@@ -1,0 +1,279 @@
+"""The inspector's routes through Starlette's TestClient, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("starlette", reason="the [ui] extra is not installed")
+
+from starlette.testclient import TestClient
+
+from langmem_trpc import UserKey
+from langmem_trpc.backends.sqlite import SQLiteMemoryService
+from langmem_trpc.service.protocol import MemoryService
+from langmem_trpc.testing import HashingEmbeddings
+from langmem_trpc.types import Source
+from langmem_trpc.ui import TOKEN_HEADER, create_app
+from langmem_trpc.ui.app import word_diff
+
+ALICE = UserKey("support", "alice")
+BOB = UserKey("support", "bob")
+XSS = '<script>alert("pwned")</script><img src=x onerror=alert(1)>'
+TOKEN = "sekrit-token"
+Q = "app=support&user=alice"
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def svc(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MemoryService]:
+    service: MemoryService
+    if request.param == "sqlite":
+        service = SQLiteMemoryService(str(tmp_path / "m.db"), embeddings=HashingEmbeddings())
+    else:
+        from langmem_trpc.backends.postgres import PostgresMemoryService
+
+        service = PostgresMemoryService(
+            request.getfixturevalue("pg_url"), embeddings=HashingEmbeddings()
+        )
+        service.setup()  # type: ignore[attr-defined]
+    yield service
+    service.close()
+
+
+@pytest.fixture
+def seeded(svc: MemoryService) -> dict[str, Any]:
+    hike = svc.add(
+        ALICE,
+        "Alice went hiking in the Alps",
+        kind="episode",
+        event_time="2024-05-01",
+        participants=["Alice", "Tom"],
+        location="Alps",
+        topics=["travel"],
+        source=Source(thread_id="t-1", message_ids=["m1", "m2"], actor="worker"),
+    )
+    tea = svc.add(ALICE, "Alice prefers green tea", topics=["drinks"])
+    svc.update(ALICE, tea.id, "Alice prefers oolong tea", source=Source(actor="tool"))
+    evil = svc.add(ALICE, XSS)
+    bob = svc.add(BOB, "Bob likes chess")
+    return {"hike": hike, "tea": tea, "evil": evil, "bob": bob}
+
+
+@pytest.fixture
+def client(svc: MemoryService) -> Iterator[TestClient]:
+    # One event loop for the client's life, as under uvicorn (a bare TestClient
+    # starts a loop per request, and an async pool is bound to its loop).
+    with TestClient(create_app(svc, token=TOKEN)) as client:
+        yield client
+
+
+def _post(client: TestClient, path: str, data: dict[str, str], token: str | None = TOKEN) -> Any:
+    if token is not None:
+        data = {**data, "token": token}
+    return client.post(path, data=data, follow_redirects=False)
+
+
+def test_index_lists_apps_users_counts_and_last_activity(client, seeded) -> None:
+    page = client.get("/")
+    assert page.status_code == 200
+    assert "support" in page.text and "alice" in page.text and "bob" in page.text
+    assert "4 memories" in page.text  # 3 for alice + 1 for bob
+    assert f"/user?{Q.replace('&', '&amp;')}" in page.text
+    assert page.headers["content-security-policy"].startswith("default-src 'none'")
+
+
+def test_user_page_lists_fields_and_filters(client, seeded) -> None:
+    page = client.get(f"/user?{Q}")
+    assert page.status_code == 200
+    for text in ("Alice went hiking in the Alps", "Tom", "Alps", "travel", "2024-05-01"):
+        assert text in page.text
+    assert "Bob likes chess" not in page.text
+    episodes = client.get(f"/user?{Q}&kind=episode").text
+    assert "hiking" in episodes and "oolong" not in episodes
+    later = client.get(f"/user?{Q}&after=2024-06-01").text
+    assert "hiking" not in later
+    text_mode = client.get(f"/user?{Q}&q=OOLONG&mode=text").text
+    assert "oolong" in text_mode and "hiking" not in text_mode
+    hybrid = client.get(f"/user?{Q}&q=hiking+trip&mode=hybrid").text
+    assert "hiking" in hybrid and "score" in hybrid
+
+
+def test_bad_input_is_a_400_naming_the_field(client, seeded) -> None:
+    for url, field in [
+        (f"/user?{Q}&after=someday", "after"),
+        (f"/user?{Q}&kind=bogus", "kind"),
+        (f"/search?{Q}&q=tea&k=zero", "k"),
+        ("/user?app=support", "user"),
+    ]:
+        page = client.get(url)
+        assert page.status_code == 400, url
+        assert field in page.text
+
+
+def test_unknown_user_and_memory_are_404(client, seeded) -> None:
+    assert client.get("/user?app=support&user=nobody").status_code == 404
+    assert client.get("/search?app=support&user=nobody&q=x").status_code == 404
+    assert client.get("/export.jsonl?app=support&user=nobody").status_code == 404
+    assert client.get(f"/memory?{Q}&id=does-not-exist").status_code == 404
+    # another user's memory id is as unknown as a missing one
+    assert client.get(f"/memory?{Q}&id={seeded['bob'].id}").status_code == 404
+    assert client.get("/no/such/page").status_code == 404
+    assert client.get("/worker").status_code == 200  # the service has the dead-letter API
+
+
+def test_xss_payloads_render_inert(client, seeded) -> None:
+    for url in (f"/user?{Q}", f"/memory?{Q}&id={seeded['evil'].id}", f"/search?{Q}&q=alert"):
+        page = client.get(url)
+        assert page.status_code == 200
+        assert "<script>" not in page.text and "<img src=x" not in page.text, url
+        assert "&lt;script&gt;" in page.text, url
+    query_xss = client.get(f"/user?{Q}&q=%3Cscript%3Ealert(1)%3C/script%3E&mode=text")
+    assert "<script>alert(1)" not in query_xss.text
+
+
+def test_memory_history_shows_diff_and_source(client, seeded) -> None:
+    page = client.get(f"/memory?{Q}&id={seeded['tea'].id}")
+    assert page.status_code == 200
+    assert "<del>green</del>" in page.text and "<ins>oolong</ins>" in page.text
+    hike = client.get(f"/memory?{Q}&id={seeded['hike'].id}").text
+    assert "t-1" in hike and "m1, m2" in hike and "worker" in hike
+
+
+def test_word_diff_runs() -> None:
+    assert word_diff("a b c", "a x c") == [
+        ("same", "a "),
+        ("del", "b"),
+        ("ins", "x"),
+        ("same", " c"),
+    ]
+    assert word_diff(None, "new") == [("ins", "new")]
+    assert word_diff("old", None) == [("del", "old")]
+
+
+def test_post_without_or_with_a_wrong_token_is_403_and_changes_nothing(svc, client, seeded) -> None:
+    tea = seeded["tea"].id
+    for token in (None, "wrong"):
+        assert (
+            _post(client, f"/memory/edit?{Q}&id={tea}", {"text": "hacked"}, token).status_code
+            == 403
+        )
+        assert _post(client, f"/memory/delete?{Q}&id={tea}", {}, token).status_code == 403
+        assert _post(client, f"/user/purge?{Q}", {"confirm": "alice"}, token).status_code == 403
+    assert svc.get(ALICE, tea).text == "Alice prefers oolong tea"
+    assert svc.count(ALICE) == 3
+    header = client.post(
+        f"/memory/edit?{Q}&id={tea}", data={"text": "via header"}, headers={TOKEN_HEADER: TOKEN}
+    )
+    assert header.status_code == 200 and svc.get(ALICE, tea).text == "via header"
+
+
+def test_edit_updates_fields_in_the_database(svc, client, seeded) -> None:
+    tea = seeded["tea"].id
+    form = {
+        "text": "Alice prefers jasmine tea",
+        "topics": "drinks, tea",
+        "kind": "fact",
+        "participants": "Alice",
+        "location": "Paris",
+        "event_time": "",
+    }
+    answer = _post(client, f"/memory/edit?{Q}&id={tea}", form)
+    assert answer.status_code == 303 and "/memory?" in answer.headers["location"]
+    entry = svc.get(ALICE, tea)
+    assert entry is not None and entry.text == "Alice prefers jasmine tea"
+    assert entry.memory.topics == ["drinks", "tea"] and entry.memory.location == "Paris"
+    assert svc.history(ALICE, tea)[-1].source.actor == "ui"
+    bad = _post(client, f"/memory/edit?{Q}&id={tea}", {**form, "text": "   "})
+    assert bad.status_code == 400 and "text" in bad.text
+    assert svc.get(ALICE, tea).text == "Alice prefers jasmine tea"
+    missing = _post(client, f"/memory/edit?{Q}&id=nope", form)
+    assert missing.status_code == 404
+
+
+def test_delete_restore_and_purge_a_memory(svc, client, seeded) -> None:
+    tea = seeded["tea"].id
+    assert _post(client, f"/memory/delete?{Q}&id={tea}", {}).status_code == 303
+    assert svc.get(ALICE, tea) is None
+    deleted = client.get(f"/memory?{Q}&id={tea}")
+    assert deleted.status_code == 200 and "deleted" in deleted.text and "restore" in deleted.text
+    assert _post(client, f"/memory/delete?{Q}&id={tea}", {}).status_code == 404
+    assert _post(client, f"/memory/restore?{Q}&id={tea}", {}).status_code == 303
+    assert svc.get(ALICE, tea).text == "Alice prefers oolong tea"
+    refused = _post(client, f"/memory/purge?{Q}&id={tea}", {})
+    assert refused.status_code == 400 and "confirm" in refused.text
+    assert svc.get(ALICE, tea) is not None
+    assert _post(client, f"/memory/purge?{Q}&id={tea}", {"confirm": "yes"}).status_code == 303
+    assert svc.get(ALICE, tea) is None and svc.history(ALICE, tea) == []
+    assert client.get(f"/memory?{Q}&id={tea}").status_code == 404
+
+
+def test_purge_user_needs_the_typed_user_id(svc, client, seeded) -> None:
+    wrong = _post(client, f"/user/purge?{Q}", {"confirm": "alicee"})
+    assert wrong.status_code == 400 and svc.count(ALICE) == 3
+    assert _post(client, f"/user/purge?{Q}", {"confirm": "alice"}).status_code == 303
+    assert svc.count(ALICE) == 0 and svc.count(BOB) == 1
+
+
+def test_export_jsonl_round_trips_records(client, seeded) -> None:
+    answer = client.get(f"/export.jsonl?{Q}")
+    assert answer.status_code == 200
+    assert answer.headers["content-type"].startswith("application/x-ndjson")
+    records = [json.loads(line) for line in answer.text.splitlines()]
+    assert sorted(r["entry"]["memory"]["text"] for r in records) == sorted(
+        ["Alice went hiking in the Alps", "Alice prefers oolong tea", XSS]
+    )
+    assert all(r["history"] for r in records)
+
+
+def test_search_playground_shows_each_leg_and_signal(client, seeded) -> None:
+    page = client.get(f"/search?{Q}&q=hiking+Alps&k=5")
+    assert page.status_code == 200
+    assert "vector rank" in page.text and "keyword rank" in page.text
+    assert "without session context" in page.text
+    assert "Alice went hiking in the Alps" in page.text
+    empty = client.get(f"/search?{Q}")
+    assert empty.status_code == 200 and 'id="explain"' not in empty.text
+
+
+def test_read_only_hides_and_refuses_writes(svc, seeded) -> None:
+    with TestClient(create_app(svc, token=TOKEN, read_only=True)) as client:
+        _read_only_checks(svc, client, seeded)
+
+
+def _read_only_checks(svc, client, seeded) -> None:
+    page = client.get(f"/memory?{Q}&id={seeded['tea'].id}")
+    assert page.status_code == 200
+    assert "<form" not in page.text.replace('<form class="filters"', "")
+    assert "purge" not in client.get(f"/user?{Q}").text.lower().replace("playground", "")
+    answer = _post(client, f"/memory/edit?{Q}&id={seeded['tea'].id}", {"text": "x"})
+    assert answer.status_code == 403 and "read-only" in answer.text
+    assert svc.get(ALICE, seeded["tea"].id).text == "Alice prefers oolong tea"
+
+
+def test_allowed_hosts_refuses_other_host_headers(svc, seeded) -> None:
+    app = create_app(svc, allowed_hosts=["127.0.0.1"])
+    with TestClient(app, base_url="http://evil.test") as client:
+        assert client.get("/").status_code == 400
+    with TestClient(app, base_url="http://127.0.0.1") as local:
+        assert local.get("/").status_code == 200
+
+
+def test_new_token_per_app(svc) -> None:
+    first, second = create_app(svc), create_app(svc)
+    assert first.state.token != second.state.token and len(first.state.token) >= 20
+
+
+def test_threads_page_shows_each_thread_with_its_cursor(svc, client, seeded) -> None:
+    from langmem_trpc.types import ExtractionCursor
+
+    svc.set_cursor(ALICE, ExtractionCursor(thread_id="t-1", last_message_id="m2", message_count=4))
+    page = client.get(f"/threads?{Q}")
+    assert page.status_code == 200
+    row = page.text.split('<td class="mono">t-1</td>', 1)[1].split("</tr>", 1)[0]
+    assert '<td class="num">1</td>' in row  # one write from thread t-1
+    assert '<td class="num">4</td>' in row and "m2" in row
+    assert client.get("/threads?app=support&user=nobody").status_code == 404

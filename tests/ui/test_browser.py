@@ -1,0 +1,102 @@
+"""End to end in a real headless Chromium (Selenium + Debian's chromium/chromium-driver).
+
+The inspector runs under uvicorn on a free 127.0.0.1 port; the browser loads
+the users page, searches, opens a memory's history, edits the memory through
+the form, and the test reads the change back from the SQLite database.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("starlette", reason="the [ui] extra is not installed")
+pytest.importorskip("selenium", reason="selenium is not installed (pip install selenium)")
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMEDRIVER = shutil.which("chromedriver") or (
+    "/usr/bin/chromedriver" if Path("/usr/bin/chromedriver").exists() else None
+)
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        CHROMIUM is None or CHROMEDRIVER is None,
+        reason="needs Debian's chromium and chromium-driver (apt-get install chromium "
+        "chromium-driver); .ci/run installs them",
+    ),
+]
+
+from selenium import webdriver  # noqa: E402
+from selenium.webdriver.chrome.service import Service  # noqa: E402
+from selenium.webdriver.common.by import By  # noqa: E402
+
+from langmem_trpc import UserKey  # noqa: E402
+from langmem_trpc.backends.sqlite import SQLiteMemoryService  # noqa: E402
+from langmem_trpc.testing import HashingEmbeddings  # noqa: E402
+from langmem_trpc.ui import create_app  # noqa: E402
+from langmem_trpc.ui.serving import background_server  # noqa: E402
+
+ALICE = UserKey("support", "alice")
+
+
+def chrome(width: int = 1280, height: int = 900) -> webdriver.Chrome:
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(CHROMIUM)
+    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"):
+        options.add_argument(flag)
+    options.add_argument(f"--window-size={width},{height}")
+    return webdriver.Chrome(service=Service(executable_path=str(CHROMEDRIVER)), options=options)
+
+
+@pytest.fixture
+def browser() -> Iterator[webdriver.Chrome]:
+    driver = chrome()
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def test_search_history_and_edit_in_a_real_browser(tmp_path: Path, browser) -> None:
+    db = str(tmp_path / "m.db")
+    svc = SQLiteMemoryService(db, embeddings=HashingEmbeddings())
+    try:
+        tea = svc.add(ALICE, "Alice prefers green tea", topics=["drinks"])
+        svc.add(ALICE, "Alice went hiking in the Alps", kind="episode", event_time="2024-05-01")
+        svc.add(ALICE, "<script>document.title='pwned'</script>")
+        with background_server(create_app(svc)) as url:
+            browser.get(url + "/")
+            assert "Users" in browser.title
+            browser.find_element(By.LINK_TEXT, "alice").click()
+            assert "Alice prefers green tea" in browser.page_source
+            assert browser.title != "pwned"  # the stored script did not run
+
+            search = browser.find_element(By.NAME, "q")
+            search.send_keys("hiking")
+            search.submit()
+            rows = browser.find_elements(By.CSS_SELECTOR, "table tr td:nth-child(3)")
+            assert [r.text for r in rows][0] == "Alice went hiking in the Alps"
+
+            browser.get(f"{url}/user?app=support&user=alice")
+            browser.find_element(By.LINK_TEXT, tea.id[:8]).click()
+            assert browser.find_element(By.ID, "memory-text").text == "Alice prefers green tea"
+            history = browser.find_element(By.ID, "history").text
+            assert "add" in history
+
+            text = browser.find_element(By.NAME, "text")
+            text.clear()
+            text.send_keys("Alice prefers oolong tea")
+            browser.find_element(By.CSS_SELECTOR, "form[action^='/memory/edit'] button").click()
+            assert browser.find_element(By.ID, "memory-text").text == "Alice prefers oolong tea"
+            diff = browser.find_elements(By.CSS_SELECTOR, "#history tr")[-1]  # the update
+            assert diff.find_element(By.TAG_NAME, "del").text == "green"
+            assert diff.find_element(By.TAG_NAME, "ins").text == "oolong"
+    finally:
+        svc.close()
+    with SQLiteMemoryService(db) as fresh:
+        entry = fresh.get(ALICE, tea.id)
+        assert entry is not None and entry.text == "Alice prefers oolong tea"
+        assert fresh.history(ALICE, tea.id)[-1].source.actor == "ui"
