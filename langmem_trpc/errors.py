@@ -11,6 +11,7 @@ LangmemTrpcError
 ├── CapacityExceededError                 per-user capacity reached with policy "error"
 ├── BackendError                          the storage driver failed (wraps the driver error)
 ├── ExtractionError                       the extractor (LLM) failed or returned nothing usable
+├── ExtractorBusyError                    a user's extractor calls that timed out still hold their limit
 ├── ConfigurationError                    bad settings, missing optional dependency
 └── WorkerError                           misuse of the background worker lifecycle
 ```
@@ -26,6 +27,7 @@ __all__ = [
     "CapacityExceededError",
     "ConfigurationError",
     "ExtractionError",
+    "ExtractorBusyError",
     "InvalidInputError",
     "InvalidMemoryError",
     "InvalidTimeError",
@@ -109,6 +111,15 @@ class BackendError(LangmemTrpcError):
 
 class ExtractionError(LangmemTrpcError):
     """The extractor could not produce operations (model error, timeout)."""
+
+
+class ExtractorBusyError(LangmemTrpcError):
+    """A job was not attempted: its user already has `max_calls_per_user` extractor
+    calls in flight, and one of them timed out and is still running.
+
+    The job fails at once (the cursor stays, the next run retries the delta)
+    instead of holding a worker thread while the user's hung calls finish.
+    """
 
 
 class ConfigurationError(LangmemTrpcError):

@@ -8,7 +8,7 @@ touch storage: the worker reconciles and executes what they propose.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, timezone
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -25,6 +25,10 @@ from .tool_calls import parse_tool_calls, tool_schemas
 
 if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
+
+TIMEOUT_FIELDS = ("request_timeout", "default_request_timeout")
+"""Model fields that mark a client taking a per-request `timeout` argument
+(langchain-openai and OpenAI-compatible, langchain-anthropic)."""
 
 __all__ = [
     "ExtractionRequest",
@@ -55,6 +59,9 @@ class ExtractionRequest:
     )
     """Operations the worker will execute; offer no others."""
     reference_time: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
+    timeout: float | None = None
+    """Seconds this call may take (the job's remaining time; None: no limit).
+    `LLMExtractor` passes it to the model client as its request timeout."""
 
 
 @runtime_checkable
@@ -63,6 +70,12 @@ class Extractor(Protocol):
 
     An extractor may set `uses_existing = False` when it ignores
     `request.existing`; the worker then skips the existing-memory search.
+
+    An extractor may also define `async aextract(request)`. When the job has a
+    timeout, the worker awaits it on its own event loop and cancels it at the
+    deadline, so a hung call holds no thread. It sets `native_async = False`
+    when its `aextract` only wraps blocking work (cancelling would not stop
+    it); the worker then calls `extract` in a thread instead.
     """
 
     def extract(self, request: ExtractionRequest) -> list[MemoryOp]: ...
@@ -131,22 +144,60 @@ class LLMExtractor:
             messages.append(HumanMessage(FINAL_INSTRUCTION))
         return messages
 
+    @property
+    def native_async(self) -> bool:
+        """Whether the model implements async calls itself (cancelling `aextract` stops them)."""
+        return _native_async(self.model)
+
     def extract(self, request: ExtractionRequest) -> list[MemoryOp]:
         if not request.messages:
             return []
-        actions = request.actions & (
-            {Action.ADD} if request.policy == "append_only" else set(Action)
-        )
-        bound: Any = self.model.bind_tools(tool_schemas(actions, request.policy))
+        bound, actions = self._bind(request)
         try:
             reply = bound.invoke(self.build_messages(request))
         except Exception as exc:  # any provider failure is an extraction failure
             raise ExtractionError(f"model call failed: {type(exc).__name__}: {exc}") from exc
+        return self._ops(reply, actions)
+
+    async def aextract(self, request: ExtractionRequest) -> list[MemoryOp]:
+        """`extract` through the model's `ainvoke`; cancelling it cancels the model call."""
+        if not request.messages:
+            return []
+        bound, actions = self._bind(request)
+        try:
+            reply = await bound.ainvoke(self.build_messages(request))
+        except Exception as exc:  # any provider failure is an extraction failure
+            raise ExtractionError(f"model call failed: {type(exc).__name__}: {exc}") from exc
+        return self._ops(reply, actions)
+
+    def _bind(self, request: ExtractionRequest) -> tuple[Any, Collection[Action]]:
+        actions = request.actions & (
+            {Action.ADD} if request.policy == "append_only" else set(Action)
+        )
+        bound: Any = self.model.bind_tools(tool_schemas(actions, request.policy))
+        if request.timeout is not None and _takes_timeout(self.model):
+            bound = bound.bind(timeout=max(request.timeout, 0.001))
+        return bound, actions
+
+    def _ops(self, reply: object, actions: Collection[Action]) -> list[MemoryOp]:
         if not isinstance(reply, AIMessage):
             raise ExtractionError(f"model returned {type(reply).__name__}, expected an AIMessage")
         ops = parse_tool_calls(reply, actions)
         logger.debug("extractor: %d tool calls -> %d operations", len(reply.tool_calls), len(ops))
         return ops
+
+
+def _takes_timeout(model: object) -> bool:
+    fields = getattr(type(model), "model_fields", {})
+    return any(name in fields for name in TIMEOUT_FIELDS)
+
+
+def _native_async(model: object) -> bool:
+    from langchain_core.language_models import BaseChatModel
+
+    if isinstance(model, BaseChatModel):
+        return type(model)._agenerate is not BaseChatModel._agenerate
+    return callable(getattr(model, "ainvoke", None))
 
 
 CONTEXT_TOPICS = 64
