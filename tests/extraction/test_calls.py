@@ -1,0 +1,308 @@
+"""Extractor calls under a deadline: hung calls are cancelled or isolated, bounded per user."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
+from pydantic import PrivateAttr
+
+from langmem_trpc import AutoMemoryWorker, ExtractionError, LLMExtractor, UserKey
+from langmem_trpc.extraction import ExtractionRequest, JobStatus, MemoryOp, VerbatimExtractor
+from langmem_trpc.testing import ScriptedChatModel, tool_call
+
+HUNG = 50
+TIMEOUT = 1.0
+
+
+def remember(messages: list[BaseMessage]) -> AIMessage:
+    text = str(messages[-1].content)
+    return AIMessage("", tool_calls=[tool_call("memory_add", {"memory": f"User said: {text}"})])
+
+
+def hangs(messages: list[BaseMessage]) -> bool:
+    return any("hang" in str(m.content) for m in messages[1:])
+
+
+class HangingChatModel(ScriptedChatModel):
+    """Calls whose messages say "hang" never answer: `ainvoke` awaits forever (and
+    records its cancellation), sync `invoke` blocks on `release`. Other calls follow
+    the script. It declares `request_timeout`, so the extractor binds `timeout`."""
+
+    request_timeout: float | None = None
+    _release: threading.Event = PrivateAttr(default_factory=threading.Event)
+    _counts: dict[str, int] = PrivateAttr(default_factory=dict)
+    _timeouts: list[Any] = PrivateAttr(default_factory=list)
+
+    def count(self, name: str) -> int:
+        with self._lock:
+            return self._counts.get(name, 0)
+
+    def _bump(self, name: str) -> None:
+        with self._lock:
+            self._counts[name] = self._counts.get(name, 0) + 1
+
+    def _generate(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any) -> ChatResult:  # fmt: skip
+        if hangs(messages):
+            self._bump("sync_blocked")
+            self._release.wait(30)
+        return super()._generate(messages, stop, run_manager, **kwargs)
+
+    async def _agenerate(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any) -> ChatResult:  # fmt: skip
+        with self._lock:
+            self._timeouts.append(kwargs.get("timeout"))
+        if hangs(messages):
+            self._bump("async_started")
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                self._bump("async_cancelled")
+                raise
+        return ChatResult(generations=[ChatGeneration(message=self._next_reply(messages))])
+
+
+class BlockingExtractor(VerbatimExtractor):
+    """A sync-only extractor: jobs of users named hung-* or hog block until released."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = threading.Event()
+
+    def extract(self, request: ExtractionRequest) -> list[MemoryOp]:
+        if request.user.user_id.startswith(("hung-", "hog")):
+            self.release.wait(30)
+        return super().extract(request)
+
+
+def wait_until(predicate: Callable[[], bool], seconds: float = 5.0) -> bool:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if predicate():
+            return True
+        time.sleep(0.01)
+    return predicate()
+
+
+def hang_everyone(worker: AutoMemoryWorker) -> list[Any]:
+    def one(i: int) -> Any:
+        return worker.process(UserKey("app", f"hung-{i}"), "t", [HumanMessage("hang", id="h")])
+
+    with ThreadPoolExecutor(HUNG) as pool:
+        return list(pool.map(one, range(HUNG)))
+
+
+def healthy_job(worker: AutoMemoryWorker) -> tuple[Any, float]:
+    started = time.monotonic()
+    report = worker.process(UserKey("app", "healthy"), "t", [HumanMessage("I like tea", id="1")])
+    return report, time.monotonic() - started
+
+
+def test_fifty_hung_async_calls_are_cancelled_and_a_healthy_user_is_served(service):
+    model = HangingChatModel(default=remember)
+    worker = AutoMemoryWorker(service, LLMExtractor(model), job_timeout=TIMEOUT)
+    try:
+        reports = hang_everyone(worker)
+        assert all(r.status == JobStatus.FAILED and r.timed_out for r in reports)
+        report, elapsed = healthy_job(worker)
+        assert report.status == JobStatus.COMPLETED, report.error
+        assert report.added == 1 and elapsed < TIMEOUT
+        # Every hung call was awaited (never a blocking invoke) and saw CancelledError.
+        assert model.count("async_started") >= 40
+        assert wait_until(lambda: model.count("async_cancelled") == model.count("async_started"))
+        assert model.count("sync_blocked") == 0
+        assert wait_until(lambda: worker.stats().calls_in_flight == 0)
+        stats = worker.stats()
+        assert stats.calls_cancelled == model.count("async_started")
+        assert stats.calls_abandoned == 0 and stats.jobs_timed_out == HUNG
+    finally:
+        model._release.set()
+        worker.close()
+
+
+def test_the_job_deadline_is_passed_to_the_model_client(service, user):
+    model = HangingChatModel(default=remember)
+    worker = AutoMemoryWorker(service, LLMExtractor(model), job_timeout=5)
+    try:
+        assert worker.process(user, "t", [HumanMessage("I like tea", id="1")]).added == 1
+        [timeout] = model._timeouts
+        assert 4 < timeout <= 5  # the job's remaining time, as the request timeout
+    finally:
+        worker.close()
+
+
+def test_fifty_hung_blocking_calls_do_not_starve_a_healthy_user(service):
+    extractor = BlockingExtractor()
+    worker = AutoMemoryWorker(service, extractor, job_timeout=TIMEOUT)
+    try:
+        reports = hang_everyone(worker)
+        assert all(r.status == JobStatus.FAILED and r.timed_out for r in reports)
+        report, elapsed = healthy_job(worker)
+        assert report.status == JobStatus.COMPLETED, report.error
+        assert elapsed < TIMEOUT
+        assert worker.stats().calls_abandoned == HUNG  # each still holds its thread
+    finally:
+        extractor.release.set()
+    assert wait_until(lambda: worker.stats().calls_in_flight == 0)
+    assert worker.stats().calls_abandoned == 0
+    worker.close()
+
+
+def test_one_user_holds_at_most_max_calls_per_user(service):
+    extractor = BlockingExtractor()
+    worker = AutoMemoryWorker(service, extractor, job_timeout=0.2, max_calls_per_user=2)
+    hog = UserKey("app", "hog")
+    try:
+        for thread in ("t0", "t1"):
+            assert worker.process(hog, thread, [HumanMessage("x", id="1")]).timed_out
+        started = time.monotonic()
+        busy = worker.process(hog, "t2", [HumanMessage("x", id="1")])
+        assert time.monotonic() - started < 0.15  # failed fast, did not wait out its timeout
+        assert busy.status == JobStatus.FAILED and not busy.timed_out
+        assert "ExtractorBusyError" in (busy.error or "") and "max_calls_per_user=2" in busy.error
+        assert service.get_cursor(hog, "t2") is None
+        other = worker.process(UserKey("app", "other"), "t", [HumanMessage("y", id="1")])
+        assert other.status == JobStatus.COMPLETED
+        stats = worker.stats()
+        assert stats.jobs_user_busy == 1 and stats.calls_abandoned == 2
+    finally:
+        extractor.release.set()
+    assert wait_until(lambda: worker.stats().calls_in_flight == 0)
+    assert worker.process(hog, "t2", [HumanMessage("x", id="1")]).status == JobStatus.COMPLETED
+    worker.close()
+
+
+def test_a_call_past_the_limit_waits_for_a_slot_within_its_timeout(service):
+    class Slow(VerbatimExtractor):
+        def extract(self, request: ExtractionRequest) -> list[MemoryOp]:
+            time.sleep(0.2)
+            return super().extract(request)
+
+    worker = AutoMemoryWorker(service, Slow(), job_timeout=5, max_calls_per_user=1)
+    user = UserKey("app", "alice")
+    with ThreadPoolExecutor(2) as pool:
+        reports = list(
+            pool.map(
+                lambda t: worker.process(user, t, [HumanMessage(f"in {t}", id="1")]), ["a", "b"]
+            )
+        )
+    assert [r.status for r in reports] == [JobStatus.COMPLETED, JobStatus.COMPLETED]
+    assert worker.stats().jobs_user_busy == 0
+    worker.close()
+
+
+def _helper_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith("langmem-extract")]
+
+
+def test_close_and_stop_end_the_call_loop_and_threads(service, user):
+    model = HangingChatModel(default=remember)
+    worker = AutoMemoryWorker(service, LLMExtractor(model), job_timeout=5)
+    assert worker.process(user, "t", [HumanMessage("I like tea", id="1")]).added == 1
+    assert "langmem-extract-loop" in _helper_threads()
+    worker.close()
+    assert wait_until(lambda: _helper_threads() == [])
+    # A later process() starts them again; stop() of a started worker ends them.
+    report = worker.process(user, "t2", [HumanMessage("I like jazz", id="1")])
+    assert report.status == JobStatus.COMPLETED and model.count("async_started") == 0
+    worker.start()
+    worker.enqueue(user, "t3", [HumanMessage("I like chess", id="1")])
+    assert worker.stop(timeout=10)
+    assert wait_until(lambda: _helper_threads() == [])
+
+
+def test_max_calls_per_user_must_be_positive(service):
+    from langmem_trpc import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match="max_calls_per_user"):
+        AutoMemoryWorker(service, VerbatimExtractor(), max_calls_per_user=0)
+
+
+class SilentServer:
+    """A TCP server that reads requests and never answers; records each connection's
+    open and close times (the close is when the client hangs up)."""
+
+    def __init__(self) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.sock.settimeout(0.1)
+        self.port = self.sock.getsockname()[1]
+        self.connections: list[dict[str, float]] = []
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._accept, daemon=True)
+        self.thread.start()
+
+    def _accept(self) -> None:
+        while not self.stopping.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except TimeoutError:
+                continue
+            record = {"opened": time.monotonic()}
+            self.connections.append(record)
+            threading.Thread(target=self._drain, args=(conn, record), daemon=True).start()
+
+    def _drain(self, conn: socket.socket, record: dict[str, float]) -> None:
+        conn.settimeout(0.1)
+        with conn:
+            while not self.stopping.is_set():
+                try:
+                    if not conn.recv(65536):
+                        record["closed"] = time.monotonic()
+                        return
+                except TimeoutError:
+                    continue
+                except OSError:
+                    record["closed"] = time.monotonic()
+                    return
+
+    def close(self) -> None:
+        self.stopping.set()
+        self.thread.join(2)
+        self.sock.close()
+
+
+@pytest.fixture
+def silent_server():
+    server = SilentServer()
+    yield server
+    server.close()
+
+
+def openai_model(server: SilentServer, **kwargs: Any) -> Any:
+    openai = pytest.importorskip("langchain_openai")
+    return openai.ChatOpenAI(
+        model="local", base_url=f"http://127.0.0.1:{server.port}/v1", api_key="none", **kwargs
+    )
+
+
+def test_a_cancelled_http_model_call_closes_its_request(service, user, silent_server):
+    """ChatOpenAI (default retries) against a server that never answers: at the job's
+    deadline the request's connection is closed and no retry follows."""
+    worker = AutoMemoryWorker(service, LLMExtractor(openai_model(silent_server)), job_timeout=0.5)
+    try:
+        report = worker.process(user, "t", [HumanMessage("I like tea", id="1")])
+        ended = time.monotonic()
+        assert report.status == JobStatus.FAILED and report.timed_out
+        assert wait_until(lambda: "closed" in silent_server.connections[0], 2.0)
+        assert silent_server.connections[0]["closed"] - ended < 1.0
+        time.sleep(1.5)  # openai's retry back-off is under a second
+        assert len(silent_server.connections) == 1
+        assert worker.stats().calls_cancelled == 1
+    finally:
+        worker.close()
+
+
+def test_a_blocking_model_call_gets_the_deadline_as_its_request_timeout(user, silent_server):
+    extractor = LLMExtractor(openai_model(silent_server, max_retries=0))
+    request = ExtractionRequest(user, "t", [HumanMessage("I like tea", id="1")], timeout=0.3)
+    started = time.monotonic()
+    with pytest.raises(ExtractionError, match="Timeout"):
+        extractor.extract(request)
+    assert time.monotonic() - started < 2.0
