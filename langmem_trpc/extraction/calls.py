@@ -182,8 +182,8 @@ class LoopThread:
         self.loop.call_soon_threadsafe(begin)
         return result
 
-    def close(self) -> None:
-        """Cancel every task, wait briefly for them, stop the loop and join its thread."""
+    def close(self, cleanup: Callable[[], Awaitable[None]] | None = None) -> None:
+        """Cancel every task, wait briefly for them, run `cleanup`, stop the loop and join it."""
 
         async def cancel_all() -> None:
             tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
@@ -191,6 +191,11 @@ class LoopThread:
                 task.cancel()
             if tasks:
                 await asyncio.wait(tasks, timeout=CLOSE_WAIT)
+            if cleanup is not None:
+                try:
+                    await cleanup()
+                except Exception:  # closing must go on
+                    logger.warning("auto_memory: extractor cleanup failed", exc_info=True)
             await self.loop.shutdown_default_executor()
 
         if not self.loop.is_closed():
@@ -218,8 +223,14 @@ class _UserCalls:
 class ModelCalls:
     """Runs extractor calls under a deadline, bounded per user (see the module docstring)."""
 
-    def __init__(self, max_calls_per_user: int, timeout_label: float | None) -> None:
+    def __init__(
+        self,
+        max_calls_per_user: int,
+        timeout_label: float | None,
+        on_loop_close: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
         self.max_calls_per_user = max_calls_per_user
+        self._on_loop_close = on_loop_close
         self._timeout_label = timeout_label
         self._lock = threading.Lock()
         self._slot_freed = threading.Condition(self._lock)
@@ -329,6 +340,6 @@ class ModelCalls:
             loop, self._loop = self._loop, None
             threads, self._threads = self._threads, None
         if loop is not None:
-            loop.close()
+            loop.close(self._on_loop_close)
         if threads is not None:
             threads.close()

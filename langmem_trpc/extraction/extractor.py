@@ -7,7 +7,10 @@ touch storage: the worker reconciles and executes what they propose.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import threading
+import weakref
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, timezone
@@ -123,6 +126,7 @@ class LLMExtractor:
         self.reference_date = (
             reference_date.date() if isinstance(reference_date, datetime) else reference_date
         )
+        self._loop_models = _LoopModels(model)
 
     def build_messages(self, request: ExtractionRequest) -> list[BaseMessage]:
         """System prompt, the labelled delta, and a closing instruction when the last turn is the assistant's."""
@@ -152,7 +156,7 @@ class LLMExtractor:
     def extract(self, request: ExtractionRequest) -> list[MemoryOp]:
         if not request.messages:
             return []
-        bound, actions = self._bind(request)
+        bound, actions = self._bind(self.model, request)
         try:
             reply = bound.invoke(self.build_messages(request))
         except Exception as exc:  # any provider failure is an extraction failure
@@ -163,18 +167,22 @@ class LLMExtractor:
         """`extract` through the model's `ainvoke`; cancelling it cancels the model call."""
         if not request.messages:
             return []
-        bound, actions = self._bind(request)
+        bound, actions = self._bind(self._loop_models.get(), request)
         try:
             reply = await bound.ainvoke(self.build_messages(request))
         except Exception as exc:  # any provider failure is an extraction failure
             raise ExtractionError(f"model call failed: {type(exc).__name__}: {exc}") from exc
         return self._ops(reply, actions)
 
-    def _bind(self, request: ExtractionRequest) -> tuple[Any, Collection[Action]]:
+    async def aclose(self) -> None:
+        """Close the HTTP client `aextract` opened for the running event loop, if any."""
+        await self._loop_models.aclose()
+
+    def _bind(self, model: Any, request: ExtractionRequest) -> tuple[Any, Collection[Action]]:
         actions = request.actions & (
             {Action.ADD} if request.policy == "append_only" else set(Action)
         )
-        bound: Any = self.model.bind_tools(tool_schemas(actions, request.policy))
+        bound: Any = model.bind_tools(tool_schemas(actions, request.policy))
         if request.timeout is not None and _takes_timeout(self.model):
             bound = bound.bind(timeout=max(request.timeout, 0.001))
         return bound, actions
@@ -185,6 +193,56 @@ class LLMExtractor:
         ops = parse_tool_calls(reply, actions)
         logger.debug("extractor: %d tool calls -> %d operations", len(reply.tool_calls), len(ops))
         return ops
+
+
+class _LoopModels:
+    """The model `aextract` uses on each event loop.
+
+    An httpx async client must not serve two event loops, and langchain-openai
+    shares one per base URL across the process (the agent's model on the app's
+    loop would share it with the worker's loop). So on each loop an
+    OpenAI-family model that uses that shared client (no `http_async_client`
+    of your own) is copied with a client of its own, closed by `aclose()`;
+    other models are used as they are.
+    """
+
+    def __init__(self, model: object) -> None:
+        self.model = model
+        self._lock = threading.Lock()
+        self._by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, tuple[Any, Any]]
+        self._by_loop = weakref.WeakKeyDictionary()
+
+    def get(self) -> Any:
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            entry = self._by_loop.get(loop)
+            if entry is None:
+                entry = self._by_loop[loop] = _private_async_client(self.model)
+            return entry[0]
+
+    async def aclose(self) -> None:
+        with self._lock:
+            entry = self._by_loop.pop(asyncio.get_running_loop(), None)
+        if entry is not None and entry[1] is not None:
+            await entry[1].aclose()
+
+
+def _private_async_client(model: Any) -> tuple[Any, Any]:
+    root: Any = getattr(model, "root_async_client", None)
+    if (
+        getattr(model, "http_async_client", True) is not None
+        or not callable(getattr(root, "with_options", None))
+        or not hasattr(model, "async_client")
+    ):
+        return model, None
+    import openai
+
+    client = openai.DefaultAsyncHttpxClient()
+    private = root.with_options(http_client=client)
+    copy = model.model_copy(
+        update={"root_async_client": private, "async_client": private.chat.completions}
+    )
+    return copy, client
 
 
 def _takes_timeout(model: object) -> bool:

@@ -183,7 +183,9 @@ class AutoMemoryWorker:
         self._state_lock = threading.Lock()
         self._queues: list[queue.Queue[object]] = []
         self._threads: list[threading.Thread] = []
-        self._calls = ModelCalls(max_calls_per_user, job_timeout)
+        self._calls = ModelCalls(
+            max_calls_per_user, job_timeout, getattr(extractor, "aclose", None)
+        )
         self._overflow_pool: ThreadPoolExecutor | None = None
         self._overflow_jobs: set[Future[JobReport]] = set()
         self._thread_locks = [threading.Lock() for _ in range(LOCK_STRIPES)]

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -306,3 +308,85 @@ def test_a_blocking_model_call_gets_the_deadline_as_its_request_timeout(user, si
     with pytest.raises(ExtractionError, match="Timeout"):
         extractor.extract(request)
     assert time.monotonic() - started < 2.0
+
+
+class _Completions(BaseHTTPRequestHandler):
+    """An OpenAI-compatible endpoint (keep-alive) whose every reply is one memory_add call."""
+
+    protocol_version = "HTTP/1.1"
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers["Content-Length"]))
+        call = {
+            "id": "c1",
+            "type": "function",
+            "function": {"name": "memory_add", "arguments": json.dumps({"memory": "Likes tea"})},
+        }
+        message = {"role": "assistant", "content": None, "tool_calls": [call]}
+        body = json.dumps(
+            {
+                "id": "r",
+                "object": "chat.completion",
+                "created": 0,
+                "model": "local",
+                "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls"}],
+            }
+        ).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+class _Quiet(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, *args: Any) -> None:  # clients hanging up are expected
+        pass
+
+
+def test_worker_and_app_loops_never_share_an_async_http_client(service):
+    """langchain-openai shares one async HTTP client per base URL across the process; the
+    app's agent model on its loop and the extractor's on the worker loop must not both use
+    it (cross-loop use fails about one call in ten)."""
+    openai = pytest.importorskip("langchain_openai")
+    server = _Quiet(("127.0.0.1", 0), _Completions)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+    agent = openai.ChatOpenAI(model="local", base_url=url, api_key="none", max_retries=0)
+    extractor = LLMExtractor(
+        openai.ChatOpenAI(model="local", base_url=url, api_key="none", max_retries=0)
+    )
+    worker = AutoMemoryWorker(service, extractor, job_timeout=10)
+    app_loop = asyncio.new_event_loop()
+    app_thread = threading.Thread(target=app_loop.run_forever, daemon=True)
+    app_thread.start()
+    app_errors: list[str] = []
+
+    async def app_calls() -> None:
+        for _ in range(100):
+            try:
+                await agent.ainvoke("hi")
+            except Exception as exc:
+                app_errors.append(repr(exc))
+
+    try:
+        app = asyncio.run_coroutine_threadsafe(app_calls(), app_loop)
+        reports = [
+            worker.process(UserKey("app", f"u{i}"), "t", [HumanMessage("I like tea", id="1")])
+            for i in range(100)
+        ]
+        app.result(60)
+        assert [r.error for r in reports if r.status != JobStatus.COMPLETED] == []
+        assert app_errors == []
+    finally:
+        worker.close()
+        app_loop.call_soon_threadsafe(app_loop.stop)
+        app_thread.join(5)
+        server.shutdown()
+        server.server_close()
+    assert len(extractor._loop_models._by_loop) == 0  # the worker loop's client was closed
