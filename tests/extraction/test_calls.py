@@ -200,24 +200,33 @@ def test_a_call_past_the_limit_waits_for_a_slot_within_its_timeout(service):
     worker.close()
 
 
-def _helper_threads() -> list[str]:
-    return [t.name for t in threading.enumerate() if t.name.startswith("langmem-extract")]
+def _helpers(worker: AutoMemoryWorker) -> list[threading.Thread]:
+    """The worker's call loop thread and call threads that are alive."""
+    calls = worker._calls
+    threads = [calls._loop._thread] if calls._loop is not None else []
+    if calls._threads is not None:
+        threads += list(calls._threads._threads)
+    return [t for t in threads if t.is_alive()]
 
 
 def test_close_and_stop_end_the_call_loop_and_threads(service, user):
     model = HangingChatModel(default=remember)
     worker = AutoMemoryWorker(service, LLMExtractor(model), job_timeout=5)
     assert worker.process(user, "t", [HumanMessage("I like tea", id="1")]).added == 1
-    assert "langmem-extract-loop" in _helper_threads()
+    worker._calls._call_threads().submit(time.sleep, 0).result(5)  # start a call thread too
+    started = _helpers(worker)
+    assert [t.name for t in started] == ["langmem-extract-loop", "langmem-extract-1"]
     worker.close()
-    assert wait_until(lambda: _helper_threads() == [])
-    # A later process() starts them again; stop() of a started worker ends them.
+    assert wait_until(lambda: not any(t.is_alive() for t in started))
+    # A later process() starts the loop again; stop() of a started worker ends it.
     report = worker.process(user, "t2", [HumanMessage("I like jazz", id="1")])
     assert report.status == JobStatus.COMPLETED and model.count("async_started") == 0
     worker.start()
     worker.enqueue(user, "t3", [HumanMessage("I like chess", id="1")])
+    again = _helpers(worker)
+    assert again and not set(again) & set(started)
     assert worker.stop(timeout=10)
-    assert wait_until(lambda: _helper_threads() == [])
+    assert wait_until(lambda: not any(t.is_alive() for t in again))
 
 
 def test_max_calls_per_user_must_be_positive(service):
