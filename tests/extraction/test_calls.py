@@ -377,7 +377,7 @@ def test_worker_and_app_loops_never_share_an_async_http_client(service):
     app_errors: list[str] = []
 
     async def app_calls() -> None:
-        for _ in range(100):
+        for _ in range(60):
             try:
                 await agent.ainvoke("hi")
             except Exception as exc:
@@ -387,7 +387,7 @@ def test_worker_and_app_loops_never_share_an_async_http_client(service):
         app = asyncio.run_coroutine_threadsafe(app_calls(), app_loop)
         reports = [
             worker.process(UserKey("app", f"u{i}"), "t", [HumanMessage("I like tea", id="1")])
-            for i in range(100)
+            for i in range(60)
         ]
         app.result(60)
         assert [r.error for r in reports if r.status != JobStatus.COMPLETED] == []
