@@ -252,14 +252,20 @@ class ModelCalls:
                 self._release(call)
         request = replace(request, timeout=timeout)
         aextract: AsyncExtract | None = getattr(extractor, "aextract", None)
-        if callable(aextract) and getattr(extractor, "native_async", True):
-            loop = self._loop_thread()
-            future = loop.submit(lambda: aextract(request), lambda: self._release(call))
-            cancellable = True
-        else:
-            future = self._call_threads().submit(extractor.extract, request)
-            future.add_done_callback(lambda _: self._release(call))
-            cancellable = False
+        cancellable = callable(aextract) and getattr(extractor, "native_async", True)
+        try:
+            if cancellable:
+                assert aextract is not None
+                run_async = aextract
+                future = self._loop_thread().submit(
+                    lambda: run_async(request), lambda: self._release(call)
+                )
+            else:
+                future = self._call_threads().submit(extractor.extract, request)
+                future.add_done_callback(lambda _: self._release(call))
+        except BaseException:  # closed under us: the call never started
+            self._release(call)
+            raise
         remaining = max(0.0, deadline - time.monotonic()) if deadline is not None else None
         try:
             return list(future.result(timeout=remaining))

@@ -181,6 +181,39 @@ def test_one_user_holds_at_most_max_calls_per_user(service):
     worker.close()
 
 
+class Stubborn(VerbatimExtractor):
+    """An async extractor that, once cancelled, still runs for `linger` seconds."""
+
+    def __init__(self, linger: float) -> None:
+        super().__init__()
+        self.linger = linger
+        self.ended = threading.Event()
+
+    async def aextract(self, request: ExtractionRequest) -> list[MemoryOp]:
+        if request.thread_id == "slow":
+            try:
+                await asyncio.sleep(30)
+            except asyncio.CancelledError:
+                await asyncio.sleep(self.linger)  # ignores the cancellation for a while
+                self.ended.set()
+        return self.extract(request)
+
+
+def test_a_cancelled_call_counts_against_its_user_until_it_really_ends(service, user):
+    extractor = Stubborn(linger=0.5)
+    worker = AutoMemoryWorker(service, extractor, job_timeout=0.2, max_calls_per_user=1)
+    try:
+        assert worker.process(user, "slow", [HumanMessage("x", id="1")]).timed_out
+        busy = worker.process(user, "t", [HumanMessage("y", id="1")])
+        assert "ExtractorBusyError" in (busy.error or "")
+        assert worker.stats().calls_abandoned == 1
+        assert extractor.ended.wait(5)
+        assert wait_until(lambda: worker.stats().calls_in_flight == 0)
+        assert worker.process(user, "t", [HumanMessage("y", id="1")]).status == JobStatus.COMPLETED
+    finally:
+        worker.close()
+
+
 def test_a_call_past_the_limit_waits_for_a_slot_within_its_timeout(service):
     class Slow(VerbatimExtractor):
         def extract(self, request: ExtractionRequest) -> list[MemoryOp]:
