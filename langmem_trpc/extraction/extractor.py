@@ -200,10 +200,10 @@ class _LoopModels:
 
     An httpx async client must not serve two event loops, and langchain-openai
     shares one per base URL across the process (the agent's model on the app's
-    loop would share it with the worker's loop). So on each loop an
-    OpenAI-family model that uses that shared client (no `http_async_client`
-    of your own) is copied with a client of its own, closed by `aclose()`;
-    other models are used as they are.
+    loop would share it with the worker's loop; langchain-anthropic does the
+    same). So on each loop an OpenAI- or Anthropic-family model that uses that
+    shared client (no `http_async_client` or proxy of your own) is copied with
+    a client of its own, closed by `aclose()`; other models are used as they are.
     """
 
     def __init__(self, model: object) -> None:
@@ -228,21 +228,28 @@ class _LoopModels:
 
 
 def _private_async_client(model: Any) -> tuple[Any, Any]:
+    """A copy of an OpenAI- or Anthropic-family model with an async HTTP client of its own
+    (and that client), or the model itself when it does not use the shared one."""
     root: Any = getattr(model, "root_async_client", None)
     if (
-        getattr(model, "http_async_client", True) is not None
-        or not callable(getattr(root, "with_options", None))
-        or not hasattr(model, "async_client")
+        getattr(model, "http_async_client", True) is None
+        and callable(getattr(root, "with_options", None))
+        and hasattr(model, "async_client")
     ):
-        return model, None
-    import openai
+        import openai
 
-    client = openai.DefaultAsyncHttpxClient()
-    private = root.with_options(http_client=client)
-    copy = model.model_copy(
-        update={"root_async_client": private, "async_client": private.chat.completions}
-    )
-    return copy, client
+        client = openai.DefaultAsyncHttpxClient()
+        private = root.with_options(http_client=client)
+        update = {"root_async_client": private, "async_client": private.chat.completions}
+        return model.model_copy(update=update), client
+    if getattr(model, "anthropic_proxy", True) is None and "_async_client" in dir(type(model)):
+        import anthropic
+
+        client = anthropic.DefaultAsyncHttpxClient()
+        copy = model.model_copy()
+        copy.__dict__["_async_client"] = model._async_client.with_options(http_client=client)
+        return copy, client
+    return model, None
 
 
 def _takes_timeout(model: object) -> bool:

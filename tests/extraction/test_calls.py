@@ -432,3 +432,26 @@ def test_worker_and_app_loops_never_share_an_async_http_client(service):
         server.shutdown()
         server.server_close()
     assert len(extractor._loop_models._by_loop) == 0  # the worker loop's client was closed
+
+
+def test_each_loop_gets_its_own_client_only_where_the_library_shares_one():
+    anthropic = pytest.importorskip("langchain_anthropic")
+    openai = pytest.importorskip("langchain_openai")
+    import httpx
+
+    from langmem_trpc.extraction.extractor import _LoopModels
+
+    shared = anthropic.ChatAnthropic(model="m", api_key="k", base_url="http://127.0.0.1:9")
+    own = openai.ChatOpenAI(
+        model="m", api_key="k", base_url="http://127.0.0.1:9", http_async_client=httpx.AsyncClient()
+    )
+
+    async def on_a_loop() -> None:
+        models = _LoopModels(shared)
+        copy = models.get()
+        assert copy is not shared and models.get() is copy
+        assert copy._async_client._client is not shared._async_client._client
+        await models.aclose()
+        assert _LoopModels(own).get() is own  # the client you passed is yours to manage
+
+    asyncio.run(on_a_loop())
