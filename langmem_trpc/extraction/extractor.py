@@ -78,7 +78,8 @@ class Extractor(Protocol):
     timeout, the worker awaits it on its own event loop and cancels it at the
     deadline, so a hung call holds no thread. It sets `native_async = False`
     when its `aextract` only wraps blocking work (cancelling would not stop
-    it); the worker then calls `extract` in a thread instead.
+    it); the worker then calls `extract` in a thread instead. An
+    `async aclose()` is awaited on that loop when the worker closes it.
     """
 
     def extract(self, request: ExtractionRequest) -> list[MemoryOp]: ...

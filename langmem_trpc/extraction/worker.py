@@ -215,7 +215,11 @@ class AutoMemoryWorker:
         return self
 
     def stop(self, timeout: float = 10.0) -> bool:
-        """Stop accepting jobs, drain the queues; True if every worker finished within `timeout`."""
+        """Stop accepting jobs, drain the queues; True if every worker finished within `timeout`.
+
+        When everything finished it also closes the extractor-call loop and threads
+        (`close()`); otherwise they stay for the jobs still running until `close()`.
+        """
         with self._state_lock:
             if self._state == WorkerState.IDLE:
                 raise WorkerError("cannot stop a worker that was never started")
