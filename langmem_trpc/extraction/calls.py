@@ -10,7 +10,9 @@ of a job that has a timeout:
 - any other extractor runs in a thread of an elastic set of daemon threads: a
   call never waits for a thread (one is started when none is idle), so calls
   that time out and keep running cannot starve other users' calls; idle
-  threads exit after `IDLE_SECONDS`.
+  threads exit after `IDLE_SECONDS`. With `MAX_STUCK_CALLS` timed-out
+  blocking calls still running, a new blocking call fails at once
+  (`ExtractorBusyError`) instead of starting yet another thread.
 
 Every call, until it really ends, counts against its user's limit of
 `max_calls_per_user` calls in flight. A call past that limit waits for a slot
@@ -48,6 +50,9 @@ IDLE_SECONDS = 30.0
 """An idle call thread exits after this long without work."""
 CLOSE_WAIT = 2.0
 """Seconds `close()` waits for cancelled tasks and the loop thread to finish."""
+MAX_STUCK_CALLS = 256
+"""Past this many timed-out blocking calls still running (each holds a thread), a new
+blocking call fails at once: the extractor looks hung for everyone."""
 
 AsyncExtract = Callable[[ExtractionRequest], Awaitable[list[MemoryOp]]]
 _Work = tuple["Future[Any]", Callable[[Any], Any], Any]
@@ -210,6 +215,7 @@ class LoopThread:
 @dataclass
 class _Call:
     user: UserKey
+    blocking: bool
     done: bool = False
     abandoned: bool = False
 
@@ -237,22 +243,24 @@ class ModelCalls:
         self._users: dict[UserKey, _UserCalls] = {}
         self._loop: LoopThread | None = None
         self._threads: CallThreads | None = None
-        self._counts = {"calls_cancelled": 0, "jobs_user_busy": 0}
+        self._counts = {"calls_cancelled": 0, "jobs_user_busy": 0, "jobs_extractor_stuck": 0}
+        self._stuck = 0
+        """Timed-out blocking calls still running."""
 
     def run(
         self, extractor: Extractor, request: ExtractionRequest, timeout: float | None
     ) -> list[MemoryOp]:
         """Call the extractor within `timeout` seconds; raises `JobTimeoutError` past it."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        call = self._acquire(request.user, deadline)
+        aextract: AsyncExtract | None = getattr(extractor, "aextract", None)
+        cancellable = callable(aextract) and getattr(extractor, "native_async", True)
+        call = self._acquire(request.user, deadline, blocking=not cancellable)
         if timeout is None:
             try:
                 return extractor.extract(request)
             finally:
                 self._release(call)
         request = replace(request, timeout=timeout)
-        aextract: AsyncExtract | None = getattr(extractor, "aextract", None)
-        cancellable = callable(aextract) and getattr(extractor, "native_async", True)
         try:
             if cancellable:
                 assert aextract is not None
@@ -277,8 +285,15 @@ class ModelCalls:
         except FutureCancelled:
             raise ExtractionError("the worker closed while the extractor ran") from None
 
-    def _acquire(self, user: UserKey, deadline: float | None) -> _Call:
+    def _acquire(self, user: UserKey, deadline: float | None, *, blocking: bool) -> _Call:
         with self._lock:
+            if blocking and deadline is not None and self._stuck >= MAX_STUCK_CALLS:
+                self._counts["jobs_extractor_stuck"] += 1
+                raise ExtractorBusyError(
+                    f"{self._stuck} timed-out extractor calls are still running in threads "
+                    f"(the limit, {MAX_STUCK_CALLS}); the extractor looks hung, so this job "
+                    "is not attempted"
+                )
             calls = self._users.setdefault(user, _UserCalls())
             while calls.running >= self.max_calls_per_user:
                 if calls.abandoned:
@@ -297,7 +312,7 @@ class ModelCalls:
                 self._slot_freed.wait(left)
                 calls = self._users.setdefault(user, _UserCalls())
             calls.running += 1
-            return _Call(user)
+            return _Call(user, blocking)
 
     def _release(self, call: _Call) -> None:
         with self._lock:
@@ -307,6 +322,7 @@ class ModelCalls:
             calls = self._users[call.user]
             calls.running -= 1
             calls.abandoned -= call.abandoned
+            self._stuck -= call.abandoned and call.blocking
             if not calls.running:
                 del self._users[call.user]
             self._slot_freed.notify_all()
@@ -318,6 +334,7 @@ class ModelCalls:
             if not call.done and not call.abandoned:
                 call.abandoned = True
                 self._users[call.user].abandoned += 1
+                self._stuck += call.blocking
 
     def _loop_thread(self) -> LoopThread:
         with self._lock:

@@ -57,6 +57,9 @@ class WorkerStats:
     jobs_user_busy: int = 0
     """Jobs failed at once (`ExtractorBusyError`, counted in jobs_failed): their user's
     slots were held by calls, one of them timed out and still running."""
+    jobs_extractor_stuck: int = 0
+    """Jobs failed at once (`ExtractorBusyError`, counted in jobs_failed): `MAX_STUCK_CALLS`
+    (256) timed-out blocking calls were still running, each holding a thread."""
 
     def as_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}

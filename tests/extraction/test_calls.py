@@ -214,6 +214,29 @@ def test_a_cancelled_call_counts_against_its_user_until_it_really_ends(service, 
         worker.close()
 
 
+def test_blocking_calls_stuck_past_the_global_limit_fail_fast(service, monkeypatch):
+    from langmem_trpc.extraction import calls
+
+    monkeypatch.setattr(calls, "MAX_STUCK_CALLS", 3)
+    extractor = BlockingExtractor()
+    worker = AutoMemoryWorker(service, extractor, job_timeout=0.2)
+    try:
+        for i in range(3):
+            hung = worker.process(UserKey("app", f"hung-{i}"), "t", [HumanMessage("x", id="1")])
+            assert hung.timed_out
+        started = time.monotonic()
+        refused = worker.process(UserKey("app", "other"), "t", [HumanMessage("y", id="1")])
+        assert time.monotonic() - started < 0.15
+        assert "ExtractorBusyError" in (refused.error or "") and "looks hung" in refused.error
+        assert worker.stats().jobs_extractor_stuck == 1
+    finally:
+        extractor.release.set()
+    assert wait_until(lambda: worker.stats().calls_abandoned == 0)
+    again = worker.process(UserKey("app", "other"), "t", [HumanMessage("y", id="1")])
+    assert again.status == JobStatus.COMPLETED
+    worker.close()
+
+
 def test_a_call_past_the_limit_waits_for_a_slot_within_its_timeout(service):
     class Slow(VerbatimExtractor):
         def extract(self, request: ExtractionRequest) -> list[MemoryOp]:
