@@ -11,7 +11,7 @@ LangmemTrpcError
 ├── CapacityExceededError                 per-user capacity reached with policy "error"
 ├── BackendError                          the storage driver failed (wraps the driver error)
 ├── ExtractionError                       the extractor (LLM) failed or returned nothing usable
-├── ExtractorBusyError                    a user's extractor calls that timed out still hold their limit
+├── ExtractorBusyError                    timed-out extractor calls still hold the user's (or the worker's) limit
 ├── ConfigurationError                    bad settings, missing optional dependency
 └── WorkerError                           misuse of the background worker lifecycle
 ```
@@ -115,10 +115,11 @@ class ExtractionError(LangmemTrpcError):
 
 class ExtractorBusyError(LangmemTrpcError):
     """A job was not attempted: its user already has `max_calls_per_user` extractor
-    calls in flight, and one of them timed out and is still running.
+    calls in flight and one of them timed out and is still running, or 256
+    timed-out blocking calls still hold their threads (the extractor looks hung).
 
     The job fails at once (the cursor stays, the next run retries the delta)
-    instead of holding a worker thread while the user's hung calls finish.
+    instead of holding a worker thread while the hung calls finish.
     """
 
 
