@@ -25,6 +25,7 @@ import logging
 import queue
 import threading
 import time
+import weakref
 from collections.abc import Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
@@ -186,6 +187,7 @@ class AutoMemoryWorker:
         self._calls = ModelCalls(
             max_calls_per_user, job_timeout, getattr(extractor, "aclose", None)
         )
+        weakref.finalize(self, self._calls.close)  # a worker dropped unclosed frees them too
         self._overflow_pool: ThreadPoolExecutor | None = None
         self._overflow_jobs: set[Future[JobReport]] = set()
         self._thread_locks = [threading.Lock() for _ in range(LOCK_STRIPES)]

@@ -478,3 +478,14 @@ def test_each_loop_gets_its_own_client_only_where_the_library_shares_one():
         assert _LoopModels(own).get() is own  # the client you passed is yours to manage
 
     asyncio.run(on_a_loop())
+
+
+def test_a_worker_dropped_without_close_ends_its_call_loop(service, user):
+    import gc
+
+    worker = AutoMemoryWorker(service, LLMExtractor(HangingChatModel(default=remember)))
+    assert worker.process(user, "t", [HumanMessage("I like tea", id="1")]).added == 1
+    [loop_thread] = _helpers(worker)
+    del worker
+    gc.collect()
+    assert wait_until(lambda: not loop_thread.is_alive())
