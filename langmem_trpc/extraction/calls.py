@@ -212,7 +212,7 @@ class LoopThread:
         self._thread.join(CLOSE_WAIT)
 
 
-@dataclass
+@dataclass(slots=True)
 class _Call:
     user: UserKey
     blocking: bool
@@ -220,7 +220,7 @@ class _Call:
     abandoned: bool = False
 
 
-@dataclass
+@dataclass(slots=True)
 class _UserCalls:
     running: int = 0
     abandoned: int = 0
@@ -245,6 +245,7 @@ class ModelCalls:
         self._threads: CallThreads | None = None
         self._counts = {"calls_cancelled": 0, "jobs_user_busy": 0, "jobs_extractor_stuck": 0}
         self._stuck = 0
+        self._waiting = 0
         """Timed-out blocking calls still running."""
 
     def run(
@@ -270,20 +271,25 @@ class ModelCalls:
                 )
             else:
                 future = self._call_threads().submit(extractor.extract, request)
-                future.add_done_callback(lambda _: self._release(call))
         except BaseException:  # closed under us: the call never started
             self._release(call)
             raise
-        remaining = max(0.0, deadline - time.monotonic()) if deadline is not None else None
+        assert deadline is not None
+        abandoned = False
         try:
-            return list(future.result(timeout=remaining))
+            return list(future.result(timeout=max(0.0, deadline - time.monotonic())))
         except FutureTimeout:
             if not future.cancel() and future.done():
                 return list(future.result())
-            self._abandon(call, cancellable)
+            abandoned = self._abandon(call, cancellable)
+            if abandoned and not cancellable:  # its thread releases the slot when it returns
+                future.add_done_callback(lambda _: self._release(call))
             raise JobTimeoutError(f"timed out after {self._timeout_label} s (extracting)") from None
         except FutureCancelled:
             raise ExtractionError("the worker closed while the extractor ran") from None
+        finally:
+            if not cancellable and not abandoned:  # returned, raised or never started
+                self._release(call)
 
     def _acquire(self, user: UserKey, deadline: float | None, *, blocking: bool) -> _Call:
         with self._lock:
@@ -294,7 +300,7 @@ class ModelCalls:
                     f"(the limit, {MAX_STUCK_CALLS}); the extractor looks hung, so this job "
                     "is not attempted"
                 )
-            calls = self._users.setdefault(user, _UserCalls())
+            calls = self._users.get(user) or self._users.setdefault(user, _UserCalls())
             while calls.running >= self.max_calls_per_user:
                 if calls.abandoned:
                     self._counts["jobs_user_busy"] += 1
@@ -309,7 +315,11 @@ class ModelCalls:
                         f"timed out after {self._timeout_label} s (waiting for one of the user's "
                         f"{self.max_calls_per_user} extractor call slots)"
                     )
-                self._slot_freed.wait(left)
+                self._waiting += 1
+                try:
+                    self._slot_freed.wait(left)
+                finally:
+                    self._waiting -= 1
                 calls = self._users.setdefault(user, _UserCalls())
             calls.running += 1
             return _Call(user, blocking)
@@ -325,16 +335,20 @@ class ModelCalls:
             self._stuck -= call.abandoned and call.blocking
             if not calls.running:
                 del self._users[call.user]
-            self._slot_freed.notify_all()
+            if self._waiting:
+                self._slot_freed.notify_all()
 
-    def _abandon(self, call: _Call, cancellable: bool) -> None:
+    def _abandon(self, call: _Call, cancellable: bool) -> bool:
+        """Mark a timed-out call as still running; False if it already ended."""
         with self._lock:
             if cancellable:
                 self._counts["calls_cancelled"] += 1
-            if not call.done and not call.abandoned:
-                call.abandoned = True
-                self._users[call.user].abandoned += 1
-                self._stuck += call.blocking
+            if call.done:
+                return False
+            call.abandoned = True
+            self._users[call.user].abandoned += 1
+            self._stuck += call.blocking
+            return True
 
     def _loop_thread(self) -> LoopThread:
         with self._lock:
