@@ -104,16 +104,24 @@ class CallThreads:
                 break
             future, fn, arg = work
             del work
+            ok, outcome = True, None
             if future.set_running_or_notify_cancel():
                 try:
-                    future.set_result(fn(arg))
+                    outcome = fn(arg)
                 except BaseException as exc:  # handed to the caller, as an executor does
-                    future.set_exception(exc)
-            del future
-            with self._lock:
-                if self._closed:
-                    break
-                self._spare += 1
+                    ok, outcome = False, exc
+            with self._lock:  # spare again before the caller wakes, so its next call reuses it
+                closed = self._closed
+                if not closed:
+                    self._spare += 1
+            if future.running():
+                if ok:
+                    future.set_result(outcome)
+                else:
+                    future.set_exception(outcome)
+            del future, outcome
+            if closed:
+                break
         with self._lock:
             self._threads.discard(me)
 
