@@ -116,10 +116,10 @@ class ExtractionError(LangmemTrpcError):
 class ExtractorBusyError(LangmemTrpcError):
     """A job was not attempted: its user already has `max_calls_per_user` extractor
     calls in flight and one of them timed out and is still running, or 256
-    timed-out blocking calls still hold their threads (the extractor looks hung).
-
-    The job fails at once (the cursor stays, the next run retries the delta)
-    instead of holding a worker thread while the hung calls finish.
+    timed-out blocking calls still hold their threads (the extractor looks hung):
+    the job fails at once instead of holding a worker thread while the hung calls
+    finish. Also when the user's slots stayed busy for the job's whole timeout.
+    The cursor stays; the next run retries the delta.
     """
 
 

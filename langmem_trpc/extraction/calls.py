@@ -18,7 +18,8 @@ Every call, until it really ends, counts against its user's limit of
 `max_calls_per_user` calls in flight. A call past that limit waits for a slot
 within the job's time, or fails at once with `ExtractorBusyError` when a call
 of that user already timed out and is still running (waiting would only burn
-the worker thread's time). `close()` cancels what runs on the loop and stops
+the worker thread's time). A job that gets no slot is never attempted: it
+fails with `ExtractorBusyError`, never `JobTimeoutError`. `close()` cancels what runs on the loop and stops
 the loop and idle threads; the next call starts them again.
 """
 
@@ -319,9 +320,11 @@ class ModelCalls:
                     )
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
-                    raise JobTimeoutError(
-                        f"timed out after {self._timeout_label} s (waiting for one of the user's "
-                        f"{self.max_calls_per_user} extractor call slots)"
+                    self._counts["jobs_user_busy"] += 1
+                    raise ExtractorBusyError(
+                        f"{user} kept its {self.max_calls_per_user} extractor call slots busy "
+                        f"for the job's whole timeout ({self._timeout_label} s); this job is "
+                        "not attempted"
                     )
                 self._waiting += 1
                 try:

@@ -55,8 +55,9 @@ class WorkerStats:
     calls_cancelled: int = 0
     """Async extractor calls cancelled at their job's deadline."""
     jobs_user_busy: int = 0
-    """Jobs failed at once (`ExtractorBusyError`, counted in jobs_failed): their user's
-    slots were held by calls, one of them timed out and still running."""
+    """Jobs not attempted (`ExtractorBusyError`, counted in jobs_failed): their user's
+    slots were held by calls, one of them timed out and still running (failed at once),
+    or busy for the job's whole timeout."""
     jobs_extractor_stuck: int = 0
     """Jobs failed at once (`ExtractorBusyError`, counted in jobs_failed): `MAX_STUCK_CALLS`
     (256) timed-out blocking calls were still running, each holding a thread."""

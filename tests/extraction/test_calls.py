@@ -489,3 +489,20 @@ def test_a_worker_dropped_without_close_ends_its_call_loop(service, user):
     del worker
     gc.collect()
     assert wait_until(lambda: not loop_thread.is_alive())
+
+
+def test_a_job_that_never_gets_a_slot_fails_as_busy_not_as_a_timeout(user):
+    from langmem_trpc import ExtractorBusyError
+    from langmem_trpc.extraction.calls import ModelCalls
+
+    calls = ModelCalls(max_calls_per_user=1, timeout_label=0.2)
+    held = calls._acquire(user, None, blocking=True)  # a live call of the same user
+    request = ExtractionRequest(user, "t", [HumanMessage("x", id="1")])
+    started = time.monotonic()
+    with pytest.raises(ExtractorBusyError, match="whole timeout"):
+        calls.run(VerbatimExtractor(), request, 0.2)
+    assert 0.15 < time.monotonic() - started < 1.0
+    calls._release(held)
+    assert calls.run(VerbatimExtractor(), request, 0.2)  # the slot is free again
+    assert calls.counts()["jobs_user_busy"] == 1
+    calls.close()
