@@ -13,6 +13,12 @@ Scenarios (median of --runs runs each):
    queue (10) and on_full="sync" from one producer thread.
 4. worker overhead per job, p50/p90, excluding the extractor call
    (`JobReport.seconds - extract_seconds`), sequential `process()`.
+5. `LLMExtractor` over an instant chat model with native async (one
+   memory_add call per job), sequential `process()` with job_timeout=30:
+   the extractor call's latency p50/p90 (`extract_seconds`), which includes
+   the hop to the worker's event loop (before #12.6: to a pool thread).
+6. hung model calls: 50 users whose calls never return (job_timeout=1 s, run
+   at once), then one healthy user's job: its status and seconds.
 
 Run: .venv/bin/python benchmarks/bench_worker.py [--backend sqlite|memory|postgres] [--runs 3]
      [--scenarios 1,2,3,4]   (postgres: an embedded server, a fresh database per run)
@@ -21,19 +27,26 @@ Run: .venv/bin/python benchmarks/bench_worker.py [--backend sqlite|memory|postgr
 from __future__ import annotations
 
 import argparse
+import asyncio
+import logging
 import statistics
 import tempfile
+import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
-from langchain_core.messages import HumanMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
 
-from langmem_trpc import AutoMemoryWorker, InMemoryMemoryService, UserKey
+from langmem_trpc import AutoMemoryWorker, InMemoryMemoryService, LLMExtractor, UserKey
 from langmem_trpc.extraction import ExtractionRequest, MemoryOp, VerbatimExtractor
 from langmem_trpc.extraction.delta import advance_cursor
 from langmem_trpc.service.protocol import MemoryService
+from langmem_trpc.testing import ScriptedChatModel, tool_call
 
 TOPICS = ["tea", "hiking", "Go", "Oslo", "piano", "dogs", "chess", "sushi", "running", "jazz"]
 
@@ -161,6 +174,60 @@ def overhead(service: MemoryService, jobs: list, job_timeout: float | None) -> t
     return samples[len(samples) // 2], samples[int(len(samples) * 0.9)]
 
 
+class AsyncModel(ScriptedChatModel):
+    """Answers at once with one memory_add call, natively async; "hang" messages never answer
+    (`ainvoke` awaits forever; `invoke` blocks until `release` is set)."""
+
+    release: Any = None
+
+    def _generate(self, messages: list[BaseMessage], *args: Any, **kwargs: Any) -> ChatResult:
+        if "hang" in str(messages[-1].content):
+            self.release.wait(60)
+        return ChatResult(generations=[ChatGeneration(message=self._next_reply(messages))])
+
+    async def _agenerate(
+        self, messages: list[BaseMessage], *args: Any, **kwargs: Any
+    ) -> ChatResult:
+        if "hang" in str(messages[-1].content):
+            await asyncio.Event().wait()
+        return ChatResult(generations=[ChatGeneration(message=self._next_reply(messages))])
+
+
+def remember(messages: list[BaseMessage]) -> AIMessage:
+    text = str(messages[-1].content)
+    return AIMessage("", tool_calls=[tool_call("memory_add", {"memory": text})])
+
+
+def llm_call_latency(service: MemoryService, jobs: list) -> tuple[float, float]:
+    worker = AutoMemoryWorker(service, LLMExtractor(AsyncModel(default=remember)), job_timeout=30)
+    samples = []
+    for user, messages in jobs:
+        report = worker.process(user, "t", messages)
+        assert report.error is None, report.error
+        samples.append(report.extract_seconds * 1e6)
+    getattr(worker, "close", lambda: None)()  # older workers have no close()
+    samples.sort()
+    return samples[len(samples) // 2], samples[int(len(samples) * 0.9)]
+
+
+def after_hung_calls(service: MemoryService, hung: int = 50) -> tuple[str, float]:
+    logging.getLogger("langmem_trpc").setLevel(logging.ERROR)  # 50 expected timeouts
+    model = AsyncModel(default=remember, release=threading.Event())
+    worker = AutoMemoryWorker(service, LLMExtractor(model), job_timeout=1.0)
+
+    def hang(i: int) -> object:
+        return worker.process(UserKey("bench", f"hung-{i}"), "t", [HumanMessage("hang", id="h")])
+
+    with ThreadPoolExecutor(hung) as pool:
+        list(pool.map(hang, range(hung)))
+    started = time.perf_counter()
+    report = worker.process(UserKey("bench", "healthy"), "t", [HumanMessage("I like tea", id="1")])
+    elapsed = time.perf_counter() - started
+    model.release.set()
+    getattr(worker, "close", lambda: None)()
+    return report.status.value, elapsed
+
+
 def median_of(runs: int, fn: Callable[[int], float]) -> tuple[float, list[float]]:
     values = [fn(i) for i in range(runs)]
     return statistics.median(values), values
@@ -243,6 +310,20 @@ def scenario_4(args: argparse.Namespace, folder: Path) -> None:
         print(
             f"  job_timeout={timeout!s:<5} p50 {statistics.median(p50s):7.0f} us   p90 {statistics.median(p90s):7.0f} us"
         )
+
+        print("5. LLMExtractor, instant async chat model: extractor call latency (process())")
+        p50s, p90s = zip(
+            *(
+                llm_call_latency(make_service(args.backend, folder, f"llm{i}"), small)
+                for i in range(args.runs)
+            ),
+            strict=True,
+        )
+        print(
+            f"  job_timeout=30  p50 {statistics.median(p50s):7.0f} us   p90 {statistics.median(p90s):7.0f} us"
+        )
+        status, seconds = after_hung_calls(make_service(args.backend, folder, "hung"))
+        print(f"6. after 50 hung calls, a healthy user's job: {status} in {seconds:.3f} s")
 
 
 if __name__ == "__main__":

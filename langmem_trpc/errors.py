@@ -12,6 +12,7 @@ LangmemTrpcError
 ├── CapacityExceededError                 per-user capacity reached with policy "error"
 ├── BackendError                          the storage driver failed (wraps the driver error)
 ├── ExtractionError                       the extractor (LLM) failed or returned nothing usable
+├── ExtractorBusyError                    timed-out extractor calls still hold the user's (or the worker's) limit
 ├── ConfigurationError                    bad settings, missing optional dependency
 └── WorkerError                           misuse of the background worker lifecycle
 ```
@@ -27,6 +28,7 @@ __all__ = [
     "CapacityExceededError",
     "ConfigurationError",
     "ExtractionError",
+    "ExtractorBusyError",
     "InvalidInputError",
     "InvalidMemoryError",
     "InvalidTimeError",
@@ -134,6 +136,16 @@ class BackendError(LangmemTrpcError):
 
 class ExtractionError(LangmemTrpcError):
     """The extractor could not produce operations (model error, timeout)."""
+
+
+class ExtractorBusyError(LangmemTrpcError):
+    """A job was not attempted: its user already has `max_calls_per_user` extractor
+    calls in flight and one of them timed out and is still running, or 256
+    timed-out blocking calls still hold their threads (the extractor looks hung):
+    the job fails at once instead of holding a worker thread while the hung calls
+    finish. Also when the user's slots stayed busy for the job's whole timeout.
+    The cursor stays; the next run retries the delta.
+    """
 
 
 class ConfigurationError(LangmemTrpcError):

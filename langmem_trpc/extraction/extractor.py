@@ -7,8 +7,11 @@ touch storage: the worker reconciles and executes what they propose.
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Sequence
+import threading
+import weakref
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, timezone
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -25,6 +28,10 @@ from .tool_calls import parse_reply, tool_schemas
 
 if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
+
+TIMEOUT_FIELDS = ("request_timeout", "default_request_timeout")
+"""Model fields that mark a client taking a per-request `timeout` argument
+(langchain-openai and OpenAI-compatible, langchain-anthropic)."""
 
 __all__ = [
     "ExtractionRequest",
@@ -55,6 +62,9 @@ class ExtractionRequest:
     )
     """Operations the worker will execute; offer no others."""
     reference_time: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
+    timeout: float | None = None
+    """Seconds this call may take (the job's remaining time; None: no limit).
+    `LLMExtractor` passes it to the model client as its request timeout."""
 
 
 @runtime_checkable
@@ -63,6 +73,13 @@ class Extractor(Protocol):
 
     An extractor may set `uses_existing = False` when it ignores
     `request.existing`; the worker then skips the existing-memory search.
+
+    An extractor may also define `async aextract(request)`. When the job has a
+    timeout, the worker awaits it on its own event loop and cancels it at the
+    deadline, so a hung call holds no thread. It sets `native_async = False`
+    when its `aextract` only wraps blocking work (cancelling would not stop
+    it); the worker then calls `extract` in a thread instead. An
+    `async aclose()` is awaited on that loop when the worker closes it.
     """
 
     def extract(self, request: ExtractionRequest) -> list[MemoryOp]: ...
@@ -126,39 +143,7 @@ class LLMExtractor:
             reference_date.date() if isinstance(reference_date, datetime) else reference_date
         )
         self.tool_choice = tool_choice
-
-    def bind(self, tools: list[dict[str, Any]]) -> Any:
-        """The model with `tools` bound, with `tool_choice` when the model accepts it."""
-        if self.tool_choice is not None:
-            try:
-                return self.model.bind_tools(tools, tool_choice=self.tool_choice)
-            except Exception as exc:  # this model's bind_tools has no (such) tool_choice
-                logger.info(
-                    "extractor: %s.bind_tools rejected tool_choice=%r (%s: %s); binding without it",
-                    type(self.model).__name__,
-                    self.tool_choice,
-                    type(exc).__name__,
-                    exc,
-                )
-                self.tool_choice = None
-        return self.model.bind_tools(tools)
-
-    def _call(self, tools: list[dict[str, Any]], messages: list[BaseMessage]) -> Any:
-        """One model call; a server that refuses `tool_choice` gets one retry without it."""
-        choice = self.tool_choice
-        try:
-            return self.bind(tools).invoke(messages)
-        except Exception as exc:  # any provider failure is an extraction failure
-            if choice is None or "tool_choice" not in str(exc):
-                raise ExtractionError(f"model call failed: {type(exc).__name__}: {exc}") from exc
-            logger.info(
-                "extractor: the model server refused tool_choice=%r; retrying without", choice
-            )
-            self.tool_choice = None
-        try:
-            return self.model.bind_tools(tools).invoke(messages)
-        except Exception as exc:
-            raise ExtractionError(f"model call failed: {type(exc).__name__}: {exc}") from exc
+        self._loop_models = _LoopModels(model)
 
     def build_messages(self, request: ExtractionRequest) -> list[BaseMessage]:
         """System prompt, the labelled delta, and a closing instruction when the last turn is the assistant's."""
@@ -180,18 +165,164 @@ class LLMExtractor:
             messages.append(HumanMessage(FINAL_INSTRUCTION))
         return messages
 
+    @property
+    def native_async(self) -> bool:
+        """Whether the model implements async calls itself (cancelling `aextract` stops them)."""
+        return _native_async(self.model)
+
     def extract(self, request: ExtractionRequest) -> list[MemoryOp]:
         if not request.messages:
             return []
-        actions = request.actions & (
-            {Action.ADD} if request.policy == "append_only" else set(Action)
-        )
-        reply = self._call(tool_schemas(actions, request.policy), self.build_messages(request))
+        actions = self._actions(request)
+        tools, messages = tool_schemas(actions, request.policy), self.build_messages(request)
+        choice = self.tool_choice
+        try:
+            return self._ops(
+                self.bind(self.model, tools, request.timeout).invoke(messages), actions
+            )
+        except Exception as exc:  # any provider failure is an extraction failure
+            self._refused(choice, exc)
+        try:
+            reply = self.bind(self.model, tools, request.timeout).invoke(messages)
+        except Exception as exc:
+            raise ExtractionError(f"model call failed: {type(exc).__name__}: {exc}") from exc
+        return self._ops(reply, actions)
+
+    async def aextract(self, request: ExtractionRequest) -> list[MemoryOp]:
+        """`extract` through the model's `ainvoke`; cancelling it cancels the model call."""
+        if not request.messages:
+            return []
+        actions = self._actions(request)
+        tools, messages = tool_schemas(actions, request.policy), self.build_messages(request)
+        model = self._loop_models.get()
+        choice = self.tool_choice
+        try:
+            reply = await self.bind(model, tools, request.timeout).ainvoke(messages)
+            return self._ops(reply, actions)
+        except Exception as exc:  # any provider failure is an extraction failure
+            self._refused(choice, exc)
+        try:
+            reply = await self.bind(model, tools, request.timeout).ainvoke(messages)
+        except Exception as exc:
+            raise ExtractionError(f"model call failed: {type(exc).__name__}: {exc}") from exc
+        return self._ops(reply, actions)
+
+    async def aclose(self) -> None:
+        """Close the HTTP client `aextract` opened for the running event loop, if any."""
+        await self._loop_models.aclose()
+
+    def bind(self, model: Any, tools: list[dict[str, Any]], timeout: float | None = None) -> Any:
+        """`model` with `tools` bound (with `tool_choice` when the model accepts it) and,
+        for a client that takes one, the job's remaining time as its request timeout."""
+        bound: Any = None
+        if self.tool_choice is not None:
+            try:
+                bound = model.bind_tools(tools, tool_choice=self.tool_choice)
+            except Exception as exc:  # this model's bind_tools has no (such) tool_choice
+                logger.info(
+                    "extractor: %s.bind_tools rejected tool_choice=%r (%s: %s); binding without it",
+                    type(model).__name__,
+                    self.tool_choice,
+                    type(exc).__name__,
+                    exc,
+                )
+                self.tool_choice = None
+        if bound is None:
+            bound = model.bind_tools(tools)
+        if timeout is not None and _takes_timeout(self.model):
+            bound = bound.bind(timeout=max(timeout, 0.001))
+        return bound
+
+    def _refused(self, choice: str | None, exc: Exception) -> None:
+        """Re-raise a failed call as an `ExtractionError`, unless the server refused
+        `tool_choice`: then drop it, so the caller retries once without it."""
+        if isinstance(exc, ExtractionError):
+            raise exc
+        if choice is None or "tool_choice" not in str(exc):
+            raise ExtractionError(f"model call failed: {type(exc).__name__}: {exc}") from exc
+        logger.info("extractor: the model server refused tool_choice=%r; retrying without", choice)
+        self.tool_choice = None
+
+    @staticmethod
+    def _actions(request: ExtractionRequest) -> Collection[Action]:
+        return request.actions & ({Action.ADD} if request.policy == "append_only" else set(Action))
+
+    def _ops(self, reply: object, actions: Collection[Action]) -> list[MemoryOp]:
         if not isinstance(reply, AIMessage):
             raise ExtractionError(f"model returned {type(reply).__name__}, expected an AIMessage")
         ops = parse_reply(reply, actions)
         logger.debug("extractor: %d tool calls -> %d operations", len(reply.tool_calls), len(ops))
         return ops
+
+
+class _LoopModels:
+    """The model `aextract` uses on each event loop.
+
+    An httpx async client must not serve two event loops, and langchain-openai
+    shares one per base URL across the process (the agent's model on the app's
+    loop would share it with the worker's loop; langchain-anthropic does the
+    same). So on each loop an OpenAI- or Anthropic-family model that uses that
+    shared client (no `http_async_client` or proxy of your own) is copied with
+    a client of its own, closed by `aclose()`; other models are used as they are.
+    """
+
+    def __init__(self, model: object) -> None:
+        self.model = model
+        self._lock = threading.Lock()
+        self._by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, tuple[Any, Any]]
+        self._by_loop = weakref.WeakKeyDictionary()
+
+    def get(self) -> Any:
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            entry = self._by_loop.get(loop)
+            if entry is None:
+                entry = self._by_loop[loop] = _private_async_client(self.model)
+            return entry[0]
+
+    async def aclose(self) -> None:
+        with self._lock:
+            entry = self._by_loop.pop(asyncio.get_running_loop(), None)
+        if entry is not None and entry[1] is not None:
+            await entry[1].aclose()
+
+
+def _private_async_client(model: Any) -> tuple[Any, Any]:
+    """A copy of an OpenAI- or Anthropic-family model with an async HTTP client of its own
+    (and that client), or the model itself when it does not use the shared one."""
+    root: Any = getattr(model, "root_async_client", None)
+    if (
+        getattr(model, "http_async_client", True) is None
+        and callable(getattr(root, "with_options", None))
+        and hasattr(model, "async_client")
+    ):
+        import openai
+
+        client = openai.DefaultAsyncHttpxClient()
+        private = root.with_options(http_client=client)
+        update = {"root_async_client": private, "async_client": private.chat.completions}
+        return model.model_copy(update=update), client
+    if getattr(model, "anthropic_proxy", True) is None and "_async_client" in dir(type(model)):
+        import anthropic
+
+        client = anthropic.DefaultAsyncHttpxClient()
+        copy = model.model_copy()
+        copy.__dict__["_async_client"] = model._async_client.with_options(http_client=client)
+        return copy, client
+    return model, None
+
+
+def _takes_timeout(model: object) -> bool:
+    fields = getattr(type(model), "model_fields", {})
+    return any(name in fields for name in TIMEOUT_FIELDS)
+
+
+def _native_async(model: object) -> bool:
+    from langchain_core.language_models import BaseChatModel
+
+    if isinstance(model, BaseChatModel):
+        return type(model)._agenerate is not BaseChatModel._agenerate
+    return callable(getattr(model, "ainvoke", None))
 
 
 CONTEXT_TOPICS = 64

@@ -28,7 +28,7 @@ from enum import Enum
 
 from langchain_core.messages import BaseMessage, messages_from_dict
 
-from ..errors import LangmemTrpcError
+from ..errors import ExtractorBusyError, LangmemTrpcError
 from ..service.protocol import MemoryService
 from ..types import DeadLetter, DeadLetterStatus, Entry, ExtractionCursor, Source, UserKey
 from .checkers import Checker, ExtractionContext
@@ -287,6 +287,8 @@ def _run_claimed(
             return
         try:
             _run_batch(service, extractor, settings, report, batch, deadline, run_extractor)
+        except ExtractorBusyError:
+            raise  # the batch was never attempted: no failed attempt to count
         except Exception as exc:
             when = report.cursor.last_extracted_at if report.cursor else last_extracted
             past = thread.cursor(end, when, report.cursor or cursor, thread_id)

@@ -54,6 +54,20 @@ class WorkerStats:
     queue_depths: tuple[int, ...] = ()
     cursor_lag: int = 0
     """Messages seen by enqueue/process that no cursor covers yet, over all threads."""
+    calls_in_flight: int = 0
+    """Extractor calls running now, including timed-out ones that have not returned."""
+    calls_abandoned: int = 0
+    """Calls that timed out and are still running (a blocking extractor that does not
+    return); each holds a thread and one of its user's `max_calls_per_user` slots."""
+    calls_cancelled: int = 0
+    """Async extractor calls cancelled at their job's deadline."""
+    jobs_user_busy: int = 0
+    """Jobs not attempted (`ExtractorBusyError`, counted in jobs_failed): their user's
+    slots were held by calls, one of them timed out and still running (failed at once),
+    or busy for the job's whole timeout."""
+    jobs_extractor_stuck: int = 0
+    """Jobs failed at once (`ExtractorBusyError`, counted in jobs_failed): `MAX_STUCK_CALLS`
+    (256) timed-out blocking calls were still running, each holding a thread."""
 
     def as_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -109,10 +123,13 @@ class Counters:
                     self._seen.pop(key, None)
                     self._covered.pop(key, None)
 
-    def snapshot(self, state: str, depths: tuple[int, ...]) -> WorkerStats:
+    def snapshot(
+        self, state: str, depths: tuple[int, ...], calls: dict[str, int] | None = None
+    ) -> WorkerStats:
+        """The counters, plus `calls` (the extractor-call figures of `ModelCalls.counts`)."""
         with self._lock:
             lag = sum(max(0, n - self._covered.get(k, 0)) for k, n in self._seen.items())
-            counts = dict(self._counts)
+            counts = {**self._counts, **(calls or {})}
         return WorkerStats(
             state=state, queue_depth=sum(depths), queue_depths=depths, cursor_lag=lag, **counts
         )

@@ -27,9 +27,9 @@ import logging
 import queue
 import threading
 import time
+import weakref
 from collections.abc import Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from enum import Enum
 from typing import Literal
@@ -40,10 +40,11 @@ from ..errors import ConfigurationError, InvalidInputError, WorkerError
 from ..service._core import check_user
 from ..service.protocol import MemoryService
 from ..types import UserKey
+from .calls import ModelCalls
 from .checkers import Checker
-from .extractor import ExtractionRequest, Extractor
-from .job import JobReport, JobSettings, JobTimeoutError, run_job
-from .ops import Action, MemoryOp
+from .extractor import Extractor
+from .job import JobReport, JobSettings, run_job
+from .ops import Action
 from .policies import check_policy
 from .stats import Counters, WorkerStats
 
@@ -117,7 +118,9 @@ class AutoMemoryWorker:
         checkers: all must pass for a job to extract (none: always).
         workers: worker threads (queues).
         queue_size: bounded queue length per worker.
-        job_timeout: seconds per job (None: no limit).
+        job_timeout: seconds per job (None: no limit). The extractor call gets the
+            job's remaining time as its own timeout and is cancelled at the deadline
+            (see `extraction.calls`); size it for your model (docs/operating.md).
         batch_messages: new messages per extractor call; longer deltas run in
             batches and the cursor moves after each.
         policy: "merge_similar", "preserve_history" or "append_only".
@@ -129,6 +132,10 @@ class AutoMemoryWorker:
             unless renewed (None: twice job_timeout, at least 60 s; 600 s
             without a timeout). A claim of a job that died blocks its thread
             this long.
+        max_calls_per_user: extractor calls one user may have in flight, counting
+            calls that timed out and are still running; past it a job waits for a
+            slot within its timeout, or fails at once (`ExtractorBusyError`) when one
+            of the user's calls timed out and still runs.
 
     Example:
         ```python
@@ -153,6 +160,7 @@ class AutoMemoryWorker:
         actions: Iterable[str | Action] = ("add", "update", "delete"),
         max_attempts: int = 3,
         claim_ttl: float | None = None,
+        max_calls_per_user: int = 4,
     ) -> None:
         if not isinstance(service, MemoryService):
             raise ConfigurationError(
@@ -170,6 +178,8 @@ class AutoMemoryWorker:
             raise ConfigurationError("max_attempts must be an integer >= 1")
         if claim_ttl is not None and not 0 < claim_ttl <= 86_400:
             raise ConfigurationError("claim_ttl must be in (0, 86400] seconds or None")
+        if max_calls_per_user < 1:
+            raise ConfigurationError("max_calls_per_user must be >= 1")
         if on_full not in ("sync", "defer"):
             raise ConfigurationError(f"on_full must be 'sync' or 'defer', not {on_full!r}")
         self.service = service
@@ -190,7 +200,10 @@ class AutoMemoryWorker:
         self._state_lock = threading.Lock()
         self._queues: list[queue.Queue[object]] = []
         self._threads: list[threading.Thread] = []
-        self._pool: ThreadPoolExecutor | None = None
+        self._calls = ModelCalls(
+            max_calls_per_user, job_timeout, getattr(extractor, "aclose", None)
+        )
+        weakref.finalize(self, self._calls.close)  # a worker dropped unclosed frees them too
         self._overflow_pool: ThreadPoolExecutor | None = None
         self._overflow_jobs: set[Future[JobReport]] = set()
         self._thread_locks = [threading.Lock() for _ in range(LOCK_STRIPES)]
@@ -220,7 +233,11 @@ class AutoMemoryWorker:
         return self
 
     def stop(self, timeout: float = 10.0) -> bool:
-        """Stop accepting jobs, drain the queues; True if every worker finished within `timeout`."""
+        """Stop accepting jobs, drain the queues; True if every worker finished within `timeout`.
+
+        When everything finished it also closes the extractor-call loop and threads
+        (`close()`); otherwise they stay for the jobs still running until `close()`.
+        """
         with self._state_lock:
             if self._state == WorkerState.IDLE:
                 raise WorkerError("cannot stop a worker that was never started")
@@ -247,13 +264,20 @@ class AutoMemoryWorker:
             finished = False
         with self._state_lock:
             self._state = WorkerState.STOPPED
-            pool, self._pool = self._pool, None
             overflow_pool, self._overflow_pool = self._overflow_pool, None
         if overflow_pool is not None:
             overflow_pool.shutdown(wait=False)
-        if pool is not None and finished:
-            pool.shutdown(wait=False, cancel_futures=True)
+        if finished:
+            self._calls.close()
         return finished
+
+    def close(self) -> None:
+        """Stop the extractor-call loop and threads (`stop()` does this once drained).
+
+        Calls still running on the loop are cancelled. For a worker used only
+        through `process`, call it when done; a later `process` starts them again.
+        """
+        self._calls.close()
 
     def __enter__(self) -> AutoMemoryWorker:
         return self.start()
@@ -331,7 +355,7 @@ class AutoMemoryWorker:
 
     def stats(self) -> WorkerStats:
         depths = tuple(q.qsize() for q in self._queues)
-        return self._counters.snapshot(self._state.value, depths)
+        return self._counters.snapshot(self._state.value, depths, self._calls.counts())
 
     # -- internals ----------------------------------------------------------
 
@@ -401,18 +425,13 @@ class AutoMemoryWorker:
                 job.user,
                 job.thread_id,
                 job.messages,
-                run_extractor=self._extract,
+                run_extractor=self._calls.run,
             )
         self._counters.record(report)
         return report
 
     def _submit_overflow(self, job: _Job) -> None:
-        """Run a fallback job off the event loop, in its own pool.
-
-        Not in the extraction pool: a job waits there for its extractor call, so
-        overflow jobs filling that pool would starve their own extractions until
-        each timed out.
-        """
+        """Run a fallback job off the event loop, in the worker's overflow pool."""
         with self._state_lock:
             if self._overflow_pool is None:
                 self._overflow_pool = ThreadPoolExecutor(
@@ -425,26 +444,3 @@ class AutoMemoryWorker:
     def _overflow_done(self, future: Future[JobReport]) -> None:
         with self._state_lock:
             self._overflow_jobs.discard(future)
-
-    def _extraction_pool(self) -> ThreadPoolExecutor:
-        with self._state_lock:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(
-                    self.workers + 32, thread_name_prefix="langmem-extract"
-                )
-            return self._pool
-
-    def _extract(
-        self, extractor: Extractor, request: ExtractionRequest, timeout: float | None
-    ) -> list[MemoryOp]:
-        """Call the extractor, bounded by the job's remaining time."""
-        if timeout is None:
-            return extractor.extract(request)
-        future = self._extraction_pool().submit(extractor.extract, request)
-        try:
-            return future.result(timeout=timeout)
-        except FutureTimeout:
-            future.cancel()
-            raise JobTimeoutError(
-                f"timed out after {self.settings.timeout} s (extracting)"
-            ) from None
