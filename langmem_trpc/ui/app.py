@@ -20,7 +20,8 @@ import difflib
 import hmac
 import re
 import secrets
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -529,10 +530,21 @@ def create_app(
     middleware = []
     if allowed_hosts is not None:
         middleware.append(Middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts)))
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        # The service outlives the app (the caller closes it), but what it bound to
+        # this server's loop (PostgreSQL's async pool) must go before the loop ends.
+        try:
+            yield
+        finally:
+            await service.arelease_loop()
+
     app = Starlette(
         routes=routes,
         middleware=middleware,
         exception_handlers={404: not_found, 405: not_found},
+        lifespan=lifespan,
     )
     app.state.token = ui.token
     app.state.read_only = read_only

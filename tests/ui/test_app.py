@@ -355,3 +355,20 @@ def test_read_only_hides_and_refuses_retry(svc, dead_letter) -> None:
         answer = _post(client, "/worker/retry", {"id": dead_letter.id})
         assert answer.status_code == 403 and "read-only" in answer.text
     assert svc.dead_letters()[0].status == DeadLetterStatus.DEAD
+
+
+def test_app_shutdown_closes_the_async_pool_it_opened_and_the_service_stays_usable(
+    request, svc, seeded
+) -> None:
+    # psycopg_pool's maintenance tasks survive cancellation: a pool still open when
+    # the server's loop ends could hang the loop's shutdown (and the test run).
+    if "postgres" not in request.node.callspec.id:
+        pytest.skip("only PostgreSQL binds a pool to the server's loop")
+    with TestClient(create_app(svc, token=TOKEN)) as client:
+        assert client.get(f"/user?{Q}").status_code == 200
+        pool = svc._async_pool  # type: ignore[attr-defined]
+        assert pool is not None and not pool.closed
+    assert pool.closed
+    with TestClient(create_app(svc, token=TOKEN)) as again:  # a new loop, a new pool
+        assert "Bob likes chess" in again.get("/user?app=support&user=bob").text
+    assert svc.get(BOB, seeded["bob"].id) is not None
