@@ -209,3 +209,26 @@ async def test_no_identity_is_the_tools_own_error(tmp_path: Path) -> None:
         tool = create_memory_tools(svc, include=["memory_search"])[0]
         text, is_error = await call_memory_tool(tool, {"query": "tea"}, None)
     assert is_error and "no user identity" in text
+
+
+async def test_the_server_releases_the_postgres_async_pool_when_it_stops(pg_url: str) -> None:
+    # The pool is bound to the server's loop and psycopg_pool's maintenance tasks
+    # survive cancellation: left open, it could hang that loop's shutdown.
+    import anyio
+    from mcp import Client
+
+    from langmem_trpc.backends.postgres import PostgresMemoryService
+    from langmem_trpc.integration.mcp_server import build_mcp_server
+
+    with PostgresMemoryService(pg_url) as svc:
+        svc.setup()
+        svc.add(ALICE, "Alice likes green tea")
+        server = build_mcp_server(svc, app_name="support", user_id="alice")
+        with anyio.fail_after(REQUEST_TIMEOUT):
+            async with Client(server) as client:
+                found = await client.call_tool("memory_search", {"query": "green tea"})
+                assert "Alice likes green tea" in _text(found)
+                pool = svc._async_pool  # type: ignore[attr-defined]
+                assert pool is not None and not pool.closed
+        assert pool.closed
+        assert [e.text for e in await svc.aread(ALICE)] == ["Alice likes green tea"]  # usable
