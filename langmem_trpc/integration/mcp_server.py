@@ -19,6 +19,8 @@ with `allow_writes=True` (`--allow-writes`).
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 from langchain_core.messages import ToolMessage
@@ -133,8 +135,18 @@ def build_mcp_server(
             content=[types.TextContent(type="text", text=text)], is_error=is_error
         )
 
+    @asynccontextmanager
+    async def lifespan(_: Any) -> AsyncIterator[dict[str, Any]]:
+        # What the service bound to the server's loop (PostgreSQL's async pool)
+        # must close before that loop ends; the service itself is the caller's.
+        try:
+            yield {}
+        finally:
+            await service.arelease_loop()
+
     return Server(
         "langmem-trpc",
+        lifespan=lifespan,
         instructions="Long-term memory of one user: search and load (and, if enabled, edit) it.",
         on_list_tools=list_tools,
         on_call_tool=call_tool,

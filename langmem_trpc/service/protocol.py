@@ -354,6 +354,13 @@ class MemoryService(ABC):
     async def aclose(self) -> None:
         self.close()
 
+    async def arelease_loop(self) -> None:  # noqa: B027 - optional hook
+        """Close what this service holds bound to the running event loop (an async
+        connection pool) and stay usable: the next async call opens afresh. Call it
+        before a loop that served the service ends (an app's lifespan shutdown): a
+        pool left open on a closing loop can keep it from finishing. Default: none held.
+        """
+
     def __enter__(self) -> MemoryService:
         return self
 

@@ -33,7 +33,7 @@ del{background:#fbd5d2;text-decoration:line-through}ins{background:#cdeed6;text-
 .flash{background:#e6f4ea;border:1px solid #a8d5b5;padding:8px 12px;margin-bottom:12px}
 .up{color:#177245}.down{color:#c7392f}
 </style></head><body>
-<header><b>langmem-trpc</b><a href="/">users</a>{% if worker %}<a href="/worker">worker</a>{% endif %}
+<header><b>langmem-trpc</b><a href="/">users</a><a href="/worker">worker</a>
 <span class="muted">{{ backend }}</span>{% if read_only %}<span class="badge ro">read-only</span>{% endif %}</header>
 <main>{% if flash %}<div class="flash">{{ flash }}</div>{% endif %}{% block body %}{% endblock %}</main>
 </body></html>"""
@@ -149,16 +149,36 @@ Rows below the cut-off were found by a leg but not returned. "without X" is the 
 
 WORKER = (
     """{% extends "base" %}{% block title %}worker{% endblock %}{% block body %}
-<h1>Worker</h1>{% if error %}<p class="down">{{ error }}</p>{% endif %}
-<h2>Dead letters</h2><table id="dead-letters"><tr>{% for c in columns %}<th>{{ c }}</th>{% endfor %}<th></th></tr>
-{% for row in letters %}<tr>{% for c in columns %}<td>{{ row.fields.get(c, '') }}</td>{% endfor %}<td>
-{% if can_retry and not read_only and row.id %}<form class="inline" method="post" action="/worker/retry">"""
+<h1>Worker</h1>
+<p class="muted">The write path's dead letters (batches that failed every attempt; the cursor moved
+past them) of every user, newest first. Retry queues one for its thread's next extraction job.</p>
+<form class="filters" method="get" action="/worker"><label>status<select name="status"><option value="">any</option>
+{% for s in ['dead', 'retry', 'done'] %}<option {{ 'selected' if shown == s }}>{{ s }}</option>{% endfor %}</select></label>
+<button type="submit">filter</button></form>
+<h2>Dead letters</h2><table id="dead-letters"><tr><th>id</th><th>user</th><th>thread</th><th>status</th>
+<th class="num">attempts</th><th>error</th><th>messages</th><th>updated</th><th></th></tr>
+{% for d in letters %}<tr><td class="mono">{{ d.id[:8] }}</td>
+<td><a href="/user?{{ qs(d.user) }}">{{ d.app_name }} / {{ d.user_id }}</a></td><td class="mono">{{ d.thread_id }}</td>
+<td><span class="badge">{{ d.status.value }}</span></td><td class="num">{{ d.attempts }}</td>
+<td class="error">{{ d.error[:300] }}</td><td class="mono">{{ d.message_ids|join(', ') }}</td><td>{{ d.updated_at|ts }}</td><td>
+{% if not read_only and d.status.value == 'dead' %}<form class="inline" method="post" action="/worker/retry">"""
     + TOKEN
     + """
-<input type="hidden" name="id" value="{{ row.id }}"><button type="submit">retry</button></form>{% endif %}</td></tr>
+<input type="hidden" name="id" value="{{ d.id }}"><button type="submit">retry</button></form>{% endif %}</td></tr>
 {% else %}<tr><td class="muted" colspan="9">No dead letters.</td></tr>{% endfor %}</table>
+<h2>Threads with dead letters</h2>
+<p class="muted">Each thread's extraction cursor: how many messages the write path has read, when it last
+extracted, and how many of its dead letters are queued for retry (pending) or still dead.</p>
+<table id="cursors"><tr><th>user</th><th>thread</th><th class="num">messages read</th><th>last extracted</th>
+<th class="num">pending retries</th><th class="num">dead</th></tr>
+{% for t in threads %}<tr><td>{{ t.user.app_name }} / {{ t.user.user_id }}</td><td class="mono">{{ t.thread }}</td>
+{% if t.cursor %}<td class="num">{{ t.cursor.message_count }}</td><td>{{ t.cursor.last_extracted_at|ts }}</td>
+<td class="num">{{ t.cursor.pending_retries }}</td>{% else %}<td colspan="3" class="muted">no cursor</td>{% endif %}
+<td class="num">{{ t.dead }}</td></tr>
+{% else %}<tr><td colspan="6" class="muted">No thread has dead letters.</td></tr>{% endfor %}</table>
 {% endblock %}"""
 )
+
 
 THREADS = """{% extends "base" %}{% block title %}threads{% endblock %}{% block body %}
 <h1><a href="/user?{{ qs }}">{{ user.app_name }} / {{ user.user_id }}</a> · threads</h1>

@@ -20,7 +20,8 @@ import difflib
 import hmac
 import re
 import secrets
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -159,16 +160,11 @@ class _UI:
 
     # -- plumbing -------------------------------------------------------------
 
-    @property
-    def has_worker(self) -> bool:
-        return hasattr(self.service, "dead_letters")
-
     def page(self, name: str, status: int = 200, **context: Any) -> HTMLResponse:
         html = self.env.get_template(name).render(
             token=self.token,
             read_only=self.read_only,
             backend=self.backend,
-            worker=self.has_worker,
             kinds=[k.value for k in Kind],
             **context,
         )
@@ -426,34 +422,37 @@ class _UI:
         await self.service.apurge(user)
         return RedirectResponse("/", status_code=303)
 
-    # -- worker panel (only when the service exposes dead letters) -----------------
+    # -- worker panel: the write path's dead letters and per-thread cursors ----------
 
     async def worker(self, request: Request) -> Response:
-        if not self.has_worker:
-            raise HTTPException(404, "this service exposes no worker state (no dead_letters())")
-        letters: list[dict[str, Any]] = []
-        error = None
-        try:
-            raw = await asyncio.to_thread(self.service.dead_letters)  # type: ignore[attr-defined]
-            for item in raw:
-                dumped = item.model_dump(mode="json") if hasattr(item, "model_dump") else item
-                fields = dumped if isinstance(dumped, dict) else vars(item)
-                fields = {k: str(v)[:300] for k, v in fields.items()}
-                letters.append({"id": fields.get("id"), "fields": fields})
-        except Exception as exc:  # show, do not crash: this panel reads another module's state
-            error = f"could not read dead letters: {type(exc).__name__}: {exc}"
-        columns = sorted({c for row in letters for c in row["fields"]})
-        can_retry = hasattr(self.service, "retry_dead_letter")
-        return self.page(
-            "worker", letters=letters, columns=columns, can_retry=can_retry, error=error
-        )
+        """Dead letters of every user (newest first) and, per thread, its extraction cursor."""
+        status = request.query_params.get("status") or None
+        letters = await self.service.adead_letters(status=status, limit=LIST_LIMIT)
+        letters = sorted(letters, key=lambda d: d.updated_at, reverse=True)
+        keys = list(dict.fromkeys((d.user, d.thread_id) for d in letters))
+        cursors = await asyncio.gather(*(self.service.aget_cursor(u, t) for u, t in keys))
+        threads = [
+            {
+                "user": user,
+                "thread": thread,
+                "cursor": cursor,
+                "dead": sum(
+                    1
+                    for d in letters
+                    if (d.user, d.thread_id) == (user, thread) and d.status.value == "dead"
+                ),
+            }
+            for (user, thread), cursor in zip(keys, cursors, strict=True)
+        ]
+        return self.page("worker", letters=letters, threads=threads, shown=status or "", qs=self.qs)
 
     async def retry(self, request: Request) -> Response:
         form = await self.check_write(request)
-        if not hasattr(self.service, "retry_dead_letter"):
-            raise HTTPException(404, "this service cannot retry dead letters")
         letter = str(form.get("id") or "")
-        await asyncio.to_thread(self.service.retry_dead_letter, letter)  # type: ignore[attr-defined]
+        if not letter:
+            raise InvalidInputError("id", "name the dead letter to retry")
+        if await self.service.aretry_dead_letter(letter) is None:
+            raise HTTPException(404, f"no dead letter {letter!r} to retry (unknown or done)")
         return RedirectResponse("/worker", status_code=303)
 
     # -- errors -------------------------------------------------------------------
@@ -531,10 +530,21 @@ def create_app(
     middleware = []
     if allowed_hosts is not None:
         middleware.append(Middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts)))
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        # The service outlives the app (the caller closes it), but what it bound to
+        # this server's loop (PostgreSQL's async pool) must go before the loop ends.
+        try:
+            yield
+        finally:
+            await service.arelease_loop()
+
     app = Starlette(
         routes=routes,
         middleware=middleware,
         exception_handlers={404: not_found, 405: not_found},
+        lifespan=lifespan,
     )
     app.state.token = ui.token
     app.state.read_only = read_only

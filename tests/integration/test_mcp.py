@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -22,6 +23,7 @@ from langmem_trpc.integration.mcp_server import call_memory_tool
 from langmem_trpc.integration.tools import create_memory_tools
 
 ROOT = Path(__file__).resolve().parents[2]
+REQUEST_TIMEOUT = 60.0  # every MCP request (initialize included) is bounded
 ALICE = UserKey("support", "alice")
 BOB = UserKey("support", "bob")
 
@@ -44,7 +46,10 @@ async def session(db: str, *extra: str) -> AsyncIterator[ClientSession]:
         env={"PYTHONPATH": str(ROOT)},
         cwd=str(ROOT),
     )
-    async with stdio_client(params) as (read, write), ClientSession(read, write) as client:
+    async with (
+        stdio_client(params) as (read, write),
+        ClientSession(read, write, read_timeout_seconds=REQUEST_TIMEOUT) as client,
+    ):
         await client.initialize()
         yield client
 
@@ -126,52 +131,57 @@ async def test_errors_render_exactly_like_the_langchain_tools(db: str, tmp_path:
     assert "invalid time range: time_after" in expected[3][0]
 
 
-async def _http_session(url: str) -> tuple[list[str], Any]:
+async def _http_session(url: str, deadline: float) -> tuple[list[str], Any]:
     import anyio
     from mcp.client.streamable_http import streamable_http_client
 
-    for _ in range(100):  # the banner is printed just before uvicorn binds
+    while True:  # the banner is printed just before uvicorn binds
         try:
-            async with (
-                streamable_http_client(url) as (read, write),
-                ClientSession(read, write) as client,
-            ):
-                await client.initialize()
-                names = sorted(t.name for t in (await client.list_tools()).tools)
-                return names, await client.call_tool("memory_search", {"query": "green tea"})
+            with anyio.fail_after(max(1.0, deadline - time.monotonic())):
+                async with (
+                    streamable_http_client(url) as (read, write),
+                    ClientSession(read, write, read_timeout_seconds=REQUEST_TIMEOUT) as client,
+                ):
+                    await client.initialize()
+                    names = sorted(t.name for t in (await client.list_tools()).tools)
+                    return names, await client.call_tool("memory_search", {"query": "green tea"})
         except Exception:
+            if time.monotonic() > deadline:
+                raise
             await anyio.sleep(0.1)
-    pytest.fail("the HTTP MCP server did not answer")
 
 
-def test_streamable_http_flag_serves_the_same_tools(db: str) -> None:
+def test_streamable_http_flag_serves_the_same_tools(db: str, tmp_path: Path) -> None:
     import subprocess
 
     import anyio
 
-    from langmem_trpc.ui.serving import free_port
+    from langmem_trpc.ui.serving import free_port, stop_process
 
     port = free_port()
     args = ["mcp", "--db", db, "--app", "support", "--user", "alice", "--http", "--port", str(port)]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "langmem_trpc.cli", *args],
-        cwd=ROOT,
-        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    log = tmp_path / "server.log"  # a file, not a pipe: the server's output can never block it
+    with log.open("w") as errors:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "langmem_trpc.cli", *args],
+            cwd=ROOT,
+            env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+            stdout=subprocess.DEVNULL,
+            stderr=errors,
+        )
     try:
-        assert proc.stderr is not None
-        assert "/mcp" in proc.stderr.readline()
-        names, result = anyio.run(_http_session, f"http://127.0.0.1:{port}/mcp")
+        deadline = time.monotonic() + 60
+        while "/mcp" not in log.read_text():
+            assert proc.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, "no banner from the HTTP MCP server"
+            time.sleep(0.05)
+        names, result = anyio.run(_http_session, f"http://127.0.0.1:{port}/mcp", deadline)
         assert names == ["memory_load", "memory_search"]
         assert [r["memory"] for r in json.loads(_text(result))["results"]] == [
             "Alice likes green tea"
         ]
     finally:
-        proc.terminate()
-        proc.wait(10)
+        stop_process(proc)
 
 
 def test_identity_comes_from_the_authenticated_client_when_the_transport_has_one() -> None:
@@ -199,3 +209,26 @@ async def test_no_identity_is_the_tools_own_error(tmp_path: Path) -> None:
         tool = create_memory_tools(svc, include=["memory_search"])[0]
         text, is_error = await call_memory_tool(tool, {"query": "tea"}, None)
     assert is_error and "no user identity" in text
+
+
+async def test_the_server_releases_the_postgres_async_pool_when_it_stops(pg_url: str) -> None:
+    # The pool is bound to the server's loop and psycopg_pool's maintenance tasks
+    # survive cancellation: left open, it could hang that loop's shutdown.
+    import anyio
+    from mcp import Client
+
+    from langmem_trpc.backends.postgres import PostgresMemoryService
+    from langmem_trpc.integration.mcp_server import build_mcp_server
+
+    with PostgresMemoryService(pg_url) as svc:
+        svc.setup()
+        svc.add(ALICE, "Alice likes green tea")
+        server = build_mcp_server(svc, app_name="support", user_id="alice")
+        with anyio.fail_after(REQUEST_TIMEOUT):
+            async with Client(server) as client:
+                found = await client.call_tool("memory_search", {"query": "green tea"})
+                assert "Alice likes green tea" in _text(found)
+                pool = svc._async_pool  # type: ignore[attr-defined]
+                assert pool is not None and not pool.closed
+        assert pool.closed
+        assert [e.text for e in await svc.aread(ALICE)] == ["Alice likes green tea"]  # usable

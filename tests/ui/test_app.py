@@ -277,3 +277,98 @@ def test_threads_page_shows_each_thread_with_its_cursor(svc, client, seeded) -> 
     assert '<td class="num">1</td>' in row  # one write from thread t-1
     assert '<td class="num">4</td>' in row and "m2" in row
     assert client.get("/threads?app=support&user=nobody").status_code == 404
+
+
+# -- worker panel: a real dead letter from a real job ---------------------------------
+
+
+class _AlwaysFails:
+    """An extractor whose every call fails, as a model behind a content filter does."""
+
+    def extract(self, request: Any) -> Any:
+        raise RuntimeError("content filter rejected <b>the batch</b>")
+
+
+@pytest.fixture
+def dead_letter(svc: MemoryService) -> Any:
+    from langchain_core.messages import HumanMessage
+
+    from langmem_trpc import AutoMemoryWorker
+    from langmem_trpc.extraction import JobStatus
+
+    worker = AutoMemoryWorker(svc, _AlwaysFails(), max_attempts=2)
+    thread = [HumanMessage("poison pill", id="m0"), HumanMessage("and more", id="m1")]
+    assert worker.process(ALICE, "t-poison", thread).status == JobStatus.FAILED
+    assert worker.process(ALICE, "t-poison", thread).status == JobStatus.DEAD_LETTERED
+    (letter,) = svc.dead_letters()
+    return letter
+
+
+def _letter_row(page: str, letter_id: str) -> str:
+    return page.split(f'<td class="mono">{letter_id[:8]}</td>', 1)[1].split("</tr>", 1)[0]
+
+
+def test_worker_page_lists_dead_letters_and_thread_cursors(client, dead_letter) -> None:
+    page = client.get("/worker")
+    assert page.status_code == 200
+    row = _letter_row(page.text, dead_letter.id)
+    assert "support / alice" in row and '<td class="mono">t-poison</td>' in row
+    assert '<td class="num">2</td>' in row  # attempts
+    assert "content filter rejected &lt;b&gt;the batch&lt;/b&gt;" in row  # escaped
+    assert "m0, m1" in row and 'action="/worker/retry"' in row
+    cursors = page.text.split('id="cursors"', 1)[1]
+    cursor_row = cursors.split('<td class="mono">t-poison</td>', 1)[1].split("</tr>", 1)[0]
+    assert '<td class="num">2</td>' in cursor_row  # the cursor moved past both messages
+    assert client.get("/worker?status=done").text.count("t-poison") == 0
+    bad = client.get("/worker?status=bogus")
+    assert bad.status_code == 400 and "status" in bad.text
+
+
+def test_retry_needs_the_token_and_queues_the_letter_in_the_database(
+    svc, client, dead_letter
+) -> None:
+    from langmem_trpc.types import DeadLetterStatus
+
+    assert _post(client, "/worker/retry", {"id": dead_letter.id}, token=None).status_code == 403
+    assert _post(client, "/worker/retry", {"id": dead_letter.id}, token="wrong").status_code == 403
+    assert svc.dead_letters()[0].status == DeadLetterStatus.DEAD
+    answer = _post(client, "/worker/retry", {"id": dead_letter.id})
+    assert answer.status_code == 303 and answer.headers["location"] == "/worker"
+    (letter,) = svc.dead_letters()
+    assert letter.id == dead_letter.id and letter.status == DeadLetterStatus.RETRY
+    assert svc.get_cursor(ALICE, "t-poison").pending_retries == 1
+    row = _letter_row(client.get("/worker").text, dead_letter.id)
+    assert "retry</span>" in row and "<form" not in row  # queued: no second retry button
+    unknown = _post(client, "/worker/retry", {"id": "no-such-letter"})
+    assert unknown.status_code == 404 and "no-such-letter" in unknown.text
+    missing = _post(client, "/worker/retry", {})
+    assert missing.status_code == 400 and "id" in missing.text
+
+
+def test_read_only_hides_and_refuses_retry(svc, dead_letter) -> None:
+    from langmem_trpc.types import DeadLetterStatus
+
+    with TestClient(create_app(svc, token=TOKEN, read_only=True)) as client:
+        page = client.get("/worker")
+        assert page.status_code == 200 and "t-poison" in page.text
+        assert 'action="/worker/retry"' not in page.text
+        answer = _post(client, "/worker/retry", {"id": dead_letter.id})
+        assert answer.status_code == 403 and "read-only" in answer.text
+    assert svc.dead_letters()[0].status == DeadLetterStatus.DEAD
+
+
+def test_app_shutdown_closes_the_async_pool_it_opened_and_the_service_stays_usable(
+    request, svc, seeded
+) -> None:
+    # psycopg_pool's maintenance tasks survive cancellation: a pool still open when
+    # the server's loop ends could hang the loop's shutdown (and the test run).
+    if "postgres" not in request.node.callspec.id:
+        pytest.skip("only PostgreSQL binds a pool to the server's loop")
+    with TestClient(create_app(svc, token=TOKEN)) as client:
+        assert client.get(f"/user?{Q}").status_code == 200
+        pool = svc._async_pool  # type: ignore[attr-defined]
+        assert pool is not None and not pool.closed
+    assert pool.closed
+    with TestClient(create_app(svc, token=TOKEN)) as again:  # a new loop, a new pool
+        assert "Bob likes chess" in again.get("/user?app=support&user=bob").text
+    assert svc.get(BOB, seeded["bob"].id) is not None

@@ -10,6 +10,7 @@ from __future__ import annotations
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -32,6 +33,8 @@ pytestmark = [
 from selenium import webdriver  # noqa: E402
 from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.support import expected_conditions as EC  # noqa: E402
+from selenium.webdriver.support.wait import WebDriverWait  # noqa: E402
 
 from langmem_trpc import UserKey  # noqa: E402
 from langmem_trpc.backends.sqlite import SQLiteMemoryService  # noqa: E402
@@ -40,6 +43,15 @@ from langmem_trpc.ui import create_app  # noqa: E402
 from langmem_trpc.ui.serving import background_server  # noqa: E402
 
 ALICE = UserKey("support", "alice")
+WAIT = 30.0  # every browser wait is bounded: page loads, scripts and navigations
+
+
+def navigated(driver: webdriver.Chrome, old_page: Any) -> None:
+    """Wait (bounded) until the page that held `old_page` has been replaced."""
+    WebDriverWait(driver, WAIT).until(EC.staleness_of(old_page))
+    WebDriverWait(driver, WAIT).until(
+        lambda d: d.execute_script("return document.readyState") == "complete"
+    )
 
 
 def chrome(width: int = 1280, height: int = 900) -> webdriver.Chrome:
@@ -48,7 +60,10 @@ def chrome(width: int = 1280, height: int = 900) -> webdriver.Chrome:
     for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"):
         options.add_argument(flag)
     options.add_argument(f"--window-size={width},{height}")
-    return webdriver.Chrome(service=Service(executable_path=str(CHROMEDRIVER)), options=options)
+    driver = webdriver.Chrome(service=Service(executable_path=str(CHROMEDRIVER)), options=options)
+    driver.set_page_load_timeout(WAIT)
+    driver.set_script_timeout(WAIT)
+    return driver
 
 
 @pytest.fixture
@@ -70,18 +85,23 @@ def test_search_history_and_edit_in_a_real_browser(tmp_path: Path, browser) -> N
         with background_server(create_app(svc)) as url:
             browser.get(url + "/")
             assert "Users" in browser.title
-            browser.find_element(By.LINK_TEXT, "alice").click()
+            link = browser.find_element(By.LINK_TEXT, "alice")
+            link.click()
+            navigated(browser, link)
             assert "Alice prefers green tea" in browser.page_source
             assert browser.title != "pwned"  # the stored script did not run
 
             search = browser.find_element(By.NAME, "q")
             search.send_keys("hiking")
-            search.submit()
+            search.submit()  # a scripted submit: it does not wait for the next page
+            navigated(browser, search)
             rows = browser.find_elements(By.CSS_SELECTOR, "table tr td:nth-child(3)")
             assert [r.text for r in rows][0] == "Alice went hiking in the Alps"
 
             browser.get(f"{url}/user?app=support&user=alice")
-            browser.find_element(By.LINK_TEXT, tea.id[:8]).click()
+            link = browser.find_element(By.LINK_TEXT, tea.id[:8])
+            link.click()
+            navigated(browser, link)
             assert browser.find_element(By.ID, "memory-text").text == "Alice prefers green tea"
             history = browser.find_element(By.ID, "history").text
             assert "add" in history
@@ -89,7 +109,9 @@ def test_search_history_and_edit_in_a_real_browser(tmp_path: Path, browser) -> N
             text = browser.find_element(By.NAME, "text")
             text.clear()
             text.send_keys("Alice prefers oolong tea")
-            browser.find_element(By.CSS_SELECTOR, "form[action^='/memory/edit'] button").click()
+            save = browser.find_element(By.CSS_SELECTOR, "form[action^='/memory/edit'] button")
+            save.click()
+            navigated(browser, save)
             assert browser.find_element(By.ID, "memory-text").text == "Alice prefers oolong tea"
             diff = browser.find_elements(By.CSS_SELECTOR, "#history tr")[-1]  # the update
             assert diff.find_element(By.TAG_NAME, "del").text == "green"

@@ -17,13 +17,14 @@ from click.testing import CliRunner
 from langmem_trpc import UserKey
 from langmem_trpc.backends.sqlite import SQLiteMemoryService
 from langmem_trpc.cli import cli
-from langmem_trpc.ui.serving import free_port
+from langmem_trpc.ui.serving import free_port, read_line, stop_process
 
 ROOT = Path(__file__).resolve().parents[2]
 ALICE = UserKey("support", "alice")
 
 
 def _start(*args: str) -> tuple[subprocess.Popen[str], list[str]]:
+    """The `ui` process and its first two lines (bounded waits; stopped if they never come)."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "langmem_trpc.cli", "ui", *args],
         cwd=ROOT,
@@ -33,7 +34,11 @@ def _start(*args: str) -> tuple[subprocess.Popen[str], list[str]]:
         text=True,
     )
     assert proc.stdout is not None
-    lines = [proc.stdout.readline().strip(), proc.stdout.readline().strip()]
+    try:
+        lines = [read_line(proc.stdout, 60).strip(), read_line(proc.stdout, 60).strip()]
+    except BaseException:
+        stop_process(proc)
+        raise
     return proc, lines
 
 
@@ -41,7 +46,7 @@ def _wait(url: str) -> httpx.Response:
     deadline = time.monotonic() + 20
     while True:
         try:
-            return httpx.get(url)
+            return httpx.get(url, timeout=10)
         except httpx.ConnectError:
             if time.monotonic() > deadline:
                 raise
@@ -66,8 +71,7 @@ def test_ui_prints_url_and_token_and_the_token_guards_writes(tmp_path: Path) -> 
             httpx.post(edit, data={"text": "Alice likes coffee", "token": token}).status_code == 303
         )
     finally:
-        proc.terminate()
-        proc.wait(10)
+        stop_process(proc)
     with SQLiteMemoryService(db) as svc:
         assert svc.get(ALICE, memory_id).text == "Alice likes coffee"
 

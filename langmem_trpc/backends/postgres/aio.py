@@ -54,6 +54,20 @@ class AsyncPostgres(PostgresBase):
         await pool.open()
         return pool
 
+    async def arelease_loop(self) -> None:
+        """Close the async pool this service opened on the running loop, if any.
+
+        psycopg_pool's maintenance tasks survive cancellation, so a pool left
+        open when its loop shuts down can hang the loop's final cancellation.
+        """
+        loop = asyncio.get_running_loop()
+        with self._pool_lock:
+            pool = self._async_pool
+            if pool is None or not self._owns_async or self._async_loop is not loop:
+                return
+            self._async_pool = self._async_loop = None
+        await pool.close()
+
     async def _arun(self, op: Op) -> Any:
         plan = op.plan
         try:
