@@ -66,7 +66,9 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--split", choices=("dev", "test", "all"), default="dev")
     parser.add_argument("--only", default="", help="comma list of grid point names")
-    parser.add_argument("--extra", default="", help="JSON object name -> options, added after --only")
+    parser.add_argument(
+        "--extra", default="", help="JSON object name -> options, added after --only"
+    )
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     points = grid()

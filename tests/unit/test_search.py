@@ -216,9 +216,7 @@ def test_switching_question_words_off_changes_the_ranking():
         service.add(user, text)
 
     def texts(weight: float) -> list[str]:
-        options = SearchOptions(
-            hybrid=False, fusion=FusionSettings(question_word_weight=weight)
-        )
+        options = SearchOptions(hybrid=False, fusion=FusionSettings(question_word_weight=weight))
         return [h.text for h in service.search(user, "What did Caroline research?", options)]
 
     assert texts(0.1) == ["Caroline researched adoption agencies"]
