@@ -238,6 +238,36 @@ def test_score_fusion_orders_by_scores_and_keeps_plain_rrf():
     assert {h.id: h.rrf_score for h in plain} == {h.id: h.rrf_score for h in hits}
 
 
+def test_rrf_ranks_ignore_float_noise_in_leg_scores():
+    """Cosines of identical vectors differ by ~1e-7 between an ANN index and an exact
+    scan (and can exceed 1.0): such hits share an RRF rank, and the newer one wins the
+    tie (before, the noise alone decided the rank and the older copies came first)."""
+    old1, old2 = entry("old1", "pending fact 4"), entry("old2", "pending fact 5")
+    new = entry("new", "pending fact 2", minutes=5)
+    legs = Legs(
+        vector=[(old1, 1.0000001), (old2, 1.0000001), (new, 0.9999999)],
+        keyword=[(old1, 0.5), (old2, 0.5), (new, 0.5)],
+    )
+    hits = execute_search(SearchOptions(query="q", max_results=1), lambda kind, pool: legs)
+    assert [h.id for h in hits] == ["new"]
+    assert hits[0].rrf_score == pytest.approx(2 / 61)
+
+
+def test_rrf_ranks_each_leg_by_its_reported_score():
+    """A leg that arrives out of score order (PostgreSQL's keyword rows come in ts_rank
+    order) is ranked by its scores: equal scores share rank 1, and the newest of the
+    tied copies wins (before, a copy listed after a weaker hit got a worse rank)."""
+    old = [entry(f"old{i}", f"pending fact {i}") for i in range(3)]
+    weak, new = entry("weak", "pending fact one"), entry("new", "pending fact 2", minutes=5)
+    legs = Legs(
+        vector=[*((e, 1.0) for e in old), (new, 1.0), (weak, 0.7)],
+        keyword=[*((e, 0.97) for e in old), (weak, 0.75), (new, 0.97)],
+    )
+    hits = execute_search(SearchOptions(query="q", max_results=1), lambda kind, pool: legs)
+    assert [h.id for h in hits] == ["new"]
+    assert hits[0].rrf_score == pytest.approx(2 / 61)
+
+
 def test_default_fusion_is_rrf_k60():
     """SearchOptions() fuses by Reciprocal Rank Fusion with k 60 (docs/bench-locomo.md round 6)."""
     a, b = entry("a", "alpha"), entry("b", "beta")
