@@ -234,7 +234,10 @@ FusionMethod = Literal["rrf", "scores"]
 class FusionSettings(BaseModel):
     """Knobs of the ranking steps, per search (measured on LoCoMo, docs/bench-locomo.md).
 
-    Each step is named and switched off by 0 (1.0 for `question_word_weight`):
+    The hybrid steps rescale the fused score of `SearchOptions.fusion_method`
+    (Reciprocal Rank Fusion, k 60, by default). Each step is named and switched
+    off by 0 (1.0 for `question_word_weight`); every default below except
+    `decompose_weight` (opt-in) helped on LoCoMo's development half:
 
     - `question_word_weight` (keyword leg, every mode): query tokens that are
       the language's question words, auxiliaries or pronouns ("what", "did",
@@ -255,7 +258,8 @@ class FusionSettings(BaseModel):
       others are scaled by 1 / (1 + boost). The cue words are the language's.
     - `decompose_weight` ("decompose", hybrid): sub-queries (clauses, else
       content words) score the fetched candidates by keyword relevance and
-      vote like one more keyword leg, with this total weight.
+      vote like one more keyword leg, with this total weight. Off by default:
+      it costs about 5x the hybrid latency (it re-tokenizes every candidate).
 
     `vector_floor` / `keyword_floor`: minimum absolute scores for a leg to vote
     when no explicit threshold is set; `keyword_floor` is also the default
@@ -300,22 +304,23 @@ class SearchOptions(BaseModel):
     deduplicate: bool = False
     """Drop near-duplicates (word-set Jaccard >= 0.80), keeping the higher-scored one."""
     hybrid: bool = True
-    """Fuse the vector and keyword legs by `fusion_method` (needs an embedder;
-    keyword-only otherwise).
+    """Fuse the vector and keyword legs by `fusion_method` (Reciprocal Rank Fusion,
+    k 60, by default; needs an embedder; keyword-only otherwise).
 
     On by default: on LoCoMo turn retrieval the fused ranking (with the steps
     of `FusionSettings`) finds far more evidence than either leg alone
     (docs/bench-locomo.md). An explicit `similarity_threshold` filters both
     legs by their absolute scores.
     """
-    fusion_method: FusionMethod = "scores"
-    """How hybrid hits are ordered before the `FusionSettings` steps: "scores" (the
-    default), the mean of the two legs' absolute scores (cosine, keyword
-    relevance; 0 for a leg that did not return the hit); "rrf", Reciprocal Rank
-    Fusion, the sum of 1 / (rrf_k + rank) over the legs. The default was chosen
-    on LoCoMo's development half (conversations 1-5) and checked on the test
-    half (docs/bench-locomo.md). `Entry.rrf_score` is the plain RRF sum either
-    way; `rrf_k` only orders hits under "rrf"."""
+    fusion_method: FusionMethod = "rrf"
+    """How hybrid hits are ordered before the `FusionSettings` steps: "rrf" (the
+    default), Reciprocal Rank Fusion, the sum of 1 / (rrf_k + rank) over the two
+    legs (k 60, as in the reference system); "scores", the mean of the two legs'
+    absolute scores (cosine, keyword relevance; 0 for a leg that did not return
+    the hit). The default was chosen on LoCoMo's development half
+    (conversations 1-5) and checked on the test half (docs/bench-locomo.md).
+    `Entry.rrf_score` is the plain RRF sum either way; `rrf_k` only orders hits
+    under "rrf"."""
     rrf_k: int = Field(default=60, ge=1)
     fusion: FusionSettings = FusionSettings()
     """Hybrid ranking knobs for this call; the defaults are what docs/bench-locomo.md measured."""

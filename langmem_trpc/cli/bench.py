@@ -31,6 +31,17 @@ ABLATIONS: dict[str, dict[str, Any]] = {
             "when_boost": 0.0,
         },
     },
+    "plain-scores": {
+        "fusion_method": "scores",
+        "fusion": {
+            "decompose_weight": 0.0,
+            "participant_boost": 0.0,
+            "context_weight": 0.0,
+            "question_word_weight": 1.0,
+            "time_boost": 0.0,
+            "when_boost": 0.0,
+        },
+    },
     "rrf": {"fusion_method": "rrf"},
     "rrf-k1": {"fusion_method": "rrf", "rrf_k": 1},
     "scores": {"fusion_method": "scores"},

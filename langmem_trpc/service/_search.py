@@ -355,13 +355,21 @@ def rrf_fuse(rankings: Sequence[Sequence[str]], k: int = 60) -> dict[str, float]
     return fused
 
 
+RANK_TIE_DIGITS = 6
+"""Leg scores equal to this many decimals (after clipping to [0, 1]) share an RRF rank:
+float32 cosines of identical vectors differ by about 1e-7 between an index and an
+exact scan, and a rank must not be decided by rounding noise."""
+
+
 def _rrf_with_ties(legs: Sequence[Sequence[tuple[Entry, float]]], k: int) -> dict[str, float]:
-    """RRF where equal scores in a leg share a rank, so identical memories tie (and the
+    """RRF where equal scores in a leg (to `RANK_TIE_DIGITS` decimals, clipped to [0, 1],
+    the reported `Entry.score`) share a rank, so identical memories tie (and the
     event-time tie-break can order them)."""
     fused: dict[str, float] = {}
     for leg in legs:
         rank, previous = 0, None
-        for position, (entry, score) in enumerate(leg, start=1):
+        for position, (entry, raw) in enumerate(leg, start=1):
+            score = round(max(0.0, min(raw, 1.0)), RANK_TIE_DIGITS)
             if score != previous:
                 rank, previous = position, score
             key = entry.id
@@ -687,6 +695,10 @@ def _ranked(
     ]
 
 
+def _by_score(hits: list[tuple[Entry, float]]) -> list[tuple[Entry, float]]:
+    return sorted(hits, key=lambda hit: -hit[1])
+
+
 def _rank_legs(legs: Legs, options: SearchOptions, limit: int | None = None) -> list[Entry]:
     explicit = options.similarity_threshold
     keyword_min = options.fusion.keyword_floor if explicit is None else explicit
@@ -703,8 +715,10 @@ def _rank_legs(legs: Legs, options: SearchOptions, limit: int | None = None) -> 
     # Hybrid: each leg votes with its candidates above a low floor (or the explicit threshold).
     vector_floor = explicit if explicit is not None else options.fusion.vector_floor
     keyword_floor = explicit if explicit is not None else options.fusion.keyword_floor
-    vector = [(e, s) for e, s in legs.vector if s >= vector_floor and s > 0]
-    keyword = [(e, s) for e, s in legs.keyword if s >= keyword_floor and s > 0]
+    # Each leg is ranked by its reported score (stable): PostgreSQL's keyword rows arrive
+    # in ts_rank order, not in the order of the shared relevance computed afterwards.
+    vector = _by_score([(e, s) for e, s in legs.vector if s >= vector_floor and s > 0])
+    keyword = _by_score([(e, s) for e, s in legs.keyword if s >= keyword_floor and s > 0])
     best: dict[str, tuple[Entry, float]] = {}
     for entry, score in chain(vector, keyword):
         held = best.get(entry.id)

@@ -197,18 +197,86 @@ def test_question_words_weigh_little_in_the_keyword_score():
     assert dict(QueryTerms.of(options).weighted)["what"] == 0.3
 
 
+def test_switching_question_words_off_changes_the_ranking():
+    """question_word_weight 1.0 (off): a memory of only "what did" words outranks
+    the one holding the question's content words; at the default 0.1 it does not
+    even pass the keyword floor."""
+    from langmem_trpc import InMemoryMemoryService, UserKey
+    from langmem_trpc.types import FusionSettings
+
+    service = InMemoryMemoryService()
+    user = UserKey("app", "u")
+    for text in [
+        "What did you do, and what did you see?",
+        "Caroline researched adoption agencies",
+        "hello there",
+        "we went hiking",
+        "dinner was nice",
+    ]:
+        service.add(user, text)
+
+    def texts(weight: float) -> list[str]:
+        options = SearchOptions(hybrid=False, fusion=FusionSettings(question_word_weight=weight))
+        return [h.text for h in service.search(user, "What did Caroline research?", options)]
+
+    assert texts(0.1) == ["Caroline researched adoption agencies"]
+    assert texts(1.0)[0] == "What did you do, and what did you see?"
+    service.close()
+
+
 def test_score_fusion_orders_by_scores_and_keeps_plain_rrf():
-    """fusion_method="scores" (the default): a hit strong in one leg beats one weak in
-    both; rrf_score stays the plain RRF sum. "rrf" orders by ranks."""
+    """fusion_method="scores": a hit strong in one leg beats one weak in both;
+    rrf_score stays the plain RRF sum. "rrf" (the default, k 60) orders by ranks:
+    the hit both legs return wins."""
     a, b = entry("a", "alpha"), entry("b", "beta")
-    legs = Legs(vector=[(b, 0.30), (a, 0.25)], keyword=[(a, 0.95), (b, 0.20)])
+    legs = Legs(vector=[(b, 0.30)], keyword=[(a, 0.95), (b, 0.20)])
     hits = execute_search(SearchOptions(query="q", fusion_method="scores"), lambda kind, pool: legs)
     assert [h.id for h in hits] == ["a", "b"]
-    assert hits[0].rrf_score == pytest.approx(1 / 62 + 1 / 61)
-    assert SearchOptions().fusion_method == "scores"
-    assert [h.id for h in execute_search(SearchOptions(query="q"), lambda k, p: legs)] == ["a", "b"]
+    assert hits[1].rrf_score == pytest.approx(1 / 61 + 1 / 62)
     plain = execute_search(SearchOptions(query="q", fusion_method="rrf"), lambda k, p: legs)
+    assert [h.id for h in plain] == ["b", "a"]
     assert {h.id: h.rrf_score for h in plain} == {h.id: h.rrf_score for h in hits}
+
+
+def test_rrf_ranks_ignore_float_noise_in_leg_scores():
+    """Cosines of identical vectors differ by ~1e-7 between an ANN index and an exact
+    scan (and can exceed 1.0): such hits share an RRF rank, and the newer one wins the
+    tie (before, the noise alone decided the rank and the older copies came first)."""
+    old1, old2 = entry("old1", "pending fact 4"), entry("old2", "pending fact 5")
+    new = entry("new", "pending fact 2", minutes=5)
+    legs = Legs(
+        vector=[(old1, 1.0000001), (old2, 1.0000001), (new, 0.9999999)],
+        keyword=[(old1, 0.5), (old2, 0.5), (new, 0.5)],
+    )
+    hits = execute_search(SearchOptions(query="q", max_results=1), lambda kind, pool: legs)
+    assert [h.id for h in hits] == ["new"]
+    assert hits[0].rrf_score == pytest.approx(2 / 61)
+
+
+def test_rrf_ranks_each_leg_by_its_reported_score():
+    """A leg that arrives out of score order (PostgreSQL's keyword rows come in ts_rank
+    order) is ranked by its scores: equal scores share rank 1, and the newest of the
+    tied copies wins (before, a copy listed after a weaker hit got a worse rank)."""
+    old = [entry(f"old{i}", f"pending fact {i}") for i in range(3)]
+    weak, new = entry("weak", "pending fact one"), entry("new", "pending fact 2", minutes=5)
+    legs = Legs(
+        vector=[*((e, 1.0) for e in old), (new, 1.0), (weak, 0.7)],
+        keyword=[*((e, 0.97) for e in old), (weak, 0.75), (new, 0.97)],
+    )
+    hits = execute_search(SearchOptions(query="q", max_results=1), lambda kind, pool: legs)
+    assert [h.id for h in hits] == ["new"]
+    assert hits[0].rrf_score == pytest.approx(2 / 61)
+
+
+def test_default_fusion_is_rrf_k60():
+    """SearchOptions() fuses by Reciprocal Rank Fusion with k 60 (docs/bench-locomo.md round 6)."""
+    a, b = entry("a", "alpha"), entry("b", "beta")
+    legs = Legs(vector=[(b, 0.30)], keyword=[(a, 0.95), (b, 0.20)])
+    assert SearchOptions().fusion_method == "rrf" and SearchOptions().rrf_k == 60
+    default = execute_search(SearchOptions(query="q"), lambda k, p: legs)
+    assert [h.id for h in default] == ["b", "a"]
+    assert default[0].score == pytest.approx(0.30)
+    assert default[0].rrf_score == pytest.approx(1 / 61 + 1 / 62)
 
 
 def test_rrf_k_changes_the_order():

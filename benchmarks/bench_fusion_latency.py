@@ -1,0 +1,82 @@
+"""Hybrid search latency per fusion choice, on one SQLite store (prints figures; not a test).
+
+The data of `benchmarks/bench_sqlite.py` (10,000 synthetic memories, one user,
+384-dim precomputed vectors, 200 queries); each configuration searches every
+query, the configurations interleaved `--repeats` times, so host load hits
+them alike. Prints p50 / p95 per configuration.
+
+    PYTHONPATH=$PWD python benchmarks/bench_fusion_latency.py [--n 10000] [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_sqlite import (
+    UNLIMITED,
+    USER,
+    LookupEmbeddings,
+    make_queries,
+    make_texts,
+    make_vocabulary,
+    vector_table,
+)
+
+from langmem_trpc import SearchOptions
+from langmem_trpc.backends.sqlite import SQLiteMemoryService
+from langmem_trpc.types import FusionSettings
+
+CONFIGS = {
+    "default": SearchOptions(),
+    "scores": SearchOptions(fusion_method="scores"),
+    "rrf": SearchOptions(fusion_method="rrf"),
+    "rrf + decompose 1.0": SearchOptions(
+        fusion_method="rrf", fusion=FusionSettings(decompose_weight=1.0)
+    ),
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--n", type=int, default=10_000)
+    parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    rng = np.random.default_rng(7)
+    vocab = make_vocabulary(5000, rng)
+    texts = make_texts(args.n, vocab, rng, "m")
+    queries = list(dict.fromkeys(make_queries(args.queries, vocab, rng)))
+    table = vector_table(texts, 384, rng)
+    table.update(vector_table(queries, 384, rng))
+    with tempfile.TemporaryDirectory() as tmp:
+        svc = SQLiteMemoryService(Path(tmp) / "b.db", LookupEmbeddings(table), limits=UNLIMITED)
+        for i in range(0, len(texts), 1000):
+            svc.add_many(USER, texts[i : i + 1000])
+        for options in CONFIGS.values():
+            svc.search(USER, queries[0], options)
+        times: dict[str, list[float]] = {name: [] for name in CONFIGS}
+        for _ in range(args.repeats):
+            for name, options in CONFIGS.items():
+                for q in queries:
+                    start = time.perf_counter()
+                    svc.search(USER, q, options)
+                    times[name].append((time.perf_counter() - start) * 1000)
+        svc.close()
+    print(f"{args.n} memories, {len(queries)} queries x {args.repeats}, interleaved")
+    for name, values in times.items():
+        print(
+            f"{name:22s} hybrid p50 {np.median(values):6.2f} ms  "
+            f"p95 {np.percentile(values, 95):6.2f} ms"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,123 @@
+"""A small grid over the hybrid fusion and its named steps, on one LoCoMo split.
+
+Each conversation's turn units are ingested once into an `InMemoryMemoryService`
+with the packaged MiniLM (vectors cached in `.bench/embeddings.sqlite`, the
+harness's cache), then every grid point searches the same store: the figures
+equal the harness's `turns-default/<ablation>` arms (same units, options and
+scoring, `question_metrics` / `summarize`), in a fraction of the time.
+
+    PYTHONPATH=$PWD python benchmarks/bench_locomo_grid.py --split dev [--only NAME,...]
+
+Prints recall@10, MRR and tokens@10 per grid point (categories 1-4), ordered as
+defined. Defaults are chosen on `--split dev`; `--split test` is read once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from langmem_trpc import InMemoryMemoryService, SearchOptions, UserKey
+from langmem_trpc.bench.locomo.loader import load_locomo
+from langmem_trpc.bench.locomo.retrieval import RETRIEVAL_CATEGORIES, question_metrics, summarize
+from langmem_trpc.bench.locomo.units import conversation_units, ingest_units, unit_texts
+from langmem_trpc.embeddings import CachedEmbeddings, LocalMiniLMEmbeddings
+from langmem_trpc.service._core import Limits
+
+KS = (1, 5, 10, 20)
+DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo10.json"
+OFF = {
+    "participant_boost": 0.0,
+    "context_weight": 0.0,
+    "question_word_weight": 1.0,
+    "time_boost": 0.0,
+    "when_boost": 0.0,
+    "decompose_weight": 0.0,
+}
+
+
+def grid() -> dict[str, dict[str, Any]]:
+    """Grid points: name -> SearchOptions overrides. A handful of values per knob."""
+    points: dict[str, dict[str, Any]] = {"default": {}}
+    for method in ("scores", "rrf"):
+        points[f"{method}/all-off"] = {"fusion_method": method, "fusion": dict(OFF)}
+        points[f"{method}"] = {"fusion_method": method}
+        for knob, values in (
+            ("participant_boost", (0.0, 0.25, 0.5, 2.0)),
+            ("context_weight", (0.0, 0.35, 1.4)),
+            ("question_word_weight", (1.0, 0.3)),
+            ("time_boost", (0.0, 0.5, 2.0)),
+            ("when_boost", (0.0, 1.0)),
+            ("decompose_weight", (0.5, 1.0)),
+        ):
+            for value in values:
+                points[f"{method}/{knob}={value}"] = {
+                    "fusion_method": method,
+                    "fusion": {knob: value},
+                }
+    return points
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    parser.add_argument("--split", choices=("dev", "test", "all"), default="dev")
+    parser.add_argument("--only", default="", help="comma list of grid point names")
+    parser.add_argument(
+        "--extra", default="", help="JSON object name -> options, added after --only"
+    )
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    points = grid()
+    if args.only:
+        points = {k: v for k, v in points.items() if k in args.only.split(",")}
+    if args.extra:
+        points.update(json.loads(args.extra))
+    convs = load_locomo(args.data).select(None, None, args.split)
+    emb = CachedEmbeddings(
+        LocalMiniLMEmbeddings(), Path(".bench/embeddings.sqlite"), "all-MiniLM-L6-v2"
+    )
+    records: dict[str, list[dict[str, Any]]] = {name: [] for name in points}
+    started = time.perf_counter()
+    for conv in convs:
+        service = InMemoryMemoryService(emb, limits=Limits(capacity=None))
+        user = UserKey("locomo-bench", conv.sample_id)
+        units = conversation_units(conv, "turns")
+        questions = [q for q in conv.questions if q.category in RETRIEVAL_CATEGORIES]
+        emb.prefetch(unit_texts(conv, "turns") + [q.question for q in questions])
+        id_map = ingest_units(service, user, units)
+        for name, overrides in points.items():
+            for q in questions:
+                options = SearchOptions(query=q.question, max_results=max(KS), **overrides)
+                hits = service.search(user, q.question, options)
+                ranked = [(id_map.get(h.id, ()), h.text) for h in hits]
+                records[name].append(
+                    {
+                        "sample_id": conv.sample_id,
+                        "category": q.category,
+                        "evidence": list(q.evidence),
+                        "metrics": question_metrics(ranked, q.evidence, KS),
+                    }
+                )
+        service.close()
+    results = {}
+    print(f"split {args.split}: {len(convs)} conversations, {time.perf_counter() - started:.0f}s")
+    print("| grid point | R@10 | MRR | tokens@10 | cats 1 / 2 / 3 / 4 |")
+    print("| --- | --- | --- | --- | --- |")
+    for name, recs in records.items():
+        s = summarize(recs, KS)
+        results[name] = {"recall@10": s["recall@10"], "mrr": s["mrr"], "tokens@10": s["tokens@10"]}
+        cats = " / ".join(f"{s['recall@10'][str(c)]:.3f}" for c in RETRIEVAL_CATEGORIES)
+        print(
+            f"| {name} | {s['recall@10']['overall']:.3f} | {s['mrr']['overall']:.3f} | "
+            f"{s['tokens@10']['overall']:.0f} | {cats} |"
+        )
+    if args.out:
+        args.out.write_text(json.dumps(results, indent=1), encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()
