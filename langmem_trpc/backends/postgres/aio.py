@@ -55,7 +55,7 @@ class AsyncPostgres(PostgresBase):
         return pool
 
     async def _arun(self, op: Op) -> Any:
-        plan = op.plan
+        plan = self._gated(op)
         try:
             pool = await self._apool()
             async with pool.connection() as conn:
