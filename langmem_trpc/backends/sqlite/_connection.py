@@ -135,7 +135,11 @@ class Database:
         self._pid = os.getpid()
         self._closed = False
         self._shared: _Held | None = None
-        self._setup()
+        try:
+            self._setup()
+        except BaseException:  # refused (another language, newer schema): no connection leaks
+            self.close()
+            raise
 
     # -- connections ----------------------------------------------------------
 
