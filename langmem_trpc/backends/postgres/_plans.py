@@ -529,7 +529,12 @@ def setup(dims: int | None, embed: bool, language: Language = ENGLISH) -> Plan[i
 def check_language(language: Language) -> Plan[None]:
     """Raise `ConfigurationError` naming both when the database records another language."""
     rows = yield Sql(_sql.SELECT_LANGUAGE)
-    stored = rows[0]["value"] if rows else None
+    if not rows:
+        raise ConfigurationError(
+            "language: the database records no language (its langmem_settings row was"
+            " deleted); restore it, or set up a fresh database"
+        )
+    stored = rows[0]["value"]
     if stored != language.name:
         raise ConfigurationError(
             f"language: the database was written with language {stored!r}, not"

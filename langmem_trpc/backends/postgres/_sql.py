@@ -311,7 +311,8 @@ INSERT INTO langmem_settings (key, value) VALUES ('language', 'english');
 MIGRATIONS.append(_SETTINGS)
 
 SELECT_LANGUAGE = "SELECT value FROM langmem_settings WHERE key = 'language'"
-SET_LANGUAGE = "UPDATE langmem_settings SET value = %(language)s WHERE key = 'language'"
+SET_LANGUAGE = """INSERT INTO langmem_settings (key, value) VALUES ('language', %(language)s)
+ON CONFLICT (key) DO UPDATE SET value = excluded.value"""
 
 DOCS_MIGRATION = 6
 """Core version that added content_doc/topic_doc; applying it runs the Python backfill."""
