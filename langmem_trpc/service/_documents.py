@@ -13,19 +13,21 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
+from ._language import ENGLISH, Language
 from ._search import KeywordDoc
 from ._text import cjk_trigrams, primary_tokens
 
 __all__ = ["fts_document", "keyword_doc", "topics_document"]
 
 
-def fts_document(text: str) -> str:
-    """Primary tokens (with repeats, in order) then CJK trigrams, space separated."""
-    return " ".join([*primary_tokens(text), *cjk_trigrams(text)])
+def fts_document(text: str, language: Language = ENGLISH) -> str:
+    """Primary tokens (with repeats, in order) then CJK trigrams, space separated;
+    `language` is the service's (its stemmer and stopwords)."""
+    return " ".join([*primary_tokens(text, language), *cjk_trigrams(text)])
 
 
-def topics_document(topics: Sequence[str]) -> str:
-    return fts_document(" ".join(topics))
+def topics_document(topics: Sequence[str], language: Language = ENGLISH) -> str:
+    return fts_document(" ".join(topics), language)
 
 
 def keyword_doc(

@@ -8,10 +8,12 @@ preferences (month names, time words, the shape of a "when" question).
 `language("german")` gives German stemming with empty cue lists, so the
 English-only steps simply never fire for it.
 
-The tokens a backend stores depend on its language: changing it needs
-the stored documents rebuilt (the migrations that re-tokenise do exactly
-that for English). Every service and the search steps use `ENGLISH` today:
-the functions take a `Language`, but no service option selects another one yet.
+The tokens a backend stores depend on its language. Every service takes a
+`language` option (a name or a `Language`, `resolve_language`; English by
+default) and passes it to every place it tokenises: stored documents, the
+query, the search steps' cues, dedupe. The SQLite and PostgreSQL backends
+record the language in the database when they create it and refuse to open
+it under another one (`ConfigurationError` naming both).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import Stemmer
 
 from ..errors import ConfigurationError
 
-__all__ = ["ENGLISH", "Language", "language"]
+__all__ = ["ENGLISH", "Language", "language", "resolve_language"]
 
 _ENGLISH_MONTHS = (
     "january february march april may june july august september october november december"
@@ -108,3 +110,17 @@ def language(name: str) -> Language:
                 )
             found = _LANGUAGES[key] = Language(name=key)
     return found
+
+
+def resolve_language(value: str | Language) -> Language:
+    """A service's `language` option: a `Language` as given, a name through `language`.
+
+    Raises `ConfigurationError` naming the field for an unknown name or another type.
+    """
+    if isinstance(value, Language):
+        return value
+    if not isinstance(value, str):
+        raise ConfigurationError(
+            f"language: expected a Snowball language name or a Language, got {type(value).__name__}"
+        )
+    return language(value)

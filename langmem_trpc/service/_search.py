@@ -13,7 +13,6 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from functools import lru_cache
 from itertools import chain
 from typing import Any, NamedTuple, overload
 
@@ -22,6 +21,7 @@ from numpy import ndarray
 
 from ..types import Entry, FusionSettings, Kind, SearchOptions
 from ._language import ENGLISH, Language
+from ._periods import query_periods, says_time
 from ._text import cjk_trigrams, jaccard, primary_tokens, token_set
 
 __all__ = [
@@ -82,10 +82,10 @@ class KeywordDoc:
         return set(self.content_tf) | set(self.topic_tf)
 
     @classmethod
-    def build(cls, text: str, topics: Sequence[str]) -> KeywordDoc:
-        content_tf = _field_tf(text)
+    def build(cls, text: str, topics: Sequence[str], language: Language = ENGLISH) -> KeywordDoc:
+        content_tf = _field_tf(text, language)
         topic_text = " ".join(topics)
-        topic_tf = _field_tf(topic_text)
+        topic_tf = _field_tf(topic_text, language)
         return cls(
             content_tf=content_tf,
             content_len=sum(content_tf.values()),
@@ -96,8 +96,8 @@ class KeywordDoc:
         )
 
 
-def _field_tf(text: str) -> dict[str, int]:
-    tf: dict[str, int] = dict(Counter(primary_tokens(text)))
+def _field_tf(text: str, language: Language) -> dict[str, int]:
+    tf: dict[str, int] = dict(Counter(primary_tokens(text, language)))
     for gram in cjk_trigrams(text):
         tf.setdefault(gram, 1)
     return tf
@@ -177,9 +177,9 @@ class QueryTerms:
         return cls(raw=query, primary=primary, weighted=tuple(weighted))
 
     @classmethod
-    def of(cls, options: SearchOptions) -> QueryTerms:
+    def of(cls, options: SearchOptions, language: Language = ENGLISH) -> QueryTerms:
         """The terms of a search, as every backend's keyword leg weighs them."""
-        return cls.build(options.query, options.fusion.question_word_weight)
+        return cls.build(options.query, options.fusion.question_word_weight, language)
 
     @property
     def tokens(self) -> list[str]:
@@ -264,16 +264,16 @@ def keyword_score(query: QueryTerms, doc: KeywordDoc, stats: CorpusStats) -> flo
                 weight * stats.idf(token), content_tf, content_norm, topic_tf, topic_norm
             )
     if raw <= 0:
-        return _phrase_fallback(query.raw, doc)
+        return _phrase_fallback(query.raw, doc, not query.primary)
     return relevance(raw, query.reference(stats))
 
 
-def _phrase_fallback(query: str, doc: KeywordDoc) -> float:
+def _phrase_fallback(query: str, doc: KeywordDoc, untokenised: bool) -> float:
     """Queries with no scorable token ("C#", "a-b") can still match literally."""
     lowered = query.strip().lower()
     if not lowered:
         return 0.0
-    if not primary_tokens(lowered) and any(c.isalnum() for c in lowered):
+    if untokenised and any(c.isalnum() for c in lowered):
         needle = lowered
         content, topics = doc.content_norm, doc.topic_norm
         if any(not c.isalnum() and not c.isspace() for c in lowered):
@@ -377,112 +377,33 @@ def _rrf_with_ties(legs: Sequence[Sequence[tuple[Entry, float]]], k: int) -> dic
     return fused
 
 
-def _named_participants(query: str, entries: Iterable[Entry]) -> set[str]:
+def _named_participants(
+    query: str, entries: Iterable[Entry], language: Language = ENGLISH
+) -> set[str]:
     """Participants (as spelled on the entries) whose every name token occurs in the query."""
     people = {person for entry in entries for person in entry.memory.participants}
     if not people:
         return set()
-    query_tokens = set(primary_tokens(query))
+    query_tokens = set(primary_tokens(query, language))
     named: set[str] = set()
     for person in people:
-        tokens = set(primary_tokens(person))
+        tokens = set(primary_tokens(person, language))
         if tokens and tokens <= query_tokens:
             named.add(person)
     return named
 
 
-_ORD = r"(\d{1,2})(?:st|nd|rd|th)?"
-
-
-@lru_cache(maxsize=16)
-def _date_forms(language: Language) -> tuple[tuple[re.Pattern[str], str], ...]:
-    """The absolute date shapes a query can name, from the language's month names
-    (none without them but ISO dates and years)."""
-    forms: list[tuple[re.Pattern[str], str]] = [
-        (re.compile(r"\b(\d{4})-(\d{1,2})-(\d{1,2})\b"), "ymd")
-    ]
-    if language.month_names:
-        months = "|".join(
-            f"{re.escape(m[:3])}(?:{re.escape(m[3:])})?" if len(m) > 3 else re.escape(m)
-            for m in language.month_names
-        )
-        month = rf"({months}|sept)" if language is ENGLISH else rf"({months})"
-        forms += [
-            (re.compile(rf"\b{_ORD}\s+(?:of\s+)?{month}\.?,?\s+(\d{{4}})\b", re.I), "dmy"),
-            (re.compile(rf"\b{month}\.?\s+{_ORD},?\s+(\d{{4}})\b", re.I), "mdy"),
-            (re.compile(rf"\b{month}\.?,?\s+(?:of\s+)?(\d{{4}})\b", re.I), "my"),
-        ]
-    forms.append((re.compile(r"\b(19\d\d|20\d\d)\b"), "y"))
-    if language.month_names:
-        names = "|".join(re.escape(m.capitalize()) for m in language.month_names)
-        forms.append((re.compile(rf"\b({names})\b"), "m"))
-    return tuple(forms)
-
-
-class Period(NamedTuple):
-    """A calendar period a query names: year, month and day, each None when unsaid."""
-
-    year: int | None
-    month: int | None
-    day: int | None
-
-    def contains(self, when: datetime) -> bool:
-        if self.day is not None and self.year is not None and self.month is not None:
-            try:
-                target = datetime(self.year, self.month, self.day, tzinfo=when.tzinfo)
-            except ValueError:
-                return False
-            return abs((when - target).total_seconds()) <= 36 * 3600
-        if self.year is not None and when.year != self.year:
-            return False
-        return self.month is None or when.month == self.month
-
-
-def query_periods(query: str, language: Language = ENGLISH) -> list[Period]:
-    """Calendar periods a question names ("May 2023", "on 3 June, 2023", "in 2022", "in July").
-
-    Absolute dates only: relative ones ("last year") have no anchor a
-    search can trust (the question's time is not the memories' time). A lone
-    month must be capitalised, so the verb "may" is not a month. Month names
-    come from the language.
-    """
-    periods: list[Period] = []
-    rest = query
-    for pattern, form in _date_forms(language):
-        for match in pattern.finditer(rest):
-            g = match.groups()
-            if form == "ymd":
-                period = Period(int(g[0]), int(g[1]), int(g[2]))
-            elif form == "dmy":
-                period = Period(int(g[2]), _month(g[1], language), int(g[0]))
-            elif form == "mdy":
-                period = Period(int(g[2]), _month(g[0], language), int(g[1]))
-            elif form == "my":
-                period = Period(int(g[1]), _month(g[0], language), None)
-            elif form == "y":
-                period = Period(int(g[0]), None, None)
-            else:
-                period = Period(None, _month(g[0], language), None)
-            periods.append(period)
-        rest = pattern.sub(" ", rest)
-    return periods
-
-
-def _month(name: str, language: Language) -> int:
-    prefix = name.lower()[:3]
-    for number, month in enumerate(language.month_names, start=1):
-        if month[:3] == prefix:
-            return number
-    raise ValueError(name)  # pragma: no cover - the patterns only match month names
-
-
 def _time_preference(
-    adjusted: dict[str, float], best: Mapping[str, tuple[Entry, float]], query: str, boost: float
+    adjusted: dict[str, float],
+    best: Mapping[str, tuple[Entry, float]],
+    query: str,
+    boost: float,
+    language: Language,
 ) -> None:
     """Soft time preference: when some candidate falls in a period the query names,
     the others are scaled by 1 / (1 + boost) (a preference, not a filter: a
     question's dates are often only near the evidence's)."""
-    periods = query_periods(query)
+    periods = query_periods(query, language)
     if not periods:
         return
     inside = {
@@ -504,35 +425,21 @@ def _prefer(adjusted: dict[str, float], preferred: set[str], boost: float) -> No
             adjusted[key] *= scale
 
 
-_WORD = re.compile(r"[^\W\d_]+")
-_YEAR = re.compile(r"(?<!\d)(?:19|20)\d\d(?!\d)")
-
-
-@lru_cache(maxsize=8192)
-def _says_time(text: str, language: Language = ENGLISH) -> bool:
-    """A time word of the language ("yesterday", "last", "May", "Sunday") or a year
-    1900-2099 in the text.
-
-    Cached per text: the same memories come back as candidates search after search.
-    """
-    lowered = text.lower()
-    return (
-        not language.time_words.isdisjoint(_WORD.findall(lowered))
-        or _YEAR.search(lowered) is not None
-    )
-
-
 def _when_preference(
-    adjusted: dict[str, float], best: Mapping[str, tuple[Entry, float]], query: str, boost: float
+    adjusted: dict[str, float],
+    best: Mapping[str, tuple[Entry, float]],
+    query: str,
+    boost: float,
+    language: Language,
 ) -> None:
     """A "when" question prefers hits that say a time: an answer to "When did Ann
     adopt Rex?" reads "I adopted him last week", while the turns that only
     talk about Rex do not date anything. Others are scaled by 1 / (1 + boost)
     when some candidate says a time. The cue is the language's `when_question`."""
-    language = ENGLISH
     if language.when_question is None or not language.when_question.search(query):
         return
-    _prefer(adjusted, {key for key in adjusted if _says_time(best[key][0].memory.text)}, boost)
+    dated = {key for key in adjusted if says_time(best[key][0].memory.text, language)}
+    _prefer(adjusted, dated, boost)
 
 
 def _session_context(
@@ -558,11 +465,15 @@ def _session_context(
 
 
 def _participant_preference(
-    adjusted: dict[str, float], best: Mapping[str, tuple[Entry, float]], query: str, boost: float
+    adjusted: dict[str, float],
+    best: Mapping[str, tuple[Entry, float]],
+    query: str,
+    boost: float,
+    language: Language,
 ) -> None:
     """A hit whose participant the query names keeps its score; others are scaled by
     1 / (1 + boost), when the query names one."""
-    named = _named_participants(query, (entry for entry, _ in best.values()))
+    named = _named_participants(query, (entry for entry, _ in best.values()), language)
     if named:
         _prefer(
             adjusted,
@@ -589,6 +500,7 @@ def _fused_order(
     best: Mapping[str, tuple[Entry, float]],
     plain: dict[str, float],
     options: SearchOptions,
+    language: Language,
 ) -> dict[str, float]:
     """The fused score that orders hybrid hits: the fusion method, then each enabled step
     (decompose, context, participants, time, when) in that order."""
@@ -596,34 +508,35 @@ def _fused_order(
     fused = plain if options.fusion_method == "rrf" else _score_fusion(vector, keyword)
     if tuning.decompose_weight > 0:
         k = options.rrf_k if options.fusion_method == "rrf" else None
-        fused = _decomposed(fused, best, options.query, tuning, k)
+        fused = _decomposed(fused, best, options.query, tuning, k, language)
     if tuning.context_weight > 0:
         fused = _session_context(fused, best, tuning.context_weight)
     else:
         fused = dict(fused)
     if tuning.participant_boost > 0:
-        _participant_preference(fused, best, options.query, tuning.participant_boost)
+        _participant_preference(fused, best, options.query, tuning.participant_boost, language)
     if tuning.time_boost > 0:
-        _time_preference(fused, best, options.query, tuning.time_boost)
+        _time_preference(fused, best, options.query, tuning.time_boost, language)
     if tuning.when_boost > 0:
-        _when_preference(fused, best, options.query, tuning.when_boost)
+        _when_preference(fused, best, options.query, tuning.when_boost, language)
     return fused
 
 
 _CLAUSE_SPLIT = re.compile(r"\s*(?:[,;?!]|\band\b|\bor\b|\bbut\b)\s*", re.I)
 
 
-def _sub_queries(query: str, named: set[str]) -> list[QueryTerms]:
+def _sub_queries(query: str, named: set[str], language: Language) -> list[QueryTerms]:
     """Short searches a question breaks into: its clauses when it has several,
     else each content word (minus participant names) when it has 2-5 of them."""
-    clauses = [c for c in _CLAUSE_SPLIT.split(query) if primary_tokens(c)]
-    names = {t for person in named for t in primary_tokens(person)}
+    clauses = [c for c in _CLAUSE_SPLIT.split(query) if primary_tokens(c, language)]
+    names = {t for person in named for t in primary_tokens(person, language)}
     if len(clauses) >= 2:
-        return [QueryTerms.build(c) for c in clauses]
-    light = ENGLISH.stemmed_question_words
-    words = [t for t in dict.fromkeys(primary_tokens(query)) if t not in light and t not in names]
+        return [QueryTerms.build(c, language=language) for c in clauses]
+    light = language.stemmed_question_words
+    tokens = dict.fromkeys(primary_tokens(query, language))
+    words = [t for t in tokens if t not in light and t not in names]
     if 2 <= len(words) <= 5:
-        return [QueryTerms.build(w) for w in words]
+        return [QueryTerms.build(w, language=language) for w in words]
     return []
 
 
@@ -633,6 +546,7 @@ def _decomposed(
     query: str,
     tuning: FusionSettings,
     k: int | None,
+    language: Language,
 ) -> dict[str, float]:
     """Query decomposition without an LLM: each sub-query (`_sub_queries`) scores the
     candidates already fetched by the local keyword score (no backend call) and
@@ -640,7 +554,7 @@ def _decomposed(
     under RRF (`k`), half its keyword relevance under score fusion (`k` None).
     Off by default (docs/bench-locomo.md)."""
     docs = {
-        key: KeywordDoc.build(entry.memory.text, entry.memory.topics)
+        key: KeywordDoc.build(entry.memory.text, entry.memory.topics, language)
         for key, (entry, _) in best.items()
     }
     stats = CorpusStats.from_docs(docs.values())
@@ -653,8 +567,8 @@ def _decomposed(
             out[key] += weight * (score / 2 if k is None else 1 / (k + rank))
 
     if tuning.decompose_weight > 0:
-        named = _named_participants(query, (entry for entry, _ in best.values()))
-        subs = _sub_queries(query, named)
+        named = _named_participants(query, (entry for entry, _ in best.values()), language)
+        subs = _sub_queries(query, named, language)
         for sub in subs:
             vote(sub, tuning.decompose_weight / len(subs))
     return out
@@ -699,7 +613,9 @@ def _by_score(hits: list[tuple[Entry, float]]) -> list[tuple[Entry, float]]:
     return sorted(hits, key=lambda hit: -hit[1])
 
 
-def _rank_legs(legs: Legs, options: SearchOptions, limit: int | None = None) -> list[Entry]:
+def _rank_legs(
+    legs: Legs, options: SearchOptions, language: Language, limit: int | None = None
+) -> list[Entry]:
     explicit = options.similarity_threshold
     keyword_min = options.fusion.keyword_floor if explicit is None else explicit
     by_event = options.order_by_event_time
@@ -725,7 +641,7 @@ def _rank_legs(legs: Legs, options: SearchOptions, limit: int | None = None) -> 
         if held is None or score > held[1]:
             best[entry.id] = (entry, score)
     plain = _rrf_with_ties([vector, keyword], options.rrf_k)
-    fused = _fused_order(vector, keyword, best, plain, options)
+    fused = _fused_order(vector, keyword, best, plain, options, language)
     keys: Iterable[str] = plain
     if limit is not None and 0 < limit < len(fused):
         # Only hits at or above the limit-th fused score can be ranked into the result.
@@ -750,9 +666,11 @@ def merge_kind_fallback(primary: list[Entry], fallback: list[Entry], kind: Kind)
     )
 
 
-def deduplicate(entries: Sequence[Entry], threshold: float = DEDUPE_JACCARD) -> list[Entry]:
+def deduplicate(
+    entries: Sequence[Entry], threshold: float = DEDUPE_JACCARD, language: Language = ENGLISH
+) -> list[Entry]:
     """Drop an entry whose word set is >= `threshold` Jaccard-similar to a better-ranked one."""
-    sets = [token_set(e.memory.text) for e in entries]
+    sets = [token_set(e.memory.text, language) for e in entries]
     keep: list[Entry] = []
     for i, entry in enumerate(entries):
         if not any(jaccard(sets[i], sets[j]) >= threshold for j in range(i)):
@@ -772,18 +690,21 @@ def _unexpired_legs(legs: Legs) -> Legs:
     return Legs(None if legs.vector is None else keep(legs.vector), keep(legs.keyword))
 
 
-def execute_search(options: SearchOptions, fetch: Fetch) -> list[Entry]:
-    """Run the shared pipeline over a backend's candidate `fetch(kind, pool)`."""
+def execute_search(
+    options: SearchOptions, fetch: Fetch, language: Language = ENGLISH
+) -> list[Entry]:
+    """Run the shared pipeline over a backend's candidate `fetch(kind, pool)`; `language`
+    (the service's) tokenises the query's sub-queries and supplies its cues."""
     if not options.query.strip():
         return []
     pool = candidate_pool(options.max_results, options.fusion)
     fallback = options.kind is not None and options.kind_fallback
     # Dedupe and the kind fallback look past the first max_results; otherwise only they are kept.
     limit = None if options.deduplicate or fallback else options.max_results
-    results = _rank_legs(_unexpired_legs(fetch(options.kind, pool)), options, limit)
+    results = _rank_legs(_unexpired_legs(fetch(options.kind, pool)), options, language, limit)
     if fallback and options.kind is not None and len(results) < MIN_KIND_FALLBACK_RESULTS:
-        second = _rank_legs(_unexpired_legs(fetch(None, pool)), options)
+        second = _rank_legs(_unexpired_legs(fetch(None, pool)), options, language)
         results = merge_kind_fallback(results, second, options.kind)
     if options.deduplicate:
-        results = deduplicate(results)
+        results = deduplicate(results, language=language)
     return results[: options.max_results]

@@ -132,9 +132,9 @@ def cjk_trigrams(text: str) -> list[str]:
     return list(dict.fromkeys(grams))
 
 
-def token_set(text: str) -> frozenset[str]:
+def token_set(text: str, language: Language = ENGLISH) -> frozenset[str]:
     """Primary tokens plus CJK trigrams: the set Jaccard and dedupe compare."""
-    return frozenset(search_tokens(text)) | frozenset(cjk_trigrams(text))
+    return frozenset(search_tokens(text, language)) | frozenset(cjk_trigrams(text))
 
 
 def jaccard(a: frozenset[str], b: frozenset[str]) -> float:
@@ -143,9 +143,9 @@ def jaccard(a: frozenset[str], b: frozenset[str]) -> float:
     return len(a & b) / len(a | b)
 
 
-def token_jaccard(a: str, b: str) -> float:
+def token_jaccard(a: str, b: str, language: Language = ENGLISH) -> float:
     """|A∩B| / |A∪B| over `token_set`s; 0 when either side has no tokens."""
-    return jaccard(token_set(a), token_set(b))
+    return jaccard(token_set(a, language), token_set(b, language))
 
 
 _WS = re.compile(r"\s+")

@@ -61,6 +61,7 @@ from ._core import (
     unexpired,
     utcnow,
 )
+from ._language import Language, resolve_language
 from ._search import (
     CorpusStats,
     KeywordDoc,
@@ -114,11 +115,18 @@ class InMemoryMemoryService(SyncMemoryService):
     Args:
         embeddings: optional LangChain `Embeddings`; without one search is keyword-only.
         limits: text, topic and capacity limits (see `Limits`).
+        language: the tokenizer's language (a Snowball name such as "german", or a
+            `Language`; English by default): stemming, stopwords and search cues.
     """
 
     def __init__(
-        self, embeddings: Embeddings | None = None, *, limits: Limits | None = None
+        self,
+        embeddings: Embeddings | None = None,
+        *,
+        limits: Limits | None = None,
+        language: str | Language = "english",
     ) -> None:
+        self.language = resolve_language(language)
         self._embeddings = embeddings
         self._limits = limits or Limits()
         self._users: dict[UserKey, _UserData] = {}
@@ -421,9 +429,11 @@ class InMemoryMemoryService(SyncMemoryService):
             rows = self._live(data) if data else []
             for row in rows:
                 if row.doc is None:
-                    row.doc = KeywordDoc.build(row.entry.text, row.entry.memory.topics)
+                    row.doc = KeywordDoc.build(
+                        row.entry.text, row.entry.memory.topics, self.language
+                    )
             snapshot = [(r.entry, r.vector, r.doc) for r in rows if r.doc is not None]
-        terms = QueryTerms.of(options)
+        terms = QueryTerms.of(options, self.language)
         stats = CorpusStats.from_docs(doc for _, _, doc in snapshot)
 
         def fetch(kind: Kind | None, pool: int) -> Legs:
@@ -440,7 +450,7 @@ class InMemoryMemoryService(SyncMemoryService):
             vector = [(e, max(0.0, float(v @ query_vector))) for e, v, _ in pick if v is not None]
             return Legs(vector=sorted(vector, key=lambda h: -h[1])[:pool], keyword=keyword)
 
-        return execute_search(options, fetch)
+        return execute_search(options, fetch, self.language)
 
     def restore(self, user: UserKey, entry: Entry, history: Sequence[HistoryEvent] = ()) -> Entry:
         user = check_user(user)

@@ -12,6 +12,7 @@ import pytest
 
 from langmem_trpc import ConfigurationError, Limits, PostgresMemoryService, SearchOptions, UserKey
 from langmem_trpc.backends.postgres import _search_sql, _sql
+from langmem_trpc.service._language import ENGLISH
 from langmem_trpc.service._search import rrf_fuse
 from langmem_trpc.testing import HashingEmbeddings
 from langmem_trpc.testing.conformance import Capability, MemoryServiceConformance
@@ -224,7 +225,7 @@ def test_docs_migration_backfills_rows_written_before_it(opened, clean_url):
         ).fetchall()
     assert len(rows) == len(STORED_DOC_TEXTS) + 2_500
     for text, topics, content_doc, topic_doc in rows:
-        expected = _sql.keyword_columns(text, topics)
+        expected = _sql.keyword_columns(text, topics, ENGLISH)
         assert (content_doc, topic_doc) == (expected["content_doc"], expected["topic_doc"])
 
 
@@ -257,7 +258,7 @@ def test_stemmed_docs_migration_retokenises_every_row(opened, clean_url):
         ).fetchall()
         df = dict(conn.execute("SELECT term, df FROM langmem_user_terms WHERE df > 0").fetchall())
     for text, topics, content_doc, topic_doc, terms, length in rows:
-        expected = _sql.keyword_columns(text, topics)
+        expected = _sql.keyword_columns(text, topics, ENGLISH)
         assert (content_doc, topic_doc) == (expected["content_doc"], expected["topic_doc"])
         assert sorted(terms) == expected["content_terms"] and length == expected["content_len"]
     assert df.get("hike") == 1 and "hiked" not in df
@@ -297,6 +298,7 @@ PINNED: list[str] = [
     "d9d4ca11fe60147d",  # cursor keys, thread claims, dead letters
     "c0aacfb3b376488b",  # expires_at (store TTL)
     "d4e8680fc281ce87",
+    "b87cac1d69dd9892",  # langmem_settings: the tokenizer's language
 ]
 
 

@@ -80,6 +80,7 @@ PINNED_MIGRATIONS = [
     "aa7c28b39645a437aaab7ae5b13958314d56f3f4ba8eedb7b182e545d6687974",  # cursor keys, attempts, dead letters
     "99e8fa0a579811ac68e5c341b0f1e21b87ac3f018a72630ccb750cce274cf185",  # expires_at (store TTL)
     "f6f6fe3e4c1143be5723b9df398000df835c4121719c104307857e7d3c46c4d6",
+    "176cafa9d81875e4f8ab015441148838e381a2b3c6cc6927d28dd9946fbdbbe4",  # langmem_settings (language)
 ]
 
 
@@ -172,7 +173,11 @@ def test_stemmed_docs_migration_rebuilds_documents_and_fts(tmp_path):
             "SELECT rid, lm_scoped(?, content_doc), lm_scoped(?, topic_doc) FROM memories",
             (prefix, prefix),
         )
-        conn.execute("DELETE FROM langmem_migrations WHERE version = ?", (len(MIGRATIONS),))
+        stemmed = next(
+            v for v, m in enumerate(MIGRATIONS, 1) if any("lm_content_doc(text)" in s for s in m)
+        )
+        conn.execute("DELETE FROM langmem_migrations WHERE version >= ?", (stemmed,))
+        conn.execute("DROP TABLE langmem_settings")  # the one later migration
     conn.close()
     svc = SQLiteMemoryService(path)
     assert [e.text for e in svc.search(ALICE, "hike")] == ["Hiked the ridge at dawn"]
@@ -275,7 +280,7 @@ def test_a_version_2_file_moves_separator_users_to_the_injective_prefix(tmp_path
 def undo_later_migrations(conn):
     """Undo the schema changes of the migrations after 5, so a test can re-run them
     from an older version (each one below adds columns or tables)."""
-    for table in ("thread_attempts", "dead_letters"):
+    for table in ("thread_attempts", "dead_letters", "langmem_settings"):
         conn.execute(f"DROP TABLE {table}")
     for column in ("message_keys", "retired_keys", "pending_retries"):
         conn.execute(f"ALTER TABLE cursors DROP COLUMN {column}")

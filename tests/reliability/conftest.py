@@ -163,7 +163,7 @@ def _wipe_postgres(url: str) -> None:
             r[0]
             for r in conn.execute(
                 "SELECT tablename FROM pg_tables WHERE schemaname = current_schema() "
-                "AND tablename NOT LIKE '%migration%'"
+                "AND tablename NOT LIKE '%migration%' AND tablename <> 'langmem_settings'"
             ).fetchall()
         ]
         if tables:

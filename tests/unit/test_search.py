@@ -328,7 +328,7 @@ def test_session_context_lifts_turns_of_the_best_session():
 
 
 def test_query_periods_reads_absolute_dates_only():
-    from langmem_trpc.service._search import Period, query_periods
+    from langmem_trpc.service._periods import Period, query_periods
 
     assert query_periods("What did she paint in July 2023?") == [Period(2023, 7, None)]
     assert query_periods("What did he say on 3 June, 2023?") == [Period(2023, 6, 3)]
@@ -424,3 +424,40 @@ def test_relevance_reads_as_reconcile_thresholds_expect():
     half = score("hiking nurse", corpus[1], corpus)
     assert 0.30 <= half < 0.60
     assert score("volcano eruption", corpus[2], corpus) == 0.0
+
+
+def test_the_when_and_time_cues_come_from_the_given_language():
+    """`execute_search(..., language)`: a German `Language` with its own cues lifts the
+    dated hit for "Wann ...?" and the hit in "Mai 2023"; plain German (no cues) and
+    English (no German words) leave the vector order."""
+    import re
+
+    from langmem_trpc.service._language import ENGLISH, Language, language
+
+    german = Language(
+        name="german",
+        month_names=tuple(
+            "januar februar märz april mai juni juli august september oktober november dezember".split()
+        ),
+        time_words=frozenset({"gestern", "mai", "juni"}),
+        when_question=re.compile(r"^\s*wann\b", re.I),
+    )
+    rex = entry("rex", "Rex liebt den Strand")
+    dated = entry("dated", "Ich habe ihn gestern adoptiert")
+    when_legs = Legs(vector=[(rex, 0.6), (dated, 0.5)], keyword=[])
+    may = entry("may", "may").model_copy(
+        update={"memory": Memory(text="mai", event_time=datetime(2023, 5, 20, tzinfo=timezone.utc))}
+    )
+    june = entry("june", "june").model_copy(
+        update={"memory": Memory(text="juni", event_time=datetime(2023, 6, 2, tzinfo=timezone.utc))}
+    )
+    time_legs = Legs(vector=[(june, 0.6), (may, 0.5)], keyword=[])
+
+    def ids(legs: Legs, query: str, lang: Language) -> list[str]:
+        return [h.id for h in execute_search(SearchOptions(query=query), lambda k, p: legs, lang)]
+
+    assert ids(when_legs, "Wann hat Ann Rex adoptiert?", german) == ["dated", "rex"]
+    assert ids(when_legs, "Wann hat Ann Rex adoptiert?", language("german")) == ["rex", "dated"]
+    assert ids(when_legs, "Wann hat Ann Rex adoptiert?", ENGLISH) == ["rex", "dated"]
+    assert ids(time_legs, "Was malte sie im Mai 2023?", german) == ["may", "june"]
+    assert ids(time_legs, "Was malte sie im Mai 2023?", ENGLISH) == ["june", "may"]

@@ -35,6 +35,7 @@ from ...service._core import (
     patch_memory,
     resolve_options,
 )
+from ...service._language import Language, resolve_language
 from ...types import (
     DeadLetter,
     DeadLetterStatus,
@@ -51,7 +52,7 @@ from . import _claims, _plans
 from ._cache import MAX_ENTRIES, EntryCache
 from ._conninfo import checked_conninfo
 from ._expiry import ExpiryOps, restore_expiry
-from ._plans import Op
+from ._plans import Op, Plan
 
 if TYPE_CHECKING:
     from langchain_core.embeddings import Embeddings
@@ -82,8 +83,13 @@ class PostgresBase(ExpiryOps):
         ef_search: int = DEFAULT_EF_SEARCH,
         exact_search_max: int = DEFAULT_EXACT_SEARCH_MAX,
         entry_cache_size: int = MAX_ENTRIES,
+        language: str | Language = "english",
     ) -> None:
         from psycopg_pool import AsyncConnectionPool, ConnectionPool
+
+        self.language = resolve_language(language)
+        self._language_ok = False
+        """Set once an operation found the database's recorded language to be this one."""
 
         self._sync_pool: ConnectionPool[Any] | None = None
         self._async_pool: AsyncConnectionPool[Any] | None = None
@@ -163,8 +169,22 @@ class PostgresBase(ExpiryOps):
 
     # -- op builders (validation happens here, before any I/O) ---------------
 
+    def _gated(self, op: Op) -> Plan[Any]:
+        """The op's plan, behind `check_language` until one check has passed."""
+        if self._language_ok or not op.checks_language:
+            return op.plan
+        return _plans.language_checked(op.plan, self.language, self._language_passed)
+
+    def _language_passed(self) -> None:
+        self._language_ok = True
+
     def _op_setup(self) -> Op:
-        return Op(_plans.setup(self._dims, self._embeddings is not None), write=True)
+        return Op(self._setup_plan(), write=True, checks_language=False)
+
+    def _setup_plan(self) -> Plan[int | None]:
+        dims = yield from _plans.setup(self._dims, self._embeddings is not None, self.language)
+        self._language_passed()  # setup checked (or recorded) the language itself
+        return dims
 
     def _op_add(
         self,
@@ -195,7 +215,13 @@ class PostgresBase(ExpiryOps):
             metadata=metadata,
         )
         plan = _plans.add(
-            user, memory, memory_id, source, self._limits, self._embeddings is not None
+            user,
+            memory,
+            memory_id,
+            source,
+            self._limits,
+            self._embeddings is not None,
+            self.language,
         )
         return Op(plan, write=True)
 
@@ -231,7 +257,9 @@ class PostgresBase(ExpiryOps):
                 metadata=metadata,
             )
 
-        plan = _plans.update(user, memory_id, patch, source, self._embeddings is not None)
+        plan = _plans.update(
+            user, memory_id, patch, source, self._embeddings is not None, self.language
+        )
         return Op(plan, write=True)
 
     def _op_delete(self, user: UserKey, memory_id: str, source: Source | None) -> Op:
@@ -263,6 +291,7 @@ class PostgresBase(ExpiryOps):
             self._embeddings is not None,
             self._exact_search_max,
             self._search_cache,
+            self.language,
         )
         return Op(plan, write=False)
 
@@ -288,7 +317,9 @@ class PostgresBase(ExpiryOps):
                 "rrf_score": None,
             }
         )
-        plan = _plans.restore(user, entry, list(history), self._embeddings is not None)
+        plan = _plans.restore(
+            user, entry, list(history), self._embeddings is not None, self.language
+        )
         return Op(restore_expiry(plan, user, entry.id, entry.expires_at), write=True)
 
     def _op_set_cursor(self, user: UserKey, cursor: ExtractionCursor) -> Op:

@@ -29,6 +29,7 @@ from ...service._core import (
     new_memory_ids,
     utcnow,
 )
+from ...service._language import Language
 from ...types import Memory, Operation, Source, UserKey
 from . import _sql
 from ._plans import Copy, Op, Plan, Sql
@@ -108,6 +109,7 @@ def prepare(
     vectors: Sequence[Sequence[float]] | None,
     embed: bool,
     limits: Limits,
+    language: Language,
 ) -> Batch:
     """Validate everything up front, so a bad item rejects the whole batch before any write."""
     user = check_user(user)
@@ -127,7 +129,7 @@ def prepare(
                 "location": memory.location,
                 "metadata": Jsonb(memory.metadata),
                 "embedding": None,
-                **_sql.keyword_columns(memory.text, memory.topics),
+                **_sql.keyword_columns(memory.text, memory.topics, language),
             }
         )
     batch = Batch(user, rows)

@@ -10,7 +10,7 @@ bad input never opens a transaction.
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterable, MutableMapping, Sequence
+from collections.abc import Callable, Generator, Iterable, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar
@@ -30,6 +30,7 @@ from ...service._core import (
     unexpired,
     utcnow,
 )
+from ...service._language import ENGLISH, Language
 from ...service._search import DEFAULT_MIN_SCORE, Legs, execute_search
 from ...types import (
     Entry,
@@ -83,6 +84,8 @@ class Op:
 
     plan: Plan[Any]
     write: bool
+    checks_language: bool = True
+    """False for setup, which checks (and on a new database records) the language itself."""
 
 
 # --- writes ----------------------------------------------------------------
@@ -133,12 +136,13 @@ def add(
     source: Source | None,
     limits: Limits,
     embed: bool,
+    language: Language,
 ) -> Plan[Entry]:
     """Idempotent add by content fingerprint; explicit ids are upserts; deleted content revives."""
     fp = fingerprint(memory, memory_id)
     vector = yield from _embed_one(memory, embed)
     now = utcnow()
-    content = _sql.memory_params(memory, fp, vector)
+    content = _sql.memory_params(memory, fp, vector, language)
     yield Sql(_sql.USER_LOCK, _sql.user_params(user))
     existing: dict[str, Any] | None = None
     if memory_id is not None:
@@ -155,7 +159,7 @@ def add(
     else:
         live = yield Sql(_sql.SELECT_LIVE_BY_FINGERPRINT, _sql.user_params(user, fp=fp))
         if live:
-            return (yield from _refresh_topics(user, live[0], memory, now))
+            return (yield from _refresh_topics(user, live[0], memory, now, language))
         deleted = yield Sql(_sql.SELECT_DELETED_BY_FINGERPRINT, _sql.user_params(user, fp=fp))
         existing = deleted[0] if deleted else None
     yield from _make_room(user, limits, now)
@@ -171,13 +175,15 @@ def add(
         )
         if not rows:  # a writer outside the per-user lock (bulk load) got there first
             live = yield Sql(_sql.SELECT_LIVE_BY_FINGERPRINT, _sql.user_params(user, fp=fp))
-            return (yield from _refresh_topics(user, live[0], memory, now))
+            return (yield from _refresh_topics(user, live[0], memory, now, language))
     entry = _sql.entry_from_row(rows[0])
     yield _history(user, entry.id, Operation.ADD, None, memory.text, source, now)
     return entry
 
 
-def _refresh_topics(user: UserKey, row: _sql.Row, memory: Memory, now: datetime) -> Plan[Entry]:
+def _refresh_topics(
+    user: UserKey, row: _sql.Row, memory: Memory, now: datetime, language: Language
+) -> Plan[Entry]:
     entry = _sql.entry_from_row(row)
     merged = canonical_topics([*entry.memory.topics, *memory.topics])
     if merged == entry.memory.topics:
@@ -185,7 +191,7 @@ def _refresh_topics(user: UserKey, row: _sql.Row, memory: Memory, now: datetime)
     new_memory = entry.memory.model_copy(update={"topics": merged})
     rows = yield Sql(
         _sql.SET_TOPICS,
-        _sql.user_params(user, id=entry.id, now=now, **_sql.topic_params(new_memory)),
+        _sql.user_params(user, id=entry.id, now=now, **_sql.topic_params(new_memory, language)),
     )
     return _sql.entry_from_row(rows[0])
 
@@ -196,6 +202,7 @@ def update(
     patch: Any,
     source: Source | None,
     embed: bool,
+    language: Language,
 ) -> Plan[Entry]:
     """In-place change; the id never changes. `patch(current) -> Memory` validates the new fields."""
     rows = yield Sql(_sql.SELECT_LIVE_BY_ID, _sql.user_params(user, id=memory_id))
@@ -219,7 +226,7 @@ def update(
     if clash:
         raise MemoryConflictError(memory_id, clash[0]["id"])
     now = utcnow()
-    content = _sql.memory_params(memory, fp, vector)
+    content = _sql.memory_params(memory, fp, vector, language)
     sql = _sql.REWRITE_MEMORY
     if vector is None or embedding_text(memory.text, memory.participants) == embedding_text(
         locked.text, locked.participants
@@ -260,7 +267,7 @@ def purge(user: UserKey, memory_id: str | None) -> Plan[int]:
 
 
 def restore(
-    user: UserKey, entry: Entry, events: Sequence[HistoryEvent], embed: bool
+    user: UserKey, entry: Entry, events: Sequence[HistoryEvent], embed: bool, language: Language
 ) -> Plan[Entry]:
     """Write an exported entry back exactly (id, timestamps, content) and replace its history.
 
@@ -276,7 +283,7 @@ def restore(
     keyed = bool(clash)
     if keyed:
         fp = fingerprint(entry.memory, entry.id)
-    content = _sql.memory_params(entry.memory, fp, vector)
+    content = _sql.memory_params(entry.memory, fp, vector, language)
     yield Sql(
         _sql.RESTORE_MEMORY,
         _sql.user_params(
@@ -352,6 +359,7 @@ def search(
     embed: bool,
     exact_max: int,
     cache: SearchCache | None = None,
+    language: Language = ENGLISH,
 ) -> Plan[list[Entry]]:
     """The shared pipeline (`execute_search`) over one SQL round trip per leg fetch.
 
@@ -389,11 +397,19 @@ def search(
 
     while True:
         try:
-            results = execute_search(options, fetch)
+            results = execute_search(options, fetch, language)
         except _NeedFetch as need:
             kind, pool = need.key
             query = _search_sql.build_search(
-                user, options, kind, pool, query_vector, exact_max, heavy=heavy, dims=dims
+                user,
+                options,
+                kind,
+                pool,
+                query_vector,
+                exact_max,
+                heavy=heavy,
+                dims=dims,
+                language=language,
             )
             if narrow:
                 rows = yield Sql(_search_sql.ANN_CANDIDATES, query.params)
@@ -464,10 +480,12 @@ def remember_size(sizes: MutableMapping[UserKey, int], user: UserKey, n: int) ->
 # --- setup -----------------------------------------------------------------
 
 
-def setup(dims: int | None, embed: bool) -> Plan[int | None]:
+def setup(dims: int | None, embed: bool, language: Language = ENGLISH) -> Plan[int | None]:
     """Apply missing migrations in order, under a global advisory lock; returns the vector dims.
 
     With an embedder and no explicit `dims`, one probe embedding fixes the dimension.
+    A new database records `language`; one recorded under another language raises
+    `ConfigurationError` (`check_language`) and the transaction changes nothing.
     """
     if dims is None and embed:
         probe = yield Embed(["dimension probe"], query=True)
@@ -477,6 +495,7 @@ def setup(dims: int | None, embed: bool) -> Plan[int | None]:
     yield Sql(_sql.CREATE_MIGRATIONS_TABLE)
     rows = yield Sql(_sql.APPLIED_MIGRATIONS)
     applied = {(r["scope"], r["version"]): r["checksum"] for r in rows}
+    fresh = not any(scope == _sql.CORE_SCOPE for scope, _ in applied)
     scopes: list[tuple[str, list[str]]] = [(_sql.CORE_SCOPE, _sql.MIGRATIONS)]
     existing_dims: int | None = None
     if applied.get((_sql.VECTOR_SCOPE, 1)):
@@ -498,10 +517,36 @@ def setup(dims: int | None, embed: bool) -> Plan[int | None]:
             yield Sql(sql)
             yield Sql(_sql.RECORD_MIGRATION, (scope, version, _sql.checksum(sql)))
             if scope == _sql.CORE_SCOPE and version in _sql.RETOKENIZE_MIGRATIONS:
-                yield from backfill_docs()
+                yield from backfill_docs(language)
             if (scope, version) == (_sql.CORE_SCOPE, _sql.FINGERPRINT_MIGRATION):
                 yield from backfill_fingerprints()
+    if fresh:  # a new database: its documents will be in this service's language
+        yield Sql(_sql.SET_LANGUAGE, {"language": language.name})
+    yield from check_language(language)
     return dims if dims is not None else existing_dims
+
+
+def check_language(language: Language) -> Plan[None]:
+    """Raise `ConfigurationError` naming both when the database records another language."""
+    rows = yield Sql(_sql.SELECT_LANGUAGE)
+    if not rows:
+        raise ConfigurationError(
+            "language: the database records no language (its langmem_settings row was"
+            " deleted); restore it, or set up a fresh database"
+        )
+    stored = rows[0]["value"]
+    if stored != language.name:
+        raise ConfigurationError(
+            f"language: the database was written with language {stored!r}, not"
+            f" {language.name!r}; open it with language={stored!r}"
+        )
+
+
+def language_checked(plan: Plan[T], language: Language, passed: Callable[[], None]) -> Plan[T]:
+    """`plan` after `check_language` (a service's first operation); `passed()` once it holds."""
+    yield from check_language(language)
+    passed()
+    return (yield from plan)
 
 
 def backfill_fingerprints() -> Plan[int]:
@@ -536,7 +581,7 @@ def backfill_fingerprints() -> Plan[int]:
         done += len(rows)
 
 
-def backfill_docs() -> Plan[int]:
+def backfill_docs(language: Language) -> Plan[int]:
     """Re-tokenise every row whose content_doc is NULL (written before migration 6,
     or reset by the stemmed-documents migration), in batches: documents, terms
     and lengths.
@@ -549,7 +594,7 @@ def backfill_docs() -> Plan[int]:
         rows = yield Sql(_sql.BACKFILL_SELECT, {"limit": _sql.BACKFILL_BATCH})
         if not rows:
             return done
-        docs = [_sql.keyword_columns(r["text"], r["topics"]) for r in rows]
+        docs = [_sql.keyword_columns(r["text"], r["topics"], language) for r in rows]
         yield Sql(
             _sql.BACKFILL_UPDATE,
             {

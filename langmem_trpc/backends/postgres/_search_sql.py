@@ -12,8 +12,8 @@ import math
 from collections.abc import Mapping, Sequence
 
 from ...service._documents import keyword_doc
+from ...service._language import ENGLISH, Language
 from ...service._search import CorpusStats, KeywordDoc, QueryTerms, keyword_score
-from ...service._text import primary_tokens
 from ...types import Entry, Kind, SearchOptions, UserKey
 from ._sql import Params, Row, user_params, vector_param
 
@@ -219,9 +219,9 @@ def tsquery_literal(term: str) -> str:
     return "'" + term.replace("\\", "\\\\").replace("'", "''") + "'"
 
 
-def _like_words(query: str) -> list[str] | None:
+def _like_words(query: str, terms: QueryTerms) -> list[str] | None:
     """Substring prefilter for the phrase fallback when the query has no scorable token ("C#")."""
-    if primary_tokens(query):
+    if terms.primary:
         return None
     words = "".join(c if c.isalnum() else " " for c in query.lower()).split()
     if not words:
@@ -233,11 +233,18 @@ def _like_words(query: str) -> list[str] | None:
 class SearchQuery:
     """One candidate fetch: SQL text and parameters, and how to read its rows back."""
 
-    __slots__ = ("hybrid", "params", "sql", "terms", "vector")
+    __slots__ = ("hybrid", "language", "params", "sql", "terms", "vector")
 
     def __init__(
-        self, sql: str, params: Params, terms: QueryTerms, vector: bool, hybrid: bool
+        self,
+        sql: str,
+        params: Params,
+        terms: QueryTerms,
+        vector: bool,
+        hybrid: bool,
+        language: Language = ENGLISH,
     ) -> None:
+        self.language = language
         self.sql = sql
         self.params = params
         self.terms = terms
@@ -254,6 +261,7 @@ def build_search(
     exact_max: int,
     heavy: bool = False,
     dims: int = 0,
+    language: Language = ENGLISH,
 ) -> SearchQuery:
     """The one-round-trip hybrid statement for `fetch(kind, pool)` of the shared pipeline.
 
@@ -262,12 +270,12 @@ def build_search(
     embedder the keyword leg reads a wider slice, because the final order is
     the keyword relevance, not ts_rank. `heavy`: the user is known to be above
     `exact_max`, so the vector leg goes straight to the HNSW index; `dims` is the
-    embedding dimension (the ANN index expression names it).
+    embedding dimension (the ANN index expression names it); `language` is the service's.
     """
-    terms = QueryTerms.of(options)
+    terms = QueryTerms.of(options, language)
     use_vector = query_vector is not None
     use_keyword = not use_vector or options.hybrid
-    like = _like_words(options.query) if use_keyword else None
+    like = _like_words(options.query, terms) if use_keyword else None
     tokens = terms.tokens
     params: Params = user_params(
         user,
@@ -293,7 +301,12 @@ def build_search(
     if use_vector:
         vector_leg = "heavy" if heavy else "sql"
     return SearchQuery(
-        search_sql(vector_leg, keyword_leg, dims), params, terms, use_vector, options.hybrid
+        search_sql(vector_leg, keyword_leg, dims),
+        params,
+        terms,
+        use_vector,
+        options.hybrid,
+        language,
     )
 
 
@@ -354,7 +367,7 @@ def _candidate_doc(query: SearchQuery, row: Row, entry: Entry) -> KeywordDoc:
     """
     content, topics = row["content_doc"], row["topic_doc"]
     if content is None or topics is None or query.params["like"] is not None:
-        return KeywordDoc.build(entry.memory.text, entry.memory.topics)
+        return KeywordDoc.build(entry.memory.text, entry.memory.topics, query.language)
     return keyword_doc(content, topics, query.terms.tokens)
 
 

@@ -16,6 +16,7 @@ from typing import Any
 from psycopg.types.json import Jsonb
 
 from ...service._documents import fts_document, keyword_doc, topics_document
+from ...service._language import Language
 from ...types import (
     Entry,
     HistoryEvent,
@@ -299,6 +300,19 @@ _STEMMED_DOCS = """
 UPDATE langmem_memories SET content_doc = NULL, topic_doc = NULL;
 """
 MIGRATIONS.append(_STEMMED_DOCS)
+
+_SETTINGS = """
+-- the tokenizer's language, which every stored document depends on: a database set up
+-- before has English documents; setup() records the service's language instead when it
+-- creates the database, and refuses another language later (`check_language`)
+CREATE TABLE langmem_settings (key text PRIMARY KEY, value text NOT NULL);
+INSERT INTO langmem_settings (key, value) VALUES ('language', 'english');
+"""
+MIGRATIONS.append(_SETTINGS)
+
+SELECT_LANGUAGE = "SELECT value FROM langmem_settings WHERE key = 'language'"
+SET_LANGUAGE = """INSERT INTO langmem_settings (key, value) VALUES ('language', %(language)s)
+ON CONFLICT (key) DO UPDATE SET value = excluded.value"""
 
 DOCS_MIGRATION = 6
 """Core version that added content_doc/topic_doc; applying it runs the Python backfill."""
@@ -607,11 +621,12 @@ def vector_param(vector: Sequence[float] | None) -> list[float] | None:
     return [float(x) for x in vector]
 
 
-def keyword_columns(text: str, topics: Sequence[str]) -> Params:
-    """Pre-tokenised fields, from one tokenizer pass: the tsvector's terms, the BM25
-    lengths and the stored documents the keyword score is rebuilt from."""
-    content_doc = fts_document(text)
-    topic_doc = topics_document(topics)
+def keyword_columns(text: str, topics: Sequence[str], language: Language) -> Params:
+    """Pre-tokenised fields, from one tokenizer pass (in the service's `language`): the
+    tsvector's terms, the BM25 lengths and the stored documents the keyword score is
+    rebuilt from."""
+    content_doc = fts_document(text, language)
+    topic_doc = topics_document(topics, language)
     doc = keyword_doc(content_doc, topic_doc)
     return {
         "content_terms": sorted(doc.content_tf),
@@ -623,12 +638,12 @@ def keyword_columns(text: str, topics: Sequence[str]) -> Params:
     }
 
 
-def terms_params(memory: Memory) -> Params:
-    return keyword_columns(memory.text, memory.topics)
+def terms_params(memory: Memory, language: Language) -> Params:
+    return keyword_columns(memory.text, memory.topics, language)
 
 
-def topic_params(memory: Memory) -> Params:
-    topic_doc = topics_document(memory.topics)
+def topic_params(memory: Memory, language: Language) -> Params:
+    topic_doc = topics_document(memory.topics, language)
     doc = keyword_doc("", topic_doc)
     return {
         "topics": list(memory.topics),
@@ -638,7 +653,9 @@ def topic_params(memory: Memory) -> Params:
     }
 
 
-def memory_params(memory: Memory, fp: str, embedding: Sequence[float] | None) -> Params:
+def memory_params(
+    memory: Memory, fp: str, embedding: Sequence[float] | None, language: Language
+) -> Params:
     return {
         "text": memory.text,
         "fp": fp,
@@ -649,7 +666,7 @@ def memory_params(memory: Memory, fp: str, embedding: Sequence[float] | None) ->
         "location": memory.location,
         "metadata": Jsonb(memory.metadata),
         "embedding": vector_param(embedding),
-        **terms_params(memory),
+        **terms_params(memory, language),
     }
 
 

@@ -69,7 +69,7 @@ class AsyncPostgres(PostgresBase):
         await pool.close()
 
     async def _arun(self, op: Op) -> Any:
-        plan = op.plan
+        plan = self._gated(op)
         try:
             pool = await self._apool()
             async with pool.connection() as conn:

@@ -40,6 +40,10 @@ class PostgresMemoryService(SyncPostgres, AsyncPostgres, MemoryService):
         entry_cache_size: search candidates' entries kept per process (by row
             version, so never stale); size it to the rows hot users' searches touch
             (0 turns the cache off).
+        language: the tokenizer's language (a Snowball name such as "german", or a
+            `Language`; English by default). `setup()` on a new database records it;
+            a database recorded under another language raises `ConfigurationError`
+            (at `setup()`, or at this service's first operation).
 
     Example:
         ```python
@@ -97,7 +101,9 @@ class PostgresMemoryService(SyncPostgres, AsyncPostgres, MemoryService):
         graph when `index_pending()` runs. Other users' searches are unaffected.
         """
         check_source(source)
-        batch = _bulk.prepare(user, memories, vectors, self._embeddings is not None, self._limits)
+        batch = _bulk.prepare(
+            user, memories, vectors, self._embeddings is not None, self._limits, self.language
+        )
         if vectors is None and self._embeddings is not None and batch.texts:
             batch = batch.with_vectors(self._embeddings.embed_documents(batch.texts))
         result: int = self._run(_bulk.op(batch, source, self._limits, indexed=not defer_index))
@@ -148,7 +154,9 @@ class PostgresMemoryService(SyncPostgres, AsyncPostgres, MemoryService):
     ) -> int:
         """Async twin of `add_many`."""
         check_source(source)
-        batch = _bulk.prepare(user, memories, vectors, self._embeddings is not None, self._limits)
+        batch = _bulk.prepare(
+            user, memories, vectors, self._embeddings is not None, self._limits, self.language
+        )
         if vectors is None and self._embeddings is not None and batch.texts:
             batch = batch.with_vectors(await self._embeddings.aembed_documents(batch.texts))
         op = _bulk.op(batch, source, self._limits, indexed=not defer_index)

@@ -48,7 +48,7 @@ class SyncPostgres(PostgresBase):
             return self._sync_pool
 
     def _run(self, op: Op) -> Any:
-        plan = op.plan
+        plan = self._gated(op)
         try:
             with self._pool().connection() as conn:
                 if conn not in self._prepared:

@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Literal, TypeVar
 from urllib.parse import quote
 
-from ...errors import BackendError, LangmemTrpcError
+from ...errors import BackendError, ConfigurationError, LangmemTrpcError
+from ...service._language import ENGLISH, Language
 from ._keyword import register_functions, scope_prefix_v1
 from ._sql import CREATE_MIGRATIONS_TABLE, MIGRATIONS, stored_fingerprint
 
@@ -101,6 +102,9 @@ class Database:
         retries: whole-transaction retries after the busy timeout ran out.
         synchronous: SQLite `synchronous` pragma; NORMAL is durable across
             application crashes in WAL mode and much faster than FULL.
+        language: the tokenizer's language. A new file records it (table
+            `langmem_settings`); opening a file recorded under another language
+            raises `ConfigurationError` naming both, and changes nothing.
     """
 
     def __init__(
@@ -110,7 +114,9 @@ class Database:
         busy_timeout_ms: int = 5_000,
         retries: int = 8,
         synchronous: str = "NORMAL",
+        language: Language = ENGLISH,
     ) -> None:
+        self.language = language
         self.path = str(path)
         self.memory = self.path == ":memory:"
         if not self.memory:
@@ -129,7 +135,11 @@ class Database:
         self._pid = os.getpid()
         self._closed = False
         self._shared: _Held | None = None
-        self._setup()
+        try:
+            self._setup()
+        except BaseException:  # refused (another language, newer schema): no connection leaks
+            self.close()
+            raise
 
     # -- connections ----------------------------------------------------------
 
@@ -141,7 +151,7 @@ class Database:
             conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
             conn.execute(f"PRAGMA synchronous = {self._synchronous}")
             conn.execute("PRAGMA temp_store = MEMORY")
-            register_functions(conn)
+            register_functions(conn, self.language)
             conn.create_function("lm_scope_v1", 2, scope_prefix_v1, deterministic=True)
             conn.create_function("lm_fingerprint", 6, stored_fingerprint, deterministic=True)
         except sqlite3.Error as exc:
@@ -259,9 +269,9 @@ class Database:
                 time.sleep(delay * (1 + random.random()))
                 delay = min(delay * 2, 0.5)
 
-    @staticmethod
-    def _migrate(conn: sqlite3.Connection) -> int:
-        """Apply the migrations this file lacks; returns how many ran."""
+    def _migrate(self, conn: sqlite3.Connection) -> int:
+        """Apply the migrations this file lacks, then check the recorded language
+        (a new file records this one); returns how many migrations ran."""
         conn.execute(CREATE_MIGRATIONS_TABLE)
         done = conn.execute("SELECT coalesce(max(version), 0) FROM langmem_migrations").fetchone()[
             0
@@ -279,4 +289,17 @@ class Database:
                 (version, time.time_ns() // 1000),
             )
             logger.info("applied SQLite schema migration %d", version)
+        if done == 0:  # a new file: its documents will be in this service's language
+            conn.execute(
+                "UPDATE langmem_settings SET value = ? WHERE key = 'language'",
+                (self.language.name,),
+            )
+        (stored,) = conn.execute(
+            "SELECT value FROM langmem_settings WHERE key = 'language'"
+        ).fetchone()
+        if stored != self.language.name:
+            raise ConfigurationError(
+                f"language: the database {self.path!r} was written with language {stored!r},"
+                f" not {self.language.name!r}; open it with language={stored!r}"
+            )
         return len(MIGRATIONS) - int(done)

@@ -19,6 +19,7 @@ import sqlite3
 from collections.abc import Iterable
 
 from ...service._documents import fts_document, keyword_doc, topics_document
+from ...service._language import ENGLISH, Language
 from ...types import UserKey
 
 __all__ = [
@@ -86,20 +87,23 @@ def match_any(prefix: str, tokens: Iterable[str]) -> str:
     return " OR ".join(_quote(prefix + t) for t in tokens)
 
 
-def _topic_doc(topics_json: str) -> str:
-    return topics_document(json.loads(topics_json))
-
-
 def _doc_len(document: str) -> int:
     return document.count(" ") + 1 if document else 0
 
 
-def register_functions(conn: sqlite3.Connection) -> None:
-    """The package tokenizer as SQL functions, for statements and migrations that
-    rebuild keyword documents: lm_scoped(prefix, doc), lm_scope(app, user),
-    lm_content_doc(text), lm_topic_doc(topics_json), lm_doc_len(doc)."""
+def register_functions(conn: sqlite3.Connection, language: Language = ENGLISH) -> None:
+    """The package tokenizer (in the service's `language`) as SQL functions, for
+    statements and migrations that rebuild keyword documents: lm_scoped(prefix, doc),
+    lm_scope(app, user), lm_content_doc(text), lm_topic_doc(topics_json), lm_doc_len(doc)."""
+
+    def content_doc(text: str) -> str:
+        return fts_document(text, language)
+
+    def topic_doc(topics_json: str) -> str:
+        return topics_document(json.loads(topics_json), language)
+
     conn.create_function("lm_scoped", 2, scoped, deterministic=True)
     conn.create_function("lm_scope", 2, scope_prefix_of, deterministic=True)
-    conn.create_function("lm_content_doc", 1, fts_document, deterministic=True)
-    conn.create_function("lm_topic_doc", 1, _topic_doc, deterministic=True)
+    conn.create_function("lm_content_doc", 1, content_doc, deterministic=True)
+    conn.create_function("lm_topic_doc", 1, topic_doc, deterministic=True)
     conn.create_function("lm_doc_len", 1, _doc_len, deterministic=True)

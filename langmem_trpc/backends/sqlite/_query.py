@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from ...service._language import Language
 from ...service._search import (
     CorpusStats,
     KeywordDoc,
@@ -209,13 +210,15 @@ class SearchRun:
         options: SearchOptions,
         query_vector: np.ndarray | None,
         keyword_candidates: int | None,
+        language: Language,
     ) -> None:
+        self.language = language
         self.caches = caches
         self.keyword_candidates = keyword_candidates
         self.user = user
         self.options = options
         self.query_vector = query_vector
-        self.terms = QueryTerms.of(options)
+        self.terms = QueryTerms.of(options, language)
         self.after_us = sql.to_us(options.time_after)
         self.before_us = sql.to_us(options.time_before)
         self.missing_vectors = 0
@@ -236,7 +239,7 @@ class SearchRun:
         self._entries, self._docs = cache.entries, cache.docs
         if self.terms.tokens:
             self._index = self.caches.keywords.get(self.caches.read, self.user, self.stamp)
-        return execute_search(self.options, self.fetch)
+        return execute_search(self.options, self.fetch, self.language)
 
     @property
     def stamp(self) -> Stamp:
@@ -412,9 +415,8 @@ class SearchRun:
             if rid in entries
         ]
 
-    @staticmethod
-    def _full_doc(row: Row) -> KeywordDoc:
-        return KeywordDoc.build(row[TEXT], json.loads(row[TOPICS]))
+    def _full_doc(self, row: Row) -> KeywordDoc:
+        return KeywordDoc.build(row[TEXT], json.loads(row[TOPICS]), self.language)
 
     def _phrase_scan(self, kind: Kind | None, pool: int) -> list[tuple[Entry, float]]:
         """A query with no tokens ("C#"): the shared literal fallback over a filtered scan."""

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ...service._language import Language
 from ...types import Entry, Memory, Operation, Source, UserKey
 from . import _sql as sql
 from ._keyword import fts_document, scope_prefix, scoped, topics_document
@@ -60,13 +61,13 @@ class Prepared:
     topic_doc: str
 
     @classmethod
-    def of(cls, memory: Memory, fp: str) -> Prepared:
+    def of(cls, memory: Memory, fp: str, language: Language) -> Prepared:
         return cls(
             memory=memory,
             fingerprint=bytes.fromhex(fp),
             columns=sql.memory_params(memory),
-            content_doc=fts_document(memory.text),
-            topic_doc=topics_document(memory.topics),
+            content_doc=fts_document(memory.text, language),
+            topic_doc=topics_document(memory.topics, language),
         )
 
     @property

@@ -241,6 +241,16 @@ MIGRATIONS: list[tuple[str, ...]] = [
                 lm_scoped(lm_scope(app_name, user_id), topic_doc)
             FROM memories WHERE deleted_at IS NULL""",
     ),
+    # The tokenizer's language, which every stored document depends on. A database
+    # that existed before has English documents; `Database` records the service's
+    # language instead when it creates the file, and refuses another one later.
+    (
+        """CREATE TABLE langmem_settings (
+            key TEXT PRIMARY KEY,
+            value TEXT NOT NULL
+        )""",
+        "INSERT INTO langmem_settings (key, value) VALUES ('language', 'english')",
+    ),
 ]
 
 CREATE_MIGRATIONS_TABLE = """CREATE TABLE IF NOT EXISTS langmem_migrations (

@@ -40,6 +40,7 @@ from ...service._core import (
     unexpired,
     utcnow,
 )
+from ...service._language import Language, resolve_language
 from ...service.protocol import SyncMemoryService
 from ...types import (
     Entry,
@@ -112,6 +113,9 @@ class SQLiteMemoryService(SQLiteClaims, ExpiryMixin, SyncMemoryService):
         busy_timeout_ms: how long SQLite waits for another process's write.
         synchronous: SQLite `synchronous` pragma ("NORMAL" by default: WAL
             keeps the file consistent; a power cut may lose the last commits).
+        language: the tokenizer's language (a Snowball name such as "german", or a
+            `Language`; English by default). A new file records it; opening a file
+            recorded under another language raises `ConfigurationError`.
 
     Example:
         ```python
@@ -132,8 +136,12 @@ class SQLiteMemoryService(SQLiteClaims, ExpiryMixin, SyncMemoryService):
         keyword_candidates: int | None = None,
         busy_timeout_ms: int = 5_000,
         synchronous: str = "NORMAL",
+        language: str | Language = "english",
     ) -> None:
-        self._db = Database(path, busy_timeout_ms=busy_timeout_ms, synchronous=synchronous)
+        self.language = resolve_language(language)
+        self._db = Database(
+            path, busy_timeout_ms=busy_timeout_ms, synchronous=synchronous, language=self.language
+        )
         self._file_claims = FileClaims(None if self._db.memory else self._db.path)
         self._embeddings = embeddings
         self._limits = limits or Limits()
@@ -229,7 +237,7 @@ class SQLiteMemoryService(SQLiteClaims, ExpiryMixin, SyncMemoryService):
             location=location,
             metadata=metadata,
         )
-        prepared = Prepared.of(memory, fingerprint(memory, memory_id))
+        prepared = Prepared.of(memory, fingerprint(memory, memory_id), self.language)
         (blob,) = self._embed([embedding_text(memory.text, memory.participants)])
         return self._db.write(
             lambda conn: self._add_in(conn, user, prepared, blob, memory_id, source)
@@ -254,7 +262,7 @@ class SQLiteMemoryService(SQLiteClaims, ExpiryMixin, SyncMemoryService):
         prepared: list[Prepared] = []
         for item in memories:
             memory = memory_from(item, limits=self._limits)
-            prepared.append(Prepared.of(memory, fingerprint(memory)))
+            prepared.append(Prepared.of(memory, fingerprint(memory), self.language))
         blobs = self._embed(
             [embedding_text(p.memory.text, p.memory.participants) for p in prepared]
         )
@@ -395,7 +403,7 @@ class SQLiteMemoryService(SQLiteClaims, ExpiryMixin, SyncMemoryService):
         if merged == entry.memory.topics:
             return entry
         now = self._now()
-        topic_doc = topics_document(merged)
+        topic_doc = topics_document(merged, self.language)
         unindex_row(conn, user, row[0])
         conn.execute(
             sql.UPDATE_TOPICS,
@@ -439,7 +447,9 @@ class SQLiteMemoryService(SQLiteClaims, ExpiryMixin, SyncMemoryService):
                 raise MemoryNotFoundError(memory_id)
             current = to_entry(seen, user)
             memory = patch_memory(current.memory, text, limits=self._limits, **fields)
-            p = Prepared.of(memory, fingerprint(memory, memory_id if seen[KEYED] else None))
+            p = Prepared.of(
+                memory, fingerprint(memory, memory_id if seen[KEYED] else None), self.language
+            )
             blob: bytes | None | Keep = KEEP
             embedded = embedding_text(memory.text, memory.participants)
             if embedded != embedding_text(current.memory.text, current.memory.participants):
@@ -569,8 +579,8 @@ class SQLiteMemoryService(SQLiteClaims, ExpiryMixin, SyncMemoryService):
             }
         )
         u = (user.app_name, user.user_id)
-        plain = Prepared.of(entry.memory, fingerprint(entry.memory))
-        keyed = Prepared.of(entry.memory, fingerprint(entry.memory, entry.id))
+        plain = Prepared.of(entry.memory, fingerprint(entry.memory), self.language)
+        keyed = Prepared.of(entry.memory, fingerprint(entry.memory, entry.id), self.language)
         (blob,) = self._embed([embedding_text(entry.text, entry.memory.participants)])
         events = [
             (
@@ -681,11 +691,15 @@ class SQLiteMemoryService(SQLiteClaims, ExpiryMixin, SyncMemoryService):
         query_vector: np.ndarray | None = None
         if self._embeddings is not None:
             query_vector = unit_vector(self._embeddings.embed_query(options.query))
-        search = SearchRun(self._caches, user, options, query_vector, self._keyword_candidates)
+        search = SearchRun(
+            self._caches, user, options, query_vector, self._keyword_candidates, self.language
+        )
         results = self._db.read(search.run)
         if search.missing_vectors:
             self._backfill_embeddings(user, search.missing_vectors)
-            search = SearchRun(self._caches, user, options, query_vector, self._keyword_candidates)
+            search = SearchRun(
+                self._caches, user, options, query_vector, self._keyword_candidates, self.language
+            )
             results = self._db.read(search.run)
         return results
 

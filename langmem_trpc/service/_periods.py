@@ -1,0 +1,116 @@
+"""Dates and months in queries and memory texts, per language: the periods a
+query names ("in July 2023", "on 3 June") and whether a text says a time. The
+search's time and "when" signals (`_search.py`) read them."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from functools import lru_cache
+from typing import NamedTuple
+
+from ._language import ENGLISH, Language
+
+__all__ = ["Period", "query_periods", "says_time"]
+
+_ORD = r"(\d{1,2})(?:st|nd|rd|th)?"
+
+
+@lru_cache(maxsize=16)
+def _date_forms(language: Language) -> tuple[tuple[re.Pattern[str], str], ...]:
+    """The absolute date shapes a query can name, from the language's month names
+    (none without them but ISO dates and years)."""
+    forms: list[tuple[re.Pattern[str], str]] = [
+        (re.compile(r"\b(\d{4})-(\d{1,2})-(\d{1,2})\b"), "ymd")
+    ]
+    if language.month_names:
+        months = "|".join(
+            f"{re.escape(m[:3])}(?:{re.escape(m[3:])})?" if len(m) > 3 else re.escape(m)
+            for m in language.month_names
+        )
+        month = rf"({months}|sept)" if language is ENGLISH else rf"({months})"
+        forms += [
+            (re.compile(rf"\b{_ORD}\s+(?:of\s+)?{month}\.?,?\s+(\d{{4}})\b", re.I), "dmy"),
+            (re.compile(rf"\b{month}\.?\s+{_ORD},?\s+(\d{{4}})\b", re.I), "mdy"),
+            (re.compile(rf"\b{month}\.?,?\s+(?:of\s+)?(\d{{4}})\b", re.I), "my"),
+        ]
+    forms.append((re.compile(r"\b(19\d\d|20\d\d)\b"), "y"))
+    if language.month_names:
+        names = "|".join(re.escape(m.capitalize()) for m in language.month_names)
+        forms.append((re.compile(rf"\b({names})\b"), "m"))
+    return tuple(forms)
+
+
+class Period(NamedTuple):
+    """A calendar period a query names: year, month and day, each None when unsaid."""
+
+    year: int | None
+    month: int | None
+    day: int | None
+
+    def contains(self, when: datetime) -> bool:
+        if self.day is not None and self.year is not None and self.month is not None:
+            try:
+                target = datetime(self.year, self.month, self.day, tzinfo=when.tzinfo)
+            except ValueError:
+                return False
+            return abs((when - target).total_seconds()) <= 36 * 3600
+        if self.year is not None and when.year != self.year:
+            return False
+        return self.month is None or when.month == self.month
+
+
+def query_periods(query: str, language: Language = ENGLISH) -> list[Period]:
+    """Calendar periods a question names ("May 2023", "on 3 June, 2023", "in 2022", "in July").
+
+    Absolute dates only: relative ones ("last year") have no anchor a
+    search can trust (the question's time is not the memories' time). A lone
+    month must be capitalised, so the verb "may" is not a month. Month names
+    come from the language.
+    """
+    periods: list[Period] = []
+    rest = query
+    for pattern, form in _date_forms(language):
+        for match in pattern.finditer(rest):
+            g = match.groups()
+            if form == "ymd":
+                period = Period(int(g[0]), int(g[1]), int(g[2]))
+            elif form == "dmy":
+                period = Period(int(g[2]), _month(g[1], language), int(g[0]))
+            elif form == "mdy":
+                period = Period(int(g[2]), _month(g[0], language), int(g[1]))
+            elif form == "my":
+                period = Period(int(g[1]), _month(g[0], language), None)
+            elif form == "y":
+                period = Period(int(g[0]), None, None)
+            else:
+                period = Period(None, _month(g[0], language), None)
+            periods.append(period)
+        rest = pattern.sub(" ", rest)
+    return periods
+
+
+def _month(name: str, language: Language) -> int:
+    prefix = name.lower()[:3]
+    for number, month in enumerate(language.month_names, start=1):
+        if month[:3] == prefix:
+            return number
+    raise ValueError(name)  # pragma: no cover - the patterns only match month names
+
+
+_WORD = re.compile(r"[^\W\d_]+")
+_YEAR = re.compile(r"(?<!\d)(?:19|20)\d\d(?!\d)")
+
+
+@lru_cache(maxsize=8192)
+def says_time(text: str, language: Language = ENGLISH) -> bool:
+    """A time word of the language ("yesterday", "last", "May", "Sunday") or a year
+    1900-2099 in the text.
+
+    Cached per text: the same memories come back as candidates search after search.
+    """
+    lowered = text.lower()
+    return (
+        not language.time_words.isdisjoint(_WORD.findall(lowered))
+        or _YEAR.search(lowered) is not None
+    )
