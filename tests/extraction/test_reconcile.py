@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 from datetime import datetime, timezone
 
 from langmem_trpc import InMemoryMemoryService, Kind, UserKey
@@ -131,3 +132,23 @@ def test_append_only_turns_updates_into_adds_and_drops_deletes():
     result = append_only(ops, [dog])
     assert [(o.action, o.text) for o in result.ops] == [(Action.ADD, "Has a cat")]
     assert len(result.duplicates) == 1
+
+
+def test_each_kept_or_rewritten_add_carries_its_decision_and_figures():
+    svc, (go, tea) = store("Production runs Go 1.23", "Enjoys drinking green tea in the morning")
+    bump = MemoryOp.add("Production runs Go 1.24")
+    (updated,) = merge_similar([bump], probe(svc), ALL).ops
+    assert re.fullmatch(r"update tier=update score=\d\.\d\d jaccard=\d\.\d\d", updated.decision)
+    topics = MemoryOp.add("Enjoys drinking green tea in the morning", topics=["routine"])
+    (merged,) = merge_similar([topics], probe(svc), ALL).ops
+    assert merged.memory_id == tea.id
+    assert re.fullmatch(r"update:topics tier=skip score=\d\.\d\d jaccard=1\.00", merged.decision)
+    (kept,) = merge_similar([bump], probe(svc), {Action.ADD}).ops
+    assert kept.action == Action.ADD and kept.decision.startswith("add:kept tier=update ")
+    (fresh,) = merge_similar([MemoryOp.add("Keeps three beehives")], probe(svc), ALL).ops
+    assert re.fullmatch(r"add( tier=none .*)?", fresh.decision)
+
+    def broken(text):
+        raise RuntimeError("db down")
+
+    assert merge_similar([bump], broken, ALL).ops[0].decision == "add:probe-failed"
