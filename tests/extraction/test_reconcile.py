@@ -114,11 +114,13 @@ def test_preserve_history_updates_only_when_every_detail_is_kept():
     detail = MemoryOp.add("Has a dog named Rex, a beagle")
     (kept,) = preserve_history([detail], [dog], ALL).ops
     assert kept.action == Action.UPDATE and kept.memory_id == dog.id
+    assert kept.decision == "update:preserve_history"
     change = MemoryOp.add("Has a dog named Max")
     assert preserve_history([change], [dog], ALL).ops == [change]
     rewrite = MemoryOp.update(dog.id, "No longer has a dog")
     (converted,) = preserve_history([rewrite], [dog], ALL).ops
     assert converted.action == Action.ADD and converted.memory_id is None
+    assert converted.decision == "add:preserve_history"
     assert preserve_history([MemoryOp.add("Has a dog named Rex.")], [dog], ALL).ops == []
 
 
@@ -131,6 +133,7 @@ def test_append_only_turns_updates_into_adds_and_drops_deletes():
     ]
     result = append_only(ops, [dog])
     assert [(o.action, o.text) for o in result.ops] == [(Action.ADD, "Has a cat")]
+    assert result.ops[0].decision == "add:append_only"
     assert len(result.duplicates) == 1
 
 
