@@ -344,15 +344,26 @@ class Source(BaseModel):
     message_ids: list[str] = Field(default_factory=list)
     actor: str | None = None
     """Who wrote: "worker", "tool", "cli", "store" or a caller-chosen label."""
+    decision: str | None = None
+    """Why this write happened, when an update policy decided it: a short label, the
+    decision word then optional `key=value` figures, e.g. "add",
+    "update tier=update score=0.72 jaccard=0.45" (reconcile rewrote an add into an
+    update of the memory whose probe score or token Jaccard crossed the update
+    tier). See `extraction/reconcile.py` for every label. Validated like an id."""
 
     def __init__(self, **data: Any) -> None:
         _check_source_fields(data)
         super().__init__(**data)
 
+    def with_decision(self, decision: str | None) -> Source:
+        """A validated copy of this source recording `decision`."""
+        return Source(**{**self.model_dump(), "decision": decision})
+
 
 def _check_source_fields(data: Mapping[str, Any]) -> None:
     check_optional_id("source.thread_id", data.get("thread_id"))
     check_optional_id("source.actor", data.get("actor"))
+    check_optional_id("source.decision", data.get("decision"))
     ids = data.get("message_ids")
     if ids is None:
         return
@@ -373,7 +384,12 @@ def check_source(source: object) -> Source | None:
     if not isinstance(source, Source):
         raise InvalidMemoryError("source", f"expected a Source, got {type(source).__name__}")
     _check_source_fields(
-        {"thread_id": source.thread_id, "message_ids": source.message_ids, "actor": source.actor}
+        {
+            "thread_id": source.thread_id,
+            "message_ids": source.message_ids,
+            "actor": source.actor,
+            "decision": source.decision,
+        }
     )
     return source
 

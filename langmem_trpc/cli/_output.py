@@ -232,9 +232,10 @@ def event_line(event: HistoryEvent) -> str:
         "update": f"{event.text_before!r} -> {event.text_after!r}",
     }.get(event.operation.value, f"- {event.text_before!r}")
     where = ""
-    if event.source and (event.source.thread_id or event.source.actor):
+    if event.source and (event.source.thread_id or event.source.actor or event.source.decision):
         thread = f" thread {event.source.thread_id}" if event.source.thread_id else ""
-        where = f"  [{event.source.actor or ''}{thread}]"
+        decision = f" decision {event.source.decision}" if event.source.decision else ""
+        where = f"  [{event.source.actor or ''}{thread}{decision}]"
     at = event.at.isoformat(timespec="seconds")
     return safe(f"{at}  {event.operation.value:<6} {change}{where}")
 

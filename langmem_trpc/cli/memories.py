@@ -376,6 +376,10 @@ def memories_history(
 ) -> None:
     """Show every change to a memory (deleted ones too), oldest first.
 
+    A table line ends with the write's source, when recorded: [actor thread ID
+    decision LABEL], the decision being the update policy's (e.g. "update
+    tier=update score=0.72 jaccard=0.67").
+
     \b
     Example:
         langmem-trpc memories history --user alice 3f2a9c1b

@@ -14,6 +14,11 @@ Rules (spec 3.7, plus what stable ids need):
   from a date at the calendar's edge) skips that op only. A `BackendError`,
   or any other unknown error, also marks the job for retry (the cursor
   stays), since storage may be back next time and every op is safe to replay.
+
+Each write records the batch's `Source` with the op's decision
+(`Source.decision`): the policy's label when it decided (`MemoryOp.decision`),
+else the op's action ("update", "delete", "clear": run as proposed);
+"add:update-target-missing" when an update of a missing id became an add.
 """
 
 from __future__ import annotations
@@ -92,7 +97,13 @@ def _update(
         if Action.ADD not in actions:
             return OpOutcome(op, "missing", op.memory_id)
         logger.info("auto_memory: update of missing memory %s becomes an add", op.memory_id)
-        return _add(service, user, op.as_add("execute:update->add"), source)
+        decision = "add:update-target-missing"
+        return _add(
+            service,
+            user,
+            op.as_add("execute:update->add").with_decision(decision),
+            source.with_decision(decision),
+        )
     except MemoryConflictError as conflict:
         logger.info(
             "auto_memory: update of %s duplicates memory %s; deleting the redundant source",
@@ -107,6 +118,7 @@ def _update(
 def _execute_one(
     service: MemoryService, user: UserKey, op: MemoryOp, source: Source, actions: Collection[Action]
 ) -> OpOutcome:
+    source = source.with_decision(op.decision or op.action.value)
     if op.action not in actions:
         return OpOutcome(op, "disabled", op.memory_id)
     if op.action == Action.ADD:

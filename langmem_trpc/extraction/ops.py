@@ -47,6 +47,9 @@ class MemoryOp:
     verbatim: bool = False
     origin: str | None = field(default=None, compare=False)
     """Why the op has its final shape ("model", "reconcile:update", ...), for reports and logs."""
+    decision: str | None = field(default=None, compare=False)
+    """The update policy's decision label, recorded as `Source.decision` on the write
+    (see `extraction/reconcile.py`); None: the op runs as proposed."""
 
     @classmethod
     def add(
@@ -119,3 +122,7 @@ class MemoryOp:
 
     def as_add(self, origin: str) -> MemoryOp:
         return replace(self, action=Action.ADD, memory_id=None, origin=origin)
+
+    def with_decision(self, decision: str) -> MemoryOp:
+        """This op, carrying the policy's decision label to execution."""
+        return replace(self, decision=decision)

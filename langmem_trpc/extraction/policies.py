@@ -7,6 +7,11 @@
 - "append_only": only adds; exact duplicates dropped (spec 4.4).
 
 Verbatim records (raw turns) bypass every policy except identical-duplicate removal.
+
+Decision labels (`MemoryOp.decision`, recorded as `Source.decision`): an op
+these two policies rewrite carries "update:preserve_history",
+"add:preserve_history" (an update that would lose a detail) or
+"add:append_only" (an update turned into an add); the others run as proposed.
 """
 
 from __future__ import annotations
@@ -138,9 +143,10 @@ def _classify(op: MemoryOp, entry: Entry) -> _Candidate | None:
 
 
 def _to_update(op: MemoryOp, entry: Entry) -> MemoryOp:
-    return op.as_update(
+    rewritten = op.as_update(
         entry.id, [*entry.memory.topics, *op.topics], op.kind or entry.kind, "policy:update"
     )
+    return rewritten.with_decision("update:preserve_history")
 
 
 def _preserve_add(
@@ -167,7 +173,7 @@ def _preserve_update(
         return None
     if found is not None and Action.UPDATE in actions:
         return _to_update(op, found.entry)
-    return op.as_add("policy:update->add")
+    return op.as_add("policy:update->add").with_decision("add:preserve_history")
 
 
 def preserve_history(
@@ -199,7 +205,7 @@ def append_only(ops: Sequence[MemoryOp], existing: Sequence[Entry]) -> Reconcile
     dropped: list[MemoryOp] = []
     for op in ops:
         if op.action == Action.UPDATE:
-            op = op.as_add("policy:append_only")
+            op = op.as_add("policy:append_only").with_decision("add:append_only")
         if op.action != Action.ADD:
             logger.debug("append_only: dropping %s", op.action.value)
             continue

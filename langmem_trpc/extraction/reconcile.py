@@ -16,6 +16,19 @@ an episode is never merged into an episode of another time, participants,
 place or dated wording; an explicit `kind` must match; and each stored memory
 takes at most one rewritten update per batch, so two facts never overwrite
 each other through the same target.
+
+Each decision is carried on the op (`MemoryOp.decision`) and recorded in
+history as `Source.decision`: the decision word, then the best candidate's
+tier and figures when a probe found one (`decision_label`):
+
+- "add": no candidate; "add tier=none score=0.41 jaccard=0.20": the best
+  candidate reached no tier; "add:kept tier=update ...": it reached a tier but
+  update is disabled or its memory already takes another update of the batch;
+  "add:probe-failed": the probe raised, the add is kept;
+- "update tier=update score=0.72 jaccard=0.45": rewritten into an update of
+  that candidate; "update:topics tier=skip ...": a duplicate that brings new
+  topics, rewritten into an update adding them;
+- a duplicate (skip tier, no new topics) is dropped and writes nothing.
 """
 
 from __future__ import annotations
@@ -43,6 +56,7 @@ __all__ = [
     "Tier",
     "classify",
     "decide_add",
+    "decision_label",
     "merge_similar",
 ]
 
@@ -125,25 +139,36 @@ def _new_topics(op: MemoryOp, entry: Entry) -> bool:
     return any(t.casefold() not in stored for t in op.topics)
 
 
-def _rewrite(op: MemoryOp, entry: Entry, origin: str) -> MemoryOp:
+def decision_label(decision: str, match: Match | None) -> str:
+    """`decision`, then the tier, score and Jaccard of `match` when there is one."""
+    if match is None:
+        return decision
+    tier = match.tier.name.lower()
+    return f"{decision} tier={tier} score={match.score:.2f} jaccard={match.jaccard:.2f}"
+
+
+def _rewrite(op: MemoryOp, best: Match, origin: str, decision: str) -> MemoryOp:
+    entry = best.entry
     topics = canonical_topics([*entry.memory.topics, *op.topics])
-    return op.as_update(entry.id, topics, op.kind or entry.kind, origin)
+    rewritten = op.as_update(entry.id, topics, op.kind or entry.kind, origin)
+    return rewritten.with_decision(decision_label(decision, best))
 
 
 def decide_add(
     op: MemoryOp, entries: Sequence[Entry], *, update_enabled: bool, claimed: Collection[str] = ()
 ) -> MemoryOp | None:
-    """Keep, rewrite to an update, or drop (None) one proposed add."""
+    """Keep, rewrite to an update, or drop (None) one proposed add; the kept op carries its decision."""
     best = best_match(op, entries)
     if best is None or best.tier == Tier.NONE:
-        return op
+        return op.with_decision(decision_label("add", best))
+    kept = op.with_decision(decision_label("add:kept", best))
     can_update = update_enabled and best.entry.id not in claimed
     if best.tier == Tier.SKIP:
         if not _new_topics(op, best.entry):
             logger.debug("reconcile: %r duplicates memory %s; skipped", op.text, best.entry.id)
             return None
-        return _rewrite(op, best.entry, "reconcile:skip+topics") if can_update else op
-    return _rewrite(op, best.entry, "reconcile:update") if can_update else op
+        return _rewrite(op, best, "reconcile:skip+topics", "update:topics") if can_update else kept
+    return _rewrite(op, best, "reconcile:update", "update") if can_update else kept
 
 
 def _duplicate_in_batch(op: MemoryOp, accepted: Sequence[MemoryOp]) -> bool:
@@ -191,7 +216,7 @@ def merge_similar(ops: Sequence[MemoryOp], probe: Probe, actions: Collection[Act
             entries = probe(op.text.strip())
         except Exception:  # a failed probe keeps the add (spec 4.5)
             logger.warning("reconcile: probe failed; keeping the add", exc_info=True)
-            result.append(op)
+            result.append(op.with_decision("add:probe-failed"))
             continue
         decided = decide_add(op, entries, update_enabled=Action.UPDATE in actions, claimed=claimed)
         if decided is None:

@@ -158,6 +158,7 @@ class IntegrityConformance:
             ({"thread_id": "t\x00"}, "source.thread_id"),
             ({"message_ids": ["m1", "m\x00"]}, "source.message_ids"),
             ({"actor": "\ud800"}, "source.actor"),
+            ({"decision": "add\x00"}, "source.decision"),
         ]
         for fields, field in bad_sources:
             with pytest.raises(InvalidMemoryError) as info:
@@ -174,6 +175,10 @@ class IntegrityConformance:
             with pytest.raises(InvalidMemoryError) as info:
                 await call()
             assert info.value.field == "source.message_ids"
+        decided = Source.model_construct(message_ids=[], decision="add\ud800")
+        with pytest.raises(InvalidMemoryError) as bad_decision:
+            await client.add(ALICE, "New text", source=decided)
+        assert bad_decision.value.field == "source.decision"
         assert [e.text for e in await client.read(ALICE)] == ["Kept safe"]
         assert len(await client.history(ALICE, entry.id)) == 1
         for cursor, field in [

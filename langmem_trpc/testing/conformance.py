@@ -153,7 +153,12 @@ class MemoryServiceConformance(ClaimsConformance, IntegrityConformance):
 
     async def test_update_keeps_id_and_records_history(self, client: Client) -> None:
         entry = await client.add(ALICE, "Production runs Go 1.23", topics=["go"])
-        source = Source(thread_id="t1", message_ids=["m1", "m2"], actor="worker")
+        source = Source(
+            thread_id="t1",
+            message_ids=["m1", "m2"],
+            actor="worker",
+            decision="update tier=update score=0.72 jaccard=0.67",
+        )
         updated = await client.update(ALICE, entry.id, "Production runs Go 1.24", source=source)
         assert updated.id == entry.id
         assert updated.memory.topics == ["go"]

@@ -400,3 +400,31 @@ def test_error_messages_escape_what_they_quote(run, tmp_path):
     assert result.exit_code == 1
     assert "\x1b" not in result.output and "\u202e" not in result.output
     assert "\\x1b[31mred\\u202e" in result.output
+
+
+def test_history_shows_the_reconcile_decision(run, tmp_path):
+    from langmem_trpc import SQLiteMemoryService, UserKey
+    from langmem_trpc.extraction import Action, MemoryOp
+    from langmem_trpc.extraction.execute import execute_ops
+    from langmem_trpc.types import Source
+
+    db = str(tmp_path / "m.db")
+    user = UserKey("support", "alice")
+    actions = {Action.ADD, Action.UPDATE}
+    with SQLiteMemoryService(db) as svc:
+        source = Source(thread_id="t1", actor="worker")
+        ((outcome,), _) = execute_ops(
+            svc, user, [MemoryOp.add("Production runs Go 1.23")], actions=actions, source=source
+        )
+        decided = MemoryOp.update(outcome.memory_id, "Production runs Go 1.24").with_decision(
+            "update tier=update score=0.72 jaccard=0.67"
+        )
+        execute_ops(svc, user, [decided], actions=actions, source=source)
+    base = ["--db", db, "--app", "support", "--user", "alice"]
+    lines = run("memories", "history", *base, outcome.memory_id).output.splitlines()
+    assert lines[0].endswith("[worker thread t1 decision add]")
+    assert lines[1].endswith(
+        "[worker thread t1 decision update tier=update score=0.72 jaccard=0.67]"
+    )
+    events = json.loads(run("memories", "history", *base, "--json", outcome.memory_id).output)
+    assert events[1]["source"]["decision"] == "update tier=update score=0.72 jaccard=0.67"

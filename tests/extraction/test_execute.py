@@ -56,3 +56,11 @@ def test_an_unknown_driver_error_still_marks_the_job_for_retry(service, user):
         source=Source(actor="worker"),
     )
     assert [o.result for o in outcomes] == ["failed", "added"] and outcomes[0].retry
+
+
+def test_each_write_records_its_decision_and_a_missing_update_target_says_so(service, user):
+    ops = [MemoryOp.add("Lives in Oslo"), MemoryOp.update("0" * 32, "Keeps bees")]
+    outcomes, _ = execute_ops(service, user, ops, actions=ACTIONS, source=Source(actor="worker"))
+    assert [o.result for o in outcomes] == ["added", "added"]
+    decisions = [service.history(user, o.memory_id)[0].source.decision for o in outcomes]
+    assert decisions == ["add", "add:update-target-missing"]

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 from datetime import datetime, timezone
 
 from langmem_trpc import InMemoryMemoryService, Kind, UserKey
@@ -113,11 +114,13 @@ def test_preserve_history_updates_only_when_every_detail_is_kept():
     detail = MemoryOp.add("Has a dog named Rex, a beagle")
     (kept,) = preserve_history([detail], [dog], ALL).ops
     assert kept.action == Action.UPDATE and kept.memory_id == dog.id
+    assert kept.decision == "update:preserve_history"
     change = MemoryOp.add("Has a dog named Max")
     assert preserve_history([change], [dog], ALL).ops == [change]
     rewrite = MemoryOp.update(dog.id, "No longer has a dog")
     (converted,) = preserve_history([rewrite], [dog], ALL).ops
     assert converted.action == Action.ADD and converted.memory_id is None
+    assert converted.decision == "add:preserve_history"
     assert preserve_history([MemoryOp.add("Has a dog named Rex.")], [dog], ALL).ops == []
 
 
@@ -130,4 +133,25 @@ def test_append_only_turns_updates_into_adds_and_drops_deletes():
     ]
     result = append_only(ops, [dog])
     assert [(o.action, o.text) for o in result.ops] == [(Action.ADD, "Has a cat")]
+    assert result.ops[0].decision == "add:append_only"
     assert len(result.duplicates) == 1
+
+
+def test_each_kept_or_rewritten_add_carries_its_decision_and_figures():
+    svc, (go, tea) = store("Production runs Go 1.23", "Enjoys drinking green tea in the morning")
+    bump = MemoryOp.add("Production runs Go 1.24")
+    (updated,) = merge_similar([bump], probe(svc), ALL).ops
+    assert re.fullmatch(r"update tier=update score=\d\.\d\d jaccard=\d\.\d\d", updated.decision)
+    topics = MemoryOp.add("Enjoys drinking green tea in the morning", topics=["routine"])
+    (merged,) = merge_similar([topics], probe(svc), ALL).ops
+    assert merged.memory_id == tea.id
+    assert re.fullmatch(r"update:topics tier=skip score=\d\.\d\d jaccard=1\.00", merged.decision)
+    (kept,) = merge_similar([bump], probe(svc), {Action.ADD}).ops
+    assert kept.action == Action.ADD and kept.decision.startswith("add:kept tier=update ")
+    (fresh,) = merge_similar([MemoryOp.add("Keeps three beehives")], probe(svc), ALL).ops
+    assert re.fullmatch(r"add( tier=none .*)?", fresh.decision)
+
+    def broken(text):
+        raise RuntimeError("db down")
+
+    assert merge_similar([bump], broken, ALL).ops[0].decision == "add:probe-failed"

@@ -734,6 +734,24 @@ def test_reconcile_updates_the_surviving_memory_under_its_key(backend_service: M
     assert plain.get(NS, "new") is not None  # reconcile=False: plain key/value
 
 
+def test_reconcile_records_its_decision_in_history(backend_service: MemoryService):
+    store = MemoryStore(backend_service, reconcile=True)
+    store.put(NS, "old", {"memory": "Production runs Go 1.23 on Kubernetes"})
+    store.put(NS, "new", {"memory": "Production runs Go 1.24 on Kubernetes"})
+    entry = store.resolve(ALICE, (), "old")
+    added, updated = backend_service.history(ALICE, entry.id)
+    assert added.source is not None and updated.source is not None
+    assert added.source.actor == updated.source.actor == "store"
+    assert added.source.decision == "add"
+    assert re.fullmatch(
+        r"update tier=update score=\d\.\d\d jaccard=\d\.\d\d", updated.source.decision
+    )
+    plain = MemoryStore(backend_service)
+    plain.put(NS, "plain", {"memory": "Alice keeps three beehives"})
+    (event,) = backend_service.history(ALICE, plain.resolve(ALICE, (), "plain").id)
+    assert event.source is not None and event.source.decision is None  # no policy ran
+
+
 # -- langmem's memory manager end to end (issue #14, defect 3) ---------------------------------
 
 

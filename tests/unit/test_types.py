@@ -61,4 +61,10 @@ def test_ids_that_no_backend_can_store_are_refused_naming_the_field():
     with pytest.raises(InvalidMemoryError) as bad_source:
         Source(thread_id="t", message_ids=["ok", "m\x00"])
     assert bad_source.value.field == "source.message_ids"
+    with pytest.raises(InvalidMemoryError) as bad_decision:
+        Source(actor="worker", decision="add\x00")
+    assert bad_decision.value.field == "source.decision"
+    with pytest.raises(InvalidMemoryError) as bad_copy:
+        Source(actor="worker").with_decision(7)  # type: ignore[arg-type]
+    assert bad_copy.value.field == "source.decision"
     assert Source(thread_id="t\x1fu", message_ids=["m\u2028"]).thread_id == "t\x1fu"

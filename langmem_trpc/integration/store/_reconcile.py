@@ -5,7 +5,9 @@ probes the user's memories exactly as the worker does (`PROBE_OPTIONS`),
 restricted to memories of the same namespace, and decides: keep the add,
 drop it as a duplicate, or rewrite it into an update of the closest memory.
 An update keeps the surviving memory's id, key and namespace and takes the
-new value; nothing is created under the new key.
+new value; nothing is created under the new key. The write's history source
+(actor "store") records the policy's decision label (`Source.decision`, see
+`extraction/reconcile.py`); a duplicate writes nothing.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any
 
 from ...extraction.ops import Action, MemoryOp
 from ...extraction.policies import apply_policy
-from ...extraction.reconcile import PROBE_OPTIONS, best_match
+from ...extraction.reconcile import PROBE_OPTIONS, best_match, decision_label
 from ...service.protocol import MemoryService
 from ...types import Entry, Kind, UserKey
 from ._values import indexed, namespace_of, store_meta
@@ -26,14 +28,18 @@ _ACTIONS = frozenset({Action.ADD, Action.UPDATE})
 
 
 class Absorbed:
-    """The put merged into `target` (`updated` False when it was a duplicate)."""
+    """The put's fate: `target` None stores it as a new item; else it merged into
+    `target` (`updated` False when it was a duplicate). `decision` is the label."""
 
-    __slots__ = ("target", "topics", "updated")
+    __slots__ = ("decision", "target", "topics", "updated")
 
-    def __init__(self, target: Entry, updated: bool, topics: list[str]) -> None:
+    def __init__(
+        self, target: Entry | None, updated: bool, topics: list[str], decision: str
+    ) -> None:
         self.target = target
         self.updated = updated
         self.topics = topics
+        self.decision = decision
 
 
 def _proposed(text: str, fields: Mapping[str, Any]) -> MemoryOp:
@@ -54,8 +60,8 @@ def reconcile_put(
     scope: Sequence[str],
     text: str,
     fields: Mapping[str, Any],
-) -> Absorbed | None:
-    """None: store the put as a new item; else the memory that absorbs it."""
+) -> Absorbed:
+    """What the merge_similar policy decided for the put (see `Absorbed`)."""
     namespace = (user.app_name, user.user_id, *scope)
 
     def probe(query: str) -> list[Entry]:
@@ -77,17 +83,18 @@ def reconcile_put(
         actions=_ACTIONS,
     )
     if decided.ops and decided.ops[0].action == Action.ADD:
-        return None
+        return Absorbed(None, False, [], decided.ops[0].decision or "add")
     if not decided.ops:  # a duplicate: the best candidate already says it
         best = best_match(_proposed(text, fields), list(candidates.values()))
         if best is None:  # pragma: no cover - a skip always has a candidate
-            return None
-        return Absorbed(best.entry, False, list(best.entry.memory.topics))
+            return Absorbed(None, False, [], "add")
+        label = decision_label("duplicate", best)
+        return Absorbed(best.entry, False, list(best.entry.memory.topics), label)
     op = decided.ops[0]
     target = candidates.get(op.memory_id or "")
     if target is None:  # pragma: no cover - the policy only names probed memories
-        return None
-    return Absorbed(target, True, list(op.topics))
+        return Absorbed(None, False, [], "add")
+    return Absorbed(target, True, list(op.topics), op.decision or "update")
 
 
 def surviving_key(entry: Entry) -> str:

@@ -229,13 +229,14 @@ class MemoryStore(BaseStore):
             meta["index"] = False
         if op.ttl is not None:
             meta["ttl"] = float(op.ttl)
+        source = _SOURCE
         if existing is None and self.reconcile and op.index is not False:
             absorbed = reconcile_put(self.service, user, scope, text, fields)
-            if absorbed is not None:
-                if absorbed.updated:
-                    existing, fields["topics"] = absorbed.target, absorbed.topics
-                else:
+            source = _SOURCE.with_decision(absorbed.decision)
+            if absorbed.target is not None:
+                if not absorbed.updated:
                     return
+                existing, fields["topics"] = absorbed.target, absorbed.topics
         if existing is not None:
             meta["key"] = surviving_key(existing) if store_meta(existing) else existing.id
         entry = self.service.add(
@@ -243,7 +244,7 @@ class MemoryStore(BaseStore):
             text,
             memory_id=existing.id if existing is not None else _memory_id(scope, op.key),
             metadata={META: meta},
-            source=_SOURCE,
+            source=source,
             **fields,
         )
         at = deadline(op.ttl)
