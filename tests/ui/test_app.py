@@ -372,3 +372,14 @@ def test_app_shutdown_closes_the_async_pool_it_opened_and_the_service_stays_usab
     with TestClient(create_app(svc, token=TOKEN)) as again:  # a new loop, a new pool
         assert "Bob likes chess" in again.get("/user?app=support&user=bob").text
     assert svc.get(BOB, seeded["bob"].id) is not None
+
+
+def test_history_shows_the_reconcile_decision_that_fired(client, svc, seeded) -> None:
+    decided = Source(
+        thread_id="t-2", actor="worker", decision="update tier=update score=0.72 jaccard=0.67"
+    )
+    svc.update(ALICE, seeded["tea"].id, "Alice prefers jasmine tea", source=decided)
+    page = client.get(f"/memory?{Q}&id={seeded['tea'].id}")
+    assert page.status_code == 200
+    assert "decision" in page.text
+    assert "update tier=update score=0.72 jaccard=0.67" in page.text
