@@ -10,6 +10,7 @@ import pytest
 from langchain_core.messages import HumanMessage
 
 from langmem_trpc import AutoMemoryWorker, UserKey
+from langmem_trpc.errors import ExtractorBusyError
 from langmem_trpc.extraction import JobStatus, VerbatimExtractor
 from langmem_trpc.extraction.delta import advance_cursor
 from langmem_trpc.types import DeadLetterStatus
@@ -110,6 +111,28 @@ def test_a_poison_batch_is_dead_lettered_after_three_attempts(service, user):
     assert later.status == JobStatus.COMPLETED and [i for _, i in extractor.seen] == ["m2"]
     stats = worker.stats()
     assert (stats.batches_dead_lettered, stats.jobs_dead_lettered, stats.jobs_failed) == (1, 1, 2)
+
+
+class Busy(VerbatimExtractor):
+    """Every call finds the user's extractor capacity taken (never attempted)."""
+
+    def extract(self, request):
+        raise ExtractorBusyError("user already holds max_calls_per_user calls")
+
+
+def test_a_busy_extractor_is_not_a_failed_attempt(service, user):
+    """A batch that never reached the model is retried, never dead-lettered."""
+    worker = AutoMemoryWorker(service, Busy(), max_attempts=1)
+    thread = [msg(0, "I live in Oslo")]
+    for _ in range(3):
+        report = worker.process(user, "t", thread)
+        assert report.status == JobStatus.FAILED and "ExtractorBusyError" in report.error
+    assert service.dead_letters() == [] and service.get_cursor(user, "t") is None
+    assert worker.process(user, "t", thread).status == JobStatus.FAILED
+    assert AutoMemoryWorker(service, Recording()).process(user, "t", thread).status == (
+        JobStatus.COMPLETED
+    )
+    assert [e.text for e in service.read(user)] == ["I live in Oslo"]
 
 
 def test_attempts_are_counted_in_the_backend_across_workers(service, user):
