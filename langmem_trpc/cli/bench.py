@@ -19,28 +19,24 @@ logger = logging.getLogger(__name__)
 
 SHARED_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "locomo10.json"
 
+NO_SIGNALS: dict[str, float] = {
+    "decompose_weight": 0.0,
+    "participant_boost": 0.0,
+    "context_weight": 0.0,
+    "question_word_weight": 1.0,
+    "time_boost": 0.0,
+    "when_boost": 0.0,
+}
+"""Every named fusion step switched off (the plain-* ablations)."""
+
 ABLATIONS: dict[str, dict[str, Any]] = {
     "plain-rrf": {
         "fusion_method": "rrf",
-        "fusion": {
-            "decompose_weight": 0.0,
-            "participant_boost": 0.0,
-            "context_weight": 0.0,
-            "question_word_weight": 1.0,
-            "time_boost": 0.0,
-            "when_boost": 0.0,
-        },
+        "fusion": NO_SIGNALS,
     },
     "plain-scores": {
         "fusion_method": "scores",
-        "fusion": {
-            "decompose_weight": 0.0,
-            "participant_boost": 0.0,
-            "context_weight": 0.0,
-            "question_word_weight": 1.0,
-            "time_boost": 0.0,
-            "when_boost": 0.0,
-        },
+        "fusion": NO_SIGNALS,
     },
     "rrf": {"fusion_method": "rrf"},
     "rrf-k1": {"fusion_method": "rrf", "rrf_k": 1},

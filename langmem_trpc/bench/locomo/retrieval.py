@@ -162,20 +162,11 @@ def _evaluate_conversation(
             continue
         hits = service.search(user, q.question, arm.search_options(q.question, depth))
         ranked = [(id_map.get(h.id, ()), h.text) for h in hits]
-        records.append(
-            {
-                "sample_id": conv.sample_id,
-                "index": q.index,
-                "category": q.category,
-                "question": q.question,
-                "evidence": list(q.evidence),
-                "retrieved": [
-                    {"id": h.id, "dia_ids": list(ids), "score": h.score, "rrf": h.rrf_score}
-                    for h, (ids, _) in zip(hits, ranked, strict=True)
-                ],
-                "metrics": question_metrics(ranked, q.evidence, ks),
-            }
-        )
+        retrieved = [
+            {"id": h.id, "dia_ids": list(ids), "score": h.score, "rrf": h.rrf_score}
+            for h, (ids, _) in zip(hits, ranked, strict=True)
+        ]
+        records.append(_record(conv, q, retrieved, ranked, ks))
     return records
 
 
@@ -190,18 +181,28 @@ def _baseline_records(
         if q.category not in RETRIEVAL_CATEGORIES:
             continue
         ranked = rank(q.question, depth)
-        records.append(
-            {
-                "sample_id": conv.sample_id,
-                "index": q.index,
-                "category": q.category,
-                "question": q.question,
-                "evidence": list(q.evidence),
-                "retrieved": [{"dia_ids": list(ids)} for ids, _ in ranked],
-                "metrics": question_metrics(ranked, q.evidence, ks),
-            }
-        )
+        retrieved = [{"dia_ids": list(ids)} for ids, _ in ranked]
+        records.append(_record(conv, q, retrieved, ranked, ks))
     return records
+
+
+def _record(
+    conv: Conversation,
+    q: Any,
+    retrieved: list[dict[str, Any]],
+    ranked: list[tuple[tuple[str, ...], str]],
+    ks: tuple[int, ...],
+) -> dict[str, Any]:
+    """One question's trace line: the question, what was retrieved, its metrics."""
+    return {
+        "sample_id": conv.sample_id,
+        "index": q.index,
+        "category": q.category,
+        "question": q.question,
+        "evidence": list(q.evidence),
+        "retrieved": retrieved,
+        "metrics": question_metrics(ranked, q.evidence, ks),
+    }
 
 
 def _write_atomic(path: Path, lines: Iterator[str]) -> None:
