@@ -28,6 +28,7 @@ __all__ = [
     "DeadLetterStatus",
     "Entry",
     "ExtractionCursor",
+    "FUSION_STEPS_OFF",
     "HistoryEvent",
     "Kind",
     "Memory",
@@ -279,6 +280,17 @@ class FusionSettings(BaseModel):
     time_boost: float = Field(default=1.0, ge=0.0)
     when_boost: float = Field(default=0.5, ge=0.0)
     decompose_weight: float = Field(default=0.0, ge=0.0)
+
+
+FUSION_STEPS_OFF: dict[str, float] = {
+    "question_word_weight": 1.0,
+    "context_weight": 0.0,
+    "participant_boost": 0.0,
+    "time_boost": 0.0,
+    "when_boost": 0.0,
+    "decompose_weight": 0.0,
+}
+"""Each named `FusionSettings` step at the value that switches it off (plain fusion)."""
 
 
 class SearchOptions(BaseModel):

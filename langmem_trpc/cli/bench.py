@@ -11,6 +11,7 @@ from typing import Any
 
 import click
 
+from ..types import FUSION_STEPS_OFF
 from ._output import progress
 
 __all__ = ["bench"]
@@ -19,24 +20,14 @@ logger = logging.getLogger(__name__)
 
 SHARED_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "locomo10.json"
 
-NO_SIGNALS: dict[str, float] = {
-    "decompose_weight": 0.0,
-    "participant_boost": 0.0,
-    "context_weight": 0.0,
-    "question_word_weight": 1.0,
-    "time_boost": 0.0,
-    "when_boost": 0.0,
-}
-"""Every named fusion step switched off (the plain-* ablations)."""
-
 ABLATIONS: dict[str, dict[str, Any]] = {
     "plain-rrf": {
         "fusion_method": "rrf",
-        "fusion": NO_SIGNALS,
+        "fusion": FUSION_STEPS_OFF,
     },
     "plain-scores": {
         "fusion_method": "scores",
-        "fusion": NO_SIGNALS,
+        "fusion": FUSION_STEPS_OFF,
     },
     "rrf": {"fusion_method": "rrf"},
     "rrf-k1": {"fusion_method": "rrf", "rrf_k": 1},

@@ -20,27 +20,21 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..service.protocol import MemoryService
-from ..types import Entry, FusionSettings, SearchOptions, UserKey
+from ..types import FUSION_STEPS_OFF, Entry, FusionSettings, SearchOptions, UserKey
 
 __all__ = ["SIGNALS", "Explained", "ExplainedRow", "explain_search"]
 
 SIGNALS: dict[str, dict[str, float]] = {
-    "score blend": {"score_weight": 0.0},
-    "session context": {"context_weight": 0.0},
-    "participant boost": {"participant_boost": 0.0},
-    "time boost": {"time_boost": 0.0},
-    "'when' boost": {"when_boost": 0.0},
+    label: {name: FUSION_STEPS_OFF[name]}
+    for label, name in (
+        ("question words", "question_word_weight"),
+        ("session context", "context_weight"),
+        ("participant boost", "participant_boost"),
+        ("time boost", "time_boost"),
+        ("'when' boost", "when_boost"),
+    )
 }
 """Each fusion signal the playground switches off, by label: the FusionSettings change."""
-
-_ALL_OFF = {
-    "score_weight": 0.0,
-    "context_weight": 0.0,
-    "participant_boost": 0.0,
-    "time_boost": 0.0,
-    "when_boost": 0.0,
-    "decompose_weight": 0.0,
-}
 
 
 @dataclass
@@ -84,7 +78,7 @@ async def explain_search(
     )
     fused = _ranks(await service.asearch(user, query, options))
     keyword_fusion = FusionSettings(
-        **{**options.fusion.model_dump(), **_ALL_OFF, "vector_floor": 1.0}
+        **{**options.fusion.model_dump(), **FUSION_STEPS_OFF, "vector_floor": 1.0}
     )
     keyword = _ranks(
         await service.asearch(
