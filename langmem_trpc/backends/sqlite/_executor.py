@@ -83,10 +83,12 @@ class SQLiteRun:
             raise BackendError("SQLite write failed: the database was busy mid-transaction")
         self._entered = True
         assert self._user is not None
-        state = user_state(conn, self._user)
-        self._before = None if state is None else (state[0], state[1])
+        cached = self._svc._caches.vectors.holds(self._user)  # else no append to record
+        if cached:
+            state = user_state(conn, self._user)
+            self._before = None if state is None else (state[0], state[1])
         result = steps.drive(plan, lambda step: self.execute(conn, step))
-        if self._append_only and self._appends:
+        if cached and self._append_only and self._appends:
             note_appended(conn, self._user, self._before, self._appends, self._appended)
         return result
 
@@ -131,14 +133,15 @@ class SQLiteRun:
             state = user_state(conn, step.user)
             return 0 if state is None else int(state[2])
         if isinstance(step, steps.RecordHistory):
-            conn.executemany(
-                sql.INSERT_HISTORY,
-                [
-                    (*u, e.memory_id, e.operation.value, e.text_before, e.text_after,
-                     sql.to_us(e.at), sql.source_json(e.source))
-                    for e in step.events
-                ],
-            )  # fmt: skip
+            rows = [
+                (*u, e.memory_id, e.operation.value, e.text_before, e.text_after,
+                 sql.to_us(e.at), sql.source_json(e.source))
+                for e in step.events
+            ]  # fmt: skip
+            if len(rows) == 1:
+                conn.execute(sql.INSERT_HISTORY, rows[0])
+            else:
+                conn.executemany(sql.INSERT_HISTORY, rows)
             return None
         if isinstance(step, steps.Insert):
             return self._insert(conn, step)

@@ -168,6 +168,11 @@ class VectorCache:
             self._items.move_to_end(user)
             self._evict()
 
+    def holds(self, user: UserKey) -> bool:
+        """Whether a matrix of `user` is cached (an append can only extend one that is)."""
+        with self._lock:
+            return user in self._items
+
     def append(self, user: UserKey, appended: Appended) -> None:
         """Record a committed append-only write (ignored unless it continues the cached state)."""
         with self._lock:
