@@ -133,7 +133,7 @@ class BackendRegistry:
         self._installed = installed
         self._found: dict[str, EntryPoint] | None = None
         self._loaded: dict[str, BackendFactory] = {}
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # a plugin importing the registry while loading
 
     def _entry_points(self) -> dict[str, EntryPoint]:
         with self._lock:
