@@ -50,6 +50,7 @@ from ..service._core import Limits
 from ..service.capabilities import Capability
 from ..service.protocol import MemoryService
 from ..types import ExtractionCursor, Kind, Memory, Operation, SearchOptions, Source, UserKey
+from ._bulk_conformance import BulkConformance
 from ._claims_conformance import ClaimsConformance
 from ._integrity_conformance import IntegrityConformance
 from ._lifecycle_conformance import LifecycleConformance
@@ -85,7 +86,9 @@ class Client:
         return call_sync
 
 
-class MemoryServiceConformance(ClaimsConformance, IntegrityConformance, LifecycleConformance):
+class MemoryServiceConformance(
+    BulkConformance, ClaimsConformance, IntegrityConformance, LifecycleConformance
+):
     """The behaviour every backend must have. See the module docstring."""
 
     pytestmark = pytest.mark.asyncio
@@ -395,13 +398,11 @@ class MemoryServiceConformance(ClaimsConformance, IntegrityConformance, Lifecycl
 
     async def test_bulk_add_embeds_participants_with_the_text(self, client: Client) -> None:
         self.need(client, Capability.VECTORS)
-        if not hasattr(client.service, "add_many"):
-            pytest.skip("backend has no add_many")
         memories = [
             Memory(text="I went to the support group last night", participants=["Caroline"]),
             Memory(text="I went to the support group", participants=["Melanie"]),
         ]
-        await asyncio.to_thread(client.service.add_many, ALICE, memories)
+        await client.add_many(ALICE, memories)
         vector_only = SearchOptions(hybrid=False, similarity_threshold=0.0)
         hits = await client.search(ALICE, "Caroline support group", vector_only)
         assert hits[0].memory.participants == ["Caroline"]

@@ -1,0 +1,285 @@
+"""The abstract storage steps the write plans yield, and the executor contract.
+
+A write operation (add, update, delete, clear, purge, restore, add_many) is a
+*plan*: a generator in `service/_plans.py` that yields the steps below and
+returns the operation's result. It holds every write rule (fingerprint
+idempotence, topic merge, revive, keyed upsert, capacity, history) and does no
+I/O. A backend is an *executor*: given a step, it performs it on its storage
+and returns the step's result, which the driver sends back into the plan.
+
+    result = drive(plan, execute)          # sync backends
+    result = await adrive(plan, aexecute)  # async backends
+
+The contract every executor keeps:
+
+* `LockUser` starts the user's write section: from it until the plan ends,
+  the executor holds what serialises this user's writers (a lock, a write
+  transaction, an advisory lock) and every later step runs inside it. Steps
+  before it (an update's first read, embedding) run outside, one at a time.
+  If the plan raises, nothing it wrote is kept (the write section rolls back).
+* Vectors are the executor's own: `Embed` returns them in whatever form its
+  storage wants (None for an executor without an embedder) and the plan hands
+  them back untouched in `NewRow.vector` / `Rewrite.vector`.
+* Timestamps come from `Now`, so an executor can keep them strictly
+  increasing; the plan stamps entries and history with them.
+* A step's `user` scopes it: no step reads or writes another user's rows.
+
+The step set is small and orthogonal on purpose; an executor may batch or
+translate steps however it likes (PostgreSQL turns each into SQL statements)
+as long as each step's stated result holds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Generator
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, TypeVar
+
+from ..types import Entry, HistoryEvent, Memory, UserKey
+
+__all__ = [
+    "KEEP",
+    "AExecute",
+    "CountLive",
+    "Embed",
+    "EvictOldest",
+    "Execute",
+    "FindById",
+    "FindDeletedByFingerprint",
+    "FindLiveByFingerprint",
+    "Insert",
+    "Keep",
+    "KnownFingerprints",
+    "LockUser",
+    "NewRow",
+    "Now",
+    "Plan",
+    "Purge",
+    "RecordHistory",
+    "Rewrite",
+    "SetTopics",
+    "SoftDelete",
+    "Step",
+    "Stored",
+    "adrive",
+    "drive",
+]
+
+T = TypeVar("T")
+
+
+class Keep:
+    """Sentinel vector: leave the stored embedding as it is (`Rewrite.vector`)."""
+
+    def __repr__(self) -> str:
+        return "KEEP"
+
+
+KEEP = Keep()
+
+
+@dataclass(frozen=True)
+class Stored:
+    """A memory row as a find step returns it."""
+
+    entry: Entry
+    """The row's entry as stored (`expires_at` included)."""
+    keyed: bool
+    """Added under a caller-chosen id: its fingerprint includes the id."""
+    deleted: bool
+    """Soft-deleted (a find by fingerprint reports live and deleted rows apart)."""
+    handle: Any = None
+    """Executor-private reference to the row (a rowid, an object); plans pass it back."""
+
+
+@dataclass(frozen=True)
+class NewRow:
+    """One row for `Insert`: the entry exactly as given (id, timestamps, `expires_at`)."""
+
+    entry: Entry
+    fingerprint: str
+    keyed: bool
+    vector: Any
+
+
+# --- steps -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Now:
+    """The time to stamp this write with (UTC). Result: `datetime`."""
+
+
+@dataclass(frozen=True)
+class Embed:
+    """Embed document texts. Result: one vector per text, in the executor's form
+    (a list of None when the executor has no embedder)."""
+
+    texts: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class LockUser:
+    """Enter the user's write section (see the module docstring). Result: None."""
+
+    user: UserKey
+
+
+@dataclass(frozen=True)
+class FindById:
+    """The user's row with this id, live or deleted. Result: `Stored | None`."""
+
+    user: UserKey
+    memory_id: str
+
+
+@dataclass(frozen=True)
+class FindLiveByFingerprint:
+    """The user's live row with this fingerprint, other than `exclude_id`.
+    Result: `Stored | None`."""
+
+    user: UserKey
+    fingerprint: str
+    exclude_id: str | None = None
+
+
+@dataclass(frozen=True)
+class FindDeletedByFingerprint:
+    """A soft-deleted row of the user with this fingerprint. Result: `Stored | None`."""
+
+    user: UserKey
+    fingerprint: str
+
+
+@dataclass(frozen=True)
+class KnownFingerprints:
+    """Which of these fingerprints any row of the user (live or deleted) has.
+    Result: `set[str]` (a subset of `fingerprints`)."""
+
+    user: UserKey
+    fingerprints: frozenset[str]
+
+
+@dataclass(frozen=True)
+class CountLive:
+    """How many live memories the user has. Result: `int`."""
+
+    user: UserKey
+
+
+@dataclass(frozen=True)
+class Insert:
+    """Store new live rows, in order (ids are new to the user). Result: None."""
+
+    user: UserKey
+    rows: tuple[NewRow, ...]
+
+
+@dataclass(frozen=True)
+class Rewrite:
+    """Replace a row's content in place (same id, `created_at` kept), reviving it if
+    deleted; `updated_at` becomes `at`; `KEEP` keeps its vector. Result: None."""
+
+    user: UserKey
+    target: Stored
+    memory: Memory
+    fingerprint: str
+    vector: Any
+    at: datetime
+
+
+@dataclass(frozen=True)
+class SetTopics:
+    """Replace a live row's topics only; `updated_at` becomes `at`. Result: None."""
+
+    user: UserKey
+    target: Stored
+    topics: tuple[str, ...]
+    at: datetime
+
+
+@dataclass(frozen=True)
+class SoftDelete:
+    """Soft-delete these live rows (None: every live row of the user) at `at`.
+    Result: `list[tuple[str, str]]`, (id, text) of each row it deleted (those that were live)."""
+
+    user: UserKey
+    memory_ids: tuple[str, ...] | None
+    at: datetime
+
+
+@dataclass(frozen=True)
+class EvictOldest:
+    """Soft-delete the user's live row written least recently (by write order, not
+    clock) at `at`. Result: `(id, text) | None`."""
+
+    user: UserKey
+    at: datetime
+
+
+@dataclass(frozen=True)
+class RecordHistory:
+    """Append history events (each names its memory). Result: None."""
+
+    user: UserKey
+    events: tuple[HistoryEvent, ...]
+
+
+@dataclass(frozen=True)
+class Purge:
+    """Remove for good one row and its history, or (None) everything the user has:
+    rows, history, cursors, claims, dead letters, statistics. Result: `int`, rows removed."""
+
+    user: UserKey
+    memory_id: str | None
+
+
+Step = (
+    Now
+    | Embed
+    | LockUser
+    | FindById
+    | FindLiveByFingerprint
+    | FindDeletedByFingerprint
+    | KnownFingerprints
+    | CountLive
+    | Insert
+    | Rewrite
+    | SetTopics
+    | SoftDelete
+    | EvictOldest
+    | RecordHistory
+    | Purge
+)
+
+Plan = Generator[Step, Any, T]
+"""A write plan: yields steps, is sent each step's result, returns the operation's result."""
+
+Execute = Callable[[Step], Any]
+"""A sync executor: perform one step, return its result."""
+
+AExecute = Callable[[Step], Awaitable[Any]]
+"""An async executor: the awaitable twin of `Execute`."""
+
+
+def drive(plan: Plan[T], execute: Execute) -> T:
+    """Run `plan` to its end, sending back each step's result from `execute`."""
+    reply: Any = None
+    try:
+        while True:
+            reply = execute(plan.send(reply))
+    except StopIteration as done:
+        result: T = done.value
+        return result
+
+
+async def adrive(plan: Plan[T], aexecute: AExecute) -> T:
+    """`drive` with an async executor."""
+    reply: Any = None
+    try:
+        while True:
+            reply = await aexecute(plan.send(reply))
+    except StopIteration as done:
+        result: T = done.value
+        return result
