@@ -70,7 +70,7 @@ def test_memory_url_with_a_location_is_an_error() -> None:
         langmem_trpc.open("memory://somewhere")
 
 
-@pytest.mark.parametrize("form", ["absolute", "relative", "plain", "plain-relative"])
+@pytest.mark.parametrize("form", ["absolute", "relative", "plain", "plain-relative", "pathlib"])
 def test_sqlite_urls_and_plain_paths_open_the_same_file(
     form: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -81,6 +81,7 @@ def test_sqlite_urls_and_plain_paths_open_the_same_file(
         "relative": "sqlite://sub/m.db",
         "plain": str(file),
         "plain-relative": "sub/m.db",
+        "pathlib": file,
     }[form]
     with SQLiteMemoryService(file) as first:
         first.add(ALICE, "Stored in the file")
