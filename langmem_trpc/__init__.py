@@ -1,7 +1,7 @@
 """langmem_trpc: long-term memory for LangGraph and LangChain agents.
 
-The core (model, errors, service contract, in-memory backend) is imported
-eagerly. Backends, the write path and the LangGraph integration load on
+The core (model, errors, service contract, in-memory backend, and
+`open(url)`, which opens any backend by URL) is imported eagerly. Backends, the write path and the LangGraph integration load on
 first use, so `import langmem_trpc` stays light and optional dependencies
 (psycopg for PostgreSQL) are only needed by code that uses them.
 """
@@ -27,7 +27,9 @@ from .errors import (
     NamespaceAccessError,
     WorkerError,
 )
+from .registry import BackendRegistry, aopen, open
 from .service import InMemoryMemoryService, Limits, MemoryService
+from .service.capabilities import Capability
 from .types import (
     DeadLetter,
     DeadLetterStatus,
@@ -114,6 +116,8 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "AutoMemoryWorker",
     "BackendError",
+    "BackendRegistry",
+    "Capability",
     "CapacityExceededError",
     "Checker",
     "ConfigurationError",
@@ -156,6 +160,7 @@ __all__ = [
     "VerbatimExtractor",
     "WorkerError",
     "WorkerStats",
+    "aopen",
     "apreload_messages",
     "check_message_threshold",
     "check_time_interval",
@@ -163,6 +168,7 @@ __all__ = [
     "checks_any",
     "create_memory_tools",
     "create_preload_node",
+    "open",
     "preload_messages",
     "resolve_identity",
 ]

@@ -6,7 +6,6 @@ import functools
 import json
 import logging
 import os
-import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -16,6 +15,7 @@ import click
 from pydantic import ValidationError
 
 from ..errors import LangmemTrpcError
+from ..registry import open as open_store
 from ..service._core import Limits
 from ..service.protocol import MemoryService
 from ..types import UserKey
@@ -28,7 +28,6 @@ __all__ = [
     "entry_json",
     "format_entry",
     "format_event",
-    "is_postgres_dsn",
     "json_option",
     "open_service",
     "plural",
@@ -148,67 +147,17 @@ def reports_errors(func: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-_LIBPQ_KEYS = (
-    "host|hostaddr|port|dbname|user|password|passfile|service|options|application_name|"
-    "connect_timeout|client_encoding|sslmode|sslrootcert|sslcert|sslkey|sslpassword|"
-    "target_session_attrs|require_auth|channel_binding|gssencmode|keepalives"
-)
-_LIBPQ_PAIR = re.compile(rf"^\s*({_LIBPQ_KEYS})\s*=")
-
-
-def is_postgres_dsn(target: str) -> bool:
-    """A postgres:// URL or a libpq key=value string starting with a libpq keyword.
-
-    Any common keyword counts, `password=` included, so a string that starts
-    with its password is never taken for a SQLite file name.
-    """
-    if target.startswith(("postgres://", "postgresql://")):
-        return True
-    return bool(_LIBPQ_PAIR.match(target))
-
-
 @contextmanager
 def open_service(db: str | None, *, read: bool = False) -> Iterator[MemoryService]:
-    """Open the backend the --db value names; closed on exit.
+    """Open the store the --db value names (`langmem_trpc.open`); closed on exit.
 
-    With `read=True` (commands that only look) nothing is created: a SQLite
-    path that does not exist, or a file without langmem-trpc tables (looked
-    at read-only), is a one-line error, and PostgreSQL's `setup()` is not run.
+    With `read=True` (commands that only look) nothing is created or migrated
+    (`create=False`): a SQLite path that does not exist, or a file without
+    langmem-trpc tables (looked at read-only), is a one-line error, and
+    PostgreSQL's `setup()` is not run.
     """
-    target = db or default_db()
-    service: MemoryService
-    if is_postgres_dsn(target):
-        from ..backends.postgres import PostgresMemoryService
-
-        service = PostgresMemoryService(target, limits=CLI_LIMITS)
-        if not read:
-            service.setup()  # type: ignore[attr-defined]
-    else:
-        from ..backends.sqlite import SQLiteMemoryService
-
-        if read and target != ":memory:":
-            _check_readable(target)
-        service = SQLiteMemoryService(target, limits=CLI_LIMITS)
-    try:
+    with open_store(db or default_db(), create=not read, limits=CLI_LIMITS) as service:
         yield service
-    finally:
-        service.close()
-
-
-def _check_readable(path: str) -> None:
-    from ..backends.sqlite._connection import probe
-
-    state = probe(path)
-    if state == "missing":
-        raise click.ClickException(
-            f"no memory database at {path} (a read creates nothing; check --db or "
-            "$LANGMEM_TRPC_HOME)"
-        )
-    if state == "foreign":
-        raise click.ClickException(
-            f"{path} is not a langmem-trpc database (no langmem tables); it was opened "
-            "read-only and left unchanged"
-        )
 
 
 def make_user(app_name: str, user_id: str) -> UserKey:

@@ -71,6 +71,7 @@ from ._search import (
     keyword_score,
     passes_time,
 )
+from .capabilities import Capability
 from .protocol import SyncMemoryService
 
 if TYPE_CHECKING:
@@ -133,7 +134,11 @@ class InMemoryMemoryService(SyncMemoryService):
         self._lock = threading.RLock()
         self._writes = itertools.count(1)
         self._claims = ClaimTable(self._lock)
-        self.supports_vectors = embeddings is not None
+
+    @property
+    def capabilities(self) -> frozenset[Capability]:
+        """VECTORS with an embedder; nothing outlives the process."""
+        return frozenset({Capability.VECTORS}) if self._embeddings is not None else frozenset()
 
     # -- helpers ------------------------------------------------------------
 

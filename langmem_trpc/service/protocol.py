@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+from typing_extensions import Self
+
 from ..types import (
     DeadLetter,
     DeadLetterStatus,
@@ -28,6 +30,7 @@ from ..types import (
     UserKey,
 )
 from ._core import Limits
+from .capabilities import Capability
 
 __all__ = ["MemoryService", "SyncMemoryService"]
 
@@ -45,8 +48,19 @@ class MemoryService(ABC):
         ```
     """
 
-    #: True when the backend has an embedder and can run the vector leg.
-    supports_vectors: bool = False
+    @property
+    def capabilities(self) -> frozenset[Capability]:
+        """What this instance can do beyond the contract (see `Capability`).
+
+        Each backend declares its own set (the default declares none); the
+        conformance suite runs the tests of every declared capability.
+        """
+        return frozenset()
+
+    @property
+    def supports_vectors(self) -> bool:
+        """True when an embedder is configured (`Capability.VECTORS`)."""
+        return Capability.VECTORS in self.capabilities
 
     @property
     def limits(self) -> Limits:
@@ -239,8 +253,36 @@ class MemoryService(ABC):
 
         return create_retriever(self, user, **kwargs)
 
+    # -- lifecycle -------------------------------------------------------------
+
+    def setup(self) -> None:  # noqa: B027 - optional hook
+        """Create or migrate what the store needs; idempotent, safe to run concurrently.
+
+        `langmem_trpc.open()` runs it. The default needs nothing (in-memory);
+        SQLite applies pending migrations (it also does when opened);
+        PostgreSQL creates the extension and applies pending migrations.
+        """
+
+    async def asetup(self) -> None:
+        """Async twin of `setup()` (the default runs it in a worker thread)."""
+        await asyncio.to_thread(self.setup)
+
+    def index_pending(self, user: UserKey | None = None) -> int:
+        """Run the background index step for writes not yet indexed (of `user`, or of
+        every user); returns how many it indexed. Only backends that declare
+        `Capability.DEFERRED_INDEXING` defer any; the default has none to index."""
+        return 0
+
+    async def aindex_pending(self, user: UserKey | None = None) -> int:
+        """Async twin of `index_pending()`."""
+        return await asyncio.to_thread(self.index_pending, user)
+
     def close(self) -> None:  # noqa: B027 - optional hook
-        """Release connections; the default holds none."""
+        """Release what this service holds (connections, pools, threads); idempotent.
+
+        The default holds none. `with service:` and `async with service:` call
+        `close()` / `aclose()` on exit.
+        """
 
     # -- async twins --------------------------------------------------------
 
@@ -352,6 +394,7 @@ class MemoryService(ABC):
     async def aretry_dead_letter(self, letter_id: str) -> DeadLetter | None: ...
 
     async def aclose(self) -> None:
+        """Async twin of `close()`; idempotent."""
         self.close()
 
     async def arelease_loop(self) -> None:  # noqa: B027 - optional hook
@@ -361,13 +404,13 @@ class MemoryService(ABC):
         pool left open on a closing loop can keep it from finishing. Default: none held.
         """
 
-    def __enter__(self) -> MemoryService:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    async def __aenter__(self) -> MemoryService:
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(self, *exc: object) -> None:

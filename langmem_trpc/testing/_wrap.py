@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+from ..service.capabilities import Capability
 from ..service.protocol import MemoryService, SyncMemoryService
 from ..types import (
     DeadLetter,
@@ -31,8 +32,12 @@ class DelegatingService(SyncMemoryService):
 
     def __init__(self, inner: MemoryService) -> None:
         self.inner = inner
-        self.supports_vectors = inner.supports_vectors
         self._limits = inner.limits
+
+    @property
+    def capabilities(self) -> frozenset[Capability]:
+        """The inner service's."""
+        return self.inner.capabilities
 
     def _call(self, name: str, *args: Any, **kwargs: Any) -> Any:
         return getattr(self.inner, name)(*args, **kwargs)
@@ -133,6 +138,9 @@ class DelegatingService(SyncMemoryService):
 
     def restore(self, user: UserKey, entry: Entry, history: Sequence[HistoryEvent] = ()) -> Entry:
         return self._call("restore", user, entry, history)  # type: ignore[no-any-return]
+
+    def setup(self) -> None:
+        self._call("setup")
 
     def close(self) -> None:
         self.inner.close()

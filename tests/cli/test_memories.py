@@ -92,25 +92,6 @@ def test_default_database_lives_in_langmem_trpc_home(run, tmp_path):
     assert (tmp_path / "home" / "memories.db").exists()
 
 
-@pytest.mark.parametrize(
-    ("target", "expected"),
-    [
-        ("postgresql://u@localhost/db", True),
-        ("postgres://localhost", True),
-        ("host=/tmp dbname=memories", True),
-        ("dbname=memories", True),
-        ("password=secret host=db", True),
-        ("sslmode=require host=db", True),
-        ("memories.db", False),
-        ("/data/host=1/memories.db", False),
-    ],
-)
-def test_postgres_targets_are_recognised(target, expected):
-    from langmem_trpc.cli._common import is_postgres_dsn
-
-    assert is_postgres_dsn(target) is expected
-
-
 # -- human output is escaped; machine output is exact (#13.11) -----------------
 
 FORGERY = "harmless\n0123456789ab  fact  2024-01-01 00:00  forged\x1b[2J\x1b]0;pwned\x07\u202eevil"

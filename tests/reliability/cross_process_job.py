@@ -20,9 +20,10 @@ from pathlib import Path
 
 from langchain_core.messages import HumanMessage
 
+import langmem_trpc
 from langmem_trpc import AutoMemoryWorker, UserKey
-from langmem_trpc.cli._common import is_postgres_dsn
 from langmem_trpc.extraction import ExtractionRequest, MemoryOp, VerbatimExtractor
+from langmem_trpc.registry import scheme_of
 from langmem_trpc.service.protocol import MemoryService
 
 USERS = [UserKey("app", f"user-{u}") for u in range(5)]
@@ -53,13 +54,9 @@ class Recording(VerbatimExtractor):
 
 
 def open_service(target: str) -> MemoryService:
-    if is_postgres_dsn(target):  # a URL or a libpq "user=... dbname=..." string
-        from langmem_trpc.backends.postgres import PostgresMemoryService
-
-        return PostgresMemoryService(target, pool_size=4)
-    from langmem_trpc.backends.sqlite import SQLiteMemoryService
-
-    return SQLiteMemoryService(target)
+    """A SQLite path, a postgresql:// URL or a libpq "user=... dbname=..." string."""
+    postgres = scheme_of(target) == "postgresql"
+    return langmem_trpc.open(target, **({"pool_size": 4} if postgres else {}))
 
 
 def main() -> None:

@@ -6,6 +6,8 @@ with the install command, instead of a bare ImportError deep inside.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from ...errors import ConfigurationError
 
 try:
@@ -17,6 +19,23 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra
         f"(missing module: {exc.name})"
     ) from exc
 
+from ...registry import build_service
 from .service import PostgresMemoryService
 
-__all__ = ["PostgresMemoryService"]
+if TYPE_CHECKING:
+    from langchain_core.embeddings import Embeddings
+
+__all__ = ["PostgresMemoryService", "open_backend"]
+
+
+def open_backend(
+    url: str, *, embeddings: Embeddings | None = None, create: bool = True, **options: Any
+) -> PostgresMemoryService:
+    """The `postgresql` / `postgres` entry point: a `postgresql://` URL or a libpq
+    `key=value` string, passed to libpq unchanged; `options` are
+    `PostgresMemoryService`'s (`pool_size`, `limits`, ...). Opening connects to
+    nothing (pools open on first use), so `create=False` needs no check here:
+    `open()` then just skips `setup()`.
+    """
+    del create  # nothing is created before setup()
+    return build_service(PostgresMemoryService, "postgresql", url, embeddings, **options)

@@ -69,8 +69,6 @@ DEFAULT_EXACT_SEARCH_MAX = 2_000
 class PostgresBase(ExpiryOps):
     """Configuration, pools and op builders; no I/O of its own."""
 
-    supports_vectors: bool
-
     def __init__(
         self,
         conninfo_or_pool: str | ConnectionPool[Any] | AsyncConnectionPool[Any],
@@ -134,7 +132,6 @@ class PostgresBase(ExpiryOps):
         self._vector_info: WeakKeyDictionary[Connection[Any] | AsyncConnection[Any], TypeInfo] = (
             WeakKeyDictionary()
         )
-        self.supports_vectors = embeddings is not None
 
     @property
     def _dims(self) -> int | None:

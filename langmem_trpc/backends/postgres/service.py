@@ -9,6 +9,7 @@ from typing import Any
 
 from ...errors import InvalidMemoryError
 from ...service._core import check_source, check_user
+from ...service.capabilities import Capability
 from ...service.protocol import MemoryService
 from ...types import Memory, Source, UserKey
 from . import _bulk
@@ -164,6 +165,15 @@ class PostgresMemoryService(SyncPostgres, AsyncPostgres, MemoryService):
         return result
 
     # -- lifecycle -------------------------------------------------------------
+
+    @property
+    def capabilities(self) -> frozenset[Capability]:
+        """DURABLE, CROSS_PROCESS and DEFERRED_INDEXING (`add_many(defer_index=True)`);
+        VECTORS with an embedder."""
+        found = {Capability.DURABLE, Capability.CROSS_PROCESS, Capability.DEFERRED_INDEXING}
+        if self._embeddings is not None:
+            found.add(Capability.VECTORS)
+        return frozenset(found)
 
     def close(self) -> None:
         """Close the pools this service opened; pools passed in stay open."""

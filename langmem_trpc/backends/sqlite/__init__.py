@@ -1,6 +1,49 @@
 """The embedded default backend: one SQLite file, FTS5 keyword search, numpy vectors."""
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ...errors import ConfigurationError
+from ...registry import build_service, split_url
 from ._sql import MIGRATIONS
 from .service import SQLiteMemoryService
 
-__all__ = ["MIGRATIONS", "SQLiteMemoryService"]
+if TYPE_CHECKING:
+    from langchain_core.embeddings import Embeddings
+
+__all__ = ["MIGRATIONS", "SQLiteMemoryService", "open_backend"]
+
+
+def open_backend(
+    url: str, *, embeddings: Embeddings | None = None, create: bool = True, **options: Any
+) -> SQLiteMemoryService:
+    """The `sqlite` entry point: `sqlite:///abs/path.db`, `sqlite://relative.db` or
+    `sqlite://:memory:`; `options` are `SQLiteMemoryService`'s.
+
+    With `create=False` the file must already be a langmem-trpc database: one
+    that does not exist, or holds no langmem tables (looked at read-only), raises
+    `ConfigurationError` and nothing is created.
+    """
+    path = split_url(url, "sqlite")
+    if not path:
+        raise ConfigurationError(f"url: {url!r} names no SQLite file (sqlite:///abs/path.db)")
+    if not create and path != ":memory:":
+        _check_existing(path)
+    return build_service(SQLiteMemoryService, "sqlite", path, embeddings, **options)
+
+
+def _check_existing(path: str) -> None:
+    from ._connection import probe
+
+    state = probe(path)
+    if state == "missing":
+        raise ConfigurationError(
+            f"no memory database at {path} (a read creates nothing; check --db or "
+            "$LANGMEM_TRPC_HOME)"
+        )
+    if state == "foreign":
+        raise ConfigurationError(
+            f"{path} is not a langmem-trpc database (no langmem tables); it was opened "
+            "read-only and left unchanged"
+        )

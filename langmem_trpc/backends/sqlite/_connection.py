@@ -257,6 +257,10 @@ class Database:
             self._with_retry(lambda: conn.execute("PRAGMA journal_mode = WAL").fetchone())
         self.write(self._migrate)
 
+    def migrate(self) -> int:
+        """Apply the migrations the file lacks (opening it did already); how many ran."""
+        return self.write(self._migrate)
+
     def _with_retry(self, action: Callable[[], object]) -> None:
         delay = 0.005
         for attempt in range(self._retries + 1):

@@ -41,6 +41,7 @@ from ...service._core import (
     utcnow,
 )
 from ...service._language import Language, resolve_language
+from ...service.capabilities import Capability
 from ...service.protocol import SyncMemoryService
 from ...types import (
     Entry,
@@ -149,7 +150,14 @@ class SQLiteMemoryService(SQLiteClaims, ExpiryMixin, SyncMemoryService):
         self._keyword_candidates = keyword_candidates
         self._clock_lock = threading.Lock()
         self._last_us = 0
-        self.supports_vectors = embeddings is not None
+
+    @property
+    def capabilities(self) -> frozenset[Capability]:
+        """VECTORS with an embedder; a file (not ":memory:") is DURABLE and CROSS_PROCESS."""
+        found = set() if self._db.memory else {Capability.DURABLE, Capability.CROSS_PROCESS}
+        if self._embeddings is not None:
+            found.add(Capability.VECTORS)
+        return frozenset(found)
 
     @property
     def path(self) -> str:
@@ -158,7 +166,12 @@ class SQLiteMemoryService(SQLiteClaims, ExpiryMixin, SyncMemoryService):
     def __repr__(self) -> str:
         return f"SQLiteMemoryService({self._db.path!r}, vectors={self.supports_vectors})"
 
+    def setup(self) -> None:
+        """Apply pending schema migrations (opening the file already did; idempotent)."""
+        self._db.migrate()
+
     def close(self) -> None:
+        """Close every connection and the claim file, drop the caches; idempotent."""
         self._db.close()
         self._file_claims.close()
         self._caches.clear()
