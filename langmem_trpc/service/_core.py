@@ -41,6 +41,7 @@ __all__ = [
     "UPDATE_ATTEMPTS",
     "CapacityPolicy",
     "Limits",
+    "MemoryPatch",
     "build_memory",
     "check_app_filter",
     "check_cursor",
@@ -403,6 +404,48 @@ def patch_memory(
         location=current.location if location is None else location,
         metadata=current.metadata if metadata is None else metadata,
     )
+
+
+@dataclass(frozen=True)
+class MemoryPatch:
+    """What an `update()` changes: new text always, every other field only when not None."""
+
+    text: object
+    topics: object = None
+    kind: object = None
+    event_time: object = None
+    participants: object = None
+    location: object = None
+    metadata: object = None
+
+    def apply(self, current: Memory, limits: Limits) -> Memory:
+        """`current` with this patch, validated (`patch_memory`)."""
+        return patch_memory(
+            current,
+            self.text,
+            limits=limits,
+            topics=self.topics,
+            kind=self.kind,
+            event_time=self.event_time,
+            participants=self.participants,
+            location=self.location,
+            metadata=self.metadata,
+        )
+
+    def check(self, limits: Limits) -> None:
+        """Raise naming the field if any given field is invalid, whatever it patches."""
+        self.apply(Memory.model_construct(**_BLANK), limits)
+
+
+_BLANK: dict[str, Any] = {
+    "text": "",
+    "topics": [],
+    "kind": Kind.FACT,
+    "event_time": None,
+    "participants": [],
+    "location": None,
+    "metadata": {},
+}
 
 
 def fingerprint(memory: Memory, explicit_id: str | None = None) -> str:

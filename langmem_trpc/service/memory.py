@@ -8,15 +8,14 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
 from .._time import ensure_utc
-from ..errors import CapacityExceededError, MemoryConflictError, MemoryNotFoundError
 from ..types import (
     DeadLetter,
     DeadLetterStatus,
@@ -24,13 +23,9 @@ from ..types import (
     ExtractionCursor,
     HistoryEvent,
     Kind,
-    Memory,
-    Operation,
     SearchOptions,
-    Source,
     ThreadClaim,
     UserKey,
-    canonical_topics,
 )
 from ._claims import (
     ClaimTable,
@@ -42,21 +37,13 @@ from ._claims import (
     check_ttl,
 )
 from ._core import (
-    UPDATE_ATTEMPTS,
     Limits,
-    build_memory,
     check_app_filter,
     check_cursor,
     check_memory_id,
-    check_restorable,
-    check_source,
     check_thread_id,
     check_user,
-    embedding_text,
-    fingerprint,
     is_expired,
-    new_memory_id,
-    patch_memory,
     resolve_options,
     unexpired,
     utcnow,
@@ -71,6 +58,28 @@ from ._search import (
     keyword_score,
     passes_time,
 )
+from ._steps import (
+    CountLive,
+    Embed,
+    EvictOldest,
+    FindById,
+    FindDeletedByFingerprint,
+    FindLiveByFingerprint,
+    Insert,
+    Keep,
+    KnownFingerprints,
+    LockUser,
+    Now,
+    Plan,
+    Purge,
+    RecordHistory,
+    Rewrite,
+    SetTopics,
+    SoftDelete,
+    Step,
+    Stored,
+    drive,
+)
 from .capabilities import Capability
 from .protocol import SyncMemoryService
 
@@ -78,6 +87,8 @@ if TYPE_CHECKING:
     from langchain_core.embeddings import Embeddings
 
 __all__ = ["InMemoryMemoryService"]
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -108,6 +119,47 @@ def unit_vector(values: Sequence[float]) -> np.ndarray:
     vector = np.asarray(values, dtype=np.float32)
     norm = float(np.linalg.norm(vector))
     return vector / norm if norm > 0 else vector
+
+
+def _remember(row: _Row, undo: list[Callable[[], None]]) -> None:
+    """Append the inverse of the next change to `row` (its fields as they are now)."""
+    before = replace(row)
+    undo.append(lambda: row.__dict__.update(before.__dict__))
+
+
+class _Run:
+    """One plan's run: outside its write section each step takes the lock; from
+    `LockUser` on the run holds it. `rollback` undoes the run's writes."""
+
+    def __init__(self, service: InMemoryMemoryService) -> None:
+        self._service = service
+        self._held = False
+        self._undo: list[Callable[[], None]] = []
+
+    def execute(self, step: Step) -> Any:
+        service = self._service
+        if isinstance(step, Embed):
+            return service._embed_texts(step.texts)
+        if isinstance(step, LockUser):
+            if not self._held:
+                service._lock.acquire()
+                self._held = True
+            return None
+        if self._held:
+            return service._step(step, self._undo)
+        with service._lock:
+            return service._step(step, self._undo)
+
+    def rollback(self) -> None:
+        with self._service._lock:
+            for undo in reversed(self._undo):
+                undo()
+            self._undo.clear()
+
+    def release(self) -> None:
+        if self._held:
+            self._held = False
+            self._service._lock.release()
 
 
 class InMemoryMemoryService(SyncMemoryService):
@@ -145,34 +197,6 @@ class InMemoryMemoryService(SyncMemoryService):
     def _data(self, user: UserKey) -> _UserData:
         return self._users.setdefault(user, _UserData())
 
-    def _embed(self, memory: Memory) -> np.ndarray | None:
-        if self._embeddings is None:
-            return None
-        return unit_vector(
-            self._embeddings.embed_documents([embedding_text(memory.text, memory.participants)])[0]
-        )
-
-    def _record(
-        self,
-        data: _UserData,
-        memory_id: str,
-        op: Operation,
-        before: str | None,
-        after: str | None,
-        source: Source | None,
-        at: datetime,
-    ) -> None:
-        data.history.append(
-            HistoryEvent(
-                memory_id=memory_id,
-                operation=op,
-                text_before=before,
-                text_after=after,
-                at=at,
-                source=source,
-            )
-        )
-
     def _touch(self, row: _Row, entry: Entry) -> Entry:
         """Store `entry` in `row` as its newest write (under the lock); returns it."""
         row.entry, row.seq = entry, next(self._writes)
@@ -181,202 +205,134 @@ class InMemoryMemoryService(SyncMemoryService):
     def _live(self, data: _UserData) -> list[_Row]:
         return [r for r in data.rows.values() if r.live]
 
-    def _make_room(self, user: UserKey, data: _UserData, now: datetime) -> None:
-        capacity = self._limits.capacity
-        live = self._live(data)
-        if capacity is None or len(live) < capacity:
-            return
-        if self._limits.on_capacity == "error":
-            raise CapacityExceededError(capacity)
-        oldest = min(live, key=lambda r: r.seq)
-        oldest.deleted_at = now
-        self._record(
-            data,
-            oldest.entry.id,
-            Operation.DELETE,
-            oldest.entry.text,
-            None,
-            Source(actor="capacity"),
-            now,
-        )
+    # -- writes: the step executor ---------------------------------------------
 
-    # -- writes -------------------------------------------------------------
+    def run_plan(self, plan: Plan[T]) -> T:
+        """Run a write plan: steps after `LockUser` hold the service's lock, and a
+        plan that raises has its writes undone."""
+        run = _Run(self)
+        try:
+            return drive(plan, run.execute)
+        except BaseException:
+            run.rollback()
+            raise
+        finally:
+            run.release()
 
-    def add(
-        self,
-        user: UserKey,
-        text: str,
-        *,
-        topics: Sequence[str] | None = None,
-        kind: Kind | str = Kind.FACT,
-        event_time: datetime | str | None = None,
-        participants: Sequence[str] | None = None,
-        location: str | None = None,
-        metadata: dict[str, Any] | None = None,
-        memory_id: str | None = None,
-        source: Source | None = None,
-    ) -> Entry:
-        user = check_user(user)
-        if memory_id is not None:
-            check_memory_id(memory_id)
-        check_source(source)
-        memory = build_memory(
-            text,
-            limits=self._limits,
-            topics=topics,
-            kind=kind,
-            event_time=event_time,
-            participants=participants,
-            location=location,
-            metadata=metadata,
-        )
-        fp = fingerprint(memory, memory_id)
-        vector = self._embed(memory)
-        with self._lock:
-            data = self._data(user)
-            now = utcnow()
-            row = data.rows.get(memory_id) if memory_id is not None else None
-            if row is None:
-                row = next((r for r in data.rows.values() if r.fingerprint == fp and r.live), None)
-                if row is not None:
-                    merged = canonical_topics([*row.entry.memory.topics, *memory.topics])
-                    new_memory = row.entry.memory.model_copy(update={"topics": merged})
-                    if new_memory != row.entry.memory:
-                        self._touch(
-                            row,
-                            row.entry.model_copy(update={"memory": new_memory, "updated_at": now}),
-                        )
-                        row.doc = None
-                    return row.entry
-                row = next((r for r in data.rows.values() if r.fingerprint == fp), None)
-            if row is not None and row.live:  # explicit id, live: upsert in place
-                before = row.entry.text
-                self._touch(row, row.entry.model_copy(update={"memory": memory, "updated_at": now}))
-                row.fingerprint, row.vector, row.doc = fp, vector, None
-                self._record(data, row.entry.id, Operation.UPDATE, before, memory.text, source, now)
-                return row.entry
-            self._make_room(user, data, now)
-            if row is not None:  # revive a soft-deleted memory under its old id
-                self._touch(row, row.entry.model_copy(update={"memory": memory, "updated_at": now}))
-                row.fingerprint, row.vector, row.doc, row.deleted_at = fp, vector, None, None
-            else:
-                entry = Entry(
-                    id=memory_id or new_memory_id(),
-                    app_name=user.app_name,
-                    user_id=user.user_id,
-                    memory=memory,
-                    created_at=now,
-                    updated_at=now,
-                )
-                row = _Row(entry=entry, fingerprint=fp, vector=vector, keyed=memory_id is not None)
-                self._touch(row, entry)
-                data.rows[entry.id] = row
-            self._record(data, row.entry.id, Operation.ADD, None, memory.text, source, now)
-            return row.entry
+    def _embed_texts(self, texts: Sequence[str]) -> list[np.ndarray | None]:
+        if self._embeddings is None:
+            return [None] * len(texts)
+        return [unit_vector(v) for v in self._embeddings.embed_documents(list(texts))]
 
-    def update(
-        self,
-        user: UserKey,
-        memory_id: str,
-        text: str,
-        *,
-        topics: Sequence[str] | None = None,
-        kind: Kind | str | None = None,
-        event_time: datetime | str | None = None,
-        participants: Sequence[str] | None = None,
-        location: str | None = None,
-        metadata: dict[str, Any] | None = None,
-        source: Source | None = None,
-    ) -> Entry:
-        user = check_user(user)
-        check_memory_id(memory_id)
-        check_source(source)
-        fields = {
-            "topics": topics,
-            "kind": kind,
-            "event_time": event_time,
-            "participants": participants,
-            "location": location,
-            "metadata": metadata,
-        }
-        for _ in range(UPDATE_ATTEMPTS):
-            with self._lock:
-                row = self._users.get(user, _UserData()).rows.get(memory_id)
-                if row is None or not row.live:
-                    raise MemoryNotFoundError(memory_id)
-                current, vector = row.entry, row.vector
-            memory = patch_memory(current.memory, text, limits=self._limits, **fields)
-            fp = fingerprint(memory, memory_id if row.keyed else None)
-            if embedding_text(memory.text, memory.participants) != embedding_text(
-                current.memory.text, current.memory.participants
-            ):
-                vector = self._embed(memory)
-            with self._lock:
-                data = self._data(user)
-                if data.rows.get(memory_id) is not row or row.entry is not current or not row.live:
-                    continue  # compare-and-set lost: re-read and patch the newer version
-                clash = next(
-                    (
-                        r
-                        for r in data.rows.values()
-                        if r.fingerprint == fp and r.live and r is not row
-                    ),
+    def _stored(self, row: _Row | None) -> Stored | None:
+        if row is None:
+            return None
+        return Stored(entry=row.entry, keyed=row.keyed, deleted=not row.live, handle=row)
+
+    def _rows(self, user: UserKey) -> Iterable[_Row]:
+        data = self._users.get(user)
+        return data.rows.values() if data is not None else ()
+
+    def _step(self, step: Step, undo: list[Callable[[], None]]) -> Any:
+        """One step under the lock; every write appends its inverse to `undo`."""
+        if isinstance(step, Now):
+            return utcnow()
+        if isinstance(step, FindById):
+            data = self._users.get(step.user)
+            return self._stored(data.rows.get(step.memory_id) if data is not None else None)
+        if isinstance(step, FindLiveByFingerprint):
+            fp, skip = step.fingerprint, step.exclude_id
+            return self._stored(
+                next(
+                    (r for r in self._rows(step.user) if r.fingerprint == fp and r.live
+                     and r.entry.id != skip),
                     None,
                 )
-                if clash is not None:
-                    raise MemoryConflictError(memory_id, clash.entry.id)
-                now = utcnow()
-                self._touch(row, current.model_copy(update={"memory": memory, "updated_at": now}))
-                row.fingerprint, row.vector, row.doc = fp, vector, None
-                self._record(
-                    data, memory_id, Operation.UPDATE, current.text, memory.text, source, now
-                )
-                return row.entry
-        raise MemoryConflictError(memory_id, memory_id, concurrent=True)
+            )  # fmt: skip
+        if isinstance(step, FindDeletedByFingerprint):
+            fp = step.fingerprint
+            rows = self._rows(step.user)
+            return self._stored(next((r for r in rows if r.fingerprint == fp and not r.live), None))
+        if isinstance(step, KnownFingerprints):
+            return {r.fingerprint for r in self._rows(step.user)} & step.fingerprints
+        if isinstance(step, CountLive):
+            return sum(1 for r in self._rows(step.user) if r.live)
+        if isinstance(step, (Insert, Rewrite, SetTopics, SoftDelete, EvictOldest)):
+            return self._change(step, undo)
+        if isinstance(step, RecordHistory):
+            history = self._data(step.user).history
+            size = len(history)
+            history.extend(step.events)
+            undo.append(lambda: history.__delitem__(slice(size, None)))
+            return None
+        if isinstance(step, Purge):
+            return self._purge(step, undo)
+        raise TypeError(f"unknown step {step!r}")
 
-    def delete(self, user: UserKey, memory_id: str, *, source: Source | None = None) -> bool:
-        user = check_user(user)
-        check_memory_id(memory_id)
-        check_source(source)
-        with self._lock:
-            data = self._users.get(user)
-            row = data.rows.get(memory_id) if data else None
-            if data is None or row is None or not row.live:
-                return False
-            now = utcnow()
-            row.deleted_at = now
-            self._record(data, memory_id, Operation.DELETE, row.entry.text, None, source, now)
-            return True
+    def _change(
+        self,
+        step: Insert | Rewrite | SetTopics | SoftDelete | EvictOldest,
+        undo: list[Callable[[], None]],
+    ) -> Any:
+        data = self._data(step.user)
+        if isinstance(step, Insert):
+            for new in step.rows:
+                row = _Row(entry=new.entry, fingerprint=new.fingerprint, vector=new.vector,
+                           keyed=new.keyed)  # fmt: skip
+                self._touch(row, new.entry)
+                data.rows[new.entry.id] = row
+                undo.append(lambda i=new.entry.id: data.rows.__delitem__(i))  # type: ignore[misc]
+            return None
+        if isinstance(step, (Rewrite, SetTopics)):
+            row = step.target.handle
+            _remember(row, undo)
+            if isinstance(step, SetTopics):
+                memory = row.entry.memory.model_copy(update={"topics": list(step.topics)})
+            else:
+                memory = step.memory
+                row.fingerprint, row.deleted_at = step.fingerprint, None
+                if not isinstance(step.vector, Keep):
+                    row.vector = step.vector
+            self._touch(row, row.entry.model_copy(update={"memory": memory, "updated_at": step.at}))
+            row.doc = None
+            return None
+        live = self._live(data)
+        if isinstance(step, EvictOldest):
+            victims = [min(live, key=lambda r: r.seq)] if live else []
+        else:
+            wanted = None if step.memory_ids is None else set(step.memory_ids)
+            victims = [r for r in live if wanted is None or r.entry.id in wanted]
+        for row in victims:
+            _remember(row, undo)
+            row.deleted_at = step.at
+        gone = [(r.entry.id, r.entry.text) for r in victims]
+        if isinstance(step, EvictOldest):
+            return gone[0] if gone else None
+        return gone
 
-    def clear(self, user: UserKey, *, source: Source | None = None) -> int:
-        user = check_user(user)
-        check_source(source)
-        with self._lock:
-            data = self._users.get(user)
+    def _purge(self, step: Purge, undo: list[Callable[[], None]]) -> int:
+        user = step.user
+        data = self._users.get(user)
+        if step.memory_id is None:
+            self._claims.purge(user)
             if data is None:
                 return 0
-            now = utcnow()
-            live = self._live(data)
-            for row in live:
-                row.deleted_at = now
-                self._record(data, row.entry.id, Operation.CLEAR, row.entry.text, None, source, now)
-            return len(live)
+            del self._users[user]
+            undo.append(lambda: self._users.__setitem__(user, data))
+            return len(data.rows)
+        if data is None:
+            return 0
+        removed = data.rows.pop(step.memory_id, None)
+        history = data.history
+        data.history = [h for h in history if h.memory_id != step.memory_id]
 
-    def purge(self, user: UserKey, memory_id: str | None = None) -> int:
-        user = check_user(user)
-        with self._lock:
-            if memory_id is None:
-                self._claims.purge(user)
-            data = self._users.get(user)
-            if data is None:
-                return 0
-            if memory_id is None:
-                del self._users[user]
-                return len(data.rows)
-            check_memory_id(memory_id)
-            removed = data.rows.pop(memory_id, None)
-            data.history = [h for h in data.history if h.memory_id != memory_id]
-            return 1 if removed else 0
+        def back() -> None:
+            data.history = history
+            if removed is not None:
+                data.rows[step.memory_id or ""] = removed
+
+        undo.append(back)
+        return 1 if removed else 0
 
     # -- reads --------------------------------------------------------------
 
@@ -456,30 +412,6 @@ class InMemoryMemoryService(SyncMemoryService):
             return Legs(vector=sorted(vector, key=lambda h: -h[1])[:pool], keyword=keyword)
 
         return execute_search(options, fetch, self.language)
-
-    def restore(self, user: UserKey, entry: Entry, history: Sequence[HistoryEvent] = ()) -> Entry:
-        user = check_user(user)
-        entry = check_restorable(entry, history).model_copy(
-            update={
-                "app_name": user.app_name,
-                "user_id": user.user_id,
-                "score": None,
-                "rrf_score": None,
-            }
-        )
-        with self._lock:
-            data = self._data(user)
-            data.rows.pop(entry.id, None)
-            fp = fingerprint(entry.memory)
-            keyed = any(r.fingerprint == fp and r.live for r in data.rows.values())
-            if keyed:
-                fp = fingerprint(entry.memory, entry.id)
-            row = _Row(entry=entry, fingerprint=fp, vector=self._embed(entry.memory), keyed=keyed)
-            data.rows[entry.id] = row
-            self._touch(row, entry)
-            data.history = [h for h in data.history if h.memory_id != entry.id]
-            data.history.extend(h.model_copy(update={"memory_id": entry.id}) for h in history)
-            return entry
 
     # -- expiry -------------------------------------------------------------
 

@@ -13,7 +13,7 @@ import asyncio
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from typing_extensions import Self
 
@@ -24,13 +24,18 @@ from ..types import (
     ExtractionCursor,
     HistoryEvent,
     Kind,
+    Memory,
     SearchOptions,
     Source,
     ThreadClaim,
     UserKey,
 )
-from ._core import Limits
+from . import _plans
+from ._core import Limits, MemoryPatch
+from ._steps import Plan
 from .capabilities import Capability
+
+T = TypeVar("T")
 
 __all__ = ["MemoryService", "SyncMemoryService"]
 
@@ -69,8 +74,18 @@ class MemoryService(ABC):
         return limits if isinstance(limits, Limits) else Limits()
 
     # -- writes -------------------------------------------------------------
+    #
+    # Every write is a plan of `service/_plans.py` (the write rules, once) run by
+    # the backend's step executor (`run_plan` / `arun_plan`, see `_steps.py`).
 
     @abstractmethod
+    def run_plan(self, plan: Plan[T]) -> T:
+        """Run a write plan with this backend's step executor; returns its result."""
+
+    @abstractmethod
+    async def arun_plan(self, plan: Plan[T]) -> T:
+        """Async twin of `run_plan`."""
+
     def add(
         self,
         user: UserKey,
@@ -87,10 +102,57 @@ class MemoryService(ABC):
     ) -> Entry:
         """Store a memory; idempotent for the same content, which refreshes topics.
 
-        With `memory_id` the call is an upsert under that caller-chosen id.
+        With `memory_id` the call is an upsert under that caller-chosen id. Content
+        the user deleted comes back under its old id. With a capacity, a full store
+        evicts its least recently written memory (history source actor "capacity")
+        or, with `on_capacity="error"`, raises `CapacityExceededError`.
         """
+        fields = _fields(topics, kind, event_time, participants, location, metadata)
+        plan = _plans.add(
+            user, text, limits=self.limits, memory_id=memory_id, source=source, **fields
+        )
+        return self.run_plan(plan)
 
-    @abstractmethod
+    async def aadd(
+        self,
+        user: UserKey,
+        text: str,
+        *,
+        topics: Sequence[str] | None = None,
+        kind: Kind | str = Kind.FACT,
+        event_time: datetime | str | None = None,
+        participants: Sequence[str] | None = None,
+        location: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        memory_id: str | None = None,
+        source: Source | None = None,
+    ) -> Entry:
+        """Async twin of `add`."""
+        fields = _fields(topics, kind, event_time, participants, location, metadata)
+        plan = _plans.add(
+            user, text, limits=self.limits, memory_id=memory_id, source=source, **fields
+        )
+        return await self.arun_plan(plan)
+
+    def add_many(
+        self, user: UserKey, items: Sequence[str | Memory], *, source: Source | None = None
+    ) -> list[Entry]:
+        """`add` of each item (a text, or a `Memory`), in order, as one transaction.
+
+        Returns the entries in input order, as `add` would have returned them
+        (a duplicate's merged entry, a revived one under its old id). Every item is
+        validated first: a bad one raises naming its field and nothing is stored;
+        the capacity policy raising also leaves nothing stored.
+        """
+        return self.run_plan(_plans.add_many(user, items, limits=self.limits, source=source))
+
+    async def aadd_many(
+        self, user: UserKey, items: Sequence[str | Memory], *, source: Source | None = None
+    ) -> list[Entry]:
+        """Async twin of `add_many`."""
+        plan = _plans.add_many(user, items, limits=self.limits, source=source)
+        return await self.arun_plan(plan)
+
     def update(
         self,
         user: UserKey,
@@ -108,23 +170,68 @@ class MemoryService(ABC):
         """Change a memory in place; the id never changes. None keeps a field.
 
         Compare-and-set: if the memory changed between this call's read and its
-        write, the call re-reads it and applies its own fields to the newer
-        version (so concurrent updates of different fields all land); after
-        `UPDATE_ATTEMPTS` lost rounds it raises `MemoryConflictError(concurrent=True)`
-        (PostgreSQL re-reads under its per-user lock, so it never loses a round).
+        write, the call applies its own fields to the newer version under the
+        user's write lock (so concurrent updates of different fields all land).
+        New content that another live memory already holds raises `MemoryConflictError`.
         """
+        patch = MemoryPatch(text, topics, kind, event_time, participants, location, metadata)
+        return self.run_plan(
+            _plans.update(user, memory_id, patch, limits=self.limits, source=source)
+        )
 
-    @abstractmethod
+    async def aupdate(
+        self,
+        user: UserKey,
+        memory_id: str,
+        text: str,
+        *,
+        topics: Sequence[str] | None = None,
+        kind: Kind | str | None = None,
+        event_time: datetime | str | None = None,
+        participants: Sequence[str] | None = None,
+        location: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        source: Source | None = None,
+    ) -> Entry:
+        """Async twin of `update`."""
+        patch = MemoryPatch(text, topics, kind, event_time, participants, location, metadata)
+        plan = _plans.update(user, memory_id, patch, limits=self.limits, source=source)
+        return await self.arun_plan(plan)
+
     def delete(self, user: UserKey, memory_id: str, *, source: Source | None = None) -> bool:
         """Soft-delete; False when there was no live memory with that id."""
+        return bool(self.run_plan(_plans.delete(user, memory_id, source=source)))
 
-    @abstractmethod
+    async def adelete(self, user: UserKey, memory_id: str, *, source: Source | None = None) -> bool:
+        return bool(await self.arun_plan(_plans.delete(user, memory_id, source=source)))
+
     def clear(self, user: UserKey, *, source: Source | None = None) -> int:
         """Soft-delete every live memory of the user; returns how many."""
+        return self.run_plan(_plans.clear(user, source=source))
 
-    @abstractmethod
+    async def aclear(self, user: UserKey, *, source: Source | None = None) -> int:
+        return await self.arun_plan(_plans.clear(user, source=source))
+
     def purge(self, user: UserKey, memory_id: str | None = None) -> int:
         """Remove rows and their history for good (right to be forgotten)."""
+        return self.run_plan(_plans.purge(user, memory_id))
+
+    async def apurge(self, user: UserKey, memory_id: str | None = None) -> int:
+        return await self.arun_plan(_plans.purge(user, memory_id))
+
+    def restore(self, user: UserKey, entry: Entry, history: Sequence[HistoryEvent] = ()) -> Entry:
+        """Write an exported entry back exactly (id, timestamps, content, expiry) with its
+        history.
+
+        Used by `langmem-trpc import` for a lossless round trip. An existing
+        memory with the same id is replaced.
+        """
+        return self.run_plan(_plans.restore(user, entry, history))
+
+    async def arestore(
+        self, user: UserKey, entry: Entry, history: Sequence[HistoryEvent] = ()
+    ) -> Entry:
+        return await self.arun_plan(_plans.restore(user, entry, history))
 
     # -- reads --------------------------------------------------------------
 
@@ -209,19 +316,6 @@ class MemoryService(ABC):
     def retry_dead_letter(self, letter_id: str) -> DeadLetter | None:
         """Queue a dead letter for retry by its thread's next job; None if unknown or done."""
 
-    def restore(self, user: UserKey, entry: Entry, history: Sequence[HistoryEvent] = ()) -> Entry:
-        """Write an exported entry back exactly (id, timestamps, content) with its history.
-
-        Used by `langmem-trpc import` for a lossless round trip. An existing
-        memory with the same id is replaced.
-        """
-        raise NotImplementedError(f"{type(self).__name__} does not support restore()")
-
-    async def arestore(
-        self, user: UserKey, entry: Entry, history: Sequence[HistoryEvent] = ()
-    ) -> Entry:
-        return await asyncio.to_thread(self.restore, user, entry, history)
-
     # -- expiry (MemoryStore's TTL) -----------------------------------------
 
     def set_expiry(self, user: UserKey, memory_id: str, expires_at: datetime | None) -> bool:
@@ -285,49 +379,6 @@ class MemoryService(ABC):
         """
 
     # -- async twins --------------------------------------------------------
-
-    @abstractmethod
-    async def aadd(
-        self,
-        user: UserKey,
-        text: str,
-        *,
-        topics: Sequence[str] | None = None,
-        kind: Kind | str = Kind.FACT,
-        event_time: datetime | str | None = None,
-        participants: Sequence[str] | None = None,
-        location: str | None = None,
-        metadata: dict[str, Any] | None = None,
-        memory_id: str | None = None,
-        source: Source | None = None,
-    ) -> Entry: ...
-
-    @abstractmethod
-    async def aupdate(
-        self,
-        user: UserKey,
-        memory_id: str,
-        text: str,
-        *,
-        topics: Sequence[str] | None = None,
-        kind: Kind | str | None = None,
-        event_time: datetime | str | None = None,
-        participants: Sequence[str] | None = None,
-        location: str | None = None,
-        metadata: dict[str, Any] | None = None,
-        source: Source | None = None,
-    ) -> Entry: ...
-
-    @abstractmethod
-    async def adelete(
-        self, user: UserKey, memory_id: str, *, source: Source | None = None
-    ) -> bool: ...
-
-    @abstractmethod
-    async def aclear(self, user: UserKey, *, source: Source | None = None) -> int: ...
-
-    @abstractmethod
-    async def apurge(self, user: UserKey, memory_id: str | None = None) -> int: ...
 
     @abstractmethod
     async def aget(self, user: UserKey, memory_id: str) -> Entry | None: ...
@@ -417,23 +468,29 @@ class MemoryService(ABC):
         await self.aclose()
 
 
+def _fields(
+    topics: object,
+    kind: object,
+    event_time: object,
+    participants: object,
+    location: object,
+    metadata: object,
+) -> dict[str, object]:
+    return {
+        "topics": topics,
+        "kind": kind,
+        "event_time": event_time,
+        "participants": participants,
+        "location": location,
+        "metadata": metadata,
+    }
+
+
 class SyncMemoryService(MemoryService, ABC):
     """Base for blocking backends: each `a*` twin runs its sync method in a thread."""
 
-    async def aadd(self, user: UserKey, text: str, **kwargs: Any) -> Entry:  # type: ignore[override]
-        return await asyncio.to_thread(lambda: self.add(user, text, **kwargs))
-
-    async def aupdate(self, user: UserKey, memory_id: str, text: str, **kwargs: Any) -> Entry:  # type: ignore[override]
-        return await asyncio.to_thread(lambda: self.update(user, memory_id, text, **kwargs))
-
-    async def adelete(self, user: UserKey, memory_id: str, *, source: Source | None = None) -> bool:
-        return await asyncio.to_thread(lambda: self.delete(user, memory_id, source=source))
-
-    async def aclear(self, user: UserKey, *, source: Source | None = None) -> int:
-        return await asyncio.to_thread(lambda: self.clear(user, source=source))
-
-    async def apurge(self, user: UserKey, memory_id: str | None = None) -> int:
-        return await asyncio.to_thread(self.purge, user, memory_id)
+    async def arun_plan(self, plan: Plan[T]) -> T:
+        return await asyncio.to_thread(self.run_plan, plan)
 
     async def aget(self, user: UserKey, memory_id: str) -> Entry | None:
         return await asyncio.to_thread(self.get, user, memory_id)

@@ -324,7 +324,7 @@ def legacy_fingerprint(memory, explicit_id=None):
 def test_fingerprint_backfill_recomputes_ambiguous_rows(pg_url, monkeypatch):
     """setup() applying the fingerprint migration: rows stored under the old
     participants encoding are found again by their content afterwards."""
-    from langmem_trpc.backends.postgres import _plans
+    from langmem_trpc.service import _plans
 
     alice = UserKey("app", "alice")
     svc = PostgresMemoryService(pg_url)

@@ -311,11 +311,11 @@ def test_fingerprint_migration_recomputes_ambiguous_rows(tmp_path, monkeypatch):
     """Rows stored under the old participants encoding: after the migration, adding
     their content again refreshes them instead of creating a second memory, and a
     list that only looked the same stays a different memory."""
-    from langmem_trpc.backends.sqlite import service as sqlite_service
+    from langmem_trpc.service import _plans
 
     path = tmp_path / "m.db"
     with monkeypatch.context() as m:
-        m.setattr(sqlite_service, "fingerprint", legacy_fingerprint)
+        m.setattr(_plans, "fingerprint", legacy_fingerprint)
         svc = SQLiteMemoryService(path)
         comma = svc.add(ALICE, "Met for lunch", participants=["Smith, John"])
         plain = svc.add(ALICE, "Plain memory", participants=["Ana", "Bob"])

@@ -144,8 +144,7 @@ class Executor:
         old: Record = step.target.handle
         memory = step.target.entry.memory.model_copy(update={"topics": list(step.topics)})
         entry = step.target.entry.model_copy(update={"memory": memory, "updated_at": step.at})
-        vector = None if old.vector is None else np.asarray(old.vector, dtype=np.float32)
-        new = memory_record(entry, old.fp or "", keyed=old.keyed, vector=vector)
+        new = memory_record(entry, old.fp or "", keyed=old.keyed, vector=old.vector)
         self._put(replace(new, seq=self.store.next_seq()))
 
     def _SoftDelete(self, step: s.SoftDelete) -> list[tuple[str, str]]:

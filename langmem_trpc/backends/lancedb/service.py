@@ -14,10 +14,9 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypeVar
 
 from ..._time import ensure_utc
-from ...service import _steps
 from ...service._claims import (
     ClaimTable,
     _Claim,
@@ -50,6 +49,7 @@ from ...service._search import (
     keyword_score,
     passes_time,
 )
+from ...service._steps import Plan, drive
 from ...service.capabilities import Capability
 from ...service.memory import unit_vector
 from ...service.protocol import SyncMemoryService
@@ -84,6 +84,8 @@ if TYPE_CHECKING:
     from langchain_core.embeddings import Embeddings
 
 __all__ = ["LanceDBMemoryService"]
+
+T = TypeVar("T")
 
 DOC_CACHE = 200_000
 """Parsed entries and keyword documents kept per service (cleared when over, and by close)."""
@@ -155,10 +157,11 @@ class LanceDBMemoryService(SyncMemoryService):
         vectors = {Capability.VECTORS} if self._embeddings is not None else set()
         return frozenset({Capability.DURABLE, *vectors})
 
-    def _run(self, plan: _steps.Plan[Any]) -> Any:
+    def run_plan(self, plan: Plan[T]) -> T:
+        """Run a write plan; its writes commit together, in one table version, at its end."""
         executor = Executor(self._store, self._embed)
         try:
-            result = _steps.drive(plan, executor)
+            result = drive(plan, executor)
             executor.commit()
             return result
         finally:

@@ -9,11 +9,11 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Sequence
-from datetime import datetime
 from typing import TYPE_CHECKING, Any
 from weakref import WeakKeyDictionary, WeakSet
 
 from ...errors import ConfigurationError
+from ...service import _steps as steps
 from ...service._claims import (
     check_claim,
     check_letter_id,
@@ -24,34 +24,25 @@ from ...service._claims import (
 )
 from ...service._core import (
     Limits,
-    build_memory,
     check_app_filter,
     check_cursor,
     check_memory_id,
-    check_restorable,
-    check_source,
     check_thread_id,
     check_user,
-    patch_memory,
     resolve_options,
 )
 from ...service._language import Language, resolve_language
 from ...types import (
     DeadLetter,
     DeadLetterStatus,
-    Entry,
     ExtractionCursor,
-    HistoryEvent,
-    Kind,
-    Memory,
     SearchOptions,
-    Source,
     UserKey,
 )
 from . import _claims, _plans
 from ._cache import MAX_ENTRIES, EntryCache
 from ._conninfo import checked_conninfo
-from ._expiry import ExpiryOps, restore_expiry
+from ._expiry import ExpiryOps
 from ._plans import Op, Plan
 
 if TYPE_CHECKING:
@@ -183,95 +174,15 @@ class PostgresBase(ExpiryOps):
         self._language_passed()  # setup checked (or recorded) the language itself
         return dims
 
-    def _op_add(
+    def _op_write(
         self,
-        user: UserKey,
-        text: str,
-        *,
-        topics: Sequence[str] | None = None,
-        kind: Kind | str = Kind.FACT,
-        event_time: datetime | str | None = None,
-        participants: Sequence[str] | None = None,
-        location: str | None = None,
-        metadata: dict[str, Any] | None = None,
-        memory_id: str | None = None,
-        source: Source | None = None,
+        plan: steps.Plan[Any],
+        vectors: Sequence[Sequence[float]] | None = None,
+        indexed: bool = True,
     ) -> Op:
-        user = check_user(user)
-        if memory_id is not None:
-            check_memory_id(memory_id)
-        check_source(source)
-        memory = build_memory(
-            text,
-            limits=self._limits,
-            topics=topics,
-            kind=kind,
-            event_time=event_time,
-            participants=participants,
-            location=location,
-            metadata=metadata,
-        )
-        plan = _plans.add(
-            user,
-            memory,
-            memory_id,
-            source,
-            self._limits,
-            self._embeddings is not None,
-            self.language,
-        )
-        return Op(plan, write=True)
-
-    def _op_update(
-        self,
-        user: UserKey,
-        memory_id: str,
-        text: str,
-        *,
-        topics: Sequence[str] | None = None,
-        kind: Kind | str | None = None,
-        event_time: datetime | str | None = None,
-        participants: Sequence[str] | None = None,
-        location: str | None = None,
-        metadata: dict[str, Any] | None = None,
-        source: Source | None = None,
-    ) -> Op:
-        user = check_user(user)
-        check_memory_id(memory_id)
-        check_source(source)
-        limits = self._limits
-
-        def patch(current: Memory) -> Memory:
-            return patch_memory(
-                current,
-                text,
-                limits=limits,
-                topics=topics,
-                kind=kind,
-                event_time=event_time,
-                participants=participants,
-                location=location,
-                metadata=metadata,
-            )
-
-        plan = _plans.update(
-            user, memory_id, patch, source, self._embeddings is not None, self.language
-        )
-        return Op(plan, write=True)
-
-    def _op_delete(self, user: UserKey, memory_id: str, source: Source | None) -> Op:
-        user, memory_id = check_user(user), check_memory_id(memory_id)
-        return Op(_plans.delete(user, memory_id, check_source(source)), write=True)
-
-    def _op_clear(self, user: UserKey, source: Source | None) -> Op:
-        user = check_user(user)
-        return Op(_plans.clear(user, check_source(source)), write=True)
-
-    def _op_purge(self, user: UserKey, memory_id: str | None) -> Op:
-        user = check_user(user)
-        if memory_id is not None:
-            check_memory_id(memory_id)
-        return Op(_plans.purge(user, memory_id), write=True)
+        """A shared write plan (`service/_plans.py`) as SQL in one transaction."""
+        options = _plans.WriteOptions(self._embeddings is not None, self.language, vectors, indexed)
+        return Op(_plans.write(plan, options), write=True)
 
     def _op_get(self, user: UserKey, memory_id: str) -> Op:
         return Op(_plans.get(check_user(user), check_memory_id(memory_id)), write=False)
@@ -303,21 +214,6 @@ class PostgresBase(ExpiryOps):
 
     def _op_get_cursor(self, user: UserKey, thread_id: str) -> Op:
         return Op(_claims.get_cursor(check_user(user), check_thread_id(thread_id)), write=False)
-
-    def _op_restore(self, user: UserKey, entry: Entry, history: Sequence[HistoryEvent]) -> Op:
-        user = check_user(user)
-        entry = check_restorable(entry, history).model_copy(
-            update={
-                "app_name": user.app_name,
-                "user_id": user.user_id,
-                "score": None,
-                "rrf_score": None,
-            }
-        )
-        plan = _plans.restore(
-            user, entry, list(history), self._embeddings is not None, self.language
-        )
-        return Op(restore_expiry(plan, user, entry.id, entry.expires_at), write=True)
 
     def _op_set_cursor(self, user: UserKey, cursor: ExtractionCursor) -> Op:
         return Op(_claims.set_cursor(check_user(user), check_cursor(cursor)), write=True)

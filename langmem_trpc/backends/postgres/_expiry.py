@@ -14,11 +14,11 @@ from datetime import datetime
 
 from ..._time import ensure_utc
 from ...service._core import check_memory_id, check_user, utcnow
-from ...types import Entry, UserKey
+from ...types import UserKey
 from . import _sql
 from ._plans import Op, Plan, Sql
 
-__all__ = ["ExpiryOps", "expired", "restore_expiry", "set_expiry"]
+__all__ = ["ExpiryOps", "expired", "set_expiry"]
 
 SET_EXPIRY = """
 UPDATE langmem_memories SET expires_at = %(at)s
@@ -41,16 +41,6 @@ def expired(user: UserKey, limit: int | None) -> Plan[list[str]]:
     params = _sql.user_params(user, now=utcnow(), limit=limit if limit and limit > 0 else None)
     rows = yield Sql(SELECT_EXPIRED, params)
     return [str(r["id"]) for r in rows]
-
-
-def restore_expiry(
-    plan: Plan[Entry], user: UserKey, memory_id: str, at: datetime | None
-) -> Plan[Entry]:
-    """`plan` (a restore), then the restored memory's expiry, in the same transaction."""
-    entry = yield from plan
-    if at is not None:
-        yield from set_expiry(user, memory_id, at)
-    return entry
 
 
 class ExpiryOps:

@@ -12,38 +12,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Generator, Iterable, MutableMapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
-from ...errors import (
-    CapacityExceededError,
-    ConfigurationError,
-    MemoryConflictError,
-    MemoryNotFoundError,
-)
-from ...service._core import (
-    Limits,
-    embedding_text,
-    fingerprint,
-    new_memory_id,
-    stored_fingerprint,
-    unexpired,
-    utcnow,
-)
+from ...errors import ConfigurationError
+from ...service import _steps as steps
+from ...service._core import stored_fingerprint, unexpired, utcnow
 from ...service._language import ENGLISH, Language
 from ...service._search import DEFAULT_MIN_SCORE, Legs, execute_search
-from ...types import (
-    Entry,
-    HistoryEvent,
-    Kind,
-    Memory,
-    Operation,
-    SearchOptions,
-    Source,
-    UserKey,
-    canonical_topics,
-)
-from . import _search_sql, _sql
+from ...types import Entry, HistoryEvent, Kind, SearchOptions, UserKey
+from . import _bulk, _search_sql, _sql
 from ._cache import EntryCache
 
 T = TypeVar("T")
@@ -88,224 +65,144 @@ class Op:
     """False for setup, which checks (and on a new database records) the language itself."""
 
 
-# --- writes ----------------------------------------------------------------
+# --- writes: the shared write plans, step by step in SQL --------------------
 
 
-def _history(
-    user: UserKey,
-    memory_id: str,
-    op: Operation,
-    before: str | None,
-    after: str | None,
-    source: Source | None,
-    now: datetime,
-) -> Sql:
-    return Sql(
-        _sql.INSERT_HISTORY, _sql.history_params(user, memory_id, op, before, after, source, now)
-    )
+@dataclass(frozen=True)
+class WriteOptions:
+    """How the executor runs a plan: `vectors` answer its `Embed` step (precomputed,
+    in order); `indexed=False` keeps the rows of a multi-row `Insert` out of the HNSW
+    graph until `index_pending` (deferred indexing)."""
+
+    embed: bool
+    language: Language
+    vectors: Sequence[Sequence[float]] | None = None
+    indexed: bool = True
 
 
-def _make_room(user: UserKey, limits: Limits, now: datetime) -> Plan[None]:
-    """Capacity policy, under the per-user lock the caller already holds."""
-    if limits.capacity is None:
-        return
-    rows = yield Sql(_sql.LIVE_COUNT, _sql.user_params(user))
-    live = int(rows[0]["live_count"]) if rows else 0
-    if live < limits.capacity:
-        return
-    if limits.on_capacity == "error":
-        raise CapacityExceededError(limits.capacity)
-    evicted = yield Sql(_sql.EVICT_OLDEST, _sql.user_params(user, now=now))
-    for row in evicted:
-        yield _history(
-            user, row["id"], Operation.DELETE, row["text"], None, Source(actor="capacity"), now
-        )
+def write(plan: steps.Plan[T], options: WriteOptions) -> Plan[T]:
+    """Run a shared write plan (`service/_plans.py`) as SQL: each abstract step
+    becomes the statements below, in the one transaction the driver opens."""
+    reply: Any = None
+    while True:
+        try:
+            step = plan.send(reply)
+        except StopIteration as done:
+            result: T = done.value
+            return result
+        if isinstance(step, steps.Insert) and len(step.rows) > 1:
+            yield from _bulk.insert(step.user, step.rows, options.language, options.indexed)
+            reply = None
+        elif isinstance(step, steps.RecordHistory) and len(step.events) > 1:
+            reply = yield Sql(_sql.INSERT_HISTORY_MANY, _sql.history_many_params(step))
+        elif isinstance(step, steps.Embed) and options.vectors is not None:
+            reply = list(options.vectors)
+        else:
+            reply = yield from _step(step, options.embed, options.language)
 
 
-def _embed_one(memory: Memory, enabled: bool) -> Plan[list[float] | None]:
-    if not enabled:
+def _step(step: steps.Step, embed: bool, language: Language) -> Plan[Any]:
+    if isinstance(step, steps.Now):
+        return utcnow()
+    if isinstance(step, steps.Embed):
+        if not embed:
+            return [None] * len(step.texts)
+        vectors = yield Embed(list(step.texts))
+        return [list(v) for v in vectors]
+    params = _sql.user_params(step.user)
+    if isinstance(step, steps.LockUser):
+        yield Sql(_sql.USER_LOCK, params)
         return None
-    vectors = yield Embed([embedding_text(memory.text, memory.participants)])
-    return list(vectors[0])
-
-
-def add(
-    user: UserKey,
-    memory: Memory,
-    memory_id: str | None,
-    source: Source | None,
-    limits: Limits,
-    embed: bool,
-    language: Language,
-) -> Plan[Entry]:
-    """Idempotent add by content fingerprint; explicit ids are upserts; deleted content revives."""
-    fp = fingerprint(memory, memory_id)
-    vector = yield from _embed_one(memory, embed)
-    now = utcnow()
-    content = _sql.memory_params(memory, fp, vector, language)
-    yield Sql(_sql.USER_LOCK, _sql.user_params(user))
-    existing: dict[str, Any] | None = None
-    if memory_id is not None:
-        rows = yield Sql(_sql.SELECT_BY_ID, _sql.user_params(user, id=memory_id))
-        existing = rows[0] if rows else None
-        if existing is not None and existing["deleted_at"] is None:
-            updated = yield Sql(
-                _sql.REWRITE_MEMORY, _sql.user_params(user, id=memory_id, now=now, **content)
-            )
-            yield _history(
-                user, memory_id, Operation.UPDATE, existing["text"], memory.text, source, now
-            )
-            return _sql.entry_from_row(updated[0])
-    else:
-        live = yield Sql(_sql.SELECT_LIVE_BY_FINGERPRINT, _sql.user_params(user, fp=fp))
-        if live:
-            return (yield from _refresh_topics(user, live[0], memory, now, language))
-        deleted = yield Sql(_sql.SELECT_DELETED_BY_FINGERPRINT, _sql.user_params(user, fp=fp))
-        existing = deleted[0] if deleted else None
-    yield from _make_room(user, limits, now)
-    if existing is not None:  # revive a soft-deleted memory under its old id
-        rows = yield Sql(
-            _sql.REWRITE_MEMORY, _sql.user_params(user, id=existing["id"], now=now, **content)
-        )
-    else:
-        new_id = memory_id or new_memory_id()
-        rows = yield Sql(
-            _sql.INSERT_MEMORY,
-            _sql.user_params(user, id=new_id, keyed=memory_id is not None, now=now, **content),
-        )
-        if not rows:  # a writer outside the per-user lock (bulk load) got there first
-            live = yield Sql(_sql.SELECT_LIVE_BY_FINGERPRINT, _sql.user_params(user, fp=fp))
-            return (yield from _refresh_topics(user, live[0], memory, now, language))
-    entry = _sql.entry_from_row(rows[0])
-    yield _history(user, entry.id, Operation.ADD, None, memory.text, source, now)
-    return entry
-
-
-def _refresh_topics(
-    user: UserKey, row: _sql.Row, memory: Memory, now: datetime, language: Language
-) -> Plan[Entry]:
-    entry = _sql.entry_from_row(row)
-    merged = canonical_topics([*entry.memory.topics, *memory.topics])
-    if merged == entry.memory.topics:
-        return entry
-    new_memory = entry.memory.model_copy(update={"topics": merged})
-    rows = yield Sql(
-        _sql.SET_TOPICS,
-        _sql.user_params(user, id=entry.id, now=now, **_sql.topic_params(new_memory, language)),
-    )
-    return _sql.entry_from_row(rows[0])
-
-
-def update(
-    user: UserKey,
-    memory_id: str,
-    patch: Any,
-    source: Source | None,
-    embed: bool,
-    language: Language,
-) -> Plan[Entry]:
-    """In-place change; the id never changes. `patch(current) -> Memory` validates the new fields."""
-    rows = yield Sql(_sql.SELECT_LIVE_BY_ID, _sql.user_params(user, id=memory_id))
-    if not rows:
-        raise MemoryNotFoundError(memory_id)
-    current = _sql.memory_from_row(rows[0])
-    memory: Memory = patch(current)
-    changed = embedding_text(memory.text, memory.participants) != embedding_text(
-        current.text, current.participants
-    )
-    vector = yield from _embed_one(memory, embed and changed)
-    yield Sql(_sql.USER_LOCK, _sql.user_params(user))
-    rows = yield Sql(_sql.SELECT_LIVE_BY_ID, _sql.user_params(user, id=memory_id))
-    if not rows:
-        raise MemoryNotFoundError(memory_id)
-    current = rows[0]
-    locked = _sql.memory_from_row(current)
-    memory = patch(locked)
-    fp = fingerprint(memory, memory_id if current["keyed"] else None)
-    clash = yield Sql(_sql.SELECT_CONFLICT, _sql.user_params(user, fp=fp, id=memory_id))
-    if clash:
-        raise MemoryConflictError(memory_id, clash[0]["id"])
-    now = utcnow()
-    content = _sql.memory_params(memory, fp, vector, language)
-    sql = _sql.REWRITE_MEMORY
-    if vector is None or embedding_text(memory.text, memory.participants) == embedding_text(
-        locked.text, locked.participants
-    ):
-        sql = _sql.REWRITE_MEMORY.replace(", embedding = %(embedding)b::vector", "")
-    updated = yield Sql(sql, _sql.user_params(user, id=memory_id, now=now, **content))
-    yield _history(user, memory_id, Operation.UPDATE, current["text"], memory.text, source, now)
-    return _sql.entry_from_row(updated[0])
-
-
-def delete(user: UserKey, memory_id: str, source: Source | None) -> Plan[bool]:
-    now = utcnow()
-    yield Sql(_sql.USER_LOCK, _sql.user_params(user))
-    rows = yield Sql(_sql.SOFT_DELETE, _sql.user_params(user, id=memory_id, now=now))
-    if not rows:
-        return False
-    yield _history(user, memory_id, Operation.DELETE, rows[0]["text"], None, source, now)
-    return True
-
-
-def clear(user: UserKey, source: Source | None) -> Plan[int]:
-    yield Sql(_sql.USER_LOCK, _sql.user_params(user))
-    rows = yield Sql(
-        _sql.CLEAR_USER, _sql.user_params(user, now=utcnow(), source=_sql.source_json(source))
-    )
-    return len(rows)
-
-
-def purge(user: UserKey, memory_id: str | None) -> Plan[int]:
-    yield Sql(_sql.USER_LOCK, _sql.user_params(user))
-    if memory_id is not None:
-        rows = yield Sql(_sql.PURGE_ONE, _sql.user_params(user, id=memory_id))
+    if isinstance(step, steps.FindById):
+        rows = yield Sql(_sql.SELECT_BY_ID, {**params, "id": step.memory_id})
+        return _stored(rows, None)
+    if isinstance(step, steps.FindLiveByFingerprint):
+        query, params = _sql.SELECT_LIVE_BY_FINGERPRINT, {**params, "fp": step.fingerprint}
+        if step.exclude_id is not None:
+            query, params = query + " AND id <> %(id)s", {**params, "id": step.exclude_id}
+        return _stored((yield Sql(query, params)), False)
+    if isinstance(step, steps.FindDeletedByFingerprint):
+        rows = yield Sql(_sql.SELECT_DELETED_BY_FINGERPRINT, {**params, "fp": step.fingerprint})
+        return _stored(rows, True)
+    if isinstance(step, steps.KnownFingerprints):
+        rows = yield Sql(_sql.KNOWN_FINGERPRINTS, {**params, "fps": sorted(step.fingerprints)})
+        return {r["fingerprint"] for r in rows}
+    if isinstance(step, steps.CountLive):
+        rows = yield Sql(_sql.LIVE_COUNT, params)
+        return int(rows[0]["live_count"]) if rows else 0
+    if isinstance(step, steps.Insert):
+        for row in step.rows:
+            yield from _insert(step.user, row, language)
+        return None
+    if isinstance(step, steps.Rewrite):
+        content = _sql.memory_params(step.memory, step.fingerprint, _vector(step.vector), language)
+        sql = _sql.REWRITE_MEMORY
+        if isinstance(step.vector, steps.Keep):
+            sql = sql.replace(", embedding = %(embedding)b::vector", "")
+        yield Sql(sql, {**params, "id": step.target.entry.id, "now": step.at, **content})
+        return None
+    if isinstance(step, steps.SetTopics):
+        memory = step.target.entry.memory.model_copy(update={"topics": list(step.topics)})
+        topics = _sql.topic_params(memory, language)
+        yield Sql(_sql.SET_TOPICS, {**params, "id": step.target.entry.id, "now": step.at, **topics})
+        return None
+    if isinstance(step, steps.SoftDelete):
+        if step.memory_ids is None:
+            rows = yield Sql(_sql.SOFT_DELETE_ALL, {**params, "now": step.at})
+            return [(r["id"], r["text"]) for r in rows]
+        gone: list[tuple[str, str]] = []
+        for memory_id in step.memory_ids:
+            rows = yield Sql(_sql.SOFT_DELETE, {**params, "id": memory_id, "now": step.at})
+            gone.extend((r["id"], r["text"]) for r in rows)
+        return gone
+    if isinstance(step, steps.EvictOldest):
+        rows = yield Sql(_sql.EVICT_OLDEST, {**params, "now": step.at})
+        return (rows[0]["id"], rows[0]["text"]) if rows else None
+    if isinstance(step, steps.RecordHistory):
+        for e in step.events:
+            yield Sql(
+                _sql.INSERT_HISTORY,
+                _sql.history_params(
+                    step.user, e.memory_id, e.operation, e.text_before, e.text_after, e.source,
+                    e.at,
+                ),
+            )  # fmt: skip
+        return None
+    assert isinstance(step, steps.Purge)
+    if step.memory_id is not None:
+        rows = yield Sql(_sql.PURGE_ONE, {**params, "id": step.memory_id})
         return int(rows[0]["n"])
-    rows = yield Sql(_sql.PURGE_USER, _sql.user_params(user))
-    yield Sql(_sql.DELETE_STATS, _sql.user_params(user))
-    yield Sql(_sql.DELETE_TERMS, _sql.user_params(user))
+    rows = yield Sql(_sql.PURGE_USER, params)
+    yield Sql(_sql.DELETE_STATS, params)
+    yield Sql(_sql.DELETE_TERMS, params)
     return int(rows[0]["n"])
 
 
-def restore(
-    user: UserKey, entry: Entry, events: Sequence[HistoryEvent], embed: bool, language: Language
-) -> Plan[Entry]:
-    """Write an exported entry back exactly (id, timestamps, content) and replace its history.
-
-    If another live memory already holds the same content, the restored one
-    keeps its own identity (its fingerprint includes its id), as in the reference.
-    """
-    vector = yield from _embed_one(entry.memory, embed)
-    yield Sql(_sql.USER_LOCK, _sql.user_params(user))
-    yield Sql(_sql.DELETE_ROW, _sql.user_params(user, id=entry.id))
-    yield Sql(_sql.DELETE_ROW_HISTORY, _sql.user_params(user, id=entry.id))
-    fp = fingerprint(entry.memory)
-    clash = yield Sql(_sql.SELECT_CONFLICT, _sql.user_params(user, fp=fp, id=entry.id))
-    keyed = bool(clash)
-    if keyed:
-        fp = fingerprint(entry.memory, entry.id)
-    content = _sql.memory_params(entry.memory, fp, vector, language)
-    yield Sql(
-        _sql.RESTORE_MEMORY,
-        _sql.user_params(
-            user,
-            id=entry.id,
-            keyed=keyed,
-            created=entry.created_at,
-            updated=entry.updated_at,
-            **content,
-        ),
+def _vector(vector: object) -> Sequence[float] | None:
+    return (
+        None if vector is None or isinstance(vector, steps.Keep) else cast(Sequence[float], vector)
     )
-    for event in events:
-        yield _history(
-            user,
-            entry.id,
-            event.operation,
-            event.text_before,
-            event.text_after,
-            event.source,
-            event.at,
-        )
-    return entry
+
+
+def _stored(rows: Sequence[_sql.Row], deleted: bool | None) -> steps.Stored | None:
+    if not rows:
+        return None
+    row = rows[0]
+    if deleted is None:
+        deleted = row["deleted_at"] is not None
+    return steps.Stored(_sql.entry_from_row(row), bool(row["keyed"]), deleted)
+
+
+def _insert(user: UserKey, row: steps.NewRow, language: Language) -> Plan[None]:
+    entry = row.entry
+    content = _sql.memory_params(entry.memory, row.fingerprint, _vector(row.vector), language)
+    yield Sql(
+        _sql.INSERT_MEMORY,
+        _sql.user_params(
+            user, id=entry.id, keyed=row.keyed, created=entry.created_at,
+            updated=entry.updated_at, expires=entry.expires_at, **content,
+        ),
+    )  # fmt: skip
 
 
 # --- reads -----------------------------------------------------------------

@@ -17,6 +17,7 @@ from psycopg.types.json import Jsonb
 
 from ...service._documents import fts_document, keyword_doc, topics_document
 from ...service._language import Language
+from ...service._steps import RecordHistory
 from ...types import (
     Entry,
     HistoryEvent,
@@ -472,10 +473,6 @@ SELECT_BY_ID = (
 
 SELECT_LIVE_BY_ID = f"{SELECT_BY_ID} AND deleted_at IS NULL"
 
-SELECT_CONFLICT = f"""
-SELECT id FROM langmem_memories
-WHERE {_WHERE_USER} AND fingerprint = %(fp)s AND deleted_at IS NULL AND id <> %(id)s"""
-
 LIVE_COUNT = f"SELECT live_count FROM langmem_user_stats WHERE {_WHERE_USER}"
 
 EVICT_OLDEST = f"""
@@ -493,27 +490,21 @@ _CONTENT_SET = (
     "topic_doc = %(topic_doc)s, updated_at = %(now)s, write_seq = nextval('langmem_write_seq')"
 )
 
-INSERT_MEMORY = f"""
+INSERT_MEMORY = """
 INSERT INTO langmem_memories (
     app_name, user_id, id, text, fingerprint, keyed, topics, kind, event_time, participants,
     location, metadata, embedding, content_terms, topic_terms, content_len, topic_len,
-    content_doc, topic_doc, created_at, updated_at)
+    content_doc, topic_doc, created_at, updated_at, expires_at)
 VALUES (
     %(app)s, %(user)s, %(id)s, %(text)s, %(fp)s, %(keyed)s, %(topics)s, %(kind)s, %(event_time)s,
     %(participants)s, %(location)s, %(metadata)s, %(embedding)b::vector, %(content_terms)s,
-    %(topic_terms)s, %(content_len)s, %(topic_len)s, %(content_doc)s, %(topic_doc)s, %(now)s, %(now)s)
-ON CONFLICT (app_name, user_id, fingerprint) WHERE deleted_at IS NULL DO NOTHING
-RETURNING {_COLUMNS}"""
+    %(topic_terms)s, %(content_len)s, %(topic_len)s, %(content_doc)s, %(topic_doc)s, %(created)s,
+    %(updated)s, %(expires)s)"""
+"""One row exactly as given: id, timestamps and expiry (add, add_many and restore)."""
 
-RESTORE_MEMORY = """
-INSERT INTO langmem_memories (
-    app_name, user_id, id, text, fingerprint, keyed, topics, kind, event_time, participants,
-    location, metadata, embedding, content_terms, topic_terms, content_len, topic_len,
-    content_doc, topic_doc, created_at, updated_at)
-VALUES (
-    %(app)s, %(user)s, %(id)s, %(text)s, %(fp)s, %(keyed)s, %(topics)s, %(kind)s, %(event_time)s,
-    %(participants)s, %(location)s, %(metadata)s, %(embedding)b::vector, %(content_terms)s,
-    %(topic_terms)s, %(content_len)s, %(topic_len)s, %(content_doc)s, %(topic_doc)s, %(created)s, %(updated)s)"""
+KNOWN_FINGERPRINTS = f"""
+SELECT DISTINCT fingerprint FROM langmem_memories
+WHERE {_WHERE_USER} AND fingerprint = ANY(%(fps)s::text[])"""
 
 ROWS_BY_IDS = f"""
 SELECT {_COLUMNS}, xmin::text AS version FROM langmem_memories
@@ -538,10 +529,6 @@ SELECT count(*) AS n FROM langmem_memories
 WHERE deleted_at IS NULL AND NOT indexed
   AND (%(app)s::text IS NULL OR (app_name = %(app)s AND user_id = %(user)s))"""
 
-DELETE_ROW = f"DELETE FROM langmem_memories WHERE {_WHERE_USER} AND id = %(id)s"
-
-DELETE_ROW_HISTORY = f"DELETE FROM langmem_history WHERE {_WHERE_USER} AND memory_id = %(id)s"
-
 REWRITE_MEMORY = f"""
 UPDATE langmem_memories SET {_CONTENT_SET}, embedding = %(embedding)b::vector, deleted_at = NULL,
     indexed = true
@@ -564,14 +551,19 @@ INSERT_HISTORY = """
 INSERT INTO langmem_history (app_name, user_id, memory_id, operation, text_before, text_after, at, source)
 VALUES (%(app)s, %(user)s, %(id)s, %(op)s, %(before)s, %(after)s, %(now)s, %(source)s)"""
 
-CLEAR_USER = f"""
-WITH gone AS (
-    UPDATE langmem_memories SET deleted_at = %(now)s
-    WHERE {_WHERE_USER} AND deleted_at IS NULL
-    RETURNING id, text)
+INSERT_HISTORY_MANY = """
 INSERT INTO langmem_history (app_name, user_id, memory_id, operation, text_before, text_after, at, source)
-SELECT %(app)s, %(user)s, id, 'clear', text, NULL, %(now)s, %(source)s FROM gone
-RETURNING memory_id"""
+SELECT %(app)s, %(user)s, e.id, e.op, e.before, e.after, e.at, e.source
+FROM unnest(%(ids)s::text[], %(ops)s::text[], %(befores)s::text[], %(afters)s::text[],
+    %(ats)s::timestamptz[], %(sources)s::jsonb[]) WITH ORDINALITY
+    AS e(id, op, before, after, at, source, n)
+ORDER BY e.n"""
+"""Many history events of one user in one statement (`history_many_params`)."""
+
+SOFT_DELETE_ALL = f"""
+UPDATE langmem_memories SET deleted_at = %(now)s
+WHERE {_WHERE_USER} AND deleted_at IS NULL
+RETURNING id, text"""
 
 PURGE_ONE = f"""
 WITH gone AS (DELETE FROM langmem_memories WHERE {_WHERE_USER} AND id = %(id)s RETURNING id),
@@ -687,6 +679,19 @@ def history_params(
         after=after,
         now=now,
         source=None if source is None else Jsonb(source.model_dump(mode="json")),
+    )
+
+
+def history_many_params(step: RecordHistory) -> Params:
+    events = step.events
+    return user_params(
+        step.user,
+        ids=[e.memory_id for e in events],
+        ops=[e.operation.value for e in events],
+        befores=[e.text_before for e in events],
+        afters=[e.text_after for e in events],
+        ats=[e.at for e in events],
+        sources=[source_json(e.source) for e in events],
     )
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import psycopg
 from pgvector.psycopg.vector import register_vector_info
@@ -13,20 +13,21 @@ from psycopg.rows import dict_row
 from psycopg.types import TypeInfo
 from psycopg_pool import AsyncConnectionPool
 
+from ...service._steps import Plan
 from ...types import (
     DeadLetter,
     DeadLetterStatus,
     Entry,
     ExtractionCursor,
     HistoryEvent,
-    Kind,
     SearchOptions,
-    Source,
     ThreadClaim,
     UserKey,
 )
 from ._base import PostgresBase, backend_error, logger
 from ._plans import Copy, Embed, Op
+
+T = TypeVar("T")
 
 
 class AsyncPostgres(PostgresBase):
@@ -119,72 +120,9 @@ class AsyncPostgres(PostgresBase):
         """Async twin of `setup()`."""
         self._dims = await self._arun(self._op_setup())
 
-    async def aadd(
-        self,
-        user: UserKey,
-        text: str,
-        *,
-        topics: Sequence[str] | None = None,
-        kind: Kind | str = Kind.FACT,
-        event_time: datetime | str | None = None,
-        participants: Sequence[str] | None = None,
-        location: str | None = None,
-        metadata: dict[str, Any] | None = None,
-        memory_id: str | None = None,
-        source: Source | None = None,
-    ) -> Entry:
-        op = self._op_add(
-            user,
-            text,
-            topics=topics,
-            kind=kind,
-            event_time=event_time,
-            participants=participants,
-            location=location,
-            metadata=metadata,
-            memory_id=memory_id,
-            source=source,
-        )
-        result: Entry = await self._arun(op)
+    async def arun_plan(self, plan: Plan[T]) -> T:
+        result: T = await self._arun(self._op_write(plan))
         return result
-
-    async def aupdate(
-        self,
-        user: UserKey,
-        memory_id: str,
-        text: str,
-        *,
-        topics: Sequence[str] | None = None,
-        kind: Kind | str | None = None,
-        event_time: datetime | str | None = None,
-        participants: Sequence[str] | None = None,
-        location: str | None = None,
-        metadata: dict[str, Any] | None = None,
-        source: Source | None = None,
-    ) -> Entry:
-        op = self._op_update(
-            user,
-            memory_id,
-            text,
-            topics=topics,
-            kind=kind,
-            event_time=event_time,
-            participants=participants,
-            location=location,
-            metadata=metadata,
-            source=source,
-        )
-        result: Entry = await self._arun(op)
-        return result
-
-    async def adelete(self, user: UserKey, memory_id: str, *, source: Source | None = None) -> bool:
-        return bool(await self._arun(self._op_delete(user, memory_id, source)))
-
-    async def aclear(self, user: UserKey, *, source: Source | None = None) -> int:
-        return int(await self._arun(self._op_clear(user, source)))
-
-    async def apurge(self, user: UserKey, memory_id: str | None = None) -> int:
-        return int(await self._arun(self._op_purge(user, memory_id)))
 
     async def aget(self, user: UserKey, memory_id: str) -> Entry | None:
         result: Entry | None = await self._arun(self._op_get(user, memory_id))
@@ -267,11 +205,4 @@ class AsyncPostgres(PostgresBase):
 
     async def aexpired(self, user: UserKey, limit: int | None = None) -> list[str]:
         result: list[str] = await self._arun(self._op_expired(user, limit))
-        return result
-
-    async def arestore(
-        self, user: UserKey, entry: Entry, history: Sequence[HistoryEvent] = ()
-    ) -> Entry:
-        """Async twin of `restore()`."""
-        result: Entry = await self._arun(self._op_restore(user, entry, history))
         return result

@@ -8,11 +8,13 @@ from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 from ...errors import InvalidMemoryError
-from ...service._core import check_source, check_user
+from ...service import _plans as write_plans
+from ...service._core import check_user
 from ...service.capabilities import Capability
 from ...service.protocol import MemoryService
-from ...types import Memory, Source, UserKey
+from ...types import Entry, Memory, Source, UserKey
 from . import _bulk
+from ._plans import Op
 from .aio import AsyncPostgres
 from .sync import SyncPostgres
 
@@ -83,32 +85,58 @@ class PostgresMemoryService(SyncPostgres, AsyncPostgres, MemoryService):
     def add_many(
         self,
         user: UserKey,
-        memories: Sequence[str | Memory],
+        items: Sequence[str | Memory],
         *,
-        vectors: Sequence[Sequence[float]] | None = None,
         source: Source | None = None,
+        vectors: Sequence[Sequence[float]] | None = None,
         defer_index: bool = False,
-    ) -> int:
-        """Bulk-insert validated memories in one statement; returns how many were new.
+    ) -> list[Entry]:
+        """`add` of each item, in one transaction (see `MemoryService.add_many`).
 
-        Idempotent like `add` (content already live is skipped, not merged).
-        `vectors` are precomputed embeddings in the same order; without them
-        the embedder runs once for the whole batch. Raises
-        CapacityExceededError, writing nothing, when the batch would exceed capacity.
+        Runs of new content are stored with one binary COPY. `vectors` are
+        precomputed embeddings in the items' order (the embedder is not called);
+        without them the embedder runs once for the whole batch.
 
-        `defer_index=True` (bulk imports) skips the HNSW graph insert, most of
-        a load's cost: the rows are searchable at once (an exact scan of the
-        user's not-yet-indexed rows, merged into the index's hits) and join the
+        `defer_index=True` (bulk imports) keeps those runs out of the HNSW graph,
+        most of a load's cost: the rows are searchable at once (an exact scan of
+        the user's not-yet-indexed rows, merged into the index's hits) and join the
         graph when `index_pending()` runs. Other users' searches are unaffected.
         """
-        check_source(source)
-        batch = _bulk.prepare(
-            user, memories, vectors, self._embeddings is not None, self._limits, self.language
-        )
-        if vectors is None and self._embeddings is not None and batch.texts:
-            batch = batch.with_vectors(self._embeddings.embed_documents(batch.texts))
-        result: int = self._run(_bulk.op(batch, source, self._limits, indexed=not defer_index))
-        return result
+        return self._run(self._add_many_op(user, items, source, vectors, defer_index))  # type: ignore[no-any-return]
+
+    async def aadd_many(
+        self,
+        user: UserKey,
+        items: Sequence[str | Memory],
+        *,
+        source: Source | None = None,
+        vectors: Sequence[Sequence[float]] | None = None,
+        defer_index: bool = False,
+    ) -> list[Entry]:
+        """Async twin of `add_many`."""
+        op = self._add_many_op(user, items, source, vectors, defer_index)
+        return await self._arun(op)  # type: ignore[no-any-return]
+
+    def _add_many_op(
+        self,
+        user: UserKey,
+        items: Sequence[str | Memory],
+        source: Source | None,
+        vectors: Sequence[Sequence[float]] | None,
+        defer_index: bool,
+    ) -> Op:
+        plan = write_plans.add_many(user, items, limits=self._limits, source=source)
+        if vectors is not None:
+            if self._embeddings is None:
+                raise InvalidMemoryError(
+                    "vectors", "given, but the service has no embedder (keyword-only)"
+                )
+            if len(vectors) != len(items):
+                raise InvalidMemoryError(
+                    "vectors", f"has {len(vectors)} items for {len(items)} memories"
+                )
+            vectors = [[float(x) for x in v] for v in vectors]
+        return self._op_write(plan, vectors, indexed=not defer_index)
 
     def index_pending(self, user: UserKey | None = None, *, batch_size: int = 2_000) -> int:
         """Add deferred rows (`add_many(defer_index=True)`) to the HNSW index; returns how many.
@@ -143,26 +171,6 @@ class PostgresMemoryService(SyncPostgres, AsyncPostgres, MemoryService):
         if batch_size < 1:
             raise InvalidMemoryError("batch_size", "must be >= 1")
         return None if user is None else check_user(user)
-
-    async def aadd_many(
-        self,
-        user: UserKey,
-        memories: Sequence[str | Memory],
-        *,
-        vectors: Sequence[Sequence[float]] | None = None,
-        source: Source | None = None,
-        defer_index: bool = False,
-    ) -> int:
-        """Async twin of `add_many`."""
-        check_source(source)
-        batch = _bulk.prepare(
-            user, memories, vectors, self._embeddings is not None, self._limits, self.language
-        )
-        if vectors is None and self._embeddings is not None and batch.texts:
-            batch = batch.with_vectors(await self._embeddings.aembed_documents(batch.texts))
-        op = _bulk.op(batch, source, self._limits, indexed=not defer_index)
-        result: int = await self._arun(op)
-        return result
 
     # -- lifecycle -------------------------------------------------------------
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import psycopg
 from pgvector.psycopg.vector import register_vector_info
@@ -12,20 +12,21 @@ from psycopg.rows import dict_row
 from psycopg.types import TypeInfo
 from psycopg_pool import ConnectionPool
 
+from ...service._steps import Plan
 from ...types import (
     DeadLetter,
     DeadLetterStatus,
     Entry,
     ExtractionCursor,
     HistoryEvent,
-    Kind,
     SearchOptions,
-    Source,
     ThreadClaim,
     UserKey,
 )
 from ._base import PostgresBase, backend_error, logger
 from ._plans import Copy, Embed, Op
+
+T = TypeVar("T")
 
 
 class SyncPostgres(PostgresBase):
@@ -98,72 +99,9 @@ class SyncPostgres(PostgresBase):
         self._dims = self._run(self._op_setup())
         logger.debug("langmem_trpc PostgreSQL schema ready (dims=%s)", self._dims)
 
-    def add(
-        self,
-        user: UserKey,
-        text: str,
-        *,
-        topics: Sequence[str] | None = None,
-        kind: Kind | str = Kind.FACT,
-        event_time: datetime | str | None = None,
-        participants: Sequence[str] | None = None,
-        location: str | None = None,
-        metadata: dict[str, Any] | None = None,
-        memory_id: str | None = None,
-        source: Source | None = None,
-    ) -> Entry:
-        op = self._op_add(
-            user,
-            text,
-            topics=topics,
-            kind=kind,
-            event_time=event_time,
-            participants=participants,
-            location=location,
-            metadata=metadata,
-            memory_id=memory_id,
-            source=source,
-        )
-        result: Entry = self._run(op)
+    def run_plan(self, plan: Plan[T]) -> T:
+        result: T = self._run(self._op_write(plan))
         return result
-
-    def update(
-        self,
-        user: UserKey,
-        memory_id: str,
-        text: str,
-        *,
-        topics: Sequence[str] | None = None,
-        kind: Kind | str | None = None,
-        event_time: datetime | str | None = None,
-        participants: Sequence[str] | None = None,
-        location: str | None = None,
-        metadata: dict[str, Any] | None = None,
-        source: Source | None = None,
-    ) -> Entry:
-        op = self._op_update(
-            user,
-            memory_id,
-            text,
-            topics=topics,
-            kind=kind,
-            event_time=event_time,
-            participants=participants,
-            location=location,
-            metadata=metadata,
-            source=source,
-        )
-        result: Entry = self._run(op)
-        return result
-
-    def delete(self, user: UserKey, memory_id: str, *, source: Source | None = None) -> bool:
-        return bool(self._run(self._op_delete(user, memory_id, source)))
-
-    def clear(self, user: UserKey, *, source: Source | None = None) -> int:
-        return int(self._run(self._op_clear(user, source)))
-
-    def purge(self, user: UserKey, memory_id: str | None = None) -> int:
-        return int(self._run(self._op_purge(user, memory_id)))
 
     def get(self, user: UserKey, memory_id: str) -> Entry | None:
         result: Entry | None = self._run(self._op_get(user, memory_id))
@@ -244,9 +182,4 @@ class SyncPostgres(PostgresBase):
 
     def expired(self, user: UserKey, limit: int | None = None) -> list[str]:
         result: list[str] = self._run(self._op_expired(user, limit))
-        return result
-
-    def restore(self, user: UserKey, entry: Entry, history: Sequence[HistoryEvent] = ()) -> Entry:
-        """Write an exported entry back exactly, replacing any memory with that id (lossless import)."""
-        result: Entry = self._run(self._op_restore(user, entry, history))
         return result

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...service._language import Language
-from ...types import Entry, Memory, Operation, Source, UserKey
+from ...service._steps import Keep
+from ...types import Entry, Memory, UserKey
 from . import _sql as sql
 from ._keyword import fts_document, scope_prefix, scoped, topics_document
 from ._vectors import Appended
@@ -21,7 +22,6 @@ __all__ = [
     "CREATED",
     "DELETED",
     "ID",
-    "KEEP",
     "KEYED",
     "TEXT",
     "TOPICS",
@@ -34,8 +34,6 @@ __all__ = [
     "insert_new",
     "known_fingerprints",
     "note_appended",
-    "record_history",
-    "soft_delete",
     "to_entry",
     "unindex_row",
     "user_state",
@@ -82,38 +80,6 @@ class Prepared:
 def _token_count(document: str) -> int:
     """Tokens of a stored document (single-space separated, see `fts_document`)."""
     return document.count(" ") + 1 if document else 0
-
-
-class Keep:
-    """Sentinel: leave the stored embedding as it is."""
-
-
-KEEP = Keep()
-
-
-def record_history(
-    conn: sqlite3.Connection,
-    user: UserKey,
-    memory_id: str,
-    op: Operation,
-    before: str | None,
-    after: str | None,
-    source: Source | None,
-    at: int,
-) -> None:
-    conn.execute(
-        sql.INSERT_HISTORY,
-        (
-            user.app_name,
-            user.user_id,
-            memory_id,
-            op.value,
-            before,
-            after,
-            at,
-            sql.source_json(source),
-        ),
-    )
 
 
 def count_inserted(
@@ -172,21 +138,6 @@ def write_content(
     index_row(conn, user, rid, p.content_doc, p.topic_doc)
 
 
-def soft_delete(
-    conn: sqlite3.Connection,
-    user: UserKey,
-    rid: int,
-    memory_id: str,
-    text: str,
-    op: Operation,
-    source: Source | None,
-    at: int,
-) -> None:
-    unindex_row(conn, user, rid)
-    conn.execute(sql.SOFT_DELETE, (at, rid))
-    record_history(conn, user, memory_id, op, text, None, source, at)
-
-
 def known_fingerprints(
     conn: sqlite3.Connection, user: UserKey, fingerprints: set[bytes]
 ) -> set[bytes]:
@@ -205,10 +156,9 @@ def known_fingerprints(
 def insert_new(
     conn: sqlite3.Connection,
     user: UserKey,
-    pending: Sequence[tuple[Prepared, bytes | None, Entry]],
-    source: str | None,
+    pending: Sequence[tuple[Prepared, bytes | None, Entry, bool]],
 ) -> list[tuple[int, str, int | None, bytes | None]]:
-    """Rows for content the user does not have, history and FTS with executemany;
+    """New rows (prepared, blob, entry, keyed) and their FTS documents with executemany;
     returns (rid, kind, event_time, embedding) of each for the vector cache."""
     if not pending:
         return []
@@ -216,24 +166,22 @@ def insert_new(
     prefix = scope_prefix(user)
     rid = int(conn.execute(sql.NEXT_RID).fetchone()[0])
     seq = int(conn.execute(sql.NEXT_WRITE_SEQ, u).fetchone()[0])
-    memories, index, history, new_rows = [], [], [], []
+    memories, index, new_rows = [], [], []
     content_total = topic_total = 0
-    for offset, (p, blob, entry) in enumerate(pending):
-        at = sql.to_us(entry.created_at)
+    for offset, (p, blob, entry, keyed) in enumerate(pending):
         content_len, topic_len = p.content_len, p.topic_len
         content_total += content_len
         topic_total += topic_len
         memories.append(
-            (rid + offset, *u, entry.id, p.memory.text, p.fingerprint, False, *p.columns,
-             blob, p.content_doc, p.topic_doc, content_len, topic_len, at, at, seq + offset)
+            (rid + offset, *u, entry.id, p.memory.text, p.fingerprint, keyed, *p.columns,
+             blob, p.content_doc, p.topic_doc, content_len, topic_len,
+             sql.to_us(entry.created_at), sql.to_us(entry.updated_at), seq + offset)
         )  # fmt: skip
         index.append((rid + offset, scoped(prefix, p.content_doc), scoped(prefix, p.topic_doc)))
-        history.append((*u, entry.id, Operation.ADD.value, None, p.memory.text, at, source))
         new_rows.append((rid + offset, p.columns[1], p.columns[2], blob))
     conn.executemany(sql.INSERT_MEMORY_WITH_RID, memories)
     count_inserted(conn, user, len(pending), content_total, topic_total)
     conn.executemany(sql.FTS_INSERT, index)
-    conn.executemany(sql.INSERT_HISTORY, history)
     return new_rows
 
 
