@@ -11,6 +11,9 @@ time is excluded). Measures, in one run:
 * LangGraph `InMemoryStore` vector search on the same data and vectors;
 * keyword top-10 agreement with the in-memory reference scorer (the FTS5
   candidate cut-off is the one approximation);
+* LanceDB (`LanceDBMemoryService`) on the same memories, vectors and queries:
+  batch and single add throughput, hybrid / keyword / vector search p50 and
+  its keyword top-10 agreement with the reference (`--no-lancedb` skips it);
 * 100,000 memories in a child process: added resident memory against the
   raw float32 matrix, and hybrid search latency.
 
