@@ -256,21 +256,21 @@ def keyword_agreement(path: Path, texts: list[str], queries: list[str]) -> tuple
 
 
 def bench_lancedb(
-    texts: list[str], embeddings: Embeddings, queries: list[str], runs: int, batch: int
+    texts: list[str], embeddings: Embeddings, queries: list[str], runs: int, batch: int, dim: int
 ) -> dict[str, Any]:
     """Batch and single add throughput, search p50/p95, keyword agreement (LanceDB)."""
     from langmem_trpc.backends.lancedb import LanceDBMemoryService
 
     out: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        svc = LanceDBMemoryService(Path(tmp) / "single", embeddings, limits=UNLIMITED)
+        svc = LanceDBMemoryService(Path(tmp) / "single", embeddings, limits=UNLIMITED, dims=dim)
         start = time.perf_counter()
         for text in texts[:2000]:
             svc.add(USER, text)
         out["single"] = 2000 / (time.perf_counter() - start)
         svc.close()
         path = Path(tmp) / "bench"
-        svc = LanceDBMemoryService(path, embeddings, limits=UNLIMITED)
+        svc = LanceDBMemoryService(path, embeddings, limits=UNLIMITED, dims=dim)
         start = time.perf_counter()
         for i in range(0, len(texts), batch):
             svc.add_many(USER, texts[i : i + batch])
@@ -462,7 +462,7 @@ def main(argv: list[str] | None = None) -> None:
         )
 
     if not args.no_lancedb:
-        lance = bench_lancedb(texts, embeddings, queries, args.runs, args.batch)
+        lance = bench_lancedb(texts, embeddings, queries, args.runs, args.batch, args.dim)
         print_lancedb(lance, figures, (rate, single))
 
     store, put_rate = bench_inmemory_store(

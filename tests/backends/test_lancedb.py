@@ -108,6 +108,13 @@ def test_a_new_service_on_the_directory_sees_everything(tmp_path):
     second.update(ALICE, newer.id, "Uses a treadmill desk")
     assert [h.operation.value for h in second.history(ALICE, newer.id)] == ["add", "update"]
     assert second.capabilities == {Capability.VECTORS, Capability.DURABLE}
+    second.close()
+    keyword_only = LanceDBMemoryService(tmp_path / "d")  # a store with vectors, no embedder
+    assert [e.id for e in keyword_only.search(ALICE, "light mode")] == [entry.id]
+    keyword_only.add(ALICE, "Drinks oolong tea")  # stored without a vector
+    assert keyword_only.count(ALICE) == 3
+    with pytest.raises(ConfigurationError, match="embeddings"):
+        LanceDBMemoryService(tmp_path / "d", HashingEmbeddings(), dims=3)
 
 
 def test_a_write_is_one_table_version(tmp_path):

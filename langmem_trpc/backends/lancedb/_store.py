@@ -111,7 +111,10 @@ class Store:
         cols = [pa.field(n, types.get(n, pa.string())) for n in [*_NAMES[:-1], "refh"]]
         if dim is not None:
             cols.append(pa.field("vector", pa.list_(pa.float32(), dim)))
-        self.table = self.db.create_table(TABLE, schema=pa.schema(cols), exist_ok=True)
+        try:  # an existing table keeps its schema (with vectors, opened keyword-only)
+            self.table = self.db.open_table(TABLE)
+        except ValueError:
+            self.table = self.db.create_table(TABLE, schema=pa.schema(cols), exist_ok=True)
         self.schema = self.table.schema
         self.has_vectors = "vector" in self.schema.names
         stored = self.schema.field("vector").type.list_size if self.has_vectors else None
@@ -143,13 +146,13 @@ class Store:
     def count(self, where: str) -> int:
         return int(self.table.count_rows(where))
 
-    def nearest(self, vector: np.ndarray, where: str, limit: int) -> list[tuple[Record, float]]:
-        """The `limit` memories nearest `vector` by dot product (exact: a prefiltered flat scan)."""
+    def nearest(self, vector: np.ndarray, where: str, limit: int) -> list[tuple[str, float]]:
+        """Keys of the `limit` memories nearest `vector` by dot product, with their
+        scores (exact: a prefiltered flat scan)."""
         query: Any = self.table.search(vector.tolist(), vector_column_name="vector")
         query = query.distance_type("dot").where(where, prefilter=True).limit(limit)
-        hits = query.select([n for n in _NAMES if n in self.schema.names]).to_arrow().to_pylist()
-        scores = [max(0.0, 1.0 - float(h.pop("_distance"))) for h in hits]
-        return [(Record(**h), s) for h, s in zip(hits, scores, strict=True)]
+        hits = query.select(["key"]).to_arrow().to_pylist()
+        return [(h["key"], max(0.0, 1.0 - float(h["_distance"]))) for h in hits]
 
     def commit(
         self, records: Iterable[Record], *, fresh: bool = False, drop: str | None = None

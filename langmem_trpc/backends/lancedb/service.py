@@ -84,7 +84,8 @@ class LanceDBMemoryService(SyncMemoryService):
     Args:
         path: the database directory.
         embeddings: optional LangChain `Embeddings`; without one search is keyword-only.
-            One `embed_query` probes its dimension, which the table is created with.
+        dims: the embedder's vector width, which the table is created with; when None,
+            one `embed_query` probes it.
         limits: text, topic and capacity limits (see `Limits`).
         language: the tokenizer's language (see `InMemoryMemoryService`).
 
@@ -99,11 +100,14 @@ class LanceDBMemoryService(SyncMemoryService):
         *,
         limits: _core.Limits | None = None,
         language: str | Language = "english",
+        dims: int | None = None,
     ) -> None:
         self.language = resolve_language(language)
         self._embeddings = embeddings
         self._limits = limits or _core.Limits()
-        dim = None if embeddings is None else len(embeddings.embed_query("dimension probe"))
+        if embeddings is not None and dims is None:
+            dims = len(embeddings.embed_query("dimension probe"))
+        dim = None if embeddings is None else dims
         self._store = Store(path, dim)
         self._docs: dict[str, tuple[int, Entry, ks.KeywordDoc]] = {}
 
@@ -177,18 +181,18 @@ class LanceDBMemoryService(SyncMemoryService):
 
     # -- search -------------------------------------------------------------
 
-    def _snapshot(self, user: UserKey) -> list[tuple[Entry, ks.KeywordDoc]]:
-        """The user's live entries and keyword documents (cached by write sequence)."""
+    def _snapshot(self, user: UserKey) -> dict[str, tuple[Entry, ks.KeywordDoc]]:
+        """The user's live entries and keyword documents by key (cached by write sequence)."""
         if len(self._docs) > DOC_CACHE:
             self._docs.clear()
-        out = []
+        out = {}
         for row in self._store.rows(where(user), ["key", "seq", "body"]):
             hit = self._docs.get(row["key"])
             if hit is None or hit[0] != row["seq"]:
                 entry = Entry.model_validate_json(row["body"])
                 doc = ks.KeywordDoc.build(entry.text, entry.memory.topics, self.language)
                 hit = self._docs[row["key"]] = (row["seq"], entry, doc)
-            out.append((hit[1], hit[2]))
+            out[row["key"]] = (hit[1], hit[2])
         return out
 
     def _vector_filter(self, user: UserKey, kind: Kind | None, opts: SearchOptions) -> str:
@@ -208,7 +212,8 @@ class LanceDBMemoryService(SyncMemoryService):
         vector = None
         if self._embeddings is not None:
             vector = unit_vector(self._embeddings.embed_query(opts.query))
-        snapshot = self._snapshot(user)
+        by_key = self._snapshot(user)
+        snapshot = list(by_key.values())
         terms = ks.QueryTerms.of(opts, self.language)
         stats = ks.CorpusStats.from_docs(doc for _, doc in snapshot)
 
@@ -224,7 +229,8 @@ class LanceDBMemoryService(SyncMemoryService):
             if vector is None:
                 return ks.Legs(vector=None, keyword=keyword)
             hits = self._store.nearest(vector, self._vector_filter(user, kind, opts), pool)
-            return ks.Legs(vector=[(r.entry, score) for r, score in hits], keyword=keyword)
+            near = [(by_key[k][0], score) for k, score in hits if k in by_key]
+            return ks.Legs(vector=near, keyword=keyword)
 
         return ks.execute_search(opts, fetch, self.language)
 
