@@ -87,8 +87,9 @@ class MemoryConflictError(LangmemTrpcError):
     """An update would give a memory the same content as another live memory.
 
     `existing_id` is the memory that already holds that content; nothing was written.
-    With `concurrent=True` the memory kept changing under the update (other
-    writers won every compare-and-set retry); `existing_id` is then the memory itself.
+    With `concurrent=True` the memory kept changing under the update and the
+    backend gave up (`existing_id` is then the memory itself). The built-in
+    backends never do: they re-apply the update under the user's write lock.
     """
 
     def __init__(self, memory_id: str, existing_id: str, *, concurrent: bool = False) -> None:

@@ -38,7 +38,6 @@ from ..types import (
 from ._text import normalize_text
 
 __all__ = [
-    "UPDATE_ATTEMPTS",
     "CapacityPolicy",
     "Limits",
     "MemoryPatch",
@@ -66,10 +65,6 @@ __all__ = [
 ]
 
 CapacityPolicy = Literal["error", "evict"]
-
-UPDATE_ATTEMPTS = 16
-"""Compare-and-set rounds of one `update()`: each lost round re-reads the memory and
-patches the newer version; when all are lost it raises `MemoryConflictError`."""
 
 
 @dataclass(frozen=True)

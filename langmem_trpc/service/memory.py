@@ -27,6 +27,7 @@ from ..types import (
     ThreadClaim,
     UserKey,
 )
+from . import _steps as steps
 from ._claims import (
     ClaimTable,
     check_claim,
@@ -58,28 +59,7 @@ from ._search import (
     keyword_score,
     passes_time,
 )
-from ._steps import (
-    CountLive,
-    Embed,
-    EvictOldest,
-    FindById,
-    FindDeletedByFingerprint,
-    FindLiveByFingerprint,
-    Insert,
-    Keep,
-    KnownFingerprints,
-    LockUser,
-    Now,
-    Plan,
-    Purge,
-    RecordHistory,
-    Rewrite,
-    SetTopics,
-    SoftDelete,
-    Step,
-    Stored,
-    drive,
-)
+from ._steps import Plan
 from .capabilities import Capability
 from .protocol import SyncMemoryService
 
@@ -136,11 +116,11 @@ class _Run:
         self._held = False
         self._undo: list[Callable[[], None]] = []
 
-    def execute(self, step: Step) -> Any:
+    def execute(self, step: steps.Step) -> Any:
         service = self._service
-        if isinstance(step, Embed):
+        if isinstance(step, steps.Embed):
             return service._embed_texts(step.texts)
-        if isinstance(step, LockUser):
+        if isinstance(step, steps.LockUser):
             if not self._held:
                 service._lock.acquire()
                 self._held = True
@@ -212,7 +192,7 @@ class InMemoryMemoryService(SyncMemoryService):
         plan that raises has its writes undone."""
         run = _Run(self)
         try:
-            return drive(plan, run.execute)
+            return steps.drive(plan, run.execute)
         except BaseException:
             run.rollback()
             raise
@@ -224,23 +204,23 @@ class InMemoryMemoryService(SyncMemoryService):
             return [None] * len(texts)
         return [unit_vector(v) for v in self._embeddings.embed_documents(list(texts))]
 
-    def _stored(self, row: _Row | None) -> Stored | None:
+    def _stored(self, row: _Row | None) -> steps.Stored | None:
         if row is None:
             return None
-        return Stored(entry=row.entry, keyed=row.keyed, deleted=not row.live, handle=row)
+        return steps.Stored(entry=row.entry, keyed=row.keyed, deleted=not row.live, handle=row)
 
     def _rows(self, user: UserKey) -> Iterable[_Row]:
         data = self._users.get(user)
         return data.rows.values() if data is not None else ()
 
-    def _step(self, step: Step, undo: list[Callable[[], None]]) -> Any:
+    def _step(self, step: steps.Step, undo: list[Callable[[], None]]) -> Any:
         """One step under the lock; every write appends its inverse to `undo`."""
-        if isinstance(step, Now):
+        if isinstance(step, steps.Now):
             return utcnow()
-        if isinstance(step, FindById):
+        if isinstance(step, steps.FindById):
             data = self._users.get(step.user)
             return self._stored(data.rows.get(step.memory_id) if data is not None else None)
-        if isinstance(step, FindLiveByFingerprint):
+        if isinstance(step, steps.FindLiveByFingerprint):
             fp, skip = step.fingerprint, step.exclude_id
             return self._stored(
                 next(
@@ -249,33 +229,36 @@ class InMemoryMemoryService(SyncMemoryService):
                     None,
                 )
             )  # fmt: skip
-        if isinstance(step, FindDeletedByFingerprint):
+        if isinstance(step, steps.FindDeletedByFingerprint):
             fp = step.fingerprint
             rows = self._rows(step.user)
             return self._stored(next((r for r in rows if r.fingerprint == fp and not r.live), None))
-        if isinstance(step, KnownFingerprints):
+        if isinstance(step, steps.KnownFingerprints):
             return {r.fingerprint for r in self._rows(step.user)} & step.fingerprints
-        if isinstance(step, CountLive):
+        if isinstance(step, steps.CountLive):
             return sum(1 for r in self._rows(step.user) if r.live)
-        if isinstance(step, (Insert, Rewrite, SetTopics, SoftDelete, EvictOldest)):
+        if isinstance(
+            step,
+            (steps.Insert, steps.Rewrite, steps.SetTopics, steps.SoftDelete, steps.EvictOldest),
+        ):
             return self._change(step, undo)
-        if isinstance(step, RecordHistory):
+        if isinstance(step, steps.RecordHistory):
             history = self._data(step.user).history
             size = len(history)
             history.extend(step.events)
             undo.append(lambda: history.__delitem__(slice(size, None)))
             return None
-        if isinstance(step, Purge):
+        if isinstance(step, steps.Purge):
             return self._purge(step, undo)
         raise TypeError(f"unknown step {step!r}")
 
     def _change(
         self,
-        step: Insert | Rewrite | SetTopics | SoftDelete | EvictOldest,
+        step: steps.Insert | steps.Rewrite | steps.SetTopics | steps.SoftDelete | steps.EvictOldest,
         undo: list[Callable[[], None]],
     ) -> Any:
         data = self._data(step.user)
-        if isinstance(step, Insert):
+        if isinstance(step, steps.Insert):
             for new in step.rows:
                 row = _Row(entry=new.entry, fingerprint=new.fingerprint, vector=new.vector,
                            keyed=new.keyed)  # fmt: skip
@@ -283,21 +266,21 @@ class InMemoryMemoryService(SyncMemoryService):
                 data.rows[new.entry.id] = row
                 undo.append(lambda i=new.entry.id: data.rows.__delitem__(i))  # type: ignore[misc]
             return None
-        if isinstance(step, (Rewrite, SetTopics)):
+        if isinstance(step, (steps.Rewrite, steps.SetTopics)):
             row = step.target.handle
             _remember(row, undo)
-            if isinstance(step, SetTopics):
+            if isinstance(step, steps.SetTopics):
                 memory = row.entry.memory.model_copy(update={"topics": list(step.topics)})
             else:
                 memory = step.memory
                 row.fingerprint, row.deleted_at = step.fingerprint, None
-                if not isinstance(step.vector, Keep):
+                if not isinstance(step.vector, steps.Keep):
                     row.vector = step.vector
             self._touch(row, row.entry.model_copy(update={"memory": memory, "updated_at": step.at}))
             row.doc = None
             return None
         live = self._live(data)
-        if isinstance(step, EvictOldest):
+        if isinstance(step, steps.EvictOldest):
             victims = [min(live, key=lambda r: r.seq)] if live else []
         else:
             wanted = None if step.memory_ids is None else set(step.memory_ids)
@@ -306,11 +289,11 @@ class InMemoryMemoryService(SyncMemoryService):
             _remember(row, undo)
             row.deleted_at = step.at
         gone = [(r.entry.id, r.entry.text) for r in victims]
-        if isinstance(step, EvictOldest):
+        if isinstance(step, steps.EvictOldest):
             return gone[0] if gone else None
         return gone
 
-    def _purge(self, step: Purge, undo: list[Callable[[], None]]) -> int:
+    def _purge(self, step: steps.Purge, undo: list[Callable[[], None]]) -> int:
         user = step.user
         data = self._users.get(user)
         if step.memory_id is None:

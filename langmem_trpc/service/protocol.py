@@ -10,10 +10,11 @@ method in a worker thread, so the event loop never blocks.
 from __future__ import annotations
 
 import asyncio
+import functools
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from typing_extensions import Self
 
@@ -36,8 +37,38 @@ from ._steps import Plan
 from .capabilities import Capability
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 __all__ = ["MemoryService", "SyncMemoryService"]
+
+
+def _runs(
+    build: Callable[Concatenate[MemoryService, P], Plan[T]],
+) -> Callable[Concatenate[MemoryService, P], T]:
+    """The write method that runs the plan `build` returns (its signature and docs)."""
+
+    def method(self: MemoryService, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return self.run_plan(build(self, *args, **kwargs))
+
+    functools.update_wrapper(method, build)
+    method.__name__ = build.__name__.lstrip("_")
+    method.__qualname__ = method.__qualname__.replace(build.__name__, method.__name__)
+    return method
+
+
+def _aruns(
+    build: Callable[Concatenate[MemoryService, P], Plan[T]],
+) -> Callable[Concatenate[MemoryService, P], Coroutine[Any, Any, T]]:
+    """The async twin of `_runs(build)`: same parameters, `arun_plan`."""
+
+    async def method(self: MemoryService, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return await self.arun_plan(build(self, *args, **kwargs))
+
+    functools.update_wrapper(method, build)
+    method.__name__ = "a" + build.__name__.lstrip("_")
+    method.__qualname__ = method.__qualname__.replace(build.__name__, method.__name__)
+    method.__doc__ = f"Async twin of `{build.__name__.lstrip('_')}`."
+    return method
 
 
 class MemoryService(ABC):
@@ -86,7 +117,7 @@ class MemoryService(ABC):
     async def arun_plan(self, plan: Plan[T]) -> T:
         """Async twin of `run_plan`."""
 
-    def add(
+    def _add(
         self,
         user: UserKey,
         text: str,
@@ -99,7 +130,7 @@ class MemoryService(ABC):
         metadata: dict[str, Any] | None = None,
         memory_id: str | None = None,
         source: Source | None = None,
-    ) -> Entry:
+    ) -> Plan[Entry]:
         """Store a memory; idempotent for the same content, which refreshes topics.
 
         With `memory_id` the call is an upsert under that caller-chosen id. Content
@@ -108,31 +139,12 @@ class MemoryService(ABC):
         or, with `on_capacity="error"`, raises `CapacityExceededError`.
         """
         fields = _fields(topics, kind, event_time, participants, location, metadata)
-        plan = _plans.add(
+        return _plans.add(
             user, text, limits=self.limits, memory_id=memory_id, source=source, **fields
         )
-        return self.run_plan(plan)
 
-    async def aadd(
-        self,
-        user: UserKey,
-        text: str,
-        *,
-        topics: Sequence[str] | None = None,
-        kind: Kind | str = Kind.FACT,
-        event_time: datetime | str | None = None,
-        participants: Sequence[str] | None = None,
-        location: str | None = None,
-        metadata: dict[str, Any] | None = None,
-        memory_id: str | None = None,
-        source: Source | None = None,
-    ) -> Entry:
-        """Async twin of `add`."""
-        fields = _fields(topics, kind, event_time, participants, location, metadata)
-        plan = _plans.add(
-            user, text, limits=self.limits, memory_id=memory_id, source=source, **fields
-        )
-        return await self.arun_plan(plan)
+    add = _runs(_add)
+    aadd = _aruns(_add)
 
     def add_many(
         self, user: UserKey, items: Sequence[str | Memory], *, source: Source | None = None
@@ -153,7 +165,7 @@ class MemoryService(ABC):
         plan = _plans.add_many(user, items, limits=self.limits, source=source)
         return await self.arun_plan(plan)
 
-    def update(
+    def _update(
         self,
         user: UserKey,
         memory_id: str,
@@ -166,7 +178,7 @@ class MemoryService(ABC):
         location: str | None = None,
         metadata: dict[str, Any] | None = None,
         source: Source | None = None,
-    ) -> Entry:
+    ) -> Plan[Entry]:
         """Change a memory in place; the id never changes. None keeps a field.
 
         Compare-and-set: if the memory changed between this call's read and its
@@ -175,28 +187,10 @@ class MemoryService(ABC):
         New content that another live memory already holds raises `MemoryConflictError`.
         """
         patch = MemoryPatch(text, topics, kind, event_time, participants, location, metadata)
-        return self.run_plan(
-            _plans.update(user, memory_id, patch, limits=self.limits, source=source)
-        )
+        return _plans.update(user, memory_id, patch, limits=self.limits, source=source)
 
-    async def aupdate(
-        self,
-        user: UserKey,
-        memory_id: str,
-        text: str,
-        *,
-        topics: Sequence[str] | None = None,
-        kind: Kind | str | None = None,
-        event_time: datetime | str | None = None,
-        participants: Sequence[str] | None = None,
-        location: str | None = None,
-        metadata: dict[str, Any] | None = None,
-        source: Source | None = None,
-    ) -> Entry:
-        """Async twin of `update`."""
-        patch = MemoryPatch(text, topics, kind, event_time, participants, location, metadata)
-        plan = _plans.update(user, memory_id, patch, limits=self.limits, source=source)
-        return await self.arun_plan(plan)
+    update = _runs(_update)
+    aupdate = _aruns(_update)
 
     def delete(self, user: UserKey, memory_id: str, *, source: Source | None = None) -> bool:
         """Soft-delete; False when there was no live memory with that id."""

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
+from ..service._steps import Plan
 from ..service.capabilities import Capability
 from ..service.protocol import MemoryService, SyncMemoryService
 from ..types import (
@@ -14,6 +15,7 @@ from ..types import (
     Entry,
     ExtractionCursor,
     HistoryEvent,
+    Memory,
     SearchOptions,
     Source,
     ThreadClaim,
@@ -21,6 +23,8 @@ from ..types import (
 )
 
 __all__ = ["DelegatingService"]
+
+T = TypeVar("T")
 
 
 class DelegatingService(SyncMemoryService):
@@ -42,8 +46,14 @@ class DelegatingService(SyncMemoryService):
     def _call(self, name: str, *args: Any, **kwargs: Any) -> Any:
         return getattr(self.inner, name)(*args, **kwargs)
 
+    def run_plan(self, plan: Plan[T]) -> T:
+        return self._call("run_plan", plan)  # type: ignore[no-any-return]
+
     def add(self, user: UserKey, text: str, **kwargs: Any) -> Entry:  # type: ignore[override]
         return self._call("add", user, text, **kwargs)  # type: ignore[no-any-return]
+
+    def add_many(self, user: UserKey, items: Sequence[str | Memory], **kwargs: Any) -> list[Entry]:  # type: ignore[override]
+        return self._call("add_many", user, items, **kwargs)  # type: ignore[no-any-return]
 
     def update(self, user: UserKey, memory_id: str, text: str, **kwargs: Any) -> Entry:  # type: ignore[override]
         return self._call("update", user, memory_id, text, **kwargs)  # type: ignore[no-any-return]

@@ -41,6 +41,7 @@ from ..errors import (
 from ..service._core import Limits
 from ..service.protocol import MemoryService
 from ..types import ExtractionCursor, Kind, Memory, Operation, SearchOptions, Source, UserKey
+from ._bulk_conformance import BulkConformance
 from ._claims_conformance import ClaimsConformance
 from ._integrity_conformance import IntegrityConformance
 
@@ -82,7 +83,7 @@ class Client:
         return call_sync
 
 
-class MemoryServiceConformance(ClaimsConformance, IntegrityConformance):
+class MemoryServiceConformance(BulkConformance, ClaimsConformance, IntegrityConformance):
     """The behaviour every backend must have. See the module docstring."""
 
     pytestmark = pytest.mark.asyncio
@@ -390,13 +391,11 @@ class MemoryServiceConformance(ClaimsConformance, IntegrityConformance):
 
     async def test_bulk_add_embeds_participants_with_the_text(self, client: Client) -> None:
         self.need(Capability.VECTORS)
-        if not hasattr(client.service, "add_many"):
-            pytest.skip("backend has no add_many")
         memories = [
             Memory(text="I went to the support group last night", participants=["Caroline"]),
             Memory(text="I went to the support group", participants=["Melanie"]),
         ]
-        await asyncio.to_thread(client.service.add_many, ALICE, memories)
+        await client.add_many(ALICE, memories)
         vector_only = SearchOptions(hybrid=False, similarity_threshold=0.0)
         hits = await client.search(ALICE, "Caroline support group", vector_only)
         assert hits[0].memory.participants == ["Caroline"]

@@ -14,28 +14,8 @@ import sqlite3
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ...errors import BackendError
-from ...service._steps import (
-    CountLive,
-    Embed,
-    EvictOldest,
-    FindById,
-    FindDeletedByFingerprint,
-    FindLiveByFingerprint,
-    Insert,
-    KnownFingerprints,
-    LockUser,
-    NewRow,
-    Now,
-    Plan,
-    Purge,
-    RecordHistory,
-    Rewrite,
-    SetTopics,
-    SoftDelete,
-    Step,
-    Stored,
-    drive,
-)
+from ...service import _steps as steps
+from ...service._steps import Plan
 from ...types import UserKey
 from . import _sql as sql
 from ._claims import purge_claims
@@ -88,12 +68,12 @@ class SQLiteRun:
             except StopIteration as done:
                 result: T = done.value
                 return result
-            if isinstance(step, LockUser):
+            if isinstance(step, steps.LockUser):
                 self._user = step.user
                 result = self._svc._db.write(lambda conn: self._locked(plan, conn))
                 self._after_commit(step.user)
                 return result
-            if isinstance(step, (Embed, Now)):
+            if isinstance(step, (steps.Embed, steps.Now)):
                 reply = self._free(step)
             else:
                 reply = self._svc._db.read(lambda conn: self.execute(conn, step))  # noqa: B023
@@ -105,7 +85,7 @@ class SQLiteRun:
         assert self._user is not None
         state = user_state(conn, self._user)
         self._before = None if state is None else (state[0], state[1])
-        result = drive(plan, lambda step: self.execute(conn, step))
+        result = steps.drive(plan, lambda step: self.execute(conn, step))
         if self._append_only and self._appends:
             note_appended(conn, self._user, self._before, self._appends, self._appended)
         return result
@@ -116,41 +96,41 @@ class SQLiteRun:
         elif self._appended:
             self._svc._caches.vectors.append(user, self._appended[0])
 
-    def _free(self, step: Embed | Now) -> Any:
-        if isinstance(step, Embed):
+    def _free(self, step: steps.Embed | steps.Now) -> Any:
+        if isinstance(step, steps.Embed):
             return self._svc._embed(step.texts)
         return self._svc._now()
 
-    def execute(self, conn: sqlite3.Connection, step: Step) -> Any:
+    def execute(self, conn: sqlite3.Connection, step: steps.Step) -> Any:
         """Perform one step on `conn` (inside the write transaction after `LockUser`)."""
-        if isinstance(step, (Embed, Now)):
+        if isinstance(step, (steps.Embed, steps.Now)):
             return self._free(step)
-        if isinstance(step, LockUser):
+        if isinstance(step, steps.LockUser):
             return None
         u = (step.user.app_name, step.user.user_id)
-        if isinstance(step, FindById):
+        if isinstance(step, steps.FindById):
             row = conn.execute(sql.SELECT_BY_ID, (*u, step.memory_id)).fetchone()
             return _stored(row, step.user, row is not None and row[DELETED] is not None, None)
-        if isinstance(step, FindLiveByFingerprint):
+        if isinstance(step, steps.FindLiveByFingerprint):
             query = sql.SELECT_LIVE_BY_FINGERPRINT
             params: tuple[object, ...] = (*u, bytes.fromhex(step.fingerprint))
             if step.exclude_id is not None:
                 query, params = query + " AND id != ?", (*params, step.exclude_id)
             row = conn.execute(query, params).fetchone()
             return _stored(row, step.user, False, row[CONTENT_DOC] if row else None)
-        if isinstance(step, FindDeletedByFingerprint):
+        if isinstance(step, steps.FindDeletedByFingerprint):
             deleted = (*u, bytes.fromhex(step.fingerprint))
             row = conn.execute(sql.SELECT_DELETED_BY_FINGERPRINT, deleted).fetchone()
             return _stored(row, step.user, True, None)
-        if isinstance(step, KnownFingerprints):
+        if isinstance(step, steps.KnownFingerprints):
             found = known_fingerprints(
                 conn, step.user, {bytes.fromhex(f) for f in step.fingerprints}
             )
             return {fp.hex() for fp in found}
-        if isinstance(step, CountLive):
+        if isinstance(step, steps.CountLive):
             state = user_state(conn, step.user)
             return 0 if state is None else int(state[2])
-        if isinstance(step, RecordHistory):
+        if isinstance(step, steps.RecordHistory):
             conn.executemany(
                 sql.INSERT_HISTORY,
                 [
@@ -160,15 +140,17 @@ class SQLiteRun:
                 ],
             )  # fmt: skip
             return None
-        if isinstance(step, Insert):
+        if isinstance(step, steps.Insert):
             return self._insert(conn, step)
-        if isinstance(step, Purge):
+        if isinstance(step, steps.Purge):
             return self._purge(conn, step)
         self._append_only = False
-        assert isinstance(step, (Rewrite, SetTopics, EvictOldest, SoftDelete))
+        assert isinstance(
+            step, (steps.Rewrite, steps.SetTopics, steps.EvictOldest, steps.SoftDelete)
+        )
         return self._change(conn, step)
 
-    def _insert(self, conn: sqlite3.Connection, step: Insert) -> None:
+    def _insert(self, conn: sqlite3.Connection, step: steps.Insert) -> None:
         user, language = step.user, self._svc.language
         rows = [(Prepared.of(r.entry.memory, r.fingerprint, language), r) for r in step.rows]
         if len(rows) == 1:
@@ -183,15 +165,17 @@ class SQLiteRun:
                 restore_expiry(conn, (user.app_name, user.user_id), new.entry)
 
     def _change(
-        self, conn: sqlite3.Connection, step: Rewrite | SetTopics | EvictOldest | SoftDelete
+        self,
+        conn: sqlite3.Connection,
+        step: steps.Rewrite | steps.SetTopics | steps.EvictOldest | steps.SoftDelete,
     ) -> Any:
         user, at = step.user, sql.to_us(step.at)
         assert at is not None
-        if isinstance(step, Rewrite):
+        if isinstance(step, steps.Rewrite):
             p = Prepared.of(step.memory, step.fingerprint, self._svc.language)
             write_content(conn, user, step.target.handle[0], p, step.vector, at)
             return None
-        if isinstance(step, SetTopics):
+        if isinstance(step, steps.SetTopics):
             rid, content_doc = step.target.handle
             if content_doc is None:
                 content_doc = conn.execute(sql.SELECT_CONTENT_DOC, (rid,)).fetchone()[0]
@@ -204,17 +188,17 @@ class SQLiteRun:
             index_row(conn, user, rid, content_doc, topic_doc)
             return None
         u = (user.app_name, user.user_id)
-        if isinstance(step, EvictOldest):
+        if isinstance(step, steps.EvictOldest):
             oldest = conn.execute(sql.SELECT_OLDEST_LIVE, u).fetchone()
             if oldest is None:
                 return None
             unindex_row(conn, user, oldest[0])
             conn.execute(sql.SOFT_DELETE, (at, oldest[0]))
             return (oldest[1], oldest[2])
-        assert isinstance(step, SoftDelete)
+        assert isinstance(step, steps.SoftDelete)
         return _soft_delete(conn, user, step.memory_ids, at)
 
-    def _purge(self, conn: sqlite3.Connection, step: Purge) -> int:
+    def _purge(self, conn: sqlite3.Connection, step: steps.Purge) -> int:
         user = step.user
         u = (user.app_name, user.user_id)
         if step.memory_id is not None:
@@ -239,13 +223,13 @@ class SQLiteRun:
         return count
 
 
-def _stored(row: Any, user: UserKey, deleted: bool, content_doc: str | None) -> Stored | None:
+def _stored(row: Any, user: UserKey, deleted: bool, content_doc: str | None) -> steps.Stored | None:
     if row is None:
         return None
-    return Stored(to_entry(row, user), bool(row[KEYED]), deleted, (row[0], content_doc))
+    return steps.Stored(to_entry(row, user), bool(row[KEYED]), deleted, (row[0], content_doc))
 
 
-def _insert_one(conn: sqlite3.Connection, user: UserKey, p: Prepared, new: NewRow) -> int:
+def _insert_one(conn: sqlite3.Connection, user: UserKey, p: Prepared, new: steps.NewRow) -> int:
     at, updated = sql.to_us(new.entry.created_at), sql.to_us(new.entry.updated_at)
     cursor = conn.execute(
         sql.INSERT_MEMORY,
