@@ -40,6 +40,7 @@ from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
 
+import langmem_trpc
 from langmem_trpc import (
     AutoMemoryWorker,
     MemoryCheckpointer,
@@ -123,18 +124,17 @@ def pct(values: list[float], q: float) -> float:
 
 
 def make_service(backend: str, folder: Path) -> tuple[MemoryService, Any]:
-    if backend == "sqlite":
-        from langmem_trpc.backends.sqlite import SQLiteMemoryService
+    """The store for `--backend` (a scheme), opened with `langmem_trpc.open`; postgres
+    runs on an embedded server of its own (returned, to stop)."""
+    server, options = None, {}
+    if backend.startswith("postgres"):
+        from langmem_trpc.testing.postgres import PostgresTestServer
 
-        return SQLiteMemoryService(folder / "load.db", embeddings=HashingEmbeddings()), None
-    from langmem_trpc.backends.postgres import PostgresMemoryService
-    from langmem_trpc.testing.postgres import PostgresTestServer
-
-    server = PostgresTestServer().start()
-    url = server.create_database("load")
-    svc = PostgresMemoryService(url, HashingEmbeddings(), pool_size=20)
-    svc.setup()
-    return svc, server
+        server = PostgresTestServer().start()
+        url, options = server.create_database("load"), {"pool_size": 20}
+    else:
+        url = f"{backend}://{folder / f'load.{backend}'}"
+    return langmem_trpc.open(url, embeddings=HashingEmbeddings(), **options), server
 
 
 def _reply(messages: list[Any]) -> AIMessage:
@@ -250,11 +250,10 @@ async def run_agents(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _hammer(path: str, index: int, seconds: float, out: Any) -> None:
-    from langmem_trpc.backends.sqlite import SQLiteMemoryService
     from langmem_trpc.errors import LangmemTrpcError
 
     ops = errors = locked = 0
-    service = SQLiteMemoryService(path)
+    service = langmem_trpc.open(path)
     rng = random.Random(index)
     deadline = time.monotonic() + seconds
     ids: list[tuple[UserKey, str]] = []
@@ -285,10 +284,8 @@ def _hammer(path: str, index: int, seconds: float, out: Any) -> None:
 def run_processes(args: argparse.Namespace) -> dict[str, Any]:
     import sqlite3
 
-    from langmem_trpc.backends.sqlite import SQLiteMemoryService
-
     path = str(Path(tempfile.mkdtemp(prefix="langmem-procs-")) / "shared.db")
-    SQLiteMemoryService(path).close()  # create the schema once
+    langmem_trpc.open(path).close()  # create the schema once
     ctx = multiprocessing.get_context("spawn")
     out = ctx.Queue()
     procs = [
@@ -319,7 +316,7 @@ def main() -> None:
     )
     sub = parser.add_subparsers(dest="mode", required=True)
     agents = sub.add_parser("agents")
-    agents.add_argument("--backend", choices=["sqlite", "postgres"], default="sqlite")
+    agents.add_argument("--backend", default="sqlite", help="a scheme: sqlite, postgres, ...")
     agents.add_argument("--users", type=int, default=1000)
     agents.add_argument("--concurrency", type=int, default=200)
     agents.add_argument("--second-turn", type=float, default=0.2)

@@ -29,7 +29,8 @@ from typing import Any
 
 from langgraph.store.base import BaseStore, GetOp, Op, PutOp, SearchOp
 
-from langmem_trpc import InMemoryMemoryService, MemoryStore
+from langmem_trpc import MemoryStore
+from langmem_trpc import open as open_store
 from langmem_trpc.service._core import Limits
 from langmem_trpc.testing import HashingEmbeddings
 from langmem_trpc.testing.postgres import PostgresTestServer
@@ -78,9 +79,6 @@ def stores(url: str, workdir: Path, tag: str) -> Iterator[dict[str, Callable[[],
     from langgraph.store.memory import InMemoryStore
     from langgraph.store.postgres import PostgresStore
 
-    from langmem_trpc.backends.postgres import PostgresMemoryService
-    from langmem_trpc.backends.sqlite import SQLiteMemoryService
-
     limits = Limits(capacity=None)
     opened: list[Any] = []
 
@@ -95,23 +93,15 @@ def stores(url: str, workdir: Path, tag: str) -> Iterator[dict[str, Callable[[],
         opened.append(service)
         return MemoryStore(service)
 
-    def pg_ours() -> BaseStore:
-        svc = PostgresMemoryService(url, HashingEmbeddings(), limits=limits)
-        svc.setup()
-        return ours(svc)
+    def on(store_url: str) -> Callable[[], BaseStore]:
+        return lambda: ours(open_store(store_url, embeddings=HashingEmbeddings(), limits=limits))
 
     yield {
         "InMemoryStore": lambda: InMemoryStore(index=_index()),
-        "MemoryStore/in-memory": lambda: ours(
-            InMemoryMemoryService(HashingEmbeddings(), limits=limits)
-        ),
-        "MemoryStore/SQLite": lambda: ours(
-            SQLiteMemoryService(
-                str(workdir / f"{tag}.db"), embeddings=HashingEmbeddings(), limits=limits
-            )
-        ),
+        "MemoryStore/in-memory": on("memory://"),
+        "MemoryStore/SQLite": on(f"sqlite://{workdir / f'{tag}.db'}"),
         "PostgresStore": pg_store,
-        "MemoryStore/PostgreSQL": pg_ours,
+        "MemoryStore/PostgreSQL": on(url),
     }
     for thing in opened:
         if hasattr(thing, "__exit__"):
@@ -142,10 +132,8 @@ async def large_batch(store: BaseStore, n: int, m: int) -> float:
 
 def scale(workdir: Path, n: int, runs: int = 20) -> None:
     """Index-bounded reads: list_namespaces and no-query search over 3 users x `n` items (SQLite)."""
-    from langmem_trpc.backends.sqlite import SQLiteMemoryService
-
     store = MemoryStore(
-        SQLiteMemoryService(str(workdir / "scale.db"), limits=Limits(capacity=None))
+        open_store(f"sqlite://{workdir / 'scale.db'}", limits=Limits(capacity=None))
     )
     ops: list[Op] = [
         PutOp(("app", f"u{u}", f"s{i % 3}"), f"k{i}", {"memory": f"note {i} of user {u}"})

@@ -42,7 +42,8 @@ from typing import Any
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 
-from langmem_trpc import AutoMemoryWorker, InMemoryMemoryService, LLMExtractor, UserKey
+import langmem_trpc
+from langmem_trpc import AutoMemoryWorker, LLMExtractor, UserKey
 from langmem_trpc.extraction import ExtractionRequest, MemoryOp, VerbatimExtractor
 from langmem_trpc.extraction.delta import advance_cursor
 from langmem_trpc.service.protocol import MemoryService
@@ -55,22 +56,20 @@ _PG: list[object] = []  # the embedded server of a --backend postgres run
 
 
 def make_service(backend: str, folder: Path, tag: str) -> MemoryService:
-    if backend == "sqlite":
-        from langmem_trpc.backends.sqlite import SQLiteMemoryService
-
-        return SQLiteMemoryService(folder / f"{tag}.db")
-    if backend == "postgres":  # a fresh database on one embedded server per run
-        from langmem_trpc.backends.postgres import PostgresMemoryService
+    """A fresh store of `--backend` (a scheme), opened with `langmem_trpc.open`:
+    memory://, a new file under `folder`, or a new database on one embedded
+    PostgreSQL server per run."""
+    if backend == "memory":
+        return langmem_trpc.open("memory://")
+    if backend.startswith("postgres"):
         from langmem_trpc.testing.postgres import PostgresTestServer
 
         if not _PG:
             _PG.append(PostgresTestServer().start())
         server = _PG[0]
         assert isinstance(server, PostgresTestServer)
-        service = PostgresMemoryService(server.create_database("bench"))
-        service.setup()
-        return service
-    return InMemoryMemoryService()
+        return langmem_trpc.open(server.create_database("bench"))
+    return langmem_trpc.open(f"{backend}://{folder / f'{tag}.{backend}'}")
 
 
 def message(user: int, turn: int) -> HumanMessage:
@@ -237,7 +236,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--backend", choices=["sqlite", "memory", "postgres"], default="sqlite")
+    parser.add_argument(
+        "--backend", default="sqlite", help="a scheme: sqlite, memory, postgres, ..."
+    )
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--users", type=int, default=50)
     parser.add_argument(

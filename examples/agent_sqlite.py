@@ -21,12 +21,12 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
 
+import langmem_trpc
 from langmem_trpc import (
     AutoMemoryWorker,
     LLMExtractor,
     MemoryCheckpointer,
     MemoryPreloadMiddleware,
-    SQLiteMemoryService,
     UserKey,
     create_memory_tools,
 )
@@ -71,7 +71,7 @@ def settle(worker: AutoMemoryWorker, runs: int, timeout: float = 60.0) -> None:
 
 
 def main(db_path: Path) -> None:
-    service = SQLiteMemoryService(db_path, embeddings=HashingEmbeddings())
+    service = langmem_trpc.open(f"sqlite://{db_path}", embeddings=HashingEmbeddings())
     agent_model, extraction_model = models()
     identity = {"app_name": "recipes", "user_id": "alice"}
     with AutoMemoryWorker(service, LLMExtractor(extraction_model)) as worker:

@@ -23,7 +23,8 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langmem import create_manage_memory_tool, create_search_memory_tool
 
-from langmem_trpc import MemoryStore, SQLiteMemoryService, UserKey
+import langmem_trpc
+from langmem_trpc import MemoryStore, UserKey
 from langmem_trpc.models import chat_model_from_env
 from langmem_trpc.testing import HashingEmbeddings, ScriptedChatModel, tool_call
 
@@ -56,9 +57,8 @@ def model() -> BaseChatModel:
 
 
 def main() -> None:
-    service = SQLiteMemoryService(
-        Path(tempfile.mkdtemp()) / "store.db", embeddings=HashingEmbeddings()
-    )
+    db_path = Path(tempfile.mkdtemp()) / "store.db"
+    service = langmem_trpc.open(f"sqlite://{db_path}", embeddings=HashingEmbeddings())
     store = MemoryStore(service)
     namespace = ("{app_name}", "{user_id}")
     agent = create_agent(

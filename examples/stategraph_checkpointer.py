@@ -19,9 +19,9 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import START, MessagesState, StateGraph
 
+import langmem_trpc
 from langmem_trpc import (
     AutoMemoryWorker,
-    InMemoryMemoryService,
     LLMExtractor,
     MemoryCheckpointer,
     UserKey,
@@ -51,7 +51,7 @@ def models() -> tuple[BaseChatModel, BaseChatModel]:
 
 
 async def main() -> None:
-    service = InMemoryMemoryService(embeddings=HashingEmbeddings())
+    service = langmem_trpc.open("memory://", embeddings=HashingEmbeddings())
     agent_model, extraction_model = models()
     async with AutoMemoryWorker(service, LLMExtractor(extraction_model)) as worker:
         builder = StateGraph(MessagesState)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import os
 import re
 import threading
 from collections.abc import Callable, Iterable
@@ -133,7 +134,7 @@ class BackendRegistry:
         self._installed = installed
         self._found: dict[str, EntryPoint] | None = None
         self._loaded: dict[str, BackendFactory] = {}
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # a plugin importing the registry while loading
 
     def _entry_points(self) -> dict[str, EntryPoint]:
         with self._lock:
@@ -178,17 +179,19 @@ class BackendRegistry:
                 self._loaded[name] = loaded
             return self._loaded[name]
 
-    def create(
+    def build(
         self,
-        url: str,
+        url: str | os.PathLike[str],
         *,
         embeddings: Embeddings | None = None,
         create: bool = True,
         **options: Any,
     ) -> MemoryService:
         """The factory's service for `url`, without running `setup()`."""
+        if isinstance(url, os.PathLike):
+            url = os.fspath(url)  # a pathlib.Path: a SQLite file
         if not isinstance(url, str) or not url.strip():
-            raise ConfigurationError("url: must be a non-empty string")
+            raise ConfigurationError("url: must be a non-empty string or path")
         scheme = scheme_of(url)
         target = url if _SCHEME.match(url) or scheme != "sqlite" else f"sqlite://{url}"
         factory = self.factory(scheme)
@@ -203,14 +206,14 @@ class BackendRegistry:
 
     def open(
         self,
-        url: str,
+        url: str | os.PathLike[str],
         *,
         embeddings: Embeddings | None = None,
         create: bool = True,
         **options: Any,
     ) -> MemoryService:
         """Open the store `url` names; see `langmem_trpc.open`."""
-        service = self.create(url, embeddings=embeddings, create=create, **options)
+        service = self.build(url, embeddings=embeddings, create=create, **options)
         if create:
             try:
                 service.setup()
@@ -221,7 +224,7 @@ class BackendRegistry:
 
     async def aopen(
         self,
-        url: str,
+        url: str | os.PathLike[str],
         *,
         embeddings: Embeddings | None = None,
         create: bool = True,
@@ -229,7 +232,7 @@ class BackendRegistry:
     ) -> MemoryService:
         """Async twin of `open`: the factory runs in a worker thread, then `asetup()`."""
         service = await asyncio.to_thread(
-            lambda: self.create(url, embeddings=embeddings, create=create, **options)
+            lambda: self.build(url, embeddings=embeddings, create=create, **options)
         )
         if create:
             try:
@@ -246,14 +249,19 @@ replace it (e.g. `monkeypatch.setattr(registry, "default_registry", ...)`)."""
 
 
 def open(
-    url: str, *, embeddings: Embeddings | None = None, create: bool = True, **options: Any
+    url: str | os.PathLike[str],
+    *,
+    embeddings: Embeddings | None = None,
+    create: bool = True,
+    **options: Any,
 ) -> MemoryService:
     """Open the memory store `url` names, ready to use; close it with `close()` or `with`.
 
     Args:
         url: `memory://`, `sqlite:///abs/path.db`, `sqlite://relative.db`, a plain
             path (SQLite), `postgresql://...` / `postgres://...`, a libpq
-            `key=value` string (PostgreSQL), or the scheme of a backend plugin.
+            `key=value` string (PostgreSQL), a `pathlib.Path` (SQLite), or the
+            scheme of a backend plugin.
         embeddings: any LangChain `Embeddings`; without one, search is keyword-only.
         create: True (default) creates or migrates the store as needed (the
             service's `setup()` runs). False opens an existing store as it is:
@@ -276,7 +284,11 @@ def open(
 
 
 async def aopen(
-    url: str, *, embeddings: Embeddings | None = None, create: bool = True, **options: Any
+    url: str | os.PathLike[str],
+    *,
+    embeddings: Embeddings | None = None,
+    create: bool = True,
+    **options: Any,
 ) -> MemoryService:
     """Async twin of `open()`: nothing blocks the event loop."""
     return await default_registry.aopen(url, embeddings=embeddings, create=create, **options)

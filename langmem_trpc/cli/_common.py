@@ -41,7 +41,8 @@ logger = logging.getLogger(__name__)
 F = TypeVar("F", bound=Callable[..., Any])
 
 DB_HELP = (
-    "SQLite file, or a postgresql:// URL / libpq 'host=... dbname=...' string. Default: "
+    "SQLite file, a postgresql:// URL / libpq 'host=... dbname=...' string, or any URL "
+    "langmem_trpc.open() takes (sqlite:///path, memory://, a plugin's scheme). Default: "
     "$LANGMEM_TRPC_DSN, else memories.db in $LANGMEM_TRPC_HOME, else in the user data directory."
 )
 

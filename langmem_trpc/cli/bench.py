@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
+import shutil
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -75,30 +77,34 @@ def default_data() -> Path:
 
 
 def _service_factory(backend: str, workdir: Path) -> Any:
-    """Fresh stores with unlimited capacity, so a conversation of any length fits."""
+    """Fresh stores with unlimited capacity, so a conversation of any length fits.
+
+    `backend` is a registered scheme ("auto" is sqlite): each store is
+    `memory://`, or a new file (folder) `store-N.<scheme>` under `workdir`.
+    """
+    from ..registry import default_registry
+    from ..registry import open as open_store
     from ..service._core import Limits
-    from ..service.memory import InMemoryMemoryService
 
     limits = Limits(capacity=None)
+    scheme = "sqlite" if backend == "auto" else backend.lower()
+    if scheme not in default_registry.schemes():
+        raise click.BadParameter(
+            f"{backend!r}; registered: {', '.join(default_registry.schemes())}",
+            param_hint="--backend",
+        )
+    counter = itertools.count()
 
-    if backend in ("auto", "sqlite"):
-        try:
-            from ..backends.sqlite import SQLiteMemoryService
-        except ImportError:
-            if backend == "sqlite":
-                raise click.ClickException(
-                    "the SQLite backend is not available in this build"
-                ) from None
-        else:
-            counter = iter(range(1_000_000))
+    def make(embeddings: Any) -> Any:
+        if scheme == "memory":
+            return open_store("memory://", embeddings=embeddings, limits=limits)
+        path = workdir / f"store-{next(counter)}.{scheme}"
+        if path.is_dir():
+            shutil.rmtree(path)
+        path.unlink(missing_ok=True)
+        return open_store(f"{scheme}://{path}", embeddings=embeddings, limits=limits)
 
-            def make_sqlite(embeddings: Any) -> Any:
-                path = workdir / f"store-{next(counter)}.db"
-                path.unlink(missing_ok=True)
-                return SQLiteMemoryService(str(path), embeddings=embeddings, limits=limits)
-
-            return make_sqlite
-    return lambda embeddings: InMemoryMemoryService(embeddings, limits=limits)
+    return make
 
 
 def _embeddings(run_dir: Path, needed: bool) -> Any:
@@ -169,9 +175,9 @@ def bench() -> None:
 )
 @click.option(
     "--backend",
-    type=click.Choice(["auto", "memory", "sqlite"]),
     default="memory",
     show_default=True,
+    help="Backend scheme for the stores: memory, sqlite (auto), or a file-based plugin's.",
 )
 @click.option(
     "--model", default=None, help="Chat model name for QA arms (OpenAI-compatible, env configured)."

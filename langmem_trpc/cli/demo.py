@@ -133,15 +133,9 @@ def _models() -> tuple[BaseChatModel, BaseChatModel, str]:
 
 
 def _service(db_path: Path) -> tuple[MemoryService, str]:
-    try:
-        from ..backends.sqlite import SQLiteMemoryService
-    except ImportError:  # pragma: no cover - the SQLite backend ships with the package
-        from ..service.memory import InMemoryMemoryService
+    from ..registry import open as open_store
 
-        return InMemoryMemoryService(
-            embeddings=HashingEmbeddings()
-        ), "in-memory (SQLite backend unavailable)"
-    return SQLiteMemoryService(db_path, embeddings=HashingEmbeddings()), f"SQLite at {db_path}"
+    return open_store(f"sqlite://{db_path}", embeddings=HashingEmbeddings()), f"SQLite at {db_path}"
 
 
 class _SeenByModel(AgentMiddleware[Any, Any, Any]):

@@ -76,7 +76,7 @@ class MemoryService(ABC):
 
     Example:
         ```python
-        svc = SQLiteMemoryService("memories.db")
+        svc = langmem_trpc.open("memories.db")  # a SQLiteMemoryService, set up
         alice = UserKey("support", "alice")
         entry = svc.add(alice, "Prefers dark mode", topics=["ui"])
         svc.update(alice, entry.id, "Prefers light mode")  # same id

@@ -1,9 +1,14 @@
 """One conformance suite for every `MemoryService`, run sync and async.
 
 Subclass `MemoryServiceConformance` in a test module and provide a
-`service` fixture that returns a fresh, empty service (and `limited_service`
-for capacity tests). Every test body runs twice: through the sync methods
-and through their `a*` twins.
+`service` fixture that returns a fresh, empty service, `make_service`
+(limits -> a service, for capacity tests) and, for a backend that declares
+`Capability.DURABLE` or `Capability.CROSS_PROCESS`, `service_url` (the URL
+`langmem_trpc.open()` opens the same store with). Every test body runs
+twice: through the sync methods and through their `a*` twins. The suite
+reads the service's `capabilities` to choose its tests: the vector tests
+need VECTORS, the reopen test DURABLE, the two-process test CROSS_PROCESS,
+the index-step test DEFERRED_INDEXING; every declared capability is tested.
 
 Example:
     ```python
@@ -15,6 +20,10 @@ Example:
         @pytest.fixture
         def make_service(self, tmp_path):
             return lambda limits: SQLiteMemoryService(tmp_path / "l.db", limits=limits)
+
+        @pytest.fixture
+        def service_url(self, tmp_path):
+            return f"sqlite://{tmp_path / 'm.db'}"  # sqlite:///abs/path
     ```
 """
 
@@ -24,7 +33,6 @@ import asyncio
 import threading
 from collections.abc import Awaitable, Callable, Iterator
 from datetime import datetime, timedelta, timezone
-from enum import Enum
 from typing import Any
 
 import pytest
@@ -39,11 +47,13 @@ from ..errors import (
     MemoryNotFoundError,
 )
 from ..service._core import Limits
+from ..service.capabilities import Capability
 from ..service.protocol import MemoryService
 from ..types import ExtractionCursor, Kind, Memory, Operation, SearchOptions, Source, UserKey
 from ._bulk_conformance import BulkConformance
 from ._claims_conformance import ClaimsConformance
 from ._integrity_conformance import IntegrityConformance
+from ._lifecycle_conformance import LifecycleConformance
 
 __all__ = ["Capability", "Client", "MemoryServiceConformance"]
 
@@ -51,13 +61,6 @@ ALICE = UserKey("app", "alice")
 BOB = UserKey("app", "bob")
 ALICE_OTHER_APP = UserKey("other-app", "alice")
 T0 = datetime(2024, 5, 1, 12, 0, tzinfo=timezone.utc)
-
-
-class Capability(str, Enum):
-    """Optional features a backend declares; tests needing one are skipped without it."""
-
-    VECTORS = "vectors"
-    """The service was built with an embedder (HashingEmbeddings in the suite)."""
 
 
 class Client:
@@ -83,20 +86,24 @@ class Client:
         return call_sync
 
 
-class MemoryServiceConformance(BulkConformance, ClaimsConformance, IntegrityConformance):
+class MemoryServiceConformance(
+    BulkConformance, ClaimsConformance, IntegrityConformance, LifecycleConformance
+):
     """The behaviour every backend must have. See the module docstring."""
 
     pytestmark = pytest.mark.asyncio
-    capabilities: frozenset[Capability] = frozenset({Capability.VECTORS})
 
     @pytest.fixture(params=["sync", "async"])
     def client(self, request: pytest.FixtureRequest, service: MemoryService) -> Iterator[Client]:
         yield Client(service, request.param)
         service.close()
 
-    def need(self, capability: Capability) -> None:
-        if capability not in self.capabilities:
-            pytest.skip(f"backend lacks {capability.value}")
+    @pytest.fixture
+    def service_url(self) -> str | None:
+        """A URL `langmem_trpc.open()` opens the `service` fixture's store with
+        (another service, or another process, on the same data). Backends that
+        declare DURABLE or CROSS_PROCESS must override it; None means "none"."""
+        return None
 
     # -- isolation ----------------------------------------------------------
 
@@ -353,7 +360,7 @@ class MemoryServiceConformance(BulkConformance, ClaimsConformance, IntegrityConf
         assert len([e for e in deduped if "retriever" in e.text]) == 1
 
     async def test_hybrid_exposes_rrf_and_absolute_score(self, client: Client) -> None:
-        self.need(Capability.VECTORS)
+        self.need(client, Capability.VECTORS)
         await client.add(ALICE, "Production runs Go 1.23")
         await client.add(ALICE, "Prefers tabs over spaces")
         hits = await client.search(ALICE, "Go version in production", SearchOptions(hybrid=True))
@@ -362,7 +369,7 @@ class MemoryServiceConformance(BulkConformance, ClaimsConformance, IntegrityConf
         assert hits[0].score is not None and 0 < hits[0].score <= 1
 
     async def test_vector_search_finds_morphological_variants(self, client: Client) -> None:
-        self.need(Capability.VECTORS)
+        self.need(client, Capability.VECTORS)
         await client.add(ALICE, "Upgraded the database servers")
         await client.add(ALICE, "Bakes sourdough bread")
         hits = await client.search(
@@ -372,7 +379,7 @@ class MemoryServiceConformance(BulkConformance, ClaimsConformance, IntegrityConf
 
     async def test_vector_leg_embeds_participants_with_the_text(self, client: Client) -> None:
         """Who said a memory is part of its vector (`embedding_text`): on add, update and restore."""
-        self.need(Capability.VECTORS)
+        self.need(client, Capability.VECTORS)
         said = await client.add(
             ALICE, "I went to the support group last night", participants=["Caroline"]
         )
@@ -390,7 +397,7 @@ class MemoryServiceConformance(BulkConformance, ClaimsConformance, IntegrityConf
         assert hits[0].id == said.id
 
     async def test_bulk_add_embeds_participants_with_the_text(self, client: Client) -> None:
-        self.need(Capability.VECTORS)
+        self.need(client, Capability.VECTORS)
         memories = [
             Memory(text="I went to the support group last night", participants=["Caroline"]),
             Memory(text="I went to the support group", participants=["Melanie"]),

@@ -15,7 +15,7 @@ from langmem_trpc.backends.postgres import _search_sql, _sql
 from langmem_trpc.service._language import ENGLISH
 from langmem_trpc.service._search import rrf_fuse
 from langmem_trpc.testing import HashingEmbeddings
-from langmem_trpc.testing.conformance import Capability, MemoryServiceConformance
+from langmem_trpc.testing.conformance import MemoryServiceConformance
 from langmem_trpc.types import Memory
 
 T_EVENT = "2024-05-06T18:30:00+02:00"
@@ -71,16 +71,22 @@ class TestPostgresWithEmbeddings(MemoryServiceConformance):
         return opened(embeddings=HashingEmbeddings())
 
     @pytest.fixture
+    def service_url(self, clean_url):
+        return clean_url
+
+    @pytest.fixture
     def make_service(self, opened):
         return lambda limits: opened(embeddings=HashingEmbeddings(), limits=limits)
 
 
 class TestPostgresKeywordOnly(MemoryServiceConformance):
-    capabilities = frozenset[Capability]()
-
     @pytest.fixture
     def service(self, opened):
         return opened()
+
+    @pytest.fixture
+    def service_url(self, clean_url):
+        return clean_url
 
     @pytest.fixture
     def make_service(self, opened):

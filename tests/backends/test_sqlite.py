@@ -36,13 +36,17 @@ from langmem_trpc.backends.sqlite._keyword import (
 from langmem_trpc.backends.sqlite._scoring import score_candidates
 from langmem_trpc.service._search import CorpusStats, KeywordDoc, QueryTerms, keyword_score
 from langmem_trpc.testing import HashingEmbeddings
-from langmem_trpc.testing.conformance import Capability, MemoryServiceConformance
+from langmem_trpc.testing.conformance import MemoryServiceConformance
 
 
 class TestSQLiteWithEmbeddings(MemoryServiceConformance):
     @pytest.fixture
     def service(self, tmp_path):
         return SQLiteMemoryService(tmp_path / "m.db", HashingEmbeddings())
+
+    @pytest.fixture
+    def service_url(self, tmp_path):
+        return f"sqlite://{tmp_path / 'm.db'}"
 
     @pytest.fixture
     def make_service(self, tmp_path):
@@ -52,11 +56,13 @@ class TestSQLiteWithEmbeddings(MemoryServiceConformance):
 
 
 class TestSQLiteKeywordOnly(MemoryServiceConformance):
-    capabilities = frozenset[Capability]()
-
     @pytest.fixture
     def service(self, tmp_path):
         return SQLiteMemoryService(tmp_path / "m.db")
+
+    @pytest.fixture
+    def service_url(self, tmp_path):
+        return f"sqlite://{tmp_path / 'm.db'}"
 
     @pytest.fixture
     def make_service(self, tmp_path):

@@ -14,7 +14,7 @@ from langmem_trpc.backends.sqlite import SQLiteMemoryService
 from langmem_trpc.backends.sqlite._postings import KeywordIndex
 from langmem_trpc.service._search import CorpusStats, KeywordDoc, QueryTerms, keyword_score
 from langmem_trpc.testing import HashingEmbeddings
-from langmem_trpc.testing.conformance import Capability, MemoryServiceConformance
+from langmem_trpc.testing.conformance import MemoryServiceConformance
 
 ALICE = UserKey(app_name="app", user_id="alice")
 BOB = UserKey(app_name="app", user_id="bob")
@@ -32,11 +32,13 @@ def indexed(svc: SQLiteMemoryService) -> SQLiteMemoryService:
 class TestSQLiteIndexedKeywordConformance(MemoryServiceConformance):
     """Every conformance search runs on the postings, not FTS5."""
 
-    capabilities = frozenset[Capability]()
-
     @pytest.fixture
     def service(self, tmp_path):
         return indexed(SQLiteMemoryService(tmp_path / "m.db"))
+
+    @pytest.fixture
+    def service_url(self, tmp_path):
+        return f"sqlite://{tmp_path / 'm.db'}"
 
     @pytest.fixture
     def make_service(self, tmp_path):
@@ -47,6 +49,10 @@ class TestSQLiteIndexedHybridConformance(MemoryServiceConformance):
     @pytest.fixture
     def service(self, tmp_path):
         return indexed(SQLiteMemoryService(tmp_path / "m.db", HashingEmbeddings()))
+
+    @pytest.fixture
+    def service_url(self, tmp_path):
+        return f"sqlite://{tmp_path / 'm.db'}"
 
     @pytest.fixture
     def make_service(self, tmp_path):

@@ -33,3 +33,21 @@ def test_default_data_is_found_from_the_environment_or_the_working_directory(tmp
     assert bench_module.default_data() == here / "shared" / "data" / "locomo10.json"
     monkeypatch.setenv("LANGMEM_TRPC_LOCOMO", str(tmp_path / "mine.json"))
     assert bench_module.default_data() == tmp_path / "mine.json"
+
+
+def test_the_bench_opens_its_stores_through_the_registry(tmp_path):
+    import click
+    import pytest
+
+    from langmem_trpc import InMemoryMemoryService, SQLiteMemoryService
+    from langmem_trpc.cli.bench import _service_factory
+
+    make = _service_factory("auto", tmp_path)
+    first, second = make(None), make(None)
+    assert isinstance(first, SQLiteMemoryService) and first.limits.capacity is None
+    assert first.path != second.path and (tmp_path / "store-0.sqlite").exists()
+    first.close()
+    second.close()
+    assert isinstance(_service_factory("memory", tmp_path)(None), InMemoryMemoryService)
+    with pytest.raises(click.BadParameter, match="'nosuch'; registered: .*memory"):
+        _service_factory("nosuch", tmp_path)

@@ -29,8 +29,10 @@ EXPECTED = {
 
 
 def _offline_env(**extra: str) -> dict[str, str]:
+    """No model keys; this checkout's `langmem_trpc` first (not an installed copy)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI_")}
-    return {**env, **extra}
+    path = os.pathsep.join(p for p in (str(EXAMPLES.parent), env.get("PYTHONPATH")) if p)
+    return {**env, "PYTHONPATH": path, **extra}
 
 
 def _run(name: str, env: dict[str, str]) -> str:

@@ -4,7 +4,7 @@ import pytest
 
 from langmem_trpc import InMemoryMemoryService, Limits
 from langmem_trpc.testing import HashingEmbeddings
-from langmem_trpc.testing.conformance import Capability, MemoryServiceConformance
+from langmem_trpc.testing.conformance import MemoryServiceConformance
 
 
 class TestInMemoryWithEmbeddings(MemoryServiceConformance):
@@ -18,8 +18,6 @@ class TestInMemoryWithEmbeddings(MemoryServiceConformance):
 
 
 class TestInMemoryKeywordOnly(MemoryServiceConformance):
-    capabilities = frozenset[Capability]()
-
     @pytest.fixture
     def service(self):
         return InMemoryMemoryService()
