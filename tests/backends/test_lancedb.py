@@ -36,6 +36,10 @@ class TestLanceDBWithEmbeddings(MemoryServiceConformance):
         return LanceDBMemoryService(tmp_path / "m", HashingEmbeddings())
 
     @pytest.fixture
+    def service_url(self, tmp_path):
+        return f"lancedb://{tmp_path / 'm'}"
+
+    @pytest.fixture
     def make_service(self, tmp_path):
         return lambda limits: LanceDBMemoryService(
             tmp_path / "limited", HashingEmbeddings(), limits=limits
@@ -43,11 +47,13 @@ class TestLanceDBWithEmbeddings(MemoryServiceConformance):
 
 
 class TestLanceDBKeywordOnly(MemoryServiceConformance):
-    capabilities = frozenset[Capability]()
-
     @pytest.fixture
     def service(self, tmp_path):
         return LanceDBMemoryService(tmp_path / "m")
+
+    @pytest.fixture
+    def service_url(self, tmp_path):
+        return f"lancedb://{tmp_path / 'm'}"
 
     @pytest.fixture
     def make_service(self, tmp_path):
