@@ -151,7 +151,7 @@ class Store:
         scores (exact: a prefiltered flat scan)."""
         query: Any = self.table.search(vector.tolist(), vector_column_name="vector")
         query = query.distance_type("dot").where(where, prefilter=True).limit(limit)
-        hits = query.select(["key"]).to_arrow().to_pylist()
+        hits = query.select(["key", "_distance"]).to_arrow().to_pylist()
         return [(h["key"], max(0.0, 1.0 - float(h["_distance"]))) for h in hits]
 
     def commit(

@@ -182,18 +182,20 @@ class LanceDBMemoryService(SyncMemoryService):
     # -- search -------------------------------------------------------------
 
     def _snapshot(self, user: UserKey) -> dict[str, tuple[Entry, ks.KeywordDoc]]:
-        """The user's live entries and keyword documents by key (cached by write sequence)."""
+        """The user's live entries and keyword documents by key: bodies are read and
+        parsed only for rows whose write sequence the cache does not hold."""
         if len(self._docs) > DOC_CACHE:
             self._docs.clear()
-        out = {}
-        for row in self._store.rows(where(user), ["key", "seq", "body"]):
-            hit = self._docs.get(row["key"])
-            if hit is None or hit[0] != row["seq"]:
+        seqs = {r["key"]: r["seq"] for r in self._store.rows(where(user), ["key", "seq"])}
+        stale = {k for k, seq in seqs.items() if self._docs.get(k, (None,))[0] != seq}
+        if stale:
+            listed = ", ".join(map(repr, stale))
+            sql = where(user) + (f" AND key IN ({listed})" if len(stale) <= 512 else "")
+            for row in self._store.rows(sql, ["key", "seq", "body"]):
                 entry = Entry.model_validate_json(row["body"])
                 doc = ks.KeywordDoc.build(entry.text, entry.memory.topics, self.language)
-                hit = self._docs[row["key"]] = (row["seq"], entry, doc)
-            out[row["key"]] = (hit[1], hit[2])
-        return out
+                self._docs[row["key"]] = (row["seq"], entry, doc)
+        return {k: self._docs[k][1:] for k in seqs if k in self._docs}
 
     def _vector_filter(self, user: UserKey, kind: Kind | None, opts: SearchOptions) -> str:
         sql = where(user) + (f" AND kind = '{kind.value}'" if kind is not None else "")
