@@ -4,7 +4,7 @@ point, one table version per write)."""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
@@ -149,3 +149,11 @@ def test_open_by_url(tmp_path):
         svc.add(ALICE, "Likes green tea")
     with pytest.raises(ConfigurationError, match="no LanceDB memory store"):
         langmem_trpc.open(f"lancedb://{tmp_path}/missing", create=False)
+
+
+def test_search_hides_a_memory_expired_after_the_snapshot_was_cached(tmp_path):
+    svc = LanceDBMemoryService(tmp_path / "x")
+    entry = svc.add(ALICE, "Likes green tea")
+    assert [e.id for e in svc.search(ALICE, "green tea")] == [entry.id]  # cached
+    assert svc.set_expiry(ALICE, entry.id, datetime.now(timezone.utc) - timedelta(seconds=1))
+    assert svc.search(ALICE, "green tea") == []

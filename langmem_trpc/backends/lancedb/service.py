@@ -177,6 +177,7 @@ class LanceDBMemoryService(SyncMemoryService):
             self._store.commit(
                 [Record.memory(entry, found.fp or "", found.keyed, found.vector, found.seq)]
             )
+            self._docs.pop(key, None)  # the write sequence stays: the snapshot cache can't tell
             return True
 
     # -- search -------------------------------------------------------------
