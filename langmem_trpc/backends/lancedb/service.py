@@ -196,7 +196,8 @@ class LanceDBMemoryService(SyncMemoryService):
                 entry = Entry.model_validate_json(row["body"])
                 doc = ks.KeywordDoc.build(entry.text, entry.memory.topics, self.language)
                 self._docs[row["key"]] = (row["seq"], entry, doc)
-        return {k: self._docs[k][1:] for k in seqs if k in self._docs}
+        hits = ((k, self._docs.get(k)) for k in seqs)
+        return {k: (hit[1], hit[2]) for k, hit in hits if hit is not None}
 
     def _vector_filter(self, user: UserKey, kind: Kind | None, opts: SearchOptions) -> str:
         sql = where(user) + (f" AND kind = '{kind.value}'" if kind is not None else "")
