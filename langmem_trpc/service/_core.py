@@ -40,6 +40,7 @@ from ._text import normalize_text
 __all__ = [
     "CapacityPolicy",
     "Limits",
+    "FIELDS",
     "MemoryPatch",
     "build_memory",
     "check_app_filter",
@@ -57,7 +58,6 @@ __all__ = [
     "memory_from",
     "new_memory_id",
     "new_memory_ids",
-    "patch_memory",
     "resolve_options",
     "stored_fingerprint",
     "unexpired",
@@ -350,55 +350,17 @@ def build_memory(
     )
 
 
+FIELDS = ("topics", "kind", "event_time", "participants", "location", "metadata")
+"""A memory's fields besides its text (the keywords of `build_memory`)."""
+
+
 def memory_from(item: object, *, limits: Limits) -> Memory:
     """An `add_many` item, a text or a `Memory` built elsewhere, held to the same rules as `add()`."""
     if isinstance(item, Memory):
-        return build_memory(
-            item.text,
-            limits=limits,
-            topics=item.topics,
-            kind=item.kind,
-            event_time=item.event_time,
-            participants=item.participants,
-            location=item.location,
-            metadata=item.metadata,
-        )
+        return build_memory(item.text, limits=limits, **{f: getattr(item, f) for f in FIELDS})
     if isinstance(item, str):  # a plain text: every other field is its default
-        return Memory.model_construct(
-            text=_check_text(item, limits),
-            topics=[],
-            kind=Kind.FACT,
-            event_time=None,
-            participants=[],
-            location=None,
-            metadata={},
-        )
+        return Memory.model_construct(**{**_BLANK, "text": _check_text(item, limits)})
     return build_memory(item, limits=limits)
-
-
-def patch_memory(
-    current: Memory,
-    text: object,
-    *,
-    limits: Limits,
-    topics: object = None,
-    kind: object = None,
-    event_time: object = None,
-    participants: object = None,
-    location: object = None,
-    metadata: object = None,
-) -> Memory:
-    """New text always; every other field only when given (None keeps the stored value)."""
-    return build_memory(
-        text,
-        limits=limits,
-        topics=current.topics if topics is None else topics,
-        kind=current.kind if kind is None else kind,
-        event_time=current.event_time if event_time is None else event_time,
-        participants=current.participants if participants is None else participants,
-        location=current.location if location is None else location,
-        metadata=current.metadata if metadata is None else metadata,
-    )
 
 
 @dataclass(frozen=True)
@@ -414,18 +376,10 @@ class MemoryPatch:
     metadata: object = None
 
     def apply(self, current: Memory, limits: Limits) -> Memory:
-        """`current` with this patch, validated (`patch_memory`)."""
-        return patch_memory(
-            current,
-            self.text,
-            limits=limits,
-            topics=self.topics,
-            kind=self.kind,
-            event_time=self.event_time,
-            participants=self.participants,
-            location=self.location,
-            metadata=self.metadata,
-        )
+        """`current` with this patch, validated: None keeps the stored value."""
+        given = {f: getattr(self, f) for f in FIELDS}
+        kept = {f: getattr(current, f) if v is None else v for f, v in given.items()}
+        return build_memory(self.text, limits=limits, **kept)
 
     def check(self, limits: Limits) -> None:
         """Raise naming the field if any given field is invalid, whatever it patches."""

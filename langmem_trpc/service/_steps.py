@@ -38,42 +38,11 @@ from typing import Any, TypeVar
 
 from ..types import Entry, HistoryEvent, Memory, UserKey
 
-__all__ = [
-    "KEEP",
-    "AExecute",
-    "CountLive",
-    "Embed",
-    "EvictOldest",
-    "Execute",
-    "FindById",
-    "FindDeletedByFingerprint",
-    "FindLiveByFingerprint",
-    "Insert",
-    "Keep",
-    "KnownFingerprints",
-    "LockUser",
-    "NewRow",
-    "Now",
-    "Plan",
-    "Purge",
-    "RecordHistory",
-    "Rewrite",
-    "SetTopics",
-    "SoftDelete",
-    "Step",
-    "Stored",
-    "adrive",
-    "drive",
-]
-
 T = TypeVar("T")
 
 
 class Keep:
     """Sentinel vector: leave the stored embedding as it is (`Rewrite.vector`)."""
-
-    def __repr__(self) -> str:
-        return "KEEP"
 
 
 KEEP = Keep()

@@ -138,10 +138,11 @@ class MemoryService(ABC):
         evicts its least recently written memory (history source actor "capacity")
         or, with `on_capacity="error"`, raises `CapacityExceededError`.
         """
-        fields = _fields(topics, kind, event_time, participants, location, metadata)
         return _plans.add(
-            user, text, limits=self.limits, memory_id=memory_id, source=source, **fields
-        )
+            user, text, limits=self.limits, memory_id=memory_id, source=source, topics=topics,
+            kind=kind, event_time=event_time, participants=participants, location=location,
+            metadata=metadata,
+        )  # fmt: skip
 
     add = _runs(_add)
     aadd = _aruns(_add)
@@ -460,24 +461,6 @@ class MemoryService(ABC):
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
-
-
-def _fields(
-    topics: object,
-    kind: object,
-    event_time: object,
-    participants: object,
-    location: object,
-    metadata: object,
-) -> dict[str, object]:
-    return {
-        "topics": topics,
-        "kind": kind,
-        "event_time": event_time,
-        "participants": participants,
-        "location": location,
-        "metadata": metadata,
-    }
 
 
 class SyncMemoryService(MemoryService, ABC):

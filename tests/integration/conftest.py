@@ -50,7 +50,7 @@ class BrokenService(SyncMemoryService):
     add = update = delete = clear = purge = get = read = search = _explode  # type: ignore[assignment]
     history = count = users = get_cursor = set_cursor = _explode  # type: ignore[assignment]
     claim_thread = save_progress = record_failure = release_thread = _explode  # type: ignore[assignment]
-    dead_letters = retry_dead_letter = _explode  # type: ignore[assignment]
+    dead_letters = retry_dead_letter = run_plan = _explode  # type: ignore[assignment]
 
 
 class CountingService(InMemoryMemoryService):

@@ -4,7 +4,7 @@ from datetime import datetime, timezone
 import pytest
 
 from langmem_trpc.errors import InvalidMemoryError
-from langmem_trpc.service._core import Limits, build_memory, fingerprint, memory_from, patch_memory
+from langmem_trpc.service._core import Limits, MemoryPatch, build_memory, fingerprint, memory_from
 from langmem_trpc.types import Kind
 
 LIMITS = Limits()
@@ -79,7 +79,7 @@ def test_patch_keeps_unspecified_fields():
         participants=["Bob"],
         location="Paris",
     )
-    patched = patch_memory(original, "Met Bob for lunch", limits=LIMITS)
+    patched = MemoryPatch("Met Bob for lunch").apply(original, LIMITS)
     assert patched.kind == Kind.EPISODE
     assert patched.event_time == datetime(2024, 5, 6, tzinfo=timezone.utc)
     assert patched.participants == ["Bob"] and patched.location == "Paris"

@@ -93,8 +93,6 @@ def write(plan: steps.Plan[T], options: WriteOptions) -> Plan[T]:
         if isinstance(step, steps.Insert) and len(step.rows) > 1:
             yield from _bulk.insert(step.user, step.rows, options.language, options.indexed)
             reply = None
-        elif isinstance(step, steps.RecordHistory) and len(step.events) > 1:
-            reply = yield Sql(_sql.INSERT_HISTORY_MANY, _sql.history_many_params(step))
         elif isinstance(step, steps.Embed) and options.vectors is not None:
             reply = list(options.vectors)
         else:
@@ -159,14 +157,7 @@ def _step(step: steps.Step, embed: bool, language: Language) -> Plan[Any]:
         rows = yield Sql(_sql.EVICT_OLDEST, {**params, "now": step.at})
         return (rows[0]["id"], rows[0]["text"]) if rows else None
     if isinstance(step, steps.RecordHistory):
-        for e in step.events:
-            yield Sql(
-                _sql.INSERT_HISTORY,
-                _sql.history_params(
-                    step.user, e.memory_id, e.operation, e.text_before, e.text_after, e.source,
-                    e.at,
-                ),
-            )  # fmt: skip
+        yield Sql(_sql.INSERT_HISTORY, _sql.history_params(step))
         return None
     assert isinstance(step, steps.Purge)
     if step.memory_id is not None:

@@ -549,16 +549,12 @@ RETURNING id, text"""
 
 INSERT_HISTORY = """
 INSERT INTO langmem_history (app_name, user_id, memory_id, operation, text_before, text_after, at, source)
-VALUES (%(app)s, %(user)s, %(id)s, %(op)s, %(before)s, %(after)s, %(now)s, %(source)s)"""
-
-INSERT_HISTORY_MANY = """
-INSERT INTO langmem_history (app_name, user_id, memory_id, operation, text_before, text_after, at, source)
 SELECT %(app)s, %(user)s, e.id, e.op, e.before, e.after, e.at, e.source
 FROM unnest(%(ids)s::text[], %(ops)s::text[], %(befores)s::text[], %(afters)s::text[],
     %(ats)s::timestamptz[], %(sources)s::jsonb[]) WITH ORDINALITY
     AS e(id, op, before, after, at, source, n)
 ORDER BY e.n"""
-"""Many history events of one user in one statement (`history_many_params`)."""
+"""History events of one user, in order, in one statement (`history_params`)."""
 
 SOFT_DELETE_ALL = f"""
 UPDATE langmem_memories SET deleted_at = %(now)s
@@ -662,27 +658,7 @@ def memory_params(
     }
 
 
-def history_params(
-    user: UserKey,
-    memory_id: str,
-    op: Operation,
-    before: str | None,
-    after: str | None,
-    source: Source | None,
-    now: datetime,
-) -> Params:
-    return user_params(
-        user,
-        id=memory_id,
-        op=op.value,
-        before=before,
-        after=after,
-        now=now,
-        source=None if source is None else Jsonb(source.model_dump(mode="json")),
-    )
-
-
-def history_many_params(step: RecordHistory) -> Params:
+def history_params(step: RecordHistory) -> Params:
     events = step.events
     return user_params(
         step.user,

@@ -135,7 +135,6 @@ class PostgresMemoryService(SyncPostgres, AsyncPostgres, MemoryService):
                 raise InvalidMemoryError(
                     "vectors", f"has {len(vectors)} items for {len(items)} memories"
                 )
-            vectors = [[float(x) for x in v] for v in vectors]
         return self._op_write(plan, vectors, indexed=not defer_index)
 
     def index_pending(self, user: UserKey | None = None, *, batch_size: int = 2_000) -> int:

@@ -19,14 +19,12 @@ from ._vectors import Appended
 
 __all__ = [
     "CONTENT_DOC",
-    "CREATED",
     "DELETED",
     "ID",
     "KEYED",
     "TEXT",
     "TOPICS",
     "TOPIC_DOC",
-    "UPDATED",
     "Keep",
     "Prepared",
     "Row",
@@ -43,7 +41,7 @@ __all__ = [
 Row = tuple[Any, ...]
 """A fetched row; the names below index the columns `_sql` selects."""
 ID, TEXT, TOPICS = 1, 2, 3
-CREATED, UPDATED, EXPIRES, DELETED, KEYED = 9, 10, 11, 12, 13
+DELETED, KEYED = 12, 13
 CONTENT_DOC, TOPIC_DOC = 12, 13
 
 

@@ -146,14 +146,9 @@ class SQLiteMemoryService(SQLiteClaims, ExpiryMixin, SyncMemoryService):
 
     # -- helpers ----------------------------------------------------------------
 
-    def _now(self, wall_us: int | None = None) -> datetime:
-        """UTC now, strictly increasing within this service so orders stay stable.
-
-        A batch passes the wall clock it read once (`wall_us`): its items then
-        get consecutive microseconds, still after anything stamped before.
-        """
-        if wall_us is None:
-            wall_us = sql.to_us(utcnow()) or 0
+    def _now(self) -> datetime:
+        """UTC now, strictly increasing within this service so orders stay stable."""
+        wall_us = sql.to_us(utcnow()) or 0
         with self._clock_lock:
             us = self._last_us = max(wall_us, self._last_us + 1)
         return sql.from_us_required(us)
