@@ -47,7 +47,7 @@ def _explode(*args: Any, **kwargs: Any) -> Any:
 class BrokenService(SyncMemoryService):
     """Every call fails with a driver-style error carrying a DSN and SQL."""
 
-    add = update = delete = clear = purge = get = read = search = _explode  # type: ignore[assignment]
+    run_plan = add = update = delete = clear = purge = get = read = search = _explode  # type: ignore[assignment]
     history = count = users = get_cursor = set_cursor = _explode  # type: ignore[assignment]
     claim_thread = save_progress = record_failure = release_thread = _explode  # type: ignore[assignment]
     dead_letters = retry_dead_letter = run_plan = _explode  # type: ignore[assignment]
