@@ -11,6 +11,9 @@ time is excluded). Measures, in one run:
 * LangGraph `InMemoryStore` vector search on the same data and vectors;
 * keyword top-10 agreement with the in-memory reference scorer (the FTS5
   candidate cut-off is the one approximation);
+* LanceDB (`LanceDBMemoryService`) on the same memories, vectors and queries:
+  batch and single add throughput, hybrid / keyword / vector search p50 and
+  its keyword top-10 agreement with the reference (`--no-lancedb` skips it);
 * 100,000 memories in a child process: added resident memory against the
   raw float32 matrix, and hybrid search latency.
 
@@ -249,6 +252,71 @@ def keyword_agreement(path: Path, texts: list[str], queries: list[str]) -> tuple
     return exact / len(queries), same_set / len(queries)
 
 
+# -- LanceDB, the same memories and queries, in the same run ---------------------
+
+
+def bench_lancedb(
+    texts: list[str], embeddings: Embeddings, queries: list[str], runs: int, batch: int, dim: int
+) -> dict[str, Any]:
+    """Batch and single add throughput, search p50/p95, keyword agreement (LanceDB)."""
+    from langmem_trpc.backends.lancedb import LanceDBMemoryService
+
+    out: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        svc = LanceDBMemoryService(Path(tmp) / "single", embeddings, limits=UNLIMITED, dims=dim)
+        start = time.perf_counter()
+        for text in texts[:2000]:
+            svc.add(USER, text)
+        out["single"] = 2000 / (time.perf_counter() - start)
+        svc.close()
+        path = Path(tmp) / "bench"
+        svc = LanceDBMemoryService(path, embeddings, limits=UNLIMITED, dims=dim)
+        start = time.perf_counter()
+        for i in range(0, len(texts), batch):
+            svc.add_many(USER, texts[i : i + batch])
+        out["batch"] = len(texts) / (time.perf_counter() - start)
+        keyword_svc = LanceDBMemoryService(path, limits=UNLIMITED)
+        cases = {
+            "hybrid": lambda q: svc.search(USER, q, SearchOptions(hybrid=True)),
+            "keyword leg": lambda q: keyword_svc.search(USER, q),
+            "vector leg": lambda q: svc.search(USER, q, SearchOptions(hybrid=False)),
+        }
+        for name, call in cases.items():
+            call(queries[0])
+            out[name] = latency(call, queries, runs)
+        reference = InMemoryMemoryService(limits=UNLIMITED)
+        for text in texts:
+            reference.add(USER, text)
+        same = [
+            [e.text for e in reference.search(USER, q)]
+            == [e.text for e in keyword_svc.search(USER, q)]
+            for q in queries[:50]
+        ]
+        out["exact"] = sum(same) / len(same)
+        svc.close()
+        keyword_svc.close()
+    return out
+
+
+def print_lancedb(
+    lance: dict[str, Any], sqlite: dict[str, dict[str, float]], rates: tuple[float, float]
+) -> None:
+    print(
+        f"\nLanceDB batch add (add_many, one table version per call): {lance['batch']:,.0f} "
+        f"memories/s (SQLite {rates[0]:,.0f}); single add() {lance['single']:,.0f}/s "
+        f"(SQLite {rates[1]:,.0f})"
+    )
+    for name in ("hybrid", "keyword leg", "vector leg"):
+        f, base = lance[name], sqlite[name]
+        print(
+            f"LanceDB {name:<12} p50 {f['p50']:6.2f} ms   p95 {f['p95']:6.2f} ms"
+            f"   (CPU p50 {f['cpu50']:5.2f} ms; SQLite p50 {base['p50']:.2f} ms)"
+        )
+    print(
+        f"LanceDB keyword top-10 vs in-memory reference (50 queries): identical {lance['exact']:.0%}"
+    )
+
+
 # -- 100,000 memories, in a child process (clean resident-memory baseline) ---------
 
 
@@ -335,6 +403,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batch", type=int, default=1000, help="memories per add_many call")
     parser.add_argument("--store-big", action="store_true", help="also InMemoryStore at --big")
     parser.add_argument("--quick", action="store_true", help="n=2000, big=20000, runs=3")
+    parser.add_argument("--no-lancedb", action="store_true", help="skip the LanceDB rows")
+    parser.add_argument("--no-big", action="store_true", help="skip the --big child process")
     args = parser.parse_args(argv)
     if args.quick:
         args.n, args.big, args.runs, args.queries = 2000, 20_000, 3, 100
@@ -391,6 +461,10 @@ def main(argv: list[str] | None = None) -> None:
             f"(matrix extended); with every cache dropped: {reloaded:.1f} ms (full reload)"
         )
 
+    if not args.no_lancedb:
+        lance = bench_lancedb(texts, embeddings, queries, args.runs, args.batch, args.dim)
+        print_lancedb(lance, figures, (rate, single))
+
     store, put_rate = bench_inmemory_store(
         texts, embeddings, args.dim, queries[: args.store_queries], max(1, args.runs // 2)
     )
@@ -405,6 +479,8 @@ def main(argv: list[str] | None = None) -> None:
             f"CPU {store['cpu50'] / f['cpu50']:.0f}x  [target >= 50x]"
         )
 
+    if args.no_big:
+        return
     big = run_child(_big_child, args.big, args.dim, queries[:100], max(1, args.runs // 2))
     print(f"\n{args.big:,} memories (child process):")
     print(f"  batch add {big['rate']:,.0f} memories/s; file {big['file_mb']:.0f} MB")
