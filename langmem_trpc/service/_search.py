@@ -1,8 +1,11 @@
 """Search semantics written once: keyword scoring, RRF, kind fallback, dedupe.
 
-Backends only fetch scored candidates for one query (a vector leg and a
-keyword leg); `execute_search` turns them into the final ranked list, so
-every backend answers the same query the same way.
+A search is planned, then ranked. `plan_search` decides what to fetch (the
+kinds, each a vector leg and a keyword leg of `pool` candidates) as a plain
+`SearchPlan`; a backend fetches those scored candidates (PostgreSQL in one
+statement); `rank_search`, a pure function of the plan, the fetched legs
+and the options, turns them into the final ranked list, so every backend
+answers the same query the same way.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from functools import partial
 from itertools import chain
 from typing import Any, NamedTuple, overload
 
@@ -35,9 +39,13 @@ __all__ = [
     "candidate_pool",
     "deduplicate",
     "execute_search",
+    "KeywordScorer",
+    "SearchPlan",
     "keyword_score",
     "merge_kind_fallback",
     "passes_time",
+    "plan_search",
+    "rank_search",
     "rrf_fuse",
     "sort_entries",
 ]
@@ -116,9 +124,6 @@ class CorpusStats:
     df: Mapping[str, int]
     avg_content_len: float
     avg_topic_len: float
-    _idf: dict[str, float] = field(default_factory=dict, init=False, repr=False, compare=False)
-    """idf by term, filled as asked: a search scores every candidate against the
-    same few query terms."""
 
     @classmethod
     def from_docs(cls, docs: Iterable[KeywordDoc]) -> CorpusStats:
@@ -138,13 +143,11 @@ class CorpusStats:
 
     def idf(self, term: str) -> float:
         """Lucene's BM25 idf, log(1 + (N - df + 0.5) / (df + 0.5)), with N counting
-        `IDF_PRIOR_DOCS` background documents: always > 0."""
-        value = self._idf.get(term)
-        if value is None:
-            df = self.df.get(term, 0)
-            n = self.n_docs + IDF_PRIOR_DOCS
-            value = self._idf[term] = math.log(1 + (n - df + 0.5) / (df + 0.5))
-        return value
+        `IDF_PRIOR_DOCS` background documents: always > 0. `KeywordScorer` computes
+        it once per query term for a whole leg."""
+        df = self.df.get(term, 0)
+        n = self.n_docs + IDF_PRIOR_DOCS
+        return math.log(1 + (n - df + 0.5) / (df + 0.5))
 
 
 DEFAULT_QUESTION_WORD_WEIGHT = 0.1
@@ -246,26 +249,46 @@ def relevance(score: Any, reference: float) -> Any:
     return out if isinstance(score, np.ndarray) else float(out)
 
 
+@dataclass(frozen=True)
+class KeywordScorer:
+    """One query against one corpus: each term's weight x idf and the `reference`,
+    computed once, then `score` for every candidate of a leg."""
+
+    query: QueryTerms
+    stats: CorpusStats
+    weights: tuple[tuple[str, float], ...]
+    """(token, weight x idf), in query order."""
+    reference: float
+
+    @classmethod
+    def of(cls, query: QueryTerms, stats: CorpusStats) -> KeywordScorer:
+        weights = tuple((t, w * stats.idf(t)) for t, w in query.weighted)
+        return cls(query, stats, weights, query.reference(stats))
+
+    def score(self, doc: KeywordDoc) -> float:
+        """`keyword_score(query, doc, stats)`."""
+        content_norm = length_norm(doc.content_len, self.stats.avg_content_len)
+        topic_norm = length_norm(doc.topic_len, self.stats.avg_topic_len)
+        raw = 0.0
+        for token, weight_idf in self.weights:
+            content_tf = doc.content_tf.get(token, 0)
+            topic_tf = doc.topic_tf.get(token, 0)
+            if content_tf or topic_tf:
+                raw += bm25_term(weight_idf, content_tf, content_norm, topic_tf, topic_norm)
+        if raw <= 0:
+            return _phrase_fallback(self.query.raw, doc, not self.query.primary)
+        return relevance(raw, self.reference)
+
+
 def keyword_score(query: QueryTerms, doc: KeywordDoc, stats: CorpusStats) -> float:
     """Absolute keyword relevance in [0, 1]: `relevance` of the memory's BM25F score.
 
     A query with no matching token falls back to a literal phrase match
     ("C#"). Never normalised by the best hit, so it is comparable across
-    queries and usable as a reconcile threshold.
+    queries and usable as a reconcile threshold. For many candidates, build
+    one `KeywordScorer` instead.
     """
-    content_norm = length_norm(doc.content_len, stats.avg_content_len)
-    topic_norm = length_norm(doc.topic_len, stats.avg_topic_len)
-    raw = 0.0
-    for token, weight in query.weighted:
-        content_tf = doc.content_tf.get(token, 0)
-        topic_tf = doc.topic_tf.get(token, 0)
-        if content_tf or topic_tf:
-            raw += bm25_term(
-                weight * stats.idf(token), content_tf, content_norm, topic_tf, topic_norm
-            )
-    if raw <= 0:
-        return _phrase_fallback(query.raw, doc, not query.primary)
-    return relevance(raw, query.reference(stats))
+    return KeywordScorer.of(query, stats).score(doc)
 
 
 def _phrase_fallback(query: str, doc: KeywordDoc, untokenised: bool) -> float:
@@ -301,9 +324,6 @@ class Legs(NamedTuple):
     vector: list[tuple[Entry, float]] | None
     """None when the backend has no embedder (keyword-only)."""
     keyword: list[tuple[Entry, float]]
-
-
-Fetch = Callable[[Kind | None, int], Legs]
 
 
 def candidate_pool(max_results: int, fusion: FusionSettings | None = None) -> int:
@@ -430,15 +450,17 @@ def _when_preference(
     best: Mapping[str, tuple[Entry, float]],
     query: str,
     boost: float,
+    says: Callable[[str], bool],
     language: Language,
 ) -> None:
     """A "when" question prefers hits that say a time: an answer to "When did Ann
     adopt Rex?" reads "I adopted him last week", while the turns that only
     talk about Rex do not date anything. Others are scaled by 1 / (1 + boost)
-    when some candidate says a time. The cue is the language's `when_question`."""
+    when some candidate says a time (`says`: `says_time` in the language, or the
+    service's `TimeMentions`). The cue is the language's `when_question`."""
     if language.when_question is None or not language.when_question.search(query):
         return
-    dated = {key for key in adjusted if says_time(best[key][0].memory.text, language)}
+    dated = {key for key in adjusted if says(best[key][0].memory.text)}
     _prefer(adjusted, dated, boost)
 
 
@@ -501,6 +523,7 @@ def _fused_order(
     plain: dict[str, float],
     options: SearchOptions,
     language: Language,
+    says: Callable[[str], bool],
 ) -> dict[str, float]:
     """The fused score that orders hybrid hits: the fusion method, then each enabled step
     (decompose, context, participants, time, when) in that order."""
@@ -518,7 +541,7 @@ def _fused_order(
     if tuning.time_boost > 0:
         _time_preference(fused, best, options.query, tuning.time_boost, language)
     if tuning.when_boost > 0:
-        _when_preference(fused, best, options.query, tuning.when_boost, language)
+        _when_preference(fused, best, options.query, tuning.when_boost, says, language)
     return fused
 
 
@@ -561,7 +584,8 @@ def _decomposed(
     out = dict(fused)
 
     def vote(terms: QueryTerms, weight: float) -> None:
-        scored = [(key, keyword_score(terms, doc, stats)) for key, doc in docs.items()]
+        scorer = KeywordScorer.of(terms, stats)
+        scored = [(key, scorer.score(doc)) for key, doc in docs.items()]
         ranked = sorted((h for h in scored if h[1] > 0), key=lambda h: -h[1])
         for rank, (key, score) in enumerate(ranked, start=1):
             out[key] += weight * (score / 2 if k is None else 1 / (k + rank))
@@ -614,7 +638,11 @@ def _by_score(hits: list[tuple[Entry, float]]) -> list[tuple[Entry, float]]:
 
 
 def _rank_legs(
-    legs: Legs, options: SearchOptions, language: Language, limit: int | None = None
+    legs: Legs,
+    options: SearchOptions,
+    language: Language,
+    says: Callable[[str], bool],
+    limit: int | None = None,
 ) -> list[Entry]:
     explicit = options.similarity_threshold
     keyword_min = options.fusion.keyword_floor if explicit is None else explicit
@@ -641,7 +669,7 @@ def _rank_legs(
         if held is None or score > held[1]:
             best[entry.id] = (entry, score)
     plain = _rrf_with_ties([vector, keyword], options.rrf_k)
-    fused = _fused_order(vector, keyword, best, plain, options, language)
+    fused = _fused_order(vector, keyword, best, plain, options, language, says)
     keys: Iterable[str] = plain
     if limit is not None and 0 < limit < len(fused):
         # Only hits at or above the limit-th fused score can be ranked into the result.
@@ -690,21 +718,80 @@ def _unexpired_legs(legs: Legs) -> Legs:
     return Legs(None if legs.vector is None else keep(legs.vector), keep(legs.keyword))
 
 
-def execute_search(
-    options: SearchOptions, fetch: Fetch, language: Language = ENGLISH
-) -> list[Entry]:
-    """Run the shared pipeline over a backend's candidate `fetch(kind, pool)`; `language`
-    (the service's) tokenises the query's sub-queries and supplies its cues."""
-    if not options.query.strip():
-        return []
+@dataclass(frozen=True)
+class SearchPlan:
+    """What one search fetches, decided before any I/O: a plain value.
+
+    Each of `kinds` is one fetch of `Legs` (vector and keyword candidates,
+    `pool` each, filtered by that kind and the time range): the wanted kind
+    first, then None (every kind) when the kind fallback may need it. A
+    backend fetches them all (PostgreSQL in one statement) and hands the
+    legs to `rank_search`. Which legs a fetch holds is the backend's: a
+    vector leg when it embeds the query, a keyword leg without one or for a
+    hybrid search (`Legs`).
+    """
+
+    kinds: tuple[Kind | None, ...]
+    """Empty for a blank query: nothing to fetch, no results."""
+    pool: int
+    """Candidates per leg (`candidate_pool`)."""
+    limit: int | None
+    """How many hits ranking keeps of the first fetch (None: all, for dedupe or the fallback)."""
+
+    @property
+    def fallback(self) -> bool:
+        """Whether an unfiltered fetch follows the kind's (merged when it ranks < 3 hits)."""
+        return len(self.kinds) > 1
+
+
+def plan_search(options: SearchOptions) -> SearchPlan:
+    """The fetches of a search (none for a blank query)."""
     pool = candidate_pool(options.max_results, options.fusion)
+    if not options.query.strip():
+        return SearchPlan((), pool, options.max_results)
     fallback = options.kind is not None and options.kind_fallback
     # Dedupe and the kind fallback look past the first max_results; otherwise only they are kept.
     limit = None if options.deduplicate or fallback else options.max_results
-    results = _rank_legs(_unexpired_legs(fetch(options.kind, pool)), options, language, limit)
-    if fallback and options.kind is not None and len(results) < MIN_KIND_FALLBACK_RESULTS:
-        second = _rank_legs(_unexpired_legs(fetch(None, pool)), options, language)
+    kinds = (options.kind, None) if fallback else (options.kind,)
+    return SearchPlan(kinds, pool, limit)
+
+
+def rank_search(
+    plan: SearchPlan,
+    fetched: Mapping[Kind | None, Legs],
+    options: SearchOptions,
+    language: Language = ENGLISH,
+    says: Callable[[str], bool] | None = None,
+) -> list[Entry]:
+    """The final hits of a search, a pure function of the plan, the legs fetched for
+    each of `plan.kinds` and the options: expired candidates out, the named
+    signals of `FusionSettings` (`_fused_order`), the kind fallback merge,
+    dedupe, then the first max_results. `language` (the service's) tokenises
+    sub-queries and supplies the cues; `says` answers "does this text say a
+    time" (a service's `TimeMentions`; `says_time` in `language` when None).
+    """
+    if not plan.kinds:
+        return []
+    if says is None:
+        says = partial(says_time, language=language)
+    legs = _unexpired_legs(fetched[plan.kinds[0]])
+    results = _rank_legs(legs, options, language, says, plan.limit)
+    if plan.fallback and options.kind is not None and len(results) < MIN_KIND_FALLBACK_RESULTS:
+        second = _rank_legs(_unexpired_legs(fetched[None]), options, language, says)
         results = merge_kind_fallback(results, second, options.kind)
     if options.deduplicate:
         results = deduplicate(results, language=language)
     return results[: options.max_results]
+
+
+def execute_search(
+    options: SearchOptions,
+    fetch: Callable[[Kind | None, int], Legs],
+    language: Language = ENGLISH,
+    says: Callable[[str], bool] | None = None,
+) -> list[Entry]:
+    """`plan_search`, `fetch(kind, pool)` for each planned kind, then `rank_search`: the
+    whole search for a backend that fetches in process (in-memory, SQLite)."""
+    plan = plan_search(options)
+    fetched = {kind: fetch(kind, plan.pool) for kind in plan.kinds}
+    return rank_search(plan, fetched, options, language, says)

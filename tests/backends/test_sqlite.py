@@ -802,7 +802,7 @@ def test_vector_scan_on_the_side_thread_gives_the_same_results(tmp_path, monkeyp
     assert any(inline)
     busy = threading.Lock()
     assert busy.acquire()  # a busy side thread: the scan runs inline instead
-    monkeypatch.setattr(_query._side, "_busy", busy)
+    monkeypatch.setattr(svc._caches.side, "_busy", busy)
     assert results() == inline
 
 
