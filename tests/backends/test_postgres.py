@@ -455,6 +455,19 @@ def test_heavy_vector_only_search_widens_its_pool_when_dedupe_empties_it(opened,
         assert sum(e.text.startswith(same) for e in second) == 1
 
 
+def test_heavy_vector_only_kind_fallback_reads_both_kinds_in_one_ann_statement(opened):
+    """The narrow ANN fetch of a known-heavy user plans the fallback's unfiltered
+    candidates too: the same answers as the fused statement, in one statement."""
+    svc = opened(embeddings=HashingEmbeddings(), exact_search_max=0)
+    svc.add_many(ALICE, [f"river stone fact {i} about water w{i}" for i in range(20)])
+    svc.add(ALICE, "river stone trip", kind=Kind.EPISODE)
+    options = SearchOptions(hybrid=False, kind=Kind.EPISODE, kind_fallback=True, max_results=5)
+    first = svc.search(ALICE, "river stone", options)  # size unknown: the fused statement
+    second = svc.search(ALICE, "river stone", options)  # known heavy: the ANN statement
+    assert first[0].memory.kind == Kind.EPISODE and len(first) == 5
+    assert [(e.id, e.score) for e in second] == [(e.id, e.score) for e in first]
+
+
 async def test_sync_call_on_the_event_loop_thread_does_not_deadlock(clean_url):
     from psycopg_pool import AsyncConnectionPool
 
