@@ -114,7 +114,7 @@ class SQLiteMemoryService(SQLiteClaims, ExpiryMixin, SyncMemoryService):
         self._file_claims = FileClaims(None if self._db.memory else self._db.path)
         self._embeddings = embeddings
         self._limits = limits or Limits()
-        self._caches = SearchCaches(vector_cache_bytes, self._db.read_detached)
+        self._caches = SearchCaches(vector_cache_bytes, self._db.read_detached, self.language)
         self._keyword_candidates = keyword_candidates
         self._clock_lock = threading.Lock()
         self._last_us = 0
@@ -139,10 +139,11 @@ class SQLiteMemoryService(SQLiteClaims, ExpiryMixin, SyncMemoryService):
         self._db.migrate()
 
     def close(self) -> None:
-        """Close every connection and the claim file, drop the caches; idempotent."""
+        """Stop the search threads (vector side scan, keyword index builder), then close
+        every connection and the claim file and drop every cache; idempotent."""
+        self._caches.close()
         self._db.close()
         self._file_claims.close()
-        self._caches.clear()
 
     # -- helpers ----------------------------------------------------------------
 
