@@ -5,7 +5,8 @@ LangmemTrpcError
 ├── InvalidInputError (ValueError)        bad argument; `.field` names it, nothing was written
 │   ├── InvalidUserKeyError               empty / malformed app_name or user_id
 │   ├── InvalidMemoryError                empty or oversized text, unknown kind, bad topics ...
-│   └── InvalidTimeError                  naive or unparseable datetime
+│   ├── InvalidTimeError                  naive or unparseable datetime
+│   └── QueuePayloadTooLargeError         a queued job's payload is over the queue's byte cap
 ├── MemoryNotFoundError (KeyError)        no live memory with that id for this user
 ├── MemoryConflictError                   an update would duplicate another live memory (or lost every retry)
 ├── NamespaceAccessError (PermissionError) a store namespace of another user than the run's
@@ -37,6 +38,7 @@ __all__ = [
     "MemoryConflictError",
     "MemoryNotFoundError",
     "NamespaceAccessError",
+    "QueuePayloadTooLargeError",
     "WorkerError",
 ]
 
@@ -67,6 +69,22 @@ class InvalidMemoryError(InvalidInputError):
 
 class InvalidTimeError(InvalidInputError):
     """A time is naive (no timezone) or cannot be parsed."""
+
+
+class QueuePayloadTooLargeError(InvalidInputError):
+    """A job for `PostgresJobQueue` would carry more than `max_payload_bytes` of JSON.
+
+    `.size` and `.cap` are in bytes; nothing was queued.
+    """
+
+    def __init__(self, size: int, cap: int, messages: int) -> None:
+        self.size = size
+        self.cap = cap
+        super().__init__(
+            "messages",
+            f"job payload of {messages} message(s) is {size} bytes, over the queue's "
+            f"max_payload_bytes of {cap}",
+        )
 
 
 class MemoryNotFoundError(LangmemTrpcError, KeyError):

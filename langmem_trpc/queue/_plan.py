@@ -1,0 +1,121 @@
+"""The enqueue algorithm as a sans-I/O plan, run by a sync and an async driver.
+
+One enqueue is one transaction on one connection:
+
+1. read the thread's cursor (from the queue's database, or the given service);
+2. build the payload (`_payload.select_messages`); nothing to do: done, nothing written;
+3. defer the job with procrastinate: lock = the user (per-user order), queueing
+   lock = the thread (at most one waiting job per thread);
+4. when the thread already has a waiting job (`AlreadyEnqueued`): lock that row
+   (`FOR UPDATE`; a worker fetching it skips it, or has taken it first and then the
+   row is no longer waiting: back to 3) and `merge` the payloads: the newer one
+   replaces the waiting job's arguments, an older one is dropped, and a payload of a
+   rewritten history is queued as a job of its own (no queueing lock) after it.
+
+The transaction commits before `enqueue` returns: a queued job is durable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from ..errors import BackendError
+from ..types import ExtractionCursor, UserKey
+from ._payload import JobPayload, Merge, decode, lock_keys, merge, select_messages
+
+__all__ = [
+    "DEFER_ATTEMPTS",
+    "EnqueueOutcome",
+    "PlanStep",
+    "ReadCursor",
+    "ReadWaiting",
+    "ReplaceArgs",
+    "SubmitJob",
+    "enqueue_plan",
+]
+
+DEFER_ATTEMPTS = 5
+"""Rounds of defer / waiting-job lookup before giving up (each round lost a race to a worker)."""
+
+
+class EnqueueOutcome(str, Enum):
+    """What `PostgresJobQueue.enqueue` did."""
+
+    QUEUED = "queued"
+    """A new job is waiting."""
+    COLLAPSED = "collapsed"
+    """The thread's waiting job now carries these messages (or already covered them)."""
+    NOTHING_NEW = "nothing_new"
+    """The cursor covers every message: nothing was queued."""
+
+
+@dataclass(frozen=True)
+class ReadCursor:
+    user: UserKey
+    thread_id: str
+
+
+@dataclass(frozen=True)
+class SubmitJob:
+    """Defer a job; the driver answers False when the queueing lock is taken."""
+
+    args: dict[str, Any]
+    lock: str
+    queueing_lock: str | None
+
+
+@dataclass(frozen=True)
+class ReadWaiting:
+    """Lock the waiting job of a queueing lock; the driver answers (id, args) or None."""
+
+    queueing_lock: str
+
+
+@dataclass(frozen=True)
+class ReplaceArgs:
+    job_id: int
+    args: dict[str, Any]
+
+
+PlanStep = ReadCursor | SubmitJob | ReadWaiting | ReplaceArgs
+Plan = Generator[PlanStep, Any, EnqueueOutcome]
+
+
+def enqueue_plan(queue: str, payload: JobPayload, cap: int, *, read_cursor: bool = True) -> Plan:
+    """The steps of one enqueue (see the module docstring); `payload` holds the whole thread."""
+    user, thread_id = payload.user, payload.thread_id
+    messages: list[Any] = list(payload.messages)
+    if read_cursor:
+        cursor: ExtractionCursor | None = yield ReadCursor(user, thread_id)
+        selected = select_messages(payload.messages, cursor)
+        if selected is None:
+            return EnqueueOutcome.NOTHING_NEW
+        messages = selected
+    job = JobPayload(user, thread_id, tuple(messages))
+    args = job.checked_kwargs(cap)
+    lock, queueing = lock_keys(queue, user, thread_id)
+    for _ in range(DEFER_ATTEMPTS):
+        if (yield SubmitJob(args, lock, queueing)):
+            return EnqueueOutcome.QUEUED
+        waiting = yield ReadWaiting(queueing)
+        if waiting is None:
+            continue  # a worker took it meanwhile: defer again
+        job_id, pending_args = waiting
+        try:
+            pending = decode(pending_args).messages
+        except Exception:  # an unreadable waiting job: the new payload replaces it
+            pending = ()
+        decision = merge(pending, job.messages)
+        if decision == Merge.REPLACE:
+            yield ReplaceArgs(job_id, args)
+        elif decision == Merge.SEPARATE:
+            yield SubmitJob(args, lock, None)
+            return EnqueueOutcome.QUEUED
+        return EnqueueOutcome.COLLAPSED
+    raise BackendError(
+        f"could not enqueue for {user} thread {thread_id!r}: its waiting job kept being "
+        f"taken by workers ({DEFER_ATTEMPTS} rounds)"
+    )

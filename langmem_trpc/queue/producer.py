@@ -1,0 +1,403 @@
+"""`PostgresJobQueue`: the producer side of the durable extraction queue.
+
+Jobs live in procrastinate's tables on PostgreSQL (`setup()` creates them);
+`langmem-trpc worker` processes (`queue.worker`) consume them with the same
+`run_job` as the in-process `AutoMemoryWorker`. The producer interface is the
+in-process worker's (`enqueue` / `aenqueue(user, thread_id, messages)`), so
+`MemoryCheckpointer(saver, queue)` and `MemoryIngestMiddleware(queue)` take
+either. What one enqueue does is in `_plan.py`, the payload in `_payload.py`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from langchain_core.messages import BaseMessage
+
+from ..errors import BackendError, ConfigurationError, InvalidInputError, LangmemTrpcError
+from ..service._core import check_user
+from ..service.protocol import MemoryService
+from ..types import ExtractionCursor, UserKey
+from ._payload import JobPayload
+from ._plan import (
+    EnqueueOutcome,
+    Plan,
+    PlanStep,
+    ReadCursor,
+    ReadWaiting,
+    SubmitJob,
+    enqueue_plan,
+)
+from ._stats import (
+    OLDEST_PENDING,
+    PER_USER,
+    STATUS_COUNTS,
+    TASK_NAME,
+    ProducerCounters,
+    QueueStats,
+    stats_from_rows,
+)
+
+__all__ = ["PostgresJobQueue"]
+
+logger = logging.getLogger(__name__)
+
+SETUP_LOCK = 0x6C616E67  # advisory lock key of the schema setup ("lang")
+WAITING = "SELECT id, args FROM procrastinate_jobs WHERE queueing_lock = %s AND status = 'todo' FOR UPDATE"
+REPLACE = "UPDATE procrastinate_jobs SET args = %s WHERE id = %s"
+
+
+def _check_thread(thread_id: object) -> str:
+    if not isinstance(thread_id, str) or not thread_id.strip() or len(thread_id) > 512:
+        raise InvalidInputError("thread_id", "must be a non-empty string of at most 512 characters")
+    return thread_id
+
+
+def _check_messages(messages: object) -> tuple[BaseMessage, ...]:
+    if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
+        raise InvalidInputError("messages", "must be a sequence of LangChain messages")
+    snapshot = tuple(messages)
+    for message in snapshot:
+        if not isinstance(message, BaseMessage):
+            raise InvalidInputError(
+                "messages", f"items must be BaseMessage, got {type(message).__name__}"
+            )
+    return snapshot
+
+
+class PostgresJobQueue:
+    """A durable extraction queue on PostgreSQL, built on procrastinate.
+
+    Args:
+        conninfo: the database of the queue (normally the one the memories live in).
+        pool: a `psycopg_pool.ConnectionPool` (or `AsyncConnectionPool`) to use instead;
+            it stays open at `close()`. With an async pool, `aenqueue` uses it natively
+            and sync calls use a small pool of their own on the same conninfo.
+        app_name: a label for this producer in the logs.
+        queue: procrastinate queue name; workers consume one queue.
+        max_payload_bytes: cap on one job's JSON arguments (`QueuePayloadTooLargeError`).
+        service: where the extraction cursors are read from when the memories do not live
+            in the queue's database (default: read from the queue's database directly).
+        connect_timeout: seconds to wait for a connection before an enqueue fails
+            (`BackendError`; counted in `stats().producer_errors`).
+        pool_size: connections of the queue's own pool.
+
+    A job is durable once `enqueue` returns: its transaction has committed.
+
+    Example:
+        ```python
+        with PostgresJobQueue("postgresql://...") as queue:
+            queue.setup()
+            queue.enqueue(user, "thread-1", state["messages"])
+        ```
+    """
+
+    def __init__(
+        self,
+        conninfo: str | None = None,
+        *,
+        pool: Any = None,
+        app_name: str = "langmem",
+        queue: str = "langmem",
+        max_payload_bytes: int = 1_000_000,
+        service: MemoryService | None = None,
+        connect_timeout: float = 2.0,
+        pool_size: int = 4,
+    ) -> None:
+        try:
+            from procrastinate import App, PsycopgConnector
+            from psycopg_pool import AsyncConnectionPool, ConnectionPool
+        except ImportError as exc:  # pragma: no cover - the [queue] extra
+            raise ConfigurationError(
+                "PostgresJobQueue needs the [queue] extra: pip install 'langmem-trpc[queue]'"
+            ) from exc
+        from ..backends.postgres._conninfo import checked_conninfo
+
+        if (conninfo is None) == (pool is None):
+            raise ConfigurationError("PostgresJobQueue needs exactly one of conninfo or pool")
+        if pool is not None and not isinstance(pool, (ConnectionPool, AsyncConnectionPool)):
+            raise ConfigurationError(
+                f"pool must be a psycopg_pool ConnectionPool or AsyncConnectionPool, "
+                f"not {type(pool).__name__}"
+            )
+        if not isinstance(queue, str) or not queue.strip():
+            raise ConfigurationError("queue must be a non-empty string")
+        if max_payload_bytes < 1024:
+            raise ConfigurationError("max_payload_bytes must be >= 1024")
+        if connect_timeout <= 0 or pool_size < 1:
+            raise ConfigurationError("connect_timeout must be > 0 and pool_size >= 1")
+        if service is not None and not isinstance(service, MemoryService):
+            raise ConfigurationError(
+                f"service must be a MemoryService, got {type(service).__name__}"
+            )
+        self.app_name = app_name
+        self.queue = queue
+        self.max_payload_bytes = max_payload_bytes
+        self.service = service
+        self.connect_timeout = connect_timeout
+        self._counters = ProducerCounters()
+        self._async_pool: Any = pool if isinstance(pool, AsyncConnectionPool) else None
+        self._owns_pool = not isinstance(pool, ConnectionPool)
+        if isinstance(pool, ConnectionPool):
+            self._pool: Any = pool
+        else:
+            target: Any = checked_conninfo(conninfo) if conninfo is not None else pool.conninfo  # type: ignore[union-attr]
+            self._pool = ConnectionPool(
+                target,
+                min_size=1,
+                max_size=pool_size,
+                timeout=connect_timeout,
+                kwargs={"autocommit": True, "connect_timeout": max(1, math.ceil(connect_timeout))},
+                open=False,
+                name=f"langmem-queue-{queue}",
+            )
+            self._pool.open(wait=False)
+        # The app is only a job manager here: defers run on the connections above.
+        self._app = App(connector=PsycopgConnector())
+        self._closed = False
+
+    # -- lifecycle ----------------------------------------------------------
+
+    def setup(self) -> None:
+        """Create procrastinate's schema when it is missing (idempotent, safe to race)."""
+        from procrastinate.schema import SchemaManager
+
+        schema = SchemaManager.get_schema()
+        with self._connection() as conn, conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (SETUP_LOCK,))
+            row = conn.execute("SELECT to_regclass('procrastinate_jobs') IS NOT NULL").fetchone()
+            if not (row and row[0]):
+                conn.execute(schema)  # type: ignore[arg-type]  # procrastinate's own SQL
+                logger.info("queue: created procrastinate's schema")
+
+    async def asetup(self) -> None:
+        await asyncio.to_thread(self.setup)
+
+    def close(self) -> None:
+        """Close the pools this queue opened (a pool passed in stays open)."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._owns_pool:
+            self._pool.close()
+
+    async def aclose(self) -> None:
+        await asyncio.to_thread(self.close)
+
+    def __enter__(self) -> PostgresJobQueue:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> PostgresJobQueue:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    # -- producing ----------------------------------------------------------
+
+    def enqueue(
+        self, user: UserKey, thread_id: str, messages: Sequence[BaseMessage], **_: Any
+    ) -> EnqueueOutcome:
+        """Queue the thread's delta since its cursor; durable once this returns.
+
+        Raises `InvalidInputError` (nothing written) for bad input or a payload over
+        `max_payload_bytes`, `BackendError` when the database cannot be reached within
+        `connect_timeout` (logged and counted). Extra keyword arguments of the in-process
+        worker (`cancel=`) are accepted and ignored: a queued job never runs in the caller.
+        """
+        payload = self._payload(user, thread_id, messages)
+        plan = enqueue_plan(self.queue, payload, self.max_payload_bytes)
+        return self._finish(payload, lambda: self._drive(plan))
+
+    async def aenqueue(
+        self, user: UserKey, thread_id: str, messages: Sequence[BaseMessage]
+    ) -> EnqueueOutcome:
+        """`enqueue` for async callers; never blocks the event loop.
+
+        With an `AsyncConnectionPool` it runs on it; otherwise in a worker thread.
+        """
+        payload = self._payload(user, thread_id, messages)
+        if self._async_pool is None:
+            return await asyncio.to_thread(self.enqueue, user, thread_id, payload.messages)
+        plan = enqueue_plan(self.queue, payload, self.max_payload_bytes)
+        try:
+            outcome = await self._adrive(plan)
+        except LangmemTrpcError as exc:
+            self._failed(payload, exc)
+            raise
+        except Exception as exc:
+            self._failed(payload, exc)
+            raise BackendError(
+                f"could not enqueue for {payload.user}: {type(exc).__name__}"
+            ) from exc
+        self._counters.bump(_COUNTER[outcome])
+        return outcome
+
+    def stats(self, *, top: int = 20) -> QueueStats:
+        """Depth, running, oldest waiting age, per-user lag, failed jobs, producer counters."""
+        params = {"queue": self.queue, "task": TASK_NAME, "top": top}
+        from psycopg.rows import dict_row
+
+        with self._connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+            rows = [
+                cur.execute(q, params).fetchall() for q in (STATUS_COUNTS, OLDEST_PENDING, PER_USER)
+            ]
+        return stats_from_rows(rows[0], rows[1], rows[2], self._counters.snapshot())
+
+    async def astats(self, *, top: int = 20) -> QueueStats:
+        return await asyncio.to_thread(self.stats, top=top)
+
+    # -- internals ----------------------------------------------------------
+
+    def _payload(
+        self, user: UserKey, thread_id: str, messages: Sequence[BaseMessage]
+    ) -> JobPayload:
+        try:
+            return JobPayload(check_user(user), _check_thread(thread_id), _check_messages(messages))
+        except InvalidInputError:
+            self._counters.bump("rejected")
+            raise
+
+    def _finish(self, payload: JobPayload, run: Any) -> EnqueueOutcome:
+        try:
+            outcome: EnqueueOutcome = run()
+        except InvalidInputError:
+            self._counters.bump("rejected")
+            raise
+        except LangmemTrpcError as exc:
+            self._failed(payload, exc)
+            raise
+        except Exception as exc:
+            self._failed(payload, exc)
+            raise BackendError(
+                f"could not enqueue for {payload.user}: {type(exc).__name__}"
+            ) from exc
+        self._counters.bump(_COUNTER[outcome])
+        return outcome
+
+    def _failed(self, payload: JobPayload, exc: BaseException) -> None:
+        if isinstance(exc, InvalidInputError):
+            self._counters.bump("rejected")
+            return
+        self._counters.bump("producer_errors")
+        logger.warning(
+            "queue: enqueue failed for %s thread %r: %s: %s",
+            payload.user, payload.thread_id, type(exc).__name__, exc,
+        )  # fmt: skip
+
+    def _connection(self) -> Any:
+        if self._closed:
+            raise ConfigurationError("the queue is closed")
+        return self._pool.connection(timeout=self.connect_timeout)
+
+    def _drive(self, plan: Plan) -> EnqueueOutcome:
+        with self._connection() as conn, conn.transaction():
+            value: Any = None
+            while True:
+                try:
+                    step = plan.send(value)
+                except StopIteration as stop:
+                    result: EnqueueOutcome = stop.value
+                    return result
+                value = self._step(conn, step)
+
+    def _step(self, conn: Any, step: PlanStep) -> Any:
+        from procrastinate.exceptions import AlreadyEnqueued
+        from psycopg.types.json import Jsonb
+
+        if isinstance(step, ReadCursor):
+            return self._cursor(conn, step)
+        if isinstance(step, SubmitJob):
+            try:
+                with conn.transaction():
+                    self._app.job_manager.defer_job(self._job(step), connection=conn)
+            except AlreadyEnqueued:
+                return False
+            return True
+        if isinstance(step, ReadWaiting):
+            row = conn.execute(WAITING, (step.queueing_lock,)).fetchone()
+            return None if row is None else (row[0], row[1])
+        conn.execute(REPLACE, (Jsonb(step.args), step.job_id))
+        return None
+
+    def _cursor(self, conn: Any, step: ReadCursor) -> ExtractionCursor | None:
+        if self.service is not None:
+            return self.service.get_cursor(step.user, step.thread_id)
+        from psycopg.rows import dict_row
+
+        from ..backends.postgres._claims import SELECT_CURSOR, cursor_from_row
+        from ..backends.postgres._sql import user_params
+
+        with conn.cursor(row_factory=dict_row) as cur:
+            row = cur.execute(
+                SELECT_CURSOR, user_params(step.user, thread=step.thread_id)
+            ).fetchone()
+        return None if row is None else cursor_from_row(row)
+
+    async def _adrive(self, plan: Plan) -> EnqueueOutcome:
+        from procrastinate.exceptions import AlreadyEnqueued
+        from psycopg.rows import dict_row
+        from psycopg.types.json import Jsonb
+
+        from ..backends.postgres._claims import SELECT_CURSOR, cursor_from_row
+        from ..backends.postgres._sql import user_params
+
+        async with self._async_pool.connection(timeout=self.connect_timeout) as conn:
+            async with conn.transaction():
+                value: Any = None
+                while True:
+                    try:
+                        step = plan.send(value)
+                    except StopIteration as stop:
+                        result: EnqueueOutcome = stop.value
+                        return result
+                    if isinstance(step, ReadCursor):
+                        if self.service is not None:
+                            value = await self.service.aget_cursor(step.user, step.thread_id)
+                            continue
+                        params = user_params(step.user, thread=step.thread_id)
+                        async with conn.cursor(row_factory=dict_row) as cur:
+                            row = await (await cur.execute(SELECT_CURSOR, params)).fetchone()
+                        value = None if row is None else cursor_from_row(row)
+                    elif isinstance(step, SubmitJob):
+                        try:
+                            async with conn.transaction():
+                                await self._app.job_manager.defer_job_async(
+                                    self._job(step), connection=conn
+                                )
+                            value = True
+                        except AlreadyEnqueued:
+                            value = False
+                    elif isinstance(step, ReadWaiting):
+                        found = await (
+                            await conn.execute(WAITING, (step.queueing_lock,))
+                        ).fetchone()
+                        value = None if found is None else (found[0], found[1])
+                    else:
+                        await conn.execute(REPLACE, (Jsonb(step.args), step.job_id))
+                        value = None
+
+    def _job(self, step: SubmitJob) -> Any:
+        from procrastinate.jobs import Job
+
+        return Job(
+            queue=self.queue,
+            lock=step.lock,
+            queueing_lock=step.queueing_lock,
+            task_name=TASK_NAME,
+            task_kwargs=step.args,
+        )
+
+
+_COUNTER = {
+    EnqueueOutcome.QUEUED: "enqueued",
+    EnqueueOutcome.COLLAPSED: "collapsed",
+    EnqueueOutcome.NOTHING_NEW: "nothing_new",
+}
