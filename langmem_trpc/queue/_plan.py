@@ -6,13 +6,15 @@ One enqueue is one transaction on one connection:
 2. build the payload (`_payload.select_messages`); nothing to do: done, nothing written;
 3. defer the job with procrastinate: lock = the user (per-user order), queueing
    lock = the thread (at most one waiting job per thread);
-4. when the thread already has a waiting job (`AlreadyEnqueued`): lock that row
-   (`FOR UPDATE`; a worker fetching it skips it, or has taken it first and then the
-   row is no longer waiting: back to 3) and `merge` the payloads: the newer one
-   replaces the waiting job's arguments, an older one is dropped, and a payload of a
-   rewritten history is queued as a job of its own (no queueing lock) after it.
+4. when the thread already has a waiting job (`AlreadyEnqueued`), in one
+   transaction: lock that row (`FOR UPDATE`; a worker fetching it skips it, or has
+   taken it first and then the row is no longer waiting: back to 3) and `merge` the
+   payloads: the newer one replaces the waiting job's arguments, an older one is
+   dropped, and a payload of a rewritten history is queued as a job of its own (no
+   queueing lock) after it.
 
-The transaction commits before `enqueue` returns: a queued job is durable.
+Steps 1 and 3 are single autocommit statements (two round trips, one commit); every
+write has committed before `enqueue` returns: a queued job is durable.
 """
 
 from __future__ import annotations
@@ -29,11 +31,11 @@ from ._payload import JobPayload, Merge, decode, lock_keys, merge, select_messag
 __all__ = [
     "DEFER_ATTEMPTS",
     "EnqueueOutcome",
+    "Collapse",
     "PlanStep",
     "ReadCursor",
-    "ReadWaiting",
-    "ReplaceArgs",
     "SubmitJob",
+    "collapse_decision",
     "enqueue_plan",
 ]
 
@@ -68,19 +70,17 @@ class SubmitJob:
 
 
 @dataclass(frozen=True)
-class ReadWaiting:
-    """Lock the waiting job of a queueing lock; the driver answers (id, args) or None."""
+class Collapse:
+    """In one transaction: lock the thread's waiting job, `merge` with it, and on REPLACE
+    write `args` into it. The driver answers the `Merge`, or None when no job waits (a
+    worker took it meanwhile)."""
 
     queueing_lock: str
-
-
-@dataclass(frozen=True)
-class ReplaceArgs:
-    job_id: int
     args: dict[str, Any]
+    messages: tuple[Any, ...]
 
 
-PlanStep = ReadCursor | SubmitJob | ReadWaiting | ReplaceArgs
+PlanStep = ReadCursor | SubmitJob | Collapse
 Plan = Generator[PlanStep, Any, EnqueueOutcome]
 
 
@@ -100,18 +100,10 @@ def enqueue_plan(queue: str, payload: JobPayload, cap: int, *, read_cursor: bool
     for _ in range(DEFER_ATTEMPTS):
         if (yield SubmitJob(args, lock, queueing)):
             return EnqueueOutcome.QUEUED
-        waiting = yield ReadWaiting(queueing)
-        if waiting is None:
-            continue  # a worker took it meanwhile: defer again
-        job_id, pending_args = waiting
-        try:
-            pending = decode(pending_args).messages
-        except Exception:  # an unreadable waiting job: the new payload replaces it
-            pending = ()
-        decision = merge(pending, job.messages)
-        if decision == Merge.REPLACE:
-            yield ReplaceArgs(job_id, args)
-        elif decision == Merge.SEPARATE:
+        decision = yield Collapse(queueing, args, job.messages)
+        if decision is None:
+            continue  # a worker took the waiting job meanwhile: defer again
+        if decision == Merge.SEPARATE:
             yield SubmitJob(args, lock, None)
             return EnqueueOutcome.QUEUED
         return EnqueueOutcome.COLLAPSED
@@ -119,3 +111,15 @@ def enqueue_plan(queue: str, payload: JobPayload, cap: int, *, read_cursor: bool
         f"could not enqueue for {user} thread {thread_id!r}: its waiting job kept being "
         f"taken by workers ({DEFER_ATTEMPTS} rounds)"
     )
+
+
+def collapse_decision(pending_args: dict[str, Any], messages: tuple[Any, ...]) -> Merge:
+    """`merge` of a waiting job's arguments with a new payload's messages.
+
+    A waiting job whose arguments cannot be decoded is replaced.
+    """
+    try:
+        pending = decode(pending_args).messages
+    except Exception:
+        return Merge.REPLACE
+    return merge(pending, messages)

@@ -22,14 +22,15 @@ from ..errors import BackendError, ConfigurationError, InvalidInputError, Langme
 from ..service._core import check_user
 from ..service.protocol import MemoryService
 from ..types import ExtractionCursor, UserKey
-from ._payload import JobPayload
+from ._payload import JobPayload, Merge
 from ._plan import (
+    Collapse,
     EnqueueOutcome,
     Plan,
     PlanStep,
     ReadCursor,
-    ReadWaiting,
     SubmitJob,
+    collapse_decision,
     enqueue_plan,
 )
 from ._stats import (
@@ -49,6 +50,11 @@ logger = logging.getLogger(__name__)
 SETUP_LOCK = 0x6C616E67  # advisory lock key of the schema setup ("lang")
 WAITING = "SELECT id, args FROM procrastinate_jobs WHERE queueing_lock = %s AND status = 'todo' FOR UPDATE"
 REPLACE = "UPDATE procrastinate_jobs SET args = %s WHERE id = %s"
+DEFER = """SELECT unnest(procrastinate_defer_jobs_v1(ARRAY[ROW(%s, %s, 0, %s, %s, %s, NULL)
+    ::procrastinate_job_to_defer_v1])) AS id"""
+"""procrastinate's own defer function (what `Task.defer` runs), with plain parameters: binding
+the composite type row by row is cheaper than procrastinate's text dump of it."""
+QUEUEING_LOCK_CONSTRAINT = "procrastinate_jobs_queueing_lock_idx_v1"
 
 
 def _check_thread(thread_id: object) -> str:
@@ -109,7 +115,7 @@ class PostgresJobQueue:
         pool_size: int = 4,
     ) -> None:
         try:
-            from procrastinate import App, PsycopgConnector
+            import procrastinate  # noqa: F401 - the worker side; checked here for a clear error
             from psycopg_pool import AsyncConnectionPool, ConnectionPool
         except ImportError as exc:  # pragma: no cover - the [queue] extra
             raise ConfigurationError(
@@ -156,8 +162,6 @@ class PostgresJobQueue:
                 name=f"langmem-queue-{queue}",
             )
             self._pool.open(wait=False)
-        # The app is only a job manager here: defers run on the connections above.
-        self._app = App(connector=PsycopgConnector())
         self._closed = False
 
     # -- lifecycle ----------------------------------------------------------
@@ -298,7 +302,7 @@ class PostgresJobQueue:
         return self._pool.connection(timeout=self.connect_timeout)
 
     def _drive(self, plan: Plan) -> EnqueueOutcome:
-        with self._connection() as conn, conn.transaction():
+        with self._connection() as conn:
             value: Any = None
             while True:
                 try:
@@ -309,23 +313,31 @@ class PostgresJobQueue:
                 value = self._step(conn, step)
 
     def _step(self, conn: Any, step: PlanStep) -> Any:
-        from procrastinate.exceptions import AlreadyEnqueued
+        from psycopg.errors import UniqueViolation
         from psycopg.types.json import Jsonb
 
         if isinstance(step, ReadCursor):
             return self._cursor(conn, step)
         if isinstance(step, SubmitJob):
             try:
-                with conn.transaction():
-                    self._app.job_manager.defer_job(self._job(step), connection=conn)
-            except AlreadyEnqueued:
+                if conn.autocommit:  # one statement: no transaction needed
+                    conn.execute(DEFER, self._defer_params(step))
+                else:  # a savepoint keeps the caller's pool transaction usable
+                    with conn.transaction():
+                        conn.execute(DEFER, self._defer_params(step))
+            except UniqueViolation as exc:
+                if exc.diag.constraint_name != QUEUEING_LOCK_CONSTRAINT:
+                    raise
                 return False
             return True
-        if isinstance(step, ReadWaiting):
+        with conn.transaction():
             row = conn.execute(WAITING, (step.queueing_lock,)).fetchone()
-            return None if row is None else (row[0], row[1])
-        conn.execute(REPLACE, (Jsonb(step.args), step.job_id))
-        return None
+            if row is None:
+                return None
+            decision = collapse_decision(row[1], step.messages)
+            if decision == Merge.REPLACE:
+                conn.execute(REPLACE, (Jsonb(step.args), row[0]))
+            return decision
 
     def _cursor(self, conn: Any, step: ReadCursor) -> ExtractionCursor | None:
         if self.service is not None:
@@ -342,58 +354,65 @@ class PostgresJobQueue:
         return None if row is None else cursor_from_row(row)
 
     async def _adrive(self, plan: Plan) -> EnqueueOutcome:
-        from procrastinate.exceptions import AlreadyEnqueued
+        async with self._async_pool.connection(timeout=self.connect_timeout) as conn:
+            value: Any = None
+            while True:
+                try:
+                    step = plan.send(value)
+                except StopIteration as stop:
+                    result: EnqueueOutcome = stop.value
+                    return result
+                if isinstance(step, ReadCursor):
+                    value = await self._acursor(conn, step)
+                elif isinstance(step, SubmitJob):
+                    value = await self._asubmit(conn, step)
+                else:
+                    value = await self._acollapse(conn, step)
+
+    async def _acursor(self, conn: Any, step: ReadCursor) -> ExtractionCursor | None:
+        if self.service is not None:
+            return await self.service.aget_cursor(step.user, step.thread_id)
         from psycopg.rows import dict_row
-        from psycopg.types.json import Jsonb
 
         from ..backends.postgres._claims import SELECT_CURSOR, cursor_from_row
         from ..backends.postgres._sql import user_params
 
-        async with self._async_pool.connection(timeout=self.connect_timeout) as conn:
-            async with conn.transaction():
-                value: Any = None
-                while True:
-                    try:
-                        step = plan.send(value)
-                    except StopIteration as stop:
-                        result: EnqueueOutcome = stop.value
-                        return result
-                    if isinstance(step, ReadCursor):
-                        if self.service is not None:
-                            value = await self.service.aget_cursor(step.user, step.thread_id)
-                            continue
-                        params = user_params(step.user, thread=step.thread_id)
-                        async with conn.cursor(row_factory=dict_row) as cur:
-                            row = await (await cur.execute(SELECT_CURSOR, params)).fetchone()
-                        value = None if row is None else cursor_from_row(row)
-                    elif isinstance(step, SubmitJob):
-                        try:
-                            async with conn.transaction():
-                                await self._app.job_manager.defer_job_async(
-                                    self._job(step), connection=conn
-                                )
-                            value = True
-                        except AlreadyEnqueued:
-                            value = False
-                    elif isinstance(step, ReadWaiting):
-                        found = await (
-                            await conn.execute(WAITING, (step.queueing_lock,))
-                        ).fetchone()
-                        value = None if found is None else (found[0], found[1])
-                    else:
-                        await conn.execute(REPLACE, (Jsonb(step.args), step.job_id))
-                        value = None
+        params = user_params(step.user, thread=step.thread_id)
+        async with conn.cursor(row_factory=dict_row) as cur:
+            row = await (await cur.execute(SELECT_CURSOR, params)).fetchone()
+        return None if row is None else cursor_from_row(row)
 
-    def _job(self, step: SubmitJob) -> Any:
-        from procrastinate.jobs import Job
+    async def _asubmit(self, conn: Any, step: SubmitJob) -> bool:
+        from psycopg.errors import UniqueViolation
 
-        return Job(
-            queue=self.queue,
-            lock=step.lock,
-            queueing_lock=step.queueing_lock,
-            task_name=TASK_NAME,
-            task_kwargs=step.args,
-        )
+        try:
+            if conn.autocommit:  # one statement: no transaction needed
+                await conn.execute(DEFER, self._defer_params(step))
+            else:  # a savepoint keeps the caller's pool transaction usable
+                async with conn.transaction():
+                    await conn.execute(DEFER, self._defer_params(step))
+        except UniqueViolation as exc:
+            if exc.diag.constraint_name != QUEUEING_LOCK_CONSTRAINT:
+                raise
+            return False
+        return True
+
+    async def _acollapse(self, conn: Any, step: Collapse) -> Merge | None:
+        from psycopg.types.json import Jsonb
+
+        async with conn.transaction():
+            row = await (await conn.execute(WAITING, (step.queueing_lock,))).fetchone()
+            if row is None:
+                return None
+            decision: Merge = collapse_decision(row[1], step.messages)
+            if decision == Merge.REPLACE:
+                await conn.execute(REPLACE, (Jsonb(step.args), row[0]))
+            return decision
+
+    def _defer_params(self, step: SubmitJob) -> tuple[Any, ...]:
+        from psycopg.types.json import Jsonb
+
+        return (self.queue, TASK_NAME, step.lock, step.queueing_lock, Jsonb(step.args))
 
 
 _COUNTER = {
