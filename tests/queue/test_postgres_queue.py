@@ -1,0 +1,277 @@
+"""PostgresJobQueue and QueueWorker against the suite's real PostgreSQL (one database per test)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from langchain_core.messages import BaseMessage, HumanMessage, messages_from_dict
+
+from langmem_trpc import UserKey
+from langmem_trpc.backends.postgres import PostgresMemoryService
+from langmem_trpc.errors import BackendError, InvalidInputError, QueuePayloadTooLargeError
+from langmem_trpc.extraction import ExtractionRequest, MemoryOp, VerbatimExtractor
+from langmem_trpc.queue import EnqueueOutcome, PostgresJobQueue, QueueWorker
+
+USER = UserKey("queue-unit", "alice")
+
+
+def history(count: int, start: int = 0, prefix: str = "m") -> list[BaseMessage]:
+    return [
+        HumanMessage(f"fact number {i} about {prefix}", id=f"{prefix}{i}")
+        for i in range(start, count)
+    ]
+
+
+@pytest.fixture
+def service(pg_url: str) -> Iterator[PostgresMemoryService]:
+    svc = PostgresMemoryService(pg_url, pool_size=4)
+    svc.setup()
+    yield svc
+    svc.close()
+
+
+@pytest.fixture
+def queue(pg_url: str, service: PostgresMemoryService) -> Iterator[PostgresJobQueue]:
+    with PostgresJobQueue(pg_url) as q:
+        q.setup()
+        yield q
+
+
+def jobs(url: str) -> list[dict[str, Any]]:
+    with psycopg.connect(url, row_factory=psycopg.rows.dict_row) as conn:
+        return conn.execute(
+            "SELECT id, status::text AS status, queueing_lock, attempts, args"
+            " FROM procrastinate_jobs ORDER BY id"
+        ).fetchall()
+
+
+def payload_ids(job: dict[str, Any]) -> list[str | None]:
+    return [m.id for m in messages_from_dict(job["args"]["messages"])]
+
+
+def drain(
+    url: str, service: PostgresMemoryService, extractor: Any = None, **kw: Any
+) -> QueueWorker:
+    worker = QueueWorker(url, service, extractor or VerbatimExtractor(), poll_interval=0.2, **kw)
+    worker.run(drain=True)
+    return worker
+
+
+def texts(service: PostgresMemoryService, user: UserKey = USER) -> list[str]:
+    return sorted(e.text for e in service.read(user))
+
+
+def test_setup_is_idempotent(queue: PostgresJobQueue) -> None:
+    queue.setup()
+    queue.setup()
+    assert queue.stats().depth == 0
+
+
+def test_payload_over_the_cap_is_refused_naming_size_and_cap(
+    pg_url: str, service: PostgresMemoryService
+) -> None:
+    with PostgresJobQueue(pg_url, max_payload_bytes=2_000) as q:
+        q.setup()
+        big = [HumanMessage("x" * 5_000, id="big")]
+        with pytest.raises(QueuePayloadTooLargeError) as info:
+            q.enqueue(USER, "t", big)
+        assert isinstance(info.value, InvalidInputError)
+        assert info.value.field == "messages"
+        assert info.value.cap == 2_000 and info.value.size > 5_000
+        assert "max_payload_bytes of 2000" in str(info.value)
+        assert str(info.value.size) in str(info.value)
+        assert q.counters()["rejected"] == 1
+        assert q.counters()["producer_errors"] == 0
+    assert jobs(pg_url) == []
+
+
+def test_bad_input_is_refused_before_any_write(queue: PostgresJobQueue, pg_url: str) -> None:
+    with pytest.raises(InvalidInputError) as info:
+        queue.enqueue(USER, "", history(1))
+    assert info.value.field == "thread_id"
+    with pytest.raises(InvalidInputError) as info:
+        queue.enqueue(USER, "t", ["not a message"])  # type: ignore[list-item]
+    assert info.value.field == "messages"
+    assert jobs(pg_url) == []
+
+
+def test_a_waiting_job_of_a_thread_collapses_to_the_newest_messages(
+    queue: PostgresJobQueue, pg_url: str, service: PostgresMemoryService
+) -> None:
+    assert queue.enqueue(USER, "t", history(2)) == EnqueueOutcome.QUEUED
+    assert queue.enqueue(USER, "t", history(4)) == EnqueueOutcome.COLLAPSED
+    waiting = jobs(pg_url)
+    assert len(waiting) == 1
+    assert payload_ids(waiting[0]) == ["m0", "m1", "m2", "m3"]
+    drain(pg_url, service)
+    assert texts(service) == sorted(f"fact number {i} about m" for i in range(4))
+    assert [j["status"] for j in jobs(pg_url)] == ["succeeded"]
+
+
+def test_an_older_snapshot_never_replaces_the_waiting_job(
+    queue: PostgresJobQueue, pg_url: str
+) -> None:
+    queue.enqueue(USER, "t", history(4))
+    assert queue.enqueue(USER, "t", history(2)) == EnqueueOutcome.COLLAPSED
+    assert payload_ids(jobs(pg_url)[0]) == ["m0", "m1", "m2", "m3"]
+
+
+def test_a_rewritten_history_is_queued_as_a_job_of_its_own(
+    queue: PostgresJobQueue, pg_url: str
+) -> None:
+    queue.enqueue(USER, "t", history(3))
+    rewritten = history(2, prefix="r")
+    assert queue.enqueue(USER, "t", rewritten) == EnqueueOutcome.QUEUED
+    waiting = jobs(pg_url)
+    assert [payload_ids(j) for j in waiting] == [["m0", "m1", "m2"], ["r0", "r1"]]
+    assert waiting[1]["queueing_lock"] is None
+
+
+def test_the_payload_is_the_delta_after_the_cursor_with_one_anchor(
+    queue: PostgresJobQueue, pg_url: str, service: PostgresMemoryService
+) -> None:
+    queue.enqueue(USER, "t", history(4))
+    drain(pg_url, service)
+    assert queue.enqueue(USER, "t", history(4)) == EnqueueOutcome.NOTHING_NEW
+    assert queue.enqueue(USER, "t", history(6)) == EnqueueOutcome.QUEUED
+    newest = jobs(pg_url)[-1]
+    assert payload_ids(newest) == ["m3", "m4", "m5"]
+    drain(pg_url, service)
+    assert texts(service) == sorted(f"fact number {i} about m" for i in range(6))
+    # the in-process path still finds the thread's position in the windowed cursor
+    cursor = service.get_cursor(USER, "t")
+    assert cursor is not None and cursor.last_message_id == "m5"
+    assert queue.enqueue(USER, "t", history(6)) == EnqueueOutcome.NOTHING_NEW
+
+
+def test_stats_report_depth_oldest_age_and_per_user_lag(
+    queue: PostgresJobQueue, service: PostgresMemoryService, pg_url: str
+) -> None:
+    bob = UserKey("queue-unit", "bob")
+    queue.enqueue(USER, "t1", history(1))
+    queue.enqueue(USER, "t2", history(1))
+    queue.enqueue(bob, "t1", history(1))
+    time.sleep(0.05)
+    stats = queue.stats()
+    assert stats.depth == 3 and stats.running == 0 and stats.failed == 0
+    assert stats.oldest_pending_seconds is not None and stats.oldest_pending_seconds >= 0.05
+    assert stats.per_user_lag == {"queue-unit/alice": 2, "queue-unit/bob": 1}
+    assert stats.enqueued == 3
+    drain(pg_url, service)
+    after = queue.stats()
+    assert (after.depth, after.oldest_pending_seconds, after.per_user_lag) == (0, None, {})
+    assert after.succeeded == 3
+
+
+def test_an_unreachable_database_fails_fast_and_is_counted() -> None:
+    with PostgresJobQueue("postgresql://127.0.0.1:9/none", connect_timeout=0.5) as q:
+        started = time.monotonic()
+        with pytest.raises(BackendError):
+            q.enqueue(USER, "t", history(1))
+        assert time.monotonic() - started < 3.0
+        assert q.counters()["producer_errors"] == 1
+
+
+class FailOnce(VerbatimExtractor):
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    def extract(self, request: ExtractionRequest) -> list[MemoryOp]:
+        self.calls += 1
+        if self.calls == 1:
+            raise RuntimeError("model down")
+        return super().extract(request)
+
+
+def test_a_failed_job_is_retried_and_then_done(
+    queue: PostgresJobQueue, pg_url: str, service: PostgresMemoryService
+) -> None:
+    queue.enqueue(USER, "t", history(2))
+    extractor = FailOnce()
+    drain(pg_url, service, extractor, retry_wait=0.0)
+    assert extractor.calls == 2
+    assert texts(service) == ["fact number 0 about m", "fact number 1 about m"]
+    (job,) = jobs(pg_url)
+    assert (job["status"], job["attempts"]) == ("succeeded", 2)  # procrastinate counts both runs
+
+
+def test_a_retried_job_does_not_collide_with_the_threads_next_waiting_job(
+    queue: PostgresJobQueue, pg_url: str, service: PostgresMemoryService
+) -> None:
+    """A running job clears its queueing lock, so its retry and a newer waiting job coexist."""
+    queue.enqueue(USER, "t", history(2))
+
+    class EnqueueThenFail(VerbatimExtractor):
+        calls = 0
+
+        def extract(self, request: ExtractionRequest) -> list[MemoryOp]:
+            EnqueueThenFail.calls += 1
+            if EnqueueThenFail.calls == 1:
+                queue.enqueue(USER, "t", history(3))  # the thread's next job waits meanwhile
+                raise RuntimeError("model down")
+            return super().extract(request)
+
+    worker = drain(pg_url, service, EnqueueThenFail(), retry_wait=0.0, stalled_after=4)
+    assert texts(service) == sorted(f"fact number {i} about m" for i in range(3))
+    assert {j["status"] for j in jobs(pg_url)} == {"succeeded"}
+    # without the cleared lock the retry hits the unique index and the job stays 'doing'
+    # until the stalled-job check puts it back
+    assert worker.recovered == 0
+
+
+def test_jobs_of_a_stalled_worker_are_put_back(
+    queue: PostgresJobQueue, pg_url: str, service: PostgresMemoryService
+) -> None:
+    queue.enqueue(USER, "t", history(2))
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        dead = conn.execute(
+            "INSERT INTO procrastinate_workers (last_heartbeat) VALUES (now() - interval '1 hour')"
+            " RETURNING id"
+        ).fetchone()
+        assert dead is not None
+        conn.execute("UPDATE procrastinate_jobs SET status = 'doing', worker_id = %s", (dead[0],))
+    worker = QueueWorker(pg_url, service, VerbatimExtractor(), stalled_after=5)
+    assert asyncio.run(_recover(worker)) == 1
+    (job,) = jobs(pg_url)
+    assert (job["status"], job["queueing_lock"]) == ("todo", None)
+    drain(pg_url, service)
+    assert len(texts(service)) == 2
+
+
+async def _recover(worker: QueueWorker) -> int:
+    async with worker.app.open_async():
+        return await worker.recover_stalled()
+
+
+def test_aenqueue_on_an_async_pool(pg_url: str, service: PostgresMemoryService) -> None:
+    from psycopg_pool import AsyncConnectionPool
+
+    async def main() -> EnqueueOutcome:
+        pool = AsyncConnectionPool(pg_url, min_size=1, max_size=2, open=False)
+        await pool.open()
+        try:
+            q = PostgresJobQueue(pool=pool)
+            q.setup()
+            first = await q.aenqueue(USER, "t", history(1))
+            second = await q.aenqueue(USER, "t", history(2))
+            assert first == EnqueueOutcome.QUEUED
+            q.close()
+            return second
+        finally:
+            await pool.close()
+
+    assert asyncio.run(main()) == EnqueueOutcome.COLLAPSED
+    assert payload_ids(jobs(pg_url)[0]) == ["m0", "m1"]
+
+
+def test_aenqueue_without_an_async_pool_runs_off_the_loop(
+    queue: PostgresJobQueue, pg_url: str
+) -> None:
+    assert asyncio.run(queue.aenqueue(USER, "t", history(1))) == EnqueueOutcome.QUEUED
+    assert len(jobs(pg_url)) == 1
