@@ -14,13 +14,14 @@ from __future__ import annotations
 
 from ..errors import QueuePayloadTooLargeError
 from ._plan import EnqueueOutcome
-from ._stats import TASK_NAME, QueueStats
+from ._stats import TASK_NAME, FailedJob, QueueStats
 from .producer import PostgresJobQueue
 from .worker import JobIncompleteError, QueueWorker
 
 __all__ = [
     "TASK_NAME",
     "EnqueueOutcome",
+    "FailedJob",
     "JobIncompleteError",
     "PostgresJobQueue",
     "QueuePayloadTooLargeError",

@@ -5,9 +5,19 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
-__all__ = ["STATS_QUERIES", "ProducerCounters", "QueueStats", "stats_from_rows"]
+__all__ = [
+    "FAILED_JOBS",
+    "RETRY_FAILED",
+    "STATS_QUERIES",
+    "FailedJob",
+    "ProducerCounters",
+    "QueueStats",
+    "failed_from_row",
+    "stats_from_rows",
+]
 
 TASK_NAME = "langmem_trpc.extract"
 
@@ -22,6 +32,18 @@ SELECT args->>'app' AS app, args->>'user' AS "user", count(*) AS n FROM procrast
 WHERE {_WHERE} AND status IN ('todo', 'doing') GROUP BY 1, 2 ORDER BY 3 DESC, 1, 2
 LIMIT %(top)s"""
 STATS_QUERIES = (STATUS_COUNTS, OLDEST_PENDING, PER_USER)
+FAILED_JOBS = """
+SELECT j.id, j.status::text AS status, j.attempts, j.args->>'app' AS app, j.args->>'user' AS "user",
+    j.args->>'thread' AS thread, jsonb_array_length(j.args->'messages') AS messages,
+    (SELECT max(e.at) FROM procrastinate_events e WHERE e.job_id = j.id) AS at
+FROM procrastinate_jobs j WHERE j.queue_name = %(queue)s AND j.task_name = %(task)s
+    AND j.status IN ('failed', 'aborted')
+ORDER BY j.id LIMIT %(limit)s"""
+RETRY_FAILED = f"""
+UPDATE procrastinate_jobs SET status = 'todo', scheduled_at = now(), queueing_lock = NULL
+WHERE id = %(id)s AND {_WHERE} AND status IN ('failed', 'aborted') RETURNING id"""
+"""Back in the queue, due now; without its queueing lock, so it never collides with the
+thread's waiting job (it runs before it: same user lock, older id)."""
 
 
 @dataclass(frozen=True)
@@ -53,6 +75,47 @@ class QueueStats:
     rejected: int = 0
     """Enqueues refused before any write (bad input, payload over the cap)."""
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class FailedJob:
+    """A queued job that failed every retry (or was aborted), for `jobs failed`."""
+
+    id: int
+    status: str
+    attempts: int
+    app_name: str | None
+    user_id: str | None
+    thread_id: str | None
+    messages: int
+    at: datetime | None
+    """When its last event (failure) happened."""
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "kind": "queue_job",
+            "id": f"job:{self.id}",
+            "status": self.status,
+            "attempts": self.attempts,
+            "app_name": self.app_name,
+            "user_id": self.user_id,
+            "thread_id": self.thread_id,
+            "messages": self.messages,
+            "at": None if self.at is None else self.at.isoformat(),
+        }
+
+
+def failed_from_row(row: dict[str, Any]) -> FailedJob:
+    return FailedJob(
+        id=int(row["id"]),
+        status=row["status"],
+        attempts=int(row["attempts"]),
+        app_name=row["app"],
+        user_id=row["user"],
+        thread_id=row["thread"],
+        messages=int(row["messages"] or 0),
+        at=row["at"],
+    )
 
 
 class ProducerCounters:

@@ -34,12 +34,16 @@ from ._plan import (
     enqueue_plan,
 )
 from ._stats import (
+    FAILED_JOBS,
     OLDEST_PENDING,
     PER_USER,
+    RETRY_FAILED,
     STATUS_COUNTS,
     TASK_NAME,
+    FailedJob,
     ProducerCounters,
     QueueStats,
+    failed_from_row,
     stats_from_rows,
 )
 
@@ -254,6 +258,21 @@ class PostgresJobQueue:
                 cur.execute(q, params).fetchall() for q in (STATUS_COUNTS, OLDEST_PENDING, PER_USER)
             ]
         return stats_from_rows(rows[0], rows[1], rows[2], self._counters.snapshot())
+
+    def failed_jobs(self, *, limit: int = 100) -> list[FailedJob]:
+        """Jobs of this queue that failed every retry (or were aborted), oldest first."""
+        from psycopg.rows import dict_row
+
+        params = {"queue": self.queue, "task": TASK_NAME, "limit": limit}
+        with self._connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+            rows = cur.execute(FAILED_JOBS, params).fetchall()
+        return [failed_from_row(row) for row in rows]
+
+    def retry_failed(self, job_id: int) -> bool:
+        """Put a failed (or aborted) job back in the queue, due now; False if there is none."""
+        params = {"queue": self.queue, "task": TASK_NAME, "id": job_id}
+        with self._connection() as conn, conn.transaction():
+            return conn.execute(RETRY_FAILED, params).fetchone() is not None
 
     def counters(self) -> dict[str, int]:
         """This producer's counters without a database round trip (what `stats()` adds)."""

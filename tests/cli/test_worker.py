@@ -1,0 +1,115 @@
+"""`langmem-trpc worker` and `langmem-trpc jobs status|failed|retry` over the PostgreSQL queue."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+from langchain_core.messages import HumanMessage
+
+from langmem_trpc import UserKey
+from langmem_trpc.backends.postgres import PostgresMemoryService
+from langmem_trpc.cli import cli
+from langmem_trpc.cli.worker import load_extractor
+from langmem_trpc.extraction import VerbatimExtractor
+from langmem_trpc.queue import PostgresJobQueue
+
+ALICE = UserKey("cli-queue", "alice")
+
+
+class Failing(VerbatimExtractor):
+    def extract(self, request):
+        raise RuntimeError("provider down")
+
+
+def make_verbatim() -> VerbatimExtractor:
+    return VerbatimExtractor()
+
+
+VERBATIM = VerbatimExtractor()
+
+
+@pytest.fixture
+def run():
+    runner = CliRunner()
+
+    def invoke(*args: str, ok: bool = True):
+        result = runner.invoke(cli, list(args), catch_exceptions=False)
+        if ok:
+            assert result.exit_code == 0, result.output
+        return result
+
+    return invoke
+
+
+@pytest.fixture
+def queued(pg_url):
+    svc = PostgresMemoryService(pg_url, pool_size=2)
+    svc.setup()
+    with PostgresJobQueue(pg_url) as q:
+        q.setup()
+        for n in range(3):
+            q.enqueue(ALICE, f"t{n}", [HumanMessage(f"I own {n} boats", id=f"h{n}")])
+    yield svc
+    svc.close()
+
+
+def test_worker_drain_extracts_every_queued_job(run, pg_url, queued):
+    result = run("worker", "--db", pg_url, "--extractor", "verbatim", "--concurrency", "2",
+                 "--poll-interval", "0.2", "--drain")  # fmt: skip
+    assert "langmem-trpc worker ready: queue=langmem concurrency=2" in result.output
+    assert sorted(e.text for e in queued.read(ALICE)) == [f"I own {n} boats" for n in range(3)]
+    status = json.loads(run("jobs", "status", "--db", pg_url, "--json").output)
+    assert (status["depth"], status["running"], status["succeeded"]) == (0, 0, 3)
+
+
+def test_jobs_status_shows_depth_and_per_user_lag(run, pg_url, queued):
+    text = run("jobs", "status", "--db", pg_url).output
+    assert "queue 'langmem': 3 waiting, 0 running" in text
+    assert "cli-queue/alice: 3 unfinished" in text
+    data = json.loads(run("jobs", "status", "--db", pg_url, "--json").output)
+    assert data["per_user_lag"] == {"cli-queue/alice": 3}
+    assert data["oldest_pending_seconds"] >= 0
+
+
+def test_jobs_status_needs_a_postgres_db(run, tmp_path):
+    result = run("jobs", "status", "--db", str(tmp_path / "m.db"), ok=False)
+    assert result.exit_code == 2 and "PostgreSQL --db" in result.output
+
+
+def test_failed_queue_jobs_are_listed_and_retried(run, pg_url, queued):
+    run("worker", "--db", pg_url, "--extractor", "tests.cli.test_worker:Failing", "--retries",
+        "0", "--poll-interval", "0.2", "--drain")  # fmt: skip
+    failed = json.loads(run("jobs", "failed", "--db", pg_url, "--json").output)
+    jobs = [f for f in failed if f["kind"] == "queue_job"]
+    assert len(jobs) == 3 and {j["thread_id"] for j in jobs} == {"t0", "t1", "t2"}
+    assert all(j["status"] == "failed" and j["user_id"] == "alice" for j in jobs)
+    assert "job:" in run("jobs", "failed", "--db", pg_url).output
+    again = json.loads(run("jobs", "retry", "--db", pg_url, "--json", jobs[0]["id"]).output)
+    assert again == {"kind": "queue_job", "id": jobs[0]["id"], "status": "todo"}
+    assert json.loads(run("jobs", "status", "--db", pg_url, "--json").output)["depth"] == 1
+    run("worker", "--db", pg_url, "--poll-interval", "0.2", "--drain")
+    assert len(queued.read(ALICE)) == 1
+    missing = run("jobs", "retry", "--db", pg_url, jobs[0]["id"], ok=False)
+    assert missing.exit_code == 1 and "no failed job" in missing.output
+
+
+def test_load_extractor_forms():
+    assert isinstance(load_extractor("verbatim", None), VerbatimExtractor)
+    assert isinstance(load_extractor("tests.cli.test_worker:Failing", None), Failing)
+    assert isinstance(
+        load_extractor("tests.cli.test_worker:make_verbatim", None), VerbatimExtractor
+    )
+    assert load_extractor("tests.cli.test_worker:VERBATIM", None) is VERBATIM
+
+
+def test_worker_refuses_bad_options(run, tmp_path):
+    result = run("worker", "--db", str(tmp_path / "m.db"), ok=False)
+    assert result.exit_code == 2 and "PostgreSQL connection string" in result.output
+    result = run("worker", "--db", "postgresql://x/y", "--extractor", "llm", ok=False)
+    assert result.exit_code == 2 and "--model" in result.output
+    result = run("worker", "--db", "postgresql://x/y", "--extractor", "nope", ok=False)
+    assert result.exit_code == 2 and "MODULE:ATTR" in result.output
+    result = run("worker", "--db", "postgresql://x/y", "--extractor", "no.such:thing", ok=False)
+    assert result.exit_code == 1 and "no.such:thing" in result.output
