@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import date, datetime, time
 from enum import Enum
 from typing import Any
 
@@ -71,13 +72,23 @@ class JobPayload:
             "messages": messages_to_dict(list(self.messages)),
         }
 
-    def checked_kwargs(self, cap: int) -> dict[str, Any]:
-        """`kwargs()`, refused with `QueuePayloadTooLargeError` when its JSON exceeds `cap` bytes."""
-        args = self.kwargs()
-        size = len(json.dumps(args, separators=(",", ":"), default=str).encode())
+    def checked_json(self, cap: int) -> str:
+        """`kwargs()` as JSON text; `QueuePayloadTooLargeError` when it exceeds `cap` bytes.
+
+        Values JSON has no type for (a `datetime` in `additional_kwargs`, ...) are
+        written as their ISO 8601 text, anything else as `str()`.
+        """
+        text = json.dumps(self.kwargs(), separators=(",", ":"), default=_json_default)
+        size = len(text.encode())
         if size > cap:
             raise QueuePayloadTooLargeError(size, cap, len(self.messages))
-        return args
+        return text
+
+
+def _json_default(value: object) -> str:
+    if isinstance(value, (datetime, date, time)):
+        return value.isoformat()
+    return str(value)
 
 
 def decode(args: dict[str, Any]) -> JobPayload:

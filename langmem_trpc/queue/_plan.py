@@ -64,7 +64,8 @@ class ReadCursor:
 class SubmitJob:
     """Defer a job; the driver answers False when the queueing lock is taken."""
 
-    args: dict[str, Any]
+    args: str
+    """The task arguments as JSON text."""
     lock: str
     queueing_lock: str | None
 
@@ -76,7 +77,7 @@ class Collapse:
     worker took it meanwhile)."""
 
     queueing_lock: str
-    args: dict[str, Any]
+    args: str
     messages: tuple[Any, ...]
 
 
@@ -95,7 +96,7 @@ def enqueue_plan(queue: str, payload: JobPayload, cap: int, *, read_cursor: bool
             return EnqueueOutcome.NOTHING_NEW
         messages = selected
     job = JobPayload(user, thread_id, tuple(messages))
-    args = job.checked_kwargs(cap)
+    args = job.checked_json(cap)
     lock, queueing = lock_keys(queue, user, thread_id)
     for _ in range(DEFER_ATTEMPTS):
         if (yield SubmitJob(args, lock, queueing)):

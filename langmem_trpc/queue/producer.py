@@ -13,7 +13,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from langchain_core.messages import BaseMessage
@@ -53,8 +54,8 @@ logger = logging.getLogger(__name__)
 
 SETUP_LOCK = 0x6C616E67  # advisory lock key of the schema setup ("lang")
 WAITING = "SELECT id, args FROM procrastinate_jobs WHERE queueing_lock = %s AND status = 'todo' FOR UPDATE"
-REPLACE = "UPDATE procrastinate_jobs SET args = %s WHERE id = %s"
-DEFER = """SELECT unnest(procrastinate_defer_jobs_v1(ARRAY[ROW(%s, %s, 0, %s, %s, %s, NULL)
+REPLACE = "UPDATE procrastinate_jobs SET args = %s::jsonb WHERE id = %s"
+DEFER = """SELECT unnest(procrastinate_defer_jobs_v1(ARRAY[ROW(%s, %s, 0, %s, %s, %s::jsonb, NULL)
     ::procrastinate_job_to_defer_v1])) AS id"""
 """procrastinate's own defer function (what `Task.defer` runs), with plain parameters: binding
 the composite type row by row is cheaper than procrastinate's text dump of it."""
@@ -221,8 +222,10 @@ class PostgresJobQueue:
         worker (`cancel=`) are accepted and ignored: a queued job never runs in the caller.
         """
         payload = self._payload(user, thread_id, messages)
-        plan = enqueue_plan(self.queue, payload, self.max_payload_bytes)
-        return self._finish(payload, lambda: self._drive(plan))
+        with self._accounted(payload):
+            outcome = self._drive(enqueue_plan(self.queue, payload, self.max_payload_bytes))
+        self._counters.bump(_COUNTER[outcome])
+        return outcome
 
     async def aenqueue(
         self, user: UserKey, thread_id: str, messages: Sequence[BaseMessage]
@@ -234,17 +237,8 @@ class PostgresJobQueue:
         payload = self._payload(user, thread_id, messages)
         if self._async_pool is None:
             return await asyncio.to_thread(self.enqueue, user, thread_id, payload.messages)
-        plan = enqueue_plan(self.queue, payload, self.max_payload_bytes)
-        try:
-            outcome = await self._adrive(plan)
-        except LangmemTrpcError as exc:
-            self._failed(payload, exc)
-            raise
-        except Exception as exc:
-            self._failed(payload, exc)
-            raise BackendError(
-                f"could not enqueue for {payload.user}: {type(exc).__name__}"
-            ) from exc
+        with self._accounted(payload):
+            outcome = await self._adrive(enqueue_plan(self.queue, payload, self.max_payload_bytes))
         self._counters.bump(_COUNTER[outcome])
         return outcome
 
@@ -292,27 +286,26 @@ class PostgresJobQueue:
             self._counters.bump("rejected")
             raise
 
-    def _finish(self, payload: JobPayload, run: Any) -> EnqueueOutcome:
+    @contextmanager
+    def _accounted(self, payload: JobPayload) -> Iterator[None]:
+        """Count a refused or failed enqueue; a driver error becomes `BackendError`."""
+        import psycopg
+
         try:
-            outcome: EnqueueOutcome = run()
+            yield
         except InvalidInputError:
             self._counters.bump("rejected")
             raise
-        except LangmemTrpcError as exc:
+        except LangmemTrpcError as exc:  # BackendError of a service's cursor read
             self._failed(payload, exc)
             raise
-        except Exception as exc:
+        except psycopg.Error as exc:  # includes psycopg_pool.PoolTimeout
             self._failed(payload, exc)
             raise BackendError(
                 f"could not enqueue for {payload.user}: {type(exc).__name__}"
             ) from exc
-        self._counters.bump(_COUNTER[outcome])
-        return outcome
 
     def _failed(self, payload: JobPayload, exc: BaseException) -> None:
-        if isinstance(exc, InvalidInputError):
-            self._counters.bump("rejected")
-            return
         self._counters.bump("producer_errors")
         logger.warning(
             "queue: enqueue failed for %s thread %r: %s: %s",
@@ -337,7 +330,6 @@ class PostgresJobQueue:
 
     def _step(self, conn: Any, step: PlanStep) -> Any:
         from psycopg.errors import UniqueViolation
-        from psycopg.types.json import Jsonb
 
         if isinstance(step, ReadCursor):
             return self._cursor(conn, step)
@@ -359,7 +351,7 @@ class PostgresJobQueue:
                 return None
             decision = collapse_decision(row[1], step.messages)
             if decision == Merge.REPLACE:
-                conn.execute(REPLACE, (Jsonb(step.args), row[0]))
+                conn.execute(REPLACE, (step.args, row[0]))
             return decision
 
     def _cursor(self, conn: Any, step: ReadCursor) -> ExtractionCursor | None:
@@ -421,7 +413,6 @@ class PostgresJobQueue:
         return True
 
     async def _acollapse(self, conn: Any, step: Collapse) -> Merge | None:
-        from psycopg.types.json import Jsonb
 
         async with conn.transaction():
             row = await (await conn.execute(WAITING, (step.queueing_lock,))).fetchone()
@@ -429,13 +420,11 @@ class PostgresJobQueue:
                 return None
             decision: Merge = collapse_decision(row[1], step.messages)
             if decision == Merge.REPLACE:
-                await conn.execute(REPLACE, (Jsonb(step.args), row[0]))
+                await conn.execute(REPLACE, (step.args, row[0]))
             return decision
 
     def _defer_params(self, step: SubmitJob) -> tuple[Any, ...]:
-        from psycopg.types.json import Jsonb
-
-        return (self.queue, TASK_NAME, step.lock, step.queueing_lock, Jsonb(step.args))
+        return (self.queue, TASK_NAME, step.lock, step.queueing_lock, step.args)
 
 
 _COUNTER = {

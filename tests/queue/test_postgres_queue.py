@@ -275,3 +275,18 @@ def test_aenqueue_without_an_async_pool_runs_off_the_loop(
 ) -> None:
     assert asyncio.run(queue.aenqueue(USER, "t", history(1))) == EnqueueOutcome.QUEUED
     assert len(jobs(pg_url)) == 1
+
+
+def test_messages_with_datetimes_in_additional_kwargs_are_queued(
+    queue: PostgresJobQueue, pg_url: str, service: PostgresMemoryService
+) -> None:
+    """A host's `datetime` timestamp (not JSON) is queued as ISO text and still read as the time."""
+    from datetime import datetime, timezone
+
+    when = datetime(2024, 5, 1, 9, 30, tzinfo=timezone.utc)
+    message = HumanMessage("I moved to Lisbon", id="d1", additional_kwargs={"timestamp": when})
+    assert queue.enqueue(USER, "t", [message]) == EnqueueOutcome.QUEUED
+    assert queue.counters()["producer_errors"] == 0
+    drain(pg_url, service)
+    (entry,) = service.read(USER)
+    assert entry.memory.text == "I moved to Lisbon" and entry.memory.event_time == when
