@@ -96,6 +96,11 @@ def _ready(queue: str, concurrency: int) -> None:
               show_default=True, help="Seconds between polls when no notification arrives.")  # fmt: skip
 @click.option("--embeddings", type=click.Choice(["none", "local"]), default="none",
               show_default=True, help="Embeddings for the memories it writes (match your app).")  # fmt: skip
+@click.option("--shutdown-timeout", type=click.FloatRange(min=0), default=None,
+              help="Seconds a stop waits for running jobs before putting them back "
+              "(default: job timeout + 10).")  # fmt: skip
+@click.option("--delete-succeeded", is_flag=True,
+              help="Delete a job's row once it succeeded (keeps procrastinate_jobs small).")  # fmt: skip
 @click.option("--drain", is_flag=True, help="Exit once no job is due (backfills, tests).")
 @reports_errors
 def worker_command(
@@ -114,6 +119,8 @@ def worker_command(
     batch_messages: int,
     poll_interval: float,
     embeddings: str,
+    shutdown_timeout: float | None,
+    delete_succeeded: bool,
     drain: bool,
 ) -> None:
     """Consume the PostgreSQL job queue: extract memories for the queued threads.
@@ -156,6 +163,8 @@ def worker_command(
             policy=policy,
             batch_messages=batch_messages,
             poll_interval=poll_interval,
+            shutdown_timeout=shutdown_timeout,
+            delete_succeeded=delete_succeeded,
             on_ready=lambda: _ready(queue, concurrency),
         )
         worker.run(drain=drain)

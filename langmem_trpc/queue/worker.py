@@ -103,6 +103,8 @@ class QueueWorker:
         shutdown_timeout: seconds a stop waits for running jobs (default job_timeout + 10).
         poll_interval: seconds between polls when no notification arrives.
         on_ready: called (no arguments) each time the worker is registered and fetching.
+        delete_succeeded: delete a job's row once it succeeded (`stats().succeeded` then
+            stays 0); failed jobs are always kept for `jobs failed` / `jobs retry`.
     """
 
     def __init__(
@@ -128,6 +130,7 @@ class QueueWorker:
         poll_interval: float = 5.0,
         name: str | None = None,
         on_ready: Callable[[], None] | None = None,
+        delete_succeeded: bool = False,
     ) -> None:
         if concurrency < 1:
             raise ConfigurationError("concurrency must be >= 1")
@@ -158,6 +161,7 @@ class QueueWorker:
         self.poll_interval = poll_interval
         self.name = name or f"langmem-{queue}"
         self.on_ready = on_ready
+        self.delete_succeeded = delete_succeeded
         self.app = self._make_app(retry_wait)
         self._executor: ThreadPoolExecutor | None = None
         self._stopping = threading.Event()
@@ -282,6 +286,7 @@ class QueueWorker:
                         install_signal_handlers=False,
                         update_heartbeat_interval=self.heartbeat,
                         stalled_worker_timeout=self.stalled_after,
+                        delete_jobs="successful" if self.delete_succeeded else "never",
                     )
                     if self._stopping.is_set():
                         return

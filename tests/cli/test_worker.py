@@ -113,3 +113,75 @@ def test_worker_refuses_bad_options(run, tmp_path):
     assert result.exit_code == 2 and "MODULE:ATTR" in result.output
     result = run("worker", "--db", "postgresql://x/y", "--extractor", "no.such:thing", ok=False)
     assert result.exit_code == 1 and "no.such:thing" in result.output
+
+
+class Slow(VerbatimExtractor):
+    """Takes LANGMEM_TEST_SLOW seconds per call (default 1.5), like a model."""
+
+    def extract(self, request):
+        import os
+        import time
+
+        time.sleep(float(os.environ.get("LANGMEM_TEST_SLOW", "1.5")))
+        return super().extract(request)
+
+
+def _job_statuses(url: str) -> list[str]:
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        return [
+            r[0] for r in conn.execute("SELECT status::text FROM procrastinate_jobs ORDER BY id")
+        ]
+
+
+def _spawn_worker(url: str, *args: str, slow: float):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root), "LANGMEM_TEST_SLOW": str(slow)}
+    argv = [sys.executable, "-m", "langmem_trpc.cli", "worker", "--db", url, "--extractor",
+            "tests.cli.test_worker:Slow", "--concurrency", "1", "--poll-interval", "0.2", *args]  # fmt: skip
+    return subprocess.Popen(argv, cwd=root, env=env, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_running(url: str, proc, timeout: float = 60.0) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while "doing" not in _job_statuses(url):
+        assert proc.poll() is None, proc.stderr.read()
+        assert time.monotonic() < deadline, "no job started"
+        time.sleep(0.05)
+
+
+def test_sigterm_lets_the_running_job_finish(pg_url, queued):
+    import signal
+
+    proc = _spawn_worker(pg_url, slow=1.5)
+    try:
+        _wait_running(pg_url, proc)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        proc.kill()
+    statuses = _job_statuses(pg_url)
+    assert statuses.count("succeeded") == 1 and statuses.count("todo") == 2, statuses
+    assert len(queued.read(ALICE)) == 1
+
+
+def test_sigterm_puts_back_a_job_past_the_shutdown_timeout(pg_url, queued):
+    import signal
+
+    proc = _spawn_worker(pg_url, "--shutdown-timeout", "0.2", slow=4.0)
+    try:
+        _wait_running(pg_url, proc)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        proc.kill()
+    statuses = _job_statuses(pg_url)
+    assert "doing" not in statuses and statuses.count("todo") == 3, statuses
