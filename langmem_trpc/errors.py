@@ -6,7 +6,7 @@ LangmemTrpcError
 │   ├── InvalidUserKeyError               empty / malformed app_name or user_id
 │   ├── InvalidMemoryError                empty or oversized text, unknown kind, bad topics ...
 │   ├── InvalidTimeError                  naive or unparseable datetime
-│   └── QueuePayloadTooLargeError         a queued job's payload is over the queue's byte cap
+│   └── QueuePayloadTooLargeError         a message does not fit in one queued job's byte cap
 ├── MemoryNotFoundError (KeyError)        no live memory with that id for this user
 ├── MemoryConflictError                   an update would duplicate another live memory (or lost every retry)
 ├── NamespaceAccessError (PermissionError) a store namespace of another user than the run's
@@ -72,9 +72,11 @@ class InvalidTimeError(InvalidInputError):
 
 
 class QueuePayloadTooLargeError(InvalidInputError):
-    """A job for `PostgresJobQueue` would carry more than `max_payload_bytes` of JSON.
+    """A message is too big for one `PostgresJobQueue` job of `max_payload_bytes` of JSON.
 
-    `.size` and `.cap` are in bytes; nothing was queued.
+    A longer delta is split into consecutive jobs; this is raised when one message
+    (with the anchor message before it) cannot fit in a job. `.size` and `.cap` are in
+    bytes; nothing of the enqueue that raised it was queued.
     """
 
     def __init__(self, size: int, cap: int, messages: int) -> None:

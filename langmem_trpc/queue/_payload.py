@@ -12,8 +12,9 @@ keys join the retired keys), so a thread fed by the queue keeps a short window
 of keys instead of its whole history: payloads and cursor rows stay bounded by
 the delta, not the thread.
 
-Messages are serialised with LangChain's `messages_to_dict`; the JSON of the
-job's arguments is capped at `max_payload_bytes`.
+Messages are serialised with LangChain's `messages_to_dict`; the JSON of one
+job's arguments is capped at `max_payload_bytes`. A longer delta (an import)
+is queued as consecutive jobs that each fit (`JobPayload.chunked_json`).
 """
 
 from __future__ import annotations
@@ -62,27 +63,55 @@ class JobPayload:
     thread_id: str
     messages: tuple[BaseMessage, ...]
 
-    def kwargs(self) -> dict[str, Any]:
-        """The procrastinate task arguments (JSON)."""
-        return {
+    def kwargs(self, *, messages: bool = True) -> dict[str, Any]:
+        """The procrastinate task arguments (JSON), without the messages if asked."""
+        args: dict[str, Any] = {
             "v": FORMAT,
             "app": self.user.app_name,
             "user": self.user.user_id,
             "thread": self.thread_id,
-            "messages": messages_to_dict(list(self.messages)),
         }
+        if messages:
+            args["messages"] = messages_to_dict(list(self.messages))
+        return args
 
-    def checked_json(self, cap: int) -> str:
-        """`kwargs()` as JSON text; `QueuePayloadTooLargeError` when it exceeds `cap` bytes.
+    def chunked_json(self, cap: int) -> list[str]:
+        """The arguments as JSON text, in as many jobs as `cap` bytes each needs.
 
-        Values JSON has no type for (a `datetime` in `additional_kwargs`, ...) are
-        written as their ISO 8601 text, anything else as `str()`.
+        One text when it fits. Otherwise consecutive chunks: each after the first
+        starts with the previous chunk's last message as its anchor, so chunk k finds
+        its delta once chunk k - 1 moved the cursor. A message that cannot fit in a
+        job (with the anchor before it) raises `QueuePayloadTooLargeError`. Values
+        JSON has no type for (a `datetime` in `additional_kwargs`, ...) are written as
+        their ISO 8601 text, anything else as `str()`.
         """
-        text = json.dumps(self.kwargs(), separators=(",", ":"), default=_json_default)
-        size = len(text.encode())
-        if size > cap:
-            raise QueuePayloadTooLargeError(size, cap, len(self.messages))
-        return text
+        dicts = messages_to_dict(list(self.messages))
+        whole = self._text(dicts)
+        if len(whole.encode()) <= cap:
+            return [whole]
+        base = len(self._text([]).encode())
+        sizes = [len(_dumps(d).encode()) + 1 for d in dicts]  # + its comma
+        texts: list[str] = []
+        start = 0
+        while True:
+            end, size = start + 1, base + sizes[start]
+            while end < len(dicts) and size + sizes[end] <= cap:
+                size, end = size + sizes[end], end + 1
+            if size > cap or (start > 0 and end == start + 1):
+                over = size if size > cap else size + sizes[end]
+                raise QueuePayloadTooLargeError(over, cap, 1 if start == 0 else 2)
+            texts.append(self._text(dicts[start:end]))
+            if end == len(dicts):
+                return texts
+            start = end - 1
+
+    def _text(self, dicts: list[dict[str, Any]]) -> str:
+        args = {**self.kwargs(messages=False), "messages": dicts}
+        return _dumps(args)
+
+
+def _dumps(value: object) -> str:
+    return json.dumps(value, separators=(",", ":"), default=_json_default)
 
 
 def _json_default(value: object) -> str:

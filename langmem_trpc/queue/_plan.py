@@ -13,6 +13,8 @@ One enqueue is one transaction on one connection:
    dropped, and a payload of a rewritten history is queued as a job of its own (no
    queueing lock) after it.
 
+A delta over the byte cap is queued as consecutive jobs instead (`_chunks`).
+
 Steps 1 and 3 are single autocommit statements (two round trips, one commit); every
 write has committed before `enqueue` returns: a queued job is durable.
 """
@@ -96,8 +98,11 @@ def enqueue_plan(queue: str, payload: JobPayload, cap: int, *, read_cursor: bool
             return EnqueueOutcome.NOTHING_NEW
         messages = selected
     job = JobPayload(user, thread_id, tuple(messages))
-    args = job.checked_json(cap)
+    texts = job.chunked_json(cap)
     lock, queueing = lock_keys(queue, user, thread_id)
+    if len(texts) > 1:
+        return (yield from _chunks(texts, lock, queueing))
+    args = texts[0]
     for _ in range(DEFER_ATTEMPTS):
         if (yield SubmitJob(args, lock, queueing)):
             return EnqueueOutcome.QUEUED
@@ -124,3 +129,17 @@ def collapse_decision(pending_args: dict[str, Any], messages: tuple[Any, ...]) -
     except Exception:
         return Merge.REPLACE
     return merge(pending, messages)
+
+
+def _chunks(texts: list[str], lock: str, queueing: str) -> Plan:
+    """Queue a delta too big for one job as consecutive jobs (see `chunked_json`).
+
+    They never collapse into the thread's waiting job: that one is older and runs first,
+    and a chunk anchored on the chunk before it must not run ahead of it. The last chunk
+    takes the queueing lock when it is free, so later enqueues collapse into it.
+    """
+    for text in texts[:-1]:
+        yield SubmitJob(text, lock, None)
+    if not (yield SubmitJob(texts[-1], lock, queueing)):
+        yield SubmitJob(texts[-1], lock, None)
+    return EnqueueOutcome.QUEUED

@@ -90,7 +90,8 @@ class PostgresJobQueue:
             and sync calls use a small pool of their own on the same conninfo.
         app_name: a label for this producer in the logs.
         queue: procrastinate queue name; workers consume one queue.
-        max_payload_bytes: cap on one job's JSON arguments (`QueuePayloadTooLargeError`).
+        max_payload_bytes: cap on one job's JSON arguments; a longer delta is queued as
+            consecutive jobs, a message that cannot fit raises `QueuePayloadTooLargeError`.
         service: where the extraction cursors are read from when the memories do not live
             in the queue's database (default: read from the queue's database directly).
         connect_timeout: seconds to wait for a connection before an enqueue fails
@@ -216,8 +217,8 @@ class PostgresJobQueue:
     ) -> EnqueueOutcome:
         """Queue the thread's delta since its cursor; durable once this returns.
 
-        Raises `InvalidInputError` (nothing written) for bad input or a payload over
-        `max_payload_bytes`, `BackendError` when the database cannot be reached within
+        Raises `InvalidInputError` (nothing written) for bad input or a message too big
+        for `max_payload_bytes`, `BackendError` when the database cannot be reached within
         `connect_timeout` (logged and counted). Extra keyword arguments of the in-process
         worker (`cancel=`) are accepted and ignored: a queued job never runs in the caller.
         """

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -290,3 +291,27 @@ def test_messages_with_datetimes_in_additional_kwargs_are_queued(
     drain(pg_url, service)
     (entry,) = service.read(USER)
     assert entry.memory.text == "I moved to Lisbon" and entry.memory.event_time == when
+
+
+def test_a_delta_over_the_cap_is_queued_as_consecutive_anchored_jobs(
+    pg_url: str, service: PostgresMemoryService
+) -> None:
+    thread = [HumanMessage(f"fact number {i} " + "padding " * 30, id=f"m{i}") for i in range(20)]
+    with PostgresJobQueue(pg_url, max_payload_bytes=3_000) as q:
+        q.setup()
+        q.enqueue(USER, "t", thread[:1])  # the thread's waiting job, older than the chunks
+        assert q.enqueue(USER, "t", thread) == EnqueueOutcome.QUEUED
+        queued = jobs(pg_url)
+        assert len(queued) > 3
+        assert payload_ids(queued[0]) == ["m0"]  # never replaced by a chunk
+        chunks = [payload_ids(j) for j in queued[1:]]
+        assert chunks[0][0] == "m0" and chunks[-1][-1] == "m19"
+        for before, after in zip(chunks, chunks[1:], strict=False):
+            assert after[0] == before[-1]  # each chunk is anchored on the one before it
+        compact = [len(json.dumps(j["args"], separators=(",", ":")).encode()) for j in queued]
+        assert max(compact) <= 3_000
+        drain(pg_url, service)
+    entries = service.read(USER)
+    assert len(entries) == 20
+    cursor = service.get_cursor(USER, "t")
+    assert cursor is not None and cursor.last_message_id == "m19"
