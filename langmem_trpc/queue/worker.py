@@ -15,7 +15,9 @@ worker's own pool, so `concurrency` jobs run at once. What it adds:
   300 s) up to `retries` times, then marks it failed (`langmem-trpc jobs failed`).
   `run_job` counts failed attempts on a batch too: after `max_attempts` the batch is
   dead-lettered and the job succeeds, so keep `retries` above `max_attempts`.
-  A bad payload is not retried.
+  A bad payload is not retried. While a job waits for its retry, the same user's
+  later jobs wait behind it (per-user order: procrastinate runs the oldest job of
+  a lock first).
 - **Graceful stop:** SIGTERM / SIGINT (or `stop()`) stops fetching and waits up
   to `shutdown_timeout` (default: the job timeout + 10 s) for running jobs; jobs
   still running then are aborted and put back in the queue at once.
