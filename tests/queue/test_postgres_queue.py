@@ -315,3 +315,20 @@ def test_a_delta_over_the_cap_is_queued_as_consecutive_anchored_jobs(
     assert len(entries) == 20
     cursor = service.get_cursor(USER, "t")
     assert cursor is not None and cursor.last_message_id == "m19"
+
+
+def test_a_callers_pool_in_transaction_mode_commits_and_collapses(
+    pg_url: str, service: PostgresMemoryService
+) -> None:
+    """A passed-in pool (not autocommit): the queueing-lock conflict rolls back to a savepoint."""
+    from psycopg_pool import ConnectionPool
+
+    with ConnectionPool(pg_url, min_size=1, max_size=1, open=True) as pool:
+        q = PostgresJobQueue(pool=pool, service=service)
+        q.setup()
+        assert q.enqueue(USER, "t", history(1)) == EnqueueOutcome.QUEUED
+        assert q.enqueue(USER, "t", history(3)) == EnqueueOutcome.COLLAPSED
+        assert q.enqueue(USER, "t2", history(1)) == EnqueueOutcome.QUEUED
+        q.close()
+        assert not pool.closed  # the caller's pool stays open
+    assert [payload_ids(j) for j in jobs(pg_url)] == [["m0", "m1", "m2"], ["m0"]]
