@@ -300,6 +300,12 @@ class PostgresJobQueue:
         except LangmemTrpcError as exc:  # BackendError of a service's cursor read
             self._failed(payload, exc)
             raise
+        except psycopg.errors.UndefinedTable as exc:
+            self._failed(payload, exc)
+            raise BackendError(
+                f"could not enqueue for {payload.user}: a table is missing; run the queue's "
+                "setup() and the memory service's setup() on this database (or pass service=)"
+            ) from exc
         except psycopg.Error as exc:  # includes psycopg_pool.PoolTimeout
             self._failed(payload, exc)
             raise BackendError(

@@ -332,3 +332,10 @@ def test_a_callers_pool_in_transaction_mode_commits_and_collapses(
         q.close()
         assert not pool.closed  # the caller's pool stays open
     assert [payload_ids(j) for j in jobs(pg_url)] == [["m0", "m1", "m2"], ["m0"]]
+
+
+def test_a_database_without_the_tables_says_which_setup_is_missing(pg_url: str) -> None:
+    with PostgresJobQueue(pg_url) as q:
+        with pytest.raises(BackendError, match="setup"):
+            q.enqueue(USER, "t", history(1))
+        assert q.counters()["producer_errors"] == 1
