@@ -30,6 +30,7 @@ from langchain_core.messages import BaseMessage, messages_from_dict, messages_to
 
 from ..errors import InvalidInputError, QueuePayloadTooLargeError
 from ..extraction.delta import KEY_BYTES, compute_delta, message_keys
+from ..extraction.job import _has_work as has_work  # the job's own peek test, shared
 from ..types import ExtractionCursor, UserKey
 
 __all__ = ["FORMAT", "JobPayload", "Merge", "decode", "lock_keys", "merge", "select_messages"]
@@ -47,9 +48,7 @@ def select_messages(
     (the same test as `run_job`'s peek).
     """
     delta = compute_delta(messages, cursor)
-    pending = cursor is not None and cursor.pending_retries > 0
-    unread = not delta.covered and delta.start < len(messages)
-    if not (pending or delta.messages or unread):
+    if not has_work(messages, delta, cursor):
         return None
     start = max(0, delta.start - 1)
     return list(messages[start:])

@@ -20,7 +20,7 @@ from typing import Any
 from langchain_core.messages import BaseMessage
 
 from ..errors import BackendError, ConfigurationError, InvalidInputError, LangmemTrpcError
-from ..service._core import check_user
+from ..extraction.worker import check_job_input
 from ..service.protocol import MemoryService
 from ..types import ExtractionCursor, UserKey
 from ._payload import JobPayload, Merge
@@ -60,24 +60,6 @@ DEFER = """SELECT unnest(procrastinate_defer_jobs_v1(ARRAY[ROW(%s, %s, 0, %s, %s
 """procrastinate's own defer function (what `Task.defer` runs), with plain parameters: binding
 the composite type row by row is cheaper than procrastinate's text dump of it."""
 QUEUEING_LOCK_CONSTRAINT = "procrastinate_jobs_queueing_lock_idx_v1"
-
-
-def _check_thread(thread_id: object) -> str:
-    if not isinstance(thread_id, str) or not thread_id.strip() or len(thread_id) > 512:
-        raise InvalidInputError("thread_id", "must be a non-empty string of at most 512 characters")
-    return thread_id
-
-
-def _check_messages(messages: object) -> tuple[BaseMessage, ...]:
-    if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
-        raise InvalidInputError("messages", "must be a sequence of LangChain messages")
-    snapshot = tuple(messages)
-    for message in snapshot:
-        if not isinstance(message, BaseMessage):
-            raise InvalidInputError(
-                "messages", f"items must be BaseMessage, got {type(message).__name__}"
-            )
-    return snapshot
 
 
 class PostgresJobQueue:
@@ -282,7 +264,7 @@ class PostgresJobQueue:
         self, user: UserKey, thread_id: str, messages: Sequence[BaseMessage]
     ) -> JobPayload:
         try:
-            return JobPayload(check_user(user), _check_thread(thread_id), _check_messages(messages))
+            return JobPayload(user, thread_id, check_job_input(user, thread_id, messages))
         except InvalidInputError:
             self._counters.bump("rejected")
             raise
