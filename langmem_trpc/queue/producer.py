@@ -15,7 +15,7 @@ import logging
 import math
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from langchain_core.messages import BaseMessage
 
@@ -47,6 +47,9 @@ from ._stats import (
     failed_from_row,
     stats_from_rows,
 )
+
+if TYPE_CHECKING:
+    from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 __all__ = ["PostgresJobQueue"]
 
@@ -94,7 +97,7 @@ class PostgresJobQueue:
         self,
         conninfo: str | None = None,
         *,
-        pool: Any = None,
+        pool: ConnectionPool[Any] | AsyncConnectionPool[Any] | None = None,
         app_name: str = "langmem",
         queue: str = "langmem",
         max_payload_bytes: int = 1_000_000,
