@@ -62,7 +62,12 @@ DEFER = """SELECT unnest(procrastinate_defer_jobs_v1(ARRAY[ROW(%s, %s, 0, %s, %s
     ::procrastinate_job_to_defer_v1])) AS id"""
 """procrastinate's own defer function (what `Task.defer` runs), with plain parameters: binding
 the composite type row by row is cheaper than procrastinate's text dump of it."""
-QUEUEING_LOCK_CONSTRAINT = "procrastinate_jobs_queueing_lock_idx_v1"
+
+
+def _queueing_lock_constraint() -> str:
+    from procrastinate.manager import QUEUEING_LOCK_CONSTRAINT
+
+    return QUEUEING_LOCK_CONSTRAINT
 
 
 class PostgresJobQueue:
@@ -73,7 +78,8 @@ class PostgresJobQueue:
         pool: a `psycopg_pool.ConnectionPool` (or `AsyncConnectionPool`) to use instead;
             it stays open at `close()`. With an async pool, `aenqueue` uses it natively
             and sync calls use a small pool of their own on the same conninfo.
-        app_name: a label for this producer in the logs.
+        app_name: the `application_name` of the queue's own connections (what
+            `pg_stat_activity` shows).
         queue: procrastinate queue name; workers consume one queue.
         max_payload_bytes: cap on one job's JSON arguments; a longer delta is queued as
             consecutive jobs, a message that cannot fit raises `QueuePayloadTooLargeError`.
@@ -148,7 +154,11 @@ class PostgresJobQueue:
                 min_size=1,
                 max_size=pool_size,
                 timeout=connect_timeout,
-                kwargs={"autocommit": True, "connect_timeout": max(1, math.ceil(connect_timeout))},
+                kwargs={
+                    "autocommit": True,
+                    "connect_timeout": max(1, math.ceil(connect_timeout)),
+                    "application_name": app_name,
+                },
                 open=False,
                 name=f"langmem-queue-{queue}",
             )
@@ -333,7 +343,7 @@ class PostgresJobQueue:
                     with conn.transaction():
                         conn.execute(DEFER, self._defer_params(step))
             except UniqueViolation as exc:
-                if exc.diag.constraint_name != QUEUEING_LOCK_CONSTRAINT:
+                if exc.diag.constraint_name != _queueing_lock_constraint():
                     raise
                 return False
             return True
@@ -399,7 +409,7 @@ class PostgresJobQueue:
                 async with conn.transaction():
                     await conn.execute(DEFER, self._defer_params(step))
         except UniqueViolation as exc:
-            if exc.diag.constraint_name != QUEUEING_LOCK_CONSTRAINT:
+            if exc.diag.constraint_name != _queueing_lock_constraint():
                 raise
             return False
         return True

@@ -339,3 +339,16 @@ def test_a_database_without_the_tables_says_which_setup_is_missing(pg_url: str) 
         with pytest.raises(BackendError, match="setup"):
             q.enqueue(USER, "t", history(1))
         assert q.counters()["producer_errors"] == 1
+
+
+def test_app_name_is_the_connections_application_name(
+    pg_url: str, service: PostgresMemoryService
+) -> None:
+    with PostgresJobQueue(pg_url, app_name="api-replica-7") as q:
+        q.setup()
+        q.enqueue(USER, "t", history(1))
+        with psycopg.connect(pg_url) as conn:
+            row = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'api-replica-7'"
+            ).fetchone()
+        assert row is not None and row[0] >= 1
