@@ -23,7 +23,9 @@ worker's own pool, so `concurrency` jobs run at once. What it adds:
   still running then are aborted and put back in the queue at once.
 - **Crash safety:** every worker sends a heartbeat (`heartbeat` s). Every
   `stalled_after / 2` s each worker puts back the running jobs of workers whose
-  heartbeat is older than `stalled_after` s (a SIGKILLed or partitioned worker).
+  heartbeat is older than `stalled_after` s (a SIGKILLed or partitioned worker),
+  never a job running in its own process, and only once it has been connected for
+  `stalled_after` s (after an outage every heartbeat is stale for a moment).
   The cursor compare-and-set makes a re-run of a half-done job extract only what
   its cursor does not cover yet. A retried job's thread waits for the dead job's
   claim to expire (`claim_ttl`).
@@ -40,6 +42,7 @@ import asyncio
 import logging
 import signal
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -172,6 +175,8 @@ class QueueWorker:
         self._wake: asyncio.Event | None = None
         self.recovered = 0
         """Jobs of stalled workers this worker put back in the queue."""
+        self._running: set[int] = set()
+        """Ids of the jobs running in this process (whatever worker id fetched them)."""
 
     # -- building -------------------------------------------------------------
 
@@ -200,17 +205,22 @@ class QueueWorker:
 
     async def _run_job(self, context: Any, /, **args: Any) -> str:
         """The procrastinate task: one queued job through `run_job`."""
-        await context.app.connector.execute_query_async(UNLOCK, id=context.job.id)
-        payload = decode(args)
-        loop = asyncio.get_running_loop()
-        assert self._executor is not None
-        report: JobReport = await loop.run_in_executor(
-            self._executor,
-            self.processor.process,
-            payload.user,
-            payload.thread_id,
-            payload.messages,
-        )
+        job_id = context.job.id
+        self._running.add(job_id)
+        try:
+            await context.app.connector.execute_query_async(UNLOCK, id=job_id)
+            payload = decode(args)
+            loop = asyncio.get_running_loop()
+            assert self._executor is not None
+            report: JobReport = await loop.run_in_executor(
+                self._executor,
+                self.processor.process,
+                payload.user,
+                payload.thread_id,
+                payload.messages,
+            )
+        finally:
+            self._running.discard(job_id)
         if report.status in (JobStatus.FAILED, JobStatus.PARTIAL):
             raise JobIncompleteError(f"{report.status.value}: {report.error}")
         return str(report.status.value)
@@ -339,25 +349,44 @@ class QueueWorker:
             pass
 
     async def _recover_loop(self) -> None:
+        """`recover_stalled` every `stalled_after / 2` s, once connected for `stalled_after` s.
+
+        After a start or an outage every worker's heartbeat may be stale, its own
+        included: waiting one `stalled_after` lets the live ones beat again first, so
+        only the jobs of workers that are really gone are put back.
+        """
+        connected_since: float | None = None
         while not self._stopping.is_set():
             await self._sleep(max(0.5, self.stalled_after / 2))
             if self._stopping.is_set() or self._worker is None:
+                connected_since = None
                 continue
             try:
-                await self.recover_stalled()
+                if connected_since is None:
+                    await self.app.check_connection_async()
+                    connected_since = time.monotonic()
+                if time.monotonic() - connected_since >= self.stalled_after:
+                    await self.recover_stalled()
             except Exception as exc:
+                connected_since = None
                 logger.warning(
                     "queue worker: stalled-job check failed: %s: %s", type(exc).__name__, exc
                 )
 
     async def recover_stalled(self) -> int:
-        """Put the running jobs of workers without a recent heartbeat back in the queue."""
+        """Put the running jobs of workers without a recent heartbeat back in the queue.
+
+        Jobs still running in this process are never put back, even when the worker id
+        that fetched them went stale (an outage) or was replaced by a reconnect.
+        """
         manager = self.app.job_manager
         stalled = await manager.get_stalled_jobs(
             queue=self.queue, task_name=TASK_NAME, seconds_since_heartbeat=self.stalled_after
         )
         count = 0
         for job in stalled:
+            if job.id in self._running:
+                continue
             try:
                 await self.app.connector.execute_query_async(UNLOCK, id=job.id)
                 await manager.retry_job(job)

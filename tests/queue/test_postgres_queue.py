@@ -352,3 +352,40 @@ def test_app_name_is_the_connections_application_name(
                 "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'api-replica-7'"
             ).fetchone()
         assert row is not None and row[0] >= 1
+
+
+def test_a_job_running_in_this_process_is_never_put_back_even_with_a_stale_heartbeat(
+    queue: PostgresJobQueue, pg_url: str, service: PostgresMemoryService
+) -> None:
+    """After an outage a worker's own heartbeat is stale; its running jobs are still its own."""
+    import threading
+
+    release = threading.Event()
+
+    class Blocking(VerbatimExtractor):
+        def extract(self, request: ExtractionRequest) -> list[MemoryOp]:
+            release.wait(30)
+            return super().extract(request)
+
+    queue.enqueue(USER, "t", history(1))
+    worker = QueueWorker(pg_url, service, Blocking(), stalled_after=1, poll_interval=0.2)
+
+    async def main() -> int:
+        task = asyncio.create_task(worker.arun())
+        while not any(j["status"] == "doing" for j in jobs(pg_url)):  # noqa: ASYNC110
+            await asyncio.sleep(0.05)
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute(
+                "UPDATE procrastinate_workers SET last_heartbeat = now() - interval '1 hour'"
+            )
+        put_back = await worker.recover_stalled()
+        release.set()
+        while not any(j["status"] == "succeeded" for j in jobs(pg_url)):  # noqa: ASYNC110
+            await asyncio.sleep(0.05)
+        worker.stop()
+        await task
+        return put_back
+
+    assert asyncio.run(main()) == 0
+    assert [j["status"] for j in jobs(pg_url)] == ["succeeded"]
+    assert worker.recovered == 0
