@@ -34,13 +34,7 @@ def load_extractor(spec: str, model: str | None) -> Any:
         from langchain.chat_models import init_chat_model
 
         return LLMExtractor(init_chat_model(model))
-    module_name, sep, attr = spec.partition(":")
-    if not sep or not module_name or not attr:
-        raise click.UsageError(f"--extractor must be llm, verbatim or MODULE:ATTR, not {spec!r}")
-    try:
-        target = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as exc:
-        raise ConfigurationError(f"--extractor {spec}: {exc}") from None
+    target = _import(spec, "--extractor", "llm, verbatim or MODULE:ATTR")
     extractor = target if callable(getattr(target, "extract", None)) else None
     if extractor is None or isinstance(target, type):
         extractor = target()
@@ -49,14 +43,34 @@ def load_extractor(spec: str, model: str | None) -> Any:
     return extractor
 
 
-def _embeddings(kind: str) -> Any:
-    if kind == "none":
+def _embeddings(spec: str) -> Any:
+    """`none`, `local` (the bundled MiniLM) or `MODULE:ATTR` (LangChain `Embeddings`, or a
+    class / factory called without arguments that returns one)."""
+    if spec == "none":
         return None
-    from ..embeddings import LocalMiniLMEmbeddings, local_embeddings_available
+    if spec == "local":
+        from ..embeddings import LocalMiniLMEmbeddings, local_embeddings_available
 
-    if not local_embeddings_available():
-        raise ConfigurationError("--embeddings local needs the [local] extra and its weights")
-    return LocalMiniLMEmbeddings()
+        if not local_embeddings_available():
+            raise ConfigurationError("--embeddings local needs the [local] extra and its weights")
+        return LocalMiniLMEmbeddings()
+    target = _import(spec, "--embeddings", "none, local or MODULE:ATTR")
+    embeddings = target if callable(getattr(target, "embed_documents", None)) else None
+    if embeddings is None or isinstance(target, type):
+        embeddings = target()
+    if not callable(getattr(embeddings, "embed_documents", None)):
+        raise ConfigurationError(f"--embeddings {spec}: not an Embeddings (no embed_documents)")
+    return embeddings
+
+
+def _import(spec: str, option: str, forms: str) -> Any:
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise click.UsageError(f"{option} must be {forms}, not {spec!r}")
+    try:
+        return getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigurationError(f"{option} {spec}: {exc}") from None
 
 
 def _ready(queue: str, concurrency: int) -> None:
@@ -94,8 +108,9 @@ def _ready(queue: str, concurrency: int) -> None:
 @click.option("--batch-messages", type=click.IntRange(min=1), default=50, show_default=True)
 @click.option("--poll-interval", type=click.FloatRange(min=0, min_open=True), default=5.0,
               show_default=True, help="Seconds between polls when no notification arrives.")  # fmt: skip
-@click.option("--embeddings", type=click.Choice(["none", "local"]), default="none",
-              show_default=True, help="Embeddings for the memories it writes (match your app).")  # fmt: skip
+@click.option("--embeddings", default="none", show_default=True,
+              help="Embeddings for the memories it writes, the same as your app's: none, local "
+              "or MODULE:ATTR (an Embeddings, or a class/factory returning one).")  # fmt: skip
 @click.option("--shutdown-timeout", type=click.FloatRange(min=0), default=None,
               help="Seconds a stop waits for running jobs before putting them back "
               "(default: job timeout + 10).")  # fmt: skip

@@ -87,7 +87,8 @@ class PostgresJobQueue:
             in the queue's database (default: read from the queue's database directly).
         connect_timeout: seconds to wait for a connection before an enqueue fails
             (`BackendError`; counted in `stats().producer_errors`).
-        pool_size: connections of the queue's own pool.
+        pool_size: connections of the queue's own pool (all opened at construction, in
+            the background).
 
     A job is durable once `enqueue` returns: its transaction has committed.
 
@@ -151,7 +152,7 @@ class PostgresJobQueue:
             target: Any = checked_conninfo(conninfo) if conninfo is not None else pool.conninfo  # type: ignore[union-attr]
             self._pool = ConnectionPool(
                 target,
-                min_size=1,
+                min_size=pool_size,  # opened in the background now, not by a burst of enqueues
                 max_size=pool_size,
                 timeout=connect_timeout,
                 kwargs={

@@ -185,3 +185,24 @@ def test_sigterm_puts_back_a_job_past_the_shutdown_timeout(pg_url, queued):
         proc.kill()
     statuses = _job_statuses(pg_url)
     assert "doing" not in statuses and statuses.count("todo") == 3, statuses
+
+
+def test_worker_embeddings_by_import_path_write_vectors(run, pg_url, queued):
+    from langmem_trpc.testing import HashingEmbeddings
+
+    run("worker", "--db", pg_url, "--embeddings", "langmem_trpc.testing:HashingEmbeddings",
+        "--poll-interval", "0.2", "--drain")  # fmt: skip
+    with PostgresMemoryService(pg_url, HashingEmbeddings(), pool_size=1) as svc:
+        hits = svc.search(ALICE, "boats")
+    assert hits and all(h.memory.text.endswith("boats") for h in hits)
+    with __import__("psycopg").connect(pg_url) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM langmem_memories WHERE embedding IS NOT NULL"
+        ).fetchone()
+    assert row == (3,)
+
+
+def test_worker_refuses_a_non_embeddings_import(run):
+    result = run("worker", "--db", "postgresql://x/y", "--embeddings", "tests.cli.test_worker:Slow",
+                 ok=False)  # fmt: skip
+    assert result.exit_code == 1 and "not an Embeddings" in result.output
