@@ -27,7 +27,6 @@ from ._payload import JobPayload, Merge
 from ._plan import (
     Collapse,
     EnqueueOutcome,
-    Plan,
     PlanStep,
     ReadCursor,
     SubmitJob,
@@ -220,7 +219,7 @@ class PostgresJobQueue:
         """
         payload = self._payload(user, thread_id, messages)
         with self._accounted(payload):
-            outcome = self._drive(enqueue_plan(self.queue, payload, self.max_payload_bytes))
+            outcome = self._drive(payload)
         self._counters.bump(_COUNTER[outcome])
         return outcome
 
@@ -235,7 +234,7 @@ class PostgresJobQueue:
         if self._async_pool is None:
             return await asyncio.to_thread(self.enqueue, user, thread_id, payload.messages)
         with self._accounted(payload):
-            outcome = await self._adrive(enqueue_plan(self.queue, payload, self.max_payload_bytes))
+            outcome = await self._adrive(payload)
         self._counters.bump(_COUNTER[outcome])
         return outcome
 
@@ -320,16 +319,31 @@ class PostgresJobQueue:
             raise ConfigurationError("the queue is closed")
         return self._pool.connection(timeout=self.connect_timeout)
 
-    def _drive(self, plan: Plan) -> EnqueueOutcome:
-        with self._connection() as conn:
-            value: Any = None
-            while True:
+    def _drive(self, payload: JobPayload) -> EnqueueOutcome:
+        """Run one enqueue plan; once more on a fresh connection when the pooled one turns
+        out dead at the first statement (the server restarted since it was opened)."""
+        import psycopg
+
+        for attempt in range(2):
+            plan = enqueue_plan(self.queue, payload, self.max_payload_bytes)
+            with self._connection() as conn:
+                value: Any = None
+                sent = False
                 try:
-                    step = plan.send(value)
-                except StopIteration as stop:
-                    result: EnqueueOutcome = stop.value
-                    return result
-                value = self._step(conn, step)
+                    while True:
+                        try:
+                            step = plan.send(value)
+                        except StopIteration as stop:
+                            result: EnqueueOutcome = stop.value
+                            return result
+                        value = self._step(conn, step)
+                        sent = True
+                except psycopg.OperationalError:
+                    if sent or attempt or not conn.broken:
+                        raise
+                    logger.info("queue: a pooled connection was dead; enqueueing on a new one")
+            self._pool.check()  # drop the other dead idle connections too
+        raise AssertionError("unreachable")
 
     def _step(self, conn: Any, step: PlanStep) -> Any:
         from psycopg.errors import UniqueViolation
@@ -371,21 +385,37 @@ class PostgresJobQueue:
             ).fetchone()
         return None if row is None else cursor_from_row(row)
 
-    async def _adrive(self, plan: Plan) -> EnqueueOutcome:
-        async with self._async_pool.connection(timeout=self.connect_timeout) as conn:
-            value: Any = None
-            while True:
+    async def _adrive(self, payload: JobPayload) -> EnqueueOutcome:
+        """`_drive` on the caller's async pool."""
+        import psycopg
+
+        for attempt in range(2):
+            plan = enqueue_plan(self.queue, payload, self.max_payload_bytes)
+            async with self._async_pool.connection(timeout=self.connect_timeout) as conn:
+                value: Any = None
+                sent = False
                 try:
-                    step = plan.send(value)
-                except StopIteration as stop:
-                    result: EnqueueOutcome = stop.value
-                    return result
-                if isinstance(step, ReadCursor):
-                    value = await self._acursor(conn, step)
-                elif isinstance(step, SubmitJob):
-                    value = await self._asubmit(conn, step)
-                else:
-                    value = await self._acollapse(conn, step)
+                    while True:
+                        try:
+                            step = plan.send(value)
+                        except StopIteration as stop:
+                            result: EnqueueOutcome = stop.value
+                            return result
+                        value = await self._astep(conn, step)
+                        sent = True
+                except psycopg.OperationalError:
+                    if sent or attempt or not conn.broken:
+                        raise
+                    logger.info("queue: a pooled connection was dead; enqueueing on a new one")
+            await self._async_pool.check()  # drop the other dead idle connections too
+        raise AssertionError("unreachable")
+
+    async def _astep(self, conn: Any, step: PlanStep) -> Any:
+        if isinstance(step, ReadCursor):
+            return await self._acursor(conn, step)
+        if isinstance(step, SubmitJob):
+            return await self._asubmit(conn, step)
+        return await self._acollapse(conn, step)
 
     async def _acursor(self, conn: Any, step: ReadCursor) -> ExtractionCursor | None:
         if self.service is not None:

@@ -389,3 +389,19 @@ def test_a_job_running_in_this_process_is_never_put_back_even_with_a_stale_heart
     assert asyncio.run(main()) == 0
     assert [j["status"] for j in jobs(pg_url)] == ["succeeded"]
     assert worker.recovered == 0
+
+
+def test_pooled_connections_killed_by_a_server_restart_do_not_fail_the_next_enqueue(
+    pg_url: str, service: PostgresMemoryService
+) -> None:
+    with PostgresJobQueue(pg_url, app_name="restarted-producer") as q:
+        q.setup()
+        q.enqueue(USER, "t1", history(1))
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE application_name = 'restarted-producer'"
+            )
+        assert q.enqueue(USER, "t2", history(1)) == EnqueueOutcome.QUEUED
+        assert q.enqueue(USER, "t3", history(1)) == EnqueueOutcome.QUEUED
+        assert q.counters()["producer_errors"] == 0
