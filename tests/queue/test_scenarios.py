@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 from langchain_core.messages import HumanMessage
 
+from langmem_trpc import UserKey
 from langmem_trpc.errors import BackendError
 
 from .conftest import (
@@ -143,7 +144,7 @@ def test_langgraph_agent_in_two_processes_on_one_thread_extracts_each_delta_once
 
     service = PostgresMemoryService(procs.url, pool_size=1)
     try:
-        agent = type(user(0))(APP, "agent")
+        agent = UserKey(APP, "agent")
         stored = sorted(service.read(agent), key=lambda e: (e.created_at, e.id))
         assert [e.text for e in stored] == [f"agent fact {t}" for t in range(turns)]
     finally:
@@ -242,7 +243,7 @@ def test_postgres_down_10s_producers_fail_fast_workers_reconnect(
         procs.wait_drained(60)
         service = PostgresMemoryService(url, pool_size=1)
         try:
-            texts = [e.text for e in service.read(type(user(0))(APP, "agent"))]
+            texts = [e.text for e in service.read(UserKey(APP, "agent"))]
         finally:
             service.close()
         assert sorted(texts) == ["said after the outage", "said during the outage"]
