@@ -20,7 +20,9 @@ worker's own pool, so `concurrency` jobs run at once. What it adds:
   a lock first).
 - **Graceful stop:** SIGTERM / SIGINT (or `stop()`) stops fetching and waits up
   to `shutdown_timeout` (default: the job timeout + 10 s) for running jobs; jobs
-  still running then are aborted and put back in the queue at once.
+  still running then are put back in the queue at once (their threads still end
+  within the job timeout before the process exits; a re-run skips what they
+  finished, by the cursor).
 - **Crash safety:** every worker sends a heartbeat (`heartbeat` s). Every
   `stalled_after / 2` s each worker puts back the running jobs of workers whose
   heartbeat is older than `stalled_after` s (a SIGKILLed or partitioned worker),
@@ -29,8 +31,9 @@ worker's own pool, so `concurrency` jobs run at once. What it adds:
   The cursor compare-and-set makes a re-run of a half-done job extract only what
   its cursor does not cover yet. A retried job's thread waits for the dead job's
   claim to expire (`claim_ttl`).
-- **Outages:** when the database goes away the procrastinate worker stops; this
-  one reconnects with backoff (1 s doubling to 30 s) and goes on.
+- **Outages:** procrastinate's worker rides out a short outage itself (its side
+  tasks log the errors and go on); when it stops or fails to start, this one
+  reconnects with backoff (1 s doubling to 30 s) and goes on.
 
 A job clears its own queueing lock when it starts: a retried job never collides
 with the thread's next waiting job, which then simply runs after it.
