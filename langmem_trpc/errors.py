@@ -5,7 +5,8 @@ LangmemTrpcError
 ├── InvalidInputError (ValueError)        bad argument; `.field` names it, nothing was written
 │   ├── InvalidUserKeyError               empty / malformed app_name or user_id
 │   ├── InvalidMemoryError                empty or oversized text, unknown kind, bad topics ...
-│   └── InvalidTimeError                  naive or unparseable datetime
+│   ├── InvalidTimeError                  naive or unparseable datetime
+│   └── QueuePayloadTooLargeError         a message does not fit in one queued job's byte cap
 ├── MemoryNotFoundError (KeyError)        no live memory with that id for this user
 ├── MemoryConflictError                   an update would duplicate another live memory (or lost every retry)
 ├── NamespaceAccessError (PermissionError) a store namespace of another user than the run's
@@ -37,6 +38,7 @@ __all__ = [
     "MemoryConflictError",
     "MemoryNotFoundError",
     "NamespaceAccessError",
+    "QueuePayloadTooLargeError",
     "WorkerError",
 ]
 
@@ -67,6 +69,24 @@ class InvalidMemoryError(InvalidInputError):
 
 class InvalidTimeError(InvalidInputError):
     """A time is naive (no timezone) or cannot be parsed."""
+
+
+class QueuePayloadTooLargeError(InvalidInputError):
+    """A message is too big for one `PostgresJobQueue` job of `max_payload_bytes` of JSON.
+
+    A longer delta is split into consecutive jobs; this is raised when one message
+    (with the anchor message before it) cannot fit in a job. `.size` and `.cap` are in
+    bytes; nothing of the enqueue that raised it was queued.
+    """
+
+    def __init__(self, size: int, cap: int, messages: int) -> None:
+        self.size = size
+        self.cap = cap
+        super().__init__(
+            "messages",
+            f"job payload of {messages} message(s) is {size} bytes, over the queue's "
+            f"max_payload_bytes of {cap}",
+        )
 
 
 class MemoryNotFoundError(LangmemTrpcError, KeyError):

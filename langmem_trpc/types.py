@@ -442,7 +442,8 @@ class ExtractionCursor(BaseModel):
     last_message_id: str | None = None
     last_message_digest: str | None = None
     message_count: int = 0
-    """How many messages the thread had when the cursor was written."""
+    """How many messages the thread had when the cursor was written; for a cursor a
+    `PostgresJobQueue` job wrote, how many its payload had (the anchor and the delta)."""
     last_extracted_at: datetime | None = None
     updated_at: datetime | None = None
     message_keys: bytes = b""

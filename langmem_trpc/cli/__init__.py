@@ -15,6 +15,7 @@ from .mcp import mcp_command
 from .memories import memories
 from .transfer import export_memories, import_memories
 from .ui import ui_command
+from .worker import worker_command
 
 __all__ = ["cli", "main"]
 
@@ -58,6 +59,7 @@ cli.add_command(memories)
 cli.add_command(export_memories)
 cli.add_command(import_memories)
 cli.add_command(jobs)
+cli.add_command(worker_command)
 
 cli.add_command(bench)
 cli.add_command(mcp_command)

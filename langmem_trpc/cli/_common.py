@@ -16,6 +16,7 @@ from pydantic import ValidationError
 
 from ..errors import LangmemTrpcError
 from ..registry import open as open_store
+from ..registry import scheme_of
 from ..service._core import Limits
 from ..service.protocol import MemoryService
 from ..types import UserKey
@@ -159,6 +160,11 @@ def open_service(db: str | None, *, read: bool = False) -> Iterator[MemoryServic
     """
     with open_store(db or default_db(), create=not read, limits=CLI_LIMITS) as service:
         yield service
+
+
+def is_postgres(target: str | None) -> bool:
+    """True when `--db` names a PostgreSQL database (the job queue lives only there)."""
+    return target is not None and scheme_of(target) in ("postgresql", "postgres")
 
 
 def make_user(app_name: str, user_id: str) -> UserKey:

@@ -94,6 +94,28 @@ def fnv1a(*parts: str) -> int:
     return value
 
 
+def check_job_input(
+    user: UserKey, thread_id: str, messages: Sequence[BaseMessage]
+) -> tuple[BaseMessage, ...]:
+    """Validate a job's arguments (every producer: this worker, `PostgresJobQueue`); a snapshot.
+
+    Raises `InvalidInputError` naming the field: a UserKey, a non-empty `thread_id` of
+    at most 512 characters, a sequence of LangChain messages.
+    """
+    check_user(user)
+    if not isinstance(thread_id, str) or not thread_id.strip() or len(thread_id) > 512:
+        raise InvalidInputError("thread_id", "must be a non-empty string of at most 512 characters")
+    if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
+        raise InvalidInputError("messages", "must be a sequence of LangChain messages")
+    snapshot = tuple(messages)
+    for message in snapshot:
+        if not isinstance(message, BaseMessage):
+            raise InvalidInputError(
+                "messages", f"items must be BaseMessage, got {type(message).__name__}"
+            )
+    return snapshot
+
+
 def _actions(values: Iterable[str | Action]) -> frozenset[Action]:
     try:
         return frozenset(Action(v) for v in values)
@@ -360,19 +382,7 @@ class AutoMemoryWorker:
     # -- internals ----------------------------------------------------------
 
     def _job(self, user: UserKey, thread_id: str, messages: Sequence[BaseMessage]) -> _Job:
-        check_user(user)
-        if not isinstance(thread_id, str) or not thread_id.strip() or len(thread_id) > 512:
-            raise InvalidInputError(
-                "thread_id", "must be a non-empty string of at most 512 characters"
-            )
-        if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
-            raise InvalidInputError("messages", "must be a sequence of LangChain messages")
-        snapshot = tuple(messages)
-        for message in snapshot:
-            if not isinstance(message, BaseMessage):
-                raise InvalidInputError(
-                    "messages", f"items must be BaseMessage, got {type(message).__name__}"
-                )
+        snapshot = check_job_input(user, thread_id, messages)
         self._counters.seen(user, thread_id, len(snapshot))
         return _Job(user, thread_id, snapshot)
 

@@ -22,9 +22,14 @@ logger = logging.getLogger(__name__)
 
 @runtime_checkable
 class IngestWorker(Protocol):
-    """The part of `AutoMemoryWorker` the triggers use."""
+    """What the triggers need of a worker: `enqueue` (and, when present, `aenqueue`).
 
-    def enqueue(self, user: UserKey, thread_id: str, messages: list[BaseMessage]) -> Any: ...
+    Both `AutoMemoryWorker` (in-process threads) and `queue.PostgresJobQueue` (a
+    durable queue consumed by `langmem-trpc worker` processes) have it; their
+    results differ and are ignored here.
+    """
+
+    def enqueue(self, user: UserKey, thread_id: str, messages: Sequence[BaseMessage]) -> Any: ...
 
 
 def thread_messages(value: object) -> list[BaseMessage] | None:

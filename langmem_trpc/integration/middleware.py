@@ -111,8 +111,9 @@ class MemoryIngestMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     enqueued once per completed run. Install this *or* the checkpointer wrapper.
 
     Args:
-        worker: anything with `enqueue(user, thread_id, messages)`, normally an
-            `AutoMemoryWorker`.
+        worker: anything with `enqueue(user, thread_id, messages)`: an
+            `AutoMemoryWorker`, or a `PostgresJobQueue` (extraction in
+            `langmem-trpc worker` processes).
         app_name: default app when the run names none.
     """
 

@@ -1,0 +1,320 @@
+"""The PostgreSQL job queue and `langmem-trpc worker` processes, against the in-process worker.
+
+Scenarios (medians of --runs runs, a fresh database per run on one embedded server):
+
+1. enqueue latency from one producer: `PostgresJobQueue.enqueue` of a new thread's first
+   turn (a one-message delta), sequential, p50 / p99 ms; the same for `aenqueue`.
+2. end to end with an instant extractor (`--extractor verbatim`): 1, 2 and 4 worker
+   processes (`--concurrency 4` each) already running; jobs/s from the first enqueue
+   until no job is waiting or running. Every job is a distinct thread of one of
+   --users users, enqueued by 4 producer threads.
+3. the same with an extractor sleeping 200 ms (a model's latency), `--concurrency 8`
+   per process: jobs/s, and per process (ideal: 8 / 0.2 s = 40).
+4. the in-process `AutoMemoryWorker` in the same run, on the same PostgreSQL: the
+   same jobs, instant (2 threads) and sleeping 200 ms (8 threads).
+5. a backlog: --jobs jobs queued with no worker running, then one worker process
+   (`--concurrency 4`, instant) drains it: jobs/s; and the cost of one
+   `procrastinate_fetch_job_v2` call with 100 / 1,000 / 3,000 jobs waiting (p50 of 20).
+
+Run: PYTHONPATH=$PWD .venv/bin/python benchmarks/bench_queue.py [--runs 3] [--jobs 1000]
+     [--scenarios 1,2,3,4,5] [--processes 1,2,4]
+The machine's load average is printed before and after; see docs/bench-worker.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from langchain_core.messages import HumanMessage
+
+from langmem_trpc import AutoMemoryWorker, UserKey
+from langmem_trpc.extraction import ExtractionRequest, MemoryOp, VerbatimExtractor
+from langmem_trpc.testing.postgres import PostgresTestServer
+
+ROOT = Path(__file__).resolve().parents[1]
+SLEEPY = "bench_queue:Sleepy"  # importable by the workers: benchmarks/ is on their PYTHONPATH
+
+
+class Rows(list[tuple[str, str, str]]):
+    """The table's rows; each is also printed (stderr) as soon as it is measured."""
+
+    def append(self, row: tuple[str, str, str]) -> None:
+        super().append(row)
+        print(" | ".join(row), file=sys.stderr, flush=True)
+
+
+class Sleepy(VerbatimExtractor):
+    """Verbatim extraction after a 200 ms sleep (a model call's latency)."""
+
+    seconds = 0.2
+
+    def extract(self, request: ExtractionRequest) -> list[MemoryOp]:
+        time.sleep(self.seconds)
+        return super().extract(request)
+
+
+def jobs(count: int, users: int, tag: str) -> list[tuple[UserKey, str, list[HumanMessage]]]:
+    """`count` one-message deltas, each on a thread of its own, spread over `users` users."""
+    return [
+        (
+            UserKey("bench", f"user-{n % users}"),
+            f"{tag}-{n}",
+            [HumanMessage(f"user {n % users} says fact {n} ({tag})", id=f"{tag}-{n}")],
+        )
+        for n in range(count)
+    ]
+
+
+def fresh_database(server: PostgresTestServer) -> str:
+    from langmem_trpc.backends.postgres import PostgresMemoryService
+    from langmem_trpc.queue import PostgresJobQueue
+
+    url = server.create_database("bench_queue")
+    service = PostgresMemoryService(url, pool_size=1)
+    service.setup()
+    service.close()
+    with PostgresJobQueue(url) as queue:
+        queue.setup()
+    return url
+
+
+def count(url: str, query: str) -> int:
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(query).fetchone()
+    return int(row[0]) if row else 0
+
+
+def pending(url: str) -> int:
+    return count(url, "SELECT count(*) FROM procrastinate_jobs WHERE status IN ('todo','doing')")
+
+
+@contextmanager
+def worker_processes(url: str, n: int, extractor: str, concurrency: int) -> Iterator[None]:
+    """`n` running `langmem-trpc worker` processes, registered with the queue; SIGTERM on exit."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "benchmarks")]))
+    argv = [sys.executable, "-m", "langmem_trpc.cli", "worker", "--db", url,
+            "--extractor", extractor, "--concurrency", str(concurrency)]  # fmt: skip
+    procs = [
+        subprocess.Popen(
+            argv, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+        )  # fmt: skip
+        for _ in range(n)
+    ]
+    try:
+        deadline = time.monotonic() + 120
+        while count(url, "SELECT count(*) FROM procrastinate_workers") < n:
+            dead = [p for p in procs if p.poll() is not None]
+            if dead or time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"workers did not start: {dead[0].stderr.read() if dead else ''}"
+                )
+            time.sleep(0.1)
+        yield
+    finally:
+        for proc in procs:
+            proc.send_signal(signal.SIGTERM)
+        for proc in procs:
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def enqueue_latency(url: str, n: int) -> tuple[float, float, float, float]:
+    """(sync p50, sync p99, async p50, async p99) in ms."""
+    from langmem_trpc.queue import PostgresJobQueue
+
+    sync_ms: list[float] = []
+    with PostgresJobQueue(url) as queue:
+        for user, thread, messages in jobs(n, 100, "lat"):
+            started = time.perf_counter()
+            queue.enqueue(user, thread, messages)
+            sync_ms.append((time.perf_counter() - started) * 1000)
+
+    async def run_async() -> list[float]:
+        out = []
+        async with PostgresJobQueue(url) as queue:
+            for user, thread, messages in jobs(n, 100, "alat"):
+                started = time.perf_counter()
+                await queue.aenqueue(user, thread, messages)
+                out.append((time.perf_counter() - started) * 1000)
+        return out
+
+    async_ms = asyncio.run(run_async())
+    return (percentile(sync_ms, 0.5), percentile(sync_ms, 0.99),
+            percentile(async_ms, 0.5), percentile(async_ms, 0.99))  # fmt: skip
+
+
+def queue_rate(
+    url: str, workload: list[Any], processes: int, extractor: str, concurrency: int
+) -> float:
+    """Jobs/s through worker processes, first enqueue to drained."""
+    from langmem_trpc.queue import PostgresJobQueue
+
+    with worker_processes(url, processes, extractor, concurrency), PostgresJobQueue(url) as queue:
+        started = time.perf_counter()
+        with ThreadPoolExecutor(4) as pool:
+            list(pool.map(lambda job: queue.enqueue(*job), workload))
+        while pending(url):
+            time.sleep(0.01)
+        elapsed = time.perf_counter() - started
+    failed = count(url, "SELECT count(*) FROM procrastinate_jobs WHERE status <> 'succeeded'")
+    if failed:
+        raise RuntimeError(f"{failed} jobs did not succeed")
+    return len(workload) / elapsed
+
+
+def in_process_rate(url: str, workload: list[Any], threads: int, extractor: Any) -> float:
+    """Jobs/s through AutoMemoryWorker threads on the same database, first enqueue to drained."""
+    from langmem_trpc.backends.postgres import PostgresMemoryService
+
+    service = PostgresMemoryService(url, pool_size=max(4, threads))
+    try:
+        worker = AutoMemoryWorker(service, extractor, workers=threads, queue_size=len(workload))
+        worker.start()
+        started = time.perf_counter()
+        for job in workload:
+            worker.enqueue(*job)
+        assert worker.stop(timeout=600)
+        elapsed = time.perf_counter() - started
+        stats = worker.stats()
+        assert stats.jobs_failed == 0, stats
+    finally:
+        service.close()
+    return len(workload) / elapsed
+
+
+def backlog_rate(url: str, workload: list[Any]) -> float:
+    """Jobs/s of one worker process started after `workload` was queued (start-up excluded)."""
+    from langmem_trpc.queue import PostgresJobQueue
+
+    with PostgresJobQueue(url) as queue:
+        for job in workload:
+            queue.enqueue(*job)
+    with worker_processes(url, 1, "verbatim", 4):
+        started, left = time.perf_counter(), pending(url)
+        while pending(url):
+            time.sleep(0.01)
+        return left / (time.perf_counter() - started)
+
+
+def fetch_cost(url: str, waiting: int) -> float:
+    """p50 ms of one fetch (and release) with `waiting` jobs of distinct users waiting."""
+    import psycopg
+
+    from langmem_trpc.queue import PostgresJobQueue
+
+    with PostgresJobQueue(url) as queue:
+        for user, thread, messages in jobs(waiting, waiting, f"f{waiting}"):
+            queue.enqueue(user, thread, messages)
+    times = []
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute("SELECT * FROM procrastinate_register_worker_v1()").fetchone()
+        assert row is not None
+        for _ in range(20):
+            started = time.perf_counter()
+            with conn.transaction():
+                conn.execute(
+                    "SELECT id FROM procrastinate_fetch_job_v2(ARRAY['langmem'], %s)", (row[0],)
+                ).fetchone()
+                times.append((time.perf_counter() - started) * 1000)
+                raise psycopg.Rollback()  # every sample sees the same waiting jobs
+    return statistics.median(times)
+
+
+def scenario_rows(
+    server: PostgresTestServer, args: argparse.Namespace
+) -> list[tuple[str, str, str]]:
+    """Run the chosen scenarios; one (name, median, every run) row per figure."""
+    scenarios = {int(s) for s in args.scenarios.split(",")}
+    counts = [int(p) for p in args.processes.split(",")]
+    runs = range(args.runs)
+    rows = Rows()
+    if 1 in scenarios:
+        lat = [enqueue_latency(fresh_database(server), args.enqueues) for _ in runs]
+        p50, p99, ap50, ap99 = (statistics.median(r[i] for r in lat) for i in range(4))
+        every = ", ".join(f"{r[0]:.2f}/{r[1]:.2f}" for r in lat)
+        rows.append(("1. enqueue p50 / p99 (sync)", f"{p50:.2f} / {p99:.2f} ms", every))
+        every = ", ".join(f"{r[2]:.2f}/{r[3]:.2f}" for r in lat)
+        rows.append(("1. aenqueue p50 / p99", f"{ap50:.2f} / {ap99:.2f} ms", every))
+    for n in counts if 2 in scenarios else []:
+        work = jobs(args.jobs, args.users, "i")
+        values = [queue_rate(fresh_database(server), work, n, "verbatim", 4) for _ in runs]
+        name = f"2. instant, {n} worker process(es) x 4"
+        rows.append((name, f"{statistics.median(values):.0f} jobs/s", _fmt(values)))
+    for n in counts if 3 in scenarios else []:
+        work = jobs(200 * n, 32 * n, "s")  # 5 s of work at the ideal 40 jobs/s per process
+        values = [queue_rate(fresh_database(server), work, n, SLEEPY, 8) for _ in runs]
+        med = statistics.median(values)
+        name = f"3. 200 ms extractor, {n} process(es) x 8"
+        rows.append((name, f"{med:.1f} jobs/s ({med / n:.1f}/process)", _fmt(values)))
+    if 4 in scenarios:
+        work = jobs(args.jobs, args.users, "p")
+        values = [
+            in_process_rate(fresh_database(server), work, 2, VerbatimExtractor()) for _ in runs
+        ]
+        name = "4. AutoMemoryWorker instant, 2 threads"
+        rows.append((name, f"{statistics.median(values):.0f} jobs/s", _fmt(values)))
+        work = jobs(200, 64, "ps")
+        values = [in_process_rate(fresh_database(server), work, 8, Sleepy()) for _ in runs]
+        name = "4. AutoMemoryWorker 200 ms, 8 threads"
+        rows.append((name, f"{statistics.median(values):.1f} jobs/s", _fmt(values)))
+    if 5 in scenarios:
+        work = jobs(args.jobs, args.jobs, "b")
+        values = [backlog_rate(fresh_database(server), work) for _ in runs]
+        name = f"5. backlog of {args.jobs}, 1 process x 4"
+        rows.append((name, f"{statistics.median(values):.0f} jobs/s", _fmt(values)))
+        for waiting in (100, 1000, 3000):
+            values = [fetch_cost(fresh_database(server), waiting) for _ in runs]
+            name = f"5. one fetch_job, {waiting} waiting"
+            rows.append((name, f"{statistics.median(values):.1f} ms", _fmt(values)))
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--jobs", type=int, default=1000, help="jobs per instant-extractor run")
+    parser.add_argument("--users", type=int, default=200)
+    parser.add_argument("--enqueues", type=int, default=1000)
+    parser.add_argument("--scenarios", default="1,2,3,4,5")
+    parser.add_argument("--processes", default="1,2,4")
+    args = parser.parse_args()
+    load = " ".join(f"{v:.2f}" for v in os.getloadavg())
+    print(f"load average before: {load}; {os.cpu_count()} CPUs; runs={args.runs}")
+    with PostgresTestServer() as server:
+        rows = scenario_rows(server, args)
+    print(f"load average after: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
+    width = max(len(r[0]) for r in rows)
+    print(f"| {'scenario':<{width}} | median | runs |")
+    print(f"|{'-' * (width + 2)}|---|---|")
+    for name, median, every in rows:
+        print(f"| {name:<{width}} | {median} | {every} |")
+
+
+def _fmt(values: list[float]) -> str:
+    return " / ".join(f"{v:.1f}" for v in values)
+
+
+if __name__ == "__main__":
+    main()

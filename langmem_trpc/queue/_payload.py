@@ -1,0 +1,174 @@
+"""A queued job's payload: the thread's delta since the durable cursor, anchored.
+
+The producer reads the thread's cursor and computes the delta (`extraction.delta`).
+The payload is the delta with one message before it, the *anchor*: the last
+message the cursor covered (none when the cursor covers nothing of the thread).
+At run time `run_job` compares the payload with the cursor as it is then. The
+cursor only moves forward, so the anchor is still covered (by its keys or its
+retired keys) and rule 3 of `extraction.delta` ("rewritten") finds the delta
+after it; a job overtaken by a newer one finds everything covered and does
+nothing. The cursor a queued job writes covers the anchor and the delta (older
+keys join the retired keys), so a thread fed by the queue keeps a short window
+of keys instead of its whole history: payloads and cursor rows stay bounded by
+the delta, not the thread.
+
+Messages are serialised with LangChain's `messages_to_dict`; the JSON of one
+job's arguments is capped at `max_payload_bytes`. A longer delta (an import)
+is queued as consecutive jobs that each fit (`JobPayload.chunked_json`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import date, datetime, time
+from enum import Enum
+from typing import Any
+
+from langchain_core.messages import BaseMessage, messages_from_dict, messages_to_dict
+
+from ..errors import InvalidInputError, QueuePayloadTooLargeError
+from ..extraction.delta import KEY_BYTES, compute_delta, message_keys
+from ..extraction.job import _has_work as has_work  # the job's own peek test, shared
+from ..types import ExtractionCursor, UserKey
+
+__all__ = ["FORMAT", "JobPayload", "Merge", "decode", "lock_keys", "merge", "select_messages"]
+
+FORMAT = 1
+"""Version of the job arguments' layout (`v`)."""
+
+
+def select_messages(
+    messages: Sequence[BaseMessage], cursor: ExtractionCursor | None
+) -> list[BaseMessage] | None:
+    """The anchor and the delta of `messages` after `cursor`; None when there is no work.
+
+    No work: nothing new, nothing unread to move past, no dead letter queued for retry
+    (the same test as `run_job`'s peek).
+    """
+    delta = compute_delta(messages, cursor)
+    if not has_work(messages, delta, cursor):
+        return None
+    start = max(0, delta.start - 1)
+    return list(messages[start:])
+
+
+@dataclass(frozen=True)
+class JobPayload:
+    """The arguments of one queued job, decoded."""
+
+    user: UserKey
+    thread_id: str
+    messages: tuple[BaseMessage, ...]
+
+    def kwargs(self, *, messages: bool = True) -> dict[str, Any]:
+        """The procrastinate task arguments (JSON), without the messages if asked."""
+        args: dict[str, Any] = {
+            "v": FORMAT,
+            "app": self.user.app_name,
+            "user": self.user.user_id,
+            "thread": self.thread_id,
+        }
+        if messages:
+            args["messages"] = messages_to_dict(list(self.messages))
+        return args
+
+    def chunked_json(self, cap: int) -> list[str]:
+        """The arguments as JSON text, in as many jobs as `cap` bytes each needs.
+
+        One text when it fits. Otherwise consecutive chunks: each after the first
+        starts with the previous chunk's last message as its anchor, so chunk k finds
+        its delta once chunk k - 1 moved the cursor. A message that cannot fit in a
+        job (with the anchor before it) raises `QueuePayloadTooLargeError`. Values
+        JSON has no type for (a `datetime` in `additional_kwargs`, ...) are written as
+        their ISO 8601 text, anything else as `str()`.
+        """
+        dicts = messages_to_dict(list(self.messages))
+        whole = self._text(dicts)
+        if len(whole.encode()) <= cap:
+            return [whole]
+        base = len(self._text([]).encode())
+        sizes = [len(_dumps(d).encode()) + 1 for d in dicts]  # + its comma
+        texts: list[str] = []
+        start = 0
+        while True:
+            end, size = start + 1, base + sizes[start]
+            while end < len(dicts) and size + sizes[end] <= cap:
+                size, end = size + sizes[end], end + 1
+            if size > cap or (start > 0 and end == start + 1):
+                over = size if size > cap else size + sizes[end]
+                raise QueuePayloadTooLargeError(over, cap, 1 if start == 0 else 2)
+            texts.append(self._text(dicts[start:end]))
+            if end == len(dicts):
+                return texts
+            start = end - 1
+
+    def _text(self, dicts: list[dict[str, Any]]) -> str:
+        args = {**self.kwargs(messages=False), "messages": dicts}
+        return _dumps(args)
+
+
+def _dumps(value: object) -> str:
+    return json.dumps(value, separators=(",", ":"), default=_json_default)
+
+
+def _json_default(value: object) -> str:
+    if isinstance(value, (datetime, date, time)):
+        return value.isoformat()
+    return str(value)
+
+
+def decode(args: dict[str, Any]) -> JobPayload:
+    """A job's arguments back to a payload; `InvalidInputError` names what is wrong."""
+    if args.get("v") != FORMAT:
+        raise InvalidInputError("v", f"unknown job payload version {args.get('v')!r}")
+    for name in ("app", "user", "thread"):
+        if not isinstance(args.get(name), str):
+            raise InvalidInputError(name, "must be a string in the job payload")
+    raw = args.get("messages")
+    if not isinstance(raw, list):
+        raise InvalidInputError("messages", "must be a list in the job payload")
+    try:
+        messages = tuple(messages_from_dict(raw))
+    except Exception as exc:
+        raise InvalidInputError("messages", f"cannot be decoded: {exc}") from None
+    return JobPayload(UserKey(args["app"], args["user"]), args["thread"], messages)
+
+
+def lock_keys(queue: str, user: UserKey, thread_id: str) -> tuple[str, str]:
+    """(lock, queueing lock): JSON arrays, so no separator in a name can make two collide."""
+    lock = json.dumps([queue, user.app_name, user.user_id], separators=(",", ":"))
+    queueing = json.dumps([queue, user.app_name, user.user_id, thread_id], separators=(",", ":"))
+    return lock, queueing
+
+
+class Merge(str, Enum):
+    """What a new payload does to the thread's pending job (same queueing lock)."""
+
+    REPLACE = "replace"
+    """The new one is as new or newer: it becomes the pending job's payload."""
+    KEEP = "keep"
+    """The new one is an older snapshot the pending job already covers."""
+    SEPARATE = "separate"
+    """Neither contains the other's last message (the history was rewritten between
+    them): the new one is queued as a job of its own, after the pending one."""
+
+
+def _last_key(messages: Sequence[BaseMessage]) -> bytes | None:
+    return message_keys(messages[-1:]) if messages else None
+
+
+def _contains(messages: Sequence[BaseMessage], key: bytes) -> bool:
+    keys = message_keys(messages)
+    return any(keys[i : i + KEY_BYTES] == key for i in range(0, len(keys), KEY_BYTES))
+
+
+def merge(pending: Sequence[BaseMessage], new: Sequence[BaseMessage]) -> Merge:
+    """Compare two payloads of one thread (see `Merge`)."""
+    last_pending, last_new = _last_key(pending), _last_key(new)
+    if last_pending is None or _contains(new, last_pending):
+        return Merge.REPLACE
+    if last_new is None or _contains(pending, last_new):
+        return Merge.KEEP
+    return Merge.SEPARATE

@@ -1,0 +1,159 @@
+"""`QueueStats`: what the queue holds, from procrastinate's tables, plus the producer's counters."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+__all__ = [
+    "FAILED_JOBS",
+    "RETRY_FAILED",
+    "STATS_QUERIES",
+    "FailedJob",
+    "ProducerCounters",
+    "QueueStats",
+    "failed_from_row",
+    "stats_from_rows",
+]
+
+TASK_NAME = "langmem_trpc.extract"
+
+_WHERE = "queue_name = %(queue)s AND task_name = %(task)s"
+STATUS_COUNTS = f"SELECT status::text AS status, count(*) AS n FROM procrastinate_jobs WHERE {_WHERE} GROUP BY status"
+OLDEST_PENDING = f"""
+SELECT extract(epoch FROM now() - min(e.at))::float8 AS age FROM procrastinate_events e
+WHERE e.type = 'deferred' AND e.job_id = (
+    SELECT min(id) FROM procrastinate_jobs WHERE {_WHERE} AND status = 'todo')"""
+PER_USER = f"""
+SELECT args->>'app' AS app, args->>'user' AS "user", count(*) AS n FROM procrastinate_jobs
+WHERE {_WHERE} AND status IN ('todo', 'doing') GROUP BY 1, 2 ORDER BY 3 DESC, 1, 2
+LIMIT %(top)s"""
+STATS_QUERIES = (STATUS_COUNTS, OLDEST_PENDING, PER_USER)
+FAILED_JOBS = """
+SELECT j.id, j.status::text AS status, j.attempts, j.args->>'app' AS app, j.args->>'user' AS "user",
+    j.args->>'thread' AS thread, jsonb_array_length(j.args->'messages') AS messages,
+    (SELECT max(e.at) FROM procrastinate_events e WHERE e.job_id = j.id) AS at
+FROM procrastinate_jobs j WHERE j.queue_name = %(queue)s AND j.task_name = %(task)s
+    AND j.status IN ('failed', 'aborted')
+ORDER BY j.id LIMIT %(limit)s"""
+RETRY_FAILED = f"""
+UPDATE procrastinate_jobs SET status = 'todo', scheduled_at = now(), queueing_lock = NULL
+WHERE id = %(id)s AND {_WHERE} AND status IN ('failed', 'aborted') RETURNING id"""
+"""Back in the queue, due now; without its queueing lock, so it never collides with the
+thread's waiting job (it runs before it: same user lock, older id)."""
+
+
+@dataclass(frozen=True)
+class QueueStats:
+    """One look at the queue (one queue name) and at this producer.
+
+    `per_user_lag` maps "app/user" to the user's unfinished jobs (waiting or
+    running), most first, at most `top` users (`stats(top=...)`).
+    """
+
+    depth: int
+    """Jobs waiting (`todo`, including retries waiting for their backoff)."""
+    running: int
+    """Jobs a worker is running (`doing`)."""
+    oldest_pending_seconds: float | None
+    """Age of the oldest waiting job since it was first queued; None when none waits."""
+    per_user_lag: dict[str, int]
+    failed: int
+    """Jobs that failed every retry (`langmem-trpc jobs failed --db ...` lists them)."""
+    succeeded: int
+    enqueued: int = 0
+    """Jobs this producer queued."""
+    collapsed: int = 0
+    """Enqueues this producer merged into a thread's waiting job."""
+    nothing_new: int = 0
+    """Enqueues with nothing new after the cursor (nothing queued)."""
+    producer_errors: int = 0
+    """Enqueues of this producer that failed on the database (logged, raised as BackendError)."""
+    rejected: int = 0
+    """Enqueues refused before any write (bad input, payload over the cap)."""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class FailedJob:
+    """A queued job that failed every retry (or was aborted), for `jobs failed`."""
+
+    id: int
+    status: str
+    attempts: int
+    app_name: str | None
+    user_id: str | None
+    thread_id: str | None
+    messages: int
+    at: datetime | None
+    """When its last event (failure) happened."""
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "kind": "queue_job",
+            "id": f"job:{self.id}",
+            "status": self.status,
+            "attempts": self.attempts,
+            "app_name": self.app_name,
+            "user_id": self.user_id,
+            "thread_id": self.thread_id,
+            "messages": self.messages,
+            "at": None if self.at is None else self.at.isoformat(),
+        }
+
+
+def failed_from_row(row: dict[str, Any]) -> FailedJob:
+    return FailedJob(
+        id=int(row["id"]),
+        status=row["status"],
+        attempts=int(row["attempts"]),
+        app_name=row["app"],
+        user_id=row["user"],
+        thread_id=row["thread"],
+        messages=int(row["messages"] or 0),
+        at=row["at"],
+    )
+
+
+class ProducerCounters:
+    """Thread-safe counters of one `PostgresJobQueue`."""
+
+    NAMES = ("enqueued", "collapsed", "nothing_new", "producer_errors", "rejected")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._values = dict.fromkeys(self.NAMES, 0)
+
+    def bump(self, name: str) -> None:
+        with self._lock:
+            self._values[name] += 1
+
+    def snapshot(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._values)
+
+
+def stats_from_rows(
+    statuses: Sequence[dict[str, Any]],
+    oldest: Sequence[dict[str, Any]],
+    users: Sequence[dict[str, Any]],
+    counters: dict[str, int],
+) -> QueueStats:
+    counts = {row["status"]: int(row["n"]) for row in statuses}
+    age = oldest[0]["age"] if oldest else None
+    return QueueStats(
+        depth=counts.get("todo", 0),
+        running=counts.get("doing", 0),
+        oldest_pending_seconds=None if age is None else max(0.0, float(age)),
+        per_user_lag={f"{r['app']}/{r['user']}": int(r["n"]) for r in users},
+        failed=counts.get("failed", 0),
+        succeeded=counts.get("succeeded", 0),
+        enqueued=counters.get("enqueued", 0),
+        collapsed=counters.get("collapsed", 0),
+        nothing_new=counters.get("nothing_new", 0),
+        producer_errors=counters.get("producer_errors", 0),
+        rejected=counters.get("rejected", 0),
+    )

@@ -1,0 +1,467 @@
+"""`PostgresJobQueue`: the producer side of the durable extraction queue.
+
+Jobs live in procrastinate's tables on PostgreSQL (`setup()` creates them);
+`langmem-trpc worker` processes (`queue.worker`) consume them with the same
+`run_job` as the in-process `AutoMemoryWorker`. The producer interface is the
+in-process worker's (`enqueue` / `aenqueue(user, thread_id, messages)`), so
+`MemoryCheckpointer(saver, queue)` and `MemoryIngestMiddleware(queue)` take
+either. What one enqueue does is in `_plan.py`, the payload in `_payload.py`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from langchain_core.messages import BaseMessage
+
+from ..errors import BackendError, ConfigurationError, InvalidInputError, LangmemTrpcError
+from ..extraction.worker import check_job_input
+from ..service.protocol import MemoryService
+from ..types import ExtractionCursor, UserKey
+from ._payload import JobPayload, Merge
+from ._plan import (
+    Collapse,
+    EnqueueOutcome,
+    PlanStep,
+    ReadCursor,
+    SubmitJob,
+    collapse_decision,
+    enqueue_plan,
+)
+from ._stats import (
+    FAILED_JOBS,
+    OLDEST_PENDING,
+    PER_USER,
+    RETRY_FAILED,
+    STATUS_COUNTS,
+    TASK_NAME,
+    FailedJob,
+    ProducerCounters,
+    QueueStats,
+    failed_from_row,
+    stats_from_rows,
+)
+
+if TYPE_CHECKING:
+    from psycopg_pool import AsyncConnectionPool, ConnectionPool
+
+__all__ = ["PostgresJobQueue"]
+
+logger = logging.getLogger(__name__)
+
+SETUP_LOCK = 0x6C616E67  # advisory lock key of the schema setup ("lang")
+WAITING = "SELECT id, args FROM procrastinate_jobs WHERE queueing_lock = %s AND status = 'todo' FOR UPDATE"
+REPLACE = "UPDATE procrastinate_jobs SET args = %s::jsonb WHERE id = %s"
+DEFER = """SELECT unnest(procrastinate_defer_jobs_v1(ARRAY[ROW(%s, %s, 0, %s, %s, %s::jsonb, NULL)
+    ::procrastinate_job_to_defer_v1])) AS id"""
+"""procrastinate's own defer function (what `Task.defer` runs), with plain parameters: binding
+the composite type row by row is cheaper than procrastinate's text dump of it."""
+
+
+def _queueing_lock_constraint() -> str:
+    from procrastinate.manager import QUEUEING_LOCK_CONSTRAINT
+
+    return QUEUEING_LOCK_CONSTRAINT
+
+
+class PostgresJobQueue:
+    """A durable extraction queue on PostgreSQL, built on procrastinate.
+
+    Args:
+        conninfo: the database of the queue (normally the one the memories live in).
+        pool: a `psycopg_pool.ConnectionPool` (or `AsyncConnectionPool`) to use instead;
+            it stays open at `close()`. With an async pool, `aenqueue` uses it natively
+            and sync calls use a small pool of their own on the same conninfo.
+        app_name: the `application_name` of the queue's own connections (what
+            `pg_stat_activity` shows).
+        queue: procrastinate queue name; workers consume one queue.
+        max_payload_bytes: cap on one job's JSON arguments; a longer delta is queued as
+            consecutive jobs, a message that cannot fit raises `QueuePayloadTooLargeError`.
+        service: where the extraction cursors are read from when the memories do not live
+            in the queue's database (default: read from the queue's database directly).
+        connect_timeout: seconds to wait for a connection before an enqueue fails
+            (`BackendError`; counted in `stats().producer_errors`).
+        pool_size: connections of the queue's own pool (all opened at construction, in
+            the background).
+
+    A job is durable once `enqueue` returns: its transaction has committed.
+
+    Example:
+        ```python
+        with PostgresJobQueue("postgresql://...") as queue:
+            queue.setup()
+            queue.enqueue(user, "thread-1", state["messages"])
+        ```
+    """
+
+    def __init__(
+        self,
+        conninfo: str | None = None,
+        *,
+        pool: ConnectionPool[Any] | AsyncConnectionPool[Any] | None = None,
+        app_name: str = "langmem",
+        queue: str = "langmem",
+        max_payload_bytes: int = 1_000_000,
+        service: MemoryService | None = None,
+        connect_timeout: float = 2.0,
+        pool_size: int = 4,
+    ) -> None:
+        try:
+            import procrastinate  # noqa: F401 - the worker side; checked here for a clear error
+            from psycopg_pool import AsyncConnectionPool, ConnectionPool
+        except ImportError as exc:  # pragma: no cover - the [queue] extra
+            raise ConfigurationError(
+                "PostgresJobQueue needs the [queue] extra: pip install 'langmem-trpc[queue]'"
+            ) from exc
+        from ..backends.postgres._conninfo import checked_conninfo
+
+        if (conninfo is None) == (pool is None):
+            raise ConfigurationError("PostgresJobQueue needs exactly one of conninfo or pool")
+        if pool is not None and not isinstance(pool, (ConnectionPool, AsyncConnectionPool)):
+            raise ConfigurationError(
+                f"pool must be a psycopg_pool ConnectionPool or AsyncConnectionPool, "
+                f"not {type(pool).__name__}"
+            )
+        if not isinstance(queue, str) or not queue.strip():
+            raise ConfigurationError("queue must be a non-empty string")
+        if max_payload_bytes < 1024:
+            raise ConfigurationError("max_payload_bytes must be >= 1024")
+        if connect_timeout <= 0 or pool_size < 1:
+            raise ConfigurationError("connect_timeout must be > 0 and pool_size >= 1")
+        if service is not None and not isinstance(service, MemoryService):
+            raise ConfigurationError(
+                f"service must be a MemoryService, got {type(service).__name__}"
+            )
+        self.app_name = app_name
+        self.queue = queue
+        self.max_payload_bytes = max_payload_bytes
+        self.service = service
+        self.connect_timeout = connect_timeout
+        self._counters = ProducerCounters()
+        self._async_pool: Any = pool if isinstance(pool, AsyncConnectionPool) else None
+        self._owns_pool = not isinstance(pool, ConnectionPool)
+        if isinstance(pool, ConnectionPool):
+            self._pool: Any = pool
+        else:
+            target: Any = checked_conninfo(conninfo) if conninfo is not None else pool.conninfo  # type: ignore[union-attr]
+            self._pool = ConnectionPool(
+                target,
+                min_size=pool_size,  # opened in the background now, not by a burst of enqueues
+                max_size=pool_size,
+                timeout=connect_timeout,
+                kwargs={
+                    "autocommit": True,
+                    "connect_timeout": max(1, math.ceil(connect_timeout)),
+                    "application_name": app_name,
+                },
+                open=False,
+                name=f"langmem-queue-{queue}",
+            )
+            self._pool.open(wait=False)
+        self._closed = False
+
+    # -- lifecycle ----------------------------------------------------------
+
+    def setup(self) -> None:
+        """Create procrastinate's schema when it is missing (idempotent, safe to race)."""
+        from procrastinate.schema import SchemaManager
+
+        schema = SchemaManager.get_schema()
+        with self._connection() as conn, conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (SETUP_LOCK,))
+            row = conn.execute("SELECT to_regclass('procrastinate_jobs') IS NOT NULL").fetchone()
+            if not (row and row[0]):
+                conn.execute(schema)  # type: ignore[arg-type]  # procrastinate's own SQL
+                logger.info("queue: created procrastinate's schema")
+
+    async def asetup(self) -> None:
+        await asyncio.to_thread(self.setup)
+
+    def close(self) -> None:
+        """Close the pools this queue opened (a pool passed in stays open)."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._owns_pool:
+            self._pool.close()
+
+    async def aclose(self) -> None:
+        await asyncio.to_thread(self.close)
+
+    def __enter__(self) -> PostgresJobQueue:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> PostgresJobQueue:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    # -- producing ----------------------------------------------------------
+
+    def enqueue(
+        self, user: UserKey, thread_id: str, messages: Sequence[BaseMessage], **_: Any
+    ) -> EnqueueOutcome:
+        """Queue the thread's delta since its cursor; durable once this returns.
+
+        Raises `InvalidInputError` (nothing written) for bad input or a message too big
+        for `max_payload_bytes`, `BackendError` when the database cannot be reached within
+        `connect_timeout` (logged and counted). Extra keyword arguments of the in-process
+        worker (`cancel=`) are accepted and ignored: a queued job never runs in the caller.
+        """
+        payload = self._payload(user, thread_id, messages)
+        with self._accounted(payload):
+            outcome = self._drive(payload)
+        self._counters.bump(_COUNTER[outcome])
+        return outcome
+
+    async def aenqueue(
+        self, user: UserKey, thread_id: str, messages: Sequence[BaseMessage]
+    ) -> EnqueueOutcome:
+        """`enqueue` for async callers; never blocks the event loop.
+
+        With an `AsyncConnectionPool` it runs on it; otherwise in a worker thread.
+        """
+        payload = self._payload(user, thread_id, messages)
+        if self._async_pool is None:
+            return await asyncio.to_thread(self.enqueue, user, thread_id, payload.messages)
+        with self._accounted(payload):
+            outcome = await self._adrive(payload)
+        self._counters.bump(_COUNTER[outcome])
+        return outcome
+
+    def stats(self, *, top: int = 20) -> QueueStats:
+        """Depth, running, oldest waiting age, per-user lag, failed jobs, producer counters."""
+        params = {"queue": self.queue, "task": TASK_NAME, "top": top}
+        from psycopg.rows import dict_row
+
+        with self._connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+            rows = [
+                cur.execute(q, params).fetchall() for q in (STATUS_COUNTS, OLDEST_PENDING, PER_USER)
+            ]
+        return stats_from_rows(rows[0], rows[1], rows[2], self._counters.snapshot())
+
+    def failed_jobs(self, *, limit: int = 100) -> list[FailedJob]:
+        """Jobs of this queue that failed every retry (or were aborted), oldest first."""
+        from psycopg.rows import dict_row
+
+        params = {"queue": self.queue, "task": TASK_NAME, "limit": limit}
+        with self._connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+            rows = cur.execute(FAILED_JOBS, params).fetchall()
+        return [failed_from_row(row) for row in rows]
+
+    def retry_failed(self, job_id: int) -> bool:
+        """Put a failed (or aborted) job back in the queue, due now; False if there is none."""
+        params = {"queue": self.queue, "task": TASK_NAME, "id": job_id}
+        with self._connection() as conn, conn.transaction():
+            return conn.execute(RETRY_FAILED, params).fetchone() is not None
+
+    def counters(self) -> dict[str, int]:
+        """This producer's counters without a database round trip (what `stats()` adds)."""
+        return self._counters.snapshot()
+
+    async def astats(self, *, top: int = 20) -> QueueStats:
+        return await asyncio.to_thread(self.stats, top=top)
+
+    # -- internals ----------------------------------------------------------
+
+    def _payload(
+        self, user: UserKey, thread_id: str, messages: Sequence[BaseMessage]
+    ) -> JobPayload:
+        try:
+            return JobPayload(user, thread_id, check_job_input(user, thread_id, messages))
+        except InvalidInputError:
+            self._counters.bump("rejected")
+            raise
+
+    @contextmanager
+    def _accounted(self, payload: JobPayload) -> Iterator[None]:
+        """Count a refused or failed enqueue; a driver error becomes `BackendError`."""
+        import psycopg
+
+        try:
+            yield
+        except InvalidInputError:
+            self._counters.bump("rejected")
+            raise
+        except LangmemTrpcError as exc:  # BackendError of a service's cursor read
+            self._failed(payload, exc)
+            raise
+        except psycopg.errors.UndefinedTable as exc:
+            self._failed(payload, exc)
+            raise BackendError(
+                f"could not enqueue for {payload.user}: a table is missing; run the queue's "
+                "setup() and the memory service's setup() on this database (or pass service=)"
+            ) from exc
+        except psycopg.Error as exc:  # includes psycopg_pool.PoolTimeout
+            self._failed(payload, exc)
+            raise BackendError(
+                f"could not enqueue for {payload.user}: {type(exc).__name__}"
+            ) from exc
+
+    def _failed(self, payload: JobPayload, exc: BaseException) -> None:
+        self._counters.bump("producer_errors")
+        logger.warning(
+            "queue: enqueue failed for %s thread %r: %s: %s",
+            payload.user, payload.thread_id, type(exc).__name__, exc,
+        )  # fmt: skip
+
+    def _connection(self) -> Any:
+        if self._closed:
+            raise ConfigurationError("the queue is closed")
+        return self._pool.connection(timeout=self.connect_timeout)
+
+    def _drive(self, payload: JobPayload) -> EnqueueOutcome:
+        """Run one enqueue plan; once more on a fresh connection when the pooled one turns
+        out dead at the first statement (the server restarted since it was opened)."""
+        import psycopg
+
+        for attempt in range(2):
+            plan = enqueue_plan(self.queue, payload, self.max_payload_bytes)
+            with self._connection() as conn:
+                value: Any = None
+                sent = False
+                try:
+                    while True:
+                        try:
+                            step = plan.send(value)
+                        except StopIteration as stop:
+                            result: EnqueueOutcome = stop.value
+                            return result
+                        value = self._step(conn, step)
+                        sent = True
+                except psycopg.OperationalError:
+                    if sent or attempt or not conn.broken:
+                        raise
+                    logger.info("queue: a pooled connection was dead; enqueueing on a new one")
+            self._pool.check()  # drop the other dead idle connections too
+        raise AssertionError("unreachable")
+
+    def _step(self, conn: Any, step: PlanStep) -> Any:
+        from psycopg.errors import UniqueViolation
+
+        if isinstance(step, ReadCursor):
+            return self._cursor(conn, step)
+        if isinstance(step, SubmitJob):
+            try:
+                if conn.autocommit:  # one statement: no transaction needed
+                    conn.execute(DEFER, self._defer_params(step))
+                else:  # a savepoint keeps the caller's pool transaction usable
+                    with conn.transaction():
+                        conn.execute(DEFER, self._defer_params(step))
+            except UniqueViolation as exc:
+                if exc.diag.constraint_name != _queueing_lock_constraint():
+                    raise
+                return False
+            return True
+        with conn.transaction():
+            row = conn.execute(WAITING, (step.queueing_lock,)).fetchone()
+            if row is None:
+                return None
+            decision = collapse_decision(row[1], step.messages)
+            if decision == Merge.REPLACE:
+                conn.execute(REPLACE, (step.args, row[0]))
+            return decision
+
+    def _cursor(self, conn: Any, step: ReadCursor) -> ExtractionCursor | None:
+        if self.service is not None:
+            return self.service.get_cursor(step.user, step.thread_id)
+        from psycopg.rows import dict_row
+
+        from ..backends.postgres._claims import SELECT_CURSOR, cursor_from_row
+        from ..backends.postgres._sql import user_params
+
+        with conn.cursor(row_factory=dict_row) as cur:
+            row = cur.execute(
+                SELECT_CURSOR, user_params(step.user, thread=step.thread_id)
+            ).fetchone()
+        return None if row is None else cursor_from_row(row)
+
+    async def _adrive(self, payload: JobPayload) -> EnqueueOutcome:
+        """`_drive` on the caller's async pool."""
+        import psycopg
+
+        for attempt in range(2):
+            plan = enqueue_plan(self.queue, payload, self.max_payload_bytes)
+            async with self._async_pool.connection(timeout=self.connect_timeout) as conn:
+                value: Any = None
+                sent = False
+                try:
+                    while True:
+                        try:
+                            step = plan.send(value)
+                        except StopIteration as stop:
+                            result: EnqueueOutcome = stop.value
+                            return result
+                        value = await self._astep(conn, step)
+                        sent = True
+                except psycopg.OperationalError:
+                    if sent or attempt or not conn.broken:
+                        raise
+                    logger.info("queue: a pooled connection was dead; enqueueing on a new one")
+            await self._async_pool.check()  # drop the other dead idle connections too
+        raise AssertionError("unreachable")
+
+    async def _astep(self, conn: Any, step: PlanStep) -> Any:
+        if isinstance(step, ReadCursor):
+            return await self._acursor(conn, step)
+        if isinstance(step, SubmitJob):
+            return await self._asubmit(conn, step)
+        return await self._acollapse(conn, step)
+
+    async def _acursor(self, conn: Any, step: ReadCursor) -> ExtractionCursor | None:
+        if self.service is not None:
+            return await self.service.aget_cursor(step.user, step.thread_id)
+        from psycopg.rows import dict_row
+
+        from ..backends.postgres._claims import SELECT_CURSOR, cursor_from_row
+        from ..backends.postgres._sql import user_params
+
+        params = user_params(step.user, thread=step.thread_id)
+        async with conn.cursor(row_factory=dict_row) as cur:
+            row = await (await cur.execute(SELECT_CURSOR, params)).fetchone()
+        return None if row is None else cursor_from_row(row)
+
+    async def _asubmit(self, conn: Any, step: SubmitJob) -> bool:
+        from psycopg.errors import UniqueViolation
+
+        try:
+            if conn.autocommit:  # one statement: no transaction needed
+                await conn.execute(DEFER, self._defer_params(step))
+            else:  # a savepoint keeps the caller's pool transaction usable
+                async with conn.transaction():
+                    await conn.execute(DEFER, self._defer_params(step))
+        except UniqueViolation as exc:
+            if exc.diag.constraint_name != _queueing_lock_constraint():
+                raise
+            return False
+        return True
+
+    async def _acollapse(self, conn: Any, step: Collapse) -> Merge | None:
+
+        async with conn.transaction():
+            row = await (await conn.execute(WAITING, (step.queueing_lock,))).fetchone()
+            if row is None:
+                return None
+            decision: Merge = collapse_decision(row[1], step.messages)
+            if decision == Merge.REPLACE:
+                await conn.execute(REPLACE, (step.args, row[0]))
+            return decision
+
+    def _defer_params(self, step: SubmitJob) -> tuple[Any, ...]:
+        return (self.queue, TASK_NAME, step.lock, step.queueing_lock, step.args)
+
+
+_COUNTER = {
+    EnqueueOutcome.QUEUED: "enqueued",
+    EnqueueOutcome.COLLAPSED: "collapsed",
+    EnqueueOutcome.NOTHING_NEW: "nothing_new",
+}

@@ -1,0 +1,405 @@
+"""`QueueWorker`: the consumer of `PostgresJobQueue`, run by `langmem-trpc worker`.
+
+A procrastinate worker fetches jobs of one queue; each job runs
+`AutoMemoryWorker.process`, i.e. the same `run_job` as the in-process worker
+(checkers, update policy, reconcile, the cursor compare-and-set under the
+thread's claim, failed attempts and dead letters), in a thread of this
+worker's own pool, so `concurrency` jobs run at once. What it adds:
+
+- **Order:** jobs carry procrastinate's lock on (queue, app, user): one user's
+  jobs run one at a time, oldest first, across every worker process.
+- **Job timeout:** `job_timeout` is `run_job`'s deadline; the extractor call
+  gets the remaining time and is cancelled at the deadline (`extraction.calls`).
+- **Retries:** a job that failed or ran out of time (status FAILED or PARTIAL)
+  raises, and procrastinate retries it after 2, 4, 8 ... s (`retry_wait`, capped at
+  300 s) up to `retries` times, then marks it failed (`langmem-trpc jobs failed`).
+  `run_job` counts failed attempts on a batch too: after `max_attempts` the batch is
+  dead-lettered and the job succeeds, so keep `retries` above `max_attempts`.
+  A bad payload is not retried. While a job waits for its retry, the same user's
+  later jobs wait behind it (per-user order: procrastinate runs the oldest job of
+  a lock first).
+- **Graceful stop:** SIGTERM / SIGINT (or `stop()`) stops fetching and waits up
+  to `shutdown_timeout` (default: the job timeout + 10 s) for running jobs; jobs
+  still running then are put back in the queue at once (their threads still end
+  within the job timeout before the process exits; a re-run skips what they
+  finished, by the cursor).
+- **Crash safety:** every worker sends a heartbeat (`heartbeat` s). Every
+  `stalled_after / 2` s each worker puts back the running jobs of workers whose
+  heartbeat is older than `stalled_after` s (a SIGKILLed or partitioned worker),
+  never a job running in its own process, and only once it has been connected for
+  `stalled_after` s (after an outage every heartbeat is stale for a moment).
+  The cursor compare-and-set makes a re-run of a half-done job extract only what
+  its cursor does not cover yet. A retried job's thread waits for the dead job's
+  claim to expire (`claim_ttl`).
+- **Outages:** procrastinate's worker rides out a short outage itself (its side
+  tasks log the errors and go on); when it stops or fails to start, this one
+  reconnects with backoff (1 s doubling to 30 s) and goes on.
+
+A job clears its own queueing lock when it starts: a retried job never collides
+with the thread's next waiting job, which then simply runs after it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from ..errors import ConfigurationError, InvalidInputError, LangmemTrpcError
+from ..extraction.checkers import Checker
+from ..extraction.extractor import Extractor
+from ..extraction.job import JobReport, JobStatus
+from ..extraction.stats import WorkerStats
+from ..extraction.worker import AutoMemoryWorker
+from ..service.protocol import MemoryService
+from ._payload import decode
+from ._stats import TASK_NAME
+
+__all__ = ["JobIncompleteError", "QueueWorker"]
+
+logger = logging.getLogger(__name__)
+
+UNLOCK = "UPDATE procrastinate_jobs SET queueing_lock = NULL WHERE id = %(id)s AND queueing_lock IS NOT NULL"
+READY = """SELECT EXISTS (SELECT 1 FROM procrastinate_jobs WHERE queue_name = %(queue)s
+    AND status = 'todo' AND (scheduled_at IS NULL OR scheduled_at <= now())) AS ready"""
+MAX_BACKOFF = 300.0
+RECONNECT_MAX = 30.0
+
+
+class JobIncompleteError(LangmemTrpcError):
+    """A queued job did not finish its delta (failed, or timed out part way): it is retried."""
+
+
+def _retry_strategy(retries: int, wait: float) -> Any:
+    from procrastinate.retry import BaseRetryStrategy, RetryDecision
+
+    class Backoff(BaseRetryStrategy):
+        def get_retry_decision(self, *, exception: BaseException, job: Any) -> Any:
+            if isinstance(exception, InvalidInputError):  # a bad payload stays bad
+                return None
+            if isinstance(exception, asyncio.CancelledError):  # aborted at shutdown
+                return RetryDecision(retry_in={"seconds": 0})
+            if job.attempts >= retries:
+                return None
+            return RetryDecision(retry_in={"seconds": min(MAX_BACKOFF, wait * 2**job.attempts)})
+
+    return Backoff()
+
+
+class QueueWorker:
+    """Consumes one queue of `PostgresJobQueue` (see the module docstring).
+
+    Args:
+        conninfo: the queue's database.
+        service: where memories and cursors live (usually the same database).
+        extractor: `LLMExtractor(model)`, `VerbatimExtractor()` or any `Extractor`.
+        queue: the queue name the producers use.
+        concurrency: jobs run at once by this process.
+        job_timeout, checkers, policy, batch_messages, max_attempts, claim_ttl,
+            max_calls_per_user: as for `AutoMemoryWorker`.
+        retries: procrastinate attempts of one job before it is marked failed
+            (default: `max_attempts + 2`).
+        retry_wait: first backoff in seconds; doubles per attempt (at most 300 s).
+        stalled_after: seconds without heartbeat after which another worker's running
+            jobs are put back in the queue.
+        heartbeat: seconds between heartbeats (default: `stalled_after / 3`, at most 10).
+        shutdown_timeout: seconds a stop waits for running jobs (default job_timeout + 10).
+        poll_interval: seconds between polls when no notification arrives.
+        on_ready: called (no arguments) each time the worker is registered and fetching.
+        delete_succeeded: delete a job's row once it succeeded (`stats().succeeded` then
+            stays 0); failed jobs are always kept for `jobs failed` / `jobs retry`.
+    """
+
+    def __init__(
+        self,
+        conninfo: str,
+        service: MemoryService,
+        extractor: Extractor,
+        *,
+        queue: str = "langmem",
+        concurrency: int = 4,
+        job_timeout: float | None = 30.0,
+        checkers: Sequence[Checker] | None = None,
+        policy: str = "merge_similar",
+        batch_messages: int = 50,
+        max_attempts: int = 3,
+        claim_ttl: float | None = None,
+        max_calls_per_user: int = 4,
+        retries: int | None = None,
+        retry_wait: float = 2.0,
+        stalled_after: float = 30.0,
+        heartbeat: float | None = None,
+        shutdown_timeout: float | None = None,
+        poll_interval: float = 5.0,
+        name: str | None = None,
+        on_ready: Callable[[], None] | None = None,
+        delete_succeeded: bool = False,
+    ) -> None:
+        if concurrency < 1:
+            raise ConfigurationError("concurrency must be >= 1")
+        if stalled_after <= 0 or retry_wait < 0 or poll_interval <= 0:
+            raise ConfigurationError("stalled_after and poll_interval must be > 0, retry_wait >= 0")
+        if retries is not None and retries < 0:
+            raise ConfigurationError("retries must be >= 0")
+        self.processor = AutoMemoryWorker(
+            service,
+            extractor,
+            checkers=checkers,
+            job_timeout=job_timeout,
+            batch_messages=batch_messages,
+            policy=policy,
+            max_attempts=max_attempts,
+            claim_ttl=claim_ttl,
+            max_calls_per_user=max_calls_per_user,
+        )
+        self.conninfo = conninfo
+        self.queue = queue
+        self.concurrency = concurrency
+        self.retries = max_attempts + 2 if retries is None else retries
+        self.stalled_after = stalled_after
+        self.heartbeat = heartbeat if heartbeat is not None else min(10.0, stalled_after / 3)
+        if shutdown_timeout is None and job_timeout is not None:
+            shutdown_timeout = job_timeout + 10.0
+        self.shutdown_timeout = shutdown_timeout
+        self.poll_interval = poll_interval
+        self.name = name or f"langmem-{queue}"
+        self.on_ready = on_ready
+        self.delete_succeeded = delete_succeeded
+        self.app = self._make_app(retry_wait)
+        self._executor: ThreadPoolExecutor | None = None
+        self._stopping = threading.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._worker: Any = None
+        self._wake: asyncio.Event | None = None
+        self.recovered = 0
+        """Jobs of stalled workers this worker put back in the queue."""
+        self._running: set[int] = set()
+        """Ids of the jobs running in this process (whatever worker id fetched them)."""
+
+    # -- building -------------------------------------------------------------
+
+    def _make_app(self, retry_wait: float) -> Any:
+        try:
+            from procrastinate import App, PsycopgConnector
+        except ImportError as exc:  # pragma: no cover - the [queue] extra
+            raise ConfigurationError(
+                "QueueWorker needs the [queue] extra: pip install 'langmem-trpc[queue]'"
+            ) from exc
+        connector = PsycopgConnector(
+            conninfo=self.conninfo,
+            min_size=1,
+            max_size=self.concurrency + 4,
+            timeout=10.0,
+            kwargs={"connect_timeout": 5},
+        )
+        app = App(connector=connector)
+        app.task(
+            name=TASK_NAME,
+            queue=self.queue,
+            pass_context=True,
+            retry=_retry_strategy(self.retries, retry_wait),
+        )(self._run_job)
+        return app
+
+    async def _run_job(self, context: Any, /, **args: Any) -> str:
+        """The procrastinate task: one queued job through `run_job`."""
+        job_id = context.job.id
+        self._running.add(job_id)
+        try:
+            await context.app.connector.execute_query_async(UNLOCK, id=job_id)
+            payload = decode(args)
+            loop = asyncio.get_running_loop()
+            assert self._executor is not None
+            report: JobReport = await loop.run_in_executor(
+                self._executor,
+                self.processor.process,
+                payload.user,
+                payload.thread_id,
+                payload.messages,
+            )
+        finally:
+            self._running.discard(job_id)
+        if report.status in (JobStatus.FAILED, JobStatus.PARTIAL):
+            raise JobIncompleteError(f"{report.status.value}: {report.error}")
+        return str(report.status.value)
+
+    # -- running --------------------------------------------------------------
+
+    def run(self, *, drain: bool = False) -> None:
+        """Run until SIGTERM / SIGINT or `stop()`; blocks (its own event loop).
+
+        `drain=True`: return once no job is ready to run (for scripts and tests).
+        """
+        signals = threading.current_thread() is threading.main_thread()
+        asyncio.run(self._main(signals=signals, drain=drain))
+
+    async def arun(self, *, drain: bool = False) -> None:
+        """Run in the caller's event loop until `stop()` (no signal handlers)."""
+        await self._main(signals=False, drain=drain)
+
+    def stop(self) -> None:
+        """Stop fetching; running jobs finish (or are put back after `shutdown_timeout`)."""
+        self._stopping.set()
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self._stop_in_loop)
+
+    def stats(self) -> WorkerStats:
+        """The job counters of this worker process (`AutoMemoryWorker.stats()`)."""
+        return self.processor.stats()
+
+    def _stop_in_loop(self) -> None:
+        if self._worker is not None:
+            self._worker.stop()
+        if self._wake is not None:
+            self._wake.set()
+
+    async def _main(self, *, signals: bool, drain: bool) -> None:
+        self._stopping.clear()
+        self._loop = asyncio.get_running_loop()
+        self._wake = asyncio.Event()
+        self._executor = ThreadPoolExecutor(self.concurrency, thread_name_prefix="langmem-queue")
+        if signals:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                self._loop.add_signal_handler(sig, self.stop)
+        recover = asyncio.create_task(self._recover_loop(), name="langmem-recover-stalled")
+        try:
+            await self._serve(drain)
+        finally:
+            self._stopping.set()
+            self._wake.set()
+            await asyncio.gather(recover, return_exceptions=True)
+            if signals:
+                for sig in (signal.SIGTERM, signal.SIGINT):
+                    self._loop.remove_signal_handler(sig)
+            self._executor.shutdown(wait=True)
+            self.processor.close()
+            self._loop = None
+
+    async def _serve(self, drain: bool) -> None:
+        """Run procrastinate's worker; reconnect with backoff when the database fails."""
+        from procrastinate import worker as worker_module
+
+        backoff = 1.0
+        while not self._stopping.is_set():
+            try:
+                async with self.app.open_async():
+                    self._worker = worker_module.Worker(
+                        app=self.app,
+                        queues=[self.queue],
+                        name=self.name,
+                        concurrency=self.concurrency,
+                        wait=not drain,
+                        fetch_job_polling_interval=self.poll_interval,
+                        abort_job_polling_interval=self.poll_interval,
+                        shutdown_graceful_timeout=self.shutdown_timeout,
+                        install_signal_handlers=False,
+                        update_heartbeat_interval=self.heartbeat,
+                        stalled_worker_timeout=self.stalled_after,
+                        delete_jobs="successful" if self.delete_succeeded else "never",
+                    )
+                    if self._stopping.is_set():
+                        return
+                    ready = asyncio.create_task(self._announce(self._worker))
+                    try:
+                        await self._worker.run()
+                    finally:
+                        ready.cancel()
+                backoff = 1.0
+                if drain:
+                    if not await self._ready_jobs():
+                        return
+                    await self._sleep(0.1)  # jobs waiting on a lock another worker holds
+                    continue
+            except Exception as exc:
+                if self._stopping.is_set():
+                    return
+                logger.warning(
+                    "queue worker: database error (%s: %s); reconnecting in %.0f s",
+                    type(exc).__name__, exc, backoff,
+                )  # fmt: skip
+            finally:
+                self._worker = None
+            if not self._stopping.is_set():
+                await self._sleep(backoff)
+                backoff = min(RECONNECT_MAX, backoff * 2)
+
+    async def _ready_jobs(self) -> bool:
+        """Whether a job of the queue is waiting and due (drain mode runs until none is)."""
+        async with self.app.open_async():
+            row = await self.app.connector.execute_query_one_async(READY, queue=self.queue)
+        return bool(row["ready"])
+
+    async def _announce(self, worker: Any) -> None:
+        while worker.worker_id is None:  # noqa: ASYNC110 - procrastinate sets it, no event
+            await asyncio.sleep(0.02)
+        logger.info(
+            "queue worker %s ready on queue %r (id %s)", self.name, self.queue, worker.worker_id
+        )
+        if self.on_ready is not None:
+            self.on_ready()
+
+    async def _sleep(self, seconds: float) -> None:
+        assert self._wake is not None
+        try:
+            await asyncio.wait_for(self._wake.wait(), seconds)
+        except TimeoutError:
+            pass
+
+    async def _recover_loop(self) -> None:
+        """`recover_stalled` every `stalled_after / 2` s, once connected for `stalled_after` s.
+
+        After a start or an outage every worker's heartbeat may be stale, its own
+        included: waiting one `stalled_after` lets the live ones beat again first, so
+        only the jobs of workers that are really gone are put back.
+        """
+        connected_since: float | None = None
+        while not self._stopping.is_set():
+            await self._sleep(max(0.5, self.stalled_after / 2))
+            if self._stopping.is_set() or self._worker is None:
+                connected_since = None
+                continue
+            try:
+                if connected_since is None:
+                    await self.app.check_connection_async()
+                    connected_since = time.monotonic()
+                if time.monotonic() - connected_since >= self.stalled_after:
+                    await self.recover_stalled()
+            except Exception as exc:
+                connected_since = None
+                logger.warning(
+                    "queue worker: stalled-job check failed: %s: %s", type(exc).__name__, exc
+                )
+
+    async def recover_stalled(self) -> int:
+        """Put the running jobs of workers without a recent heartbeat back in the queue.
+
+        Jobs still running in this process are never put back, even when the worker id
+        that fetched them went stale (an outage) or was replaced by a reconnect.
+        """
+        manager = self.app.job_manager
+        stalled = await manager.get_stalled_jobs(
+            queue=self.queue, task_name=TASK_NAME, seconds_since_heartbeat=self.stalled_after
+        )
+        count = 0
+        for job in stalled:
+            if job.id in self._running:
+                continue
+            try:
+                await self.app.connector.execute_query_async(UNLOCK, id=job.id)
+                await manager.retry_job(job)
+            except Exception as exc:  # another worker put it back first
+                logger.debug("queue worker: could not retry stalled job %s: %s", job.id, exc)
+                continue
+            count += 1
+            logger.warning(
+                "queue worker: job %s of a stalled worker (no heartbeat for %.0f s) put back",
+                job.id, self.stalled_after,
+            )  # fmt: skip
+        self.recovered += count
+        return count

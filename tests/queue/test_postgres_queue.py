@@ -1,0 +1,407 @@
+"""PostgresJobQueue and QueueWorker against the suite's real PostgreSQL (one database per test)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from langchain_core.messages import BaseMessage, HumanMessage, messages_from_dict
+
+from langmem_trpc import UserKey
+from langmem_trpc.backends.postgres import PostgresMemoryService
+from langmem_trpc.errors import BackendError, InvalidInputError, QueuePayloadTooLargeError
+from langmem_trpc.extraction import ExtractionRequest, MemoryOp, VerbatimExtractor
+from langmem_trpc.queue import EnqueueOutcome, PostgresJobQueue, QueueWorker
+
+USER = UserKey("queue-unit", "alice")
+
+
+def history(count: int, start: int = 0, prefix: str = "m") -> list[BaseMessage]:
+    return [
+        HumanMessage(f"fact number {i} about {prefix}", id=f"{prefix}{i}")
+        for i in range(start, count)
+    ]
+
+
+@pytest.fixture
+def service(pg_url: str) -> Iterator[PostgresMemoryService]:
+    svc = PostgresMemoryService(pg_url, pool_size=4)
+    svc.setup()
+    yield svc
+    svc.close()
+
+
+@pytest.fixture
+def queue(pg_url: str, service: PostgresMemoryService) -> Iterator[PostgresJobQueue]:
+    with PostgresJobQueue(pg_url) as q:
+        q.setup()
+        yield q
+
+
+def jobs(url: str) -> list[dict[str, Any]]:
+    with psycopg.connect(url, row_factory=psycopg.rows.dict_row) as conn:
+        return conn.execute(
+            "SELECT id, status::text AS status, queueing_lock, attempts, args"
+            " FROM procrastinate_jobs ORDER BY id"
+        ).fetchall()
+
+
+def payload_ids(job: dict[str, Any]) -> list[str | None]:
+    return [m.id for m in messages_from_dict(job["args"]["messages"])]
+
+
+def drain(
+    url: str, service: PostgresMemoryService, extractor: Any = None, **kw: Any
+) -> QueueWorker:
+    worker = QueueWorker(url, service, extractor or VerbatimExtractor(), poll_interval=0.2, **kw)
+    worker.run(drain=True)
+    return worker
+
+
+def texts(service: PostgresMemoryService, user: UserKey = USER) -> list[str]:
+    return sorted(e.text for e in service.read(user))
+
+
+def test_setup_is_idempotent(queue: PostgresJobQueue) -> None:
+    queue.setup()
+    queue.setup()
+    assert queue.stats().depth == 0
+
+
+def test_payload_over_the_cap_is_refused_naming_size_and_cap(
+    pg_url: str, service: PostgresMemoryService
+) -> None:
+    with PostgresJobQueue(pg_url, max_payload_bytes=2_000) as q:
+        q.setup()
+        big = [HumanMessage("x" * 5_000, id="big")]
+        with pytest.raises(QueuePayloadTooLargeError) as info:
+            q.enqueue(USER, "t", big)
+        assert isinstance(info.value, InvalidInputError)
+        assert info.value.field == "messages"
+        assert info.value.cap == 2_000 and info.value.size > 5_000
+        assert "max_payload_bytes of 2000" in str(info.value)
+        assert str(info.value.size) in str(info.value)
+        assert q.counters()["rejected"] == 1
+        assert q.counters()["producer_errors"] == 0
+    assert jobs(pg_url) == []
+
+
+def test_bad_input_is_refused_before_any_write(queue: PostgresJobQueue, pg_url: str) -> None:
+    with pytest.raises(InvalidInputError) as info:
+        queue.enqueue(USER, "", history(1))
+    assert info.value.field == "thread_id"
+    with pytest.raises(InvalidInputError) as info:
+        queue.enqueue(USER, "t", ["not a message"])  # type: ignore[list-item]
+    assert info.value.field == "messages"
+    assert jobs(pg_url) == []
+
+
+def test_a_waiting_job_of_a_thread_collapses_to_the_newest_messages(
+    queue: PostgresJobQueue, pg_url: str, service: PostgresMemoryService
+) -> None:
+    assert queue.enqueue(USER, "t", history(2)) == EnqueueOutcome.QUEUED
+    assert queue.enqueue(USER, "t", history(4)) == EnqueueOutcome.COLLAPSED
+    waiting = jobs(pg_url)
+    assert len(waiting) == 1
+    assert payload_ids(waiting[0]) == ["m0", "m1", "m2", "m3"]
+    drain(pg_url, service)
+    assert texts(service) == sorted(f"fact number {i} about m" for i in range(4))
+    assert [j["status"] for j in jobs(pg_url)] == ["succeeded"]
+
+
+def test_an_older_snapshot_never_replaces_the_waiting_job(
+    queue: PostgresJobQueue, pg_url: str
+) -> None:
+    queue.enqueue(USER, "t", history(4))
+    assert queue.enqueue(USER, "t", history(2)) == EnqueueOutcome.COLLAPSED
+    assert payload_ids(jobs(pg_url)[0]) == ["m0", "m1", "m2", "m3"]
+
+
+def test_a_rewritten_history_is_queued_as_a_job_of_its_own(
+    queue: PostgresJobQueue, pg_url: str
+) -> None:
+    queue.enqueue(USER, "t", history(3))
+    rewritten = history(2, prefix="r")
+    assert queue.enqueue(USER, "t", rewritten) == EnqueueOutcome.QUEUED
+    waiting = jobs(pg_url)
+    assert [payload_ids(j) for j in waiting] == [["m0", "m1", "m2"], ["r0", "r1"]]
+    assert waiting[1]["queueing_lock"] is None
+
+
+def test_the_payload_is_the_delta_after_the_cursor_with_one_anchor(
+    queue: PostgresJobQueue, pg_url: str, service: PostgresMemoryService
+) -> None:
+    queue.enqueue(USER, "t", history(4))
+    drain(pg_url, service)
+    assert queue.enqueue(USER, "t", history(4)) == EnqueueOutcome.NOTHING_NEW
+    assert queue.enqueue(USER, "t", history(6)) == EnqueueOutcome.QUEUED
+    newest = jobs(pg_url)[-1]
+    assert payload_ids(newest) == ["m3", "m4", "m5"]
+    drain(pg_url, service)
+    assert texts(service) == sorted(f"fact number {i} about m" for i in range(6))
+    # the in-process path still finds the thread's position in the windowed cursor
+    cursor = service.get_cursor(USER, "t")
+    assert cursor is not None and cursor.last_message_id == "m5"
+    assert queue.enqueue(USER, "t", history(6)) == EnqueueOutcome.NOTHING_NEW
+
+
+def test_stats_report_depth_oldest_age_and_per_user_lag(
+    queue: PostgresJobQueue, service: PostgresMemoryService, pg_url: str
+) -> None:
+    bob = UserKey("queue-unit", "bob")
+    queue.enqueue(USER, "t1", history(1))
+    queue.enqueue(USER, "t2", history(1))
+    queue.enqueue(bob, "t1", history(1))
+    time.sleep(0.05)
+    stats = queue.stats()
+    assert stats.depth == 3 and stats.running == 0 and stats.failed == 0
+    assert stats.oldest_pending_seconds is not None and stats.oldest_pending_seconds >= 0.05
+    assert stats.per_user_lag == {"queue-unit/alice": 2, "queue-unit/bob": 1}
+    assert stats.enqueued == 3
+    drain(pg_url, service)
+    after = queue.stats()
+    assert (after.depth, after.oldest_pending_seconds, after.per_user_lag) == (0, None, {})
+    assert after.succeeded == 3
+
+
+def test_an_unreachable_database_fails_fast_and_is_counted() -> None:
+    with PostgresJobQueue("postgresql://127.0.0.1:9/none", connect_timeout=0.5) as q:
+        started = time.monotonic()
+        with pytest.raises(BackendError):
+            q.enqueue(USER, "t", history(1))
+        assert time.monotonic() - started < 3.0
+        assert q.counters()["producer_errors"] == 1
+
+
+class FailOnce(VerbatimExtractor):
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    def extract(self, request: ExtractionRequest) -> list[MemoryOp]:
+        self.calls += 1
+        if self.calls == 1:
+            raise RuntimeError("model down")
+        return super().extract(request)
+
+
+def test_a_failed_job_is_retried_and_then_done(
+    queue: PostgresJobQueue, pg_url: str, service: PostgresMemoryService
+) -> None:
+    queue.enqueue(USER, "t", history(2))
+    extractor = FailOnce()
+    drain(pg_url, service, extractor, retry_wait=0.0)
+    assert extractor.calls == 2
+    assert texts(service) == ["fact number 0 about m", "fact number 1 about m"]
+    (job,) = jobs(pg_url)
+    assert (job["status"], job["attempts"]) == ("succeeded", 2)  # procrastinate counts both runs
+
+
+def test_a_retried_job_does_not_collide_with_the_threads_next_waiting_job(
+    queue: PostgresJobQueue, pg_url: str, service: PostgresMemoryService
+) -> None:
+    """A running job clears its queueing lock, so its retry and a newer waiting job coexist."""
+    queue.enqueue(USER, "t", history(2))
+
+    class EnqueueThenFail(VerbatimExtractor):
+        calls = 0
+
+        def extract(self, request: ExtractionRequest) -> list[MemoryOp]:
+            EnqueueThenFail.calls += 1
+            if EnqueueThenFail.calls == 1:
+                queue.enqueue(USER, "t", history(3))  # the thread's next job waits meanwhile
+                raise RuntimeError("model down")
+            return super().extract(request)
+
+    worker = drain(pg_url, service, EnqueueThenFail(), retry_wait=0.0, stalled_after=4)
+    assert texts(service) == sorted(f"fact number {i} about m" for i in range(3))
+    assert {j["status"] for j in jobs(pg_url)} == {"succeeded"}
+    # without the cleared lock the retry hits the unique index and the job stays 'doing'
+    # until the stalled-job check puts it back
+    assert worker.recovered == 0
+
+
+def test_jobs_of_a_stalled_worker_are_put_back(
+    queue: PostgresJobQueue, pg_url: str, service: PostgresMemoryService
+) -> None:
+    queue.enqueue(USER, "t", history(2))
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        dead = conn.execute(
+            "INSERT INTO procrastinate_workers (last_heartbeat) VALUES (now() - interval '1 hour')"
+            " RETURNING id"
+        ).fetchone()
+        assert dead is not None
+        conn.execute("UPDATE procrastinate_jobs SET status = 'doing', worker_id = %s", (dead[0],))
+    worker = QueueWorker(pg_url, service, VerbatimExtractor(), stalled_after=5)
+    assert asyncio.run(_recover(worker)) == 1
+    (job,) = jobs(pg_url)
+    assert (job["status"], job["queueing_lock"]) == ("todo", None)
+    drain(pg_url, service)
+    assert len(texts(service)) == 2
+
+
+async def _recover(worker: QueueWorker) -> int:
+    async with worker.app.open_async():
+        return await worker.recover_stalled()
+
+
+def test_aenqueue_on_an_async_pool(pg_url: str, service: PostgresMemoryService) -> None:
+    from psycopg_pool import AsyncConnectionPool
+
+    async def main() -> EnqueueOutcome:
+        pool = AsyncConnectionPool(pg_url, min_size=1, max_size=2, open=False)
+        await pool.open()
+        try:
+            q = PostgresJobQueue(pool=pool)
+            q.setup()
+            first = await q.aenqueue(USER, "t", history(1))
+            second = await q.aenqueue(USER, "t", history(2))
+            assert first == EnqueueOutcome.QUEUED
+            q.close()
+            return second
+        finally:
+            await pool.close()
+
+    assert asyncio.run(main()) == EnqueueOutcome.COLLAPSED
+    assert payload_ids(jobs(pg_url)[0]) == ["m0", "m1"]
+
+
+def test_aenqueue_without_an_async_pool_runs_off_the_loop(
+    queue: PostgresJobQueue, pg_url: str
+) -> None:
+    assert asyncio.run(queue.aenqueue(USER, "t", history(1))) == EnqueueOutcome.QUEUED
+    assert len(jobs(pg_url)) == 1
+
+
+def test_messages_with_datetimes_in_additional_kwargs_are_queued(
+    queue: PostgresJobQueue, pg_url: str, service: PostgresMemoryService
+) -> None:
+    """A host's `datetime` timestamp (not JSON) is queued as ISO text and still read as the time."""
+    from datetime import datetime, timezone
+
+    when = datetime(2024, 5, 1, 9, 30, tzinfo=timezone.utc)
+    message = HumanMessage("I moved to Lisbon", id="d1", additional_kwargs={"timestamp": when})
+    assert queue.enqueue(USER, "t", [message]) == EnqueueOutcome.QUEUED
+    assert queue.counters()["producer_errors"] == 0
+    drain(pg_url, service)
+    (entry,) = service.read(USER)
+    assert entry.memory.text == "I moved to Lisbon" and entry.memory.event_time == when
+
+
+def test_a_delta_over_the_cap_is_queued_as_consecutive_anchored_jobs(
+    pg_url: str, service: PostgresMemoryService
+) -> None:
+    thread = [HumanMessage(f"fact number {i} " + "padding " * 30, id=f"m{i}") for i in range(20)]
+    with PostgresJobQueue(pg_url, max_payload_bytes=3_000) as q:
+        q.setup()
+        q.enqueue(USER, "t", thread[:1])  # the thread's waiting job, older than the chunks
+        assert q.enqueue(USER, "t", thread) == EnqueueOutcome.QUEUED
+        queued = jobs(pg_url)
+        assert len(queued) > 3
+        assert payload_ids(queued[0]) == ["m0"]  # never replaced by a chunk
+        chunks = [payload_ids(j) for j in queued[1:]]
+        assert chunks[0][0] == "m0" and chunks[-1][-1] == "m19"
+        for before, after in zip(chunks, chunks[1:], strict=False):
+            assert after[0] == before[-1]  # each chunk is anchored on the one before it
+        compact = [len(json.dumps(j["args"], separators=(",", ":")).encode()) for j in queued]
+        assert max(compact) <= 3_000
+        drain(pg_url, service)
+    entries = service.read(USER)
+    assert len(entries) == 20
+    cursor = service.get_cursor(USER, "t")
+    assert cursor is not None and cursor.last_message_id == "m19"
+
+
+def test_a_callers_pool_in_transaction_mode_commits_and_collapses(
+    pg_url: str, service: PostgresMemoryService
+) -> None:
+    """A passed-in pool (not autocommit): the queueing-lock conflict rolls back to a savepoint."""
+    from psycopg_pool import ConnectionPool
+
+    with ConnectionPool(pg_url, min_size=1, max_size=1, open=True) as pool:
+        q = PostgresJobQueue(pool=pool, service=service)
+        q.setup()
+        assert q.enqueue(USER, "t", history(1)) == EnqueueOutcome.QUEUED
+        assert q.enqueue(USER, "t", history(3)) == EnqueueOutcome.COLLAPSED
+        assert q.enqueue(USER, "t2", history(1)) == EnqueueOutcome.QUEUED
+        q.close()
+        assert not pool.closed  # the caller's pool stays open
+    assert [payload_ids(j) for j in jobs(pg_url)] == [["m0", "m1", "m2"], ["m0"]]
+
+
+def test_a_database_without_the_tables_says_which_setup_is_missing(pg_url: str) -> None:
+    with PostgresJobQueue(pg_url) as q:
+        with pytest.raises(BackendError, match="setup"):
+            q.enqueue(USER, "t", history(1))
+        assert q.counters()["producer_errors"] == 1
+
+
+def test_app_name_is_the_connections_application_name(
+    pg_url: str, service: PostgresMemoryService
+) -> None:
+    with PostgresJobQueue(pg_url, app_name="api-replica-7") as q:
+        q.setup()
+        q.enqueue(USER, "t", history(1))
+        with psycopg.connect(pg_url) as conn:
+            row = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'api-replica-7'"
+            ).fetchone()
+        assert row is not None and row[0] >= 1
+
+
+def test_a_job_running_in_this_process_is_never_put_back_even_with_a_stale_heartbeat(
+    queue: PostgresJobQueue, pg_url: str, service: PostgresMemoryService
+) -> None:
+    """After an outage a worker's own heartbeat is stale; its running jobs are still its own."""
+    import threading
+
+    release = threading.Event()
+
+    class Blocking(VerbatimExtractor):
+        def extract(self, request: ExtractionRequest) -> list[MemoryOp]:
+            release.wait(30)
+            return super().extract(request)
+
+    queue.enqueue(USER, "t", history(1))
+    worker = QueueWorker(pg_url, service, Blocking(), stalled_after=1, poll_interval=0.2)
+
+    async def main() -> int:
+        task = asyncio.create_task(worker.arun())
+        while not any(j["status"] == "doing" for j in jobs(pg_url)):  # noqa: ASYNC110
+            await asyncio.sleep(0.05)
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute(
+                "UPDATE procrastinate_workers SET last_heartbeat = now() - interval '1 hour'"
+            )
+        put_back = await worker.recover_stalled()
+        release.set()
+        while not any(j["status"] == "succeeded" for j in jobs(pg_url)):  # noqa: ASYNC110
+            await asyncio.sleep(0.05)
+        worker.stop()
+        await task
+        return put_back
+
+    assert asyncio.run(main()) == 0
+    assert [j["status"] for j in jobs(pg_url)] == ["succeeded"]
+    assert worker.recovered == 0
+
+
+def test_pooled_connections_killed_by_a_server_restart_do_not_fail_the_next_enqueue(
+    pg_url: str, service: PostgresMemoryService
+) -> None:
+    with PostgresJobQueue(pg_url, app_name="restarted-producer") as q:
+        q.setup()
+        q.enqueue(USER, "t1", history(1))
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE application_name = 'restarted-producer'"
+            )
+        assert q.enqueue(USER, "t2", history(1)) == EnqueueOutcome.QUEUED
+        assert q.enqueue(USER, "t3", history(1)) == EnqueueOutcome.QUEUED
+        assert q.counters()["producer_errors"] == 0
