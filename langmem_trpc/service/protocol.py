@@ -28,6 +28,7 @@ from ..types import (
     UserKey,
 )
 from ._core import Limits
+from ._language import ENGLISH, Language
 
 __all__ = ["MemoryService", "SyncMemoryService"]
 
@@ -47,6 +48,9 @@ class MemoryService(ABC):
 
     #: True when the backend has an embedder and can run the vector leg.
     supports_vectors: bool = False
+    #: The tokenizer's language (stemmer, stopwords, search cues); reconcile's
+    #: token comparisons use it too. Each backend sets its own (English default).
+    language: Language = ENGLISH
 
     @property
     def limits(self) -> Limits:

@@ -32,6 +32,7 @@ class DelegatingService(SyncMemoryService):
     def __init__(self, inner: MemoryService) -> None:
         self.inner = inner
         self.supports_vectors = inner.supports_vectors
+        self.language = inner.language
         self._limits = inner.limits
 
     def _call(self, name: str, *args: Any, **kwargs: Any) -> Any:
