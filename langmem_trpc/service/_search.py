@@ -552,26 +552,81 @@ def _decomposed(
     candidates already fetched by the local keyword score (no backend call) and
     votes like one more keyword leg with decompose_weight / n: 1 / (k + rank)
     under RRF (`k`), half its keyword relevance under score fusion (`k` None).
-    Off by default (docs/bench-locomo.md)."""
-    docs = {
-        key: KeywordDoc.build(entry.memory.text, entry.memory.topics, language)
-        for key, (entry, _) in best.items()
-    }
-    stats = CorpusStats.from_docs(docs.values())
+
+    The candidates are tokenised once per search, counting only the sub-queries'
+    terms (`_PoolTerms`), and each sub-query scores only the candidates holding
+    one of its terms. Off by default (docs/bench-locomo.md)."""
     out = dict(fused)
-
-    def vote(terms: QueryTerms, weight: float) -> None:
-        scored = [(key, keyword_score(terms, doc, stats)) for key, doc in docs.items()]
-        ranked = sorted((h for h in scored if h[1] > 0), key=lambda h: -h[1])
-        for rank, (key, score) in enumerate(ranked, start=1):
+    named = _named_participants(query, (entry for entry, _ in best.values()), language)
+    subs = _sub_queries(query, named, language)
+    if not subs:
+        return out
+    pool = _PoolTerms.build(best, {t for sub in subs for t in sub.tokens}, language)
+    weight = tuning.decompose_weight / len(subs)
+    for sub in subs:
+        for rank, (key, score) in enumerate(pool.ranked(sub), start=1):
             out[key] += weight * (score / 2 if k is None else 1 / (k + rank))
-
-    if tuning.decompose_weight > 0:
-        named = _named_participants(query, (entry for entry, _ in best.values()), language)
-        subs = _sub_queries(query, named, language)
-        for sub in subs:
-            vote(sub, tuning.decompose_weight / len(subs))
     return out
+
+
+@dataclass(frozen=True)
+class _PoolTerms:
+    """The fetched candidates as a small corpus of their own, for decomposition.
+
+    Each candidate's `KeywordDoc` keeps its true field lengths but only the term
+    frequencies of `terms` (the sub-queries' terms, all of which the corpus
+    statistics need), so `keyword_score` gives each sub-query the figures a
+    fully tokenised pool would. Sub-queries always hold a token, so the phrase
+    fallback (which needs no token to match) never applies: its texts are left out.
+    """
+
+    docs: dict[str, KeywordDoc]
+    stats: CorpusStats
+    holders: dict[str, list[str]]
+    """term -> candidate keys holding it, in `docs` order."""
+
+    @classmethod
+    def build(
+        cls, best: Mapping[str, tuple[Entry, float]], terms: set[str], language: Language
+    ) -> _PoolTerms:
+        docs: dict[str, KeywordDoc] = {}
+        holders: dict[str, list[str]] = {t: [] for t in terms}
+        for key, (entry, _) in best.items():
+            content_tf, content_len = _counts(entry.memory.text, terms, language)
+            topic_tf, topic_len = _counts(" ".join(entry.memory.topics), terms, language)
+            docs[key] = KeywordDoc(content_tf, content_len, topic_tf, topic_len, "", "")
+            for term in content_tf.keys() | topic_tf.keys():
+                holders[term].append(key)
+        return cls(docs, CorpusStats.from_docs(docs.values()), holders)
+
+    def ranked(self, sub: QueryTerms) -> list[tuple[str, float]]:
+        """Candidates with a positive score for `sub`, best first (ties in pool order)."""
+        holding = {key for term in sub.tokens for key in self.holders.get(term, ())}
+        scored = [
+            (key, keyword_score(sub, doc, self.stats))
+            for key, doc in self.docs.items()
+            if key in holding
+        ]
+        return sorted((h for h in scored if h[1] > 0), key=lambda h: -h[1])
+
+
+def _counts(text: str, terms: set[str], language: Language) -> tuple[dict[str, int], int]:
+    """(frequencies of `terms`, field length) of one field, as `KeywordDoc.build` counts them."""
+    tokens = primary_tokens(text, language)
+    grams = cjk_trigrams(text)
+    tf: dict[str, int] = {}
+    for token in tokens:
+        if token in terms:
+            tf[token] = tf.get(token, 0) + 1
+    length = len(tokens)
+    if grams:
+        seen = set(tokens)
+        for gram in grams:
+            if gram not in seen:
+                length += 1
+                if gram in terms:
+                    tf[gram] = 1
+    return tf, length
 
 
 def _keyword_hits(legs: Legs, threshold: float) -> list[tuple[Entry, float]]:

@@ -15,9 +15,9 @@ from langmem_trpc.extraction.reconcile import (
     classify,
     merge_similar,
 )
+from langmem_trpc.extraction.signals import values_agree
 from langmem_trpc.service._language import Language
 from langmem_trpc.service._text import token_jaccard
-from langmem_trpc.extraction.signals import values_agree
 
 USER = UserKey("app", "u")
 ALL = frozenset({Action.ADD, Action.UPDATE, Action.DELETE})
@@ -171,11 +171,15 @@ def test_each_kept_or_rewritten_add_carries_its_decision_and_figures():
 
 GERMAN = Language(name="german", stopwords=frozenset("der die das den dem im in mit und".split()))
 COOKS = "Anna backt gerne süße Kuchen mit frischen Beeren"
-COOKED = "Anna backte gern süßen Kuchen mit frischem Beeren"  # the same statement, other inflections
+COOKED = (
+    "Anna backte gern süßen Kuchen mit frischem Beeren"  # the same statement, other inflections
+)
 
 
 def test_reconcile_jaccard_stems_and_drops_stopwords_in_the_given_language():
-    assert token_jaccard(COOKS, COOKED) < JACCARD_HIGH  # English stems keep gerne/gern, süße/süßen ...
+    assert (
+        token_jaccard(COOKS, COOKED) < JACCARD_HIGH
+    )  # English stems keep gerne/gern, süße/süßen ...
     assert token_jaccard(COOKS, COOKED, GERMAN) == 1.0
     first, repeat = MemoryOp.add(COOKS), MemoryOp.add(COOKED)
     nothing = lambda text: []  # noqa: E731 - an empty store

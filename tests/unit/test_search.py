@@ -461,3 +461,60 @@ def test_the_when_and_time_cues_come_from_the_given_language():
     assert ids(when_legs, "Wann hat Ann Rex adoptiert?", ENGLISH) == ["rex", "dated"]
     assert ids(time_legs, "Was malte sie im Mai 2023?", german) == ["may", "june"]
     assert ids(time_legs, "Was malte sie im Mai 2023?", ENGLISH) == ["june", "may"]
+
+
+def _decomposed_by_full_tokenisation(fused, best, query, weight, k):
+    """The reference: every candidate fully tokenised (`KeywordDoc.build`), each
+    sub-query scored over all of them, as decomposition was first written."""
+    from langmem_trpc.service._language import ENGLISH
+    from langmem_trpc.service._search import _named_participants, _sub_queries
+
+    docs = {key: KeywordDoc.build(e.memory.text, e.memory.topics) for key, (e, _) in best.items()}
+    stats = CorpusStats.from_docs(docs.values())
+    out = dict(fused)
+    subs = _sub_queries(query, _named_participants(query, [e for e, _ in best.values()]), ENGLISH)
+    for sub in subs:
+        scored = [(key, keyword_score(sub, doc, stats)) for key, doc in docs.items()]
+        ranked = sorted((h for h in scored if h[1] > 0), key=lambda h: -h[1])
+        for rank, (key, s) in enumerate(ranked, start=1):
+            out[key] += weight / len(subs) * (s / 2 if k is None else 1 / (k + rank))
+    return out
+
+
+@pytest.mark.parametrize("k", [60, None])
+@pytest.mark.parametrize(
+    "query",
+    [
+        "pottery and camping",  # clauses
+        "Did Caroline paint sunsets at the lake?",  # content words
+        "猫咪 喜欢 鱼",  # CJK words
+        "hello",  # no sub-query
+    ],
+)
+def test_decomposition_equals_scoring_fully_tokenised_candidates(query, k):
+    """Decomposition tokenises each candidate once, counting only the sub-queries' terms;
+    its votes equal those of the fully tokenised pool, to the last bit."""
+    from langmem_trpc.service._language import ENGLISH
+    from langmem_trpc.service._search import _decomposed
+    from langmem_trpc.types import FusionSettings
+
+    texts = [
+        ("Caroline painted sunsets by the lake, sunsets again", ["painting", "Caroline"]),
+        ("pottery class on Tuesday", []),
+        ("camping trip with the kids; camping gear", ["outdoors"]),
+        ("我的猫咪很喜欢吃鱼", ["猫咪"]),
+        ("Lake Tahoe camping and pottery", ["trip"]),
+        ("Melanie runs marathons", []),
+    ]
+    best = {}
+    for i, (text, topics) in enumerate(texts):
+        e = entry(f"e{i}", text).model_copy(
+            update={"memory": Memory(text=text, topics=topics, participants=["Caroline"])}
+        )
+        best[e.id] = (e, 0.5 - i / 100)
+    fused = {key: 0.01 * i for i, key in enumerate(best)}
+    tuning = FusionSettings(decompose_weight=1.0)
+    got = _decomposed(fused, best, query, tuning, k, ENGLISH)
+    assert got == _decomposed_by_full_tokenisation(fused, best, query, 1.0, k)
+    if query != "hello":
+        assert got != fused  # the sub-queries voted
