@@ -262,6 +262,10 @@ class FusionSettings(BaseModel):
       vote like one more keyword leg, with this total weight. Off by default:
       it costs about 5x the hybrid latency (it re-tokenizes every candidate).
 
+    `vector_weight`: the vector leg's weight in the fusion against the keyword
+    leg's 1.0 (weighted RRF: w / (rrf_k + rank); under "scores" its half of the
+    mean is scaled by w). 1.0, equal legs, is the reference's plain RRF.
+
     `vector_floor` / `keyword_floor`: minimum absolute scores for a leg to vote
     when no explicit threshold is set; `keyword_floor` is also the default
     threshold of a keyword-only search (keyword relevance, `service._search.relevance`). `min_pool`: candidates fetched per leg
@@ -280,6 +284,7 @@ class FusionSettings(BaseModel):
     time_boost: float = Field(default=1.0, ge=0.0)
     when_boost: float = Field(default=0.5, ge=0.0)
     decompose_weight: float = Field(default=0.0, ge=0.0)
+    vector_weight: float = Field(default=1.0, ge=0.0)
 
 
 FUSION_STEPS_OFF: dict[str, float] = {

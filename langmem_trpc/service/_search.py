@@ -361,19 +361,23 @@ float32 cosines of identical vectors differ by about 1e-7 between an index and a
 exact scan, and a rank must not be decided by rounding noise."""
 
 
-def _rrf_with_ties(legs: Sequence[Sequence[tuple[Entry, float]]], k: int) -> dict[str, float]:
+def _rrf_with_ties(
+    legs: Sequence[Sequence[tuple[Entry, float]]], k: int, weights: Sequence[float] = ()
+) -> dict[str, float]:
     """RRF where equal scores in a leg (to `RANK_TIE_DIGITS` decimals, clipped to [0, 1],
     the reported `Entry.score`) share a rank, so identical memories tie (and the
-    event-time tie-break can order them)."""
+    event-time tie-break can order them). Leg i adds weights[i] / (k + rank) (1.0
+    when not given)."""
     fused: dict[str, float] = {}
-    for leg in legs:
+    for i, leg in enumerate(legs):
+        weight = weights[i] if i < len(weights) else 1.0
         rank, previous = 0, None
         for position, (entry, raw) in enumerate(leg, start=1):
             score = round(max(0.0, min(raw, 1.0)), RANK_TIE_DIGITS)
             if score != previous:
                 rank, previous = position, score
             key = entry.id
-            fused[key] = fused.get(key, 0.0) + 1.0 / (k + rank)
+            fused[key] = fused.get(key, 0.0) + weight / (k + rank)
     return fused
 
 
@@ -483,14 +487,17 @@ def _participant_preference(
 
 
 def _score_fusion(
-    vector: Sequence[tuple[Entry, float]], keyword: Sequence[tuple[Entry, float]]
+    vector: Sequence[tuple[Entry, float]],
+    keyword: Sequence[tuple[Entry, float]],
+    vector_weight: float = 1.0,
 ) -> dict[str, float]:
     """`fusion_method="scores"`: the mean of the two legs' absolute scores (cosine,
-    keyword relevance; 0 for a leg that did not return the hit)."""
+    keyword relevance; 0 for a leg that did not return the hit), the vector
+    leg's half scaled by `vector_weight`."""
     fused: dict[str, float] = {}
-    for leg in (vector, keyword):
+    for leg, weight in ((vector, vector_weight), (keyword, 1.0)):
         for entry, score in leg:
-            fused[entry.id] = fused.get(entry.id, 0.0) + min(score, 1.0) / 2
+            fused[entry.id] = fused.get(entry.id, 0.0) + weight * min(score, 1.0) / 2
     return fused
 
 
@@ -505,7 +512,11 @@ def _fused_order(
     """The fused score that orders hybrid hits: the fusion method, then each enabled step
     (decompose, context, participants, time, when) in that order."""
     tuning = options.fusion
-    fused = plain if options.fusion_method == "rrf" else _score_fusion(vector, keyword)
+    fused = (
+        plain
+        if options.fusion_method == "rrf"
+        else _score_fusion(vector, keyword, tuning.vector_weight)
+    )
     if tuning.decompose_weight > 0:
         k = options.rrf_k if options.fusion_method == "rrf" else None
         fused = _decomposed(fused, best, options.query, tuning, k, language)
@@ -695,7 +706,7 @@ def _rank_legs(
         held = best.get(entry.id)
         if held is None or score > held[1]:
             best[entry.id] = (entry, score)
-    plain = _rrf_with_ties([vector, keyword], options.rrf_k)
+    plain = _rrf_with_ties([vector, keyword], options.rrf_k, (options.fusion.vector_weight, 1.0))
     fused = _fused_order(vector, keyword, best, plain, options, language)
     keys: Iterable[str] = plain
     if limit is not None and 0 < limit < len(fused):

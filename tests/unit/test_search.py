@@ -518,3 +518,23 @@ def test_decomposition_equals_scoring_fully_tokenised_candidates(query, k):
     assert got == _decomposed_by_full_tokenisation(fused, best, query, 1.0, k)
     if query != "hello":
         assert got != fused  # the sub-queries voted
+
+
+@pytest.mark.parametrize("method", ["rrf", "scores"])
+def test_vector_weight_weighs_the_vector_leg_in_the_fusion(method):
+    """`FusionSettings.vector_weight`: below 1 the keyword leg's best hit leads, above 1 the
+    vector leg's; rrf_score carries the weighted sum."""
+    from langmem_trpc.types import FusionSettings
+
+    a, b = entry("a", "vector hit"), entry("b", "keyword hit")
+    legs = Legs(vector=[(a, 0.8)], keyword=[(b, 0.8)])
+
+    def ranked(weight: float) -> list[tuple[str, float | None]]:
+        options = SearchOptions(
+            query="hit", fusion_method=method, fusion=FusionSettings(vector_weight=weight)
+        )
+        return [(h.id, h.rrf_score) for h in execute_search(options, lambda *_: legs)]
+
+    assert [key for key, _ in ranked(0.5)] == ["b", "a"]
+    assert [key for key, _ in ranked(2.0)] == ["a", "b"]
+    assert dict(ranked(0.5))["a"] == pytest.approx(0.5 / 61)
