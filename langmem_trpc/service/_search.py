@@ -359,6 +359,7 @@ RANK_TIE_DIGITS = 6
 """Leg scores equal to this many decimals (after clipping to [0, 1]) share an RRF rank:
 float32 cosines of identical vectors differ by about 1e-7 between an index and an
 exact scan, and a rank must not be decided by rounding noise."""
+_TIE_GAP = 2 * 10.0**-RANK_TIE_DIGITS
 
 
 def _rrf_with_ties(
@@ -371,11 +372,17 @@ def _rrf_with_ties(
     fused: dict[str, float] = {}
     for i, leg in enumerate(legs):
         weight = weights[i] if i < len(weights) else 1.0
-        rank, previous = 0, None
+        rank, last = 0, math.nan
         for position, (entry, raw) in enumerate(leg, start=1):
-            score = round(max(0.0, min(raw, 1.0)), RANK_TIE_DIGITS)
-            if score != previous:
-                rank, previous = position, score
+            clipped = 0.0 if raw < 0.0 else 1.0 if raw > 1.0 else raw
+            # Scores more than 2e-6 apart never round to the same 6 decimals: only
+            # near-equal neighbours need the exact comparison.
+            if clipped != last and not (
+                abs(clipped - last) <= _TIE_GAP
+                and round(clipped, RANK_TIE_DIGITS) == round(last, RANK_TIE_DIGITS)
+            ):
+                rank = position
+            last = clipped
             key = entry.id
             fused[key] = fused.get(key, 0.0) + weight / (k + rank)
     return fused

@@ -538,3 +538,27 @@ def test_vector_weight_weighs_the_vector_leg_in_the_fusion(method):
     assert [key for key, _ in ranked(0.5)] == ["b", "a"]
     assert [key for key, _ in ranked(2.0)] == ["a", "b"]
     assert dict(ranked(0.5))["a"] == pytest.approx(0.5 / 61)
+
+
+def test_rrf_ranks_share_exactly_when_scores_agree_to_six_decimals():
+    """The tie check skips rounding for neighbours far apart; the ranks equal those of
+    rounding every clipped score (a reference written out here)."""
+    import random
+
+    from langmem_trpc.service._search import RANK_TIE_DIGITS, _rrf_with_ties
+
+    rng = random.Random(3)
+    base = [1.2, 1.0, 0.9999996, 0.99999949, 0.5, 0.5, 0.5000004, 0.4999996, 0.3, -0.1]
+    for trial in range(50):
+        scores = sorted(base + [rng.random() for _ in range(20)], reverse=True)
+        if trial % 2:
+            scores += [scores[-1] - 1e-7 * i for i in range(1, 4)]
+        leg = [(entry(f"e{i}", "t"), s) for i, s in enumerate(scores)]
+        expected: dict[str, float] = {}
+        rank, previous = 0, None
+        for position, (e, raw) in enumerate(leg, start=1):
+            rounded = round(max(0.0, min(raw, 1.0)), RANK_TIE_DIGITS)
+            if rounded != previous:
+                rank, previous = position, rounded
+            expected[e.id] = 1.0 / (60 + rank)
+        assert _rrf_with_ties([leg], 60) == expected
