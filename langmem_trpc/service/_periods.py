@@ -5,13 +5,14 @@ search's time and "when" signals (`_search.py`) read them."""
 from __future__ import annotations
 
 import re
+import threading
 from datetime import datetime
 from functools import lru_cache
 from typing import NamedTuple
 
 from ._language import ENGLISH, Language
 
-__all__ = ["Period", "query_periods", "says_time"]
+__all__ = ["Period", "TimeMentions", "query_periods", "says_time"]
 
 _ORD = r"(\d{1,2})(?:st|nd|rd|th)?"
 
@@ -19,7 +20,11 @@ _ORD = r"(\d{1,2})(?:st|nd|rd|th)?"
 @lru_cache(maxsize=16)
 def _date_forms(language: Language) -> tuple[tuple[re.Pattern[str], str], ...]:
     """The absolute date shapes a query can name, from the language's month names
-    (none without them but ISO dates and years)."""
+    (none without them but ISO dates and years).
+
+    Memoised: a pure function of a frozen `Language`, so the table is a constant
+    per language (compiled regexes), bounded to 16 languages; no user data.
+    """
     forms: list[tuple[re.Pattern[str], str]] = [
         (re.compile(r"\b(\d{4})-(\d{1,2})-(\d{1,2})\b"), "ymd")
     ]
@@ -102,15 +107,48 @@ _WORD = re.compile(r"[^\W\d_]+")
 _YEAR = re.compile(r"(?<!\d)(?:19|20)\d\d(?!\d)")
 
 
-@lru_cache(maxsize=8192)
 def says_time(text: str, language: Language = ENGLISH) -> bool:
     """A time word of the language ("yesterday", "last", "May", "Sunday") or a year
-    1900-2099 in the text.
-
-    Cached per text: the same memories come back as candidates search after search.
-    """
+    1900-2099 in the text (`TimeMentions` remembers the answers per text)."""
     lowered = text.lower()
     return (
         not language.time_words.isdisjoint(_WORD.findall(lowered))
         or _YEAR.search(lowered) is not None
     )
+
+
+TIME_MENTIONS_MAX = 8192
+"""Texts one `TimeMentions` remembers (oldest first out)."""
+
+
+class TimeMentions:
+    """`says_time` of memory texts under one language, remembered: the same memories come
+    back as candidates search after search, and the regexes cost ~5 us a text.
+
+    Each service owns one (bounded by `max_texts`), so no memory text outlives
+    the service in a process-wide cache; `clear()` forgets every text.
+    """
+
+    def __init__(self, language: Language = ENGLISH, max_texts: int = TIME_MENTIONS_MAX) -> None:
+        self.language = language
+        self._max = max_texts
+        self._items: dict[str, bool] = {}
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __call__(self, text: str) -> bool:
+        said = self._items.get(text)
+        if said is None:
+            said = says_time(text, self.language)
+            with self._lock:
+                while self._items and len(self._items) >= self._max:
+                    del self._items[next(iter(self._items))]
+                if self._max > 0:
+                    self._items[text] = said
+        return said
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()

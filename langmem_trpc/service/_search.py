@@ -1,30 +1,60 @@
-"""Search semantics written once: keyword scoring, RRF, kind fallback, dedupe.
+"""Search semantics written once: RRF and its named signals, kind fallback, dedupe
+(the keyword scorer is `_bm25.py`, re-exported here).
 
-Backends only fetch scored candidates for one query (a vector leg and a
-keyword leg); `execute_search` turns them into the final ranked list, so
-every backend answers the same query the same way.
+A search is planned, then ranked. `plan_search` decides what to fetch (the
+kinds, each a vector leg and a keyword leg of `pool` candidates) as a plain
+`SearchPlan`; a backend fetches those scored candidates (PostgreSQL in one
+statement); `rank_search`, a pure function of the plan, the fetched legs
+and the options, turns them into the final ranked list, so every backend
+answers the same query the same way.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
+from functools import partial
 from itertools import chain
-from typing import Any, NamedTuple, overload
-
-import numpy as np
-from numpy import ndarray
+from typing import NamedTuple
 
 from ..types import Entry, FusionSettings, Kind, SearchOptions
+from ._bm25 import (
+    BM25_B,
+    BM25_K1,
+    DEFAULT_QUESTION_WORD_WEIGHT,
+    IDF_PRIOR_DOCS,
+    PHRASE_FALLBACK_SCORE,
+    RELEVANCE_KNEE,
+    TOPIC_WEIGHT,
+    TRIGRAM_WEIGHT,
+    CorpusStats,
+    KeywordDoc,
+    KeywordScorer,
+    QueryTerms,
+    bm25_term,
+    keyword_score,
+    length_norm,
+    relevance,
+)
 from ._language import ENGLISH, Language
 from ._periods import query_periods, says_time
 from ._text import cjk_trigrams, jaccard, primary_tokens, token_set
 
 __all__ = [
+    "BM25_B",
+    "BM25_K1",
+    "DEFAULT_QUESTION_WORD_WEIGHT",
+    "IDF_PRIOR_DOCS",
+    "PHRASE_FALLBACK_SCORE",
+    "RELEVANCE_KNEE",
+    "TOPIC_WEIGHT",
+    "TRIGRAM_WEIGHT",
+    "bm25_term",
+    "length_norm",
+    "relevance",
     "DEFAULT_MIN_SCORE",
     "DEDUPE_JACCARD",
     "MIN_KIND_FALLBACK_RESULTS",
@@ -35,9 +65,13 @@ __all__ = [
     "candidate_pool",
     "deduplicate",
     "execute_search",
+    "KeywordScorer",
+    "SearchPlan",
     "keyword_score",
     "merge_kind_fallback",
     "passes_time",
+    "plan_search",
+    "rank_search",
     "rrf_fuse",
     "sort_entries",
 ]
@@ -45,252 +79,6 @@ __all__ = [
 DEFAULT_MIN_SCORE = 0.30
 DEDUPE_JACCARD = 0.80
 MIN_KIND_FALLBACK_RESULTS = 3
-
-BM25_K1 = 1.2
-BM25_B = 0.75
-TOPIC_WEIGHT = 0.65
-"""BM25F weight of the topics field against the text (1.0)."""
-TRIGRAM_WEIGHT = 0.45
-"""Query weight of a CJK trigram that is not also a primary token."""
-PHRASE_FALLBACK_SCORE = 0.35
-RELEVANCE_KNEE = 0.9
-"""Where `relevance` stops being the identity and saturates towards 1."""
-IDF_PRIOR_DOCS = 10
-"""Background documents, holding none of the query's terms, added to N for idf: a
-user's first few memories must not make every word they hold look common (with
-N = 1, idf puts a word of the only memory at a fifth of an unseen word's weight,
-and any query with one unseen word scored below reconcile's 0.30 probe). Changes
-nothing that matters at LoCoMo sizes (N = 400-900)."""
-
-
-# --- keyword leg ---------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class KeywordDoc:
-    """Term frequencies of one memory's two fields (text and topics)."""
-
-    content_tf: Mapping[str, int]
-    content_len: int
-    topic_tf: Mapping[str, int]
-    topic_len: int
-    content_norm: str
-    topic_norm: str
-
-    @property
-    def terms(self) -> set[str]:
-        return set(self.content_tf) | set(self.topic_tf)
-
-    @classmethod
-    def build(cls, text: str, topics: Sequence[str], language: Language = ENGLISH) -> KeywordDoc:
-        content_tf = _field_tf(text, language)
-        topic_text = " ".join(topics)
-        topic_tf = _field_tf(topic_text, language)
-        return cls(
-            content_tf=content_tf,
-            content_len=sum(content_tf.values()),
-            topic_tf=topic_tf,
-            topic_len=sum(topic_tf.values()),
-            content_norm=_loose(text),
-            topic_norm=_loose(topic_text),
-        )
-
-
-def _field_tf(text: str, language: Language) -> dict[str, int]:
-    tf: dict[str, int] = dict(Counter(primary_tokens(text, language)))
-    for gram in cjk_trigrams(text):
-        tf.setdefault(gram, 1)
-    return tf
-
-
-def _loose(text: str) -> str:
-    """Non letters/digits become spaces, runs collapse: for the phrase fallback."""
-    return " ".join("".join(c if c.isalnum() else " " for c in text.lower()).split())
-
-
-@dataclass(frozen=True)
-class CorpusStats:
-    """What BM25 needs about the user's whole memory set."""
-
-    n_docs: int
-    df: Mapping[str, int]
-    avg_content_len: float
-    avg_topic_len: float
-    _idf: dict[str, float] = field(default_factory=dict, init=False, repr=False, compare=False)
-    """idf by term, filled as asked: a search scores every candidate against the
-    same few query terms."""
-
-    @classmethod
-    def from_docs(cls, docs: Iterable[KeywordDoc]) -> CorpusStats:
-        df: Counter[str] = Counter()
-        n = content = topic = 0
-        for doc in docs:
-            n += 1
-            content += doc.content_len
-            topic += doc.topic_len
-            df.update(doc.terms)
-        return cls(
-            n_docs=n,
-            df=df,
-            avg_content_len=max(content / n, 1.0) if n else 1.0,
-            avg_topic_len=max(topic / n, 1.0) if n else 1.0,
-        )
-
-    def idf(self, term: str) -> float:
-        """Lucene's BM25 idf, log(1 + (N - df + 0.5) / (df + 0.5)), with N counting
-        `IDF_PRIOR_DOCS` background documents: always > 0."""
-        value = self._idf.get(term)
-        if value is None:
-            df = self.df.get(term, 0)
-            n = self.n_docs + IDF_PRIOR_DOCS
-            value = self._idf[term] = math.log(1 + (n - df + 0.5) / (df + 0.5))
-        return value
-
-
-DEFAULT_QUESTION_WORD_WEIGHT = 0.1
-
-
-@dataclass(frozen=True)
-class QueryTerms:
-    """A query's weighted tokens: primary 1.0, extra CJK trigrams `TRIGRAM_WEIGHT`,
-    the language's question words `question_word_weight` (1.0 turns that step off).
-
-    Question words ("what", "did", "you") are frequent in conversational text;
-    at a low weight they only break ties.
-    """
-
-    raw: str
-    primary: tuple[str, ...]
-    weighted: tuple[tuple[str, float], ...] = field(default=())
-
-    @classmethod
-    def build(
-        cls,
-        query: str,
-        question_word_weight: float = DEFAULT_QUESTION_WORD_WEIGHT,
-        language: Language = ENGLISH,
-    ) -> QueryTerms:
-        primary = tuple(dict.fromkeys(primary_tokens(query, language)))
-        light = language.stemmed_question_words
-        weighted = [(t, question_word_weight if t in light else 1.0) for t in primary]
-        weighted += [(g, TRIGRAM_WEIGHT) for g in cjk_trigrams(query) if g not in primary]
-        return cls(raw=query, primary=primary, weighted=tuple(weighted))
-
-    @classmethod
-    def of(cls, options: SearchOptions, language: Language = ENGLISH) -> QueryTerms:
-        """The terms of a search, as every backend's keyword leg weighs them."""
-        return cls.build(options.query, options.fusion.question_word_weight, language)
-
-    @property
-    def tokens(self) -> list[str]:
-        return [t for t, _ in self.weighted]
-
-    def reference(self, stats: CorpusStats) -> float:
-        """The BM25 of an average-length memory holding each query term once in its
-        text (each term contributes weight x idf): `relevance` divides by it."""
-        return sum(w * stats.idf(t) for t, w in self.weighted)
-
-
-@overload
-def length_norm(length: float, avg: float) -> float: ...
-@overload
-def length_norm(length: ndarray, avg: float) -> ndarray: ...
-def length_norm(length: Any, avg: float) -> Any:
-    """BM25's length normalisation of one field: 1 - b + b x len / avg."""
-    return 1 - BM25_B + BM25_B * length / avg
-
-
-@overload
-def bm25_term(
-    weight_idf: float, content_tf: float, content_norm: float, topic_tf: float, topic_norm: float
-) -> float: ...
-@overload
-def bm25_term(
-    weight_idf: float,
-    content_tf: ndarray,
-    content_norm: ndarray,
-    topic_tf: ndarray,
-    topic_norm: ndarray,
-) -> ndarray: ...
-def bm25_term(
-    weight_idf: float, content_tf: Any, content_norm: Any, topic_tf: Any, topic_norm: Any
-) -> Any:
-    """One query term's BM25F contribution, for floats or numpy arrays alike.
-
-    The fields' length-normalised frequencies are summed (topics weighted
-    `TOPIC_WEIGHT`) and saturated once: tf x (k1 + 1) / (k1 + tf), times the
-    term's weight x idf. Every backend scores with this function.
-    """
-    tf = content_tf / content_norm + TOPIC_WEIGHT * topic_tf / topic_norm
-    return weight_idf * tf * (BM25_K1 + 1) / (BM25_K1 + tf)
-
-
-@overload
-def relevance(score: float, reference: float) -> float: ...
-@overload
-def relevance(score: ndarray, reference: float) -> ndarray: ...
-def relevance(score: Any, reference: float) -> Any:
-    """The absolute [0, 1] relevance of a BM25 score, strictly increasing in it.
-
-    x = score / `QueryTerms.reference` is 1.0 for an average-length memory
-    holding every query term once, 0.5 when it holds half the query's idf
-    mass, and at most k1 + 1. Up to `RELEVANCE_KNEE` the relevance is x;
-    above, it saturates smoothly towards 1 (same slope at the knee), so it
-    never ties two different BM25 scores and stays usable as a threshold
-    (reconcile: 0.30 / 0.60 / 0.90).
-    """
-    x = np.asarray(score, dtype=np.float64) / max(reference, 1e-12)
-    over = np.maximum(x - RELEVANCE_KNEE, 0.0)
-    soft = 1 - RELEVANCE_KNEE
-    out = np.minimum(x, RELEVANCE_KNEE) + soft * (1 - np.exp(-over / soft))
-    return out if isinstance(score, np.ndarray) else float(out)
-
-
-def keyword_score(query: QueryTerms, doc: KeywordDoc, stats: CorpusStats) -> float:
-    """Absolute keyword relevance in [0, 1]: `relevance` of the memory's BM25F score.
-
-    A query with no matching token falls back to a literal phrase match
-    ("C#"). Never normalised by the best hit, so it is comparable across
-    queries and usable as a reconcile threshold.
-    """
-    content_norm = length_norm(doc.content_len, stats.avg_content_len)
-    topic_norm = length_norm(doc.topic_len, stats.avg_topic_len)
-    raw = 0.0
-    for token, weight in query.weighted:
-        content_tf = doc.content_tf.get(token, 0)
-        topic_tf = doc.topic_tf.get(token, 0)
-        if content_tf or topic_tf:
-            raw += bm25_term(
-                weight * stats.idf(token), content_tf, content_norm, topic_tf, topic_norm
-            )
-    if raw <= 0:
-        return _phrase_fallback(query.raw, doc, not query.primary)
-    return relevance(raw, query.reference(stats))
-
-
-def _phrase_fallback(query: str, doc: KeywordDoc, untokenised: bool) -> float:
-    """Queries with no scorable token ("C#", "a-b") can still match literally."""
-    lowered = query.strip().lower()
-    if not lowered:
-        return 0.0
-    if untokenised and any(c.isalnum() for c in lowered):
-        needle = lowered
-        content, topics = doc.content_norm, doc.topic_norm
-        if any(not c.isalnum() and not c.isspace() for c in lowered):
-            needle = _loose(lowered)
-    else:
-        needle = _loose(lowered)
-        content, topics = doc.content_norm, doc.topic_norm
-        if needle.isascii() and needle.isalnum():
-            return 0.0
-    if not needle:
-        return 0.0
-    if needle in content:
-        return PHRASE_FALLBACK_SCORE
-    if needle in topics:
-        return PHRASE_FALLBACK_SCORE * TOPIC_WEIGHT
-    return 0.0
-
 
 # --- fusion and post-processing -------------------------------------------
 
@@ -301,9 +89,6 @@ class Legs(NamedTuple):
     vector: list[tuple[Entry, float]] | None
     """None when the backend has no embedder (keyword-only)."""
     keyword: list[tuple[Entry, float]]
-
-
-Fetch = Callable[[Kind | None, int], Legs]
 
 
 def candidate_pool(max_results: int, fusion: FusionSettings | None = None) -> int:
@@ -441,15 +226,17 @@ def _when_preference(
     best: Mapping[str, tuple[Entry, float]],
     query: str,
     boost: float,
+    says: Callable[[str], bool],
     language: Language,
 ) -> None:
     """A "when" question prefers hits that say a time: an answer to "When did Ann
     adopt Rex?" reads "I adopted him last week", while the turns that only
     talk about Rex do not date anything. Others are scaled by 1 / (1 + boost)
-    when some candidate says a time. The cue is the language's `when_question`."""
+    when some candidate says a time (`says`: `says_time` in the language, or the
+    service's `TimeMentions`). The cue is the language's `when_question`."""
     if language.when_question is None or not language.when_question.search(query):
         return
-    dated = {key for key in adjusted if says_time(best[key][0].memory.text, language)}
+    dated = {key for key in adjusted if says(best[key][0].memory.text)}
     _prefer(adjusted, dated, boost)
 
 
@@ -515,6 +302,7 @@ def _fused_order(
     plain: dict[str, float],
     options: SearchOptions,
     language: Language,
+    says: Callable[[str], bool],
 ) -> dict[str, float]:
     """The fused score that orders hybrid hits: the fusion method, then each enabled step
     (decompose, context, participants, time, when) in that order."""
@@ -536,7 +324,7 @@ def _fused_order(
     if tuning.time_boost > 0:
         _time_preference(fused, best, options.query, tuning.time_boost, language)
     if tuning.when_boost > 0:
-        _when_preference(fused, best, options.query, tuning.when_boost, language)
+        _when_preference(fused, best, options.query, tuning.when_boost, says, language)
     return fused
 
 
@@ -687,7 +475,11 @@ def _by_score(hits: list[tuple[Entry, float]]) -> list[tuple[Entry, float]]:
 
 
 def _rank_legs(
-    legs: Legs, options: SearchOptions, language: Language, limit: int | None = None
+    legs: Legs,
+    options: SearchOptions,
+    language: Language,
+    says: Callable[[str], bool],
+    limit: int | None = None,
 ) -> list[Entry]:
     explicit = options.similarity_threshold
     keyword_min = options.fusion.keyword_floor if explicit is None else explicit
@@ -714,7 +506,7 @@ def _rank_legs(
         if held is None or score > held[1]:
             best[entry.id] = (entry, score)
     plain = _rrf_with_ties([vector, keyword], options.rrf_k, (options.fusion.vector_weight, 1.0))
-    fused = _fused_order(vector, keyword, best, plain, options, language)
+    fused = _fused_order(vector, keyword, best, plain, options, language, says)
     keys: Iterable[str] = plain
     if limit is not None and 0 < limit < len(fused):
         # Only hits at or above the limit-th fused score can be ranked into the result.
@@ -763,21 +555,80 @@ def _unexpired_legs(legs: Legs) -> Legs:
     return Legs(None if legs.vector is None else keep(legs.vector), keep(legs.keyword))
 
 
-def execute_search(
-    options: SearchOptions, fetch: Fetch, language: Language = ENGLISH
-) -> list[Entry]:
-    """Run the shared pipeline over a backend's candidate `fetch(kind, pool)`; `language`
-    (the service's) tokenises the query's sub-queries and supplies its cues."""
-    if not options.query.strip():
-        return []
+@dataclass(frozen=True)
+class SearchPlan:
+    """What one search fetches, decided before any I/O: a plain value.
+
+    Each of `kinds` is one fetch of `Legs` (vector and keyword candidates,
+    `pool` each, filtered by that kind and the time range): the wanted kind
+    first, then None (every kind) when the kind fallback may need it. A
+    backend fetches them all (PostgreSQL in one statement) and hands the
+    legs to `rank_search`. Which legs a fetch holds is the backend's: a
+    vector leg when it embeds the query, a keyword leg without one or for a
+    hybrid search (`Legs`).
+    """
+
+    kinds: tuple[Kind | None, ...]
+    """Empty for a blank query: nothing to fetch, no results."""
+    pool: int
+    """Candidates per leg (`candidate_pool`)."""
+    limit: int | None
+    """How many hits ranking keeps of the first fetch (None: all, for dedupe or the fallback)."""
+
+    @property
+    def fallback(self) -> bool:
+        """Whether an unfiltered fetch follows the kind's (merged when it ranks < 3 hits)."""
+        return len(self.kinds) > 1
+
+
+def plan_search(options: SearchOptions) -> SearchPlan:
+    """The fetches of a search (none for a blank query)."""
     pool = candidate_pool(options.max_results, options.fusion)
+    if not options.query.strip():
+        return SearchPlan((), pool, options.max_results)
     fallback = options.kind is not None and options.kind_fallback
     # Dedupe and the kind fallback look past the first max_results; otherwise only they are kept.
     limit = None if options.deduplicate or fallback else options.max_results
-    results = _rank_legs(_unexpired_legs(fetch(options.kind, pool)), options, language, limit)
-    if fallback and options.kind is not None and len(results) < MIN_KIND_FALLBACK_RESULTS:
-        second = _rank_legs(_unexpired_legs(fetch(None, pool)), options, language)
+    kinds = (options.kind, None) if fallback else (options.kind,)
+    return SearchPlan(kinds, pool, limit)
+
+
+def rank_search(
+    plan: SearchPlan,
+    fetched: Mapping[Kind | None, Legs],
+    options: SearchOptions,
+    language: Language = ENGLISH,
+    says: Callable[[str], bool] | None = None,
+) -> list[Entry]:
+    """The final hits of a search, a pure function of the plan, the legs fetched for
+    each of `plan.kinds` and the options: expired candidates out, the named
+    signals of `FusionSettings` (`_fused_order`), the kind fallback merge,
+    dedupe, then the first max_results. `language` (the service's) tokenises
+    sub-queries and supplies the cues; `says` answers "does this text say a
+    time" (a service's `TimeMentions`; `says_time` in `language` when None).
+    """
+    if not plan.kinds:
+        return []
+    if says is None:
+        says = partial(says_time, language=language)
+    legs = _unexpired_legs(fetched[plan.kinds[0]])
+    results = _rank_legs(legs, options, language, says, plan.limit)
+    if plan.fallback and options.kind is not None and len(results) < MIN_KIND_FALLBACK_RESULTS:
+        second = _rank_legs(_unexpired_legs(fetched[None]), options, language, says)
         results = merge_kind_fallback(results, second, options.kind)
     if options.deduplicate:
         results = deduplicate(results, language=language)
     return results[: options.max_results]
+
+
+def execute_search(
+    options: SearchOptions,
+    fetch: Callable[[Kind | None, int], Legs],
+    language: Language = ENGLISH,
+    says: Callable[[str], bool] | None = None,
+) -> list[Entry]:
+    """`plan_search`, `fetch(kind, pool)` for each planned kind, then `rank_search`: the
+    whole search for a backend that fetches in process (in-memory, SQLite)."""
+    plan = plan_search(options)
+    fetched = {kind: fetch(kind, plan.pool) for kind in plan.kinds}
+    return rank_search(plan, fetched, options, language, says)

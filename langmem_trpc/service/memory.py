@@ -62,13 +62,14 @@ from ._core import (
     utcnow,
 )
 from ._language import Language, resolve_language
+from ._periods import TimeMentions
 from ._search import (
     CorpusStats,
     KeywordDoc,
+    KeywordScorer,
     Legs,
     QueryTerms,
     execute_search,
-    keyword_score,
     passes_time,
 )
 from .protocol import SyncMemoryService
@@ -133,6 +134,7 @@ class InMemoryMemoryService(SyncMemoryService):
         self._lock = threading.RLock()
         self._writes = itertools.count(1)
         self._claims = ClaimTable(self._lock)
+        self._time_mentions = TimeMentions(self.language)
         self.supports_vectors = embeddings is not None
 
     # -- helpers ------------------------------------------------------------
@@ -433,8 +435,10 @@ class InMemoryMemoryService(SyncMemoryService):
                         row.entry.text, row.entry.memory.topics, self.language
                     )
             snapshot = [(r.entry, r.vector, r.doc) for r in rows if r.doc is not None]
-        terms = QueryTerms.of(options, self.language)
-        stats = CorpusStats.from_docs(doc for _, _, doc in snapshot)
+        scorer = KeywordScorer.of(
+            QueryTerms.of(options, self.language),
+            CorpusStats.from_docs(doc for _, _, doc in snapshot),
+        )
 
         def fetch(kind: Kind | None, pool: int) -> Legs:
             pick = [
@@ -443,14 +447,14 @@ class InMemoryMemoryService(SyncMemoryService):
                 if (kind is None or entry.memory.kind == kind)
                 and passes_time(entry.memory.event_time, options.time_after, options.time_before)
             ]
-            keyword = [(entry, keyword_score(terms, doc, stats)) for entry, _, doc in pick]
+            keyword = [(entry, scorer.score(doc)) for entry, _, doc in pick]
             keyword = sorted((h for h in keyword if h[1] > 0), key=lambda h: -h[1])[:pool]
             if query_vector is None:
                 return Legs(vector=None, keyword=keyword)
             vector = [(e, max(0.0, float(v @ query_vector))) for e, v, _ in pick if v is not None]
             return Legs(vector=sorted(vector, key=lambda h: -h[1])[:pool], keyword=keyword)
 
-        return execute_search(options, fetch, self.language)
+        return execute_search(options, fetch, self.language, self._time_mentions)
 
     def restore(self, user: UserKey, entry: Entry, history: Sequence[HistoryEvent] = ()) -> Entry:
         user = check_user(user)

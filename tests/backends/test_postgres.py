@@ -10,7 +10,14 @@ import threading
 import psycopg
 import pytest
 
-from langmem_trpc import ConfigurationError, Limits, PostgresMemoryService, SearchOptions, UserKey
+from langmem_trpc import (
+    ConfigurationError,
+    Kind,
+    Limits,
+    PostgresMemoryService,
+    SearchOptions,
+    UserKey,
+)
 from langmem_trpc.backends.postgres import _search_sql, _sql
 from langmem_trpc.service._language import ENGLISH
 from langmem_trpc.service._search import rrf_fuse
@@ -448,6 +455,19 @@ def test_heavy_vector_only_search_widens_its_pool_when_dedupe_empties_it(opened,
         assert sum(e.text.startswith(same) for e in second) == 1
 
 
+def test_heavy_vector_only_kind_fallback_reads_both_kinds_in_one_ann_statement(opened):
+    """The narrow ANN fetch of a known-heavy user plans the fallback's unfiltered
+    candidates too: the same answers as the fused statement, in one statement."""
+    svc = opened(embeddings=HashingEmbeddings(), exact_search_max=0)
+    svc.add_many(ALICE, [f"river stone fact {i} about water w{i}" for i in range(20)])
+    svc.add(ALICE, "river stone trip", kind=Kind.EPISODE)
+    options = SearchOptions(hybrid=False, kind=Kind.EPISODE, kind_fallback=True, max_results=5)
+    first = svc.search(ALICE, "river stone", options)  # size unknown: the fused statement
+    second = svc.search(ALICE, "river stone", options)  # known heavy: the ANN statement
+    assert first[0].memory.kind == Kind.EPISODE and len(first) == 5
+    assert [(e.id, e.score) for e in second] == [(e.id, e.score) for e in first]
+
+
 async def test_sync_call_on_the_event_loop_thread_does_not_deadlock(clean_url):
     from psycopg_pool import AsyncConnectionPool
 
@@ -768,3 +788,63 @@ def test_pinned_ann_leg_merges_pending_rows_even_with_a_stale_user_size(opened):
     svc._user_sizes[ALICE] = 10_000  # stale: learnt before the user shrank
     hit = svc.search(ALICE, "pending item7", SearchOptions(max_results=1, hybrid=False))[0]
     assert hit.text == "pending item7"
+
+
+def _counting_pools(url: str, statements: list[str]):
+    """A sync and an async pool whose cursors record every statement they execute."""
+    from psycopg_pool import AsyncConnectionPool, ConnectionPool
+
+    class Counting(psycopg.Cursor):
+        def execute(self, query, params=None, **kwargs):
+            statements.append(str(query))
+            return super().execute(query, params, **kwargs)
+
+    class AsyncCounting(psycopg.AsyncCursor):
+        async def execute(self, query, params=None, **kwargs):
+            statements.append(str(query))
+            return await super().execute(query, params, **kwargs)
+
+    kwargs = {"autocommit": True}
+    sync = ConnectionPool(url, kwargs={**kwargs, "cursor_factory": Counting}, min_size=1, open=True)
+    aio = AsyncConnectionPool(
+        url, kwargs={**kwargs, "cursor_factory": AsyncCounting}, min_size=1, open=False
+    )
+    return sync, aio
+
+
+@pytest.mark.parametrize("embeddings", [None, HashingEmbeddings()], ids=["keyword", "hybrid"])
+async def test_search_runs_one_statement_even_with_the_kind_fallback(clean_url, embeddings):
+    """Once the entry cache holds the candidates, a search is one statement: both legs
+    and, for the kind fallback, the unfiltered legs too (no second round trip)."""
+    statements: list[str] = []
+    sync_pool, async_pool = _counting_pools(clean_url, statements)
+    await async_pool.open()
+    try:
+        for pool, is_async in ((sync_pool, False), (async_pool, True)):
+            svc = PostgresMemoryService(pool, embeddings)  # only `pool`'s statements are counted
+            svc.add_many(ALICE, [f"sushi dinner number {i} with friends" for i in range(6)])
+            svc.add(ALICE, "sushi night out", kind=Kind.EPISODE)
+            for options in (
+                SearchOptions(kind=Kind.EPISODE, kind_fallback=True),  # 1 episode: falls back
+                SearchOptions(deduplicate=True),
+                SearchOptions(kind=Kind.FACT),
+            ):
+                warm = svc.search(ALICE, "sushi dinner", options)  # fills the entry cache
+                if is_async:
+                    await svc.asearch(ALICE, "sushi dinner", options)  # prepares its connection
+                statements.clear()
+                if is_async:
+                    hits = await svc.asearch(ALICE, "sushi dinner", options)
+                else:
+                    hits = svc.search(ALICE, "sushi dinner", options)
+                assert [h.id for h in hits] == [h.id for h in warm]
+                assert len(statements) == 1, statements
+            fallback = svc.search(
+                ALICE, "sushi dinner", SearchOptions(kind=Kind.EPISODE, kind_fallback=True)
+            )
+            assert fallback[0].memory.kind == Kind.EPISODE and len(fallback) == 7
+            svc.clear(ALICE)
+            await svc.aclose()
+    finally:
+        sync_pool.close()
+        await async_pool.close()

@@ -7,6 +7,7 @@ import random
 import sqlite3
 import sys
 import threading
+import time
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -802,7 +803,7 @@ def test_vector_scan_on_the_side_thread_gives_the_same_results(tmp_path, monkeyp
     assert any(inline)
     busy = threading.Lock()
     assert busy.acquire()  # a busy side thread: the scan runs inline instead
-    monkeypatch.setattr(_query._side, "_busy", busy)
+    monkeypatch.setattr(svc._caches.side, "_busy", busy)
     assert results() == inline
 
 
@@ -819,3 +820,46 @@ def test_backfilled_vectors_embed_participants_with_the_text(tmp_path):
     hits = service.search(user, "Caroline support group", vector_only)
     service.close()
     assert hits[0].memory.participants == ["Caroline"]
+
+
+_SEARCH_THREADS = ("langmem-vector-scan", "langmem-keyword-index")
+
+
+def _search_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith(_SEARCH_THREADS)]
+
+
+def _start_search_threads(svc: SQLiteMemoryService, user: UserKey) -> None:
+    """Two searches of one state: the side scan runs each, the second queues an index build."""
+    rng = random.Random(5)
+    words = [f"w{i}" for i in range(30)]
+    svc.add_many(user, [" ".join(rng.choices(words, k=5)) for _ in range(60)])
+    for _ in range(2):
+        assert svc.search(user, "w1 w2 w3")
+    deadline = time.monotonic() + 10
+    while svc._caches.keywords._building and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def test_close_stops_every_search_thread_and_services_share_none(tmp_path, monkeypatch):
+    """Each service starts its own vector side-scan and keyword-index threads, and its
+    close() stops them; closing one service leaves the other's running."""
+    from langmem_trpc.backends.sqlite import _query
+
+    monkeypatch.setattr(_query, "SIDE_SCAN_MIN_VALUES", 0)  # every hybrid scan on the side
+    before = set(_search_threads())
+    first = SQLiteMemoryService(tmp_path / "a.db", HashingEmbeddings())
+    second = SQLiteMemoryService(tmp_path / "b.db", HashingEmbeddings())
+    _start_search_threads(first, ALICE)
+    own_first = set(_search_threads()) - before
+    _start_search_threads(second, ALICE)
+    own_second = set(_search_threads()) - before - own_first
+    assert sorted(t.name.rsplit("_", 1)[0] for t in own_first) == sorted(_SEARCH_THREADS)
+    assert sorted(t.name.rsplit("_", 1)[0] for t in own_second) == sorted(_SEARCH_THREADS)
+    first.close()
+    assert not any(t.is_alive() for t in own_first)
+    assert all(t.is_alive() for t in own_second)
+    assert second.search(ALICE, "w1 w2 w3")  # its threads still serve it
+    second.close()
+    assert not any(t.is_alive() for t in own_second)
+    assert set(_search_threads()) <= before

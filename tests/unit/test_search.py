@@ -562,3 +562,64 @@ def test_rrf_ranks_share_exactly_when_scores_agree_to_six_decimals():
                 rank, previous = position, rounded
             expected[e.id] = 1.0 / (60 + rank)
         assert _rrf_with_ties([leg], 60) == expected
+
+
+def test_the_plan_names_every_fetch_up_front():
+    """`plan_search` is a plain value: the kind fallback's unfiltered fetch is planned
+    with the kind's, and a blank query plans none."""
+    from langmem_trpc.service._search import SearchPlan, plan_search
+
+    fallback = SearchOptions(query="q", kind=Kind.EPISODE, kind_fallback=True, max_results=5)
+    assert plan_search(fallback) == SearchPlan((Kind.EPISODE, None), 100, None)
+    assert plan_search(SearchOptions(query="q", kind=Kind.FACT)) == SearchPlan(
+        (Kind.FACT,), 100, 10
+    )
+    assert plan_search(SearchOptions(query="q", deduplicate=True)).limit is None
+    assert plan_search(SearchOptions(query=" ")).kinds == ()
+
+
+def test_rank_is_a_pure_function_of_the_plan_and_the_fetched_legs():
+    """Ranking the same fetched legs twice gives the same hits, and the fallback's legs
+    are merged after the wanted kind's when it ranks fewer than 3."""
+    from langmem_trpc.service._search import plan_search, rank_search
+
+    ep, f1, f2 = entry("e", "alpha", Kind.EPISODE), entry("f1", "alpha"), entry("f2", "alpha")
+    options = SearchOptions(query="alpha", kind=Kind.EPISODE, kind_fallback=True, hybrid=False)
+    plan = plan_search(options)
+    fetched = {
+        Kind.EPISODE: Legs(vector=[(ep, 0.5)], keyword=[]),
+        None: Legs(vector=[(f1, 0.9), (ep, 0.5), (f2, 0.4)], keyword=[]),
+    }
+    first = rank_search(plan, fetched, options)
+    assert [h.id for h in first] == ["e", "f1", "f2"]
+    assert rank_search(plan, fetched, options) == first
+
+
+def test_a_keyword_scorer_equals_keyword_score_and_stats_keep_no_memo():
+    from dataclasses import fields
+
+    from langmem_trpc.service._search import KeywordScorer
+
+    docs = [KeywordDoc.build(t, []) for t in CORPUS]
+    stats = CorpusStats.from_docs(docs)
+    terms = QueryTerms.build("what runs Go in production")
+    scorer = KeywordScorer.of(terms, stats)
+    assert [scorer.score(d) for d in docs] == [keyword_score(terms, d, stats) for d in docs]
+    assert [f.name for f in fields(CorpusStats)] == [
+        "n_docs",
+        "df",
+        "avg_content_len",
+        "avg_topic_len",
+    ]
+    assert stats.__dict__.keys() == {"n_docs", "df", "avg_content_len", "avg_topic_len"}
+
+
+def test_time_mentions_are_bounded_and_belong_to_their_owner():
+    from langmem_trpc.service._periods import TimeMentions, says_time
+
+    first, second = TimeMentions(max_texts=2), TimeMentions(max_texts=2)
+    texts = ["We met yesterday", "I like tea", "Back in 2021", "On Sunday"]
+    assert [first(t) for t in texts] == [says_time(t) for t in texts] == [True, False, True, True]
+    assert len(first) == 2 and len(second) == 0
+    first.clear()
+    assert len(first) == 0

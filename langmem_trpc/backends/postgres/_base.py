@@ -36,6 +36,7 @@ from ...service._core import (
     resolve_options,
 )
 from ...service._language import Language, resolve_language
+from ...service._periods import TimeMentions
 from ...types import (
     DeadLetter,
     DeadLetterStatus,
@@ -121,7 +122,11 @@ class PostgresBase(ExpiryOps):
             )
         self._embeddings = embeddings
         self._limits = limits or Limits()
-        self._search_cache = _plans.SearchCache(dims=dims, entries=EntryCache(entry_cache_size))
+        self._search_cache = _plans.SearchCache(
+            dims=dims,
+            entries=EntryCache(entry_cache_size),
+            time_mentions=TimeMentions(self.language),
+        )
         self._pool_size = pool_size
         # Seconds to wait for a connection: during an outage a preload or tool call
         # fails fast (psycopg_pool's own default is 30 s).

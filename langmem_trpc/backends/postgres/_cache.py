@@ -1,4 +1,4 @@
-"""Per-process cache of search candidates' `Entry` objects, keyed by row version.
+"""One service's cache of search candidates' `Entry` objects, keyed by row version.
 
 Building an `Entry` from a row (and decoding its columns) costs more than
 scoring it: a typical search reads ~140 candidate rows. The search statement
@@ -33,6 +33,9 @@ class EntryCache:
 
     def __len__(self) -> int:
         return len(self._items)
+
+    def clear(self) -> None:
+        self._items.clear()
 
     def get(self, user: UserKey, memory_id: str, version: Version) -> Entry | None:
         held = self._items.get((user, memory_id))

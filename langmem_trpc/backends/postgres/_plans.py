@@ -31,7 +31,8 @@ from ...service._core import (
     utcnow,
 )
 from ...service._language import ENGLISH, Language
-from ...service._search import DEFAULT_MIN_SCORE, Legs, execute_search
+from ...service._periods import TimeMentions
+from ...service._search import DEFAULT_MIN_SCORE, Legs, SearchPlan, plan_search, rank_search
 from ...types import (
     Entry,
     HistoryEvent,
@@ -338,19 +339,22 @@ def history(user: UserKey, memory_id: str) -> Plan[list[HistoryEvent]]:
     return [_sql.history_from_row(r) for r in rows]
 
 
-class _NeedFetch(Exception):
-    def __init__(self, kind: Kind | None, pool: int) -> None:
-        self.key: tuple[Kind | None, int] = (kind, pool)
-
-
 @dataclass
 class SearchCache:
     """What searches of one service learn and keep: each user's live count, the
-    dimension, and the entries of candidate rows (by row version)."""
+    dimension, the entries of candidate rows (by row version) and which memory
+    texts say a time. Owned by the service; `clear()` (its `close()`) forgets all
+    but the dimension."""
 
     dims: int | None = None
     sizes: dict[UserKey, int] = field(default_factory=dict)
     entries: EntryCache = field(default_factory=EntryCache)
+    time_mentions: TimeMentions = field(default_factory=TimeMentions)
+
+    def clear(self) -> None:
+        self.sizes.clear()
+        self.entries.clear()
+        self.time_mentions.clear()
 
 
 def search(
@@ -361,17 +365,20 @@ def search(
     cache: SearchCache | None = None,
     language: Language = ENGLISH,
 ) -> Plan[list[Entry]]:
-    """The shared pipeline (`execute_search`) over one SQL round trip per leg fetch.
+    """The shared plan (`plan_search`), fetched in one statement, ranked by `rank_search`.
 
-    `execute_search` calls `fetch` synchronously, so the plan replays it with
-    the rows it has, and yields the statement for a missing fetch (the kind
-    fallback's second fetch) before replaying once more. Replays are pure.
-    `cache.sizes` remembers each user's live count from earlier searches: for
-    users above `exact_max` the vector leg reads the HNSW index through
-    `langmem_ann_candidates`, and a vector-only search reads nothing else
-    (`ANN_CANDIDATES`, narrowed to 3 x max_results unless `_needs_wider_pool`).
+    The statement fetches the legs of every kind the plan names (the kind
+    fallback's unfiltered legs too); entries the cache lacks at their row
+    version are read by id afterwards. `cache.sizes` remembers each user's
+    live count from earlier searches: for users above `exact_max` the vector
+    leg reads the HNSW index through `langmem_ann_candidates`, and a
+    vector-only search reads nothing else (`ann_candidates_sql`, narrowed to
+    3 x max_results). Only when that narrow fetch may rank differently than
+    the full pool (`_needs_wider_pool`: dedupe emptied it, or its farthest
+    candidate ties the last hit) is the full-pool statement run as well.
     """
-    if not options.query.strip():
+    plan = plan_search(options)
+    if not plan.kinds:
         return []
     cache = cache if cache is not None else SearchCache()
     query_vector = None
@@ -381,55 +388,55 @@ def search(
         if cache.dims is None:  # set up by another process: the index expression needs it
             found = yield Sql(_sql.EMBEDDING_DIMS)
             cache.dims = int(found[0]["dims"]) if found and found[0]["dims"] > 0 else None
-    dims = cache.dims or len(query_vector or ())
     heavy = query_vector is not None and cache.sizes.get(user, 0) > exact_max
-    fetched: dict[tuple[Kind | None, int], Legs] = {}
+    query = _search_sql.build_search(
+        user,
+        options,
+        plan.kinds[0],
+        plan.pool,
+        query_vector,
+        exact_max,
+        heavy=heavy,
+        dims=cache.dims or len(query_vector or ()),
+        language=language,
+        fallback=plan.fallback,
+    )
     # vector-only results are ordered by cosine alone: 3 x max_results candidates
     # leave room for dedupe; `_needs_wider_pool` falls back to the full pool
-    narrow = heavy and not options.hybrid
-    ann_pool = 3 * options.max_results
+    narrow = min(plan.pool, 3 * options.max_results) if heavy and not options.hybrid else None
+    fetched = yield from _fetch(user, plan, query, narrow, cache)
+    results = rank_search(plan, fetched, options, language, cache.time_mentions)
+    if narrow is not None and _needs_wider_pool(results, fetched.values(), narrow, options):
+        fetched = yield from _fetch(user, plan, query, None, cache)
+        results = rank_search(plan, fetched, options, language, cache.time_mentions)
+    return results
 
-    def fetch(kind: Kind | None, pool: int) -> Legs:
-        key = (kind, min(pool, ann_pool) if narrow else pool)
-        if key not in fetched:
-            raise _NeedFetch(*key)
-        return fetched[key]
 
-    while True:
-        try:
-            results = execute_search(options, fetch, language)
-        except _NeedFetch as need:
-            kind, pool = need.key
-            query = _search_sql.build_search(
-                user,
-                options,
-                kind,
-                pool,
-                query_vector,
-                exact_max,
-                heavy=heavy,
-                dims=dims,
-                language=language,
-            )
-            if narrow:
-                rows = yield Sql(_search_sql.ANN_CANDIDATES, query.params)
-            else:
-                rows = yield Sql(query.sql, query.params)
-            if rows and rows[0]["n"] is not None:
-                remember_size(cache.sizes, user, int(rows[0]["n"]))
-            entries = yield from _candidate_entries(user, rows, cache.entries)
-            if narrow:
-                legs = Legs(vector=_search_sql.vector_leg_from_ann(rows, entries, pool), keyword=[])
-            else:
-                vector, keyword = _search_sql.legs_from_rows(query, rows, entries)
-                legs = Legs(vector=vector, keyword=keyword)
-            fetched[need.key] = legs
-            continue
-        if narrow and _needs_wider_pool(results, fetched.values(), ann_pool, options):
-            narrow = False
-            fetched.clear()
-            continue
-        return results
+def _fetch(
+    user: UserKey,
+    plan: SearchPlan,
+    query: _search_sql.SearchQuery,
+    narrow: int | None,
+    cache: SearchCache,
+) -> Plan[dict[Kind | None, Legs]]:
+    """The legs of every kind of `plan`: one statement (the fused one, or with `narrow`
+    the heavy user's vector-only ANN candidates, `narrow` each), then the entries."""
+    if narrow is not None:
+        params = {**query.params, "pool": narrow}
+        rows = yield Sql(_search_sql.ann_candidates_sql(len(plan.kinds)), params)
+    else:
+        rows = yield Sql(query.sql, query.params)
+    if rows and rows[0]["n"] is not None:
+        remember_size(cache.sizes, user, int(rows[0]["n"]))
+    entries = yield from _candidate_entries(user, rows, cache.entries)
+    fetched: dict[Kind | None, Legs] = {}
+    for part, kind in enumerate(plan.kinds):
+        if narrow is not None:
+            vector = _search_sql.vector_leg_from_ann(rows, entries, narrow, part)
+            fetched[kind] = Legs(vector=vector, keyword=[])
+        else:
+            fetched[kind] = Legs(*_search_sql.legs_from_rows(query, rows, entries, part))
+    return fetched
 
 
 def _needs_wider_pool(
@@ -457,7 +464,8 @@ def _candidate_entries(
     user: UserKey, rows: Sequence[_sql.Row], entries: EntryCache
 ) -> Plan[dict[str, Entry]]:
     """Candidates' entries from the cache; rows it lacks (at their version) in one fetch."""
-    found, missing = entries.split(user, ((r["id"], (r["version"], r["updated_at"])) for r in rows))
+    versions = {r["id"]: (r["version"], r["updated_at"]) for r in rows}  # ids repeat across parts
+    found, missing = entries.split(user, versions.items())
     if missing:
         fetched = yield Sql(_sql.ROWS_BY_IDS, _sql.user_params(user, ids=missing))
         for row in fetched:

@@ -1,8 +1,9 @@
 """The search statement: SQL text per leg combination, its parameters, and its rows read back.
 
-Nothing here does I/O. One statement fetches both legs' candidates for the
-shared pipeline (`service/_search.execute_search`); see docs/backends.md
-("Hybrid search: one statement").
+Nothing here does I/O. One statement fetches both legs' candidates of every
+fetch of a `SearchPlan` (`service/_search.plan_search`; the kind fallback's
+unfiltered fetch too), ranked afterwards by the shared `rank_search`; see
+docs/backends.md ("Hybrid search: one statement").
 """
 
 from __future__ import annotations
@@ -13,12 +14,13 @@ from collections.abc import Mapping, Sequence
 
 from ...service._documents import keyword_doc
 from ...service._language import ENGLISH, Language
-from ...service._search import CorpusStats, KeywordDoc, QueryTerms, keyword_score
+from ...service._search import CorpusStats, KeywordDoc, KeywordScorer, QueryTerms
 from ...types import Entry, Kind, SearchOptions, UserKey
 from ._sql import Params, Row, user_params, vector_param
 
 __all__ = [
     "ANN_CANDIDATES",
+    "ann_candidates_sql",
     "KEYWORD_BUDGET",
     "KEYWORD_SCAN_MAX",
     "SearchQuery",
@@ -30,7 +32,7 @@ __all__ = [
 
 
 _FILTERS = """
-      AND (%(kind)s::text IS NULL OR m.kind = %(kind)s)
+      AND ({kind}::text IS NULL OR m.kind = {kind})
       AND (%(after)s::timestamptz IS NULL OR m.event_time IS NULL OR m.event_time >= %(after)s)
       AND (%(before)s::timestamptz IS NULL OR m.event_time IS NULL OR m.event_time <= %(before)s)"""
 
@@ -40,7 +42,7 @@ _VERSION = "m.xmin::text AS version, m.updated_at"
 """Each candidate's row version, read with the candidate: the entry cache's key."""
 
 _VECTOR_LEG = f"""
-vec_ann AS (
+vec_ann{{s}} AS (
     -- big users: the HNSW index, with pgvector 0.8 iterative scans so the
     -- per-user filter does not starve the candidate list
     SELECT m.id, m.embedding <=> %(q)b::vector AS dist, {_VERSION}
@@ -49,7 +51,7 @@ vec_ann AS (
       AND (SELECT n FROM stats) > %(exact_max)s
     ORDER BY {{ann_order}}
     LIMIT %(pool)s),{{pending}}
-vec_exact AS (
+vec_exact{{s}} AS (
     -- small users: exact distances over the user's rows (btree), no index recall loss
     SELECT * FROM (
         SELECT m.id, m.embedding <=> %(q)b::vector AS dist, {_VERSION}
@@ -59,16 +61,16 @@ vec_exact AS (
         OFFSET 0) e
     ORDER BY dist, id
     LIMIT %(pool)s),
-vec AS (
+vec{{s}} AS (
     SELECT id, dist, version, updated_at, row_number() OVER (ORDER BY dist, id) AS r
-    FROM (SELECT * FROM vec_ann UNION ALL SELECT * FROM vec_pending
-          UNION ALL SELECT * FROM vec_exact) u
+    FROM (SELECT * FROM vec_ann{{s}} UNION ALL SELECT * FROM vec_pending{{s}}
+          UNION ALL SELECT * FROM vec_exact{{s}}) u
     WHERE dist IS NOT NULL AND dist <> 'NaN'::float8
     ORDER BY dist, id
     LIMIT %(pool)s),"""
 
 _PENDING_LEG = f"""
-vec_pending AS (
+vec_pending{{s}} AS (
     -- big users' rows of a deferred bulk load, not yet in the HNSW graph
     -- (`index_pending`): exact distances over them (partial btree; empty when none)
     SELECT * FROM (
@@ -80,22 +82,29 @@ vec_pending AS (
     LIMIT %(pool)s),"""
 
 _HEAVY_VECTOR_LEG = """
-vec AS (
+vec{s} AS (
     -- users known to be above `exact_max`: the HNSW index, through the function that
     -- pins its own plan to it (vector migration 5), plus their rows not yet indexed
     SELECT id, dist, version, updated_at, row_number() OVER (ORDER BY dist, id) AS r
-    FROM langmem_ann_candidates(%(app)s, %(user)s, %(q)b::vector, %(kind)s, %(after)s,
+    FROM langmem_ann_candidates(%(app)s, %(user)s, %(q)b::vector, {kind}, %(after)s,
                                 %(before)s, %(pool)s)
     WHERE dist IS NOT NULL AND dist <> 'NaN'::float8
     ORDER BY dist, id
     LIMIT %(pool)s),"""
 
-ANN_CANDIDATES = """
-SELECT id, dist, version, updated_at, n
-FROM langmem_ann_candidates(%(app)s, %(user)s, %(q)b::vector, %(kind)s, %(after)s,
+_ANN_PART = """
+SELECT {part} AS part, id, dist, version, updated_at, n
+FROM langmem_ann_candidates(%(app)s, %(user)s, %(q)b::vector, {kind}, %(after)s,
                             %(before)s, %(pool)s)"""
+
+ANN_CANDIDATES = _ANN_PART.format(part=0, kind="%(kind)s")
 """A heavy user's vector-only search: the candidates, their row versions (for the
 entry cache) and the live count, without the fused statement."""
+
+
+def ann_candidates_sql(parts: int) -> str:
+    """`ANN_CANDIDATES` for each fetch of a plan (`part` 0: the kind, 1: every kind)."""
+    return "\nUNION ALL".join(_ANN_PART.format(part=i, kind=_KINDS[i]) for i in range(parts))
 
 
 def _ann_order(dims: int) -> str:
@@ -105,13 +114,13 @@ def _ann_order(dims: int) -> str:
 
 
 _NO_VECTOR_LEG = """
-vec AS (SELECT NULL::text AS id, NULL::float8 AS dist, NULL::text AS version,
+vec{s} AS (SELECT NULL::text AS id, NULL::float8 AS dist, NULL::text AS version,
                NULL::timestamptz AS updated_at, NULL::bigint AS r WHERE false),"""
 
 _KEYWORD_COLUMNS = "m.id, m.tsv, m.xmin::text AS version, m.updated_at, m.content_doc, m.topic_doc"
 
 _KEYWORD_LEG = f"""
-kw AS (
+kw{{s}} AS (
     SELECT id, version, updated_at, content_doc, topic_doc,
            row_number() OVER (ORDER BY rank DESC, id) AS r FROM (
         SELECT c.*, ts_rank(c.tsv, (SELECT tsq FROM dfs)) AS rank FROM (
@@ -146,25 +155,27 @@ _KEYWORD_MATCH = {
 }
 
 _NO_KEYWORD_LEG = """
-kw AS (SELECT NULL::text AS id, NULL::text AS version, NULL::timestamptz AS updated_at,
+kw{s} AS (SELECT NULL::text AS id, NULL::text AS version, NULL::timestamptz AS updated_at,
               NULL::text AS content_doc, NULL::text AS topic_doc, NULL::bigint AS r
        WHERE false),"""
 
-_SEARCH_TAIL = """
-fused AS (
+_FUSED = """
+fused{s} AS (
     -- every leg read its candidates' row versions and the keyword leg their
     -- documents, so no candidate is probed again
     SELECT coalesce(v.id, k.id) AS id, v.r AS vrank, k.r AS krank, v.dist,
            coalesce(1.0 / (%(rrf_k)s + v.r), 0) + coalesce(1.0 / (%(rrf_k)s + k.r), 0) AS rrf,
            coalesce(v.version, k.version) AS version,
            coalesce(v.updated_at, k.updated_at) AS updated_at, k.content_doc, k.topic_doc
-    FROM vec v FULL OUTER JOIN kw k ON v.id = k.id)
-SELECT f.vrank, f.krank, f.dist, f.rrf::float8 AS rrf, s.n, s.content_sum, s.topic_sum, d.df,
-       f.content_doc, f.topic_doc, f.id, f.version, f.updated_at
-FROM fused f
+    FROM vec{s} v FULL OUTER JOIN kw{s} k ON v.id = k.id)"""
+
+_SELECT = """
+SELECT f.part, f.vrank, f.krank, f.dist, f.rrf::float8 AS rrf, s.n, s.content_sum,
+       s.topic_sum, d.df, f.content_doc, f.topic_doc, f.id, f.version, f.updated_at
+FROM ({parts}) f
 CROSS JOIN stats s
 CROSS JOIN dfs d
-ORDER BY f.rrf DESC, f.updated_at DESC, f.id"""
+ORDER BY f.part, f.rrf DESC, f.updated_at DESC, f.id"""
 
 _STATS = """
 WITH stats AS MATERIALIZED (
@@ -189,22 +200,45 @@ dfs AS MATERIALIZED (
 
 _VECTOR_LEGS = {"sql": _VECTOR_LEG, "heavy": _HEAVY_VECTOR_LEG, "none": _NO_VECTOR_LEG}
 
+_SUFFIXES = ("", "_all")
+"""CTE name suffix of each fetch of a plan: the kind's, then every kind's (the fallback)."""
+_KINDS = ("%(kind)s", "NULL::text")
+"""The kind filter of each fetch: the `kind` parameter, then none (a constant NULL, which
+the planner folds away even in a generic plan)."""
 
-@functools.cache
-def search_sql(vector: str, keyword: str, dims: int) -> str:
-    """The fused statement for one leg combination: `vector` "sql", "heavy" or "none",
-    `keyword` "tsq", "like" or "none" (`dims` names the ANN index expression)."""
-    leg = _VECTOR_LEGS[vector]
+
+def _legs_sql(vector: str, keyword: str, dims: int, part: int) -> str:
+    """The vector and keyword legs and their fusion for one fetch of a plan."""
+    names = {"s": _SUFFIXES[part], "kind": _KINDS[part]}
     if vector == "sql":
         # small users' pending rows are already in vec_exact
         pending = _PENDING_LEG.format(
-            big_only="\n          AND (SELECT n FROM stats) > %(exact_max)s"
+            big_only="\n          AND (SELECT n FROM stats) > %(exact_max)s", **names
         )
-        leg = leg.format(ann_order=_ann_order(dims), pending=pending)
-    kw = _NO_KEYWORD_LEG
+        leg = _VECTOR_LEG.format(ann_order=_ann_order(dims), pending=pending, **names)
+    else:
+        leg = _VECTOR_LEGS[vector].format(**names)
+    kw = _NO_KEYWORD_LEG.format(**names)
     if keyword != "none":
-        kw = _KEYWORD_LEG.format(match=_KEYWORD_MATCH[keyword])
-    return _STATS + leg + kw + _SEARCH_TAIL
+        kw = _KEYWORD_LEG.format(match=_KEYWORD_MATCH[keyword], **names)
+    return leg + kw + _FUSED.format(**names)
+
+
+@functools.lru_cache(maxsize=64)
+def search_sql(vector: str, keyword: str, dims: int, parts: int = 1) -> str:
+    """The fused statement for one leg combination: `vector` "sql", "heavy" or "none",
+    `keyword` "tsq", "like" or "none" (`dims` names the ANN index expression),
+    over `parts` fetches (1, or 2 with the kind fallback's unfiltered fetch); the
+    rows' `part` column says which fetch a candidate belongs to.
+
+    Memoised: the text is a pure function of these few values (3 x 3 x 2 per
+    embedding dimension), a constant table of SQL strings holding no user data.
+    """
+    ctes = ",".join(_legs_sql(vector, keyword, dims, part) for part in range(parts))
+    fused = " UNION ALL ".join(
+        f"SELECT {part} AS part, * FROM fused{_SUFFIXES[part]}" for part in range(parts)
+    )
+    return _STATS + ctes + _SELECT.format(parts=fused)
 
 
 KEYWORD_SCAN_MAX = 1_000
@@ -233,7 +267,7 @@ def _like_words(query: str, terms: QueryTerms) -> list[str] | None:
 class SearchQuery:
     """One candidate fetch: SQL text and parameters, and how to read its rows back."""
 
-    __slots__ = ("hybrid", "language", "params", "sql", "terms", "vector")
+    __slots__ = ("hybrid", "language", "params", "parts", "sql", "terms", "vector")
 
     def __init__(
         self,
@@ -243,8 +277,10 @@ class SearchQuery:
         vector: bool,
         hybrid: bool,
         language: Language = ENGLISH,
+        parts: int = 1,
     ) -> None:
         self.language = language
+        self.parts = parts
         self.sql = sql
         self.params = params
         self.terms = terms
@@ -262,8 +298,10 @@ def build_search(
     heavy: bool = False,
     dims: int = 0,
     language: Language = ENGLISH,
+    fallback: bool = False,
 ) -> SearchQuery:
-    """The one-round-trip hybrid statement for `fetch(kind, pool)` of the shared pipeline.
+    """The one statement that fetches a search plan's legs: those of `kind` and, with
+    `fallback`, those of every kind (the kind fallback's), as rows of `part` 0 and 1.
 
     The keyword leg runs whenever its candidates can matter: always without an
     embedder, and for hybrid search. Each leg is bounded by `pool`; without an
@@ -271,6 +309,7 @@ def build_search(
     the keyword relevance, not ts_rank. `heavy`: the user is known to be above
     `exact_max`, so the vector leg goes straight to the HNSW index; `dims` is the
     embedding dimension (the ANN index expression names it); `language` is the service's.
+    The statistics CTEs are shared by both fetches.
     """
     terms = QueryTerms.of(options, language)
     use_vector = query_vector is not None
@@ -300,20 +339,26 @@ def build_search(
     vector_leg = "none"
     if use_vector:
         vector_leg = "heavy" if heavy else "sql"
+    parts = 2 if fallback else 1
     return SearchQuery(
-        search_sql(vector_leg, keyword_leg, dims),
+        search_sql(vector_leg, keyword_leg, dims, parts),
         params,
         terms,
         use_vector,
         options.hybrid,
         language,
+        parts,
     )
 
 
+Leg = list[tuple[Entry, float]]
+
+
 def legs_from_rows(
-    query: SearchQuery, rows: Sequence[Row], entries: Mapping[str, Entry]
-) -> tuple[list[tuple[Entry, float]] | None, list[tuple[Entry, float]]]:
-    """Rows of the fused statement -> (vector leg, keyword leg), each in its SQL rank order.
+    query: SearchQuery, rows: Sequence[Row], entries: Mapping[str, Entry], part: int = 0
+) -> tuple[Leg | None, Leg]:
+    """Rows of the fused statement -> (vector leg, keyword leg) of fetch `part`, each in
+    its SQL rank order.
 
     Scores are absolute: cosine for the vector leg, and the shared keyword
     relevance (computed here on the candidates, with the user's corpus stats
@@ -322,20 +367,20 @@ def legs_from_rows(
     """
     vector: list[tuple[int, Entry, float]] = []
     keyword: list[tuple[int, Entry, float]] = []
-    stats: CorpusStats | None = None
+    scorer: KeywordScorer | None = None
     for row in rows:
         entry = entries.get(row["id"])
-        if entry is None:
+        if entry is None or row["part"] != part:
             continue
         if row["vrank"] is not None:
             dist = float(row["dist"])
             score = 0.0 if math.isnan(dist) else max(0.0, 1.0 - dist)
             vector.append((row["vrank"], entry, score))
         if row["krank"] is not None:
-            if stats is None:
-                stats = corpus_stats(query.terms, row)
+            if scorer is None:
+                scorer = KeywordScorer.of(query.terms, corpus_stats(query.terms, row))
             doc = _candidate_doc(query, row, entry)
-            keyword.append((row["krank"], entry, keyword_score(query.terms, doc, stats)))
+            keyword.append((row["krank"], entry, scorer.score(doc)))
     vector.sort(key=lambda item: item[0])
     keyword.sort(key=lambda item: item[0])
     return (
@@ -345,14 +390,18 @@ def legs_from_rows(
 
 
 def vector_leg_from_ann(
-    rows: Sequence[Row], entries: Mapping[str, Entry], pool: int
-) -> list[tuple[Entry, float]]:
-    """Rows of `ANN_CANDIDATES` (indexed and pending hits) -> the vector leg, as the
-    fused statement's `vec` ranks them: nearest `pool`, by distance then id, no NaN."""
+    rows: Sequence[Row], entries: Mapping[str, Entry], pool: int, part: int = 0
+) -> Leg:
+    """Rows of `ann_candidates_sql` (indexed and pending hits) -> the vector leg of fetch
+    `part`, as the fused statement's `vec` ranks them: nearest `pool`, by distance
+    then id, no NaN."""
     hits = sorted(
         (float(r["dist"]), r["id"])
         for r in rows
-        if r["dist"] is not None and not math.isnan(r["dist"]) and r["id"] in entries
+        if r["part"] == part
+        and r["dist"] is not None
+        and not math.isnan(r["dist"])
+        and r["id"] in entries
     )
     return [(entries[i], max(0.0, 1.0 - dist)) for dist, i in hits[:pool]]
 

@@ -166,7 +166,9 @@ class PostgresMemoryService(SyncPostgres, AsyncPostgres, MemoryService):
     # -- lifecycle -------------------------------------------------------------
 
     def close(self) -> None:
-        """Close the pools this service opened; pools passed in stay open."""
+        """Close the pools this service opened (pools passed in stay open) and drop the
+        search caches (entries, user sizes, time mentions)."""
+        self._search_cache.clear()
         with self._pool_lock:
             sync_pool = self._sync_pool if self._owns_sync else None
             async_pool = self._async_pool if self._owns_async else None

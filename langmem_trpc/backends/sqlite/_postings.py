@@ -11,16 +11,14 @@ like the in-memory reference instead of rescoring FTS5's top BM25 rows.
 An index is valid for one (generation, version) of the user, like the
 vector matrices. Building one reads all the user's documents (about 10 us
 per memory), so no search ever waits for it: once a user state is searched
-a second time (a read-heavy phase), a background thread builds the index
+a second time (a read-heavy phase), the service's builder thread builds the index
 while searches keep using FTS5, and later searches of that state use it.
 """
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import os
-import platform
 import sqlite3
 import threading
 from collections import OrderedDict
@@ -36,7 +34,7 @@ from . import _sql as sql
 from ._rows import user_state
 from ._vectors import KIND_CODES, evict_to_bytes
 
-__all__ = ["KeywordIndex", "KeywordIndexCache", "Scored"]
+__all__ = ["Builder", "KeywordIndex", "KeywordIndexCache", "Scored"]
 
 logger = logging.getLogger(__name__)
 
@@ -241,8 +239,9 @@ class KeywordIndexCache:
     `fts_searches` searches of each user state run on FTS5 before the index
     is built (default 1: a write followed by one search, the write path's
     reconcile pattern, never pays for a build). With `background` (the
-    default) the build runs on a side thread and searches use FTS5 until it
-    is ready; without it (tests) the search that asks builds and waits.
+    default) the build runs on the cache's own `Builder` thread (stopped by
+    `close()`) and searches use FTS5 until it is ready; without it (tests)
+    the search that asks builds and waits.
     """
 
     def __init__(self, max_bytes: int, fts_searches: int = 1, background: bool = True) -> None:
@@ -253,6 +252,7 @@ class KeywordIndexCache:
         self._searched: OrderedDict[UserKey, tuple[Stamp, int]] = OrderedDict()
         self._building: set[UserKey] = set()
         self._lock = threading.Lock()
+        self._builder = Builder()
 
     def get(self, read: Reader, user: UserKey, stamp: Stamp) -> KeywordIndex | None:
         """The user's index for this state, or None (search FTS5) while there is none."""
@@ -271,7 +271,9 @@ class KeywordIndexCache:
                 return None
             self._building.add(user)
         if self.background:
-            _builder.submit(self._build, read, user)
+            if not self._builder.submit(self._build, read, user):
+                with self._lock:
+                    self._building.discard(user)
             return None
         built = self._build(read, user)
         return built if built is not None and built.stamp == stamp else None
@@ -285,7 +287,6 @@ class KeywordIndexCache:
         finally:
             with self._lock:
                 self._building.discard(user)
-        _return_freed_memory()
         if item is None:
             return None
         with self._lock:
@@ -304,6 +305,11 @@ class KeywordIndexCache:
             self._items.clear()
             self._searched.clear()
 
+    def close(self) -> None:
+        """Stop the builder thread (queued builds are dropped), then forget every index."""
+        self._builder.close()
+        self.clear()
+
 
 def _load_current(conn: sqlite3.Connection, user: UserKey) -> KeywordIndex | None:
     """The index of the user's state in this snapshot (None for an unknown user)."""
@@ -313,42 +319,33 @@ def _load_current(conn: sqlite3.Connection, user: UserKey) -> KeywordIndex | Non
     return KeywordIndex.load(conn, user, (state[0], state[1]))
 
 
-def _return_freed_memory() -> None:
-    """Hand the build's freed scratch memory back to the OS (glibc keeps freed heap
-    memory otherwise: +140 MB of resident memory after one 100,000-memory build)."""
-    if _malloc_trim is not None:
-        _malloc_trim(0)
-
-
-def _find_malloc_trim() -> Callable[[int], int] | None:
-    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
-        return None
-    try:
-        trim: Callable[[int], int] = ctypes.CDLL("libc.so.6").malloc_trim
-    except (OSError, AttributeError):  # pragma: no cover - glibc always has it
-        return None
-    return trim
-
-
-_malloc_trim = _find_malloc_trim()
-
-
-class _Builder:
-    """One process-wide daemon thread for index builds (recreated in a forked child)."""
+class Builder:
+    """The one thread of one `KeywordIndexCache` that builds indexes: started by the
+    first build, stopped by `close()`; a forked child starts its own."""
 
     def __init__(self) -> None:
         self._executor: ThreadPoolExecutor | None = None
         self._pid = 0
+        self._closed = False
         self._lock = threading.Lock()
 
     def submit(
         self, build: Callable[[Reader, UserKey], object], read: Reader, user: UserKey
-    ) -> None:
+    ) -> bool:
+        """Queue `build(read, user)`; False (nothing queued) once closed."""
         with self._lock:
+            if self._closed:
+                return False
             if self._executor is None or self._pid != os.getpid():
                 self._executor = ThreadPoolExecutor(1, thread_name_prefix="langmem-keyword-index")
                 self._pid = os.getpid()
             self._executor.submit(build, read, user)
+            return True
 
-
-_builder = _Builder()
+    def close(self) -> None:
+        """Stop the thread: queued builds are dropped, one in flight is waited for."""
+        with self._lock:
+            self._closed = True
+            executor, self._executor = self._executor, None
+        if executor is not None and self._pid == os.getpid():
+            executor.shutdown(wait=True, cancel_futures=True)

@@ -1,7 +1,8 @@
 """Search over one read snapshot: the keyword leg (FTS5), the vector leg (numpy), caches.
 
-`SearchRun.fetch` is the `fetch(kind, pool)` that the shared
-`execute_search` calls, so fusion, fallback and dedupe stay in one place.
+`SearchRun.run` fetches the legs of each kind the shared `plan_search` plans
+(`SearchRun.fetch`, through `execute_search`) and ranks them with the shared
+`rank_search`, so fusion, fallback and dedupe stay in one place.
 """
 
 from __future__ import annotations
@@ -17,14 +18,15 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from ...service._language import Language
+from ...service._language import ENGLISH, Language
+from ...service._periods import TimeMentions
 from ...service._search import (
     CorpusStats,
     KeywordDoc,
+    KeywordScorer,
     Legs,
     QueryTerms,
     execute_search,
-    keyword_score,
 )
 from ...types import Entry, Kind, SearchOptions, UserKey
 from . import _sql as sql
@@ -34,7 +36,7 @@ from ._rows import CONTENT_DOC, TEXT, TOPIC_DOC, TOPICS, Row, user_state
 from ._scoring import score_candidates
 from ._vectors import KIND_CODES, UserVectors, VectorCache
 
-__all__ = ["SearchCaches", "SearchRun"]
+__all__ = ["SearchCaches", "SearchRun", "SideThread"]
 
 Stamp = tuple[str, int]
 Hits = list[tuple[int, float]]
@@ -65,23 +67,34 @@ class RowCache:
 
 
 class SearchCaches:
-    """Per-process caches of one service, each valid for one (generation, version) of a user.
+    """The search state of one service: its caches, each valid for one (generation,
+    version) of a user, and its two threads (the vector side scan and the keyword
+    index builder), stopped by `close()`.
 
     The version row is bumped by a trigger on every write, from any process,
     so a stale entry is never used.
     """
 
-    def __init__(self, vector_bytes: int, read: Reader) -> None:
+    def __init__(self, vector_bytes: int, read: Reader, language: Language = ENGLISH) -> None:
         self.vectors = VectorCache(vector_bytes)
         self.keywords = KeywordIndexCache(vector_bytes)
+        self.time_mentions = TimeMentions(language)
+        self.side = SideThread()
         self.read = read
         self._df: OrderedDict[UserKey, tuple[Stamp, dict[str, int]]] = OrderedDict()
         self._df_lock = threading.Lock()
         self._rows: OrderedDict[UserKey, RowCache] = OrderedDict()
 
+    def close(self) -> None:
+        """Stop both threads (waiting for work in flight), then drop every cache."""
+        self.side.close()
+        self.keywords.close()
+        self.clear()
+
     def clear(self) -> None:
         self.vectors.clear()
         self.keywords.clear()
+        self.time_mentions.clear()
         with self._df_lock:
             self._df.clear()
             self._rows.clear()
@@ -167,25 +180,35 @@ class SearchCaches:
         return {t: known.get(t, missing.get(t, 0)) for t in tokens}
 
 
-class _SideThread:
-    """One process-wide thread that scans large vector matrices while the searching
-    thread queries FTS (numpy's product and SQLite's query both release the GIL)."""
+class SideThread:
+    """One thread of one service that scans large vector matrices while the searching
+    thread queries FTS (numpy's product and SQLite's query both release the GIL).
+
+    Started by the first scan that needs it, stopped by `close()` (the service's);
+    a forked child starts its own.
+    """
 
     def __init__(self) -> None:
         self._busy = threading.Lock()
+        self._lock = threading.Lock()
         self._executor: ThreadPoolExecutor | None = None
         self._pid = 0
+        self._closed = False
 
     def submit(self, scan: Callable[..., T], *args: Any) -> Future[T] | None:
-        """`scan(*args)` on the side thread, or None when it is busy (the caller scans
-        inline: concurrent searches never queue behind one another's scans)."""
+        """`scan(*args)` on the side thread, or None when it is busy or closed (the caller
+        scans inline: concurrent searches never queue behind one another's scans)."""
         if not self._busy.acquire(blocking=False):
             return None
         try:
-            if self._executor is None or self._pid != os.getpid():  # a forked child has no thread
-                self._executor = ThreadPoolExecutor(1, thread_name_prefix="langmem-vector-scan")
-                self._pid = os.getpid()
-            return self._executor.submit(self._run, scan, args)
+            with self._lock:
+                if self._closed:
+                    self._busy.release()
+                    return None
+                if self._executor is None or self._pid != os.getpid():  # a forked child
+                    self._executor = ThreadPoolExecutor(1, thread_name_prefix="langmem-vector-scan")
+                    self._pid = os.getpid()
+                return self._executor.submit(self._run, scan, args)
         except BaseException:
             self._busy.release()
             raise
@@ -196,12 +219,17 @@ class _SideThread:
         finally:
             self._busy.release()
 
-
-_side = _SideThread()
+    def close(self) -> None:
+        """Stop the thread (after a scan in flight); later scans run inline."""
+        with self._lock:
+            self._closed = True
+            executor, self._executor = self._executor, None
+        if executor is not None and self._pid == os.getpid():
+            executor.shutdown(wait=True)
 
 
 class SearchRun:
-    """One search over one read snapshot: the `fetch` that `execute_search` calls."""
+    """One search over one read snapshot: the shared plan, fetched here, ranked by `rank_search`."""
 
     def __init__(
         self,
@@ -239,7 +267,7 @@ class SearchRun:
         self._entries, self._docs = cache.entries, cache.docs
         if self.terms.tokens:
             self._index = self.caches.keywords.get(self.caches.read, self.user, self.stamp)
-        return execute_search(self.options, self.fetch, self.language)
+        return execute_search(self.options, self.fetch, self.language, self.caches.time_mentions)
 
     @property
     def stamp(self) -> Stamp:
@@ -312,7 +340,7 @@ class SearchRun:
             self.missing_vectors = dim
         filters = (pool, kind, self.after_us, self.before_us)
         if not inline and vectors.matrix.size >= SIDE_SCAN_MIN_VALUES:
-            scan = _side.submit(vectors.scores, self.query_vector)
+            scan = self.caches.side.submit(vectors.scores, self.query_vector)
             if scan is not None:
                 return lambda: vectors.select(scan.result(), *filters)
         hits = vectors.top(self.query_vector, *filters)
@@ -426,6 +454,7 @@ class SearchRun:
             return []
         clauses, params = self._filters(kind, "")
         stats = CorpusStats(n_docs=0, df={}, avg_content_len=1.0, avg_topic_len=1.0)
+        scorer = KeywordScorer.of(self.terms, stats)
         scored: list[tuple[float, int, Row]] = []
         for row in self._conn.execute(
             sql.SELECT_SCAN + clauses + " ORDER BY rid",
@@ -434,7 +463,7 @@ class SearchRun:
             text, topics = row[TEXT].lower(), row[TOPICS].lower()
             if not (all(w in text for w in words) or all(w in topics for w in words)):
                 continue  # cheap prefilter: the literal needle cannot occur
-            score = keyword_score(self.terms, self._full_doc(row), stats)
+            score = scorer.score(self._full_doc(row))
             if score > 0:
                 scored.append((score, row[0], row))
         scored.sort(key=lambda hit: (-hit[0], hit[1]))

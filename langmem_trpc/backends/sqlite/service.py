@@ -145,7 +145,7 @@ class SQLiteMemoryService(SQLiteClaims, ExpiryMixin, SyncMemoryService):
         self._file_claims = FileClaims(None if self._db.memory else self._db.path)
         self._embeddings = embeddings
         self._limits = limits or Limits()
-        self._caches = SearchCaches(vector_cache_bytes, self._db.read_detached)
+        self._caches = SearchCaches(vector_cache_bytes, self._db.read_detached, self.language)
         self._keyword_candidates = keyword_candidates
         self._clock_lock = threading.Lock()
         self._last_us = 0
@@ -159,9 +159,11 @@ class SQLiteMemoryService(SQLiteClaims, ExpiryMixin, SyncMemoryService):
         return f"SQLiteMemoryService({self._db.path!r}, vectors={self.supports_vectors})"
 
     def close(self) -> None:
+        """Stop the search threads (vector side scan, keyword index builder), then close
+        the database and drop every cache."""
+        self._caches.close()
         self._db.close()
         self._file_claims.close()
-        self._caches.clear()
 
     # -- helpers ----------------------------------------------------------------
 
