@@ -403,6 +403,7 @@ def _run_batch(
         probe=lambda text: service.search(user, text, PROBE_OPTIONS),
         existing=existing,
         actions=settings.actions,
+        language=service.language,
     )
     report.duplicates_dropped += len(decided.duplicates)
     deadline.check("reconciling")

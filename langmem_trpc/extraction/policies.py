@@ -24,6 +24,7 @@ from datetime import time
 from typing import Literal
 
 from ..errors import ConfigurationError
+from ..service._language import ENGLISH, Language
 from ..service._text import normalize_text, primary_tokens, token_set
 from ..types import Entry
 from .ops import Action, MemoryOp
@@ -107,8 +108,10 @@ def _metadata_compatible(op: MemoryOp, entry: Entry) -> bool:
     )
 
 
-def _material(text: str) -> frozenset[str]:
-    return frozenset(primary_tokens(text)) | {w.lower() for w in _CAPITALISED.findall(text)}
+def _material(text: str, language: Language) -> frozenset[str]:
+    return frozenset(primary_tokens(text, language)) | {
+        w.lower() for w in _CAPITALISED.findall(text)
+    }
 
 
 def _is_subsequence(needles: Sequence[str], haystack: Sequence[str]) -> bool:
@@ -116,20 +119,20 @@ def _is_subsequence(needles: Sequence[str], haystack: Sequence[str]) -> bool:
     return all(any(n == h for h in it) for n in needles)
 
 
-def _classify(op: MemoryOp, entry: Entry) -> _Candidate | None:
+def _classify(op: MemoryOp, entry: Entry, language: Language) -> _Candidate | None:
     """How `op` relates to a stored memory; None when it must stay a separate memory."""
     if _same_identity(op, entry):
         return _Candidate(entry, True, 1.0, 1.0)
     if not _metadata_compatible(op, entry):
         return None
-    old_set, new_set = token_set(entry.text), token_set(op.text)
+    old_set, new_set = token_set(entry.text, language), token_set(op.text, language)
     if not old_set or not new_set:
         return None
     shared = len(old_set & new_set)
     old_cov, new_cov = shared / len(old_set), shared / len(new_set)
     if old_cov < OLD_COVERAGE or new_cov < NEW_COVERAGE:
         return None
-    if not _material(entry.text) <= (new_set | _material(op.text)):
+    if not _material(entry.text, language) <= (new_set | _material(op.text, language)):
         return None
     if not critical_values(entry.text.lower()) <= critical_values(op.text.lower()):
         return None
@@ -137,7 +140,7 @@ def _classify(op: MemoryOp, entry: Entry) -> _Candidate | None:
         return None
     if _CHANGE_MARKER.search(op.text) and not _CHANGE_MARKER.search(entry.text):
         return None
-    if not _is_subsequence(primary_tokens(entry.text), primary_tokens(op.text)):
+    if not _is_subsequence(primary_tokens(entry.text, language), primary_tokens(op.text, language)):
         return None
     return _Candidate(entry, False, old_cov, new_cov)
 
@@ -150,9 +153,9 @@ def _to_update(op: MemoryOp, entry: Entry) -> MemoryOp:
 
 
 def _preserve_add(
-    op: MemoryOp, existing: Sequence[Entry], actions: Collection[Action]
+    op: MemoryOp, existing: Sequence[Entry], actions: Collection[Action], language: Language
 ) -> MemoryOp | None:
-    candidates = [c for c in (_classify(op, e) for e in existing) if c is not None]
+    candidates = [c for c in (_classify(op, e, language) for e in existing) if c is not None]
     if not candidates:
         return op
     best = max(
@@ -165,10 +168,10 @@ def _preserve_add(
 
 
 def _preserve_update(
-    op: MemoryOp, by_id: dict[str, Entry], actions: Collection[Action]
+    op: MemoryOp, by_id: dict[str, Entry], actions: Collection[Action], language: Language
 ) -> MemoryOp | None:
     target = by_id.get(op.memory_id or "")
-    found = _classify(op, target) if target is not None else None
+    found = _classify(op, target, language) if target is not None else None
     if found is not None and found.duplicate:
         return None
     if found is not None and Action.UPDATE in actions:
@@ -177,9 +180,15 @@ def _preserve_update(
 
 
 def preserve_history(
-    ops: Sequence[MemoryOp], existing: Sequence[Entry], actions: Collection[Action]
+    ops: Sequence[MemoryOp],
+    existing: Sequence[Entry],
+    actions: Collection[Action],
+    language: Language = ENGLISH,
 ) -> Reconciled:
-    """Spec 4.3: compare with the retrieved memories only; never overwrite a stated value."""
+    """Spec 4.3: compare with the retrieved memories only; never overwrite a stated value.
+
+    Token coverage compares `language`'s tokens (the store's stemmer and stopwords).
+    """
     by_id = {e.id: e for e in existing}
     kept: list[MemoryOp] = []
     dropped: list[MemoryOp] = []
@@ -189,9 +198,9 @@ def preserve_history(
             if is_exact_duplicate(op, [*existing, *kept]):
                 decided = None
             elif Action.ADD in actions:
-                decided = _preserve_add(op, existing, actions)
+                decided = _preserve_add(op, existing, actions, language)
         elif op.action == Action.UPDATE:
-            decided = _preserve_update(op, by_id, actions)
+            decided = _preserve_update(op, by_id, actions, language)
         if decided is None:
             dropped.append(op)
         else:
@@ -240,13 +249,18 @@ def apply_policy(
     probe: Probe,
     existing: Sequence[Entry],
     actions: Collection[Action],
+    language: Language = ENGLISH,
 ) -> Reconciled:
-    """Run `policy` over a batch. Verbatim ops keep their place and are only de-duplicated."""
+    """Run `policy` over a batch. Verbatim ops keep their place and are only de-duplicated.
+
+    `language` is the store's (`MemoryService.language`): the token comparisons of
+    merge_similar and preserve_history stem and drop stopwords as its search does.
+    """
     model, unique, repeats = _split_verbatim(ops)
     if policy == "merge_similar":
-        decided = merge_similar(model, probe, actions)
+        decided = merge_similar(model, probe, actions, language)
     elif policy == "preserve_history":
-        decided = preserve_history(model, existing, actions)
+        decided = preserve_history(model, existing, actions, language)
     else:
         decided = append_only(model, existing)
     if not unique:

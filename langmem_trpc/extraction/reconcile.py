@@ -4,7 +4,8 @@ Pure decisions over probe results; the caller runs the probes (one search per
 add, top 3, threshold 0.30, not hybrid) so every decision sees the store as
 it was before the batch. Tiers per candidate (spec 4.2):
 
-- skip   if backend score >= 0.90 or token Jaccard >= 0.70,
+- skip   if backend score >= 0.90 or token Jaccard >= 0.70 (over the store's
+  `Language`'s tokens: its stopwords dropped, Snowball-stemmed),
 - update if score >= 0.60 or Jaccard >= 0.40,
 - none   otherwise;
 
@@ -38,6 +39,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 
+from ..service._language import ENGLISH, Language
 from ..service._text import token_jaccard
 from ..types import Entry, Kind, SearchOptions, canonical_topics
 from .ops import Action, MemoryOp
@@ -110,14 +112,18 @@ def _same_event(op: MemoryOp, entry: Entry) -> bool:
     )
 
 
-def classify(op: MemoryOp, entry: Entry) -> Match | None:
-    """Score one candidate for an add; None when it must never absorb the add."""
+def classify(op: MemoryOp, entry: Entry, language: Language = ENGLISH) -> Match | None:
+    """Score one candidate for an add; None when it must never absorb the add.
+
+    The Jaccard compares `language`'s tokens (its stopwords dropped, its Snowball
+    stems), the tokens the service's keyword leg uses.
+    """
     if op.kind is not None and op.kind != entry.kind:
         return None
     if entry.kind == Kind.EPISODE and not _same_event(op, entry):
         return None
     score = entry.score or 0.0
-    jaccard = token_jaccard(op.text, entry.text)
+    jaccard = token_jaccard(op.text, entry.text, language)
     if score >= SKIP_SCORE or jaccard >= JACCARD_HIGH:
         tier = Tier.SKIP if values_agree(op.text, entry.text) else Tier.UPDATE
     elif score >= UPDATE_SCORE or jaccard >= JACCARD_MID:
@@ -127,8 +133,11 @@ def classify(op: MemoryOp, entry: Entry) -> Match | None:
     return Match(entry, score, jaccard, tier)
 
 
-def best_match(op: MemoryOp, entries: Sequence[Entry]) -> Match | None:
-    matches = [m for m in (classify(op, e) for e in entries[:TOP_K] if e.id) if m is not None]
+def best_match(
+    op: MemoryOp, entries: Sequence[Entry], language: Language = ENGLISH
+) -> Match | None:
+    candidates = (classify(op, e, language) for e in entries[:TOP_K] if e.id)
+    matches = [m for m in candidates if m is not None]
     if not matches:
         return None
     return max(reversed(matches), key=lambda m: (m.tier, m.score, m.jaccard))
@@ -155,10 +164,15 @@ def _rewrite(op: MemoryOp, best: Match, origin: str, decision: str) -> MemoryOp:
 
 
 def decide_add(
-    op: MemoryOp, entries: Sequence[Entry], *, update_enabled: bool, claimed: Collection[str] = ()
+    op: MemoryOp,
+    entries: Sequence[Entry],
+    *,
+    update_enabled: bool,
+    claimed: Collection[str] = (),
+    language: Language = ENGLISH,
 ) -> MemoryOp | None:
     """Keep, rewrite to an update, or drop (None) one proposed add; the kept op carries its decision."""
-    best = best_match(op, entries)
+    best = best_match(op, entries, language)
     if best is None or best.tier == Tier.NONE:
         return op.with_decision(decision_label("add", best))
     kept = op.with_decision(decision_label("add:kept", best))
@@ -171,10 +185,10 @@ def decide_add(
     return _rewrite(op, best, "reconcile:update", "update") if can_update else kept
 
 
-def _duplicate_in_batch(op: MemoryOp, accepted: Sequence[MemoryOp]) -> bool:
+def _duplicate_in_batch(op: MemoryOp, accepted: Sequence[MemoryOp], language: Language) -> bool:
     return any(
         (prior.kind is None or op.kind is None or prior.kind == op.kind)
-        and token_jaccard(op.text, prior.text) >= JACCARD_HIGH
+        and token_jaccard(op.text, prior.text, language) >= JACCARD_HIGH
         and values_agree(op.text, prior.text)
         for prior in accepted
         if prior.action in (Action.ADD, Action.UPDATE) and not prior.verbatim
@@ -189,10 +203,17 @@ class Reconciled:
     duplicates: list[MemoryOp]
 
 
-def merge_similar(ops: Sequence[MemoryOp], probe: Probe, actions: Collection[Action]) -> Reconciled:
+def merge_similar(
+    ops: Sequence[MemoryOp],
+    probe: Probe,
+    actions: Collection[Action],
+    language: Language = ENGLISH,
+) -> Reconciled:
     """Apply the merge_similar policy to a batch; `probe(text)` searches the store.
 
-    A probe that fails keeps the add unchanged (never worse than no reconcile).
+    `language` is the store's (`MemoryService.language`): the token Jaccard
+    stems and drops stopwords as its keyword leg does. A probe that fails keeps
+    the add unchanged (never worse than no reconcile).
     """
     claimed = {
         op.memory_id for op in ops if op.action in (Action.UPDATE, Action.DELETE) and op.memory_id
@@ -208,7 +229,7 @@ def merge_similar(ops: Sequence[MemoryOp], probe: Probe, actions: Collection[Act
         ):
             result.append(op)
             continue
-        if _duplicate_in_batch(op, result):
+        if _duplicate_in_batch(op, result, language):
             logger.debug("reconcile: %r repeats an earlier op of the batch; skipped", op.text)
             dropped.append(op)
             continue
@@ -218,7 +239,9 @@ def merge_similar(ops: Sequence[MemoryOp], probe: Probe, actions: Collection[Act
             logger.warning("reconcile: probe failed; keeping the add", exc_info=True)
             result.append(op.with_decision("add:probe-failed"))
             continue
-        decided = decide_add(op, entries, update_enabled=Action.UPDATE in actions, claimed=claimed)
+        decided = decide_add(
+            op, entries, update_enabled=Action.UPDATE in actions, claimed=claimed, language=language
+        )
         if decided is None:
             dropped.append(op)
             continue

@@ -52,11 +52,19 @@ class Language:
     _local: threading.local = field(default_factory=threading.local, repr=False)
     """One stemmer per thread: a PyStemmer object must not be shared across threads."""
 
-    def stem(self, word: str) -> str:
+    def _stemmer(self) -> Stemmer.Stemmer:
         stemmer = getattr(self._local, "stemmer", None)
         if stemmer is None:
             stemmer = self._local.stemmer = Stemmer.Stemmer(self.name)
-        stemmed: str = stemmer.stemWord(word)
+        return stemmer
+
+    def stem(self, word: str) -> str:
+        stemmed: str = self._stemmer().stemWord(word)
+        return stemmed
+
+    def stem_words(self, words: list[str]) -> list[str]:
+        """`stem` of each word, in one call into the stemmer."""
+        stemmed: list[str] = self._stemmer().stemWords(words)
         return stemmed
 
     @cached_property

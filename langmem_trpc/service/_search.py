@@ -11,6 +11,7 @@ answers the same query the same way.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -40,7 +41,7 @@ from ._bm25 import (
 )
 from ._language import ENGLISH, Language
 from ._periods import query_periods, says_time
-from ._text import jaccard, primary_tokens, token_set
+from ._text import cjk_trigrams, jaccard, primary_tokens, token_set
 
 __all__ = [
     "BM25_B",
@@ -143,21 +144,32 @@ RANK_TIE_DIGITS = 6
 """Leg scores equal to this many decimals (after clipping to [0, 1]) share an RRF rank:
 float32 cosines of identical vectors differ by about 1e-7 between an index and an
 exact scan, and a rank must not be decided by rounding noise."""
+_TIE_GAP = 2 * 10.0**-RANK_TIE_DIGITS
 
 
-def _rrf_with_ties(legs: Sequence[Sequence[tuple[Entry, float]]], k: int) -> dict[str, float]:
+def _rrf_with_ties(
+    legs: Sequence[Sequence[tuple[Entry, float]]], k: int, weights: Sequence[float] = ()
+) -> dict[str, float]:
     """RRF where equal scores in a leg (to `RANK_TIE_DIGITS` decimals, clipped to [0, 1],
     the reported `Entry.score`) share a rank, so identical memories tie (and the
-    event-time tie-break can order them)."""
+    event-time tie-break can order them). Leg i adds weights[i] / (k + rank) (1.0
+    when not given)."""
     fused: dict[str, float] = {}
-    for leg in legs:
-        rank, previous = 0, None
+    for i, leg in enumerate(legs):
+        weight = weights[i] if i < len(weights) else 1.0
+        rank, last = 0, math.nan
         for position, (entry, raw) in enumerate(leg, start=1):
-            score = round(max(0.0, min(raw, 1.0)), RANK_TIE_DIGITS)
-            if score != previous:
-                rank, previous = position, score
+            clipped = 0.0 if raw < 0.0 else 1.0 if raw > 1.0 else raw
+            # Scores more than 2e-6 apart never round to the same 6 decimals: only
+            # near-equal neighbours need the exact comparison.
+            if clipped != last and not (
+                abs(clipped - last) <= _TIE_GAP
+                and round(clipped, RANK_TIE_DIGITS) == round(last, RANK_TIE_DIGITS)
+            ):
+                rank = position
+            last = clipped
             key = entry.id
-            fused[key] = fused.get(key, 0.0) + 1.0 / (k + rank)
+            fused[key] = fused.get(key, 0.0) + weight / (k + rank)
     return fused
 
 
@@ -269,14 +281,17 @@ def _participant_preference(
 
 
 def _score_fusion(
-    vector: Sequence[tuple[Entry, float]], keyword: Sequence[tuple[Entry, float]]
+    vector: Sequence[tuple[Entry, float]],
+    keyword: Sequence[tuple[Entry, float]],
+    vector_weight: float = 1.0,
 ) -> dict[str, float]:
     """`fusion_method="scores"`: the mean of the two legs' absolute scores (cosine,
-    keyword relevance; 0 for a leg that did not return the hit)."""
+    keyword relevance; 0 for a leg that did not return the hit), the vector
+    leg's half scaled by `vector_weight`."""
     fused: dict[str, float] = {}
-    for leg in (vector, keyword):
+    for leg, weight in ((vector, vector_weight), (keyword, 1.0)):
         for entry, score in leg:
-            fused[entry.id] = fused.get(entry.id, 0.0) + min(score, 1.0) / 2
+            fused[entry.id] = fused.get(entry.id, 0.0) + weight * min(score, 1.0) / 2
     return fused
 
 
@@ -292,7 +307,11 @@ def _fused_order(
     """The fused score that orders hybrid hits: the fusion method, then each enabled step
     (decompose, context, participants, time, when) in that order."""
     tuning = options.fusion
-    fused = plain if options.fusion_method == "rrf" else _score_fusion(vector, keyword)
+    fused = (
+        plain
+        if options.fusion_method == "rrf"
+        else _score_fusion(vector, keyword, tuning.vector_weight)
+    )
     if tuning.decompose_weight > 0:
         k = options.rrf_k if options.fusion_method == "rrf" else None
         fused = _decomposed(fused, best, options.query, tuning, k, language)
@@ -339,27 +358,81 @@ def _decomposed(
     candidates already fetched by the local keyword score (no backend call) and
     votes like one more keyword leg with decompose_weight / n: 1 / (k + rank)
     under RRF (`k`), half its keyword relevance under score fusion (`k` None).
-    Off by default (docs/bench-locomo.md)."""
-    docs = {
-        key: KeywordDoc.build(entry.memory.text, entry.memory.topics, language)
-        for key, (entry, _) in best.items()
-    }
-    stats = CorpusStats.from_docs(docs.values())
+
+    The candidates are tokenised once per search, counting only the sub-queries'
+    terms (`_PoolTerms`), and each sub-query scores only the candidates holding
+    one of its terms. Off by default (docs/bench-locomo.md)."""
     out = dict(fused)
-
-    def vote(terms: QueryTerms, weight: float) -> None:
-        scorer = KeywordScorer.of(terms, stats)
-        scored = [(key, scorer.score(doc)) for key, doc in docs.items()]
-        ranked = sorted((h for h in scored if h[1] > 0), key=lambda h: -h[1])
-        for rank, (key, score) in enumerate(ranked, start=1):
+    named = _named_participants(query, (entry for entry, _ in best.values()), language)
+    subs = _sub_queries(query, named, language)
+    if not subs:
+        return out
+    pool = _PoolTerms.build(best, {t for sub in subs for t in sub.tokens}, language)
+    weight = tuning.decompose_weight / len(subs)
+    for sub in subs:
+        for rank, (key, score) in enumerate(pool.ranked(sub), start=1):
             out[key] += weight * (score / 2 if k is None else 1 / (k + rank))
-
-    if tuning.decompose_weight > 0:
-        named = _named_participants(query, (entry for entry, _ in best.values()), language)
-        subs = _sub_queries(query, named, language)
-        for sub in subs:
-            vote(sub, tuning.decompose_weight / len(subs))
     return out
+
+
+@dataclass(frozen=True)
+class _PoolTerms:
+    """The fetched candidates as a small corpus of their own, for decomposition.
+
+    Each candidate's `KeywordDoc` keeps its true field lengths but only the term
+    frequencies of `terms` (the sub-queries' terms, all of which the corpus
+    statistics need), so `keyword_score` gives each sub-query the figures a
+    fully tokenised pool would. Sub-queries always hold a token, so the phrase
+    fallback (which needs no token to match) never applies: its texts are left out.
+    """
+
+    docs: dict[str, KeywordDoc]
+    stats: CorpusStats
+    holders: dict[str, list[str]]
+    """term -> candidate keys holding it, in `docs` order."""
+
+    @classmethod
+    def build(
+        cls, best: Mapping[str, tuple[Entry, float]], terms: set[str], language: Language
+    ) -> _PoolTerms:
+        docs: dict[str, KeywordDoc] = {}
+        holders: dict[str, list[str]] = {t: [] for t in terms}
+        for key, (entry, _) in best.items():
+            content_tf, content_len = _counts(entry.memory.text, terms, language)
+            topic_tf, topic_len = _counts(" ".join(entry.memory.topics), terms, language)
+            docs[key] = KeywordDoc(content_tf, content_len, topic_tf, topic_len, "", "")
+            for term in content_tf.keys() | topic_tf.keys():
+                holders[term].append(key)
+        return cls(docs, CorpusStats.from_docs(docs.values()), holders)
+
+    def ranked(self, sub: QueryTerms) -> list[tuple[str, float]]:
+        """Candidates with a positive score for `sub`, best first (ties in pool order)."""
+        holding = {key for term in sub.tokens for key in self.holders.get(term, ())}
+        scored = [
+            (key, keyword_score(sub, doc, self.stats))
+            for key, doc in self.docs.items()
+            if key in holding
+        ]
+        return sorted((h for h in scored if h[1] > 0), key=lambda h: -h[1])
+
+
+def _counts(text: str, terms: set[str], language: Language) -> tuple[dict[str, int], int]:
+    """(frequencies of `terms`, field length) of one field, as `KeywordDoc.build` counts them."""
+    tokens = primary_tokens(text, language)
+    grams = cjk_trigrams(text)
+    tf: dict[str, int] = {}
+    for token in tokens:
+        if token in terms:
+            tf[token] = tf.get(token, 0) + 1
+    length = len(tokens)
+    if grams:
+        seen = set(tokens)
+        for gram in grams:
+            if gram not in seen:
+                length += 1
+                if gram in terms:
+                    tf[gram] = 1
+    return tf, length
 
 
 def _keyword_hits(legs: Legs, threshold: float) -> list[tuple[Entry, float]]:
@@ -432,7 +505,7 @@ def _rank_legs(
         held = best.get(entry.id)
         if held is None or score > held[1]:
             best[entry.id] = (entry, score)
-    plain = _rrf_with_ties([vector, keyword], options.rrf_k)
+    plain = _rrf_with_ties([vector, keyword], options.rrf_k, (options.fusion.vector_weight, 1.0))
     fused = _fused_order(vector, keyword, best, plain, options, language, says)
     keys: Iterable[str] = plain
     if limit is not None and 0 < limit < len(fused):

@@ -33,6 +33,7 @@ from ..types import (
 )
 from . import _plans
 from ._core import Limits, MemoryPatch
+from ._language import ENGLISH, Language
 from ._steps import Plan
 from .capabilities import Capability
 
@@ -83,6 +84,10 @@ class MemoryService(ABC):
         svc.search(alice, "dark or light mode?")
         ```
     """
+
+    #: The tokenizer's language (stemmer, stopwords, search cues); reconcile's
+    #: token comparisons use it too. Each backend sets its own (English default).
+    language: Language = ENGLISH
 
     @property
     def capabilities(self) -> frozenset[Capability]:

@@ -36,6 +36,7 @@ class DelegatingService(SyncMemoryService):
 
     def __init__(self, inner: MemoryService) -> None:
         self.inner = inner
+        self.language = inner.language
         self._limits = inner.limits
 
     @property

@@ -3,11 +3,21 @@ from __future__ import annotations
 import re
 from datetime import datetime, timezone
 
-from langmem_trpc import InMemoryMemoryService, Kind, UserKey
-from langmem_trpc.extraction import Action, MemoryOp
+from langchain_core.messages import HumanMessage
+
+from langmem_trpc import AutoMemoryWorker, InMemoryMemoryService, Kind, UserKey
+from langmem_trpc.extraction import Action, JobStatus, MemoryOp
 from langmem_trpc.extraction.policies import append_only, apply_policy, preserve_history
-from langmem_trpc.extraction.reconcile import PROBE_OPTIONS, Tier, classify, merge_similar
+from langmem_trpc.extraction.reconcile import (
+    JACCARD_HIGH,
+    PROBE_OPTIONS,
+    Tier,
+    classify,
+    merge_similar,
+)
 from langmem_trpc.extraction.signals import values_agree
+from langmem_trpc.service._language import Language
+from langmem_trpc.service._text import token_jaccard
 
 USER = UserKey("app", "u")
 ALL = frozenset({Action.ADD, Action.UPDATE, Action.DELETE})
@@ -155,3 +165,44 @@ def test_each_kept_or_rewritten_add_carries_its_decision_and_figures():
         raise RuntimeError("db down")
 
     assert merge_similar([bump], broken, ALL).ops[0].decision == "add:probe-failed"
+
+
+# -- the token Jaccard is the store's language's --------------------------------
+
+GERMAN = Language(name="german", stopwords=frozenset("der die das den dem im in mit und".split()))
+COOKS = "Anna backt gerne süße Kuchen mit frischen Beeren"
+COOKED = (
+    "Anna backte gern süßen Kuchen mit frischem Beeren"  # the same statement, other inflections
+)
+
+
+def test_reconcile_jaccard_stems_and_drops_stopwords_in_the_given_language():
+    assert (
+        token_jaccard(COOKS, COOKED) < JACCARD_HIGH
+    )  # English stems keep gerne/gern, süße/süßen ...
+    assert token_jaccard(COOKS, COOKED, GERMAN) == 1.0
+    first, repeat = MemoryOp.add(COOKS), MemoryOp.add(COOKED)
+    nothing = lambda text: []  # noqa: E731 - an empty store
+    assert len(merge_similar([first, repeat], nothing, ALL).ops) == 2
+    german = merge_similar([first, repeat], nothing, ALL, GERMAN)
+    assert german.ops == [first] and german.duplicates == [repeat]
+    svc = InMemoryMemoryService(language=GERMAN)
+    (stored,) = svc.search(USER, COOKED, PROBE_OPTIONS) or [svc.add(USER, COOKS)]
+    match = classify(repeat, stored, GERMAN)
+    assert match is not None and match.jaccard == 1.0 and match.tier == Tier.SKIP
+
+
+def test_the_worker_reconciles_in_the_services_language():
+    class TwoFacts:
+        uses_existing = False
+
+        def extract(self, request):
+            return [MemoryOp.add(COOKS), MemoryOp.add(COOKED)]
+
+    def stored_after_one_batch(svc):
+        report = AutoMemoryWorker(svc, TwoFacts()).process(USER, "t", [HumanMessage("hi", id="m")])
+        assert report.status == JobStatus.COMPLETED
+        return sorted(e.text for e in svc.read(USER))
+
+    assert stored_after_one_batch(InMemoryMemoryService(language=GERMAN)) == [COOKS]
+    assert stored_after_one_batch(InMemoryMemoryService()) == sorted([COOKS, COOKED])

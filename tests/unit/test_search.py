@@ -463,6 +463,107 @@ def test_the_when_and_time_cues_come_from_the_given_language():
     assert ids(time_legs, "Was malte sie im Mai 2023?", ENGLISH) == ["june", "may"]
 
 
+def _decomposed_by_full_tokenisation(fused, best, query, weight, k):
+    """The reference: every candidate fully tokenised (`KeywordDoc.build`), each
+    sub-query scored over all of them, as decomposition was first written."""
+    from langmem_trpc.service._language import ENGLISH
+    from langmem_trpc.service._search import _named_participants, _sub_queries
+
+    docs = {key: KeywordDoc.build(e.memory.text, e.memory.topics) for key, (e, _) in best.items()}
+    stats = CorpusStats.from_docs(docs.values())
+    out = dict(fused)
+    subs = _sub_queries(query, _named_participants(query, [e for e, _ in best.values()]), ENGLISH)
+    for sub in subs:
+        scored = [(key, keyword_score(sub, doc, stats)) for key, doc in docs.items()]
+        ranked = sorted((h for h in scored if h[1] > 0), key=lambda h: -h[1])
+        for rank, (key, s) in enumerate(ranked, start=1):
+            out[key] += weight / len(subs) * (s / 2 if k is None else 1 / (k + rank))
+    return out
+
+
+@pytest.mark.parametrize("k", [60, None])
+@pytest.mark.parametrize(
+    "query",
+    [
+        "pottery and camping",  # clauses
+        "Did Caroline paint sunsets at the lake?",  # content words
+        "猫咪 喜欢 鱼",  # CJK words
+        "hello",  # no sub-query
+    ],
+)
+def test_decomposition_equals_scoring_fully_tokenised_candidates(query, k):
+    """Decomposition tokenises each candidate once, counting only the sub-queries' terms;
+    its votes equal those of the fully tokenised pool, to the last bit."""
+    from langmem_trpc.service._language import ENGLISH
+    from langmem_trpc.service._search import _decomposed
+    from langmem_trpc.types import FusionSettings
+
+    texts = [
+        ("Caroline painted sunsets by the lake, sunsets again", ["painting", "Caroline"]),
+        ("pottery class on Tuesday", []),
+        ("camping trip with the kids; camping gear", ["outdoors"]),
+        ("我的猫咪很喜欢吃鱼", ["猫咪"]),
+        ("Lake Tahoe camping and pottery", ["trip"]),
+        ("Melanie runs marathons", []),
+    ]
+    best = {}
+    for i, (text, topics) in enumerate(texts):
+        e = entry(f"e{i}", text).model_copy(
+            update={"memory": Memory(text=text, topics=topics, participants=["Caroline"])}
+        )
+        best[e.id] = (e, 0.5 - i / 100)
+    fused = {key: 0.01 * i for i, key in enumerate(best)}
+    tuning = FusionSettings(decompose_weight=1.0)
+    got = _decomposed(fused, best, query, tuning, k, ENGLISH)
+    assert got == _decomposed_by_full_tokenisation(fused, best, query, 1.0, k)
+    if query != "hello":
+        assert got != fused  # the sub-queries voted
+
+
+@pytest.mark.parametrize("method", ["rrf", "scores"])
+def test_vector_weight_weighs_the_vector_leg_in_the_fusion(method):
+    """`FusionSettings.vector_weight`: below 1 the keyword leg's best hit leads, above 1 the
+    vector leg's; rrf_score carries the weighted sum."""
+    from langmem_trpc.types import FusionSettings
+
+    a, b = entry("a", "vector hit"), entry("b", "keyword hit")
+    legs = Legs(vector=[(a, 0.8)], keyword=[(b, 0.8)])
+
+    def ranked(weight: float) -> list[tuple[str, float | None]]:
+        options = SearchOptions(
+            query="hit", fusion_method=method, fusion=FusionSettings(vector_weight=weight)
+        )
+        return [(h.id, h.rrf_score) for h in execute_search(options, lambda *_: legs)]
+
+    assert [key for key, _ in ranked(0.5)] == ["b", "a"]
+    assert [key for key, _ in ranked(2.0)] == ["a", "b"]
+    assert dict(ranked(0.5))["a"] == pytest.approx(0.5 / 61)
+
+
+def test_rrf_ranks_share_exactly_when_scores_agree_to_six_decimals():
+    """The tie check skips rounding for neighbours far apart; the ranks equal those of
+    rounding every clipped score (a reference written out here)."""
+    import random
+
+    from langmem_trpc.service._search import RANK_TIE_DIGITS, _rrf_with_ties
+
+    rng = random.Random(3)
+    base = [1.2, 1.0, 0.9999996, 0.99999949, 0.5, 0.5, 0.5000004, 0.4999996, 0.3, -0.1]
+    for trial in range(50):
+        scores = sorted(base + [rng.random() for _ in range(20)], reverse=True)
+        if trial % 2:
+            scores += [scores[-1] - 1e-7 * i for i in range(1, 4)]
+        leg = [(entry(f"e{i}", "t"), s) for i, s in enumerate(scores)]
+        expected: dict[str, float] = {}
+        rank, previous = 0, None
+        for position, (e, raw) in enumerate(leg, start=1):
+            rounded = round(max(0.0, min(raw, 1.0)), RANK_TIE_DIGITS)
+            if rounded != previous:
+                rank, previous = position, rounded
+            expected[e.id] = 1.0 / (60 + rank)
+        assert _rrf_with_ties([leg], 60) == expected
+
+
 def test_the_plan_names_every_fetch_up_front():
     """`plan_search` is a plain value: the kind fallback's unfiltered fetch is planned
     with the kind's, and a blank query plans none."""

@@ -16,6 +16,15 @@ def test_latin_tokens_are_snowball_stemmed():
     assert primary_tokens("Häuser und Katzen", language("german")) == ["haus", "und", "katz"]
 
 
+def test_ascii_text_tokenises_as_the_general_path_does():
+    """ASCII text takes a fast path (one stemmer call); a one-letter non-ASCII word sends
+    the same text down the general path, which drops it: the tokens agree."""
+    for text in ("The user runs Go 1.23 on a Mac", "Hiked, hiking; HIKES x " + "a" * 300):
+        assert primary_tokens(text) == primary_tokens(text + " é")
+        assert primary_tokens(text, stem=False) == primary_tokens(text + " é", stem=False)
+    assert primary_tokens("Hiked, hiking", stem=False) == ["hiked", "hiking"]
+
+
 def test_unknown_language_names_the_field():
     with pytest.raises(ConfigurationError, match="language"):
         language("klingon")

@@ -81,11 +81,12 @@ def reconcile_put(
         probe=recording_probe,
         existing=(),
         actions=_ACTIONS,
+        language=service.language,
     )
     if decided.ops and decided.ops[0].action == Action.ADD:
         return Absorbed(None, False, [], decided.ops[0].decision or "add")
     if not decided.ops:  # a duplicate: the best candidate already says it
-        best = best_match(_proposed(text, fields), list(candidates.values()))
+        best = best_match(_proposed(text, fields), list(candidates.values()), service.language)
         if best is None:  # pragma: no cover - a skip always has a candidate
             return Absorbed(None, False, [], "add")
         label = decision_label("duplicate", best)
