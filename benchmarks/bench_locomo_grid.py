@@ -12,9 +12,10 @@ Prints recall@10, MRR and tokens@10 per grid point (categories 1-4), ordered as
 defined, and recall@10 per conversation. Defaults are chosen on `--split dev`;
 `--split test` is read once, after the choice.
 
-`--vector-text plain` embeds each turn's text alone (the round-5 vector leg,
-no speaker prefix) instead of `embedding_text` (speaker, then text): the grid's
-one knob that the library does not expose, for the generalization study.
+`--vector-text speaker` embeds each turn as "Speaker: text" (round 6's vector
+leg) instead of the library's `embedding_text` (the text alone since round 7;
+`plain` names the same thing): the grid's one knob that the library does not
+expose, for the generalization study.
 
 Decision rule for round 7 (written before any test figure was read): the
 current default (RRF k 60, every step at its value, speaker-prefixed vectors)
@@ -32,7 +33,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +87,14 @@ def grid() -> dict[str, dict[str, Any]]:
     return points
 
 
+def speaker_text(text: str, participants: Sequence[str]) -> str:
+    """Round 6's `embedding_text`: the participants the text does not name, then the text."""
+    missing = [
+        p for p in participants if not re.search(rf"(?<!\w){re.escape(p)}(?!\w)", text, re.I)
+    ]
+    return f"{', '.join(missing)}: {text}" if missing else text
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
@@ -92,13 +103,14 @@ def main() -> None:
     parser.add_argument(
         "--extra", default="", help="JSON object name -> options, added after --only"
     )
-    parser.add_argument("--vector-text", choices=("speaker", "plain"), default="speaker")
+    parser.add_argument("--vector-text", choices=("library", "plain", "speaker"), default="library")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
-    if args.vector_text == "plain":  # the vector leg embeds the turn text alone
-        import langmem_trpc.service.memory as memory_module
+    speaker = args.vector_text == "speaker"
+    if speaker:  # round 6's vector leg: the speaker, then the text
+        import langmem_trpc.service._plans as plans_module
 
-        memory_module.embedding_text = lambda text, participants: text
+        plans_module._embed_text = lambda memory: speaker_text(memory.text, memory.participants)
     points = grid()
     if args.only:
         points = {k: v for k, v in points.items() if k in args.only.split(",")}
@@ -116,8 +128,8 @@ def main() -> None:
         units = conversation_units(conv, "turns")
         questions = [q for q in conv.questions if q.category in RETRIEVAL_CATEGORIES]
         texts = unit_texts(conv, "turns")
-        if args.vector_text == "plain":
-            texts = [u.text for u in units]
+        if speaker:
+            texts = [speaker_text(u.text, u.participants) for u in units]
         emb.prefetch(texts + [q.question for q in questions])
         id_map = ingest_units(service, user, units)
         for name, overrides in points.items():

@@ -10,7 +10,6 @@ import hashlib
 import json
 import math
 import os
-import re
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -454,23 +453,17 @@ def stored_fingerprint(
     return fingerprint(memory, explicit_id)
 
 
-def embedding_text(text: str, participants: Sequence[str]) -> str:
-    """The text the vector leg embeds for a memory: its participants, then its text.
+def embedding_text(text: str) -> str:
+    """The text the vector leg embeds for a memory: its text alone.
 
-    `"Caroline: I went to a support group"`: who said or is concerned by a
-    memory is part of what it means, and the keyword leg already sees them
-    (verbatim turns carry the speaker in their topics). Participants the text
-    already names (a whole-word, case-insensitive match) are not repeated, and a
-    memory without participants embeds its text alone. Every backend embeds this
-    on add, update (when it changes), restore and backfill; the query is
-    embedded as written.
+    Participants are not embedded: the keyword leg and the "participants"
+    ranking step already read them, and embedding "Speaker: text" made the
+    vector leg a speaker detector that lost recall in the fused ranking on
+    LoCoMo's development half (docs/bench-locomo.md, round 7). Every backend
+    embeds this on add, update, restore and backfill; the query is embedded
+    as written.
     """
-    missing = [p for p in participants if not _mentions(text, p)]
-    return f"{', '.join(missing)}: {text}" if missing else text
-
-
-def _mentions(text: str, name: str) -> bool:
-    return re.search(rf"(?<!\w){re.escape(name)}(?!\w)", text, re.IGNORECASE) is not None
+    return text
 
 
 def resolve_options(query: str | None, options: SearchOptions | None) -> SearchOptions:

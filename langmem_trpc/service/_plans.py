@@ -78,7 +78,7 @@ def _new_entry(user: UserKey, memory_id: str, memory: Memory, now: datetime) -> 
 
 
 def _embed_text(memory: Memory) -> str:
-    return embedding_text(memory.text, memory.participants)
+    return embedding_text(memory.text)
 
 
 # --- add ---------------------------------------------------------------------

@@ -185,7 +185,7 @@ def test_hybrid_scores_are_absolute_not_ts_rank(svc):
     hit = svc.search(ALICE, "production Go", SearchOptions(hybrid=True))[0]
     assert hit.text == "Production runs Go 1.23"
     assert 0.3 < hit.score <= 1.0
-    assert hit.rrf_score == pytest.approx(2 / 61)
+    assert hit.rrf_score == pytest.approx(0.75 / 61 + 1 / 61)  # the vector leg weighs 0.75
 
 
 STORED_DOC_TEXTS = [

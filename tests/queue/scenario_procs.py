@@ -118,7 +118,8 @@ def agent(url: str, go: str, role: int, turns: int) -> None:
     mine = list(range(role, turns, 2))
     config: Any = {"configurable": {"thread_id": THREAD, "app_name": APP, "user_id": "agent"}}
     with PostgresSaver.from_conn_string(url) as saver, PostgresJobQueue(url) as queue:
-        saver.setup()
+        if role == 0:  # one process migrates: concurrent PostgresSaver.setup() calls race
+            saver.setup()  # on checkpoint_migrations; role 1 first writes after turn 0
         model = ScriptedChatModel(replies=[f"reply {t}" for t in mine])
         graph = create_agent(model, checkpointer=MemoryCheckpointer(saver, queue))
         Path(f"{go}.{role}.ready").touch()

@@ -121,16 +121,7 @@ def test_memory_from_a_plain_text_still_rejects_bad_text(text):
         memory_from(text, limits=Limits())
 
 
-def test_embedding_text_prefixes_participants_the_text_does_not_name():
+def test_embedding_text_is_the_text_alone():
     from langmem_trpc.service._core import embedding_text
 
-    assert embedding_text("I went to a support group", ["Caroline"]) == (
-        "Caroline: I went to a support group"
-    )
-    assert embedding_text("Hi caroline, how are you?", ["Caroline", "Mel"]) == (
-        "Mel: Hi caroline, how are you?"
-    )
-    assert embedding_text("Caroline likes hiking", ["Caroline"]) == "Caroline likes hiking"
-    # a whole-word match only: "Carolines" does not name "Caroline"
-    assert embedding_text("Carolines", ["Caroline"]) == "Caroline: Carolines"
-    assert embedding_text("No one here", []) == "No one here"
+    assert embedding_text("I went to a support group") == "I went to a support group"

@@ -14,7 +14,7 @@ from langmem_trpc.service._search import (
     passes_time,
     rrf_fuse,
 )
-from langmem_trpc.types import Entry, Kind, Memory, SearchOptions
+from langmem_trpc.types import Entry, FusionSettings, Kind, Memory, SearchOptions
 
 T0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
 
@@ -126,9 +126,7 @@ def test_passes_time_lets_undated_entries_through():
 def test_hybrid_orders_by_rrf_and_reports_absolute_score():
     a, b, c = entry("a", "alpha"), entry("b", "beta"), entry("c", "gamma")
     legs = Legs(vector=[(a, 0.9), (b, 0.5)], keyword=[(b, 0.8), (c, 0.4)])
-    hits = execute_search(
-        SearchOptions(query="q", hybrid=True, fusion_method="rrf"), lambda kind, pool: legs
-    )
+    hits = execute_search(plain_rrf(query="q", hybrid=True), lambda kind, pool: legs)
     assert [h.id for h in hits] == ["b", "a", "c"]
     assert hits[0].score == 0.8 and hits[0].rrf_score == pytest.approx(1 / 62 + 1 / 61)
 
@@ -226,14 +224,17 @@ def test_switching_question_words_off_changes_the_ranking():
 
 def test_score_fusion_orders_by_scores_and_keeps_plain_rrf():
     """fusion_method="scores": a hit strong in one leg beats one weak in both;
-    rrf_score stays the plain RRF sum. "rrf" (the default, k 60) orders by ranks:
-    the hit both legs return wins."""
+    rrf_score stays the RRF sum. "rrf" (k 60) orders by ranks: the hit both legs
+    return wins."""
     a, b = entry("a", "alpha"), entry("b", "beta")
     legs = Legs(vector=[(b, 0.30)], keyword=[(a, 0.95), (b, 0.20)])
-    hits = execute_search(SearchOptions(query="q", fusion_method="scores"), lambda kind, pool: legs)
+    equal = FusionSettings(vector_weight=1.0)
+    hits = execute_search(
+        SearchOptions(query="q", fusion_method="scores", fusion=equal), lambda kind, pool: legs
+    )
     assert [h.id for h in hits] == ["a", "b"]
     assert hits[1].rrf_score == pytest.approx(1 / 61 + 1 / 62)
-    plain = execute_search(SearchOptions(query="q", fusion_method="rrf"), lambda k, p: legs)
+    plain = execute_search(plain_rrf(query="q"), lambda k, p: legs)
     assert [h.id for h in plain] == ["b", "a"]
     assert {h.id: h.rrf_score for h in plain} == {h.id: h.rrf_score for h in hits}
 
@@ -248,7 +249,7 @@ def test_rrf_ranks_ignore_float_noise_in_leg_scores():
         vector=[(old1, 1.0000001), (old2, 1.0000001), (new, 0.9999999)],
         keyword=[(old1, 0.5), (old2, 0.5), (new, 0.5)],
     )
-    hits = execute_search(SearchOptions(query="q", max_results=1), lambda kind, pool: legs)
+    hits = execute_search(plain_rrf(query="q", max_results=1), lambda kind, pool: legs)
     assert [h.id for h in hits] == ["new"]
     assert hits[0].rrf_score == pytest.approx(2 / 61)
 
@@ -263,20 +264,32 @@ def test_rrf_ranks_each_leg_by_its_reported_score():
         vector=[*((e, 1.0) for e in old), (new, 1.0), (weak, 0.7)],
         keyword=[*((e, 0.97) for e in old), (weak, 0.75), (new, 0.97)],
     )
-    hits = execute_search(SearchOptions(query="q", max_results=1), lambda kind, pool: legs)
+    hits = execute_search(plain_rrf(query="q", max_results=1), lambda kind, pool: legs)
     assert [h.id for h in hits] == ["new"]
     assert hits[0].rrf_score == pytest.approx(2 / 61)
 
 
-def test_default_fusion_is_rrf_k60():
-    """SearchOptions() fuses by Reciprocal Rank Fusion with k 60 (docs/bench-locomo.md round 6)."""
+def test_default_fusion_is_the_weighted_score_mean():
+    """SearchOptions() orders hybrid hits by the mean of the legs' scores, the vector
+    leg's half weighted 0.75 (chosen on LoCoMo's dev half, docs/bench-locomo.md round 7);
+    rrf_score is the RRF sum with the same weights, k 60."""
     a, b = entry("a", "alpha"), entry("b", "beta")
     legs = Legs(vector=[(b, 0.30)], keyword=[(a, 0.95), (b, 0.20)])
-    assert SearchOptions().fusion_method == "rrf" and SearchOptions().rrf_k == 60
+    options = SearchOptions()
+    assert options.fusion_method == "scores" and options.fusion.vector_weight == 0.75
+    assert options.rrf_k == 60
     default = execute_search(SearchOptions(query="q"), lambda k, p: legs)
-    assert [h.id for h in default] == ["b", "a"]
-    assert default[0].score == pytest.approx(0.30)
-    assert default[0].rrf_score == pytest.approx(1 / 61 + 1 / 62)
+    assert [h.id for h in default] == ["a", "b"]  # 0.95 / 2 > (0.75 x 0.30 + 0.20) / 2
+    assert default[1].rrf_score == pytest.approx(0.75 / 61 + 1 / 62)
+
+
+def plain_rrf(**options: object) -> SearchOptions:
+    """The reference system's fusion: RRF, k 60, equal legs."""
+    return SearchOptions(
+        fusion_method="rrf",
+        fusion=FusionSettings(vector_weight=1.0),
+        **options,  # type: ignore[arg-type]
+    )
 
 
 def test_rrf_k_changes_the_order():

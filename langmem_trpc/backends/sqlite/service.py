@@ -9,7 +9,6 @@ conformance suite.
 
 from __future__ import annotations
 
-import json
 import logging
 import sqlite3
 import threading
@@ -253,7 +252,7 @@ class SQLiteMemoryService(SQLiteClaims, ExpiryMixin, SyncMemoryService):
             )
             if not rows:
                 return
-            blobs = self._embed([embedding_text(text, json.loads(who)) for _, text, who in rows])
+            blobs = self._embed([embedding_text(text) for _, text, _who in rows])
             if any(b is None or len(b) != dim * 4 for b in blobs):
                 logger.warning("embedder returned vectors of another dimension; not backfilling")
                 return

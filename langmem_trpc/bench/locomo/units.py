@@ -61,7 +61,7 @@ def conversation_units(conv: Conversation, units: UnitKind) -> list[UnitRecord]:
 
 def unit_texts(conv: Conversation, units: UnitKind) -> list[str]:
     """What the service's vector leg embeds for each unit (`embedding_text`), for prefetching."""
-    return [embedding_text(u.text, u.participants) for u in conversation_units(conv, units)]
+    return [embedding_text(u.text) for u in conversation_units(conv, units)]
 
 
 def ingest_units(
