@@ -55,6 +55,15 @@ __all__ = ["PostgresJobQueue"]
 logger = logging.getLogger(__name__)
 
 SETUP_LOCK = 0x6C616E67  # advisory lock key of the schema setup ("lang")
+WAITING_LOCK_INDEX = (
+    "CREATE INDEX IF NOT EXISTS langmem_procrastinate_jobs_waiting_lock"
+    " ON procrastinate_jobs (lock, id) WHERE status IN ('todo', 'doing')"
+)
+"""procrastinate's fetch looks for an earlier waiting or running job of the same
+lock for every candidate; on a table whose statistics are stale (a backlog that
+grew faster than autovacuum analyses it) that is a scan of the waiting jobs per
+candidate. This index serves the check whatever the statistics
+(docs/bench-worker.md, scenario 5; upstream procrastinate #393, #1242)."""
 WAITING = "SELECT id, args FROM procrastinate_jobs WHERE queueing_lock = %s AND status = 'todo' FOR UPDATE"
 REPLACE = "UPDATE procrastinate_jobs SET args = %s::jsonb WHERE id = %s"
 DEFER = """SELECT unnest(procrastinate_defer_jobs_v1(ARRAY[ROW(%s, %s, 0, %s, %s, %s::jsonb, NULL)
@@ -168,7 +177,8 @@ class PostgresJobQueue:
     # -- lifecycle ----------------------------------------------------------
 
     def setup(self) -> None:
-        """Create procrastinate's schema when it is missing (idempotent, safe to race)."""
+        """Create procrastinate's schema when it is missing, and our index on its jobs
+        table (idempotent, safe to race)."""
         from procrastinate.schema import SchemaManager
 
         schema = SchemaManager.get_schema()
@@ -178,6 +188,7 @@ class PostgresJobQueue:
             if not (row and row[0]):
                 conn.execute(schema)  # type: ignore[arg-type]  # procrastinate's own SQL
                 logger.info("queue: created procrastinate's schema")
+            conn.execute(WAITING_LOCK_INDEX)
 
     async def asetup(self) -> None:
         await asyncio.to_thread(self.setup)

@@ -73,6 +73,18 @@ def test_setup_is_idempotent(queue: PostgresJobQueue) -> None:
     assert queue.stats().depth == 0
 
 
+def test_setup_indexes_the_waiting_jobs_by_lock(pg_url: str, queue: PostgresJobQueue) -> None:
+    """The per-user lock check of procrastinate's fetch has an index that does not depend
+    on fresh table statistics (a fast-grown backlog otherwise drains at a crawl)."""
+    with psycopg.connect(pg_url) as conn:
+        row = conn.execute(
+            "SELECT indexdef FROM pg_indexes"
+            " WHERE indexname = 'langmem_procrastinate_jobs_waiting_lock'"
+        ).fetchone()
+    assert row is not None
+    assert "(lock, id)" in row[0] and "todo" in row[0] and "doing" in row[0]
+
+
 def test_payload_over_the_cap_is_refused_naming_size_and_cap(
     pg_url: str, service: PostgresMemoryService
 ) -> None:
