@@ -10,7 +10,7 @@ calls `put`, so an overriding subclass would fire twice per async run.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Collection, Iterator, Mapping, Sequence
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
@@ -19,7 +19,6 @@ from langgraph.checkpoint.base import (
     ChannelVersions,
     Checkpoint,
     CheckpointMetadata,
-    CheckpointTuple,
 )
 
 from ..types import UserKey
@@ -165,73 +164,9 @@ class MemoryCheckpointer(BaseCheckpointSaver[Any]):
             await ahand_off(self.worker, *job)
         return saved
 
-    def put_writes(
-        self,
-        config: RunnableConfig,
-        writes: Sequence[tuple[str, Any]],
-        task_id: str,
-        task_path: str = "",
-    ) -> None:
-        self.inner.put_writes(config, writes, task_id, task_path)
-
-    async def aput_writes(
-        self,
-        config: RunnableConfig,
-        writes: Sequence[tuple[str, Any]],
-        task_id: str,
-        task_path: str = "",
-    ) -> None:
-        await self.inner.aput_writes(config, writes, task_id, task_path)
-
-    # -- plain forwarding ----------------------------------------------------------
-
     @property
     def config_specs(self) -> list[Any]:
         return list(self.inner.config_specs)
-
-    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return self.inner.get_tuple(config)
-
-    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return await self.inner.aget_tuple(config)
-
-    def list(
-        self,
-        config: RunnableConfig | None,
-        *,
-        filter: dict[str, Any] | None = None,
-        before: RunnableConfig | None = None,
-        limit: int | None = None,
-    ) -> Iterator[CheckpointTuple]:
-        return self.inner.list(config, filter=filter, before=before, limit=limit)
-
-    async def alist(
-        self,
-        config: RunnableConfig | None,
-        *,
-        filter: dict[str, Any] | None = None,
-        before: RunnableConfig | None = None,
-        limit: int | None = None,
-    ) -> AsyncIterator[CheckpointTuple]:
-        async for item in self.inner.alist(config, filter=filter, before=before, limit=limit):
-            yield item
-
-    def delete_thread(self, thread_id: str) -> None:
-        self.inner.delete_thread(thread_id)
-
-    async def adelete_thread(self, thread_id: str) -> None:
-        await self.inner.adelete_thread(thread_id)
-
-    def get_next_version(self, current: Any, channel: None) -> Any:
-        return self.inner.get_next_version(current, channel)
-
-    def get_delta_channel_history(self, *, config: RunnableConfig, channels: Sequence[str]) -> Any:
-        return self.inner.get_delta_channel_history(config=config, channels=channels)
-
-    async def aget_delta_channel_history(
-        self, *, config: RunnableConfig, channels: Sequence[str]
-    ) -> Any:
-        return await self.inner.aget_delta_channel_history(config=config, channels=channels)
 
     def with_allowlist(
         self, extra_allowlist: Collection[tuple[str, ...]]
@@ -244,44 +179,44 @@ class MemoryCheckpointer(BaseCheckpointSaver[Any]):
         )
 
 
-# -- extended capabilities, attached only when the inner saver has them -----------
+# -- plain forwarding ------------------------------------------------------------------
 
 
-def _delete_for_runs(self: MemoryCheckpointer, run_ids: Sequence[str]) -> None:
-    self.inner.delete_for_runs(run_ids)
+def _forward(name: str) -> Any:
+    """A method that calls the inner saver's `name` with the same arguments."""
+    if name == "alist":
+
+        async def items(self: MemoryCheckpointer, *args: Any, **kwargs: Any) -> Any:
+            async for item in self.inner.alist(*args, **kwargs):
+                yield item
+
+        return items
+    if name.startswith("a"):
+
+        async def call(self: MemoryCheckpointer, *args: Any, **kwargs: Any) -> Any:
+            return await getattr(self.inner, name)(*args, **kwargs)
+
+        return call
+    return lambda self, *args, **kwargs: getattr(self.inner, name)(*args, **kwargs)
 
 
-async def _adelete_for_runs(self: MemoryCheckpointer, run_ids: Sequence[str]) -> None:
-    await self.inner.adelete_for_runs(run_ids)
+for _name in (
+    "put_writes",
+    "aput_writes",
+    "get_tuple",
+    "aget_tuple",
+    "list",
+    "alist",
+    "delete_thread",
+    "adelete_thread",
+    "get_next_version",
+    "get_delta_channel_history",
+    "aget_delta_channel_history",
+):
+    setattr(MemoryCheckpointer, _name, _forward(_name))
 
-
-def _copy_thread(self: MemoryCheckpointer, source_thread_id: str, target_thread_id: str) -> None:
-    self.inner.copy_thread(source_thread_id, target_thread_id)
-
-
-async def _acopy_thread(
-    self: MemoryCheckpointer, source_thread_id: str, target_thread_id: str
-) -> None:
-    await self.inner.acopy_thread(source_thread_id, target_thread_id)
-
-
-def _prune(
-    self: MemoryCheckpointer, thread_ids: Sequence[str], *, strategy: str = "keep_latest"
-) -> None:
-    self.inner.prune(thread_ids, strategy=strategy)
-
-
-async def _aprune(
-    self: MemoryCheckpointer, thread_ids: Sequence[str], *, strategy: str = "keep_latest"
-) -> None:
-    await self.inner.aprune(thread_ids, strategy=strategy)
-
-
-_METHODS: dict[str, dict[str, Any]] = {
-    "delete_for_runs": {"delete_for_runs": _delete_for_runs, "adelete_for_runs": _adelete_for_runs},
-    "copy_thread": {"copy_thread": _copy_thread, "acopy_thread": _acopy_thread},
-    "prune": {"prune": _prune, "aprune": _aprune},
-}
+# Extended capabilities, attached only when the inner saver has them.
+_METHODS = {name: {n: _forward(n) for n in (name, "a" + name)} for name in _EXTENDED}
 _VARIANTS: dict[tuple[type, frozenset[str]], type[MemoryCheckpointer]] = {}
 
 

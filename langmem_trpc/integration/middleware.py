@@ -12,7 +12,7 @@ from langgraph.runtime import Runtime
 from ..service.protocol import MemoryService
 from ..types import UserKey
 from ._ingest import IngestWorker, ahand_off, hand_off, thread_messages
-from .identity import resolve_identity
+from .identity import _current_config, resolve_identity
 from .preload import READ_ONLY_TOOLS, Placement, Preloader, merge_system, prepend_to_first_user
 
 __all__ = ["MemoryIngestMiddleware", "MemoryPreloadMiddleware"]
@@ -21,15 +21,6 @@ logger = logging.getLogger(__name__)
 
 Handler = Callable[[ModelRequest], Any]
 AHandler = Callable[[ModelRequest], Awaitable[Any]]
-
-
-def _current_config() -> Any:
-    try:
-        from langgraph.config import get_config
-
-        return get_config()
-    except RuntimeError:
-        return None
 
 
 class MemoryPreloadMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):

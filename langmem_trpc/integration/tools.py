@@ -28,7 +28,6 @@ import json
 import logging
 import unicodedata
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
@@ -47,6 +46,7 @@ from ..errors import (
 )
 from ..service.protocol import MemoryService
 from ..types import Entry, SearchOptions, Source, UserKey
+from ._calls import Call, Plan, adrive, drive
 from .identity import resolve_identity
 
 __all__ = ["DEFAULT_TOOLS", "TOOL_NAMES", "create_memory_tools"]
@@ -179,17 +179,7 @@ _DESCRIPTIONS = {
 }
 
 
-# -- one prepared service call per tool invocation --------------------------------------
-
-
-@dataclass
-class _Call:
-    """A service call to run sync (`method`) or async (`"a" + method`), then render."""
-
-    method: str
-    args: tuple[Any, ...]
-    render: Callable[[Any], tuple[str, Any]]
-    kwargs: dict[str, Any] = field(default_factory=dict)
+# -- one plan per tool invocation (`_calls`: written once, run sync or async) ---------
 
 
 def _result(entry: Entry) -> dict[str, Any]:
@@ -217,8 +207,9 @@ def _dump(payload: dict[str, Any]) -> str:
     return json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
 
 
-def _entries(entries: list[Entry]) -> list[dict[str, Any]]:
-    return [e.model_dump(mode="json") for e in entries]
+def _listing(head: dict[str, Any], found: list[Entry]) -> tuple[str, Any]:
+    payload = {**head, "results": [_result(e) for e in found], "count": len(found)}
+    return _dump(payload), [e.model_dump(mode="json") for e in found]
 
 
 def _time(value: str | None, name: str, *, end: bool = False) -> Any:
@@ -257,13 +248,13 @@ def _source(runtime: ToolRuntime[Any]) -> Source:
     return Source(thread_id=str(thread) if thread else None, actor="tool")
 
 
-Prepared = _Call | tuple[str, Any]
+Result = Plan[tuple[str, Any]]
 
 
-def _prepare_search(user: UserKey, runtime: ToolRuntime[Any], a: dict[str, Any]) -> Prepared:
+def _search(user: UserKey, runtime: ToolRuntime[Any], a: dict[str, Any]) -> Result:
     query = (a.get("query") or "").strip()
     if not query:
-        return _dump({"query": "", "results": [], "count": 0}), []
+        return _listing({"query": ""}, [])
     after, before = _window(a)
     options = SearchOptions(
         query=query,
@@ -276,12 +267,7 @@ def _prepare_search(user: UserKey, runtime: ToolRuntime[Any], a: dict[str, Any])
         hybrid=True,
         kind_fallback=a.get("kind") is not None,
     )
-
-    def render(found: list[Entry]) -> tuple[str, Any]:
-        payload = {"query": query, "results": [_result(e) for e in found], "count": len(found)}
-        return _dump(payload), _entries(found)
-
-    return _Call("search", (user, query, options), render)
+    return _listing({"query": query}, (yield Call("search", (user, query, options))))
 
 
 def _window(a: dict[str, Any]) -> tuple[Any, Any]:
@@ -297,33 +283,33 @@ def _window(a: dict[str, Any]) -> tuple[Any, Any]:
     return after, before
 
 
-def _prepare_load(user: UserKey, runtime: ToolRuntime[Any], a: dict[str, Any]) -> Prepared:
+def _load(user: UserKey, runtime: ToolRuntime[Any], a: dict[str, Any]) -> Result:
     limit = int(a.get("limit") or 10)
     limit = 10 if limit <= 0 else min(limit, MAX_LIMIT)
-
-    def render(found: list[Entry]) -> tuple[str, Any]:
-        payload = {"limit": limit, "results": [_result(e) for e in found], "count": len(found)}
-        return _dump(payload), _entries(found)
-
-    return _Call("read", (user, limit), render)
+    return _listing({"limit": limit}, (yield Call("read", (user, limit))))
 
 
-def _prepare_delete(user: UserKey, runtime: ToolRuntime[Any], a: dict[str, Any]) -> Prepared:
+def _delete(user: UserKey, runtime: ToolRuntime[Any], a: dict[str, Any]) -> Result:
     memory_id = a["memory_id"]
-
-    def render(deleted: bool) -> tuple[str, Any]:
-        if not deleted:
-            raise MemoryNotFoundError(memory_id)
-        return _dump({"message": "Memory deleted successfully", "memory_id": memory_id}), None
-
-    return _Call("delete", (user, memory_id), render, {"source": _source(runtime)})
+    if not (yield Call("delete", (user, memory_id), {"source": _source(runtime)})):
+        raise MemoryNotFoundError(memory_id)
+    return _dump({"message": "Memory deleted successfully", "memory_id": memory_id}), None
 
 
-def _prepare_clear(user: UserKey, runtime: ToolRuntime[Any], a: dict[str, Any]) -> Prepared:
-    def render(count: int) -> tuple[str, Any]:
-        return _dump({"message": "All memories cleared successfully", "count": count}), None
+def _clear(user: UserKey, runtime: ToolRuntime[Any], a: dict[str, Any]) -> Result:
+    count = yield Call("clear", (user,), {"source": _source(runtime)})
+    return _dump({"message": "All memories cleared successfully", "count": count}), None
 
-    return _Call("clear", (user,), render, {"source": _source(runtime)})
+
+def _write(message: str, call: Call) -> Result:
+    entry: Entry = yield call
+    payload = {
+        "message": message,
+        "memory_id": entry.id,
+        "memory": entry.text,
+        "topics": list(entry.memory.topics),
+    }
+    return _dump(payload), [entry.model_dump(mode="json")]
 
 
 def _write_fields(runtime: ToolRuntime[Any], a: dict[str, Any]) -> dict[str, Any]:
@@ -340,42 +326,23 @@ def _write_fields(runtime: ToolRuntime[Any], a: dict[str, Any]) -> dict[str, Any
     return fields
 
 
-def _render_write(message: str) -> Callable[[Entry], tuple[str, Any]]:
-    def render(entry: Entry) -> tuple[str, Any]:
-        payload = {
-            "message": message,
-            "memory_id": entry.id,
-            "memory": entry.text,
-            "topics": list(entry.memory.topics),
-        }
-        return _dump(payload), _entries([entry])
-
-    return render
+def _add(user: UserKey, runtime: ToolRuntime[Any], a: dict[str, Any]) -> Result:
+    call = Call("add", (user, a["memory"]), _write_fields(runtime, a))
+    return (yield from _write("Memory added successfully", call))
 
 
-def _prepare_add(user: UserKey, runtime: ToolRuntime[Any], a: dict[str, Any]) -> Prepared:
-    return _Call(
-        "add",
-        (user, a["memory"]),
-        _render_write("Memory added successfully"),
-        _write_fields(runtime, a),
-    )
+def _update(user: UserKey, runtime: ToolRuntime[Any], a: dict[str, Any]) -> Result:
+    call = Call("update", (user, a["memory_id"], a["memory"]), _write_fields(runtime, a))
+    return (yield from _write("Memory updated successfully", call))
 
 
-def _prepare_update(user: UserKey, runtime: ToolRuntime[Any], a: dict[str, Any]) -> Prepared:
-    args = (user, a["memory_id"], a["memory"])
-    return _Call(
-        "update", args, _render_write("Memory updated successfully"), _write_fields(runtime, a)
-    )
-
-
-_PREPARE: dict[str, Callable[[UserKey, ToolRuntime[Any], dict[str, Any]], Prepared]] = {
-    "memory_search": _prepare_search,
-    "memory_load": _prepare_load,
-    "memory_add": _prepare_add,
-    "memory_update": _prepare_update,
-    "memory_delete": _prepare_delete,
-    "memory_clear": _prepare_clear,
+_PLANS: dict[str, Callable[[UserKey, ToolRuntime[Any], dict[str, Any]], Result]] = {
+    "memory_search": _search,
+    "memory_load": _load,
+    "memory_add": _add,
+    "memory_update": _update,
+    "memory_delete": _delete,
+    "memory_clear": _clear,
 }
 
 
@@ -486,21 +453,18 @@ class _Tools:
             )
         return user
 
-    def _prepare(self, name: str, runtime: ToolRuntime[Any], args: dict[str, Any]) -> Prepared:
+    def _plan(self, name: str, runtime: ToolRuntime[Any], args: dict[str, Any]) -> Result:
         user = self._user(name, runtime)
         if is_repeat(name, runtime, args):
             logger.info("%s: refused a repeated identical call", name)
             return _repeat_message(name)
         for key, value in args.items():
             _check_text(value, key)
-        return _PREPARE[name](user, runtime, args)
+        return (yield from _PLANS[name](user, runtime, args))
 
     def run(self, name: str, runtime: ToolRuntime[Any], args: dict[str, Any]) -> tuple[str, Any]:
         try:
-            call = self._prepare(name, runtime, args)
-            if isinstance(call, tuple):
-                return call
-            return call.render(getattr(self.service, call.method)(*call.args, **call.kwargs))
+            return drive(self.service, self._plan(name, runtime, args))
         except ToolException:
             raise
         except Exception as exc:
@@ -510,12 +474,7 @@ class _Tools:
         self, name: str, runtime: ToolRuntime[Any], args: dict[str, Any]
     ) -> tuple[str, Any]:
         try:
-            call = self._prepare(name, runtime, args)
-            if isinstance(call, tuple):
-                return call
-            return call.render(
-                await getattr(self.service, "a" + call.method)(*call.args, **call.kwargs)
-            )
+            return await adrive(self.service, self._plan(name, runtime, args))
         except ToolException:
             raise
         except Exception as exc:
