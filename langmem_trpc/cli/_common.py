@@ -73,8 +73,13 @@ def db_option(func: F) -> F:
 
 
 def format_options(func: F) -> F:
-    """`--format table|json|jsonl|csv` and `--json` (short for `--format json`)."""
-    func = click.option("--json", "as_json", is_flag=True, help="Same as --format json.")(func)
+    """`--format table|json|jsonl|csv` and `--json` (short for `--format json`): `fmt`."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, fmt: OutputFormat, as_json: bool, **kwargs: Any) -> Any:
+        return func(*args, fmt="json" if as_json else fmt, **kwargs)
+
+    option = click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
     return click.option(
         "--format",
         "fmt",
@@ -82,11 +87,7 @@ def format_options(func: F) -> F:
         default="table",
         show_default=True,
         help="table for people (escaped, fitted to the terminal); json, jsonl, csv exact.",
-    )(func)
-
-
-def pick_format(fmt: OutputFormat, as_json: bool) -> OutputFormat:
-    return "json" if as_json else fmt
+    )(option(wrapper))  # type: ignore[return-value]
 
 
 def json_option(func: F) -> F:
@@ -94,13 +95,19 @@ def json_option(func: F) -> F:
 
 
 def user_options(func: F) -> F:
-    func = click.option(
+    """`--db`, `--app` and `--user`: the command gets `db` and `user` (a `UserKey`)."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, app_name: str, user_id: str, **kwargs: Any) -> Any:
+        return func(*args, user=UserKey(app_name, user_id), **kwargs)
+
+    option = click.option(
         "--user", "user_id", required=True, help="User id (exact, case-sensitive)."
-    )(func)
-    func = click.option(
+    )
+    app = click.option(
         "--app", "app_name", default="default", show_default=True, help="Application name."
-    )(func)
-    return db_option(func)
+    )
+    return db_option(app(option(wrapper)))  # type: ignore[return-value]
 
 
 def _one_line(exc: BaseException) -> str:
@@ -165,10 +172,6 @@ def open_service(db: str | None, *, read: bool = False) -> Iterator[MemoryServic
 def is_postgres(target: str | None) -> bool:
     """True when `--db` names a PostgreSQL database (the job queue lives only there)."""
     return target is not None and scheme_of(target) in ("postgresql", "postgres")
-
-
-def make_user(app_name: str, user_id: str) -> UserKey:
-    return UserKey(app_name, user_id)
 
 
 # -- the helpers other command modules have imported from here ----------------
