@@ -20,15 +20,13 @@ from ..registry import scheme_of
 from ..service._core import Limits
 from ..service.protocol import MemoryService
 from ..types import UserKey
-from ._output import FORMATS, OutputFormat, entry_json, entry_line, event_line, safe
+from ._output import FORMATS, OutputFormat, entry_json, safe
 
 __all__ = [
     "CLI_LIMITS",
     "default_db",
     "emit",
     "entry_json",
-    "format_entry",
-    "format_event",
     "json_option",
     "open_service",
     "plural",
@@ -172,14 +170,6 @@ def open_service(db: str | None, *, read: bool = False) -> Iterator[MemoryServic
 def is_postgres(target: str | None) -> bool:
     """True when `--db` names a PostgreSQL database (the job queue lives only there)."""
     return target is not None and scheme_of(target) in ("postgresql", "postgres")
-
-
-# -- the helpers other command modules have imported from here ----------------
-
-format_entry = entry_line
-"""One escaped line per memory (kept under its old name)."""
-format_event = event_line
-"""One escaped line per history event (kept under its old name)."""
 
 
 def emit(data: Any, as_json: bool, text: Callable[[], str]) -> None:

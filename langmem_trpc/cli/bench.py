@@ -256,18 +256,14 @@ def locomo(
             top_k,
             payload,
         )
-    if payload["arms"] and any("recall@10" in a for a in payload["arms"].values()):
-        from ..bench.locomo.report import markdown_tables
+    from ..bench.locomo.report import markdown_tables, plot_results, write_json
 
+    if payload["arms"] and any("recall@10" in a for a in payload["arms"].values()):
         click.echo(markdown_tables(payload, mem0=mem0_labels))
     if out is not None:
-        from ..bench.locomo.report import write_json
-
         write_json(out, payload)
         click.echo(f"wrote {out}")
     if plots is not None and payload["arms"]:
-        from ..bench.locomo.report import plot_results
-
         for png in plot_results(payload, plots):
             click.echo(f"wrote {png}")
 

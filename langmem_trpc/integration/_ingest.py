@@ -50,11 +50,13 @@ def hand_off(
     try:
         worker.enqueue(user, thread_id, list(messages))
     except Exception:
-        logger.warning(
-            "could not enqueue memory job for %s thread %s", user, thread_id, exc_info=True
-        )
-        return False
+        return _failed(user, thread_id)
     return True
+
+
+def _failed(user: UserKey, thread_id: str) -> bool:
+    logger.warning("could not enqueue memory job for %s thread %s", user, thread_id, exc_info=True)
+    return False
 
 
 async def ahand_off(
@@ -67,8 +69,5 @@ async def ahand_off(
     try:
         await aenqueue(user, thread_id, list(messages))
     except Exception:
-        logger.warning(
-            "could not enqueue memory job for %s thread %s", user, thread_id, exc_info=True
-        )
-        return False
+        return _failed(user, thread_id)
     return True

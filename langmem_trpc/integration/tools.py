@@ -336,14 +336,17 @@ def _update(user: UserKey, runtime: ToolRuntime[Any], a: dict[str, Any]) -> Resu
     return (yield from _write("Memory updated successfully", call))
 
 
-_PLANS: dict[str, Callable[[UserKey, ToolRuntime[Any], dict[str, Any]], Result]] = {
-    "memory_search": _search,
-    "memory_load": _load,
-    "memory_add": _add,
-    "memory_update": _update,
-    "memory_delete": _delete,
-    "memory_clear": _clear,
+_TOOLS: dict[
+    str, tuple[type[BaseModel], Callable[[UserKey, ToolRuntime[Any], dict[str, Any]], Result]]
+] = {
+    "memory_search": (SearchArgs, _search),
+    "memory_load": (LoadArgs, _load),
+    "memory_add": (AddArgs, _add),
+    "memory_update": (UpdateArgs, _update),
+    "memory_delete": (DeleteArgs, _delete),
+    "memory_clear": (ClearArgs, _clear),
 }
+"""Each tool's argument schema (what the model sees) and its plan."""
 
 
 _ARG_NAMES = {"text": "memory", "kind": "memory_kind"}
@@ -394,7 +397,7 @@ def call_key(name: str, args: Mapping[str, Any]) -> str:
     """What makes two calls the same: the tool and its arguments after defaults and normalising."""
     raw = {k: v for k, v in args.items() if k != "runtime"}
     try:
-        full: Mapping[str, Any] = _SCHEMAS[name].model_validate(raw).model_dump()
+        full: Mapping[str, Any] = _TOOLS[name][0].model_validate(raw).model_dump()
     except Exception:  # unvalidated args still compare by what was sent
         full = raw
     return name + json.dumps(_normal(full), sort_keys=True, ensure_ascii=False, default=str)
@@ -460,7 +463,7 @@ class _Tools:
             return _repeat_message(name)
         for key, value in args.items():
             _check_text(value, key)
-        return (yield from _PLANS[name](user, runtime, args))
+        return (yield from _TOOLS[name][1](user, runtime, args))
 
     def run(self, name: str, runtime: ToolRuntime[Any], args: dict[str, Any]) -> tuple[str, Any]:
         try:
@@ -492,21 +495,11 @@ class _Tools:
             coroutine=coroutine,
             name=name,
             description=_DESCRIPTIONS[name],
-            args_schema=_SCHEMAS[name],
+            args_schema=_TOOLS[name][0],
             response_format="content_and_artifact",
             handle_tool_error=True,
             handle_validation_error=_validation_message(name),
         )
-
-
-_SCHEMAS: dict[str, type[BaseModel]] = {
-    "memory_search": SearchArgs,
-    "memory_load": LoadArgs,
-    "memory_add": AddArgs,
-    "memory_update": UpdateArgs,
-    "memory_delete": DeleteArgs,
-    "memory_clear": ClearArgs,
-}
 
 
 def _validation_message(name: str) -> Callable[[Any], str]:

@@ -20,7 +20,7 @@ import difflib
 import hmac
 import re
 import secrets
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import Any
@@ -343,13 +343,9 @@ class _UI:
 
         user = await self.known_user(request)
         lines = await asyncio.to_thread(lambda: list(_export_records(self.service, [user])))
-
-        def body() -> Iterator[str]:
-            yield from lines
-
         name = re.sub(r"[^A-Za-z0-9_.-]", "_", f"{user.app_name}-{user.user_id}") + ".jsonl"
         return StreamingResponse(
-            body(),
+            lines,
             media_type="application/x-ndjson",
             headers={"Content-Disposition": f'attachment; filename="{name}"'},
         )
