@@ -21,8 +21,7 @@ from langgraph.checkpoint.base import (
     CheckpointMetadata,
 )
 
-from ..types import UserKey
-from ._ingest import IngestWorker, ahand_off, hand_off, thread_messages
+from ._ingest import IngestWorker, Job, ahand_off, hand_off, job
 from .identity import resolve_identity
 
 __all__ = ["MemoryCheckpointer", "run_finished"]
@@ -117,21 +116,15 @@ class MemoryCheckpointer(BaseCheckpointSaver[Any]):
 
     def _job(
         self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata
-    ) -> tuple[UserKey, str, list[Any]] | None:
+    ) -> Job | None:
         try:
             if not run_finished(config, checkpoint, metadata):
                 return None
-            configurable = config.get("configurable") or {}
-            thread_id = configurable.get("thread_id")
-            user = resolve_identity(config=config, default_app_name=self.app_name)
-            if user is None or not thread_id:
-                logger.debug("run finished without identity or thread id; nothing to remember")
-                return None
-            messages = thread_messages(checkpoint.get("channel_values", {}).get(self.messages_key))
-            if messages is None:
-                logger.debug("run finished without a message list in %r", self.messages_key)
-                return None
-            return user, str(thread_id), messages
+            return job(
+                resolve_identity(config=config, default_app_name=self.app_name),
+                (config.get("configurable") or {}).get("thread_id"),
+                checkpoint.get("channel_values", {}).get(self.messages_key),
+            )
         except Exception:
             logger.warning("memory hook could not inspect a checkpoint", exc_info=True)
             return None
@@ -146,9 +139,7 @@ class MemoryCheckpointer(BaseCheckpointSaver[Any]):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         saved = self.inner.put(config, checkpoint, metadata, new_versions)
-        job = self._job(config, checkpoint, metadata)
-        if job is not None:
-            hand_off(self.worker, *job)
+        hand_off(self.worker, self._job(config, checkpoint, metadata))
         return saved
 
     async def aput(
@@ -159,9 +150,7 @@ class MemoryCheckpointer(BaseCheckpointSaver[Any]):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         saved = await self.inner.aput(config, checkpoint, metadata, new_versions)
-        job = self._job(config, checkpoint, metadata)
-        if job is not None:
-            await ahand_off(self.worker, *job)
+        await ahand_off(self.worker, self._job(config, checkpoint, metadata))
         return saved
 
     @property

@@ -107,16 +107,22 @@ def merge_system(system: SystemMessage | None, block: str) -> SystemMessage:
     return system.model_copy(update={"content": _with_text(system.content, block, before=False)})
 
 
-def prepend_to_first_user(messages: Sequence[BaseMessage], block: str) -> list[BaseMessage]:
-    """User placement: the block goes before the first user message's text."""
+def _into_first(
+    messages: Sequence[BaseMessage], kind: type[BaseMessage], block: str, *, before: bool
+) -> list[BaseMessage]:
+    """The block merged into the first message of `kind`, else a new one of that kind first."""
     out = list(messages)
     for i, message in enumerate(out):
-        if isinstance(message, HumanMessage):
-            out[i] = message.model_copy(
-                update={"content": _with_text(message.content, block, before=True)}
-            )
+        if isinstance(message, kind):
+            text = _with_text(message.content, block, before=before)
+            out[i] = message.model_copy(update={"content": text})
             return out
-    return [HumanMessage(content=block), *out]
+    return [kind(content=block), *out]
+
+
+def prepend_to_first_user(messages: Sequence[BaseMessage], block: str) -> list[BaseMessage]:
+    """User placement: the block goes before the first user message's text."""
+    return _into_first(messages, HumanMessage, block, before=True)
 
 
 def merge_block(
@@ -127,12 +133,7 @@ def merge_block(
         return list(messages)
     if placement == "user":
         return prepend_to_first_user(messages, block)
-    out = list(messages)
-    for i, message in enumerate(out):
-        if isinstance(message, SystemMessage):
-            out[i] = merge_system(message, block)
-            return out
-    return [SystemMessage(content=block), *out]
+    return _into_first(messages, SystemMessage, block, before=False)
 
 
 # -- selection ------------------------------------------------------------------

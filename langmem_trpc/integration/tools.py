@@ -159,23 +159,17 @@ _DESCRIPTIONS = {
     ),
     "memory_load": "Load the user's most recent memories, newest first. Use memory_search when you know "
     "what you are looking for; use this for a general overview. " + _SCOPE,
-    "memory_add": "Add a new durable memory about the user. "
-    + _SCOPE
-    + " If the user clearly asks to "
+    "memory_add": f"Add a new durable memory about the user. {_SCOPE} If the user clearly asks to "
     "remember, correct or forget something, carry out the memory operation directly. Store concise "
     "factual memories that help future conversations feel contextual and avoid asking the same question "
     "again. Avoid guesses, duplicates, trivial one-off details and sensitive data unless needed for the task.",
     "memory_update": "Update an existing memory when it should remain but needs correction or new detail; "
     "its ID stays the same. " + _SCOPE,
-    "memory_delete": "Delete one memory. "
-    + _SCOPE
-    + " This operation is destructive. Only use it when the "
-    "user explicitly asks to remove saved memory. Prefer memory_update when the memory should remain but "
+    "memory_delete": f"Delete one memory. {_SCOPE} This operation is destructive. Only use it "
+    "when the user explicitly asks to remove saved memory. Prefer memory_update when the memory should remain but "
     "needs correction.",
-    "memory_clear": "Delete ALL memories of the user. "
-    + _SCOPE
-    + " Use it only when the user explicitly "
-    "asks to forget everything or reset saved context.",
+    "memory_clear": f"Delete ALL memories of the user. {_SCOPE} Use it only when the user "
+    "explicitly asks to forget everything or reset saved context.",
 }
 
 
