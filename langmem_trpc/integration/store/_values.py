@@ -34,7 +34,6 @@ __all__ = [
     "META",
     "canonical_key",
     "id_candidates",
-    "is_store_memory",
     "memory_fields",
     "memory_id",
     "memory_text",
@@ -189,11 +188,10 @@ def _is_uuid(key: str) -> bool:
 
 def memory_id(scope: Sequence[str], key: str) -> str:
     """The stable memory id of a (scope, key) inside one user's memories."""
-    payload = json.dumps([list(scope), canonical_key(key)], ensure_ascii=False)
-    return "kv-" + hashlib.sha256(payload.encode()).hexdigest()[:32]
+    return _kv_id(scope, canonical_key(key))
 
 
-def _legacy_id(scope: Sequence[str], key: str) -> str:
+def _kv_id(scope: Sequence[str], key: str) -> str:
     payload = json.dumps([list(scope), key], ensure_ascii=False)
     return "kv-" + hashlib.sha256(payload.encode()).hexdigest()[:32]
 
@@ -205,7 +203,7 @@ def id_candidates(scope: Sequence[str], key: str) -> list[str]:
     raw spelling); at the top level also a memory written elsewhere whose id
     the key names, literally or as a UUID in any spelling.
     """
-    out = [memory_id(scope, key), _legacy_id(scope, key)]
+    out = [memory_id(scope, key), _kv_id(scope, key)]  # and an older release's raw spelling
     canonical = canonical_key(key)
     if not scope and (canonical != key or _is_uuid(key)):  # service ids are UUIDs
         out.extend([key, uuid.UUID(canonical).hex])
@@ -215,10 +213,6 @@ def id_candidates(scope: Sequence[str], key: str) -> list[str]:
 def store_meta(entry: Entry) -> Mapping[str, Any] | None:
     stored = entry.memory.metadata.get(META)
     return stored if isinstance(stored, Mapping) else None
-
-
-def is_store_memory(entry: Entry) -> bool:
-    return store_meta(entry) is not None
 
 
 def addresses(entry: Entry, scope: Sequence[str], key: str) -> bool:
