@@ -28,6 +28,7 @@ import json
 import logging
 import unicodedata
 from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
 from typing import Any, Literal
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
@@ -206,7 +207,12 @@ def _listing(head: dict[str, Any], found: list[Entry]) -> tuple[str, Any]:
     return _dump(payload), [e.model_dump(mode="json") for e in found]
 
 
-def _time(value: str | None, name: str, *, end: bool = False) -> Any:
+def parse_date(value: str | None, name: str, *, end: bool = False) -> datetime | None:
+    """A date argument (`end`: the last second of the period it names), None when blank.
+
+    Unparseable and out-of-range dates are `InvalidInputError`s naming `name`
+    (the inspector's filters use it too, so both answer the same).
+    """
     if value is None or not value.strip():
         return None
     try:
@@ -266,8 +272,8 @@ def _search(user: UserKey, runtime: ToolRuntime[Any], a: dict[str, Any]) -> Resu
 
 def _window(a: dict[str, Any]) -> tuple[Any, Any]:
     try:
-        after = _time(a.get("time_after"), "time_after")
-        before = _time(a.get("time_before"), "time_before", end=True)
+        after = parse_date(a.get("time_after"), "time_after")
+        before = parse_date(a.get("time_before"), "time_before", end=True)
     except InvalidInputError as exc:
         raise _TimeRangeError(exc.field, exc.problem) from None
     if after is not None and before is not None and after > before:
@@ -307,7 +313,7 @@ def _write(message: str, call: Call) -> Result:
 
 
 def _write_fields(runtime: ToolRuntime[Any], a: dict[str, Any]) -> dict[str, Any]:
-    _time(a.get("event_time"), "event_time")  # bad dates are input errors, before any I/O
+    parse_date(a.get("event_time"), "event_time")  # bad dates are input errors, before any I/O
     fields = {
         "topics": a.get("topics"),
         "event_time": a.get("event_time"),
@@ -427,14 +433,6 @@ def is_repeat(name: str, runtime: ToolRuntime[Any], args: Mapping[str, Any]) -> 
     return False
 
 
-def _repeat_message(name: str) -> tuple[str, Any]:
-    text = (
-        f"{name}: refused, this exact call was already made in this run and its result is "
-        "above. Do not repeat it: use that result, change the arguments, or answer the user."
-    )
-    return text, None
-
-
 class _Tools:
     """Holds the service and identity settings the tool functions close over."""
 
@@ -442,19 +440,19 @@ class _Tools:
         self.service = service
         self.app_name = app_name
 
-    def _user(self, name: str, runtime: ToolRuntime[Any]) -> UserKey:
+    def _plan(self, name: str, runtime: ToolRuntime[Any], args: dict[str, Any]) -> Result:
         user = resolve_identity(runtime, runtime.config, default_app_name=self.app_name)
         if user is None:
             raise ToolException(
                 f"{name} is unavailable: no user identity (app_name/user_id) in the run context or config"
             )
-        return user
-
-    def _plan(self, name: str, runtime: ToolRuntime[Any], args: dict[str, Any]) -> Result:
-        user = self._user(name, runtime)
         if is_repeat(name, runtime, args):
             logger.info("%s: refused a repeated identical call", name)
-            return _repeat_message(name)
+            refusal = (
+                f"{name}: refused, this exact call was already made in this run and its result is "
+                "above. Do not repeat it: use that result, change the arguments, or answer the user."
+            )
+            return refusal, None
         for key, value in args.items():
             _check_text(value, key)
         return (yield from _TOOLS[name][1](user, runtime, args))

@@ -37,8 +37,8 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from .._time import end_of_period, parse_flexible_time
 from ..errors import InvalidInputError, LangmemTrpcError, MemoryNotFoundError
+from ..integration.tools import parse_date
 from ..service.protocol import MemoryService
 from ..types import Entry, HistoryEvent, Kind, Operation, SearchOptions, Source, UserKey
 from ._explain import explain_search
@@ -111,15 +111,6 @@ def _event_view(event: HistoryEvent) -> dict[str, Any]:
 
 def _split(value: str | None) -> list[str]:
     return [part.strip() for part in (value or "").split(",") if part.strip()]
-
-
-def _time(value: str | None, name: str, *, end: bool = False) -> datetime | None:
-    if value is None or not value.strip():
-        return None
-    parsed = end_of_period(value) if end else parse_flexible_time(value)
-    if parsed is None:
-        raise InvalidInputError(name, f"cannot parse {value[:40]!r} as a date (try YYYY-MM-DD)")
-    return parsed
 
 
 def _kind(value: str | None) -> Kind | None:
@@ -229,8 +220,8 @@ class _UI:
         f["mode"] = f["mode"] if f["mode"] in ("hybrid", "text") else "hybrid"
         try:
             kind = _kind(f["kind"])
-            after = _time(f["after"], "after")
-            before = _time(f["before"], "before", end=True)
+            after = parse_date(f["after"], "after")
+            before = parse_date(f["before"], "before", end=True)
             entries = await self._filtered(user, f["q"], f["mode"], kind, after, before)
         except (LangmemTrpcError, ValidationError) as exc:
             raise HTTPException(400, _message(exc)) from None
