@@ -37,17 +37,21 @@ def each(calls: Iterable[Call]) -> Plan[list[Any]]:
     return results
 
 
+def _resume(plan: Plan[T], result: Any, error: Exception | None) -> Call:
+    """The plan's next call, once sent `result` (or thrown `error`); StopIteration at its end."""
+    return plan.send(result) if error is None else plan.throw(error)
+
+
 def drive(service: Any, plan: Plan[T]) -> T:
     """Run `plan` to its end with the service's sync methods."""
+    result, error = None, None
     try:
-        call = next(plan)
         while True:
+            call = _resume(plan, result, error)
             try:
-                result = getattr(service, call.method)(*call.args, **call.kwargs)
+                result, error = getattr(service, call.method)(*call.args, **call.kwargs), None
             except Exception as exc:
-                call = plan.throw(exc)
-            else:
-                call = plan.send(result)
+                result, error = None, exc
     except StopIteration as done:
         value: T = done.value
         return value
@@ -55,15 +59,15 @@ def drive(service: Any, plan: Plan[T]) -> T:
 
 async def adrive(service: Any, plan: Plan[T]) -> T:
     """`drive` with the service's async twins (`a` + method): no thread, no blocking."""
+    result, error = None, None
     try:
-        call = next(plan)
         while True:
+            call = _resume(plan, result, error)
             try:
-                result = await getattr(service, "a" + call.method)(*call.args, **call.kwargs)
+                method = getattr(service, "a" + call.method)
+                result, error = await method(*call.args, **call.kwargs), None
             except Exception as exc:
-                call = plan.throw(exc)
-            else:
-                call = plan.send(result)
+                result, error = None, exc
     except StopIteration as done:
         value: T = done.value
         return value
