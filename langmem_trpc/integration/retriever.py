@@ -35,13 +35,28 @@ from pydantic import ConfigDict, ValidationError
 
 from ..errors import ConfigurationError, InvalidInputError
 from ..service.protocol import MemoryService
-from ..types import Entry, Kind, SearchOptions, UserKey
+from ..types import Entry, Kind, Memory, SearchOptions, UserKey
 from ._calls import Call, Plan, adrive, drive, each
 
 __all__ = ["MemoryRetriever", "MemoryVectorStore", "create_retriever", "entry_document"]
 
 _SCOPE_KEYS = frozenset({"user", "user_id", "app", "app_name", "namespace", "user_key"})
 _OPTION_KEYS = frozenset(SearchOptions.model_fields) - {"query"}
+
+
+def event_fields(memory: Memory, timespec: str = "auto") -> dict[str, Any]:
+    """The event fields a memory has set: `event_time` (ISO 8601), `participants`, `location`.
+
+    One shape for every view of a memory (documents, tool results, store items).
+    """
+    out: dict[str, Any] = {}
+    if memory.event_time is not None:
+        out["event_time"] = memory.event_time.isoformat(timespec=timespec)
+    if memory.participants:
+        out["participants"] = list(memory.participants)
+    if memory.location:
+        out["location"] = memory.location
+    return out
 
 
 def entry_document(entry: Entry) -> Document:
@@ -55,13 +70,8 @@ def entry_document(entry: Entry) -> Document:
         "topics": list(memory.topics),
         "created_at": entry.created_at.isoformat(),
         "updated_at": entry.updated_at.isoformat(),
+        **event_fields(memory),
     }
-    if memory.event_time is not None:
-        metadata["event_time"] = memory.event_time.isoformat()
-    if memory.participants:
-        metadata["participants"] = list(memory.participants)
-    if memory.location:
-        metadata["location"] = memory.location
     if entry.score is not None:
         metadata["score"] = entry.score
     return Document(page_content=memory.text, metadata=metadata, id=entry.id)

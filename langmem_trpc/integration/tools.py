@@ -49,6 +49,7 @@ from ..service.protocol import MemoryService
 from ..types import Entry, SearchOptions, Source, UserKey
 from ._calls import Call, Plan, adrive, drive
 from .identity import resolve_identity
+from .retriever import event_fields
 
 __all__ = ["DEFAULT_TOOLS", "TOOL_NAMES", "create_memory_tools"]
 
@@ -186,13 +187,8 @@ def _result(entry: Entry) -> dict[str, Any]:
         "topics": list(memory.topics),
         "created": entry.created_at.isoformat(timespec="seconds"),
         "kind": memory.kind.value,
+        **event_fields(memory, "seconds"),
     }
-    if memory.event_time is not None:
-        out["event_time"] = memory.event_time.isoformat(timespec="seconds")
-    if memory.participants:
-        out["participants"] = list(memory.participants)
-    if memory.location:
-        out["location"] = memory.location
     if entry.score is not None:
         out["score"] = round(entry.score, 4)
     return out

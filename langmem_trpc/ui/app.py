@@ -20,6 +20,7 @@ import difflib
 import hmac
 import re
 import secrets
+from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
@@ -418,17 +419,9 @@ class _UI:
         letters = sorted(letters, key=lambda d: d.updated_at, reverse=True)
         keys = list(dict.fromkeys((d.user, d.thread_id) for d in letters))
         cursors = await asyncio.gather(*(self.service.aget_cursor(u, t) for u, t in keys))
+        dead = Counter((d.user, d.thread_id) for d in letters if d.status.value == "dead")
         threads = [
-            {
-                "user": user,
-                "thread": thread,
-                "cursor": cursor,
-                "dead": sum(
-                    1
-                    for d in letters
-                    if (d.user, d.thread_id) == (user, thread) and d.status.value == "dead"
-                ),
-            }
+            {"user": user, "thread": thread, "cursor": cursor, "dead": dead[user, thread]}
             for (user, thread), cursor in zip(keys, cursors, strict=True)
         ]
         return self.page("worker", letters=letters, threads=threads, shown=status or "", qs=self.qs)

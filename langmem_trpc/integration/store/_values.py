@@ -29,6 +29,7 @@ from langgraph.store.base import Item
 from ...errors import InvalidInputError, InvalidMemoryError
 from ...service._core import Limits, build_memory
 from ...types import Entry, Kind
+from ..retriever import event_fields
 
 __all__ = [
     "META",
@@ -242,13 +243,8 @@ def to_item(entry: Entry) -> Item:
         "memory": memory.text,
         "kind": memory.kind.value,
         "topics": list(memory.topics),
+        **event_fields(memory),
     }
-    if memory.event_time is not None:
-        value["event_time"] = memory.event_time.isoformat()
-    if memory.participants:
-        value["participants"] = list(memory.participants)
-    if memory.location:
-        value["location"] = memory.location
     return Item(
         value=value,
         key=entry.id,
