@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import json
 import sys
 from collections import Counter
@@ -47,41 +46,31 @@ def _split(values: tuple[str, ...]) -> list[str]:
 
 
 def _content_options(func: F) -> F:
-    """--topic(s), --event-time, --participant, --location: the command gets `fields`."""
+    """--topic(s), --event-time, --participant, --location (see `_content`)."""
+    func = click.option("--location", default=None, help="Where an episode happened.")(func)
+    func = click.option(
+        "--participant", "participants", multiple=True, help="Who took part (repeatable)."
+    )(func)
+    func = click.option("--event-time", default=None, help="When it happened: ISO 8601 or a date.")(
+        func
+    )
+    func = click.option(
+        "--topic",
+        "--topics",
+        "topics",
+        multiple=True,
+        help="Topics: repeat the option or separate them with commas.",
+    )(func)
+    return func
 
-    @functools.wraps(func)
-    def wrapper(
-        *args: Any,
-        topics: tuple[str, ...],
-        event_time: str | None,
-        participants: tuple[str, ...],
-        location: str | None,
-        **kwargs: Any,
-    ) -> Any:
-        fields = {
-            "topics": _split(topics),
-            "event_time": event_time,
-            "participants": list(participants),
-            "location": location,
-        }
-        return func(*args, fields=fields, **kwargs)
 
-    for option in (
-        click.option("--location", default=None, help="Where an episode happened."),
-        click.option(
-            "--participant", "participants", multiple=True, help="Who took part (repeatable)."
-        ),
-        click.option("--event-time", default=None, help="When it happened: ISO 8601 or a date."),
-        click.option(
-            "--topic",
-            "--topics",
-            "topics",
-            multiple=True,
-            help="Topics: repeat the option or separate them with commas.",
-        ),
-    ):
-        wrapper = option(wrapper)
-    return wrapper  # type: ignore[return-value]
+def _content(options: dict[str, Any]) -> dict[str, Any]:
+    """The content options as service fields: topics split at commas, participants a list."""
+    return {
+        **options,
+        "topics": _split(options["topics"]),
+        "participants": list(options["participants"]),
+    }
 
 
 def _command(name: str) -> Callable[[F], F]:
@@ -149,12 +138,7 @@ def _emit_one(entry: Entry, fmt: OutputFormat, table: Callable[[Entry], str] = e
 @format_options
 @click.argument("text")
 def memories_add(
-    db: str | None,
-    user: UserKey,
-    fields: dict[str, Any],
-    kind: str | None,
-    fmt: OutputFormat,
-    text: str,
+    db: str | None, user: UserKey, kind: str | None, fmt: OutputFormat, text: str, **content: Any
 ) -> None:
     """Add a memory (the same content again returns the existing one).
 
@@ -166,6 +150,7 @@ def memories_add(
         echo "Prefers dark mode" | langmem-trpc memories add --user alice -
     """
     with open_service(db) as svc:
+        fields = _content(content)
         entry = svc.add(user, _read_text(text), kind=kind or "fact", source=CLI_SOURCE, **fields)
     _emit_one(entry, fmt)
 
@@ -180,11 +165,11 @@ def memories_add(
 def memories_update(
     db: str | None,
     user: UserKey,
-    fields: dict[str, Any],
     kind: str | None,
     fmt: OutputFormat,
     memory_id: str,
     text: str | None,
+    **content: Any,
 ) -> None:
     """Change a memory's text and/or any given field; its id stays the same.
 
@@ -196,9 +181,11 @@ def memories_update(
         langmem-trpc memories update --user alice 3f2a9c1b "Prefers light mode"
         langmem-trpc memories update --user alice 3f2a9c1b --topics ui,theme
     """
-    if text is None and not (kind or any(fields.values())):
+    if text is None and not (kind or any(content.values())):
         raise click.UsageError("give a new TEXT or at least one field to change")
-    topics, participants = fields["topics"], fields["participants"]
+    fields = _content(content)
+    fields["topics"] = fields["topics"] or None  # not given: kept
+    fields["participants"] = fields["participants"] or None
     with open_service(db) as svc:
         target = resolve_id(svc, user, memory_id)
         current = svc.get(user, target)
@@ -210,7 +197,7 @@ def memories_update(
             current.text if text is None else _read_text(text),
             kind=kind,
             source=CLI_SOURCE,
-            **{**fields, "topics": topics or None, "participants": participants or None},
+            **fields,
         )
     _emit_one(entry, fmt)
 
