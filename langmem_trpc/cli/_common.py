@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 import click
 from pydantic import ValidationError
 
-from ..errors import LangmemTrpcError
+from ..errors import InvalidInputError, LangmemTrpcError
 from ..registry import open as open_store
 from ..registry import scheme_of
 from ..service._core import Limits
@@ -108,16 +108,21 @@ def user_options(func: F) -> F:
     return db_option(app(option(wrapper)))  # type: ignore[return-value]
 
 
+def validation_problem(exc: ValidationError) -> LangmemTrpcError:
+    """The first pydantic error as ours: the library error it wraps, else an
+    `InvalidInputError` naming the field ("input" when pydantic names none)."""
+    error = exc.errors()[0]
+    inner = (error.get("ctx") or {}).get("error")
+    if isinstance(inner, LangmemTrpcError):
+        return inner
+    return InvalidInputError(".".join(str(p) for p in error["loc"]) or "input", error["msg"])
+
+
 def _one_line(exc: BaseException) -> str:
+    if isinstance(exc, ValidationError):
+        exc = validation_problem(exc)
     if isinstance(exc, LangmemTrpcError):
         return f"{type(exc).__name__}: {exc}"
-    if isinstance(exc, ValidationError):
-        error = exc.errors()[0]
-        inner = (error.get("ctx") or {}).get("error")
-        if isinstance(inner, LangmemTrpcError):
-            return f"{type(inner).__name__}: {inner}"
-        field = ".".join(str(part) for part in error["loc"]) or "input"
-        return f"InvalidInputError: {field}: {error['msg']}"
     if isinstance(exc, OSError):
         where = f": {exc.filename}" if exc.filename else ""
         return f"{exc.strerror or type(exc).__name__}{where}"

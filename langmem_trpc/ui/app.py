@@ -38,6 +38,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from ..cli._common import validation_problem
 from ..errors import InvalidInputError, LangmemTrpcError, MemoryNotFoundError
 from ..integration.tools import parse_date
 from ..service.protocol import MemoryService
@@ -130,14 +131,7 @@ def _contains(entry: Entry, needle: str) -> bool:
 
 
 def _message(exc: Exception) -> str:
-    if isinstance(exc, ValidationError):
-        error = exc.errors()[0]
-        inner = (error.get("ctx") or {}).get("error")
-        if isinstance(inner, LangmemTrpcError):
-            return str(inner)
-        field = ".".join(str(p) for p in error["loc"]) or "input"
-        return f"{field}: {error['msg']}"
-    return str(exc)
+    return str(validation_problem(exc) if isinstance(exc, ValidationError) else exc)
 
 
 class _UI:
