@@ -9,6 +9,7 @@ calls `put`, so an overriding subclass would fire twice per async run.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Collection, Mapping
 from typing import Any
@@ -93,7 +94,8 @@ class MemoryCheckpointer(BaseCheckpointSaver[Any]):
     ) -> MemoryCheckpointer:
         # Expose an extended capability only when the inner saver has it: the
         # conformance suite (and callers) detect capabilities by override.
-        return super().__new__(_variant(cls, _supported(inner)))
+        names = _supported(inner)
+        return super().__new__(_variant(names) if names and cls is MemoryCheckpointer else cls)
 
     def __init__(
         self,
@@ -204,10 +206,6 @@ for _name in (
 ):
     setattr(MemoryCheckpointer, _name, _forward(_name))
 
-# Extended capabilities, attached only when the inner saver has them.
-_METHODS = {name: {n: _forward(n) for n in (name, "a" + name)} for name in _EXTENDED}
-_VARIANTS: dict[tuple[type, frozenset[str]], type[MemoryCheckpointer]] = {}
-
 
 def _supported(inner: BaseCheckpointSaver[Any]) -> frozenset[str]:
     kind = type(inner)
@@ -219,13 +217,10 @@ def _supported(inner: BaseCheckpointSaver[Any]) -> frozenset[str]:
     )
 
 
-def _variant(cls: type[MemoryCheckpointer], names: frozenset[str]) -> type[MemoryCheckpointer]:
-    if not names or cls is not MemoryCheckpointer:
-        return cls
-    key = (cls, names)
-    if key not in _VARIANTS:
-        namespace: dict[str, Any] = {"__module__": cls.__module__, "__qualname__": cls.__qualname__}
-        for name in sorted(names):
-            namespace.update(_METHODS[name])
-        _VARIANTS[key] = type(cls.__name__, (cls,), namespace)
-    return _VARIANTS[key]
+@functools.cache
+def _variant(names: frozenset[str]) -> type[MemoryCheckpointer]:
+    """The subclass that also forwards these extended capabilities (one class per set)."""
+    base = MemoryCheckpointer
+    namespace: dict[str, Any] = {"__module__": base.__module__, "__qualname__": base.__qualname__}
+    namespace.update({n: _forward(n) for name in sorted(names) for n in (name, "a" + name)})
+    return type(base.__name__, (base,), namespace)
