@@ -379,12 +379,11 @@ class _UI:
         if await self.service.aget(user, memory_id) is not None:
             return self._back(user, memory_id)  # already live: nothing to do
         events = await self.service.ahistory(user, memory_id)
-        if not events or events[-1].operation not in (Operation.DELETE, Operation.CLEAR):
+        last = events[-1] if events else None
+        gone = (Operation.DELETE, Operation.CLEAR)
+        if last is None or last.operation not in gone or last.text_before is None:
             raise MemoryNotFoundError(memory_id)
-        text = events[-1].text_before
-        if text is None:
-            raise MemoryNotFoundError(memory_id)
-        await self.service.aadd(user, text, memory_id=memory_id, source=UI_SOURCE)
+        await self.service.aadd(user, last.text_before, memory_id=memory_id, source=UI_SOURCE)
         return self._back(user, memory_id)
 
     async def purge_memory(self, request: Request) -> Response:
@@ -394,7 +393,7 @@ class _UI:
             raise InvalidInputError("confirm", "tick the box to purge the memory for good")
         if not await self.service.apurge(user, memory_id):
             raise MemoryNotFoundError(memory_id)
-        return RedirectResponse("/user?" + self.qs(user), status_code=303)
+        return self._back(user)
 
     async def purge_user(self, request: Request) -> Response:
         form = await self.check_write(request)
