@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
+from ..errors import ConfigurationError
 from ..service._render import memory_line
 from ..service.protocol import MemoryService
 from ..types import Entry, SearchOptions, UserKey
@@ -272,8 +273,6 @@ class Preloader:
         read_only_tools: Collection[str] = READ_ONLY_TOOLS,
     ) -> None:
         if not isinstance(preload, int) or isinstance(preload, bool):
-            from ..errors import ConfigurationError
-
             raise ConfigurationError(
                 f"preload must be an int (0 off, -1 all, N budget), got {preload!r}"
             )

@@ -156,10 +156,9 @@ def memory_fields(value: Mapping[str, Any], limits: Limits) -> dict[str, Any]:
         items = value.get(name)
         if isinstance(items, list) and all(isinstance(t, str) for t in items):
             candidates[name] = items
-    if isinstance(value.get("location"), str):
-        candidates["location"] = value["location"]
-    if isinstance(value.get("event_time"), str):
-        candidates["event_time"] = value["event_time"]
+    for name in ("location", "event_time"):
+        if isinstance(value.get(name), str):
+            candidates[name] = value[name]
     out: dict[str, Any] = {}
     for name, field in candidates.items():
         try:
