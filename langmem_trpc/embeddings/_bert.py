@@ -183,7 +183,7 @@ def _gelu(x: F32) -> F32:
     """Exact (erf) GELU, as BERT's `gelu`; erf by Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7)."""
     z = np.abs(x) * np.float32(1.0 / math.sqrt(2.0))
     t = np.float32(1.0) / (np.float32(1.0) + np.float32(0.3275911) * z)
-    poly = np.float32(0.0)
+    poly: F32 = np.zeros_like(z)
     for coefficient in (1.061405429, -1.453152027, 1.421413741, -0.284496736, 0.254829592):
         poly = (poly + np.float32(coefficient)) * t  # Horner, innermost first
     erf = np.float32(1.0) - poly * np.exp(-z * z)
