@@ -39,6 +39,9 @@ APP_NAME = "locomo-qa"
 JOB_SETTINGS = JobSettings(policy="merge_similar", timeout=None)
 """The worker's defaults (merge_similar, 50 messages per extractor call), without a deadline."""
 
+REPORT_COUNTS = ("proposed", "added", "updated", "deleted", "duplicates", "failed_ops")
+"""The `JobReport` operation counts each session's log keeps."""
+
 Progress = Callable[[Iterable[Any], str, int], Iterable[Any]]
 
 
@@ -96,13 +99,7 @@ def _session_log(number: int, report: JobReport, usage: dict[str, int]) -> dict[
     return {
         "session": number,
         "status": report.status.value,
-        "messages": report.messages,
-        "proposed": report.proposed,
-        "added": report.added,
-        "updated": report.updated,
-        "deleted": report.deleted,
-        "duplicates": report.duplicates,
-        "failed_ops": report.failed_ops,
+        **{k: getattr(report, k) for k in ("messages", *REPORT_COUNTS)},
         "ops": [
             {
                 "action": o.op.action.value,

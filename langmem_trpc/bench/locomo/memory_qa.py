@@ -46,7 +46,8 @@ def evidence_sessions(evidence: Sequence[str]) -> list[int]:
     return sorted(out)
 
 
-def _line(entry: Entry) -> str:
+def memory_line(entry: Entry) -> str:
+    """`date: people: text`, the line the answering prompts show per memory."""
     m = entry.memory
     when = m.event_time.strftime("%d %B %Y") if m.event_time else "undated"
     who = ", ".join(m.participants)
@@ -134,7 +135,7 @@ class MemoryAnswerer:
         hits = self.extracted.service.search(self.extracted.user, question.question, self.options)
         search_s = time.perf_counter() - started
         a, b = self.conv.speakers
-        lines = "\n".join(_line(h) for h in hits) or "(none found)"
+        lines = "\n".join(memory_line(h) for h in hits) or "(none found)"
         parts = [f"Memories about {a} and {b} (date: people: memory):\n{lines}\n"]
         if self.max_passes:
             parts.append(SEARCH_HINT.format(passes=self.max_passes))

@@ -28,9 +28,9 @@ from langchain_core.messages import HumanMessage
 
 from ...errors import ConfigurationError
 from ...types import SearchOptions, UserKey
-from .extract import ExtractedConversation, extract_conversation
+from .extract import REPORT_COUNTS, ExtractedConversation, extract_conversation
 from .loader import Conversation, Question
-from .memory_qa import MEMORY_ARMS, MemoryAnswerer
+from .memory_qa import MEMORY_ARMS, MemoryAnswerer, memory_line
 from .meter import usage_of
 from .prompts import ANSWER_INSTRUCTION, question_text
 from .retrieval import ServiceFactory, estimate_tokens
@@ -96,11 +96,7 @@ class _Retriever:
 
     def context(self, question: str) -> tuple[str, list[dict[str, Any]]]:
         hits = self.service.search(self.user, question, SearchOptions(max_results=self.top_k))
-        lines = []
-        for h in hits:
-            when = h.memory.event_time.strftime("%d %B %Y") if h.memory.event_time else "undated"
-            who = ", ".join(h.memory.participants)
-            lines.append(f"{when}: {who + ': ' if who else ''}{h.text}")
+        lines = [memory_line(h) for h in hits]
         ranks = [
             {"rank": i, "id": h.id, "dia_ids": list(self.ids.get(h.id, ()))}
             for i, h in enumerate(hits, 1)
@@ -150,19 +146,7 @@ def _extraction_fields(extracted: ExtractedConversation, questions: int) -> dict
     return {
         "memories": len(extracted.memory_session),
         "extraction": [
-            {
-                k: s[k]
-                for k in (
-                    "session",
-                    "status",
-                    "proposed",
-                    "added",
-                    "updated",
-                    "deleted",
-                    "duplicates",
-                    "failed_ops",
-                )
-            }
+            {k: s[k] for k in ("session", "status", *REPORT_COUNTS)}
             | {"calls": s["usage"]["calls"]}
             for s in extracted.sessions
         ],
@@ -271,8 +255,7 @@ def summarize_qa(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "latency_p95_s": p95,
     }
     if all("extraction_amortised" in r for r in rows):
-        names = {"calls": "calls", "prompt": "prompt_tokens", "completion": "completion_tokens"}
-        names["cached"] = "cached_tokens"
+        names = {"calls": "calls", **{k: f"{k}_tokens" for k in ("prompt", "completion", "cached")}}
         extraction: dict[str, Any] = {}
         for key, name in names.items():
             total = sum(r["extraction_amortised"][key] for r in rows)
