@@ -260,9 +260,7 @@ def _conversation(raw: dict[str, Any]) -> Conversation:
             for fact in facts:
                 text, ids = fact[0], fact[1] if len(fact) > 1 else []
                 id_list = ids if isinstance(ids, list) else [ids]
-                resolved: list[str] = []
-                for piece in id_list:
-                    resolved.extend(normalize_evidence(str(piece), known)[0])
+                resolved = [k for p in id_list for k in normalize_evidence(str(p), known)[0]]
                 observations.append(
                     Observation(
                         text=str(text),

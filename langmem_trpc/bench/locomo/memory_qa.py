@@ -38,12 +38,8 @@ SEARCH_HINT = (
 
 def evidence_sessions(evidence: Sequence[str]) -> list[int]:
     """Session numbers of dialogue ids such as `D3:5`."""
-    out = set()
-    for dia in evidence:
-        head = dia[1:].split(":", 1)[0]
-        if head.isdigit():
-            out.add(int(head))
-    return sorted(out)
+    heads = (dia[1:].split(":", 1)[0] for dia in evidence)
+    return sorted({int(head) for head in heads if head.isdigit()})
 
 
 def memory_line(entry: Entry) -> str:
