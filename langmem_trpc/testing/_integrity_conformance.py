@@ -70,8 +70,6 @@ class IntegrityConformance:
             sys.setswitchinterval(interval)
         assert len(await client.history(ALICE, entry.id)) == 1 + 3 * 20
 
-    # -- separators, odd characters, clock ------------------------------------
-
     async def test_separator_bearing_ids_never_share_an_index(self, client: Client) -> None:
         """Pairs one separator apart, ("a\x1fb", "c") and ("a", "b\x1fc"), are two users
         everywhere: with the other's 40 memories next door, a user's results, scores,

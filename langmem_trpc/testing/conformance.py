@@ -78,8 +78,6 @@ class MemoryServiceConformance(
         declare DURABLE or CROSS_PROCESS must override it; None means "none"."""
         return None
 
-    # -- isolation ----------------------------------------------------------
-
     async def test_users_and_apps_are_isolated(self, client: Client) -> None:
         a = await client.add(ALICE, "Likes green tea")
         await client.add(BOB, "Likes black coffee")
@@ -113,8 +111,6 @@ class MemoryServiceConformance(
         assert await client.read(ALICE) == []
         assert len(await client.read(BOB)) == 1
         assert await client.count(BOB) == 1
-
-    # -- identity and idempotence --------------------------------------------
 
     async def test_add_is_idempotent_and_refreshes_topics(self, client: Client) -> None:
         first = await client.add(ALICE, "Prefers dark mode", topics=["ui"])
@@ -194,8 +190,6 @@ class MemoryServiceConformance(
         )
         assert await client.count(ALICE) == 2
 
-    # -- delete, clear, purge ------------------------------------------------
-
     async def test_soft_delete_keeps_history_and_hides_the_memory(self, client: Client) -> None:
         entry = await client.add(ALICE, "Has a cat named Tom")
         assert await client.delete(ALICE, entry.id, source=Source(actor="tool")) is True
@@ -232,8 +226,6 @@ class MemoryServiceConformance(
         assert await client.history(ALICE, b.id) == []
         assert await client.count(BOB) == 1
 
-    # -- reads ---------------------------------------------------------------
-
     async def test_read_is_newest_first_with_limit(self, client: Client) -> None:
         ids = [(await client.add(ALICE, f"memory number {i}")).id for i in range(5)]
         await client.update(ALICE, ids[0], "memory number zero, edited")
@@ -249,8 +241,6 @@ class MemoryServiceConformance(
         await client.delete(BOB, gone.id)
         assert await client.users() == [ALICE, ALICE_OTHER_APP]
         assert await client.users("app") == [ALICE]
-
-    # -- search --------------------------------------------------------------
 
     async def test_keyword_search_ranks_and_scores_absolutely(self, client: Client) -> None:
         await client.add(ALICE, "Production environment runs Go 1.23 on Kubernetes")
@@ -379,8 +369,6 @@ class MemoryServiceConformance(
         ]
         assert [e.text for e in await client.search(ALICE, "寿司")] == ["東京で寿司を食べた"]
 
-    # -- bad input -----------------------------------------------------------
-
     async def test_bad_input_names_the_field_and_writes_nothing(self, client: Client) -> None:
         cases: list[tuple[dict[str, Any], type[InvalidInputError], str]] = [
             ({"text": "   "}, InvalidMemoryError, "text"),
@@ -414,8 +402,6 @@ class MemoryServiceConformance(
         assert (await client.get(ALICE, entry.id)).text == "Original text"
         assert len(await client.history(ALICE, entry.id)) == 1
 
-    # -- capacity ------------------------------------------------------------
-
     async def test_capacity_error_policy(
         self, make_service: Callable[[Limits], MemoryService]
     ) -> None:
@@ -441,8 +427,6 @@ class MemoryServiceConformance(
         assert [h.operation for h in svc.history(ALICE, first.id)][-1] == Operation.DELETE
         svc.close()
 
-    # -- restore (lossless import) ---------------------------------------------
-
     async def test_restore_writes_entries_back_exactly(self, client: Client) -> None:
         entry = await client.add(
             ALICE, "Hiked Mont Blanc", kind=Kind.EPISODE, event_time=T0, topics=["trip"]
@@ -465,8 +449,6 @@ class MemoryServiceConformance(
         assert again.id == entry.id
         assert [e.id for e in await client.search(ALICE, "Mont Blanc")] == [entry.id]
 
-    # -- cursors -------------------------------------------------------------
-
     async def test_cursor_round_trip_per_user_and_thread(self, client: Client) -> None:
         cursor = ExtractionCursor(
             thread_id="t1", last_message_id="m9", last_message_digest="d", message_count=9
@@ -481,8 +463,6 @@ class MemoryServiceConformance(
         )
         again = await client.get_cursor(ALICE, "t1")
         assert again is not None and again.last_message_id == "m12"
-
-    # -- expiry (MemoryStore's TTL) ------------------------------------------------
 
     async def test_expired_memories_are_hidden_until_swept(self, client: Client) -> None:
         gone = await client.add(ALICE, "Temporary parking code 4417")
@@ -511,8 +491,6 @@ class MemoryServiceConformance(
         await client.purge(ALICE, kept.id)
         assert await client.restore(ALICE, live, history) == live  # the expiry round-trips
         assert await client.get(ALICE, kept.id) == live
-
-    # -- concurrency -----------------------------------------------------------
 
     async def test_concurrent_writers_on_one_user(self, client: Client) -> None:
         service = client.service
