@@ -29,7 +29,7 @@ from ...service.protocol import MemoryService
 from ...types import Entry, UserKey
 from .loader import Conversation, Session
 from .meter import metered
-from .retrieval import ServiceFactory
+from .retrieval import ServiceFactory, write_atomic
 
 __all__ = ["ExtractedConversation", "extract_conversation", "session_messages"]
 
@@ -131,12 +131,6 @@ def _restore(service: MemoryService, user: UserKey, memories: list[dict[str, Any
         )
 
 
-def _write(path: Path, payload: dict[str, Any]) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(payload, ensure_ascii=False, indent=1), encoding="utf-8")
-    tmp.replace(path)
-
-
 def extract_conversation(
     conv: Conversation,
     extractor: Extractor,
@@ -185,13 +179,11 @@ def extract_conversation(
             )
         live = service.read(user)
         memory_session = {e.id: memory_session.get(e.id, session.number) for e in live}
-        _write(
-            path,
-            {
-                "sample_id": conv.sample_id,
-                "sessions": sorted(logs, key=lambda s: s["session"]),
-                "memories": [_memory_record(e, memory_session[e.id]) for e in live],
-            },
-        )
+        payload = {
+            "sample_id": conv.sample_id,
+            "sessions": sorted(logs, key=lambda s: s["session"]),
+            "memories": [_memory_record(e, memory_session[e.id]) for e in live],
+        }
+        write_atomic(path, json.dumps(payload, ensure_ascii=False, indent=1))
     logs.sort(key=lambda s: s["session"])
     return ExtractedConversation(service, user, logs, memory_session, reused=not todo)

@@ -33,7 +33,7 @@ from .loader import Conversation, Question
 from .memory_qa import MEMORY_ARMS, MemoryAnswerer, memory_line
 from .meter import usage_of
 from .prompts import ANSWER_INSTRUCTION, question_text
-from .retrieval import ServiceFactory, estimate_tokens
+from .retrieval import ServiceFactory, estimate_tokens, read_jsonl
 from .scorer import aggregate, score_answer
 from .units import UnitKind, conversation_units, ingest_units
 
@@ -182,10 +182,7 @@ def run_qa(
     trace_path.parent.mkdir(parents=True, exist_ok=True)
     done: dict[str, dict[str, Any]] = {}
     if trace_path.is_file():
-        for line in trace_path.read_text(encoding="utf-8").splitlines():
-            if line:
-                row = json.loads(line)
-                done[f"{row['sample_id']}#{row['index']}"] = row
+        done = {f"{row['sample_id']}#{row['index']}": row for row in read_jsonl(trace_path)}
     extractor = None
     if arm in MEMORY_ARMS:
         from ...extraction.extractor import LLMExtractor

@@ -14,7 +14,7 @@ import json
 import logging
 import math
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -187,12 +187,16 @@ def _evaluate_conversation(
     return records
 
 
-def _write_atomic(path: Path, lines: Iterator[str]) -> None:
+def write_atomic(path: Path, text: str) -> None:
+    """Write `text` through a temporary file: a crash leaves the old file or the new one."""
     tmp = path.with_suffix(path.suffix + ".tmp")
-    with tmp.open("w", encoding="utf-8") as fh:
-        for line in lines:
-            fh.write(line + "\n")
+    tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """The JSON objects of a JSONL file, blank lines skipped."""
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
 
 
 def run_retrieval(
@@ -223,15 +227,13 @@ def run_retrieval(
         for conv in items:
             trace = trace_dir / f"{conv.sample_id}.jsonl"
             if resume and trace.is_file():
-                records.extend(
-                    json.loads(line)
-                    for line in trace.read_text(encoding="utf-8").splitlines()
-                    if line
-                )
+                records.extend(read_jsonl(trace))
                 continue
             service = None if arm.baseline else make_service(embeddings if arm.embed else None)
             conv_records = _evaluate_conversation(arm, conv, service, ks)
-            _write_atomic(trace, (json.dumps(r, ensure_ascii=False) for r in conv_records))
+            write_atomic(
+                trace, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in conv_records)
+            )
             records.extend(conv_records)
         summary = summarize(records, ks)
         per_conv = {
