@@ -57,12 +57,8 @@ class OpOutcome:
     retry: bool = False
 
 
-def _now() -> datetime:
-    return datetime.now(timezone.utc)
-
-
 def _add(service: MemoryService, user: UserKey, op: MemoryOp, source: Source) -> OpOutcome:
-    started = _now()
+    started = datetime.now(timezone.utc)
     entry: Entry = service.add(
         user,
         op.text,
