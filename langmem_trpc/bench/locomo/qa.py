@@ -80,30 +80,6 @@ def long_context_prompt(conv: Conversation) -> str:
     return "\n".join(parts)
 
 
-class _Retriever:
-    def __init__(
-        self,
-        conv: Conversation,
-        units: UnitKind,
-        make_service: ServiceFactory,
-        embeddings: Embeddings | None,
-        top_k: int,
-    ) -> None:
-        self.service = make_service(embeddings)
-        self.user = UserKey("locomo-qa", conv.sample_id)
-        self.ids = ingest_units(self.service, self.user, conversation_units(conv, units))
-        self.top_k = top_k
-
-    def context(self, question: str) -> tuple[str, list[dict[str, Any]]]:
-        hits = self.service.search(self.user, question, SearchOptions(max_results=self.top_k))
-        lines = [memory_line(h) for h in hits]
-        ranks = [
-            {"rank": i, "id": h.id, "dia_ids": list(self.ids.get(h.id, ()))}
-            for i, h in enumerate(hits, 1)
-        ]
-        return "Memories (date: speaker: text):\n" + "\n".join(lines) + "\n", ranks
-
-
 def _plain_answerer(
     arm: str,
     conv: Conversation,
@@ -113,17 +89,23 @@ def _plain_answerer(
     top_k: int,
 ) -> Answer:
     """One model call over the transcript (long-context) or the top-k units."""
-    retriever = None
     if arm != "long-context":
+        service, user = make_service(embeddings), UserKey("locomo-qa", conv.sample_id)
         units: UnitKind = "turns" if arm == "raw-turns" else "observations"
-        retriever = _Retriever(conv, units, make_service, embeddings, top_k)
+        ids = ingest_units(service, user, conversation_units(conv, units))
 
     def answer(q: Question, text: str) -> dict[str, Any]:
         ranks: list[dict[str, Any]] = []
-        if retriever is None:
+        if arm == "long-context":
             context = long_context_prompt(conv)
         else:
-            context, ranks = retriever.context(q.question)
+            hits = service.search(user, q.question, SearchOptions(max_results=top_k))
+            lines = "\n".join(memory_line(h) for h in hits)
+            context = f"Memories (date: speaker: text):\n{lines}\n"
+            ranks = [
+                {"rank": i, "id": h.id, "dia_ids": list(ids.get(h.id, ()))}
+                for i, h in enumerate(hits, 1)
+            ]
         prompt = f"{context}\n{ANSWER_INSTRUCTION}\nQuestion: {text} Short answer:"
         started = time.perf_counter()
         reply = model.invoke([HumanMessage(prompt)])
