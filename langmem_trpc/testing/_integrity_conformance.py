@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 import threading
 from collections.abc import Callable
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -185,22 +185,13 @@ class IntegrityConformance:
         assert await client.get_cursor(ALICE, "t") is None
 
     async def test_metadata_is_json_the_same_on_every_backend(self, client: Client) -> None:
-        when = datetime(2024, 5, 1, 12, 0, tzinfo=timezone.utc)
-        given = {
-            "when": when,
-            "day": when.date(),
-            "pair": (1, 2),
-            "n": 1.5,
-            "big": 2**70,
-            "deep": {"ok": [True, None, "é", "\x07"]},
-        }
+        json_alike = {"n": 1.5, "big": 2**70, "deep": {"ok": [True, None, "é", "\x07"]}}
+        given = {"when": T0, "day": T0.date(), "pair": (1, 2), **json_alike}
         expected = {
             "when": "2024-05-01T12:00:00+00:00",
             "day": "2024-05-01",
             "pair": [1, 2],
-            "n": 1.5,
-            "big": 2**70,
-            "deep": {"ok": [True, None, "é", "\x07"]},
+            **json_alike,
         }
         entry = await client.add(ALICE, "Has metadata", metadata=given)
         assert entry.memory.metadata == expected
