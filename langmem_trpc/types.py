@@ -319,8 +319,7 @@ class SearchOptions(BaseModel):
     deduplicate: bool = False
     """Drop near-duplicates (word-set Jaccard >= 0.80), keeping the higher-scored one."""
     hybrid: bool = True
-    """Fuse the vector and keyword legs by `fusion_method` (score fusion, the
-    weighted mean of the legs' scores, by default; needs an embedder;
+    """Fuse the vector and keyword legs by `fusion_method` (needs an embedder;
     keyword-only otherwise).
 
     On by default: on LoCoMo turn retrieval the fused ranking (with the steps
