@@ -201,8 +201,7 @@ def compute_delta(
         start, anchor = 0, "none"
     else:
         if cursor.message_keys:
-            if keys is None:
-                keys = message_keys(messages)
+            keys = message_keys(messages) if keys is None else keys
             start, anchor = _keyed_anchor(messages, keys, cursor.message_keys, cursor.retired_keys)
         else:
             start, anchor = _legacy_anchor(messages, cursor)
@@ -229,8 +228,7 @@ def advance_cursor(
     when the caller has them already.
     """
     last = messages[-1] if messages else None
-    if keys is None:
-        keys = message_keys(messages)
+    keys = message_keys(messages) if keys is None else keys
     retired = b""
     if previous is not None:
         retired = previous.retired_keys
