@@ -15,9 +15,13 @@ Scenarios (medians of --runs runs, a fresh database per run on one embedded serv
 5. a backlog: --jobs jobs queued with no worker running, then one worker process
    (`--concurrency 4`, instant) drains it: jobs/s; and the cost of one
    `procrastinate_fetch_job_v2` call with 100 / 1,000 / 3,000 jobs waiting (p50 of 20).
+6. the floor: bare procrastinate, a no-op async task, worker processes with the same
+   settings as `langmem-trpc worker` (`--concurrency 4`; 1, 2 and 4 processes) on the
+   same server; 4 producer threads defer the same jobs with the same locks, one
+   `procrastinate_defer_jobs_v1` each. What the queue costs with no memory work at all.
 
 Run: PYTHONPATH=$PWD .venv/bin/python benchmarks/bench_queue.py [--runs 3] [--jobs 1000]
-     [--scenarios 1,2,3,4,5] [--processes 1,2,4]
+     [--scenarios 1,2,3,4,5,6] [--processes 1,2,4]
 The machine's load average is printed before and after; see docs/bench-worker.md.
 """
 
@@ -45,6 +49,9 @@ from langmem_trpc.testing.postgres import PostgresTestServer
 
 ROOT = Path(__file__).resolve().parents[1]
 SLEEPY = "bench_queue:Sleepy"  # importable by the workers: benchmarks/ is on their PYTHONPATH
+FLOOR_QUEUE = "floor"
+POLL = 0.05
+"""Seconds between the drain checks (each a count of waiting jobs, on the measured server)."""
 
 
 class Rows(list[tuple[str, str, str]]):
@@ -102,12 +109,19 @@ def pending(url: str) -> int:
     return count(url, "SELECT count(*) FROM procrastinate_jobs WHERE status IN ('todo','doing')")
 
 
-@contextmanager
-def worker_processes(url: str, n: int, extractor: str, concurrency: int) -> Iterator[None]:
-    """`n` running `langmem-trpc worker` processes, registered with the queue; SIGTERM on exit."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "benchmarks")]))
-    argv = [sys.executable, "-m", "langmem_trpc.cli", "worker", "--db", url,
+def worker_argv(url: str, extractor: str, concurrency: int) -> list[str]:
+    return [sys.executable, "-m", "langmem_trpc.cli", "worker", "--db", url,
             "--extractor", extractor, "--concurrency", str(concurrency)]  # fmt: skip
+
+
+def floor_argv(url: str, concurrency: int) -> list[str]:
+    return [sys.executable, __file__, "--floor-worker", url, "--concurrency", str(concurrency)]
+
+
+@contextmanager
+def worker_processes(url: str, n: int, argv: list[str]) -> Iterator[None]:
+    """`n` running worker processes (`argv`), registered with the queue; SIGTERM on exit."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "benchmarks")]))
     procs = [
         subprocess.Popen(
             argv, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
@@ -133,6 +147,56 @@ def worker_processes(url: str, n: int, extractor: str, concurrency: int) -> Iter
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+
+
+def floor_worker(url: str, concurrency: int) -> None:
+    """A bare procrastinate worker: a no-op task, `QueueWorker`'s settings; stops on SIGTERM."""
+    from procrastinate import App, PsycopgConnector
+    from procrastinate import worker as worker_module
+
+    connector = PsycopgConnector(conninfo=url, min_size=1, max_size=concurrency + 4)
+    app = App(connector=connector)
+
+    @app.task(name="bench.noop", queue=FLOOR_QUEUE)
+    async def noop(**_: Any) -> None:
+        return None
+
+    async def main() -> None:
+        async with app.open_async():
+            worker = worker_module.Worker(
+                app=app, queues=[FLOOR_QUEUE], concurrency=concurrency,
+                fetch_job_polling_interval=5.0, abort_job_polling_interval=5.0,
+                update_heartbeat_interval=10.0, stalled_worker_timeout=30.0,
+                delete_jobs="never", install_signal_handlers=True,
+            )  # fmt: skip
+            await worker.run()
+
+    asyncio.run(main())
+
+
+def floor_rate(url: str, workload: list[Any], processes: int) -> float:
+    """Jobs/s of bare procrastinate (scenario 6): defer with the same locks, no-op task."""
+    from psycopg_pool import ConnectionPool
+
+    from langmem_trpc.queue._payload import JobPayload, lock_keys
+    from langmem_trpc.queue.producer import DEFER
+
+    def defer(job: tuple[UserKey, str, list[HumanMessage]]) -> None:
+        lock, queueing = lock_keys(FLOOR_QUEUE, job[0], job[1])
+        args = JobPayload(*job[:2], tuple(job[2])).chunked_json(1_000_000)[0]
+        with pool.connection() as conn:
+            conn.execute(DEFER, (FLOOR_QUEUE, "bench.noop", lock, queueing, args))
+
+    with worker_processes(url, processes, floor_argv(url, 4)):
+        with ConnectionPool(url, min_size=4, max_size=4, kwargs={"autocommit": True}) as pool:
+            pool.wait()
+            started = time.perf_counter()
+            with ThreadPoolExecutor(4) as threads:
+                list(threads.map(defer, workload))
+            while pending(url):
+                time.sleep(POLL)
+            elapsed = time.perf_counter() - started
+    return len(workload) / elapsed
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -171,12 +235,13 @@ def queue_rate(
     """Jobs/s through worker processes, first enqueue to drained."""
     from langmem_trpc.queue import PostgresJobQueue
 
-    with worker_processes(url, processes, extractor, concurrency), PostgresJobQueue(url) as queue:
+    argv = worker_argv(url, extractor, concurrency)
+    with worker_processes(url, processes, argv), PostgresJobQueue(url) as queue:
         started = time.perf_counter()
         with ThreadPoolExecutor(4) as pool:
             list(pool.map(lambda job: queue.enqueue(*job), workload))
         while pending(url):
-            time.sleep(0.01)
+            time.sleep(POLL)
         elapsed = time.perf_counter() - started
     failed = count(url, "SELECT count(*) FROM procrastinate_jobs WHERE status <> 'succeeded'")
     if failed:
@@ -211,10 +276,10 @@ def backlog_rate(url: str, workload: list[Any]) -> float:
     with PostgresJobQueue(url) as queue:
         for job in workload:
             queue.enqueue(*job)
-    with worker_processes(url, 1, "verbatim", 4):
+    with worker_processes(url, 1, worker_argv(url, "verbatim", 4)):
         started, left = time.perf_counter(), pending(url)
         while pending(url):
-            time.sleep(0.01)
+            time.sleep(POLL)
         return left / (time.perf_counter() - started)
 
 
@@ -288,6 +353,11 @@ def scenario_rows(
             values = [fetch_cost(fresh_database(server), waiting) for _ in runs]
             name = f"5. one fetch_job, {waiting} waiting"
             rows.append((name, f"{statistics.median(values):.1f} ms", _fmt(values)))
+    for n in counts if 6 in scenarios else []:
+        work = jobs(args.jobs, args.users, "f")
+        values = [floor_rate(fresh_database(server), work, n) for _ in runs]
+        name = f"6. floor: bare procrastinate no-op, {n} process(es) x 4"
+        rows.append((name, f"{statistics.median(values):.0f} jobs/s", _fmt(values)))
     return rows
 
 
@@ -297,9 +367,14 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=1000, help="jobs per instant-extractor run")
     parser.add_argument("--users", type=int, default=200)
     parser.add_argument("--enqueues", type=int, default=1000)
-    parser.add_argument("--scenarios", default="1,2,3,4,5")
+    parser.add_argument("--scenarios", default="1,2,3,4,5,6")
     parser.add_argument("--processes", default="1,2,4")
+    parser.add_argument("--floor-worker", metavar="URL", help=argparse.SUPPRESS)
+    parser.add_argument("--concurrency", type=int, default=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.floor_worker:  # one worker process of scenario 6
+        floor_worker(args.floor_worker, args.concurrency)
+        return
     load = " ".join(f"{v:.2f}" for v in os.getloadavg())
     print(f"load average before: {load}; {os.cpu_count()} CPUs; runs={args.runs}")
     with PostgresTestServer() as server:
