@@ -50,6 +50,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import Any
 
 from ..errors import ConfigurationError, InvalidInputError, LangmemTrpcError
@@ -158,6 +159,8 @@ class QueueWorker:
             claim_ttl=claim_ttl,
             max_calls_per_user=max_calls_per_user,
         )
+        # The producer read the cursor at enqueue: a job claims its thread at once.
+        self.processor.settings = replace(self.processor.settings, peek_cursor=False)
         self.conninfo = conninfo
         self.queue = queue
         self.concurrency = concurrency
