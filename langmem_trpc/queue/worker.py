@@ -36,7 +36,7 @@ worker's own pool, so `concurrency` jobs run at once. What it adds:
   reconnects with backoff (1 s doubling to 30 s) and goes on.
 
 It needs the queue's `PostgresJobQueue.setup()` (the CLI runs it): its triggers
-(`producer.JOB_TRIGGERS`) clear the queueing lock of a job that goes back to waiting,
+(`_triggers.JOB_TRIGGERS`) clear the queueing lock of a job that goes back to waiting,
 so a retried job never collides with the thread's next waiting job, and wake the
 workers when a job ends while the same user's next job waits.
 """
