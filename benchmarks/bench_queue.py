@@ -9,7 +9,8 @@ Scenarios (medians of --runs runs, a fresh database per run on one embedded serv
    until no job is waiting or running. Every job is a distinct thread of one of
    --users users, enqueued by 4 producer threads.
 3. the same with an extractor sleeping 200 ms (a model's latency), `--concurrency 8`
-   per process: jobs/s, and per process (ideal: 8 / 0.2 s = 40).
+   per process: jobs/s, and per process (ideal: 8 / 0.2 s = 40); and one process with
+   64 jobs of only 8 users (per-user order: at most one job of a user runs at a time).
 4. the in-process `AutoMemoryWorker` in the same run, on the same PostgreSQL: the
    same jobs, instant (2 threads) and sleeping 200 ms (8 threads).
 5. a backlog: --jobs jobs queued with no worker running, then one worker process
@@ -343,6 +344,11 @@ def scenario_rows(
         med = statistics.median(values)
         name = f"3. 200 ms extractor, {n} process(es) x 8"
         rows.append((name, f"{med:.1f} jobs/s ({med / n:.1f}/process)", _fmt(values)))
+    if 3 in scenarios:
+        work = jobs(64, 8, "u")
+        values = [queue_rate(fresh_database(server), work, 1, SLEEPY, 8) for _ in runs]
+        name = "3. 200 ms extractor, 1 process x 8, 8 users x 8 jobs"
+        rows.append((name, f"{statistics.median(values):.1f} jobs/s", _fmt(values)))
     if 4 in scenarios:
         work = jobs(args.jobs, args.users, "p")
         values = [
