@@ -46,6 +46,7 @@ from ._stats import (
     failed_from_row,
     stats_from_rows,
 )
+from ._triggers import JOB_TRIGGERS
 
 if TYPE_CHECKING:
     from psycopg_pool import AsyncConnectionPool, ConnectionPool
@@ -177,8 +178,8 @@ class PostgresJobQueue:
     # -- lifecycle ----------------------------------------------------------
 
     def setup(self) -> None:
-        """Create procrastinate's schema when it is missing, and our index on its jobs
-        table (idempotent, safe to race)."""
+        """Create procrastinate's schema when it is missing, and our index and triggers on
+        its jobs table (`JOB_TRIGGERS`; idempotent, safe to race)."""
         from procrastinate.schema import SchemaManager
 
         schema = SchemaManager.get_schema()
@@ -189,6 +190,7 @@ class PostgresJobQueue:
                 conn.execute(schema)  # type: ignore[arg-type]  # procrastinate's own SQL
                 logger.info("queue: created procrastinate's schema")
             conn.execute(WAITING_LOCK_INDEX)
+            conn.execute(JOB_TRIGGERS)
 
     async def asetup(self) -> None:
         await asyncio.to_thread(self.setup)
