@@ -36,27 +36,22 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 from ..errors import InvalidInputError
 from ..types import DeadLetter, DeadLetterStatus, ExtractionCursor, ThreadClaim, UserKey
-from ._core import check_cursor, check_optional_id, check_thread_id, utcnow
+from ._core import check_cursor, check_optional_id, check_thread_id, check_user, utcnow
 
 __all__ = [
+    "Claim",
     "ClaimOp",
     "ClaimTable",
     "ClaimThread",
     "GetCursor",
     "ListDeadLetters",
+    "OnThread",
+    "Owned",
     "RecordFailure",
     "ReleaseThread",
     "RetryDeadLetter",
     "SaveProgress",
     "SetCursor",
-    "ThreadOp",
-    "check_claim",
-    "check_dead_letter",
-    "check_letter_id",
-    "check_limit",
-    "check_progress",
-    "check_status",
-    "check_ttl",
 ]
 
 T = TypeVar("T")
@@ -74,10 +69,16 @@ class ClaimOp(Generic[T]):
 
 
 @dataclass(frozen=True)
-class GetCursor(ClaimOp[ExtractionCursor | None]):
-    name = "get_cursor"
+class OnThread(ClaimOp[T]):
+    """An op on one user's thread (`SetCursor` is one too, its thread the cursor's)."""
+
     user: UserKey
     thread_id: str
+
+
+@dataclass(frozen=True)
+class GetCursor(OnThread[ExtractionCursor | None]):
+    name = "get_cursor"
 
 
 @dataclass(frozen=True)
@@ -88,20 +89,21 @@ class SetCursor(ClaimOp[None]):
 
 
 @dataclass(frozen=True)
-class ClaimThread(ClaimOp[ThreadClaim | None]):
-    name = "claim_thread"
-    user: UserKey
-    thread_id: str
+class Owned(OnThread[T]):
+    """An op by the job `owner` on the thread."""
+
     owner: str
+
+
+@dataclass(frozen=True)
+class ClaimThread(Owned[ThreadClaim | None]):
+    name = "claim_thread"
     ttl: float
 
 
 @dataclass(frozen=True)
-class SaveProgress(ClaimOp[bool]):
+class SaveProgress(Owned[bool]):
     name = "save_progress"
-    user: UserKey
-    thread_id: str
-    owner: str
     cursor: ExtractionCursor | None
     ttl: float | None
     dead_letter: DeadLetter | None
@@ -109,22 +111,16 @@ class SaveProgress(ClaimOp[bool]):
 
 
 @dataclass(frozen=True)
-class RecordFailure(ClaimOp[int]):
+class RecordFailure(Owned[int]):
     name = "record_failure"
-    user: UserKey
-    thread_id: str
-    owner: str
     batch: str
     error: str
     """At most `MAX_ERROR` characters."""
 
 
 @dataclass(frozen=True)
-class ReleaseThread(ClaimOp[None]):
+class ReleaseThread(Owned[None]):
     name = "release_thread"
-    user: UserKey
-    thread_id: str
-    owner: str
 
 
 @dataclass(frozen=True)
@@ -141,11 +137,9 @@ class RetryDeadLetter(ClaimOp[DeadLetter | None]):
     letter_id: str
 
 
-ThreadOp = (GetCursor, SetCursor, ClaimThread, SaveProgress, RecordFailure, ReleaseThread)
-"""The ops that read and write one user's thread (the others are admin calls)."""
-
-
-def check_claim(thread_id: object, owner: object) -> tuple[str, str]:
+def check_claim(user: object, thread_id: object, owner: object) -> tuple[UserKey, str, str]:
+    """The validated user, thread and owner of a claim."""
+    user = check_user(user)
     if not isinstance(thread_id, str) or not thread_id.strip() or len(thread_id) > MAX_THREAD_ID:
         raise InvalidInputError(
             "thread_id", f"must be a non-empty string of at most {MAX_THREAD_ID} characters"
@@ -155,7 +149,7 @@ def check_claim(thread_id: object, owner: object) -> tuple[str, str]:
             "owner", f"must be a non-empty string of at most {MAX_OWNER} characters"
         )
     check_optional_id("owner", owner)
-    return check_thread_id(thread_id), owner
+    return user, check_thread_id(thread_id), owner
 
 
 def check_ttl(ttl: object) -> float:

@@ -326,8 +326,7 @@ class MemoryService(ABC):
         self, user: UserKey, thread_id: str, owner: str, ttl: float
     ) -> ClaimOp[ThreadClaim | None]:
         """Take the thread's claim for `ttl` s (free, expired or `owner`'s); None if busy."""
-        thread_id, owner = c.check_claim(thread_id, owner)
-        return c.ClaimThread(check_user(user), thread_id, owner, c.check_ttl(ttl))
+        return c.ClaimThread(*c.check_claim(user, thread_id, owner), c.check_ttl(ttl))
 
     claim_thread = _runs(_claim_thread)
     aclaim_thread = _aruns(_claim_thread)
@@ -346,7 +345,7 @@ class MemoryService(ABC):
         """Under `owner`'s claim, in one transaction: write the cursor (clearing failed
         attempts), the dead letter and the resolved retries; renew the claim for `ttl`
         s, or release it (None). False, with nothing written, if the claim was lost."""
-        user, (thread_id, owner) = check_user(user), c.check_claim(thread_id, owner)
+        user, thread_id, owner = c.check_claim(user, thread_id, owner)
         seconds = None if ttl is None else c.check_ttl(ttl)
         checked, letter, done = c.check_progress(user, thread_id, cursor, dead_letter, resolved)
         return c.SaveProgress(user, thread_id, owner, checked, seconds, letter, done)
@@ -358,17 +357,15 @@ class MemoryService(ABC):
         self, user: UserKey, thread_id: str, owner: str, batch: str, error: str
     ) -> ClaimOp[int]:
         """Count a failed attempt on `batch` (another batch restarts at 1); the count."""
-        user, (thread_id, owner) = check_user(user), c.check_claim(thread_id, owner)
-        error = str(error)[: c.MAX_ERROR]
-        return c.RecordFailure(user, thread_id, owner, str(batch), error)
+        owned = c.check_claim(user, thread_id, owner)
+        return c.RecordFailure(*owned, str(batch), str(error)[: c.MAX_ERROR])
 
     record_failure = _runs(_record_failure)
     arecord_failure = _aruns(_record_failure)
 
     def _release_thread(self, user: UserKey, thread_id: str, owner: str) -> ClaimOp[None]:
         """Give up `owner`'s claim, if it still holds it."""
-        thread_id, owner = c.check_claim(thread_id, owner)
-        return c.ReleaseThread(check_user(user), thread_id, owner)
+        return c.ReleaseThread(*c.check_claim(user, thread_id, owner))
 
     release_thread = _runs(_release_thread)
     arelease_thread = _aruns(_release_thread)

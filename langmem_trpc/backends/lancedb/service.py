@@ -245,7 +245,7 @@ class LanceDBMemoryService(SyncMemoryService):
             if isinstance(op, (c.ListDeadLetters, c.RetryDeadLetter)):
                 admin: T = self._admin(op)
                 return admin
-            assert isinstance(op, c.ThreadOp)
+            assert isinstance(op, (c.OnThread, c.SetCursor))
             user = op.user
             thread_id = op.cursor.thread_id if isinstance(op, c.SetCursor) else op.thread_id
             table = self._claims(user, thread_id)

@@ -130,6 +130,18 @@ class PostgresBase(ExpiryOps):
         """Live counts seen by search (HNSW pinning)."""
         return self._search_cache.sizes
 
+    def _pool_options(self, name: str) -> dict[str, Any]:
+        """The arguments of a pool this service opens (sync or async), named `name`."""
+        return dict(
+            conninfo=self._conninfo,
+            min_size=1,
+            max_size=self._pool_size,
+            timeout=self._pool_timeout,
+            kwargs={"autocommit": True},
+            open=False,
+            name=name,
+        )
+
     def session_settings(self, owned_pool: bool) -> str:
         """Per-connection settings: ANN recall and per-user filtering with pgvector 0.8.
 

@@ -39,15 +39,7 @@ class AsyncPostgres(PostgresBase):
             if pool is None or (self._owns_async and self._async_loop is not loop):
                 if pool is not None:
                     logger.warning("event loop changed; opening a new async pool for this loop")
-                pool = AsyncConnectionPool(
-                    self._conninfo,
-                    min_size=1,
-                    max_size=self._pool_size,
-                    timeout=self._pool_timeout,
-                    kwargs={"autocommit": True},
-                    open=False,
-                    name="langmem-trpc-async",
-                )
+                pool = AsyncConnectionPool(**self._pool_options("langmem-trpc-async"))
                 self._async_pool, self._async_loop = pool, loop
         await pool.open()
         return pool

@@ -32,15 +32,7 @@ class SyncPostgres(PostgresBase):
     def _pool(self) -> ConnectionPool[Any]:
         with self._pool_lock:
             if self._sync_pool is None:
-                pool: ConnectionPool[Any] = ConnectionPool(
-                    self._conninfo,
-                    min_size=1,
-                    max_size=self._pool_size,
-                    timeout=self._pool_timeout,
-                    kwargs={"autocommit": True},
-                    open=False,
-                    name="langmem-trpc",
-                )
+                pool: ConnectionPool[Any] = ConnectionPool(**self._pool_options("langmem-trpc"))
                 pool.open(wait=True, timeout=self._pool_timeout)
                 self._sync_pool = pool
             return self._sync_pool
