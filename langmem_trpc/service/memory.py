@@ -236,7 +236,7 @@ class InMemoryMemoryService(SyncMemoryService):
             undo.append(lambda: history.__delitem__(slice(size, None)))
             return None
         if isinstance(step, steps.Purge):
-            return self._purge(step, undo)
+            return self._purge_step(step, undo)
         raise TypeError(f"unknown step {step!r}")
 
     def _change(
@@ -280,7 +280,7 @@ class InMemoryMemoryService(SyncMemoryService):
             return gone[0] if gone else None
         return gone
 
-    def _purge(self, step: steps.Purge, undo: list[Callable[[], None]]) -> int:
+    def _purge_step(self, step: steps.Purge, undo: list[Callable[[], None]]) -> int:
         user = step.user
         data = self._users.get(user)
         if step.memory_id is None:

@@ -2,9 +2,12 @@
 
 `MemoryService` is the port the write path, the LangGraph integration and
 the CLI talk to. Every method takes the caller's `UserKey` first and never
-reaches another user's rows. `SyncMemoryService` is the base for backends
-whose driver is blocking (in-memory, SQLite): its `a*` twins run the sync
-method in a worker thread, so the event loop never blocks.
+reaches another user's rows. The write methods and the cursor, claim and
+dead-letter methods are defined here once, sync and async: each validates its
+arguments into a plan (`run_plan`) or a `ClaimOp` (`run_claim_op`) that the
+backend runs. `SyncMemoryService` is the base for backends whose driver is
+blocking (in-memory, SQLite, LanceDB): its `a*` twins (`in_thread`) run the
+sync method in a worker thread, so the event loop never blocks.
 """
 
 from __future__ import annotations
@@ -187,9 +190,9 @@ class MemoryService(ABC):
     add = _runs(_add)
     aadd = _aruns(_add)
 
-    def add_many(
+    def _add_many(
         self, user: UserKey, items: Sequence[str | Memory], *, source: Source | None = None
-    ) -> list[Entry]:
+    ) -> Plan[list[Entry]]:
         """`add` of each item (a text, or a `Memory`), in order, as one transaction.
 
         Returns the entries in input order, as `add` would have returned them
@@ -197,14 +200,10 @@ class MemoryService(ABC):
         validated first: a bad one raises naming its field and nothing is stored;
         the capacity policy raising also leaves nothing stored.
         """
-        return self.run_plan(_plans.add_many(user, items, limits=self.limits, source=source))
+        return _plans.add_many(user, items, limits=self.limits, source=source)
 
-    async def aadd_many(
-        self, user: UserKey, items: Sequence[str | Memory], *, source: Source | None = None
-    ) -> list[Entry]:
-        """Async twin of `add_many`."""
-        plan = _plans.add_many(user, items, limits=self.limits, source=source)
-        return await self.arun_plan(plan)
+    add_many = _runs(_add_many)
+    aadd_many = _aruns(_add_many)
 
     def _update(
         self,
@@ -233,40 +232,40 @@ class MemoryService(ABC):
     update = _runs(_update)
     aupdate = _aruns(_update)
 
-    def delete(self, user: UserKey, memory_id: str, *, source: Source | None = None) -> bool:
+    def _delete(self, user: UserKey, memory_id: str, *, source: Source | None = None) -> Plan[bool]:
         """Soft-delete; False when there was no live memory with that id."""
-        return bool(self.run_plan(_plans.delete(user, memory_id, source=source)))
+        return _plans.delete(user, memory_id, source=source)
 
-    async def adelete(self, user: UserKey, memory_id: str, *, source: Source | None = None) -> bool:
-        return bool(await self.arun_plan(_plans.delete(user, memory_id, source=source)))
+    delete = _runs(_delete)
+    adelete = _aruns(_delete)
 
-    def clear(self, user: UserKey, *, source: Source | None = None) -> int:
+    def _clear(self, user: UserKey, *, source: Source | None = None) -> Plan[int]:
         """Soft-delete every live memory of the user; returns how many."""
-        return self.run_plan(_plans.clear(user, source=source))
+        return _plans.clear(user, source=source)
 
-    async def aclear(self, user: UserKey, *, source: Source | None = None) -> int:
-        return await self.arun_plan(_plans.clear(user, source=source))
+    clear = _runs(_clear)
+    aclear = _aruns(_clear)
 
-    def purge(self, user: UserKey, memory_id: str | None = None) -> int:
+    def _purge(self, user: UserKey, memory_id: str | None = None) -> Plan[int]:
         """Remove rows and their history for good (right to be forgotten)."""
-        return self.run_plan(_plans.purge(user, memory_id))
+        return _plans.purge(user, memory_id)
 
-    async def apurge(self, user: UserKey, memory_id: str | None = None) -> int:
-        return await self.arun_plan(_plans.purge(user, memory_id))
+    purge = _runs(_purge)
+    apurge = _aruns(_purge)
 
-    def restore(self, user: UserKey, entry: Entry, history: Sequence[HistoryEvent] = ()) -> Entry:
+    def _restore(
+        self, user: UserKey, entry: Entry, history: Sequence[HistoryEvent] = ()
+    ) -> Plan[Entry]:
         """Write an exported entry back exactly (id, timestamps, content, expiry) with its
         history.
 
         Used by `langmem-trpc import` for a lossless round trip. An existing
         memory with the same id is replaced.
         """
-        return self.run_plan(_plans.restore(user, entry, history))
+        return _plans.restore(user, entry, history)
 
-    async def arestore(
-        self, user: UserKey, entry: Entry, history: Sequence[HistoryEvent] = ()
-    ) -> Entry:
-        return await self.arun_plan(_plans.restore(user, entry, history))
+    restore = _runs(_restore)
+    arestore = _aruns(_restore)
 
     # -- reads --------------------------------------------------------------
 
