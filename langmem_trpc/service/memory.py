@@ -16,13 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 
 from .._time import ensure_utc
-from ..types import (
-    Entry,
-    HistoryEvent,
-    Kind,
-    SearchOptions,
-    UserKey,
-)
+from ..types import Entry, HistoryEvent, Kind, SearchOptions, UserKey
 from . import _steps as steps
 from ._claims import ClaimOp, ClaimTable
 from ._core import (

@@ -10,14 +10,7 @@ from ..service._claims import ClaimOp
 from ..service._steps import Plan
 from ..service.capabilities import Capability
 from ..service.protocol import MemoryService, SyncMemoryService
-from ..types import (
-    Entry,
-    HistoryEvent,
-    Memory,
-    SearchOptions,
-    Source,
-    UserKey,
-)
+from ..types import Entry, HistoryEvent, Memory, SearchOptions, Source, UserKey
 
 __all__ = ["DelegatingService"]
 

@@ -14,19 +14,10 @@ from weakref import WeakKeyDictionary, WeakSet
 
 from ...errors import ConfigurationError
 from ...service import _steps as steps
-from ...service._core import (
-    Limits,
-    check_app_filter,
-    check_memory_id,
-    check_user,
-    resolve_options,
-)
+from ...service._core import Limits, check_app_filter, check_memory_id, check_user, resolve_options
 from ...service._language import Language, resolve_language
 from ...service._periods import TimeMentions
-from ...types import (
-    SearchOptions,
-    UserKey,
-)
+from ...types import SearchOptions, UserKey
 from . import _plans
 from ._cache import MAX_ENTRIES, EntryCache
 from ._conninfo import checked_conninfo

@@ -14,12 +14,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from ...service._claims import ClaimOp
 from ...service._steps import Plan
-from ...types import (
-    Entry,
-    HistoryEvent,
-    SearchOptions,
-    UserKey,
-)
+from ...types import Entry, HistoryEvent, SearchOptions, UserKey
 from . import _claims
 from ._base import PostgresBase, backend_error, logger
 from ._plans import Copy, Embed, Op
