@@ -46,7 +46,7 @@ P = ParamSpec("P")
 S = TypeVar("S", bound="MemoryService")
 F = TypeVar("F", bound=Callable[..., Any])
 
-__all__ = ["MemoryService", "SyncMemoryService"]
+__all__ = ["MemoryService", "SyncMemoryService", "in_thread"]
 
 
 def _runs(
