@@ -33,13 +33,7 @@ from ...service._core import (
 )
 from ...service._language import Language, resolve_language
 from ...service._periods import TimeMentions
-from ...types import (
-    DeadLetter,
-    DeadLetterStatus,
-    ExtractionCursor,
-    SearchOptions,
-    UserKey,
-)
+from ...types import DeadLetter, DeadLetterStatus, ExtractionCursor, SearchOptions, UserKey
 from . import _claims, _plans
 from ._cache import MAX_ENTRIES, EntryCache
 from ._conninfo import checked_conninfo

@@ -18,15 +18,7 @@ from psycopg.types.json import Jsonb
 from ...service._documents import fts_document, keyword_doc, topics_document
 from ...service._language import Language
 from ...service._steps import RecordHistory
-from ...types import (
-    Entry,
-    HistoryEvent,
-    Kind,
-    Memory,
-    Operation,
-    Source,
-    UserKey,
-)
+from ...types import Entry, HistoryEvent, Kind, Memory, Operation, Source, UserKey
 
 __all__ = [
     "MIGRATIONS",
