@@ -11,7 +11,6 @@ extends the cached matrix instead of reloading it.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ...errors import BackendError
@@ -88,13 +87,7 @@ class SQLiteRun:
         if cached:
             state = user_state(conn, self._user)
             self._before = None if state is None else (state[0], state[1])
-        handlers, reply = _HANDLERS, None
-        try:
-            while True:  # `steps.drive`, inlined: this loop runs every step of every write
-                step = plan.send(reply)
-                reply = handlers[type(step)](self, conn, step)
-        except StopIteration as done:
-            result: T = done.value
+        result = steps.drive(plan, lambda step: self.execute(conn, step))
         if cached and self._append_only and self._appends:
             note_appended(conn, self._user, self._before, self._appends, self._appended)
         return result
@@ -112,60 +105,53 @@ class SQLiteRun:
 
     def execute(self, conn: sqlite3.Connection, step: steps.Step) -> Any:
         """Perform one step on `conn` (inside the write transaction after `LockUser`)."""
-        return _HANDLERS[type(step)](self, conn, step)
-
-    def _conn_free(self, conn: sqlite3.Connection, step: steps.Embed | steps.Now) -> Any:
-        return self._free(step)
-
-    def _lock_user(self, conn: sqlite3.Connection, step: steps.LockUser) -> None:
-        return None
-
-    def _find_by_id(self, conn: sqlite3.Connection, step: steps.FindById) -> steps.Stored | None:
-        user = step.user
-        row = conn.execute(sql.SELECT_BY_ID, (user.app_name, user.user_id, step.memory_id))
-        found = row.fetchone()
-        return _stored(found, user, found is not None and found[DELETED] is not None, None)
-
-    def _find_live(
-        self, conn: sqlite3.Connection, step: steps.FindLiveByFingerprint
-    ) -> steps.Stored | None:
-        query = sql.SELECT_LIVE_BY_FINGERPRINT
-        params: tuple[object, ...] = (*_u(step), bytes.fromhex(step.fingerprint))
-        if step.exclude_id is not None:
-            query, params = query + " AND id != ?", (*params, step.exclude_id)
-        row = conn.execute(query, params).fetchone()
-        return _stored(row, step.user, False, row[CONTENT_DOC] if row else None)
-
-    def _find_deleted(
-        self, conn: sqlite3.Connection, step: steps.FindDeletedByFingerprint
-    ) -> steps.Stored | None:
-        params = (*_u(step), bytes.fromhex(step.fingerprint))
-        return _stored(
-            conn.execute(sql.SELECT_DELETED_BY_FINGERPRINT, params).fetchone(),
-            step.user,
-            True,
-            None,
+        if isinstance(step, (steps.Embed, steps.Now)):
+            return self._free(step)
+        if isinstance(step, steps.LockUser):
+            return None
+        u = (step.user.app_name, step.user.user_id)
+        if isinstance(step, steps.FindById):
+            row = conn.execute(sql.SELECT_BY_ID, (*u, step.memory_id)).fetchone()
+            return _stored(row, step.user, row is not None and row[DELETED] is not None, None)
+        if isinstance(step, steps.FindLiveByFingerprint):
+            query = sql.SELECT_LIVE_BY_FINGERPRINT
+            params: tuple[object, ...] = (*u, bytes.fromhex(step.fingerprint))
+            if step.exclude_id is not None:
+                query, params = query + " AND id != ?", (*params, step.exclude_id)
+            row = conn.execute(query, params).fetchone()
+            return _stored(row, step.user, False, row[CONTENT_DOC] if row else None)
+        if isinstance(step, steps.FindDeletedByFingerprint):
+            deleted = (*u, bytes.fromhex(step.fingerprint))
+            row = conn.execute(sql.SELECT_DELETED_BY_FINGERPRINT, deleted).fetchone()
+            return _stored(row, step.user, True, None)
+        if isinstance(step, steps.KnownFingerprints):
+            found = known_fingerprints(
+                conn, step.user, {bytes.fromhex(f) for f in step.fingerprints}
+            )
+            return {fp.hex() for fp in found}
+        if isinstance(step, steps.CountLive):
+            state = user_state(conn, step.user)
+            return 0 if state is None else int(state[2])
+        if isinstance(step, steps.RecordHistory):
+            rows = [
+                (*u, e.memory_id, e.operation.value, e.text_before, e.text_after,
+                 sql.to_us(e.at), sql.source_json(e.source))
+                for e in step.events
+            ]  # fmt: skip
+            if len(rows) == 1:
+                conn.execute(sql.INSERT_HISTORY, rows[0])
+            else:
+                conn.executemany(sql.INSERT_HISTORY, rows)
+            return None
+        if isinstance(step, steps.Insert):
+            return self._insert(conn, step)
+        if isinstance(step, steps.Purge):
+            return self._purge(conn, step)
+        self._append_only = False
+        assert isinstance(
+            step, (steps.Rewrite, steps.SetTopics, steps.EvictOldest, steps.SoftDelete)
         )
-
-    def _known(self, conn: sqlite3.Connection, step: steps.KnownFingerprints) -> set[str]:
-        found = known_fingerprints(conn, step.user, {bytes.fromhex(f) for f in step.fingerprints})
-        return {fp.hex() for fp in found}
-
-    def _count_live(self, conn: sqlite3.Connection, step: steps.CountLive) -> int:
-        state = user_state(conn, step.user)
-        return 0 if state is None else int(state[2])
-
-    def _history(self, conn: sqlite3.Connection, step: steps.RecordHistory) -> None:
-        u = _u(step)
-        rows = [
-            (*u, e.memory_id, e.operation.value, e.text_before, e.text_after,
-             sql.to_us(e.at), sql.source_json(e.source))
-            for e in step.events
-        ]  # fmt: skip
-        if len(rows) == 1:
-            conn.execute(sql.INSERT_HISTORY, rows[0])
-        else:
-            conn.executemany(sql.INSERT_HISTORY, rows)
+        return self._change(conn, step)
 
     def _insert(self, conn: sqlite3.Connection, step: steps.Insert) -> None:
         user, language = step.user, self._svc.language
@@ -181,38 +167,39 @@ class SQLiteRun:
             if new.entry.expires_at is not None:
                 restore_expiry(conn, (user.app_name, user.user_id), new.entry)
 
-    def _rewrite(self, conn: sqlite3.Connection, step: steps.Rewrite) -> None:
-        self._append_only = False
-        p = Prepared.of(step.memory, step.fingerprint, self._svc.language)
-        write_content(conn, step.user, step.target.handle[0], p, step.vector, _at(step))
-
-    def _set_topics(self, conn: sqlite3.Connection, step: steps.SetTopics) -> None:
-        self._append_only = False
-        rid, content_doc = step.target.handle
-        if content_doc is None:
-            content_doc = conn.execute(sql.SELECT_CONTENT_DOC, (rid,)).fetchone()[0]
-        topic_doc = topics_document(list(step.topics), self._svc.language)
-        unindex_row(conn, step.user, rid)
-        conn.execute(
-            sql.UPDATE_TOPICS,
-            (sql.list_json(list(step.topics)), topic_doc, len(topic_doc.split()), _at(step), rid),
-        )
-        index_row(conn, step.user, rid, content_doc, topic_doc)
-
-    def _evict(self, conn: sqlite3.Connection, step: steps.EvictOldest) -> tuple[str, str] | None:
-        self._append_only = False
-        oldest = conn.execute(sql.SELECT_OLDEST_LIVE, _u(step)).fetchone()
-        if oldest is None:
+    def _change(
+        self,
+        conn: sqlite3.Connection,
+        step: steps.Rewrite | steps.SetTopics | steps.EvictOldest | steps.SoftDelete,
+    ) -> Any:
+        user, at = step.user, sql.to_us(step.at)
+        assert at is not None
+        if isinstance(step, steps.Rewrite):
+            p = Prepared.of(step.memory, step.fingerprint, self._svc.language)
+            write_content(conn, user, step.target.handle[0], p, step.vector, at)
             return None
-        unindex_row(conn, step.user, oldest[0])
-        conn.execute(sql.SOFT_DELETE, (_at(step), oldest[0]))
-        return (oldest[1], oldest[2])
-
-    def _soft_delete(
-        self, conn: sqlite3.Connection, step: steps.SoftDelete
-    ) -> list[tuple[str, str]]:
-        self._append_only = False
-        return _soft_delete(conn, step.user, step.memory_ids, _at(step))
+        if isinstance(step, steps.SetTopics):
+            rid, content_doc = step.target.handle
+            if content_doc is None:
+                content_doc = conn.execute(sql.SELECT_CONTENT_DOC, (rid,)).fetchone()[0]
+            topic_doc = topics_document(list(step.topics), self._svc.language)
+            unindex_row(conn, user, rid)
+            conn.execute(
+                sql.UPDATE_TOPICS,
+                (sql.list_json(list(step.topics)), topic_doc, len(topic_doc.split()), at, rid),
+            )
+            index_row(conn, user, rid, content_doc, topic_doc)
+            return None
+        u = (user.app_name, user.user_id)
+        if isinstance(step, steps.EvictOldest):
+            oldest = conn.execute(sql.SELECT_OLDEST_LIVE, u).fetchone()
+            if oldest is None:
+                return None
+            unindex_row(conn, user, oldest[0])
+            conn.execute(sql.SOFT_DELETE, (at, oldest[0]))
+            return (oldest[1], oldest[2])
+        assert isinstance(step, steps.SoftDelete)
+        return _soft_delete(conn, user, step.memory_ids, at)
 
     def _purge(self, conn: sqlite3.Connection, step: steps.Purge) -> int:
         user = step.user
@@ -237,36 +224,6 @@ class SQLiteRun:
         conn.execute(sql.DELETE_STATE, u)
         self._purged = user
         return count
-
-
-_HANDLERS: dict[type, Callable[[SQLiteRun, sqlite3.Connection, Any], Any]] = {
-    steps.Embed: SQLiteRun._conn_free,
-    steps.Now: SQLiteRun._conn_free,
-    steps.LockUser: SQLiteRun._lock_user,
-    steps.FindById: SQLiteRun._find_by_id,
-    steps.FindLiveByFingerprint: SQLiteRun._find_live,
-    steps.FindDeletedByFingerprint: SQLiteRun._find_deleted,
-    steps.KnownFingerprints: SQLiteRun._known,
-    steps.CountLive: SQLiteRun._count_live,
-    steps.Insert: SQLiteRun._insert,
-    steps.Rewrite: SQLiteRun._rewrite,
-    steps.SetTopics: SQLiteRun._set_topics,
-    steps.SoftDelete: SQLiteRun._soft_delete,
-    steps.EvictOldest: SQLiteRun._evict,
-    steps.RecordHistory: SQLiteRun._history,
-    steps.Purge: SQLiteRun._purge,
-}
-"""Each step's handler, by exact type: one dict lookup instead of an isinstance chain."""
-
-
-def _u(step: Any) -> tuple[str, str]:
-    return (step.user.app_name, step.user.user_id)
-
-
-def _at(step: Any) -> int:
-    at = sql.to_us(step.at)
-    assert at is not None
-    return at
 
 
 def _stored(row: Any, user: UserKey, deleted: bool, content_doc: str | None) -> steps.Stored | None:
