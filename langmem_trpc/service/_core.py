@@ -266,13 +266,8 @@ def _check_text(text: object, limits: Limits) -> str:
         raise InvalidMemoryError(
             "text", f"is {len(text)} characters, more than the limit of {limits.max_text_length}"
         )
-    _check_encodable("text", text)
+    check_text_value("text", text)
     return text.strip()
-
-
-def _check_encodable(field: str, value: str) -> None:
-    """NUL bytes and lone surrogates cannot be stored by every backend: reject them up front."""
-    check_text_value(field, value)
 
 
 def _check_names(field: str, values: object, max_count: int, max_length: int) -> list[str]:
@@ -289,7 +284,7 @@ def _check_names(field: str, values: object, max_count: int, max_length: int) ->
             raise InvalidMemoryError(field, f"items must be strings, got {type(value).__name__}")
         if len(value) > max_length:
             raise InvalidMemoryError(field, f"item longer than {max_length} characters")
-        _check_encodable(field, value)
+        check_text_value(field, value)
     return list(values)
 
 
@@ -311,7 +306,7 @@ def _check_location(location: object, limits: Limits) -> str | None:
         raise InvalidMemoryError("location", "must be a string")
     if len(location) > limits.max_name_length:
         raise InvalidMemoryError("location", f"longer than {limits.max_name_length} characters")
-    _check_encodable("location", location)
+    check_text_value("location", location)
     return location
 
 

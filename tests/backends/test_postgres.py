@@ -312,6 +312,7 @@ PINNED: list[str] = [
     "c0aacfb3b376488b",  # expires_at (store TTL)
     "d4e8680fc281ce87",
     "b87cac1d69dd9892",  # langmem_settings: the tokenizer's language
+    "590c0e7d5929d77c",  # soft-deleted rows by fingerprint (revive lookups)
 ]
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from ...service._documents import keyword_doc
 from ...service._language import ENGLISH, Language
@@ -264,28 +265,17 @@ def _like_words(query: str, terms: QueryTerms) -> list[str] | None:
     return ["%" + w + "%" for w in escaped]
 
 
+@dataclass(slots=True)
 class SearchQuery:
     """One candidate fetch: SQL text and parameters, and how to read its rows back."""
 
-    __slots__ = ("hybrid", "language", "params", "parts", "sql", "terms", "vector")
-
-    def __init__(
-        self,
-        sql: str,
-        params: Params,
-        terms: QueryTerms,
-        vector: bool,
-        hybrid: bool,
-        language: Language = ENGLISH,
-        parts: int = 1,
-    ) -> None:
-        self.language = language
-        self.parts = parts
-        self.sql = sql
-        self.params = params
-        self.terms = terms
-        self.vector = vector
-        self.hybrid = hybrid
+    sql: str
+    params: Params
+    terms: QueryTerms
+    vector: bool
+    hybrid: bool
+    language: Language = ENGLISH
+    parts: int = 1
 
 
 def build_search(

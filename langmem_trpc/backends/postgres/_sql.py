@@ -18,15 +18,7 @@ from psycopg.types.json import Jsonb
 from ...service._documents import fts_document, keyword_doc, topics_document
 from ...service._language import Language
 from ...service._steps import RecordHistory
-from ...types import (
-    Entry,
-    HistoryEvent,
-    Kind,
-    Memory,
-    Operation,
-    Source,
-    UserKey,
-)
+from ...types import Entry, HistoryEvent, Kind, Memory, Operation, Source, UserKey
 
 __all__ = [
     "MIGRATIONS",
@@ -311,6 +303,14 @@ INSERT INTO langmem_settings (key, value) VALUES ('language', 'english');
 """
 MIGRATIONS.append(_SETTINGS)
 
+_DELETED_FINGERPRINT = """
+-- soft-deleted rows by fingerprint (the live ones have langmem_memories_live_fingerprint):
+-- the revive lookups of add and add_many probe it instead of scanning the user's rows
+CREATE INDEX langmem_memories_deleted_fingerprint
+    ON langmem_memories (app_name, user_id, fingerprint) WHERE deleted_at IS NOT NULL;
+"""
+MIGRATIONS.append(_DELETED_FINGERPRINT)
+
 SELECT_LANGUAGE = "SELECT value FROM langmem_settings WHERE key = 'language'"
 SET_LANGUAGE = """INSERT INTO langmem_settings (key, value) VALUES ('language', %(language)s)
 ON CONFLICT (key) DO UPDATE SET value = excluded.value"""
@@ -503,8 +503,15 @@ VALUES (
 """One row exactly as given: id, timestamps and expiry (add, add_many and restore)."""
 
 KNOWN_FINGERPRINTS = f"""
-SELECT DISTINCT fingerprint FROM langmem_memories
-WHERE {_WHERE_USER} AND fingerprint = ANY(%(fps)s::text[])"""
+SELECT f.fp AS fingerprint FROM unnest(%(fps)s::text[]) AS f(fp)
+WHERE EXISTS (SELECT 1 FROM langmem_memories
+              WHERE {_WHERE_USER} AND fingerprint = f.fp AND deleted_at IS NULL)
+   OR EXISTS (SELECT 1 FROM langmem_memories
+              WHERE {_WHERE_USER} AND fingerprint = f.fp AND deleted_at IS NOT NULL)"""
+"""Two index probes per fingerprint (the live and the deleted partial index), whatever
+the statistics: `fingerprint = ANY(array)` under the generic plans the service's pools
+force compared each of the user's rows with every element, so `add_many` of 1,000
+memories for a user of 10,000 spent 0.4 s here."""
 
 ROWS_BY_IDS = f"""
 SELECT {_COLUMNS}, xmin::text AS version FROM langmem_memories

@@ -33,12 +33,7 @@ from ...service._language import Language, resolve_language
 from ...service._steps import Plan
 from ...service.capabilities import Capability
 from ...service.protocol import SyncMemoryService
-from ...types import (
-    Entry,
-    HistoryEvent,
-    SearchOptions,
-    UserKey,
-)
+from ...types import Entry, HistoryEvent, SearchOptions, UserKey
 from . import _sql as sql
 from ._claims import SQLiteClaims
 from ._connection import Database
@@ -46,11 +41,7 @@ from ._executor import SQLiteRun
 from ._expiry import ExpiryMixin
 from ._locks import FileClaims
 from ._query import SearchCaches, SearchRun
-from ._rows import (
-    DELETED,
-    to_entry,
-    user_state,
-)
+from ._rows import DELETED, to_entry, user_state
 from ._vectors import to_blob, unit_vector
 
 if TYPE_CHECKING:
