@@ -41,6 +41,7 @@ from ...types import (
     ThreadClaim,
     UserKey,
 )
+from ..sqlite._scoring import score_candidates
 from ._executor import Executor
 from ._state import States
 from ._store import (
@@ -81,17 +82,17 @@ def _letter(letter: DeadLetter) -> Record:
     return Record.of(LETTER, letter.user, letter.id, letter.model_dump_json(), key=key)
 
 
-def _nearest(
-    near: tuple[list[Entry], np.ndarray], keep: Callable[[Entry], bool], pool: int
+def _top(
+    entries: list[Entry], scores: np.ndarray, keep: Callable[[Entry], bool], pool: int
 ) -> list[tuple[Entry, float]]:
-    """The `pool` entries `keep` accepts with the highest similarity, best first."""
-    entries, sims = near
+    """The `pool` entries `keep` accepts with the highest scores (clipped at 0), best
+    first; equal scores keep their row order, as the reference's stable sort does."""
     hits: list[tuple[Entry, float]] = []
-    for i in np.argsort(-sims, kind="stable").tolist():
+    for i in np.argsort(-scores, kind="stable").tolist():
         if len(hits) == pool:
             break
         if keep(entries[i]):
-            hits.append((entries[i], max(0.0, float(sims[i]))))
+            hits.append((entries[i], max(0.0, float(scores[i]))))
     return hits
 
 
@@ -220,11 +221,12 @@ class LanceDBMemoryService(SyncMemoryService):
         terms = ks.QueryTerms.of(opts, self.language)
         with self._store.lock:
             state = self._states.get(user)
-            scorer = ks.KeywordScorer.of(terms, state.stats(terms))
+            stats = state.stats(terms)
             pool = state.candidates(terms) if vector is None or opts.hybrid else []
             near = None if vector is None else state.similar(vector)
-        scored = sorted(((e, scorer.score(d)) for e, d in pool), key=lambda h: -h[1])
-        keyword = [h for h in scored if h[1] > 0]
+        scores = score_candidates(terms, [d for _, d in pool], stats)
+        hit = np.flatnonzero(scores > 0)
+        keyword = [pool[i][0] for i in hit.tolist()], scores[hit]
 
         def fetch(kind: Kind | None) -> ks.Legs:
             def keep(entry: Entry) -> bool:
@@ -232,8 +234,8 @@ class LanceDBMemoryService(SyncMemoryService):
                     entry.memory.event_time, opts.time_after, opts.time_before
                 )
 
-            hits = [h for h in keyword if keep(h[0])][: plan.pool]
-            return ks.Legs(None if near is None else _nearest(near, keep, plan.pool), hits)
+            vectors = None if near is None else _top(*near, keep, plan.pool)
+            return ks.Legs(vectors, _top(*keyword, keep, plan.pool))
 
         fetched = {kind: fetch(kind) for kind in plan.kinds}
         return ks.rank_search(plan, fetched, opts, self.language, self._time_mentions)
