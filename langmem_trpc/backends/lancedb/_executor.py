@@ -31,7 +31,7 @@ class Executor:
         self.pending: dict[str, Record | None] = {}
         self.history: list[Record] = []
         self.purged: set[str] = set()
-        self.wiped = self.locked = False
+        self.wiped = self.locked = False  # wiped: a purge of the whole user
 
     def __call__(self, step: s.Step) -> Any:
         run = getattr(self, "_" + type(step).__name__)
@@ -47,18 +47,15 @@ class Executor:
         return self.states.get(self.user)
 
     def _row(self, ref: str) -> Record | None:
-        if ref in self.pending:
-            return self.pending[ref]
-        return None if self.wiped else self._state.rows.get(ref)
+        return self.pending[ref] if ref in self.pending else self._state.rows.get(ref)
 
     def _rows(self) -> list[Record]:
         """Every memory row of the user, as this plan sees them."""
-        stored = [] if self.wiped else [r for r in self._state.rows if r not in self.pending]
-        found = map(self._row, [*stored, *self.pending])
-        return [r for r in found if r is not None]
+        stored = [r for r in self._state.rows if r not in self.pending]
+        return [r for r in map(self._row, [*stored, *self.pending]) if r is not None]
 
     def _by_fp(self, fp: str) -> list[Record]:
-        refs = set() if self.wiped else set(self._state.by_fp.get(fp, ()))
+        refs = set(self._state.by_fp.get(fp, ()))
         refs |= {ref for ref, r in self.pending.items() if r is not None and r.fp == fp}
         return [r for r in map(self._row, refs) if r is not None and r.fp == fp]
 
@@ -95,9 +92,9 @@ class Executor:
         return {fp for fp in step.fingerprints if self._by_fp(fp)}
 
     def _CountLive(self, step: s.CountLive) -> int:
-        live = 0 if self.wiped else len(self._state.docs)
+        live = len(self._state.docs)
         for ref, row in self.pending.items():
-            old = None if self.wiped else self._state.rows.get(ref)
+            old = self._state.rows.get(ref)
             live += bool(row and row.live) - bool(old and old.live)
         return live
 
@@ -151,16 +148,12 @@ class Executor:
             )
 
     def _Purge(self, step: s.Purge) -> int:
-        if step.memory_id is None:
-            gone = len(self._rows())
-            self.wiped = True
-            self.pending.clear()
-            self.history.clear()
-            return gone
-        gone = int(self._row(step.memory_id) is not None)
-        self.pending[step.memory_id] = None
-        self.purged.add(step.memory_id)
-        self.history = [h for h in self.history if h.ref != step.memory_id]
+        refs = [r.ref for r in self._rows()] if step.memory_id is None else [step.memory_id]
+        gone = sum(self._row(ref) is not None for ref in refs)
+        self.pending |= dict.fromkeys(refs)
+        self.purged |= set(refs)
+        self.wiped |= step.memory_id is None
+        self.history = [h for h in self.history if h.ref not in refs and not self.wiped]
         return gone
 
     def commit(self) -> None:
@@ -168,16 +161,13 @@ class Executor:
         if self.user is None:
             return
         scope, state = scope_of(self.user), self._state
-        drop = f"scope = '{scope}'" if self.wiped else None
-        if self.purged and not self.wiped:
+        drop = f"scope = '{scope}'" if self.purged or self.wiped else None
+        if drop is not None and not self.wiped:  # one memory: its row and history
             hashes = ", ".join(f"'{digest(ref)}'" for ref in sorted(self.purged))
-            drop = f"scope = '{scope}' AND rec IN ('{MEMORY}', '{HISTORY}') AND refh IN ({hashes})"
+            drop += f" AND rec IN ('{MEMORY}', '{HISTORY}') AND refh IN ({hashes})"
         records = [*(r for r in self.pending.values() if r is not None), *self.history]
         fresh = not any(ref in state.rows for ref in self.pending)
         self.store.commit(records, fresh=fresh, drop=drop)
-        if self.wiped:
-            self.states.held.pop(scope, None)
-            return
         for ref, row in self.pending.items():
             if row is None:
                 state.drop(ref)

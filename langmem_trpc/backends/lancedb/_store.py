@@ -149,10 +149,6 @@ class Store:
         rows = [{**{n: getattr(r, n) for n in _NAMES}, "refh": digest(r.ref)} for r in records]
         if not rows and drop is None:
             return
-        for row in rows:
-            vector = row.pop("vector")
-            if self.has_vectors:
-                row["vector"] = None if vector is None else [float(x) for x in vector]
         data = pa.Table.from_pylist(rows, self.schema)
         if fresh and drop is None:
             self.table.add(data, on_bad_vectors="null")
