@@ -40,21 +40,9 @@ from ...types import (
     UserKey,
 )
 from ..sqlite._scoring import score_candidates
+from . import _store as st
 from ._executor import Executor
 from ._state import States
-from ._store import (
-    CLAIM,
-    CURSOR,
-    HISTORY,
-    LETTER,
-    MEMORY,
-    Record,
-    Store,
-    digest,
-    key_of,
-    scope_of,
-    where,
-)
 
 if TYPE_CHECKING:
     from langchain_core.embeddings import Embeddings
@@ -75,9 +63,9 @@ def _cursor_of(body: str) -> ExtractionCursor:
     return ExtractionCursor.model_validate(data | {n: base64.b64decode(data[n]) for n in _BYTES})
 
 
-def _letter(letter: DeadLetter) -> Record:
-    key = f"{LETTER}:{digest(letter.id)}"
-    return Record.of(LETTER, letter.user, letter.id, letter.model_dump_json(), key=key)
+def _letter(letter: DeadLetter) -> st.Record:
+    key = f"{st.LETTER}:{st.digest(letter.id)}"
+    return st.Record.of(st.LETTER, letter.user, letter.id, letter.model_dump_json(), key=key)
 
 
 def _top(
@@ -123,8 +111,8 @@ class LanceDBMemoryService(SyncMemoryService):
         self._limits = limits or _core.Limits()
         if embeddings is not None and dims is None:
             dims = len(embeddings.embed_query("dimension probe"))
-        self._store = Store(path, None if embeddings is None else dims)
-        self._states = States(lambda u: self._store.records(where(u, live=False)), self.language)
+        self._store = st.Store(path, None if embeddings is None else dims)
+        self._states = States(lambda u: self._store.records(st.where(u, live=False)), self.language)
         self._time_mentions = TimeMentions(self.language)
 
     @property
@@ -176,13 +164,13 @@ class LanceDBMemoryService(SyncMemoryService):
 
     def users(self, app_name: str | None = None) -> list[UserKey]:
         app = _core.check_app_filter(app_name)
-        rows = self._store.rows(f"rec = '{MEMORY}' AND live", ["app", "user"])
+        rows = self._store.rows(f"rec = '{st.MEMORY}' AND live", ["app", "user"])
         keys = {(r["app"], r["user"]) for r in rows if app is None or r["app"] == app}
         return [UserKey(a, u) for a, u in sorted(keys)]
 
     def history(self, user: UserKey, memory_id: str) -> list[HistoryEvent]:
-        refh = digest(_core.check_memory_id(memory_id))
-        sql = f"{where(_core.check_user(user), HISTORY, live=False)} AND refh = '{refh}'"
+        refh = st.digest(_core.check_memory_id(memory_id))
+        sql = f"{st.where(_core.check_user(user), st.HISTORY, live=False)} AND refh = '{refh}'"
         found = sorted(self._store.rows(sql, ["seq", "body"]), key=lambda r: r["seq"])
         return [HistoryEvent.model_validate_json(r["body"]) for r in found]
 
@@ -199,7 +187,7 @@ class LanceDBMemoryService(SyncMemoryService):
             if found is None or not found.live:
                 return False
             entry = state.entries[memory_id].model_copy(update={"expires_at": at})
-            record = Record.memory(entry, found.fp or "", found.keyed, found.vector, found.seq)
+            record = st.Record.memory(entry, found.fp or "", found.keyed, found.vector, found.seq)
             self._store.commit([record])
             state.put(record)
             return True
@@ -256,16 +244,18 @@ class LanceDBMemoryService(SyncMemoryService):
             if not isinstance(op, c.GetCursor):
                 records = [_letter(d) for d in table.letters.values()]
                 for claim in table.claims.values():
-                    records.append(Record.of(CLAIM, user, thread_id, json.dumps(asdict(claim))))
+                    records.append(
+                        st.Record.of(st.CLAIM, user, thread_id, json.dumps(asdict(claim)))
+                    )
                 for cursor in table.cursors.values():
-                    records.append(Record.of(CURSOR, user, thread_id, _cursor_json(cursor)))
+                    records.append(st.Record.of(st.CURSOR, user, thread_id, _cursor_json(cursor)))
                 self._store.commit(records)
             return result
 
     def _admin(self, op: c.ListDeadLetters | c.RetryDeadLetter) -> Any:
         """An admin call across users, on a table of the dead letters it reads."""
         retry = op.letter_id if isinstance(op, c.RetryDeadLetter) else None
-        sql = "true" if retry is None else f"refh = '{digest(retry)}'"
+        sql = "true" if retry is None else f"refh = '{st.digest(retry)}'"
         table = c.ClaimTable(self._store.lock, letters=self._letters(sql))
         result = table.apply(op)
         if retry is not None and result is not None:
@@ -273,19 +263,19 @@ class LanceDBMemoryService(SyncMemoryService):
         return result
 
     def _letters(self, sql: str) -> dict[str, DeadLetter]:
-        found = self._store.records(f"rec = '{LETTER}' AND {sql}")
+        found = self._store.records(f"rec = '{st.LETTER}' AND {sql}")
         return {d.id: d for d in (DeadLetter.model_validate_json(r.body) for r in found)}
 
     def _claims(self, user: UserKey, thread_id: str) -> c.ClaimTable:
         """A table with the thread's cursor, claim and dead letters."""
         table = c.ClaimTable(self._store.lock)
-        cursor = self._store.one(key_of(CURSOR, user, thread_id))
+        cursor = self._store.one(st.key_of(st.CURSOR, user, thread_id))
         if cursor is not None:
             table.cursors[(user, thread_id)] = _cursor_of(cursor.body)
-        claim = self._store.one(key_of(CLAIM, user, thread_id))
+        claim = self._store.one(st.key_of(st.CLAIM, user, thread_id))
         if claim is not None:
             table.claims[(user, thread_id)] = c.Claim(**json.loads(claim.body))
-        letters = self._letters(f"scope = '{scope_of(user)}'").values()
+        letters = self._letters(f"scope = '{st.scope_of(user)}'").values()
         table.letters = {d.id: d for d in letters if d.thread_id == thread_id}
         return table
 
