@@ -11,17 +11,17 @@ other process writes it: the backend does not declare `CROSS_PROCESS`).
 from __future__ import annotations
 
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 import numpy as np
 
 from ...service._language import Language
 from ...service._search import CorpusStats, KeywordDoc, QueryTerms
 from ...types import Entry, UserKey
-from ._store import Record, scope_of
+from ._store import Record, Store, scope_of, where
 
 STATE_ROWS = 200_000
-"""Memory rows kept over all users; past it the least recently used users are dropped."""
+"""Memory rows kept over all users by default (the service's `state_rows`)."""
 
 
 class UserState:
@@ -103,19 +103,22 @@ class UserState:
 
 
 class States:
-    """The `UserState`s of one service, least recently used first, bounded by
-    `STATE_ROWS` memory rows (the user asked for always stays). Callers hold the store lock."""
+    """The `UserState`s of one service, least recently used first: past `limit` memory
+    rows the least recently used users are dropped (never the one asked for). Callers
+    hold the store lock."""
 
-    def __init__(self, load: Callable[[UserKey], list[Record]], language: Language) -> None:
-        self._load, self._language = load, language
+    def __init__(self, store: Store, language: Language, limit: int) -> None:
+        self._store, self._language, self._limit = store, language, limit
         self.held: OrderedDict[str, UserState] = OrderedDict()
 
     def get(self, user: UserKey) -> UserState:
         scope = scope_of(user)
         state = self.held.get(scope)
         if state is None:
-            state = self.held[scope] = UserState(self._load(user), self._language)
-            while len(self.held) > 1 and sum(map(len, self.held.values())) > STATE_ROWS:
+            state = self.held[scope] = UserState(
+                self._store.records(where(user, live=False)), self._language
+            )
+            while len(self.held) > 1 and sum(map(len, self.held.values())) > self._limit:
                 self.held.popitem(last=False)
         self.held.move_to_end(scope)
         return state

@@ -42,7 +42,7 @@ from ...types import (
 from ..sqlite._scoring import score_candidates
 from . import _store as st
 from ._executor import Executor
-from ._state import States
+from ._state import STATE_ROWS, States
 
 if TYPE_CHECKING:
     from langchain_core.embeddings import Embeddings
@@ -92,6 +92,8 @@ class LanceDBMemoryService(SyncMemoryService):
             one `embed_query` probes it.
         limits: text, topic and capacity limits (see `Limits`).
         language: the tokenizer's language (see `InMemoryMemoryService`).
+        state_rows: memory rows of the users read last kept in memory (their rows,
+            keyword documents and vectors), past which the least recently used are dropped.
 
     Writes are serialised by this instance's lock, not across processes: open one
     service per directory (it does not declare `CROSS_PROCESS`).
@@ -105,6 +107,7 @@ class LanceDBMemoryService(SyncMemoryService):
         limits: _core.Limits | None = None,
         language: str | Language = "english",
         dims: int | None = None,
+        state_rows: int = STATE_ROWS,
     ) -> None:
         self.language = resolve_language(language)
         self._embeddings = embeddings
@@ -112,7 +115,7 @@ class LanceDBMemoryService(SyncMemoryService):
         if embeddings is not None and dims is None:
             dims = len(embeddings.embed_query("dimension probe"))
         self._store = st.Store(path, None if embeddings is None else dims)
-        self._states = States(lambda u: self._store.records(st.where(u, live=False)), self.language)
+        self._states = States(self._store, self.language, state_rows)
         self._time_mentions = TimeMentions(self.language)
 
     @property
