@@ -34,12 +34,13 @@ class Executor:
         self.wiped = self.locked = False  # wiped: a purge of the whole user
 
     def __call__(self, step: s.Step) -> Any:
-        run = getattr(self, "_" + type(step).__name__)
-        if isinstance(step, (s.Now, s.Embed)):
-            return run(step)
+        if isinstance(step, s.Now):
+            return utcnow()
+        if isinstance(step, s.Embed):
+            return self.embed(list(step.texts))
         with self.store.lock:  # held from `LockUser` on; one step at a time before it
             self.user = step.user
-            return run(step)
+            return getattr(self, "_" + type(step).__name__)(step)
 
     @property
     def _state(self) -> UserState:
@@ -65,12 +66,6 @@ class Executor:
             return None
         r = min(records, key=lambda r: r.seq)
         return s.Stored(r.entry, r.keyed, not r.live, r)
-
-    def _Now(self, step: s.Now) -> Any:
-        return utcnow()
-
-    def _Embed(self, step: s.Embed) -> Any:
-        return self.embed(list(step.texts))
 
     def _LockUser(self, step: s.LockUser) -> None:
         if not self.locked:
@@ -106,20 +101,17 @@ class Executor:
             record = Record.memory(row.entry, row.fingerprint, row.keyed, row.vector, seq)
             self.pending[record.ref] = record
 
-    def _rewrite(self, old: Record, entry: Any, fp: str, vector: Any) -> None:
-        self.pending[old.ref] = Record.memory(entry, fp, old.keyed, vector, self.store.next_seq())
-
     def _Rewrite(self, step: s.Rewrite) -> None:
         old: Record = step.target.handle
         entry = step.target.entry.model_copy(update={"memory": step.memory, "updated_at": step.at})
         vector = old.vector if step.vector is s.KEEP else step.vector
-        self._rewrite(old, entry, step.fingerprint, vector)
+        seq = self.store.next_seq()
+        self.pending[old.ref] = Record.memory(entry, step.fingerprint, old.keyed, vector, seq)
 
     def _SetTopics(self, step: s.SetTopics) -> None:
-        old: Record = step.target.handle
         memory = step.target.entry.memory.model_copy(update={"topics": list(step.topics)})
-        entry = step.target.entry.model_copy(update={"memory": memory, "updated_at": step.at})
-        self._rewrite(old, entry, old.fp or "", old.vector)
+        fp = step.target.handle.fp or ""
+        self._Rewrite(s.Rewrite(step.user, step.target, memory, fp, s.KEEP, step.at))
 
     def _delete(self, rows: list[Record]) -> list[tuple[str, str]]:
         for row in rows:
