@@ -87,7 +87,7 @@ class Executor:
         return {fp for fp in step.fingerprints if self._by_fp(fp)}
 
     def _CountLive(self, step: s.CountLive) -> int:
-        live = len(self._state.docs)
+        live = len(self._state.live)
         for ref, row in self.pending.items():
             old = self._state.rows.get(ref)
             live += bool(row and row.live) - bool(old and old.live)

@@ -31,7 +31,10 @@ class UserState:
         self.language = language
         self.rows: dict[str, Record] = {}
         self.entries: dict[str, Entry] = {}
+        self.live: dict[str, None] = {}
+        """The live rows' ids, in row order."""
         self.docs: dict[str, KeywordDoc] = {}
+        self.unindexed: set[str] = set()
         self.by_fp: dict[str, set[str]] = {}
         self.postings: dict[str, set[str]] = {}
         self.df: Counter[str] = Counter()
@@ -45,15 +48,12 @@ class UserState:
 
     def put(self, record: Record) -> None:
         self.drop(record.ref)
-        ref, entry = record.ref, record.entry
-        self.rows[ref], self.entries[ref] = record, entry
-        self.by_fp.setdefault(record.fp or "", set()).add(ref)
+        self.rows[record.ref], self.entries[record.ref] = record, record.entry
+        self.by_fp.setdefault(record.fp or "", set()).add(record.ref)
         if record.live:
-            doc = KeywordDoc.build(entry.text, entry.memory.topics, self.language)
-            self.docs[ref] = doc
-            self._count(doc, 1)
-            for term in doc.terms:
-                self.postings.setdefault(term, set()).add(ref)
+            self.live[record.ref] = None
+            self.unindexed.add(record.ref)
+        self._matrix = None
 
     def drop(self, ref: str) -> None:
         old = self.rows.pop(ref, None)
@@ -61,6 +61,8 @@ class UserState:
             return
         del self.entries[ref]
         self.by_fp[old.fp or ""].discard(ref)
+        self.live.pop(ref, None)
+        self.unindexed.discard(ref)
         doc = self.docs.pop(ref, None)
         if doc is not None:
             self._count(doc, -1)
@@ -72,10 +74,21 @@ class UserState:
         self.df.update({t: sign for t in doc.terms})
         self.lengths[0] += sign * doc.content_len
         self.lengths[1] += sign * doc.topic_len
-        self._matrix = None
+
+    def index(self) -> None:
+        """Build the keyword documents of the live rows written since the last search
+        (a write only queues its row: adds do not pay for tokenising)."""
+        for ref in self.unindexed:
+            entry = self.entries[ref]
+            doc = self.docs[ref] = KeywordDoc.build(entry.text, entry.memory.topics, self.language)
+            self._count(doc, 1)
+            for term in doc.terms:
+                self.postings.setdefault(term, set()).add(ref)
+        self.unindexed.clear()
 
     def stats(self, terms: QueryTerms) -> CorpusStats:
         """`CorpusStats.from_docs` of the live rows, for the query's terms."""
+        self.index()
         n, (content, topic) = len(self.docs), self.lengths
         df = {t: self.df[t] for t in terms.tokens}
         average = (max(content / n, 1.0), max(topic / n, 1.0)) if n else (1.0, 1.0)
@@ -84,17 +97,18 @@ class UserState:
     def candidates(self, terms: QueryTerms) -> list[tuple[Entry, KeywordDoc]]:
         """Live rows holding a query term, in row order (every live row for a query
         without a primary token: the literal phrase fallback may match any of them)."""
-        refs: Iterable[str] = self.docs
+        self.index()
+        refs: Iterable[str] = self.live
         if terms.primary:
             held = set().union(*(self.postings.get(t, ()) for t in terms.tokens))
-            refs = [r for r in self.docs if r in held]
+            refs = [r for r in self.live if r in held]
         return [(self.entries[r], self.docs[r]) for r in refs]
 
     def similar(self, vector: np.ndarray) -> tuple[list[Entry], np.ndarray]:
         """The live rows with a vector and their dot products with `vector`; the
         matrix is rebuilt on the first search after a change."""
         if self._matrix is None:
-            refs = [r for r in self.docs if self.rows[r].vector is not None]
+            refs = [r for r in self.live if self.rows[r].vector is not None]
             rows = [self.rows[r].vector for r in refs]
             matrix = np.vstack(rows) if rows else np.zeros((0, len(vector)), np.float32)
             self._matrix = [self.entries[r] for r in refs], matrix

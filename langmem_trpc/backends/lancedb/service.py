@@ -144,7 +144,7 @@ class LanceDBMemoryService(SyncMemoryService):
         """The user's live entries whose expiry has (or, by default, has not) passed."""
         with self._store.lock:
             state = self._states.get(_core.check_user(user))
-            entries = [state.entries[ref] for ref in state.docs]
+            entries = [state.entries[ref] for ref in state.live]
         now = _core.utcnow()
         return [e for e in entries if _core.is_expired(e, now) == expired]
 
@@ -152,7 +152,7 @@ class LanceDBMemoryService(SyncMemoryService):
         memory_id = _core.check_memory_id(memory_id)
         with self._store.lock:
             state = self._states.get(_core.check_user(user))
-            live = memory_id in state.docs
+            live = memory_id in state.live
             entry = state.entries[memory_id] if live else None
         return entry if entry is not None and not _core.is_expired(entry) else None
 
@@ -163,7 +163,7 @@ class LanceDBMemoryService(SyncMemoryService):
 
     def count(self, user: UserKey) -> int:
         with self._store.lock:
-            return len(self._states.get(_core.check_user(user)).docs)
+            return len(self._states.get(_core.check_user(user)).live)
 
     def users(self, app_name: str | None = None) -> list[UserKey]:
         app = _core.check_app_filter(app_name)
