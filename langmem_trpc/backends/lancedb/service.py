@@ -133,7 +133,8 @@ class LanceDBMemoryService(SyncMemoryService):
         executor = Executor(self._store, self._states, self._embed)
         try:
             result = drive(plan, executor)
-            executor.commit()
+            with self._store.lock:  # held already unless the plan ended before `LockUser`
+                executor.commit()
             return result
         finally:
             executor.release()
