@@ -73,8 +73,7 @@ class Executor:
             self.locked = True
 
     def _FindById(self, step: s.FindById) -> s.Stored | None:
-        row = self._row(step.memory_id)
-        return self._found([] if row is None else [row])
+        return self._found([r for r in [self._row(step.memory_id)] if r is not None])
 
     def _FindLiveByFingerprint(self, step: s.FindLiveByFingerprint) -> s.Stored | None:
         hits = self._by_fp(step.fingerprint)

@@ -153,8 +153,7 @@ class LanceDBMemoryService(SyncMemoryService):
         memory_id = _core.check_memory_id(memory_id)
         with self._store.lock:
             state = self._states.get(_core.check_user(user))
-            live = memory_id in state.live
-            entry = state.entries[memory_id] if live else None
+            entry = state.entries[memory_id] if memory_id in state.live else None
         return entry if entry is not None and not _core.is_expired(entry) else None
 
     def read(self, user: UserKey, limit: int | None = None) -> list[Entry]:
