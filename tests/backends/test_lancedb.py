@@ -21,6 +21,7 @@ from langmem_trpc import (
     UserKey,
 )
 from langmem_trpc.backends.lancedb import LanceDBMemoryService
+from langmem_trpc.backends.lancedb._store import scope_of
 from langmem_trpc.errors import ConfigurationError
 from langmem_trpc.service.capabilities import Capability
 from langmem_trpc.testing import HashingEmbeddings
@@ -141,6 +142,7 @@ def test_a_refused_write_commits_nothing(tmp_path):
         svc.add(ALICE, "two")
     assert svc._store.table.version == before
     assert svc.count(ALICE) == 1
+    assert [e.text for e in svc.search(ALICE, "one two")] == ["one"]  # the state is untouched
 
 
 def test_open_by_url(tmp_path):
@@ -157,3 +159,20 @@ def test_search_hides_a_memory_expired_after_the_snapshot_was_cached(tmp_path):
     assert [e.id for e in svc.search(ALICE, "green tea")] == [entry.id]  # cached
     assert svc.set_expiry(ALICE, entry.id, datetime.now(timezone.utc) - timedelta(seconds=1))
     assert svc.search(ALICE, "green tea") == []
+
+
+def test_users_past_state_rows_are_dropped_and_reloaded_from_the_table(tmp_path):
+    svc = LanceDBMemoryService(tmp_path / "s", state_rows=3)
+    bob, carol = UserKey("app", "bob"), UserKey("app", "carol")
+    tea = [svc.add(ALICE, text) for text in ("Likes green tea", "Likes black coffee")]
+    svc.add(bob, "Plays chess")
+    svc.add(bob, "Plays go")
+    assert svc.count(carol) == 0  # loading carol drops alice (least recently used)
+    assert scope_of(ALICE) not in svc._states.held
+    assert [e.id for e in svc.search(ALICE, "green tea")] == [tea[0].id]  # reloaded
+    assert list(svc._states.held) == [scope_of(carol), scope_of(ALICE)]  # bob dropped
+    svc.delete(ALICE, tea[0].id)
+    assert svc.search(ALICE, "green tea") == []
+    assert svc.count(bob) == 2
+    svc.close()
+    assert not svc._states.held

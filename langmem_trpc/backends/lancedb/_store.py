@@ -13,13 +13,11 @@ import hashlib
 import itertools
 import threading
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, fields
-from datetime import datetime, timedelta, timezone
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 import lancedb
-import numpy as np
 import pyarrow as pa
 
 from ...errors import ConfigurationError
@@ -29,7 +27,6 @@ TABLE = "records"
 MEMORY, HISTORY, CURSOR, CLAIM, LETTER = "m", "h", "c", "t", "d"
 COMPACT_EVERY = 64
 """Commits between compactions: each commit adds a fragment, and scans slow with many."""
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
 def digest(value: str) -> str:
@@ -43,10 +40,6 @@ def scope_of(user: UserKey) -> str:
 
 def key_of(rec: str, user: UserKey, ref: str) -> str:
     return f"{rec}:{scope_of(user)}:{digest(ref)}"
-
-
-def micros(at: datetime | None) -> int | None:
-    return None if at is None else (at - _EPOCH) // timedelta(microseconds=1)
 
 
 def where(user: UserKey, rec: str = MEMORY, live: bool = True) -> str:
@@ -68,9 +61,10 @@ class Record:
     fp: str | None = None
     live: bool = True
     keyed: bool = False
-    kind: str | None = None
-    event_us: int | None = None
-    vector: list[float] | None = None
+    vector: Any = None
+    """A memory's unit vector (numpy float32), None without an embedder."""
+    parsed: Entry | None = field(default=None, compare=False, repr=False)
+    """The memory's entry, when it was at hand (not a column)."""
 
     @classmethod
     def of(cls, rec: str, user: UserKey, ref: str, body: str, **more: Any) -> Record:
@@ -78,22 +72,19 @@ class Record:
         return cls(key, rec, scope_of(user), user.app_name, user.user_id, ref, body, **more)
 
     @classmethod
-    def memory(
-        cls, entry: Entry, fp: str, keyed: bool, vector: Sequence[float] | None, seq: int
-    ) -> Record:
+    def memory(cls, entry: Entry, fp: str, keyed: bool, vector: Any, seq: int) -> Record:
         """The memory record of `entry` (search scores dropped)."""
         entry = entry.model_copy(update={"score": None, "rrf_score": None})
-        kind, event_us = entry.memory.kind.value, micros(entry.memory.event_time)
-        vec = None if vector is None else [float(x) for x in vector]
-        return cls.of(MEMORY, entry.user, entry.id, entry.model_dump_json(), seq=seq, fp=fp,
-                      keyed=keyed, kind=kind, event_us=event_us, vector=vec)  # fmt: skip
+        body = entry.model_dump_json()
+        return cls.of(MEMORY, entry.user, entry.id, body, seq=seq, fp=fp, keyed=keyed,
+                      vector=vector, parsed=entry)  # fmt: skip
 
     @property
     def entry(self) -> Entry:
-        return Entry.model_validate_json(self.body)
+        return self.parsed or Entry.model_validate_json(self.body)
 
 
-_NAMES = [f.name for f in fields(Record)]
+_NAMES = [f.name for f in fields(Record) if f.name != "parsed"]
 
 
 class Store:
@@ -106,8 +97,8 @@ class Store:
     def __init__(self, path: str | Path, dim: int | None) -> None:
         self.db = lancedb.connect(str(path))
         self.lock = threading.RLock()
-        types: dict[str, pa.DataType] = {"seq": pa.int64(), "event_us": pa.int64()}
-        types |= {"live": pa.bool_(), "keyed": pa.bool_()}
+        types: dict[str, pa.DataType] = {"seq": pa.int64(), "live": pa.bool_()}
+        types["keyed"] = pa.bool_()
         cols = [pa.field(n, types.get(n, pa.string())) for n in [*_NAMES[:-1], "refh"]]
         if dim is not None:
             cols.append(pa.field("vector", pa.list_(pa.float32(), dim)))
@@ -129,30 +120,26 @@ class Store:
     def next_seq(self) -> int:
         return next(self._seq)
 
-    def rows(self, where: str, columns: Sequence[str] | None = None) -> list[dict[str, Any]]:
-        cols = list(columns or [n for n in _NAMES if n in self.schema.names])
-        found: list[dict[str, Any]] = (
-            self.table.search().where(where).limit(None).select(cols).to_arrow().to_pylist()
-        )
+    def _arrow(self, where: str, columns: Sequence[str]) -> pa.Table:
+        return self.table.search().where(where).limit(None).select(list(columns)).to_arrow()
+
+    def rows(self, where: str, columns: Sequence[str]) -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = self._arrow(where, columns).to_pylist()
         return found
 
     def records(self, where: str) -> list[Record]:
-        return [Record(**row) for row in self.rows(where)]
+        """The rows `where` matches, vectors as numpy rows (None where not stored)."""
+        names = [n for n in _NAMES if n in self.schema.names]
+        found = self._arrow(where, names)
+        vectors: Any = [None] * found.num_rows
+        if self.has_vectors:
+            vectors = found.column("vector").combine_chunks().to_numpy(zero_copy_only=False)
+            found = found.drop_columns(["vector"])
+        return [Record(**row, vector=v) for row, v in zip(found.to_pylist(), vectors, strict=True)]
 
     def one(self, key: str) -> Record | None:
         found = self.records(f"key = '{key}'")
         return found[0] if found else None
-
-    def count(self, where: str) -> int:
-        return int(self.table.count_rows(where))
-
-    def nearest(self, vector: np.ndarray, where: str, limit: int) -> list[tuple[str, float]]:
-        """Keys of the `limit` memories nearest `vector` by dot product, with their
-        scores (exact: a prefiltered flat scan)."""
-        query: Any = self.table.search(vector.tolist(), vector_column_name="vector")
-        query = query.distance_type("dot").where(where, prefilter=True).limit(limit)
-        hits = query.select(["key", "_distance"]).to_arrow().to_pylist()
-        return [(h["key"], max(0.0, 1.0 - float(h["_distance"]))) for h in hits]
 
     def commit(
         self, records: Iterable[Record], *, fresh: bool = False, drop: str | None = None
@@ -162,12 +149,10 @@ class Store:
         rows = [{**{n: getattr(r, n) for n in _NAMES}, "refh": digest(r.ref)} for r in records]
         if not rows and drop is None:
             return
-        if not self.has_vectors:
-            rows = [{k: v for k, v in row.items() if k != "vector"} for row in rows]
         data = pa.Table.from_pylist(rows, self.schema)
         if fresh and drop is None:
             self.table.add(data, on_bad_vectors="null")
-        elif rows or drop is not None:
+        else:
             merge = self.table.merge_insert("key").when_matched_update_all()
             merge = merge.when_not_matched_insert_all()
             if drop is not None:

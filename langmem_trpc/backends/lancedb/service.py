@@ -1,25 +1,31 @@
 """`LanceDBMemoryService`: the contract on an embedded LanceDB directory.
 
-Writes are the shared plans (`service/_plans.py`) run by `Executor`. Search
-fetches a vector leg with LanceDB's exact prefiltered dot-product scan and a
-keyword leg scored by the shared BM25F scorer over the user's live rows, and
-ranks them with the shared `execute_search`: rankings equal the reference's.
+Writes are the shared plans (`service/_plans.py`) run by `Executor`. Reads
+and search answer from the user's state (`_state.py`, loaded from the table
+once, kept equal to it by every commit): the keyword leg scores the live rows
+holding a query term with the shared BM25F scorer, the vector leg is one
+matrix product, and the shared `plan_search` / `rank_search` rank them:
+rankings equal the reference's.
 """
 
 from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Callable
 from dataclasses import asdict
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
+
+import numpy as np
 
 from ..._time import ensure_utc
 from ...service import _claims as c
 from ...service import _core
 from ...service import _search as ks
 from ...service._language import Language, resolve_language
+from ...service._periods import TimeMentions
 from ...service._steps import Plan, drive
 from ...service.capabilities import Capability
 from ...service.memory import unit_vector
@@ -33,21 +39,10 @@ from ...types import (
     SearchOptions,
     UserKey,
 )
+from ..sqlite._scoring import score_candidates
+from . import _store as st
 from ._executor import Executor
-from ._store import (
-    CLAIM,
-    CURSOR,
-    HISTORY,
-    LETTER,
-    MEMORY,
-    Record,
-    Store,
-    digest,
-    key_of,
-    micros,
-    scope_of,
-    where,
-)
+from ._state import STATE_ROWS, States
 
 if TYPE_CHECKING:
     from langchain_core.embeddings import Embeddings
@@ -55,8 +50,6 @@ if TYPE_CHECKING:
 __all__ = ["LanceDBMemoryService"]
 
 T = TypeVar("T")
-DOC_CACHE = 200_000
-"""Parsed entries with keyword documents kept per service (dropped when over, and by close)."""
 _BYTES = ("message_keys", "retired_keys")
 
 
@@ -70,9 +63,23 @@ def _cursor_of(body: str) -> ExtractionCursor:
     return ExtractionCursor.model_validate(data | {n: base64.b64decode(data[n]) for n in _BYTES})
 
 
-def _letter(letter: DeadLetter) -> Record:
-    key = f"{LETTER}:{digest(letter.id)}"
-    return Record.of(LETTER, letter.user, letter.id, letter.model_dump_json(), key=key)
+def _letter(letter: DeadLetter) -> st.Record:
+    key = f"{st.LETTER}:{st.digest(letter.id)}"
+    return st.Record.of(st.LETTER, letter.user, letter.id, letter.model_dump_json(), key=key)
+
+
+def _top(
+    entries: list[Entry], scores: np.ndarray, keep: Callable[[Entry], bool], pool: int
+) -> list[tuple[Entry, float]]:
+    """The `pool` entries `keep` accepts with the highest scores (clipped at 0), best
+    first; equal scores keep their row order, as the reference's stable sort does."""
+    hits: list[tuple[Entry, float]] = []
+    for i in np.argsort(-scores, kind="stable").tolist():
+        if len(hits) == pool:
+            break
+        if keep(entries[i]):
+            hits.append((entries[i], max(0.0, float(scores[i]))))
+    return hits
 
 
 class LanceDBMemoryService(SyncMemoryService):
@@ -85,6 +92,8 @@ class LanceDBMemoryService(SyncMemoryService):
             one `embed_query` probes it.
         limits: text, topic and capacity limits (see `Limits`).
         language: the tokenizer's language (see `InMemoryMemoryService`).
+        state_rows: memory rows of the users read last kept in memory (their rows,
+            keyword documents and vectors), past which the least recently used are dropped.
 
     Writes are serialised by this instance's lock, not across processes: open one
     service per directory (it does not declare `CROSS_PROCESS`).
@@ -98,15 +107,16 @@ class LanceDBMemoryService(SyncMemoryService):
         limits: _core.Limits | None = None,
         language: str | Language = "english",
         dims: int | None = None,
+        state_rows: int = STATE_ROWS,
     ) -> None:
         self.language = resolve_language(language)
         self._embeddings = embeddings
         self._limits = limits or _core.Limits()
         if embeddings is not None and dims is None:
             dims = len(embeddings.embed_query("dimension probe"))
-        dim = None if embeddings is None else dims
-        self._store = Store(path, dim)
-        self._docs: dict[str, tuple[int, Entry, ks.KeywordDoc]] = {}
+        self._store = st.Store(path, None if embeddings is None else dims)
+        self._states = States(self._store, self.language, state_rows)
+        self._time_mentions = TimeMentions(self.language)
 
     @property
     def capabilities(self) -> frozenset[Capability]:
@@ -120,120 +130,104 @@ class LanceDBMemoryService(SyncMemoryService):
 
     def run_plan(self, plan: Plan[T]) -> T:
         """Run a write plan; its writes commit together, in one table version, at its end."""
-        executor = Executor(self._store, self._embed)
+        executor = Executor(self._store, self._states, self._embed)
         try:
             result = drive(plan, executor)
-            executor.commit()
+            with self._store.lock:  # held already unless the plan ended before `LockUser`
+                executor.commit()
             return result
         finally:
             executor.release()
 
-    # -- reads ------------------------------------------------------------
+    # -- reads: the user's state ------------------------------------------------
+
+    def _live(self, user: UserKey, expired: bool = False) -> list[Entry]:
+        """The user's live entries whose expiry has (or, by default, has not) passed."""
+        with self._store.lock:
+            state = self._states.get(_core.check_user(user))
+            entries = [state.entries[ref] for ref in state.live]
+        now = _core.utcnow()
+        return [e for e in entries if _core.is_expired(e, now) == expired]
 
     def get(self, user: UserKey, memory_id: str) -> Entry | None:
-        user = _core.check_user(user)
-        found = self._store.one(key_of(MEMORY, user, _core.check_memory_id(memory_id)))
-        live = found is not None and found.live and not _core.is_expired(found.entry)
-        return found.entry if found is not None and live else None
+        memory_id = _core.check_memory_id(memory_id)
+        with self._store.lock:
+            state = self._states.get(_core.check_user(user))
+            entry = state.entries[memory_id] if memory_id in state.live else None
+        return entry if entry is not None and not _core.is_expired(entry) else None
 
     def read(self, user: UserKey, limit: int | None = None) -> list[Entry]:
-        records = self._store.records(where(_core.check_user(user)))
-        entries = _core.unexpired(r.entry for r in records)
+        entries = self._live(user)
         entries.sort(key=lambda e: (e.updated_at, e.created_at, e.id), reverse=True)
         return entries[:limit] if limit is not None and limit > 0 else entries
 
     def count(self, user: UserKey) -> int:
-        return self._store.count(where(_core.check_user(user)))
+        with self._store.lock:
+            return len(self._states.get(_core.check_user(user)).live)
 
     def users(self, app_name: str | None = None) -> list[UserKey]:
         app = _core.check_app_filter(app_name)
-        rows = self._store.rows(f"rec = '{MEMORY}' AND live", ["app", "user"])
+        rows = self._store.rows(f"rec = '{st.MEMORY}' AND live", ["app", "user"])
         keys = {(r["app"], r["user"]) for r in rows if app is None or r["app"] == app}
         return [UserKey(a, u) for a, u in sorted(keys)]
 
     def history(self, user: UserKey, memory_id: str) -> list[HistoryEvent]:
-        refh = digest(_core.check_memory_id(memory_id))
-        sql = f"{where(_core.check_user(user), HISTORY, live=False)} AND refh = '{refh}'"
-        found = sorted(self._store.records(sql), key=lambda r: r.seq)
-        return [HistoryEvent.model_validate_json(r.body) for r in found]
+        refh = st.digest(_core.check_memory_id(memory_id))
+        sql = f"{st.where(_core.check_user(user), st.HISTORY, live=False)} AND refh = '{refh}'"
+        found = sorted(self._store.rows(sql, ["seq", "body"]), key=lambda r: r["seq"])
+        return [HistoryEvent.model_validate_json(r["body"]) for r in found]
 
     def expired(self, user: UserKey, limit: int | None = None) -> list[str]:
-        now, records = _core.utcnow(), self._store.records(where(_core.check_user(user)))
-        gone = [e for e in (r.entry for r in records) if _core.is_expired(e, now)]
-        gone.sort(key=lambda e: (e.expires_at, e.id))
+        gone = sorted(self._live(user, expired=True), key=lambda e: (e.expires_at, e.id))
         return [e.id for e in gone][: limit if limit and limit > 0 else None]
 
     def set_expiry(self, user: UserKey, memory_id: str, expires_at: datetime | None) -> bool:
-        key = key_of(MEMORY, _core.check_user(user), _core.check_memory_id(memory_id))
+        user, memory_id = _core.check_user(user), _core.check_memory_id(memory_id)
         at = ensure_utc(expires_at, "expires_at") if expires_at is not None else None
         with self._store.lock:
-            found = self._store.one(key)
+            state = self._states.get(user)
+            found = state.rows.get(memory_id)
             if found is None or not found.live:
                 return False
-            entry = found.entry.model_copy(update={"expires_at": at})
-            self._store.commit(
-                [Record.memory(entry, found.fp or "", found.keyed, found.vector, found.seq)]
-            )
-            self._docs.pop(key, None)  # the write sequence stays: the snapshot cache can't tell
+            entry = state.entries[memory_id].model_copy(update={"expires_at": at})
+            record = st.Record.memory(entry, found.fp or "", found.keyed, found.vector, found.seq)
+            self._store.commit([record])
+            state.put(record)
             return True
 
-    # -- search -------------------------------------------------------------
-
-    def _snapshot(self, user: UserKey) -> dict[str, tuple[Entry, ks.KeywordDoc]]:
-        """The user's live entries and keyword documents by key: bodies are read and
-        parsed only for rows whose write sequence the cache does not hold."""
-        if len(self._docs) > DOC_CACHE:
-            self._docs.clear()
-        seqs = {r["key"]: r["seq"] for r in self._store.rows(where(user), ["key", "seq"])}
-        stale = {k for k, seq in seqs.items() if self._docs.get(k, (None,))[0] != seq}
-        if stale:
-            listed = ", ".join(map(repr, stale))
-            sql = where(user) + (f" AND key IN ({listed})" if len(stale) <= 512 else "")
-            for row in self._store.rows(sql, ["key", "seq", "body"]):
-                entry = Entry.model_validate_json(row["body"])
-                doc = ks.KeywordDoc.build(entry.text, entry.memory.topics, self.language)
-                self._docs[row["key"]] = (row["seq"], entry, doc)
-        hits = ((k, self._docs.get(k)) for k in seqs)
-        return {k: (hit[1], hit[2]) for k, hit in hits if hit is not None}
-
-    def _vector_filter(self, user: UserKey, kind: Kind | None, opts: SearchOptions) -> str:
-        sql = where(user) + (f" AND kind = '{kind.value}'" if kind is not None else "")
-        low, high = micros(opts.time_after), micros(opts.time_before)
-        bounds = [f"event_us >= {low}"] * (low is not None) + [f"event_us <= {high}"] * (
-            high is not None
-        )
-        return sql + (f" AND (event_us IS NULL OR ({' AND '.join(bounds)}))" if bounds else "")
+    # -- search ---------------------------------------------------------------
 
     def search(
         self, user: UserKey, query: str | None = None, options: SearchOptions | None = None
     ) -> list[Entry]:
         user, opts = _core.check_user(user), _core.resolve_options(query, options)
-        if not opts.query.strip():
+        plan = ks.plan_search(opts)
+        if not plan.kinds:
             return []
         vector = None
         if self._embeddings is not None:
             vector = unit_vector(self._embeddings.embed_query(opts.query))
-        by_key = self._snapshot(user)
-        snapshot = list(by_key.values())
         terms = ks.QueryTerms.of(opts, self.language)
-        stats = ks.CorpusStats.from_docs(doc for _, doc in snapshot)
+        with self._store.lock:
+            state = self._states.get(user)
+            stats = state.stats(terms)
+            pool = state.candidates(terms) if vector is None or opts.hybrid else []
+            near = None if vector is None else state.similar(vector)
+        scores = score_candidates(terms, [d for _, d in pool], stats)
+        hit = np.flatnonzero(scores > 0)
+        keyword = [pool[i][0] for i in hit.tolist()], scores[hit]
 
-        def fetch(kind: Kind | None, pool: int) -> ks.Legs:
-            pick = [
-                (e, d)
-                for e, d in snapshot
-                if (kind is None or e.memory.kind == kind)
-                and ks.passes_time(e.memory.event_time, opts.time_after, opts.time_before)
-            ]
-            scored = [(e, ks.keyword_score(terms, d, stats)) for e, d in pick]
-            keyword = sorted((h for h in scored if h[1] > 0), key=lambda h: -h[1])[:pool]
-            if vector is None:
-                return ks.Legs(vector=None, keyword=keyword)
-            hits = self._store.nearest(vector, self._vector_filter(user, kind, opts), pool)
-            near = [(by_key[k][0], score) for k, score in hits if k in by_key]
-            return ks.Legs(vector=near, keyword=keyword)
+        def fetch(kind: Kind | None) -> ks.Legs:
+            def keep(entry: Entry) -> bool:
+                return (kind is None or entry.memory.kind == kind) and ks.passes_time(
+                    entry.memory.event_time, opts.time_after, opts.time_before
+                )
 
-        return ks.execute_search(opts, fetch, self.language)
+            vectors = None if near is None else _top(*near, keep, plan.pool)
+            return ks.Legs(vectors, _top(*keyword, keep, plan.pool))
+
+        fetched = {kind: fetch(kind) for kind in plan.kinds}
+        return ks.rank_search(plan, fetched, opts, self.language, self._time_mentions)
 
     # -- cursors, claims and dead letters (the shared `ClaimTable` rules) ---------
 
@@ -253,16 +247,18 @@ class LanceDBMemoryService(SyncMemoryService):
             if not isinstance(op, c.GetCursor):
                 records = [_letter(d) for d in table.letters.values()]
                 for claim in table.claims.values():
-                    records.append(Record.of(CLAIM, user, thread_id, json.dumps(asdict(claim))))
+                    records.append(
+                        st.Record.of(st.CLAIM, user, thread_id, json.dumps(asdict(claim)))
+                    )
                 for cursor in table.cursors.values():
-                    records.append(Record.of(CURSOR, user, thread_id, _cursor_json(cursor)))
+                    records.append(st.Record.of(st.CURSOR, user, thread_id, _cursor_json(cursor)))
                 self._store.commit(records)
             return result
 
     def _admin(self, op: c.ListDeadLetters | c.RetryDeadLetter) -> Any:
         """An admin call across users, on a table of the dead letters it reads."""
         retry = op.letter_id if isinstance(op, c.RetryDeadLetter) else None
-        sql = "true" if retry is None else f"refh = '{digest(retry)}'"
+        sql = "true" if retry is None else f"refh = '{st.digest(retry)}'"
         table = c.ClaimTable(self._store.lock, letters=self._letters(sql))
         result = table.apply(op)
         if retry is not None and result is not None:
@@ -270,21 +266,21 @@ class LanceDBMemoryService(SyncMemoryService):
         return result
 
     def _letters(self, sql: str) -> dict[str, DeadLetter]:
-        found = self._store.records(f"rec = '{LETTER}' AND {sql}")
+        found = self._store.records(f"rec = '{st.LETTER}' AND {sql}")
         return {d.id: d for d in (DeadLetter.model_validate_json(r.body) for r in found)}
 
     def _claims(self, user: UserKey, thread_id: str) -> c.ClaimTable:
         """A table with the thread's cursor, claim and dead letters."""
         table = c.ClaimTable(self._store.lock)
-        cursor = self._store.one(key_of(CURSOR, user, thread_id))
+        cursor = self._store.one(st.key_of(st.CURSOR, user, thread_id))
         if cursor is not None:
             table.cursors[(user, thread_id)] = _cursor_of(cursor.body)
-        claim = self._store.one(key_of(CLAIM, user, thread_id))
+        claim = self._store.one(st.key_of(st.CLAIM, user, thread_id))
         if claim is not None:
             table.claims[(user, thread_id)] = c.Claim(**json.loads(claim.body))
-        letters = self._letters(f"scope = '{scope_of(user)}'").values()
+        letters = self._letters(f"scope = '{st.scope_of(user)}'").values()
         table.letters = {d.id: d for d in letters if d.thread_id == thread_id}
         return table
 
     def close(self) -> None:
-        self._docs.clear()
+        self._states.held.clear()
