@@ -1,6 +1,7 @@
 """`QueueWorker`: the consumer of `PostgresJobQueue`, run by `langmem-trpc worker`.
 
-A procrastinate worker fetches jobs of one queue; each job runs
+A procrastinate worker fetches the jobs of one queue (of every app, or of
+`apps` only: each app's jobs are in procrastinate queue `queue@app`); each job runs
 `AutoMemoryWorker.process`, i.e. the same `run_job` as the in-process worker
 (checkers, update policy, reconcile, the cursor compare-and-set under the
 thread's claim, failed attempts and dead letters), in a thread of this
@@ -42,6 +43,7 @@ with the thread's next waiting job, which then simply runs after it.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import signal
 import threading
@@ -57,7 +59,8 @@ from ..extraction.job import JobReport, JobStatus
 from ..extraction.stats import WorkerStats
 from ..extraction.worker import AutoMemoryWorker
 from ..service.protocol import MemoryService
-from ._payload import decode
+from ..types import check_identifier
+from ._payload import app_queue, check_queue_name, decode
 from ._stats import TASK_NAME
 
 __all__ = ["JobIncompleteError", "QueueWorker"]
@@ -65,8 +68,10 @@ __all__ = ["JobIncompleteError", "QueueWorker"]
 logger = logging.getLogger(__name__)
 
 UNLOCK = "UPDATE procrastinate_jobs SET queueing_lock = NULL WHERE id = %(id)s AND queueing_lock IS NOT NULL"
-READY = """SELECT EXISTS (SELECT 1 FROM procrastinate_jobs WHERE queue_name = %(queue)s
+READY = """SELECT EXISTS (SELECT 1 FROM procrastinate_jobs WHERE queue_name = ANY(%(queues)s)
     AND status = 'todo' AND (scheduled_at IS NULL OR scheduled_at <= now())) AS ready"""
+APP_QUEUES = """SELECT DISTINCT queue_name FROM procrastinate_jobs
+    WHERE starts_with(queue_name, %(apps)s) AND status IN ('todo', 'doing') ORDER BY 1"""
 MAX_BACKOFF = 300.0
 RECONNECT_MAX = 30.0
 
@@ -99,6 +104,9 @@ class QueueWorker:
         service: where memories and cursors live (usually the same database).
         extractor: `LLMExtractor(model)`, `VerbatimExtractor()` or any `Extractor`.
         queue: the queue name the producers use.
+        apps: take only these apps' jobs (each app's jobs are in procrastinate queue
+            `queue@app`); default: every app's, the apps found among the waiting jobs at
+            start and then every `stalled_after / 2` s.
         concurrency: jobs run at once by this process.
         job_timeout, checkers, policy, batch_messages, max_attempts, claim_ttl,
             max_calls_per_user: as for `AutoMemoryWorker`.
@@ -122,6 +130,7 @@ class QueueWorker:
         extractor: Extractor,
         *,
         queue: str = "langmem",
+        apps: Sequence[str] | None = None,
         concurrency: int = 4,
         job_timeout: float | None = 30.0,
         checkers: Sequence[Checker] | None = None,
@@ -142,6 +151,9 @@ class QueueWorker:
     ) -> None:
         if concurrency < 1:
             raise ConfigurationError("concurrency must be >= 1")
+        check_queue_name(queue)
+        for app in apps or ():
+            check_identifier("apps", app)
         if stalled_after <= 0 or retry_wait < 0 or poll_interval <= 0:
             raise ConfigurationError("stalled_after and poll_interval must be > 0, retry_wait >= 0")
         if retries is not None and retries < 0:
@@ -159,6 +171,9 @@ class QueueWorker:
         )
         self.conninfo = conninfo
         self.queue = queue
+        self.apps = tuple(apps or ())
+        self._queues: list[str] = [app_queue(queue, app) for app in self.apps] or [queue]
+        """What procrastinate's worker fetches from; a default worker's grows in place."""
         self.concurrency = concurrency
         self.retries = max_attempts + 2 if retries is None else retries
         self.stalled_after = stalled_after
@@ -217,7 +232,7 @@ class QueueWorker:
             assert self._executor is not None
             report: JobReport = await loop.run_in_executor(
                 self._executor,
-                self.processor.process,
+                functools.partial(self.processor.process, offset=payload.offset),
                 payload.user,
                 payload.thread_id,
                 payload.messages,
@@ -291,7 +306,7 @@ class QueueWorker:
                 async with self.app.open_async():
                     self._worker = worker_module.Worker(
                         app=self.app,
-                        queues=[self.queue],
+                        queues=await self._fetch_queues(),
                         name=self.name,
                         concurrency=self.concurrency,
                         wait=not drain,
@@ -332,14 +347,26 @@ class QueueWorker:
     async def _ready_jobs(self) -> bool:
         """Whether a job of the queue is waiting and due (drain mode runs until none is)."""
         async with self.app.open_async():
-            row = await self.app.connector.execute_query_one_async(READY, queue=self.queue)
+            queues = await self._fetch_queues()
+            row = await self.app.connector.execute_query_one_async(READY, queues=queues)
         return bool(row["ready"])
+
+    async def _fetch_queues(self) -> list[str]:
+        """The queues to fetch from (the list procrastinate's worker reads at every fetch):
+        the plain queue (jobs queued before apps had queues) and every app's queue found
+        among the unfinished jobs, added in place; an `apps` worker's are fixed."""
+        if not self.apps:
+            rows = await self.app.connector.execute_query_all_async(
+                APP_QUEUES, apps=f"{self.queue}@"
+            )
+            self._queues += [r["queue_name"] for r in rows if r["queue_name"] not in self._queues]
+        return self._queues
 
     async def _announce(self, worker: Any) -> None:
         while worker.worker_id is None:  # noqa: ASYNC110 - procrastinate sets it, no event
             await asyncio.sleep(0.02)
         logger.info(
-            "queue worker %s ready on queue %r (id %s)", self.name, self.queue, worker.worker_id
+            "queue worker %s ready on %s (id %s)", self.name, self._queues, worker.worker_id
         )
         if self.on_ready is not None:
             self.on_ready()
@@ -370,6 +397,7 @@ class QueueWorker:
                     connected_since = time.monotonic()
                 if time.monotonic() - connected_since >= self.stalled_after:
                     await self.recover_stalled()
+                await self._fetch_queues()
             except Exception as exc:
                 connected_since = None
                 logger.warning(
@@ -384,7 +412,7 @@ class QueueWorker:
         """
         manager = self.app.job_manager
         stalled = await manager.get_stalled_jobs(
-            queue=self.queue, task_name=TASK_NAME, seconds_since_heartbeat=self.stalled_after
+            queue=None, task_name=TASK_NAME, seconds_since_heartbeat=self.stalled_after
         )
         count = 0
         for job in stalled:
