@@ -35,6 +35,7 @@ from ._plan import (
     collapse_decision,
     enqueue_plan,
 )
+from ._schema import migrate
 from ._stats import (
     FAILED_JOBS,
     RETRY_FAILED,
@@ -171,17 +172,15 @@ class PostgresJobQueue:
     # -- lifecycle ----------------------------------------------------------
 
     def setup(self) -> None:
-        """Create procrastinate's schema when it is missing, and our index on its jobs
-        table (idempotent, safe to race)."""
-        from procrastinate.schema import SchemaManager
+        """Create procrastinate's schema when it is missing, apply its pending migrations
+        when the installed procrastinate is newer (`_schema.migrate`), and create our index
+        on its jobs table; idempotent, safe to race (an advisory lock).
 
-        schema = SchemaManager.get_schema()
+        Raises `ConfigurationError` (nothing changed) for a schema it cannot place: newer
+        than the installed procrastinate, or older without a recorded version."""
         with self._connection() as conn, conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (SETUP_LOCK,))
-            row = conn.execute("SELECT to_regclass('procrastinate_jobs') IS NOT NULL").fetchone()
-            if not (row and row[0]):
-                conn.execute(schema)  # type: ignore[arg-type]  # procrastinate's own SQL
-                logger.info("queue: created procrastinate's schema")
+            migrate(conn)
             conn.execute(WAITING_LOCK_INDEX)
 
     async def asetup(self) -> None:
