@@ -10,7 +10,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from langchain_core.messages import BaseMessage, HumanMessage, messages_from_dict
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, messages_from_dict
 
 from langmem_trpc import UserKey
 from langmem_trpc.backends.postgres import PostgresMemoryService
@@ -19,6 +19,7 @@ from langmem_trpc.extraction import ExtractionRequest, MemoryOp, VerbatimExtract
 from langmem_trpc.queue import EnqueueOutcome, PostgresJobQueue, QueueWorker
 
 USER = UserKey("queue-unit", "alice")
+TOOL_CALL = {"name": "search", "args": {}, "id": "call-1", "type": "tool_call"}
 
 
 def history(count: int, start: int = 0, prefix: str = "m") -> list[BaseMessage]:
@@ -46,7 +47,7 @@ def queue(pg_url: str, service: PostgresMemoryService) -> Iterator[PostgresJobQu
 def jobs(url: str) -> list[dict[str, Any]]:
     with psycopg.connect(url, row_factory=psycopg.rows.dict_row) as conn:
         return conn.execute(
-            "SELECT id, status::text AS status, queueing_lock, attempts, args"
+            "SELECT id, status::text AS status, queue_name, queueing_lock, attempts, args"
             " FROM procrastinate_jobs ORDER BY id"
         ).fetchall()
 
@@ -160,6 +161,87 @@ def test_the_payload_is_the_delta_after_the_cursor_with_one_anchor(
     cursor = service.get_cursor(USER, "t")
     assert cursor is not None and cursor.last_message_id == "m5"
     assert queue.enqueue(USER, "t", history(6)) == EnqueueOutcome.NOTHING_NEW
+
+
+def test_a_queue_written_cursor_counts_the_threads_messages_not_the_payloads(
+    queue: PostgresJobQueue, pg_url: str, service: PostgresMemoryService
+) -> None:
+    """What the UI shows as "messages read" and the legacy anchor search relies on."""
+    queue.enqueue(USER, "t", history(10))
+    drain(pg_url, service)
+    queue.enqueue(USER, "t", history(14))
+    assert jobs(pg_url)[-1]["args"]["offset"] == 9  # the anchor m9
+    drain(pg_url, service)
+    cursor = service.get_cursor(USER, "t")
+    assert cursor is not None and cursor.message_count == 14
+    queue.enqueue(USER, "t", history(14) + [AIMessage("", id="tool", tool_calls=[TOOL_CALL])])
+    drain(pg_url, service)  # only tool traffic: the cursor moves past it, counted
+    cursor = service.get_cursor(USER, "t")
+    assert cursor is not None and cursor.message_count == 15
+
+
+def test_jobs_queued_before_the_offset_existed_still_run(
+    queue: PostgresJobQueue, pg_url: str, service: PostgresMemoryService
+) -> None:
+    queue.enqueue(USER, "t", history(2))
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("UPDATE procrastinate_jobs SET args = args - 'offset'")
+    drain(pg_url, service)
+    assert texts(service) == ["fact number 0 about m", "fact number 1 about m"]
+
+
+def test_jobs_go_to_their_apps_queue_and_a_worker_takes_only_its_apps(
+    queue: PostgresJobQueue, pg_url: str, service: PostgresMemoryService
+) -> None:
+    other = UserKey("queue-other", "bob")
+    queue.enqueue(USER, "t", history(1))
+    queue.enqueue(other, "t", history(2))
+    assert [j["queue_name"] for j in jobs(pg_url)] == ["langmem@queue-unit", "langmem@queue-other"]
+    assert queue.stats().per_app_depth == {"queue-unit": 1, "queue-other": 1}
+    drain(pg_url, service, apps=["queue-other"])
+    assert texts(service) == [] and len(texts(service, other)) == 2
+    stats = queue.stats()
+    assert stats.depth == 1 and stats.per_app_depth == {"queue-unit": 1}
+    drain(pg_url, service)  # no apps: every app's
+    assert texts(service) == ["fact number 0 about m"]
+
+
+def test_a_default_worker_also_takes_jobs_of_the_plain_queue_and_new_apps(
+    queue: PostgresJobQueue, pg_url: str, service: PostgresMemoryService
+) -> None:
+    """Jobs queued before apps had queues are in `langmem`; an app first seen while the
+    worker runs is found by its periodic look (every stalled_after / 2 s)."""
+    queue.enqueue(USER, "t", history(1))
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("UPDATE procrastinate_jobs SET queue_name = 'langmem'")
+    late = UserKey("queue-late", "carol")
+
+    async def main() -> None:
+        worker = QueueWorker(
+            pg_url, service, VerbatimExtractor(), poll_interval=0.2, stalled_after=1.0
+        )
+        run = asyncio.create_task(worker.arun())
+        deadline = time.monotonic() + 30
+        while not texts(service) and time.monotonic() < deadline:  # noqa: ASYNC110
+            await asyncio.sleep(0.1)
+        await queue.aenqueue(late, "t", history(1))
+        while not texts(service, late) and time.monotonic() < deadline:  # noqa: ASYNC110
+            await asyncio.sleep(0.1)
+        worker.stop()
+        await run
+
+    asyncio.run(main())
+    assert texts(service) == ["fact number 0 about m"]
+    assert texts(service, late) == ["fact number 0 about m"]
+
+
+def test_a_bad_queue_or_app_name_is_refused(pg_url: str, service: PostgresMemoryService) -> None:
+    from langmem_trpc.errors import ConfigurationError, InvalidUserKeyError
+
+    with pytest.raises(ConfigurationError, match="without '@'"):
+        PostgresJobQueue(pg_url, queue="a@b")
+    with pytest.raises(InvalidUserKeyError, match="apps"):
+        QueueWorker(pg_url, service, VerbatimExtractor(), apps=[""])
 
 
 def test_stats_report_depth_oldest_age_and_per_user_lag(
@@ -327,6 +409,9 @@ def test_a_delta_over_the_cap_is_queued_as_consecutive_anchored_jobs(
     assert len(entries) == 20
     cursor = service.get_cursor(USER, "t")
     assert cursor is not None and cursor.last_message_id == "m19"
+    offsets = [j["args"]["offset"] for j in queued[1:]]
+    assert offsets == [sum(len(c) - 1 for c in chunks[:k]) for k in range(len(chunks))]
+    assert cursor.message_count == 20  # the thread's, not the last chunk's
 
 
 def test_a_callers_pool_in_transaction_mode_commits_and_collapses(
