@@ -10,7 +10,8 @@ after it; a job overtaken by a newer one finds everything covered and does
 nothing. The cursor a queued job writes covers the anchor and the delta (older
 keys join the retired keys), so a thread fed by the queue keeps a short window
 of keys instead of its whole history: payloads and cursor rows stay bounded by
-the delta, not the thread.
+the delta, not the thread. The payload's `offset` (its anchor's index in the thread)
+keeps that cursor's `message_count` the thread's.
 
 Messages are serialised with LangChain's `messages_to_dict`; the JSON of one
 job's arguments is capped at `max_payload_bytes`. A longer delta (an import)
