@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -101,17 +101,8 @@ class FailedJob:
     """When its last event (failure) happened."""
 
     def as_json(self) -> dict[str, Any]:
-        return {
-            "kind": "queue_job",
-            "id": f"job:{self.id}",
-            "status": self.status,
-            "attempts": self.attempts,
-            "app_name": self.app_name,
-            "user_id": self.user_id,
-            "thread_id": self.thread_id,
-            "messages": self.messages,
-            "at": None if self.at is None else self.at.isoformat(),
-        }
+        at = None if self.at is None else self.at.isoformat()
+        return {"kind": "queue_job", **asdict(self), "id": f"job:{self.id}", "at": at}
 
 
 class ProducerCounters:

@@ -28,7 +28,6 @@ from ._payload import JobPayload, Merge, app_queue, check_queue_name
 from ._plan import (
     Collapse,
     EnqueueOutcome,
-    Plan,
     PlanStep,
     ReadCursor,
     SubmitJob,
@@ -290,27 +289,21 @@ class PostgresJobQueue:
         except InvalidInputError:
             self._counters.bump("rejected")
             raise
-        except LangmemTrpcError as exc:  # BackendError of a service's cursor read
-            self._failed(payload, exc)
-            raise
-        except psycopg.errors.UndefinedTable as exc:
-            self._failed(payload, exc)
-            raise BackendError(
-                f"could not enqueue for {payload.user}: a table is missing; run the queue's "
-                "setup() and the memory service's setup() on this database (or pass service=)"
-            ) from exc
-        except psycopg.Error as exc:  # includes psycopg_pool.PoolTimeout
-            self._failed(payload, exc)
-            raise BackendError(
-                f"could not enqueue for {payload.user}: {type(exc).__name__}"
-            ) from exc
-
-    def _failed(self, payload: JobPayload, exc: BaseException) -> None:
-        self._counters.bump("producer_errors")
-        logger.warning(
-            "queue: enqueue failed for %s thread %r: %s: %s",
-            payload.user, payload.thread_id, type(exc).__name__, exc,
-        )  # fmt: skip
+        except (LangmemTrpcError, psycopg.Error) as exc:  # psycopg_pool.PoolTimeout included
+            self._counters.bump("producer_errors")
+            logger.warning(
+                "queue: enqueue failed for %s thread %r: %s: %s",
+                payload.user, payload.thread_id, type(exc).__name__, exc,
+            )  # fmt: skip
+            if isinstance(exc, LangmemTrpcError):  # BackendError of a service's cursor read
+                raise
+            detail = type(exc).__name__
+            if isinstance(exc, psycopg.errors.UndefinedTable):
+                detail = (
+                    "a table is missing; run the queue's setup() and the memory service's "
+                    "setup() on this database (or pass service=)"
+                )
+            raise BackendError(f"could not enqueue for {payload.user}: {detail}") from exc
 
     def _connection(self) -> Any:
         if self._closed:
@@ -332,7 +325,7 @@ class PostgresJobQueue:
                     return value
 
                 try:
-                    return drive(self._plan(payload), execute)
+                    return drive(enqueue_plan(self.queue, payload, self.max_payload_bytes), execute)
                 except psycopg.OperationalError:
                     if ran or attempt or not conn.broken:
                         raise
@@ -354,16 +347,14 @@ class PostgresJobQueue:
                     return value
 
                 try:
-                    return await adrive(self._plan(payload), execute)
+                    plan = enqueue_plan(self.queue, payload, self.max_payload_bytes)
+                    return await adrive(plan, execute)
                 except psycopg.OperationalError:
                     if ran or attempt or not conn.broken:
                         raise
                     logger.info("queue: a pooled connection was dead; enqueueing on a new one")
             await self._async_pool.check()  # drop the other dead idle connections too
         raise AssertionError("unreachable")
-
-    def _plan(self, payload: JobPayload) -> Plan:
-        return enqueue_plan(self.queue, payload, self.max_payload_bytes)
 
     def _step(self, conn: Any, step: PlanStep, payload: JobPayload) -> Any:
         if isinstance(step, ReadCursor):
