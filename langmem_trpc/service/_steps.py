@@ -234,10 +234,8 @@ AExecute = Callable[[Step], Awaitable[Any]]
 
 
 def drive(plan: Generator[S, Any, T], execute: Callable[[S], Any]) -> T:
-    """Run `plan` to its end, sending back each step's result from `execute`.
-
-    Any plan drives this way: a write plan with an `Execute`, the queue's enqueue plan
-    (`queue/_plan.py`) with its own steps."""
+    """Run `plan` (a write plan, or any plan: the queue's enqueue plan) to its end,
+    sending back each step's result from `execute`."""
     reply: Any = None
     try:
         while True:
