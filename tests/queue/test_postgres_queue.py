@@ -194,8 +194,8 @@ def test_jobs_go_to_their_apps_queue_and_a_worker_takes_only_its_apps(
     queue: PostgresJobQueue, pg_url: str, service: PostgresMemoryService
 ) -> None:
     other = UserKey("queue-other", "bob")
-    queue.enqueue(USER, "t", history(1))
-    queue.enqueue(other, "t", history(2))
+    for user, count in ((USER, 1), (other, 2)):
+        queue.enqueue(user, "t", history(count))
     assert [j["queue_name"] for j in jobs(pg_url)] == ["langmem@queue-unit", "langmem@queue-other"]
     assert queue.stats().per_app_depth == {"queue-unit": 1, "queue-other": 1}
     drain(pg_url, service, apps=["queue-other"])
@@ -204,6 +204,17 @@ def test_jobs_go_to_their_apps_queue_and_a_worker_takes_only_its_apps(
     assert stats.depth == 1 and stats.per_app_depth == {"queue-unit": 1}
     drain(pg_url, service)  # no apps: every app's
     assert texts(service) == ["fact number 0 about m"]
+
+
+def test_a_long_app_names_queue_is_hashed_to_fit_procrastinates_128_characters(
+    queue: PostgresJobQueue, pg_url: str, service: PostgresMemoryService
+) -> None:
+    long = UserKey("a" * 150, "bob")
+    queue.enqueue(long, "t", history(1))
+    name = jobs(pg_url)[0]["queue_name"]
+    assert name.startswith("langmem@#") and len(name) == len("langmem@#") + 16
+    drain(pg_url, service, apps=[long.app_name])
+    assert texts(service, long) == ["fact number 0 about m"]
 
 
 def test_a_default_worker_also_takes_jobs_of_the_plain_queue_and_new_apps(
