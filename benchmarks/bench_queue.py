@@ -9,15 +9,20 @@ Scenarios (medians of --runs runs, a fresh database per run on one embedded serv
    until no job is waiting or running. Every job is a distinct thread of one of
    --users users, enqueued by 4 producer threads.
 3. the same with an extractor sleeping 200 ms (a model's latency), `--concurrency 8`
-   per process: jobs/s, and per process (ideal: 8 / 0.2 s = 40).
+   per process: jobs/s, and per process (ideal: 8 / 0.2 s = 40); and one process with
+   64 jobs of only 8 users (per-user order: at most one job of a user runs at a time).
 4. the in-process `AutoMemoryWorker` in the same run, on the same PostgreSQL: the
    same jobs, instant (2 threads) and sleeping 200 ms (8 threads).
 5. a backlog: --jobs jobs queued with no worker running, then one worker process
    (`--concurrency 4`, instant) drains it: jobs/s; and the cost of one
    `procrastinate_fetch_job_v2` call with 100 / 1,000 / 3,000 jobs waiting (p50 of 20).
+6. the floor: bare procrastinate, a no-op async task, worker processes with the same
+   settings as `langmem-trpc worker` (`--concurrency 4`; 1, 2 and 4 processes) on the
+   same server; 4 producer threads defer the same jobs with the same locks, one
+   `procrastinate_defer_jobs_v1` each. What the queue costs with no memory work at all.
 
 Run: PYTHONPATH=$PWD .venv/bin/python benchmarks/bench_queue.py [--runs 3] [--jobs 1000]
-     [--scenarios 1,2,3,4,5] [--processes 1,2,4]
+     [--scenarios 1,2,3,4,5,6] [--processes 1,2,4]
 The machine's load average is printed before and after; see docs/bench-worker.md.
 """
 
@@ -45,6 +50,9 @@ from langmem_trpc.testing.postgres import PostgresTestServer
 
 ROOT = Path(__file__).resolve().parents[1]
 SLEEPY = "bench_queue:Sleepy"  # importable by the workers: benchmarks/ is on their PYTHONPATH
+FLOOR_QUEUE = "floor"
+POLL = 0.05
+"""Seconds between the drain checks (each a count of waiting jobs, on the measured server)."""
 
 
 class Rows(list[tuple[str, str, str]]):
@@ -81,6 +89,9 @@ def fresh_database(server: PostgresTestServer) -> str:
     from langmem_trpc.backends.postgres import PostgresMemoryService
     from langmem_trpc.queue import PostgresJobQueue
 
+    for conn in _CONNECTIONS.values():  # the previous run's drain-check connection
+        conn.close()
+    _CONNECTIONS.clear()
     url = server.create_database("bench_queue")
     service = PostgresMemoryService(url, pool_size=1)
     service.setup()
@@ -90,11 +101,18 @@ def fresh_database(server: PostgresTestServer) -> str:
     return url
 
 
+_CONNECTIONS: dict[str, Any] = {}
+
+
 def count(url: str, query: str) -> int:
+    """One number; one connection per database for the whole run (a connection per drain
+    check cost the measured server a backend start every 10 ms)."""
     import psycopg
 
-    with psycopg.connect(url, autocommit=True) as conn:
-        row = conn.execute(query).fetchone()
+    conn = _CONNECTIONS.get(url)
+    if conn is None or conn.closed:
+        conn = _CONNECTIONS[url] = psycopg.connect(url, autocommit=True)
+    row = conn.execute(query).fetchone()
     return int(row[0]) if row else 0
 
 
@@ -102,12 +120,19 @@ def pending(url: str) -> int:
     return count(url, "SELECT count(*) FROM procrastinate_jobs WHERE status IN ('todo','doing')")
 
 
-@contextmanager
-def worker_processes(url: str, n: int, extractor: str, concurrency: int) -> Iterator[None]:
-    """`n` running `langmem-trpc worker` processes, registered with the queue; SIGTERM on exit."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "benchmarks")]))
-    argv = [sys.executable, "-m", "langmem_trpc.cli", "worker", "--db", url,
+def worker_argv(url: str, extractor: str, concurrency: int) -> list[str]:
+    return [sys.executable, "-m", "langmem_trpc.cli", "worker", "--db", url,
             "--extractor", extractor, "--concurrency", str(concurrency)]  # fmt: skip
+
+
+def floor_argv(url: str, concurrency: int) -> list[str]:
+    return [sys.executable, __file__, "--floor-worker", url, "--concurrency", str(concurrency)]
+
+
+@contextmanager
+def worker_processes(url: str, n: int, argv: list[str]) -> Iterator[None]:
+    """`n` running worker processes (`argv`), registered with the queue; SIGTERM on exit."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "benchmarks")]))
     procs = [
         subprocess.Popen(
             argv, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
@@ -133,6 +158,56 @@ def worker_processes(url: str, n: int, extractor: str, concurrency: int) -> Iter
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+
+
+def floor_worker(url: str, concurrency: int) -> None:
+    """A bare procrastinate worker: a no-op task, `QueueWorker`'s settings; stops on SIGTERM."""
+    from procrastinate import App, PsycopgConnector
+    from procrastinate import worker as worker_module
+
+    connector = PsycopgConnector(conninfo=url, min_size=1, max_size=concurrency + 4)
+    app = App(connector=connector)
+
+    @app.task(name="bench.noop", queue=FLOOR_QUEUE)
+    async def noop(**_: Any) -> None:
+        return None
+
+    async def main() -> None:
+        async with app.open_async():
+            worker = worker_module.Worker(
+                app=app, queues=[FLOOR_QUEUE], concurrency=concurrency,
+                fetch_job_polling_interval=5.0, abort_job_polling_interval=5.0,
+                update_heartbeat_interval=10.0, stalled_worker_timeout=30.0,
+                delete_jobs="never", install_signal_handlers=True,
+            )  # fmt: skip
+            await worker.run()
+
+    asyncio.run(main())
+
+
+def floor_rate(url: str, workload: list[Any], processes: int) -> float:
+    """Jobs/s of bare procrastinate (scenario 6): defer with the same locks, no-op task."""
+    from psycopg_pool import ConnectionPool
+
+    from langmem_trpc.queue._payload import JobPayload, lock_keys
+    from langmem_trpc.queue.producer import DEFER
+
+    def defer(job: tuple[UserKey, str, list[HumanMessage]]) -> None:
+        lock, queueing = lock_keys(FLOOR_QUEUE, job[0], job[1])
+        args = JobPayload(*job[:2], tuple(job[2])).chunked_json(1_000_000)[0]
+        with pool.connection() as conn:
+            conn.execute(DEFER, (FLOOR_QUEUE, "bench.noop", lock, queueing, args))
+
+    with worker_processes(url, processes, floor_argv(url, 4)):
+        with ConnectionPool(url, min_size=4, max_size=4, kwargs={"autocommit": True}) as pool:
+            pool.wait()
+            started = time.perf_counter()
+            with ThreadPoolExecutor(4) as threads:
+                list(threads.map(defer, workload))
+            while pending(url):
+                time.sleep(POLL)
+            elapsed = time.perf_counter() - started
+    return len(workload) / elapsed
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -171,12 +246,13 @@ def queue_rate(
     """Jobs/s through worker processes, first enqueue to drained."""
     from langmem_trpc.queue import PostgresJobQueue
 
-    with worker_processes(url, processes, extractor, concurrency), PostgresJobQueue(url) as queue:
+    argv = worker_argv(url, extractor, concurrency)
+    with worker_processes(url, processes, argv), PostgresJobQueue(url) as queue:
         started = time.perf_counter()
         with ThreadPoolExecutor(4) as pool:
             list(pool.map(lambda job: queue.enqueue(*job), workload))
         while pending(url):
-            time.sleep(0.01)
+            time.sleep(POLL)
         elapsed = time.perf_counter() - started
     failed = count(url, "SELECT count(*) FROM procrastinate_jobs WHERE status <> 'succeeded'")
     if failed:
@@ -211,10 +287,10 @@ def backlog_rate(url: str, workload: list[Any]) -> float:
     with PostgresJobQueue(url) as queue:
         for job in workload:
             queue.enqueue(*job)
-    with worker_processes(url, 1, "verbatim", 4):
+    with worker_processes(url, 1, worker_argv(url, "verbatim", 4)):
         started, left = time.perf_counter(), pending(url)
         while pending(url):
-            time.sleep(0.01)
+            time.sleep(POLL)
         return left / (time.perf_counter() - started)
 
 
@@ -269,6 +345,11 @@ def scenario_rows(
         med = statistics.median(values)
         name = f"3. 200 ms extractor, {n} process(es) x 8"
         rows.append((name, f"{med:.1f} jobs/s ({med / n:.1f}/process)", _fmt(values)))
+    if 3 in scenarios:
+        work = jobs(64, 8, "u")
+        values = [queue_rate(fresh_database(server), work, 1, SLEEPY, 8) for _ in runs]
+        name = "3. 200 ms extractor, 1 process x 8, 8 users x 8 jobs"
+        rows.append((name, f"{statistics.median(values):.1f} jobs/s", _fmt(values)))
     if 4 in scenarios:
         work = jobs(args.jobs, args.users, "p")
         values = [
@@ -289,6 +370,11 @@ def scenario_rows(
             values = [fetch_cost(fresh_database(server), waiting) for _ in runs]
             name = f"5. one fetch_job, {waiting} waiting"
             rows.append((name, f"{statistics.median(values):.1f} ms", _fmt(values)))
+    for n in counts if 6 in scenarios else []:
+        work = jobs(args.jobs, args.users, "f")
+        values = [floor_rate(fresh_database(server), work, n) for _ in runs]
+        name = f"6. floor: bare procrastinate no-op, {n} process(es) x 4"
+        rows.append((name, f"{statistics.median(values):.0f} jobs/s", _fmt(values)))
     return rows
 
 
@@ -298,9 +384,14 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=1000, help="jobs per instant-extractor run")
     parser.add_argument("--users", type=int, default=200)
     parser.add_argument("--enqueues", type=int, default=1000)
-    parser.add_argument("--scenarios", default="1,2,3,4,5")
+    parser.add_argument("--scenarios", default="1,2,3,4,5,6")
     parser.add_argument("--processes", default="1,2,4")
+    parser.add_argument("--floor-worker", metavar="URL", help=argparse.SUPPRESS)
+    parser.add_argument("--concurrency", type=int, default=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.floor_worker:  # one worker process of scenario 6
+        floor_worker(args.floor_worker, args.concurrency)
+        return
     load = " ".join(f"{v:.2f}" for v in os.getloadavg())
     print(f"load average before: {load}; {os.cpu_count()} CPUs; runs={args.runs}")
     with PostgresTestServer() as server:

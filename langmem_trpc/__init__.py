@@ -75,33 +75,18 @@ if TYPE_CHECKING:
         resolve_identity,
     )
 
-_LAZY = {
-    "SQLiteMemoryService": ".backends.sqlite",
-    "PostgresMemoryService": ".backends.postgres",
-    "LocalMiniLMEmbeddings": ".embeddings",
-    "AutoMemoryWorker": ".extraction",
-    "Checker": ".extraction",
-    "ExtractionContext": ".extraction",
-    "Extractor": ".extraction",
-    "WorkerStats": ".extraction",
-    "JobReport": ".extraction",
-    "LLMExtractor": ".extraction",
-    "MemoryOp": ".extraction",
-    "VerbatimExtractor": ".extraction",
-    "check_message_threshold": ".extraction",
-    "check_time_interval": ".extraction",
-    "checks_all": ".extraction",
-    "checks_any": ".extraction",
-    "MemoryCheckpointer": ".integration",
-    "MemoryIngestMiddleware": ".integration",
-    "MemoryPreloadMiddleware": ".integration",
-    "MemoryStore": ".integration",
-    "apreload_messages": ".integration",
-    "create_memory_tools": ".integration",
-    "create_preload_node": ".integration",
-    "preload_messages": ".integration",
-    "resolve_identity": ".integration",
+_LAZY_BY_MODULE = {  # what the TYPE_CHECKING block imports, loaded on first use
+    ".backends.sqlite": "SQLiteMemoryService",
+    ".backends.postgres": "PostgresMemoryService",
+    ".embeddings": "LocalMiniLMEmbeddings",
+    ".extraction": "AutoMemoryWorker Checker ExtractionContext Extractor WorkerStats JobReport "
+    "LLMExtractor MemoryOp VerbatimExtractor check_message_threshold check_time_interval "
+    "checks_all checks_any",
+    ".integration": "MemoryCheckpointer MemoryIngestMiddleware MemoryPreloadMiddleware "
+    "MemoryStore apreload_messages create_memory_tools create_preload_node preload_messages "
+    "resolve_identity",
 }
+_LAZY = {name: module for module, names in _LAZY_BY_MODULE.items() for name in names.split()}
 
 
 def __getattr__(name: str) -> Any:

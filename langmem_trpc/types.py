@@ -131,24 +131,19 @@ class UserKey(BaseModel):
         return f"{self.app_name}/{self.user_id}"
 
 
-def canonical_participants(values: list[str]) -> list[str]:
-    """Trim, drop empties, de-duplicate case-insensitively (first spelling wins), sort."""
-    seen: dict[str, str] = {}
-    for raw in values:
-        name = raw.strip()
-        if name and name.casefold() not in seen:
-            seen[name.casefold()] = name
-    return sorted(seen.values(), key=lambda n: (n.casefold(), n))
-
-
 def canonical_topics(values: list[str]) -> list[str]:
-    """Trim, drop empties, de-duplicate case-insensitively; order is kept."""
+    """Trim, drop empties, de-duplicate case-insensitively (first spelling wins); order is kept."""
     seen: dict[str, str] = {}
     for raw in values:
         topic = raw.strip()
         if topic and topic.casefold() not in seen:
             seen[topic.casefold()] = topic
     return list(seen.values())
+
+
+def canonical_participants(values: list[str]) -> list[str]:
+    """`canonical_topics`, sorted."""
+    return sorted(canonical_topics(values), key=lambda n: (n.casefold(), n))
 
 
 class Memory(BaseModel):
@@ -324,8 +319,7 @@ class SearchOptions(BaseModel):
     deduplicate: bool = False
     """Drop near-duplicates (word-set Jaccard >= 0.80), keeping the higher-scored one."""
     hybrid: bool = True
-    """Fuse the vector and keyword legs by `fusion_method` (score fusion, the
-    weighted mean of the legs' scores, by default; needs an embedder;
+    """Fuse the vector and keyword legs by `fusion_method` (needs an embedder;
     keyword-only otherwise).
 
     On by default: on LoCoMo turn retrieval the fused ranking (with the steps
@@ -406,14 +400,7 @@ def check_source(source: object) -> Source | None:
         return None
     if not isinstance(source, Source):
         raise InvalidMemoryError("source", f"expected a Source, got {type(source).__name__}")
-    _check_source_fields(
-        {
-            "thread_id": source.thread_id,
-            "message_ids": source.message_ids,
-            "actor": source.actor,
-            "decision": source.decision,
-        }
-    )
+    _check_source_fields(source.__dict__)
     return source
 
 

@@ -14,21 +14,19 @@ from typing import Any, TypeVar
 import click
 from pydantic import ValidationError
 
-from ..errors import LangmemTrpcError
+from ..errors import InvalidInputError, LangmemTrpcError
 from ..registry import open as open_store
 from ..registry import scheme_of
 from ..service._core import Limits
 from ..service.protocol import MemoryService
 from ..types import UserKey
-from ._output import FORMATS, OutputFormat, entry_json, entry_line, event_line, safe
+from ._output import FORMATS, OutputFormat, entry_json, safe
 
 __all__ = [
     "CLI_LIMITS",
     "default_db",
     "emit",
     "entry_json",
-    "format_entry",
-    "format_event",
     "json_option",
     "open_service",
     "plural",
@@ -73,8 +71,13 @@ def db_option(func: F) -> F:
 
 
 def format_options(func: F) -> F:
-    """`--format table|json|jsonl|csv` and `--json` (short for `--format json`)."""
-    func = click.option("--json", "as_json", is_flag=True, help="Same as --format json.")(func)
+    """`--format table|json|jsonl|csv` and `--json` (short for `--format json`): `fmt`."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, fmt: OutputFormat, as_json: bool, **kwargs: Any) -> Any:
+        return func(*args, fmt="json" if as_json else fmt, **kwargs)
+
+    option = click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
     return click.option(
         "--format",
         "fmt",
@@ -82,11 +85,7 @@ def format_options(func: F) -> F:
         default="table",
         show_default=True,
         help="table for people (escaped, fitted to the terminal); json, jsonl, csv exact.",
-    )(func)
-
-
-def pick_format(fmt: OutputFormat, as_json: bool) -> OutputFormat:
-    return "json" if as_json else fmt
+    )(option(wrapper))  # type: ignore[return-value]
 
 
 def json_option(func: F) -> F:
@@ -94,25 +93,36 @@ def json_option(func: F) -> F:
 
 
 def user_options(func: F) -> F:
-    func = click.option(
+    """`--db`, `--app` and `--user`: the command gets `db` and `user` (a `UserKey`)."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, app_name: str, user_id: str, **kwargs: Any) -> Any:
+        return func(*args, user=UserKey(app_name, user_id), **kwargs)
+
+    option = click.option(
         "--user", "user_id", required=True, help="User id (exact, case-sensitive)."
-    )(func)
-    func = click.option(
+    )
+    app = click.option(
         "--app", "app_name", default="default", show_default=True, help="Application name."
-    )(func)
-    return db_option(func)
+    )
+    return db_option(app(option(wrapper)))  # type: ignore[return-value]
+
+
+def validation_problem(exc: ValidationError) -> LangmemTrpcError:
+    """The first pydantic error as ours: the library error it wraps, else an
+    `InvalidInputError` naming the field ("input" when pydantic names none)."""
+    error = exc.errors()[0]
+    inner = (error.get("ctx") or {}).get("error")
+    if isinstance(inner, LangmemTrpcError):
+        return inner
+    return InvalidInputError(".".join(str(p) for p in error["loc"]) or "input", error["msg"])
 
 
 def _one_line(exc: BaseException) -> str:
+    if isinstance(exc, ValidationError):
+        exc = validation_problem(exc)
     if isinstance(exc, LangmemTrpcError):
         return f"{type(exc).__name__}: {exc}"
-    if isinstance(exc, ValidationError):
-        error = exc.errors()[0]
-        inner = (error.get("ctx") or {}).get("error")
-        if isinstance(inner, LangmemTrpcError):
-            return f"{type(inner).__name__}: {inner}"
-        field = ".".join(str(part) for part in error["loc"]) or "input"
-        return f"InvalidInputError: {field}: {error['msg']}"
     if isinstance(exc, OSError):
         where = f": {exc.filename}" if exc.filename else ""
         return f"{exc.strerror or type(exc).__name__}{where}"
@@ -165,18 +175,6 @@ def open_service(db: str | None, *, read: bool = False) -> Iterator[MemoryServic
 def is_postgres(target: str | None) -> bool:
     """True when `--db` names a PostgreSQL database (the job queue lives only there)."""
     return target is not None and scheme_of(target) in ("postgresql", "postgres")
-
-
-def make_user(app_name: str, user_id: str) -> UserKey:
-    return UserKey(app_name, user_id)
-
-
-# -- the helpers other command modules have imported from here ----------------
-
-format_entry = entry_line
-"""One escaped line per memory (kept under its old name)."""
-format_event = event_line
-"""One escaped line per history event (kept under its old name)."""
 
 
 def emit(data: Any, as_json: bool, text: Callable[[], str]) -> None:

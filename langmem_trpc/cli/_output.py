@@ -35,6 +35,7 @@ __all__ = [
     "event_line",
     "progress",
     "render_entries",
+    "render_records",
     "render_rows",
     "safe",
     "short_id",
@@ -164,14 +165,31 @@ def _csv(entries: Sequence[Entry]) -> str:
     return buffer.getvalue().rstrip("\n")
 
 
+def render_records(
+    records: Sequence[dict[str, Any]], fmt: OutputFormat, headers: Sequence[str], empty: str
+) -> str:
+    """Plain records in `fmt`: indented JSON, JSON lines, CSV headed by the keys, or a table."""
+    if fmt == "json":
+        return json.dumps(list(records), ensure_ascii=False, indent=2)
+    if fmt == "jsonl":
+        return "\n".join(json.dumps(r, ensure_ascii=False) for r in records)
+    if fmt == "csv":
+        buffer = io.StringIO()
+        writer = csv.writer(buffer, lineterminator="\n")
+        writer.writerow(records[0].keys() if records else [h.lower() for h in headers])
+        writer.writerows(r.values() for r in records)
+        return buffer.getvalue().rstrip("\n")
+    if not records:
+        return empty
+    return render_rows(headers, [[str(v) for v in r.values()] for r in records])
+
+
 def render_entries(
     entries: Sequence[Entry], fmt: OutputFormat, *, empty: str, scores: bool = False
 ) -> str:
     """Entries in `fmt`; a table shows ID, KIND, UPDATED, (SCORE,) TEXT, or `empty`."""
-    if fmt == "json":
-        return json.dumps([entry_json(e) for e in entries], ensure_ascii=False, indent=2)
-    if fmt == "jsonl":
-        return "\n".join(json.dumps(entry_json(e), ensure_ascii=False) for e in entries)
+    if fmt in ("json", "jsonl"):
+        return render_records([entry_json(e) for e in entries], fmt, (), empty)
     if fmt == "csv":
         return _csv(entries)
     if not entries:

@@ -23,14 +23,8 @@ logger = logging.getLogger(__name__)
 SHARED_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "locomo10.json"
 
 ABLATIONS: dict[str, dict[str, Any]] = {
-    "plain-rrf": {
-        "fusion_method": "rrf",
-        "fusion": FUSION_STEPS_OFF,
-    },
-    "plain-scores": {
-        "fusion_method": "scores",
-        "fusion": FUSION_STEPS_OFF,
-    },
+    "plain-rrf": {"fusion_method": "rrf", "fusion": FUSION_STEPS_OFF},
+    "plain-scores": {"fusion_method": "scores", "fusion": FUSION_STEPS_OFF},
     "rrf": {"fusion_method": "rrf"},
     "rrf-k1": {"fusion_method": "rrf", "rrf_k": 1},
     "scores": {"fusion_method": "scores"},
@@ -256,18 +250,14 @@ def locomo(
             top_k,
             payload,
         )
-    if payload["arms"] and any("recall@10" in a for a in payload["arms"].values()):
-        from ..bench.locomo.report import markdown_tables
+    from ..bench.locomo.report import markdown_tables, plot_results, write_json
 
+    if payload["arms"] and any("recall@10" in a for a in payload["arms"].values()):
         click.echo(markdown_tables(payload, mem0=mem0_labels))
     if out is not None:
-        from ..bench.locomo.report import write_json
-
         write_json(out, payload)
         click.echo(f"wrote {out}")
     if plots is not None and payload["arms"]:
-        from ..bench.locomo.report import plot_results
-
         for png in plot_results(payload, plots):
             click.echo(f"wrote {png}")
 
@@ -314,13 +304,7 @@ def _run_retrieval(
         chosen = [a for a in chosen if a.name in wanted]
     if ablation:
         chosen += [
-            RetrievalArm(
-                f"turns-default/{name}",
-                "turns",
-                True,
-                knobs,
-                f"ablation: {knobs}",
-            )
+            RetrievalArm(f"turns-default/{name}", "turns", True, knobs, f"ablation: {knobs}")
             for name, knobs in ABLATIONS.items()
         ]
         chosen.append(
@@ -418,6 +402,7 @@ def _run_qa(
         # extraction emits many tool calls and the hybrid arm's searches need room too
         extract_model = chat_model_from_env(models.extract or models.answer, max_tokens=4096)
     tool_model = chat_model_from_env(models.answer, max_tokens=256)
+    extraction_dir = run_dir / "qa" / "extraction" / _slug(models.extract or models.answer)
     for arm in chosen:
         for k in [int(x) for x in top_k.split(",")] if arm != "long-context" else [0]:
             name = arm if k in (0, 10) else f"{arm}@{k}"
@@ -431,10 +416,7 @@ def _run_qa(
                 top_k=k or 10,
                 progress=_progress,
                 extract_model=extract_model,
-                extraction_dir=run_dir
-                / "qa"
-                / "extraction"
-                / _slug(models.extract or models.answer),
+                extraction_dir=extraction_dir,
                 max_passes=models.max_passes,
             )
             entry: dict[str, Any] = {"qa": summary}
@@ -446,7 +428,7 @@ def _run_qa(
     payload["default_arm"] = default
 
 
-def _slug(model: Any) -> str:
-    """A folder name for the extraction cache of one extraction model."""
-    text = str(getattr(model, "model_name", None) or "model")
+def _slug(model: str | None) -> str:
+    """A folder name for the extraction cache of one extraction model (by its name)."""
+    text = model or "model"
     return "".join(c if c.isalnum() or c in "-._" else "_" for c in text)

@@ -113,10 +113,6 @@ def _scripted_reply(messages: list[BaseMessage]) -> AIMessage:
     return AIMessage(f"Noted: production runs Go {'.'.join(found[-1])}." if found else "Noted.")
 
 
-def _scripted_agent() -> ScriptedChatModel:
-    return ScriptedChatModel(replies=[], default=_scripted_reply)
-
-
 def _models() -> tuple[BaseChatModel, BaseChatModel, str]:
     try:
         model = chat_model_from_env()
@@ -129,13 +125,7 @@ def _models() -> tuple[BaseChatModel, BaseChatModel, str]:
         return model, model, f"real model {name!r} (OPENAI_API_KEY / OPENAI_BASE_URL set)"
     extractor = ScriptedChatModel(replies=[], default=_scripted_extraction)
     note = "scripted model (offline; set OPENAI_API_KEY or OPENAI_BASE_URL to use a real one)"
-    return _scripted_agent(), extractor, note + missing
-
-
-def _service(db_path: Path) -> tuple[MemoryService, str]:
-    from ..registry import open as open_store
-
-    return open_store(f"sqlite://{db_path}", embeddings=HashingEmbeddings()), f"SQLite at {db_path}"
+    return ScriptedChatModel(replies=[], default=_scripted_reply), extractor, note + missing
 
 
 class _SeenByModel(AgentMiddleware[Any, Any, Any]):
@@ -236,10 +226,12 @@ def run_demo(
 
     `hints` are commands printed at the end as "try next".
     """
+    from ..registry import open as open_store
+
     agent_model, extraction_model, note = _models()
-    service, where = _service(Path(db_path))
+    service = open_store(f"sqlite://{Path(db_path)}", embeddings=HashingEmbeddings())
     out(f"Model: {note}")
-    out(f"Store: {where}; user {USER}; the demo resets this user first")
+    out(f"Store: SQLite at {Path(db_path)}; user {USER}; the demo resets this user first")
     service.purge(USER)
     seen = _SeenByModel()
     with AutoMemoryWorker(service, LLMExtractor(extraction_model)) as worker:

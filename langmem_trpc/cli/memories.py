@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -11,14 +13,12 @@ import click
 from .._time import parse_time_or_raise
 from ..errors import InvalidInputError, MemoryNotFoundError
 from ..service.protocol import MemoryService
-from ..types import Kind, SearchOptions, Source, UserKey
+from ..types import Entry, Kind, SearchOptions, Source, UserKey
 from ._common import (
     F,
     db_option,
     format_options,
-    make_user,
     open_service,
-    pick_format,
     plural,
     reports_errors,
     user_options,
@@ -31,7 +31,7 @@ from ._output import (
     entry_line,
     event_line,
     render_entries,
-    render_rows,
+    render_records,
     safe,
 )
 
@@ -46,6 +46,7 @@ def _split(values: tuple[str, ...]) -> list[str]:
 
 
 def _content_options(func: F) -> F:
+    """--topic(s), --event-time, --participant, --location (see `_content`)."""
     func = click.option("--location", default=None, help="Where an episode happened.")(func)
     func = click.option(
         "--participant", "participants", multiple=True, help="Who took part (repeatable)."
@@ -61,6 +62,20 @@ def _content_options(func: F) -> F:
         help="Topics: repeat the option or separate them with commas.",
     )(func)
     return func
+
+
+def _content(options: dict[str, Any]) -> dict[str, Any]:
+    """The content options as service fields: topics split at commas, participants a list."""
+    return {
+        **options,
+        "topics": _split(options["topics"]),
+        "participants": list(options["participants"]),
+    }
+
+
+def _command(name: str) -> Callable[[F], F]:
+    """A `memories` subcommand; its errors (a bad --app/--user included) are one line."""
+    return lambda func: memories.command(name=name)(reports_errors(func))  # type: ignore[return-value]
 
 
 def resolve_id(svc: MemoryService, user: UserKey, given: str, *, deleted_ok: bool = False) -> str:
@@ -107,34 +122,23 @@ def memories() -> None:
     """
 
 
-def _emit_one(entry: Any, fmt: OutputFormat) -> None:
+def _emit_one(entry: Entry, fmt: OutputFormat, table: Callable[[Entry], str] = entry_line) -> None:
     if fmt == "table":
-        click.echo(entry_line(entry))
+        click.echo(table(entry))
     elif fmt == "json":  # one object, not a list
-        click.echo(_one_json(entry))
+        click.echo(json.dumps(entry_json(entry), ensure_ascii=False, indent=2))
     else:
         emit(render_entries([entry], fmt, empty=""))
 
 
-@memories.command(name="add")
+@_command("add")
 @user_options
 @_content_options
 @click.option("--kind", type=KIND, default="fact", show_default=True)
 @format_options
 @click.argument("text")
-@reports_errors
 def memories_add(
-    db: str | None,
-    app_name: str,
-    user_id: str,
-    topics: tuple[str, ...],
-    event_time: str | None,
-    participants: tuple[str, ...],
-    location: str | None,
-    kind: str | None,
-    fmt: OutputFormat,
-    as_json: bool,
-    text: str,
+    db: str | None, user: UserKey, kind: str | None, fmt: OutputFormat, text: str, **content: Any
 ) -> None:
     """Add a memory (the same content again returns the existing one).
 
@@ -146,40 +150,26 @@ def memories_add(
         echo "Prefers dark mode" | langmem-trpc memories add --user alice -
     """
     with open_service(db) as svc:
-        entry = svc.add(
-            make_user(app_name, user_id),
-            _read_text(text),
-            topics=_split(topics),
-            kind=kind or "fact",
-            event_time=event_time,
-            participants=list(participants),
-            location=location,
-            source=CLI_SOURCE,
-        )
-    _emit_one(entry, pick_format(fmt, as_json))
+        fields = _content(content)
+        entry = svc.add(user, _read_text(text), kind=kind or "fact", source=CLI_SOURCE, **fields)
+    _emit_one(entry, fmt)
 
 
-@memories.command(name="update")
+@_command("update")
 @user_options
 @_content_options
 @click.option("--kind", type=KIND, default=None)
 @format_options
 @click.argument("memory_id")
 @click.argument("text", required=False)
-@reports_errors
 def memories_update(
     db: str | None,
-    app_name: str,
-    user_id: str,
-    topics: tuple[str, ...],
-    event_time: str | None,
-    participants: tuple[str, ...],
-    location: str | None,
+    user: UserKey,
     kind: str | None,
     fmt: OutputFormat,
-    as_json: bool,
     memory_id: str,
     text: str | None,
+    **content: Any,
 ) -> None:
     """Change a memory's text and/or any given field; its id stays the same.
 
@@ -191,10 +181,11 @@ def memories_update(
         langmem-trpc memories update --user alice 3f2a9c1b "Prefers light mode"
         langmem-trpc memories update --user alice 3f2a9c1b --topics ui,theme
     """
-    changes = [topics, event_time, participants, location, kind]
-    if text is None and not any(changes):
+    if text is None and not (kind or any(content.values())):
         raise click.UsageError("give a new TEXT or at least one field to change")
-    user = make_user(app_name, user_id)
+    fields = _content(content)
+    fields["topics"] = fields["topics"] or None  # not given: kept
+    fields["participants"] = fields["participants"] or None
     with open_service(db) as svc:
         target = resolve_id(svc, user, memory_id)
         current = svc.get(user, target)
@@ -204,21 +195,18 @@ def memories_update(
             user,
             target,
             current.text if text is None else _read_text(text),
-            topics=_split(topics) or None,
             kind=kind,
-            event_time=event_time,
-            participants=list(participants) or None,
-            location=location,
             source=CLI_SOURCE,
+            **fields,
         )
-    _emit_one(entry, pick_format(fmt, as_json))
+    _emit_one(entry, fmt)
 
 
 def _time(value: str | None, field: str) -> Any:
     return parse_time_or_raise(value, field) if value is not None else None
 
 
-@memories.command(name="search")
+@_command("search")
 @user_options
 @click.option("--kind", type=KIND, default=None, help="Prefer this kind (falls back to others).")
 @click.option(
@@ -228,17 +216,14 @@ def _time(value: str | None, field: str) -> Any:
 @click.option("--limit", default=10, show_default=True, type=click.IntRange(1, 1000))
 @format_options
 @click.argument("query")
-@reports_errors
 def memories_search(
     db: str | None,
-    app_name: str,
-    user_id: str,
+    user: UserKey,
     kind: str | None,
     after: str | None,
     before: str | None,
     limit: int,
     fmt: OutputFormat,
-    as_json: bool,
     query: str,
 ) -> None:
     """Hybrid search (keyword + vector when an embedder is configured), de-duplicated.
@@ -259,11 +244,11 @@ def memories_search(
         hybrid=True,
     )
     with open_service(db, read=True) as svc:
-        hits = svc.search(make_user(app_name, user_id), query, options)
-    emit(render_entries(hits, pick_format(fmt, as_json), empty="no matches", scores=True))
+        hits = svc.search(user, query, options)
+    emit(render_entries(hits, fmt, empty="no matches", scores=True))
 
 
-@memories.command(name="list")
+@_command("list")
 @user_options
 @click.option(
     "--limit",
@@ -273,14 +258,11 @@ def memories_search(
     help="At most this many, newest first (0: all).",
 )
 @format_options
-@reports_errors
 def memories_list(
     db: str | None,
-    app_name: str,
-    user_id: str,
+    user: UserKey,
     limit: int,
     fmt: OutputFormat,
-    as_json: bool,
 ) -> None:
     """List memories, most recently updated first.
 
@@ -288,8 +270,6 @@ def memories_list(
     Example:
         langmem-trpc memories list --user alice --limit 20
     """
-    fmt = pick_format(fmt, as_json)
-    user = make_user(app_name, user_id)
     with open_service(db, read=True) as svc:
         entries = svc.read(user, limit or None)
         total = svc.count(user) if limit and len(entries) == limit else len(entries)
@@ -298,17 +278,14 @@ def memories_list(
         click.echo(f"showing {len(entries)} of {total} memories (--limit 0 shows all)", err=True)
 
 
-@memories.command(name="get")
+@_command("get")
 @user_options
 @format_options
 @click.argument("memory_id")
-@reports_errors
 def memories_get(
     db: str | None,
-    app_name: str,
-    user_id: str,
+    user: UserKey,
     fmt: OutputFormat,
-    as_json: bool,
     memory_id: str,
 ) -> None:
     """Show one memory, every field.
@@ -317,34 +294,19 @@ def memories_get(
     Example:
         langmem-trpc memories get --user alice 3f2a9c1b
     """
-    user = make_user(app_name, user_id)
     with open_service(db, read=True) as svc:
         entry = svc.get(user, resolve_id(svc, user, memory_id))
     if entry is None:
         raise MemoryNotFoundError(memory_id)
-    fmt = pick_format(fmt, as_json)
-    if fmt == "json":  # one object, not a list
-        click.echo(_one_json(entry))
-    elif fmt == "table":
-        click.echo(entry_detail(entry))
-    else:
-        emit(render_entries([entry], fmt, empty=""))
+    _emit_one(entry, fmt, entry_detail)
 
 
-def _one_json(entry: Any) -> str:
-    import json
-
-    return json.dumps(entry_json(entry), ensure_ascii=False, indent=2)
-
-
-@memories.command(name="delete")
+@_command("delete")
 @user_options
 @click.argument("memory_id")
-@reports_errors
 def memories_delete(
     db: str | None,
-    app_name: str,
-    user_id: str,
+    user: UserKey,
     memory_id: str,
 ) -> None:
     """Delete a memory (soft: its history stays until purge).
@@ -353,7 +315,6 @@ def memories_delete(
     Example:
         langmem-trpc memories delete --user alice 3f2a9c1b
     """
-    user = make_user(app_name, user_id)
     with open_service(db) as svc:
         target = resolve_id(svc, user, memory_id)
         if not svc.delete(user, target, source=CLI_SOURCE):
@@ -361,17 +322,14 @@ def memories_delete(
     click.echo(safe(f"deleted {target}"))
 
 
-@memories.command(name="history")
+@_command("history")
 @user_options
 @format_options
 @click.argument("memory_id")
-@reports_errors
 def memories_history(
     db: str | None,
-    app_name: str,
-    user_id: str,
+    user: UserKey,
     fmt: OutputFormat,
-    as_json: bool,
     memory_id: str,
 ) -> None:
     """Show every change to a memory (deleted ones too), oldest first.
@@ -384,32 +342,22 @@ def memories_history(
     Example:
         langmem-trpc memories history --user alice 3f2a9c1b
     """
-    user = make_user(app_name, user_id)
     with open_service(db, read=True) as svc:
         events = svc.history(user, resolve_id(svc, user, memory_id, deleted_ok=True))
-    fmt = pick_format(fmt, as_json)
     if fmt == "table":
         click.echo("\n".join(map(event_line, events)))
-        return
-    import json
-
-    records = [e.model_dump(mode="json") for e in events]
-    if fmt == "json":
-        click.echo(json.dumps(records, ensure_ascii=False, indent=2))
-    elif fmt == "jsonl":
-        emit("\n".join(json.dumps(r, ensure_ascii=False) for r in records))
-    else:
+    elif fmt == "csv":
         raise click.UsageError("history prints table, json or jsonl")
+    else:
+        emit(render_records([e.model_dump(mode="json") for e in events], fmt, (), ""))
 
 
-@memories.command(name="clear")
+@_command("clear")
 @user_options
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
-@reports_errors
 def memories_clear(
     db: str | None,
-    app_name: str,
-    user_id: str,
+    user: UserKey,
     yes: bool,
 ) -> None:
     """Delete all of a user's memories (soft; history stays).
@@ -419,21 +367,19 @@ def memories_clear(
         langmem-trpc memories clear --user alice --yes
     """
     if not yes:
-        click.confirm(safe(f"Delete every memory of {app_name}/{user_id}?"), abort=True)
+        click.confirm(safe(f"Delete every memory of {user.app_name}/{user.user_id}?"), abort=True)
     with open_service(db) as svc:
-        count = svc.clear(make_user(app_name, user_id))
+        count = svc.clear(user)
     click.echo(f"cleared {count} {plural(count, 'memory', 'memories')}")
 
 
-@memories.command(name="purge")
+@_command("purge")
 @user_options
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
 @click.argument("memory_id", required=False)
-@reports_errors
 def memories_purge(
     db: str | None,
-    app_name: str,
-    user_id: str,
+    user: UserKey,
     yes: bool,
     memory_id: str | None,
 ) -> None:
@@ -445,10 +391,9 @@ def memories_purge(
     Example:
         langmem-trpc memories purge --user alice --yes
     """
-    user = make_user(app_name, user_id)
     with open_service(db) as svc:
         target = resolve_id(svc, user, memory_id, deleted_ok=True) if memory_id else None
-        what = target or f"every memory of {app_name}/{user_id}"
+        what = target or f"every memory of {user.app_name}/{user.user_id}"
         if not yes:
             click.confirm(safe(f"Permanently remove {what} and its history?"), abort=True)
         count = svc.purge(user, target)
@@ -457,12 +402,11 @@ def memories_purge(
     click.echo(f"purged {count} {plural(count, 'memory', 'memories')}")
 
 
-@memories.command(name="users")
+@_command("users")
 @db_option
 @click.option("--app", "app_name", default=None, help="Only this application.")
 @format_options
-@reports_errors
-def memories_users(db: str | None, app_name: str | None, fmt: OutputFormat, as_json: bool) -> None:
+def memories_users(db: str | None, app_name: str | None, fmt: OutputFormat) -> None:
     """List the users that have live memories, with their counts.
 
     \b
@@ -472,14 +416,13 @@ def memories_users(db: str | None, app_name: str | None, fmt: OutputFormat, as_j
     with open_service(db, read=True) as svc:
         counts = [(user, svc.count(user)) for user in svc.users(app_name)]
     rows = [{"app_name": u.app_name, "user_id": u.user_id, "memories": n} for u, n in counts]
-    _emit_rows(rows, pick_format(fmt, as_json), ["APP", "USER", "MEMORIES"], "no users")
+    emit(render_records(rows, fmt, ["APP", "USER", "MEMORIES"], "no users"))
 
 
-@memories.command(name="apps")
+@_command("apps")
 @db_option
 @format_options
-@reports_errors
-def memories_apps(db: str | None, fmt: OutputFormat, as_json: bool) -> None:
+def memories_apps(db: str | None, fmt: OutputFormat) -> None:
     """List the applications that have live memories, with user and memory counts.
 
     \b
@@ -493,27 +436,4 @@ def memories_apps(db: str | None, fmt: OutputFormat, as_json: bool) -> None:
     for user, n in counts:
         total[user.app_name] += n
     rows = [{"app_name": a, "users": users[a], "memories": total[a]} for a in sorted(users)]
-    _emit_rows(rows, pick_format(fmt, as_json), ["APP", "USERS", "MEMORIES"], "no apps")
-
-
-def _emit_rows(
-    rows: list[dict[str, Any]], fmt: OutputFormat, headers: list[str], empty: str
-) -> None:
-    import csv
-    import io
-    import json
-
-    if fmt == "json":
-        click.echo(json.dumps(rows, ensure_ascii=False, indent=2))
-    elif fmt == "jsonl":
-        emit("\n".join(json.dumps(r, ensure_ascii=False) for r in rows))
-    elif fmt == "csv":
-        buffer = io.StringIO()
-        writer = csv.writer(buffer, lineterminator="\n")
-        writer.writerow(rows[0].keys() if rows else [h.lower() for h in headers])
-        writer.writerows(r.values() for r in rows)
-        emit(buffer.getvalue().rstrip("\n"))
-    elif not rows:
-        click.echo(empty)
-    else:
-        click.echo(render_rows(headers, [[str(v) for v in r.values()] for r in rows]))
+    emit(render_records(rows, fmt, ["APP", "USERS", "MEMORIES"], "no apps"))

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +28,13 @@ F32 = npt.NDArray[np.float32]
 
 _DTYPES = {"F32": "<f4", "F16": "<f2", "F64": "<f8", "I64": "<i8", "I32": "<i4"}
 _MASKED = np.float32(-1e30)
+_PARTS = {  # layer key -> (weight name, whether it is a dense projection, stored transposed)
+    "out": ("attention.output.dense", True),
+    "ln1": ("attention.output.LayerNorm", False),
+    "up": ("intermediate.dense", True),
+    "down": ("output.dense", True),
+    "ln2": ("output.LayerNorm", False),
+}
 
 
 def read_safetensors(path: Path) -> dict[str, npt.NDArray[Any]]:
@@ -58,20 +64,9 @@ def read_safetensors(path: Path) -> dict[str, npt.NDArray[Any]]:
     return tensors
 
 
-@dataclass(frozen=True)
-class _Layer:
-    qkv_w: F32  # (hidden, 3 * hidden): query, key and value projections side by side
-    qkv_b: F32
-    out_w: F32
-    out_b: F32
-    ln1_w: F32
-    ln1_b: F32
-    up_w: F32
-    up_b: F32
-    down_w: F32
-    down_b: F32
-    ln2_w: F32
-    ln2_b: F32
+_Layer = dict[str, F32]
+"""One encoder layer's weights: `qkv` (query, key and value projections side by side),
+`out`, `up`, `down` (`_w` transposed for `x @ w`, `_b`) and the LayerNorms `ln1`, `ln2`."""
 
 
 class BertEncoder:
@@ -112,36 +107,25 @@ class BertEncoder:
         def f32(name: str) -> F32:
             return np.ascontiguousarray(w[name], dtype=np.float32)
 
-        def linear(name: str) -> tuple[F32, F32]:
-            return np.ascontiguousarray(f32(f"{name}.weight").T), f32(f"{name}.bias")
+        def params(name: str, dense: bool = True) -> tuple[F32, F32]:
+            weight = f32(f"{name}.weight")
+            return (np.ascontiguousarray(weight.T) if dense else weight), f32(f"{name}.bias")
 
         self.word = f32("embeddings.word_embeddings.weight")
         self.position = f32("embeddings.position_embeddings.weight")
         self.segment = f32("embeddings.token_type_embeddings.weight")
-        self.emb_ln = (f32("embeddings.LayerNorm.weight"), f32("embeddings.LayerNorm.bias"))
+        self.emb_ln = params("embeddings.LayerNorm", dense=False)
         self.layers: list[_Layer] = []
         for i in range(layers):
             p = f"encoder.layer.{i}"
-            q, k, v = (linear(f"{p}.attention.self.{part}") for part in ("query", "key", "value"))
-            out_w, out_b = linear(f"{p}.attention.output.dense")
-            up_w, up_b = linear(f"{p}.intermediate.dense")
-            down_w, down_b = linear(f"{p}.output.dense")
-            self.layers.append(
-                _Layer(
-                    qkv_w=np.ascontiguousarray(np.concatenate([q[0], k[0], v[0]], axis=1)),
-                    qkv_b=np.concatenate([q[1], k[1], v[1]]),
-                    out_w=out_w,
-                    out_b=out_b,
-                    ln1_w=f32(f"{p}.attention.output.LayerNorm.weight"),
-                    ln1_b=f32(f"{p}.attention.output.LayerNorm.bias"),
-                    up_w=up_w,
-                    up_b=up_b,
-                    down_w=down_w,
-                    down_b=down_b,
-                    ln2_w=f32(f"{p}.output.LayerNorm.weight"),
-                    ln2_b=f32(f"{p}.output.LayerNorm.bias"),
-                )
-            )
+            q, k, v = (params(f"{p}.attention.self.{part}") for part in ("query", "key", "value"))
+            layer: _Layer = {
+                "qkv_w": np.ascontiguousarray(np.concatenate([q[0], k[0], v[0]], axis=1)),
+                "qkv_b": np.concatenate([q[1], k[1], v[1]]),
+            }
+            for key, (name, dense) in _PARTS.items():
+                layer[f"{key}_w"], layer[f"{key}_b"] = params(f"{p}.{name}", dense)
+            self.layers.append(layer)
 
     def encode(self, ids: npt.NDArray[np.int64], mask: npt.NDArray[np.int64]) -> F32:
         """Sentence vectors for one padded batch: `ids` and `mask` are (batch, length)."""
@@ -162,7 +146,7 @@ class BertEncoder:
         batch, length, hidden = x.shape
         heads, head_dim = self.heads, hidden // self.heads
         flat = x.reshape(batch * length, hidden)
-        qkv = (flat @ layer.qkv_w + layer.qkv_b).reshape(batch, length, 3, heads, head_dim)
+        qkv = (flat @ layer["qkv_w"] + layer["qkv_b"]).reshape(batch, length, 3, heads, head_dim)
         q, k, v = (
             qkv[:, :, i].transpose(0, 2, 1, 3) for i in range(3)
         )  # (batch, heads, length, dim)
@@ -172,11 +156,17 @@ class BertEncoder:
         probs /= probs.sum(axis=-1, keepdims=True)
         context = (probs @ v).transpose(0, 2, 1, 3).reshape(batch * length, hidden)
         attended = _layer_norm(
-            context @ layer.out_w + layer.out_b + flat, layer.ln1_w, layer.ln1_b, self.eps
+            context @ layer["out_w"] + layer["out_b"] + flat,
+            layer["ln1_w"],
+            layer["ln1_b"],
+            self.eps,
         )
-        up = _gelu(attended @ layer.up_w + layer.up_b)
+        up = _gelu(attended @ layer["up_w"] + layer["up_b"])
         out = _layer_norm(
-            up @ layer.down_w + layer.down_b + attended, layer.ln2_w, layer.ln2_b, self.eps
+            up @ layer["down_w"] + layer["down_b"] + attended,
+            layer["ln2_w"],
+            layer["ln2_b"],
+            self.eps,
         )
         return out.reshape(batch, length, hidden)
 
@@ -193,18 +183,9 @@ def _gelu(x: F32) -> F32:
     """Exact (erf) GELU, as BERT's `gelu`; erf by Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7)."""
     z = np.abs(x) * np.float32(1.0 / math.sqrt(2.0))
     t = np.float32(1.0) / (np.float32(1.0) + np.float32(0.3275911) * z)
-    poly = t * (
-        np.float32(0.254829592)
-        + t
-        * (
-            np.float32(-0.284496736)
-            + t
-            * (
-                np.float32(1.421413741)
-                + t * (np.float32(-1.453152027) + t * np.float32(1.061405429))
-            )
-        )
-    )
+    poly: F32 = np.zeros_like(z)
+    for coefficient in (1.061405429, -1.453152027, 1.421413741, -0.284496736, 0.254829592):
+        poly = (poly + np.float32(coefficient)) * t  # Horner, innermost first
     erf = np.float32(1.0) - poly * np.exp(-z * z)
     erf = np.where(x < 0, -erf, erf)
     out: F32 = np.float32(0.5) * x * (np.float32(1.0) + erf)

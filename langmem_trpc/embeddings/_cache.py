@@ -41,7 +41,6 @@ class CachedEmbeddings(Embeddings):
         return hashlib.sha256(f"{self.namespace}\x00{text}".encode()).hexdigest()
 
     def _lookup(self, texts: list[str]) -> dict[str, list[float]]:
-        found: dict[str, list[float]] = {}
         missing = [t for t in dict.fromkeys(texts) if t not in self._memo]
         with self._lock:
             for start in range(0, len(missing), 500):
@@ -54,10 +53,7 @@ class CachedEmbeddings(Embeddings):
                     self._memo[keys[key]] = (
                         np.frombuffer(blob, dtype=np.float32).astype(float).tolist()
                     )
-        for text in texts:
-            if text in self._memo:
-                found[text] = self._memo[text]
-        return found
+        return {t: self._memo[t] for t in texts if t in self._memo}
 
     def _store(self, pairs: dict[str, list[float]]) -> None:
         with self._lock:

@@ -167,8 +167,8 @@ def _fallback(messages: Sequence[BaseMessage]) -> tuple[int, str]:
     return 0, "lost"
 
 
-def _split(keys: bytes) -> set[bytes]:
-    return {keys[i : i + KEY_BYTES] for i in range(0, len(keys), KEY_BYTES)}
+def _split(keys: bytes) -> list[bytes]:
+    return [keys[i : i + KEY_BYTES] for i in range(0, len(keys), KEY_BYTES)]
 
 
 def _keyed_anchor(
@@ -179,7 +179,7 @@ def _keyed_anchor(
         return len(covered) // KEY_BYTES, "extends"
     if covered.startswith(keys):
         return len(messages), "covered"
-    known = _split(covered) | _split(retired)
+    known = {*_split(covered), *_split(retired)}
     for index in range(len(messages) - 1, -1, -1):
         if keys[index * KEY_BYTES : (index + 1) * KEY_BYTES] in known:
             return index + 1, "rewritten"
@@ -201,8 +201,7 @@ def compute_delta(
         start, anchor = 0, "none"
     else:
         if cursor.message_keys:
-            if keys is None:
-                keys = message_keys(messages)
+            keys = message_keys(messages) if keys is None else keys
             start, anchor = _keyed_anchor(messages, keys, cursor.message_keys, cursor.retired_keys)
         else:
             start, anchor = _legacy_anchor(messages, cursor)
@@ -232,16 +231,13 @@ def advance_cursor(
     the thread's messages up to the last covered one.
     """
     last = messages[-1] if messages else None
-    if keys is None:
-        keys = message_keys(messages)
+    keys = message_keys(messages) if keys is None else keys
     retired = b""
     if previous is not None:
         retired = previous.retired_keys
         if not keys.startswith(previous.message_keys):
-            kept = _split(keys)
-            old = previous.message_keys
-            dropped = [old[i : i + KEY_BYTES] for i in range(0, len(old), KEY_BYTES)]
-            retired += b"".join(k for k in dropped if k not in kept)
+            kept = set(_split(keys))
+            retired += b"".join(k for k in _split(previous.message_keys) if k not in kept)
         retired = retired[-MAX_RETIRED * KEY_BYTES :]
     return ExtractionCursor(
         thread_id=thread_id,

@@ -57,12 +57,8 @@ class OpOutcome:
     retry: bool = False
 
 
-def _now() -> datetime:
-    return datetime.now(timezone.utc)
-
-
 def _add(service: MemoryService, user: UserKey, op: MemoryOp, source: Source) -> OpOutcome:
-    started = _now()
+    started = datetime.now(timezone.utc)
     entry: Entry = service.add(
         user,
         op.text,
@@ -150,28 +146,16 @@ def execute_ops(
     for op in ops:
         if not keep_going():
             return outcomes, False
+        what = f"{op.action.value} {op.memory_id or ''}"
         try:
             outcomes.append(_execute_one(service, user, op, source, actions))
         except LangmemTrpcError as exc:
-            logger.warning(
-                "auto_memory: operation failed (%s %s): %s",
-                op.action.value,
-                op.memory_id or "",
-                exc,
-            )
-            outcomes.append(
-                OpOutcome(
-                    op, "failed", op.memory_id, error=str(exc), retry=isinstance(exc, BackendError)
-                )
-            )
+            logger.warning("auto_memory: operation failed (%s): %s", what, exc)
+            retry = isinstance(exc, BackendError)
+            outcomes.append(OpOutcome(op, "failed", op.memory_id, error=str(exc), retry=retry))
         except _INVALID as exc:  # this op's content is unusable: skip it, keep the rest
-            logger.warning(
-                "auto_memory: operation skipped (%s %s): invalid: %s: %s",
-                op.action.value,
-                op.memory_id or "",
-                type(exc).__name__,
-                exc,
-            )
+            name = type(exc).__name__
+            logger.warning("auto_memory: operation skipped (%s): invalid: %s: %s", what, name, exc)
             outcomes.append(OpOutcome(op, "failed", op.memory_id, error=repr(exc)))
         except Exception as exc:  # unknown driver error: count it, retry the job later
             logger.warning("auto_memory: operation failed (%s)", op.action.value, exc_info=True)

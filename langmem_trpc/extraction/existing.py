@@ -105,12 +105,8 @@ def _pieces(text: str) -> list[str]:
 
 def _spread(per_turn: list[list[str]], limit: int) -> list[str]:
     """At most `limit` queries: every turn's first piece, then second pieces, and so on."""
-    chosen: set[tuple[int, int]] = set()
-    depth = max((len(p) for p in per_turn), default=0)
-    for rank in range(depth):
-        for turn, pieces in enumerate(per_turn):
-            if rank < len(pieces) and len(chosen) < limit:
-                chosen.add((turn, rank))
+    by_rank = sorted((r, t) for t, pieces in enumerate(per_turn) for r in range(len(pieces)))
+    chosen = {(t, r) for r, t in by_rank[:limit]}
     return [
         p for t, pieces in enumerate(per_turn) for r, p in enumerate(pieces) if (t, r) in chosen
     ]

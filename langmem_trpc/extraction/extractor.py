@@ -147,14 +147,11 @@ class LLMExtractor:
 
     def build_messages(self, request: ExtractionRequest) -> list[BaseMessage]:
         """System prompt, the labelled delta, and a closing instruction when the last turn is the assistant's."""
-        actions = request.actions & (
-            {Action.ADD} if request.policy == "append_only" else set(Action)
-        )
         system = render_system_prompt(
             self.prompt,
             _reference_date(request, self.reference_date),
             policy=request.policy,
-            actions=actions,
+            actions=self._actions(request),
             existing=request.existing,
         )
         messages: list[BaseMessage] = [
@@ -177,15 +174,13 @@ class LLMExtractor:
         tools, messages = tool_schemas(actions, request.policy), self.build_messages(request)
         choice = self.tool_choice
         try:
-            return self._ops(
-                self.bind(self.model, tools, request.timeout).invoke(messages), actions
-            )
-        except Exception as exc:  # any provider failure is an extraction failure
-            self._refused(choice, exc)
-        try:
             reply = self.bind(self.model, tools, request.timeout).invoke(messages)
-        except Exception as exc:
-            raise ExtractionError(f"model call failed: {type(exc).__name__}: {exc}") from exc
+        except Exception as exc:  # any provider failure is an extraction failure
+            self._refused(choice, exc)  # unless the server refused tool_choice: retry without it
+            try:
+                reply = self.bind(self.model, tools, request.timeout).invoke(messages)
+            except Exception as again:
+                raise _call_failed(again) from again
         return self._ops(reply, actions)
 
     async def aextract(self, request: ExtractionRequest) -> list[MemoryOp]:
@@ -198,13 +193,12 @@ class LLMExtractor:
         choice = self.tool_choice
         try:
             reply = await self.bind(model, tools, request.timeout).ainvoke(messages)
-            return self._ops(reply, actions)
         except Exception as exc:  # any provider failure is an extraction failure
-            self._refused(choice, exc)
-        try:
-            reply = await self.bind(model, tools, request.timeout).ainvoke(messages)
-        except Exception as exc:
-            raise ExtractionError(f"model call failed: {type(exc).__name__}: {exc}") from exc
+            self._refused(choice, exc)  # unless the server refused tool_choice: retry without it
+            try:
+                reply = await self.bind(model, tools, request.timeout).ainvoke(messages)
+            except Exception as again:
+                raise _call_failed(again) from again
         return self._ops(reply, actions)
 
     async def aclose(self) -> None:
@@ -239,7 +233,7 @@ class LLMExtractor:
         if isinstance(exc, ExtractionError):
             raise exc
         if choice is None or "tool_choice" not in str(exc):
-            raise ExtractionError(f"model call failed: {type(exc).__name__}: {exc}") from exc
+            raise _call_failed(exc) from exc
         logger.info("extractor: the model server refused tool_choice=%r; retrying without", choice)
         self.tool_choice = None
 
@@ -310,6 +304,10 @@ def _private_async_client(model: Any) -> tuple[Any, Any]:
         copy.__dict__["_async_client"] = model._async_client.with_options(http_client=client)
         return copy, client
     return model, None
+
+
+def _call_failed(exc: Exception) -> ExtractionError:
+    return ExtractionError(f"model call failed: {type(exc).__name__}: {exc}")
 
 
 def _takes_timeout(model: object) -> bool:

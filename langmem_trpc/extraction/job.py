@@ -2,7 +2,8 @@
 
 Steps: read the cursor -> delta (nothing new: done, no write) -> claim the
 thread in the backend and compute the delta again from the cursor read
-under the claim (see `claims.py`) -> retry the thread's dead letters queued
+under the claim (see `claims.py`; `JobSettings.peek_cursor=False` skips the
+first read and claims at once) -> retry the thread's dead letters queued
 for retry -> checkers -> then, batch by batch of at most `batch_messages`
 new messages: existing memories -> extractor -> update policy -> execute ->
 advance the cursor past the batch, under the claim. The cursor moves only
@@ -84,6 +85,11 @@ class JobSettings:
     claim_ttl: float | None = None
     """Seconds a job's claim on its thread lasts unless renewed (after each batch);
     None: twice the timeout, at least 60 s (600 s without a timeout)."""
+    peek_cursor: bool = True
+    """Read the cursor before claiming, so a job with nothing new writes nothing. False:
+    claim at once and read the cursor under the claim only (one round trip less), for
+    jobs whose producer already read the cursor (`QueueWorker`); a job with nothing new
+    then takes and gives back the claim."""
 
     @property
     def claim_seconds(self) -> float:
@@ -242,10 +248,10 @@ def _run(
 ) -> None:
     deadline = _Deadline(settings.timeout)
     user, thread_id = report.user, report.thread_id
-    peeked = service.get_cursor(user, thread_id)
+    peeked = service.get_cursor(user, thread_id) if settings.peek_cursor else None
     keys = message_keys(messages)
     delta = compute_delta(messages, peeked, keys)
-    if not _has_work(messages, delta, peeked):
+    if settings.peek_cursor and not _has_work(messages, delta, peeked):
         report.status, report.anchor = JobStatus.NOTHING_NEW, delta.anchor
         return
     held = HeldClaim.take(service, user, thread_id, settings.claim_seconds, deadline.remaining())

@@ -147,15 +147,6 @@ def action_descriptions(policy: str) -> dict[Action, str]:
     return descriptions
 
 
-def format_entry(entry: Entry) -> str:
-    """`- [id] "text" (kind=..; date=..; with=..; at=..; topics=a, b)`, defused and quoted.
-
-    The renderer preload uses too (`langmem_trpc.service._render.memory_line`),
-    with the topics added so the model can reuse topic names.
-    """
-    return memory_line(entry, topics=True)
-
-
 def render_system_prompt(
     template: str,
     reference: date,
@@ -178,6 +169,7 @@ def render_system_prompt(
     if existing:
         parts.append(EXISTING_PREAMBLE)
         parts.append("<existing_memories>\n")
-        parts.extend(format_entry(e) + "\n" for e in existing)
+        # the renderer preload uses too, with the topics so the model can reuse topic names
+        parts.extend(memory_line(e, topics=True) + "\n" for e in existing)
         parts.append("</existing_memories>\n")
     return "".join(parts)

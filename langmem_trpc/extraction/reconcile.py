@@ -220,13 +220,9 @@ def merge_similar(
     }
     result: list[MemoryOp] = []
     dropped: list[MemoryOp] = []
+    adding = Action.ADD in actions
     for op in ops:
-        if (
-            op.action != Action.ADD
-            or op.verbatim
-            or Action.ADD not in actions
-            or not op.text.strip()
-        ):
+        if op.action != Action.ADD or op.verbatim or not adding or not op.text.strip():
             result.append(op)
             continue
         if _duplicate_in_batch(op, result, language):

@@ -13,14 +13,10 @@ import re
 __all__ = ["CRITICAL_RE", "critical_values", "names", "negations", "values_agree"]
 
 NUMBER_RE = re.compile(r"\d+(?:[.:/,-]\d+)*")
-NEGATION_RE = re.compile(
-    r"\bnot\b|\bno\b|\bnever\b|\bwithout\b|n't|不再|不是|没有|从未|未|无", re.IGNORECASE
-)
+_NEGATIONS = r"\bnot\b|\bno\b|\bnever\b|\bwithout\b|n't|不再|不是|没有|从未|未|无"
+NEGATION_RE = re.compile(_NEGATIONS, re.IGNORECASE)
 #: Numbers and negations, as the history-preserving policy compares them (spec 4.3 rule 5).
-CRITICAL_RE = re.compile(
-    r"\b[0-9]+(?:[.:/-][0-9]+)*\b|(?:\bnot\b|\bno\b|\bnever\b|\bwithout\b|n't|不再|不是|没有|从未|未|无)",
-    re.IGNORECASE,
-)
+CRITICAL_RE = re.compile(rf"\b[0-9]+(?:[.:/-][0-9]+)*\b|(?:{_NEGATIONS})", re.IGNORECASE)
 _MONTHS = (
     "january february march april june july august september october november december "
     "jan feb mar apr jun jul aug sep sept oct nov dec"

@@ -53,6 +53,13 @@ _CONTENT_PROPS: dict[str, Any] = {
     "participants": {**_STRINGS, "description": "People involved, by name."},
     "location": {"type": "string", "description": "Where it happened."},
 }
+
+
+def _reason(why: str) -> dict[str, Any]:
+    """Parameters of a tool whose one optional argument says why."""
+    return {"type": "object", "properties": {"reason": {"type": "string", "description": why}}}
+
+
 _ID_PROP = {"memory_id": {"type": "string", "description": "ID of the existing memory, as listed."}}
 _PARAMETERS: dict[Action, dict[str, Any]] = {
     Action.ADD: {"type": "object", "properties": _CONTENT_PROPS, "required": ["memory"]},
@@ -62,10 +69,7 @@ _PARAMETERS: dict[Action, dict[str, Any]] = {
         "required": ["memory_id", "memory"],
     },
     Action.DELETE: {"type": "object", "properties": _ID_PROP, "required": ["memory_id"]},
-    Action.CLEAR: {
-        "type": "object",
-        "properties": {"reason": {"type": "string", "description": "Why everything is forgotten."}},
-    },
+    Action.CLEAR: _reason("Why everything is forgotten."),
 }
 _BY_NAME = {name: action for action, name in TOOL_NAMES.items()}
 
@@ -73,12 +77,7 @@ _BY_NAME = {name: action for action, name in TOOL_NAMES.items()}
 _NOTHING_SCHEMA: dict[str, Any] = {
     "name": NOTHING_TOOL,
     "description": NOTHING_DESCRIPTION,
-    "parameters": {
-        "type": "object",
-        "properties": {
-            "reason": {"type": "string", "description": "Why nothing is worth remembering."}
-        },
-    },
+    "parameters": _reason("Why nothing is worth remembering."),
 }
 
 

@@ -15,7 +15,7 @@ from langchain_core.messages import BaseMessage
 
 from ..types import UserKey
 
-__all__ = ["IngestWorker", "ahand_off", "hand_off", "thread_messages"]
+__all__ = ["IngestWorker", "Job", "ahand_off", "hand_off", "job"]
 
 logger = logging.getLogger(__name__)
 
@@ -32,43 +32,48 @@ class IngestWorker(Protocol):
     def enqueue(self, user: UserKey, thread_id: str, messages: Sequence[BaseMessage]) -> Any: ...
 
 
-def thread_messages(value: object) -> list[BaseMessage] | None:
-    """The message list of a state or checkpoint value, or None when it is not one.
+Job = tuple[UserKey, str, list[BaseMessage]]
+"""What a finished run hands the worker: the user, the thread id and its messages."""
 
-    A `DeltaChannel` stores a sentinel instead of the list; that is skipped.
+
+def job(user: UserKey | None, thread_id: object, value: object) -> Job | None:
+    """The job of a finished run, or None (logged) without identity, thread id or messages.
+
+    `value` is the state's or checkpoint's message channel; a `DeltaChannel`
+    stores a sentinel instead of the list, which counts as no messages.
     """
-    if not isinstance(value, Sequence) or isinstance(value, str):
+    messages = None
+    if isinstance(value, Sequence) and not isinstance(value, str):
+        messages = [m for m in value if isinstance(m, BaseMessage)] or None
+    if user is None or not thread_id or messages is None:
+        logger.debug("run ended without identity, thread id or messages; nothing to remember")
         return None
-    messages = [m for m in value if isinstance(m, BaseMessage)]
-    return messages if messages else None
+    return user, str(thread_id), messages
 
 
-def hand_off(
-    worker: IngestWorker, user: UserKey, thread_id: str, messages: list[BaseMessage]
-) -> bool:
-    """Enqueue one job; log and swallow any failure (a run never fails for memory)."""
-    try:
-        worker.enqueue(user, thread_id, list(messages))
-    except Exception:
-        logger.warning(
-            "could not enqueue memory job for %s thread %s", user, thread_id, exc_info=True
-        )
+def hand_off(worker: IngestWorker, job: Job | None) -> bool:
+    """Enqueue `job` (if any); log and swallow any failure (a run never fails for memory)."""
+    if job is None:
         return False
+    try:
+        worker.enqueue(*job)
+    except Exception:
+        return _failed(job)
     return True
 
 
-async def ahand_off(
-    worker: IngestWorker, user: UserKey, thread_id: str, messages: list[BaseMessage]
-) -> bool:
+def _failed(job: Job) -> bool:
+    logger.warning("could not enqueue memory job for %s thread %s", *job[:2], exc_info=True)
+    return False
+
+
+async def ahand_off(worker: IngestWorker, job: Job | None) -> bool:
     """Async twin of `hand_off`; uses `aenqueue` when the worker has one."""
     aenqueue = getattr(worker, "aenqueue", None)
-    if aenqueue is None:
-        return hand_off(worker, user, thread_id, messages)
+    if aenqueue is None or job is None:
+        return hand_off(worker, job)
     try:
-        await aenqueue(user, thread_id, list(messages))
+        await aenqueue(*job)
     except Exception:
-        logger.warning(
-            "could not enqueue memory job for %s thread %s", user, thread_id, exc_info=True
-        )
-        return False
+        return _failed(job)
     return True

@@ -9,8 +9,9 @@ calls `put`, so an overriding subclass would fire twice per async run.
 
 from __future__ import annotations
 
+import functools
 import logging
-from collections.abc import AsyncIterator, Collection, Iterator, Mapping, Sequence
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
@@ -19,11 +20,9 @@ from langgraph.checkpoint.base import (
     ChannelVersions,
     Checkpoint,
     CheckpointMetadata,
-    CheckpointTuple,
 )
 
-from ..types import UserKey
-from ._ingest import IngestWorker, ahand_off, hand_off, thread_messages
+from ._ingest import IngestWorker, Job, ahand_off, hand_off, job
 from .identity import resolve_identity
 
 __all__ = ["MemoryCheckpointer", "run_finished"]
@@ -95,7 +94,8 @@ class MemoryCheckpointer(BaseCheckpointSaver[Any]):
     ) -> MemoryCheckpointer:
         # Expose an extended capability only when the inner saver has it: the
         # conformance suite (and callers) detect capabilities by override.
-        return super().__new__(_variant(cls, _supported(inner)))
+        names = _supported(inner)
+        return super().__new__(_variant(names) if names and cls is MemoryCheckpointer else cls)
 
     def __init__(
         self,
@@ -118,21 +118,15 @@ class MemoryCheckpointer(BaseCheckpointSaver[Any]):
 
     def _job(
         self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata
-    ) -> tuple[UserKey, str, list[Any]] | None:
+    ) -> Job | None:
         try:
             if not run_finished(config, checkpoint, metadata):
                 return None
-            configurable = config.get("configurable") or {}
-            thread_id = configurable.get("thread_id")
-            user = resolve_identity(config=config, default_app_name=self.app_name)
-            if user is None or not thread_id:
-                logger.debug("run finished without identity or thread id; nothing to remember")
-                return None
-            messages = thread_messages(checkpoint.get("channel_values", {}).get(self.messages_key))
-            if messages is None:
-                logger.debug("run finished without a message list in %r", self.messages_key)
-                return None
-            return user, str(thread_id), messages
+            return job(
+                resolve_identity(config=config, default_app_name=self.app_name),
+                (config.get("configurable") or {}).get("thread_id"),
+                checkpoint.get("channel_values", {}).get(self.messages_key),
+            )
         except Exception:
             logger.warning("memory hook could not inspect a checkpoint", exc_info=True)
             return None
@@ -147,9 +141,7 @@ class MemoryCheckpointer(BaseCheckpointSaver[Any]):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         saved = self.inner.put(config, checkpoint, metadata, new_versions)
-        job = self._job(config, checkpoint, metadata)
-        if job is not None:
-            hand_off(self.worker, *job)
+        hand_off(self.worker, self._job(config, checkpoint, metadata))
         return saved
 
     async def aput(
@@ -160,78 +152,12 @@ class MemoryCheckpointer(BaseCheckpointSaver[Any]):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         saved = await self.inner.aput(config, checkpoint, metadata, new_versions)
-        job = self._job(config, checkpoint, metadata)
-        if job is not None:
-            await ahand_off(self.worker, *job)
+        await ahand_off(self.worker, self._job(config, checkpoint, metadata))
         return saved
-
-    def put_writes(
-        self,
-        config: RunnableConfig,
-        writes: Sequence[tuple[str, Any]],
-        task_id: str,
-        task_path: str = "",
-    ) -> None:
-        self.inner.put_writes(config, writes, task_id, task_path)
-
-    async def aput_writes(
-        self,
-        config: RunnableConfig,
-        writes: Sequence[tuple[str, Any]],
-        task_id: str,
-        task_path: str = "",
-    ) -> None:
-        await self.inner.aput_writes(config, writes, task_id, task_path)
-
-    # -- plain forwarding ----------------------------------------------------------
 
     @property
     def config_specs(self) -> list[Any]:
         return list(self.inner.config_specs)
-
-    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return self.inner.get_tuple(config)
-
-    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return await self.inner.aget_tuple(config)
-
-    def list(
-        self,
-        config: RunnableConfig | None,
-        *,
-        filter: dict[str, Any] | None = None,
-        before: RunnableConfig | None = None,
-        limit: int | None = None,
-    ) -> Iterator[CheckpointTuple]:
-        return self.inner.list(config, filter=filter, before=before, limit=limit)
-
-    async def alist(
-        self,
-        config: RunnableConfig | None,
-        *,
-        filter: dict[str, Any] | None = None,
-        before: RunnableConfig | None = None,
-        limit: int | None = None,
-    ) -> AsyncIterator[CheckpointTuple]:
-        async for item in self.inner.alist(config, filter=filter, before=before, limit=limit):
-            yield item
-
-    def delete_thread(self, thread_id: str) -> None:
-        self.inner.delete_thread(thread_id)
-
-    async def adelete_thread(self, thread_id: str) -> None:
-        await self.inner.adelete_thread(thread_id)
-
-    def get_next_version(self, current: Any, channel: None) -> Any:
-        return self.inner.get_next_version(current, channel)
-
-    def get_delta_channel_history(self, *, config: RunnableConfig, channels: Sequence[str]) -> Any:
-        return self.inner.get_delta_channel_history(config=config, channels=channels)
-
-    async def aget_delta_channel_history(
-        self, *, config: RunnableConfig, channels: Sequence[str]
-    ) -> Any:
-        return await self.inner.aget_delta_channel_history(config=config, channels=channels)
 
     def with_allowlist(
         self, extra_allowlist: Collection[tuple[str, ...]]
@@ -244,45 +170,41 @@ class MemoryCheckpointer(BaseCheckpointSaver[Any]):
         )
 
 
-# -- extended capabilities, attached only when the inner saver has them -----------
+# -- plain forwarding ------------------------------------------------------------------
 
 
-def _delete_for_runs(self: MemoryCheckpointer, run_ids: Sequence[str]) -> None:
-    self.inner.delete_for_runs(run_ids)
+def _forward(name: str) -> Any:
+    """A method that calls the inner saver's `name` with the same arguments."""
+    if name == "alist":
+
+        async def items(self: MemoryCheckpointer, *args: Any, **kwargs: Any) -> Any:
+            async for item in self.inner.alist(*args, **kwargs):
+                yield item
+
+        return items
+    if name.startswith("a"):
+
+        async def call(self: MemoryCheckpointer, *args: Any, **kwargs: Any) -> Any:
+            return await getattr(self.inner, name)(*args, **kwargs)
+
+        return call
+    return lambda self, *args, **kwargs: getattr(self.inner, name)(*args, **kwargs)
 
 
-async def _adelete_for_runs(self: MemoryCheckpointer, run_ids: Sequence[str]) -> None:
-    await self.inner.adelete_for_runs(run_ids)
-
-
-def _copy_thread(self: MemoryCheckpointer, source_thread_id: str, target_thread_id: str) -> None:
-    self.inner.copy_thread(source_thread_id, target_thread_id)
-
-
-async def _acopy_thread(
-    self: MemoryCheckpointer, source_thread_id: str, target_thread_id: str
-) -> None:
-    await self.inner.acopy_thread(source_thread_id, target_thread_id)
-
-
-def _prune(
-    self: MemoryCheckpointer, thread_ids: Sequence[str], *, strategy: str = "keep_latest"
-) -> None:
-    self.inner.prune(thread_ids, strategy=strategy)
-
-
-async def _aprune(
-    self: MemoryCheckpointer, thread_ids: Sequence[str], *, strategy: str = "keep_latest"
-) -> None:
-    await self.inner.aprune(thread_ids, strategy=strategy)
-
-
-_METHODS: dict[str, dict[str, Any]] = {
-    "delete_for_runs": {"delete_for_runs": _delete_for_runs, "adelete_for_runs": _adelete_for_runs},
-    "copy_thread": {"copy_thread": _copy_thread, "acopy_thread": _acopy_thread},
-    "prune": {"prune": _prune, "aprune": _aprune},
-}
-_VARIANTS: dict[tuple[type, frozenset[str]], type[MemoryCheckpointer]] = {}
+for _name in (
+    "put_writes",
+    "aput_writes",
+    "get_tuple",
+    "aget_tuple",
+    "list",
+    "alist",
+    "delete_thread",
+    "adelete_thread",
+    "get_next_version",
+    "get_delta_channel_history",
+    "aget_delta_channel_history",
+):
+    setattr(MemoryCheckpointer, _name, _forward(_name))
 
 
 def _supported(inner: BaseCheckpointSaver[Any]) -> frozenset[str]:
@@ -295,13 +217,10 @@ def _supported(inner: BaseCheckpointSaver[Any]) -> frozenset[str]:
     )
 
 
-def _variant(cls: type[MemoryCheckpointer], names: frozenset[str]) -> type[MemoryCheckpointer]:
-    if not names or cls is not MemoryCheckpointer:
-        return cls
-    key = (cls, names)
-    if key not in _VARIANTS:
-        namespace: dict[str, Any] = {"__module__": cls.__module__, "__qualname__": cls.__qualname__}
-        for name in sorted(names):
-            namespace.update(_METHODS[name])
-        _VARIANTS[key] = type(cls.__name__, (cls,), namespace)
-    return _VARIANTS[key]
+@functools.cache
+def _variant(names: frozenset[str]) -> type[MemoryCheckpointer]:
+    """The subclass that also forwards these extended capabilities (one class per set)."""
+    base = MemoryCheckpointer
+    namespace: dict[str, Any] = {"__module__": base.__module__, "__qualname__": base.__qualname__}
+    namespace.update({n: _forward(n) for name in sorted(names) for n in (name, "a" + name)})
+    return type(base.__name__, (base,), namespace)

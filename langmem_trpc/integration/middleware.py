@@ -11,8 +11,8 @@ from langgraph.runtime import Runtime
 
 from ..service.protocol import MemoryService
 from ..types import UserKey
-from ._ingest import IngestWorker, ahand_off, hand_off, thread_messages
-from .identity import resolve_identity
+from ._ingest import IngestWorker, Job, ahand_off, hand_off, job
+from .identity import _current_config, resolve_identity
 from .preload import READ_ONLY_TOOLS, Placement, Preloader, merge_system, prepend_to_first_user
 
 __all__ = ["MemoryIngestMiddleware", "MemoryPreloadMiddleware"]
@@ -21,15 +21,6 @@ logger = logging.getLogger(__name__)
 
 Handler = Callable[[ModelRequest], Any]
 AHandler = Callable[[ModelRequest], Awaitable[Any]]
-
-
-def _current_config() -> Any:
-    try:
-        from langgraph.config import get_config
-
-        return get_config()
-    except RuntimeError:
-        return None
 
 
 class MemoryPreloadMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
@@ -122,35 +113,26 @@ class MemoryIngestMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         self.worker = worker
         self.app_name = app_name
 
-    def _job(self, state: Any, runtime: Runtime[Any]) -> tuple[UserKey, str, list[Any]] | None:
+    def _job(self, state: Any, runtime: Runtime[Any]) -> Job | None:
         try:
             config = _current_config()
-            user = resolve_identity(runtime, config, default_app_name=self.app_name)
             info = getattr(runtime, "execution_info", None)
-            thread_id = getattr(info, "thread_id", None) or (
-                (config or {}).get("configurable") or {}
-            ).get("thread_id")
-            messages = thread_messages(state.get("messages") if isinstance(state, dict) else None)
-            if user is None or not thread_id or messages is None:
-                logger.debug(
-                    "run ended without identity, thread id or messages; nothing to remember"
-                )
-                return None
-            return user, str(thread_id), messages
+            return job(
+                resolve_identity(runtime, config, default_app_name=self.app_name),
+                getattr(info, "thread_id", None)
+                or ((config or {}).get("configurable") or {}).get("thread_id"),
+                state.get("messages") if isinstance(state, dict) else None,
+            )
         except Exception:
             logger.warning("memory ingest middleware could not read the run", exc_info=True)
             return None
 
     def after_agent(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
-        job = self._job(state, runtime)
-        if job is not None:
-            hand_off(self.worker, *job)
+        hand_off(self.worker, self._job(state, runtime))
         return None
 
     async def aafter_agent(
         self, state: AgentState[Any], runtime: Runtime[Any]
     ) -> dict[str, Any] | None:
-        job = self._job(state, runtime)
-        if job is not None:
-            await ahand_off(self.worker, *job)
+        await ahand_off(self.worker, self._job(state, runtime))
         return None

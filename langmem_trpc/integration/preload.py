@@ -20,15 +20,16 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Literal
 
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
+from ..errors import ConfigurationError
 from ..service._render import memory_line
 from ..service.protocol import MemoryService
 from ..types import Entry, SearchOptions, UserKey
-from .identity import resolve_identity
+from ._calls import Call, Plan, adrive, drive
+from .identity import _current_config, resolve_identity
 
 __all__ = [
     "BLOCK_BEGIN",
@@ -76,21 +77,17 @@ _HEADER = (
 # -- rendering ----------------------------------------------------------------
 
 
-def render_entry(entry: Entry) -> str:
-    """One line: `- [id] "text" (kind=..; date=..; with=..; at=..)`; topics are omitted.
+def render_block(entries: Sequence[Entry], playbook: str | None = None) -> str:
+    """The text injected into the model input (empty string for no entries).
 
-    The shared renderer (`langmem_trpc.service._render.memory_line`): stored
-    text is defused (NFKC, no zero-width characters, every line break folded,
+    One line per memory, `- [id] "text" (kind=..; date=..; with=..; at=..)`
+    without topics, by the shared `service._render.memory_line`: stored text
+    is defused (NFKC, no zero-width characters, every line break folded,
     look-alike delimiters neutralised) and JSON-quoted.
     """
-    return memory_line(entry)
-
-
-def render_block(entries: Sequence[Entry], playbook: str | None = None) -> str:
-    """The text injected into the model input (empty string for no entries)."""
     if not entries:
         return ""
-    lines = "\n".join(render_entry(e) for e in entries)
+    lines = "\n".join(memory_line(e) for e in entries)
     guide = (playbook or DEFAULT_PLAYBOOK).strip()
     return f"{guide}\n\n{BLOCK_BEGIN}\n{_HEADER}\n\n{lines}\n{BLOCK_END}"
 
@@ -111,16 +108,22 @@ def merge_system(system: SystemMessage | None, block: str) -> SystemMessage:
     return system.model_copy(update={"content": _with_text(system.content, block, before=False)})
 
 
-def prepend_to_first_user(messages: Sequence[BaseMessage], block: str) -> list[BaseMessage]:
-    """User placement: the block goes before the first user message's text."""
+def _into_first(
+    messages: Sequence[BaseMessage], kind: type[BaseMessage], block: str, *, before: bool
+) -> list[BaseMessage]:
+    """The block merged into the first message of `kind`, else a new one of that kind first."""
     out = list(messages)
     for i, message in enumerate(out):
-        if isinstance(message, HumanMessage):
-            out[i] = message.model_copy(
-                update={"content": _with_text(message.content, block, before=True)}
-            )
+        if isinstance(message, kind):
+            text = _with_text(message.content, block, before=before)
+            out[i] = message.model_copy(update={"content": text})
             return out
-    return [HumanMessage(content=block), *out]
+    return [kind(content=block), *out]
+
+
+def prepend_to_first_user(messages: Sequence[BaseMessage], block: str) -> list[BaseMessage]:
+    """User placement: the block goes before the first user message's text."""
+    return _into_first(messages, HumanMessage, block, before=True)
 
 
 def merge_block(
@@ -131,12 +134,7 @@ def merge_block(
         return list(messages)
     if placement == "user":
         return prepend_to_first_user(messages, block)
-    out = list(messages)
-    for i, message in enumerate(out):
-        if isinstance(message, SystemMessage):
-            out[i] = merge_system(message, block)
-            return out
-    return [SystemMessage(content=block), *out]
+    return _into_first(messages, SystemMessage, block, before=False)
 
 
 # -- selection ------------------------------------------------------------------
@@ -157,24 +155,21 @@ def current_user_message(messages: Sequence[BaseMessage]) -> HumanMessage | None
     return None
 
 
-def _search_options(query: str, budget: int) -> SearchOptions:
-    return SearchOptions(
-        query=query, max_results=min(budget, _MAX_RESULTS), deduplicate=True, hybrid=True
-    )
-
-
-def select_memories(service: MemoryService, user: UserKey, preload: int, query: str) -> list[Entry]:
-    """Which memories to inject (the §6.2 algorithm); raises only if the read fails."""
+def _select(user: UserKey, preload: int, query: str) -> Plan[list[Entry]]:
     if preload == 0:
         return []
     if preload < 0:
-        return service.read(user)
-    probe = service.read(user, preload + 1)
+        everything: list[Entry] = yield Call("read", (user,))
+        return everything
+    probe: list[Entry] = yield Call("read", (user, preload + 1))
     if len(probe) <= preload:
         return probe
     if query:
+        options = SearchOptions(
+            query=query, max_results=min(preload, _MAX_RESULTS), deduplicate=True, hybrid=True
+        )
         try:
-            hits = service.search(user, query, _search_options(query, preload))
+            hits: list[Entry] = yield Call("search", (user, query, options))
         except Exception:
             logger.warning(
                 "preload search failed for %s; using recent memories", user, exc_info=True
@@ -183,30 +178,18 @@ def select_memories(service: MemoryService, user: UserKey, preload: int, query: 
         if hits:
             return hits
     return probe[:preload]
+
+
+def select_memories(service: MemoryService, user: UserKey, preload: int, query: str) -> list[Entry]:
+    """Which memories to inject (the §6.2 algorithm); raises only if the read fails."""
+    return drive(service, _select(user, preload, query))
 
 
 async def aselect_memories(
     service: MemoryService, user: UserKey, preload: int, query: str
 ) -> list[Entry]:
     """Async twin of `select_memories`."""
-    if preload == 0:
-        return []
-    if preload < 0:
-        return await service.aread(user)
-    probe = await service.aread(user, preload + 1)
-    if len(probe) <= preload:
-        return probe
-    if query:
-        try:
-            hits = await service.asearch(user, query, _search_options(query, preload))
-        except Exception:
-            logger.warning(
-                "preload search failed for %s; using recent memories", user, exc_info=True
-            )
-            hits = []
-        if hits:
-            return hits
-    return probe[:preload]
+    return await adrive(service, _select(user, preload, query))
 
 
 # -- per-turn cache and the shared driver ------------------------------------------
@@ -239,12 +222,10 @@ class _TurnCache:
     def drop(self, user: UserKey | None = None) -> None:
         """Forget the blocks of `user` (every block when None)."""
         with self._lock:
-            for key in [k for k in self._items if user is None or k[:2] == user_labels(user)]:
+            for key in [
+                k for k in self._items if user is None or k[:2] == (user.app_name, user.user_id)
+            ]:
                 del self._items[key]
-
-
-def user_labels(user: UserKey) -> tuple[str, str]:
-    return (user.app_name, user.user_id)
 
 
 READ_ONLY_TOOLS = frozenset({"memory_search", "memory_load"})
@@ -265,13 +246,6 @@ def writes_in_turn(messages: Sequence[BaseMessage], read_only: Collection[str]) 
         if isinstance(message, ToolMessage) and message.name not in read_only:
             count += 1
     return count
-
-
-@dataclass(frozen=True)
-class _Turn:
-    user: UserKey
-    query: str
-    key: tuple[str, ...] | None
 
 
 class Preloader:
@@ -299,8 +273,6 @@ class Preloader:
         read_only_tools: Collection[str] = READ_ONLY_TOOLS,
     ) -> None:
         if not isinstance(preload, int) or isinstance(preload, bool):
-            from ..errors import ConfigurationError
-
             raise ConfigurationError(
                 f"preload must be an int (0 off, -1 all, N budget), got {preload!r}"
             )
@@ -316,44 +288,35 @@ class Preloader:
         if self._cache is not None:
             self._cache.drop(user)
 
-    def _turn(
+    def _plan(
         self, messages: Sequence[BaseMessage], runtime: Any, config: Mapping[str, Any] | None
-    ) -> _Turn | None:
+    ) -> Plan[str]:
         if self.preload == 0:
-            return None
+            return ""
         user = resolve_identity(runtime, config, default_app_name=self.app_name)
         if user is None:
             logger.debug("preload skipped: no app_name/user_id in context or config")
-            return None
+            return ""
         current = current_user_message(messages)
         query = _text_of(current) if current is not None else ""
         key = None
         if self._cache is not None and current is not None:
-            configurable = ((config or getattr(runtime, "config", None) or _config()) or {}).get(
-                "configurable"
-            ) or {}
-            thread = str(configurable.get("thread_id") or "")
-            marker = current.id or hashlib.sha256(query.encode()).hexdigest()
+            config = config or getattr(runtime, "config", None) or _current_config()
+            thread = str(((config or {}).get("configurable") or {}).get("thread_id") or "")
             key = (
                 user.app_name,
                 user.user_id,
                 thread,
-                marker,
+                current.id or hashlib.sha256(query.encode()).hexdigest(),
                 str(sum(isinstance(m, HumanMessage) for m in messages)),
                 str(writes_in_turn(messages, self.read_only_tools)),
             )
-        return _Turn(user, query, key)
-
-    def _cached(self, turn: _Turn) -> str | None:
-        """The block already rendered for this turn (tool-call loops reuse it)."""
-        if self._cache is None or not turn.key:
-            return None
-        return self._cache.get(turn.key)
-
-    def _finish(self, turn: _Turn, entries: list[Entry]) -> str:
-        block = render_block(entries, self.playbook)
-        if self._cache is not None and turn.key is not None:
-            self._cache.put(turn.key, block)
+            cached = self._cache.get(key)
+            if cached is not None:  # tool-call loops reuse the turn's block
+                return cached
+        block = render_block((yield from _select(user, self.preload, query)), self.playbook)
+        if self._cache is not None and key is not None:
+            self._cache.put(key, block)
         return block
 
     def block(
@@ -363,15 +326,7 @@ class Preloader:
         config: Mapping[str, Any] | None = None,
     ) -> str:
         try:
-            turn = self._turn(messages, runtime, config)
-            if turn is None:
-                return ""
-            cached = self._cached(turn)
-            if cached is not None:
-                return cached
-            return self._finish(
-                turn, select_memories(self.service, turn.user, self.preload, turn.query)
-            )
+            return drive(self.service, self._plan(messages, runtime, config))
         except Exception:
             logger.warning("preload failed; the model runs without memories", exc_info=True)
             return ""
@@ -383,27 +338,10 @@ class Preloader:
         config: Mapping[str, Any] | None = None,
     ) -> str:
         try:
-            turn = self._turn(messages, runtime, config)
-            if turn is None:
-                return ""
-            cached = self._cached(turn)
-            if cached is not None:
-                return cached
-            return self._finish(
-                turn, await aselect_memories(self.service, turn.user, self.preload, turn.query)
-            )
+            return await adrive(self.service, self._plan(messages, runtime, config))
         except Exception:
             logger.warning("preload failed; the model runs without memories", exc_info=True)
             return ""
-
-
-def _config() -> Mapping[str, Any] | None:
-    try:
-        from langgraph.config import get_config
-
-        return get_config()
-    except RuntimeError:
-        return None
 
 
 # -- StateGraph helpers -------------------------------------------------------------

@@ -35,12 +35,28 @@ from pydantic import ConfigDict, ValidationError
 
 from ..errors import ConfigurationError, InvalidInputError
 from ..service.protocol import MemoryService
-from ..types import Entry, Kind, SearchOptions, UserKey
+from ..types import Entry, Kind, Memory, SearchOptions, UserKey
+from ._calls import Call, Plan, adrive, drive, each
 
 __all__ = ["MemoryRetriever", "MemoryVectorStore", "create_retriever", "entry_document"]
 
 _SCOPE_KEYS = frozenset({"user", "user_id", "app", "app_name", "namespace", "user_key"})
 _OPTION_KEYS = frozenset(SearchOptions.model_fields) - {"query"}
+
+
+def event_fields(memory: Memory, timespec: str = "auto") -> dict[str, Any]:
+    """The event fields a memory has set: `event_time` (ISO 8601), `participants`, `location`.
+
+    One shape for every view of a memory (documents, tool results, store items).
+    """
+    out: dict[str, Any] = {}
+    if memory.event_time is not None:
+        out["event_time"] = memory.event_time.isoformat(timespec=timespec)
+    if memory.participants:
+        out["participants"] = list(memory.participants)
+    if memory.location:
+        out["location"] = memory.location
+    return out
 
 
 def entry_document(entry: Entry) -> Document:
@@ -54,13 +70,8 @@ def entry_document(entry: Entry) -> Document:
         "topics": list(memory.topics),
         "created_at": entry.created_at.isoformat(),
         "updated_at": entry.updated_at.isoformat(),
+        **event_fields(memory),
     }
-    if memory.event_time is not None:
-        metadata["event_time"] = memory.event_time.isoformat()
-    if memory.participants:
-        metadata["participants"] = list(memory.participants)
-    if memory.location:
-        metadata["location"] = memory.location
     if entry.score is not None:
         metadata["score"] = entry.score
     return Document(page_content=memory.text, metadata=metadata, id=entry.id)
@@ -189,9 +200,10 @@ class MemoryVectorStore(VectorStore):
 
     # -- writes -------------------------------------------------------------
 
-    def _add_args(
-        self, texts: Iterable[str], metadatas: list[dict[str, Any]] | None, ids: Any
-    ) -> list[tuple[str, dict[str, Any]]]:
+    def _add(
+        self, texts: Iterable[str], metadatas: list[dict[str, Any]] | None, ids: Any, kwargs: Any
+    ) -> Plan[list[str]]:
+        _refuse_scope(self._user, "kwargs", kwargs)
         texts = list(texts)
         metas = list(metadatas) if metadatas is not None else [{} for _ in texts]
         id_list = list(ids) if ids is not None else [None] * len(texts)
@@ -209,8 +221,9 @@ class MemoryVectorStore(VectorStore):
             fields["metadata"] = meta
             if memory_id is not None:
                 fields["memory_id"] = memory_id
-            calls.append((text, fields))
-        return calls
+            calls.append(Call("add", (self._user, text), fields))
+        added = yield from each(calls)  # every text was checked before the first write
+        return [entry.id for entry in added]
 
     def add_texts(
         self,
@@ -221,9 +234,7 @@ class MemoryVectorStore(VectorStore):
         **kwargs: Any,
     ) -> list[str]:
         """Store each text as a memory of the store's user; returns the memory ids."""
-        _refuse_scope(self._user, "kwargs", kwargs)
-        calls = self._add_args(texts, metadatas, ids)
-        return [self._service.add(self._user, text, **fields).id for text, fields in calls]
+        return drive(self._service, self._add(texts, metadatas, ids, kwargs))
 
     async def aadd_texts(
         self,
@@ -233,47 +244,48 @@ class MemoryVectorStore(VectorStore):
         ids: list[str] | None = None,
         **kwargs: Any,
     ) -> list[str]:
+        return await adrive(self._service, self._add(texts, metadatas, ids, kwargs))
+
+    def _delete(self, ids: list[str] | None, kwargs: Any) -> Plan[bool]:
         _refuse_scope(self._user, "kwargs", kwargs)
-        calls = self._add_args(texts, metadatas, ids)
-        return [(await self._service.aadd(self._user, t, **f)).id for t, f in calls]
+        if not ids:
+            raise InvalidInputError("ids", "name the memories to delete")
+        return all((yield from each(Call("delete", (self._user, m)) for m in ids)))
 
     def delete(self, ids: list[str] | None = None, **kwargs: Any) -> bool | None:
         """Soft-delete the memories with these ids; True when every one was live."""
-        _refuse_scope(self._user, "kwargs", kwargs)
-        if not ids:
-            raise InvalidInputError("ids", "name the memories to delete")
-        return all([self._service.delete(self._user, memory_id) for memory_id in ids])
+        return drive(self._service, self._delete(ids, kwargs))
 
     async def adelete(self, ids: list[str] | None = None, **kwargs: Any) -> bool | None:
-        _refuse_scope(self._user, "kwargs", kwargs)
-        if not ids:
-            raise InvalidInputError("ids", "name the memories to delete")
-        return all([await self._service.adelete(self._user, memory_id) for memory_id in ids])
+        return await adrive(self._service, self._delete(ids, kwargs))
 
     # -- reads --------------------------------------------------------------
 
-    def get_by_ids(self, ids: Sequence[str], /) -> list[Document]:
-        found = (self._service.get(self._user, memory_id) for memory_id in ids)
+    def _get(self, ids: Sequence[str]) -> Plan[list[Document]]:
+        found = yield from each(Call("get", (self._user, memory_id)) for memory_id in ids)
         return [entry_document(e) for e in found if e is not None]
 
+    def get_by_ids(self, ids: Sequence[str], /) -> list[Document]:
+        return drive(self._service, self._get(ids))
+
     async def aget_by_ids(self, ids: Sequence[str], /) -> list[Document]:
-        found = [await self._service.aget(self._user, memory_id) for memory_id in ids]
-        return [entry_document(e) for e in found if e is not None]
+        return await adrive(self._service, self._get(ids))
+
+    def _search(self, query: str, k: int, kwargs: Any) -> Plan[list[tuple[Document, float]]]:
+        options = search_options(self._user, k, kwargs)
+        found = yield Call("search", (self._user, query, options))
+        return [(entry_document(e), float(e.score or 0.0)) for e in found]
 
     def similarity_search_with_score(
         self, query: str, k: int = 4, **kwargs: Any
     ) -> list[tuple[Document, float]]:
         """Hybrid search; the score is the service's 0-1 relevance score."""
-        options = search_options(self._user, k, kwargs)
-        found = self._service.search(self._user, query, options)
-        return [(entry_document(e), float(e.score or 0.0)) for e in found]
+        return drive(self._service, self._search(query, k, kwargs))
 
     async def asimilarity_search_with_score(
         self, query: str, k: int = 4, **kwargs: Any
     ) -> list[tuple[Document, float]]:
-        options = search_options(self._user, k, kwargs)
-        found = await self._service.asearch(self._user, query, options)
-        return [(entry_document(e), float(e.score or 0.0)) for e in found]
+        return await adrive(self._service, self._search(query, k, kwargs))
 
     def similarity_search(self, query: str, k: int = 4, **kwargs: Any) -> list[Document]:
         return [doc for doc, _ in self.similarity_search_with_score(query, k, **kwargs)]

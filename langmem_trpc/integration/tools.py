@@ -28,7 +28,7 @@ import json
 import logging
 import unicodedata
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Literal
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
@@ -47,7 +47,9 @@ from ..errors import (
 )
 from ..service.protocol import MemoryService
 from ..types import Entry, SearchOptions, Source, UserKey
+from ._calls import Call, Plan, adrive, drive
 from .identity import resolve_identity
+from .retriever import event_fields
 
 __all__ = ["DEFAULT_TOOLS", "TOOL_NAMES", "create_memory_tools"]
 
@@ -159,37 +161,21 @@ _DESCRIPTIONS = {
     ),
     "memory_load": "Load the user's most recent memories, newest first. Use memory_search when you know "
     "what you are looking for; use this for a general overview. " + _SCOPE,
-    "memory_add": "Add a new durable memory about the user. "
-    + _SCOPE
-    + " If the user clearly asks to "
+    "memory_add": f"Add a new durable memory about the user. {_SCOPE} If the user clearly asks to "
     "remember, correct or forget something, carry out the memory operation directly. Store concise "
     "factual memories that help future conversations feel contextual and avoid asking the same question "
     "again. Avoid guesses, duplicates, trivial one-off details and sensitive data unless needed for the task.",
     "memory_update": "Update an existing memory when it should remain but needs correction or new detail; "
     "its ID stays the same. " + _SCOPE,
-    "memory_delete": "Delete one memory. "
-    + _SCOPE
-    + " This operation is destructive. Only use it when the "
-    "user explicitly asks to remove saved memory. Prefer memory_update when the memory should remain but "
+    "memory_delete": f"Delete one memory. {_SCOPE} This operation is destructive. Only use it "
+    "when the user explicitly asks to remove saved memory. Prefer memory_update when the memory should remain but "
     "needs correction.",
-    "memory_clear": "Delete ALL memories of the user. "
-    + _SCOPE
-    + " Use it only when the user explicitly "
-    "asks to forget everything or reset saved context.",
+    "memory_clear": f"Delete ALL memories of the user. {_SCOPE} Use it only when the user "
+    "explicitly asks to forget everything or reset saved context.",
 }
 
 
-# -- one prepared service call per tool invocation --------------------------------------
-
-
-@dataclass
-class _Call:
-    """A service call to run sync (`method`) or async (`"a" + method`), then render."""
-
-    method: str
-    args: tuple[Any, ...]
-    render: Callable[[Any], tuple[str, Any]]
-    kwargs: dict[str, Any] = field(default_factory=dict)
+# -- one plan per tool invocation (`_calls`: written once, run sync or async) ---------
 
 
 def _result(entry: Entry) -> dict[str, Any]:
@@ -201,13 +187,8 @@ def _result(entry: Entry) -> dict[str, Any]:
         "topics": list(memory.topics),
         "created": entry.created_at.isoformat(timespec="seconds"),
         "kind": memory.kind.value,
+        **event_fields(memory, "seconds"),
     }
-    if memory.event_time is not None:
-        out["event_time"] = memory.event_time.isoformat(timespec="seconds")
-    if memory.participants:
-        out["participants"] = list(memory.participants)
-    if memory.location:
-        out["location"] = memory.location
     if entry.score is not None:
         out["score"] = round(entry.score, 4)
     return out
@@ -217,11 +198,17 @@ def _dump(payload: dict[str, Any]) -> str:
     return json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
 
 
-def _entries(entries: list[Entry]) -> list[dict[str, Any]]:
-    return [e.model_dump(mode="json") for e in entries]
+def _listing(head: dict[str, Any], found: list[Entry]) -> tuple[str, Any]:
+    payload = {**head, "results": [_result(e) for e in found], "count": len(found)}
+    return _dump(payload), [e.model_dump(mode="json") for e in found]
 
 
-def _time(value: str | None, name: str, *, end: bool = False) -> Any:
+def parse_date(value: str | None, name: str, *, end: bool = False) -> datetime | None:
+    """A date argument (`end`: the last second of the period it names), None when blank.
+
+    Unparseable and out-of-range dates are `InvalidInputError`s naming `name`
+    (the inspector's filters use it too, so both answer the same).
+    """
     if value is None or not value.strip():
         return None
     try:
@@ -257,13 +244,13 @@ def _source(runtime: ToolRuntime[Any]) -> Source:
     return Source(thread_id=str(thread) if thread else None, actor="tool")
 
 
-Prepared = _Call | tuple[str, Any]
+Result = Plan[tuple[str, Any]]
 
 
-def _prepare_search(user: UserKey, runtime: ToolRuntime[Any], a: dict[str, Any]) -> Prepared:
+def _search(user: UserKey, runtime: ToolRuntime[Any], a: dict[str, Any]) -> Result:
     query = (a.get("query") or "").strip()
     if not query:
-        return _dump({"query": "", "results": [], "count": 0}), []
+        return _listing({"query": ""}, [])
     after, before = _window(a)
     options = SearchOptions(
         query=query,
@@ -276,18 +263,13 @@ def _prepare_search(user: UserKey, runtime: ToolRuntime[Any], a: dict[str, Any])
         hybrid=True,
         kind_fallback=a.get("kind") is not None,
     )
-
-    def render(found: list[Entry]) -> tuple[str, Any]:
-        payload = {"query": query, "results": [_result(e) for e in found], "count": len(found)}
-        return _dump(payload), _entries(found)
-
-    return _Call("search", (user, query, options), render)
+    return _listing({"query": query}, (yield Call("search", (user, query, options))))
 
 
 def _window(a: dict[str, Any]) -> tuple[Any, Any]:
     try:
-        after = _time(a.get("time_after"), "time_after")
-        before = _time(a.get("time_before"), "time_before", end=True)
+        after = parse_date(a.get("time_after"), "time_after")
+        before = parse_date(a.get("time_before"), "time_before", end=True)
     except InvalidInputError as exc:
         raise _TimeRangeError(exc.field, exc.problem) from None
     if after is not None and before is not None and after > before:
@@ -297,37 +279,37 @@ def _window(a: dict[str, Any]) -> tuple[Any, Any]:
     return after, before
 
 
-def _prepare_load(user: UserKey, runtime: ToolRuntime[Any], a: dict[str, Any]) -> Prepared:
+def _load(user: UserKey, runtime: ToolRuntime[Any], a: dict[str, Any]) -> Result:
     limit = int(a.get("limit") or 10)
     limit = 10 if limit <= 0 else min(limit, MAX_LIMIT)
-
-    def render(found: list[Entry]) -> tuple[str, Any]:
-        payload = {"limit": limit, "results": [_result(e) for e in found], "count": len(found)}
-        return _dump(payload), _entries(found)
-
-    return _Call("read", (user, limit), render)
+    return _listing({"limit": limit}, (yield Call("read", (user, limit))))
 
 
-def _prepare_delete(user: UserKey, runtime: ToolRuntime[Any], a: dict[str, Any]) -> Prepared:
+def _delete(user: UserKey, runtime: ToolRuntime[Any], a: dict[str, Any]) -> Result:
     memory_id = a["memory_id"]
-
-    def render(deleted: bool) -> tuple[str, Any]:
-        if not deleted:
-            raise MemoryNotFoundError(memory_id)
-        return _dump({"message": "Memory deleted successfully", "memory_id": memory_id}), None
-
-    return _Call("delete", (user, memory_id), render, {"source": _source(runtime)})
+    if not (yield Call("delete", (user, memory_id), {"source": _source(runtime)})):
+        raise MemoryNotFoundError(memory_id)
+    return _dump({"message": "Memory deleted successfully", "memory_id": memory_id}), None
 
 
-def _prepare_clear(user: UserKey, runtime: ToolRuntime[Any], a: dict[str, Any]) -> Prepared:
-    def render(count: int) -> tuple[str, Any]:
-        return _dump({"message": "All memories cleared successfully", "count": count}), None
+def _clear(user: UserKey, runtime: ToolRuntime[Any], a: dict[str, Any]) -> Result:
+    count = yield Call("clear", (user,), {"source": _source(runtime)})
+    return _dump({"message": "All memories cleared successfully", "count": count}), None
 
-    return _Call("clear", (user,), render, {"source": _source(runtime)})
+
+def _write(message: str, call: Call) -> Result:
+    entry: Entry = yield call
+    payload = {
+        "message": message,
+        "memory_id": entry.id,
+        "memory": entry.text,
+        "topics": list(entry.memory.topics),
+    }
+    return _dump(payload), [entry.model_dump(mode="json")]
 
 
 def _write_fields(runtime: ToolRuntime[Any], a: dict[str, Any]) -> dict[str, Any]:
-    _time(a.get("event_time"), "event_time")  # bad dates are input errors, before any I/O
+    parse_date(a.get("event_time"), "event_time")  # bad dates are input errors, before any I/O
     fields = {
         "topics": a.get("topics"),
         "event_time": a.get("event_time"),
@@ -340,43 +322,27 @@ def _write_fields(runtime: ToolRuntime[Any], a: dict[str, Any]) -> dict[str, Any
     return fields
 
 
-def _render_write(message: str) -> Callable[[Entry], tuple[str, Any]]:
-    def render(entry: Entry) -> tuple[str, Any]:
-        payload = {
-            "message": message,
-            "memory_id": entry.id,
-            "memory": entry.text,
-            "topics": list(entry.memory.topics),
-        }
-        return _dump(payload), _entries([entry])
-
-    return render
+def _add(user: UserKey, runtime: ToolRuntime[Any], a: dict[str, Any]) -> Result:
+    call = Call("add", (user, a["memory"]), _write_fields(runtime, a))
+    return (yield from _write("Memory added successfully", call))
 
 
-def _prepare_add(user: UserKey, runtime: ToolRuntime[Any], a: dict[str, Any]) -> Prepared:
-    return _Call(
-        "add",
-        (user, a["memory"]),
-        _render_write("Memory added successfully"),
-        _write_fields(runtime, a),
-    )
+def _update(user: UserKey, runtime: ToolRuntime[Any], a: dict[str, Any]) -> Result:
+    call = Call("update", (user, a["memory_id"], a["memory"]), _write_fields(runtime, a))
+    return (yield from _write("Memory updated successfully", call))
 
 
-def _prepare_update(user: UserKey, runtime: ToolRuntime[Any], a: dict[str, Any]) -> Prepared:
-    args = (user, a["memory_id"], a["memory"])
-    return _Call(
-        "update", args, _render_write("Memory updated successfully"), _write_fields(runtime, a)
-    )
-
-
-_PREPARE: dict[str, Callable[[UserKey, ToolRuntime[Any], dict[str, Any]], Prepared]] = {
-    "memory_search": _prepare_search,
-    "memory_load": _prepare_load,
-    "memory_add": _prepare_add,
-    "memory_update": _prepare_update,
-    "memory_delete": _prepare_delete,
-    "memory_clear": _prepare_clear,
+_TOOLS: dict[
+    str, tuple[type[BaseModel], Callable[[UserKey, ToolRuntime[Any], dict[str, Any]], Result]]
+] = {
+    "memory_search": (SearchArgs, _search),
+    "memory_load": (LoadArgs, _load),
+    "memory_add": (AddArgs, _add),
+    "memory_update": (UpdateArgs, _update),
+    "memory_delete": (DeleteArgs, _delete),
+    "memory_clear": (ClearArgs, _clear),
 }
+"""Each tool's argument schema (what the model sees) and its plan."""
 
 
 _ARG_NAMES = {"text": "memory", "kind": "memory_kind"}
@@ -427,7 +393,7 @@ def call_key(name: str, args: Mapping[str, Any]) -> str:
     """What makes two calls the same: the tool and its arguments after defaults and normalising."""
     raw = {k: v for k, v in args.items() if k != "runtime"}
     try:
-        full: Mapping[str, Any] = _SCHEMAS[name].model_validate(raw).model_dump()
+        full: Mapping[str, Any] = _TOOLS[name][0].model_validate(raw).model_dump()
     except Exception:  # unvalidated args still compare by what was sent
         full = raw
     return name + json.dumps(_normal(full), sort_keys=True, ensure_ascii=False, default=str)
@@ -463,14 +429,6 @@ def is_repeat(name: str, runtime: ToolRuntime[Any], args: Mapping[str, Any]) -> 
     return False
 
 
-def _repeat_message(name: str) -> tuple[str, Any]:
-    text = (
-        f"{name}: refused, this exact call was already made in this run and its result is "
-        "above. Do not repeat it: use that result, change the arguments, or answer the user."
-    )
-    return text, None
-
-
 class _Tools:
     """Holds the service and identity settings the tool functions close over."""
 
@@ -478,29 +436,26 @@ class _Tools:
         self.service = service
         self.app_name = app_name
 
-    def _user(self, name: str, runtime: ToolRuntime[Any]) -> UserKey:
+    def _plan(self, name: str, runtime: ToolRuntime[Any], args: dict[str, Any]) -> Result:
         user = resolve_identity(runtime, runtime.config, default_app_name=self.app_name)
         if user is None:
             raise ToolException(
                 f"{name} is unavailable: no user identity (app_name/user_id) in the run context or config"
             )
-        return user
-
-    def _prepare(self, name: str, runtime: ToolRuntime[Any], args: dict[str, Any]) -> Prepared:
-        user = self._user(name, runtime)
         if is_repeat(name, runtime, args):
             logger.info("%s: refused a repeated identical call", name)
-            return _repeat_message(name)
+            refusal = (
+                f"{name}: refused, this exact call was already made in this run and its result is "
+                "above. Do not repeat it: use that result, change the arguments, or answer the user."
+            )
+            return refusal, None
         for key, value in args.items():
             _check_text(value, key)
-        return _PREPARE[name](user, runtime, args)
+        return (yield from _TOOLS[name][1](user, runtime, args))
 
     def run(self, name: str, runtime: ToolRuntime[Any], args: dict[str, Any]) -> tuple[str, Any]:
         try:
-            call = self._prepare(name, runtime, args)
-            if isinstance(call, tuple):
-                return call
-            return call.render(getattr(self.service, call.method)(*call.args, **call.kwargs))
+            return drive(self.service, self._plan(name, runtime, args))
         except ToolException:
             raise
         except Exception as exc:
@@ -510,12 +465,7 @@ class _Tools:
         self, name: str, runtime: ToolRuntime[Any], args: dict[str, Any]
     ) -> tuple[str, Any]:
         try:
-            call = self._prepare(name, runtime, args)
-            if isinstance(call, tuple):
-                return call
-            return call.render(
-                await getattr(self.service, "a" + call.method)(*call.args, **call.kwargs)
-            )
+            return await adrive(self.service, self._plan(name, runtime, args))
         except ToolException:
             raise
         except Exception as exc:
@@ -533,21 +483,11 @@ class _Tools:
             coroutine=coroutine,
             name=name,
             description=_DESCRIPTIONS[name],
-            args_schema=_SCHEMAS[name],
+            args_schema=_TOOLS[name][0],
             response_format="content_and_artifact",
             handle_tool_error=True,
             handle_validation_error=_validation_message(name),
         )
-
-
-_SCHEMAS: dict[str, type[BaseModel]] = {
-    "memory_search": SearchArgs,
-    "memory_load": LoadArgs,
-    "memory_add": AddArgs,
-    "memory_update": UpdateArgs,
-    "memory_delete": DeleteArgs,
-    "memory_clear": ClearArgs,
-}
 
 
 def _validation_message(name: str) -> Callable[[Any], str]:

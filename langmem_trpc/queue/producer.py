@@ -46,6 +46,7 @@ from ._stats import (
     queue_params,
     stats_from_rows,
 )
+from ._triggers import JOB_TRIGGERS
 
 if TYPE_CHECKING:
     from psycopg_pool import AsyncConnectionPool, ConnectionPool
@@ -173,7 +174,8 @@ class PostgresJobQueue:
     def setup(self) -> None:
         """Create procrastinate's schema when it is missing, apply its pending migrations
         when the installed procrastinate is newer (`_schema.migrate`), and create our index
-        on its jobs table; idempotent, safe to race (an advisory lock).
+        and triggers on its jobs table (`JOB_TRIGGERS`); idempotent, safe to race (an
+        advisory lock).
 
         Raises `ConfigurationError` (nothing changed) for a schema it cannot place: newer
         than the installed procrastinate, or older without a recorded version."""
@@ -181,6 +183,7 @@ class PostgresJobQueue:
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (SETUP_LOCK,))
             migrate(conn)
             conn.execute(WAITING_LOCK_INDEX)
+            conn.execute(JOB_TRIGGERS)
 
     async def asetup(self) -> None:
         await asyncio.to_thread(self.setup)

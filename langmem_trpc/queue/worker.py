@@ -36,8 +36,10 @@ worker's own pool, so `concurrency` jobs run at once. What it adds:
   tasks log the errors and go on); when it stops or fails to start, this one
   reconnects with backoff (1 s doubling to 30 s) and goes on.
 
-A job clears its own queueing lock when it starts: a retried job never collides
-with the thread's next waiting job, which then simply runs after it.
+It needs the queue's `PostgresJobQueue.setup()` (the CLI runs it): its triggers
+(`_triggers.JOB_TRIGGERS`) clear the queueing lock of a job that goes back to waiting,
+so a retried job never collides with the thread's next waiting job, and wake the
+workers when a job ends while the same user's next job waits.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import Any
 
 from ..errors import ConfigurationError, InvalidInputError, LangmemTrpcError
@@ -67,7 +70,6 @@ __all__ = ["JobIncompleteError", "QueueWorker"]
 
 logger = logging.getLogger(__name__)
 
-UNLOCK = "UPDATE procrastinate_jobs SET queueing_lock = NULL WHERE id = %(id)s AND queueing_lock IS NOT NULL"
 READY = """SELECT EXISTS (SELECT 1 FROM procrastinate_jobs WHERE queue_name = ANY(%(queues)s)
     AND status = 'todo' AND (scheduled_at IS NULL OR scheduled_at <= now())) AS ready"""
 APP_QUEUES = """SELECT DISTINCT queue_name FROM procrastinate_jobs
@@ -169,6 +171,8 @@ class QueueWorker:
             claim_ttl=claim_ttl,
             max_calls_per_user=max_calls_per_user,
         )
+        # The producer read the cursor at enqueue: a job claims its thread at once.
+        self.processor.settings = replace(self.processor.settings, peek_cursor=False)
         self.conninfo = conninfo
         self.queue = queue
         self.apps = tuple(apps or ())
@@ -226,7 +230,6 @@ class QueueWorker:
         job_id = context.job.id
         self._running.add(job_id)
         try:
-            await context.app.connector.execute_query_async(UNLOCK, id=job_id)
             payload = decode(args)
             loop = asyncio.get_running_loop()
             assert self._executor is not None
@@ -419,7 +422,6 @@ class QueueWorker:
             if job.id in self._running:
                 continue
             try:
-                await self.app.connector.execute_query_async(UNLOCK, id=job.id)
                 await manager.retry_job(job)
             except Exception as exc:  # another worker put it back first
                 logger.debug("queue worker: could not retry stalled job %s: %s", job.id, exc)

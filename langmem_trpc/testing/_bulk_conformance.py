@@ -3,22 +3,22 @@ behaves as `add` would, in order, and the batch is all or nothing."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import pytest
 
 from ..errors import CapacityExceededError, InvalidMemoryError, InvalidUserKeyError
 from ..service._core import Limits
-from ..service.protocol import MemoryService
 from ..types import Memory, Operation, UserKey
+from ._kit import ALICE, Client
 
 if TYPE_CHECKING:
-    from .conformance import Client
+    from collections.abc import Callable
+
+    from ..service.protocol import MemoryService
 
 __all__ = ["BulkConformance"]
 
-ALICE = UserKey("app", "alice")
 MODES = ("sync", "async")
 
 
@@ -84,7 +84,7 @@ class BulkConformance:
             svc = make_service(Limits(capacity=3, on_capacity="evict"))
             old = svc.add(ALICE, "one")
             svc.add(ALICE, "two")
-            entries = await _call(svc, mode, "add_many", ALICE, ["three", "four", "five"])
+            entries = await Client(svc, mode).add_many(ALICE, ["three", "four", "five"])
             assert {e.text for e in svc.read(ALICE)} == {"three", "four", "five"}
             assert len(entries) == 3 and svc.count(ALICE) == 3
             (evicted,) = [h for h in svc.history(ALICE, old.id) if h.operation == Operation.DELETE]
@@ -99,16 +99,8 @@ class BulkConformance:
             svc = make_service(Limits(capacity=2, on_capacity="error"))
             svc.add(ALICE, "one")
             with pytest.raises(CapacityExceededError):
-                await _call(svc, mode, "add_many", ALICE, ["two", "one", "three"])
+                await Client(svc, mode).add_many(ALICE, ["two", "one", "three"])
             assert [e.text for e in svc.read(ALICE)] == ["one"]
-            assert len(await _call(svc, mode, "add_many", ALICE, ["one", "two"])) == 2
+            assert len(await Client(svc, mode).add_many(ALICE, ["one", "two"])) == 2
             svc.purge(ALICE)
             svc.close()
-
-
-async def _call(svc: MemoryService, mode: str, name: str, *args: object) -> list[object]:
-    if mode == "async":
-        result: list[object] = await getattr(svc, "a" + name)(*args)
-        return result
-    result = getattr(svc, name)(*args)
-    return result

@@ -81,13 +81,13 @@ class ScriptedChatModel(BaseChatModel):
         if "tool_choice" in kwargs and not self.accepts_tool_choice:
             raise TypeError("bind_tools() got an unexpected keyword argument 'tool_choice'")
         names = [
-            getattr(t, "name", None) or (t.get("name") if isinstance(t, dict) else str(t))
+            str(getattr(t, "name", None) or (t.get("name") if isinstance(t, dict) else t))
             for t in tools
         ]
         with self._lock:
-            self.bound_tools.append([str(n) for n in names])
+            self.bound_tools.append(names)
             self.bound_options.append(dict(kwargs))
-        return self.bind(tools=[str(n) for n in names], **kwargs)
+        return self.bind(tools=list(names), **kwargs)
 
     def _next_reply(self, messages: list[BaseMessage]) -> AIMessage:
         with self._lock:

@@ -16,18 +16,16 @@ import pytest
 import langmem_trpc
 
 from ..service.capabilities import Capability
-from ..types import UserKey
+from ._kit import ALICE
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from ..service._core import Limits
     from ..service.protocol import MemoryService
-    from .conformance import Client
+    from ._kit import Client
 
 __all__ = ["LifecycleConformance"]
-
-ALICE = UserKey("app", "alice")
 
 _CHILD = """
 import sys

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -53,37 +53,10 @@ from ..types import ExtractionCursor, Kind, Memory, Operation, SearchOptions, So
 from ._bulk_conformance import BulkConformance
 from ._claims_conformance import ClaimsConformance
 from ._integrity_conformance import IntegrityConformance
+from ._kit import ALICE, ALICE_OTHER_APP, BOB, T0, Client, refused
 from ._lifecycle_conformance import LifecycleConformance
 
 __all__ = ["Capability", "Client", "MemoryServiceConformance"]
-
-ALICE = UserKey("app", "alice")
-BOB = UserKey("app", "bob")
-ALICE_OTHER_APP = UserKey("other-app", "alice")
-T0 = datetime(2024, 5, 1, 12, 0, tzinfo=timezone.utc)
-
-
-class Client:
-    """Calls the sync method or its `a*` twin, always awaitable, so one body tests both."""
-
-    def __init__(self, service: MemoryService, mode: str) -> None:
-        self.service = service
-        self.mode = mode
-
-    def __getattr__(self, name: str) -> Callable[..., Awaitable[Any]]:
-        if self.mode == "async":
-            method = getattr(self.service, "a" + name)
-
-            async def call_async(*args: Any, **kwargs: Any) -> Any:
-                return await method(*args, **kwargs)
-
-            return call_async
-        method = getattr(self.service, name)
-
-        async def call_sync(*args: Any, **kwargs: Any) -> Any:
-            return method(*args, **kwargs)
-
-        return call_sync
 
 
 class MemoryServiceConformance(
@@ -104,8 +77,6 @@ class MemoryServiceConformance(
         (another service, or another process, on the same data). Backends that
         declare DURABLE or CROSS_PROCESS must override it; None means "none"."""
         return None
-
-    # -- isolation ----------------------------------------------------------
 
     async def test_users_and_apps_are_isolated(self, client: Client) -> None:
         a = await client.add(ALICE, "Likes green tea")
@@ -140,8 +111,6 @@ class MemoryServiceConformance(
         assert await client.read(ALICE) == []
         assert len(await client.read(BOB)) == 1
         assert await client.count(BOB) == 1
-
-    # -- identity and idempotence --------------------------------------------
 
     async def test_add_is_idempotent_and_refreshes_topics(self, client: Client) -> None:
         first = await client.add(ALICE, "Prefers dark mode", topics=["ui"])
@@ -206,10 +175,9 @@ class MemoryServiceConformance(
         assert (await client.get(ALICE, a.id)).text == "Uses vim"
 
     async def test_update_unknown_id_raises_not_found(self, client: Client) -> None:
-        with pytest.raises(MemoryNotFoundError):
+        with pytest.raises(MemoryNotFoundError) as info:
             await client.update(ALICE, "does-not-exist", "text")
-        with pytest.raises(KeyError):
-            await client.update(ALICE, "does-not-exist", "text")
+        assert isinstance(info.value, KeyError)
 
     async def test_explicit_id_is_an_upsert(self, client: Client) -> None:
         first = await client.add(ALICE, "value one", memory_id="key-1", metadata={"n": 1})
@@ -220,8 +188,6 @@ class MemoryServiceConformance(
             again.id == "key-1" and again.text == "value two" and again.memory.metadata == {"n": 2}
         )
         assert await client.count(ALICE) == 2
-
-    # -- delete, clear, purge ------------------------------------------------
 
     async def test_soft_delete_keeps_history_and_hides_the_memory(self, client: Client) -> None:
         entry = await client.add(ALICE, "Has a cat named Tom")
@@ -259,8 +225,6 @@ class MemoryServiceConformance(
         assert await client.history(ALICE, b.id) == []
         assert await client.count(BOB) == 1
 
-    # -- reads ---------------------------------------------------------------
-
     async def test_read_is_newest_first_with_limit(self, client: Client) -> None:
         ids = [(await client.add(ALICE, f"memory number {i}")).id for i in range(5)]
         await client.update(ALICE, ids[0], "memory number zero, edited")
@@ -276,8 +240,6 @@ class MemoryServiceConformance(
         await client.delete(BOB, gone.id)
         assert await client.users() == [ALICE, ALICE_OTHER_APP]
         assert await client.users("app") == [ALICE]
-
-    # -- search --------------------------------------------------------------
 
     async def test_keyword_search_ranks_and_scores_absolutely(self, client: Client) -> None:
         await client.add(ALICE, "Production environment runs Go 1.23 on Kubernetes")
@@ -406,8 +368,6 @@ class MemoryServiceConformance(
         ]
         assert [e.text for e in await client.search(ALICE, "寿司")] == ["東京で寿司を食べた"]
 
-    # -- bad input -----------------------------------------------------------
-
     async def test_bad_input_names_the_field_and_writes_nothing(self, client: Client) -> None:
         cases: list[tuple[dict[str, Any], type[InvalidInputError], str]] = [
             ({"text": "   "}, InvalidMemoryError, "text"),
@@ -423,10 +383,7 @@ class MemoryServiceConformance(
             ),
         ]
         for kwargs, error, field in cases:
-            text = kwargs.pop("text")
-            with pytest.raises(error) as info:
-                await client.add(ALICE, text, **kwargs)
-            assert info.value.field == field
+            await refused(error, field, client.add(ALICE, kwargs.pop("text"), **kwargs))
         assert await client.count(ALICE) == 0
         with pytest.raises(InvalidUserKeyError):
             UserKey("", "alice")
@@ -443,8 +400,6 @@ class MemoryServiceConformance(
             await client.update(ALICE, entry.id, "New", event_time="not a date")
         assert (await client.get(ALICE, entry.id)).text == "Original text"
         assert len(await client.history(ALICE, entry.id)) == 1
-
-    # -- capacity ------------------------------------------------------------
 
     async def test_capacity_error_policy(
         self, make_service: Callable[[Limits], MemoryService]
@@ -471,8 +426,6 @@ class MemoryServiceConformance(
         assert [h.operation for h in svc.history(ALICE, first.id)][-1] == Operation.DELETE
         svc.close()
 
-    # -- restore (lossless import) ---------------------------------------------
-
     async def test_restore_writes_entries_back_exactly(self, client: Client) -> None:
         entry = await client.add(
             ALICE, "Hiked Mont Blanc", kind=Kind.EPISODE, event_time=T0, topics=["trip"]
@@ -495,8 +448,6 @@ class MemoryServiceConformance(
         assert again.id == entry.id
         assert [e.id for e in await client.search(ALICE, "Mont Blanc")] == [entry.id]
 
-    # -- cursors -------------------------------------------------------------
-
     async def test_cursor_round_trip_per_user_and_thread(self, client: Client) -> None:
         cursor = ExtractionCursor(
             thread_id="t1", last_message_id="m9", last_message_digest="d", message_count=9
@@ -511,8 +462,6 @@ class MemoryServiceConformance(
         )
         again = await client.get_cursor(ALICE, "t1")
         assert again is not None and again.last_message_id == "m12"
-
-    # -- expiry (MemoryStore's TTL) ------------------------------------------------
 
     async def test_expired_memories_are_hidden_until_swept(self, client: Client) -> None:
         gone = await client.add(ALICE, "Temporary parking code 4417")
@@ -541,8 +490,6 @@ class MemoryServiceConformance(
         await client.purge(ALICE, kept.id)
         assert await client.restore(ALICE, live, history) == live  # the expiry round-trips
         assert await client.get(ALICE, kept.id) == live
-
-    # -- concurrency -----------------------------------------------------------
 
     async def test_concurrent_writers_on_one_user(self, client: Client) -> None:
         service = client.service

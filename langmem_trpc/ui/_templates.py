@@ -38,8 +38,6 @@ del{background:#fbd5d2;text-decoration:line-through}ins{background:#cdeed6;text-
 <main>{% if flash %}<div class="flash">{{ flash }}</div>{% endif %}{% block body %}{% endblock %}</main>
 </body></html>"""
 
-TOKEN = '<input type="hidden" name="token" value="{{ token }}">'
-
 INDEX = """{% extends "base" %}{% block title %}Users{% endblock %}{% block body %}
 <h1>Users and apps</h1>
 {% for app in apps %}
@@ -51,8 +49,7 @@ INDEX = """{% extends "base" %}{% block title %}Users{% endblock %}{% block body
 {% else %}<p class="muted">No memories yet.</p>{% endfor %}
 {% endblock %}"""
 
-USER = (
-    """{% extends "base" %}{% block title %}{{ user.user_id }}{% endblock %}{% block body %}
+USER = """{% extends "base" %}{% block title %}{{ user.user_id }}{% endblock %}{% block body %}
 <h1>{{ user.app_name }} / {{ user.user_id }} <span class="muted">{{ total }} live memor{{ 'y' if total == 1 else 'ies' }}</span></h1>
 <form class="filters" method="get" action="/user"><input type="hidden" name="app" value="{{ user.app_name }}"><input type="hidden" name="user" value="{{ user.user_id }}">
 <label>search<input name="q" value="{{ f.q }}" size="30" placeholder="text or question"></label>
@@ -73,17 +70,13 @@ USER = (
 <td>{{ e.memory.event_time|ts }}</td><td>{{ e.memory.participants|join(', ') }}</td><td>{{ e.memory.location or '' }}</td>
 <td>{{ e.memory.topics|join(', ') }}</td><td>{{ e.updated_at|ts }}</td>{% if f.q and f.mode == 'hybrid' %}<td class="num">{{ '%.3f'|format(e.score or 0) }}</td>{% endif %}</tr>
 {% else %}<tr><td colspan="9" class="muted">No memory matches.</td></tr>{% endfor %}</table>
-{% if not read_only %}<h2>Purge this user</h2><form class="card" method="post" action="/user/purge?{{ qs }}">"""
-    + TOKEN
-    + """
+{% if not read_only %}<h2>Purge this user</h2><form class="card" method="post" action="/user/purge?{{ qs }}"><input type="hidden" name="token" value="{{ token }}">
 <p>Removes every memory of <b>{{ user.user_id }}</b> in <b>{{ user.app_name }}</b> and its history for good.
 Type the user id to confirm.</p><input name="confirm" placeholder="{{ user.user_id }}">
 <button class="danger" type="submit">purge user</button></form>{% endif %}
 {% endblock %}"""
-)
 
-MEMORY = (
-    """{% extends "base" %}{% block title %}memory {{ memory_id[:8] }}{% endblock %}{% block body %}
+MEMORY = """{% extends "base" %}{% block title %}memory {{ memory_id[:8] }}{% endblock %}{% block body %}
 <h1><a href="/user?{{ qs }}">{{ user.app_name }} / {{ user.user_id }}</a> · <span class="mono">{{ memory_id }}</span>
 {% if entry is none %}<span class="badge ro">deleted</span>{% endif %}</h1>
 {% if entry is not none %}<div class="card"><div class="grid">
@@ -103,9 +96,7 @@ MEMORY = (
 <td>{% for k, v in ev.source %}<div><span class="muted">{{ k }}</span> {{ v }}</div>{% else %}<span class="muted">not recorded</span>{% endfor %}</td></tr>
 {% endfor %}</table>
 {% if entry is not none %}
-{% if not read_only %}<h2>Edit</h2><form class="card" method="post" action="/memory/edit?{{ mqs }}">"""
-    + TOKEN
-    + """
+{% if not read_only %}<h2>Edit</h2><form class="card" method="post" action="/memory/edit?{{ mqs }}"><input type="hidden" name="token" value="{{ token }}">
 <label>text<textarea name="text">{{ entry.memory.text }}</textarea></label><div class="grid">
 <label>kind<select name="kind">{% for k in kinds %}<option {{ 'selected' if entry.memory.kind.value == k }}>{{ k }}</option>{% endfor %}</select></label>
 <label>topics (comma separated)<input name="topics" value="{{ entry.memory.topics|join(', ') }}"></label>
@@ -113,21 +104,14 @@ MEMORY = (
 <label>participants (comma separated)<input name="participants" value="{{ entry.memory.participants|join(', ') }}"></label>
 <label>location<input name="location" value="{{ entry.memory.location or '' }}"></label></div>
 <p><button type="submit">save</button></p></form>
-<form class="inline" method="post" action="/memory/delete?{{ mqs }}">"""
-    + TOKEN
-    + """<button class="plain" type="submit">delete (soft)</button></form>
-{% endif %}{% elif not read_only and restorable %}<form class="card" method="post" action="/memory/restore?{{ mqs }}">"""
-    + TOKEN
-    + """
+<form class="inline" method="post" action="/memory/delete?{{ mqs }}"><input type="hidden" name="token" value="{{ token }}"><button class="plain" type="submit">delete (soft)</button></form>
+{% endif %}{% elif not read_only and restorable %}<form class="card" method="post" action="/memory/restore?{{ mqs }}"><input type="hidden" name="token" value="{{ token }}">
 <p>Deleted. Restore brings back its last text under the same id (history records only text, so topics and other fields start empty).</p>
 <button type="submit">restore</button></form>{% endif %}
-{% if not read_only %}<form class="inline" method="post" action="/memory/purge?{{ mqs }}">"""
-    + TOKEN
-    + """
+{% if not read_only %}<form class="inline" method="post" action="/memory/purge?{{ mqs }}"><input type="hidden" name="token" value="{{ token }}">
 <label style="display:inline"><input type="checkbox" name="confirm" value="yes"> really remove it and its history for good</label>
 <button class="danger" type="submit">purge</button></form>{% endif %}
 {% endblock %}"""
-)
 
 SEARCH = """{% extends "base" %}{% block title %}search playground{% endblock %}{% block body %}
 <h1><a href="/user?{{ qs }}">{{ user.app_name }} / {{ user.user_id }}</a> · search playground</h1>
@@ -147,8 +131,7 @@ Rows below the cut-off were found by a leg but not returned. "without X" is the 
 {% else %}<tr><td colspan="12" class="muted">Nothing found by any leg.</td></tr>{% endfor %}</table>{% endif %}
 {% endblock %}"""
 
-WORKER = (
-    """{% extends "base" %}{% block title %}worker{% endblock %}{% block body %}
+WORKER = """{% extends "base" %}{% block title %}worker{% endblock %}{% block body %}
 <h1>Worker</h1>
 <p class="muted">The write path's dead letters (batches that failed every attempt; the cursor moved
 past them) of every user, newest first. Retry queues one for its thread's next extraction job.</p>
@@ -161,9 +144,7 @@ past them) of every user, newest first. Retry queues one for its thread's next e
 <td><a href="/user?{{ qs(d.user) }}">{{ d.app_name }} / {{ d.user_id }}</a></td><td class="mono">{{ d.thread_id }}</td>
 <td><span class="badge">{{ d.status.value }}</span></td><td class="num">{{ d.attempts }}</td>
 <td class="error">{{ d.error[:300] }}</td><td class="mono">{{ d.message_ids|join(', ') }}</td><td>{{ d.updated_at|ts }}</td><td>
-{% if not read_only and d.status.value == 'dead' %}<form class="inline" method="post" action="/worker/retry">"""
-    + TOKEN
-    + """
+{% if not read_only and d.status.value == 'dead' %}<form class="inline" method="post" action="/worker/retry"><input type="hidden" name="token" value="{{ token }}">
 <input type="hidden" name="id" value="{{ d.id }}"><button type="submit">retry</button></form>{% endif %}</td></tr>
 {% else %}<tr><td class="muted" colspan="9">No dead letters.</td></tr>{% endfor %}</table>
 <h2>Threads with dead letters</h2>
@@ -177,7 +158,6 @@ extracted, and how many of its dead letters are queued for retry (pending) or st
 <td class="num">{{ t.dead }}</td></tr>
 {% else %}<tr><td colspan="6" class="muted">No thread has dead letters.</td></tr>{% endfor %}</table>
 {% endblock %}"""
-)
 
 
 THREADS = """{% extends "base" %}{% block title %}threads{% endblock %}{% block body %}

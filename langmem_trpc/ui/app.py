@@ -20,7 +20,8 @@ import difflib
 import hmac
 import re
 import secrets
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import Any
@@ -37,8 +38,9 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from .._time import end_of_period, parse_flexible_time
+from ..cli._common import validation_problem
 from ..errors import InvalidInputError, LangmemTrpcError, MemoryNotFoundError
+from ..integration.tools import parse_date
 from ..service.protocol import MemoryService
 from ..types import Entry, HistoryEvent, Kind, Operation, SearchOptions, Source, UserKey
 from ._explain import explain_search
@@ -113,15 +115,6 @@ def _split(value: str | None) -> list[str]:
     return [part.strip() for part in (value or "").split(",") if part.strip()]
 
 
-def _time(value: str | None, name: str, *, end: bool = False) -> datetime | None:
-    if value is None or not value.strip():
-        return None
-    parsed = end_of_period(value) if end else parse_flexible_time(value)
-    if parsed is None:
-        raise InvalidInputError(name, f"cannot parse {value[:40]!r} as a date (try YYYY-MM-DD)")
-    return parsed
-
-
 def _kind(value: str | None) -> Kind | None:
     if not value:
         return None
@@ -138,14 +131,7 @@ def _contains(entry: Entry, needle: str) -> bool:
 
 
 def _message(exc: Exception) -> str:
-    if isinstance(exc, ValidationError):
-        error = exc.errors()[0]
-        inner = (error.get("ctx") or {}).get("error")
-        if isinstance(inner, LangmemTrpcError):
-            return str(inner)
-        field = ".".join(str(p) for p in error["loc"]) or "input"
-        return f"{field}: {error['msg']}"
-    return str(exc)
+    return str(validation_problem(exc) if isinstance(exc, ValidationError) else exc)
 
 
 class _UI:
@@ -229,8 +215,8 @@ class _UI:
         f["mode"] = f["mode"] if f["mode"] in ("hybrid", "text") else "hybrid"
         try:
             kind = _kind(f["kind"])
-            after = _time(f["after"], "after")
-            before = _time(f["before"], "before", end=True)
+            after = parse_date(f["after"], "after")
+            before = parse_date(f["before"], "before", end=True)
             entries = await self._filtered(user, f["q"], f["mode"], kind, after, before)
         except (LangmemTrpcError, ValidationError) as exc:
             raise HTTPException(400, _message(exc)) from None
@@ -343,13 +329,9 @@ class _UI:
 
         user = await self.known_user(request)
         lines = await asyncio.to_thread(lambda: list(_export_records(self.service, [user])))
-
-        def body() -> Iterator[str]:
-            yield from lines
-
         name = re.sub(r"[^A-Za-z0-9_.-]", "_", f"{user.app_name}-{user.user_id}") + ".jsonl"
         return StreamingResponse(
-            body(),
+            lines,
             media_type="application/x-ndjson",
             headers={"Content-Disposition": f'attachment; filename="{name}"'},
         )
@@ -397,12 +379,11 @@ class _UI:
         if await self.service.aget(user, memory_id) is not None:
             return self._back(user, memory_id)  # already live: nothing to do
         events = await self.service.ahistory(user, memory_id)
-        if not events or events[-1].operation not in (Operation.DELETE, Operation.CLEAR):
+        last = events[-1] if events else None
+        gone = (Operation.DELETE, Operation.CLEAR)
+        if last is None or last.operation not in gone or last.text_before is None:
             raise MemoryNotFoundError(memory_id)
-        text = events[-1].text_before
-        if text is None:
-            raise MemoryNotFoundError(memory_id)
-        await self.service.aadd(user, text, memory_id=memory_id, source=UI_SOURCE)
+        await self.service.aadd(user, last.text_before, memory_id=memory_id, source=UI_SOURCE)
         return self._back(user, memory_id)
 
     async def purge_memory(self, request: Request) -> Response:
@@ -412,7 +393,7 @@ class _UI:
             raise InvalidInputError("confirm", "tick the box to purge the memory for good")
         if not await self.service.apurge(user, memory_id):
             raise MemoryNotFoundError(memory_id)
-        return RedirectResponse("/user?" + self.qs(user), status_code=303)
+        return self._back(user)
 
     async def purge_user(self, request: Request) -> Response:
         form = await self.check_write(request)
@@ -431,17 +412,9 @@ class _UI:
         letters = sorted(letters, key=lambda d: d.updated_at, reverse=True)
         keys = list(dict.fromkeys((d.user, d.thread_id) for d in letters))
         cursors = await asyncio.gather(*(self.service.aget_cursor(u, t) for u, t in keys))
+        dead = Counter((d.user, d.thread_id) for d in letters if d.status.value == "dead")
         threads = [
-            {
-                "user": user,
-                "thread": thread,
-                "cursor": cursor,
-                "dead": sum(
-                    1
-                    for d in letters
-                    if (d.user, d.thread_id) == (user, thread) and d.status.value == "dead"
-                ),
-            }
+            {"user": user, "thread": thread, "cursor": cursor, "dead": dead[user, thread]}
             for (user, thread), cursor in zip(keys, cursors, strict=True)
         ]
         return self.page("worker", letters=letters, threads=threads, shown=status or "", qs=self.qs)

@@ -51,3 +51,10 @@ def test_the_bench_opens_its_stores_through_the_registry(tmp_path):
     assert isinstance(_service_factory("memory", tmp_path)(None), InMemoryMemoryService)
     with pytest.raises(click.BadParameter, match="'nosuch'; registered: .*memory"):
         _service_factory("nosuch", tmp_path)
+
+
+def test_each_extraction_model_gets_its_own_cache_folder():
+    # `--extract-model` / `--model` pass names: two models must not share cached extractions.
+    assert bench_module._slug("gpt-4o-mini") == "gpt-4o-mini"
+    assert bench_module._slug("org/model:latest") == "org_model_latest"
+    assert bench_module._slug(None) == "model"

@@ -13,6 +13,8 @@ from langmem_trpc import AutoMemoryWorker, UserKey
 from langmem_trpc.errors import ExtractorBusyError
 from langmem_trpc.extraction import JobStatus, VerbatimExtractor
 from langmem_trpc.extraction.delta import advance_cursor
+from langmem_trpc.extraction.job import JobSettings, run_job
+from langmem_trpc.testing._wrap import DelegatingService
 from langmem_trpc.types import DeadLetterStatus
 
 
@@ -214,6 +216,31 @@ def test_a_thread_busy_past_the_deadline_fails_without_counting_an_attempt(servi
     service.release_thread(user, "t", "slow-process")
     claim = service.claim_thread(user, "t", "inspector", 5)
     assert claim is not None and claim.attempts == 0 and claim.cursor is None
+
+
+class CountingService(DelegatingService):
+    def __init__(self, inner):
+        super().__init__(inner)
+        self.calls: list[str] = []
+
+    def _call(self, name, *args, **kwargs):
+        self.calls.append(name)
+        return super()._call(name, *args, **kwargs)
+
+
+def test_without_the_peek_a_job_reads_the_cursor_only_under_its_claim(service, user):
+    counting = CountingService(service)
+    settings = JobSettings(peek_cursor=False)
+    report = run_job(counting, Recording(), settings, user, "t", [msg(0), msg(1)])
+    assert report.status == JobStatus.COMPLETED and "get_cursor" not in counting.calls
+    assert counting.calls[0] == "claim_thread"
+    counting.calls.clear()
+    covered = run_job(counting, Recording(), settings, user, "t", [msg(0), msg(1)])
+    assert covered.status == JobStatus.NOTHING_NEW and "get_cursor" not in counting.calls
+    assert service.claim_thread(user, "t", "next-job", 5) is not None  # it gave the claim back
+    counting.calls.clear()
+    peeked = run_job(counting, Recording(), JobSettings(), user, "t", [msg(0), msg(1)])
+    assert peeked.status == JobStatus.NOTHING_NEW and counting.calls == ["get_cursor"]
 
 
 @pytest.mark.postgres

@@ -114,6 +114,14 @@ def test_bad_input_is_a_400_naming_the_field(client, seeded) -> None:
         assert field in page.text
 
 
+def test_a_date_past_the_supported_range_is_a_400_naming_the_field(client, seeded) -> None:
+    # The offset pushes the instant past year 9999: the same answer the tools give, not a 500.
+    for field in ("after", "before"):
+        page = client.get(f"/user?{Q}&{field}=9999-12-31T23:59:59-01:00")
+        assert page.status_code == 400
+        assert f"{field}: " in page.text and "outside the supported dates" in page.text
+
+
 def test_unknown_user_and_memory_are_404(client, seeded) -> None:
     assert client.get("/user?app=support&user=nobody").status_code == 404
     assert client.get("/search?app=support&user=nobody&q=x").status_code == 404

@@ -29,7 +29,7 @@ from ...service.protocol import MemoryService
 from ...types import Entry, UserKey
 from .loader import Conversation, Session
 from .meter import metered
-from .retrieval import ServiceFactory
+from .retrieval import ServiceFactory, write_atomic
 
 __all__ = ["ExtractedConversation", "extract_conversation", "session_messages"]
 
@@ -38,6 +38,9 @@ logger = logging.getLogger(__name__)
 APP_NAME = "locomo-qa"
 JOB_SETTINGS = JobSettings(policy="merge_similar", timeout=None)
 """The worker's defaults (merge_similar, 50 messages per extractor call), without a deadline."""
+
+REPORT_COUNTS = ("proposed", "added", "updated", "deleted", "duplicates", "failed_ops")
+"""The `JobReport` operation counts each session's log keeps."""
 
 Progress = Callable[[Iterable[Any], str, int], Iterable[Any]]
 
@@ -96,13 +99,7 @@ def _session_log(number: int, report: JobReport, usage: dict[str, int]) -> dict[
     return {
         "session": number,
         "status": report.status.value,
-        "messages": report.messages,
-        "proposed": report.proposed,
-        "added": report.added,
-        "updated": report.updated,
-        "deleted": report.deleted,
-        "duplicates": report.duplicates,
-        "failed_ops": report.failed_ops,
+        **{k: getattr(report, k) for k in ("messages", *REPORT_COUNTS)},
         "ops": [
             {
                 "action": o.op.action.value,
@@ -132,12 +129,6 @@ def _restore(service: MemoryService, user: UserKey, memories: list[dict[str, Any
             location=m["location"],
             memory_id=m["id"],
         )
-
-
-def _write(path: Path, payload: dict[str, Any]) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(payload, ensure_ascii=False, indent=1), encoding="utf-8")
-    tmp.replace(path)
 
 
 def extract_conversation(
@@ -188,13 +179,11 @@ def extract_conversation(
             )
         live = service.read(user)
         memory_session = {e.id: memory_session.get(e.id, session.number) for e in live}
-        _write(
-            path,
-            {
-                "sample_id": conv.sample_id,
-                "sessions": sorted(logs, key=lambda s: s["session"]),
-                "memories": [_memory_record(e, memory_session[e.id]) for e in live],
-            },
-        )
+        payload = {
+            "sample_id": conv.sample_id,
+            "sessions": sorted(logs, key=lambda s: s["session"]),
+            "memories": [_memory_record(e, memory_session[e.id]) for e in live],
+        }
+        write_atomic(path, json.dumps(payload, ensure_ascii=False, indent=1))
     logs.sort(key=lambda s: s["session"])
     return ExtractedConversation(service, user, logs, memory_session, reused=not todo)

@@ -260,19 +260,10 @@ def _conversation(raw: dict[str, Any]) -> Conversation:
             for fact in facts:
                 text, ids = fact[0], fact[1] if len(fact) > 1 else []
                 id_list = ids if isinstance(ids, list) else [ids]
-                resolved: list[str] = []
-                for piece in id_list:
-                    resolved.extend(normalize_evidence(str(piece), known)[0])
-                observations.append(
-                    Observation(
-                        text=str(text),
-                        speaker=str(speaker),
-                        session=session.number,
-                        date=session.date,
-                        date_text=session.date_text,
-                        dia_ids=tuple(dict.fromkeys(resolved)),
-                    )
-                )
+                resolved = [k for p in id_list for k in normalize_evidence(str(p), known)[0]]
+                dia_ids = tuple(dict.fromkeys(resolved))
+                where = (session.number, session.date, session.date_text)
+                observations.append(Observation(str(text), str(speaker), *where, dia_ids))
     if dropped:
         logger.info(
             "%s: dropped %d unresolvable evidence ids: %s",

@@ -38,15 +38,12 @@ SEARCH_HINT = (
 
 def evidence_sessions(evidence: Sequence[str]) -> list[int]:
     """Session numbers of dialogue ids such as `D3:5`."""
-    out = set()
-    for dia in evidence:
-        head = dia[1:].split(":", 1)[0]
-        if head.isdigit():
-            out.add(int(head))
-    return sorted(out)
+    heads = (dia[1:].split(":", 1)[0] for dia in evidence)
+    return sorted({int(head) for head in heads if head.isdigit()})
 
 
-def _line(entry: Entry) -> str:
+def memory_line(entry: Entry) -> str:
+    """`date: people: text`, the line the answering prompts show per memory."""
     m = entry.memory
     when = m.event_time.strftime("%d %B %Y") if m.event_time else "undated"
     who = ", ".join(m.participants)
@@ -134,7 +131,7 @@ class MemoryAnswerer:
         hits = self.extracted.service.search(self.extracted.user, question.question, self.options)
         search_s = time.perf_counter() - started
         a, b = self.conv.speakers
-        lines = "\n".join(_line(h) for h in hits) or "(none found)"
+        lines = "\n".join(memory_line(h) for h in hits) or "(none found)"
         parts = [f"Memories about {a} and {b} (date: people: memory):\n{lines}\n"]
         if self.max_passes:
             parts.append(SEARCH_HINT.format(passes=self.max_passes))

@@ -38,10 +38,7 @@ class UsageMeter(BaseCallbackHandler):
     def __init__(self) -> None:
         super().__init__()
         self._lock = threading.Lock()
-        self.calls = 0
-        self.prompt = 0
-        self.completion = 0
-        self.cached = 0
+        self._totals = {"calls": 0, "prompt": 0, "completion": 0, "cached": 0}
 
     def on_llm_end(self, response: LLMResult, **kwargs: Any) -> None:
         for generations in response.generations:
@@ -50,19 +47,14 @@ class UsageMeter(BaseCallbackHandler):
                     continue
                 usage = usage_of(generation.message)
                 with self._lock:
-                    self.calls += 1
-                    self.prompt += usage["prompt"]
-                    self.completion += usage["completion"]
-                    self.cached += usage["cached"]
+                    self._totals["calls"] += 1
+                    for key, value in usage.items():
+                        self._totals[key] += value
 
     def snapshot(self) -> dict[str, int]:
+        """Calls, prompt, completion and cached tokens counted so far."""
         with self._lock:
-            return {
-                "calls": self.calls,
-                "prompt": self.prompt,
-                "completion": self.completion,
-                "cached": self.cached,
-            }
+            return dict(self._totals)
 
 
 _METER: ContextVar[UsageMeter | None] = ContextVar("langmem_trpc_bench_meter", default=None)

@@ -28,12 +28,12 @@ from langchain_core.messages import HumanMessage
 
 from ...errors import ConfigurationError
 from ...types import SearchOptions, UserKey
-from .extract import ExtractedConversation, extract_conversation
+from .extract import REPORT_COUNTS, ExtractedConversation, extract_conversation
 from .loader import Conversation, Question
-from .memory_qa import MEMORY_ARMS, MemoryAnswerer
+from .memory_qa import MEMORY_ARMS, MemoryAnswerer, memory_line
 from .meter import usage_of
 from .prompts import ANSWER_INSTRUCTION, question_text
-from .retrieval import ServiceFactory, estimate_tokens
+from .retrieval import ServiceFactory, estimate_tokens, read_jsonl
 from .scorer import aggregate, score_answer
 from .units import UnitKind, conversation_units, ingest_units
 
@@ -80,34 +80,6 @@ def long_context_prompt(conv: Conversation) -> str:
     return "\n".join(parts)
 
 
-class _Retriever:
-    def __init__(
-        self,
-        conv: Conversation,
-        units: UnitKind,
-        make_service: ServiceFactory,
-        embeddings: Embeddings | None,
-        top_k: int,
-    ) -> None:
-        self.service = make_service(embeddings)
-        self.user = UserKey("locomo-qa", conv.sample_id)
-        self.ids = ingest_units(self.service, self.user, conversation_units(conv, units))
-        self.top_k = top_k
-
-    def context(self, question: str) -> tuple[str, list[dict[str, Any]]]:
-        hits = self.service.search(self.user, question, SearchOptions(max_results=self.top_k))
-        lines = []
-        for h in hits:
-            when = h.memory.event_time.strftime("%d %B %Y") if h.memory.event_time else "undated"
-            who = ", ".join(h.memory.participants)
-            lines.append(f"{when}: {who + ': ' if who else ''}{h.text}")
-        ranks = [
-            {"rank": i, "id": h.id, "dia_ids": list(self.ids.get(h.id, ()))}
-            for i, h in enumerate(hits, 1)
-        ]
-        return "Memories (date: speaker: text):\n" + "\n".join(lines) + "\n", ranks
-
-
 def _plain_answerer(
     arm: str,
     conv: Conversation,
@@ -117,17 +89,23 @@ def _plain_answerer(
     top_k: int,
 ) -> Answer:
     """One model call over the transcript (long-context) or the top-k units."""
-    retriever = None
     if arm != "long-context":
+        service, user = make_service(embeddings), UserKey("locomo-qa", conv.sample_id)
         units: UnitKind = "turns" if arm == "raw-turns" else "observations"
-        retriever = _Retriever(conv, units, make_service, embeddings, top_k)
+        ids = ingest_units(service, user, conversation_units(conv, units))
 
     def answer(q: Question, text: str) -> dict[str, Any]:
         ranks: list[dict[str, Any]] = []
-        if retriever is None:
+        if arm == "long-context":
             context = long_context_prompt(conv)
         else:
-            context, ranks = retriever.context(q.question)
+            hits = service.search(user, q.question, SearchOptions(max_results=top_k))
+            lines = "\n".join(memory_line(h) for h in hits)
+            context = f"Memories (date: speaker: text):\n{lines}\n"
+            ranks = [
+                {"rank": i, "id": h.id, "dia_ids": list(ids.get(h.id, ()))}
+                for i, h in enumerate(hits, 1)
+            ]
         prompt = f"{context}\n{ANSWER_INSTRUCTION}\nQuestion: {text} Short answer:"
         started = time.perf_counter()
         reply = model.invoke([HumanMessage(prompt)])
@@ -150,19 +128,7 @@ def _extraction_fields(extracted: ExtractedConversation, questions: int) -> dict
     return {
         "memories": len(extracted.memory_session),
         "extraction": [
-            {
-                k: s[k]
-                for k in (
-                    "session",
-                    "status",
-                    "proposed",
-                    "added",
-                    "updated",
-                    "deleted",
-                    "duplicates",
-                    "failed_ops",
-                )
-            }
+            {k: s[k] for k in ("session", "status", *REPORT_COUNTS)}
             | {"calls": s["usage"]["calls"]}
             for s in extracted.sessions
         ],
@@ -198,10 +164,7 @@ def run_qa(
     trace_path.parent.mkdir(parents=True, exist_ok=True)
     done: dict[str, dict[str, Any]] = {}
     if trace_path.is_file():
-        for line in trace_path.read_text(encoding="utf-8").splitlines():
-            if line:
-                row = json.loads(line)
-                done[f"{row['sample_id']}#{row['index']}"] = row
+        done = {f"{row['sample_id']}#{row['index']}": row for row in read_jsonl(trace_path)}
     extractor = None
     if arm in MEMORY_ARMS:
         from ...extraction.extractor import LLMExtractor
@@ -271,8 +234,7 @@ def summarize_qa(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "latency_p95_s": p95,
     }
     if all("extraction_amortised" in r for r in rows):
-        names = {"calls": "calls", "prompt": "prompt_tokens", "completion": "completion_tokens"}
-        names["cached"] = "cached_tokens"
+        names = {"calls": "calls", **{k: f"{k}_tokens" for k in ("prompt", "completion", "cached")}}
         extraction: dict[str, Any] = {}
         for key, name in names.items():
             total = sum(r["extraction_amortised"][key] for r in rows)

@@ -55,9 +55,8 @@ def markdown_tables(
         + " | overall (1-4) | MRR | tokens@10 |"
     ]
     lines.append("| --- " * (len(CATS) + 4) + "|")
-    for arm, data in payload["arms"].items():
-        if "recall@10" not in data:
-            continue
+    arms = {a: d for a, d in payload["arms"].items() if "recall@10" in d}  # QA arms have none
+    for arm, data in arms.items():
         r = data["recall@10"]
         mark = " (default)" if arm == payload.get("default_arm") else ""
         lines.append(
@@ -70,9 +69,7 @@ def markdown_tables(
         "| arm | " + " | ".join(f"R@{k}" for k in ks) + " | any@10 | all@10 |",
         "| --- " * (len(ks) + 3) + "|",
     ]
-    for arm, data in payload["arms"].items():
-        if "recall@10" not in data:
-            continue
+    for arm, data in arms.items():
         lines.append(
             f"| {arm} | "
             + " | ".join(_fmt(data[f"recall@{k}"].get("overall")) for k in ks)

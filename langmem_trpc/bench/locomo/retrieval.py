@@ -14,7 +14,7 @@ import json
 import logging
 import math
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +23,7 @@ from langchain_core.embeddings import Embeddings
 
 from ...service.protocol import MemoryService
 from ...types import SearchOptions, UserKey
+from .baselines import BASELINES, Ranked
 from .loader import Conversation
 from .units import UnitKind, conversation_units, ingest_units
 
@@ -109,9 +110,7 @@ def estimate_tokens(text: str) -> int:
     return math.ceil(len(text) / 4)
 
 
-def question_metrics(
-    ranked: list[tuple[tuple[str, ...], str]], evidence: Iterable[str], ks: Iterable[int]
-) -> dict[str, Any]:
+def question_metrics(ranked: Ranked, evidence: Iterable[str], ks: Iterable[int]) -> dict[str, Any]:
     """Metrics of one ranked list of (dia ids, text) against the gold evidence ids."""
     gold = set(evidence)
     out: dict[str, Any] = {}
@@ -147,70 +146,57 @@ def summarize(records: list[dict[str, Any]], ks: Iterable[int]) -> dict[str, dic
 def _evaluate_conversation(
     arm: RetrievalArm, conv: Conversation, service: MemoryService | None, ks: tuple[int, ...]
 ) -> list[dict[str, Any]]:
-    user = UserKey("locomo-bench", conv.sample_id)
+    """One trace line per question with evidence: the question, what was retrieved, its metrics."""
     units = conversation_units(conv, arm.units)
     depth = max(ks)
     if arm.baseline is not None:
-        from .baselines import BASELINES
+        rank = BASELINES[arm.baseline](units)
 
-        return _baseline_records(conv, BASELINES[arm.baseline](units), depth, ks)
-    assert service is not None
-    id_map = ingest_units(service, user, units)
+        def retrieve(question: str) -> tuple[Ranked, list[dict[str, Any]]]:
+            ranked = rank(question, depth)
+            return ranked, [{"dia_ids": list(ids)} for ids, _ in ranked]
+    else:
+        assert service is not None
+        user = UserKey("locomo-bench", conv.sample_id)
+        id_map = ingest_units(service, user, units)
+
+        def retrieve(question: str) -> tuple[Ranked, list[dict[str, Any]]]:
+            hits = service.search(user, question, arm.search_options(question, depth))
+            ranked = [(id_map.get(h.id, ()), h.text) for h in hits]
+            return ranked, [
+                {"id": h.id, "dia_ids": list(ids), "score": h.score, "rrf": h.rrf_score}
+                for h, (ids, _) in zip(hits, ranked, strict=True)
+            ]
+
     records = []
     for q in conv.questions:
         if q.category not in RETRIEVAL_CATEGORIES:
             continue
-        hits = service.search(user, q.question, arm.search_options(q.question, depth))
-        ranked = [(id_map.get(h.id, ()), h.text) for h in hits]
-        retrieved = [
-            {"id": h.id, "dia_ids": list(ids), "score": h.score, "rrf": h.rrf_score}
-            for h, (ids, _) in zip(hits, ranked, strict=True)
-        ]
-        records.append(_record(conv, q, retrieved, ranked, ks))
+        ranked, retrieved = retrieve(q.question)
+        records.append(
+            {
+                "sample_id": conv.sample_id,
+                "index": q.index,
+                "category": q.category,
+                "question": q.question,
+                "evidence": list(q.evidence),
+                "retrieved": retrieved,
+                "metrics": question_metrics(ranked, q.evidence, ks),
+            }
+        )
     return records
 
 
-def _baseline_records(
-    conv: Conversation,
-    rank: Callable[[str, int], list[tuple[tuple[str, ...], str]]],
-    depth: int,
-    ks: tuple[int, ...],
-) -> list[dict[str, Any]]:
-    records = []
-    for q in conv.questions:
-        if q.category not in RETRIEVAL_CATEGORIES:
-            continue
-        ranked = rank(q.question, depth)
-        retrieved = [{"dia_ids": list(ids)} for ids, _ in ranked]
-        records.append(_record(conv, q, retrieved, ranked, ks))
-    return records
-
-
-def _record(
-    conv: Conversation,
-    q: Any,
-    retrieved: list[dict[str, Any]],
-    ranked: list[tuple[tuple[str, ...], str]],
-    ks: tuple[int, ...],
-) -> dict[str, Any]:
-    """One question's trace line: the question, what was retrieved, its metrics."""
-    return {
-        "sample_id": conv.sample_id,
-        "index": q.index,
-        "category": q.category,
-        "question": q.question,
-        "evidence": list(q.evidence),
-        "retrieved": retrieved,
-        "metrics": question_metrics(ranked, q.evidence, ks),
-    }
-
-
-def _write_atomic(path: Path, lines: Iterator[str]) -> None:
+def write_atomic(path: Path, text: str) -> None:
+    """Write `text` through a temporary file: a crash leaves the old file or the new one."""
     tmp = path.with_suffix(path.suffix + ".tmp")
-    with tmp.open("w", encoding="utf-8") as fh:
-        for line in lines:
-            fh.write(line + "\n")
+    tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """The JSON objects of a JSONL file, blank lines skipped."""
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
 
 
 def run_retrieval(
@@ -241,15 +227,13 @@ def run_retrieval(
         for conv in items:
             trace = trace_dir / f"{conv.sample_id}.jsonl"
             if resume and trace.is_file():
-                records.extend(
-                    json.loads(line)
-                    for line in trace.read_text(encoding="utf-8").splitlines()
-                    if line
-                )
+                records.extend(read_jsonl(trace))
                 continue
             service = None if arm.baseline else make_service(embeddings if arm.embed else None)
             conv_records = _evaluate_conversation(arm, conv, service, ks)
-            _write_atomic(trace, (json.dumps(r, ensure_ascii=False) for r in conv_records))
+            write_atomic(
+                trace, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in conv_records)
+            )
             records.extend(conv_records)
         summary = summarize(records, ks)
         per_conv = {

@@ -17,10 +17,9 @@ from __future__ import annotations
 import re
 import string
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 
 from ...service._language import ENGLISH
-from .loader import CATEGORY_NAMES, MEM0_LABELS
 
 __all__ = [
     "ABSTENTION_PHRASES",
@@ -72,11 +71,6 @@ def score_answer(prediction: str, gold: str | None, category: int) -> float:
     return f1_score(prediction, gold)
 
 
-def category_score(scores: Iterable[tuple[int, float]]) -> dict[str, float]:
-    """Alias kept for readability at call sites: see `aggregate`."""
-    return aggregate(scores)
-
-
 def aggregate(scores: Iterable[tuple[int, float]]) -> dict[str, float]:
     """Per-category means (keys "1".."5"), "overall" (all cats, / all questions) and "overall_no5"."""
     by_cat: dict[int, list[float]] = {}
@@ -92,8 +86,5 @@ def aggregate(scores: Iterable[tuple[int, float]]) -> dict[str, float]:
     return out
 
 
-def category_label(category: int | str, mem0: bool = False) -> str:
-    """ "4 single-hop" (official), or the Mem0-style label of the same number."""
-    number = int(category)
-    names: Mapping[int, str] = MEM0_LABELS if mem0 else CATEGORY_NAMES
-    return f"{number} {names.get(number, f'category_{number}')}"
+category_score = aggregate
+"""Alias kept for readability at call sites: see `aggregate`."""

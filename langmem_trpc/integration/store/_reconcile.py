@@ -13,6 +13,7 @@ new value; nothing is created under the new key. The write's history source
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ...extraction.ops import Action, MemoryOp
@@ -27,19 +28,15 @@ __all__ = ["Absorbed", "reconcile_put"]
 _ACTIONS = frozenset({Action.ADD, Action.UPDATE})
 
 
+@dataclass(frozen=True)
 class Absorbed:
     """The put's fate: `target` None stores it as a new item; else it merged into
     `target` (`updated` False when it was a duplicate). `decision` is the label."""
 
-    __slots__ = ("decision", "target", "topics", "updated")
-
-    def __init__(
-        self, target: Entry | None, updated: bool, topics: list[str], decision: str
-    ) -> None:
-        self.target = target
-        self.updated = updated
-        self.topics = topics
-        self.decision = decision
+    target: Entry | None
+    updated: bool
+    topics: list[str]
+    decision: str
 
 
 def _proposed(text: str, fields: Mapping[str, Any]) -> MemoryOp:
@@ -64,21 +61,18 @@ def reconcile_put(
     """What the merge_similar policy decided for the put (see `Absorbed`)."""
     namespace = (user.app_name, user.user_id, *scope)
 
-    def probe(query: str) -> list[Entry]:
-        hits = service.search(user, query, PROBE_OPTIONS)
-        return [e for e in hits if namespace_of(e) == namespace and indexed(e)]
-
     candidates: dict[str, Entry] = {}
 
-    def recording_probe(query: str) -> list[Entry]:
-        hits = probe(query)
+    def probe(query: str) -> list[Entry]:
+        hits = service.search(user, query, PROBE_OPTIONS)
+        hits = [e for e in hits if namespace_of(e) == namespace and indexed(e)]
         candidates.update((e.id, e) for e in hits)
         return hits
 
     decided = apply_policy(
         "merge_similar",
         [_proposed(text, fields)],
-        probe=recording_probe,
+        probe=probe,
         existing=(),
         actions=_ACTIONS,
         language=service.language,

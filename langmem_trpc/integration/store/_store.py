@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import copy
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from langgraph.store.base import (
@@ -47,14 +49,12 @@ _SOURCE = Source(actor="store")
 _TTL_SOURCE = Source(actor="store:ttl")
 
 
+@dataclass(frozen=True, slots=True)
 class Access:
     """Whom one batch may touch: a pinned (app, user), an authenticated user id, or anyone."""
 
-    __slots__ = ("app_name", "user_id")
-
-    def __init__(self, app_name: str | None = None, user_id: str | None = None) -> None:
-        self.app_name = app_name
-        self.user_id = user_id
+    app_name: str | None = None
+    user_id: str | None = None
 
     def describe(self) -> str:
         if self.app_name is not None:
@@ -136,15 +136,9 @@ class MemoryStore(BaseStore):
         a prefix search shorter than two labels returns this user's items only.
         The view shares the service and settings; it runs no TTL sweeper.
         """
-        view = MemoryStore(
-            self.service,
-            text_fields=self.text_fields,
-            reconcile=self.reconcile,
-            ttl=self.ttl_config,
-            min_score=self.min_score,
-        )
+        view = copy.copy(self)
         view._pinned = UserKey(app_name, user_id)
-        view.namespaces = self.namespaces
+        view._sweeper = None
         return view
 
     # -- BaseStore ---------------------------------------------------------------

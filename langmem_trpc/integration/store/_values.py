@@ -29,12 +29,12 @@ from langgraph.store.base import Item
 from ...errors import InvalidInputError, InvalidMemoryError
 from ...service._core import Limits, build_memory
 from ...types import Entry, Kind
+from ..retriever import event_fields
 
 __all__ = [
     "META",
     "canonical_key",
     "id_candidates",
-    "is_store_memory",
     "memory_fields",
     "memory_id",
     "memory_text",
@@ -156,10 +156,9 @@ def memory_fields(value: Mapping[str, Any], limits: Limits) -> dict[str, Any]:
         items = value.get(name)
         if isinstance(items, list) and all(isinstance(t, str) for t in items):
             candidates[name] = items
-    if isinstance(value.get("location"), str):
-        candidates["location"] = value["location"]
-    if isinstance(value.get("event_time"), str):
-        candidates["event_time"] = value["event_time"]
+    for name in ("location", "event_time"):
+        if isinstance(value.get(name), str):
+            candidates[name] = value[name]
     out: dict[str, Any] = {}
     for name, field in candidates.items():
         try:
@@ -189,11 +188,10 @@ def _is_uuid(key: str) -> bool:
 
 def memory_id(scope: Sequence[str], key: str) -> str:
     """The stable memory id of a (scope, key) inside one user's memories."""
-    payload = json.dumps([list(scope), canonical_key(key)], ensure_ascii=False)
-    return "kv-" + hashlib.sha256(payload.encode()).hexdigest()[:32]
+    return _kv_id(scope, canonical_key(key))
 
 
-def _legacy_id(scope: Sequence[str], key: str) -> str:
+def _kv_id(scope: Sequence[str], key: str) -> str:
     payload = json.dumps([list(scope), key], ensure_ascii=False)
     return "kv-" + hashlib.sha256(payload.encode()).hexdigest()[:32]
 
@@ -205,7 +203,7 @@ def id_candidates(scope: Sequence[str], key: str) -> list[str]:
     raw spelling); at the top level also a memory written elsewhere whose id
     the key names, literally or as a UUID in any spelling.
     """
-    out = [memory_id(scope, key), _legacy_id(scope, key)]
+    out = [memory_id(scope, key), _kv_id(scope, key)]  # and an older release's raw spelling
     canonical = canonical_key(key)
     if not scope and (canonical != key or _is_uuid(key)):  # service ids are UUIDs
         out.extend([key, uuid.UUID(canonical).hex])
@@ -215,10 +213,6 @@ def id_candidates(scope: Sequence[str], key: str) -> list[str]:
 def store_meta(entry: Entry) -> Mapping[str, Any] | None:
     stored = entry.memory.metadata.get(META)
     return stored if isinstance(stored, Mapping) else None
-
-
-def is_store_memory(entry: Entry) -> bool:
-    return store_meta(entry) is not None
 
 
 def addresses(entry: Entry, scope: Sequence[str], key: str) -> bool:
@@ -248,13 +242,8 @@ def to_item(entry: Entry) -> Item:
         "memory": memory.text,
         "kind": memory.kind.value,
         "topics": list(memory.topics),
+        **event_fields(memory),
     }
-    if memory.event_time is not None:
-        value["event_time"] = memory.event_time.isoformat()
-    if memory.participants:
-        value["participants"] = list(memory.participants)
-    if memory.location:
-        value["location"] = memory.location
     return Item(
         value=value,
         key=entry.id,

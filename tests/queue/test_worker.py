@@ -1,0 +1,53 @@
+"""QueueWorker's own behaviour against the suite's real PostgreSQL (one database per test)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import psycopg
+import pytest
+from langchain_core.messages import HumanMessage
+
+from langmem_trpc import UserKey
+from langmem_trpc.backends.postgres import PostgresMemoryService
+from langmem_trpc.extraction import VerbatimExtractor
+from langmem_trpc.queue import PostgresJobQueue, QueueWorker
+
+from .conftest import pending_jobs
+
+USER = UserKey("queue-worker", "bob")
+
+
+@pytest.mark.parametrize("delete_succeeded", [False, True])
+def test_a_users_next_job_starts_when_the_running_one_ends_not_at_the_next_poll(
+    queue_url: str, delete_succeeded: bool
+) -> None:
+    """procrastinate fetches again only on a new job or its polling interval; a job of a user
+    whose previous job was running when the worker last fetched must not wait for the poll."""
+    service = PostgresMemoryService(queue_url, pool_size=4)
+    with PostgresJobQueue(queue_url) as queue:
+        for n in range(3):  # one user, three threads: one lock, three queueing locks
+            queue.enqueue(USER, f"t{n}", [HumanMessage(f"fact {n}", id=f"m{n}")])
+    worker = QueueWorker(
+        queue_url, service, VerbatimExtractor(), concurrency=2, poll_interval=60,
+        delete_succeeded=delete_succeeded,
+    )  # fmt: skip
+    runner = threading.Thread(target=worker.run)
+    started = time.monotonic()
+    runner.start()
+    try:
+        while pending_jobs(queue_url) and time.monotonic() - started < 30:
+            time.sleep(0.05)
+        elapsed = time.monotonic() - started
+        worker.stop()
+        runner.join(30)
+        texts = sorted(e.text for e in service.read(USER))
+    finally:
+        worker.stop()
+        service.close()
+    assert elapsed < 15, f"3 jobs of one user took {elapsed:.1f} s (the poll interval is 60 s)"
+    with psycopg.connect(queue_url) as conn:
+        statuses = conn.execute("SELECT status::text FROM procrastinate_jobs").fetchall()
+    assert statuses == ([] if delete_succeeded else [("succeeded",)] * 3)
+    assert texts == [f"fact {n}" for n in range(3)]
