@@ -1,49 +1,145 @@
-"""Thread claims, failed attempts and dead letters: validation shared by every
-backend, and the in-memory table the reference backend keeps them in.
+"""Extraction cursors, thread claims, failed attempts and dead letters: the
+validated operations every backend runs, and the table the in-memory
+backends keep them in.
 
-The contract (`MemoryService.claim_thread` and friends):
+`MemoryService.get_cursor` and the other public methods of this family
+validate their arguments once (the `check_*` functions below) and pack them
+into one `ClaimOp` value, which the backend's `run_claim_op` (or
+`arun_claim_op`) executes. The contract of each operation:
 
-- `claim_thread(user, thread, owner, ttl)` takes the thread's claim when it
-  is free, expired or already `owner`'s, for `ttl` seconds, and returns what
-  it read in the same transaction (cursor, failed attempts, queued retries);
-  None when another owner holds an unexpired claim.
-- `save_progress(...)` writes only while `owner` still holds the claim
-  (expired but not taken over counts): the cursor (which clears the failed
-  attempts), a dead letter, retries marked done; then renews the claim for
-  `ttl` seconds, or releases it when `ttl` is None. False, and nothing
-  written, when the claim was lost.
-- `record_failure(...)` counts a failed attempt on one batch (a different
-  batch restarts the count at 1) and returns the count.
-- `dead_letters()` and `retry_dead_letter()` are admin calls across users.
+- `ClaimThread` takes the thread's claim when it is free, expired or already
+  `owner`'s, for `ttl` seconds, and returns what it read in the same
+  transaction (cursor, failed attempts, queued retries); None when another
+  owner holds an unexpired claim.
+- `SaveProgress` writes only while `owner` still holds the claim (expired but
+  not taken over counts): the cursor (which clears the failed attempts), a
+  dead letter, retries marked done; then renews the claim for `ttl` seconds,
+  or releases it when `ttl` is None. False, and nothing written, when the
+  claim was lost.
+- `RecordFailure` counts a failed attempt on one batch (a different batch
+  restarts the count at 1) and returns the count.
+- `GetCursor` returns the cursor with `pending_retries` counted from the
+  thread's dead letters queued for retry.
+- `ListDeadLetters` and `RetryDeadLetter` are admin calls across users.
+
+Each op's fields are named like the public method's parameters (`name`), so
+`getattr(service, op.name)(**vars(op))` repeats the call.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from typing import Any, ClassVar, Generic, TypeVar
 
 from ..errors import InvalidInputError
 from ..types import DeadLetter, DeadLetterStatus, ExtractionCursor, ThreadClaim, UserKey
-from ._core import check_optional_id, check_thread_id, utcnow
+from ._core import check_cursor, check_optional_id, check_thread_id, check_user, utcnow
 
 __all__ = [
+    "Claim",
+    "ClaimOp",
     "ClaimTable",
-    "check_claim",
-    "check_dead_letter",
-    "check_letter_id",
-    "check_limit",
-    "check_status",
-    "check_ttl",
+    "ClaimThread",
+    "GetCursor",
+    "ListDeadLetters",
+    "OnThread",
+    "Owned",
+    "RecordFailure",
+    "ReleaseThread",
+    "RetryDeadLetter",
+    "SaveProgress",
+    "SetCursor",
 ]
 
+T = TypeVar("T")
 MAX_THREAD_ID = 512
 MAX_OWNER = 200
+MAX_ERROR = 2000
+"""Characters of a failed attempt's error that are stored."""
 
 
-def check_claim(thread_id: object, owner: object) -> tuple[str, str]:
+class ClaimOp(Generic[T]):
+    """One validated call of the claim family; `T` is what running it returns."""
+
+    name: ClassVar[str]
+    """The public `MemoryService` method this op is a call of."""
+
+
+@dataclass(frozen=True)
+class OnThread(ClaimOp[T]):
+    """An op on one user's thread (`SetCursor` is one too, its thread the cursor's)."""
+
+    user: UserKey
+    thread_id: str
+
+
+@dataclass(frozen=True)
+class GetCursor(OnThread[ExtractionCursor | None]):
+    name = "get_cursor"
+
+
+@dataclass(frozen=True)
+class SetCursor(ClaimOp[None]):
+    name = "set_cursor"
+    user: UserKey
+    cursor: ExtractionCursor
+
+
+@dataclass(frozen=True)
+class Owned(OnThread[T]):
+    """An op by the job `owner` on the thread."""
+
+    owner: str
+
+
+@dataclass(frozen=True)
+class ClaimThread(Owned[ThreadClaim | None]):
+    name = "claim_thread"
+    ttl: float
+
+
+@dataclass(frozen=True)
+class SaveProgress(Owned[bool]):
+    name = "save_progress"
+    cursor: ExtractionCursor | None
+    ttl: float | None
+    dead_letter: DeadLetter | None
+    resolved: list[str]
+
+
+@dataclass(frozen=True)
+class RecordFailure(Owned[int]):
+    name = "record_failure"
+    batch: str
+    error: str
+    """At most `MAX_ERROR` characters."""
+
+
+@dataclass(frozen=True)
+class ReleaseThread(Owned[None]):
+    name = "release_thread"
+
+
+@dataclass(frozen=True)
+class ListDeadLetters(ClaimOp[list[DeadLetter]]):
+    name = "dead_letters"
+    app_name: str | None
+    status: DeadLetterStatus | None
+    limit: int | None
+
+
+@dataclass(frozen=True)
+class RetryDeadLetter(ClaimOp[DeadLetter | None]):
+    name = "retry_dead_letter"
+    letter_id: str
+
+
+def check_claim(user: object, thread_id: object, owner: object) -> tuple[UserKey, str, str]:
+    """The validated user, thread and owner of a claim."""
+    user = check_user(user)
     if not isinstance(thread_id, str) or not thread_id.strip() or len(thread_id) > MAX_THREAD_ID:
         raise InvalidInputError(
             "thread_id", f"must be a non-empty string of at most {MAX_THREAD_ID} characters"
@@ -53,12 +149,10 @@ def check_claim(thread_id: object, owner: object) -> tuple[str, str]:
             "owner", f"must be a non-empty string of at most {MAX_OWNER} characters"
         )
     check_optional_id("owner", owner)
-    return check_thread_id(thread_id), owner
+    return user, check_thread_id(thread_id), owner
 
 
-def check_ttl(ttl: object, *, optional: bool = False) -> float | None:
-    if ttl is None and optional:
-        return None
+def check_ttl(ttl: object) -> float:
     if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not 0 < ttl <= 86_400:
         raise InvalidInputError("ttl", "must be a number of seconds in (0, 86400]")
     return float(ttl)
@@ -97,26 +191,22 @@ def check_dead_letter(user: UserKey, thread_id: str, letter: object) -> DeadLett
 
 
 def check_progress(
-    user: UserKey,
-    thread_id: str,
-    cursor: object,
-    dead_letter: object,
-    resolved: Sequence[str],
+    user: UserKey, thread_id: str, cursor: object, dead_letter: object, resolved: Sequence[str]
 ) -> tuple[ExtractionCursor | None, DeadLetter | None, list[str]]:
-    """The validated arguments of `save_progress`, the same on every backend."""
-    if cursor is not None:
-        if not isinstance(cursor, ExtractionCursor):
-            raise InvalidInputError("cursor", "must be an ExtractionCursor")
-        if cursor.thread_id != thread_id:
-            raise InvalidInputError("cursor", "is for another thread")
+    """The validated cursor, dead letter and resolved ids of `save_progress`."""
+    checked = None if cursor is None else check_cursor(cursor)
+    if checked is not None and checked.thread_id != thread_id:
+        raise InvalidInputError("cursor", "is for another thread")
     letter = None if dead_letter is None else check_dead_letter(user, thread_id, dead_letter)
     if isinstance(resolved, str):
         raise InvalidInputError("resolved", "must be a sequence of dead-letter ids")
-    return cursor, letter, [check_letter_id(r) for r in resolved]
+    return checked, letter, [check_letter_id(r) for r in resolved]
 
 
 @dataclass
-class _Claim:
+class Claim:
+    """One thread's claim and failed attempts, as `ClaimTable` keeps them."""
+
     owner: str | None = None
     expires: float = 0.0
     batch: str | None = None
@@ -126,106 +216,129 @@ class _Claim:
 
 @dataclass
 class ClaimTable:
-    """The reference backend's claims, attempts and dead letters (wall-clock expiry)."""
+    """Cursors, claims, attempts and dead letters in dicts (wall-clock expiry).
+
+    The in-memory backend keeps one for the process; LanceDB loads one
+    thread's rows into a table, runs the op on it and writes the rows back.
+    `apply` runs every `ClaimOp` under `lock`.
+    """
 
     lock: threading.RLock = field(default_factory=threading.RLock)
-    claims: dict[tuple[UserKey, str], _Claim] = field(default_factory=dict)
+    cursors: dict[tuple[UserKey, str], ExtractionCursor] = field(default_factory=dict)
+    claims: dict[tuple[UserKey, str], Claim] = field(default_factory=dict)
     letters: dict[str, DeadLetter] = field(default_factory=dict)
 
-    def claim(
-        self, user: UserKey, thread_id: str, owner: str, ttl: float, cursor: ExtractionCursor | None
-    ) -> ThreadClaim | None:
-        now = time.time()
+    def apply(self, op: ClaimOp[Any]) -> Any:
+        """Run `op` on the table; returns what its public method returns."""
         with self.lock:
-            row = self.claims.setdefault((user, thread_id), _Claim())
-            if row.owner not in (None, owner) and row.expires > now:
+            if isinstance(op, GetCursor):
+                return self.cursor(op.user, op.thread_id)
+            if isinstance(op, SetCursor):
+                return self.set_cursor(op.user, op.cursor)
+            if isinstance(op, ClaimThread):
+                return self.claim(op)
+            if isinstance(op, SaveProgress):
+                return self.progress(op)
+            if isinstance(op, RecordFailure):
+                row = self.claims.setdefault((op.user, op.thread_id), Claim())
+                row.attempts = row.attempts + 1 if row.batch == op.batch else 1
+                row.batch, row.error = op.batch, op.error
+                return row.attempts
+            if isinstance(op, ReleaseThread):
+                held = self.claims.get((op.user, op.thread_id))
+                if held is not None and held.owner == op.owner:
+                    held.owner, held.expires = None, 0.0
                 return None
-            row.owner, row.expires = owner, now + ttl
-            return ThreadClaim(
-                cursor=cursor,
-                attempts=row.attempts,
-                failed_batch=row.batch,
-                retries=self.retries(user, thread_id),
-            )
+            if isinstance(op, ListDeadLetters):
+                return self.listing(op)
+            if isinstance(op, RetryDeadLetter):
+                return self.retry(op.letter_id)
+        raise TypeError(f"unknown claim op {op!r}")
 
-    def holds(self, user: UserKey, thread_id: str, owner: str) -> bool:
+    def cursor(self, user: UserKey, thread_id: str) -> ExtractionCursor | None:
+        cursor = self.cursors.get((user, thread_id))
+        pending = len(self.retries(user, thread_id))
+        if cursor is None or cursor.pending_retries == pending:
+            return cursor
+        return cursor.model_copy(update={"pending_retries": pending})
+
+    def set_cursor(self, user: UserKey, cursor: ExtractionCursor) -> None:
+        stamped = cursor.model_copy(update={"updated_at": utcnow()})
+        self.cursors[(user, cursor.thread_id)] = stamped
+
+    def claim(self, op: ClaimThread) -> ThreadClaim | None:
+        now = time.time()
+        row = self.claims.setdefault((op.user, op.thread_id), Claim())
+        if row.owner not in (None, op.owner) and row.expires > now:
+            return None
+        row.owner, row.expires = op.owner, now + op.ttl
+        return ThreadClaim(
+            cursor=self.cursor(op.user, op.thread_id),
+            attempts=row.attempts,
+            failed_batch=row.batch,
+            retries=self.retries(op.user, op.thread_id),
+        )
+
+    def progress(self, op: SaveProgress) -> bool:
+        user, thread_id = op.user, op.thread_id
         row = self.claims.get((user, thread_id))
-        return row is not None and row.owner == owner
-
-    def progress(
-        self,
-        user: UserKey,
-        thread_id: str,
-        owner: str,
-        ttl: float | None,
-        letter: DeadLetter | None,
-        resolved: Sequence[str],
-        cursor_written: bool,
-    ) -> None:
-        """Everything of `save_progress` but the cursor; the caller checked `holds`."""
+        if row is None or row.owner != op.owner:
+            return False
         now = utcnow()
-        row = self.claims[(user, thread_id)]
-        if letter is not None:
-            self.letters[letter.id] = letter.model_copy(update={"updated_at": now})
-        for letter_id in resolved:
+        if op.dead_letter is not None:
+            self.letters[op.dead_letter.id] = op.dead_letter.model_copy(update={"updated_at": now})
+        for letter_id in op.resolved:
             found = self.letters.get(letter_id)
             if found is not None and found.user == user and found.thread_id == thread_id:
                 self.letters[letter_id] = found.model_copy(
                     update={"status": DeadLetterStatus.DONE, "updated_at": now}
                 )
-        if cursor_written:
+        if op.cursor is not None:
+            self.set_cursor(user, op.cursor)
             row.batch, row.attempts, row.error = None, 0, None
-        if ttl is None:
+        if op.ttl is None:
             row.owner, row.expires = None, 0.0
         else:
-            row.expires = time.time() + ttl
-
-    def failure(self, user: UserKey, thread_id: str, batch: str, error: str) -> int:
-        with self.lock:
-            row = self.claims.setdefault((user, thread_id), _Claim())
-            row.attempts = row.attempts + 1 if row.batch == batch else 1
-            row.batch, row.error = batch, error
-            return row.attempts
-
-    def release(self, user: UserKey, thread_id: str, owner: str) -> None:
-        with self.lock:
-            row = self.claims.get((user, thread_id))
-            if row is not None and row.owner == owner:
-                row.owner, row.expires = None, 0.0
+            row.expires = time.time() + op.ttl
+        return True
 
     def retries(self, user: UserKey, thread_id: str) -> list[DeadLetter]:
-        with self.lock:
-            return [
-                d
-                for d in self.letters.values()
-                if d.user == user and d.thread_id == thread_id and d.status == "retry"
-            ]
+        return [
+            d
+            for d in self.letters.values()
+            if d.user == user and d.thread_id == thread_id and d.status == "retry"
+        ]
 
-    def listing(
-        self, app_name: str | None, status: DeadLetterStatus | None, limit: int | None
-    ) -> list[DeadLetter]:
-        with self.lock:
-            found = [
-                d
-                for d in self.letters.values()
-                if (app_name is None or d.app_name == app_name)
-                and (status is None or d.status == status)
-            ]
+    def listing(self, op: ListDeadLetters) -> list[DeadLetter]:
+        found = [
+            d
+            for d in self.letters.values()
+            if (op.app_name is None or d.app_name == op.app_name)
+            and (op.status is None or d.status == op.status)
+        ]
         found.sort(key=lambda d: (d.created_at, d.id))
-        return found[:limit] if limit is not None else found
+        return found[: op.limit] if op.limit is not None else found
 
-    def retry(self, letter_id: str, now: datetime) -> DeadLetter | None:
-        with self.lock:
-            found = self.letters.get(letter_id)
-            if found is None or found.status == DeadLetterStatus.DONE:
-                return None
-            updated = found.model_copy(update={"status": DeadLetterStatus.RETRY, "updated_at": now})
-            self.letters[letter_id] = updated
-            return updated
+    def retry(self, letter_id: str) -> DeadLetter | None:
+        found = self.letters.get(letter_id)
+        if found is None or found.status == DeadLetterStatus.DONE:
+            return None
+        update = {"status": DeadLetterStatus.RETRY, "updated_at": utcnow()}
+        self.letters[letter_id] = updated = found.model_copy(update=update)
+        return updated
 
-    def purge(self, user: UserKey) -> None:
+    def purge(self, user: UserKey) -> Callable[[], None]:
+        """Drop the user's cursors, claims and dead letters; returns what puts them back."""
         with self.lock:
-            for key in [k for k in self.claims if k[0] == user]:
-                del self.claims[key]
-            for letter_id in [i for i, d in self.letters.items() if d.user == user]:
-                del self.letters[letter_id]
+            cursors = {k: self.cursors.pop(k) for k in list(self.cursors) if k[0] == user}
+            claims = {k: self.claims.pop(k) for k in list(self.claims) if k[0] == user}
+            mine = [i for i, d in self.letters.items() if d.user == user]
+            letters = {i: self.letters.pop(i) for i in mine}
+
+        def restore() -> None:
+            with self.lock:
+                self.cursors.update(cursors)
+                self.claims.update(claims)
+                self.letters.update(letters)
+
+        return restore

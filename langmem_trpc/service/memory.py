@@ -16,33 +16,13 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 
 from .._time import ensure_utc
-from ..types import (
-    DeadLetter,
-    DeadLetterStatus,
-    Entry,
-    ExtractionCursor,
-    HistoryEvent,
-    Kind,
-    SearchOptions,
-    ThreadClaim,
-    UserKey,
-)
+from ..types import Entry, HistoryEvent, Kind, SearchOptions, UserKey
 from . import _steps as steps
-from ._claims import (
-    ClaimTable,
-    check_claim,
-    check_letter_id,
-    check_limit,
-    check_progress,
-    check_status,
-    check_ttl,
-)
+from ._claims import ClaimOp, ClaimTable
 from ._core import (
     Limits,
     check_app_filter,
-    check_cursor,
     check_memory_id,
-    check_thread_id,
     check_user,
     is_expired,
     resolve_options,
@@ -93,7 +73,6 @@ class _Row:
 class _UserData:
     rows: dict[str, _Row] = field(default_factory=dict)
     history: list[HistoryEvent] = field(default_factory=list)
-    cursors: dict[str, ExtractionCursor] = field(default_factory=dict)
 
 
 def unit_vector(values: Sequence[float]) -> np.ndarray:
@@ -251,7 +230,7 @@ class InMemoryMemoryService(SyncMemoryService):
             undo.append(lambda: history.__delitem__(slice(size, None)))
             return None
         if isinstance(step, steps.Purge):
-            return self._purge(step, undo)
+            return self._purge_step(step, undo)
         raise TypeError(f"unknown step {step!r}")
 
     def _change(
@@ -295,11 +274,11 @@ class InMemoryMemoryService(SyncMemoryService):
             return gone[0] if gone else None
         return gone
 
-    def _purge(self, step: steps.Purge, undo: list[Callable[[], None]]) -> int:
+    def _purge_step(self, step: steps.Purge, undo: list[Callable[[], None]]) -> int:
         user = step.user
         data = self._users.get(user)
         if step.memory_id is None:
-            self._claims.purge(user)
+            undo.append(self._claims.purge(user))
             if data is None:
                 return 0
             del self._users[user]
@@ -423,84 +402,9 @@ class InMemoryMemoryService(SyncMemoryService):
         rows.sort(key=lambda r: (r.entry.expires_at, r.entry.id))
         return [r.entry.id for r in rows][: limit if limit and limit > 0 else None]
 
-    # -- cursors ------------------------------------------------------------
+    # -- cursors, claims and dead letters ----------------------------------------
 
-    def get_cursor(self, user: UserKey, thread_id: str) -> ExtractionCursor | None:
-        user = check_user(user)
-        check_thread_id(thread_id)
-        with self._lock:
-            data = self._users.get(user)
-            cursor = data.cursors.get(thread_id) if data else None
-            if cursor is not None and self._claims.letters:
-                pending = len(self._claims.retries(user, thread_id))
-                cursor = cursor.model_copy(update={"pending_retries": pending})
-            return cursor
-
-    def set_cursor(self, user: UserKey, cursor: ExtractionCursor) -> None:
-        user = check_user(user)
-        check_cursor(cursor)
-        with self._lock:
-            self._data(user).cursors[cursor.thread_id] = cursor.model_copy(
-                update={"updated_at": utcnow()}
-            )
-
-    # -- claims and dead letters ----------------------------------------------
-
-    def claim_thread(
-        self, user: UserKey, thread_id: str, owner: str, ttl: float
-    ) -> ThreadClaim | None:
-        user = check_user(user)
-        thread_id, owner = check_claim(thread_id, owner)
-        seconds = check_ttl(ttl)
-        assert seconds is not None
-        with self._lock:
-            return self._claims.claim(
-                user, thread_id, owner, seconds, self.get_cursor(user, thread_id)
-            )
-
-    def save_progress(
-        self,
-        user: UserKey,
-        thread_id: str,
-        owner: str,
-        *,
-        cursor: ExtractionCursor | None = None,
-        ttl: float | None = None,
-        dead_letter: DeadLetter | None = None,
-        resolved: Sequence[str] = (),
-    ) -> bool:
-        user = check_user(user)
-        thread_id, owner = check_claim(thread_id, owner)
-        seconds = check_ttl(ttl, optional=True)
-        cursor, letter, done = check_progress(user, thread_id, cursor, dead_letter, resolved)
-        with self._lock:
-            if not self._claims.holds(user, thread_id, owner):
-                return False
-            if cursor is not None:
-                self.set_cursor(user, cursor)
-            self._claims.progress(user, thread_id, owner, seconds, letter, done, cursor is not None)
-            return True
-
-    def record_failure(
-        self, user: UserKey, thread_id: str, owner: str, batch: str, error: str
-    ) -> int:
-        user = check_user(user)
-        thread_id, owner = check_claim(thread_id, owner)
-        return self._claims.failure(user, thread_id, str(batch), str(error))
-
-    def release_thread(self, user: UserKey, thread_id: str, owner: str) -> None:
-        user = check_user(user)
-        thread_id, owner = check_claim(thread_id, owner)
-        self._claims.release(user, thread_id, owner)
-
-    def dead_letters(
-        self,
-        app_name: str | None = None,
-        *,
-        status: DeadLetterStatus | str | None = None,
-        limit: int | None = None,
-    ) -> list[DeadLetter]:
-        return self._claims.listing(app_name, check_status(status), check_limit(limit))
-
-    def retry_dead_letter(self, letter_id: str) -> DeadLetter | None:
-        return self._claims.retry(check_letter_id(letter_id), utcnow())
+    def run_claim_op(self, op: ClaimOp[T]) -> T:
+        """Run the op on the service's `ClaimTable`, under the service's lock."""
+        result: T = self._claims.apply(op)
+        return result

@@ -2,15 +2,17 @@
 
 `MemoryService` is the port the write path, the LangGraph integration and
 the CLI talk to. Every method takes the caller's `UserKey` first and never
-reaches another user's rows. `SyncMemoryService` is the base for backends
-whose driver is blocking (in-memory, SQLite): its `a*` twins run the sync
-method in a worker thread, so the event loop never blocks.
+reaches another user's rows. The write methods and the cursor, claim and
+dead-letter methods are defined here once, sync and async: each validates its
+arguments into a plan (`run_plan`) or a `ClaimOp` (`run_claim_op`) that the
+backend runs. `SyncMemoryService` is the base for backends whose driver is
+blocking (in-memory, SQLite, LanceDB): its `a*` twins (`in_thread`) run the
+sync method in a worker thread, so the event loop never blocks.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Coroutine, Sequence
 from datetime import datetime
@@ -31,44 +33,73 @@ from ..types import (
     ThreadClaim,
     UserKey,
 )
+from . import _claims as c
 from . import _plans
-from ._core import Limits, MemoryPatch
+from ._claims import ClaimOp
+from ._core import Limits, MemoryPatch, check_app_filter, check_cursor, check_thread_id, check_user
 from ._language import ENGLISH, Language
 from ._steps import Plan
 from .capabilities import Capability
 
 T = TypeVar("T")
 P = ParamSpec("P")
+S = TypeVar("S", bound="MemoryService")
+F = TypeVar("F", bound=Callable[..., Any])
 
-__all__ = ["MemoryService", "SyncMemoryService"]
+__all__ = ["MemoryService", "SyncMemoryService", "in_thread"]
 
 
 def _runs(
-    build: Callable[Concatenate[MemoryService, P], Plan[T]],
+    build: Callable[Concatenate[MemoryService, P], Plan[T] | ClaimOp[T]],
 ) -> Callable[Concatenate[MemoryService, P], T]:
-    """The write method that runs the plan `build` returns (its signature and docs)."""
+    """The method that runs the write plan or claim op `build` returns (its signature
+    and docs): `run_plan` or `run_claim_op`."""
 
     def method(self: MemoryService, /, *args: P.args, **kwargs: P.kwargs) -> T:
-        return self.run_plan(build(self, *args, **kwargs))
+        work = build(self, *args, **kwargs)
+        return self.run_claim_op(work) if isinstance(work, ClaimOp) else self.run_plan(work)
 
-    functools.update_wrapper(method, build)
-    method.__name__ = build.__name__.lstrip("_")
-    method.__qualname__ = method.__qualname__.replace(build.__name__, method.__name__)
-    return method
+    return _named(method, build, build.__name__.lstrip("_"))
 
 
 def _aruns(
-    build: Callable[Concatenate[MemoryService, P], Plan[T]],
+    build: Callable[Concatenate[MemoryService, P], Plan[T] | ClaimOp[T]],
 ) -> Callable[Concatenate[MemoryService, P], Coroutine[Any, Any, T]]:
-    """The async twin of `_runs(build)`: same parameters, `arun_plan`."""
+    """The async twin of `_runs(build)`: same parameters, `arun_plan` / `arun_claim_op`."""
 
     async def method(self: MemoryService, /, *args: P.args, **kwargs: P.kwargs) -> T:
-        return await self.arun_plan(build(self, *args, **kwargs))
+        work = build(self, *args, **kwargs)
+        if isinstance(work, ClaimOp):
+            return await self.arun_claim_op(work)
+        return await self.arun_plan(work)
 
-    functools.update_wrapper(method, build)
-    method.__name__ = "a" + build.__name__.lstrip("_")
-    method.__qualname__ = method.__qualname__.replace(build.__name__, method.__name__)
-    method.__doc__ = f"Async twin of `{build.__name__.lstrip('_')}`."
+    name = build.__name__.lstrip("_")
+    return _named(method, build, "a" + name, f"Async twin of `{name}`.")
+
+
+def in_thread(
+    method: Callable[Concatenate[S, P], T],
+) -> Callable[Concatenate[S, P], Coroutine[Any, Any, T]]:
+    """The async twin of `method` that runs it in a worker thread, so the event loop
+    never blocks. It calls `getattr(self, method.__name__)`: a subclass's override of
+    the sync method is the one that runs."""
+    name = method.__name__
+
+    async def twin(self: S, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        result: T = await asyncio.to_thread(getattr(self, name), *args, **kwargs)
+        return result
+
+    doc = f"Async twin of `{name}` (runs it in a worker thread)."
+    return _named(twin, method, "a" + name, doc)
+
+
+def _named(method: F, source: Callable[..., Any], name: str, doc: str | None = None) -> F:
+    """`method` under `name`, in `source`'s module and class, with `source`'s docs (or `doc`)."""
+    method.__module__ = source.__module__
+    method.__name__ = name
+    method.__qualname__ = source.__qualname__.rsplit(".", 1)[0] + "." + name
+    method.__doc__ = doc if doc is not None else source.__doc__
+    method.__wrapped__ = source  # type: ignore[attr-defined]
     return method
 
 
@@ -152,9 +183,9 @@ class MemoryService(ABC):
     add = _runs(_add)
     aadd = _aruns(_add)
 
-    def add_many(
+    def _add_many(
         self, user: UserKey, items: Sequence[str | Memory], *, source: Source | None = None
-    ) -> list[Entry]:
+    ) -> Plan[list[Entry]]:
         """`add` of each item (a text, or a `Memory`), in order, as one transaction.
 
         Returns the entries in input order, as `add` would have returned them
@@ -162,14 +193,10 @@ class MemoryService(ABC):
         validated first: a bad one raises naming its field and nothing is stored;
         the capacity policy raising also leaves nothing stored.
         """
-        return self.run_plan(_plans.add_many(user, items, limits=self.limits, source=source))
+        return _plans.add_many(user, items, limits=self.limits, source=source)
 
-    async def aadd_many(
-        self, user: UserKey, items: Sequence[str | Memory], *, source: Source | None = None
-    ) -> list[Entry]:
-        """Async twin of `add_many`."""
-        plan = _plans.add_many(user, items, limits=self.limits, source=source)
-        return await self.arun_plan(plan)
+    add_many = _runs(_add_many)
+    aadd_many = _aruns(_add_many)
 
     def _update(
         self,
@@ -198,40 +225,40 @@ class MemoryService(ABC):
     update = _runs(_update)
     aupdate = _aruns(_update)
 
-    def delete(self, user: UserKey, memory_id: str, *, source: Source | None = None) -> bool:
+    def _delete(self, user: UserKey, memory_id: str, *, source: Source | None = None) -> Plan[bool]:
         """Soft-delete; False when there was no live memory with that id."""
-        return bool(self.run_plan(_plans.delete(user, memory_id, source=source)))
+        return _plans.delete(user, memory_id, source=source)
 
-    async def adelete(self, user: UserKey, memory_id: str, *, source: Source | None = None) -> bool:
-        return bool(await self.arun_plan(_plans.delete(user, memory_id, source=source)))
+    delete = _runs(_delete)
+    adelete = _aruns(_delete)
 
-    def clear(self, user: UserKey, *, source: Source | None = None) -> int:
+    def _clear(self, user: UserKey, *, source: Source | None = None) -> Plan[int]:
         """Soft-delete every live memory of the user; returns how many."""
-        return self.run_plan(_plans.clear(user, source=source))
+        return _plans.clear(user, source=source)
 
-    async def aclear(self, user: UserKey, *, source: Source | None = None) -> int:
-        return await self.arun_plan(_plans.clear(user, source=source))
+    clear = _runs(_clear)
+    aclear = _aruns(_clear)
 
-    def purge(self, user: UserKey, memory_id: str | None = None) -> int:
+    def _purge(self, user: UserKey, memory_id: str | None = None) -> Plan[int]:
         """Remove rows and their history for good (right to be forgotten)."""
-        return self.run_plan(_plans.purge(user, memory_id))
+        return _plans.purge(user, memory_id)
 
-    async def apurge(self, user: UserKey, memory_id: str | None = None) -> int:
-        return await self.arun_plan(_plans.purge(user, memory_id))
+    purge = _runs(_purge)
+    apurge = _aruns(_purge)
 
-    def restore(self, user: UserKey, entry: Entry, history: Sequence[HistoryEvent] = ()) -> Entry:
+    def _restore(
+        self, user: UserKey, entry: Entry, history: Sequence[HistoryEvent] = ()
+    ) -> Plan[Entry]:
         """Write an exported entry back exactly (id, timestamps, content, expiry) with its
         history.
 
         Used by `langmem-trpc import` for a lossless round trip. An existing
         memory with the same id is replaced.
         """
-        return self.run_plan(_plans.restore(user, entry, history))
+        return _plans.restore(user, entry, history)
 
-    async def arestore(
-        self, user: UserKey, entry: Entry, history: Sequence[HistoryEvent] = ()
-    ) -> Entry:
-        return await self.arun_plan(_plans.restore(user, entry, history))
+    restore = _runs(_restore)
+    arestore = _aruns(_restore)
 
     # -- reads --------------------------------------------------------------
 
@@ -260,24 +287,43 @@ class MemoryService(ABC):
     def users(self, app_name: str | None = None) -> list[UserKey]:
         """Users with at least one live memory (admin and BaseStore namespaces)."""
 
-    # -- write-path bookkeeping --------------------------------------------
+    # -- cursors, claims and dead letters --------------------------------------
+    #
+    # Each method validates its arguments once and runs the `ClaimOp` they make
+    # with the backend's `run_claim_op` / `arun_claim_op` (see service/_claims.py).
 
     @abstractmethod
-    def get_cursor(self, user: UserKey, thread_id: str) -> ExtractionCursor | None: ...
+    def run_claim_op(self, op: ClaimOp[T]) -> T:
+        """Run a validated cursor, claim or dead-letter op; returns its method's result."""
 
     @abstractmethod
-    def set_cursor(self, user: UserKey, cursor: ExtractionCursor) -> None: ...
+    async def arun_claim_op(self, op: ClaimOp[T]) -> T:
+        """Async twin of `run_claim_op`."""
 
-    # -- claims and dead letters (see service/_claims.py for the contract) ---
+    def _get_cursor(self, user: UserKey, thread_id: str) -> ClaimOp[ExtractionCursor | None]:
+        """The thread's extraction cursor (`pending_retries` counted now); None if unset."""
+        return c.GetCursor(check_user(user), check_thread_id(thread_id))
 
-    @abstractmethod
-    def claim_thread(
+    get_cursor = _runs(_get_cursor)
+    aget_cursor = _aruns(_get_cursor)
+
+    def _set_cursor(self, user: UserKey, cursor: ExtractionCursor) -> ClaimOp[None]:
+        """Write the thread's cursor outside any claim (stamped with `updated_at` now)."""
+        return c.SetCursor(check_user(user), check_cursor(cursor))
+
+    set_cursor = _runs(_set_cursor)
+    aset_cursor = _aruns(_set_cursor)
+
+    def _claim_thread(
         self, user: UserKey, thread_id: str, owner: str, ttl: float
-    ) -> ThreadClaim | None:
+    ) -> ClaimOp[ThreadClaim | None]:
         """Take the thread's claim for `ttl` s (free, expired or `owner`'s); None if busy."""
+        return c.ClaimThread(*c.check_claim(user, thread_id, owner), c.check_ttl(ttl))
 
-    @abstractmethod
-    def save_progress(
+    claim_thread = _runs(_claim_thread)
+    aclaim_thread = _aruns(_claim_thread)
+
+    def _save_progress(
         self,
         user: UserKey,
         thread_id: str,
@@ -287,34 +333,55 @@ class MemoryService(ABC):
         ttl: float | None = None,
         dead_letter: DeadLetter | None = None,
         resolved: Sequence[str] = (),
-    ) -> bool:
+    ) -> ClaimOp[bool]:
         """Under `owner`'s claim, in one transaction: write the cursor (clearing failed
         attempts), the dead letter and the resolved retries; renew the claim for `ttl`
         s, or release it (None). False, with nothing written, if the claim was lost."""
+        user, thread_id, owner = c.check_claim(user, thread_id, owner)
+        seconds = None if ttl is None else c.check_ttl(ttl)
+        checked, letter, done = c.check_progress(user, thread_id, cursor, dead_letter, resolved)
+        return c.SaveProgress(user, thread_id, owner, checked, seconds, letter, done)
 
-    @abstractmethod
-    def record_failure(
+    save_progress = _runs(_save_progress)
+    asave_progress = _aruns(_save_progress)
+
+    def _record_failure(
         self, user: UserKey, thread_id: str, owner: str, batch: str, error: str
-    ) -> int:
+    ) -> ClaimOp[int]:
         """Count a failed attempt on `batch` (another batch restarts at 1); the count."""
+        owned = c.check_claim(user, thread_id, owner)
+        return c.RecordFailure(*owned, str(batch), str(error)[: c.MAX_ERROR])
 
-    @abstractmethod
-    def release_thread(self, user: UserKey, thread_id: str, owner: str) -> None:
+    record_failure = _runs(_record_failure)
+    arecord_failure = _aruns(_record_failure)
+
+    def _release_thread(self, user: UserKey, thread_id: str, owner: str) -> ClaimOp[None]:
         """Give up `owner`'s claim, if it still holds it."""
+        return c.ReleaseThread(*c.check_claim(user, thread_id, owner))
 
-    @abstractmethod
-    def dead_letters(
+    release_thread = _runs(_release_thread)
+    arelease_thread = _aruns(_release_thread)
+
+    def _dead_letters(
         self,
         app_name: str | None = None,
         *,
         status: DeadLetterStatus | str | None = None,
         limit: int | None = None,
-    ) -> list[DeadLetter]:
+    ) -> ClaimOp[list[DeadLetter]]:
         """Dead letters of every user (admin), oldest first."""
+        app_name = check_app_filter(app_name)
+        return c.ListDeadLetters(app_name, c.check_status(status), c.check_limit(limit))
 
-    @abstractmethod
-    def retry_dead_letter(self, letter_id: str) -> DeadLetter | None:
+    dead_letters = _runs(_dead_letters)
+    adead_letters = _aruns(_dead_letters)
+
+    def _retry_dead_letter(self, letter_id: str) -> ClaimOp[DeadLetter | None]:
         """Queue a dead letter for retry by its thread's next job; None if unknown or done."""
+        return c.RetryDeadLetter(c.check_letter_id(letter_id))
+
+    retry_dead_letter = _runs(_retry_dead_letter)
+    aretry_dead_letter = _aruns(_retry_dead_letter)
 
     # -- expiry (MemoryStore's TTL) -----------------------------------------
 
@@ -327,15 +394,13 @@ class MemoryService(ABC):
         """
         raise NotImplementedError(f"{type(self).__name__} does not support set_expiry()")
 
-    async def aset_expiry(self, user: UserKey, memory_id: str, expires_at: datetime | None) -> bool:
-        return await asyncio.to_thread(self.set_expiry, user, memory_id, expires_at)
+    aset_expiry = in_thread(set_expiry)
 
     def expired(self, user: UserKey, limit: int | None = None) -> list[str]:
         """Ids of live memories whose expiry has passed (for a TTL sweep), oldest expiry first."""
         raise NotImplementedError(f"{type(self).__name__} does not support expired()")
 
-    async def aexpired(self, user: UserKey, limit: int | None = None) -> list[str]:
-        return await asyncio.to_thread(self.expired, user, limit)
+    aexpired = in_thread(expired)
 
     def as_retriever(self, user: UserKey, **kwargs: Any) -> Any:
         """A LangChain `BaseRetriever` over `user`'s memories, scope fixed.
@@ -357,9 +422,7 @@ class MemoryService(ABC):
         PostgreSQL creates the extension and applies pending migrations.
         """
 
-    async def asetup(self) -> None:
-        """Async twin of `setup()` (the default runs it in a worker thread)."""
-        await asyncio.to_thread(self.setup)
+    asetup = in_thread(setup)
 
     def index_pending(self, user: UserKey | None = None) -> int:
         """Run the background index step for writes not yet indexed (of `user`, or of
@@ -367,9 +430,7 @@ class MemoryService(ABC):
         `Capability.DEFERRED_INDEXING` defer any; the default has none to index."""
         return 0
 
-    async def aindex_pending(self, user: UserKey | None = None) -> int:
-        """Async twin of `index_pending()`."""
-        return await asyncio.to_thread(self.index_pending, user)
+    aindex_pending = in_thread(index_pending)
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release what this service holds (connections, pools, threads); idempotent.
@@ -400,50 +461,6 @@ class MemoryService(ABC):
     @abstractmethod
     async def ausers(self, app_name: str | None = None) -> list[UserKey]: ...
 
-    @abstractmethod
-    async def aget_cursor(self, user: UserKey, thread_id: str) -> ExtractionCursor | None: ...
-
-    @abstractmethod
-    async def aset_cursor(self, user: UserKey, cursor: ExtractionCursor) -> None: ...
-
-    @abstractmethod
-    async def aclaim_thread(
-        self, user: UserKey, thread_id: str, owner: str, ttl: float
-    ) -> ThreadClaim | None: ...
-
-    @abstractmethod
-    async def asave_progress(
-        self,
-        user: UserKey,
-        thread_id: str,
-        owner: str,
-        *,
-        cursor: ExtractionCursor | None = None,
-        ttl: float | None = None,
-        dead_letter: DeadLetter | None = None,
-        resolved: Sequence[str] = (),
-    ) -> bool: ...
-
-    @abstractmethod
-    async def arecord_failure(
-        self, user: UserKey, thread_id: str, owner: str, batch: str, error: str
-    ) -> int: ...
-
-    @abstractmethod
-    async def arelease_thread(self, user: UserKey, thread_id: str, owner: str) -> None: ...
-
-    @abstractmethod
-    async def adead_letters(
-        self,
-        app_name: str | None = None,
-        *,
-        status: DeadLetterStatus | str | None = None,
-        limit: int | None = None,
-    ) -> list[DeadLetter]: ...
-
-    @abstractmethod
-    async def aretry_dead_letter(self, letter_id: str) -> DeadLetter | None: ...
-
     async def aclose(self) -> None:
         """Async twin of `close()`; idempotent."""
         self.close()
@@ -471,84 +488,12 @@ class MemoryService(ABC):
 class SyncMemoryService(MemoryService, ABC):
     """Base for blocking backends: each `a*` twin runs its sync method in a thread."""
 
-    async def arun_plan(self, plan: Plan[T]) -> T:
-        return await asyncio.to_thread(self.run_plan, plan)
-
-    async def aget(self, user: UserKey, memory_id: str) -> Entry | None:
-        return await asyncio.to_thread(self.get, user, memory_id)
-
-    async def aread(self, user: UserKey, limit: int | None = None) -> list[Entry]:
-        return await asyncio.to_thread(self.read, user, limit)
-
-    async def asearch(
-        self, user: UserKey, query: str | None = None, options: SearchOptions | None = None
-    ) -> list[Entry]:
-        return await asyncio.to_thread(self.search, user, query, options)
-
-    async def ahistory(self, user: UserKey, memory_id: str) -> list[HistoryEvent]:
-        return await asyncio.to_thread(self.history, user, memory_id)
-
-    async def acount(self, user: UserKey) -> int:
-        return await asyncio.to_thread(self.count, user)
-
-    async def ausers(self, app_name: str | None = None) -> list[UserKey]:
-        return await asyncio.to_thread(self.users, app_name)
-
-    async def aget_cursor(self, user: UserKey, thread_id: str) -> ExtractionCursor | None:
-        return await asyncio.to_thread(self.get_cursor, user, thread_id)
-
-    async def aset_cursor(self, user: UserKey, cursor: ExtractionCursor) -> None:
-        await asyncio.to_thread(self.set_cursor, user, cursor)
-
-    async def aclaim_thread(
-        self, user: UserKey, thread_id: str, owner: str, ttl: float
-    ) -> ThreadClaim | None:
-        return await asyncio.to_thread(self.claim_thread, user, thread_id, owner, ttl)
-
-    async def asave_progress(
-        self,
-        user: UserKey,
-        thread_id: str,
-        owner: str,
-        *,
-        cursor: ExtractionCursor | None = None,
-        ttl: float | None = None,
-        dead_letter: DeadLetter | None = None,
-        resolved: Sequence[str] = (),
-    ) -> bool:
-        return await asyncio.to_thread(
-            lambda: self.save_progress(
-                user,
-                thread_id,
-                owner,
-                cursor=cursor,
-                ttl=ttl,
-                dead_letter=dead_letter,
-                resolved=resolved,
-            )
-        )
-
-    async def arecord_failure(
-        self, user: UserKey, thread_id: str, owner: str, batch: str, error: str
-    ) -> int:
-        return await asyncio.to_thread(self.record_failure, user, thread_id, owner, batch, error)
-
-    async def arelease_thread(self, user: UserKey, thread_id: str, owner: str) -> None:
-        await asyncio.to_thread(self.release_thread, user, thread_id, owner)
-
-    async def adead_letters(
-        self,
-        app_name: str | None = None,
-        *,
-        status: DeadLetterStatus | str | None = None,
-        limit: int | None = None,
-    ) -> list[DeadLetter]:
-        return await asyncio.to_thread(
-            lambda: self.dead_letters(app_name, status=status, limit=limit)
-        )
-
-    async def aretry_dead_letter(self, letter_id: str) -> DeadLetter | None:
-        return await asyncio.to_thread(self.retry_dead_letter, letter_id)
-
-    async def aclose(self) -> None:
-        await asyncio.to_thread(self.close)
+    arun_plan = in_thread(MemoryService.run_plan)
+    arun_claim_op = in_thread(MemoryService.run_claim_op)
+    aget = in_thread(MemoryService.get)
+    aread = in_thread(MemoryService.read)
+    asearch = in_thread(MemoryService.search)
+    ahistory = in_thread(MemoryService.history)
+    acount = in_thread(MemoryService.count)
+    ausers = in_thread(MemoryService.users)
+    aclose = in_thread(MemoryService.close)

@@ -57,9 +57,10 @@ class ClaimsConformance:
         assert await client.claim_thread(ALICE, "t1", "owner-b", 30) is not None
 
     async def test_an_expired_claim_is_taken_over(self, client: Client) -> None:
-        assert await client.claim_thread(ALICE, "t1", "dead-job", 0.2) is not None
+        # 1 s: the refusal must come within the ttl on a loaded machine too
+        assert await client.claim_thread(ALICE, "t1", "dead-job", 1.0) is not None
         assert await client.claim_thread(ALICE, "t1", "next-job", 30) is None
-        await asyncio.sleep(0.3)
+        await asyncio.sleep(1.1)
         assert await client.claim_thread(ALICE, "t1", "next-job", 30) is not None
         assert not await client.save_progress(ALICE, "t1", "dead-job", cursor=_cursor(1))
         assert await client.get_cursor(ALICE, "t1") is None
@@ -145,3 +146,29 @@ class ClaimsConformance:
             with pytest.raises(InvalidInputError) as info:
                 await call
             assert info.value.field == field
+
+    async def test_save_progress_checks_its_cursor_and_dead_letters_their_app_filter(
+        self, client: Client
+    ) -> None:
+        """`save_progress` checks its cursor as `set_cursor` does (ids without NUL, ...)."""
+        assert await client.claim_thread(ALICE, "t1", "job", 30) is not None
+        bad = _cursor(1).model_copy(update={"last_message_id": "m\x001"})
+        for call in (
+            client.set_cursor(ALICE, bad),
+            client.save_progress(ALICE, "t1", "job", cursor=bad),
+        ):
+            with pytest.raises(InvalidInputError) as info:
+                await call
+            assert info.value.field == "cursor.last_message_id"
+        assert await client.get_cursor(ALICE, "t1") is None
+        assert await client.claim_thread(ALICE, "t1", "other", 30) is None  # still held
+        with pytest.raises(InvalidInputError) as info:
+            await client.dead_letters(42)  # type: ignore[arg-type]
+        assert info.value.field == "app_name"
+
+    async def test_pending_retries_are_counted_by_the_backend_never_taken_from_the_cursor(
+        self, client: Client
+    ) -> None:
+        await client.set_cursor(ALICE, _cursor(2).model_copy(update={"pending_retries": 5}))
+        got = await client.get_cursor(ALICE, "t1")
+        assert got is not None and got.pending_retries == 0

@@ -6,21 +6,11 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
+from ..service._claims import ClaimOp
 from ..service._steps import Plan
 from ..service.capabilities import Capability
 from ..service.protocol import MemoryService, SyncMemoryService
-from ..types import (
-    DeadLetter,
-    DeadLetterStatus,
-    Entry,
-    ExtractionCursor,
-    HistoryEvent,
-    Memory,
-    SearchOptions,
-    Source,
-    ThreadClaim,
-    UserKey,
-)
+from ..types import Entry, HistoryEvent, Memory, SearchOptions, Source, UserKey
 
 __all__ = ["DelegatingService"]
 
@@ -31,7 +21,9 @@ class DelegatingService(SyncMemoryService):
     """Forwards each method through `_call(name, *args, **kwargs)` to `inner`.
 
     Override `_call` to fail, delay, count or crash calls by name; the async
-    twins come from `SyncMemoryService`, so they go through `_call` too.
+    twins come from `SyncMemoryService`, so they go through `_call` too. A
+    cursor, claim or dead-letter call reaches `_call` under its public name
+    (`"save_progress"`), with its validated arguments as keywords.
     """
 
     def __init__(self, inner: MemoryService) -> None:
@@ -94,58 +86,9 @@ class DelegatingService(SyncMemoryService):
     def users(self, app_name: str | None = None) -> list[UserKey]:
         return self._call("users", app_name)  # type: ignore[no-any-return]
 
-    def get_cursor(self, user: UserKey, thread_id: str) -> ExtractionCursor | None:
-        return self._call("get_cursor", user, thread_id)  # type: ignore[no-any-return]
-
-    def set_cursor(self, user: UserKey, cursor: ExtractionCursor) -> None:
-        self._call("set_cursor", user, cursor)
-
-    def claim_thread(
-        self, user: UserKey, thread_id: str, owner: str, ttl: float
-    ) -> ThreadClaim | None:
-        return self._call("claim_thread", user, thread_id, owner, ttl)  # type: ignore[no-any-return]
-
-    def save_progress(
-        self,
-        user: UserKey,
-        thread_id: str,
-        owner: str,
-        *,
-        cursor: ExtractionCursor | None = None,
-        ttl: float | None = None,
-        dead_letter: DeadLetter | None = None,
-        resolved: Sequence[str] = (),
-    ) -> bool:
-        return self._call(  # type: ignore[no-any-return]
-            "save_progress",
-            user,
-            thread_id,
-            owner,
-            cursor=cursor,
-            ttl=ttl,
-            dead_letter=dead_letter,
-            resolved=resolved,
-        )
-
-    def record_failure(
-        self, user: UserKey, thread_id: str, owner: str, batch: str, error: str
-    ) -> int:
-        return self._call("record_failure", user, thread_id, owner, batch, error)  # type: ignore[no-any-return]
-
-    def release_thread(self, user: UserKey, thread_id: str, owner: str) -> None:
-        self._call("release_thread", user, thread_id, owner)
-
-    def dead_letters(
-        self,
-        app_name: str | None = None,
-        *,
-        status: DeadLetterStatus | str | None = None,
-        limit: int | None = None,
-    ) -> list[DeadLetter]:
-        return self._call("dead_letters", app_name, status=status, limit=limit)  # type: ignore[no-any-return]
-
-    def retry_dead_letter(self, letter_id: str) -> DeadLetter | None:
-        return self._call("retry_dead_letter", letter_id)  # type: ignore[no-any-return]
+    def run_claim_op(self, op: ClaimOp[T]) -> T:
+        """The op's public method on `inner` (`_call(op.name, ...)`, by its name)."""
+        return self._call(op.name, **vars(op))  # type: ignore[no-any-return]
 
     def restore(self, user: UserKey, entry: Entry, history: Sequence[HistoryEvent] = ()) -> Entry:
         return self._call("restore", user, entry, history)  # type: ignore[no-any-return]

@@ -48,9 +48,7 @@ class BrokenService(SyncMemoryService):
     """Every call fails with a driver-style error carrying a DSN and SQL."""
 
     run_plan = add = update = delete = clear = purge = get = read = search = _explode  # type: ignore[assignment]
-    history = count = users = get_cursor = set_cursor = _explode  # type: ignore[assignment]
-    claim_thread = save_progress = record_failure = release_thread = _explode  # type: ignore[assignment]
-    dead_letters = retry_dead_letter = run_plan = _explode  # type: ignore[assignment]
+    history = count = users = run_claim_op = _explode  # type: ignore[assignment]
 
 
 class CountingService(InMemoryMemoryService):

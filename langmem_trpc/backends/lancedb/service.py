@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..._time import ensure_utc
 from ...service import _claims as c
@@ -27,13 +26,11 @@ from ...service.memory import unit_vector
 from ...service.protocol import SyncMemoryService
 from ...types import (
     DeadLetter,
-    DeadLetterStatus,
     Entry,
     ExtractionCursor,
     HistoryEvent,
     Kind,
     SearchOptions,
-    ThreadClaim,
     UserKey,
 )
 from ._executor import Executor
@@ -240,116 +237,54 @@ class LanceDBMemoryService(SyncMemoryService):
 
     # -- cursors, claims and dead letters (the shared `ClaimTable` rules) ---------
 
-    def get_cursor(self, user: UserKey, thread_id: str) -> ExtractionCursor | None:
-        user, thread_id = _core.check_user(user), _core.check_thread_id(thread_id)
-        found = self._store.one(key_of(CURSOR, user, thread_id))
-        if found is None:
-            return None
-        pending = len(self._claims(user, thread_id).retries(user, thread_id))
-        return _cursor_of(found.body).model_copy(update={"pending_retries": pending})
-
-    def _cursor(self, user: UserKey, cursor: ExtractionCursor) -> Record:
-        stamped = cursor.model_copy(update={"updated_at": _core.utcnow()})
-        return Record.of(CURSOR, user, cursor.thread_id, _cursor_json(stamped))
-
-    def set_cursor(self, user: UserKey, cursor: ExtractionCursor) -> None:
-        record = self._cursor(_core.check_user(user), _core.check_cursor(cursor))
+    def run_claim_op(self, op: c.ClaimOp[T]) -> T:
+        """Run the op on a `ClaimTable` holding the rows it reads (one thread's cursor,
+        claim and dead letters, or the letters an admin call reads), then write the
+        table's rows back in one commit."""
         with self._store.lock:
-            self._store.commit([record])
+            if isinstance(op, (c.ListDeadLetters, c.RetryDeadLetter)):
+                admin: T = self._admin(op)
+                return admin
+            assert isinstance(op, (c.OnThread, c.SetCursor))
+            user = op.user
+            thread_id = op.cursor.thread_id if isinstance(op, c.SetCursor) else op.thread_id
+            table = self._claims(user, thread_id)
+            result: T = table.apply(op)
+            if not isinstance(op, c.GetCursor):
+                records = [_letter(d) for d in table.letters.values()]
+                for claim in table.claims.values():
+                    records.append(Record.of(CLAIM, user, thread_id, json.dumps(asdict(claim))))
+                for cursor in table.cursors.values():
+                    records.append(Record.of(CURSOR, user, thread_id, _cursor_json(cursor)))
+                self._store.commit(records)
+            return result
+
+    def _admin(self, op: c.ListDeadLetters | c.RetryDeadLetter) -> Any:
+        """An admin call across users, on a table of the dead letters it reads."""
+        retry = op.letter_id if isinstance(op, c.RetryDeadLetter) else None
+        sql = "true" if retry is None else f"refh = '{digest(retry)}'"
+        table = c.ClaimTable(self._store.lock, letters=self._letters(sql))
+        result = table.apply(op)
+        if retry is not None and result is not None:
+            self._store.commit([_letter(table.letters[retry])])
+        return result
 
     def _letters(self, sql: str) -> dict[str, DeadLetter]:
         found = self._store.records(f"rec = '{LETTER}' AND {sql}")
         return {d.id: d for d in (DeadLetter.model_validate_json(r.body) for r in found)}
 
     def _claims(self, user: UserKey, thread_id: str) -> c.ClaimTable:
+        """A table with the thread's cursor, claim and dead letters."""
         table = c.ClaimTable(self._store.lock)
-        found = self._store.one(key_of(CLAIM, user, thread_id))
-        if found is not None:
-            table.claims[(user, thread_id)] = c._Claim(**json.loads(found.body))
+        cursor = self._store.one(key_of(CURSOR, user, thread_id))
+        if cursor is not None:
+            table.cursors[(user, thread_id)] = _cursor_of(cursor.body)
+        claim = self._store.one(key_of(CLAIM, user, thread_id))
+        if claim is not None:
+            table.claims[(user, thread_id)] = c.Claim(**json.loads(claim.body))
         letters = self._letters(f"scope = '{scope_of(user)}'").values()
         table.letters = {d.id: d for d in letters if d.thread_id == thread_id}
         return table
-
-    def _claimed(
-        self, user: UserKey, thread_id: str, act: Callable[[c.ClaimTable], T], *extra: Record
-    ) -> T:
-        """`act` on the thread's claim table, then its rows (and `extra`, if `act` returns
-        something true) written back in one commit."""
-        with self._store.lock:
-            table = self._claims(user, thread_id)
-            result = act(table)
-            records = [*(extra if result else ()), *map(_letter, table.letters.values())]
-            claim = table.claims.get((user, thread_id))
-            if claim is not None:
-                records.append(Record.of(CLAIM, user, thread_id, json.dumps(asdict(claim))))
-            self._store.commit(records)
-            return result
-
-    def claim_thread(
-        self, user: UserKey, thread_id: str, owner: str, ttl: float
-    ) -> ThreadClaim | None:
-        user, (thread_id, owner) = _core.check_user(user), c.check_claim(thread_id, owner)
-        seconds = c.check_ttl(ttl) or 0.0
-        with self._store.lock:
-            cursor = self.get_cursor(user, thread_id)
-            return self._claimed(
-                user, thread_id, lambda t: t.claim(user, thread_id, owner, seconds, cursor)
-            )
-
-    def save_progress(
-        self,
-        user: UserKey,
-        thread_id: str,
-        owner: str,
-        *,
-        cursor: ExtractionCursor | None = None,
-        ttl: float | None = None,
-        dead_letter: DeadLetter | None = None,
-        resolved: Sequence[str] = (),
-    ) -> bool:
-        user, (thread_id, owner) = _core.check_user(user), c.check_claim(thread_id, owner)
-        seconds = c.check_ttl(ttl, optional=True)
-        cursor, letter, done = c.check_progress(user, thread_id, cursor, dead_letter, resolved)
-
-        def act(t: c.ClaimTable) -> bool:
-            if not t.holds(user, thread_id, owner):
-                return False
-            t.progress(user, thread_id, owner, seconds, letter, done, cursor is not None)
-            return True
-
-        extra = [] if cursor is None else [self._cursor(user, cursor)]
-        return self._claimed(user, thread_id, act, *extra)
-
-    def record_failure(
-        self, user: UserKey, thread_id: str, owner: str, batch: str, error: str
-    ) -> int:
-        user, (thread_id, owner) = _core.check_user(user), c.check_claim(thread_id, owner)
-        return self._claimed(
-            user, thread_id, lambda t: t.failure(user, thread_id, str(batch), str(error))
-        )
-
-    def release_thread(self, user: UserKey, thread_id: str, owner: str) -> None:
-        user, (thread_id, owner) = _core.check_user(user), c.check_claim(thread_id, owner)
-        self._claimed(user, thread_id, lambda t: t.release(user, thread_id, owner))
-
-    def dead_letters(
-        self,
-        app_name: str | None = None,
-        *,
-        status: DeadLetterStatus | str | None = None,
-        limit: int | None = None,
-    ) -> list[DeadLetter]:
-        table = c.ClaimTable(letters=self._letters("true"))
-        return table.listing(app_name, c.check_status(status), c.check_limit(limit))
-
-    def retry_dead_letter(self, letter_id: str) -> DeadLetter | None:
-        refh = digest(c.check_letter_id(letter_id))
-        with self._store.lock:
-            table = c.ClaimTable(letters=self._letters(f"refh = '{refh}'"))
-            updated = table.retry(letter_id, _core.utcnow())
-            if updated is not None:
-                self._store.commit([_letter(updated)])
-            return updated
 
     def close(self) -> None:
         self._docs.clear()

@@ -14,33 +14,11 @@ from weakref import WeakKeyDictionary, WeakSet
 
 from ...errors import ConfigurationError
 from ...service import _steps as steps
-from ...service._claims import (
-    check_claim,
-    check_letter_id,
-    check_limit,
-    check_progress,
-    check_status,
-    check_ttl,
-)
-from ...service._core import (
-    Limits,
-    check_app_filter,
-    check_cursor,
-    check_memory_id,
-    check_thread_id,
-    check_user,
-    resolve_options,
-)
+from ...service._core import Limits, check_app_filter, check_memory_id, check_user, resolve_options
 from ...service._language import Language, resolve_language
 from ...service._periods import TimeMentions
-from ...types import (
-    DeadLetter,
-    DeadLetterStatus,
-    ExtractionCursor,
-    SearchOptions,
-    UserKey,
-)
-from . import _claims, _plans
+from ...types import SearchOptions, UserKey
+from . import _plans
 from ._cache import MAX_ENTRIES, EntryCache
 from ._conninfo import checked_conninfo
 from ._expiry import ExpiryOps
@@ -143,6 +121,18 @@ class PostgresBase(ExpiryOps):
         """Live counts seen by search (HNSW pinning)."""
         return self._search_cache.sizes
 
+    def _pool_options(self, name: str) -> dict[str, Any]:
+        """The arguments of a pool this service opens (sync or async), named `name`."""
+        return dict(
+            conninfo=self._conninfo,
+            min_size=1,
+            max_size=self._pool_size,
+            timeout=self._pool_timeout,
+            kwargs={"autocommit": True},
+            open=False,
+            name=name,
+        )
+
     def session_settings(self, owned_pool: bool) -> str:
         """Per-connection settings: ANN recall and per-user filtering with pgvector 0.8.
 
@@ -216,57 +206,6 @@ class PostgresBase(ExpiryOps):
 
     def _op_users(self, app_name: str | None) -> Op:
         return Op(_plans.users(check_app_filter(app_name)), write=False)
-
-    def _op_get_cursor(self, user: UserKey, thread_id: str) -> Op:
-        return Op(_claims.get_cursor(check_user(user), check_thread_id(thread_id)), write=False)
-
-    def _op_set_cursor(self, user: UserKey, cursor: ExtractionCursor) -> Op:
-        return Op(_claims.set_cursor(check_user(user), check_cursor(cursor)), write=True)
-
-    # -- claims and dead letters (contract: service/_claims.py) ---------------
-
-    def _op_claim_thread(self, user: UserKey, thread_id: str, owner: str, ttl: float) -> Op:
-        user = check_user(user)
-        thread_id, owner = check_claim(thread_id, owner)
-        return Op(_claims.claim_thread(user, thread_id, owner, check_ttl(ttl) or 0.0), write=True)
-
-    def _op_save_progress(
-        self,
-        user: UserKey,
-        thread_id: str,
-        owner: str,
-        cursor: ExtractionCursor | None,
-        ttl: float | None,
-        dead_letter: DeadLetter | None,
-        resolved: Sequence[str],
-    ) -> Op:
-        user = check_user(user)
-        thread_id, owner = check_claim(thread_id, owner)
-        seconds = check_ttl(ttl, optional=True)
-        cursor, letter, done = check_progress(user, thread_id, cursor, dead_letter, resolved)
-        plan = _claims.save_progress(user, thread_id, owner, cursor, seconds, letter, done)
-        return Op(plan, write=True)
-
-    def _op_record_failure(
-        self, user: UserKey, thread_id: str, owner: str, batch: str, error: str
-    ) -> Op:
-        user = check_user(user)
-        thread_id, owner = check_claim(thread_id, owner)
-        return Op(_claims.record_failure(user, thread_id, str(batch), str(error)), write=True)
-
-    def _op_release_thread(self, user: UserKey, thread_id: str, owner: str) -> Op:
-        user = check_user(user)
-        thread_id, owner = check_claim(thread_id, owner)
-        return Op(_claims.release_thread(user, thread_id, owner), write=True)
-
-    def _op_dead_letters(
-        self, app_name: str | None, status: DeadLetterStatus | str | None, limit: int | None
-    ) -> Op:
-        plan = _claims.dead_letters(app_name, check_status(status), check_limit(limit))
-        return Op(plan, write=False)
-
-    def _op_retry_dead_letter(self, letter_id: str) -> Op:
-        return Op(_claims.retry_dead_letter(check_letter_id(letter_id)), write=True)
 
 
 def backend_error(exc: Exception) -> Exception:

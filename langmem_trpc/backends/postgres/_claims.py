@@ -1,6 +1,6 @@
 """PostgreSQL: extraction cursors with their covered keys, thread claims,
-failed attempts and dead letters, as sans-I/O plans (contract:
-`service/_claims.py`).
+failed attempts and dead letters: each validated `ClaimOp` as a sans-I/O plan
+(contract: `service/_claims.py`).
 
 A claim is taken by one `INSERT ... ON CONFLICT DO UPDATE ... WHERE` on
 `langmem_thread_claims`: the row lock serialises competing processes and the
@@ -12,26 +12,17 @@ cursor writes under the claim are ordinary durable commits.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from datetime import timezone
 from typing import Any
 
 from psycopg.types.json import Jsonb
 
+from ...service import _claims as c
 from ...types import DeadLetter, DeadLetterStatus, ExtractionCursor, ThreadClaim, UserKey
-from ._plans import Plan, Sql
+from ._plans import Op, Plan, Sql
 from ._sql import Row, user_params
 
-__all__ = [
-    "claim_thread",
-    "dead_letters",
-    "get_cursor",
-    "record_failure",
-    "release_thread",
-    "retry_dead_letter",
-    "save_progress",
-    "set_cursor",
-]
+__all__ = ["op_for"]
 
 ASYNC_COMMIT = "SET LOCAL synchronous_commit = off"
 """Taking or releasing a claim does not wait for the WAL flush: a claim lost to a server
@@ -140,13 +131,34 @@ def _params(user: UserKey, thread_id: str, **extra: Any) -> dict[str, Any]:
     return user_params(user, thread=thread_id, **extra)
 
 
+def op_for(op: c.ClaimOp[Any]) -> Op:
+    """The plan that runs `op`, and whether it writes."""
+    if isinstance(op, c.GetCursor):
+        return Op(get_cursor(op.user, op.thread_id), write=False)
+    if isinstance(op, c.SetCursor):
+        return Op(_one(UPSERT_CURSOR, _cursor_params(op.user, op.cursor)), write=True)
+    if isinstance(op, c.ClaimThread):
+        return Op(claim_thread(op), write=True)
+    if isinstance(op, c.SaveProgress):
+        return Op(save_progress(op), write=True)
+    if isinstance(op, c.RecordFailure):
+        return Op(record_failure(op), write=True)
+    if isinstance(op, c.ReleaseThread):
+        return Op(release_thread(op), write=True)
+    if isinstance(op, c.ListDeadLetters):
+        return Op(dead_letters(op), write=False)
+    if isinstance(op, c.RetryDeadLetter):
+        return Op(retry_dead_letter(op.letter_id), write=True)
+    raise TypeError(f"unknown claim op {op!r}")
+
+
+def _one(sql: str, params: dict[str, Any]) -> Plan[None]:
+    yield Sql(sql, params)
+
+
 def get_cursor(user: UserKey, thread_id: str) -> Plan[ExtractionCursor | None]:
     rows = yield Sql(SELECT_CURSOR, _params(user, thread_id))
     return cursor_from_row(rows[0]) if rows else None
-
-
-def set_cursor(user: UserKey, cursor: ExtractionCursor) -> Plan[None]:
-    yield Sql(UPSERT_CURSOR, _cursor_params(user, cursor))
 
 
 def _cursor_params(user: UserKey, cursor: ExtractionCursor) -> dict[str, Any]:
@@ -162,8 +174,8 @@ def _cursor_params(user: UserKey, cursor: ExtractionCursor) -> dict[str, Any]:
     )
 
 
-def claim_thread(user: UserKey, thread_id: str, owner: str, ttl: float) -> Plan[ThreadClaim | None]:
-    p = _params(user, thread_id, owner=owner, ttl=ttl)
+def claim_thread(op: c.ClaimThread) -> Plan[ThreadClaim | None]:
+    p = _params(op.user, op.thread_id, owner=op.owner, ttl=op.ttl)
     yield Sql(ASYNC_COMMIT)
     taken = yield Sql(TAKE_CLAIM, p)
     if not taken:
@@ -181,29 +193,21 @@ def claim_thread(user: UserKey, thread_id: str, owner: str, ttl: float) -> Plan[
     )
 
 
-def save_progress(
-    user: UserKey,
-    thread_id: str,
-    owner: str,
-    cursor: ExtractionCursor | None,
-    ttl: float | None,
-    letter: DeadLetter | None,
-    resolved: Sequence[str],
-) -> Plan[bool]:
-    p = _params(user, thread_id, owner=owner, ttl=ttl)
+def save_progress(op: c.SaveProgress) -> Plan[bool]:
+    p = _params(op.user, op.thread_id, owner=op.owner, ttl=op.ttl)
     held = yield Sql(HOLDS, p)
     if not held:
         return False
-    if letter is not None:
-        yield Sql(UPSERT_LETTER, _letter_params(letter))
-    if resolved:
-        yield Sql(RESOLVE_LETTERS, _params(user, thread_id, ids=list(resolved)))
-    if cursor is not None:
-        yield Sql(UPSERT_CURSOR, _cursor_params(user, cursor))
+    if op.dead_letter is not None:
+        yield Sql(UPSERT_LETTER, _letter_params(op.dead_letter))
+    if op.resolved:
+        yield Sql(RESOLVE_LETTERS, _params(op.user, op.thread_id, ids=list(op.resolved)))
+    if op.cursor is not None:
+        yield Sql(UPSERT_CURSOR, _cursor_params(op.user, op.cursor))
         yield Sql(CLEAR_ATTEMPTS, p)
-    if letter is not None or resolved:
+    if op.dead_letter is not None or op.resolved:
         yield Sql(COUNT_PENDING, p)
-    yield Sql(RELEASE if ttl is None else RENEW, p)
+    yield Sql(RELEASE if op.ttl is None else RENEW, p)
     return True
 
 
@@ -221,26 +225,20 @@ def _letter_params(letter: DeadLetter) -> dict[str, Any]:
     )
 
 
-def record_failure(user: UserKey, thread_id: str, batch: str, error: str) -> Plan[int]:
-    rows = yield Sql(RECORD_FAILURE, _params(user, thread_id, batch=batch, error=error[:2000]))
+def record_failure(op: c.RecordFailure) -> Plan[int]:
+    rows = yield Sql(RECORD_FAILURE, _params(op.user, op.thread_id, batch=op.batch, error=op.error))
     return int(rows[0]["attempts"])
 
 
-def release_thread(user: UserKey, thread_id: str, owner: str) -> Plan[None]:
+def release_thread(op: c.ReleaseThread) -> Plan[None]:
     yield Sql(ASYNC_COMMIT)
-    yield Sql(RELEASE, _params(user, thread_id, owner=owner))
+    yield Sql(RELEASE, _params(op.user, op.thread_id, owner=op.owner))
 
 
-def dead_letters(
-    app_name: str | None, status: DeadLetterStatus | None, limit: int | None
-) -> Plan[list[DeadLetter]]:
+def dead_letters(op: c.ListDeadLetters) -> Plan[list[DeadLetter]]:
+    status = None if op.status is None else op.status.value
     rows = yield Sql(
-        SELECT_LETTERS,
-        {
-            "app_filter": app_name,
-            "status": None if status is None else status.value,
-            "limit": limit,
-        },
+        SELECT_LETTERS, {"app_filter": op.app_name, "status": status, "limit": op.limit}
     )
     return [letter_from_row(r) for r in rows]
 

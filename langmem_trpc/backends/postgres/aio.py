@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, TypeVar, cast
 
@@ -13,17 +12,10 @@ from psycopg.rows import dict_row
 from psycopg.types import TypeInfo
 from psycopg_pool import AsyncConnectionPool
 
+from ...service._claims import ClaimOp
 from ...service._steps import Plan
-from ...types import (
-    DeadLetter,
-    DeadLetterStatus,
-    Entry,
-    ExtractionCursor,
-    HistoryEvent,
-    SearchOptions,
-    ThreadClaim,
-    UserKey,
-)
+from ...types import Entry, HistoryEvent, SearchOptions, UserKey
+from . import _claims
 from ._base import PostgresBase, backend_error, logger
 from ._plans import Copy, Embed, Op
 
@@ -42,15 +34,7 @@ class AsyncPostgres(PostgresBase):
             if pool is None or (self._owns_async and self._async_loop is not loop):
                 if pool is not None:
                     logger.warning("event loop changed; opening a new async pool for this loop")
-                pool = AsyncConnectionPool(
-                    self._conninfo,
-                    min_size=1,
-                    max_size=self._pool_size,
-                    timeout=self._pool_timeout,
-                    kwargs={"autocommit": True},
-                    open=False,
-                    name="langmem-trpc-async",
-                )
+                pool = AsyncConnectionPool(**self._pool_options("langmem-trpc-async"))
                 self._async_pool, self._async_loop = pool, loop
         await pool.open()
         return pool
@@ -149,55 +133,8 @@ class AsyncPostgres(PostgresBase):
         result: list[UserKey] = await self._arun(self._op_users(app_name))
         return result
 
-    async def aget_cursor(self, user: UserKey, thread_id: str) -> ExtractionCursor | None:
-        result: ExtractionCursor | None = await self._arun(self._op_get_cursor(user, thread_id))
-        return result
-
-    async def aset_cursor(self, user: UserKey, cursor: ExtractionCursor) -> None:
-        await self._arun(self._op_set_cursor(user, cursor))
-
-    async def aclaim_thread(
-        self, user: UserKey, thread_id: str, owner: str, ttl: float
-    ) -> ThreadClaim | None:
-        result: ThreadClaim | None = await self._arun(
-            self._op_claim_thread(user, thread_id, owner, ttl)
-        )
-        return result
-
-    async def asave_progress(
-        self,
-        user: UserKey,
-        thread_id: str,
-        owner: str,
-        *,
-        cursor: ExtractionCursor | None = None,
-        ttl: float | None = None,
-        dead_letter: DeadLetter | None = None,
-        resolved: Sequence[str] = (),
-    ) -> bool:
-        op = self._op_save_progress(user, thread_id, owner, cursor, ttl, dead_letter, resolved)
-        return bool(await self._arun(op))
-
-    async def arecord_failure(
-        self, user: UserKey, thread_id: str, owner: str, batch: str, error: str
-    ) -> int:
-        return int(await self._arun(self._op_record_failure(user, thread_id, owner, batch, error)))
-
-    async def arelease_thread(self, user: UserKey, thread_id: str, owner: str) -> None:
-        await self._arun(self._op_release_thread(user, thread_id, owner))
-
-    async def adead_letters(
-        self,
-        app_name: str | None = None,
-        *,
-        status: DeadLetterStatus | str | None = None,
-        limit: int | None = None,
-    ) -> list[DeadLetter]:
-        result: list[DeadLetter] = await self._arun(self._op_dead_letters(app_name, status, limit))
-        return result
-
-    async def aretry_dead_letter(self, letter_id: str) -> DeadLetter | None:
-        result: DeadLetter | None = await self._arun(self._op_retry_dead_letter(letter_id))
+    async def arun_claim_op(self, op: ClaimOp[T]) -> T:
+        result: T = await self._arun(_claims.op_for(op))
         return result
 
     async def aset_expiry(self, user: UserKey, memory_id: str, expires_at: datetime | None) -> bool:

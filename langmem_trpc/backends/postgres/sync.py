@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, TypeVar, cast
 
@@ -12,17 +11,10 @@ from psycopg.rows import dict_row
 from psycopg.types import TypeInfo
 from psycopg_pool import ConnectionPool
 
+from ...service._claims import ClaimOp
 from ...service._steps import Plan
-from ...types import (
-    DeadLetter,
-    DeadLetterStatus,
-    Entry,
-    ExtractionCursor,
-    HistoryEvent,
-    SearchOptions,
-    ThreadClaim,
-    UserKey,
-)
+from ...types import Entry, HistoryEvent, SearchOptions, UserKey
+from . import _claims
 from ._base import PostgresBase, backend_error, logger
 from ._plans import Copy, Embed, Op
 
@@ -35,15 +27,7 @@ class SyncPostgres(PostgresBase):
     def _pool(self) -> ConnectionPool[Any]:
         with self._pool_lock:
             if self._sync_pool is None:
-                pool: ConnectionPool[Any] = ConnectionPool(
-                    self._conninfo,
-                    min_size=1,
-                    max_size=self._pool_size,
-                    timeout=self._pool_timeout,
-                    kwargs={"autocommit": True},
-                    open=False,
-                    name="langmem-trpc",
-                )
+                pool: ConnectionPool[Any] = ConnectionPool(**self._pool_options("langmem-trpc"))
                 pool.open(wait=True, timeout=self._pool_timeout)
                 self._sync_pool = pool
             return self._sync_pool
@@ -128,53 +112,8 @@ class SyncPostgres(PostgresBase):
         result: list[UserKey] = self._run(self._op_users(app_name))
         return result
 
-    def get_cursor(self, user: UserKey, thread_id: str) -> ExtractionCursor | None:
-        result: ExtractionCursor | None = self._run(self._op_get_cursor(user, thread_id))
-        return result
-
-    def set_cursor(self, user: UserKey, cursor: ExtractionCursor) -> None:
-        self._run(self._op_set_cursor(user, cursor))
-
-    def claim_thread(
-        self, user: UserKey, thread_id: str, owner: str, ttl: float
-    ) -> ThreadClaim | None:
-        result: ThreadClaim | None = self._run(self._op_claim_thread(user, thread_id, owner, ttl))
-        return result
-
-    def save_progress(
-        self,
-        user: UserKey,
-        thread_id: str,
-        owner: str,
-        *,
-        cursor: ExtractionCursor | None = None,
-        ttl: float | None = None,
-        dead_letter: DeadLetter | None = None,
-        resolved: Sequence[str] = (),
-    ) -> bool:
-        op = self._op_save_progress(user, thread_id, owner, cursor, ttl, dead_letter, resolved)
-        return bool(self._run(op))
-
-    def record_failure(
-        self, user: UserKey, thread_id: str, owner: str, batch: str, error: str
-    ) -> int:
-        return int(self._run(self._op_record_failure(user, thread_id, owner, batch, error)))
-
-    def release_thread(self, user: UserKey, thread_id: str, owner: str) -> None:
-        self._run(self._op_release_thread(user, thread_id, owner))
-
-    def dead_letters(
-        self,
-        app_name: str | None = None,
-        *,
-        status: DeadLetterStatus | str | None = None,
-        limit: int | None = None,
-    ) -> list[DeadLetter]:
-        result: list[DeadLetter] = self._run(self._op_dead_letters(app_name, status, limit))
-        return result
-
-    def retry_dead_letter(self, letter_id: str) -> DeadLetter | None:
-        result: DeadLetter | None = self._run(self._op_retry_dead_letter(letter_id))
+    def run_claim_op(self, op: ClaimOp[T]) -> T:
+        result: T = self._run(_claims.op_for(op))
         return result
 
     def set_expiry(self, user: UserKey, memory_id: str, expires_at: datetime | None) -> bool:

@@ -1,5 +1,5 @@
 """SQLite: extraction cursors with their covered keys, failed attempts and
-dead letters (contract: `service/_claims.py`).
+dead letters, run from validated `ClaimOp`s (contract: `service/_claims.py`).
 
 Claims themselves are not rows: `_locks.FileClaims` holds them as byte-range
 locks on `<database>-claims`, so taking one costs no write transaction.
@@ -13,23 +13,17 @@ import sqlite3
 import time
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
-from ...service._claims import (
-    check_claim,
-    check_letter_id,
-    check_limit,
-    check_progress,
-    check_status,
-    check_ttl,
-)
-from ...service._core import check_cursor, check_thread_id, check_user
+from ...service import _claims as c
 from ...types import DeadLetter, DeadLetterStatus, ExtractionCursor, ThreadClaim, UserKey
 from . import _sql as sql
 from ._connection import Database
 from ._locks import FileClaims
 
 __all__ = ["SQLiteClaims"]
+
+T = TypeVar("T")
 
 _U = "app_name = ? AND user_id = ? AND thread_id = ?"
 
@@ -118,21 +112,44 @@ def _wall_us() -> int:
 
 
 class SQLiteClaims:
-    """The cursor, claim and dead-letter methods of `SQLiteMemoryService`."""
+    """`run_claim_op` of `SQLiteMemoryService`."""
 
     _db: Database
     _now: Callable[..., datetime]
     _file_claims: FileClaims
 
-    def get_cursor(self, user: UserKey, thread_id: str) -> ExtractionCursor | None:
-        user = check_user(user)
-        key = (user.app_name, user.user_id, check_thread_id(thread_id))
-        row = self._db.read(lambda conn: conn.execute(SELECT_CURSOR, key).fetchone())
-        return None if row is None else row_to_cursor(row)
+    def run_claim_op(self, op: c.ClaimOp[T]) -> T:
+        """Run the op: claims on the claim file, the rest in the database."""
+        result: T = self._claim_op(op)
+        return result
 
-    def set_cursor(self, user: UserKey, cursor: ExtractionCursor) -> None:
-        user, cursor = check_user(user), check_cursor(cursor)
-        self._db.write(lambda conn: self._write_cursor(conn, user, cursor))
+    def _claim_op(self, op: c.ClaimOp[Any]) -> Any:
+        if isinstance(op, c.GetCursor):
+            key = (op.user.app_name, op.user.user_id, op.thread_id)
+            row = self._db.read(lambda conn: conn.execute(SELECT_CURSOR, key).fetchone())
+            return None if row is None else row_to_cursor(row)
+        if isinstance(op, c.SetCursor):
+            return self._db.write(lambda conn: self._write_cursor(conn, op.user, op.cursor))
+        if isinstance(op, c.ClaimThread):
+            return self._claim(op)
+        if isinstance(op, c.SaveProgress):
+            return self._save(op)
+        if isinstance(op, c.RecordFailure):
+            params = (op.user.app_name, op.user.user_id, op.thread_id, op.batch, op.error)
+            return int(
+                self._db.write(lambda conn: conn.execute(RECORD_FAILURE, params).fetchone()[0])
+            )
+        if isinstance(op, c.ReleaseThread):
+            key = (op.user.app_name, op.user.user_id, op.thread_id)
+            return self._file_claims.release(key, op.owner)
+        if isinstance(op, c.ListDeadLetters):
+            state = None if op.status is None else op.status.value
+            query = (op.app_name, op.app_name, state, state, op.limit or -1)
+            rows = self._db.read(lambda conn: conn.execute(SELECT_LETTERS, query).fetchall())
+            return [row_to_letter(r) for r in rows]
+        if isinstance(op, c.RetryDeadLetter):
+            return self._db.write(lambda conn: self._retry(conn, op.letter_id))
+        raise TypeError(f"unknown claim op {op!r}")
 
     def _write_cursor(
         self, conn: sqlite3.Connection, user: UserKey, cursor: ExtractionCursor
@@ -153,13 +170,9 @@ class SQLiteClaims:
             ),
         )
 
-    def claim_thread(
-        self, user: UserKey, thread_id: str, owner: str, ttl: float
-    ) -> ThreadClaim | None:
-        user = check_user(user)
-        thread_id, owner = check_claim(thread_id, owner)
-        key = (user.app_name, user.user_id, thread_id)
-        if not self._file_claims.take(key, owner, check_ttl(ttl) or 0.0):
+    def _claim(self, op: c.ClaimThread) -> ThreadClaim | None:
+        key = (op.user.app_name, op.user.user_id, op.thread_id)
+        if not self._file_claims.take(key, op.owner, op.ttl):
             return None
 
         def read(conn: sqlite3.Connection) -> ThreadClaim:
@@ -179,87 +192,43 @@ class SQLiteClaims:
         try:
             return self._db.read(read)
         except BaseException:
-            self._file_claims.release(key, owner)
+            self._file_claims.release(key, op.owner)
             raise
 
-    def save_progress(
-        self,
-        user: UserKey,
-        thread_id: str,
-        owner: str,
-        *,
-        cursor: ExtractionCursor | None = None,
-        ttl: float | None = None,
-        dead_letter: DeadLetter | None = None,
-        resolved: Sequence[str] = (),
-    ) -> bool:
-        user = check_user(user)
-        thread_id, owner = check_claim(thread_id, owner)
-        seconds = check_ttl(ttl, optional=True)
-        cursor, letter, done = check_progress(user, thread_id, cursor, dead_letter, resolved)
-        key = (user.app_name, user.user_id, thread_id)
-        if not self._file_claims.holds(key, owner):
+    def _save(self, op: c.SaveProgress) -> bool:
+        key = (op.user.app_name, op.user.user_id, op.thread_id)
+        if not self._file_claims.holds(key, op.owner):
             return False
+        letter, cursor = op.dead_letter, op.cursor
 
         def save(conn: sqlite3.Connection) -> None:
             now = sql.to_us(self._now())
             if letter is not None:
                 conn.execute(UPSERT_LETTER, _letter_params(letter, now))
-            for letter_id in done:
+            for letter_id in op.resolved:
                 conn.execute(RESOLVE_LETTER, (now, *key, letter_id))
             if cursor is not None:
-                self._write_cursor(conn, user, cursor)
+                self._write_cursor(conn, op.user, cursor)
                 conn.execute(CLEAR_ATTEMPTS, key)
-            if letter is not None or done:
+            if letter is not None or op.resolved:
                 conn.execute(COUNT_PENDING, (*key, *key))
 
-        if cursor is not None or letter is not None or done:
+        if cursor is not None or letter is not None or op.resolved:
             self._db.write(save)
-        if seconds is None:
-            self._file_claims.release(key, owner)
+        if op.ttl is None:
+            self._file_claims.release(key, op.owner)
         else:
-            self._file_claims.renew(key, owner, seconds)
+            self._file_claims.renew(key, op.owner, op.ttl)
         return True
 
-    def record_failure(
-        self, user: UserKey, thread_id: str, owner: str, batch: str, error: str
-    ) -> int:
-        user = check_user(user)
-        thread_id, owner = check_claim(thread_id, owner)
-        params = (user.app_name, user.user_id, thread_id, str(batch), str(error)[:2000])
-        return int(self._db.write(lambda conn: conn.execute(RECORD_FAILURE, params).fetchone()[0]))
-
-    def release_thread(self, user: UserKey, thread_id: str, owner: str) -> None:
-        user = check_user(user)
-        thread_id, owner = check_claim(thread_id, owner)
-        self._file_claims.release((user.app_name, user.user_id, thread_id), owner)
-
-    def dead_letters(
-        self,
-        app_name: str | None = None,
-        *,
-        status: DeadLetterStatus | str | None = None,
-        limit: int | None = None,
-    ) -> list[DeadLetter]:
-        state = check_status(status)
-        value = None if state is None else state.value
-        params = (app_name, app_name, value, value, check_limit(limit) or -1)
-        rows = self._db.read(lambda conn: conn.execute(SELECT_LETTERS, params).fetchall())
-        return [row_to_letter(r) for r in rows]
-
-    def retry_dead_letter(self, letter_id: str) -> DeadLetter | None:
-        letter_id = check_letter_id(letter_id)
-
-        def retry(conn: sqlite3.Connection) -> DeadLetter | None:
-            row = conn.execute(SELECT_LETTER, (letter_id,)).fetchone()
-            if row is None or row[4] == DeadLetterStatus.DONE.value:
-                return None
-            conn.execute(RETRY_LETTER, (sql.to_us(self._now()), letter_id))
-            key = (row[1], row[2], row[3])
-            conn.execute(COUNT_PENDING, (*key, *key))
-            return row_to_letter(conn.execute(SELECT_LETTER, (letter_id,)).fetchone())
-
-        return self._db.write(retry)
+    def _retry(self, conn: sqlite3.Connection, letter_id: str) -> DeadLetter | None:
+        row = conn.execute(SELECT_LETTER, (letter_id,)).fetchone()
+        if row is None or row[4] == DeadLetterStatus.DONE.value:
+            return None
+        conn.execute(RETRY_LETTER, (sql.to_us(self._now()), letter_id))
+        key = (row[1], row[2], row[3])
+        conn.execute(COUNT_PENDING, (*key, *key))
+        return row_to_letter(conn.execute(SELECT_LETTER, (letter_id,)).fetchone())
 
 
 def purge_claims(conn: sqlite3.Connection, user: UserKey) -> None:

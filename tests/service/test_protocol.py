@@ -1,0 +1,113 @@
+"""The contract's shared machinery: `in_thread` async twins, the claim-family
+methods built once on `MemoryService`, and the reference `ClaimTable`."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import threading
+
+import pytest
+
+from langmem_trpc import InMemoryMemoryService, UserKey
+from langmem_trpc.service import _steps as steps
+from langmem_trpc.service._claims import SaveProgress
+from langmem_trpc.service._steps import Plan
+from langmem_trpc.service.protocol import MemoryService, SyncMemoryService
+from langmem_trpc.types import Entry, ExtractionCursor, ThreadClaim
+
+ALICE = UserKey("app", "alice")
+
+
+class Overridden(InMemoryMemoryService):
+    """Overrides `get`: its async twin must run this override, in a worker thread."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.threads: list[int] = []
+
+    def get(self, user: UserKey, memory_id: str) -> Entry | None:
+        self.threads.append(threading.get_ident())
+        return super().get(user, memory_id)
+
+
+def test_an_in_thread_twin_runs_the_subclass_override_off_the_event_loop() -> None:
+    svc = Overridden()
+    entry = svc.add(ALICE, "Keeps bees")
+
+    async def main() -> tuple[Entry | None, int]:
+        return await svc.aget(ALICE, entry.id), threading.get_ident()
+
+    got, loop_thread = asyncio.run(main())
+    assert got == entry
+    assert len(svc.threads) == 1 and svc.threads[0] != loop_thread
+
+
+@pytest.mark.parametrize(
+    ("owner", "name"),
+    [
+        (SyncMemoryService, "get"),
+        (SyncMemoryService, "search"),
+        (MemoryService, "expired"),
+        (MemoryService, "save_progress"),
+        (MemoryService, "dead_letters"),
+        (MemoryService, "add"),
+    ],
+)
+def test_async_twins_keep_the_sync_methods_name_signature_and_class(
+    owner: type[MemoryService], name: str
+) -> None:
+    sync, twin = getattr(owner, name), getattr(owner, "a" + name)
+    assert twin.__name__ == "a" + name
+    assert twin.__qualname__.rsplit(".", 1) == [sync.__qualname__.rsplit(".", 1)[0], "a" + name]
+    assert inspect.signature(twin) == inspect.signature(sync)
+    assert inspect.iscoroutinefunction(twin) and twin.__doc__
+
+
+def test_a_blocking_backend_implements_every_async_twin() -> None:
+    abstract = getattr(SyncMemoryService, "__abstractmethods__", frozenset())
+    assert not {n for n in abstract if n.startswith("a")}
+
+
+async def _typed_calls(svc: MemoryService) -> tuple[bool, ThreadClaim | None]:
+    """Typed callers of the built methods (mypy checks these annotations)."""
+    claim = await svc.aclaim_thread(ALICE, "t1", "job", 30)
+    saved = await svc.asave_progress(ALICE, "t1", "job", cursor=ExtractionCursor(thread_id="t1"))
+    return saved, claim
+
+
+def test_claim_methods_return_what_their_op_promises() -> None:
+    saved, claim = asyncio.run(_typed_calls(InMemoryMemoryService()))
+    assert saved is True and isinstance(claim, ThreadClaim) and claim.cursor is None
+
+
+def test_each_call_validates_once_into_the_op_the_backend_runs() -> None:
+    seen: list[object] = []
+
+    class Recording(InMemoryMemoryService):
+        def run_claim_op(self, op):  # type: ignore[no-untyped-def]
+            seen.append(op)
+            return super().run_claim_op(op)
+
+    svc = Recording()
+    assert svc.claim_thread(ALICE, "t1", "job", 30) is not None
+    assert svc.save_progress(ALICE, "t1", "job", ttl=5, resolved=["dl-1"])
+    assert seen[1] == SaveProgress(ALICE, "t1", "job", None, 5.0, None, ["dl-1"])
+    assert type(seen[0]).name == "claim_thread"
+
+
+def test_a_rolled_back_purge_puts_the_users_cursor_and_claim_back() -> None:
+    svc = InMemoryMemoryService()
+    svc.set_cursor(ALICE, ExtractionCursor(thread_id="t1", message_count=2))
+    assert svc.claim_thread(ALICE, "t1", "job", 30) is not None
+
+    def failing_purge() -> Plan[None]:
+        yield steps.LockUser(ALICE)
+        yield steps.Purge(ALICE, None)
+        raise RuntimeError("the purge's transaction fails after its step")
+
+    with pytest.raises(RuntimeError):
+        svc.run_plan(failing_purge())
+    cursor = svc.get_cursor(ALICE, "t1")
+    assert cursor is not None and cursor.message_count == 2
+    assert svc.claim_thread(ALICE, "t1", "other", 30) is None  # still the job's
