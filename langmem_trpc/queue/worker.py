@@ -107,8 +107,8 @@ class QueueWorker:
         extractor: `LLMExtractor(model)`, `VerbatimExtractor()` or any `Extractor`.
         queue: the queue name the producers use.
         apps: take only these apps' jobs (each app's jobs are in procrastinate queue
-            `queue@app`); default: every app's, the apps found among the waiting jobs at
-            start and then every `stalled_after / 2` s.
+            `queue@app`); default: every app's, found among the unfinished jobs every
+            second (a new one restarts procrastinate's worker, gracefully).
         concurrency: jobs run at once by this process.
         job_timeout, checkers, policy, batch_messages, max_attempts, claim_ttl,
             max_calls_per_user: as for `AutoMemoryWorker`.
@@ -195,6 +195,7 @@ class QueueWorker:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._worker: Any = None
         self._wake: asyncio.Event | None = None
+        self._restart = False
         self.recovered = 0
         """Jobs of stalled workers this worker put back in the queue."""
         self._running: set[int] = set()
@@ -285,7 +286,9 @@ class QueueWorker:
         if signals:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 self._loop.add_signal_handler(sig, self.stop)
-        recover = asyncio.create_task(self._recover_loop(), name="langmem-recover-stalled")
+        recover = asyncio.gather(
+            self._recover_loop(), self._discover_loop(), return_exceptions=True
+        )
         try:
             await self._serve(drain)
         finally:
@@ -309,7 +312,7 @@ class QueueWorker:
                 async with self.app.open_async():
                     self._worker = worker_module.Worker(
                         app=self.app,
-                        queues=await self._fetch_queues(),
+                        queues=list(await self._fetch_queues()),
                         name=self.name,
                         concurrency=self.concurrency,
                         wait=not drain,
@@ -329,6 +332,9 @@ class QueueWorker:
                     finally:
                         ready.cancel()
                 backoff = 1.0
+                if self._restart:  # a default worker found a new app's queue
+                    self._restart = False
+                    continue
                 if drain:
                     if not await self._ready_jobs():
                         return
@@ -355,15 +361,30 @@ class QueueWorker:
         return bool(row["ready"])
 
     async def _fetch_queues(self) -> list[str]:
-        """The queues to fetch from (the list procrastinate's worker reads at every fetch):
-        the plain queue (jobs queued before apps had queues) and every app's queue found
-        among the unfinished jobs, added in place; an `apps` worker's are fixed."""
+        """The queues to fetch from: the plain queue (jobs queued before apps had queues)
+        and every app's queue found among the unfinished jobs; an `apps` worker's are fixed."""
         if not self.apps:
             rows = await self.app.connector.execute_query_all_async(
                 APP_QUEUES, apps=f"{self.queue}@"
             )
             self._queues += [r["queue_name"] for r in rows if r["queue_name"] not in self._queues]
         return self._queues
+
+    async def _discover_loop(self) -> None:
+        """A default worker looks for new apps' queues every second; procrastinate's worker
+        fetches from and listens on a fixed list, so a new queue restarts it (gracefully:
+        running jobs finish first)."""
+        while not self.apps and not self._stopping.is_set():
+            await self._sleep(1.0)
+            worker, known = self._worker, len(self._queues)
+            if worker is None or self._stopping.is_set():
+                continue
+            try:
+                if len(await self._fetch_queues()) > known:
+                    self._restart = True
+                    worker.stop()
+            except Exception as exc:
+                logger.debug("queue worker: app queue lookup failed: %s", exc)
 
     async def _announce(self, worker: Any) -> None:
         while worker.worker_id is None:  # noqa: ASYNC110 - procrastinate sets it, no event
@@ -400,7 +421,6 @@ class QueueWorker:
                     connected_since = time.monotonic()
                 if time.monotonic() - connected_since >= self.stalled_after:
                     await self.recover_stalled()
-                await self._fetch_queues()
             except Exception as exc:
                 connected_since = None
                 logger.warning(
