@@ -302,39 +302,43 @@ class QueueWorker:
             self.processor.close()
             self._loop = None
 
-    async def _serve(self, drain: bool) -> None:
-        """Run procrastinate's worker; reconnect with backoff when the database fails."""
+    async def _run_worker(self, drain: bool) -> None:
+        """One procrastinate worker on the open app, until it stops."""
         from procrastinate import worker as worker_module
 
+        self._worker = worker_module.Worker(
+            app=self.app,
+            queues=list(await self._fetch_queues()),
+            name=self.name,
+            concurrency=self.concurrency,
+            wait=not drain,
+            fetch_job_polling_interval=self.poll_interval,
+            abort_job_polling_interval=self.poll_interval,
+            shutdown_graceful_timeout=self.shutdown_timeout,
+            install_signal_handlers=False,
+            update_heartbeat_interval=self.heartbeat,
+            stalled_worker_timeout=self.stalled_after,
+            delete_jobs="successful" if self.delete_succeeded else "never",
+        )
+        if self._stopping.is_set():
+            return
+        ready = asyncio.create_task(self._announce(self._worker))
+        try:
+            await self._worker.run()
+        finally:
+            ready.cancel()
+
+    async def _serve(self, drain: bool) -> None:
+        """Run procrastinate's worker; reconnect with backoff when the database fails."""
         backoff = 1.0
         while not self._stopping.is_set():
             try:
                 async with self.app.open_async():
-                    self._worker = worker_module.Worker(
-                        app=self.app,
-                        queues=list(await self._fetch_queues()),
-                        name=self.name,
-                        concurrency=self.concurrency,
-                        wait=not drain,
-                        fetch_job_polling_interval=self.poll_interval,
-                        abort_job_polling_interval=self.poll_interval,
-                        shutdown_graceful_timeout=self.shutdown_timeout,
-                        install_signal_handlers=False,
-                        update_heartbeat_interval=self.heartbeat,
-                        stalled_worker_timeout=self.stalled_after,
-                        delete_jobs="successful" if self.delete_succeeded else "never",
-                    )
-                    if self._stopping.is_set():
-                        return
-                    ready = asyncio.create_task(self._announce(self._worker))
-                    try:
-                        await self._worker.run()
-                    finally:
-                        ready.cancel()
+                    await self._run_worker(drain)
+                    while self._restart and not self._stopping.is_set():
+                        self._restart = False  # a new app's queue: a new worker, same pool
+                        await self._run_worker(drain)
                 backoff = 1.0
-                if self._restart:  # a default worker found a new app's queue
-                    self._restart = False
-                    continue
                 if drain:
                     if not await self._ready_jobs():
                         return
