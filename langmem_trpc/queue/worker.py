@@ -108,7 +108,7 @@ class QueueWorker:
         queue: the queue name the producers use.
         apps: take only these apps' jobs (each app's jobs are in procrastinate queue
             `queue@app`); default: every app's, found among the unfinished jobs every
-            second (a new one restarts procrastinate's worker, gracefully).
+            second (added to the list procrastinate's worker fetches from; no restart).
         concurrency: jobs run at once by this process.
         job_timeout, checkers, policy, batch_messages, max_attempts, claim_ttl,
             max_calls_per_user: as for `AutoMemoryWorker`.
@@ -195,7 +195,6 @@ class QueueWorker:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._worker: Any = None
         self._wake: asyncio.Event | None = None
-        self._restart = False
         self.recovered = 0
         """Jobs of stalled workers this worker put back in the queue."""
         self._running: set[int] = set()
@@ -306,9 +305,10 @@ class QueueWorker:
         """One procrastinate worker on the open app, until it stops."""
         from procrastinate import worker as worker_module
 
-        self._worker = worker_module.Worker(
+        worker_class = worker_module.Worker if self.apps else _every_queue_worker(worker_module)
+        self._worker = worker_class(
             app=self.app,
-            queues=list(await self._fetch_queues()),
+            queues=await self._fetch_queues(),  # the list itself: a default worker's grows
             name=self.name,
             concurrency=self.concurrency,
             wait=not drain,
@@ -335,9 +335,6 @@ class QueueWorker:
             try:
                 async with self.app.open_async():
                     await self._run_worker(drain)
-                    while self._restart and not self._stopping.is_set():
-                        self._restart = False  # a new app's queue: a new worker, same pool
-                        await self._run_worker(drain)
                 backoff = 1.0
                 if drain:
                     if not await self._ready_jobs():
@@ -375,9 +372,10 @@ class QueueWorker:
         return self._queues
 
     async def _discover_loop(self) -> None:
-        """A default worker looks for new apps' queues every second; procrastinate's worker
-        fetches from and listens on a fixed list, so a new queue restarts it (gracefully:
-        running jobs finish first)."""
+        """A default worker looks for new apps' queues every second. procrastinate's
+        worker fetches from the list it was given, which this grows in place, and it
+        listens on every queue's channel (`_every_queue_worker`), so a new app's queue
+        needs no restart: its first job is fetched once the queue is in the list."""
         while not self.apps and not self._stopping.is_set():
             await self._sleep(1.0)
             worker, known = self._worker, len(self._queues)
@@ -385,8 +383,7 @@ class QueueWorker:
                 continue
             try:
                 if len(await self._fetch_queues()) > known:
-                    self._restart = True
-                    worker.stop()
+                    worker.wake()
             except Exception as exc:
                 logger.debug("queue worker: app queue lookup failed: %s", exc)
 
@@ -457,3 +454,24 @@ class QueueWorker:
             )  # fmt: skip
         self.recovered += count
         return count
+
+
+def _every_queue_worker(worker_module: Any) -> Any:
+    """procrastinate's `Worker`, listening on the channel every queue notifies
+    (`procrastinate_any_queue_v1`) rather than its queues' own: a default worker's
+    queue list grows while it runs (new apps), and a job of a queue it does not
+    fetch yet only costs it a fetch that finds nothing. `wake()` makes it fetch now
+    (procrastinate 3's notification handler sets the same event)."""
+
+    class EveryQueueWorker(worker_module.Worker):  # type: ignore[misc,name-defined]
+        def _start_side_tasks(self) -> Any:
+            queues, self.queues = self.queues, None  # type: ignore[has-type]  # read once, here
+            try:
+                return super()._start_side_tasks()
+            finally:
+                self.queues = queues
+
+        def wake(self) -> None:
+            self._new_job_event.set()
+
+    return EveryQueueWorker

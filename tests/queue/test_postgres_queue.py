@@ -221,8 +221,8 @@ def test_a_default_worker_also_takes_jobs_of_the_plain_queue_and_new_apps(
     queue: PostgresJobQueue, pg_url: str, service: PostgresMemoryService
 ) -> None:
     """Jobs queued before apps had queues are in `langmem`; an app first seen while the
-    worker runs is found within a second (the worker restarts on the longer list, so it
-    also gets that queue's notifications: polling every 30 s cannot explain it)."""
+    worker runs is found within a second (it joins the list the worker fetches from, and
+    the worker listens on every queue's channel: polling every 30 s cannot explain it)."""
     queue.enqueue(USER, "t", history(1))
     with psycopg.connect(pg_url, autocommit=True) as conn:
         conn.execute("UPDATE procrastinate_jobs SET queue_name = 'langmem'")
@@ -245,6 +245,51 @@ def test_a_default_worker_also_takes_jobs_of_the_plain_queue_and_new_apps(
     asyncio.run(main())
     assert texts(service) == ["fact number 0 about m"]
     assert texts(service, late) == ["fact number 0 about p0", "fact number 0 about p1"]
+
+
+class SlowFor(VerbatimExtractor):
+    """Verbatim, after `seconds` for `user`'s jobs (a long model call)."""
+
+    def __init__(self, user: UserKey, seconds: float) -> None:
+        super().__init__()
+        self.user, self.seconds = user, seconds
+
+    def extract(self, request: ExtractionRequest) -> list[MemoryOp]:
+        if request.user == self.user:
+            time.sleep(self.seconds)
+        return super().extract(request)
+
+
+def test_a_new_apps_job_does_not_wait_for_the_running_jobs(
+    queue: PostgresJobQueue, pg_url: str, service: PostgresMemoryService
+) -> None:
+    """A default worker takes a new app's queue in while a long job runs: the new app's
+    job is done long before the running one ends (a restart of procrastinate's worker
+    would first wait for the running job)."""
+    late = UserKey("queue-late", "carol")
+
+    async def main() -> tuple[float, float]:
+        worker = QueueWorker(pg_url, service, SlowFor(USER, 6.0), poll_interval=30)
+        run = asyncio.create_task(worker.arun())
+        await queue.aenqueue(USER, "slow", history(1))
+        while not worker._running:  # noqa: ASYNC110 - the slow job has started
+            await asyncio.sleep(0.05)
+        started = time.monotonic()
+        await queue.aenqueue(late, "t", history(1, prefix="p"))
+        while not texts(service, late) and time.monotonic() - started < 15:  # noqa: ASYNC110
+            await asyncio.sleep(0.05)
+        late_done = time.monotonic() - started
+        while not texts(service) and time.monotonic() - started < 15:  # noqa: ASYNC110
+            await asyncio.sleep(0.05)
+        slow_done = time.monotonic() - started
+        worker.stop()
+        await run
+        return late_done, slow_done
+
+    late_done, slow_done = asyncio.run(main())
+    assert texts(service, late) == ["fact number 0 about p"]
+    assert texts(service) == ["fact number 0 about m"]
+    assert late_done < 4.0 < slow_done, (late_done, slow_done)
 
 
 def test_a_bad_queue_or_app_name_is_refused(pg_url: str, service: PostgresMemoryService) -> None:
