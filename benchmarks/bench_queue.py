@@ -311,7 +311,8 @@ def fetch_cost(url: str, waiting: int) -> float:
             started = time.perf_counter()
             with conn.transaction():
                 conn.execute(
-                    "SELECT id FROM procrastinate_fetch_job_v2(ARRAY['langmem'], %s)", (row[0],)
+                    "SELECT id FROM procrastinate_fetch_job_v2(ARRAY['langmem@bench'], %s)",
+                    (row[0],),
                 ).fetchone()
                 times.append((time.perf_counter() - started) * 1000)
                 raise psycopg.Rollback()  # every sample sees the same waiting jobs

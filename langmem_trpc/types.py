@@ -440,8 +440,9 @@ class ExtractionCursor(BaseModel):
     last_message_id: str | None = None
     last_message_digest: str | None = None
     message_count: int = 0
-    """How many messages the thread had when the cursor was written; for a cursor a
-    `PostgresJobQueue` job wrote, how many its payload had (the anchor and the delta)."""
+    """How many messages of the thread the cursor covers (up to its last covered one),
+    also for a cursor a `PostgresJobQueue` job wrote from a window of the thread (the
+    job's payload carries the window's offset)."""
     last_extracted_at: datetime | None = None
     updated_at: datetime | None = None
     message_keys: bytes = b""

@@ -49,6 +49,7 @@ def format_stats(stats: QueueStats, queue: str) -> str:
         f"queue {queue!r}: {stats.depth} waiting, {stats.running} running, "
         f"oldest waiting {age}, {stats.failed} failed, {stats.succeeded} succeeded"
     ]
+    lines += [f"  app {app}: {count} waiting" for app, count in stats.per_app_depth.items()]
     lines += [f"  {user}: {count} unfinished" for user, count in stats.per_user_lag.items()]
     return "\n".join(lines)
 
@@ -86,7 +87,8 @@ def jobs() -> None:
 @json_option
 @reports_errors
 def jobs_status(db: str | None, queue: str, top: int, as_json: bool) -> None:
-    """The queue: waiting and running jobs, oldest waiting age, failed jobs, per-user lag.
+    """The queue: waiting and running jobs, oldest waiting age, failed jobs, waiting jobs
+    per app, per-user lag.
 
     \b
     Example:
@@ -105,6 +107,7 @@ STATUS_FIELDS = (
     "running",
     "oldest_pending_seconds",
     "per_user_lag",
+    "per_app_depth",
     "failed",
     "succeeded",
 )

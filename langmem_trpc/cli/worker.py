@@ -73,8 +73,11 @@ def _import(spec: str, option: str, forms: str) -> Any:
         raise ConfigurationError(f"{option} {spec}: {exc}") from None
 
 
-def _ready(queue: str, concurrency: int) -> None:
-    click.echo(f"{READY}: queue={queue} concurrency={concurrency} pid={os.getpid()}", err=True)
+def _ready(queue: str, apps: tuple[str, ...], concurrency: int) -> None:
+    only = f" apps={','.join(apps)}" if apps else ""
+    click.echo(
+        f"{READY}: queue={queue}{only} concurrency={concurrency} pid={os.getpid()}", err=True
+    )
     sys.stderr.flush()
 
 
@@ -89,6 +92,8 @@ def _ready(queue: str, concurrency: int) -> None:
 @click.option("--model", default=None, help="Chat model for --extractor llm (init_chat_model).")
 @click.option("--concurrency", type=click.IntRange(min=1), default=4, show_default=True)
 @click.option("--queue", default="langmem", show_default=True, help="Queue name to consume.")
+@click.option("--app", "apps", multiple=True,
+              help="Only this app's jobs (repeatable; default: every app's).")  # fmt: skip
 @click.option(
     "--job-timeout", type=click.FloatRange(min=0, min_open=True), default=30.0, show_default=True
 )
@@ -124,6 +129,7 @@ def worker_command(
     model: str | None,
     concurrency: int,
     queue: str,
+    apps: tuple[str, ...],
     job_timeout: float,
     claim_ttl: float | None,
     stalled_after: float,
@@ -143,6 +149,8 @@ def worker_command(
     Runs until SIGTERM or Ctrl-C; then it stops fetching and lets running jobs
     finish (job timeout + 10 s), putting back the ones that do not. Start as many
     as you like, on as many machines: one user's jobs still run in order.
+    With --app (repeatable) it takes only those apps' jobs, e.g. to give one app
+    its own model or concurrency.
     Prints "langmem-trpc worker ready: ..." on stderr once connected.
 
     \b
@@ -167,6 +175,7 @@ def worker_command(
             service,
             chosen,
             queue=queue,
+            apps=apps,
             concurrency=concurrency,
             job_timeout=job_timeout,
             claim_ttl=claim_ttl,
@@ -179,7 +188,7 @@ def worker_command(
             poll_interval=poll_interval,
             shutdown_timeout=shutdown_timeout,
             delete_succeeded=delete_succeeded,
-            on_ready=lambda: _ready(queue, concurrency),
+            on_ready=lambda: _ready(queue, apps, concurrency),
         )
         worker.run(drain=drain)
     finally:

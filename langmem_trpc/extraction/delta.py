@@ -220,12 +220,15 @@ def advance_cursor(
     now: datetime | None,
     previous: ExtractionCursor | None = None,
     keys: bytes | None = None,
+    offset: int = 0,
 ) -> ExtractionCursor:
     """The cursor after a successful job: it covers exactly `messages`.
 
     When `messages` rewrote `previous`'s history, the keys it dropped join the
     retired keys (the newest `MAX_RETIRED` are kept). `keys`: `message_keys(messages)`
-    when the caller has them already.
+    when the caller has them already. `offset`: the index of `messages[0]` in the
+    thread (a queued job's payload starts at its anchor), so `message_count` counts
+    the thread's messages up to the last covered one.
     """
     last = messages[-1] if messages else None
     keys = message_keys(messages) if keys is None else keys
@@ -240,7 +243,7 @@ def advance_cursor(
         thread_id=thread_id,
         last_message_id=last.id if last is not None else None,
         last_message_digest=message_digest(last) if last is not None else None,
-        message_count=len(messages),
+        message_count=offset + len(messages),
         last_extracted_at=now,
         message_keys=keys,
         retired_keys=retired,

@@ -185,12 +185,16 @@ def run_job(
     messages: Sequence[BaseMessage],
     *,
     run_extractor: RunExtractor = _direct,
+    offset: int = 0,
 ) -> JobReport:
-    """Run one job synchronously; never raises for job failures (see `JobReport.status`)."""
+    """Run one job synchronously; never raises for job failures (see `JobReport.status`).
+
+    `offset`: the index of `messages[0]` in the thread (a queued job's payload), for the
+    cursor's `message_count`."""
     started = time.perf_counter()
     report = JobReport(user, thread_id, JobStatus.FAILED)
     try:
-        _run(service, extractor, settings, report, messages, run_extractor)
+        _run(service, extractor, settings, report, messages, run_extractor, offset)
     except JobTimeoutError as exc:
         # Batches that finished before the deadline stay done; the cursor is past them.
         progressed = report.batches or report.dead_lettered
@@ -223,13 +227,14 @@ class _Thread:
     keys: bytes
     peeked: ExtractionCursor | None
     delta: Delta
+    offset: int
 
     def cursor(
         self, end: int, now: datetime | None, previous: ExtractionCursor | None, thread_id: str
     ) -> ExtractionCursor:
         """The cursor covering `messages[:end]`."""
         keys = self.keys[: end * KEY_BYTES]
-        return advance_cursor(thread_id, self.messages[:end], now, previous, keys)
+        return advance_cursor(thread_id, self.messages[:end], now, previous, keys, self.offset)
 
 
 def _run(
@@ -239,6 +244,7 @@ def _run(
     report: JobReport,
     messages: Sequence[BaseMessage],
     run_extractor: RunExtractor,
+    offset: int,
 ) -> None:
     deadline = _Deadline(settings.timeout)
     user, thread_id = report.user, report.thread_id
@@ -250,7 +256,7 @@ def _run(
         return
     held = HeldClaim.take(service, user, thread_id, settings.claim_seconds, deadline.remaining())
     try:
-        thread = _Thread(messages, keys, peeked, delta)
+        thread = _Thread(messages, keys, peeked, delta, offset)
         _run_claimed(extractor, settings, report, thread, run_extractor, deadline, held)
     finally:
         held.release()

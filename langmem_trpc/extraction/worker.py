@@ -81,6 +81,7 @@ class _Job:
     user: UserKey
     thread_id: str
     messages: tuple[BaseMessage, ...]
+    offset: int = 0
 
 
 _STOP = object()
@@ -364,9 +365,15 @@ class AutoMemoryWorker:
             await asyncio.shield(asyncio.to_thread(self._run, job))
         return result
 
-    def process(self, user: UserKey, thread_id: str, messages: Sequence[BaseMessage]) -> JobReport:
-        """Run the job now, in the caller, and say what happened (works in any state)."""
-        return self._run(self._job(user, thread_id, messages))
+    def process(
+        self, user: UserKey, thread_id: str, messages: Sequence[BaseMessage], *, offset: int = 0
+    ) -> JobReport:
+        """Run the job now, in the caller, and say what happened (works in any state).
+
+        `offset`: the index of `messages[0]` in the thread, when `messages` is a window
+        of it (a queued job's payload), for the cursor's `message_count`."""
+        job = self._job(user, thread_id, messages)
+        return self._run(_Job(job.user, job.thread_id, job.messages, offset))
 
     async def aprocess(
         self, user: UserKey, thread_id: str, messages: Sequence[BaseMessage]
@@ -436,6 +443,7 @@ class AutoMemoryWorker:
                 job.thread_id,
                 job.messages,
                 run_extractor=self._calls.run,
+                offset=job.offset,
             )
         self._counters.record(report)
         return report

@@ -10,7 +10,8 @@ after it; a job overtaken by a newer one finds everything covered and does
 nothing. The cursor a queued job writes covers the anchor and the delta (older
 keys join the retired keys), so a thread fed by the queue keeps a short window
 of keys instead of its whole history: payloads and cursor rows stay bounded by
-the delta, not the thread.
+the delta, not the thread. The payload's `offset` (its anchor's index in the thread)
+keeps that cursor's `message_count` the thread's.
 
 Messages are serialised with LangChain's `messages_to_dict`; the JSON of one
 job's arguments is capped at `max_payload_bytes`. A longer delta (an import)
@@ -19,6 +20,7 @@ is queued as consecutive jobs that each fit (`JobPayload.chunked_json`).
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -28,30 +30,43 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage, messages_from_dict, messages_to_dict
 
-from ..errors import InvalidInputError, QueuePayloadTooLargeError
+from ..errors import ConfigurationError, InvalidInputError, QueuePayloadTooLargeError
 from ..extraction.delta import KEY_BYTES, compute_delta, message_keys
 from ..extraction.job import _has_work as has_work  # the job's own peek test, shared
 from ..types import ExtractionCursor, UserKey
 
-__all__ = ["FORMAT", "JobPayload", "Merge", "decode", "lock_keys", "merge", "select_messages"]
+__all__ = [
+    "FORMAT",
+    "JobPayload",
+    "Merge",
+    "app_queue",
+    "check_queue_name",
+    "decode",
+    "lock_keys",
+    "merge",
+    "select_messages",
+]
 
 FORMAT = 1
 """Version of the job arguments' layout (`v`)."""
+MAX_QUEUE_NAME = 128
+"""procrastinate's `queue_name` is a varchar(128)."""
 
 
-def select_messages(
-    messages: Sequence[BaseMessage], cursor: ExtractionCursor | None
-) -> list[BaseMessage] | None:
-    """The anchor and the delta of `messages` after `cursor`; None when there is no work.
+def select_messages(payload: JobPayload, cursor: ExtractionCursor | None) -> JobPayload | None:
+    """The anchor and the delta of the thread in `payload` after `cursor`; None when there
+    is no work.
 
     No work: nothing new, nothing unread to move past, no dead letter queued for retry
-    (the same test as `run_job`'s peek).
+    (the same test as `run_job`'s peek). The window's `offset` is its first message's
+    index in the thread.
     """
-    delta = compute_delta(messages, cursor)
-    if not has_work(messages, delta, cursor):
+    delta = compute_delta(payload.messages, cursor)
+    if not has_work(payload.messages, delta, cursor):
         return None
     start = max(0, delta.start - 1)
-    return list(messages[start:])
+    window = payload.messages[start:]
+    return JobPayload(payload.user, payload.thread_id, window, payload.offset + start)
 
 
 @dataclass(frozen=True)
@@ -61,14 +76,19 @@ class JobPayload:
     user: UserKey
     thread_id: str
     messages: tuple[BaseMessage, ...]
+    offset: int = 0
+    """Index of `messages[0]` in the thread, so the cursor a job writes counts the
+    thread's messages (`ExtractionCursor.message_count`), not the payload's."""
 
-    def kwargs(self, *, messages: bool = True) -> dict[str, Any]:
-        """The procrastinate task arguments (JSON), without the messages if asked."""
+    def kwargs(self, *, messages: bool = True, offset: int = 0) -> dict[str, Any]:
+        """The procrastinate task arguments (JSON), without the messages if asked;
+        `offset`: of a chunk starting that many messages into this payload."""
         args: dict[str, Any] = {
             "v": FORMAT,
             "app": self.user.app_name,
             "user": self.user.user_id,
             "thread": self.thread_id,
+            "offset": self.offset + offset,
         }
         if messages:
             args["messages"] = messages_to_dict(list(self.messages))
@@ -85,10 +105,10 @@ class JobPayload:
         their ISO 8601 text, anything else as `str()`.
         """
         dicts = messages_to_dict(list(self.messages))
-        whole = self._text(dicts)
+        whole = self._text(dicts, 0)
         if len(whole.encode()) <= cap:
             return [whole]
-        base = len(self._text([]).encode())
+        base = len(self._text([], 0).encode())
         sizes = [len(_dumps(d).encode()) + 1 for d in dicts]  # + its comma
         texts: list[str] = []
         start = 0
@@ -99,13 +119,13 @@ class JobPayload:
             if size > cap or (start > 0 and end == start + 1):
                 over = size if size > cap else size + sizes[end]
                 raise QueuePayloadTooLargeError(over, cap, 1 if start == 0 else 2)
-            texts.append(self._text(dicts[start:end]))
+            texts.append(self._text(dicts[start:end], start))
             if end == len(dicts):
                 return texts
             start = end - 1
 
-    def _text(self, dicts: list[dict[str, Any]]) -> str:
-        args = {**self.kwargs(messages=False), "messages": dicts}
+    def _text(self, dicts: list[dict[str, Any]], start: int) -> str:
+        args = {**self.kwargs(messages=False, offset=start), "messages": dicts}
         return _dumps(args)
 
 
@@ -129,11 +149,31 @@ def decode(args: dict[str, Any]) -> JobPayload:
     raw = args.get("messages")
     if not isinstance(raw, list):
         raise InvalidInputError("messages", "must be a list in the job payload")
+    offset = args.get("offset", 0)  # absent in jobs queued before it existed
+    if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+        raise InvalidInputError("offset", "must be a non-negative integer in the job payload")
     try:
         messages = tuple(messages_from_dict(raw))
     except Exception as exc:
         raise InvalidInputError("messages", f"cannot be decoded: {exc}") from None
-    return JobPayload(UserKey(args["app"], args["user"]), args["thread"], messages)
+    return JobPayload(UserKey(args["app"], args["user"]), args["thread"], messages, offset)
+
+
+def app_queue(queue: str, app_name: str) -> str:
+    """The procrastinate queue of one app's jobs, `queue@app` (`queue@#<hash of app>`
+    past procrastinate's 128 characters), so a worker can take some apps only."""
+    name = f"{queue}@{app_name}"
+    if len(name) <= MAX_QUEUE_NAME:
+        return name
+    return f"{queue}@#{hashlib.blake2b(app_name.encode(), digest_size=8).hexdigest()}"
+
+
+def check_queue_name(queue: object) -> None:
+    """`ConfigurationError` unless `queue` can prefix its apps' queue names."""
+    if not isinstance(queue, str) or not queue.strip() or "@" in queue:
+        raise ConfigurationError(f"queue must be a non-empty string without '@', not {queue!r}")
+    if len(queue) > MAX_QUEUE_NAME - 18:  # room for "@#" and a 16-digit hash
+        raise ConfigurationError(f"queue must be at most {MAX_QUEUE_NAME - 18} characters")
 
 
 def lock_keys(queue: str, user: UserKey, thread_id: str) -> tuple[str, str]:

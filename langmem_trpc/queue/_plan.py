@@ -90,14 +90,13 @@ Plan = Generator[PlanStep, Any, EnqueueOutcome]
 def enqueue_plan(queue: str, payload: JobPayload, cap: int, *, read_cursor: bool = True) -> Plan:
     """The steps of one enqueue (see the module docstring); `payload` holds the whole thread."""
     user, thread_id = payload.user, payload.thread_id
-    messages: list[Any] = list(payload.messages)
+    job = payload
     if read_cursor:
         cursor: ExtractionCursor | None = yield ReadCursor(user, thread_id)
-        selected = select_messages(payload.messages, cursor)
-        if selected is None:
+        window = select_messages(payload, cursor)
+        if window is None:
             return EnqueueOutcome.NOTHING_NEW
-        messages = selected
-    job = JobPayload(user, thread_id, tuple(messages))
+        job = window
     texts = job.chunked_json(cap)
     lock, queueing = lock_keys(queue, user, thread_id)
     if len(texts) > 1:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -15,14 +15,16 @@ __all__ = [
     "FailedJob",
     "ProducerCounters",
     "QueueStats",
-    "failed_from_row",
+    "queue_params",
     "stats_from_rows",
 ]
 
 TASK_NAME = "langmem_trpc.extract"
 
-_WHERE = "queue_name = %(queue)s AND task_name = %(task)s"
-STATUS_COUNTS = f"SELECT status::text AS status, count(*) AS n FROM procrastinate_jobs WHERE {_WHERE} GROUP BY status"
+_WHERE = "(queue_name = %(queue)s OR starts_with(queue_name, %(apps)s)) AND task_name = %(task)s"
+"""The jobs of one queue: every app's (`queue@app`) and those queued before apps had queues."""
+STATUS_COUNTS = f"""SELECT args->>'app' AS app, status::text AS status, count(*) AS n
+FROM procrastinate_jobs WHERE {_WHERE} GROUP BY 1, 2"""
 OLDEST_PENDING = f"""
 SELECT extract(epoch FROM now() - min(e.at))::float8 AS age FROM procrastinate_events e
 WHERE e.type = 'deferred' AND e.job_id = (
@@ -32,12 +34,12 @@ SELECT args->>'app' AS app, args->>'user' AS "user", count(*) AS n FROM procrast
 WHERE {_WHERE} AND status IN ('todo', 'doing') GROUP BY 1, 2 ORDER BY 3 DESC, 1, 2
 LIMIT %(top)s"""
 STATS_QUERIES = (STATUS_COUNTS, OLDEST_PENDING, PER_USER)
-FAILED_JOBS = """
-SELECT j.id, j.status::text AS status, j.attempts, j.args->>'app' AS app, j.args->>'user' AS "user",
-    j.args->>'thread' AS thread, jsonb_array_length(j.args->'messages') AS messages,
+FAILED_JOBS = f"""
+SELECT j.id, j.status::text AS status, j.attempts, j.args->>'app' AS app_name,
+    j.args->>'user' AS user_id, j.args->>'thread' AS thread_id,
+    coalesce(jsonb_array_length(j.args->'messages'), 0) AS messages,
     (SELECT max(e.at) FROM procrastinate_events e WHERE e.job_id = j.id) AS at
-FROM procrastinate_jobs j WHERE j.queue_name = %(queue)s AND j.task_name = %(task)s
-    AND j.status IN ('failed', 'aborted')
+FROM procrastinate_jobs j WHERE {_WHERE} AND j.status IN ('failed', 'aborted')
 ORDER BY j.id LIMIT %(limit)s"""
 RETRY_FAILED = f"""
 UPDATE procrastinate_jobs SET status = 'todo', scheduled_at = now(), queueing_lock = NULL
@@ -46,12 +48,18 @@ WHERE id = %(id)s AND {_WHERE} AND status IN ('failed', 'aborted') RETURNING id"
 thread's waiting job (it runs before it: same user lock, older id)."""
 
 
+def queue_params(queue: str, **extra: Any) -> dict[str, Any]:
+    """The parameters of the queries above for one queue."""
+    return {"queue": queue, "apps": f"{queue}@", "task": TASK_NAME, **extra}
+
+
 @dataclass(frozen=True)
 class QueueStats:
     """One look at the queue (one queue name) and at this producer.
 
     `per_user_lag` maps "app/user" to the user's unfinished jobs (waiting or
-    running), most first, at most `top` users (`stats(top=...)`).
+    running), most first, at most `top` users (`stats(top=...)`); `per_app_depth`
+    maps each app with waiting jobs to their number.
     """
 
     depth: int
@@ -61,6 +69,7 @@ class QueueStats:
     oldest_pending_seconds: float | None
     """Age of the oldest waiting job since it was first queued; None when none waits."""
     per_user_lag: dict[str, int]
+    per_app_depth: dict[str, int]
     failed: int
     """Jobs that failed every retry (`langmem-trpc jobs failed --db ...` lists them)."""
     succeeded: int
@@ -92,30 +101,8 @@ class FailedJob:
     """When its last event (failure) happened."""
 
     def as_json(self) -> dict[str, Any]:
-        return {
-            "kind": "queue_job",
-            "id": f"job:{self.id}",
-            "status": self.status,
-            "attempts": self.attempts,
-            "app_name": self.app_name,
-            "user_id": self.user_id,
-            "thread_id": self.thread_id,
-            "messages": self.messages,
-            "at": None if self.at is None else self.at.isoformat(),
-        }
-
-
-def failed_from_row(row: dict[str, Any]) -> FailedJob:
-    return FailedJob(
-        id=int(row["id"]),
-        status=row["status"],
-        attempts=int(row["attempts"]),
-        app_name=row["app"],
-        user_id=row["user"],
-        thread_id=row["thread"],
-        messages=int(row["messages"] or 0),
-        at=row["at"],
-    )
+        at = None if self.at is None else self.at.isoformat()
+        return {"kind": "queue_job", **asdict(self), "id": f"job:{self.id}", "at": at}
 
 
 class ProducerCounters:
@@ -137,23 +124,21 @@ class ProducerCounters:
 
 
 def stats_from_rows(
-    statuses: Sequence[dict[str, Any]],
-    oldest: Sequence[dict[str, Any]],
-    users: Sequence[dict[str, Any]],
-    counters: dict[str, int],
+    rows: Sequence[Sequence[dict[str, Any]]], counters: dict[str, Any]
 ) -> QueueStats:
-    counts = {row["status"]: int(row["n"]) for row in statuses}
+    """The rows of `STATS_QUERIES`, in order, and the producer's counters."""
+    statuses, oldest, users = rows
+    counts: dict[str, int] = {}
+    for row in statuses:
+        counts[row["status"]] = counts.get(row["status"], 0) + int(row["n"])
     age = oldest[0]["age"] if oldest else None
     return QueueStats(
         depth=counts.get("todo", 0),
         running=counts.get("doing", 0),
         oldest_pending_seconds=None if age is None else max(0.0, float(age)),
         per_user_lag={f"{r['app']}/{r['user']}": int(r["n"]) for r in users},
+        per_app_depth={r["app"]: int(r["n"]) for r in statuses if r["status"] == "todo"},
         failed=counts.get("failed", 0),
         succeeded=counts.get("succeeded", 0),
-        enqueued=counters.get("enqueued", 0),
-        collapsed=counters.get("collapsed", 0),
-        nothing_new=counters.get("nothing_new", 0),
-        producer_errors=counters.get("producer_errors", 0),
-        rejected=counters.get("rejected", 0),
+        **{name: counters.get(name, 0) for name in ProducerCounters.NAMES},
     )

@@ -14,16 +14,17 @@ import asyncio
 import logging
 import math
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any
 
 from langchain_core.messages import BaseMessage
 
 from ..errors import BackendError, ConfigurationError, InvalidInputError, LangmemTrpcError
 from ..extraction.worker import check_job_input
+from ..service._steps import adrive, drive
 from ..service.protocol import MemoryService
 from ..types import ExtractionCursor, UserKey
-from ._payload import JobPayload, Merge
+from ._payload import JobPayload, Merge, app_queue, check_queue_name
 from ._plan import (
     Collapse,
     EnqueueOutcome,
@@ -33,17 +34,16 @@ from ._plan import (
     collapse_decision,
     enqueue_plan,
 )
+from ._schema import migrate
 from ._stats import (
     FAILED_JOBS,
-    OLDEST_PENDING,
-    PER_USER,
     RETRY_FAILED,
-    STATUS_COUNTS,
+    STATS_QUERIES,
     TASK_NAME,
     FailedJob,
     ProducerCounters,
     QueueStats,
-    failed_from_row,
+    queue_params,
     stats_from_rows,
 )
 from ._triggers import JOB_TRIGGERS
@@ -73,12 +73,6 @@ DEFER = """SELECT unnest(procrastinate_defer_jobs_v1(ARRAY[ROW(%s, %s, 0, %s, %s
 the composite type row by row is cheaper than procrastinate's text dump of it."""
 
 
-def _queueing_lock_constraint() -> str:
-    from procrastinate.manager import QUEUEING_LOCK_CONSTRAINT
-
-    return QUEUEING_LOCK_CONSTRAINT
-
-
 class PostgresJobQueue:
     """A durable extraction queue on PostgreSQL, built on procrastinate.
 
@@ -89,7 +83,8 @@ class PostgresJobQueue:
             and sync calls use a small pool of their own on the same conninfo.
         app_name: the `application_name` of the queue's own connections (what
             `pg_stat_activity` shows).
-        queue: procrastinate queue name; workers consume one queue.
+        queue: the queue's name; an app's jobs go to procrastinate queue `queue@app`,
+            so a worker can take some apps only (`langmem-trpc worker --app`).
         max_payload_bytes: cap on one job's JSON arguments; a longer delta is queued as
             consecutive jobs, a message that cannot fit raises `QueuePayloadTooLargeError`.
         service: where the extraction cursors are read from when the memories do not live
@@ -137,8 +132,7 @@ class PostgresJobQueue:
                 f"pool must be a psycopg_pool ConnectionPool or AsyncConnectionPool, "
                 f"not {type(pool).__name__}"
             )
-        if not isinstance(queue, str) or not queue.strip():
-            raise ConfigurationError("queue must be a non-empty string")
+        check_queue_name(queue)
         if max_payload_bytes < 1024:
             raise ConfigurationError("max_payload_bytes must be >= 1024")
         if connect_timeout <= 0 or pool_size < 1:
@@ -178,17 +172,16 @@ class PostgresJobQueue:
     # -- lifecycle ----------------------------------------------------------
 
     def setup(self) -> None:
-        """Create procrastinate's schema when it is missing, and our index and triggers on
-        its jobs table (`JOB_TRIGGERS`; idempotent, safe to race)."""
-        from procrastinate.schema import SchemaManager
+        """Create procrastinate's schema when it is missing, apply its pending migrations
+        when the installed procrastinate is newer (`_schema.migrate`), and create our index
+        and triggers on its jobs table (`JOB_TRIGGERS`); idempotent, safe to race (an
+        advisory lock).
 
-        schema = SchemaManager.get_schema()
+        Raises `ConfigurationError` (nothing changed) for a schema it cannot place: newer
+        than the installed procrastinate, or older without a recorded version."""
         with self._connection() as conn, conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (SETUP_LOCK,))
-            row = conn.execute("SELECT to_regclass('procrastinate_jobs') IS NOT NULL").fetchone()
-            if not (row and row[0]):
-                conn.execute(schema)  # type: ignore[arg-type]  # procrastinate's own SQL
-                logger.info("queue: created procrastinate's schema")
+            migrate(conn)
             conn.execute(WAITING_LOCK_INDEX)
             conn.execute(JOB_TRIGGERS)
 
@@ -252,30 +245,24 @@ class PostgresJobQueue:
         return outcome
 
     def stats(self, *, top: int = 20) -> QueueStats:
-        """Depth, running, oldest waiting age, per-user lag, failed jobs, producer counters."""
-        params = {"queue": self.queue, "task": TASK_NAME, "top": top}
-        from psycopg.rows import dict_row
-
-        with self._connection() as conn, conn.cursor(row_factory=dict_row) as cur:
-            rows = [
-                cur.execute(q, params).fetchall() for q in (STATUS_COUNTS, OLDEST_PENDING, PER_USER)
-            ]
-        return stats_from_rows(rows[0], rows[1], rows[2], self._counters.snapshot())
+        """Depth (in all and per app), running, oldest waiting age, per-user lag, failed
+        jobs, producer counters."""
+        params = queue_params(self.queue, top=top)
+        with self._connection() as conn, conn.cursor(row_factory=_dict_row()) as cur:
+            rows = [cur.execute(q, params).fetchall() for q in STATS_QUERIES]
+        return stats_from_rows(rows, self._counters.snapshot())
 
     def failed_jobs(self, *, limit: int = 100) -> list[FailedJob]:
         """Jobs of this queue that failed every retry (or were aborted), oldest first."""
-        from psycopg.rows import dict_row
-
-        params = {"queue": self.queue, "task": TASK_NAME, "limit": limit}
-        with self._connection() as conn, conn.cursor(row_factory=dict_row) as cur:
-            rows = cur.execute(FAILED_JOBS, params).fetchall()
-        return [failed_from_row(row) for row in rows]
+        params = queue_params(self.queue, limit=limit)
+        with self._connection() as conn, conn.cursor(row_factory=_dict_row()) as cur:
+            return [FailedJob(**row) for row in cur.execute(FAILED_JOBS, params).fetchall()]
 
     def retry_failed(self, job_id: int) -> bool:
         """Put a failed (or aborted) job back in the queue, due now; False if there is none."""
-        params = {"queue": self.queue, "task": TASK_NAME, "id": job_id}
         with self._connection() as conn, conn.transaction():
-            return conn.execute(RETRY_FAILED, params).fetchone() is not None
+            row = conn.execute(RETRY_FAILED, queue_params(self.queue, id=job_id)).fetchone()
+            return row is not None
 
     def counters(self) -> dict[str, int]:
         """This producer's counters without a database round trip (what `stats()` adds)."""
@@ -305,27 +292,21 @@ class PostgresJobQueue:
         except InvalidInputError:
             self._counters.bump("rejected")
             raise
-        except LangmemTrpcError as exc:  # BackendError of a service's cursor read
-            self._failed(payload, exc)
-            raise
-        except psycopg.errors.UndefinedTable as exc:
-            self._failed(payload, exc)
-            raise BackendError(
-                f"could not enqueue for {payload.user}: a table is missing; run the queue's "
-                "setup() and the memory service's setup() on this database (or pass service=)"
-            ) from exc
-        except psycopg.Error as exc:  # includes psycopg_pool.PoolTimeout
-            self._failed(payload, exc)
-            raise BackendError(
-                f"could not enqueue for {payload.user}: {type(exc).__name__}"
-            ) from exc
-
-    def _failed(self, payload: JobPayload, exc: BaseException) -> None:
-        self._counters.bump("producer_errors")
-        logger.warning(
-            "queue: enqueue failed for %s thread %r: %s: %s",
-            payload.user, payload.thread_id, type(exc).__name__, exc,
-        )  # fmt: skip
+        except (LangmemTrpcError, psycopg.Error) as exc:  # psycopg_pool.PoolTimeout included
+            self._counters.bump("producer_errors")
+            logger.warning(
+                "queue: enqueue failed for %s thread %r: %s: %s",
+                payload.user, payload.thread_id, type(exc).__name__, exc,
+            )  # fmt: skip
+            if isinstance(exc, LangmemTrpcError):  # BackendError of a service's cursor read
+                raise
+            detail = type(exc).__name__
+            if isinstance(exc, psycopg.errors.UndefinedTable):
+                detail = (
+                    "a table is missing; run the queue's setup() and the memory service's "
+                    "setup() on this database (or pass service=)"
+                )
+            raise BackendError(f"could not enqueue for {payload.user}: {detail}") from exc
 
     def _connection(self) -> Any:
         if self._closed:
@@ -338,139 +319,130 @@ class PostgresJobQueue:
         import psycopg
 
         for attempt in range(2):
-            plan = enqueue_plan(self.queue, payload, self.max_payload_bytes)
             with self._connection() as conn:
-                value: Any = None
-                sent = False
+                ran: list[PlanStep] = []
+
+                def execute(step: PlanStep) -> Any:
+                    value = self._step(conn, step, payload)
+                    ran.append(step)  # noqa: B023 - called within this iteration only
+                    return value
+
                 try:
-                    while True:
-                        try:
-                            step = plan.send(value)
-                        except StopIteration as stop:
-                            result: EnqueueOutcome = stop.value
-                            return result
-                        value = self._step(conn, step)
-                        sent = True
+                    return drive(enqueue_plan(self.queue, payload, self.max_payload_bytes), execute)
                 except psycopg.OperationalError:
-                    if sent or attempt or not conn.broken:
+                    if ran or attempt or not conn.broken:
                         raise
                     logger.info("queue: a pooled connection was dead; enqueueing on a new one")
             self._pool.check()  # drop the other dead idle connections too
         raise AssertionError("unreachable")
-
-    def _step(self, conn: Any, step: PlanStep) -> Any:
-        from psycopg.errors import UniqueViolation
-
-        if isinstance(step, ReadCursor):
-            return self._cursor(conn, step)
-        if isinstance(step, SubmitJob):
-            try:
-                if conn.autocommit:  # one statement: no transaction needed
-                    conn.execute(DEFER, self._defer_params(step))
-                else:  # a savepoint keeps the caller's pool transaction usable
-                    with conn.transaction():
-                        conn.execute(DEFER, self._defer_params(step))
-            except UniqueViolation as exc:
-                if exc.diag.constraint_name != _queueing_lock_constraint():
-                    raise
-                return False
-            return True
-        with conn.transaction():
-            row = conn.execute(WAITING, (step.queueing_lock,)).fetchone()
-            if row is None:
-                return None
-            decision = collapse_decision(row[1], step.messages)
-            if decision == Merge.REPLACE:
-                conn.execute(REPLACE, (step.args, row[0]))
-            return decision
-
-    def _cursor(self, conn: Any, step: ReadCursor) -> ExtractionCursor | None:
-        if self.service is not None:
-            return self.service.get_cursor(step.user, step.thread_id)
-        from psycopg.rows import dict_row
-
-        from ..backends.postgres._claims import SELECT_CURSOR, cursor_from_row
-        from ..backends.postgres._sql import user_params
-
-        with conn.cursor(row_factory=dict_row) as cur:
-            row = cur.execute(
-                SELECT_CURSOR, user_params(step.user, thread=step.thread_id)
-            ).fetchone()
-        return None if row is None else cursor_from_row(row)
 
     async def _adrive(self, payload: JobPayload) -> EnqueueOutcome:
         """`_drive` on the caller's async pool."""
         import psycopg
 
         for attempt in range(2):
-            plan = enqueue_plan(self.queue, payload, self.max_payload_bytes)
             async with self._async_pool.connection(timeout=self.connect_timeout) as conn:
-                value: Any = None
-                sent = False
+                ran: list[PlanStep] = []
+
+                async def execute(step: PlanStep) -> Any:
+                    value = await self._astep(conn, step, payload)
+                    ran.append(step)  # noqa: B023 - called within this iteration only
+                    return value
+
                 try:
-                    while True:
-                        try:
-                            step = plan.send(value)
-                        except StopIteration as stop:
-                            result: EnqueueOutcome = stop.value
-                            return result
-                        value = await self._astep(conn, step)
-                        sent = True
+                    plan = enqueue_plan(self.queue, payload, self.max_payload_bytes)
+                    return await adrive(plan, execute)
                 except psycopg.OperationalError:
-                    if sent or attempt or not conn.broken:
+                    if ran or attempt or not conn.broken:
                         raise
                     logger.info("queue: a pooled connection was dead; enqueueing on a new one")
             await self._async_pool.check()  # drop the other dead idle connections too
         raise AssertionError("unreachable")
 
-    async def _astep(self, conn: Any, step: PlanStep) -> Any:
+    def _step(self, conn: Any, step: PlanStep, payload: JobPayload) -> Any:
         if isinstance(step, ReadCursor):
-            return await self._acursor(conn, step)
+            if self.service is not None:
+                return self.service.get_cursor(step.user, step.thread_id)
+            with conn.cursor(row_factory=_dict_row()) as cur:
+                return _cursor(cur.execute(*_cursor_query(step)).fetchone())
         if isinstance(step, SubmitJob):
-            return await self._asubmit(conn, step)
-        return await self._acollapse(conn, step)
+            try:
+                with _savepoint(conn):
+                    conn.execute(DEFER, self._defer_params(step, payload))
+            except Exception as exc:
+                return _lock_taken(exc)
+            return True
+        with conn.transaction():
+            row = conn.execute(WAITING, (step.queueing_lock,)).fetchone()
+            decision = _decision(step, row)
+            if decision == Merge.REPLACE:
+                conn.execute(REPLACE, (step.args, row[0]))
+            return decision
 
-    async def _acursor(self, conn: Any, step: ReadCursor) -> ExtractionCursor | None:
-        if self.service is not None:
-            return await self.service.aget_cursor(step.user, step.thread_id)
-        from psycopg.rows import dict_row
-
-        from ..backends.postgres._claims import SELECT_CURSOR, cursor_from_row
-        from ..backends.postgres._sql import user_params
-
-        params = user_params(step.user, thread=step.thread_id)
-        async with conn.cursor(row_factory=dict_row) as cur:
-            row = await (await cur.execute(SELECT_CURSOR, params)).fetchone()
-        return None if row is None else cursor_from_row(row)
-
-    async def _asubmit(self, conn: Any, step: SubmitJob) -> bool:
-        from psycopg.errors import UniqueViolation
-
-        try:
-            if conn.autocommit:  # one statement: no transaction needed
-                await conn.execute(DEFER, self._defer_params(step))
-            else:  # a savepoint keeps the caller's pool transaction usable
-                async with conn.transaction():
-                    await conn.execute(DEFER, self._defer_params(step))
-        except UniqueViolation as exc:
-            if exc.diag.constraint_name != _queueing_lock_constraint():
-                raise
-            return False
-        return True
-
-    async def _acollapse(self, conn: Any, step: Collapse) -> Merge | None:
-
+    async def _astep(self, conn: Any, step: PlanStep, payload: JobPayload) -> Any:
+        if isinstance(step, ReadCursor):
+            if self.service is not None:
+                return await self.service.aget_cursor(step.user, step.thread_id)
+            async with conn.cursor(row_factory=_dict_row()) as cur:
+                return _cursor(await (await cur.execute(*_cursor_query(step))).fetchone())
+        if isinstance(step, SubmitJob):
+            try:
+                async with _savepoint(conn):
+                    await conn.execute(DEFER, self._defer_params(step, payload))
+            except Exception as exc:
+                return _lock_taken(exc)
+            return True
         async with conn.transaction():
             row = await (await conn.execute(WAITING, (step.queueing_lock,))).fetchone()
-            if row is None:
-                return None
-            decision: Merge = collapse_decision(row[1], step.messages)
+            decision = _decision(step, row)
             if decision == Merge.REPLACE:
                 await conn.execute(REPLACE, (step.args, row[0]))
             return decision
 
-    def _defer_params(self, step: SubmitJob) -> tuple[Any, ...]:
-        return (self.queue, TASK_NAME, step.lock, step.queueing_lock, step.args)
+    def _defer_params(self, step: SubmitJob, payload: JobPayload) -> tuple[Any, ...]:
+        name = app_queue(self.queue, payload.user.app_name)
+        return (name, TASK_NAME, step.lock, step.queueing_lock, step.args)
+
+
+def _dict_row() -> Any:
+    from psycopg.rows import dict_row
+
+    return dict_row
+
+
+def _cursor_query(step: ReadCursor) -> tuple[str, dict[str, Any]]:
+    from ..backends.postgres._claims import SELECT_CURSOR
+    from ..backends.postgres._sql import user_params
+
+    return SELECT_CURSOR, user_params(step.user, thread=step.thread_id)
+
+
+def _cursor(row: dict[str, Any] | None) -> ExtractionCursor | None:
+    from ..backends.postgres._claims import cursor_from_row
+
+    return None if row is None else cursor_from_row(row)
+
+
+def _savepoint(conn: Any) -> Any:
+    """No transaction for one autocommit statement; a savepoint in a caller's pool
+    transaction, so a queueing-lock conflict leaves that transaction usable (sync or
+    async: `nullcontext` is both)."""
+    return nullcontext() if conn.autocommit else conn.transaction()
+
+
+def _lock_taken(exc: Exception) -> bool:
+    """False for the thread's queueing lock being taken (a job of it waits); else re-raise."""
+    from procrastinate.manager import QUEUEING_LOCK_CONSTRAINT
+    from psycopg.errors import UniqueViolation
+
+    if isinstance(exc, UniqueViolation) and exc.diag.constraint_name == QUEUEING_LOCK_CONSTRAINT:
+        return False
+    raise exc
+
+
+def _decision(step: Collapse, row: Any) -> Merge | None:
+    """How the thread's locked waiting job `row` merges with `step` (None: no job waits)."""
+    return None if row is None else collapse_decision(row[1], step.messages)
 
 
 _COUNTER = {

@@ -1,6 +1,7 @@
 """`QueueWorker`: the consumer of `PostgresJobQueue`, run by `langmem-trpc worker`.
 
-A procrastinate worker fetches jobs of one queue; each job runs
+A procrastinate worker fetches the jobs of one queue (of every app, or of
+`apps` only: each app's jobs are in procrastinate queue `queue@app`); each job runs
 `AutoMemoryWorker.process`, i.e. the same `run_job` as the in-process worker
 (checkers, update policy, reconcile, the cursor compare-and-set under the
 thread's claim, failed attempts and dead letters), in a thread of this
@@ -44,6 +45,7 @@ workers when a job ends while the same user's next job waits.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import signal
 import threading
@@ -60,15 +62,18 @@ from ..extraction.job import JobReport, JobStatus
 from ..extraction.stats import WorkerStats
 from ..extraction.worker import AutoMemoryWorker
 from ..service.protocol import MemoryService
-from ._payload import decode
+from ..types import check_identifier
+from ._payload import app_queue, check_queue_name, decode
 from ._stats import TASK_NAME
 
 __all__ = ["JobIncompleteError", "QueueWorker"]
 
 logger = logging.getLogger(__name__)
 
-READY = """SELECT EXISTS (SELECT 1 FROM procrastinate_jobs WHERE queue_name = %(queue)s
+READY = """SELECT EXISTS (SELECT 1 FROM procrastinate_jobs WHERE queue_name = ANY(%(queues)s)
     AND status = 'todo' AND (scheduled_at IS NULL OR scheduled_at <= now())) AS ready"""
+APP_QUEUES = """SELECT DISTINCT queue_name FROM procrastinate_jobs
+    WHERE starts_with(queue_name, %(apps)s) AND status IN ('todo', 'doing') ORDER BY 1"""
 MAX_BACKOFF = 300.0
 RECONNECT_MAX = 30.0
 
@@ -101,6 +106,9 @@ class QueueWorker:
         service: where memories and cursors live (usually the same database).
         extractor: `LLMExtractor(model)`, `VerbatimExtractor()` or any `Extractor`.
         queue: the queue name the producers use.
+        apps: take only these apps' jobs (each app's jobs are in procrastinate queue
+            `queue@app`); default: every app's, found among the unfinished jobs every
+            second (added to the list procrastinate's worker fetches from; no restart).
         concurrency: jobs run at once by this process.
         job_timeout, checkers, policy, batch_messages, max_attempts, claim_ttl,
             max_calls_per_user: as for `AutoMemoryWorker`.
@@ -124,6 +132,7 @@ class QueueWorker:
         extractor: Extractor,
         *,
         queue: str = "langmem",
+        apps: Sequence[str] | None = None,
         concurrency: int = 4,
         job_timeout: float | None = 30.0,
         checkers: Sequence[Checker] | None = None,
@@ -144,6 +153,9 @@ class QueueWorker:
     ) -> None:
         if concurrency < 1:
             raise ConfigurationError("concurrency must be >= 1")
+        check_queue_name(queue)
+        for app in apps or ():
+            check_identifier("apps", app)
         if stalled_after <= 0 or retry_wait < 0 or poll_interval <= 0:
             raise ConfigurationError("stalled_after and poll_interval must be > 0, retry_wait >= 0")
         if retries is not None and retries < 0:
@@ -163,6 +175,9 @@ class QueueWorker:
         self.processor.settings = replace(self.processor.settings, peek_cursor=False)
         self.conninfo = conninfo
         self.queue = queue
+        self.apps = tuple(apps or ())
+        self._queues: list[str] = [app_queue(queue, app) for app in self.apps] or [queue]
+        """What procrastinate's worker fetches from; a default worker's grows in place."""
         self.concurrency = concurrency
         self.retries = max_attempts + 2 if retries is None else retries
         self.stalled_after = stalled_after
@@ -220,7 +235,7 @@ class QueueWorker:
             assert self._executor is not None
             report: JobReport = await loop.run_in_executor(
                 self._executor,
-                self.processor.process,
+                functools.partial(self.processor.process, offset=payload.offset),
                 payload.user,
                 payload.thread_id,
                 payload.messages,
@@ -270,7 +285,9 @@ class QueueWorker:
         if signals:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 self._loop.add_signal_handler(sig, self.stop)
-        recover = asyncio.create_task(self._recover_loop(), name="langmem-recover-stalled")
+        recover = asyncio.gather(
+            self._recover_loop(), self._discover_loop(), return_exceptions=True
+        )
         try:
             await self._serve(drain)
         finally:
@@ -284,35 +301,40 @@ class QueueWorker:
             self.processor.close()
             self._loop = None
 
-    async def _serve(self, drain: bool) -> None:
-        """Run procrastinate's worker; reconnect with backoff when the database fails."""
+    async def _run_worker(self, drain: bool) -> None:
+        """One procrastinate worker on the open app, until it stops."""
         from procrastinate import worker as worker_module
 
+        worker_class = worker_module.Worker if self.apps else _every_queue_worker(worker_module)
+        self._worker = worker_class(
+            app=self.app,
+            queues=await self._fetch_queues(),  # the list itself: a default worker's grows
+            name=self.name,
+            concurrency=self.concurrency,
+            wait=not drain,
+            fetch_job_polling_interval=self.poll_interval,
+            abort_job_polling_interval=self.poll_interval,
+            shutdown_graceful_timeout=self.shutdown_timeout,
+            install_signal_handlers=False,
+            update_heartbeat_interval=self.heartbeat,
+            stalled_worker_timeout=self.stalled_after,
+            delete_jobs="successful" if self.delete_succeeded else "never",
+        )
+        if self._stopping.is_set():
+            return
+        ready = asyncio.create_task(self._announce(self._worker))
+        try:
+            await self._worker.run()
+        finally:
+            ready.cancel()
+
+    async def _serve(self, drain: bool) -> None:
+        """Run procrastinate's worker; reconnect with backoff when the database fails."""
         backoff = 1.0
         while not self._stopping.is_set():
             try:
                 async with self.app.open_async():
-                    self._worker = worker_module.Worker(
-                        app=self.app,
-                        queues=[self.queue],
-                        name=self.name,
-                        concurrency=self.concurrency,
-                        wait=not drain,
-                        fetch_job_polling_interval=self.poll_interval,
-                        abort_job_polling_interval=self.poll_interval,
-                        shutdown_graceful_timeout=self.shutdown_timeout,
-                        install_signal_handlers=False,
-                        update_heartbeat_interval=self.heartbeat,
-                        stalled_worker_timeout=self.stalled_after,
-                        delete_jobs="successful" if self.delete_succeeded else "never",
-                    )
-                    if self._stopping.is_set():
-                        return
-                    ready = asyncio.create_task(self._announce(self._worker))
-                    try:
-                        await self._worker.run()
-                    finally:
-                        ready.cancel()
+                    await self._run_worker(drain)
                 backoff = 1.0
                 if drain:
                     if not await self._ready_jobs():
@@ -335,14 +357,41 @@ class QueueWorker:
     async def _ready_jobs(self) -> bool:
         """Whether a job of the queue is waiting and due (drain mode runs until none is)."""
         async with self.app.open_async():
-            row = await self.app.connector.execute_query_one_async(READY, queue=self.queue)
+            queues = await self._fetch_queues()
+            row = await self.app.connector.execute_query_one_async(READY, queues=queues)
         return bool(row["ready"])
+
+    async def _fetch_queues(self) -> list[str]:
+        """The queues to fetch from: the plain queue (jobs queued before apps had queues)
+        and every app's queue found among the unfinished jobs; an `apps` worker's are fixed."""
+        if not self.apps:
+            rows = await self.app.connector.execute_query_all_async(
+                APP_QUEUES, apps=f"{self.queue}@"
+            )
+            self._queues += [r["queue_name"] for r in rows if r["queue_name"] not in self._queues]
+        return self._queues
+
+    async def _discover_loop(self) -> None:
+        """A default worker looks for new apps' queues every second. procrastinate's
+        worker fetches from the list it was given, which this grows in place, and it
+        listens on every queue's channel (`_every_queue_worker`), so a new app's queue
+        needs no restart: its first job is fetched once the queue is in the list."""
+        while not self.apps and not self._stopping.is_set():
+            await self._sleep(1.0)
+            worker, known = self._worker, len(self._queues)
+            if worker is None or self._stopping.is_set():
+                continue
+            try:
+                if len(await self._fetch_queues()) > known:
+                    worker.wake()
+            except Exception as exc:
+                logger.debug("queue worker: app queue lookup failed: %s", exc)
 
     async def _announce(self, worker: Any) -> None:
         while worker.worker_id is None:  # noqa: ASYNC110 - procrastinate sets it, no event
             await asyncio.sleep(0.02)
         logger.info(
-            "queue worker %s ready on queue %r (id %s)", self.name, self.queue, worker.worker_id
+            "queue worker %s ready on %s (id %s)", self.name, self._queues, worker.worker_id
         )
         if self.on_ready is not None:
             self.on_ready()
@@ -387,7 +436,7 @@ class QueueWorker:
         """
         manager = self.app.job_manager
         stalled = await manager.get_stalled_jobs(
-            queue=self.queue, task_name=TASK_NAME, seconds_since_heartbeat=self.stalled_after
+            queue=None, task_name=TASK_NAME, seconds_since_heartbeat=self.stalled_after
         )
         count = 0
         for job in stalled:
@@ -405,3 +454,24 @@ class QueueWorker:
             )  # fmt: skip
         self.recovered += count
         return count
+
+
+def _every_queue_worker(worker_module: Any) -> Any:
+    """procrastinate's `Worker`, listening on the channel every queue notifies
+    (`procrastinate_any_queue_v1`) rather than its queues' own: a default worker's
+    queue list grows while it runs (new apps), and a job of a queue it does not
+    fetch yet only costs it a fetch that finds nothing. `wake()` makes it fetch now
+    (procrastinate 3's notification handler sets the same event)."""
+
+    class EveryQueueWorker(worker_module.Worker):  # type: ignore[misc,name-defined]
+        def _start_side_tasks(self) -> Any:
+            queues, self.queues = self.queues, None  # type: ignore[has-type]  # read once, here
+            try:
+                return super()._start_side_tasks()
+            finally:
+                self.queues = queues
+
+        def wake(self) -> None:
+            self._new_job_event.set()
+
+    return EveryQueueWorker

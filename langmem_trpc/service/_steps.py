@@ -39,6 +39,7 @@ from typing import Any, TypeVar
 from ..types import Entry, HistoryEvent, Memory, UserKey
 
 T = TypeVar("T")
+S = TypeVar("S")
 
 
 class Keep:
@@ -232,8 +233,9 @@ AExecute = Callable[[Step], Awaitable[Any]]
 """An async executor: the awaitable twin of `Execute`."""
 
 
-def drive(plan: Plan[T], execute: Execute) -> T:
-    """Run `plan` to its end, sending back each step's result from `execute`."""
+def drive(plan: Generator[S, Any, T], execute: Callable[[S], Any]) -> T:
+    """Run `plan` (a write plan, or any plan: the queue's enqueue plan) to its end,
+    sending back each step's result from `execute`."""
     reply: Any = None
     try:
         while True:
@@ -243,7 +245,7 @@ def drive(plan: Plan[T], execute: Execute) -> T:
         return result
 
 
-async def adrive(plan: Plan[T], aexecute: AExecute) -> T:
+async def adrive(plan: Generator[S, Any, T], aexecute: Callable[[S], Awaitable[Any]]) -> T:
     """`drive` with an async executor."""
     reply: Any = None
     try:

@@ -73,6 +73,27 @@ def test_jobs_status_shows_depth_and_per_user_lag(run, pg_url, queued):
     assert data["oldest_pending_seconds"] >= 0
 
 
+def test_worker_app_takes_only_those_apps_and_status_shows_waiting_per_app(run, pg_url, queued):
+    bob = UserKey("cli-other", "bob")
+    with PostgresJobQueue(pg_url) as q:
+        q.enqueue(bob, "t", [HumanMessage("I own a kayak", id="b1")])
+    result = run("worker", "--db", pg_url, "--app", "cli-other", "--app", "cli-none",
+                 "--poll-interval", "0.2", "--drain")  # fmt: skip
+    assert "ready: queue=langmem apps=cli-other,cli-none concurrency=4" in result.output
+    assert [e.text for e in queued.read(bob)] == ["I own a kayak"] and not queued.read(ALICE)
+    assert "  app cli-queue: 3 waiting" in run("jobs", "status", "--db", pg_url).output
+    data = json.loads(run("jobs", "status", "--db", pg_url, "--json").output)
+    assert (data["depth"], data["per_app_depth"]) == (3, {"cli-queue": 3})
+
+
+def test_worker_on_an_older_unrecorded_procrastinate_schema_fails_fast(run, pg_url):
+    from tests.queue.test_schema import build_older
+
+    build_older(pg_url, record=False)
+    result = run("worker", "--db", pg_url, "--drain", ok=False)
+    assert result.exit_code != 0 and "--migrations-path" in result.output
+
+
 def test_jobs_status_needs_a_postgres_db(run, tmp_path):
     result = run("jobs", "status", "--db", str(tmp_path / "m.db"), ok=False)
     assert result.exit_code == 2 and "PostgreSQL --db" in result.output

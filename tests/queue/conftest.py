@@ -244,10 +244,9 @@ def read_records(path: Path) -> list[Record]:
 
 
 def check_users(url: str, users: Sequence[int], turns: int) -> None:
-    """Every user's memories: each message once, in message order; the cursor covers them all.
-
-    (A queue-fed cursor keeps a window of keys, so its `message_count` is not the thread's
-    length: the check is its last message.)"""
+    """Every user's memories: each message once, in message order; the cursor covers them all
+    (its last message, and `message_count` the thread's length, though a queue-fed cursor
+    keeps only a window of keys)."""
     from langmem_trpc.backends.postgres import PostgresMemoryService
 
     service = PostgresMemoryService(url, pool_size=2)
@@ -259,8 +258,8 @@ def check_users(url: str, users: Sequence[int], turns: int) -> None:
             if got != [text(index, t) for t in range(turns)]:
                 wrong[index] = got
             cursor = service.get_cursor(user(index), THREAD)
-            last = message_id(index, turns - 1)
-            if cursor is None or cursor.last_message_id != last or cursor.pending_retries:
+            covered = None if cursor is None else (cursor.last_message_id, cursor.message_count)
+            if covered != (message_id(index, turns - 1), turns) or cursor.pending_retries:
                 wrong[index] = f"cursor {cursor!r}"
         assert not wrong, dict(list(wrong.items())[:3])
     finally:

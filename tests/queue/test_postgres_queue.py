@@ -10,7 +10,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from langchain_core.messages import BaseMessage, HumanMessage, messages_from_dict
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, messages_from_dict
 
 from langmem_trpc import UserKey
 from langmem_trpc.backends.postgres import PostgresMemoryService
@@ -19,6 +19,7 @@ from langmem_trpc.extraction import ExtractionRequest, MemoryOp, VerbatimExtract
 from langmem_trpc.queue import EnqueueOutcome, PostgresJobQueue, QueueWorker
 
 USER = UserKey("queue-unit", "alice")
+TOOL_CALL = {"name": "search", "args": {}, "id": "call-1", "type": "tool_call"}
 
 
 def history(count: int, start: int = 0, prefix: str = "m") -> list[BaseMessage]:
@@ -46,7 +47,7 @@ def queue(pg_url: str, service: PostgresMemoryService) -> Iterator[PostgresJobQu
 def jobs(url: str) -> list[dict[str, Any]]:
     with psycopg.connect(url, row_factory=psycopg.rows.dict_row) as conn:
         return conn.execute(
-            "SELECT id, status::text AS status, queueing_lock, attempts, args"
+            "SELECT id, status::text AS status, queue_name, queueing_lock, attempts, args"
             " FROM procrastinate_jobs ORDER BY id"
         ).fetchall()
 
@@ -160,6 +161,144 @@ def test_the_payload_is_the_delta_after_the_cursor_with_one_anchor(
     cursor = service.get_cursor(USER, "t")
     assert cursor is not None and cursor.last_message_id == "m5"
     assert queue.enqueue(USER, "t", history(6)) == EnqueueOutcome.NOTHING_NEW
+
+
+def test_a_queue_written_cursor_counts_the_threads_messages_not_the_payloads(
+    queue: PostgresJobQueue, pg_url: str, service: PostgresMemoryService
+) -> None:
+    """What the UI shows as "messages read" and the legacy anchor search relies on."""
+    queue.enqueue(USER, "t", history(10))
+    drain(pg_url, service)
+    queue.enqueue(USER, "t", history(14))
+    assert jobs(pg_url)[-1]["args"]["offset"] == 9  # the anchor m9
+    drain(pg_url, service)
+    cursor = service.get_cursor(USER, "t")
+    assert cursor is not None and cursor.message_count == 14
+    queue.enqueue(USER, "t", history(14) + [AIMessage("", id="tool", tool_calls=[TOOL_CALL])])
+    drain(pg_url, service)  # only tool traffic: the cursor moves past it, counted
+    cursor = service.get_cursor(USER, "t")
+    assert cursor is not None and cursor.message_count == 15
+
+
+def test_jobs_queued_before_the_offset_existed_still_run(
+    queue: PostgresJobQueue, pg_url: str, service: PostgresMemoryService
+) -> None:
+    queue.enqueue(USER, "t", history(2))
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("UPDATE procrastinate_jobs SET args = args - 'offset'")
+    drain(pg_url, service)
+    assert texts(service) == ["fact number 0 about m", "fact number 1 about m"]
+
+
+def test_jobs_go_to_their_apps_queue_and_a_worker_takes_only_its_apps(
+    queue: PostgresJobQueue, pg_url: str, service: PostgresMemoryService
+) -> None:
+    other = UserKey("queue-other", "bob")
+    for user, count in ((USER, 1), (other, 2)):
+        queue.enqueue(user, "t", history(count))
+    assert [j["queue_name"] for j in jobs(pg_url)] == ["langmem@queue-unit", "langmem@queue-other"]
+    assert queue.stats().per_app_depth == {"queue-unit": 1, "queue-other": 1}
+    drain(pg_url, service, apps=["queue-other"])
+    assert texts(service) == [] and len(texts(service, other)) == 2
+    stats = queue.stats()
+    assert stats.depth == 1 and stats.per_app_depth == {"queue-unit": 1}
+    drain(pg_url, service)  # no apps: every app's
+    assert texts(service) == ["fact number 0 about m"]
+
+
+def test_a_long_app_names_queue_is_hashed_to_fit_procrastinates_128_characters(
+    queue: PostgresJobQueue, pg_url: str, service: PostgresMemoryService
+) -> None:
+    long = UserKey("a" * 150, "bob")
+    queue.enqueue(long, "t", history(1))
+    name = jobs(pg_url)[0]["queue_name"]
+    assert name.startswith("langmem@#") and len(name) == len("langmem@#") + 16
+    drain(pg_url, service, apps=[long.app_name])
+    assert texts(service, long) == ["fact number 0 about m"]
+
+
+def test_a_default_worker_also_takes_jobs_of_the_plain_queue_and_new_apps(
+    queue: PostgresJobQueue, pg_url: str, service: PostgresMemoryService
+) -> None:
+    """Jobs queued before apps had queues are in `langmem`; an app first seen while the
+    worker runs is found within a second (it joins the list the worker fetches from, and
+    the worker listens on every queue's channel: polling every 30 s cannot explain it)."""
+    queue.enqueue(USER, "t", history(1))
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("UPDATE procrastinate_jobs SET queue_name = 'langmem'")
+    late = UserKey("queue-late", "carol")
+
+    async def main() -> None:
+        worker = QueueWorker(pg_url, service, VerbatimExtractor(), poll_interval=30)
+        run = asyncio.create_task(worker.arun())
+        deadline = time.monotonic() + 20
+        while not texts(service) and time.monotonic() < deadline:  # noqa: ASYNC110
+            await asyncio.sleep(0.1)
+        for n in range(2):  # the second one arrives once the worker listens on the queue
+            await queue.aenqueue(late, f"t{n}", history(1, prefix=f"p{n}"))
+            deadline = time.monotonic() + 8
+            while len(texts(service, late)) <= n and time.monotonic() < deadline:  # noqa: ASYNC110
+                await asyncio.sleep(0.1)
+        worker.stop()
+        await run
+
+    asyncio.run(main())
+    assert texts(service) == ["fact number 0 about m"]
+    assert texts(service, late) == ["fact number 0 about p0", "fact number 0 about p1"]
+
+
+class SlowFor(VerbatimExtractor):
+    """Verbatim, after `seconds` for `user`'s jobs (a long model call)."""
+
+    def __init__(self, user: UserKey, seconds: float) -> None:
+        super().__init__()
+        self.user, self.seconds = user, seconds
+
+    def extract(self, request: ExtractionRequest) -> list[MemoryOp]:
+        if request.user == self.user:
+            time.sleep(self.seconds)
+        return super().extract(request)
+
+
+def test_a_new_apps_job_does_not_wait_for_the_running_jobs(
+    queue: PostgresJobQueue, pg_url: str, service: PostgresMemoryService
+) -> None:
+    """A default worker takes a new app's queue in while a long job runs: the new app's
+    job is done long before the running one ends (a restart of procrastinate's worker
+    would first wait for the running job)."""
+    late = UserKey("queue-late", "carol")
+
+    async def main() -> tuple[float, float]:
+        worker = QueueWorker(pg_url, service, SlowFor(USER, 6.0), poll_interval=30)
+        run = asyncio.create_task(worker.arun())
+        await queue.aenqueue(USER, "slow", history(1))
+        while not worker._running:  # noqa: ASYNC110 - the slow job has started
+            await asyncio.sleep(0.05)
+        started = time.monotonic()
+        await queue.aenqueue(late, "t", history(1, prefix="p"))
+        while not texts(service, late) and time.monotonic() - started < 15:  # noqa: ASYNC110
+            await asyncio.sleep(0.05)
+        late_done = time.monotonic() - started
+        while not texts(service) and time.monotonic() - started < 15:  # noqa: ASYNC110
+            await asyncio.sleep(0.05)
+        slow_done = time.monotonic() - started
+        worker.stop()
+        await run
+        return late_done, slow_done
+
+    late_done, slow_done = asyncio.run(main())
+    assert texts(service, late) == ["fact number 0 about p"]
+    assert texts(service) == ["fact number 0 about m"]
+    assert late_done < 4.0 < slow_done, (late_done, slow_done)
+
+
+def test_a_bad_queue_or_app_name_is_refused(pg_url: str, service: PostgresMemoryService) -> None:
+    from langmem_trpc.errors import ConfigurationError, InvalidUserKeyError
+
+    with pytest.raises(ConfigurationError, match="without '@'"):
+        PostgresJobQueue(pg_url, queue="a@b")
+    with pytest.raises(InvalidUserKeyError, match="apps"):
+        QueueWorker(pg_url, service, VerbatimExtractor(), apps=[""])
 
 
 def test_stats_report_depth_oldest_age_and_per_user_lag(
@@ -327,6 +466,9 @@ def test_a_delta_over_the_cap_is_queued_as_consecutive_anchored_jobs(
     assert len(entries) == 20
     cursor = service.get_cursor(USER, "t")
     assert cursor is not None and cursor.last_message_id == "m19"
+    offsets = [j["args"]["offset"] for j in queued[1:]]
+    assert offsets == [sum(len(c) - 1 for c in chunks[:k]) for k in range(len(chunks))]
+    assert cursor.message_count == 20  # the thread's, not the last chunk's
 
 
 def test_a_callers_pool_in_transaction_mode_commits_and_collapses(
