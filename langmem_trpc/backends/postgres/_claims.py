@@ -6,8 +6,12 @@ A claim is taken by one `INSERT ... ON CONFLICT DO UPDATE ... WHERE` on
 `langmem_thread_claims`: the row lock serialises competing processes and the
 WHERE (free, expired or ours) is re-checked on the latest row version, so
 exactly one wins. Expiry uses the server's clock, never a client's. Claim
-and release transactions commit asynchronously (no WAL flush wait); the
-cursor writes under the claim are ordinary durable commits.
+and release transactions commit asynchronously (no WAL flush wait, set by
+`set_config` inside the claim or release statement itself: no extra round
+trip); the cursor writes under the claim are ordinary durable commits.
+`save_progress` opens with the one UPDATE that checks the claim (locking its
+row), renews or releases it and clears the failed attempts, so a lost claim
+writes nothing and a batch costs two statements, not four.
 """
 
 from __future__ import annotations
@@ -24,9 +28,10 @@ from ._sql import Row, user_params
 
 __all__ = ["op_for"]
 
-ASYNC_COMMIT = "SET LOCAL synchronous_commit = off"
-"""Taking or releasing a claim does not wait for the WAL flush: a claim lost to a server
-crash only lets another job take the thread, whose cursor writes stay durable."""
+ASYNC_COMMIT = "set_config('synchronous_commit', 'off', true) = 'off'"
+"""A condition that makes this transaction commit without waiting for the WAL flush: a
+claim lost to a server crash only lets another job take the thread, whose cursor writes
+stay durable."""
 
 _T = "app_name = %(app)s AND user_id = %(user)s AND thread_id = %(thread)s"
 
@@ -47,22 +52,27 @@ COUNT_PENDING = f"""
 UPDATE langmem_cursors SET pending_retries = (
     SELECT count(*) FROM langmem_dead_letters WHERE {_T} AND status = 'retry') WHERE {_T}"""
 
-TAKE_CLAIM = """
+TAKE_CLAIM = f"""
 INSERT INTO langmem_thread_claims AS c (app_name, user_id, thread_id, owner, expires_at)
-VALUES (%(app)s, %(user)s, %(thread)s, %(owner)s, now() + make_interval(secs => %(ttl)s))
+SELECT %(app)s, %(user)s, %(thread)s, %(owner)s, now() + make_interval(secs => %(ttl)s)
+WHERE {ASYNC_COMMIT}
 ON CONFLICT (app_name, user_id, thread_id) DO UPDATE SET
     owner = excluded.owner, expires_at = excluded.expires_at
 WHERE c.owner IS NULL OR c.owner = excluded.owner OR c.expires_at <= now()
 RETURNING attempts, batch"""
-HOLDS = f"SELECT 1 AS held FROM langmem_thread_claims WHERE {_T} AND owner = %(owner)s FOR UPDATE"
-RENEW = f"""
-UPDATE langmem_thread_claims SET expires_at = now() + make_interval(secs => %(ttl)s)
-WHERE {_T} AND owner = %(owner)s"""
+_HOLD = f"UPDATE langmem_thread_claims SET {{}} WHERE {_T} AND owner = %(owner)s RETURNING 1 AS held"
+_RENEW = "expires_at = now() + make_interval(secs => %(ttl)s)"
+_RELEASE = "owner = NULL, expires_at = NULL"
+_CLEAR = ", batch = NULL, attempts = 0, last_error = NULL"
+HOLD = {
+    (release, clear): _HOLD.format((_RELEASE if release else _RENEW) + (_CLEAR if clear else ""))
+    for release in (False, True)
+    for clear in (False, True)
+}
+"""(release, clear attempts) -> the UPDATE that checks the claim is ours, locks its row,
+renews (`ttl`) or releases it and optionally clears the failed attempts; no row: not ours."""
 RELEASE = f"""
-UPDATE langmem_thread_claims SET owner = NULL, expires_at = NULL WHERE {_T} AND owner = %(owner)s"""
-CLEAR_ATTEMPTS = (
-    f"UPDATE langmem_thread_claims SET batch = NULL, attempts = 0, last_error = NULL WHERE {_T}"
-)
+UPDATE langmem_thread_claims SET {_RELEASE} WHERE {_T} AND owner = %(owner)s AND {ASYNC_COMMIT}"""
 RECORD_FAILURE = """
 INSERT INTO langmem_thread_claims AS c (app_name, user_id, thread_id, batch, attempts, last_error)
 VALUES (%(app)s, %(user)s, %(thread)s, %(batch)s, 1, %(error)s)
@@ -176,7 +186,6 @@ def _cursor_params(user: UserKey, cursor: ExtractionCursor) -> dict[str, Any]:
 
 def claim_thread(op: c.ClaimThread) -> Plan[ThreadClaim | None]:
     p = _params(op.user, op.thread_id, owner=op.owner, ttl=op.ttl)
-    yield Sql(ASYNC_COMMIT)
     taken = yield Sql(TAKE_CLAIM, p)
     if not taken:
         return None
@@ -195,7 +204,7 @@ def claim_thread(op: c.ClaimThread) -> Plan[ThreadClaim | None]:
 
 def save_progress(op: c.SaveProgress) -> Plan[bool]:
     p = _params(op.user, op.thread_id, owner=op.owner, ttl=op.ttl)
-    held = yield Sql(HOLDS, p)
+    held = yield Sql(HOLD[op.ttl is None, op.cursor is not None], p)
     if not held:
         return False
     if op.dead_letter is not None:
@@ -204,10 +213,8 @@ def save_progress(op: c.SaveProgress) -> Plan[bool]:
         yield Sql(RESOLVE_LETTERS, _params(op.user, op.thread_id, ids=list(op.resolved)))
     if op.cursor is not None:
         yield Sql(UPSERT_CURSOR, _cursor_params(op.user, op.cursor))
-        yield Sql(CLEAR_ATTEMPTS, p)
     if op.dead_letter is not None or op.resolved:
         yield Sql(COUNT_PENDING, p)
-    yield Sql(RELEASE if op.ttl is None else RENEW, p)
     return True
 
 
@@ -231,7 +238,6 @@ def record_failure(op: c.RecordFailure) -> Plan[int]:
 
 
 def release_thread(op: c.ReleaseThread) -> Plan[None]:
-    yield Sql(ASYNC_COMMIT)
     yield Sql(RELEASE, _params(op.user, op.thread_id, owner=op.owner))
 
 
