@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections import defaultdict
@@ -270,7 +271,7 @@ async def _claim_lifecycle(service, user, call) -> None:
     runs one service method (sync or its async twin)."""
     assert await call("claim_thread", user, "t", "job-1", 0.2) is not None
     assert await call("record_failure", user, "t", "job-1", "batch-a", "boom") == 1
-    time.sleep(0.3)  # job-1's claim expires; job-2 takes the thread over
+    await asyncio.sleep(0.3)  # job-1's claim expires; job-2 takes the thread over
     assert await call("claim_thread", user, "t", "job-2", 30) is not None
     cursor = advance_cursor("t", [msg(0)], None)
     assert not await call("save_progress", user, "t", "job-1", cursor=cursor)
@@ -288,8 +289,6 @@ async def _claim_lifecycle(service, user, call) -> None:
 
 @pytest.mark.postgres
 def test_a_lost_claim_writes_nothing_and_a_save_renews_or_releases_on_postgres(pg_url, user):
-    import asyncio
-
     from langmem_trpc.backends.postgres import PostgresMemoryService
 
     async def sync_call(name, *args, **kwargs):

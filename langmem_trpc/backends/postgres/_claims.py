@@ -60,7 +60,8 @@ ON CONFLICT (app_name, user_id, thread_id) DO UPDATE SET
     owner = excluded.owner, expires_at = excluded.expires_at
 WHERE c.owner IS NULL OR c.owner = excluded.owner OR c.expires_at <= now()
 RETURNING attempts, batch"""
-_HOLD = f"UPDATE langmem_thread_claims SET {{}} WHERE {_T} AND owner = %(owner)s RETURNING 1 AS held"
+_HOLD = f"""
+UPDATE langmem_thread_claims SET {{}} WHERE {_T} AND owner = %(owner)s RETURNING 1 AS held"""
 _RENEW = "expires_at = now() + make_interval(secs => %(ttl)s)"
 _RELEASE = "owner = NULL, expires_at = NULL"
 _CLEAR = ", batch = NULL, attempts = 0, last_error = NULL"
