@@ -35,16 +35,17 @@ stay durable."""
 
 _T = "app_name = %(app)s AND user_id = %(user)s AND thread_id = %(thread)s"
 
-UPSERT_CURSOR = """
+_UPSERT_CURSOR = """
 INSERT INTO langmem_cursors (app_name, user_id, thread_id, last_message_id, last_message_digest,
     message_count, last_extracted_at, updated_at, message_keys, retired_keys)
-VALUES (%(app)s, %(user)s, %(thread)s, %(last_id)s, %(digest)s, %(count)s, %(extracted)s, now(),
-    %(keys)s, %(retired)s)
+{} %(app)s, %(user)s, %(thread)s, %(last_id)s, %(digest)s, %(count)s, %(extracted)s, now(),
+    %(keys)s, %(retired)s {}
 ON CONFLICT (app_name, user_id, thread_id) DO UPDATE SET
     last_message_id = excluded.last_message_id, last_message_digest = excluded.last_message_digest,
     message_count = excluded.message_count, last_extracted_at = excluded.last_extracted_at,
     updated_at = excluded.updated_at, message_keys = excluded.message_keys,
     retired_keys = excluded.retired_keys"""
+UPSERT_CURSOR = _UPSERT_CURSOR.format("VALUES (", ")")
 SELECT_CURSOR = f"""
 SELECT thread_id, last_message_id, last_message_digest, message_count, last_extracted_at,
     updated_at, message_keys, pending_retries, retired_keys FROM langmem_cursors WHERE {_T}"""
@@ -72,6 +73,14 @@ HOLD = {
 }
 """(release, clear attempts) -> the UPDATE that checks the claim is ours, locks its row,
 renews (`ttl`) or releases it and optionally clears the failed attempts; no row: not ours."""
+HOLD_AND_SAVE_CURSOR = {
+    release: f"WITH held AS ({HOLD[release, True]})\n"
+    + _UPSERT_CURSOR.format("SELECT", "FROM held")
+    + "\nRETURNING 1 AS held"
+    for release in (False, True)
+}
+"""release -> the same UPDATE (clearing the attempts) and the cursor upsert as one statement:
+the cursor is written only if the claim is ours."""
 RELEASE = f"""
 UPDATE langmem_thread_claims SET {_RELEASE} WHERE {_T} AND owner = %(owner)s AND {ASYNC_COMMIT}"""
 RECORD_FAILURE = """
@@ -146,16 +155,17 @@ def op_for(op: c.ClaimOp[Any]) -> Op:
     """The plan that runs `op`, and whether it writes."""
     if isinstance(op, c.GetCursor):
         return Op(get_cursor(op.user, op.thread_id), write=False)
+    # `write=False` on a plan of one statement: atomic by itself, so no BEGIN / COMMIT
     if isinstance(op, c.SetCursor):
-        return Op(_one(UPSERT_CURSOR, _cursor_params(op.user, op.cursor)), write=True)
+        return Op(_one(UPSERT_CURSOR, _cursor_params(op.user, op.cursor)), write=False)
     if isinstance(op, c.ClaimThread):
         return Op(claim_thread(op), write=True)
     if isinstance(op, c.SaveProgress):
-        return Op(save_progress(op), write=True)
+        return Op(save_progress(op), write=op.dead_letter is not None or bool(op.resolved))
     if isinstance(op, c.RecordFailure):
-        return Op(record_failure(op), write=True)
+        return Op(record_failure(op), write=False)
     if isinstance(op, c.ReleaseThread):
-        return Op(release_thread(op), write=True)
+        return Op(release_thread(op), write=False)
     if isinstance(op, c.ListDeadLetters):
         return Op(dead_letters(op), write=False)
     if isinstance(op, c.RetryDeadLetter):
@@ -205,15 +215,17 @@ def claim_thread(op: c.ClaimThread) -> Plan[ThreadClaim | None]:
 
 def save_progress(op: c.SaveProgress) -> Plan[bool]:
     p = _params(op.user, op.thread_id, owner=op.owner, ttl=op.ttl)
-    held = yield Sql(HOLD[op.ttl is None, op.cursor is not None], p)
+    if op.cursor is None:
+        held = yield Sql(HOLD[op.ttl is None, False], p)
+    else:
+        p |= _cursor_params(op.user, op.cursor)
+        held = yield Sql(HOLD_AND_SAVE_CURSOR[op.ttl is None], p)
     if not held:
         return False
     if op.dead_letter is not None:
         yield Sql(UPSERT_LETTER, _letter_params(op.dead_letter))
     if op.resolved:
         yield Sql(RESOLVE_LETTERS, _params(op.user, op.thread_id, ids=list(op.resolved)))
-    if op.cursor is not None:
-        yield Sql(UPSERT_CURSOR, _cursor_params(op.user, op.cursor))
     if op.dead_letter is not None or op.resolved:
         yield Sql(COUNT_PENDING, p)
     return True
