@@ -6,12 +6,9 @@ A claim is taken by one `INSERT ... ON CONFLICT DO UPDATE ... WHERE` on
 `langmem_thread_claims`: the row lock serialises competing processes and the
 WHERE (free, expired or ours) is re-checked on the latest row version, so
 exactly one wins. Expiry uses the server's clock, never a client's. Claim
-and release transactions commit asynchronously (no WAL flush wait, set by
-`set_config` inside the claim or release statement itself: no extra round
-trip); the cursor writes under the claim are ordinary durable commits.
-`save_progress` opens with the one UPDATE that checks the claim (locking its
-row), renews or releases it and clears the failed attempts, so a lost claim
-writes nothing and a batch costs two statements, not four.
+and release transactions commit asynchronously (no WAL flush wait); the
+cursor writes under the claim are ordinary durable commits, a batch's in one
+statement that also checks, renews or releases the claim.
 """
 
 from __future__ import annotations
@@ -63,24 +60,18 @@ WHERE c.owner IS NULL OR c.owner = excluded.owner OR c.expires_at <= now()
 RETURNING attempts, batch"""
 _HOLD = f"""
 UPDATE langmem_thread_claims SET {{}} WHERE {_T} AND owner = %(owner)s RETURNING 1 AS held"""
-_RENEW = "expires_at = now() + make_interval(secs => %(ttl)s)"
 _RELEASE = "owner = NULL, expires_at = NULL"
-_CLEAR = ", batch = NULL, attempts = 0, last_error = NULL"
-HOLD = {
-    (release, clear): _HOLD.format((_RELEASE if release else _RENEW) + (_CLEAR if clear else ""))
-    for release in (False, True)
-    for clear in (False, True)
-}
-"""(release, clear attempts) -> the UPDATE that checks the claim is ours, locks its row,
-renews (`ttl`) or releases it and optionally clears the failed attempts; no row: not ours."""
+_RENEW = "expires_at = now() + make_interval(secs => %(ttl)s)"
+HOLD = {True: _HOLD.format(_RELEASE), False: _HOLD.format(_RENEW)}
+"""release -> the UPDATE that checks the claim is ours and locks its row, then releases it
+or renews it (`ttl`); no row: not ours."""
 HOLD_AND_SAVE_CURSOR = {
-    release: f"WITH held AS ({HOLD[release, True]})\n"
-    + _UPSERT_CURSOR.format("SELECT", "FROM held")
-    + "\nRETURNING 1 AS held"
-    for release in (False, True)
+    release: f"WITH held AS ({_HOLD.format(sets + ', batch = NULL, attempts = 0, last_error = NULL')})"
+    f"\n{_UPSERT_CURSOR.format('SELECT', 'FROM held')}\nRETURNING 1 AS held"
+    for release, sets in ((True, _RELEASE), (False, _RENEW))
 }
-"""release -> the same UPDATE (clearing the attempts) and the cursor upsert as one statement:
-the cursor is written only if the claim is ours."""
+"""release -> that UPDATE, clearing the failed attempts, and the cursor upsert in one
+statement: the cursor is written only if the claim is ours."""
 RELEASE = f"""
 UPDATE langmem_thread_claims SET {_RELEASE} WHERE {_T} AND owner = %(owner)s AND {ASYNC_COMMIT}"""
 RECORD_FAILURE = """
@@ -216,7 +207,7 @@ def claim_thread(op: c.ClaimThread) -> Plan[ThreadClaim | None]:
 def save_progress(op: c.SaveProgress) -> Plan[bool]:
     p = _params(op.user, op.thread_id, owner=op.owner, ttl=op.ttl)
     if op.cursor is None:
-        held = yield Sql(HOLD[op.ttl is None, False], p)
+        held = yield Sql(HOLD[op.ttl is None], p)
     else:
         p |= _cursor_params(op.user, op.cursor)
         held = yield Sql(HOLD_AND_SAVE_CURSOR[op.ttl is None], p)
