@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections import defaultdict
@@ -263,3 +264,40 @@ def test_dead_letter_then_retry_on_postgres(pg_url, user):
         assert retried.status == JobStatus.COMPLETED and retried.retried == 1
         assert [i for _, i in extractor.seen] == ["m0", "m1"]
         assert service.dead_letters(status="done")[0].id == letter.id
+
+
+async def _claim_lifecycle(service, user, call) -> None:
+    """A lost claim writes nothing; a renewal keeps it; the final save releases it. `call`
+    runs one service method (sync or its async twin)."""
+    assert await call("claim_thread", user, "t", "job-1", 0.2) is not None
+    assert await call("record_failure", user, "t", "job-1", "batch-a", "boom") == 1
+    await asyncio.sleep(0.3)  # job-1's claim expires; job-2 takes the thread over
+    assert await call("claim_thread", user, "t", "job-2", 30) is not None
+    cursor = advance_cursor("t", [msg(0)], None)
+    assert not await call("save_progress", user, "t", "job-1", cursor=cursor)
+    assert await call("get_cursor", user, "t") is None  # the lost claim wrote no cursor
+    assert await call("claim_thread", user, "t", "job-3", 30) is None  # job-2 still holds it
+    assert await call("save_progress", user, "t", "job-2", cursor=cursor, ttl=30)
+    assert await call("claim_thread", user, "t", "job-3", 30) is None  # renewed, not released
+    assert await call("save_progress", user, "t", "job-2")  # final: release
+    claim = await call("claim_thread", user, "t", "job-3", 30)
+    assert claim is not None and claim.cursor.message_count == 1
+    assert claim.attempts == 0 and claim.failed_batch is None  # the cursor cleared them
+    await call("release_thread", user, "t", "job-3")
+    assert await call("claim_thread", user, "t", "job-4", 30) is not None
+
+
+@pytest.mark.postgres
+def test_a_lost_claim_writes_nothing_and_a_save_renews_or_releases_on_postgres(pg_url, user):
+    from langmem_trpc.backends.postgres import PostgresMemoryService
+
+    async def sync_call(name, *args, **kwargs):
+        return getattr(service, name)(*args, **kwargs)
+
+    async def async_call(name, *args, **kwargs):
+        return await getattr(service, "a" + name)(*args, **kwargs)
+
+    with PostgresMemoryService(pg_url) as service:
+        service.setup()
+        asyncio.run(_claim_lifecycle(service, user, sync_call))
+        asyncio.run(_claim_lifecycle(service, UserKey("app", "bob"), async_call))

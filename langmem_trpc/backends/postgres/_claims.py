@@ -7,7 +7,8 @@ A claim is taken by one `INSERT ... ON CONFLICT DO UPDATE ... WHERE` on
 WHERE (free, expired or ours) is re-checked on the latest row version, so
 exactly one wins. Expiry uses the server's clock, never a client's. Claim
 and release transactions commit asynchronously (no WAL flush wait); the
-cursor writes under the claim are ordinary durable commits.
+cursor writes under the claim are ordinary durable commits, a batch's in one
+statement that also checks, renews or releases the claim.
 """
 
 from __future__ import annotations
@@ -24,22 +25,24 @@ from ._sql import Row, user_params
 
 __all__ = ["op_for"]
 
-ASYNC_COMMIT = "SET LOCAL synchronous_commit = off"
-"""Taking or releasing a claim does not wait for the WAL flush: a claim lost to a server
-crash only lets another job take the thread, whose cursor writes stay durable."""
+ASYNC_COMMIT = "set_config('synchronous_commit', 'off', true) = 'off'"
+"""A condition that makes this transaction commit without waiting for the WAL flush: a
+claim lost to a server crash only lets another job take the thread, whose cursor writes
+stay durable."""
 
 _T = "app_name = %(app)s AND user_id = %(user)s AND thread_id = %(thread)s"
 
-UPSERT_CURSOR = """
+_UPSERT_CURSOR = """
 INSERT INTO langmem_cursors (app_name, user_id, thread_id, last_message_id, last_message_digest,
     message_count, last_extracted_at, updated_at, message_keys, retired_keys)
-VALUES (%(app)s, %(user)s, %(thread)s, %(last_id)s, %(digest)s, %(count)s, %(extracted)s, now(),
-    %(keys)s, %(retired)s)
+{} %(app)s, %(user)s, %(thread)s, %(last_id)s, %(digest)s, %(count)s, %(extracted)s, now(),
+    %(keys)s, %(retired)s {}
 ON CONFLICT (app_name, user_id, thread_id) DO UPDATE SET
     last_message_id = excluded.last_message_id, last_message_digest = excluded.last_message_digest,
     message_count = excluded.message_count, last_extracted_at = excluded.last_extracted_at,
     updated_at = excluded.updated_at, message_keys = excluded.message_keys,
     retired_keys = excluded.retired_keys"""
+UPSERT_CURSOR = _UPSERT_CURSOR.format("VALUES (", ")")
 SELECT_CURSOR = f"""
 SELECT thread_id, last_message_id, last_message_digest, message_count, last_extracted_at,
     updated_at, message_keys, pending_retries, retired_keys FROM langmem_cursors WHERE {_T}"""
@@ -47,22 +50,30 @@ COUNT_PENDING = f"""
 UPDATE langmem_cursors SET pending_retries = (
     SELECT count(*) FROM langmem_dead_letters WHERE {_T} AND status = 'retry') WHERE {_T}"""
 
-TAKE_CLAIM = """
+TAKE_CLAIM = f"""
 INSERT INTO langmem_thread_claims AS c (app_name, user_id, thread_id, owner, expires_at)
-VALUES (%(app)s, %(user)s, %(thread)s, %(owner)s, now() + make_interval(secs => %(ttl)s))
+SELECT %(app)s, %(user)s, %(thread)s, %(owner)s, now() + make_interval(secs => %(ttl)s)
+WHERE {ASYNC_COMMIT}
 ON CONFLICT (app_name, user_id, thread_id) DO UPDATE SET
     owner = excluded.owner, expires_at = excluded.expires_at
 WHERE c.owner IS NULL OR c.owner = excluded.owner OR c.expires_at <= now()
 RETURNING attempts, batch"""
-HOLDS = f"SELECT 1 AS held FROM langmem_thread_claims WHERE {_T} AND owner = %(owner)s FOR UPDATE"
-RENEW = f"""
-UPDATE langmem_thread_claims SET expires_at = now() + make_interval(secs => %(ttl)s)
-WHERE {_T} AND owner = %(owner)s"""
+_HOLD = f"""
+UPDATE langmem_thread_claims SET {{}} WHERE {_T} AND owner = %(owner)s RETURNING 1 AS held"""
+_RELEASE = "owner = NULL, expires_at = NULL"
+_RENEW = "expires_at = now() + make_interval(secs => %(ttl)s)"
+HOLD = {True: _HOLD.format(_RELEASE), False: _HOLD.format(_RENEW)}
+"""release -> the UPDATE that checks the claim is ours and locks its row, then releases it
+or renews it (`ttl`); no row: not ours."""
+HOLD_AND_SAVE_CURSOR = {
+    release: f"WITH held AS ({_HOLD.format(sets + ', batch = NULL, attempts = 0, last_error = NULL')})"
+    f"\n{_UPSERT_CURSOR.format('SELECT', 'FROM held')}\nRETURNING 1 AS held"
+    for release, sets in ((True, _RELEASE), (False, _RENEW))
+}
+"""release -> that UPDATE, clearing the failed attempts, and the cursor upsert in one
+statement: the cursor is written only if the claim is ours."""
 RELEASE = f"""
-UPDATE langmem_thread_claims SET owner = NULL, expires_at = NULL WHERE {_T} AND owner = %(owner)s"""
-CLEAR_ATTEMPTS = (
-    f"UPDATE langmem_thread_claims SET batch = NULL, attempts = 0, last_error = NULL WHERE {_T}"
-)
+UPDATE langmem_thread_claims SET {_RELEASE} WHERE {_T} AND owner = %(owner)s AND {ASYNC_COMMIT}"""
 RECORD_FAILURE = """
 INSERT INTO langmem_thread_claims AS c (app_name, user_id, thread_id, batch, attempts, last_error)
 VALUES (%(app)s, %(user)s, %(thread)s, %(batch)s, 1, %(error)s)
@@ -135,16 +146,17 @@ def op_for(op: c.ClaimOp[Any]) -> Op:
     """The plan that runs `op`, and whether it writes."""
     if isinstance(op, c.GetCursor):
         return Op(get_cursor(op.user, op.thread_id), write=False)
+    # `write=False` on a plan of one statement: atomic by itself, so no BEGIN / COMMIT
     if isinstance(op, c.SetCursor):
-        return Op(_one(UPSERT_CURSOR, _cursor_params(op.user, op.cursor)), write=True)
+        return Op(_one(UPSERT_CURSOR, _cursor_params(op.user, op.cursor)), write=False)
     if isinstance(op, c.ClaimThread):
         return Op(claim_thread(op), write=True)
     if isinstance(op, c.SaveProgress):
-        return Op(save_progress(op), write=True)
+        return Op(save_progress(op), write=op.dead_letter is not None or bool(op.resolved))
     if isinstance(op, c.RecordFailure):
-        return Op(record_failure(op), write=True)
+        return Op(record_failure(op), write=False)
     if isinstance(op, c.ReleaseThread):
-        return Op(release_thread(op), write=True)
+        return Op(release_thread(op), write=False)
     if isinstance(op, c.ListDeadLetters):
         return Op(dead_letters(op), write=False)
     if isinstance(op, c.RetryDeadLetter):
@@ -176,7 +188,6 @@ def _cursor_params(user: UserKey, cursor: ExtractionCursor) -> dict[str, Any]:
 
 def claim_thread(op: c.ClaimThread) -> Plan[ThreadClaim | None]:
     p = _params(op.user, op.thread_id, owner=op.owner, ttl=op.ttl)
-    yield Sql(ASYNC_COMMIT)
     taken = yield Sql(TAKE_CLAIM, p)
     if not taken:
         return None
@@ -195,19 +206,19 @@ def claim_thread(op: c.ClaimThread) -> Plan[ThreadClaim | None]:
 
 def save_progress(op: c.SaveProgress) -> Plan[bool]:
     p = _params(op.user, op.thread_id, owner=op.owner, ttl=op.ttl)
-    held = yield Sql(HOLDS, p)
+    if op.cursor is None:
+        held = yield Sql(HOLD[op.ttl is None], p)
+    else:
+        p |= _cursor_params(op.user, op.cursor)
+        held = yield Sql(HOLD_AND_SAVE_CURSOR[op.ttl is None], p)
     if not held:
         return False
     if op.dead_letter is not None:
         yield Sql(UPSERT_LETTER, _letter_params(op.dead_letter))
     if op.resolved:
         yield Sql(RESOLVE_LETTERS, _params(op.user, op.thread_id, ids=list(op.resolved)))
-    if op.cursor is not None:
-        yield Sql(UPSERT_CURSOR, _cursor_params(op.user, op.cursor))
-        yield Sql(CLEAR_ATTEMPTS, p)
     if op.dead_letter is not None or op.resolved:
         yield Sql(COUNT_PENDING, p)
-    yield Sql(RELEASE if op.ttl is None else RENEW, p)
     return True
 
 
@@ -231,7 +242,6 @@ def record_failure(op: c.RecordFailure) -> Plan[int]:
 
 
 def release_thread(op: c.ReleaseThread) -> Plan[None]:
-    yield Sql(ASYNC_COMMIT)
     yield Sql(RELEASE, _params(op.user, op.thread_id, owner=op.owner))
 
 
