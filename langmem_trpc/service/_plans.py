@@ -11,9 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any, TypeVar
-
-from pydantic import BaseModel
+from typing import Any
 
 from ..errors import CapacityExceededError, MemoryConflictError, MemoryNotFoundError
 from ..types import Entry, HistoryEvent, Memory, Operation, Source, UserKey, canonical_topics
@@ -51,17 +49,16 @@ from ._steps import (
     SetTopics,
     SoftDelete,
     Stored,
+    T,
 )
 
 __all__ = ["add", "add_many", "clear", "delete", "purge", "restore", "update"]
-
-M = TypeVar("M", bound=BaseModel)
 
 CAPACITY = Source(actor="capacity")
 """The source of an eviction's history entry."""
 
 
-def _checked(cls: type[M], **values: Any) -> M:
+def _checked(cls: type[T], **values: Any) -> T:
     """`cls.model_construct(**values)` for checked values naming every field, minus
     pydantic's per-field alias and default walk (two per add: the entry, its event)."""
     model, put = cls.__new__(cls), object.__setattr__
