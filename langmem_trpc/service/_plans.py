@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 
 from ..errors import CapacityExceededError, MemoryConflictError, MemoryNotFoundError
 from ..types import Entry, HistoryEvent, Memory, Operation, Source, UserKey, canonical_topics
@@ -48,12 +49,24 @@ from ._steps import (
     SetTopics,
     SoftDelete,
     Stored,
+    T,
 )
 
 __all__ = ["add", "add_many", "clear", "delete", "purge", "restore", "update"]
 
 CAPACITY = Source(actor="capacity")
 """The source of an eviction's history entry."""
+
+
+def _checked(cls: type[T], **values: Any) -> T:
+    """`cls.model_construct(**values)` for checked values naming every field, minus
+    pydantic's per-field alias and default walk (two per add: the entry, its event)."""
+    model, put = cls.__new__(cls), object.__setattr__
+    put(model, "__dict__", values)
+    put(model, "__pydantic_fields_set__", set(values))
+    put(model, "__pydantic_extra__", None)
+    put(model, "__pydantic_private__", None)
+    return model
 
 
 def _event(
@@ -64,21 +77,17 @@ def _event(
     source: Source | None,
     at: datetime,
 ) -> HistoryEvent:
-    return HistoryEvent.model_construct(
-        memory_id=memory_id, operation=op, text_before=before, text_after=after, at=at,
-        source=source,
+    return _checked(
+        HistoryEvent, memory_id=memory_id, operation=op, text_before=before, text_after=after,
+        at=at, source=source,
     )  # fmt: skip
 
 
 def _new_entry(user: UserKey, memory_id: str, memory: Memory, now: datetime) -> Entry:
-    return Entry.model_construct(
-        id=memory_id, app_name=user.app_name, user_id=user.user_id, memory=memory,
+    return _checked(
+        Entry, id=memory_id, app_name=user.app_name, user_id=user.user_id, memory=memory,
         created_at=now, updated_at=now, score=None, rrf_score=None, expires_at=None,
     )  # fmt: skip
-
-
-def _embed_text(memory: Memory) -> str:
-    return embedding_text(memory.text)
 
 
 # --- add ---------------------------------------------------------------------
@@ -107,7 +116,7 @@ def _add(
     user: UserKey, memory: Memory, memory_id: str | None, source: Source | None, limits: Limits
 ) -> Plan[Entry]:
     fp = fingerprint(memory, memory_id)
-    (vector,) = yield Embed((_embed_text(memory),))
+    (vector,) = yield Embed((embedding_text(memory.text),))
     yield LockUser(user)
     return (yield from _add_locked(user, memory, fp, vector, memory_id, source, limits))
 
@@ -199,7 +208,7 @@ def _add_many(
     if not memories:
         return []
     fps = [fingerprint(m) for m in memories]
-    vectors = yield Embed(tuple(_embed_text(m) for m in memories))
+    vectors = yield Embed(tuple(embedding_text(m.text) for m in memories))
     yield LockUser(user)
     known: set[str] = set((yield KnownFingerprints(user, frozenset(fps))))
     capacity = limits.capacity
@@ -269,9 +278,9 @@ def _update(
     if seen is None or seen.deleted:
         raise MemoryNotFoundError(memory_id)
     memory = patch.apply(seen.entry.memory, limits)
-    embedded = _embed_text(memory)
+    embedded = embedding_text(memory.text)
     vector: object = KEEP
-    if embedded != _embed_text(seen.entry.memory):
+    if embedded != embedding_text(seen.entry.memory.text):
         (vector,) = yield Embed((embedded,))
     yield LockUser(user)
     row: Stored | None = yield FindById(user, memory_id)
@@ -279,8 +288,8 @@ def _update(
         raise MemoryNotFoundError(memory_id)
     if row.entry != seen.entry:  # changed meanwhile: patch the newer version
         memory = patch.apply(row.entry.memory, limits)
-        now_embedded = _embed_text(memory)
-        if now_embedded == _embed_text(row.entry.memory):
+        now_embedded = embedding_text(memory.text)
+        if now_embedded == embedding_text(row.entry.memory.text):
             vector = KEEP
         elif now_embedded != embedded:
             (vector,) = yield Embed((now_embedded,))
@@ -360,7 +369,7 @@ def restore(user: UserKey, entry: Entry, history: Sequence[HistoryEvent] = ()) -
 
 
 def _restore(user: UserKey, entry: Entry, events: tuple[HistoryEvent, ...]) -> Plan[Entry]:
-    (vector,) = yield Embed((_embed_text(entry.memory),))
+    (vector,) = yield Embed((embedding_text(entry.memory.text),))
     yield LockUser(user)
     yield Purge(user, entry.id)
     clash: Stored | None = yield FindLiveByFingerprint(user, fingerprint(entry.memory))

@@ -45,7 +45,7 @@ DELETED, KEYED = 12, 13
 CONTENT_DOC, TOPIC_DOC = 12, 13
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Prepared:
     """A validated memory with everything its row needs, computed outside the transaction."""
 
@@ -55,24 +55,18 @@ class Prepared:
     """topics, kind, event_time, participants, location, metadata as stored."""
     content_doc: str
     topic_doc: str
+    content_len: int
+    topic_len: int
+    """Tokens of each document."""
 
     @classmethod
     def of(cls, memory: Memory, fp: str, language: Language) -> Prepared:
+        content_doc = fts_document(memory.text, language)
+        topic_doc = topics_document(memory.topics, language)
         return cls(
-            memory=memory,
-            fingerprint=bytes.fromhex(fp),
-            columns=sql.memory_params(memory),
-            content_doc=fts_document(memory.text, language),
-            topic_doc=topics_document(memory.topics, language),
-        )
-
-    @property
-    def content_len(self) -> int:
-        return _token_count(self.content_doc)
-
-    @property
-    def topic_len(self) -> int:
-        return _token_count(self.topic_doc)
+            memory, bytes.fromhex(fp), sql.memory_params(memory), content_doc, topic_doc,
+            _token_count(content_doc), _token_count(topic_doc),
+        )  # fmt: skip
 
 
 def _token_count(document: str) -> int:
