@@ -8,12 +8,11 @@
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from typing import Any, TypeVar
 
 import numpy as np
@@ -31,7 +30,7 @@ from ...service._search import (
 from ...types import Entry, Kind, SearchOptions, UserKey
 from . import _sql as sql
 from ._keyword import keyword_doc, match_any, scope_prefix
-from ._postings import KeywordIndex, KeywordIndexCache, Reader
+from ._postings import Builder, KeywordIndex, KeywordIndexCache, Reader
 from ._rows import CONTENT_DOC, TEXT, TOPIC_DOC, TOPICS, Row, user_state
 from ._scoring import score_candidates
 from ._vectors import KIND_CODES, UserVectors, VectorCache
@@ -190,10 +189,7 @@ class SideThread:
 
     def __init__(self) -> None:
         self._busy = threading.Lock()
-        self._lock = threading.Lock()
-        self._executor: ThreadPoolExecutor | None = None
-        self._pid = 0
-        self._closed = False
+        self._thread = Builder("langmem-vector-scan", cancel_queued_on_close=False)
 
     def submit(self, scan: Callable[..., T], *args: Any) -> Future[T] | None:
         """`scan(*args)` on the side thread, or None when it is busy or closed (the caller
@@ -201,17 +197,13 @@ class SideThread:
         if not self._busy.acquire(blocking=False):
             return None
         try:
-            with self._lock:
-                if self._closed:
-                    self._busy.release()
-                    return None
-                if self._executor is None or self._pid != os.getpid():  # a forked child
-                    self._executor = ThreadPoolExecutor(1, thread_name_prefix="langmem-vector-scan")
-                    self._pid = os.getpid()
-                return self._executor.submit(self._run, scan, args)
+            future = self._thread.submit(self._run, scan, args)
         except BaseException:
             self._busy.release()
             raise
+        if future is None:
+            self._busy.release()
+        return future
 
     def _run(self, scan: Callable[..., T], args: tuple[Any, ...]) -> T:
         try:
@@ -221,11 +213,7 @@ class SideThread:
 
     def close(self) -> None:
         """Stop the thread (after a scan in flight); later scans run inline."""
-        with self._lock:
-            self._closed = True
-            executor, self._executor = self._executor, None
-        if executor is not None and self._pid == os.getpid():
-            executor.shutdown(wait=True)
+        self._thread.close()
 
 
 class SearchRun:
