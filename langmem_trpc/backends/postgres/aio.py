@@ -80,8 +80,7 @@ class AsyncPostgres(PostgresBase):
                     info = self._vector_info.get(cursor.connection)
                     if info is None:
                         info = await TypeInfo.fetch(cursor.connection, "vector")
-                        if info is not None:
-                            self._vector_info[cursor.connection] = info
+                        self._vector_info[cursor.connection] = info
                     register_vector_info(cast(Any, cursor), info)  # this cursor: numpy -> vector
                     async with cursor.copy(step.sql) as copy:
                         copy.set_types(list(step.types))

@@ -296,17 +296,17 @@ class SearchRun:
         return entry
 
     def _entries_for(self, rids: list[int]) -> dict[int, Entry]:
-        assert self._conn is not None
         missing = [rid for rid in rids if rid not in self._entries]
         if missing:
-            marks = ", ".join("?" * len(missing))
-            rows = self._conn.execute(
-                sql.SELECT_BY_RIDS + f"({marks})",
-                (self.user.app_name, self.user.user_id, *missing),
-            ).fetchall()
-            for row in rows:
+            for row in self._rows_by_rid(sql.SELECT_BY_RIDS, missing):
                 self._entry(row)
         return self._entries
+
+    def _rows_by_rid(self, query: str, rids: list[int]) -> list[Row]:
+        """The user's rows with these rids (`query` ends in `rid IN `)."""
+        assert self._conn is not None
+        params = (self.user.app_name, self.user.user_id, *rids)
+        return self._conn.execute(query + f"({', '.join('?' * len(rids))})", params).fetchall()
 
     # -- legs ---------------------------------------------------------------------
 
@@ -394,16 +394,11 @@ class SearchRun:
 
     def _load_docs(self, rids: list[int]) -> list[int]:
         """`rids` whose keyword documents and entries are now cached (all of them: one snapshot)."""
-        assert self._conn is not None
         docs, entries = self._docs, self._entries
         missing = [rid for rid in rids if rid not in docs or rid not in entries]
         if not missing:
             return rids
-        rows = self._conn.execute(
-            sql.SELECT_CANDIDATES + f"({', '.join('?' * len(missing))})",
-            (self.user.app_name, self.user.user_id, *missing),
-        ).fetchall()
-        for row in rows:
+        for row in self._rows_by_rid(sql.SELECT_CANDIDATES, missing):
             self._entry(row)
             docs[row[0]] = keyword_doc(row[CONTENT_DOC], row[TOPIC_DOC])
         return [rid for rid in rids if rid in docs]

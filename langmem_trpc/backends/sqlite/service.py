@@ -220,16 +220,12 @@ class SQLiteMemoryService(SQLiteClaims, ExpiryMixin, SyncMemoryService):
         query_vector: np.ndarray | None = None
         if self._embeddings is not None:
             query_vector = unit_vector(self._embeddings.embed_query(options.query))
-        search = SearchRun(
-            self._caches, user, options, query_vector, self._keyword_candidates, self.language
-        )
+        args = (self._caches, user, options, query_vector, self._keyword_candidates, self.language)
+        search = SearchRun(*args)
         results = self._db.read(search.run)
         if search.missing_vectors:
             self._backfill_embeddings(user, search.missing_vectors)
-            search = SearchRun(
-                self._caches, user, options, query_vector, self._keyword_candidates, self.language
-            )
-            results = self._db.read(search.run)
+            results = self._db.read(SearchRun(*args).run)
         return results
 
     def _backfill_embeddings(self, user: UserKey, dim: int) -> None:
