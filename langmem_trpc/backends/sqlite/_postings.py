@@ -140,16 +140,11 @@ class KeywordIndex:
         )
 
     def postings(self, token: str) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-        span = self._span(token)
-        if span is None:
-            return None
-        return self.docs[span], self.content_tf[span], self.topic_tf[span]
-
-    def _span(self, token: str) -> slice | None:
         slot = self.terms.get(token)
         if slot is None:
             return None
-        return slice(int(self.offsets[slot]), int(self.offsets[slot + 1]))
+        span = slice(int(self.offsets[slot]), int(self.offsets[slot + 1]))
+        return self.docs[span], self.content_tf[span], self.topic_tf[span]
 
     def document_frequency(self, token: str) -> int:
         slot = self.terms.get(token)

@@ -426,9 +426,6 @@ class SearchRun:
             if rid in entries
         ]
 
-    def _full_doc(self, row: Row) -> KeywordDoc:
-        return KeywordDoc.build(row[TEXT], json.loads(row[TOPICS]), self.language)
-
     def _phrase_scan(self, kind: Kind | None, pool: int) -> list[tuple[Entry, float]]:
         """A query with no tokens ("C#"): the shared literal fallback over a filtered scan."""
         assert self._conn is not None
@@ -446,7 +443,8 @@ class SearchRun:
             text, topics = row[TEXT].lower(), row[TOPICS].lower()
             if not (all(w in text for w in words) or all(w in topics for w in words)):
                 continue  # cheap prefilter: the literal needle cannot occur
-            score = scorer.score(self._full_doc(row))
+            doc = KeywordDoc.build(row[TEXT], json.loads(row[TOPICS]), self.language)
+            score = scorer.score(doc)
             if score > 0:
                 scored.append((score, row[0], row))
         scored.sort(key=lambda hit: (-hit[0], hit[1]))
