@@ -426,10 +426,10 @@ def test_big_user_search_pins_the_hnsw_plan_and_leaves_no_setting_behind(clean_u
     svc = PostgresMemoryService(pool, HashingEmbeddings(), exact_search_max=10)
     svc.add_many(ALICE, [Memory(text=f"note {i} on subject {i}") for i in range(60)])
     for hybrid in (False, True):
-        svc._user_sizes.clear()
+        svc._search_cache.sizes.clear()
         options = SearchOptions(max_results=3, hybrid=hybrid)
         first = svc.search(ALICE, "note 17 on subject 17", options)  # learns ALICE's size
-        assert svc._user_sizes[ALICE] == 60
+        assert svc._search_cache.sizes[ALICE] == 60
         second = svc.search(ALICE, "note 17 on subject 17", options)  # pinned ANN leg
         assert [(e.id, e.score, e.rrf_score) for e in second] == [
             (e.id, e.score, e.rrf_score) for e in first
@@ -795,7 +795,7 @@ def test_pinned_ann_leg_merges_pending_rows_even_with_a_stale_user_size(opened):
     svc = opened(embeddings=HashingEmbeddings(), exact_search_max=50)
     svc.add_many(ALICE, [f"indexed item{i}" for i in range(10)])
     svc.add_many(ALICE, [f"pending item{i}" for i in range(20)], defer_index=True)
-    svc._user_sizes[ALICE] = 10_000  # stale: learnt before the user shrank
+    svc._search_cache.sizes[ALICE] = 10_000  # stale: learnt before the user shrank
     hit = svc.search(ALICE, "pending item7", SearchOptions(max_results=1, hybrid=False))[0]
     assert hit.text == "pending item7"
 

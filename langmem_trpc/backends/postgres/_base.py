@@ -95,17 +95,15 @@ class PostgresBase(ExpiryOps):
             time_mentions=TimeMentions(self.language),
         )
         self._pool_size = pool_size
-        # Seconds to wait for a connection: during an outage a preload or tool call
-        # fails fast (psycopg_pool's own default is 30 s).
         self._pool_timeout = pool_timeout
         self._ef_search = ef_search
         self._exact_search_max = exact_search_max
         self._pool_lock = threading.Lock()
         self._prepared: WeakSet[Connection[Any] | AsyncConnection[Any]] = WeakSet()
         # pgvector's `vector` type per connection, fetched on the first bulk COPY
-        self._vector_info: WeakKeyDictionary[Connection[Any] | AsyncConnection[Any], TypeInfo] = (
-            WeakKeyDictionary()
-        )
+        self._vector_info: WeakKeyDictionary[
+            Connection[Any] | AsyncConnection[Any], TypeInfo | None
+        ] = WeakKeyDictionary()
 
     @property
     def _dims(self) -> int | None:
@@ -115,11 +113,6 @@ class PostgresBase(ExpiryOps):
     @_dims.setter
     def _dims(self, value: int | None) -> None:
         self._search_cache.dims = value
-
-    @property
-    def _user_sizes(self) -> dict[UserKey, int]:
-        """Live counts seen by search (HNSW pinning)."""
-        return self._search_cache.sizes
 
     def _pool_options(self, name: str) -> dict[str, Any]:
         """The arguments of a pool this service opens (sync or async), named `name`."""

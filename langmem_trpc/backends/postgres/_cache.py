@@ -39,9 +39,7 @@ class EntryCache:
 
     def get(self, user: UserKey, memory_id: str, version: Version) -> Entry | None:
         held = self._items.get((user, memory_id))
-        if held is None or held[0] != version:
-            return None
-        return held[1]
+        return held[1] if held is not None and held[0] == version else None
 
     def put(self, user: UserKey, entry: Entry, version: Version) -> None:
         if self._max <= 0:

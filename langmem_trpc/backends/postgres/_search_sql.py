@@ -323,12 +323,8 @@ def build_search(
         exact_max=exact_max,
     )
     dims = dims or len(query_vector or ())
-    keyword_leg = "none"
-    if use_keyword:
-        keyword_leg = "tsq" if like is None else "like"
-    vector_leg = "none"
-    if use_vector:
-        vector_leg = "heavy" if heavy else "sql"
+    keyword_leg = ("tsq" if like is None else "like") if use_keyword else "none"
+    vector_leg = ("heavy" if heavy else "sql") if use_vector else "none"
     parts = 2 if fallback else 1
     return SearchQuery(
         search_sql(vector_leg, keyword_leg, dims, parts),

@@ -633,10 +633,6 @@ def keyword_columns(text: str, topics: Sequence[str], language: Language) -> Par
     }
 
 
-def terms_params(memory: Memory, language: Language) -> Params:
-    return keyword_columns(memory.text, memory.topics, language)
-
-
 def topic_params(memory: Memory, language: Language) -> Params:
     topic_doc = topics_document(memory.topics, language)
     doc = keyword_doc("", topic_doc)
@@ -661,7 +657,7 @@ def memory_params(
         "location": memory.location,
         "metadata": Jsonb(memory.metadata),
         "embedding": vector_param(embedding),
-        **terms_params(memory, language),
+        **keyword_columns(memory.text, memory.topics, language),
     }
 
 

@@ -80,8 +80,7 @@ class AsyncPostgres(PostgresBase):
                     info = self._vector_info.get(cursor.connection)
                     if info is None:
                         info = await TypeInfo.fetch(cursor.connection, "vector")
-                        if info is not None:
-                            self._vector_info[cursor.connection] = info
+                        self._vector_info[cursor.connection] = info
                     register_vector_info(cast(Any, cursor), info)  # this cursor: numpy -> vector
                     async with cursor.copy(step.sql) as copy:
                         copy.set_types(list(step.types))
@@ -105,41 +104,33 @@ class AsyncPostgres(PostgresBase):
         self._dims = await self._arun(self._op_setup())
 
     async def arun_plan(self, plan: Plan[T]) -> T:
-        result: T = await self._arun(self._op_write(plan))
-        return result
+        return cast("T", await self._arun(self._op_write(plan)))
 
     async def aget(self, user: UserKey, memory_id: str) -> Entry | None:
-        result: Entry | None = await self._arun(self._op_get(user, memory_id))
-        return result
+        return cast("Entry | None", await self._arun(self._op_get(user, memory_id)))
 
     async def aread(self, user: UserKey, limit: int | None = None) -> list[Entry]:
-        result: list[Entry] = await self._arun(self._op_read(user, limit))
-        return result
+        return cast("list[Entry]", await self._arun(self._op_read(user, limit)))
 
     async def asearch(
         self, user: UserKey, query: str | None = None, options: SearchOptions | None = None
     ) -> list[Entry]:
-        result: list[Entry] = await self._arun(self._op_search(user, query, options))
-        return result
+        return cast("list[Entry]", await self._arun(self._op_search(user, query, options)))
 
     async def ahistory(self, user: UserKey, memory_id: str) -> list[HistoryEvent]:
-        result: list[HistoryEvent] = await self._arun(self._op_history(user, memory_id))
-        return result
+        return cast("list[HistoryEvent]", await self._arun(self._op_history(user, memory_id)))
 
     async def acount(self, user: UserKey) -> int:
         return int(await self._arun(self._op_count(user)))
 
     async def ausers(self, app_name: str | None = None) -> list[UserKey]:
-        result: list[UserKey] = await self._arun(self._op_users(app_name))
-        return result
+        return cast("list[UserKey]", await self._arun(self._op_users(app_name)))
 
     async def arun_claim_op(self, op: ClaimOp[T]) -> T:
-        result: T = await self._arun(_claims.op_for(op))
-        return result
+        return cast("T", await self._arun(_claims.op_for(op)))
 
     async def aset_expiry(self, user: UserKey, memory_id: str, expires_at: datetime | None) -> bool:
         return bool(await self._arun(self._op_set_expiry(user, memory_id, expires_at)))
 
     async def aexpired(self, user: UserKey, limit: int | None = None) -> list[str]:
-        result: list[str] = await self._arun(self._op_expired(user, limit))
-        return result
+        return cast("list[str]", await self._arun(self._op_expired(user, limit)))

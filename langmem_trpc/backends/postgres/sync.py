@@ -58,8 +58,7 @@ class SyncPostgres(PostgresBase):
                     info = self._vector_info.get(cursor.connection)
                     if info is None:
                         info = TypeInfo.fetch(cursor.connection, "vector")
-                        if info is not None:
-                            self._vector_info[cursor.connection] = info
+                        self._vector_info[cursor.connection] = info
                     register_vector_info(cast(Any, cursor), info)  # this cursor: numpy -> vector
                     with cursor.copy(step.sql) as copy:
                         copy.set_types(list(step.types))
@@ -84,41 +83,33 @@ class SyncPostgres(PostgresBase):
         logger.debug("langmem_trpc PostgreSQL schema ready (dims=%s)", self._dims)
 
     def run_plan(self, plan: Plan[T]) -> T:
-        result: T = self._run(self._op_write(plan))
-        return result
+        return cast("T", self._run(self._op_write(plan)))
 
     def get(self, user: UserKey, memory_id: str) -> Entry | None:
-        result: Entry | None = self._run(self._op_get(user, memory_id))
-        return result
+        return cast("Entry | None", self._run(self._op_get(user, memory_id)))
 
     def read(self, user: UserKey, limit: int | None = None) -> list[Entry]:
-        result: list[Entry] = self._run(self._op_read(user, limit))
-        return result
+        return cast("list[Entry]", self._run(self._op_read(user, limit)))
 
     def search(
         self, user: UserKey, query: str | None = None, options: SearchOptions | None = None
     ) -> list[Entry]:
-        result: list[Entry] = self._run(self._op_search(user, query, options))
-        return result
+        return cast("list[Entry]", self._run(self._op_search(user, query, options)))
 
     def history(self, user: UserKey, memory_id: str) -> list[HistoryEvent]:
-        result: list[HistoryEvent] = self._run(self._op_history(user, memory_id))
-        return result
+        return cast("list[HistoryEvent]", self._run(self._op_history(user, memory_id)))
 
     def count(self, user: UserKey) -> int:
         return int(self._run(self._op_count(user)))
 
     def users(self, app_name: str | None = None) -> list[UserKey]:
-        result: list[UserKey] = self._run(self._op_users(app_name))
-        return result
+        return cast("list[UserKey]", self._run(self._op_users(app_name)))
 
     def run_claim_op(self, op: ClaimOp[T]) -> T:
-        result: T = self._run(_claims.op_for(op))
-        return result
+        return cast("T", self._run(_claims.op_for(op)))
 
     def set_expiry(self, user: UserKey, memory_id: str, expires_at: datetime | None) -> bool:
         return bool(self._run(self._op_set_expiry(user, memory_id, expires_at)))
 
     def expired(self, user: UserKey, limit: int | None = None) -> list[str]:
-        result: list[str] = self._run(self._op_expired(user, limit))
-        return result
+        return cast("list[str]", self._run(self._op_expired(user, limit)))

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import time
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from ...service import _claims as c
 from ...types import DeadLetter, DeadLetterStatus, ExtractionCursor, ThreadClaim, UserKey
@@ -107,10 +106,6 @@ def row_to_letter(row: Sequence[Any]) -> DeadLetter:
     )
 
 
-def _wall_us() -> int:
-    return time.time_ns() // 1000
-
-
 class SQLiteClaims:
     """`run_claim_op` of `SQLiteMemoryService`."""
 
@@ -120,8 +115,7 @@ class SQLiteClaims:
 
     def run_claim_op(self, op: c.ClaimOp[T]) -> T:
         """Run the op: claims on the claim file, the rest in the database."""
-        result: T = self._claim_op(op)
-        return result
+        return cast("T", self._claim_op(op))
 
     def _claim_op(self, op: c.ClaimOp[Any]) -> Any:
         if isinstance(op, c.GetCursor):

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Literal, TypeVar
 from urllib.parse import quote
 
-from ...errors import BackendError, ConfigurationError, LangmemTrpcError
+from ...errors import BackendError, ConfigurationError
 from ...service._language import ENGLISH, Language
 from ._keyword import register_functions, scope_prefix_v1
 from ._sql import CREATE_MIGRATIONS_TABLE, MIGRATIONS, stored_fingerprint
@@ -225,61 +225,55 @@ class Database:
 
     def _run(self, work: Callable[[sqlite3.Connection], T], begin: str) -> T:
         conn = self.connection()
-        delay = 0.005
-        for attempt in range(self._retries + 1):
+
+        def transaction() -> T:
+            conn.execute(begin)
             try:
-                conn.execute(begin)
-                try:
-                    result = work(conn)
-                    conn.execute("COMMIT")
-                    return result
-                except BaseException:
-                    if conn.in_transaction:
-                        conn.execute("ROLLBACK")
-                    raise
-            except sqlite3.OperationalError as exc:
-                if not _is_busy(exc) or attempt == self._retries:
-                    raise BackendError(f"SQLite operation failed: {exc}") from exc
-                logger.debug("database busy (attempt %d), retrying", attempt + 1)
-                time.sleep(delay * (1 + random.random()))
-                delay = min(delay * 2, 0.5)
-            except LangmemTrpcError:
+                result = work(conn)
+                conn.execute("COMMIT")
+                return result
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
                 raise
-            except sqlite3.Error as exc:
-                raise BackendError(f"SQLite operation failed: {exc}") from exc
-        raise AssertionError("unreachable")  # pragma: no cover
+
+        return self._with_retry(transaction, "operation")
 
     # -- schema ---------------------------------------------------------------
 
     def _setup(self) -> None:
         conn = self.connection()
         if not self.memory:
-            self._with_retry(lambda: conn.execute("PRAGMA journal_mode = WAL").fetchone())
+            self._with_retry(lambda: conn.execute("PRAGMA journal_mode = WAL").fetchone(), "setup")
         self.write(self._migrate)
 
     def migrate(self) -> int:
         """Apply the migrations the file lacks (opening it did already); how many ran."""
         return self.write(self._migrate)
 
-    def _with_retry(self, action: Callable[[], object]) -> None:
+    def _with_retry(self, action: Callable[[], T], what: str) -> T:
+        """Run `action`, retried with backoff while the database is busy or locked."""
         delay = 0.005
         for attempt in range(self._retries + 1):
             try:
-                action()
-                return
+                return action()
             except sqlite3.OperationalError as exc:
                 if not _is_busy(exc) or attempt == self._retries:
-                    raise BackendError(f"SQLite setup failed: {exc}") from exc
+                    raise BackendError(f"SQLite {what} failed: {exc}") from exc
+                logger.debug("database busy (attempt %d), retrying", attempt + 1)
                 time.sleep(delay * (1 + random.random()))
                 delay = min(delay * 2, 0.5)
+            except sqlite3.Error as exc:
+                raise BackendError(f"SQLite {what} failed: {exc}") from exc
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def _migrate(self, conn: sqlite3.Connection) -> int:
         """Apply the migrations this file lacks, then check the recorded language
         (a new file records this one); returns how many migrations ran."""
         conn.execute(CREATE_MIGRATIONS_TABLE)
-        done = conn.execute("SELECT coalesce(max(version), 0) FROM langmem_migrations").fetchone()[
-            0
-        ]
+        (done,) = conn.execute(
+            "SELECT coalesce(max(version), 0) FROM langmem_migrations"
+        ).fetchone()
         if done > len(MIGRATIONS):
             raise BackendError(
                 f"database schema version {done} is newer than this package knows "

@@ -138,17 +138,14 @@ class FileClaims:
         if self._fd is None:
             return True
         assert fcntl is not None
-        if self._ofd:
-            kind = fcntl.F_WRLCK if take else fcntl.F_UNLCK
-            data = struct.pack("hhqqi4x", kind, os.SEEK_SET, offset, 1, 0)
-            try:
-                fcntl.fcntl(self._fd, fcntl.F_OFD_SETLK, data)
-            except OSError:
-                return False
-            return True
-        mode = (fcntl.LOCK_EX | fcntl.LOCK_NB) if take else fcntl.LOCK_UN
         try:
-            fcntl.lockf(self._fd, mode, 1, offset, os.SEEK_SET)
+            if self._ofd:
+                kind = fcntl.F_WRLCK if take else fcntl.F_UNLCK
+                data = struct.pack("hhqqi4x", kind, os.SEEK_SET, offset, 1, 0)
+                fcntl.fcntl(self._fd, fcntl.F_OFD_SETLK, data)
+            else:
+                mode = (fcntl.LOCK_EX | fcntl.LOCK_NB) if take else fcntl.LOCK_UN
+                fcntl.lockf(self._fd, mode, 1, offset, os.SEEK_SET)
         except OSError:
             return False
         return True

@@ -23,8 +23,9 @@ import sqlite3
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -32,13 +33,14 @@ from ...service._search import CorpusStats, QueryTerms, bm25_term, length_norm, 
 from ...types import Kind, UserKey
 from . import _sql as sql
 from ._rows import user_state
-from ._vectors import KIND_CODES, evict_to_bytes
+from ._vectors import KIND_CODES, evict_to_bytes, filter_mask
 
 __all__ = ["Builder", "KeywordIndex", "KeywordIndexCache", "Scored"]
 
 logger = logging.getLogger(__name__)
 
 Stamp = tuple[str, int]
+T = TypeVar("T")
 _LOAD_BATCH = 4096
 Reader = Callable[[Callable[[sqlite3.Connection], "KeywordIndex | None"]], "KeywordIndex | None"]
 """`Database.read`: runs a function in one read snapshot."""
@@ -138,16 +140,11 @@ class KeywordIndex:
         )
 
     def postings(self, token: str) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-        span = self._span(token)
-        if span is None:
-            return None
-        return self.docs[span], self.content_tf[span], self.topic_tf[span]
-
-    def _span(self, token: str) -> slice | None:
         slot = self.terms.get(token)
         if slot is None:
             return None
-        return slice(int(self.offsets[slot]), int(self.offsets[slot + 1]))
+        span = slice(int(self.offsets[slot]), int(self.offsets[slot + 1]))
+        return self.docs[span], self.content_tf[span], self.topic_tf[span]
 
     def document_frequency(self, token: str) -> int:
         slot = self.terms.get(token)
@@ -205,19 +202,8 @@ class KeywordIndex:
         self, rows: np.ndarray, kind: Kind | None, after_us: int | None, before_us: int | None
     ) -> np.ndarray:
         """Which of `rows` pass the kind and event-time filters (undated rows always pass)."""
-        keep = np.ones(len(rows), dtype=bool)
-        if kind is not None:
-            keep &= self.kinds[rows] == KIND_CODES[kind.value]
-        if after_us is not None or before_us is not None:
-            events = self.events[rows]
-            with np.errstate(invalid="ignore"):
-                inside = np.ones(len(rows), dtype=bool)
-                if after_us is not None:
-                    inside &= events >= after_us
-                if before_us is not None:
-                    inside &= events <= before_us
-            keep &= np.isnan(events) | inside
-        return keep
+        mask = filter_mask(self.kinds[rows], self.events[rows], kind, after_us, before_us)
+        return np.ones(len(rows), dtype=bool) if mask is None else mask
 
 
 def _occurrences(documents: list[str], terms: dict[str, int]) -> tuple[np.ndarray, np.ndarray]:
@@ -271,7 +257,7 @@ class KeywordIndexCache:
                 return None
             self._building.add(user)
         if self.background:
-            if not self._builder.submit(self._build, read, user):
+            if self._builder.submit(self._build, read, user) is None:
                 with self._lock:
                     self._building.discard(user)
             return None
@@ -320,32 +306,34 @@ def _load_current(conn: sqlite3.Connection, user: UserKey) -> KeywordIndex | Non
 
 
 class Builder:
-    """The one thread of one `KeywordIndexCache` that builds indexes: started by the
-    first build, stopped by `close()`; a forked child starts its own."""
+    """One thread of one owner (an index cache, a service's vector scans): started by
+    the first `submit`, stopped by `close()`; a forked child starts its own."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self, name: str = "langmem-keyword-index", cancel_queued_on_close: bool = True
+    ) -> None:
+        self._name = name
+        self._cancel_queued = cancel_queued_on_close
         self._executor: ThreadPoolExecutor | None = None
         self._pid = 0
         self._closed = False
         self._lock = threading.Lock()
 
-    def submit(
-        self, build: Callable[[Reader, UserKey], object], read: Reader, user: UserKey
-    ) -> bool:
-        """Queue `build(read, user)`; False (nothing queued) once closed."""
+    def submit(self, work: Callable[..., T], *args: Any) -> Future[T] | None:
+        """Queue `work(*args)`; None (nothing queued) once closed."""
         with self._lock:
             if self._closed:
-                return False
+                return None
             if self._executor is None or self._pid != os.getpid():
-                self._executor = ThreadPoolExecutor(1, thread_name_prefix="langmem-keyword-index")
+                self._executor = ThreadPoolExecutor(1, thread_name_prefix=self._name)
                 self._pid = os.getpid()
-            self._executor.submit(build, read, user)
-            return True
+            return self._executor.submit(work, *args)
 
     def close(self) -> None:
-        """Stop the thread: queued builds are dropped, one in flight is waited for."""
+        """Stop the thread: one task in flight is waited for; queued ones are dropped
+        (or, with `cancel_queued_on_close=False`, run first)."""
         with self._lock:
             self._closed = True
             executor, self._executor = self._executor, None
         if executor is not None and self._pid == os.getpid():
-            executor.shutdown(wait=True, cancel_futures=True)
+            executor.shutdown(wait=True, cancel_futures=self._cancel_queued)

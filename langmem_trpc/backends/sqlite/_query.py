@@ -8,12 +8,11 @@
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from typing import Any, TypeVar
 
 import numpy as np
@@ -31,7 +30,7 @@ from ...service._search import (
 from ...types import Entry, Kind, SearchOptions, UserKey
 from . import _sql as sql
 from ._keyword import keyword_doc, match_any, scope_prefix
-from ._postings import KeywordIndex, KeywordIndexCache, Reader
+from ._postings import Builder, KeywordIndex, KeywordIndexCache, Reader
 from ._rows import CONTENT_DOC, TEXT, TOPIC_DOC, TOPICS, Row, user_state
 from ._scoring import score_candidates
 from ._vectors import KIND_CODES, UserVectors, VectorCache
@@ -190,10 +189,7 @@ class SideThread:
 
     def __init__(self) -> None:
         self._busy = threading.Lock()
-        self._lock = threading.Lock()
-        self._executor: ThreadPoolExecutor | None = None
-        self._pid = 0
-        self._closed = False
+        self._thread = Builder("langmem-vector-scan", cancel_queued_on_close=False)
 
     def submit(self, scan: Callable[..., T], *args: Any) -> Future[T] | None:
         """`scan(*args)` on the side thread, or None when it is busy or closed (the caller
@@ -201,17 +197,13 @@ class SideThread:
         if not self._busy.acquire(blocking=False):
             return None
         try:
-            with self._lock:
-                if self._closed:
-                    self._busy.release()
-                    return None
-                if self._executor is None or self._pid != os.getpid():  # a forked child
-                    self._executor = ThreadPoolExecutor(1, thread_name_prefix="langmem-vector-scan")
-                    self._pid = os.getpid()
-                return self._executor.submit(self._run, scan, args)
+            future = self._thread.submit(self._run, scan, args)
         except BaseException:
             self._busy.release()
             raise
+        if future is None:
+            self._busy.release()
+        return future
 
     def _run(self, scan: Callable[..., T], args: tuple[Any, ...]) -> T:
         try:
@@ -221,11 +213,7 @@ class SideThread:
 
     def close(self) -> None:
         """Stop the thread (after a scan in flight); later scans run inline."""
-        with self._lock:
-            self._closed = True
-            executor, self._executor = self._executor, None
-        if executor is not None and self._pid == os.getpid():
-            executor.shutdown(wait=True)
+        self._thread.close()
 
 
 class SearchRun:
@@ -308,17 +296,17 @@ class SearchRun:
         return entry
 
     def _entries_for(self, rids: list[int]) -> dict[int, Entry]:
-        assert self._conn is not None
         missing = [rid for rid in rids if rid not in self._entries]
         if missing:
-            marks = ", ".join("?" * len(missing))
-            rows = self._conn.execute(
-                sql.SELECT_BY_RIDS + f"({marks})",
-                (self.user.app_name, self.user.user_id, *missing),
-            ).fetchall()
-            for row in rows:
+            for row in self._rows_by_rid(sql.SELECT_BY_RIDS, missing):
                 self._entry(row)
         return self._entries
+
+    def _rows_by_rid(self, query: str, rids: list[int]) -> list[Row]:
+        """The user's rows with these rids (`query` ends in `rid IN `)."""
+        assert self._conn is not None
+        params = (self.user.app_name, self.user.user_id, *rids)
+        return self._conn.execute(query + f"({', '.join('?' * len(rids))})", params).fetchall()
 
     # -- legs ---------------------------------------------------------------------
 
@@ -406,16 +394,11 @@ class SearchRun:
 
     def _load_docs(self, rids: list[int]) -> list[int]:
         """`rids` whose keyword documents and entries are now cached (all of them: one snapshot)."""
-        assert self._conn is not None
         docs, entries = self._docs, self._entries
         missing = [rid for rid in rids if rid not in docs or rid not in entries]
         if not missing:
             return rids
-        rows = self._conn.execute(
-            sql.SELECT_CANDIDATES + f"({', '.join('?' * len(missing))})",
-            (self.user.app_name, self.user.user_id, *missing),
-        ).fetchall()
-        for row in rows:
+        for row in self._rows_by_rid(sql.SELECT_CANDIDATES, missing):
             self._entry(row)
             docs[row[0]] = keyword_doc(row[CONTENT_DOC], row[TOPIC_DOC])
         return [rid for rid in rids if rid in docs]
@@ -443,9 +426,6 @@ class SearchRun:
             if rid in entries
         ]
 
-    def _full_doc(self, row: Row) -> KeywordDoc:
-        return KeywordDoc.build(row[TEXT], json.loads(row[TOPICS]), self.language)
-
     def _phrase_scan(self, kind: Kind | None, pool: int) -> list[tuple[Entry, float]]:
         """A query with no tokens ("C#"): the shared literal fallback over a filtered scan."""
         assert self._conn is not None
@@ -463,7 +443,8 @@ class SearchRun:
             text, topics = row[TEXT].lower(), row[TOPICS].lower()
             if not (all(w in text for w in words) or all(w in topics for w in words)):
                 continue  # cheap prefilter: the literal needle cannot occur
-            score = scorer.score(self._full_doc(row))
+            doc = KeywordDoc.build(row[TEXT], json.loads(row[TOPICS]), self.language)
+            score = scorer.score(doc)
             if score > 0:
                 scored.append((score, row[0], row))
         scored.sort(key=lambda hit: (-hit[0], hit[1]))

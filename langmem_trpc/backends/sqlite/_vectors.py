@@ -24,6 +24,7 @@ __all__ = [
     "UserVectors",
     "VectorCache",
     "evict_to_bytes",
+    "filter_mask",
     "to_blob",
     "unit_vector",
 ]
@@ -40,6 +41,30 @@ def unit_vector(values: Sequence[float] | np.ndarray) -> np.ndarray:
 
 def to_blob(vector: np.ndarray | None) -> bytes | None:
     return None if vector is None else np.ascontiguousarray(vector, dtype=np.float32).tobytes()
+
+
+def filter_mask(
+    kinds: np.ndarray,
+    events: np.ndarray,
+    kind: Kind | None,
+    after_us: int | None,
+    before_us: int | None,
+) -> np.ndarray | None:
+    """Which rows pass the kind and event-time filters (undated rows always pass);
+    None when no filter is set."""
+    mask: np.ndarray | None = None
+    if kind is not None:
+        mask = kinds == KIND_CODES[kind.value]
+    if after_us is not None or before_us is not None:
+        inside = np.ones(len(events), dtype=bool)
+        with np.errstate(invalid="ignore"):
+            if after_us is not None:
+                inside &= events >= after_us
+            if before_us is not None:
+                inside &= events <= before_us
+        time_ok = np.isnan(events) | inside
+        mask = time_ok if mask is None else mask & time_ok
+    return mask
 
 
 @dataclass(frozen=True)
@@ -93,19 +118,7 @@ class UserVectors:
         """`top` given the `scores` of every row."""
         if not len(self.rids):
             return []
-        mask: np.ndarray | None = None
-        if kind is not None:
-            mask = self.kinds == KIND_CODES[kind.value]
-        if after_us is not None or before_us is not None:
-            dated = ~np.isnan(self.events)
-            inside = np.ones(len(self.rids), dtype=bool)
-            with np.errstate(invalid="ignore"):
-                if after_us is not None:
-                    inside &= self.events >= after_us
-                if before_us is not None:
-                    inside &= self.events <= before_us
-            time_ok = ~dated | inside
-            mask = time_ok if mask is None else mask & time_ok
+        mask = filter_mask(self.kinds, self.events, kind, after_us, before_us)
         if mask is not None:
             scores = np.where(mask, scores, -np.inf)
         k = min(pool, len(scores))

@@ -164,11 +164,8 @@ class SQLiteMemoryService(SQLiteClaims, ExpiryMixin, SyncMemoryService):
     def get(self, user: UserKey, memory_id: str) -> Entry | None:
         user = check_user(user)
         check_memory_id(memory_id)
-        row = self._db.read(
-            lambda conn: conn.execute(
-                sql.SELECT_BY_ID, (user.app_name, user.user_id, memory_id)
-            ).fetchone()
-        )
+        key = (user.app_name, user.user_id, memory_id)
+        row = self._db.read(lambda conn: conn.execute(sql.SELECT_BY_ID, key).fetchone())
         if row is None or row[DELETED] is not None:
             return None
         return next(iter(unexpired([to_entry(row, user)])), None)
@@ -193,19 +190,15 @@ class SQLiteMemoryService(SQLiteClaims, ExpiryMixin, SyncMemoryService):
         query, params = sql.SELECT_USERS, tuple[str, ...]()
         if app_name is not None:
             query, params = query + " AND app_name = ?", (app_name,)
-        rows = self._db.read(
-            lambda conn: conn.execute(query + " ORDER BY app_name, user_id", params).fetchall()
-        )
+        query += " ORDER BY app_name, user_id"
+        rows = self._db.read(lambda conn: conn.execute(query, params).fetchall())
         return [UserKey(app, uid) for app, uid in rows]
 
     def history(self, user: UserKey, memory_id: str) -> list[HistoryEvent]:
         user = check_user(user)
         check_memory_id(memory_id)
-        rows = self._db.read(
-            lambda conn: conn.execute(
-                sql.SELECT_HISTORY, (user.app_name, user.user_id, memory_id)
-            ).fetchall()
-        )
+        key = (user.app_name, user.user_id, memory_id)
+        rows = self._db.read(lambda conn: conn.execute(sql.SELECT_HISTORY, key).fetchall())
         return [sql.row_to_event(row) for row in rows]
 
     # -- search -----------------------------------------------------------------
@@ -220,26 +213,20 @@ class SQLiteMemoryService(SQLiteClaims, ExpiryMixin, SyncMemoryService):
         query_vector: np.ndarray | None = None
         if self._embeddings is not None:
             query_vector = unit_vector(self._embeddings.embed_query(options.query))
-        search = SearchRun(
-            self._caches, user, options, query_vector, self._keyword_candidates, self.language
-        )
+        args = (self._caches, user, options, query_vector, self._keyword_candidates, self.language)
+        search = SearchRun(*args)
         results = self._db.read(search.run)
         if search.missing_vectors:
             self._backfill_embeddings(user, search.missing_vectors)
-            search = SearchRun(
-                self._caches, user, options, query_vector, self._keyword_candidates, self.language
-            )
-            results = self._db.read(search.run)
+            results = self._db.read(SearchRun(*args).run)
         return results
 
     def _backfill_embeddings(self, user: UserKey, dim: int) -> None:
         """Embed live memories stored without a vector (or with another dimension)."""
-        u = (user.app_name, user.user_id)
+        params = (user.app_name, user.user_id, dim * 4, _EMBED_BATCH)
         while True:
             rows = self._db.read(
-                lambda conn: conn.execute(
-                    sql.SELECT_MISSING_VECTORS, (*u, dim * 4, _EMBED_BATCH)
-                ).fetchall()
+                lambda conn: conn.execute(sql.SELECT_MISSING_VECTORS, params).fetchall()
             )
             if not rows:
                 return
