@@ -274,18 +274,16 @@ def _phrase_fallback(query: str, doc: KeywordDoc, untokenised: bool) -> float:
         return 0.0
     if untokenised and any(c.isalnum() for c in lowered):
         needle = lowered
-        content, topics = doc.content_norm, doc.topic_norm
         if any(not c.isalnum() and not c.isspace() for c in lowered):
             needle = _loose(lowered)
     else:
         needle = _loose(lowered)
-        content, topics = doc.content_norm, doc.topic_norm
         if needle.isascii() and needle.isalnum():
             return 0.0
     if not needle:
         return 0.0
-    if needle in content:
+    if needle in doc.content_norm:
         return PHRASE_FALLBACK_SCORE
-    if needle in topics:
+    if needle in doc.topic_norm:
         return PHRASE_FALLBACK_SCORE * TOPIC_WEIGHT
     return 0.0

@@ -181,38 +181,16 @@ def _named_participants(
     if not people:
         return set()
     query_tokens = set(primary_tokens(query, language))
-    named: set[str] = set()
-    for person in people:
-        tokens = set(primary_tokens(person, language))
-        if tokens and tokens <= query_tokens:
-            named.add(person)
-    return named
-
-
-def _time_preference(
-    adjusted: dict[str, float],
-    best: Mapping[str, tuple[Entry, float]],
-    query: str,
-    boost: float,
-    language: Language,
-) -> None:
-    """Soft time preference: when some candidate falls in a period the query names,
-    the others are scaled by 1 / (1 + boost) (a preference, not a filter: a
-    question's dates are often only near the evidence's)."""
-    periods = query_periods(query, language)
-    if not periods:
-        return
-    inside = {
-        key
-        for key in adjusted
-        if (event := best[key][0].memory.event_time) is not None
-        and any(p.contains(event) for p in periods)
+    return {
+        person
+        for person in people
+        if (tokens := set(primary_tokens(person, language))) and tokens <= query_tokens
     }
-    _prefer(adjusted, inside, boost)
 
 
 def _prefer(adjusted: dict[str, float], preferred: set[str], boost: float) -> None:
-    """Scale every other hit by 1 / (1 + boost), when some hit is preferred."""
+    """Scale every other hit by 1 / (1 + boost), when some hit is preferred: a
+    preference, not a filter (a question's dates are often only near the evidence's)."""
     if not preferred:
         return
     scale = 1.0 / (1.0 + boost)
@@ -221,23 +199,44 @@ def _prefer(adjusted: dict[str, float], preferred: set[str], boost: float) -> No
             adjusted[key] *= scale
 
 
-def _when_preference(
-    adjusted: dict[str, float],
+def _in_query_period(
+    best: Mapping[str, tuple[Entry, float]], query: str, language: Language
+) -> set[str]:
+    """The "time" step's preferred hits: event time in a period the query names."""
+    periods = query_periods(query, language)
+    return {
+        key
+        for key, (entry, _) in best.items()
+        if periods
+        and (event := entry.memory.event_time) is not None
+        and any(p.contains(event) for p in periods)
+    }
+
+
+def _saying_time(
     best: Mapping[str, tuple[Entry, float]],
     query: str,
-    boost: float,
-    says: Callable[[str], bool],
     language: Language,
-) -> None:
-    """A "when" question prefers hits that say a time: an answer to "When did Ann
-    adopt Rex?" reads "I adopted him last week", while the turns that only
-    talk about Rex do not date anything. Others are scaled by 1 / (1 + boost)
-    when some candidate says a time (`says`: `says_time` in the language, or the
-    service's `TimeMentions`). The cue is the language's `when_question`."""
+    says: Callable[[str], bool],
+) -> set[str]:
+    """The "when" step's preferred hits, for a query matching the language's
+    `when_question`: those that say a time (`says`: `says_time` in the language,
+    or the service's `TimeMentions`). An answer to "When did Ann adopt Rex?"
+    reads "I adopted him last week", while the turns that only talk about Rex
+    do not date anything."""
     if language.when_question is None or not language.when_question.search(query):
-        return
-    dated = {key for key in adjusted if says(best[key][0].memory.text)}
-    _prefer(adjusted, dated, boost)
+        return set()
+    return {key for key, (entry, _) in best.items() if says(entry.memory.text)}
+
+
+def _naming_participant(
+    best: Mapping[str, tuple[Entry, float]], query: str, language: Language
+) -> set[str]:
+    """The "participants" step's preferred hits: those with a participant the query names."""
+    named = _named_participants(query, (entry for entry, _ in best.values()), language)
+    return {
+        key for key, (entry, _) in best.items() if named.intersection(entry.memory.participants)
+    }
 
 
 def _session_context(
@@ -260,24 +259,6 @@ def _session_context(
             context = second if key == ranked[0] else top
             adjusted[key] = (fused[key] + weight * context) / (1 + weight)
     return adjusted
-
-
-def _participant_preference(
-    adjusted: dict[str, float],
-    best: Mapping[str, tuple[Entry, float]],
-    query: str,
-    boost: float,
-    language: Language,
-) -> None:
-    """A hit whose participant the query names keeps its score; others are scaled by
-    1 / (1 + boost), when the query names one."""
-    named = _named_participants(query, (entry for entry, _ in best.values()), language)
-    if named:
-        _prefer(
-            adjusted,
-            {key for key in adjusted if named.intersection(best[key][0].memory.participants)},
-            boost,
-        )
 
 
 def _score_fusion(
@@ -319,12 +300,13 @@ def _fused_order(
         fused = _session_context(fused, best, tuning.context_weight)
     else:
         fused = dict(fused)
-    if tuning.participant_boost > 0:
-        _participant_preference(fused, best, options.query, tuning.participant_boost, language)
-    if tuning.time_boost > 0:
-        _time_preference(fused, best, options.query, tuning.time_boost, language)
-    if tuning.when_boost > 0:
-        _when_preference(fused, best, options.query, tuning.when_boost, says, language)
+    for boost, preferred in (
+        (tuning.participant_boost, _naming_participant),
+        (tuning.time_boost, _in_query_period),
+        (tuning.when_boost, partial(_saying_time, says=says)),
+    ):
+        if boost > 0:
+            _prefer(fused, preferred(best, options.query, language), boost)
     return fused
 
 
@@ -494,12 +476,11 @@ def _rank_legs(
         vector = [(e, s) for e, s in legs.vector if s >= threshold]
         return _ranked(((e, s, None) for e, s in vector), by_event, limit)
     # Hybrid: each leg votes with its candidates above a low floor (or the explicit threshold).
-    vector_floor = explicit if explicit is not None else options.fusion.vector_floor
-    keyword_floor = explicit if explicit is not None else options.fusion.keyword_floor
+    vector_floor = options.fusion.vector_floor if explicit is None else explicit
     # Each leg is ranked by its reported score (stable): PostgreSQL's keyword rows arrive
     # in ts_rank order, not in the order of the shared relevance computed afterwards.
     vector = _by_score([(e, s) for e, s in legs.vector if s >= vector_floor and s > 0])
-    keyword = _by_score([(e, s) for e, s in legs.keyword if s >= keyword_floor and s > 0])
+    keyword = _by_score(_keyword_hits(legs, keyword_min))
     best: dict[str, tuple[Entry, float]] = {}
     for entry, score in chain(vector, keyword):
         held = best.get(entry.id)
