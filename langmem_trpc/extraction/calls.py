@@ -1,25 +1,14 @@
 """Extractor calls with a deadline: a hung call holds no capacity other users need.
 
 `ModelCalls` belongs to one `AutoMemoryWorker` and runs each extractor call
-of a job that has a timeout:
-
-- an extractor with a native `aextract` (`LLMExtractor` over a model that
-  implements async calls, such as `ChatOpenAI`) is awaited on an event loop
-  thread the instance owns; at the job's deadline the task is cancelled, so the
-  model call stops (an HTTP client closes its request) and holds no thread;
-- any other extractor runs in a thread of an elastic set of daemon threads: a
-  call never waits for a thread (one is started when none is idle), so calls
-  that time out and keep running cannot starve other users' calls; idle
-  threads exit after `IDLE_SECONDS`. With `MAX_STUCK_CALLS` timed-out
-  blocking calls still running, a new blocking call fails at once
-  (`ExtractorBusyError`) instead of starting yet another thread.
-
-Every call, until it really ends, counts against its user's limit of
-`max_calls_per_user` calls in flight. A call past that limit waits for a slot
-within the job's time, or fails at once with `ExtractorBusyError` when a call
-of that user already timed out and is still running (waiting would only burn
-the worker thread's time). A job that gets no slot is never attempted: it
-fails with `ExtractorBusyError`, never `JobTimeoutError`. `close()` cancels what runs on the loop and stops
+of a job that has a timeout: a native `aextract` is awaited on an event loop
+thread the instance owns and cancelled at the job's deadline (so the model
+call stops and holds no thread); any other extractor runs in an elastic set
+of daemon threads (`CallThreads`: a call never waits for a thread, idle ones
+exit after `IDLE_SECONDS`), so calls that time out and keep running cannot
+starve other users' calls. The limits (`MAX_STUCK_CALLS`, `max_calls_per_user`,
+`ExtractorBusyError` for a job that gets no slot) are in docs/operating.md,
+"Hung and slow model calls". `close()` cancels what runs on the loop and stops
 the loop and idle threads; the next call starts them again.
 """
 

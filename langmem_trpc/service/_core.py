@@ -436,14 +436,9 @@ def stored_fingerprint(
 ) -> str:
     """`fingerprint` of a stored row's columns (the backends' fingerprint migrations
     recompute rows written under the ambiguous participants encoding)."""
+    columns = {"kind": Kind(kind), "event_time": event_time, "location": location}
     memory = Memory.model_construct(
-        text=text,
-        topics=[],
-        kind=Kind(kind),
-        event_time=event_time,
-        participants=list(participants),
-        location=location,
-        metadata={},
+        **{**_BLANK, **columns, "text": text, "participants": list(participants)}
     )
     return fingerprint(memory, explicit_id)
 
