@@ -10,7 +10,7 @@ import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, overload
+from typing import Any, TypeVar, overload
 
 import numpy as np
 from numpy import ndarray
@@ -170,30 +170,22 @@ class QueryTerms:
         return sum(w * stats.idf(t) for t, w in self.weighted)
 
 
-@overload
-def length_norm(length: float, avg: float) -> float: ...
-@overload
-def length_norm(length: ndarray, avg: float) -> ndarray: ...
-def length_norm(length: Any, avg: float) -> Any:
+_Scores = TypeVar("_Scores", float, ndarray)
+"""A float, or a numpy array of one leg's candidates: the formulas serve both."""
+
+
+def length_norm(length: _Scores, avg: float) -> _Scores:
     """BM25's length normalisation of one field: 1 - b + b x len / avg."""
     return 1 - BM25_B + BM25_B * length / avg
 
 
-@overload
-def bm25_term(
-    weight_idf: float, content_tf: float, content_norm: float, topic_tf: float, topic_norm: float
-) -> float: ...
-@overload
 def bm25_term(
     weight_idf: float,
-    content_tf: ndarray,
-    content_norm: ndarray,
-    topic_tf: ndarray,
-    topic_norm: ndarray,
-) -> ndarray: ...
-def bm25_term(
-    weight_idf: float, content_tf: Any, content_norm: Any, topic_tf: Any, topic_norm: Any
-) -> Any:
+    content_tf: _Scores,
+    content_norm: _Scores,
+    topic_tf: _Scores,
+    topic_norm: _Scores,
+) -> _Scores:
     """One query term's BM25F contribution, for floats or numpy arrays alike.
 
     The fields' length-normalised frequencies are summed (topics weighted
@@ -201,7 +193,8 @@ def bm25_term(
     term's weight x idf. Every backend scores with this function.
     """
     tf = content_tf / content_norm + TOPIC_WEIGHT * topic_tf / topic_norm
-    return weight_idf * tf * (BM25_K1 + 1) / (BM25_K1 + tf)
+    term: _Scores = weight_idf * tf * (BM25_K1 + 1) / (BM25_K1 + tf)
+    return term
 
 
 @overload
