@@ -179,9 +179,7 @@ class Memory(BaseModel):
     @field_validator("location")
     @classmethod
     def _location(cls, value: str | None) -> str | None:
-        if value is None:
-            return None
-        return value.strip() or None
+        return None if value is None else value.strip() or None
 
 
 class Entry(BaseModel):

@@ -47,9 +47,6 @@ and any query with one unseen word scored below reconcile's 0.30 probe). Changes
 nothing that matters at LoCoMo sizes (N = 400-900)."""
 
 
-# --- keyword leg ---------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class KeywordDoc:
     """Term frequencies of one memory's two fields (text and topics)."""

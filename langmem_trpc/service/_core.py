@@ -147,10 +147,9 @@ def check_memory_id(memory_id: object) -> str:
 
 def check_thread_id(thread_id: object) -> str:
     """A cursor's thread id: a string every backend can store (no NUL, no lone surrogate)."""
-    if not isinstance(thread_id, str):
-        raise InvalidMemoryError("thread_id", f"must be a string, got {type(thread_id).__name__}")
     checked = check_optional_id("thread_id", thread_id)
-    assert checked is not None
+    if checked is None:
+        raise InvalidMemoryError("thread_id", "must be a string, got NoneType")
     return checked
 
 

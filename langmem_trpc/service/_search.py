@@ -80,8 +80,6 @@ DEFAULT_MIN_SCORE = 0.30
 DEDUPE_JACCARD = 0.80
 MIN_KIND_FALLBACK_RESULTS = 3
 
-# --- fusion and post-processing -------------------------------------------
-
 
 class Legs(NamedTuple):
     """Scored candidates of one query, best first: (entry, absolute score)."""
@@ -266,9 +264,7 @@ def _score_fusion(
     keyword: Sequence[tuple[Entry, float]],
     vector_weight: float = 1.0,
 ) -> dict[str, float]:
-    """`fusion_method="scores"`: the mean of the two legs' absolute scores (cosine,
-    keyword relevance; 0 for a leg that did not return the hit), the vector
-    leg's half scaled by `vector_weight`."""
+    """`fusion_method="scores"` (described at `SearchOptions.fusion_method`)."""
     fused: dict[str, float] = {}
     for leg, weight in ((vector, vector_weight), (keyword, 1.0)):
         for entry, score in leg:
