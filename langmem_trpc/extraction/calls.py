@@ -24,6 +24,7 @@ from concurrent.futures import CancelledError as FutureCancelled
 from concurrent.futures import Future, InvalidStateError
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 from ..errors import ExtractionError, ExtractorBusyError
@@ -263,10 +264,8 @@ class ModelCalls:
         try:
             if cancellable:
                 assert aextract is not None
-                run_async = aextract
-                future = self._loop_thread().submit(
-                    lambda: run_async(request), lambda: self._release(call)
-                )
+                start = partial(aextract, request)
+                future = self._loop_thread().submit(start, lambda: self._release(call))
             else:
                 future = self._call_threads().submit(extractor.extract, request)
         except BaseException:  # closed under us: the call never started

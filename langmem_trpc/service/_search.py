@@ -240,8 +240,7 @@ def _naming_participant(
 def _session_context(
     fused: dict[str, float], best: Mapping[str, tuple[Entry, float]], weight: float
 ) -> dict[str, float]:
-    """Each hit shares in the best fused score of the other candidates with the same
-    event time (one conversation session or moment): (own + w x other) / (1 + w)."""
+    """The "context" step (`FusionSettings.context_weight`): (own + w x other) / (1 + w)."""
     adjusted = dict(fused)
     groups: dict[datetime, list[str]] = {}
     for key, (entry, _) in best.items():
@@ -538,11 +537,9 @@ class SearchPlan:
 
     Each of `kinds` is one fetch of `Legs` (vector and keyword candidates,
     `pool` each, filtered by that kind and the time range): the wanted kind
-    first, then None (every kind) when the kind fallback may need it. A
-    backend fetches them all (PostgreSQL in one statement) and hands the
-    legs to `rank_search`. Which legs a fetch holds is the backend's: a
-    vector leg when it embeds the query, a keyword leg without one or for a
-    hybrid search (`Legs`).
+    first, then None (every kind) when the kind fallback may need it. Which
+    legs a fetch holds is the backend's: a vector leg when it embeds the
+    query, a keyword leg without one or for a hybrid search.
     """
 
     kinds: tuple[Kind | None, ...]
