@@ -64,9 +64,9 @@ class KeywordDoc:
 
     @classmethod
     def build(cls, text: str, topics: Sequence[str], language: Language = ENGLISH) -> KeywordDoc:
-        content_tf = _field_tf(text, language)
+        content_tf = field_tf(text, language)
         topic_text = " ".join(topics)
-        topic_tf = _field_tf(topic_text, language)
+        topic_tf = field_tf(topic_text, language)
         return cls(
             content_tf=content_tf,
             content_len=sum(content_tf.values()),
@@ -77,7 +77,8 @@ class KeywordDoc:
         )
 
 
-def _field_tf(text: str, language: Language) -> dict[str, int]:
+def field_tf(text: str, language: Language) -> dict[str, int]:
+    """Term frequencies of one field: primary tokens counted, extra CJK trigrams once."""
     tf: dict[str, int] = dict(Counter(primary_tokens(text, language)))
     for gram in cjk_trigrams(text):
         tf.setdefault(gram, 1)

@@ -22,6 +22,7 @@ import re
 import threading
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import cast
 
 import Stemmer
 
@@ -59,13 +60,11 @@ class Language:
         return stemmer
 
     def stem(self, word: str) -> str:
-        stemmed: str = self._stemmer().stemWord(word)
-        return stemmed
+        return cast(str, self._stemmer().stemWord(word))
 
     def stem_words(self, words: list[str]) -> list[str]:
         """`stem` of each word, in one call into the stemmer."""
-        stemmed: list[str] = self._stemmer().stemWords(words)
-        return stemmed
+        return cast(list[str], self._stemmer().stemWords(words))
 
     @cached_property
     def stemmed_question_words(self) -> frozenset[str]:

@@ -35,13 +35,14 @@ from ._bm25 import (
     KeywordScorer,
     QueryTerms,
     bm25_term,
+    field_tf,
     keyword_score,
     length_norm,
     relevance,
 )
 from ._language import ENGLISH, Language
 from ._periods import query_periods, says_time
-from ._text import cjk_trigrams, jaccard, primary_tokens, token_set
+from ._text import jaccard, primary_tokens, token_set
 
 __all__ = [
     "BM25_B",
@@ -395,21 +396,8 @@ class _PoolTerms:
 
 def _counts(text: str, terms: set[str], language: Language) -> tuple[dict[str, int], int]:
     """(frequencies of `terms`, field length) of one field, as `KeywordDoc.build` counts them."""
-    tokens = primary_tokens(text, language)
-    grams = cjk_trigrams(text)
-    tf: dict[str, int] = {}
-    for token in tokens:
-        if token in terms:
-            tf[token] = tf.get(token, 0) + 1
-    length = len(tokens)
-    if grams:
-        seen = set(tokens)
-        for gram in grams:
-            if gram not in seen:
-                length += 1
-                if gram in terms:
-                    tf[gram] = 1
-    return tf, length
+    tf = field_tf(text, language)
+    return {t: n for t, n in tf.items() if t in terms}, sum(tf.values())
 
 
 def _keyword_hits(legs: Legs, threshold: float) -> list[tuple[Entry, float]]:
