@@ -332,10 +332,8 @@ class SearchOptions(BaseModel):
     scaled by `FusionSettings.vector_weight` (0.75); "rrf", Reciprocal Rank
     Fusion, the sum of w / (rrf_k + rank) over the two legs (k 60 and equal
     weights is the reference system's). The default was chosen on LoCoMo's
-    development half (conversations 1-5) by a rule written down before the
-    test half (6-10) was read (docs/bench-locomo.md, round 7).
-    `Entry.rrf_score` is the plain RRF sum either way; `rrf_k` only orders hits
-    under "rrf"."""
+    development half (docs/bench-locomo.md, round 7). `Entry.rrf_score` is the
+    plain RRF sum either way; `rrf_k` only orders hits under "rrf"."""
     rrf_k: int = Field(default=60, ge=1)
     fusion: FusionSettings = FusionSettings()
     """Hybrid ranking knobs for this call; the defaults are what docs/bench-locomo.md measured."""

@@ -244,8 +244,8 @@ class ModelCalls:
         self._threads: CallThreads | None = None
         self._counts = {"calls_cancelled": 0, "jobs_user_busy": 0, "jobs_extractor_stuck": 0}
         self._stuck = 0
-        self._waiting = 0
         """Timed-out blocking calls still running."""
+        self._waiting = 0
 
     def run(
         self, extractor: Extractor, request: ExtractionRequest, timeout: float | None

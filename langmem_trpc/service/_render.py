@@ -111,19 +111,18 @@ def skeleton(text: str) -> str:
     return "".join(_skeleton_char(c) for c in text)
 
 
+def _flat_char(char: str) -> str:
+    """Nothing for an invisible format character, a space for a line break or control."""
+    category = unicodedata.category(char)
+    if category == "Cf":
+        return ""
+    return " " if category in ("Cc", "Zl", "Zp") or char in _LINE_BREAKS else char
+
+
 def one_line(text: str) -> str:
     """NFKC, no invisible format characters, no line breaks or controls, single spaces."""
-    normal = unicodedata.normalize("NFKC", text)
-    kept: list[str] = []
-    for char in normal:
-        category = unicodedata.category(char)
-        if category == "Cf":
-            continue
-        if category == "Cc" or char in _LINE_BREAKS or category in ("Zl", "Zp"):
-            kept.append(" ")
-        else:
-            kept.append(char)
-    return " ".join("".join(kept).split())
+    flat = "".join(_flat_char(char) for char in unicodedata.normalize("NFKC", text))
+    return " ".join(flat.split())
 
 
 _DELIMITERS = _delimiter_regex(DELIMITER_WORDS)
@@ -137,8 +136,7 @@ def _replace(text: str, pattern: re.Pattern[str], replacement: str) -> str:
     for match in pattern.finditer(shape):
         if match.end() == match.start():
             continue
-        pieces.append(text[position : match.start()])
-        pieces.append(replacement)
+        pieces += [text[position : match.start()], replacement]
         position = match.end()
     pieces.append(text[position:])
     return "".join(pieces)
