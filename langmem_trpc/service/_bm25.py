@@ -10,7 +10,7 @@ import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, overload
+from typing import TypeVar
 
 import numpy as np
 from numpy import ndarray
@@ -195,11 +195,7 @@ def bm25_term(
     return term
 
 
-@overload
-def relevance(score: float, reference: float) -> float: ...
-@overload
-def relevance(score: ndarray, reference: float) -> ndarray: ...
-def relevance(score: Any, reference: float) -> Any:
+def relevance(score: _Scores, reference: float) -> _Scores:
     """The absolute [0, 1] relevance of a BM25 score, strictly increasing in it.
 
     x = score / `QueryTerms.reference` is 1.0 for an average-length memory
@@ -213,7 +209,9 @@ def relevance(score: Any, reference: float) -> Any:
     over = np.maximum(x - RELEVANCE_KNEE, 0.0)
     soft = 1 - RELEVANCE_KNEE
     out = np.minimum(x, RELEVANCE_KNEE) + soft * (1 - np.exp(-over / soft))
-    return out if isinstance(score, np.ndarray) else float(out)
+    if isinstance(score, np.ndarray):
+        return out
+    return float(out)
 
 
 @dataclass(frozen=True)

@@ -288,9 +288,7 @@ def _check_names(field: str, values: object, max_count: int, max_length: int) ->
 
 
 def _check_kind(kind: object) -> Kind:
-    if isinstance(kind, Kind):
-        return kind
-    if isinstance(kind, str):
+    if isinstance(kind, str):  # a Kind too: it is a str enum
         try:
             return Kind(kind.strip().lower())
         except ValueError:

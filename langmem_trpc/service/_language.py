@@ -8,12 +8,10 @@ preferences (month names, time words, the shape of a "when" question).
 `language("german")` gives German stemming with empty cue lists, so the
 English-only steps simply never fire for it.
 
-The tokens a backend stores depend on its language. Every service takes a
-`language` option (a name or a `Language`, `resolve_language`; English by
-default) and passes it to every place it tokenises: stored documents, the
-query, the search steps' cues, dedupe. The SQLite and PostgreSQL backends
-record the language in the database when they create it and refuse to open
-it under another one (`ConfigurationError` naming both).
+The tokens a backend stores depend on its language, so every service takes
+a `language` option (`resolve_language`) for every place it tokenises, and
+the database backends refuse to open a database under another one
+(docs/configuration.md, "The services' `language=`").
 """
 
 from __future__ import annotations
