@@ -191,9 +191,8 @@ class Entry(BaseModel):
     two for a hybrid hit. `rrf_score` is the Reciprocal Rank Fusion sum of the
     two legs for a hybrid hit (the vector leg's part weighted by
     `FusionSettings.vector_weight`, 0.75 by default; None otherwise). The
-    hybrid order itself is `SearchOptions.fusion_method` (score fusion by default)
-    followed by the `FusionSettings` steps (session context, participants,
-    time and "when" preferences), so it can differ from the `rrf_score` order.
+    hybrid order (`SearchOptions.fusion_method`, then the `FusionSettings`
+    steps) can differ from the `rrf_score` order.
     """
 
     model_config = ConfigDict(frozen=True)

@@ -336,10 +336,8 @@ def _decomposed(
     candidates already fetched by the local keyword score (no backend call) and
     votes like one more keyword leg with decompose_weight / n: 1 / (k + rank)
     under RRF (`k`), half its keyword relevance under score fusion (`k` None).
-
-    The candidates are tokenised once per search, counting only the sub-queries'
-    terms (`_PoolTerms`), and each sub-query scores only the candidates holding
-    one of its terms. Off by default (docs/bench-locomo.md)."""
+    The candidates are tokenised once per search (`_PoolTerms`). Off by default
+    (docs/bench-locomo.md)."""
     out = dict(fused)
     named = _named_participants(query, (entry for entry, _ in best.values()), language)
     subs = _sub_queries(query, named, language)
