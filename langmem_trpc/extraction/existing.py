@@ -151,8 +151,7 @@ def load_existing(
     When a search fails the 10 most recent memories stand in; a failed search
     and a failed read together fail the job.
     """
-    wanted = [queries] if isinstance(queries, str) else list(queries)
-    wanted = [q for q in wanted if q.strip()]
+    wanted = [q for q in ([queries] if isinstance(queries, str) else queries) if q.strip()]
     if not wanted:
         return []
     recent: list[Entry] | None = None

@@ -398,10 +398,6 @@ def _counts(text: str, terms: set[str], language: Language) -> tuple[dict[str, i
     return {t: n for t, n in tf.items() if t in terms}, sum(tf.values())
 
 
-def _keyword_hits(legs: Legs, threshold: float) -> list[tuple[Entry, float]]:
-    return [(e, s) for e, s in legs.keyword if s >= threshold and s > 0]
-
-
 def _ranked(
     hits: Iterable[tuple[Entry, float, float | None]],
     by_event_time: bool,
@@ -446,11 +442,9 @@ def _rank_legs(
 ) -> list[Entry]:
     explicit = options.similarity_threshold
     keyword_min = options.fusion.keyword_floor if explicit is None else explicit
+    keyword = [(e, s) for e, s in legs.keyword if s >= keyword_min and s > 0]
     by_event = options.order_by_event_time
-    if legs.vector is None or (
-        options.hybrid and not legs.vector and _keyword_hits(legs, keyword_min)
-    ):
-        keyword = _keyword_hits(legs, keyword_min)
+    if legs.vector is None or (options.hybrid and not legs.vector and keyword):
         return _ranked(((e, s, None) for e, s in keyword), by_event, limit)
     if not options.hybrid:
         threshold = DEFAULT_MIN_SCORE if explicit is None else explicit
@@ -461,7 +455,7 @@ def _rank_legs(
     # Each leg is ranked by its reported score (stable): PostgreSQL's keyword rows arrive
     # in ts_rank order, not in the order of the shared relevance computed afterwards.
     vector = _by_score([(e, s) for e, s in legs.vector if s >= vector_floor and s > 0])
-    keyword = _by_score(_keyword_hits(legs, keyword_min))
+    keyword = _by_score(keyword)
     best: dict[str, tuple[Entry, float]] = {}
     for entry, score in chain(vector, keyword):
         held = best.get(entry.id)
