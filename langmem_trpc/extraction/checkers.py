@@ -64,11 +64,9 @@ def check_time_interval(
 
 def checks_all(*checkers: Checker) -> Checker:
     """True when every checker is (no checkers: True)."""
-    chosen = tuple(checkers)
-    return lambda context: all(check(context) for check in chosen)
+    return lambda context: all(check(context) for check in checkers)
 
 
 def checks_any(*checkers: Checker) -> Checker:
     """True when at least one checker is (no checkers: False)."""
-    chosen = tuple(checkers)
-    return lambda context: any(check(context) for check in chosen)
+    return lambda context: any(check(context) for check in checkers)

@@ -410,10 +410,8 @@ def fingerprint(memory: Memory, explicit_id: str | None = None) -> str:
         "kind:" + memory.kind.value,
         "event:" + (memory.event_time.strftime("%Y-%m-%dT%H:%M:%SZ") if memory.event_time else ""),
     ]
-    ambiguous = any("," in p or "\x1f" in p for p in with_) or "\x1f" in at
-    if explicit_id is not None and "\x1f" in explicit_id:
-        ambiguous = True
-    if ambiguous:
+    in_names = any("," in p or "\x1f" in p for p in with_)
+    if in_names or "\x1f" in at or "\x1f" in (explicit_id or ""):
         fields: list[Any] = [*parts, with_, at, explicit_id]
         encoded = json.dumps(fields, ensure_ascii=False)
         return hashlib.sha256(encoded.encode()).hexdigest()

@@ -492,11 +492,11 @@ def deduplicate(
 ) -> list[Entry]:
     """Drop an entry whose word set is >= `threshold` Jaccard-similar to a better-ranked one."""
     sets = [token_set(e.memory.text, language) for e in entries]
-    keep: list[Entry] = []
-    for i, entry in enumerate(entries):
-        if not any(jaccard(sets[i], sets[j]) >= threshold for j in range(i)):
-            keep.append(entry)
-    return keep
+    return [
+        entry
+        for i, entry in enumerate(entries)
+        if not any(jaccard(sets[i], sets[j]) >= threshold for j in range(i))
+    ]
 
 
 def _unexpired_legs(legs: Legs) -> Legs:
