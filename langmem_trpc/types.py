@@ -166,15 +166,11 @@ class Memory(BaseModel):
     def _event_time(cls, value: object) -> datetime | None:
         return parse_time_or_raise(value, "event_time")
 
-    @field_validator("participants")
+    @field_validator("topics", "participants")
     @classmethod
-    def _participants(cls, value: list[str]) -> list[str]:
-        return canonical_participants(value)
-
-    @field_validator("topics")
-    @classmethod
-    def _topics(cls, value: list[str]) -> list[str]:
-        return canonical_topics(value)
+    def _names(cls, value: list[str], info: Any) -> list[str]:
+        canonical = canonical_topics if info.field_name == "topics" else canonical_participants
+        return canonical(value)
 
     @field_validator("location")
     @classmethod

@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 import numpy as np
-from numpy import ndarray
 
 from ..types import SearchOptions
 from ._language import ENGLISH, Language
@@ -168,7 +167,7 @@ class QueryTerms:
         return sum(w * stats.idf(t) for t, w in self.weighted)
 
 
-_Scores = TypeVar("_Scores", float, ndarray)
+_Scores = TypeVar("_Scores", float, np.ndarray)
 """A float, or a numpy array of one leg's candidates: the formulas serve both."""
 
 

@@ -19,7 +19,6 @@ from typing import Any, Literal
 from pydantic import ValidationError
 
 from .. import _time
-from .._time import parse_time_or_raise
 from ..errors import ConfigurationError, InvalidMemoryError, InvalidUserKeyError
 from ..types import (
     Entry,
@@ -332,7 +331,7 @@ def build_memory(
         text=_check_text(text, limits),
         topics=_check_names("topics", topics, limits.max_topics, limits.max_topic_length),
         kind=_check_kind(kind),
-        event_time=parse_time_or_raise(event_time, "event_time"),
+        event_time=_time.parse_time_or_raise(event_time, "event_time"),
         participants=_check_names(
             "participants", participants, limits.max_participants, limits.max_name_length
         ),
