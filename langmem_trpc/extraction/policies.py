@@ -153,16 +153,8 @@ def _to_update(op: MemoryOp, entry: Entry) -> MemoryOp:
 
 
 def _preserve_add(
-    op: MemoryOp,
-    existing: Sequence[Entry],
-    kept: Sequence[MemoryOp],
-    actions: Collection[Action],
-    language: Language,
+    op: MemoryOp, existing: Sequence[Entry], actions: Collection[Action], language: Language
 ) -> MemoryOp | None:
-    if is_exact_duplicate(op, [*existing, *kept]):
-        return None
-    if Action.ADD not in actions:
-        return op
     candidates = [c for c in (_classify(op, e, language) for e in existing) if c is not None]
     if not candidates:
         return op
@@ -203,7 +195,10 @@ def preserve_history(
     for op in ops:
         decided: MemoryOp | None = op
         if op.action == Action.ADD:
-            decided = _preserve_add(op, existing, kept, actions, language)
+            if is_exact_duplicate(op, [*existing, *kept]):
+                decided = None
+            elif Action.ADD in actions:
+                decided = _preserve_add(op, existing, actions, language)
         elif op.action == Action.UPDATE:
             decided = _preserve_update(op, by_id, actions, language)
         if decided is None:
