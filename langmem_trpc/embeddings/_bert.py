@@ -70,11 +70,7 @@ _Layer = dict[str, F32]
 
 
 class BertEncoder:
-    """The numpy forward pass of one BERT sentence-transformers model; stateless after loading.
-
-    Args:
-        model_dir: the sentence-transformers model folder.
-    """
+    """The numpy forward pass of one BERT sentence-transformers model; stateless after loading."""
 
     def __init__(self, model_dir: Path) -> None:
         config = _read_json(model_dir / "config.json")

@@ -154,10 +154,8 @@ class LoopThread:
     def submit(
         self, start: Callable[[], Awaitable[Any]], on_done: Callable[[], None]
     ) -> Future[Any]:
-        """Run `start()` as a task; cancelling the returned future cancels the task.
-
-        `on_done` runs once the task has really finished (or never started).
-        """
+        """Run `start()` as a task (cancelling the returned future cancels it); `on_done`
+        runs once the task has really finished (or never started)."""
         result: Future[Any] = Future()
 
         def begin() -> None:

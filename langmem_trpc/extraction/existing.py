@@ -103,11 +103,8 @@ def _spread(per_turn: list[list[str]], limit: int) -> list[str]:
 
 
 def existing_queries(messages: Sequence[BaseMessage], policy: str) -> list[str]:
-    """One query per turn (long turns per sentence): user turns for merge_similar, else every turn.
-
-    At most `MAX_QUERIES`, spread so that every turn keeps its first piece
-    before any turn gets a second.
-    """
+    """One query per turn (long turns per sentence): user turns for merge_similar, else every
+    turn; at most `MAX_QUERIES`, spread by `_spread`."""
     kinds = ("human",) if policy == "merge_similar" else ("human", "ai")
     seen: set[str] = set()
     per_turn: list[list[str]] = []

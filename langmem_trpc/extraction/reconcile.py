@@ -112,11 +112,8 @@ def _same_event(op: MemoryOp, entry: Entry) -> bool:
 
 
 def classify(op: MemoryOp, entry: Entry, language: Language = ENGLISH) -> Match | None:
-    """Score one candidate for an add; None when it must never absorb the add.
-
-    The Jaccard compares `language`'s tokens (its stopwords dropped, its Snowball
-    stems), the tokens the service's keyword leg uses.
-    """
+    """Score one candidate for an add (Jaccard over `language`'s tokens, as the
+    keyword leg's); None when it must never absorb the add."""
     if op.kind is not None and op.kind != entry.kind:
         return None
     if entry.kind == Kind.EPISODE and not _same_event(op, entry):
