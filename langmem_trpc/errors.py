@@ -160,12 +160,11 @@ class ExtractionError(LangmemTrpcError):
 
 
 class ExtractorBusyError(LangmemTrpcError):
-    """A job was not attempted: its user already has `max_calls_per_user` extractor
-    calls in flight and one of them timed out and is still running, or 256
-    timed-out blocking calls still hold their threads (the extractor looks hung):
-    the job fails at once instead of holding a worker thread while the hung calls
-    finish. Also when the user's slots stayed busy for the job's whole timeout.
-    The cursor stays; the next run retries the delta.
+    """A job was not attempted: its user's `max_calls_per_user` extractor slots
+    stayed busy for the job's timeout (it fails at once when one of those calls
+    timed out and still runs), or timed-out calls hold the worker's threads
+    (docs/operating.md, "Hung and slow model calls"). The cursor stays; the
+    next run retries the delta.
     """
 
 

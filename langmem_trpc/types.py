@@ -166,22 +166,16 @@ class Memory(BaseModel):
     def _event_time(cls, value: object) -> datetime | None:
         return parse_time_or_raise(value, "event_time")
 
-    @field_validator("participants")
+    @field_validator("topics", "participants")
     @classmethod
-    def _participants(cls, value: list[str]) -> list[str]:
-        return canonical_participants(value)
-
-    @field_validator("topics")
-    @classmethod
-    def _topics(cls, value: list[str]) -> list[str]:
-        return canonical_topics(value)
+    def _names(cls, value: list[str], info: Any) -> list[str]:
+        canonical = canonical_topics if info.field_name == "topics" else canonical_participants
+        return canonical(value)
 
     @field_validator("location")
     @classmethod
     def _location(cls, value: str | None) -> str | None:
-        if value is None:
-            return None
-        return value.strip() or None
+        return None if value is None else value.strip() or None
 
 
 class Entry(BaseModel):
@@ -193,9 +187,8 @@ class Entry(BaseModel):
     two for a hybrid hit. `rrf_score` is the Reciprocal Rank Fusion sum of the
     two legs for a hybrid hit (the vector leg's part weighted by
     `FusionSettings.vector_weight`, 0.75 by default; None otherwise). The
-    hybrid order itself is `SearchOptions.fusion_method` (score fusion by default)
-    followed by the `FusionSettings` steps (session context, participants,
-    time and "when" preferences), so it can differ from the `rrf_score` order.
+    hybrid order (`SearchOptions.fusion_method`, then the `FusionSettings`
+    steps) can differ from the `rrf_score` order.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -334,10 +327,8 @@ class SearchOptions(BaseModel):
     scaled by `FusionSettings.vector_weight` (0.75); "rrf", Reciprocal Rank
     Fusion, the sum of w / (rrf_k + rank) over the two legs (k 60 and equal
     weights is the reference system's). The default was chosen on LoCoMo's
-    development half (conversations 1-5) by a rule written down before the
-    test half (6-10) was read (docs/bench-locomo.md, round 7).
-    `Entry.rrf_score` is the plain RRF sum either way; `rrf_k` only orders hits
-    under "rrf"."""
+    development half (docs/bench-locomo.md, round 7). `Entry.rrf_score` is the
+    plain RRF sum either way; `rrf_k` only orders hits under "rrf"."""
     rrf_k: int = Field(default=60, ge=1)
     fusion: FusionSettings = FusionSettings()
     """Hybrid ranking knobs for this call; the defaults are what docs/bench-locomo.md measured."""

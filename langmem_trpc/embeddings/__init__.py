@@ -6,9 +6,6 @@ pieces, and the BERT forward pass is numpy (`_bert.py`). Its vectors match
 sentence-transformers' `encode(..., normalize_embeddings=True)` for the same
 model (tested to 1e-4 cosine against vectors that sentence-transformers wrote,
 `scripts/gen_embedding_reference.py`).
-
-`CachedEmbeddings` memoises vectors per text on disk so repeated benchmark
-runs do not re-embed the same 6k turns.
 """
 
 from __future__ import annotations

@@ -70,11 +70,7 @@ _Layer = dict[str, F32]
 
 
 class BertEncoder:
-    """The numpy forward pass of one BERT sentence-transformers model; stateless after loading.
-
-    Args:
-        model_dir: the sentence-transformers model folder.
-    """
+    """The numpy forward pass of one BERT sentence-transformers model; stateless after loading."""
 
     def __init__(self, model_dir: Path) -> None:
         config = _read_json(model_dir / "config.json")
@@ -147,28 +143,21 @@ class BertEncoder:
         heads, head_dim = self.heads, hidden // self.heads
         flat = x.reshape(batch * length, hidden)
         qkv = (flat @ layer["qkv_w"] + layer["qkv_b"]).reshape(batch, length, 3, heads, head_dim)
-        q, k, v = (
-            qkv[:, :, i].transpose(0, 2, 1, 3) for i in range(3)
-        )  # (batch, heads, length, dim)
+        # q, k, v: (batch, heads, length, dim)
+        q, k, v = (qkv[:, :, i].transpose(0, 2, 1, 3) for i in range(3))
         scores = q @ k.transpose(0, 1, 3, 2) * np.float32(1.0 / math.sqrt(head_dim)) + bias
         scores -= scores.max(axis=-1, keepdims=True)
         probs = np.exp(scores)
         probs /= probs.sum(axis=-1, keepdims=True)
         context = (probs @ v).transpose(0, 2, 1, 3).reshape(batch * length, hidden)
-        attended = _layer_norm(
-            context @ layer["out_w"] + layer["out_b"] + flat,
-            layer["ln1_w"],
-            layer["ln1_b"],
-            self.eps,
-        )
+        attended = self._add_norm(context, flat, layer, "out", "ln1")
         up = _gelu(attended @ layer["up_w"] + layer["up_b"])
-        out = _layer_norm(
-            up @ layer["down_w"] + layer["down_b"] + attended,
-            layer["ln2_w"],
-            layer["ln2_b"],
-            self.eps,
-        )
-        return out.reshape(batch, length, hidden)
+        return self._add_norm(up, attended, layer, "down", "ln2").reshape(batch, length, hidden)
+
+    def _add_norm(self, x: F32, residual: F32, layer: _Layer, dense: str, norm: str) -> F32:
+        """LayerNorm(x @ dense + residual): the output of an attention or feed-forward sublayer."""
+        summed = x @ layer[f"{dense}_w"] + layer[f"{dense}_b"] + residual
+        return _layer_norm(summed, layer[f"{norm}_w"], layer[f"{norm}_b"], self.eps)
 
 
 def _layer_norm(x: F32, weight: F32, bias: F32, eps: float) -> F32:

@@ -19,8 +19,9 @@ logger = logging.getLogger(__name__)
 class CachedEmbeddings(Embeddings):
     """Memoise another `Embeddings` per exact text in a small SQLite file.
 
-    `prefetch` embeds many texts in batches up front, which is much faster
-    than the one-text calls a memory service makes on `add`.
+    Repeated benchmark runs do not re-embed the same 6k turns; `prefetch` embeds
+    many texts in batches up front, which is much faster than the one-text calls
+    a memory service makes on `add`.
     """
 
     def __init__(self, inner: Embeddings, path: str | Path, namespace: str = "") -> None:

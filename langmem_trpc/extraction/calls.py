@@ -1,25 +1,14 @@
 """Extractor calls with a deadline: a hung call holds no capacity other users need.
 
 `ModelCalls` belongs to one `AutoMemoryWorker` and runs each extractor call
-of a job that has a timeout:
-
-- an extractor with a native `aextract` (`LLMExtractor` over a model that
-  implements async calls, such as `ChatOpenAI`) is awaited on an event loop
-  thread the instance owns; at the job's deadline the task is cancelled, so the
-  model call stops (an HTTP client closes its request) and holds no thread;
-- any other extractor runs in a thread of an elastic set of daemon threads: a
-  call never waits for a thread (one is started when none is idle), so calls
-  that time out and keep running cannot starve other users' calls; idle
-  threads exit after `IDLE_SECONDS`. With `MAX_STUCK_CALLS` timed-out
-  blocking calls still running, a new blocking call fails at once
-  (`ExtractorBusyError`) instead of starting yet another thread.
-
-Every call, until it really ends, counts against its user's limit of
-`max_calls_per_user` calls in flight. A call past that limit waits for a slot
-within the job's time, or fails at once with `ExtractorBusyError` when a call
-of that user already timed out and is still running (waiting would only burn
-the worker thread's time). A job that gets no slot is never attempted: it
-fails with `ExtractorBusyError`, never `JobTimeoutError`. `close()` cancels what runs on the loop and stops
+of a job that has a timeout: a native `aextract` is awaited on an event loop
+thread the instance owns and cancelled at the job's deadline (so the model
+call stops and holds no thread); any other extractor runs in an elastic set
+of daemon threads (`CallThreads`: a call never waits for a thread, idle ones
+exit after `IDLE_SECONDS`), so calls that time out and keep running cannot
+starve other users' calls. The limits (`MAX_STUCK_CALLS`, `max_calls_per_user`,
+`ExtractorBusyError` for a job that gets no slot) are in docs/operating.md,
+"Hung and slow model calls". `close()` cancels what runs on the loop and stops
 the loop and idle threads; the next call starts them again.
 """
 
@@ -35,6 +24,7 @@ from concurrent.futures import CancelledError as FutureCancelled
 from concurrent.futures import Future, InvalidStateError
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 from ..errors import ExtractionError, ExtractorBusyError
@@ -164,10 +154,8 @@ class LoopThread:
     def submit(
         self, start: Callable[[], Awaitable[Any]], on_done: Callable[[], None]
     ) -> Future[Any]:
-        """Run `start()` as a task; cancelling the returned future cancels the task.
-
-        `on_done` runs once the task has really finished (or never started).
-        """
+        """Run `start()` as a task (cancelling the returned future cancels it); `on_done`
+        runs once the task has really finished (or never started)."""
         result: Future[Any] = Future()
 
         def begin() -> None:
@@ -254,8 +242,8 @@ class ModelCalls:
         self._threads: CallThreads | None = None
         self._counts = {"calls_cancelled": 0, "jobs_user_busy": 0, "jobs_extractor_stuck": 0}
         self._stuck = 0
-        self._waiting = 0
         """Timed-out blocking calls still running."""
+        self._waiting = 0
 
     def run(
         self, extractor: Extractor, request: ExtractionRequest, timeout: float | None
@@ -274,10 +262,8 @@ class ModelCalls:
         try:
             if cancellable:
                 assert aextract is not None
-                run_async = aextract
-                future = self._loop_thread().submit(
-                    lambda: run_async(request), lambda: self._release(call)
-                )
+                start = partial(aextract, request)
+                future = self._loop_thread().submit(start, lambda: self._release(call))
             else:
                 future = self._call_threads().submit(extractor.extract, request)
         except BaseException:  # closed under us: the call never started

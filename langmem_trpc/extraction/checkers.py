@@ -42,11 +42,7 @@ def check_message_threshold(n: int) -> Checker:
     """Extract once strictly more than `n` new messages are pending."""
     if not isinstance(n, int) or isinstance(n, bool) or n < 0:
         raise ConfigurationError(f"check_message_threshold needs an int >= 0, got {n!r}")
-
-    def check(context: ExtractionContext) -> bool:
-        return len(context.messages) > n
-
-    return check
+    return lambda context: len(context.messages) > n
 
 
 def check_time_interval(
@@ -63,21 +59,14 @@ def check_time_interval(
     if interval < timedelta(0):
         raise ConfigurationError("check_time_interval needs a non-negative interval")
     now = clock or (lambda: datetime.now(timezone.utc))
-
-    def check(context: ExtractionContext) -> bool:
-        last = context.last_extracted_at
-        return last is None or now() - last > interval
-
-    return check
+    return lambda c: c.last_extracted_at is None or now() - c.last_extracted_at > interval
 
 
 def checks_all(*checkers: Checker) -> Checker:
     """True when every checker is (no checkers: True)."""
-    chosen = tuple(checkers)
-    return lambda context: all(check(context) for check in chosen)
+    return lambda context: all(check(context) for check in checkers)
 
 
 def checks_any(*checkers: Checker) -> Checker:
     """True when at least one checker is (no checkers: False)."""
-    chosen = tuple(checkers)
-    return lambda context: any(check(context) for check in chosen)
+    return lambda context: any(check(context) for check in checkers)

@@ -3,20 +3,10 @@
 One query made of the whole delta finds nothing on a keyword-only service
 (the embedded default: SQLite or in-memory with `embeddings=None`): keyword
 scores measure how much of the query a memory covers, so a multi-turn query
-dilutes every match below the threshold. Instead:
-
-* `existing_queries` makes one query per turn (user turns for
-  "merge_similar", user and assistant turns otherwise); a turn longer than
-  `PIECE_WORDS` words is searched sentence by sentence (a sentence of under
-  `MIN_PIECE_WORDS` words joins the next). At most `MAX_QUERIES` queries:
-  every turn's first piece before any turn's second.
-* `load_existing` shows a user with at most `MAX_EXISTING` memories all of
-  them (one read). For a larger store it runs one search per query
-  (`PER_QUERY` hits each; score floor `KEYWORD_MIN_SCORE` on a keyword-only
-  service, the hybrid defaults with embeddings), merges the hit lists
-  round-robin by rank, drops repeated ids and keeps at most `MAX_EXISTING`.
-
-The same rule holds on every backend, with or without embeddings.
+dilutes every match below the threshold. So `existing_queries` makes one
+query per turn (long turns per sentence) and `load_existing` merges their
+hits (docs/how-it-works.md, "Worker"). The same rule holds on every backend,
+with or without embeddings.
 """
 
 from __future__ import annotations
@@ -113,11 +103,8 @@ def _spread(per_turn: list[list[str]], limit: int) -> list[str]:
 
 
 def existing_queries(messages: Sequence[BaseMessage], policy: str) -> list[str]:
-    """One query per turn (long turns per sentence): user turns for merge_similar, else every turn.
-
-    At most `MAX_QUERIES`, spread so that every turn keeps its first piece
-    before any turn gets a second.
-    """
+    """One query per turn (long turns per sentence): user turns for merge_similar, else every
+    turn; at most `MAX_QUERIES`, spread by `_spread`."""
     kinds = ("human",) if policy == "merge_similar" else ("human", "ai")
     seen: set[str] = set()
     per_turn: list[list[str]] = []
@@ -161,8 +148,7 @@ def load_existing(
     When a search fails the 10 most recent memories stand in; a failed search
     and a failed read together fail the job.
     """
-    wanted = [queries] if isinstance(queries, str) else list(queries)
-    wanted = [q for q in wanted if q.strip()]
+    wanted = [q for q in ([queries] if isinstance(queries, str) else queries) if q.strip()]
     if not wanted:
         return []
     recent: list[Entry] | None = None

@@ -218,10 +218,7 @@ def append_only(ops: Sequence[MemoryOp], existing: Sequence[Entry]) -> Reconcile
         if op.action != Action.ADD:
             logger.debug("append_only: dropping %s", op.action.value)
             continue
-        if is_exact_duplicate(op, [*existing, *kept]):
-            dropped.append(op)
-        else:
-            kept.append(op)
+        (dropped if is_exact_duplicate(op, [*existing, *kept]) else kept).append(op)
     return Reconciled(kept, dropped)
 
 

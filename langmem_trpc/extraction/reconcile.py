@@ -1,7 +1,7 @@
 """Reconcile (policy "merge_similar"): turn near-duplicate adds into skips or updates.
 
 Pure decisions over probe results; the caller runs the probes (one search per
-add, top 3, threshold 0.30, not hybrid) so every decision sees the store as
+add, `PROBE_OPTIONS`: top 3, threshold 0.30) so every decision sees the store as
 it was before the batch. Tiers per candidate (spec 4.2):
 
 - skip   if backend score >= 0.90 or token Jaccard >= 0.70 (over the store's
@@ -107,17 +107,13 @@ def _same_event(op: MemoryOp, entry: Entry) -> bool:
         return False
     if op.location and stored.location and op.location.casefold() != stored.location.casefold():
         return False
-    return numbers(op.text) == numbers(stored.text) and date_words(op.text) == date_words(
-        stored.text
-    )
+    same_numbers = numbers(op.text) == numbers(stored.text)
+    return same_numbers and date_words(op.text) == date_words(stored.text)
 
 
 def classify(op: MemoryOp, entry: Entry, language: Language = ENGLISH) -> Match | None:
-    """Score one candidate for an add; None when it must never absorb the add.
-
-    The Jaccard compares `language`'s tokens (its stopwords dropped, its Snowball
-    stems), the tokens the service's keyword leg uses.
-    """
+    """Score one candidate for an add (Jaccard over `language`'s tokens, as the
+    keyword leg's); None when it must never absorb the add."""
     if op.kind is not None and op.kind != entry.kind:
         return None
     if entry.kind == Kind.EPISODE and not _same_event(op, entry):

@@ -10,10 +10,9 @@ import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, overload
+from typing import TypeVar
 
 import numpy as np
-from numpy import ndarray
 
 from ..types import SearchOptions
 from ._language import ENGLISH, Language
@@ -47,9 +46,6 @@ and any query with one unseen word scored below reconcile's 0.30 probe). Changes
 nothing that matters at LoCoMo sizes (N = 400-900)."""
 
 
-# --- keyword leg ---------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class KeywordDoc:
     """Term frequencies of one memory's two fields (text and topics)."""
@@ -67,9 +63,9 @@ class KeywordDoc:
 
     @classmethod
     def build(cls, text: str, topics: Sequence[str], language: Language = ENGLISH) -> KeywordDoc:
-        content_tf = _field_tf(text, language)
+        content_tf = field_tf(text, language)
         topic_text = " ".join(topics)
-        topic_tf = _field_tf(topic_text, language)
+        topic_tf = field_tf(topic_text, language)
         return cls(
             content_tf=content_tf,
             content_len=sum(content_tf.values()),
@@ -80,7 +76,8 @@ class KeywordDoc:
         )
 
 
-def _field_tf(text: str, language: Language) -> dict[str, int]:
+def field_tf(text: str, language: Language) -> dict[str, int]:
+    """Term frequencies of one field: primary tokens counted, extra CJK trigrams once."""
     tf: dict[str, int] = dict(Counter(primary_tokens(text, language)))
     for gram in cjk_trigrams(text):
         tf.setdefault(gram, 1)
@@ -170,30 +167,22 @@ class QueryTerms:
         return sum(w * stats.idf(t) for t, w in self.weighted)
 
 
-@overload
-def length_norm(length: float, avg: float) -> float: ...
-@overload
-def length_norm(length: ndarray, avg: float) -> ndarray: ...
-def length_norm(length: Any, avg: float) -> Any:
+_Scores = TypeVar("_Scores", float, np.ndarray)
+"""A float, or a numpy array of one leg's candidates: the formulas serve both."""
+
+
+def length_norm(length: _Scores, avg: float) -> _Scores:
     """BM25's length normalisation of one field: 1 - b + b x len / avg."""
     return 1 - BM25_B + BM25_B * length / avg
 
 
-@overload
-def bm25_term(
-    weight_idf: float, content_tf: float, content_norm: float, topic_tf: float, topic_norm: float
-) -> float: ...
-@overload
 def bm25_term(
     weight_idf: float,
-    content_tf: ndarray,
-    content_norm: ndarray,
-    topic_tf: ndarray,
-    topic_norm: ndarray,
-) -> ndarray: ...
-def bm25_term(
-    weight_idf: float, content_tf: Any, content_norm: Any, topic_tf: Any, topic_norm: Any
-) -> Any:
+    content_tf: _Scores,
+    content_norm: _Scores,
+    topic_tf: _Scores,
+    topic_norm: _Scores,
+) -> _Scores:
     """One query term's BM25F contribution, for floats or numpy arrays alike.
 
     The fields' length-normalised frequencies are summed (topics weighted
@@ -201,14 +190,11 @@ def bm25_term(
     term's weight x idf. Every backend scores with this function.
     """
     tf = content_tf / content_norm + TOPIC_WEIGHT * topic_tf / topic_norm
-    return weight_idf * tf * (BM25_K1 + 1) / (BM25_K1 + tf)
+    term: _Scores = weight_idf * tf * (BM25_K1 + 1) / (BM25_K1 + tf)
+    return term
 
 
-@overload
-def relevance(score: float, reference: float) -> float: ...
-@overload
-def relevance(score: ndarray, reference: float) -> ndarray: ...
-def relevance(score: Any, reference: float) -> Any:
+def relevance(score: _Scores, reference: float) -> _Scores:
     """The absolute [0, 1] relevance of a BM25 score, strictly increasing in it.
 
     x = score / `QueryTerms.reference` is 1.0 for an average-length memory
@@ -222,7 +208,9 @@ def relevance(score: Any, reference: float) -> Any:
     over = np.maximum(x - RELEVANCE_KNEE, 0.0)
     soft = 1 - RELEVANCE_KNEE
     out = np.minimum(x, RELEVANCE_KNEE) + soft * (1 - np.exp(-over / soft))
-    return out if isinstance(score, np.ndarray) else float(out)
+    if isinstance(score, np.ndarray):
+        return out
+    return float(out)
 
 
 @dataclass(frozen=True)
@@ -274,18 +262,16 @@ def _phrase_fallback(query: str, doc: KeywordDoc, untokenised: bool) -> float:
         return 0.0
     if untokenised and any(c.isalnum() for c in lowered):
         needle = lowered
-        content, topics = doc.content_norm, doc.topic_norm
         if any(not c.isalnum() and not c.isspace() for c in lowered):
             needle = _loose(lowered)
     else:
         needle = _loose(lowered)
-        content, topics = doc.content_norm, doc.topic_norm
         if needle.isascii() and needle.isalnum():
             return 0.0
     if not needle:
         return 0.0
-    if needle in content:
+    if needle in doc.content_norm:
         return PHRASE_FALLBACK_SCORE
-    if needle in topics:
+    if needle in doc.topic_norm:
         return PHRASE_FALLBACK_SCORE * TOPIC_WEIGHT
     return 0.0

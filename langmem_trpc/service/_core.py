@@ -19,7 +19,6 @@ from typing import Any, Literal
 from pydantic import ValidationError
 
 from .. import _time
-from .._time import parse_time_or_raise
 from ..errors import ConfigurationError, InvalidMemoryError, InvalidUserKeyError
 from ..types import (
     Entry,
@@ -147,10 +146,9 @@ def check_memory_id(memory_id: object) -> str:
 
 def check_thread_id(thread_id: object) -> str:
     """A cursor's thread id: a string every backend can store (no NUL, no lone surrogate)."""
-    if not isinstance(thread_id, str):
-        raise InvalidMemoryError("thread_id", f"must be a string, got {type(thread_id).__name__}")
     checked = check_optional_id("thread_id", thread_id)
-    assert checked is not None
+    if checked is None:
+        raise InvalidMemoryError("thread_id", "must be a string, got NoneType")
     return checked
 
 
@@ -289,9 +287,7 @@ def _check_names(field: str, values: object, max_count: int, max_length: int) ->
 
 
 def _check_kind(kind: object) -> Kind:
-    if isinstance(kind, Kind):
-        return kind
-    if isinstance(kind, str):
+    if isinstance(kind, str):  # a Kind too: it is a str enum
         try:
             return Kind(kind.strip().lower())
         except ValueError:
@@ -335,7 +331,7 @@ def build_memory(
         text=_check_text(text, limits),
         topics=_check_names("topics", topics, limits.max_topics, limits.max_topic_length),
         kind=_check_kind(kind),
-        event_time=parse_time_or_raise(event_time, "event_time"),
+        event_time=_time.parse_time_or_raise(event_time, "event_time"),
         participants=_check_names(
             "participants", participants, limits.max_participants, limits.max_name_length
         ),
@@ -413,10 +409,8 @@ def fingerprint(memory: Memory, explicit_id: str | None = None) -> str:
         "kind:" + memory.kind.value,
         "event:" + (memory.event_time.strftime("%Y-%m-%dT%H:%M:%SZ") if memory.event_time else ""),
     ]
-    ambiguous = any("," in p or "\x1f" in p for p in with_) or "\x1f" in at
-    if explicit_id is not None and "\x1f" in explicit_id:
-        ambiguous = True
-    if ambiguous:
+    in_names = any("," in p or "\x1f" in p for p in with_)
+    if in_names or "\x1f" in at or "\x1f" in (explicit_id or ""):
         fields: list[Any] = [*parts, with_, at, explicit_id]
         encoded = json.dumps(fields, ensure_ascii=False)
         return hashlib.sha256(encoded.encode()).hexdigest()
@@ -436,14 +430,9 @@ def stored_fingerprint(
 ) -> str:
     """`fingerprint` of a stored row's columns (the backends' fingerprint migrations
     recompute rows written under the ambiguous participants encoding)."""
+    columns = {"kind": Kind(kind), "event_time": event_time, "location": location}
     memory = Memory.model_construct(
-        text=text,
-        topics=[],
-        kind=Kind(kind),
-        event_time=event_time,
-        participants=list(participants),
-        location=location,
-        metadata={},
+        **{**_BLANK, **columns, "text": text, "participants": list(participants)}
     )
     return fingerprint(memory, explicit_id)
 

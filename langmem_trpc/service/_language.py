@@ -8,12 +8,10 @@ preferences (month names, time words, the shape of a "when" question).
 `language("german")` gives German stemming with empty cue lists, so the
 English-only steps simply never fire for it.
 
-The tokens a backend stores depend on its language. Every service takes a
-`language` option (a name or a `Language`, `resolve_language`; English by
-default) and passes it to every place it tokenises: stored documents, the
-query, the search steps' cues, dedupe. The SQLite and PostgreSQL backends
-record the language in the database when they create it and refuse to open
-it under another one (`ConfigurationError` naming both).
+The tokens a backend stores depend on its language, so every service takes
+a `language` option (`resolve_language`) for every place it tokenises, and
+the database backends refuse to open a database under another one
+(docs/configuration.md, "The services' `language=`").
 """
 
 from __future__ import annotations
@@ -22,6 +20,7 @@ import re
 import threading
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import cast
 
 import Stemmer
 
@@ -59,13 +58,11 @@ class Language:
         return stemmer
 
     def stem(self, word: str) -> str:
-        stemmed: str = self._stemmer().stemWord(word)
-        return stemmed
+        return cast(str, self._stemmer().stemWord(word))
 
     def stem_words(self, words: list[str]) -> list[str]:
         """`stem` of each word, in one call into the stemmer."""
-        stemmed: list[str] = self._stemmer().stemWords(words)
-        return stemmed
+        return cast(list[str], self._stemmer().stemWords(words))
 
     @cached_property
     def stemmed_question_words(self) -> frozenset[str]:

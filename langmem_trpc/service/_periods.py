@@ -15,18 +15,20 @@ from ._language import ENGLISH, Language
 __all__ = ["Period", "TimeMentions", "query_periods", "says_time"]
 
 _ORD = r"(\d{1,2})(?:st|nd|rd|th)?"
+_Groups = tuple[int | None, int | None, int | None]
 
 
 @lru_cache(maxsize=16)
-def _date_forms(language: Language) -> tuple[tuple[re.Pattern[str], str], ...]:
+def _date_forms(language: Language) -> tuple[tuple[re.Pattern[str], _Groups], ...]:
     """The absolute date shapes a query can name, from the language's month names
-    (none without them but ISO dates and years).
+    (none without them but ISO dates and years), each with the match groups of
+    its year, month and day (None: unsaid).
 
     Memoised: a pure function of a frozen `Language`, so the table is a constant
     per language (compiled regexes), bounded to 16 languages; no user data.
     """
-    forms: list[tuple[re.Pattern[str], str]] = [
-        (re.compile(r"\b(\d{4})-(\d{1,2})-(\d{1,2})\b"), "ymd")
+    forms: list[tuple[re.Pattern[str], _Groups]] = [
+        (re.compile(r"\b(\d{4})-(\d{1,2})-(\d{1,2})\b"), (0, 1, 2))
     ]
     if language.month_names:
         months = "|".join(
@@ -35,14 +37,14 @@ def _date_forms(language: Language) -> tuple[tuple[re.Pattern[str], str], ...]:
         )
         month = rf"({months}|sept)" if language is ENGLISH else rf"({months})"
         forms += [
-            (re.compile(rf"\b{_ORD}\s+(?:of\s+)?{month}\.?,?\s+(\d{{4}})\b", re.I), "dmy"),
-            (re.compile(rf"\b{month}\.?\s+{_ORD},?\s+(\d{{4}})\b", re.I), "mdy"),
-            (re.compile(rf"\b{month}\.?,?\s+(?:of\s+)?(\d{{4}})\b", re.I), "my"),
+            (re.compile(rf"\b{_ORD}\s+(?:of\s+)?{month}\.?,?\s+(\d{{4}})\b", re.I), (2, 1, 0)),
+            (re.compile(rf"\b{month}\.?\s+{_ORD},?\s+(\d{{4}})\b", re.I), (2, 0, 1)),
+            (re.compile(rf"\b{month}\.?,?\s+(?:of\s+)?(\d{{4}})\b", re.I), (1, 0, None)),
         ]
-    forms.append((re.compile(r"\b(19\d\d|20\d\d)\b"), "y"))
+    forms.append((re.compile(r"\b(19\d\d|20\d\d)\b"), (0, None, None)))
     if language.month_names:
         names = "|".join(re.escape(m.capitalize()) for m in language.month_names)
-        forms.append((re.compile(rf"\b({names})\b"), "m"))
+        forms.append((re.compile(rf"\b({names})\b"), (None, 0, None)))
     return tuple(forms)
 
 
@@ -75,27 +77,23 @@ def query_periods(query: str, language: Language = ENGLISH) -> list[Period]:
     """
     periods: list[Period] = []
     rest = query
-    for pattern, form in _date_forms(language):
+    for pattern, (year, month, day) in _date_forms(language):
         for match in pattern.finditer(rest):
             g = match.groups()
-            if form == "ymd":
-                period = Period(int(g[0]), int(g[1]), int(g[2]))
-            elif form == "dmy":
-                period = Period(int(g[2]), _month(g[1], language), int(g[0]))
-            elif form == "mdy":
-                period = Period(int(g[2]), _month(g[0], language), int(g[1]))
-            elif form == "my":
-                period = Period(int(g[1]), _month(g[0], language), None)
-            elif form == "y":
-                period = Period(int(g[0]), None, None)
-            else:
-                period = Period(None, _month(g[0], language), None)
-            periods.append(period)
+            periods.append(
+                Period(
+                    None if year is None else int(g[year]),
+                    None if month is None else _month(g[month], language),
+                    None if day is None else int(g[day]),
+                )
+            )
         rest = pattern.sub(" ", rest)
     return periods
 
 
 def _month(name: str, language: Language) -> int:
+    if name.isdigit():
+        return int(name)
     prefix = name.lower()[:3]
     for number, month in enumerate(language.month_names, start=1):
         if month[:3] == prefix:

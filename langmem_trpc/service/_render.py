@@ -6,25 +6,11 @@ model as quoted data that cannot break out of the block that holds them.
 
     - [id] "text" (kind=episode; date=2024-07-02; with=Bob; at=Chamonix)
 
-Before quoting, every piece of stored text goes through `defuse`:
-
-1. NFKC normalisation (fullwidth and other compatibility forms become the
-   plain letters they stand for);
-2. removal of zero-width and other invisible format characters (Unicode
-   category Cf: U+200B..U+200F, U+2060..U+2064, U+FEFF, bidi controls, ...);
-3. every Unicode line break (LF, CR, U+000B, U+000C, U+001C..U+001E, U+0085,
-   U+2028, U+2029) and every other control character becomes a space, and
-   runs of whitespace become one space, so a memory cannot start a line;
-4. anything whose confusables skeleton (`skeleton`: Unicode TR39 in spirit,
-   single-character prototypes for Cyrillic, Greek, Armenian, Cherokee and
-   Lisu look-alikes, small capitals, digit/letter twins such as 0/O and 1/l,
-   combining marks ignored) spells a block delimiter word
-   (`PRELOADED_USER_MEMORIES`, `EXISTING_MEMORIES`) becomes
-   `[memory-marker]`, and a run of three or more `=` (or look-alikes) becomes
-   one `=`.
-
-The text is then JSON-quoted (`"` and `\\` escaped), so the quote that closes
-it is always the renderer's own. This module imports no LangChain.
+Every piece of stored text goes through `defuse` first (one line, no invisible
+characters, no block delimiter word or `===` rule in any look-alike spelling;
+the steps are listed in docs/how-it-works.md), and the text is then
+JSON-quoted, so the quote that closes it is always the renderer's own. This
+module imports no LangChain.
 """
 
 from __future__ import annotations
@@ -125,19 +111,18 @@ def skeleton(text: str) -> str:
     return "".join(_skeleton_char(c) for c in text)
 
 
+def _flat_char(char: str) -> str:
+    """Nothing for an invisible format character, a space for a line break or control."""
+    category = unicodedata.category(char)
+    if category == "Cf":
+        return ""
+    return " " if category in ("Cc", "Zl", "Zp") or char in _LINE_BREAKS else char
+
+
 def one_line(text: str) -> str:
     """NFKC, no invisible format characters, no line breaks or controls, single spaces."""
-    normal = unicodedata.normalize("NFKC", text)
-    kept: list[str] = []
-    for char in normal:
-        category = unicodedata.category(char)
-        if category == "Cf":
-            continue
-        if category == "Cc" or char in _LINE_BREAKS or category in ("Zl", "Zp"):
-            kept.append(" ")
-        else:
-            kept.append(char)
-    return " ".join("".join(kept).split())
+    flat = "".join(_flat_char(char) for char in unicodedata.normalize("NFKC", text))
+    return " ".join(flat.split())
 
 
 _DELIMITERS = _delimiter_regex(DELIMITER_WORDS)
@@ -151,8 +136,7 @@ def _replace(text: str, pattern: re.Pattern[str], replacement: str) -> str:
     for match in pattern.finditer(shape):
         if match.end() == match.start():
             continue
-        pieces.append(text[position : match.start()])
-        pieces.append(replacement)
+        pieces += [text[position : match.start()], replacement]
         position = match.end()
     pieces.append(text[position:])
     return "".join(pieces)

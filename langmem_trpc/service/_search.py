@@ -35,13 +35,14 @@ from ._bm25 import (
     KeywordScorer,
     QueryTerms,
     bm25_term,
+    field_tf,
     keyword_score,
     length_norm,
     relevance,
 )
 from ._language import ENGLISH, Language
 from ._periods import query_periods, says_time
-from ._text import cjk_trigrams, jaccard, primary_tokens, token_set
+from ._text import jaccard, primary_tokens, token_set
 
 __all__ = [
     "BM25_B",
@@ -79,8 +80,6 @@ __all__ = [
 DEFAULT_MIN_SCORE = 0.30
 DEDUPE_JACCARD = 0.80
 MIN_KIND_FALLBACK_RESULTS = 3
-
-# --- fusion and post-processing -------------------------------------------
 
 
 class Legs(NamedTuple):
@@ -181,38 +180,16 @@ def _named_participants(
     if not people:
         return set()
     query_tokens = set(primary_tokens(query, language))
-    named: set[str] = set()
-    for person in people:
-        tokens = set(primary_tokens(person, language))
-        if tokens and tokens <= query_tokens:
-            named.add(person)
-    return named
-
-
-def _time_preference(
-    adjusted: dict[str, float],
-    best: Mapping[str, tuple[Entry, float]],
-    query: str,
-    boost: float,
-    language: Language,
-) -> None:
-    """Soft time preference: when some candidate falls in a period the query names,
-    the others are scaled by 1 / (1 + boost) (a preference, not a filter: a
-    question's dates are often only near the evidence's)."""
-    periods = query_periods(query, language)
-    if not periods:
-        return
-    inside = {
-        key
-        for key in adjusted
-        if (event := best[key][0].memory.event_time) is not None
-        and any(p.contains(event) for p in periods)
+    return {
+        person
+        for person in people
+        if (tokens := set(primary_tokens(person, language))) and tokens <= query_tokens
     }
-    _prefer(adjusted, inside, boost)
 
 
 def _prefer(adjusted: dict[str, float], preferred: set[str], boost: float) -> None:
-    """Scale every other hit by 1 / (1 + boost), when some hit is preferred."""
+    """Scale every other hit by 1 / (1 + boost), when some hit is preferred: a
+    preference, not a filter (a question's dates are often only near the evidence's)."""
     if not preferred:
         return
     scale = 1.0 / (1.0 + boost)
@@ -221,30 +198,50 @@ def _prefer(adjusted: dict[str, float], preferred: set[str], boost: float) -> No
             adjusted[key] *= scale
 
 
-def _when_preference(
-    adjusted: dict[str, float],
+def _in_query_period(
+    best: Mapping[str, tuple[Entry, float]], query: str, language: Language
+) -> set[str]:
+    """The "time" step's preferred hits: event time in a period the query names."""
+    periods = query_periods(query, language)
+    return {
+        key
+        for key, (entry, _) in best.items()
+        if periods
+        and (event := entry.memory.event_time) is not None
+        and any(p.contains(event) for p in periods)
+    }
+
+
+def _saying_time(
     best: Mapping[str, tuple[Entry, float]],
     query: str,
-    boost: float,
-    says: Callable[[str], bool],
     language: Language,
-) -> None:
-    """A "when" question prefers hits that say a time: an answer to "When did Ann
-    adopt Rex?" reads "I adopted him last week", while the turns that only
-    talk about Rex do not date anything. Others are scaled by 1 / (1 + boost)
-    when some candidate says a time (`says`: `says_time` in the language, or the
-    service's `TimeMentions`). The cue is the language's `when_question`."""
+    says: Callable[[str], bool],
+) -> set[str]:
+    """The "when" step's preferred hits, for a query matching the language's
+    `when_question`: those that say a time (`says`: `says_time` in the language,
+    or the service's `TimeMentions`). An answer to "When did Ann adopt Rex?"
+    reads "I adopted him last week", while the turns that only talk about Rex
+    do not date anything."""
     if language.when_question is None or not language.when_question.search(query):
-        return
-    dated = {key for key in adjusted if says(best[key][0].memory.text)}
-    _prefer(adjusted, dated, boost)
+        return set()
+    return {key for key, (entry, _) in best.items() if says(entry.memory.text)}
+
+
+def _naming_participant(
+    best: Mapping[str, tuple[Entry, float]], query: str, language: Language
+) -> set[str]:
+    """The "participants" step's preferred hits: those with a participant the query names."""
+    named = _named_participants(query, (entry for entry, _ in best.values()), language)
+    return {
+        key for key, (entry, _) in best.items() if named.intersection(entry.memory.participants)
+    }
 
 
 def _session_context(
     fused: dict[str, float], best: Mapping[str, tuple[Entry, float]], weight: float
 ) -> dict[str, float]:
-    """Each hit shares in the best fused score of the other candidates with the same
-    event time (one conversation session or moment): (own + w x other) / (1 + w)."""
+    """The "context" step (`FusionSettings.context_weight`): (own + w x other) / (1 + w)."""
     adjusted = dict(fused)
     groups: dict[datetime, list[str]] = {}
     for key, (entry, _) in best.items():
@@ -262,32 +259,12 @@ def _session_context(
     return adjusted
 
 
-def _participant_preference(
-    adjusted: dict[str, float],
-    best: Mapping[str, tuple[Entry, float]],
-    query: str,
-    boost: float,
-    language: Language,
-) -> None:
-    """A hit whose participant the query names keeps its score; others are scaled by
-    1 / (1 + boost), when the query names one."""
-    named = _named_participants(query, (entry for entry, _ in best.values()), language)
-    if named:
-        _prefer(
-            adjusted,
-            {key for key in adjusted if named.intersection(best[key][0].memory.participants)},
-            boost,
-        )
-
-
 def _score_fusion(
     vector: Sequence[tuple[Entry, float]],
     keyword: Sequence[tuple[Entry, float]],
     vector_weight: float = 1.0,
 ) -> dict[str, float]:
-    """`fusion_method="scores"`: the mean of the two legs' absolute scores (cosine,
-    keyword relevance; 0 for a leg that did not return the hit), the vector
-    leg's half scaled by `vector_weight`."""
+    """`fusion_method="scores"` (described at `SearchOptions.fusion_method`)."""
     fused: dict[str, float] = {}
     for leg, weight in ((vector, vector_weight), (keyword, 1.0)):
         for entry, score in leg:
@@ -319,12 +296,13 @@ def _fused_order(
         fused = _session_context(fused, best, tuning.context_weight)
     else:
         fused = dict(fused)
-    if tuning.participant_boost > 0:
-        _participant_preference(fused, best, options.query, tuning.participant_boost, language)
-    if tuning.time_boost > 0:
-        _time_preference(fused, best, options.query, tuning.time_boost, language)
-    if tuning.when_boost > 0:
-        _when_preference(fused, best, options.query, tuning.when_boost, says, language)
+    for boost, preferred in (
+        (tuning.participant_boost, _naming_participant),
+        (tuning.time_boost, _in_query_period),
+        (tuning.when_boost, partial(_saying_time, says=says)),
+    ):
+        if boost > 0:
+            _prefer(fused, preferred(best, options.query, language), boost)
     return fused
 
 
@@ -358,10 +336,8 @@ def _decomposed(
     candidates already fetched by the local keyword score (no backend call) and
     votes like one more keyword leg with decompose_weight / n: 1 / (k + rank)
     under RRF (`k`), half its keyword relevance under score fusion (`k` None).
-
-    The candidates are tokenised once per search, counting only the sub-queries'
-    terms (`_PoolTerms`), and each sub-query scores only the candidates holding
-    one of its terms. Off by default (docs/bench-locomo.md)."""
+    The candidates are tokenised once per search (`_PoolTerms`). Off by default
+    (docs/bench-locomo.md)."""
     out = dict(fused)
     named = _named_participants(query, (entry for entry, _ in best.values()), language)
     subs = _sub_queries(query, named, language)
@@ -418,25 +394,8 @@ class _PoolTerms:
 
 def _counts(text: str, terms: set[str], language: Language) -> tuple[dict[str, int], int]:
     """(frequencies of `terms`, field length) of one field, as `KeywordDoc.build` counts them."""
-    tokens = primary_tokens(text, language)
-    grams = cjk_trigrams(text)
-    tf: dict[str, int] = {}
-    for token in tokens:
-        if token in terms:
-            tf[token] = tf.get(token, 0) + 1
-    length = len(tokens)
-    if grams:
-        seen = set(tokens)
-        for gram in grams:
-            if gram not in seen:
-                length += 1
-                if gram in terms:
-                    tf[gram] = 1
-    return tf, length
-
-
-def _keyword_hits(legs: Legs, threshold: float) -> list[tuple[Entry, float]]:
-    return [(e, s) for e, s in legs.keyword if s >= threshold and s > 0]
+    tf = field_tf(text, language)
+    return {t: n for t, n in tf.items() if t in terms}, sum(tf.values())
 
 
 def _ranked(
@@ -483,23 +442,20 @@ def _rank_legs(
 ) -> list[Entry]:
     explicit = options.similarity_threshold
     keyword_min = options.fusion.keyword_floor if explicit is None else explicit
+    keyword = [(e, s) for e, s in legs.keyword if s >= keyword_min and s > 0]
     by_event = options.order_by_event_time
-    if legs.vector is None or (
-        options.hybrid and not legs.vector and _keyword_hits(legs, keyword_min)
-    ):
-        keyword = _keyword_hits(legs, keyword_min)
+    if legs.vector is None or (options.hybrid and not legs.vector and keyword):
         return _ranked(((e, s, None) for e, s in keyword), by_event, limit)
     if not options.hybrid:
         threshold = DEFAULT_MIN_SCORE if explicit is None else explicit
         vector = [(e, s) for e, s in legs.vector if s >= threshold]
         return _ranked(((e, s, None) for e, s in vector), by_event, limit)
     # Hybrid: each leg votes with its candidates above a low floor (or the explicit threshold).
-    vector_floor = explicit if explicit is not None else options.fusion.vector_floor
-    keyword_floor = explicit if explicit is not None else options.fusion.keyword_floor
+    vector_floor = options.fusion.vector_floor if explicit is None else explicit
     # Each leg is ranked by its reported score (stable): PostgreSQL's keyword rows arrive
     # in ts_rank order, not in the order of the shared relevance computed afterwards.
     vector = _by_score([(e, s) for e, s in legs.vector if s >= vector_floor and s > 0])
-    keyword = _by_score([(e, s) for e, s in legs.keyword if s >= keyword_floor and s > 0])
+    keyword = _by_score(keyword)
     best: dict[str, tuple[Entry, float]] = {}
     for entry, score in chain(vector, keyword):
         held = best.get(entry.id)
@@ -536,11 +492,11 @@ def deduplicate(
 ) -> list[Entry]:
     """Drop an entry whose word set is >= `threshold` Jaccard-similar to a better-ranked one."""
     sets = [token_set(e.memory.text, language) for e in entries]
-    keep: list[Entry] = []
-    for i, entry in enumerate(entries):
-        if not any(jaccard(sets[i], sets[j]) >= threshold for j in range(i)):
-            keep.append(entry)
-    return keep
+    return [
+        entry
+        for i, entry in enumerate(entries)
+        if not any(jaccard(sets[i], sets[j]) >= threshold for j in range(i))
+    ]
 
 
 def _unexpired_legs(legs: Legs) -> Legs:
@@ -561,11 +517,9 @@ class SearchPlan:
 
     Each of `kinds` is one fetch of `Legs` (vector and keyword candidates,
     `pool` each, filtered by that kind and the time range): the wanted kind
-    first, then None (every kind) when the kind fallback may need it. A
-    backend fetches them all (PostgreSQL in one statement) and hands the
-    legs to `rank_search`. Which legs a fetch holds is the backend's: a
-    vector leg when it embeds the query, a keyword leg without one or for a
-    hybrid search (`Legs`).
+    first, then None (every kind) when the kind fallback may need it. Which
+    legs a fetch holds is the backend's: a vector leg when it embeds the
+    query, a keyword leg without one or for a hybrid search.
     """
 
     kinds: tuple[Kind | None, ...]
