@@ -76,6 +76,10 @@ APP_QUEUES = """SELECT DISTINCT queue_name FROM procrastinate_jobs
     WHERE starts_with(queue_name, %(apps)s) AND status IN ('todo', 'doing') ORDER BY 1"""
 MAX_BACKOFF = 300.0
 RECONNECT_MAX = 30.0
+DISCOVER_EVERY = 1.0
+"""Seconds between two app-queue lookups of a default worker with no job notification."""
+DISCOVER_GAP = 0.05
+"""Seconds between two app-queue lookups of a default worker while jobs keep coming."""
 
 
 class JobIncompleteError(LangmemTrpcError):
@@ -195,6 +199,7 @@ class QueueWorker:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._worker: Any = None
         self._wake: asyncio.Event | None = None
+        self._notified: asyncio.Event | None = None
         self.recovered = 0
         """Jobs of stalled workers this worker put back in the queue."""
         self._running: set[int] = set()
@@ -274,8 +279,9 @@ class QueueWorker:
     def _stop_in_loop(self) -> None:
         if self._worker is not None:
             self._worker.stop()
-        if self._wake is not None:
-            self._wake.set()
+        for event in (self._wake, self._notified):
+            if event is not None:
+                event.set()
 
     async def _main(self, *, signals: bool, drain: bool) -> None:
         self._stopping.clear()
@@ -305,8 +311,7 @@ class QueueWorker:
         """One procrastinate worker on the open app, until it stops."""
         from procrastinate import worker as worker_module
 
-        worker_class = worker_module.Worker if self.apps else _every_queue_worker(worker_module)
-        self._worker = worker_class(
+        options: dict[str, Any] = dict(
             app=self.app,
             queues=await self._fetch_queues(),  # the list itself: a default worker's grows
             name=self.name,
@@ -320,6 +325,10 @@ class QueueWorker:
             stalled_worker_timeout=self.stalled_after,
             delete_jobs="successful" if self.delete_succeeded else "never",
         )
+        if self.apps:
+            self._worker = worker_module.Worker(**options)
+        else:
+            self._worker = _every_queue_worker(worker_module)(self._job_notified, **options)
         if self._stopping.is_set():
             return
         ready = asyncio.create_task(self._announce(self._worker))
@@ -372,12 +381,18 @@ class QueueWorker:
         return self._queues
 
     async def _discover_loop(self) -> None:
-        """A default worker looks for new apps' queues every second. procrastinate's
-        worker fetches from the list it was given, which this grows in place, and it
-        listens on every queue's channel (`_every_queue_worker`), so a new app's queue
-        needs no restart: its first job is fetched once the queue is in the list."""
+        """A default worker looks for new apps' queues after every job notification (at
+        most every `DISCOVER_GAP` s) and at least every `DISCOVER_EVERY` s. procrastinate's worker
+        fetches from the list it was given, which this grows in place, and it listens on
+        every queue's channel (`_every_queue_worker`), so a new app's queue needs no
+        restart: its first job is fetched once the queue is in the list."""
+        self._notified = asyncio.Event()
         while not self.apps and not self._stopping.is_set():
-            await self._sleep(1.0)
+            try:
+                await asyncio.wait_for(self._notified.wait(), DISCOVER_EVERY)
+            except TimeoutError:
+                pass
+            self._notified.clear()
             worker, known = self._worker, len(self._queues)
             if worker is None or self._stopping.is_set():
                 continue
@@ -386,6 +401,12 @@ class QueueWorker:
                     worker.wake()
             except Exception as exc:
                 logger.debug("queue worker: app queue lookup failed: %s", exc)
+            await self._sleep(DISCOVER_GAP)
+
+    def _job_notified(self) -> None:
+        """procrastinate's listener got a job notification (any queue's)."""
+        if self._notified is not None:
+            self._notified.set()
 
     async def _announce(self, worker: Any) -> None:
         while worker.worker_id is None:  # noqa: ASYNC110 - procrastinate sets it, no event
@@ -460,16 +481,26 @@ def _every_queue_worker(worker_module: Any) -> Any:
     """procrastinate's `Worker`, listening on the channel every queue notifies
     (`procrastinate_any_queue_v1`) rather than its queues' own: a default worker's
     queue list grows while it runs (new apps), and a job of a queue it does not
-    fetch yet only costs it a fetch that finds nothing. `wake()` makes it fetch now
-    (procrastinate 3's notification handler sets the same event)."""
+    fetch yet only costs it a fetch that finds nothing, and tells `on_notification`
+    (the app-queue lookup). `wake()` makes it fetch now (procrastinate 3's
+    notification handler sets the same event)."""
 
     class EveryQueueWorker(worker_module.Worker):  # type: ignore[misc,name-defined]
+        def __init__(self, on_notification: Callable[[], None], **options: Any) -> None:
+            super().__init__(**options)
+            self._on_notification = on_notification
+
         def _start_side_tasks(self) -> Any:
             queues, self.queues = self.queues, None  # type: ignore[has-type]  # read once, here
             try:
                 return super()._start_side_tasks()
             finally:
                 self.queues = queues
+
+        async def _handle_notification(self, *, channel: str, notification: Any) -> None:
+            await super()._handle_notification(channel=channel, notification=notification)
+            if notification.get("type") == "job_inserted":
+                self._on_notification()  # perhaps a queue it does not fetch yet
 
         def wake(self) -> None:
             self._new_job_event.set()

@@ -292,6 +292,37 @@ def test_a_new_apps_job_does_not_wait_for_the_running_jobs(
     assert late_done < 4.0 < slow_done, (late_done, slow_done)
 
 
+def test_a_new_apps_queue_is_found_on_its_first_jobs_notification(
+    queue: PostgresJobQueue, pg_url: str, service: PostgresMemoryService, monkeypatch: Any
+) -> None:
+    """The job notification (any queue's channel) starts the app-queue lookup: with the
+    periodic lookup every 60 s and polling every 60 s, a new app's first job is done
+    within seconds of its enqueue."""
+    from langmem_trpc.queue import worker as worker_module
+
+    monkeypatch.setattr(worker_module, "DISCOVER_EVERY", 60.0)
+    late = UserKey("queue-late", "dave")
+
+    async def main() -> float:
+        worker = QueueWorker(pg_url, service, VerbatimExtractor(), poll_interval=60)
+        ready = asyncio.Event()
+        worker.on_ready = ready.set
+        run = asyncio.create_task(worker.arun())
+        await asyncio.wait_for(ready.wait(), 20)
+        await asyncio.sleep(0.2)  # the first periodic lookup has run (and found nothing)
+        started = time.monotonic()
+        await queue.aenqueue(late, "t", history(1, prefix="d"))
+        while not texts(service, late) and time.monotonic() - started < 20:  # noqa: ASYNC110
+            await asyncio.sleep(0.05)
+        worker.stop()
+        await run
+        return time.monotonic() - started
+
+    elapsed = asyncio.run(main())
+    assert texts(service, late) == ["fact number 0 about d"]
+    assert elapsed < 10, elapsed
+
+
 def test_a_bad_queue_or_app_name_is_refused(pg_url: str, service: PostgresMemoryService) -> None:
     from langmem_trpc.errors import ConfigurationError, InvalidUserKeyError
 
