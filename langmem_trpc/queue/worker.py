@@ -111,8 +111,9 @@ class QueueWorker:
         extractor: `LLMExtractor(model)`, `VerbatimExtractor()` or any `Extractor`.
         queue: the queue name the producers use.
         apps: take only these apps' jobs (each app's jobs are in procrastinate queue
-            `queue@app`); default: every app's, found among the unfinished jobs every
-            second (added to the list procrastinate's worker fetches from; no restart).
+            `queue@app`); default: every app's, found among the unfinished jobs after
+            each job notification and every `DISCOVER_EVERY` s (added to the list
+            procrastinate's worker fetches from; no restart).
         concurrency: jobs run at once by this process.
         job_timeout, checkers, policy, batch_messages, max_attempts, claim_ttl,
             max_calls_per_user: as for `AutoMemoryWorker`.
