@@ -71,15 +71,12 @@ class ExtractionRequest:
 class Extractor(Protocol):
     """Anything with `extract(request) -> list[MemoryOp]` (called in a worker thread).
 
-    An extractor may set `uses_existing = False` when it ignores
-    `request.existing`; the worker then skips the existing-memory search.
-
-    An extractor may also define `async aextract(request)`. When the job has a
-    timeout, the worker awaits it on its own event loop and cancels it at the
-    deadline, so a hung call holds no thread. It sets `native_async = False`
-    when its `aextract` only wraps blocking work (cancelling would not stop
-    it); the worker then calls `extract` in a thread instead. An
-    `async aclose()` is awaited on that loop when the worker closes it.
+    Optional: `uses_existing = False` (it ignores `request.existing`: the worker
+    skips that search); `async aextract(request)`, which a job with a timeout
+    awaits on the worker's loop and cancels at the deadline, so a hung call
+    holds no thread (`native_async = False` when it only wraps blocking work:
+    the worker then runs `extract` in a thread); `async aclose()`, awaited on
+    that loop when the worker closes it.
     """
 
     def extract(self, request: ExtractionRequest) -> list[MemoryOp]: ...
@@ -165,40 +162,38 @@ class LLMExtractor:
     @property
     def native_async(self) -> bool:
         """Whether the model implements async calls itself (cancelling `aextract` stops them)."""
-        return _native_async(self.model)
+        from langchain_core.language_models import BaseChatModel
+
+        if isinstance(self.model, BaseChatModel):
+            return type(self.model)._agenerate is not BaseChatModel._agenerate
+        return callable(getattr(self.model, "ainvoke", None))
 
     def extract(self, request: ExtractionRequest) -> list[MemoryOp]:
         if not request.messages:
             return []
-        actions = self._actions(request)
-        tools, messages = tool_schemas(actions, request.policy), self.build_messages(request)
-        choice = self.tool_choice
-        try:
-            reply = self.bind(self.model, tools, request.timeout).invoke(messages)
-        except Exception as exc:  # any provider failure is an extraction failure
-            self._refused(choice, exc)  # unless the server refused tool_choice: retry without it
+        actions, tools, messages = self._prepare(request)
+        for retry in (False, True):  # once more without tool_choice if the server refused it
+            choice = self.tool_choice
             try:
                 reply = self.bind(self.model, tools, request.timeout).invoke(messages)
-            except Exception as again:
-                raise _call_failed(again) from again
+                break
+            except Exception as exc:  # any provider failure is an extraction failure
+                self._refused(choice, exc, retry)
         return self._ops(reply, actions)
 
     async def aextract(self, request: ExtractionRequest) -> list[MemoryOp]:
         """`extract` through the model's `ainvoke`; cancelling it cancels the model call."""
         if not request.messages:
             return []
-        actions = self._actions(request)
-        tools, messages = tool_schemas(actions, request.policy), self.build_messages(request)
+        actions, tools, messages = self._prepare(request)
         model = self._loop_models.get()
-        choice = self.tool_choice
-        try:
-            reply = await self.bind(model, tools, request.timeout).ainvoke(messages)
-        except Exception as exc:  # any provider failure is an extraction failure
-            self._refused(choice, exc)  # unless the server refused tool_choice: retry without it
+        for retry in (False, True):  # once more without tool_choice if the server refused it
+            choice = self.tool_choice
             try:
                 reply = await self.bind(model, tools, request.timeout).ainvoke(messages)
-            except Exception as again:
-                raise _call_failed(again) from again
+                break
+            except Exception as exc:  # any provider failure is an extraction failure
+                self._refused(choice, exc, retry)
         return self._ops(reply, actions)
 
     async def aclose(self) -> None:
@@ -223,17 +218,24 @@ class LLMExtractor:
                 self.tool_choice = None
         if bound is None:
             bound = model.bind_tools(tools)
-        if timeout is not None and _takes_timeout(self.model):
+        fields = getattr(type(self.model), "model_fields", {})
+        if timeout is not None and any(name in fields for name in TIMEOUT_FIELDS):
             bound = bound.bind(timeout=max(timeout, 0.001))
         return bound
 
-    def _refused(self, choice: str | None, exc: Exception) -> None:
-        """Re-raise a failed call as an `ExtractionError`, unless the server refused
-        `tool_choice`: then drop it, so the caller retries once without it."""
-        if isinstance(exc, ExtractionError):
+    def _prepare(
+        self, request: ExtractionRequest
+    ) -> tuple[Collection[Action], list[dict[str, Any]], list[BaseMessage]]:
+        actions = self._actions(request)
+        return actions, tool_schemas(actions, request.policy), self.build_messages(request)
+
+    def _refused(self, choice: str | None, exc: Exception, retry: bool) -> None:
+        """Re-raise a failed call as an `ExtractionError`, unless it was the first and
+        the server refused `tool_choice`: then drop it, so the caller retries without."""
+        if isinstance(exc, ExtractionError) and not retry:
             raise exc
-        if choice is None or "tool_choice" not in str(exc):
-            raise _call_failed(exc) from exc
+        if retry or choice is None or "tool_choice" not in str(exc):
+            raise ExtractionError(f"model call failed: {type(exc).__name__}: {exc}") from exc
         logger.info("extractor: the model server refused tool_choice=%r; retrying without", choice)
         self.tool_choice = None
 
@@ -306,23 +308,6 @@ def _private_async_client(model: Any) -> tuple[Any, Any]:
     return model, None
 
 
-def _call_failed(exc: Exception) -> ExtractionError:
-    return ExtractionError(f"model call failed: {type(exc).__name__}: {exc}")
-
-
-def _takes_timeout(model: object) -> bool:
-    fields = getattr(type(model), "model_fields", {})
-    return any(name in fields for name in TIMEOUT_FIELDS)
-
-
-def _native_async(model: object) -> bool:
-    from langchain_core.language_models import BaseChatModel
-
-    if isinstance(model, BaseChatModel):
-        return type(model)._agenerate is not BaseChatModel._agenerate
-    return callable(getattr(model, "ainvoke", None))
-
-
 CONTEXT_TOPICS = 64
 """At most this many context topics per turn (the service's default topic limit)."""
 
@@ -330,15 +315,11 @@ CONTEXT_TOPICS = 64
 def context_topics(
     speaker: str | None, previous: str | None, previous_speaker: str | None
 ) -> list[str]:
-    """The keyword context of a verbatim turn: its speaker, then the previous turn's
-    speaker and distinct words, as topics.
+    """A verbatim turn's speaker, then the previous turn's speaker and distinct words, as topics.
 
-    Topics are indexed by every backend's keyword leg at a lower weight than
-    the text, and are not part of the retrieved text, so a question that
-    names what the previous turn said ("What did Mel say about the painting
-    Caroline showed her?") finds the reply without the reply growing.
-    LoCoMo turn recall@10 +0.018 (docs/bench-locomo.md, round 4). Distinct
-    words beat the previous text in chunks (repeats would weigh twice).
+    The keyword leg indexes topics below the text and never returns them, so a
+    question naming what the previous turn said finds the reply without the
+    reply growing (LoCoMo turn recall@10 +0.018, docs/bench-locomo.md round 4).
     """
     topics = [name for name in (speaker, previous_speaker) if name]
     if previous:

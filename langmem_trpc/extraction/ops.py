@@ -86,16 +86,15 @@ class MemoryOp:
         participants: Iterable[str] = (),
         location: str | None = None,
     ) -> MemoryOp:
-        return cls(
-            Action.UPDATE,
-            text=text,
-            memory_id=memory_id,
-            topics=tuple(canonical_topics(list(topics))),
+        content = cls.add(
+            text,
+            topics=topics,
             kind=kind,
             event_time=event_time,
-            participants=tuple(canonical_participants(list(participants))),
-            location=(location or "").strip() or None,
+            participants=participants,
+            location=location,
         )
+        return replace(content, action=Action.UPDATE, memory_id=memory_id)
 
     @classmethod
     def delete(cls, memory_id: str) -> MemoryOp:

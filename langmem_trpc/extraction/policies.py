@@ -29,7 +29,7 @@ from ..service._text import normalize_text, primary_tokens, token_set
 from ..types import Entry
 from .ops import Action, MemoryOp
 from .reconcile import Probe, Reconciled, merge_similar
-from .signals import critical_values, negations
+from .signals import _CAPITALISED_RE, critical_values, negations
 
 __all__ = ["POLICIES", "Policy", "apply_policy", "check_policy", "is_exact_duplicate"]
 
@@ -40,7 +40,6 @@ POLICIES: tuple[Policy, ...] = ("merge_similar", "preserve_history", "append_onl
 
 OLD_COVERAGE = 0.95
 NEW_COVERAGE = 0.70
-_CAPITALISED = re.compile(r"\b[A-Z][A-Za-z0-9_-]*\b")
 _CHANGE_MARKER = re.compile(
     r"(?i)\b(?:now|currently|no longer|instead|changed?|used to)\b|现在|目前|不再|改为|变成|而是|曾经"
 )
@@ -110,7 +109,7 @@ def _metadata_compatible(op: MemoryOp, entry: Entry) -> bool:
 
 def _material(text: str, language: Language) -> frozenset[str]:
     return frozenset(primary_tokens(text, language)) | {
-        w.lower() for w in _CAPITALISED.findall(text)
+        w.lower() for w in _CAPITALISED_RE.findall(text)
     }
 
 
@@ -201,10 +200,7 @@ def preserve_history(
                 decided = _preserve_add(op, existing, actions, language)
         elif op.action == Action.UPDATE:
             decided = _preserve_update(op, by_id, actions, language)
-        if decided is None:
-            dropped.append(op)
-        else:
-            kept.append(decided)
+        (dropped if decided is None else kept).append(decided or op)
     return Reconciled(kept, dropped)
 
 
@@ -222,23 +218,6 @@ def append_only(ops: Sequence[MemoryOp], existing: Sequence[Entry]) -> Reconcile
     return Reconciled(kept, dropped)
 
 
-def _split_verbatim(
-    ops: Sequence[MemoryOp],
-) -> tuple[list[MemoryOp], list[MemoryOp], list[MemoryOp]]:
-    """(model ops, unique verbatim ops, identical verbatim repeats)."""
-    model: list[MemoryOp] = []
-    unique: list[MemoryOp] = []
-    repeats: list[MemoryOp] = []
-    for op in ops:
-        if not op.verbatim:
-            model.append(op)
-        elif op in unique:
-            repeats.append(op)
-        else:
-            unique.append(op)
-    return model, unique, repeats
-
-
 def apply_policy(
     policy: Policy,
     ops: Sequence[MemoryOp],
@@ -253,7 +232,12 @@ def apply_policy(
     `language` is the store's (`MemoryService.language`): the token comparisons of
     merge_similar and preserve_history stem and drop stopwords as its search does.
     """
-    model, unique, repeats = _split_verbatim(ops)
+    model = [op for op in ops if not op.verbatim]
+    unique: list[MemoryOp] = []
+    repeats: list[MemoryOp] = []
+    for op in ops:
+        if op.verbatim:
+            (repeats if op in unique else unique).append(op)
     if policy == "merge_similar":
         decided = merge_similar(model, probe, actions, language)
     elif policy == "preserve_history":

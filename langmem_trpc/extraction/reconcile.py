@@ -1,35 +1,22 @@
 """Reconcile (policy "merge_similar"): turn near-duplicate adds into skips or updates.
 
-Pure decisions over probe results; the caller runs the probes (one search per
-add, `PROBE_OPTIONS`: top 3, threshold 0.30) so every decision sees the store as
-it was before the batch. Tiers per candidate (spec 4.2):
+Pure decisions over probe results (one search per add, `PROBE_OPTIONS`, run
+by the caller so every decision sees the store as it was before the batch).
+Tiers per candidate (spec 4.2), Jaccard over the store `Language`'s tokens:
+skip if score >= 0.90 or Jaccard >= 0.70, update if score >= 0.60 or Jaccard
+>= 0.40, else none; the best candidate wins by tier, score, Jaccard, probe order.
 
-- skip   if backend score >= 0.90 or token Jaccard >= 0.70 (over the store's
-  `Language`'s tokens: its stopwords dropped, Snowball-stemmed),
-- update if score >= 0.60 or Jaccard >= 0.40,
-- none   otherwise;
+Stricter than the reference: a skip also needs numbers, dates, negations and
+names to agree ("Go 1.23" vs "Go 1.24" is an update); an episode never merges
+into one of another time, participants, place or dated wording; an explicit
+`kind` must match; a stored memory takes at most one update per batch.
 
-best candidate by tier, then score, then Jaccard, then probe order.
-
-Better than the reference: a skip also needs numbers, dates, negations and
-names to agree ("runs Go 1.23" vs "runs Go 1.24" is an update, never a skip);
-an episode is never merged into an episode of another time, participants,
-place or dated wording; an explicit `kind` must match; and each stored memory
-takes at most one rewritten update per batch, so two facts never overwrite
-each other through the same target.
-
-Each decision is carried on the op (`MemoryOp.decision`) and recorded in
-history as `Source.decision`: the decision word, then the best candidate's
-tier and figures when a probe found one (`decision_label`):
-
-- "add": no candidate; "add tier=none score=0.41 jaccard=0.20": the best
-  candidate reached no tier; "add:kept tier=update ...": it reached a tier but
-  update is disabled or its memory already takes another update of the batch;
-  "add:probe-failed": the probe raised, the add is kept;
-- "update tier=update score=0.72 jaccard=0.45": rewritten into an update of
-  that candidate; "update:topics tier=skip ...": a duplicate that brings new
-  topics, rewritten into an update adding them;
-- a duplicate (skip tier, no new topics) is dropped and writes nothing.
+Decision labels (`MemoryOp.decision`, recorded as `Source.decision`), with the
+best candidate's figures when a probe found one (`decision_label`): "add" (no
+candidate, or "add tier=none score=0.41 jaccard=0.20"); "add:kept tier=..."
+(a tier fired but update is off or the memory is taken); "add:probe-failed";
+"update tier=update ..." (rewritten into an update); "update:topics
+tier=skip ..." (a duplicate bringing new topics). A plain duplicate is dropped.
 """
 
 from __future__ import annotations
@@ -83,8 +70,6 @@ class Tier(IntEnum):
 
 @dataclass(frozen=True)
 class Match:
-    """One probe candidate, scored."""
-
     entry: Entry
     score: float
     jaccard: float
@@ -112,8 +97,7 @@ def _same_event(op: MemoryOp, entry: Entry) -> bool:
 
 
 def classify(op: MemoryOp, entry: Entry, language: Language = ENGLISH) -> Match | None:
-    """Score one candidate for an add (Jaccard over `language`'s tokens, as the
-    keyword leg's); None when it must never absorb the add."""
+    """Score one candidate for an add; None when it must never absorb the add."""
     if op.kind is not None and op.kind != entry.kind:
         return None
     if entry.kind == Kind.EPISODE and not _same_event(op, entry):
@@ -205,12 +189,8 @@ def merge_similar(
     actions: Collection[Action],
     language: Language = ENGLISH,
 ) -> Reconciled:
-    """Apply the merge_similar policy to a batch; `probe(text)` searches the store.
-
-    `language` is the store's (`MemoryService.language`): the token Jaccard
-    stems and drops stopwords as its keyword leg does. A probe that fails keeps
-    the add unchanged (never worse than no reconcile).
-    """
+    """Apply merge_similar to a batch; `probe(text)` searches the store, `language` is its
+    (`MemoryService.language`). A failed probe keeps the add (never worse than no reconcile)."""
     claimed = {
         op.memory_id for op in ops if op.action in (Action.UPDATE, Action.DELETE) and op.memory_id
     }

@@ -1,18 +1,12 @@
 """The extractor's tools: typed declarations for the model, validation of its calls.
 
-The model proposes operations by calling `memory_add`, `memory_update`,
-`memory_delete` (and `memory_clear` when enabled), or says there is nothing
-to remember by calling `nothing_to_remember`. The calls are never executed
-as tools; they are parsed into `MemoryOp`s. A call that cannot be trusted
-(invalid JSON, unknown tool, missing or mistyped required argument, or any
-other failure while reading it, e.g. an `event_time` whose time-zone offset
-overflows the calendar) is logged at WARNING with its reason and skipped;
-the other calls of the reply still count. A mistyped optional argument is
-dropped with a warning.
-
-`parse_reply` adds the reply-level rule: a reply with no usable memory call
-and no `nothing_to_remember` call is an `ExtractionError`, never a silent
-"nothing new".
+The model calls `memory_add`, `memory_update`, `memory_delete` (`memory_clear`
+when enabled) or `nothing_to_remember`; the calls are parsed into `MemoryOp`s,
+never executed. A call that cannot be trusted (bad JSON, unknown tool, a
+missing or mistyped required argument, any other failure reading it) is
+logged at WARNING and skipped, the rest of the reply still counts; a
+mistyped optional argument is dropped with a warning. A reply with no usable
+memory call and no `nothing_to_remember` is an `ExtractionError`.
 """
 
 from __future__ import annotations
@@ -56,7 +50,6 @@ _CONTENT_PROPS: dict[str, Any] = {
 
 
 def _reason(why: str) -> dict[str, Any]:
-    """Parameters of a tool whose one optional argument says why."""
     return {"type": "object", "properties": {"reason": {"type": "string", "description": why}}}
 
 
@@ -72,8 +65,6 @@ _PARAMETERS: dict[Action, dict[str, Any]] = {
     Action.CLEAR: _reason("Why everything is forgotten."),
 }
 _BY_NAME = {name: action for action, name in TOOL_NAMES.items()}
-
-
 _NOTHING_SCHEMA: dict[str, Any] = {
     "name": NOTHING_TOOL,
     "description": NOTHING_DESCRIPTION,
@@ -160,22 +151,17 @@ def parse_tool_calls(message: AIMessage, allowed: Collection[Action]) -> list[Me
     """Valid operations from the model's tool calls, in order; the rest logged and skipped."""
     ops: list[MemoryOp] = []
     for bad in message.invalid_tool_calls:
-        logger.warning(
-            "extractor: skipped malformed call %r: %s",
-            bad.get("name"),
-            bad.get("error") or "invalid",
-        )
+        error = bad.get("error") or "invalid"
+        logger.warning("extractor: skipped malformed call %r: %s", bad.get("name"), error)
     for call in message.tool_calls:
         name = call.get("name") or ""
         if name == NOTHING_TOOL:
             continue
         try:
             op = _parse_one(name, _arguments(call.get("args")))
-        except _Skip as reason:
-            logger.warning("extractor: skipped call %r: %s", name, reason)
-            continue
         except Exception as exc:  # any failure reading one call skips that call only
-            logger.warning("extractor: skipped call %r: %s: %s", name, type(exc).__name__, exc)
+            why = exc if isinstance(exc, _Skip) else f"{type(exc).__name__}: {exc}"
+            logger.warning("extractor: skipped call %r: %s", name, why)
             continue
         if op.action not in allowed:
             logger.warning("extractor: skipped call %r: action not offered", name)

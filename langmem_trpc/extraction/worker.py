@@ -1,23 +1,19 @@
 """`AutoMemoryWorker`: background extraction with per-user ordering and a durable cursor.
 
-N worker threads, each with a bounded queue. A stable hash of (app_name,
-user_id) picks the queue, so one user's jobs run in order while other users
-use other workers. Jobs carry the thread's messages; the job itself reads the
-cursor and finds the delta, so `enqueue` does no I/O and is safe to call from
-an event loop. Two jobs for the same thread never run at once: in one
-process a lock per thread, across processes a claim in the backend, and the
-cursor is re-read under both. A job whose messages the cursor already covers
-(a queued job overtaken by a synchronous fallback) does nothing, so nothing
-is read twice and a cursor never moves back (see `job.py` and `delta.py`).
+A stable hash of (app_name, user_id) picks one of N bounded worker queues, so
+one user's jobs run in order while other users use other workers. `enqueue`
+does no I/O (safe on an event loop): the job reads the cursor and finds the
+delta itself. Two jobs for one thread never run at once (a lock per thread
+here, a claim in the backend across processes, the cursor re-read under
+both), and a job whose messages the cursor already covers does nothing, so
+nothing is read twice and a cursor never moves back (`job.py`, `delta.py`).
 
-When a queue is full or the worker is not running, the delta is never
-dropped. `on_full="sync"` (default, the reference behaviour) runs the job in
-the caller, unless the caller was cancelled (then it is skipped; the cursor
-did not move, so the next run covers it). A caller on an event loop thread is
-never blocked: its job runs in a background thread instead. `on_full="defer"`
-leaves the delta to the thread's next job and counts it: use it where
-blocking a request is worse than memories arriving one turn later (the cost:
-the delta waits for the next message in that thread, which may never come).
+A full queue or a stopped worker never drops the delta. `on_full="sync"`
+(default, the reference behaviour) runs the job in the caller (in a
+background thread when the caller is an event loop thread), unless the
+caller was cancelled: then it is skipped and the next run covers it.
+`on_full="defer"` leaves the delta to the thread's next job, which may never
+come: use it where blocking a request is worse than late memories.
 """
 
 from __future__ import annotations
@@ -28,7 +24,7 @@ import queue
 import threading
 import time
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from enum import Enum
@@ -98,11 +94,8 @@ def fnv1a(*parts: str) -> int:
 def check_job_input(
     user: UserKey, thread_id: str, messages: Sequence[BaseMessage]
 ) -> tuple[BaseMessage, ...]:
-    """Validate a job's arguments (every producer: this worker, `PostgresJobQueue`); a snapshot.
-
-    Raises `InvalidInputError` naming the field: a UserKey, a non-empty `thread_id` of
-    at most 512 characters, a sequence of LangChain messages.
-    """
+    """A snapshot of a job's messages, validated for every producer (this worker,
+    `PostgresJobQueue`); `InvalidInputError` names the bad field."""
     check_user(user)
     if not isinstance(thread_id, str) or not thread_id.strip() or len(thread_id) > 512:
         raise InvalidInputError("thread_id", "must be a non-empty string of at most 512 characters")
@@ -333,15 +326,12 @@ class AutoMemoryWorker:
             cancel: set when the caller was cancelled; a job that cannot be queued is then skipped.
         """
         job = self._job(user, thread_id, messages)
-        if self._try_put(job):
-            return EnqueueResult.QUEUED
-        cancelled = cancel is not None and cancel.is_set()
-        result = self._fallback(cancelled)
+        result = self._place(job, lambda: cancel is not None and cancel.is_set())
+        if result == EnqueueResult.RAN_SYNC and _on_loop_thread():
+            self._counters.bump("jobs_overflow")
+            self._submit_overflow(job)
+            return EnqueueResult.OVERFLOW
         if result == EnqueueResult.RAN_SYNC:
-            if _on_loop_thread():
-                self._counters.bump("jobs_overflow")
-                self._submit_overflow(job)
-                return EnqueueResult.OVERFLOW
             self._counters.bump("jobs_sync")
             self._run(job)
         return result
@@ -355,11 +345,10 @@ class AutoMemoryWorker:
         once started, the job finishes even if the caller goes away.
         """
         job = self._job(user, thread_id, messages)
-        if self._try_put(job):
-            return EnqueueResult.QUEUED
         task = asyncio.current_task()
-        cancelled = task is not None and getattr(task, "cancelling", lambda: 0)() > 0  # 3.11+
-        result = self._fallback(cancelled)
+        result = self._place(  # cancelling(): 3.11+
+            job, lambda: task is not None and getattr(task, "cancelling", lambda: 0)() > 0
+        )
         if result == EnqueueResult.RAN_SYNC:
             self._counters.bump("jobs_sync")
             await asyncio.shield(asyncio.to_thread(self._run, job))
@@ -372,8 +361,7 @@ class AutoMemoryWorker:
 
         `offset`: the index of `messages[0]` in the thread, when `messages` is a window
         of it (a queued job's payload), for the cursor's `message_count`."""
-        job = self._job(user, thread_id, messages)
-        return self._run(_Job(job.user, job.thread_id, job.messages, offset))
+        return self._run(self._job(user, thread_id, messages, offset))
 
     async def aprocess(
         self, user: UserKey, thread_id: str, messages: Sequence[BaseMessage]
@@ -388,10 +376,12 @@ class AutoMemoryWorker:
 
     # -- internals ----------------------------------------------------------
 
-    def _job(self, user: UserKey, thread_id: str, messages: Sequence[BaseMessage]) -> _Job:
+    def _job(
+        self, user: UserKey, thread_id: str, messages: Sequence[BaseMessage], offset: int = 0
+    ) -> _Job:
         snapshot = check_job_input(user, thread_id, messages)
         self._counters.seen(user, thread_id, len(snapshot))
-        return _Job(user, thread_id, snapshot)
+        return _Job(user, thread_id, snapshot, offset)
 
     def _try_put(self, job: _Job) -> bool:
         with self._state_lock:
@@ -408,8 +398,11 @@ class AutoMemoryWorker:
         self._counters.bump("jobs_enqueued")
         return True
 
-    def _fallback(self, cancelled: bool) -> EnqueueResult:
-        if cancelled:
+    def _place(self, job: _Job, cancelled: Callable[[], bool]) -> EnqueueResult:
+        """Queue the job, else its fallback (RAN_SYNC: the caller runs it)."""
+        if self._try_put(job):
+            return EnqueueResult.QUEUED
+        if cancelled():
             self._counters.bump("jobs_skipped_cancelled")
             return EnqueueResult.SKIPPED
         if self.on_full == "defer":
