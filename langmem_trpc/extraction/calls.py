@@ -1,15 +1,12 @@
 """Extractor calls with a deadline: a hung call holds no capacity other users need.
 
-`ModelCalls` belongs to one `AutoMemoryWorker` and runs each extractor call
-of a job that has a timeout: a native `aextract` is awaited on an event loop
-thread the instance owns and cancelled at the job's deadline (so the model
-call stops and holds no thread); any other extractor runs in an elastic set
-of daemon threads (`CallThreads`: a call never waits for a thread, idle ones
-exit after `IDLE_SECONDS`), so calls that time out and keep running cannot
-starve other users' calls. The limits (`MAX_STUCK_CALLS`, `max_calls_per_user`,
-`ExtractorBusyError` for a job that gets no slot) are in docs/operating.md,
-"Hung and slow model calls". `close()` cancels what runs on the loop and stops
-the loop and idle threads; the next call starts them again.
+`ModelCalls` (one per `AutoMemoryWorker`) runs each extractor call of a job
+with a timeout: a native `aextract` on an event loop thread it owns, cancelled
+at the deadline (the model call stops, holding no thread); any other extractor
+in `CallThreads`, an elastic set of daemon threads (a call never waits for a
+thread; idle ones exit after `IDLE_SECONDS`). The limits (`MAX_STUCK_CALLS`,
+`max_calls_per_user`, `ExtractorBusyError`) are in docs/operating.md, "Hung and
+slow model calls". `close()` stops the loop and idle threads; a call restarts them.
 """
 
 from __future__ import annotations

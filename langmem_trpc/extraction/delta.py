@@ -1,27 +1,21 @@
 """Which messages of a thread are new: message filtering and the durable cursor.
 
 LangGraph messages have ids but no timestamps, and histories get summarised
-or trimmed, so the cursor records the covered sequence itself: one 8-byte
-key per message (a hash of its id, or of its type and text when it has
-none), in order. A job's messages `M` compare with the covered keys `K`:
+or trimmed, so the cursor records the covered sequence itself: one 8-byte key
+per message (a hash of its id, else of its type and text), in order. A job's
+messages `M` compare with the covered keys `K`:
 
-1. extends: `K` is a prefix of `M`'s keys: the delta is everything after
-   position `len(K)` (nothing when `M` is exactly `K`);
-2. covered: `M`'s keys are a prefix of `K`: an older snapshot of the thread
-   that a newer job overtook. Nothing is new and the cursor is not written,
-   so a cursor never moves backwards;
-3. rewritten: neither. The history was summarised, trimmed or had messages
-   removed: the delta is what follows the last message of `M` whose key is
-   in `K` (a job older than a rewrite finds its newest messages covered and
-   reads nothing); if no message of `M` is covered, after the last summary
-   message, or the whole list ("lost", logged as a WARNING). Summaries and
-   trims keep a suffix of the history, so everything left is newer than the
-   anchor. Re-reading is safe (reconcile and idempotent adds absorb it);
-   skipping would lose memories.
+1. extends: `K` is a prefix of `M`'s keys: the delta follows position `len(K)`;
+2. covered: `M`'s keys are a prefix of `K` (an older snapshot a newer job
+   overtook): nothing is new and the cursor is not written, so it never moves back;
+3. rewritten: neither (summarised, trimmed, messages removed): the delta
+   follows the last message of `M` whose key is in `K` (or retired); if there
+   is none, the last summary message, else the whole list ("lost", a WARNING).
+   Summaries and trims keep a suffix, so what is left is newer than the anchor;
+   re-reading is safe (reconcile and idempotent adds absorb it), skipping is not.
 
-A cursor written before the keys existed (`message_keys` empty) is located
-by its last message's id, then by content digest nearest the recorded
-position, then by the fallbacks of rule 3.
+A cursor without keys (written before they existed) is located by its last
+message's id, then by content digest nearest the recorded position, then rule 3.
 """
 
 from __future__ import annotations
@@ -189,10 +183,7 @@ def _keyed_anchor(
 def compute_delta(
     messages: Sequence[BaseMessage], cursor: ExtractionCursor | None, keys: bytes | None = None
 ) -> Delta:
-    """New memorable messages after `cursor` (all of them without a cursor).
-
-    `keys`: `message_keys(messages)` when the caller has them already.
-    """
+    """New memorable messages after `cursor` (all without one); `keys`: `message_keys(messages)`."""
     if cursor is None or (
         not cursor.message_keys
         and cursor.last_message_id is None
@@ -224,11 +215,9 @@ def advance_cursor(
 ) -> ExtractionCursor:
     """The cursor after a successful job: it covers exactly `messages`.
 
-    When `messages` rewrote `previous`'s history, the keys it dropped join the
-    retired keys (the newest `MAX_RETIRED` are kept). `keys`: `message_keys(messages)`
-    when the caller has them already. `offset`: the index of `messages[0]` in the
-    thread (a queued job's payload starts at its anchor), so `message_count` counts
-    the thread's messages up to the last covered one.
+    Keys a rewrite dropped from `previous` join its retired keys (the newest
+    `MAX_RETIRED`). `keys`: `message_keys(messages)` if known. `offset`: the index of
+    `messages[0]` in the thread (a queued payload starts at its anchor), for `message_count`.
     """
     last = messages[-1] if messages else None
     keys = message_keys(messages) if keys is None else keys

@@ -1,24 +1,17 @@
 """Execute a reconciled batch against the service, in order, one op at a time.
 
-Rules (spec 3.7, plus what stable ids need):
-- update of a missing id becomes an add (when add is enabled);
-- delete of a missing id is ignored;
-- an update whose new text already exists as another memory
-  (`MemoryConflictError`) is a duplicate: the updated memory would say what
-  the other one says, so the now-redundant source memory is deleted and the
-  other one kept;
-- an add the store already holds (idempotent add) counts as a duplicate;
-- a failed op is logged with its reason and counted, and the rest continue.
-  A validation failure of any exception type (our `InvalidInputError`, or a
-  `ValueError`, `TypeError`, `ArithmeticError` such as an `OverflowError`
-  from a date at the calendar's edge) skips that op only. A `BackendError`,
-  or any other unknown error, also marks the job for retry (the cursor
-  stays), since storage may be back next time and every op is safe to replay.
+Rules (spec 3.7, plus what stable ids need): an update of a missing id becomes
+an add (when add is enabled); a delete of a missing id is ignored; an update
+whose new text already exists as another memory (`MemoryConflictError`) is a
+duplicate, so its now-redundant source memory is deleted; an idempotent add
+counts as a duplicate. A failed op is logged and counted and the rest go on:
+an invalid input (`InvalidInputError`, `ValueError`, `TypeError`,
+`ArithmeticError`) skips that op only; a `BackendError` or unknown error also
+marks the job for retry (the cursor stays; every op is safe to replay).
 
-Each write records the batch's `Source` with the op's decision
-(`Source.decision`): the policy's label when it decided (`MemoryOp.decision`),
-else the op's action ("update", "delete", "clear": run as proposed);
-"add:update-target-missing" when an update of a missing id became an add.
+Each write records the batch's `Source` with the op's decision: the policy's
+label (`MemoryOp.decision`), else its action; "add:update-target-missing"
+when an update of a missing id became an add.
 """
 
 from __future__ import annotations
@@ -43,11 +36,8 @@ _INVALID = (ValueError, TypeError, ArithmeticError)
 
 @dataclass(frozen=True)
 class OpOutcome:
-    """What one operation did.
-
-    `result` is one of: added, updated, deleted, cleared, duplicate, missing,
-    disabled, failed.
-    """
+    """What one operation did; `result`: added, updated, deleted, cleared, duplicate,
+    missing, disabled or failed."""
 
     op: MemoryOp
     result: str
@@ -137,11 +127,8 @@ def execute_ops(
     source: Source,
     keep_going: Callable[[], bool] = lambda: True,
 ) -> tuple[list[OpOutcome], bool]:
-    """Run `ops` in order; returns the outcomes and whether every op was reached.
-
-    `keep_going()` is asked before each op (the job deadline); when it says no,
-    the rest are not started and the job fails so the delta is retried.
-    """
+    """Run `ops` in order: the outcomes, and whether every op was reached (`keep_going()`,
+    the job deadline, is asked before each; a no fails the job so the delta is retried)."""
     outcomes: list[OpOutcome] = []
     for op in ops:
         if not keep_going():

@@ -1,12 +1,10 @@
 """The existing memories an extraction job shows the model: found for every turn of the delta.
 
-One query made of the whole delta finds nothing on a keyword-only service
-(the embedded default: SQLite or in-memory with `embeddings=None`): keyword
-scores measure how much of the query a memory covers, so a multi-turn query
-dilutes every match below the threshold. So `existing_queries` makes one
-query per turn (long turns per sentence) and `load_existing` merges their
-hits (docs/how-it-works.md, "Worker"). The same rule holds on every backend,
-with or without embeddings.
+One query made of the whole delta finds nothing on a keyword-only service (the
+embedded default): keyword scores measure how much of the query a memory
+covers, so a multi-turn query dilutes every match below the threshold. So
+`existing_queries` makes one query per turn (long turns per sentence) and
+`load_existing` merges their hits, on every backend (docs/how-it-works.md).
 """
 
 from __future__ import annotations
@@ -71,11 +69,8 @@ def _cap(text: str, limit: int = MAX_POLICY_QUERY_BYTES) -> str:
 
 
 def _pieces(text: str) -> list[str]:
-    """`text` whole when short, else one piece per sentence (at most PIECE_WORDS words each).
-
-    A sentence of fewer than `MIN_PIECE_WORDS` words joins the next one, so
-    "Yes. We moved to Go 1.24." is one query, not two.
-    """
+    """`text` whole when short, else one piece per sentence (at most PIECE_WORDS words each);
+    a sentence under `MIN_PIECE_WORDS` words joins the next ("Yes. We moved to Go 1.24.")."""
     if len(text.split()) <= PIECE_WORDS:
         return [text]
     pieces: list[str] = []
@@ -117,9 +112,8 @@ def existing_queries(messages: Sequence[BaseMessage], policy: str) -> list[str]:
     return _spread(per_turn, MAX_QUERIES)
 
 
-def existing_query(messages: Sequence[BaseMessage], policy: str) -> list[str]:
-    """The queries `load_existing` runs for a batch (see `existing_queries`)."""
-    return existing_queries(messages, policy)
+existing_query = existing_queries
+"""The queries `load_existing` runs for a batch (the job's name for `existing_queries`)."""
 
 
 def merge_ranked(results: Sequence[Sequence[Entry]], limit: int = MAX_EXISTING) -> list[Entry]:
@@ -142,11 +136,9 @@ def load_existing(
 ) -> list[Entry]:
     """The memories to show the model for a batch whose search queries are `queries`.
 
-    A user with at most `MAX_EXISTING` memories gets them all (one read, no
-    search: the model sees everything, and a keyword score over a tiny corpus
-    says little). Otherwise one search per query, merged by `merge_ranked`.
-    When a search fails the 10 most recent memories stand in; a failed search
-    and a failed read together fail the job.
+    A user with at most `MAX_EXISTING` memories gets them all (one read: a keyword
+    score over a tiny corpus says little), else one search per query, `merge_ranked`.
+    A failed search falls back to the 10 most recent; failed search and read fail the job.
     """
     wanted = [q for q in ([queries] if isinstance(queries, str) else queries) if q.strip()]
     if not wanted:

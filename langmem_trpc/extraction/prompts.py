@@ -156,20 +156,16 @@ def render_system_prompt(
     existing: Sequence[Entry],
 ) -> str:
     """Prompt + policy block + available actions + existing memories with their ids."""
-    parts = [template.replace("{current_date}", reference.strftime("%Y-%m-%d"))]
-    parts.append(POLICY_BLOCKS.get(policy, ""))
     descriptions = action_descriptions(policy)
-    parts.append("\n<available_actions>\n")
-    offered = [a for a in TOOL_NAMES if a in actions]
-    parts.extend(f"- {TOOL_NAMES[a]}: {descriptions[a]}\n" for a in offered)
-    if not offered:
-        parts.append("No memory actions available.\n")
-    parts.append(f"- {NOTHING_TOOL}: {NOTHING_DESCRIPTION}\n")
-    parts.append("</available_actions>\n")
-    if existing:
-        parts.append(EXISTING_PREAMBLE)
-        parts.append("<existing_memories>\n")
-        # the renderer preload uses too, with the topics so the model can reuse topic names
-        parts.extend(memory_line(e, topics=True) + "\n" for e in existing)
-        parts.append("</existing_memories>\n")
+    offered = [f"- {TOOL_NAMES[a]}: {descriptions[a]}\n" for a in TOOL_NAMES if a in actions]
+    parts = [
+        template.replace("{current_date}", reference.strftime("%Y-%m-%d")),
+        POLICY_BLOCKS.get(policy, ""),
+        "\n<available_actions>\n",
+        *(offered or ["No memory actions available.\n"]),
+        f"- {NOTHING_TOOL}: {NOTHING_DESCRIPTION}\n</available_actions>\n",
+    ]
+    if existing:  # preload's renderer, with the topics so the model can reuse topic names
+        lines = "".join(memory_line(e, topics=True) + "\n" for e in existing)
+        parts.append(f"{EXISTING_PREAMBLE}<existing_memories>\n{lines}</existing_memories>\n")
     return "".join(parts)

@@ -6,6 +6,7 @@ Exposed through `AutoMemoryWorker.stats()`; nothing is sent anywhere.
 from __future__ import annotations
 
 import threading
+from collections import Counter
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -88,13 +89,13 @@ class Counters:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._counts: dict[str, int] = {}
+        self._counts: Counter[str] = Counter()
         self._seen: dict[tuple[UserKey, str], int] = {}
         self._covered: dict[tuple[UserKey, str], int] = {}
 
     def bump(self, name: str, by: int = 1) -> None:
         with self._lock:
-            self._counts[name] = self._counts.get(name, 0) + by
+            self._counts[name] += by
 
     def seen(self, user: UserKey, thread_id: str, length: int) -> None:
         with self._lock:
@@ -103,20 +104,17 @@ class Counters:
     def record(self, report: JobReport) -> None:
         key = (report.user, report.thread_id)
         with self._lock:
-            counts = self._counts
-            name = _JOB_COUNTER[report.status]
-            counts[name] = counts.get(name, 0) + 1
-            for counter, value in (
-                ("jobs_timed_out", int(report.timed_out)),
-                ("batches_dead_lettered", len(report.dead_lettered)),
-                ("dead_letters_retried", report.retried),
-                ("memories_added", report.added),
-                ("memories_updated", report.updated),
-                ("memories_deleted", report.deleted),
-                ("memories_skipped_duplicate", report.duplicates),
-                ("memories_failed", report.failed_ops),
-            ):
-                counts[counter] = counts.get(counter, 0) + value
+            self._counts[_JOB_COUNTER[report.status]] += 1
+            self._counts.update(
+                jobs_timed_out=int(report.timed_out),
+                batches_dead_lettered=len(report.dead_lettered),
+                dead_letters_retried=report.retried,
+                memories_added=report.added,
+                memories_updated=report.updated,
+                memories_deleted=report.deleted,
+                memories_skipped_duplicate=report.duplicates,
+                memories_failed=report.failed_ops,
+            )
             if report.cursor is not None:
                 self._covered[key] = report.cursor.message_count
                 if self._covered[key] >= self._seen.get(key, 0):

@@ -134,9 +134,8 @@ class AutoMemoryWorker:
         checkers: all must pass for a job to extract (none: always).
         workers: worker threads (queues).
         queue_size: bounded queue length per worker.
-        job_timeout: seconds per job (None: no limit). The extractor call gets the
-            job's remaining time as its own timeout and is cancelled at the deadline
-            (see `extraction.calls`); size it for your model (docs/operating.md).
+        job_timeout: seconds per job (None: no limit); the extractor call gets the rest
+            and is cancelled at the deadline (`extraction.calls`, docs/operating.md).
         batch_messages: new messages per extractor call; longer deltas run in
             batches and the cursor moves after each.
         policy: "merge_similar", "preserve_history" or "append_only".
@@ -144,14 +143,12 @@ class AutoMemoryWorker:
         actions: operations the worker executes ("clear" is off by default).
         max_attempts: failed attempts in a row on one batch before it is
             dead-lettered (recorded in the backend, the cursor moves past it).
-        claim_ttl: seconds a job's claim on its thread lasts in the backend
-            unless renewed (None: twice job_timeout, at least 60 s; 600 s
-            without a timeout). A claim of a job that died blocks its thread
-            this long.
-        max_calls_per_user: extractor calls one user may have in flight, counting
-            calls that timed out and are still running; past it a job waits for a
-            slot within its timeout, or fails at once (`ExtractorBusyError`) when one
-            of the user's calls timed out and still runs.
+        claim_ttl: seconds a job's claim on its thread lasts unless renewed, and so
+            blocks the thread after its job died (None: twice job_timeout, at least
+            60 s; 600 s without a timeout).
+        max_calls_per_user: extractor calls one user may have in flight, timed-out ones
+            still running included; past it a job waits for a slot within its timeout,
+            or fails at once (`ExtractorBusyError`) if one of them timed out.
 
     Example:
         ```python
@@ -249,11 +246,8 @@ class AutoMemoryWorker:
         return self
 
     def stop(self, timeout: float = 10.0) -> bool:
-        """Stop accepting jobs, drain the queues; True if every worker finished within `timeout`.
-
-        When everything finished it also closes the extractor-call loop and threads
-        (`close()`); otherwise they stay for the jobs still running until `close()`.
-        """
+        """Stop accepting jobs, drain the queues; True if every worker finished within `timeout`
+        (then it also runs `close()`; else the call loop and threads stay for running jobs)."""
         with self._state_lock:
             if self._state == WorkerState.IDLE:
                 raise WorkerError("cannot stop a worker that was never started")
@@ -288,11 +282,8 @@ class AutoMemoryWorker:
         return finished
 
     def close(self) -> None:
-        """Stop the extractor-call loop and threads (`stop()` does this once drained).
-
-        Calls still running on the loop are cancelled. For a worker used only
-        through `process`, call it when done; a later `process` starts them again.
-        """
+        """Stop the extractor-call loop (cancelling its calls) and threads; `stop()` does it
+        once drained. A worker used only through `process` calls it when done."""
         self._calls.close()
 
     def __enter__(self) -> AutoMemoryWorker:
