@@ -113,10 +113,6 @@ class CallThreads:
         with self._lock:
             self._threads.discard(me)
 
-    def threads(self) -> int:
-        with self._lock:
-            return len(self._threads)
-
     def close(self) -> None:
         """Cancel calls not yet started; idle threads exit, busy ones when their call returns."""
         with self._lock:

@@ -1,13 +1,11 @@
 """A job's claim on its thread, held in the backend, and the dead letters it writes.
 
-A job that has work takes the thread's claim (`MemoryService.claim_thread`)
-before it calls the model, re-reads the cursor in that transaction and
-computes its delta again, so two processes never send the same messages to
-the extractor: the second waits for the claim (polling, bounded by its own
-deadline), then finds those messages covered. Every cursor write goes
-through `save_progress` under the claim and renews it; a claim whose job
-died (killed process, lost host) expires after its TTL and the next job
-takes it over and extracts the delta again.
+A job with work claims its thread (`MemoryService.claim_thread`) before it
+calls the model and recomputes its delta from the cursor read under the
+claim, so two processes never send the same messages to the extractor: the
+second waits (polling, within its deadline), then finds them covered. Every
+cursor write (`save_progress`) renews the claim; the claim of a job that died
+expires after its TTL and the next job extracts the delta again.
 """
 
 from __future__ import annotations

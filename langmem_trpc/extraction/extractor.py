@@ -63,8 +63,8 @@ class ExtractionRequest:
     """Operations the worker will execute; offer no others."""
     reference_time: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
     timeout: float | None = None
-    """Seconds this call may take (the job's remaining time; None: no limit).
-    `LLMExtractor` passes it to the model client as its request timeout."""
+    """Seconds this call may take (the job's remaining time; None: no limit); `LLMExtractor`
+    passes it to the model client as its request timeout."""
 
 
 @runtime_checkable
@@ -106,16 +106,13 @@ class LLMExtractor:
         prompt: system prompt template; `{current_date}` is replaced. Default: `DEFAULT_PROMPT`.
         reference_date: the "today" used to resolve relative dates. Default: the latest
             message time (`additional_kwargs["timestamp"]`), else the job's time.
-        tool_choice: passed to `bind_tools` so the model must call a tool ("any", which
-            LangChain maps to each provider's "required"). When the model's `bind_tools`
-            rejects it (raises), or the server answers a call with an error that names
-            `tool_choice` (a local OpenAI-compatible server without "required" support; the
-            call is retried once without it), the extractor binds without it from then on.
-            None: never passed.
+        tool_choice: passed to `bind_tools` so the model must call a tool ("any": each
+            provider's "required"; None: never passed). Dropped from then on when
+            `bind_tools` raises on it, or a call fails naming `tool_choice` (a local
+            server without "required"; that call is retried once without it).
 
-    Every reply must call a memory tool or `nothing_to_remember`; a reply in prose, or
-    one whose calls are all unusable, raises `ExtractionError` (logged at WARNING), so
-    the job fails and the cursor stays before the delta.
+    A reply in prose, or whose calls are all unusable, raises `ExtractionError`
+    (logged at WARNING): the job fails and the cursor stays before the delta.
 
     Example:
         ```python
@@ -254,12 +251,11 @@ class LLMExtractor:
 class _LoopModels:
     """The model `aextract` uses on each event loop.
 
-    An httpx async client must not serve two event loops, and langchain-openai
-    shares one per base URL across the process (the agent's model on the app's
-    loop would share it with the worker's loop; langchain-anthropic does the
-    same). So on each loop an OpenAI- or Anthropic-family model that uses that
-    shared client (no `http_async_client` or proxy of your own) is copied with
-    a client of its own, closed by `aclose()`; other models are used as they are.
+    An httpx async client must not serve two loops, yet langchain-openai and
+    langchain-anthropic share one per base URL across the process (the app's
+    loop and the worker's). So on each loop a model using that shared client
+    (no `http_async_client` or proxy of your own) is copied with a client of
+    its own, closed by `aclose()`; other models are used as they are.
     """
 
     def __init__(self, model: object) -> None:
@@ -331,11 +327,10 @@ class VerbatimExtractor:
     """Each user message becomes an episode, as said; no model, works offline.
 
     Event time is the message's own time (`additional_kwargs["timestamp"]`),
-    participants the speaker's `name` when set. Records are de-duplicated only
-    when identical, never merged by reconcile. With `context` (the default)
-    each episode's topics hold `context_topics`: its speaker and the words of
-    the message before it in the same batch (user or assistant), which the
-    keyword leg indexes; the stored text stays the turn alone.
+    participants its speaker's `name`. Records are de-duplicated only when
+    identical, never merged. With `context` (default) the topics hold
+    `context_topics` of the previous turn of the batch (user or assistant);
+    the stored text stays the turn alone.
     """
 
     uses_existing = False
@@ -348,17 +343,11 @@ class VerbatimExtractor:
     def extract(self, request: ExtractionRequest) -> list[MemoryOp]:
         kept = ("human", "ai") if self.include_assistant else ("human",)
         ops: list[MemoryOp] = []
-        previous: BaseMessage | None = None
+        previous: tuple[str | None, str | None] = (None, None)  # the last turn's text, speaker
         for message in request.messages:
             text = message_text(message)
             if message.type in kept and text:
-                topics: list[str] = []
-                if self.context:
-                    topics = context_topics(
-                        message.name,
-                        message_text(previous) if previous is not None else None,
-                        previous.name if previous is not None else None,
-                    )
+                topics = context_topics(message.name, *previous) if self.context else []
                 ops.append(
                     MemoryOp.add(
                         text,
@@ -370,5 +359,5 @@ class VerbatimExtractor:
                     )
                 )
             if text and message.type in ("human", "ai"):
-                previous = message
+                previous = (text, message.name)
         return ops

@@ -1,17 +1,14 @@
 """Update policies: which proposed operations run, and in what shape.
 
-- "merge_similar" (default): reconcile against the store (see reconcile.py).
-- "preserve_history": never lose a stated value; an update is allowed only
-  when the new text keeps every material detail of the old one (spec 4.3),
-  otherwise the change becomes a new memory.
+- "merge_similar" (default): reconcile against the store (reconcile.py).
+- "preserve_history": never lose a stated value: an update only when the new
+  text keeps every material detail of the old one (spec 4.3), else an add.
 - "append_only": only adds; exact duplicates dropped (spec 4.4).
 
-Verbatim records (raw turns) bypass every policy except identical-duplicate removal.
-
-Decision labels (`MemoryOp.decision`, recorded as `Source.decision`): an op
-these two policies rewrite carries "update:preserve_history",
-"add:preserve_history" (an update that would lose a detail) or
-"add:append_only" (an update turned into an add); the others run as proposed.
+Verbatim records (raw turns) bypass every policy but identical-duplicate removal.
+Decision labels (`MemoryOp.decision`, `Source.decision`) of the ops these two
+rewrite: "update:preserve_history", "add:preserve_history" (an update that
+would lose a detail), "add:append_only" (an update turned into an add).
 """
 
 from __future__ import annotations
@@ -184,10 +181,8 @@ def preserve_history(
     actions: Collection[Action],
     language: Language = ENGLISH,
 ) -> Reconciled:
-    """Spec 4.3: compare with the retrieved memories only; never overwrite a stated value.
-
-    Token coverage compares `language`'s tokens (the store's stemmer and stopwords).
-    """
+    """Spec 4.3: compare with the retrieved memories only (over `language`'s tokens);
+    never overwrite a stated value."""
     by_id = {e.id: e for e in existing}
     kept: list[MemoryOp] = []
     dropped: list[MemoryOp] = []
@@ -227,11 +222,8 @@ def apply_policy(
     actions: Collection[Action],
     language: Language = ENGLISH,
 ) -> Reconciled:
-    """Run `policy` over a batch. Verbatim ops keep their place and are only de-duplicated.
-
-    `language` is the store's (`MemoryService.language`): the token comparisons of
-    merge_similar and preserve_history stem and drop stopwords as its search does.
-    """
+    """Run `policy` over a batch; verbatim ops keep their place and are only de-duplicated.
+    `language`: the store's (`MemoryService.language`), for the policies' token comparisons."""
     model = [op for op in ops if not op.verbatim]
     unique: list[MemoryOp] = []
     repeats: list[MemoryOp] = []

@@ -1,7 +1,4 @@
-"""Counters for the worker: per job, per operation, queue depth and cursor lag.
-
-Exposed through `AutoMemoryWorker.stats()`; nothing is sent anywhere.
-"""
+"""Counters for the worker (`AutoMemoryWorker.stats()`); nothing is sent anywhere."""
 
 from __future__ import annotations
 
@@ -33,8 +30,7 @@ class WorkerStats:
     jobs_dead_lettered: int = 0
     """Jobs whose only progress was dead-lettering a batch (see batches_dead_lettered)."""
     batches_dead_lettered: int = 0
-    """Batches that failed `max_attempts` times, recorded as dead letters (the cursor moved
-    past them); list them with `langmem-trpc jobs failed`."""
+    """Batches dead-lettered after `max_attempts` failures (`langmem-trpc jobs failed`)."""
     dead_letters_retried: int = 0
     """Dead letters queued for retry that a job then extracted successfully."""
     jobs_timed_out: int = 0
@@ -58,17 +54,15 @@ class WorkerStats:
     calls_in_flight: int = 0
     """Extractor calls running now, including timed-out ones that have not returned."""
     calls_abandoned: int = 0
-    """Calls that timed out and are still running (a blocking extractor that does not
-    return); each holds a thread and one of its user's `max_calls_per_user` slots."""
+    """Timed-out calls still running, each holding a thread and one of its user's slots."""
     calls_cancelled: int = 0
     """Async extractor calls cancelled at their job's deadline."""
     jobs_user_busy: int = 0
-    """Jobs not attempted (`ExtractorBusyError`, counted in jobs_failed): their user's
-    slots were held by calls, one of them timed out and still running (failed at once),
-    or busy for the job's whole timeout."""
+    """Jobs not attempted (`ExtractorBusyError`, in jobs_failed): their user's slots stayed
+    busy for the whole timeout, or one of the calls holding them had timed out."""
     jobs_extractor_stuck: int = 0
-    """Jobs failed at once (`ExtractorBusyError`, counted in jobs_failed): `MAX_STUCK_CALLS`
-    (256) timed-out blocking calls were still running, each holding a thread."""
+    """Jobs failed at once (`ExtractorBusyError`, in jobs_failed): `MAX_STUCK_CALLS` (256)
+    timed-out blocking calls were still running."""
 
     def as_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
