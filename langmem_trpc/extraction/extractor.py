@@ -57,9 +57,7 @@ class ExtractionRequest:
     existing: Sequence[Entry] = ()
     """Memories related to the new messages, with their ids."""
     policy: str = "merge_similar"
-    actions: frozenset[Action] = field(
-        default_factory=lambda: frozenset({Action.ADD, Action.UPDATE, Action.DELETE})
-    )
+    actions: frozenset[Action] = frozenset({Action.ADD, Action.UPDATE, Action.DELETE})
     """Operations the worker will execute; offer no others."""
     reference_time: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
     timeout: float | None = None

@@ -141,10 +141,9 @@ _PRESERVE_DELETE = (
 
 
 def action_descriptions(policy: str) -> dict[Action, str]:
-    descriptions = dict(_DESCRIPTIONS)
     if policy == "preserve_history":
-        descriptions[Action.DELETE] = _PRESERVE_DELETE
-    return descriptions
+        return {**_DESCRIPTIONS, Action.DELETE: _PRESERVE_DELETE}
+    return dict(_DESCRIPTIONS)
 
 
 def render_system_prompt(

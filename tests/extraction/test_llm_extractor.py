@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import asyncio
 import logging
 from datetime import date, datetime, timezone
 
@@ -210,6 +211,40 @@ def test_a_server_that_refuses_tool_choice_is_retried_without_it():
     broken = ScriptedChatModel(replies=[lambda m: (_ for _ in ()).throw(RuntimeError("HTTP 500"))])
     with pytest.raises(ExtractionError, match="HTTP 500"):
         LLMExtractor(broken).extract(request())
+
+
+def _extract(extractor: LLMExtractor, mode: str) -> list[MemoryOp]:
+    if mode == "async":
+        return asyncio.run(extractor.aextract(request()))
+    return extractor.extract(request())
+
+
+def _raise(exc: Exception):
+    def call(messages):
+        raise exc
+
+    return call
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_tool_choice_retry_is_the_same_for_extract_and_aextract(mode):
+    refused = ScriptedChatModel(replies=[reply(NOTHING)], serves_tool_choice=False)
+    extractor = LLMExtractor(refused)
+    assert _extract(extractor, mode) == [] and extractor.tool_choice is None
+    assert refused.bound_options == [{"tool_choice": "any"}, {}]
+    # the retry fails too: wrapped, even when it raised an ExtractionError itself
+    again = ScriptedChatModel(replies=[_raise(ExtractionError("bad"))], serves_tool_choice=False)
+    with pytest.raises(ExtractionError, match=r"^model call failed: ExtractionError: bad$"):
+        _extract(LLMExtractor(again), mode)
+    # a first failure that is an ExtractionError is raised as it is
+    first = ScriptedChatModel(replies=[_raise(ExtractionError("tool_choice gone"))])
+    with pytest.raises(ExtractionError, match=r"^tool_choice gone$"):
+        _extract(LLMExtractor(first), mode)
+    # any other first failure is wrapped and not retried
+    other = ScriptedChatModel(replies=[_raise(RuntimeError("down")), reply(NOTHING)])
+    with pytest.raises(ExtractionError, match=r"^model call failed: RuntimeError: down$"):
+        _extract(LLMExtractor(other), mode)
+    assert other.remaining == 1
 
 
 def test_worker_keeps_the_cursor_when_the_model_answers_in_prose():
