@@ -74,10 +74,6 @@ def message_text(message: BaseMessage) -> str:
     return "\n".join(p for p in parts if p)
 
 
-def _is_summary(message: BaseMessage) -> bool:
-    return message.additional_kwargs.get("lc_source") == "summarization"
-
-
 def is_memorable(message: BaseMessage) -> bool:
     """User and assistant messages with text; never tool traffic, summaries or injected context."""
     if message.type not in ("human", "ai"):
@@ -155,7 +151,9 @@ def _legacy_anchor(messages: Sequence[BaseMessage], cursor: ExtractionCursor) ->
 
 
 def _fallback(messages: Sequence[BaseMessage]) -> tuple[int, str]:
-    summaries = [i for i, m in enumerate(messages) if _is_summary(m)]
+    summaries = [
+        i for i, m in enumerate(messages) if m.additional_kwargs.get("lc_source") == "summarization"
+    ]
     if summaries:
         return summaries[-1] + 1, "summary"
     return 0, "lost"

@@ -44,9 +44,8 @@ PIECE_WORDS = 24
 MIN_PIECE_WORDS = 4
 """A shorter sentence is searched together with the next one."""
 KEYWORD_MIN_SCORE = 0.2
-"""Score floor of the existing-memory search on a keyword-only service (the search default is
-0.3): a turn that mentions a stored fact among other words scores about 0.3, and the model should
-see that memory. Services with embeddings keep their hybrid defaults."""
+"""Score floor of this search on a keyword-only service (default 0.3: a turn mentioning a stored
+fact among other words scores about that, and the model should see it; hybrid keeps its own)."""
 PER_QUERY = 5
 """Results kept per query."""
 MAX_QUERIES = 64

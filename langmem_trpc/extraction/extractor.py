@@ -80,13 +80,6 @@ class Extractor(Protocol):
     def extract(self, request: ExtractionRequest) -> list[MemoryOp]: ...
 
 
-def _reference_date(request: ExtractionRequest, fixed: date | None) -> date:
-    if fixed is not None:
-        return fixed
-    times = [t for t in (message_time(m) for m in request.messages) if t is not None]
-    return (max(times) if times else request.reference_time).date()
-
-
 def _labelled(message: BaseMessage) -> BaseMessage:
     """The message with its speaker and time written into the text the model reads."""
     when = message_time(message)
@@ -139,9 +132,13 @@ class LLMExtractor:
 
     def build_messages(self, request: ExtractionRequest) -> list[BaseMessage]:
         """System prompt, the labelled delta, and a closing instruction when the last turn is the assistant's."""
+        today = self.reference_date
+        if today is None:
+            times = [t for t in (message_time(m) for m in request.messages) if t is not None]
+            today = (max(times) if times else request.reference_time).date()
         system = render_system_prompt(
             self.prompt,
-            _reference_date(request, self.reference_date),
+            today,
             policy=request.policy,
             actions=self._actions(request),
             existing=request.existing,

@@ -1,8 +1,5 @@
-"""`MemoryOp`: one operation an extractor proposes; the worker decides and executes.
-
-Extractors never touch storage. They return a list of typed operations, the
-update policy rewrites or drops some of them, and the worker executes the rest
-in order.
+"""`MemoryOp`: one operation an extractor proposes (extractors never touch storage);
+the update policy rewrites or drops some, and the worker executes the rest in order.
 """
 
 from __future__ import annotations
@@ -30,10 +27,9 @@ class Action(str, Enum):
 class MemoryOp:
     """A proposed change to one user's memories.
 
-    `kind=None` means "not said": an add stores a fact, an update keeps the
-    stored kind. Empty `participants` / `location=None` likewise keep stored
-    values on update. `verbatim` marks raw conversation turns (VerbatimExtractor):
-    they are de-duplicated only when identical and never merged by reconcile.
+    `kind=None` means "not said": an add stores a fact, an update keeps the stored
+    kind (so do empty `participants` and `location=None`). `verbatim` marks raw turns
+    (VerbatimExtractor): de-duplicated only when identical, never merged by reconcile.
     """
 
     action: Action

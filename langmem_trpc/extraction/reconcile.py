@@ -76,20 +76,16 @@ class Match:
     tier: Tier
 
 
-def _same_people(a: Sequence[str], b: Sequence[str]) -> bool:
-    if not a or not b:
-        return True
-    left, right = {p.casefold() for p in a}, {p.casefold() for p in b}
-    return left <= right or right <= left
-
-
 def _same_event(op: MemoryOp, entry: Entry) -> bool:
     """Episodes merge only when they can be the same event."""
     stored = entry.memory
     if op.event_time and stored.event_time and op.event_time.date() != stored.event_time.date():
         return False
-    if not _same_people(op.participants, stored.participants):
-        return False
+    if op.participants and stored.participants:
+        left = {p.casefold() for p in op.participants}
+        right = {p.casefold() for p in stored.participants}
+        if not (left <= right or right <= left):
+            return False
     if op.location and stored.location and op.location.casefold() != stored.location.casefold():
         return False
     same_numbers = numbers(op.text) == numbers(stored.text)
@@ -123,11 +119,6 @@ def best_match(
     return max(reversed(matches), key=lambda m: (m.tier, m.score, m.jaccard))
 
 
-def _new_topics(op: MemoryOp, entry: Entry) -> bool:
-    stored = {t.casefold() for t in entry.memory.topics}
-    return any(t.casefold() not in stored for t in op.topics)
-
-
 def decision_label(decision: str, match: Match | None) -> str:
     """`decision`, then the tier, score and Jaccard of `match` when there is one."""
     if match is None:
@@ -158,7 +149,8 @@ def decide_add(
     kept = op.with_decision(decision_label("add:kept", best))
     can_update = update_enabled and best.entry.id not in claimed
     if best.tier == Tier.SKIP:
-        if not _new_topics(op, best.entry):
+        stored = {t.casefold() for t in best.entry.memory.topics}
+        if all(t.casefold() in stored for t in op.topics):  # no new topics
             logger.debug("reconcile: %r duplicates memory %s; skipped", op.text, best.entry.id)
             return None
         return _rewrite(op, best, "reconcile:skip+topics", "update:topics") if can_update else kept

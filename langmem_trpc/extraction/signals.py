@@ -1,9 +1,6 @@
-"""Values that make two similar sentences say different things.
-
-Token Jaccard says "runs Go 1.23" and "runs Go 1.24" are near-identical; they
-are not. Reconcile and the history-preserving policy use these extractors to
-check that numbers, dates, negations and names agree before calling two
-memories the same.
+"""Values that make two similar sentences say different things ("runs Go 1.23" vs
+"runs Go 1.24": near-identical tokens). Reconcile and preserve_history check that
+numbers, dates, negations and names agree before calling two memories the same.
 """
 
 from __future__ import annotations
