@@ -1,7 +1,5 @@
-"""When to extract: small predicates over the pending delta.
-
-A checker that says no is a normal no-op: no extractor call, no write, and the
-cursor stays where it is, so the messages accumulate for the next check.
+"""When to extract: small predicates over the pending delta. A checker that says no is a
+normal no-op (no extractor call, no write, the cursor stays: the messages accumulate).
 """
 
 from __future__ import annotations
@@ -48,12 +46,8 @@ def check_message_threshold(n: int) -> Checker:
 def check_time_interval(
     interval: timedelta | float, *, clock: Callable[[], datetime] | None = None
 ) -> Checker:
-    """Extract when the thread was never extracted, or more than `interval` ago.
-
-    Args:
-        interval: a timedelta, or seconds.
-        clock: returns the current UTC time (tests pass a fixed clock).
-    """
+    """Extract when the thread was never extracted, or more than `interval` (a timedelta or
+    seconds) ago; `clock` returns the current UTC time (tests pass a fixed one)."""
     if not isinstance(interval, timedelta):
         interval = timedelta(seconds=float(interval))
     if interval < timedelta(0):

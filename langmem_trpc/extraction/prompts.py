@@ -1,9 +1,8 @@
 """The extraction prompt, tool descriptions and the existing-memory listing.
 
-The default prompt reproduces the intent of the reference extractor (spec
-3.8): facts vs episodes, absolute dates, every speaker, atomic memories, no
-paraphrased duplicates of the listed memories. `{current_date}` is replaced
-with the reference date (YYYY-MM-DD).
+The default prompt keeps the reference extractor's intent (spec 3.8): facts vs
+episodes, absolute dates, every speaker, atomic memories, no paraphrases of the
+listed memories. `{current_date}` becomes the reference date (YYYY-MM-DD).
 """
 
 from __future__ import annotations

@@ -171,12 +171,8 @@ def parse_tool_calls(message: AIMessage, allowed: Collection[Action]) -> list[Me
 
 
 def parse_reply(message: AIMessage, allowed: Collection[Action]) -> list[MemoryOp]:
-    """`parse_tool_calls`, plus: a reply must hold a usable memory call or `nothing_to_remember`.
-
-    Raises:
-        ExtractionError: the reply is prose, or every call in it was skipped
-            (logged at WARNING), so the job fails and its delta is kept.
-    """
+    """`parse_tool_calls`, plus: a reply must hold a usable memory call or `nothing_to_remember`;
+    else (prose, or every call skipped) `ExtractionError`, logged: the job fails, its delta kept."""
     ops = parse_tool_calls(message, allowed)
     if ops or any(call.get("name") == NOTHING_TOOL for call in message.tool_calls):
         return ops

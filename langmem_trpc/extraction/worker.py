@@ -312,17 +312,14 @@ class AutoMemoryWorker:
         cancel: threading.Event | None = None,
     ) -> EnqueueResult:
         """Hand the thread's messages to a worker; thread-safe, callable from any thread.
-
-        Args:
-            cancel: set when the caller was cancelled; a job that cannot be queued is then skipped.
-        """
+        `cancel`: set when the caller was cancelled; a job that cannot be queued is then skipped."""
         job = self._job(user, thread_id, messages)
         result = self._place(job, lambda: cancel is not None and cancel.is_set())
-        if result == EnqueueResult.RAN_SYNC and _on_loop_thread():
-            self._counters.bump("jobs_overflow")
-            self._submit_overflow(job)
-            return EnqueueResult.OVERFLOW
         if result == EnqueueResult.RAN_SYNC:
+            if _on_loop_thread():
+                self._counters.bump("jobs_overflow")
+                self._submit_overflow(job)
+                return EnqueueResult.OVERFLOW
             self._counters.bump("jobs_sync")
             self._run(job)
         return result
@@ -331,10 +328,7 @@ class AutoMemoryWorker:
         self, user: UserKey, thread_id: str, messages: Sequence[BaseMessage]
     ) -> EnqueueResult:
         """`enqueue` for async callers: never blocks the loop; a fallback job runs in a thread.
-
-        A cancelled caller (the task is being cancelled) skips a job that cannot be queued;
-        once started, the job finishes even if the caller goes away.
-        """
+        A cancelled caller skips a job that cannot be queued; a started job always finishes."""
         job = self._job(user, thread_id, messages)
         task = asyncio.current_task()
         result = self._place(  # cancelling(): 3.11+
