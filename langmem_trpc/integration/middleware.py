@@ -13,7 +13,7 @@ from ..service.protocol import MemoryService
 from ..types import UserKey
 from ._ingest import IngestWorker, Job, ahand_off, hand_off, job
 from .identity import _current_config, resolve_identity
-from .preload import READ_ONLY_TOOLS, Placement, Preloader, merge_system, prepend_to_first_user
+from .preload import READ_ONLY_TOOLS, Placement, Preloader, merge_block, merge_system
 
 __all__ = ["MemoryIngestMiddleware", "MemoryPreloadMiddleware"]
 
@@ -81,7 +81,7 @@ class MemoryPreloadMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         if not block:
             return request
         if self.placement == "user":
-            return request.override(messages=prepend_to_first_user(request.messages, block))  # type: ignore[arg-type]
+            return request.override(messages=merge_block(request.messages, block, "user"))  # type: ignore[arg-type]
         return request.override(system_message=merge_system(request.system_message, block))
 
     def wrap_model_call(self, request: ModelRequest, handler: Handler) -> Any:
