@@ -21,7 +21,7 @@ from ...extraction.policies import apply_policy
 from ...extraction.reconcile import PROBE_OPTIONS, best_match, decision_label
 from ...service.protocol import MemoryService
 from ...types import Entry, Kind, UserKey
-from ._values import indexed, namespace_of, store_meta
+from ._values import indexed, namespace_of
 
 __all__ = ["Absorbed", "reconcile_put"]
 
@@ -90,9 +90,3 @@ def reconcile_put(
     if target is None:  # pragma: no cover - the policy only names probed memories
         return Absorbed(None, False, [], "add")
     return Absorbed(target, True, list(op.topics), op.decision or "update")
-
-
-def surviving_key(entry: Entry) -> str:
-    """The key the absorbing memory keeps."""
-    stored = store_meta(entry)
-    return str(stored["key"]) if stored is not None else entry.id

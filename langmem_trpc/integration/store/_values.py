@@ -172,18 +172,19 @@ def memory_fields(value: Mapping[str, Any], limits: Limits) -> dict[str, Any]:
 # -- keys -------------------------------------------------------------------------------------
 
 
-def canonical_key(key: str) -> str:
-    """A UUID in any spelling becomes its dashed lower-case form; other keys stay as given."""
+def _as_uuid(key: str) -> uuid.UUID | None:
     if 32 <= len(key) <= 45:
         try:
-            return str(uuid.UUID(key))
+            return uuid.UUID(key)
         except ValueError:
             pass
-    return key
+    return None
 
 
-def _is_uuid(key: str) -> bool:
-    return canonical_key(key) == key and len(key) == 36 and key.count("-") == 4
+def canonical_key(key: str) -> str:
+    """A UUID in any spelling becomes its dashed lower-case form; other keys stay as given."""
+    parsed = _as_uuid(key)
+    return key if parsed is None else str(parsed)
 
 
 def memory_id(scope: Sequence[str], key: str) -> str:
@@ -204,9 +205,9 @@ def id_candidates(scope: Sequence[str], key: str) -> list[str]:
     the key names, literally or as a UUID in any spelling.
     """
     out = [memory_id(scope, key), _kv_id(scope, key)]  # and an older release's raw spelling
-    canonical = canonical_key(key)
-    if not scope and (canonical != key or _is_uuid(key)):  # service ids are UUIDs
-        out.extend([key, uuid.UUID(canonical).hex])
+    parsed = _as_uuid(key)
+    if not scope and parsed is not None:  # service ids are UUIDs
+        out.extend([key, parsed.hex])
     return list(dict.fromkeys(out))
 
 
