@@ -81,8 +81,7 @@ class MemoryCheckpointer(BaseCheckpointSaver[Any]):
 
     Args:
         inner: the checkpointer that actually stores checkpoints.
-        worker: anything with `enqueue(user, thread_id, messages)` (and
-            optionally `aenqueue`): an `AutoMemoryWorker`, or a `PostgresJobQueue`
+        worker: an `IngestWorker`: an `AutoMemoryWorker`, or a `PostgresJobQueue`
             for extraction in `langmem-trpc worker` processes.
         app_name: default app name when the run names none.
         messages_key: the state channel that holds the conversation.

@@ -122,7 +122,8 @@ def _into_first(
 def merge_block(
     messages: Sequence[BaseMessage], block: str, placement: Placement = "system"
 ) -> list[BaseMessage]:
-    """A new message list with the block merged in; the input list is untouched."""
+    """A new list with the block merged into the system message ("system") or before the
+    first user message's text ("user"); the input list is untouched."""
     if not block:
         return list(messages)
     if placement == "user":  # before the first user message's text

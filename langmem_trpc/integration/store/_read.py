@@ -1,10 +1,9 @@
 """`MemoryStore` reads: search (query and no query) and namespace listing.
 
-Bounded by the index: a prefix naming one user reads that user's rows only,
-and no-query search pushes `offset + limit` down to the backend's
-newest-first `read(user, limit)`, widening only when filters or scopes leave
-too few matches. Query search keeps the service's fused (hybrid) order; with
-several users, their ranked lists are merged by score, each keeping its order.
+Bounded by the index: a prefix naming one user reads only that user's rows,
+and reads ask the backend for `offset + limit`, widening only when filters or
+scopes leave too few. Query search keeps the service's hybrid order (several
+users' lists merged by score, each keeping its order).
 """
 
 from __future__ import annotations
@@ -120,15 +119,10 @@ def search(store: MemoryStore, op: SearchOp, access: Access | None) -> list[Sear
         window = [(e, None) for e in islice(newest, op.offset, need)]
     if op.refresh_ttl:
         store.refresh(e for e, _ in window)
-    out: list[SearchItem] = []
-    for entry, score in window:
-        item = to_item(entry)
-        out.append(
-            SearchItem(
-                item.namespace, item.key, item.value, item.created_at, item.updated_at, score
-            )
-        )
-    return out
+    items = [(to_item(entry), score) for entry, score in window]
+    return [
+        SearchItem(i.namespace, i.key, i.value, i.created_at, i.updated_at, s) for i, s in items
+    ]
 
 
 def _shallow(op: ListNamespacesOp) -> bool:

@@ -1,13 +1,9 @@
 """Reconcile for `MemoryStore(reconcile=True)`: the worker's "merge_similar" policy on a put.
 
-A put under a key that names no item becomes a proposed add. The policy
-probes the user's memories exactly as the worker does (`PROBE_OPTIONS`),
-restricted to memories of the same namespace, and decides: keep the add,
-drop it as a duplicate, or rewrite it into an update of the closest memory.
-An update keeps the surviving memory's id, key and namespace and takes the
-new value; nothing is created under the new key. The write's history source
-(actor "store") records the policy's decision label (`Source.decision`, see
-`extraction/reconcile.py`); a duplicate writes nothing.
+A put under a new key is a proposed add, probed as the worker probes
+(`PROBE_OPTIONS`) within the same namespace: it stays an add, is dropped as a
+duplicate (nothing written), or becomes an update of the closest memory, which
+keeps its id, key and namespace. The history source records the decision label.
 """
 
 from __future__ import annotations

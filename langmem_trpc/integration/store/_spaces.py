@@ -1,13 +1,9 @@
 """The namespaces of one user's items, cached per store and re-validated by index.
 
-Listing scopes needs every item's namespace, which only the rows know. The
-store keeps each user's set together with a stamp of cheap indexed reads
-(live count, and id and `updated_at` of the newest memory): every add,
-update, delete, clear or revive changes the stamp, so a listing costs two
-index lookups per user while nothing changed and one read of that user's
-rows after a change. An item's TTL expiry also invalidates the set. At most
-`max_users` sets are kept (least recently used dropped); the cache belongs
-to the store instance.
+Only the rows know an item's scope, so each user's set is kept with a stamp
+of cheap indexed reads (live count, id and `updated_at` of the newest memory)
+that every write changes: a listing costs two index lookups per user until
+something changes (or an item expires). At most `max_users` sets are kept (LRU).
 """
 
 from __future__ import annotations

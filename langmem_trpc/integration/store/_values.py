@@ -1,16 +1,11 @@
 """How `MemoryStore` maps store items to memories and back.
 
-* A value is normalised once, on `put`, the way LangGraph's database stores
-  keep it: through JSON, with datetimes, dates and times as ISO-8601 strings and
-  UUIDs as strings. Everything else must be JSON already; NaN, infinities, NUL
-  characters and lone surrogates are refused with `InvalidMemoryError` (field
-  `value`), so every backend stores and returns the same thing.
-* The memory text (what search indexes) is the value's first text field, else
-  its JSON, cut to the service's `max_text_length`; the value itself is kept
-  whole in the memory's metadata.
-* A caller's key lives under a stable memory id derived from (scope, key).
-  A key that spells a UUID (dashed, undashed, upper case, braces) is read as
-  that UUID, so every spelling names the same item.
+A value is normalised once, on `put`, as LangGraph's database stores keep it
+(a JSON round trip, datetimes and UUIDs as strings; NaN, NUL and lone
+surrogates refused), so every backend returns the same thing. It is kept whole
+in the memory's metadata; the memory text is its first text field (else its
+JSON), capped. A key lives under a memory id derived from (scope, key); a key
+that spells a UUID in any spelling is read as that UUID.
 """
 
 from __future__ import annotations
@@ -229,26 +224,22 @@ def addresses(entry: Entry, scope: Sequence[str], key: str) -> bool:
 def to_item(entry: Entry) -> Item:
     """The store view of a memory (store-written or not)."""
     stored = store_meta(entry)
-    base = (entry.app_name, entry.user_id)
     if stored is not None:
-        return Item(
-            value=deepcopy(dict(stored["value"])),
-            key=str(stored["key"]),
-            namespace=base + tuple(stored.get("scope") or ()),
-            created_at=entry.created_at,
-            updated_at=entry.updated_at,
-        )
-    memory = entry.memory
-    value: dict[str, Any] = {
-        "memory": memory.text,
-        "kind": memory.kind.value,
-        "topics": list(memory.topics),
-        **event_fields(memory),
-    }
+        value = deepcopy(dict(stored["value"]))
+        key, scope = str(stored["key"]), tuple(stored.get("scope") or ())
+    else:
+        memory = entry.memory
+        value = {
+            "memory": memory.text,
+            "kind": memory.kind.value,
+            "topics": list(memory.topics),
+            **event_fields(memory),
+        }
+        key, scope = entry.id, ()
     return Item(
         value=value,
-        key=entry.id,
-        namespace=base,
+        key=key,
+        namespace=(entry.app_name, entry.user_id, *scope),
         created_at=entry.created_at,
         updated_at=entry.updated_at,
     )
