@@ -466,10 +466,9 @@ def create_memory_tools(
 ) -> list[BaseTool]:
     """Build the memory tools to bind to an agent.
 
-    The default exposes the read tools (`memory_search`, `memory_load`), the
-    right set when the background worker writes memories. Add `memory_add`,
-    `memory_update` and `memory_delete` for agentic mode; `memory_clear`
-    wipes a user's memories and is only built when named explicitly.
+    The default, the read tools, suits a background worker that writes the
+    memories; add the write tools for agentic mode (`memory_clear` wipes a
+    user's memories, so it is only built when named).
 
     Example:
         ```python
