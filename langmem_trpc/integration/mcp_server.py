@@ -69,10 +69,9 @@ async def call_memory_tool(
     tool: BaseTool, arguments: dict[str, Any], user: UserKey | None, call_id: str = "mcp"
 ) -> tuple[str, bool]:
     """Run one memory tool as an agent's ToolNode would; (text, is_error)."""
-    args = {key: value for key, value in arguments.items() if key != "runtime"}
     call = {
         "name": tool.name,
-        "args": {**args, "runtime": _runtime(user, call_id)},
+        "args": {**arguments, "runtime": _runtime(user, call_id)},  # never the client's runtime
         "id": call_id,
         "type": "tool_call",
     }

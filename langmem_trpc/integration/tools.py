@@ -374,11 +374,10 @@ def _normal(value: Any) -> Any:
 
 def call_key(name: str, args: Mapping[str, Any]) -> str:
     """What makes two calls the same: the tool and its arguments after defaults and normalising."""
-    raw = {k: v for k, v in args.items() if k != "runtime"}
-    try:
-        full: Mapping[str, Any] = _TOOLS[name][0].model_validate(raw).model_dump()
+    try:  # the schemas ignore `runtime`; `_normal` drops it
+        full: Mapping[str, Any] = _TOOLS[name][0].model_validate(args).model_dump()
     except Exception:  # unvalidated args still compare by what was sent
-        full = raw
+        full = args
     return name + json.dumps(_normal(full), sort_keys=True, ensure_ascii=False, default=str)
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
-import math
 import uuid
 from collections.abc import Mapping, Sequence
 from copy import deepcopy
@@ -68,8 +67,6 @@ def _check_strings(value: Any, path: str) -> None:
     elif isinstance(value, list):
         for index, item in enumerate(value):
             _check_strings(item, f"{path}[{index}]")
-    elif isinstance(value, float) and not math.isfinite(value):  # pragma: no cover - json refuses
-        raise InvalidMemoryError("value", f"{path} is not a finite number")
 
 
 def normalize_value(value: Mapping[str, Any]) -> dict[str, Any]:
