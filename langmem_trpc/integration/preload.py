@@ -25,6 +25,7 @@ from typing import Any, Literal
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
 from ..errors import ConfigurationError
+from ..extraction.delta import message_text
 from ..service._render import memory_line
 from ..service.protocol import MemoryService
 from ..types import Entry, SearchOptions, UserKey
@@ -132,14 +133,6 @@ def merge_block(
 
 
 # -- selection ------------------------------------------------------------------
-
-
-def _text_of(message: BaseMessage) -> str:
-    if isinstance(message.content, str):
-        return message.content.strip()
-    parts = [str(p.get("text", "")).strip() for p in message.content if isinstance(p, dict)]
-    parts += [p.strip() for p in message.content if isinstance(p, str)]
-    return "\n".join(p for p in parts if p)
 
 
 def _select(user: UserKey, preload: int, query: str) -> Plan[list[Entry]]:
@@ -281,7 +274,7 @@ class Preloader:
                 logger.debug("preload skipped: no app_name/user_id in context or config")
                 return ""
             current = next((m for m in reversed(messages) if isinstance(m, HumanMessage)), None)
-            query = _text_of(current) if current is not None else ""
+            query = message_text(current) if current is not None else ""
             key = None
             if self._cache is not None and current is not None:
                 config = config or getattr(runtime, "config", None) or _current_config()
