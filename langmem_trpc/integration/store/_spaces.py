@@ -11,8 +11,9 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 
+from ...service._core import utcnow
 from ...service.protocol import MemoryService
 from ...types import UserKey
 from ._ttl import expired
@@ -43,7 +44,7 @@ class NamespaceCache:
             newest[0].id if newest else "",
             newest[0].updated_at.isoformat() if newest else "",
         )
-        now = datetime.now(timezone.utc)
+        now = utcnow()
         with self._lock:
             cached = self._sets.get(user)
             if (

@@ -13,8 +13,9 @@ import concurrent.futures
 import logging
 import threading
 from collections.abc import Callable
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 
+from ...service._core import utcnow
 from ...types import Entry
 from ._values import store_meta
 
@@ -23,13 +24,9 @@ __all__ = ["TTLSweeper", "deadline", "expired", "needs_refresh", "ttl_of"]
 logger = logging.getLogger(__name__)
 
 
-def _now() -> datetime:
-    return datetime.now(timezone.utc)
-
-
 def deadline(ttl: float | None, now: datetime | None = None) -> datetime | None:
     """When an item put (or refreshed) now with `ttl` minutes expires; None without a TTL."""
-    return None if ttl is None else (now or _now()) + timedelta(minutes=float(ttl))
+    return None if ttl is None else (now or utcnow()) + timedelta(minutes=float(ttl))
 
 
 def ttl_of(entry: Entry) -> float | None:
@@ -41,7 +38,7 @@ def ttl_of(entry: Entry) -> float | None:
 
 def expired(entry: Entry, now: datetime | None = None) -> bool:
     at = entry.expires_at
-    return at is not None and at <= (now or _now())
+    return at is not None and at <= (now or utcnow())
 
 
 def needs_refresh(entry: Entry, now: datetime | None = None) -> bool:
@@ -50,7 +47,7 @@ def needs_refresh(entry: Entry, now: datetime | None = None) -> bool:
     if ttl is None or at is None:
         return False
     span = timedelta(minutes=ttl)
-    return at - (now or _now()) < span - max(timedelta(seconds=1), span / 10)
+    return at - (now or utcnow()) < span - max(timedelta(seconds=1), span / 10)
 
 
 class TTLSweeper:
