@@ -226,10 +226,6 @@ def _check_text(value: Any, name: str) -> None:
             _check_text(item, name)
 
 
-class _TimeRangeError(InvalidInputError):
-    """time_after / time_before cannot be used as a search window."""
-
-
 def _source(runtime: ToolRuntime[Any]) -> Source:
     configurable = (runtime.config or {}).get("configurable") or {}
     thread = configurable.get("thread_id")
@@ -262,12 +258,12 @@ def _window(a: dict[str, Any]) -> tuple[Any, Any]:
     try:
         after = parse_date(a.get("time_after"), "time_after")
         before = parse_date(a.get("time_before"), "time_before", end=True)
-    except InvalidInputError as exc:
-        raise _TimeRangeError(exc.field, exc.problem) from None
-    if after is not None and before is not None and after > before:
-        raise _TimeRangeError(
-            "time_after", f"{a.get('time_after')!r} is after time_before {a.get('time_before')!r}"
-        )
+        if after is not None and before is not None and after > before:
+            after_, before_ = a.get("time_after"), a.get("time_before")
+            raise InvalidInputError("time_after", f"{after_!r} is after time_before {before_!r}")
+    except InvalidInputError as exc:  # bad input, said as a bad search window
+        message = f"memory_search: invalid time range: {exc.field} {exc.problem}"
+        raise ToolException(message) from None
     return after, before
 
 
@@ -333,8 +329,6 @@ _ARG_NAMES = {"text": "memory", "kind": "memory_kind"}
 
 def _safe(name: str, exc: Exception) -> ToolException:
     """A message the model may see: bad input says what is wrong, an outage says only that."""
-    if isinstance(exc, _TimeRangeError):
-        return ToolException(f"{name}: invalid time range: {exc.field} {exc.problem}")
     if isinstance(exc, InvalidInputError):
         field = _ARG_NAMES.get(exc.field, exc.field)
         return ToolException(f"{name}: invalid {field}: {exc.problem}")
@@ -426,6 +420,8 @@ def _plan(
         for key, value in args.items():
             _check_text(value, key)
         return (yield from _TOOLS[name][1](user, runtime, args))
+    except ToolException:
+        raise
     except Exception as exc:
         raise _safe(name, exc) from exc
 
