@@ -107,29 +107,22 @@ def merge_system(system: SystemMessage | None, block: str) -> SystemMessage:
     return system.model_copy(update={"content": _with_text(system.content, block, before=False)})
 
 
-def _into_first(
-    messages: Sequence[BaseMessage], kind: type[BaseMessage], block: str, *, before: bool
+def merge_block(
+    messages: Sequence[BaseMessage], block: str, placement: Placement = "system"
 ) -> list[BaseMessage]:
-    """The block merged into the first message of `kind`, else a new one of that kind first."""
+    """A new list with the block merged into the first system message ("system") or
+    before the first user message's text ("user"), else in a new such message first;
+    the input list is untouched."""
     out = list(messages)
+    if not block:
+        return out
+    kind, before = (HumanMessage, True) if placement == "user" else (SystemMessage, False)
     for i, message in enumerate(out):
         if isinstance(message, kind):
             text = _with_text(message.content, block, before=before)
             out[i] = message.model_copy(update={"content": text})
             return out
     return [kind(content=block), *out]
-
-
-def merge_block(
-    messages: Sequence[BaseMessage], block: str, placement: Placement = "system"
-) -> list[BaseMessage]:
-    """A new list with the block merged into the system message ("system") or before the
-    first user message's text ("user"); the input list is untouched."""
-    if not block:
-        return list(messages)
-    if placement == "user":  # before the first user message's text
-        return _into_first(messages, HumanMessage, block, before=True)
-    return _into_first(messages, SystemMessage, block, before=False)
 
 
 # -- selection ------------------------------------------------------------------
