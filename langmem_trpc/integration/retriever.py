@@ -113,9 +113,8 @@ class MemoryRetriever(BaseRetriever):
         service: the memory service.
         user: the one user it reads; fixed for the retriever's life.
         k: results per query (1-1000).
-        search_kwargs: more `SearchOptions` fields (`kind`, `time_after`,
-            `time_before`, `kind_fallback`, `similarity_threshold`, ...),
-            checked on every query (`create_retriever` also checks them up front).
+        search_kwargs: more `SearchOptions` fields (`kind`, `time_after`, ...), checked
+            on every query (`create_retriever` also checks them up front).
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True, frozen=True)
@@ -163,11 +162,9 @@ def create_retriever(
 class MemoryVectorStore(VectorStore):
     """A LangChain `VectorStore` over one user's memories.
 
-    Texts are stored as memories of `user` (metadata `kind`, `topics`,
-    `event_time`, `participants`, `location` become memory fields, the rest is
-    kept as memory metadata); searches run the service's hybrid search. The
-    service embeds: `embeddings` is the service's embedder only for callers
-    that read `store.embeddings`.
+    Texts become memories of `user` (metadata `kind`, `topics`, `event_time`,
+    `participants`, `location` become memory fields, the rest memory metadata).
+    The service embeds and searches; `embeddings` is only kept for callers that read it.
     """
 
     def __init__(

@@ -381,10 +381,8 @@ def is_repeat(name: str, runtime: ToolRuntime[Any], args: Mapping[str, Any]) -> 
     messages = state.get("messages") if isinstance(state, Mapping) else None
     if not isinstance(messages, list):
         return False
-    for index in range(len(messages) - 1, -1, -1):
-        if isinstance(messages[index], HumanMessage):
-            messages = messages[index + 1 :]
-            break
+    last_user = max((i for i, m in enumerate(messages) if isinstance(m, HumanMessage)), default=-1)
+    messages = messages[last_user + 1 :]
     failed = {
         m.tool_call_id for m in messages if isinstance(m, ToolMessage) and m.status == "error"
     }
