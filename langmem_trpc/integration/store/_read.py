@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Iterator, Mapping
-from itertools import islice
+from itertools import islice, takewhile
 from typing import TYPE_CHECKING, Any
 
 from langgraph.store.base import ListNamespacesOp, SearchItem, SearchOp
@@ -141,12 +141,7 @@ def _listing_prefix(op: ListNamespacesOp) -> tuple[str, ...]:
     """The literal leading labels of the prefix condition (to pick users by index)."""
     for condition in op.match_conditions or ():
         if condition.match_type == "prefix":
-            literal: list[str] = []
-            for label in condition.path[:2]:
-                if label == "*":
-                    break
-                literal.append(label)
-            return tuple(literal)
+            return tuple(takewhile(lambda label: label != "*", condition.path[:2]))
     return ()
 
 
@@ -154,12 +149,9 @@ def list_namespaces(
     store: MemoryStore, op: ListNamespacesOp, access: Access | None
 ) -> list[tuple[str, ...]]:
     users = users_for(store, _listing_prefix(op), access)
-    spaces: set[tuple[str, ...]] = set()
-    if _shallow(op):
-        spaces = {(u.app_name, u.user_id) for u in users}
-    else:
-        for user in users:
-            spaces.update(store.namespaces.spaces(store.service, user))
+    spaces: set[tuple[str, ...]] = {(u.app_name, u.user_id) for u in users}
+    if not _shallow(op):
+        spaces = set().union(*(store.namespaces.spaces(store.service, u) for u in users))
     selected = [
         ns for ns in spaces if all(matches_condition(c, ns) for c in op.match_conditions or ())
     ]
