@@ -402,12 +402,13 @@ def _plan(
     name: str, app_name: str | None, runtime: ToolRuntime[Any], args: dict[str, Any]
 ) -> Result:
     """One invocation: identity, repeat check, text check, the tool's plan; failures made safe."""
-    user = resolve_identity(runtime, runtime.config, default_app_name=app_name)
-    if user is None:
-        raise ToolException(
-            f"{name} is unavailable: no user identity (app_name/user_id) in the run context or config"
-        )
     try:  # a failed service call is thrown in at its `yield`, so it lands here too
+        user = resolve_identity(runtime, runtime.config, default_app_name=app_name)
+        if user is None:
+            raise ToolException(
+                f"{name} is unavailable: no user identity (app_name/user_id) in the run context "
+                "or config"
+            )
         if is_repeat(name, runtime, args):
             logger.info("%s: refused a repeated identical call", name)
             refusal = (
