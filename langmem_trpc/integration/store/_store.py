@@ -40,7 +40,6 @@ from ._values import (
     memory_id,
     memory_text,
     normalize_value,
-    store_meta,
     to_item,
 )
 
@@ -150,7 +149,7 @@ class MemoryStore(BaseStore):
             if auth is not None and auth != self._pinned.user_id:
                 raise NamespaceAccessError(
                     (self._pinned.app_name, self._pinned.user_id),
-                    f"the authenticated user {auth!r} only",
+                    Access(None, auth).describe(),
                 )
             return Access(self._pinned.app_name, self._pinned.user_id)
         return Access(None, auth) if auth is not None else None
@@ -233,8 +232,7 @@ class MemoryStore(BaseStore):
                     return
                 existing, fields["topics"] = absorbed.target, absorbed.topics
         if existing is not None:
-            stored = store_meta(existing)  # the surviving memory keeps its key
-            meta["key"] = str(stored["key"]) if stored is not None else existing.id
+            meta["key"] = to_item(existing).key  # the surviving memory keeps its key
         entry = self.service.add(
             user,
             text,
