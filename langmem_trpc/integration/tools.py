@@ -5,7 +5,8 @@ so sync and async differ only in the service call. Failures become
 `ToolMessage(status="error")` text safe to show a model (never connection
 strings or SQL): bad input (a bad date or time range, a lone surrogate, an
 `InvalidInputError`, `ValueError`, `TypeError` or `ArithmeticError`) reads
-"<tool>: invalid ...", only other failures "the memory store is unavailable".
+"<tool>: invalid ...", an unknown id, a conflict or a full store say so, and
+only other failures say "the memory store is unavailable".
 The tools set `handle_tool_error` themselves, so this holds under any `ToolNode`.
 
 Within one run (the messages since the last user message) a call identical to
