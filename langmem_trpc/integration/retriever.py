@@ -277,8 +277,7 @@ class MemoryVectorStore(VectorStore):
         return [doc for doc, _ in self.similarity_search_with_score(query, k, **kwargs)]
 
     async def asimilarity_search(self, query: str, k: int = 4, **kwargs: Any) -> list[Document]:
-        found = await self.asimilarity_search_with_score(query, k, **kwargs)
-        return [doc for doc, _ in found]
+        return [doc for doc, _ in await self.asimilarity_search_with_score(query, k, **kwargs)]
 
     def _select_relevance_score_fn(self) -> Any:
         return lambda score: score  # the service's score is already 0-1, higher is better
