@@ -1,11 +1,9 @@
 """Write an integration's logic once, run it sync or async: plans over a `MemoryService`.
 
-A plan is a generator that yields `Call`s and is sent each call's result
-(or, when the call raised, has the exception thrown in at its `yield`); its
-return value is the operation's result. `drive` calls `service.<method>`,
-`adrive` awaits `service.a<method>`: the PostgreSQL backend's sans-I/O
-model, so the sync and async twins of a tool, a retriever or the preload
-step cannot drift apart.
+A plan is a generator that yields `Call`s, is sent each result (or has the
+call's exception thrown in at its `yield`) and returns the operation's result;
+`drive` runs it on `service.<method>`, `adrive` on `service.a<method>`, so the
+sync and async twins of a tool, a retriever or the preload cannot drift apart.
 """
 
 from __future__ import annotations

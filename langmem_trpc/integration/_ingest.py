@@ -1,9 +1,5 @@
-"""What the write-path triggers share: the worker interface and the hand-off.
-
-Both triggers (the checkpointer wrapper and the `after_agent` middleware)
-decide *when* a run finished; this module hands the thread's messages to the
-worker and guarantees the hand-off never raises into the graph.
-"""
+"""What the write-path triggers (checkpointer wrapper, `after_agent` middleware) share:
+the worker interface and a hand-off that never raises into the graph."""
 
 from __future__ import annotations
 
@@ -24,9 +20,8 @@ logger = logging.getLogger(__name__)
 class IngestWorker(Protocol):
     """What the triggers need of a worker: `enqueue` (and, when present, `aenqueue`).
 
-    Both `AutoMemoryWorker` (in-process threads) and `queue.PostgresJobQueue` (a
-    durable queue consumed by `langmem-trpc worker` processes) have it; their
-    results differ and are ignored here.
+    `AutoMemoryWorker` (in-process threads) and `queue.PostgresJobQueue` (for
+    `langmem-trpc worker` processes) have it; their results are ignored here.
     """
 
     def enqueue(self, user: UserKey, thread_id: str, messages: Sequence[BaseMessage]) -> Any: ...

@@ -68,10 +68,9 @@ def run_finished(
 class MemoryCheckpointer(BaseCheckpointSaver[Any]):
     """Wrap `inner`; after each completed run, enqueue the thread for extraction.
 
-    Identity is read with `resolve_identity` from the run's config (pass
-    `app_name` / `user_id` in `configurable`; `context=` is read best-effort).
-    Without an identity or a thread id the hook does nothing. The hook never
-    raises: a failing worker is logged and the run goes on.
+    Identity comes from `resolve_identity` on the run's config; without one, or
+    without a thread id, the hook does nothing. It never raises: a failing
+    worker is logged and the run goes on.
 
     Example:
         ```python
@@ -82,8 +81,7 @@ class MemoryCheckpointer(BaseCheckpointSaver[Any]):
 
     Args:
         inner: the checkpointer that actually stores checkpoints.
-        worker: anything with `enqueue(user, thread_id, messages)` (and
-            optionally `aenqueue`): an `AutoMemoryWorker`, or a `PostgresJobQueue`
+        worker: an `IngestWorker`: an `AutoMemoryWorker`, or a `PostgresJobQueue`
             for extraction in `langmem-trpc worker` processes.
         app_name: default app name when the run names none.
         messages_key: the state channel that holds the conversation.
@@ -92,8 +90,7 @@ class MemoryCheckpointer(BaseCheckpointSaver[Any]):
     def __new__(
         cls, inner: BaseCheckpointSaver[Any], *args: Any, **kwargs: Any
     ) -> MemoryCheckpointer:
-        # Expose an extended capability only when the inner saver has it: the
-        # conformance suite (and callers) detect capabilities by override.
+        # Expose an extended capability only when the inner saver has it (detected by override).
         names = _supported(inner)
         return super().__new__(_variant(names) if names and cls is MemoryCheckpointer else cls)
 
@@ -191,19 +188,8 @@ def _forward(name: str) -> Any:
     return lambda self, *args, **kwargs: getattr(self.inner, name)(*args, **kwargs)
 
 
-for _name in (
-    "put_writes",
-    "aput_writes",
-    "get_tuple",
-    "aget_tuple",
-    "list",
-    "alist",
-    "delete_thread",
-    "adelete_thread",
-    "get_next_version",
-    "get_delta_channel_history",
-    "aget_delta_channel_history",
-):
+_PAIRS = ("put_writes", "get_tuple", "list", "delete_thread", "get_delta_channel_history")
+for _name in (*_PAIRS, *("a" + n for n in _PAIRS), "get_next_version"):
     setattr(MemoryCheckpointer, _name, _forward(_name))
 
 

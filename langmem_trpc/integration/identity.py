@@ -33,8 +33,6 @@ _RUNTIME_KEY = "__pregel_runtime"
 
 
 def _field(source: Any, name: str) -> str | None:
-    if source is None:
-        return None
     value = source.get(name) if isinstance(source, Mapping) else getattr(source, name, None)
     return value if isinstance(value, str) and value.strip() else None
 
@@ -48,14 +46,6 @@ def _current_config() -> Mapping[str, Any] | None:
         return None
 
 
-def _context_of(runtime: Any, configurable: Mapping[str, Any]) -> Any:
-    if runtime is not None:
-        return getattr(runtime, "context", None)
-    # Checkpointers never see the Runtime; LangGraph keeps it under an internal key.
-    inner = configurable.get(_RUNTIME_KEY)
-    return getattr(inner, "context", None) if inner is not None else None
-
-
 def resolve_identity(
     runtime: Any = None,
     config: Mapping[str, Any] | None = None,
@@ -64,19 +54,16 @@ def resolve_identity(
 ) -> UserKey | None:
     """The (app_name, user_id) a run acts for, or None when it cannot be told.
 
-    Args:
-        runtime: a LangGraph `Runtime` / `ToolRuntime` (anything with `.context`).
-        config: the run's `RunnableConfig`; inside a graph run the current one
-            is used when omitted.
-        default_app_name: used when neither the context nor the config names an app.
-
-    Returns:
-        The `UserKey`, or None when no user id is available or it is malformed.
+    `runtime` is anything with `.context` (`Runtime`, `ToolRuntime`); without
+    `config`, the current run's config is used. None when no user id is
+    available or the pair is malformed.
     """
     if config is None:
         config = getattr(runtime, "config", None) or _current_config()
     configurable: Mapping[str, Any] = (config or {}).get("configurable") or {}
-    context = _context_of(runtime, configurable)
+    # Checkpointers never see the Runtime; LangGraph keeps it under an internal key.
+    holder = runtime if runtime is not None else configurable.get(_RUNTIME_KEY)
+    context = getattr(holder, "context", None)
 
     user_id = _field(configurable, AUTH_USER_KEY)
     if user_id is None:
@@ -92,11 +79,8 @@ def resolve_identity(
 
 
 def authenticated_user_id(config: Mapping[str, Any] | None = None) -> str | None:
-    """The run's authenticated user (`langgraph_auth_user_id`, step 1 above), else None.
-
-    Inside a graph run the current config is used when `config` is omitted;
-    outside a run, or in an unauthenticated deployment (empty id), None.
-    """
+    """The run's authenticated user (step 1 above; the current run's config by default),
+    else None (outside a run, or an unauthenticated deployment)."""
     if config is None:
         config = _current_config()
     configurable: Mapping[str, Any] = (config or {}).get("configurable") or {}

@@ -1,19 +1,11 @@
 """An MCP server exposing the memory tools (`langmem-trpc mcp`), on the official `mcp` SDK.
 
-The server serves the very LangChain tools `create_memory_tools` builds: the
-same argument schemas (published as each tool's MCP input schema), the same
-validation and error messages (a failed call is a `CallToolResult` with
-`isError` and the tool's safe one-line message), the same JSON results.
-
-Identity is never taken from tool arguments (the schemas have no user field,
-and the identity is injected after the arguments). It is the `(app, user)`
-fixed for the server process, or, where the transport authenticated the
-client (streamable HTTP with an MCP auth token verifier), the token's
-`subject` (else `client_id`) under the fixed app. With neither, calls fail
-with the tool's "no user identity" error.
-
-Write tools (`memory_add`, `memory_update`, `memory_delete`) are served only
-with `allow_writes=True` (`--allow-writes`).
+It serves the very tools `create_memory_tools` builds: same schemas, messages
+and JSON results (a failed call is a `CallToolResult` with `isError`). The
+identity never comes from tool arguments: it is the authenticated client's
+token `subject` (else `client_id`) under the fixed app, else the process's
+fixed user, else the tool's "no user identity" error. Write tools are served
+only with `allow_writes=True` (`--allow-writes`).
 """
 
 from __future__ import annotations
@@ -77,10 +69,9 @@ async def call_memory_tool(
     tool: BaseTool, arguments: dict[str, Any], user: UserKey | None, call_id: str = "mcp"
 ) -> tuple[str, bool]:
     """Run one memory tool as an agent's ToolNode would; (text, is_error)."""
-    args = {key: value for key, value in arguments.items() if key != "runtime"}
     call = {
         "name": tool.name,
-        "args": {**args, "runtime": _runtime(user, call_id)},
+        "args": {**arguments, "runtime": _runtime(user, call_id)},  # never the client's runtime
         "id": call_id,
         "type": "tool_call",
     }

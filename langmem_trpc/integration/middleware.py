@@ -13,7 +13,7 @@ from ..service.protocol import MemoryService
 from ..types import UserKey
 from ._ingest import IngestWorker, Job, ahand_off, hand_off, job
 from .identity import _current_config, resolve_identity
-from .preload import READ_ONLY_TOOLS, Placement, Preloader, merge_system, prepend_to_first_user
+from .preload import READ_ONLY_TOOLS, Placement, Preloader, merge_block, merge_system
 
 __all__ = ["MemoryIngestMiddleware", "MemoryPreloadMiddleware"]
 
@@ -26,12 +26,8 @@ AHandler = Callable[[ModelRequest], Awaitable[Any]]
 class MemoryPreloadMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     """Injects the user's memories into each model call of a `create_agent` run.
 
-    The block is merged into the single system message (`placement="system"`)
-    or prepended to the first user message (`"user"`, friendlier to prompt
-    caches) of the request only; the agent state never sees it. It is
-    computed once per user turn and reused across the tool-call loop until a
-    tool outside `read_only_tools` returns (it may have written memories);
-    code that writes memories outside tools calls `invalidate(user)`.
+    The block goes into the request only (the agent state never sees it), and
+    is reused across the turn's tool-call loop as `Preloader` describes.
 
     Example:
         ```python
@@ -43,12 +39,12 @@ class MemoryPreloadMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     Args:
         service: where memories are read.
         preload: 0 (default) off, -1 every memory, N a budget.
-        placement: "system" or "user".
+        placement: "system" merges into the system message, "user" prepends to the
+            first user message (friendlier to prompt caches).
         app_name: default app when the run names none.
         playbook: replaces the default guidance text above the block.
         cache_per_turn: reuse the block for every model call of one turn.
-        read_only_tools: tools that never write memories; the cached block survives their
-            results (default `memory_search`, `memory_load`).
+        read_only_tools: tools that never write memories (their results keep the cached block).
     """
 
     def __init__(
@@ -81,7 +77,7 @@ class MemoryPreloadMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         if not block:
             return request
         if self.placement == "user":
-            return request.override(messages=prepend_to_first_user(request.messages, block))  # type: ignore[arg-type]
+            return request.override(messages=merge_block(request.messages, block, "user"))  # type: ignore[arg-type]
         return request.override(system_message=merge_system(request.system_message, block))
 
     def wrap_model_call(self, request: ModelRequest, handler: Handler) -> Any:
@@ -96,15 +92,12 @@ class MemoryPreloadMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
 class MemoryIngestMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     """Hands the thread to the write-path worker when a `create_agent` run ends.
 
-    The same trigger as `MemoryCheckpointer`, for agents whose checkpointer
-    cannot be wrapped (e.g. the built-in one on LangGraph Server). It runs in
-    `after_agent`, which LangGraph skips on interrupts and errors, so a job is
-    enqueued once per completed run. Install this *or* the checkpointer wrapper.
+    `MemoryCheckpointer`'s trigger for agents whose checkpointer cannot be
+    wrapped (LangGraph Server's own); install one or the other. `after_agent`
+    is skipped on interrupts and errors, so one job per completed run.
 
     Args:
-        worker: anything with `enqueue(user, thread_id, messages)`: an
-            `AutoMemoryWorker`, or a `PostgresJobQueue` (extraction in
-            `langmem-trpc worker` processes).
+        worker: an `IngestWorker` (`AutoMemoryWorker`, `PostgresJobQueue`).
         app_name: default app when the run names none.
     """
 

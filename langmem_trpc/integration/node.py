@@ -1,14 +1,10 @@
 """`create_preload_node`: preload for plain `StateGraph` users.
 
-Two shapes, both keeping the memory block out of `messages`:
-
-* with `model=`: a model node. It calls the model on the thread's messages
-  with the block merged into the system message and returns only the reply.
-  Nothing about memory is stored in the state.
-* without a model: a node that writes the rendered block into
-  `state[context_key]` (default `memory_context`), for graphs whose own model
-  node merges it with `merge_block`. That key is checkpointed with the state
-  (it is not a message, so it is never re-extracted).
+Both shapes keep the block out of `messages`: with `model=`, a model node
+that calls the model on the messages with the block merged in and returns
+only the reply; without, a node that writes the block to `state[context_key]`
+for the graph's own model node to `merge_block` (checkpointed with the state,
+but not a message, so never re-extracted).
 """
 
 from __future__ import annotations
@@ -48,11 +44,10 @@ def create_preload_node(
 
     Args:
         service: where memories are read.
-        model: the chat model (already `bind_tools`-ed if you use tools). Without
-            it the node writes the block to `state[context_key]` instead.
+        model: the chat model (already `bind_tools`-ed if you use tools); None
+            writes the block to `state[context_key]` instead.
         preload: 0 off, -1 everything, N a budget (see `select_memories`).
-        placement: "system" merges into the system message, "user" prepends
-            to the first user message.
+        placement: "system" or "user" (see `merge_block`).
         app_name: default app when the run's context/config names none.
         playbook: replaces the default guidance text above the block.
         messages_key: the state key of the conversation.

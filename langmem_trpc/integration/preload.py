@@ -25,6 +25,7 @@ from typing import Any, Literal
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
 from ..errors import ConfigurationError
+from ..extraction.delta import message_text
 from ..service._render import memory_line
 from ..service.protocol import MemoryService
 from ..types import Entry, SearchOptions, UserKey
@@ -78,12 +79,10 @@ _HEADER = (
 
 
 def render_block(entries: Sequence[Entry], playbook: str | None = None) -> str:
-    """The text injected into the model input (empty string for no entries).
+    """The text injected into the model input ("" for no entries).
 
-    One line per memory, `- [id] "text" (kind=..; date=..; with=..; at=..)`
-    without topics, by the shared `service._render.memory_line`: stored text
-    is defused (NFKC, no zero-width characters, every line break folded,
-    look-alike delimiters neutralised) and JSON-quoted.
+    One `service._render.memory_line` per memory, without topics: every stored
+    string defused and the text JSON-quoted, so no memory can break out of the block.
     """
     if not entries:
         return ""
@@ -108,11 +107,16 @@ def merge_system(system: SystemMessage | None, block: str) -> SystemMessage:
     return system.model_copy(update={"content": _with_text(system.content, block, before=False)})
 
 
-def _into_first(
-    messages: Sequence[BaseMessage], kind: type[BaseMessage], block: str, *, before: bool
+def merge_block(
+    messages: Sequence[BaseMessage], block: str, placement: Placement = "system"
 ) -> list[BaseMessage]:
-    """The block merged into the first message of `kind`, else a new one of that kind first."""
+    """A new list with the block merged into the first system message ("system") or
+    before the first user message's text ("user"), else in a new such message first;
+    the input list is untouched."""
     out = list(messages)
+    if not block:
+        return out
+    kind, before = (HumanMessage, True) if placement == "user" else (SystemMessage, False)
     for i, message in enumerate(out):
         if isinstance(message, kind):
             text = _with_text(message.content, block, before=before)
@@ -121,38 +125,7 @@ def _into_first(
     return [kind(content=block), *out]
 
 
-def prepend_to_first_user(messages: Sequence[BaseMessage], block: str) -> list[BaseMessage]:
-    """User placement: the block goes before the first user message's text."""
-    return _into_first(messages, HumanMessage, block, before=True)
-
-
-def merge_block(
-    messages: Sequence[BaseMessage], block: str, placement: Placement = "system"
-) -> list[BaseMessage]:
-    """A new message list with the block merged in; the input list is untouched."""
-    if not block:
-        return list(messages)
-    if placement == "user":
-        return prepend_to_first_user(messages, block)
-    return _into_first(messages, SystemMessage, block, before=False)
-
-
 # -- selection ------------------------------------------------------------------
-
-
-def _text_of(message: BaseMessage) -> str:
-    if isinstance(message.content, str):
-        return message.content.strip()
-    parts = [str(p.get("text", "")).strip() for p in message.content if isinstance(p, dict)]
-    parts += [p.strip() for p in message.content if isinstance(p, str)]
-    return "\n".join(p for p in parts if p)
-
-
-def current_user_message(messages: Sequence[BaseMessage]) -> HumanMessage | None:
-    for message in reversed(messages):
-        if isinstance(message, HumanMessage):
-            return message
-    return None
 
 
 def _select(user: UserKey, preload: int, query: str) -> Plan[list[Entry]]:
@@ -233,11 +206,10 @@ READ_ONLY_TOOLS = frozenset({"memory_search", "memory_load"})
 
 
 def writes_in_turn(messages: Sequence[BaseMessage], read_only: Collection[str]) -> int:
-    """Tool results after the last user message from tools not known to be read-only.
+    """Tool results since the last user message from tools not known to be read-only.
 
-    Any other tool (`memory_add`, `memory_delete`, langmem's `manage_memory` over
-    `MemoryStore`, an app's own tool) may have written memories, so each one
-    starts a fresh cache entry for the rest of the turn.
+    Any such tool (`memory_add`, langmem's `manage_memory`, an app's own) may have
+    written memories, so each starts a fresh cache entry for the rest of the turn.
     """
     count = 0
     for message in reversed(messages):
@@ -249,17 +221,13 @@ def writes_in_turn(messages: Sequence[BaseMessage], read_only: Collection[str]) 
 
 
 class Preloader:
-    """Computes the block for a model call: identity, selection, rendering, cache.
+    """The block for a model call (identity, selection, rendering, cache); never raises.
 
-    Shared by `MemoryPreloadMiddleware`, `preload_messages` and the preload
-    node. Never raises; returns "" when there is nothing (or nothing safe) to inject.
-
-    With `cache_per_turn`, the block is computed once per user turn and reused
-    for the turn's later model calls, until the run writes: a result from any
-    tool not in `read_only_tools` (default `memory_search`, `memory_load`)
-    starts a fresh entry, so a memory deleted or changed earlier in the turn is
-    never shown stale. Code that writes memories outside tools (a node, a
-    `MemoryStore` write) calls `invalidate(user)`.
+    Shared by the middleware, `preload_messages` and the preload node. With
+    `cache_per_turn` the block is computed once per user turn and reused until
+    a tool outside `read_only_tools` returns (see `writes_in_turn`), so a memory
+    changed earlier in the turn is never shown stale; code that writes memories
+    outside tools calls `invalidate(user)`.
     """
 
     def __init__(
@@ -293,31 +261,35 @@ class Preloader:
     ) -> Plan[str]:
         if self.preload == 0:
             return ""
-        user = resolve_identity(runtime, config, default_app_name=self.app_name)
-        if user is None:
-            logger.debug("preload skipped: no app_name/user_id in context or config")
+        try:  # a failed read is thrown in at its `yield`: no block, the run goes on
+            user = resolve_identity(runtime, config, default_app_name=self.app_name)
+            if user is None:
+                logger.debug("preload skipped: no app_name/user_id in context or config")
+                return ""
+            current = next((m for m in reversed(messages) if isinstance(m, HumanMessage)), None)
+            query = message_text(current) if current is not None else ""
+            key = None
+            if self._cache is not None and current is not None:
+                config = config or getattr(runtime, "config", None) or _current_config()
+                thread = str(((config or {}).get("configurable") or {}).get("thread_id") or "")
+                key = (
+                    user.app_name,
+                    user.user_id,
+                    thread,
+                    current.id or hashlib.sha256(query.encode()).hexdigest(),
+                    str(sum(isinstance(m, HumanMessage) for m in messages)),
+                    str(writes_in_turn(messages, self.read_only_tools)),
+                )
+                cached = self._cache.get(key)
+                if cached is not None:  # tool-call loops reuse the turn's block
+                    return cached
+            block = render_block((yield from _select(user, self.preload, query)), self.playbook)
+            if self._cache is not None and key is not None:
+                self._cache.put(key, block)
+            return block
+        except Exception:
+            logger.warning("preload failed; the model runs without memories", exc_info=True)
             return ""
-        current = current_user_message(messages)
-        query = _text_of(current) if current is not None else ""
-        key = None
-        if self._cache is not None and current is not None:
-            config = config or getattr(runtime, "config", None) or _current_config()
-            thread = str(((config or {}).get("configurable") or {}).get("thread_id") or "")
-            key = (
-                user.app_name,
-                user.user_id,
-                thread,
-                current.id or hashlib.sha256(query.encode()).hexdigest(),
-                str(sum(isinstance(m, HumanMessage) for m in messages)),
-                str(writes_in_turn(messages, self.read_only_tools)),
-            )
-            cached = self._cache.get(key)
-            if cached is not None:  # tool-call loops reuse the turn's block
-                return cached
-        block = render_block((yield from _select(user, self.preload, query)), self.playbook)
-        if self._cache is not None and key is not None:
-            self._cache.put(key, block)
-        return block
 
     def block(
         self,
@@ -325,11 +297,7 @@ class Preloader:
         runtime: Any = None,
         config: Mapping[str, Any] | None = None,
     ) -> str:
-        try:
-            return drive(self.service, self._plan(messages, runtime, config))
-        except Exception:
-            logger.warning("preload failed; the model runs without memories", exc_info=True)
-            return ""
+        return drive(self.service, self._plan(messages, runtime, config))
 
     async def ablock(
         self,
@@ -337,11 +305,7 @@ class Preloader:
         runtime: Any = None,
         config: Mapping[str, Any] | None = None,
     ) -> str:
-        try:
-            return await adrive(self.service, self._plan(messages, runtime, config))
-        except Exception:
-            logger.warning("preload failed; the model runs without memories", exc_info=True)
-            return ""
+        return await adrive(self.service, self._plan(messages, runtime, config))
 
 
 # -- StateGraph helpers -------------------------------------------------------------

@@ -1,12 +1,9 @@
 """LangChain retrieval over one user's memories: `MemoryRetriever` and `MemoryVectorStore`.
 
-Both are scoped to one `(app_name, user_id)` fixed at construction; nothing a
-caller passes later (search kwargs, `filter`, metadata) can change it, and an
-attempt to is an `InvalidInputError`. Both run the service's own hybrid
-search (`service.search` / `service.asearch`), so a chain ranks memories the
-same way the agent's `memory_search` tool does. Async calls use the
-service's async twins, never a thread around the sync call of a native
-async backend.
+Both are scoped to one `(app_name, user_id)` fixed at construction: a search
+kwarg, `filter` or metadata that names a user or app is an `InvalidInputError`.
+Both run the service's hybrid search, so a chain ranks memories as the
+`memory_search` tool does; async calls use the service's async twins.
 
 Example:
     ```python
@@ -45,10 +42,7 @@ _OPTION_KEYS = frozenset(SearchOptions.model_fields) - {"query"}
 
 
 def event_fields(memory: Memory, timespec: str = "auto") -> dict[str, Any]:
-    """The event fields a memory has set: `event_time` (ISO 8601), `participants`, `location`.
-
-    One shape for every view of a memory (documents, tool results, store items).
-    """
+    """The event fields a memory has set, one shape for documents, tool results and store items."""
     out: dict[str, Any] = {}
     if memory.event_time is not None:
         out["event_time"] = memory.event_time.isoformat(timespec=timespec)
@@ -88,12 +82,8 @@ def _refuse_scope(user: UserKey, where: str, values: dict[str, Any]) -> None:
 
 
 def search_options(user: UserKey, k: int, values: dict[str, Any]) -> SearchOptions:
-    """`SearchOptions` (hybrid by default) from retriever kwargs, refusing scope changes.
-
-    A `filter` dict (what LangChain code passes) may carry `kind`, `time_after`
-    and `time_before`; any user/app key in it or in `values` is refused, as is
-    an unknown keyword.
-    """
+    """`SearchOptions` (hybrid by default) from retriever kwargs and a LangChain `filter`
+    dict; a user/app key in either, or an unknown option, is refused."""
     values = dict(values)
     filters = values.pop("filter", None) or {}
     if not isinstance(filters, dict):
@@ -123,9 +113,8 @@ class MemoryRetriever(BaseRetriever):
         service: the memory service.
         user: the one user it reads; fixed for the retriever's life.
         k: results per query (1-1000).
-        search_kwargs: more `SearchOptions` fields (`kind`, `time_after`,
-            `time_before`, `kind_fallback`, `similarity_threshold`, ...),
-            checked on every query (`create_retriever` also checks them up front).
+        search_kwargs: more `SearchOptions` fields (`kind`, `time_after`, ...), checked
+            on every query (`create_retriever` also checks them up front).
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True, frozen=True)
@@ -135,21 +124,20 @@ class MemoryRetriever(BaseRetriever):
     k: int = 4
     search_kwargs: dict[str, Any] = {}
 
-    def _options(self, query: str) -> SearchOptions:
+    def _search(self, query: str) -> Plan[list[Document]]:
         options = search_options(self.user, self.k, self.search_kwargs)
-        return options.model_copy(update={"query": query})
+        options = options.model_copy(update={"query": query})
+        return [entry_document(e) for e in (yield Call("search", (self.user, query, options)))]
 
     def _get_relevant_documents(
         self, query: str, *, run_manager: CallbackManagerForRetrieverRun
     ) -> list[Document]:
-        found = self.service.search(self.user, query, self._options(query))
-        return [entry_document(e) for e in found]
+        return drive(self.service, self._search(query))
 
     async def _aget_relevant_documents(
         self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun
     ) -> list[Document]:
-        found = await self.service.asearch(self.user, query, self._options(query))
-        return [entry_document(e) for e in found]
+        return await adrive(self.service, self._search(query))
 
 
 def create_retriever(
@@ -174,11 +162,9 @@ def create_retriever(
 class MemoryVectorStore(VectorStore):
     """A LangChain `VectorStore` over one user's memories.
 
-    Texts are stored as memories of `user` (metadata `kind`, `topics`,
-    `event_time`, `participants`, `location` become memory fields, the rest is
-    kept as memory metadata); searches run the service's hybrid search. The
-    service embeds: `embeddings` is the service's embedder only for callers
-    that read `store.embeddings`.
+    Texts become memories of `user` (metadata `kind`, `topics`, `event_time`,
+    `participants`, `location` become memory fields, the rest memory metadata).
+    The service embeds and searches; `embeddings` is only kept for callers that read it.
     """
 
     def __init__(
@@ -291,8 +277,7 @@ class MemoryVectorStore(VectorStore):
         return [doc for doc, _ in self.similarity_search_with_score(query, k, **kwargs)]
 
     async def asimilarity_search(self, query: str, k: int = 4, **kwargs: Any) -> list[Document]:
-        found = await self.asimilarity_search_with_score(query, k, **kwargs)
-        return [doc for doc, _ in found]
+        return [doc for doc, _ in await self.asimilarity_search_with_score(query, k, **kwargs)]
 
     def _select_relevance_score_fn(self) -> Any:
         return lambda score: score  # the service's score is already 0-1, higher is better

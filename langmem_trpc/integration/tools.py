@@ -1,25 +1,18 @@
 """Memory tools for agents: `memory_search`, `memory_load` and the write tools.
 
-Every tool resolves the user first (a missing identity is a tool error),
-then runs one service call. Sync and async share the same preparation and
-rendering; only the call differs (`service.x` vs `service.ax`). Failures
-become `ToolMessage(status="error")` with a message that is safe to show a
-model: our own validation text, or the exception type for backend failures,
-never connection strings or SQL. Bad input and outages read differently:
-bad input (an unparseable or out-of-range date, an inverted time range, a
-lone surrogate in any text argument, any `InvalidInputError` or
-`ValueError`/`TypeError`/`ArithmeticError` the call raises) is
-"<tool>: invalid <field>: <problem>" ("<tool>: invalid time range: ..." for
-the search window); only other failures say "the memory store is
-unavailable". Tools are built with `handle_tool_error` themselves, so this
-holds under any `ToolNode` (whose default re-raises).
+Each tool resolves the user (none is a tool error) and runs one `_calls` plan,
+so sync and async differ only in the service call. Failures become
+`ToolMessage(status="error")` text safe to show a model (never connection
+strings or SQL): bad input (a bad date or time range, a lone surrogate, an
+`InvalidInputError`, `ValueError`, `TypeError` or `ArithmeticError`) reads
+"<tool>: invalid ...", an unknown id, a conflict or a full store say so, and
+only other failures say "the memory store is unavailable".
+The tools set `handle_tool_error` themselves, so this holds under any `ToolNode`.
 
-Within one run (the messages since the last user message), a tool refuses a
-call identical to an earlier successful one (same tool, same arguments after
-schema defaults, NFKC, case folding and whitespace collapsing): it returns a
-short message saying so instead of running it again, which stops a small
-model from looping on the same search. The earlier calls are read from the
-run's own messages (`ToolRuntime.state`), so nothing is kept between runs.
+Within one run (the messages since the last user message) a call identical to
+an earlier successful one (after schema defaults, NFKC, case folding and
+whitespace collapsing) is refused with a short message, which stops a small
+model looping on one search; it is read from the run's messages, nothing is kept.
 """
 
 from __future__ import annotations
@@ -31,7 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Literal
 
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.tools import BaseTool, StructuredTool, ToolException
 from langgraph.prebuilt import ToolRuntime
 from pydantic import BaseModel, Field
@@ -234,10 +227,6 @@ def _check_text(value: Any, name: str) -> None:
             _check_text(item, name)
 
 
-class _TimeRangeError(InvalidInputError):
-    """time_after / time_before cannot be used as a search window."""
-
-
 def _source(runtime: ToolRuntime[Any]) -> Source:
     configurable = (runtime.config or {}).get("configurable") or {}
     thread = configurable.get("thread_id")
@@ -270,12 +259,12 @@ def _window(a: dict[str, Any]) -> tuple[Any, Any]:
     try:
         after = parse_date(a.get("time_after"), "time_after")
         before = parse_date(a.get("time_before"), "time_before", end=True)
-    except InvalidInputError as exc:
-        raise _TimeRangeError(exc.field, exc.problem) from None
-    if after is not None and before is not None and after > before:
-        raise _TimeRangeError(
-            "time_after", f"{a.get('time_after')!r} is after time_before {a.get('time_before')!r}"
-        )
+        if after is not None and before is not None and after > before:
+            after_, before_ = a.get("time_after"), a.get("time_before")
+            raise InvalidInputError("time_after", f"{after_!r} is after time_before {before_!r}")
+    except InvalidInputError as exc:  # bad input, said as a bad search window
+        message = f"memory_search: invalid time range: {exc.field} {exc.problem}"
+        raise ToolException(message) from None
     return after, before
 
 
@@ -297,8 +286,14 @@ def _clear(user: UserKey, runtime: ToolRuntime[Any], a: dict[str, Any]) -> Resul
     return _dump({"message": "All memories cleared successfully", "count": count}), None
 
 
-def _write(message: str, call: Call) -> Result:
-    entry: Entry = yield call
+def _write(
+    message: str, method: str, args: tuple[Any, ...], runtime: ToolRuntime[Any], a: dict[str, Any]
+) -> Result:
+    parse_date(a.get("event_time"), "event_time")  # bad dates are input errors, before any I/O
+    fields = {k: a.get(k) for k in ("topics", "event_time", "participants", "location")}
+    if a.get("memory_kind") is not None:
+        fields["kind"] = a["memory_kind"]
+    entry: Entry = yield Call(method, args, {**fields, "source": _source(runtime)})
     payload = {
         "message": message,
         "memory_id": entry.id,
@@ -308,28 +303,13 @@ def _write(message: str, call: Call) -> Result:
     return _dump(payload), [entry.model_dump(mode="json")]
 
 
-def _write_fields(runtime: ToolRuntime[Any], a: dict[str, Any]) -> dict[str, Any]:
-    parse_date(a.get("event_time"), "event_time")  # bad dates are input errors, before any I/O
-    fields = {
-        "topics": a.get("topics"),
-        "event_time": a.get("event_time"),
-        "participants": a.get("participants"),
-        "location": a.get("location"),
-        "source": _source(runtime),
-    }
-    if a.get("memory_kind") is not None:
-        fields["kind"] = a["memory_kind"]
-    return fields
-
-
 def _add(user: UserKey, runtime: ToolRuntime[Any], a: dict[str, Any]) -> Result:
-    call = Call("add", (user, a["memory"]), _write_fields(runtime, a))
-    return (yield from _write("Memory added successfully", call))
+    return (yield from _write("Memory added successfully", "add", (user, a["memory"]), runtime, a))
 
 
 def _update(user: UserKey, runtime: ToolRuntime[Any], a: dict[str, Any]) -> Result:
-    call = Call("update", (user, a["memory_id"], a["memory"]), _write_fields(runtime, a))
-    return (yield from _write("Memory updated successfully", call))
+    args = (user, a["memory_id"], a["memory"])
+    return (yield from _write("Memory updated successfully", "update", args, runtime, a))
 
 
 _TOOLS: dict[
@@ -350,8 +330,6 @@ _ARG_NAMES = {"text": "memory", "kind": "memory_kind"}
 
 def _safe(name: str, exc: Exception) -> ToolException:
     """A message the model may see: bad input says what is wrong, an outage says only that."""
-    if isinstance(exc, _TimeRangeError):
-        return ToolException(f"{name}: invalid time range: {exc.field} {exc.problem}")
     if isinstance(exc, InvalidInputError):
         field = _ARG_NAMES.get(exc.field, exc.field)
         return ToolException(f"{name}: invalid {field}: {exc.problem}")
@@ -391,29 +369,21 @@ def _normal(value: Any) -> Any:
 
 def call_key(name: str, args: Mapping[str, Any]) -> str:
     """What makes two calls the same: the tool and its arguments after defaults and normalising."""
-    raw = {k: v for k, v in args.items() if k != "runtime"}
-    try:
-        full: Mapping[str, Any] = _TOOLS[name][0].model_validate(raw).model_dump()
+    try:  # the schemas ignore `runtime`; `_normal` drops it
+        full: Mapping[str, Any] = _TOOLS[name][0].model_validate(args).model_dump()
     except Exception:  # unvalidated args still compare by what was sent
-        full = raw
+        full = args
     return name + json.dumps(_normal(full), sort_keys=True, ensure_ascii=False, default=str)
-
-
-def _run_messages(runtime: ToolRuntime[Any]) -> list[BaseMessage]:
-    """The run's messages so far: those after the last user message."""
-    state = runtime.state
-    messages = state.get("messages") if isinstance(state, Mapping) else None
-    if not isinstance(messages, list):
-        return []
-    for index in range(len(messages) - 1, -1, -1):
-        if isinstance(messages[index], HumanMessage):
-            return messages[index + 1 :]
-    return list(messages)
 
 
 def is_repeat(name: str, runtime: ToolRuntime[Any], args: Mapping[str, Any]) -> bool:
     """True when an earlier call of this run, not answered by an error, was identical."""
-    messages = _run_messages(runtime)
+    state = runtime.state
+    messages = state.get("messages") if isinstance(state, Mapping) else None
+    if not isinstance(messages, list):
+        return False
+    last_user = max((i for i, m in enumerate(messages) if isinstance(m, HumanMessage)), default=-1)
+    messages = messages[last_user + 1 :]
     failed = {
         m.tool_call_id for m in messages if isinstance(m, ToolMessage) and m.status == "error"
     }
@@ -429,78 +399,58 @@ def is_repeat(name: str, runtime: ToolRuntime[Any], args: Mapping[str, Any]) -> 
     return False
 
 
-class _Tools:
-    """Holds the service and identity settings the tool functions close over."""
-
-    def __init__(self, service: MemoryService, app_name: str | None) -> None:
-        self.service = service
-        self.app_name = app_name
-
-    def _plan(self, name: str, runtime: ToolRuntime[Any], args: dict[str, Any]) -> Result:
-        user = resolve_identity(runtime, runtime.config, default_app_name=self.app_name)
+def _plan(
+    name: str, app_name: str | None, runtime: ToolRuntime[Any], args: dict[str, Any]
+) -> Result:
+    """One invocation: identity, repeat check, text check, the tool's plan; failures made safe."""
+    try:  # a failed service call is thrown in at its `yield`, so it lands here too
+        user = resolve_identity(runtime, runtime.config, default_app_name=app_name)
         if user is None:
             raise ToolException(
-                f"{name} is unavailable: no user identity (app_name/user_id) in the run context or config"
+                f"{name} is unavailable: no user identity (app_name/user_id) in the run context "
+                "or config"
             )
         if is_repeat(name, runtime, args):
             logger.info("%s: refused a repeated identical call", name)
             refusal = (
-                f"{name}: refused, this exact call was already made in this run and its result is "
-                "above. Do not repeat it: use that result, change the arguments, or answer the user."
+                f"{name}: refused, this exact call was already made in this run and its result "
+                "is above. Do not repeat it: use that result, change the arguments, or answer the user."
             )
             return refusal, None
         for key, value in args.items():
             _check_text(value, key)
         return (yield from _TOOLS[name][1](user, runtime, args))
-
-    def run(self, name: str, runtime: ToolRuntime[Any], args: dict[str, Any]) -> tuple[str, Any]:
-        try:
-            return drive(self.service, self._plan(name, runtime, args))
-        except ToolException:
-            raise
-        except Exception as exc:
-            raise _safe(name, exc) from exc
-
-    async def arun(
-        self, name: str, runtime: ToolRuntime[Any], args: dict[str, Any]
-    ) -> tuple[str, Any]:
-        try:
-            return await adrive(self.service, self._plan(name, runtime, args))
-        except ToolException:
-            raise
-        except Exception as exc:
-            raise _safe(name, exc) from exc
-
-    def build(self, name: str) -> BaseTool:
-        def func(runtime: ToolRuntime[Any], **kwargs: Any) -> tuple[str, Any]:
-            return self.run(name, runtime, kwargs)
-
-        async def coroutine(runtime: ToolRuntime[Any], **kwargs: Any) -> tuple[str, Any]:
-            return await self.arun(name, runtime, kwargs)
-
-        return StructuredTool.from_function(
-            func=func,
-            coroutine=coroutine,
-            name=name,
-            description=_DESCRIPTIONS[name],
-            args_schema=_TOOLS[name][0],
-            response_format="content_and_artifact",
-            handle_tool_error=True,
-            handle_validation_error=_validation_message(name),
-        )
+    except ToolException:
+        raise
+    except Exception as exc:
+        raise _safe(name, exc) from exc
 
 
-def _validation_message(name: str) -> Callable[[Any], str]:
-    def message(error: Any) -> str:
+def _tool(service: MemoryService, app_name: str | None, name: str) -> BaseTool:
+    def func(runtime: ToolRuntime[Any], **kwargs: Any) -> tuple[str, Any]:
+        return drive(service, _plan(name, app_name, runtime, kwargs))
+
+    async def coroutine(runtime: ToolRuntime[Any], **kwargs: Any) -> tuple[str, Any]:
+        return await adrive(service, _plan(name, app_name, runtime, kwargs))
+
+    def invalid(error: Any) -> str:
         problems: list[dict[str, Any]] = getattr(error, "errors", list)()
-        fields = sorted({".".join(str(p) for p in e.get("loc", ())) for e in problems}) or [
-            "arguments"
-        ]
+        fields = sorted({".".join(str(p) for p in e.get("loc", ())) for e in problems})
         return (
-            f"{name}: invalid arguments ({', '.join(fields)}); check the tool schema and try again"
+            f"{name}: invalid arguments ({', '.join(fields or ['arguments'])}); "
+            "check the tool schema and try again"
         )
 
-    return message
+    return StructuredTool.from_function(
+        func=func,
+        coroutine=coroutine,
+        name=name,
+        description=_DESCRIPTIONS[name],
+        args_schema=_TOOLS[name][0],
+        response_format="content_and_artifact",
+        handle_tool_error=True,
+        handle_validation_error=invalid,
+    )
 
 
 def create_memory_tools(
@@ -511,10 +461,9 @@ def create_memory_tools(
 ) -> list[BaseTool]:
     """Build the memory tools to bind to an agent.
 
-    The default exposes the read tools (`memory_search`, `memory_load`), the
-    right set when the background worker writes memories. Add `memory_add`,
-    `memory_update` and `memory_delete` for agentic mode; `memory_clear`
-    wipes a user's memories and is only built when named explicitly.
+    The default, the read tools, suits a background worker that writes the
+    memories; add the write tools for agentic mode (`memory_clear` wipes a
+    user's memories, so it is only built when named).
 
     Example:
         ```python
@@ -538,5 +487,4 @@ def create_memory_tools(
         )
     if len(set(names)) != len(names):
         raise ConfigurationError(f"memory tool listed twice in {names}")
-    tools = _Tools(service, app_name)
-    return [tools.build(n) for n in names]
+    return [_tool(service, app_name, n) for n in names]

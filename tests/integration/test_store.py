@@ -345,6 +345,13 @@ def test_uuid_keys_address_memories_written_elsewhere(backend_store: MemoryStore
     assert svc.get(ALICE, entry.id) is None and backend_store.search(NS) == []
 
 
+def test_a_uuid_shaped_key_that_is_no_uuid_is_a_plain_key(store: MemoryStore):
+    key = "abcd-efgh-ijkl-mnop-qrstuvwxyz012345"  # 36 characters, 4 dashes, not hex
+    assert store.get(NS, key) is None
+    store.put(NS, key, {"memory": "Prefers tea"})
+    assert store.get(NS, key).value == {"memory": "Prefers tea"}
+
+
 def test_store_keys_match_in_every_uuid_spelling(backend_store: MemoryStore):
     key = uuid.uuid4()
     backend_store.put(NS, str(key), {"content": "Prefers tea"})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Mapping
 from typing import Any
 
@@ -9,20 +10,17 @@ from ...errors import InvalidInputError
 
 __all__ = ["matches", "matches_condition"]
 
-_OPERATORS = ("$eq", "$ne", "$gt", "$gte", "$lt", "$lte")
+_ORDER = {"$gt": operator.gt, "$gte": operator.ge, "$lt": operator.lt, "$lte": operator.le}
+_OPERATORS = ("$eq", "$ne", *_ORDER)
 
 
 def _number(value: Any) -> float | None:
-    if isinstance(value, bool):
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         return None
-    if isinstance(value, (int, float)):
+    try:
         return float(value)
-    if isinstance(value, str):
-        try:
-            return float(value)
-        except ValueError:
-            return None
-    return None
+    except ValueError:  # text that is not a number
+        return None
 
 
 def _operator(value: Any, op: str, operand: Any) -> bool:
@@ -30,24 +28,15 @@ def _operator(value: Any, op: str, operand: Any) -> bool:
         return bool(value == operand)
     if op == "$ne":
         return bool(value != operand)
-    if op not in _OPERATORS:
+    if op not in _ORDER:
         raise InvalidInputError(
             "filter", f"unsupported operator {op!r}; use one of {list(_OPERATORS)}"
         )
     left, right = _number(value), _number(operand)
-    if left is None or right is None:  # compare numbers as numbers, text as text, never mixed
-        if not (isinstance(value, str) and isinstance(operand, str)):
-            return False
-        left_s, right_s = value, operand
-        return {
-            "$gt": left_s > right_s,
-            "$gte": left_s >= right_s,
-            "$lt": left_s < right_s,
-            "$lte": left_s <= right_s,
-        }[op]
-    return {"$gt": left > right, "$gte": left >= right, "$lt": left < right, "$lte": left <= right}[
-        op
-    ]
+    if left is not None and right is not None:
+        return bool(_ORDER[op](left, right))
+    # compare numbers as numbers, text as text, never mixed
+    return isinstance(value, str) and isinstance(operand, str) and bool(_ORDER[op](value, operand))
 
 
 def _compare(value: Any, condition: Any) -> bool:

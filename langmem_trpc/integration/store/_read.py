@@ -1,17 +1,16 @@
 """`MemoryStore` reads: search (query and no query) and namespace listing.
 
-Bounded by the index: a prefix naming one user reads that user's rows only,
-and no-query search pushes `offset + limit` down to the backend's
-newest-first `read(user, limit)`, widening only when filters or scopes leave
-too few matches. Query search keeps the service's fused (hybrid) order; with
-several users, their ranked lists are merged by score, each keeping its order.
+Bounded by the index: a prefix naming one user reads only that user's rows,
+and reads ask the backend for `offset + limit`, widening only when filters or
+scopes leave too few. Query search keeps the service's hybrid order (several
+users' lists merged by score, each keeping its order).
 """
 
 from __future__ import annotations
 
 import heapq
 from collections.abc import Iterator, Mapping
-from itertools import islice
+from itertools import islice, takewhile
 from typing import TYPE_CHECKING, Any
 
 from langgraph.store.base import ListNamespacesOp, SearchItem, SearchOp
@@ -120,15 +119,10 @@ def search(store: MemoryStore, op: SearchOp, access: Access | None) -> list[Sear
         window = [(e, None) for e in islice(newest, op.offset, need)]
     if op.refresh_ttl:
         store.refresh(e for e, _ in window)
-    out: list[SearchItem] = []
-    for entry, score in window:
-        item = to_item(entry)
-        out.append(
-            SearchItem(
-                item.namespace, item.key, item.value, item.created_at, item.updated_at, score
-            )
-        )
-    return out
+    items = [(to_item(entry), score) for entry, score in window]
+    return [
+        SearchItem(i.namespace, i.key, i.value, i.created_at, i.updated_at, s) for i, s in items
+    ]
 
 
 def _shallow(op: ListNamespacesOp) -> bool:
@@ -147,12 +141,7 @@ def _listing_prefix(op: ListNamespacesOp) -> tuple[str, ...]:
     """The literal leading labels of the prefix condition (to pick users by index)."""
     for condition in op.match_conditions or ():
         if condition.match_type == "prefix":
-            literal: list[str] = []
-            for label in condition.path[:2]:
-                if label == "*":
-                    break
-                literal.append(label)
-            return tuple(literal)
+            return tuple(takewhile(lambda label: label != "*", condition.path[:2]))
     return ()
 
 
@@ -160,12 +149,9 @@ def list_namespaces(
     store: MemoryStore, op: ListNamespacesOp, access: Access | None
 ) -> list[tuple[str, ...]]:
     users = users_for(store, _listing_prefix(op), access)
-    spaces: set[tuple[str, ...]] = set()
-    if _shallow(op):
-        spaces = {(u.app_name, u.user_id) for u in users}
-    else:
-        for user in users:
-            spaces.update(store.namespaces.spaces(store.service, user))
+    spaces: set[tuple[str, ...]] = {(u.app_name, u.user_id) for u in users}
+    if not _shallow(op):
+        spaces = set().union(*(store.namespaces.spaces(store.service, u) for u in users))
     selected = [
         ns for ns in spaces if all(matches_condition(c, ns) for c in op.match_conditions or ())
     ]

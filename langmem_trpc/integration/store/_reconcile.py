@@ -1,13 +1,9 @@
 """Reconcile for `MemoryStore(reconcile=True)`: the worker's "merge_similar" policy on a put.
 
-A put under a key that names no item becomes a proposed add. The policy
-probes the user's memories exactly as the worker does (`PROBE_OPTIONS`),
-restricted to memories of the same namespace, and decides: keep the add,
-drop it as a duplicate, or rewrite it into an update of the closest memory.
-An update keeps the surviving memory's id, key and namespace and takes the
-new value; nothing is created under the new key. The write's history source
-(actor "store") records the policy's decision label (`Source.decision`, see
-`extraction/reconcile.py`); a duplicate writes nothing.
+A put under a new key is a proposed add, probed as the worker probes
+(`PROBE_OPTIONS`) within the same namespace: it stays an add, is dropped as a
+duplicate (nothing written), or becomes an update of the closest memory, which
+keeps its id, key and namespace. The history source records the decision label.
 """
 
 from __future__ import annotations
@@ -21,7 +17,7 @@ from ...extraction.policies import apply_policy
 from ...extraction.reconcile import PROBE_OPTIONS, best_match, decision_label
 from ...service.protocol import MemoryService
 from ...types import Entry, Kind, UserKey
-from ._values import indexed, namespace_of, store_meta
+from ._values import indexed, namespace_of
 
 __all__ = ["Absorbed", "reconcile_put"]
 
@@ -39,18 +35,6 @@ class Absorbed:
     decision: str
 
 
-def _proposed(text: str, fields: Mapping[str, Any]) -> MemoryOp:
-    kind = fields.get("kind")
-    return MemoryOp.add(
-        text,
-        topics=fields.get("topics", ()),
-        kind=Kind(kind) if kind is not None else None,
-        event_time=fields.get("event_time"),
-        participants=fields.get("participants", ()),
-        location=fields.get("location"),
-    )
-
-
 def reconcile_put(
     service: MemoryService,
     user: UserKey,
@@ -60,7 +44,15 @@ def reconcile_put(
 ) -> Absorbed:
     """What the merge_similar policy decided for the put (see `Absorbed`)."""
     namespace = (user.app_name, user.user_id, *scope)
-
+    kind = fields.get("kind")
+    proposed = MemoryOp.add(
+        text,
+        topics=fields.get("topics", ()),
+        kind=Kind(kind) if kind is not None else None,
+        event_time=fields.get("event_time"),
+        participants=fields.get("participants", ()),
+        location=fields.get("location"),
+    )
     candidates: dict[str, Entry] = {}
 
     def probe(query: str) -> list[Entry]:
@@ -71,28 +63,21 @@ def reconcile_put(
 
     decided = apply_policy(
         "merge_similar",
-        [_proposed(text, fields)],
+        [proposed],
         probe=probe,
         existing=(),
         actions=_ACTIONS,
         language=service.language,
     )
-    if decided.ops and decided.ops[0].action == Action.ADD:
-        return Absorbed(None, False, [], decided.ops[0].decision or "add")
-    if not decided.ops:  # a duplicate: the best candidate already says it
-        best = best_match(_proposed(text, fields), list(candidates.values()), service.language)
-        if best is None:  # pragma: no cover - a skip always has a candidate
-            return Absorbed(None, False, [], "add")
-        label = decision_label("duplicate", best)
-        return Absorbed(best.entry, False, list(best.entry.memory.topics), label)
-    op = decided.ops[0]
-    target = candidates.get(op.memory_id or "")
-    if target is None:  # pragma: no cover - the policy only names probed memories
-        return Absorbed(None, False, [], "add")
-    return Absorbed(target, True, list(op.topics), op.decision or "update")
-
-
-def surviving_key(entry: Entry) -> str:
-    """The key the absorbing memory keeps."""
-    stored = store_meta(entry)
-    return str(stored["key"]) if stored is not None else entry.id
+    op = decided.ops[0] if decided.ops else None
+    if op is not None and op.action == Action.ADD:
+        return Absorbed(None, False, [], op.decision or "add")
+    if op is None:  # a duplicate: the best candidate already says it
+        best = best_match(proposed, list(candidates.values()), service.language)
+        if best is not None:
+            label = decision_label("duplicate", best)
+            return Absorbed(best.entry, False, list(best.entry.memory.topics), label)
+    elif (target := candidates.get(op.memory_id or "")) is not None:
+        return Absorbed(target, True, list(op.topics), op.decision or "update")
+    # unreachable: a skip always has a candidate, an update names a probed memory
+    return Absorbed(None, False, [], "add")  # pragma: no cover

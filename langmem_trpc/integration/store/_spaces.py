@@ -1,13 +1,9 @@
 """The namespaces of one user's items, cached per store and re-validated by index.
 
-Listing scopes needs every item's namespace, which only the rows know. The
-store keeps each user's set together with a stamp of cheap indexed reads
-(live count, and id and `updated_at` of the newest memory): every add,
-update, delete, clear or revive changes the stamp, so a listing costs two
-index lookups per user while nothing changed and one read of that user's
-rows after a change. An item's TTL expiry also invalidates the set. At most
-`max_users` sets are kept (least recently used dropped); the cache belongs
-to the store instance.
+Only the rows know an item's scope, so each user's set is kept with a stamp
+of cheap indexed reads (live count, id and `updated_at` of the newest memory)
+that every write changes: a listing costs two index lookups per user until
+something changes (or an item expires). At most `max_users` sets are kept (LRU).
 """
 
 from __future__ import annotations
@@ -15,8 +11,9 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 
+from ...service._core import utcnow
 from ...service.protocol import MemoryService
 from ...types import UserKey
 from ._ttl import expired
@@ -47,7 +44,7 @@ class NamespaceCache:
             newest[0].id if newest else "",
             newest[0].updated_at.isoformat() if newest else "",
         )
-        now = datetime.now(timezone.utc)
+        now = utcnow()
         with self._lock:
             cached = self._sets.get(user)
             if (

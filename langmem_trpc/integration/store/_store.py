@@ -28,7 +28,7 @@ from ...service.protocol import MemoryService
 from ...types import Entry, Source, UserKey
 from ..identity import authenticated_user_id
 from . import _read
-from ._reconcile import reconcile_put, surviving_key
+from ._reconcile import reconcile_put
 from ._spaces import NamespaceCache
 from ._ttl import TTLSweeper, deadline, expired, needs_refresh, ttl_of
 from ._values import (
@@ -37,9 +37,9 @@ from ._values import (
     check_label,
     id_candidates,
     memory_fields,
+    memory_id,
     memory_text,
     normalize_value,
-    store_meta,
     to_item,
 )
 
@@ -149,7 +149,7 @@ class MemoryStore(BaseStore):
             if auth is not None and auth != self._pinned.user_id:
                 raise NamespaceAccessError(
                     (self._pinned.app_name, self._pinned.user_id),
-                    f"the authenticated user {auth!r} only",
+                    Access(None, auth).describe(),
                 )
             return Access(self._pinned.app_name, self._pinned.user_id)
         return Access(None, auth) if auth is not None else None
@@ -232,11 +232,11 @@ class MemoryStore(BaseStore):
                     return
                 existing, fields["topics"] = absorbed.target, absorbed.topics
         if existing is not None:
-            meta["key"] = surviving_key(existing) if store_meta(existing) else existing.id
+            meta["key"] = to_item(existing).key  # the surviving memory keeps its key
         entry = self.service.add(
             user,
             text,
-            memory_id=existing.id if existing is not None else _memory_id(scope, op.key),
+            memory_id=existing.id if existing is not None else memory_id(scope, op.key),
             metadata={META: meta},
             source=source,
             **fields,
@@ -258,8 +258,8 @@ class MemoryStore(BaseStore):
         removed = 0
         users = [self._pinned] if self._pinned is not None else self.service.users()
         for user in users:
-            for memory_id in self.service.expired(user):
-                removed += bool(self.service.delete(user, memory_id, source=_TTL_SOURCE))
+            for expired_id in self.service.expired(user):
+                removed += bool(self.service.delete(user, expired_id, source=_TTL_SOURCE))
         return removed
 
     async def asweep_ttl(self) -> int:
@@ -298,7 +298,3 @@ class MemoryStore(BaseStore):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _memory_id(scope: Sequence[str], key: str) -> str:
-    return id_candidates(scope, key)[0]

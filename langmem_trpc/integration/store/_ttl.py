@@ -1,14 +1,10 @@
 """Time-to-live of store items, kept by the service (`Entry.expires_at`, `set_expiry`).
 
-A put with a TTL (minutes) sets the memory's expiry through the service and
-keeps the TTL in the item's store metadata, so a refreshing read can push the
-expiry forward. The service hides an expired memory from get, read and search
-at once, on every backend and for every reader (tools and preload too);
-`sweep_ttl()` soft-deletes expired memories (a `delete` history event, actor
-"store:ttl"), after which the service's purge rules apply. A refreshing read
-calls `set_expiry` (no content change, no history event, `updated_at` kept)
-once a tenth of the TTL (at least one second) has passed since the expiry was
-last set, so reads do not each turn into a write.
+The service hides an expired memory from every reader and backend at once;
+the TTL itself (minutes) rides in the item's store metadata so a refreshing
+read can push the expiry forward, which it does only once a tenth of the TTL
+(at least a second) has passed, so reads do not each turn into a write.
+`sweep_ttl()` soft-deletes expired memories (history actor "store:ttl").
 """
 
 from __future__ import annotations
@@ -17,8 +13,9 @@ import concurrent.futures
 import logging
 import threading
 from collections.abc import Callable
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 
+from ...service._core import utcnow
 from ...types import Entry
 from ._values import store_meta
 
@@ -27,13 +24,9 @@ __all__ = ["TTLSweeper", "deadline", "expired", "needs_refresh", "ttl_of"]
 logger = logging.getLogger(__name__)
 
 
-def _now() -> datetime:
-    return datetime.now(timezone.utc)
-
-
 def deadline(ttl: float | None, now: datetime | None = None) -> datetime | None:
     """When an item put (or refreshed) now with `ttl` minutes expires; None without a TTL."""
-    return None if ttl is None else (now or _now()) + timedelta(minutes=float(ttl))
+    return None if ttl is None else (now or utcnow()) + timedelta(minutes=float(ttl))
 
 
 def ttl_of(entry: Entry) -> float | None:
@@ -45,7 +38,7 @@ def ttl_of(entry: Entry) -> float | None:
 
 def expired(entry: Entry, now: datetime | None = None) -> bool:
     at = entry.expires_at
-    return at is not None and at <= (now or _now())
+    return at is not None and at <= (now or utcnow())
 
 
 def needs_refresh(entry: Entry, now: datetime | None = None) -> bool:
@@ -54,7 +47,7 @@ def needs_refresh(entry: Entry, now: datetime | None = None) -> bool:
     if ttl is None or at is None:
         return False
     span = timedelta(minutes=ttl)
-    return at - (now or _now()) < span - max(timedelta(seconds=1), span / 10)
+    return at - (now or utcnow()) < span - max(timedelta(seconds=1), span / 10)
 
 
 class TTLSweeper:
@@ -71,12 +64,8 @@ class TTLSweeper:
         self._thread: threading.Thread | None = None
         self._future: concurrent.futures.Future[None] | None = None
 
-    @property
-    def running(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
-
     def start(self) -> concurrent.futures.Future[None]:
-        if self.running and self._future is not None:
+        if self._thread is not None and self._thread.is_alive() and self._future is not None:
             return self._future
         self._stop.clear()
         future: concurrent.futures.Future[None] = concurrent.futures.Future()
@@ -91,13 +80,11 @@ class TTLSweeper:
     def stop(self, timeout: float | None = None) -> bool:
         """Signal the loop and join it; True when it has stopped."""
         self._stop.set()
-        thread = self._thread
-        if thread is None:
-            return True
-        thread.join(timeout)
-        if thread.is_alive():
-            return False
-        self._thread = None
+        if self._thread is not None:
+            self._thread.join(timeout)
+            if self._thread.is_alive():
+                return False
+            self._thread = None
         return True
 
     def _loop(self, future: concurrent.futures.Future[None]) -> None:

@@ -1,16 +1,11 @@
 """How `MemoryStore` maps store items to memories and back.
 
-* A value is normalised once, on `put`, the way LangGraph's database stores
-  keep it: through JSON, with datetimes, dates and times as ISO-8601 strings and
-  UUIDs as strings. Everything else must be JSON already; NaN, infinities, NUL
-  characters and lone surrogates are refused with `InvalidMemoryError` (field
-  `value`), so every backend stores and returns the same thing.
-* The memory text (what search indexes) is the value's first text field, else
-  its JSON, cut to the service's `max_text_length`; the value itself is kept
-  whole in the memory's metadata.
-* A caller's key lives under a stable memory id derived from (scope, key).
-  A key that spells a UUID (dashed, undashed, upper case, braces) is read as
-  that UUID, so every spelling names the same item.
+A value is normalised once, on `put`, as LangGraph's database stores keep it
+(a JSON round trip, datetimes and UUIDs as strings; NaN, NUL and lone
+surrogates refused), so every backend returns the same thing. It is kept whole
+in the memory's metadata; the memory text is its first text field (else its
+JSON), capped. A key lives under a memory id derived from (scope, key); a key
+that spells a UUID in any spelling is read as that UUID.
 """
 
 from __future__ import annotations
@@ -18,7 +13,6 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
-import math
 import uuid
 from collections.abc import Mapping, Sequence
 from copy import deepcopy
@@ -73,8 +67,6 @@ def _check_strings(value: Any, path: str) -> None:
     elif isinstance(value, list):
         for index, item in enumerate(value):
             _check_strings(item, f"{path}[{index}]")
-    elif isinstance(value, float) and not math.isfinite(value):  # pragma: no cover - json refuses
-        raise InvalidMemoryError("value", f"{path} is not a finite number")
 
 
 def normalize_value(value: Mapping[str, Any]) -> dict[str, Any]:
@@ -172,18 +164,19 @@ def memory_fields(value: Mapping[str, Any], limits: Limits) -> dict[str, Any]:
 # -- keys -------------------------------------------------------------------------------------
 
 
-def canonical_key(key: str) -> str:
-    """A UUID in any spelling becomes its dashed lower-case form; other keys stay as given."""
+def _as_uuid(key: str) -> uuid.UUID | None:
     if 32 <= len(key) <= 45:
         try:
-            return str(uuid.UUID(key))
+            return uuid.UUID(key)
         except ValueError:
             pass
-    return key
+    return None
 
 
-def _is_uuid(key: str) -> bool:
-    return canonical_key(key) == key and len(key) == 36 and key.count("-") == 4
+def canonical_key(key: str) -> str:
+    """A UUID in any spelling becomes its dashed lower-case form; other keys stay as given."""
+    parsed = _as_uuid(key)
+    return key if parsed is None else str(parsed)
 
 
 def memory_id(scope: Sequence[str], key: str) -> str:
@@ -204,9 +197,9 @@ def id_candidates(scope: Sequence[str], key: str) -> list[str]:
     the key names, literally or as a UUID in any spelling.
     """
     out = [memory_id(scope, key), _kv_id(scope, key)]  # and an older release's raw spelling
-    canonical = canonical_key(key)
-    if not scope and (canonical != key or _is_uuid(key)):  # service ids are UUIDs
-        out.extend([key, uuid.UUID(canonical).hex])
+    parsed = _as_uuid(key)
+    if not scope and parsed is not None:  # service ids are UUIDs
+        out.extend([key, parsed.hex])
     return list(dict.fromkeys(out))
 
 
@@ -228,26 +221,22 @@ def addresses(entry: Entry, scope: Sequence[str], key: str) -> bool:
 def to_item(entry: Entry) -> Item:
     """The store view of a memory (store-written or not)."""
     stored = store_meta(entry)
-    base = (entry.app_name, entry.user_id)
     if stored is not None:
-        return Item(
-            value=deepcopy(dict(stored["value"])),
-            key=str(stored["key"]),
-            namespace=base + tuple(stored.get("scope") or ()),
-            created_at=entry.created_at,
-            updated_at=entry.updated_at,
-        )
-    memory = entry.memory
-    value: dict[str, Any] = {
-        "memory": memory.text,
-        "kind": memory.kind.value,
-        "topics": list(memory.topics),
-        **event_fields(memory),
-    }
+        value = deepcopy(dict(stored["value"]))
+        key, scope = str(stored["key"]), tuple(stored.get("scope") or ())
+    else:
+        memory = entry.memory
+        value = {
+            "memory": memory.text,
+            "kind": memory.kind.value,
+            "topics": list(memory.topics),
+            **event_fields(memory),
+        }
+        key, scope = entry.id, ()
     return Item(
         value=value,
-        key=entry.id,
-        namespace=base,
+        key=key,
+        namespace=(entry.app_name, entry.user_id, *scope),
         created_at=entry.created_at,
         updated_at=entry.updated_at,
     )
