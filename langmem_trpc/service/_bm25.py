@@ -71,8 +71,8 @@ class KeywordDoc:
             content_len=sum(content_tf.values()),
             topic_tf=topic_tf,
             topic_len=sum(topic_tf.values()),
-            content_norm=_loose(text),
-            topic_norm=_loose(topic_text),
+            content_norm=loose_text(text),
+            topic_norm=loose_text(topic_text),
         )
 
 
@@ -84,7 +84,7 @@ def field_tf(text: str, language: Language) -> dict[str, int]:
     return tf
 
 
-def _loose(text: str) -> str:
+def loose_text(text: str) -> str:
     """Non letters/digits become spaces, runs collapse: for the phrase fallback."""
     return " ".join("".join(c if c.isalnum() else " " for c in text.lower()).split())
 
@@ -107,12 +107,12 @@ class CorpusStats:
             content += doc.content_len
             topic += doc.topic_len
             df.update(doc.terms)
-        return cls(
-            n_docs=n,
-            df=df,
-            avg_content_len=max(content / n, 1.0) if n else 1.0,
-            avg_topic_len=max(topic / n, 1.0) if n else 1.0,
-        )
+        return cls.of_totals(n, df, content, topic)
+
+    @classmethod
+    def of_totals(cls, n: int, df: Mapping[str, int], content: int, topic: int) -> CorpusStats:
+        """`n` documents whose fields hold `content` and `topic` tokens in all (averages >= 1)."""
+        return cls(n, df, max(content / n, 1.0) if n else 1.0, max(topic / n, 1.0) if n else 1.0)
 
     def idf(self, term: str) -> float:
         """Lucene's BM25 idf, log(1 + (N - df + 0.5) / (df + 0.5)), with N counting
@@ -263,9 +263,9 @@ def _phrase_fallback(query: str, doc: KeywordDoc, untokenised: bool) -> float:
     if untokenised and any(c.isalnum() for c in lowered):
         needle = lowered
         if any(not c.isalnum() and not c.isspace() for c in lowered):
-            needle = _loose(lowered)
+            needle = loose_text(lowered)
     else:
-        needle = _loose(lowered)
+        needle = loose_text(lowered)
         if needle.isascii() and needle.isalnum():
             return 0.0
     if not needle:

@@ -1,29 +1,12 @@
-"""Extraction cursors, thread claims, failed attempts and dead letters: the
-validated operations every backend runs, and the table the in-memory
-backends keep them in.
+"""Extraction cursors, thread claims, failed attempts and dead letters: the validated
+operations every backend runs (`ClaimOp`), and the table the in-memory backends keep.
 
-`MemoryService.get_cursor` and the other public methods of this family
-validate their arguments once (the `check_*` functions below) and pack them
-into one `ClaimOp` value, which the backend's `run_claim_op` (or
-`arun_claim_op`) executes. The contract of each operation:
-
-- `ClaimThread` takes the thread's claim when it is free, expired or already
-  `owner`'s, for `ttl` seconds, and returns what it read in the same
-  transaction (cursor, failed attempts, queued retries); None when another
-  owner holds an unexpired claim.
-- `SaveProgress` writes only while `owner` still holds the claim (expired but
-  not taken over counts): the cursor (which clears the failed attempts), a
-  dead letter, retries marked done; then renews the claim for `ttl` seconds,
-  or releases it when `ttl` is None. False, and nothing written, when the
-  claim was lost.
-- `RecordFailure` counts a failed attempt on one batch (a different batch
-  restarts the count at 1) and returns the count.
-- `GetCursor` returns the cursor with `pending_retries` counted from the
-  thread's dead letters queued for retry.
-- `ListDeadLetters` and `RetryDeadLetter` are admin calls across users.
-
-Each op's fields are named like the public method's parameters (`name`), so
-`getattr(service, op.name)(**vars(op))` repeats the call.
+Each public method of this family (`MemoryService.claim_thread`, ...) validates its
+arguments once (the `check_*` functions) into one op that the backend's `run_claim_op`
+runs; the methods' docstrings state the contract. Beyond them: `ClaimThread` returns
+what it read in the same transaction, and `SaveProgress` counts a claim that expired
+but was not taken over as still held. An op's fields are named like its method's
+parameters (`name`), so `getattr(service, op.name)(**vars(op))` repeats the call.
 """
 
 from __future__ import annotations

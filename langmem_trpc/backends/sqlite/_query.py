@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from ...service._bm25 import loose_text
 from ...service._language import ENGLISH, Language
 from ...service._periods import TimeMentions
 from ...service._search import (
@@ -343,16 +344,9 @@ class SearchRun:
         if self._stats is None and self._index is not None:
             self._stats = self._index.stats(self.terms.tokens)
         if self._stats is None:
-            n, content, topic = self._state[2], self._state[3], self._state[4]
-            df = self.caches.document_frequencies(
-                self._conn, self.user, self.stamp, self.terms.tokens
-            )
-            self._stats = CorpusStats(
-                n_docs=n,
-                df=df,
-                avg_content_len=max(content / n, 1.0) if n else 1.0,
-                avg_topic_len=max(topic / n, 1.0) if n else 1.0,
-            )
+            tokens = self.terms.tokens
+            df = self.caches.document_frequencies(self._conn, self.user, self.stamp, tokens)
+            self._stats = CorpusStats.of_totals(self._state[2], df, *self._state[3:5])
         return self._stats
 
     def _keyword_leg(self, kind: Kind | None, pool: int) -> list[tuple[Entry, float]]:
@@ -429,7 +423,7 @@ class SearchRun:
     def _phrase_scan(self, kind: Kind | None, pool: int) -> list[tuple[Entry, float]]:
         """A query with no tokens ("C#"): the shared literal fallback over a filtered scan."""
         assert self._conn is not None
-        words = alnum_runs(self.options.query.lower())
+        words = loose_text(self.options.query).split()
         if not words:
             return []
         clauses, params = self._filters(kind, "")
@@ -449,7 +443,3 @@ class SearchRun:
                 scored.append((score, row[0], row))
         scored.sort(key=lambda hit: (-hit[0], hit[1]))
         return [(self._entry(row), score) for score, _, row in scored[:pool]]
-
-
-def alnum_runs(text: str) -> list[str]:
-    return "".join(c if c.isalnum() else " " for c in text).split()
