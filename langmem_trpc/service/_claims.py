@@ -164,15 +164,6 @@ def check_letter_id(letter_id: object) -> str:
     return letter_id
 
 
-def check_dead_letter(user: UserKey, thread_id: str, letter: object) -> DeadLetter:
-    if not isinstance(letter, DeadLetter):
-        raise InvalidInputError("dead_letter", "must be a DeadLetter")
-    if letter.user != user or letter.thread_id != thread_id:
-        raise InvalidInputError("dead_letter", "belongs to another user or thread")
-    check_letter_id(letter.id)
-    return letter
-
-
 def check_progress(
     user: UserKey, thread_id: str, cursor: object, dead_letter: object, resolved: Sequence[str]
 ) -> tuple[ExtractionCursor | None, DeadLetter | None, list[str]]:
@@ -180,10 +171,15 @@ def check_progress(
     checked = None if cursor is None else check_cursor(cursor)
     if checked is not None and checked.thread_id != thread_id:
         raise InvalidInputError("cursor", "is for another thread")
-    letter = None if dead_letter is None else check_dead_letter(user, thread_id, dead_letter)
+    if dead_letter is not None:
+        if not isinstance(dead_letter, DeadLetter):
+            raise InvalidInputError("dead_letter", "must be a DeadLetter")
+        if dead_letter.user != user or dead_letter.thread_id != thread_id:
+            raise InvalidInputError("dead_letter", "belongs to another user or thread")
+        check_letter_id(dead_letter.id)
     if isinstance(resolved, str):
         raise InvalidInputError("resolved", "must be a sequence of dead-letter ids")
-    return checked, letter, [check_letter_id(r) for r in resolved]
+    return checked, dead_letter, [check_letter_id(r) for r in resolved]
 
 
 @dataclass

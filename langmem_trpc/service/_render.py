@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import re
 import unicodedata
-from collections.abc import Iterable
 
 from ..types import Entry
 
@@ -81,11 +80,6 @@ def _word_pattern(word: str) -> str:
     return f"{_IGNORED}*".join(letters)
 
 
-def _delimiter_regex(words: Iterable[tuple[str, ...]]) -> re.Pattern[str]:
-    patterns = [r"[\W_]*".join(_word_pattern(w) for w in phrase) for phrase in words]
-    return re.compile("|".join(f"(?:{p})" for p in patterns))
-
-
 def _skeleton_char(char: str) -> str:
     if char in _SKELETON:
         return _SKELETON[char]
@@ -125,7 +119,9 @@ def one_line(text: str) -> str:
     return " ".join(flat.split())
 
 
-_DELIMITERS = _delimiter_regex(DELIMITER_WORDS)
+_DELIMITERS = re.compile(
+    "|".join("(?:" + r"[\W_]*".join(map(_word_pattern, words)) + ")" for words in DELIMITER_WORDS)
+)
 _RULE = re.compile("={3,}")
 
 

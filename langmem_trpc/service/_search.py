@@ -1,5 +1,5 @@
 """Search semantics written once: RRF and its named signals, kind fallback, dedupe
-(the keyword scorer is `_bm25.py`, re-exported here).
+(the keyword scorer is `_bm25.py`; its types are re-exported here).
 
 A search is planned, then ranked. `plan_search` decides what to fetch (the
 kinds, each a vector leg and a keyword leg of `pool` candidates) as a plain
@@ -21,41 +21,12 @@ from itertools import chain
 from typing import NamedTuple
 
 from ..types import Entry, FusionSettings, Kind, SearchOptions
-from ._bm25 import (
-    BM25_B,
-    BM25_K1,
-    DEFAULT_QUESTION_WORD_WEIGHT,
-    IDF_PRIOR_DOCS,
-    PHRASE_FALLBACK_SCORE,
-    RELEVANCE_KNEE,
-    TOPIC_WEIGHT,
-    TRIGRAM_WEIGHT,
-    CorpusStats,
-    KeywordDoc,
-    KeywordScorer,
-    QueryTerms,
-    bm25_term,
-    field_tf,
-    keyword_score,
-    length_norm,
-    relevance,
-)
+from ._bm25 import CorpusStats, KeywordDoc, KeywordScorer, QueryTerms, field_tf, keyword_score
 from ._language import ENGLISH, Language
 from ._periods import query_periods, says_time
 from ._text import jaccard, primary_tokens, token_set
 
 __all__ = [
-    "BM25_B",
-    "BM25_K1",
-    "DEFAULT_QUESTION_WORD_WEIGHT",
-    "IDF_PRIOR_DOCS",
-    "PHRASE_FALLBACK_SCORE",
-    "RELEVANCE_KNEE",
-    "TOPIC_WEIGHT",
-    "TRIGRAM_WEIGHT",
-    "bm25_term",
-    "length_norm",
-    "relevance",
     "DEFAULT_MIN_SCORE",
     "DEDUPE_JACCARD",
     "MIN_KIND_FALLBACK_RESULTS",
@@ -74,7 +45,6 @@ __all__ = [
     "plan_search",
     "rank_search",
     "rrf_fuse",
-    "sort_entries",
 ]
 
 DEFAULT_MIN_SCORE = 0.30
@@ -107,6 +77,7 @@ def passes_time(
 
 
 def _sort_key(entry: Entry, primary: float, by_event_time: bool) -> tuple[object, ...]:
+    """Relevance desc, then event time asc (when asked), updated desc, created desc, id."""
     event = entry.memory.event_time
     event_key: tuple[int, float] = (0, 0.0)
     if by_event_time:
@@ -117,16 +88,6 @@ def _sort_key(entry: Entry, primary: float, by_event_time: bool) -> tuple[object
         -entry.updated_at.timestamp(),
         -entry.created_at.timestamp(),
         entry.id,
-    )
-
-
-def sort_entries(entries: Iterable[Entry], by_event_time: bool = False) -> list[Entry]:
-    """Relevance desc, then event time asc (when asked), updated desc, created desc, id."""
-    return sorted(
-        entries,
-        key=lambda e: _sort_key(
-            e, e.rrf_score if e.rrf_score is not None else (e.score or 0.0), by_event_time
-        ),
     )
 
 
@@ -404,7 +365,7 @@ def _ranked(
     limit: int | None,
     order: Mapping[str, float] | None = None,
 ) -> list[Entry]:
-    """Sort (entry, score, rrf) like `sort_entries`, then copy scores onto the first `limit` only.
+    """Sort (entry, score, rrf) by `_sort_key`, then copy scores onto the first `limit` only.
 
     `order` (entry id -> fused score) ranks hybrid hits when given; `rrf_score`
     keeps the plain RRF sum. Copying a pydantic model costs more than ranking

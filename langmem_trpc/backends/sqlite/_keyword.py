@@ -78,17 +78,9 @@ def scoped(prefix: str, document: str) -> str:
     return prefix + document.replace(" ", " " + prefix)
 
 
-def _quote(token: str) -> str:
-    return '"' + token.replace('"', '""') + '"'
-
-
 def match_any(prefix: str, tokens: Iterable[str]) -> str:
-    """Rows of the user holding any of the tokens, in content or topics."""
-    return " OR ".join(_quote(prefix + t) for t in tokens)
-
-
-def _doc_len(document: str) -> int:
-    return document.count(" ") + 1 if document else 0
+    """Rows of the user holding any of the tokens, in content or topics (each quoted)."""
+    return " OR ".join('"' + (prefix + t).replace('"', '""') + '"' for t in tokens)
 
 
 def register_functions(conn: sqlite3.Connection, language: Language = ENGLISH) -> None:
@@ -106,4 +98,6 @@ def register_functions(conn: sqlite3.Connection, language: Language = ENGLISH) -
     conn.create_function("lm_scope", 2, scope_prefix_of, deterministic=True)
     conn.create_function("lm_content_doc", 1, content_doc, deterministic=True)
     conn.create_function("lm_topic_doc", 1, topic_doc, deterministic=True)
-    conn.create_function("lm_doc_len", 1, _doc_len, deterministic=True)
+    conn.create_function(
+        "lm_doc_len", 1, lambda d: d.count(" ") + 1 if d else 0, deterministic=True
+    )

@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from ...service._search import CorpusStats, QueryTerms, bm25_term, length_norm, relevance
+from ...service._bm25 import CorpusStats, QueryTerms, bm25_term, length_norm, relevance
 from ...types import Kind, UserKey
 from . import _sql as sql
 from ._rows import user_state
@@ -151,12 +151,8 @@ class KeywordIndex:
         return 0 if slot is None else int(self.offsets[slot + 1] - self.offsets[slot])
 
     def stats(self, tokens: list[str]) -> CorpusStats:
-        return CorpusStats(
-            n_docs=len(self.rids),
-            df={t: self.document_frequency(t) for t in tokens},
-            avg_content_len=self.avg_content_len,
-            avg_topic_len=self.avg_topic_len,
-        )
+        df = {t: self.document_frequency(t) for t in tokens}
+        return CorpusStats(len(self.rids), df, self.avg_content_len, self.avg_topic_len)
 
     def score(self, terms: QueryTerms, stats: CorpusStats) -> Scored:
         """The shared keyword relevance of every row matching a query token.

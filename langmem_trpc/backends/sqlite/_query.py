@@ -267,7 +267,8 @@ class SearchRun:
         if self.query_vector is None:
             return Legs(vector=None, keyword=self._keyword_leg(kind, pool))
         if not self.options.hybrid:  # the shared ranking uses the vector leg alone
-            return Legs(vector=self._vector_leg(kind, pool), keyword=[])
+            scan = self._start_vector_scan(kind, pool, inline=True)
+            return Legs(vector=self._vector_hits(scan()), keyword=[])
         # The matrix product (numpy) and the FTS query (SQLite) both release the GIL:
         # on a large matrix the scan runs on the side while this thread queries FTS.
         scan = self._start_vector_scan(kind, pool)
@@ -310,9 +311,6 @@ class SearchRun:
         return self._conn.execute(query + f"({', '.join('?' * len(rids))})", params).fetchall()
 
     # -- legs ---------------------------------------------------------------------
-
-    def _vector_leg(self, kind: Kind | None, pool: int) -> list[tuple[Entry, float]]:
-        return self._vector_hits(self._start_vector_scan(kind, pool, inline=True)())
 
     def _start_vector_scan(
         self, kind: Kind | None, pool: int, inline: bool = False
