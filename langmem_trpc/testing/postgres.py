@@ -6,15 +6,7 @@ server named by `LANGMEM_TRPC_PG_URL` when that is set (CI with a service
 container, a developer's local server). `create_database()` gives every
 caller a fresh database with the `vector` extension. Failure to start is an
 error, never a skip: a suite that silently skips its PostgreSQL tests
-proves nothing.
-
-Example:
-    ```python
-    with PostgresTestServer() as server:
-        url = server.create_database()
-        svc = PostgresMemoryService(url)
-        svc.setup()
-    ```
+proves nothing. Use: `with PostgresTestServer() as server: url = server.create_database()`.
 """
 
 from __future__ import annotations
