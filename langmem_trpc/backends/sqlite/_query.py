@@ -330,7 +330,7 @@ class SearchRun:
             scan = self.caches.side.submit(vectors.scores, self.query_vector)
             if scan is not None:
                 return lambda: vectors.select(scan.result(), *filters)
-        hits = vectors.top(self.query_vector, *filters)
+        hits = vectors.select(vectors.scores(self.query_vector), *filters)
         return lambda: hits
 
     def _vector_hits(self, hits: Hits) -> list[tuple[Entry, float]]:
