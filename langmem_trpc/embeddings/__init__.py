@@ -10,7 +10,6 @@ model (tested to 1e-4 cosine against vectors that sentence-transformers wrote,
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -55,8 +54,8 @@ class LocalMiniLMEmbeddings(Embeddings):
     word pieces, `[CLS] ... [SEP]`), truncated to the model's `max_seq_length`
     word pieces (256 for this model, specials included, as sentence-transformers
     does), sorted by length and encoded `batch_size` at a time, each batch padded
-    to its longest text with an attention mask. The async twins run the same
-    work in a worker thread.
+    to its longest text with an attention mask. The async twins (LangChain's) run
+    the same work in a worker thread.
 
     Args:
         batch_size: texts per forward pass (sentence-transformers' default, 32).
@@ -131,14 +130,6 @@ class LocalMiniLMEmbeddings(Embeddings):
     def embed_query(self, text: str) -> list[float]:
         """The vector of one text (the model is symmetric: queries embed like documents)."""
         return self._encode([text])[0]
-
-    async def aembed_documents(self, texts: list[str]) -> list[list[float]]:
-        """`embed_documents` in a worker thread, off the event loop."""
-        return await asyncio.to_thread(self.embed_documents, texts)
-
-    async def aembed_query(self, text: str) -> list[float]:
-        """`embed_query` in a worker thread, off the event loop."""
-        return await asyncio.to_thread(self.embed_query, text)
 
 
 def _packaged_model_dir() -> Path:
