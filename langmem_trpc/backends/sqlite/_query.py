@@ -355,34 +355,18 @@ class SearchRun:
         if self._index is not None:
             return self._indexed_keyword_leg(self._index, kind, pool)
         stats = self._corpus_stats()
-        prefix = scope_prefix(self.user)
         limit = self.keyword_candidates or max(pool * 3 // 2, 90)
-        match = match_any(prefix, self.terms.tokens)
+        match = match_any(scope_prefix(self.user), self.terms.tokens)
+        clauses, params = self._filters(kind, "m.")
+        query = (sql.FTS_RANK_FILTERED if clauses else sql.FTS_RANK) + clauses
         # When the user's document frequencies show that every match fits under the
         # cut, all are scored anyway: skip BM25 ordering (about 60% of the FTS time).
-        everything = sum(stats.df.values()) <= limit
-        order = "" if everything else sql.FTS_ORDER
-        if kind is None and self.after_us is None and self.before_us is None:
-            ranked = self._conn.execute(
-                sql.FTS_RANK + order, (match,) if everything else (match, limit)
-            )
-        else:
-            clauses, params = self._filters(kind, "m.")
-            ranked = self._conn.execute(
-                sql.FTS_RANK_FILTERED + clauses + order,
-                (match, *params) if everything else (match, *params, limit),
-            )
+        if sum(stats.df.values()) > limit:
+            query, params = query + sql.FTS_ORDER, [*params, limit]
+        ranked = self._conn.execute(query, (match, *params))
         rids = self._load_docs([rid for (rid,) in ranked])
-        if not rids:
-            return []
-        docs, entries = self._docs, self._entries
-        scores = score_candidates(self.terms, [docs[rid] for rid in rids], stats)
-        best = np.lexsort((np.asarray(rids, dtype=np.int64), -scores))  # best, then oldest row
-        best = best[scores[best] > 0][:pool]  # a token match scores > 0
-        return [
-            (entries[rids[i]], score)
-            for i, score in zip(best.tolist(), scores[best].tolist(), strict=True)
-        ]
+        scores = score_candidates(self.terms, [self._docs[rid] for rid in rids], stats)
+        return self._best(np.asarray(rids, dtype=np.int64), scores, pool)
 
     def _load_docs(self, rids: list[int]) -> list[int]:
         """`rids` whose keyword documents and entries are now cached (all of them: one snapshot)."""
@@ -401,15 +385,16 @@ class SearchRun:
         """The exact keyword relevance of every matching memory, best `pool` first."""
         scored = index.score(self.terms, self._corpus_stats())
         scored = scored.only(index.allowed(scored.rows, kind, self.after_us, self.before_us))
-        if not len(scored.rows):
-            return []
-        rids = index.rids[scored.rows]
-        scores = scored.scores
+        return self._best(index.rids[scored.rows], scored.scores, pool)
+
+    def _best(self, rids: np.ndarray, scores: np.ndarray, pool: int) -> list[tuple[Entry, float]]:
+        """The best `pool` hits that score > 0 (a token matched), ties to the oldest row."""
+        keep = scores > 0
+        rids, scores = rids[keep], scores[keep]
         if len(scores) > pool:  # only the best `pool` (ties at the cut included) are sorted
-            cut = np.partition(scores, len(scores) - pool)[len(scores) - pool]
-            keep = scores >= cut
+            keep = scores >= np.partition(scores, len(scores) - pool)[len(scores) - pool]
             rids, scores = rids[keep], scores[keep]
-        best = np.lexsort((rids, -scores))[:pool]  # best, then oldest row
+        best = np.lexsort((rids, -scores))[:pool]
         chosen = rids[best].tolist()
         entries = self._entries_for(chosen)
         return [
