@@ -35,12 +35,9 @@ def keyword_doc(
 ) -> KeywordDoc:
     """The `KeywordDoc` of stored documents, equal in scoring to `KeywordDoc.build`.
 
-    Primary tokens and trigrams never coincide (trigrams are three CJK
-    characters, primary CJK tokens two), so one Counter gives both fields'
-    term frequencies. The phrase-fallback fields stay empty: a FTS candidate
-    matched at least one token, so the fallback never runs for it. `terms`
-    (a query's tokens) keeps only their frequencies: `keyword_score` looks up
-    nothing else, and counting a few terms costs less than a full Counter.
+    Trigrams (three CJK characters) never equal primary tokens (two), so one count
+    serves both. The phrase-fallback fields stay empty: a FTS candidate matched a
+    token. `terms` (a query's tokens) keeps only theirs: scoring reads nothing else.
     """
     content = content_document.split()
     topics = topic_document.split()

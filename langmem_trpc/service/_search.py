@@ -316,11 +316,9 @@ def _decomposed(
 class _PoolTerms:
     """The fetched candidates as a small corpus of their own, for decomposition.
 
-    Each candidate's `KeywordDoc` keeps its true field lengths but only the term
-    frequencies of `terms` (the sub-queries' terms, all of which the corpus
-    statistics need), so `keyword_score` gives each sub-query the figures a
-    fully tokenised pool would. Sub-queries always hold a token, so the phrase
-    fallback (which needs no token to match) never applies: its texts are left out.
+    Each `KeywordDoc` keeps its true field lengths but only the frequencies of the
+    sub-queries' `terms`, so `keyword_score` gives each sub-query the figures a fully
+    tokenised pool would. Sub-queries hold a token, so the phrase fallback never applies.
     """
 
     docs: dict[str, KeywordDoc]
@@ -365,14 +363,12 @@ def _ranked(
     limit: int | None,
     order: Mapping[str, float] | None = None,
 ) -> list[Entry]:
-    """Sort (entry, score, rrf) by `_sort_key`, then copy scores onto the first `limit` only.
+    """Sort (entry, score, rrf) by `_sort_key`, then copy scores onto the first `limit` only
+    (a pydantic copy costs more than ranking, and a search keeps a few of hundreds).
 
-    `order` (entry id -> fused score) ranks hybrid hits when given; `rrf_score`
-    keeps the plain RRF sum. Copying a pydantic model costs more than ranking
-    it, and a search keeps max_results of a few hundred candidates. The sort
-    key leads with the relevance, so only hits at or above the `limit`-th best
-    relevance (ties included) can reach the first `limit` places: the full
-    tie-break key is built for those alone.
+    `order` (entry id -> fused score) ranks hybrid hits when given; `rrf_score` keeps
+    the plain RRF sum. Only hits at or above the `limit`-th best relevance (ties
+    included) can place, so the full tie-break key is built for those alone.
     """
     items = list(hits)
     if order is not None:
