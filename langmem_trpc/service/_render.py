@@ -1,16 +1,15 @@
 """Memory text in prompts: the one renderer the extractor prompt and preload share.
 
-Stored memories are data written by users and models, so they are shown to a
-model as quoted data that cannot break out of the block that holds them.
-`memory_line` renders one memory on exactly one line:
+Stored memories are data written by users and models, so a model sees them as
+quoted data that cannot break out of their block. `memory_line` renders one memory
+on exactly one line:
 
     - [id] "text" (kind=episode; date=2024-07-02; with=Bob; at=Chamonix)
 
-Every piece of stored text goes through `defuse` first (one line, no invisible
-characters, no block delimiter word or `===` rule in any look-alike spelling;
-the steps are listed in docs/how-it-works.md), and the text is then
-JSON-quoted, so the quote that closes it is always the renderer's own. This
-module imports no LangChain.
+Every stored string goes through `defuse` first (one line, no invisible characters,
+no block delimiter word or `===` rule in any look-alike spelling; the steps are in
+docs/how-it-works.md), then the text is JSON-quoted, so its closing quote is always
+the renderer's own. This module imports no LangChain.
 """
 
 from __future__ import annotations

@@ -1,18 +1,15 @@
 """The keyword leg without FTS5: a user's postings in numpy, scored exactly.
 
-FTS5 can only hand out candidates ordered by its own BM25, and ordering
-every match was most of a warm hybrid search (~0.5 ms of ~2 ms at 10,000
-memories). A `KeywordIndex` holds one user's postings (document, content
-term frequency, topic term frequency per token) in compressed-row arrays,
-so the shared BM25F relevance (`bm25_term`, `relevance`) is computed for
-every matching memory at once. That is exact, not an approximation: the keyword leg ranks
-like the in-memory reference instead of rescoring FTS5's top BM25 rows.
+FTS5 hands out candidates only in its own BM25 order, and ordering every match was
+most of a warm hybrid search (~0.5 ms of ~2 ms at 10,000 memories). A `KeywordIndex`
+holds one user's postings (document, content and topic term frequency per token) in
+compressed-row arrays, so the shared BM25F relevance of every matching memory is
+computed at once: exact, ranking like the in-memory reference.
 
-An index is valid for one (generation, version) of the user, like the
-vector matrices. Building one reads all the user's documents (about 10 us
-per memory), so no search ever waits for it: once a user state is searched
-a second time (a read-heavy phase), the service's builder thread builds the index
-while searches keep using FTS5, and later searches of that state use it.
+An index is valid for one (generation, version) of the user, like the vector
+matrices. Building one reads all the user's documents (about 10 us per memory), so no
+search waits for it: once a user state is searched a second time, the builder thread
+builds it while searches keep using FTS5, and later searches of that state use it.
 """
 
 from __future__ import annotations
