@@ -11,10 +11,10 @@ PostgreSQL backend stores it in `content_doc` / `topic_doc`. Both rebuild a
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
+from ._bm25 import KeywordDoc
 from ._language import ENGLISH, Language
-from ._search import KeywordDoc
 from ._text import cjk_trigrams, primary_tokens
 
 __all__ = ["fts_document", "keyword_doc", "topics_document"]
@@ -31,7 +31,7 @@ def topics_document(topics: Sequence[str], language: Language = ENGLISH) -> str:
 
 
 def keyword_doc(
-    content_document: str, topic_document: str, terms: Sequence[str] | None = None
+    content_document: str, topic_document: str, terms: Collection[str] | None = None
 ) -> KeywordDoc:
     """The `KeywordDoc` of stored documents, equal in scoring to `KeywordDoc.build`.
 
@@ -56,7 +56,7 @@ def keyword_doc(
     )
 
 
-def _counts(tokens: list[str], terms: Sequence[str]) -> dict[str, int]:
+def _counts(tokens: list[str], terms: Collection[str]) -> dict[str, int]:
     counts = {}
     for term in terms:
         n = tokens.count(term)

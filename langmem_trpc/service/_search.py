@@ -21,7 +21,8 @@ from itertools import chain
 from typing import NamedTuple
 
 from ..types import Entry, FusionSettings, Kind, SearchOptions
-from ._bm25 import CorpusStats, KeywordDoc, KeywordScorer, QueryTerms, field_tf, keyword_score
+from ._bm25 import CorpusStats, KeywordDoc, KeywordScorer, QueryTerms, keyword_score
+from ._documents import fts_document, keyword_doc, topics_document
 from ._language import ENGLISH, Language
 from ._periods import query_periods, says_time
 from ._text import jaccard, primary_tokens, token_set
@@ -333,10 +334,12 @@ class _PoolTerms:
         docs: dict[str, KeywordDoc] = {}
         holders: dict[str, list[str]] = {t: [] for t in terms}
         for key, (entry, _) in best.items():
-            content_tf, content_len = _counts(entry.memory.text, terms, language)
-            topic_tf, topic_len = _counts(" ".join(entry.memory.topics), terms, language)
-            docs[key] = KeywordDoc(content_tf, content_len, topic_tf, topic_len, "", "")
-            for term in content_tf.keys() | topic_tf.keys():
+            content, topics = entry.memory.text, entry.memory.topics
+            doc = keyword_doc(
+                fts_document(content, language), topics_document(topics, language), terms
+            )
+            docs[key] = doc
+            for term in doc.terms:
                 holders[term].append(key)
         return cls(docs, CorpusStats.from_docs(docs.values()), holders)
 
@@ -349,12 +352,6 @@ class _PoolTerms:
             if key in holding
         ]
         return sorted((h for h in scored if h[1] > 0), key=lambda h: -h[1])
-
-
-def _counts(text: str, terms: set[str], language: Language) -> tuple[dict[str, int], int]:
-    """(frequencies of `terms`, field length) of one field, as `KeywordDoc.build` counts them."""
-    tf = field_tf(text, language)
-    return {t: n for t, n in tf.items() if t in terms}, sum(tf.values())
 
 
 def _ranked(
