@@ -52,10 +52,6 @@ class Scored:
     scores: np.ndarray
     """`relevance` of each row's BM25F score."""
 
-    def only(self, keep: np.ndarray) -> Scored:
-        """The rows where `keep` is true (a boolean mask over `rows`)."""
-        return Scored(self.rows[keep], self.scores[keep])
-
 
 @dataclass(frozen=True)
 class KeywordIndex:
@@ -110,8 +106,7 @@ class KeywordIndex:
         )
         width = max(n, 1)
         # One key per (token, document): token slot x n + position.
-        c_all = c_slots.astype(np.int64) * width + c_pos
-        c_keys, c_counts = np.unique(c_all, return_counts=True)
+        c_keys, c_counts = np.unique(c_slots.astype(np.int64) * width + c_pos, return_counts=True)
         t_keys, t_counts = np.unique(t_slots.astype(np.int64) * width + t_pos, return_counts=True)
         keys = np.union1d(c_keys, t_keys)
         content_tf = np.zeros(len(keys), dtype=np.float32)  # small counts: exact in float32

@@ -384,8 +384,8 @@ class SearchRun:
     ) -> list[tuple[Entry, float]]:
         """The exact keyword relevance of every matching memory, best `pool` first."""
         scored = index.score(self.terms, self._corpus_stats())
-        scored = scored.only(index.allowed(scored.rows, kind, self.after_us, self.before_us))
-        return self._best(index.rids[scored.rows], scored.scores, pool)
+        keep = index.allowed(scored.rows, kind, self.after_us, self.before_us)
+        return self._best(index.rids[scored.rows[keep]], scored.scores[keep], pool)
 
     def _best(self, rids: np.ndarray, scores: np.ndarray, pool: int) -> list[tuple[Entry, float]]:
         """The best `pool` hits that score > 0 (a token matched), ties to the oldest row."""
