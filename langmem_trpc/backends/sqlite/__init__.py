@@ -20,11 +20,8 @@ def open_backend(
     url: str, *, embeddings: Embeddings | None = None, create: bool = True, **options: Any
 ) -> SQLiteMemoryService:
     """The `sqlite` entry point: `sqlite:///abs/path.db`, `sqlite://relative.db` or
-    `sqlite://:memory:`; `options` are `SQLiteMemoryService`'s.
-
-    With `create=False` the file must already be a langmem-trpc database: one
-    that does not exist, or holds no langmem tables (looked at read-only), raises
-    `ConfigurationError` and nothing is created.
+    `sqlite://:memory:`; `options` are `SQLiteMemoryService`'s. With `create=False` the
+    file must already be a langmem-trpc database (looked at read-only, nothing created).
     """
     path = split_url(url, "sqlite")
     if not path:
