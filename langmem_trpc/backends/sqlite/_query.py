@@ -266,13 +266,11 @@ class SearchRun:
     def fetch(self, kind: Kind | None, pool: int) -> Legs:
         if self.query_vector is None:
             return Legs(vector=None, keyword=self._keyword_leg(kind, pool))
-        if not self.options.hybrid:  # the shared ranking uses the vector leg alone
-            scan = self._start_vector_scan(kind, pool, inline=True)
-            return Legs(vector=self._vector_hits(scan()), keyword=[])
         # The matrix product (numpy) and the FTS query (SQLite) both release the GIL:
         # on a large matrix the scan runs on the side while this thread queries FTS.
-        scan = self._start_vector_scan(kind, pool)
-        keyword = self._keyword_leg(kind, pool)
+        # Without `hybrid` the shared ranking uses the vector leg alone.
+        scan = self._start_vector_scan(kind, pool, inline=not self.options.hybrid)
+        keyword = self._keyword_leg(kind, pool) if self.options.hybrid else []
         return Legs(vector=self._vector_hits(scan()), keyword=keyword)
 
     # -- shared pieces ------------------------------------------------------------
