@@ -187,7 +187,7 @@ def bm25_term(
 
     The fields' length-normalised frequencies are summed (topics weighted
     `TOPIC_WEIGHT`) and saturated once: tf x (k1 + 1) / (k1 + tf), times the
-    term's weight x idf. Every backend scores with this function.
+    term's weight x idf.
     """
     tf = content_tf / content_norm + TOPIC_WEIGHT * topic_tf / topic_norm
     term: _Scores = weight_idf * tf * (BM25_K1 + 1) / (BM25_K1 + tf)
@@ -245,13 +245,10 @@ class KeywordScorer:
 
 
 def keyword_score(query: QueryTerms, doc: KeywordDoc, stats: CorpusStats) -> float:
-    """Absolute keyword relevance in [0, 1]: `relevance` of the memory's BM25F score.
-
-    A query with no matching token falls back to a literal phrase match
-    ("C#"). Never normalised by the best hit, so it is comparable across
-    queries and usable as a reconcile threshold. For many candidates, build
-    one `KeywordScorer` instead.
-    """
+    """Absolute keyword relevance in [0, 1]: `relevance` of the memory's BM25F score, or
+    a literal phrase match ("C#") when no token matches. Never normalised by the best
+    hit, so comparable across queries (a reconcile threshold). Many candidates: one
+    `KeywordScorer`."""
     return KeywordScorer.of(query, stats).score(doc)
 
 

@@ -469,11 +469,10 @@ def _unexpired_legs(legs: Legs) -> Legs:
 class SearchPlan:
     """What one search fetches, decided before any I/O: a plain value.
 
-    Each of `kinds` is one fetch of `Legs` (vector and keyword candidates,
-    `pool` each, filtered by that kind and the time range): the wanted kind
-    first, then None (every kind) when the kind fallback may need it. Which
-    legs a fetch holds is the backend's: a vector leg when it embeds the
-    query, a keyword leg without one or for a hybrid search.
+    Each of `kinds` is one fetch of `Legs` (`pool` candidates each, filtered by that
+    kind and the time range): the wanted kind, then None (every kind) when the kind
+    fallback may need it. The backend fetches a vector leg when it embeds the query,
+    a keyword leg without one or for a hybrid search.
     """
 
     kinds: tuple[Kind | None, ...]
@@ -508,12 +507,10 @@ def rank_search(
     language: Language = ENGLISH,
     says: Callable[[str], bool] | None = None,
 ) -> list[Entry]:
-    """The final hits of a search, a pure function of the plan, the legs fetched for
-    each of `plan.kinds` and the options: expired candidates out, the named
-    signals of `FusionSettings` (`_fused_order`), the kind fallback merge,
-    dedupe, then the first max_results. `language` (the service's) tokenises
-    sub-queries and supplies the cues; `says` answers "does this text say a
-    time" (a service's `TimeMentions`; `says_time` in `language` when None).
+    """The final hits, a pure function of the plan, the legs fetched for each of
+    `plan.kinds` and the options: expired candidates out, `_fused_order`, the kind
+    fallback, dedupe, the first max_results. `language` is the service's; `says`
+    tells whether a text says a time (its `TimeMentions`; `says_time` when None).
     """
     if not plan.kinds:
         return []
