@@ -48,6 +48,8 @@ __all__ = [
     "rrf_fuse",
 ]
 
+Best = Mapping[str, tuple[Entry, float]]
+"""Each fused candidate's entry and best leg score, by entry id."""
 DEFAULT_MIN_SCORE = 0.30
 DEDUPE_JACCARD = 0.80
 MIN_KIND_FALLBACK_RESULTS = 3
@@ -160,9 +162,7 @@ def _prefer(adjusted: dict[str, float], preferred: set[str], boost: float) -> No
             adjusted[key] *= scale
 
 
-def _in_query_period(
-    best: Mapping[str, tuple[Entry, float]], query: str, language: Language
-) -> set[str]:
+def _in_query_period(best: Best, query: str, language: Language) -> set[str]:
     """The "time" step's preferred hits: event time in a period the query names."""
     periods = query_periods(query, language)
     return {
@@ -175,10 +175,7 @@ def _in_query_period(
 
 
 def _saying_time(
-    best: Mapping[str, tuple[Entry, float]],
-    query: str,
-    language: Language,
-    says: Callable[[str], bool],
+    best: Best, query: str, language: Language, says: Callable[[str], bool]
 ) -> set[str]:
     """The "when" step's preferred hits, for a query matching the language's
     `when_question`: those that say a time (`says`: `says_time` in the language,
@@ -190,9 +187,7 @@ def _saying_time(
     return {key for key, (entry, _) in best.items() if says(entry.memory.text)}
 
 
-def _naming_participant(
-    best: Mapping[str, tuple[Entry, float]], query: str, language: Language
-) -> set[str]:
+def _naming_participant(best: Best, query: str, language: Language) -> set[str]:
     """The "participants" step's preferred hits: those with a participant the query names."""
     named = _named_participants(query, (entry for entry, _ in best.values()), language)
     return {
@@ -200,9 +195,7 @@ def _naming_participant(
     }
 
 
-def _session_context(
-    fused: dict[str, float], best: Mapping[str, tuple[Entry, float]], weight: float
-) -> dict[str, float]:
+def _session_context(fused: dict[str, float], best: Best, weight: float) -> dict[str, float]:
     """The "context" step (`FusionSettings.context_weight`): (own + w x other) / (1 + w)."""
     adjusted = dict(fused)
     groups: dict[datetime, list[str]] = {}
@@ -237,7 +230,7 @@ def _score_fusion(
 def _fused_order(
     vector: list[tuple[Entry, float]],
     keyword: list[tuple[Entry, float]],
-    best: Mapping[str, tuple[Entry, float]],
+    best: Best,
     plain: dict[str, float],
     options: SearchOptions,
     language: Language,
@@ -288,7 +281,7 @@ def _sub_queries(query: str, named: set[str], language: Language) -> list[QueryT
 
 def _decomposed(
     fused: dict[str, float],
-    best: Mapping[str, tuple[Entry, float]],
+    best: Best,
     query: str,
     tuning: FusionSettings,
     k: int | None,
@@ -328,9 +321,7 @@ class _PoolTerms:
     """term -> candidate keys holding it, in `docs` order."""
 
     @classmethod
-    def build(
-        cls, best: Mapping[str, tuple[Entry, float]], terms: set[str], language: Language
-    ) -> _PoolTerms:
+    def build(cls, best: Best, terms: set[str], language: Language) -> _PoolTerms:
         docs: dict[str, KeywordDoc] = {}
         holders: dict[str, list[str]] = {t: [] for t in terms}
         for key, (entry, _) in best.items():
