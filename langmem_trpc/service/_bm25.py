@@ -71,8 +71,8 @@ class KeywordDoc:
             content_len=sum(content_tf.values()),
             topic_tf=topic_tf,
             topic_len=sum(topic_tf.values()),
-            content_norm=_loose(text),
-            topic_norm=_loose(topic_text),
+            content_norm=loose_text(text),
+            topic_norm=loose_text(topic_text),
         )
 
 
@@ -84,7 +84,7 @@ def field_tf(text: str, language: Language) -> dict[str, int]:
     return tf
 
 
-def _loose(text: str) -> str:
+def loose_text(text: str) -> str:
     """Non letters/digits become spaces, runs collapse: for the phrase fallback."""
     return " ".join("".join(c if c.isalnum() else " " for c in text.lower()).split())
 
@@ -107,12 +107,12 @@ class CorpusStats:
             content += doc.content_len
             topic += doc.topic_len
             df.update(doc.terms)
-        return cls(
-            n_docs=n,
-            df=df,
-            avg_content_len=max(content / n, 1.0) if n else 1.0,
-            avg_topic_len=max(topic / n, 1.0) if n else 1.0,
-        )
+        return cls.of_totals(n, df, content, topic)
+
+    @classmethod
+    def of_totals(cls, n: int, df: Mapping[str, int], content: int, topic: int) -> CorpusStats:
+        """`n` documents whose fields hold `content` and `topic` tokens in all (averages >= 1)."""
+        return cls(n, df, max(content / n, 1.0) if n else 1.0, max(topic / n, 1.0) if n else 1.0)
 
     def idf(self, term: str) -> float:
         """Lucene's BM25 idf, log(1 + (N - df + 0.5) / (df + 0.5)), with N counting
@@ -187,7 +187,7 @@ def bm25_term(
 
     The fields' length-normalised frequencies are summed (topics weighted
     `TOPIC_WEIGHT`) and saturated once: tf x (k1 + 1) / (k1 + tf), times the
-    term's weight x idf. Every backend scores with this function.
+    term's weight x idf.
     """
     tf = content_tf / content_norm + TOPIC_WEIGHT * topic_tf / topic_norm
     term: _Scores = weight_idf * tf * (BM25_K1 + 1) / (BM25_K1 + tf)
@@ -245,13 +245,10 @@ class KeywordScorer:
 
 
 def keyword_score(query: QueryTerms, doc: KeywordDoc, stats: CorpusStats) -> float:
-    """Absolute keyword relevance in [0, 1]: `relevance` of the memory's BM25F score.
-
-    A query with no matching token falls back to a literal phrase match
-    ("C#"). Never normalised by the best hit, so it is comparable across
-    queries and usable as a reconcile threshold. For many candidates, build
-    one `KeywordScorer` instead.
-    """
+    """Absolute keyword relevance in [0, 1]: `relevance` of the memory's BM25F score, or
+    a literal phrase match ("C#") when no token matches. Never normalised by the best
+    hit, so comparable across queries (a reconcile threshold). Many candidates: one
+    `KeywordScorer`."""
     return KeywordScorer.of(query, stats).score(doc)
 
 
@@ -263,9 +260,9 @@ def _phrase_fallback(query: str, doc: KeywordDoc, untokenised: bool) -> float:
     if untokenised and any(c.isalnum() for c in lowered):
         needle = lowered
         if any(not c.isalnum() and not c.isspace() for c in lowered):
-            needle = _loose(lowered)
+            needle = loose_text(lowered)
     else:
-        needle = _loose(lowered)
+        needle = loose_text(lowered)
         if needle.isascii() and needle.isalnum():
             return 0.0
     if not needle:

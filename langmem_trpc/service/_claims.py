@@ -1,29 +1,12 @@
-"""Extraction cursors, thread claims, failed attempts and dead letters: the
-validated operations every backend runs, and the table the in-memory
-backends keep them in.
+"""Extraction cursors, thread claims, failed attempts and dead letters: the validated
+operations every backend runs (`ClaimOp`), and the table the in-memory backends keep.
 
-`MemoryService.get_cursor` and the other public methods of this family
-validate their arguments once (the `check_*` functions below) and pack them
-into one `ClaimOp` value, which the backend's `run_claim_op` (or
-`arun_claim_op`) executes. The contract of each operation:
-
-- `ClaimThread` takes the thread's claim when it is free, expired or already
-  `owner`'s, for `ttl` seconds, and returns what it read in the same
-  transaction (cursor, failed attempts, queued retries); None when another
-  owner holds an unexpired claim.
-- `SaveProgress` writes only while `owner` still holds the claim (expired but
-  not taken over counts): the cursor (which clears the failed attempts), a
-  dead letter, retries marked done; then renews the claim for `ttl` seconds,
-  or releases it when `ttl` is None. False, and nothing written, when the
-  claim was lost.
-- `RecordFailure` counts a failed attempt on one batch (a different batch
-  restarts the count at 1) and returns the count.
-- `GetCursor` returns the cursor with `pending_retries` counted from the
-  thread's dead letters queued for retry.
-- `ListDeadLetters` and `RetryDeadLetter` are admin calls across users.
-
-Each op's fields are named like the public method's parameters (`name`), so
-`getattr(service, op.name)(**vars(op))` repeats the call.
+Each public method of this family (`MemoryService.claim_thread`, ...) validates its
+arguments once (the `check_*` functions) into one op that the backend's `run_claim_op`
+runs; the methods' docstrings state the contract. Beyond them: `ClaimThread` returns
+what it read in the same transaction, and `SaveProgress` counts a claim that expired
+but was not taken over as still held. An op's fields are named like its method's
+parameters (`name`), so `getattr(service, op.name)(**vars(op))` repeats the call.
 """
 
 from __future__ import annotations
@@ -181,15 +164,6 @@ def check_letter_id(letter_id: object) -> str:
     return letter_id
 
 
-def check_dead_letter(user: UserKey, thread_id: str, letter: object) -> DeadLetter:
-    if not isinstance(letter, DeadLetter):
-        raise InvalidInputError("dead_letter", "must be a DeadLetter")
-    if letter.user != user or letter.thread_id != thread_id:
-        raise InvalidInputError("dead_letter", "belongs to another user or thread")
-    check_letter_id(letter.id)
-    return letter
-
-
 def check_progress(
     user: UserKey, thread_id: str, cursor: object, dead_letter: object, resolved: Sequence[str]
 ) -> tuple[ExtractionCursor | None, DeadLetter | None, list[str]]:
@@ -197,10 +171,15 @@ def check_progress(
     checked = None if cursor is None else check_cursor(cursor)
     if checked is not None and checked.thread_id != thread_id:
         raise InvalidInputError("cursor", "is for another thread")
-    letter = None if dead_letter is None else check_dead_letter(user, thread_id, dead_letter)
+    if dead_letter is not None:
+        if not isinstance(dead_letter, DeadLetter):
+            raise InvalidInputError("dead_letter", "must be a DeadLetter")
+        if dead_letter.user != user or dead_letter.thread_id != thread_id:
+            raise InvalidInputError("dead_letter", "belongs to another user or thread")
+        check_letter_id(dead_letter.id)
     if isinstance(resolved, str):
         raise InvalidInputError("resolved", "must be a sequence of dead-letter ids")
-    return checked, letter, [check_letter_id(r) for r in resolved]
+    return checked, dead_letter, [check_letter_id(r) for r in resolved]
 
 
 @dataclass

@@ -11,10 +11,10 @@ PostgreSQL backend stores it in `content_doc` / `topic_doc`. Both rebuild a
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
+from ._bm25 import KeywordDoc
 from ._language import ENGLISH, Language
-from ._search import KeywordDoc
 from ._text import cjk_trigrams, primary_tokens
 
 __all__ = ["fts_document", "keyword_doc", "topics_document"]
@@ -31,16 +31,13 @@ def topics_document(topics: Sequence[str], language: Language = ENGLISH) -> str:
 
 
 def keyword_doc(
-    content_document: str, topic_document: str, terms: Sequence[str] | None = None
+    content_document: str, topic_document: str, terms: Collection[str] | None = None
 ) -> KeywordDoc:
     """The `KeywordDoc` of stored documents, equal in scoring to `KeywordDoc.build`.
 
-    Primary tokens and trigrams never coincide (trigrams are three CJK
-    characters, primary CJK tokens two), so one Counter gives both fields'
-    term frequencies. The phrase-fallback fields stay empty: a FTS candidate
-    matched at least one token, so the fallback never runs for it. `terms`
-    (a query's tokens) keeps only their frequencies: `keyword_score` looks up
-    nothing else, and counting a few terms costs less than a full Counter.
+    Trigrams (three CJK characters) never equal primary tokens (two), so one count
+    serves both. The phrase-fallback fields stay empty: a FTS candidate matched a
+    token. `terms` (a query's tokens) keeps only theirs: scoring reads nothing else.
     """
     content = content_document.split()
     topics = topic_document.split()
@@ -59,7 +56,7 @@ def keyword_doc(
     )
 
 
-def _counts(tokens: list[str], terms: Sequence[str]) -> dict[str, int]:
+def _counts(tokens: list[str], terms: Collection[str]) -> dict[str, int]:
     counts = {}
     for term in terms:
         n = tokens.count(term)

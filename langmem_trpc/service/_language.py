@@ -1,16 +1,11 @@
 """Per-language word lists and stemming of the shared tokenizer.
 
-Everything language-specific that search reads lives in one `Language`:
-the Snowball stemmer (PyStemmer, C), stopwords, the question words a
-keyword query weighs lightly, and the time cues of the "when" and time
-preferences (month names, time words, the shape of a "when" question).
-`ENGLISH` is the default and the only language whose cue lists are filled;
-`language("german")` gives German stemming with empty cue lists, so the
-English-only steps simply never fire for it.
-
-The tokens a backend stores depend on its language, so every service takes
-a `language` option (`resolve_language`) for every place it tokenises, and
-the database backends refuse to open a database under another one
+A `Language` holds everything language-specific that search reads: the Snowball
+stemmer (PyStemmer), stopwords, the question words a keyword query weighs lightly,
+and the time cues (month names, time words, a "when" question). Only `ENGLISH` has
+cue lists; `language("german")` stems German and its cue steps never fire. Stored
+tokens depend on the language, so every service takes one (`resolve_language`) and
+the database backends refuse a database written under another
 (docs/configuration.md, "The services' `language=`").
 """
 

@@ -20,13 +20,9 @@ _Groups = tuple[int | None, int | None, int | None]
 
 @lru_cache(maxsize=16)
 def _date_forms(language: Language) -> tuple[tuple[re.Pattern[str], _Groups], ...]:
-    """The absolute date shapes a query can name, from the language's month names
-    (none without them but ISO dates and years), each with the match groups of
-    its year, month and day (None: unsaid).
-
-    Memoised: a pure function of a frozen `Language`, so the table is a constant
-    per language (compiled regexes), bounded to 16 languages; no user data.
-    """
+    """The absolute date shapes a query can name (ISO dates and years, plus the
+    language's month names), each with the match groups of its year, month and day
+    (None: unsaid). Memoised: a constant per frozen `Language`, holding no user data."""
     forms: list[tuple[re.Pattern[str], _Groups]] = [
         (re.compile(r"\b(\d{4})-(\d{1,2})-(\d{1,2})\b"), (0, 1, 2))
     ]
@@ -94,11 +90,7 @@ def query_periods(query: str, language: Language = ENGLISH) -> list[Period]:
 def _month(name: str, language: Language) -> int:
     if name.isdigit():
         return int(name)
-    prefix = name.lower()[:3]
-    for number, month in enumerate(language.month_names, start=1):
-        if month[:3] == prefix:
-            return number
-    raise ValueError(name)  # pragma: no cover - the patterns only match month names
+    return [month[:3] for month in language.month_names].index(name.lower()[:3]) + 1
 
 
 _WORD = re.compile(r"[^\W\d_]+")

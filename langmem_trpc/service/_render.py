@@ -1,16 +1,15 @@
 """Memory text in prompts: the one renderer the extractor prompt and preload share.
 
-Stored memories are data written by users and models, so they are shown to a
-model as quoted data that cannot break out of the block that holds them.
-`memory_line` renders one memory on exactly one line:
+Stored memories are data written by users and models, so a model sees them as
+quoted data that cannot break out of their block. `memory_line` renders one memory
+on exactly one line:
 
     - [id] "text" (kind=episode; date=2024-07-02; with=Bob; at=Chamonix)
 
-Every piece of stored text goes through `defuse` first (one line, no invisible
-characters, no block delimiter word or `===` rule in any look-alike spelling;
-the steps are listed in docs/how-it-works.md), and the text is then
-JSON-quoted, so the quote that closes it is always the renderer's own. This
-module imports no LangChain.
+Every stored string goes through `defuse` first (one line, no invisible characters,
+no block delimiter word or `===` rule in any look-alike spelling; the steps are in
+docs/how-it-works.md), then the text is JSON-quoted, so its closing quote is always
+the renderer's own. This module imports no LangChain.
 """
 
 from __future__ import annotations
@@ -18,7 +17,6 @@ from __future__ import annotations
 import json
 import re
 import unicodedata
-from collections.abc import Iterable
 
 from ..types import Entry
 
@@ -81,11 +79,6 @@ def _word_pattern(word: str) -> str:
     return f"{_IGNORED}*".join(letters)
 
 
-def _delimiter_regex(words: Iterable[tuple[str, ...]]) -> re.Pattern[str]:
-    patterns = [r"[\W_]*".join(_word_pattern(w) for w in phrase) for phrase in words]
-    return re.compile("|".join(f"(?:{p})" for p in patterns))
-
-
 def _skeleton_char(char: str) -> str:
     if char in _SKELETON:
         return _SKELETON[char]
@@ -125,7 +118,9 @@ def one_line(text: str) -> str:
     return " ".join(flat.split())
 
 
-_DELIMITERS = _delimiter_regex(DELIMITER_WORDS)
+_DELIMITERS = re.compile(
+    "|".join("(?:" + r"[\W_]*".join(map(_word_pattern, words)) + ")" for words in DELIMITER_WORDS)
+)
 _RULE = re.compile("={3,}")
 
 

@@ -1,5 +1,5 @@
 """Search semantics written once: RRF and its named signals, kind fallback, dedupe
-(the keyword scorer is `_bm25.py`, re-exported here).
+(the keyword scorer is `_bm25.py`; its types are re-exported here).
 
 A search is planned, then ranked. `plan_search` decides what to fetch (the
 kinds, each a vector leg and a keyword leg of `pool` candidates) as a plain
@@ -21,41 +21,13 @@ from itertools import chain
 from typing import NamedTuple
 
 from ..types import Entry, FusionSettings, Kind, SearchOptions
-from ._bm25 import (
-    BM25_B,
-    BM25_K1,
-    DEFAULT_QUESTION_WORD_WEIGHT,
-    IDF_PRIOR_DOCS,
-    PHRASE_FALLBACK_SCORE,
-    RELEVANCE_KNEE,
-    TOPIC_WEIGHT,
-    TRIGRAM_WEIGHT,
-    CorpusStats,
-    KeywordDoc,
-    KeywordScorer,
-    QueryTerms,
-    bm25_term,
-    field_tf,
-    keyword_score,
-    length_norm,
-    relevance,
-)
+from ._bm25 import CorpusStats, KeywordDoc, KeywordScorer, QueryTerms, keyword_score
+from ._documents import fts_document, keyword_doc, topics_document
 from ._language import ENGLISH, Language
 from ._periods import query_periods, says_time
 from ._text import jaccard, primary_tokens, token_set
 
 __all__ = [
-    "BM25_B",
-    "BM25_K1",
-    "DEFAULT_QUESTION_WORD_WEIGHT",
-    "IDF_PRIOR_DOCS",
-    "PHRASE_FALLBACK_SCORE",
-    "RELEVANCE_KNEE",
-    "TOPIC_WEIGHT",
-    "TRIGRAM_WEIGHT",
-    "bm25_term",
-    "length_norm",
-    "relevance",
     "DEFAULT_MIN_SCORE",
     "DEDUPE_JACCARD",
     "MIN_KIND_FALLBACK_RESULTS",
@@ -74,9 +46,10 @@ __all__ = [
     "plan_search",
     "rank_search",
     "rrf_fuse",
-    "sort_entries",
 ]
 
+Best = Mapping[str, tuple[Entry, float]]
+"""Each fused candidate's entry and best leg score, by entry id."""
 DEFAULT_MIN_SCORE = 0.30
 DEDUPE_JACCARD = 0.80
 MIN_KIND_FALLBACK_RESULTS = 3
@@ -107,6 +80,7 @@ def passes_time(
 
 
 def _sort_key(entry: Entry, primary: float, by_event_time: bool) -> tuple[object, ...]:
+    """Relevance desc, then event time asc (when asked), updated desc, created desc, id."""
     event = entry.memory.event_time
     event_key: tuple[int, float] = (0, 0.0)
     if by_event_time:
@@ -117,16 +91,6 @@ def _sort_key(entry: Entry, primary: float, by_event_time: bool) -> tuple[object
         -entry.updated_at.timestamp(),
         -entry.created_at.timestamp(),
         entry.id,
-    )
-
-
-def sort_entries(entries: Iterable[Entry], by_event_time: bool = False) -> list[Entry]:
-    """Relevance desc, then event time asc (when asked), updated desc, created desc, id."""
-    return sorted(
-        entries,
-        key=lambda e: _sort_key(
-            e, e.rrf_score if e.rrf_score is not None else (e.score or 0.0), by_event_time
-        ),
     )
 
 
@@ -198,9 +162,7 @@ def _prefer(adjusted: dict[str, float], preferred: set[str], boost: float) -> No
             adjusted[key] *= scale
 
 
-def _in_query_period(
-    best: Mapping[str, tuple[Entry, float]], query: str, language: Language
-) -> set[str]:
+def _in_query_period(best: Best, query: str, language: Language) -> set[str]:
     """The "time" step's preferred hits: event time in a period the query names."""
     periods = query_periods(query, language)
     return {
@@ -213,10 +175,7 @@ def _in_query_period(
 
 
 def _saying_time(
-    best: Mapping[str, tuple[Entry, float]],
-    query: str,
-    language: Language,
-    says: Callable[[str], bool],
+    best: Best, query: str, language: Language, says: Callable[[str], bool]
 ) -> set[str]:
     """The "when" step's preferred hits, for a query matching the language's
     `when_question`: those that say a time (`says`: `says_time` in the language,
@@ -228,9 +187,7 @@ def _saying_time(
     return {key for key, (entry, _) in best.items() if says(entry.memory.text)}
 
 
-def _naming_participant(
-    best: Mapping[str, tuple[Entry, float]], query: str, language: Language
-) -> set[str]:
+def _naming_participant(best: Best, query: str, language: Language) -> set[str]:
     """The "participants" step's preferred hits: those with a participant the query names."""
     named = _named_participants(query, (entry for entry, _ in best.values()), language)
     return {
@@ -238,9 +195,7 @@ def _naming_participant(
     }
 
 
-def _session_context(
-    fused: dict[str, float], best: Mapping[str, tuple[Entry, float]], weight: float
-) -> dict[str, float]:
+def _session_context(fused: dict[str, float], best: Best, weight: float) -> dict[str, float]:
     """The "context" step (`FusionSettings.context_weight`): (own + w x other) / (1 + w)."""
     adjusted = dict(fused)
     groups: dict[datetime, list[str]] = {}
@@ -275,7 +230,7 @@ def _score_fusion(
 def _fused_order(
     vector: list[tuple[Entry, float]],
     keyword: list[tuple[Entry, float]],
-    best: Mapping[str, tuple[Entry, float]],
+    best: Best,
     plain: dict[str, float],
     options: SearchOptions,
     language: Language,
@@ -326,7 +281,7 @@ def _sub_queries(query: str, named: set[str], language: Language) -> list[QueryT
 
 def _decomposed(
     fused: dict[str, float],
-    best: Mapping[str, tuple[Entry, float]],
+    best: Best,
     query: str,
     tuning: FusionSettings,
     k: int | None,
@@ -355,11 +310,9 @@ def _decomposed(
 class _PoolTerms:
     """The fetched candidates as a small corpus of their own, for decomposition.
 
-    Each candidate's `KeywordDoc` keeps its true field lengths but only the term
-    frequencies of `terms` (the sub-queries' terms, all of which the corpus
-    statistics need), so `keyword_score` gives each sub-query the figures a
-    fully tokenised pool would. Sub-queries always hold a token, so the phrase
-    fallback (which needs no token to match) never applies: its texts are left out.
+    Each `KeywordDoc` keeps its true field lengths but only the frequencies of the
+    sub-queries' `terms`, so `keyword_score` gives each sub-query the figures a fully
+    tokenised pool would. Sub-queries hold a token, so the phrase fallback never applies.
     """
 
     docs: dict[str, KeywordDoc]
@@ -368,16 +321,16 @@ class _PoolTerms:
     """term -> candidate keys holding it, in `docs` order."""
 
     @classmethod
-    def build(
-        cls, best: Mapping[str, tuple[Entry, float]], terms: set[str], language: Language
-    ) -> _PoolTerms:
+    def build(cls, best: Best, terms: set[str], language: Language) -> _PoolTerms:
         docs: dict[str, KeywordDoc] = {}
         holders: dict[str, list[str]] = {t: [] for t in terms}
         for key, (entry, _) in best.items():
-            content_tf, content_len = _counts(entry.memory.text, terms, language)
-            topic_tf, topic_len = _counts(" ".join(entry.memory.topics), terms, language)
-            docs[key] = KeywordDoc(content_tf, content_len, topic_tf, topic_len, "", "")
-            for term in content_tf.keys() | topic_tf.keys():
+            content, topics = entry.memory.text, entry.memory.topics
+            doc = keyword_doc(
+                fts_document(content, language), topics_document(topics, language), terms
+            )
+            docs[key] = doc
+            for term in doc.terms:
                 holders[term].append(key)
         return cls(docs, CorpusStats.from_docs(docs.values()), holders)
 
@@ -392,26 +345,18 @@ class _PoolTerms:
         return sorted((h for h in scored if h[1] > 0), key=lambda h: -h[1])
 
 
-def _counts(text: str, terms: set[str], language: Language) -> tuple[dict[str, int], int]:
-    """(frequencies of `terms`, field length) of one field, as `KeywordDoc.build` counts them."""
-    tf = field_tf(text, language)
-    return {t: n for t, n in tf.items() if t in terms}, sum(tf.values())
-
-
 def _ranked(
     hits: Iterable[tuple[Entry, float, float | None]],
     by_event_time: bool,
     limit: int | None,
     order: Mapping[str, float] | None = None,
 ) -> list[Entry]:
-    """Sort (entry, score, rrf) like `sort_entries`, then copy scores onto the first `limit` only.
+    """Sort (entry, score, rrf) by `_sort_key`, then copy scores onto the first `limit` only
+    (a pydantic copy costs more than ranking, and a search keeps a few of hundreds).
 
-    `order` (entry id -> fused score) ranks hybrid hits when given; `rrf_score`
-    keeps the plain RRF sum. Copying a pydantic model costs more than ranking
-    it, and a search keeps max_results of a few hundred candidates. The sort
-    key leads with the relevance, so only hits at or above the `limit`-th best
-    relevance (ties included) can reach the first `limit` places: the full
-    tie-break key is built for those alone.
+    `order` (entry id -> fused score) ranks hybrid hits when given; `rrf_score` keeps
+    the plain RRF sum. Only hits at or above the `limit`-th best relevance (ties
+    included) can place, so the full tie-break key is built for those alone.
     """
     items = list(hits)
     if order is not None:
@@ -515,11 +460,10 @@ def _unexpired_legs(legs: Legs) -> Legs:
 class SearchPlan:
     """What one search fetches, decided before any I/O: a plain value.
 
-    Each of `kinds` is one fetch of `Legs` (vector and keyword candidates,
-    `pool` each, filtered by that kind and the time range): the wanted kind
-    first, then None (every kind) when the kind fallback may need it. Which
-    legs a fetch holds is the backend's: a vector leg when it embeds the
-    query, a keyword leg without one or for a hybrid search.
+    Each of `kinds` is one fetch of `Legs` (`pool` candidates each, filtered by that
+    kind and the time range): the wanted kind, then None (every kind) when the kind
+    fallback may need it. The backend fetches a vector leg when it embeds the query,
+    a keyword leg without one or for a hybrid search.
     """
 
     kinds: tuple[Kind | None, ...]
@@ -554,12 +498,10 @@ def rank_search(
     language: Language = ENGLISH,
     says: Callable[[str], bool] | None = None,
 ) -> list[Entry]:
-    """The final hits of a search, a pure function of the plan, the legs fetched for
-    each of `plan.kinds` and the options: expired candidates out, the named
-    signals of `FusionSettings` (`_fused_order`), the kind fallback merge,
-    dedupe, then the first max_results. `language` (the service's) tokenises
-    sub-queries and supplies the cues; `says` answers "does this text say a
-    time" (a service's `TimeMentions`; `says_time` in `language` when None).
+    """The final hits, a pure function of the plan, the legs fetched for each of
+    `plan.kinds` and the options: expired candidates out, `_fused_order`, the kind
+    fallback, dedupe, the first max_results. `language` is the service's; `says`
+    tells whether a text says a time (its `TimeMentions`; `says_time` when None).
     """
     if not plan.kinds:
         return []

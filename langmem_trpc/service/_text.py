@@ -1,15 +1,11 @@
-"""Tokenising shared by keyword search, Jaccard, dedupe and reconcile.
+"""Tokenising shared by keyword search, Jaccard, dedupe and reconcile: one tokeniser for
+every backend keeps scores comparable (SQLite FTS, the in-memory scorer, reconcile).
 
-One tokeniser for every backend keeps scores comparable: the SQLite FTS
-index, the in-memory scorer and reconcile all see the same tokens.
-
-Latin text: maximal runs of letters/digits, lowercased, length >= 2, minus the
-language's stopwords, then Snowball-stemmed ("Hiked" -> "hike"; English by
-default, `service._language`); a token longer than `MAX_TOKEN_CHARS` is indexed
-and queried as its first `MAX_TOKEN_CHARS` characters (PostgreSQL refuses a
-tsvector lexeme of 2,047 bytes or more; the stored text stays exact). CJK text (no dictionary, so no jieba): each
-maximal run of Han/Kana/Hangul yields its 2-character windows as primary
-tokens, plus 3-character windows as secondary ("trigram") tokens.
+Latin text: maximal runs of letters/digits, lowercased, length >= 2, minus the language's
+stopwords, Snowball-stemmed ("Hiked" -> "hike"; `service._language`), cut to
+`MAX_TOKEN_CHARS` (PostgreSQL refuses long tsvector lexemes; the stored text stays
+exact). CJK text (no dictionary, so no jieba): each run of Han/Kana/Hangul yields its
+2-character windows as primary tokens and its 3-character windows as "trigrams".
 """
 
 from __future__ import annotations
@@ -20,9 +16,7 @@ import unicodedata
 from ._language import ENGLISH, Language
 
 __all__ = [
-    "ENGLISH",
     "MAX_TOKEN_CHARS",
-    "Language",
     "cjk_trigrams",
     "normalize_text",
     "primary_tokens",

@@ -49,32 +49,27 @@ F = TypeVar("F", bound=Callable[..., Any])
 __all__ = ["MemoryService", "SyncMemoryService", "in_thread"]
 
 
-def _runs(
+def _twins(
     build: Callable[Concatenate[MemoryService, P], Plan[T] | ClaimOp[T]],
-) -> Callable[Concatenate[MemoryService, P], T]:
-    """The method that runs the write plan or claim op `build` returns (its signature
-    and docs): `run_plan` or `run_claim_op`."""
+) -> tuple[
+    Callable[Concatenate[MemoryService, P], T],
+    Callable[Concatenate[MemoryService, P], Coroutine[Any, Any, T]],
+]:
+    """The method that runs the write plan or claim op `build` returns (`run_plan` or
+    `run_claim_op`), with `build`'s signature and docs, and its async twin."""
+    name = build.__name__.lstrip("_")
 
     def method(self: MemoryService, /, *args: P.args, **kwargs: P.kwargs) -> T:
         work = build(self, *args, **kwargs)
         return self.run_claim_op(work) if isinstance(work, ClaimOp) else self.run_plan(work)
 
-    return _named(method, build, build.__name__.lstrip("_"))
-
-
-def _aruns(
-    build: Callable[Concatenate[MemoryService, P], Plan[T] | ClaimOp[T]],
-) -> Callable[Concatenate[MemoryService, P], Coroutine[Any, Any, T]]:
-    """The async twin of `_runs(build)`: same parameters, `arun_plan` / `arun_claim_op`."""
-
-    async def method(self: MemoryService, /, *args: P.args, **kwargs: P.kwargs) -> T:
+    async def twin(self: MemoryService, /, *args: P.args, **kwargs: P.kwargs) -> T:
         work = build(self, *args, **kwargs)
         if isinstance(work, ClaimOp):
             return await self.arun_claim_op(work)
         return await self.arun_plan(work)
 
-    name = build.__name__.lstrip("_")
-    return _named(method, build, "a" + name, f"Async twin of `{name}`.")
+    return _named(method, build, name), _named(twin, build, "a" + name, f"Async twin of `{name}`.")
 
 
 def in_thread(
@@ -180,8 +175,7 @@ class MemoryService(ABC):
             metadata=metadata,
         )  # fmt: skip
 
-    add = _runs(_add)
-    aadd = _aruns(_add)
+    add, aadd = _twins(_add)
 
     def _add_many(
         self, user: UserKey, items: Sequence[str | Memory], *, source: Source | None = None
@@ -195,8 +189,7 @@ class MemoryService(ABC):
         """
         return _plans.add_many(user, items, limits=self.limits, source=source)
 
-    add_many = _runs(_add_many)
-    aadd_many = _aruns(_add_many)
+    add_many, aadd_many = _twins(_add_many)
 
     def _update(
         self,
@@ -222,29 +215,25 @@ class MemoryService(ABC):
         patch = MemoryPatch(text, topics, kind, event_time, participants, location, metadata)
         return _plans.update(user, memory_id, patch, limits=self.limits, source=source)
 
-    update = _runs(_update)
-    aupdate = _aruns(_update)
+    update, aupdate = _twins(_update)
 
     def _delete(self, user: UserKey, memory_id: str, *, source: Source | None = None) -> Plan[bool]:
         """Soft-delete; False when there was no live memory with that id."""
         return _plans.delete(user, memory_id, source=source)
 
-    delete = _runs(_delete)
-    adelete = _aruns(_delete)
+    delete, adelete = _twins(_delete)
 
     def _clear(self, user: UserKey, *, source: Source | None = None) -> Plan[int]:
         """Soft-delete every live memory of the user; returns how many."""
         return _plans.clear(user, source=source)
 
-    clear = _runs(_clear)
-    aclear = _aruns(_clear)
+    clear, aclear = _twins(_clear)
 
     def _purge(self, user: UserKey, memory_id: str | None = None) -> Plan[int]:
         """Remove rows and their history for good (right to be forgotten)."""
         return _plans.purge(user, memory_id)
 
-    purge = _runs(_purge)
-    apurge = _aruns(_purge)
+    purge, apurge = _twins(_purge)
 
     def _restore(
         self, user: UserKey, entry: Entry, history: Sequence[HistoryEvent] = ()
@@ -257,8 +246,7 @@ class MemoryService(ABC):
         """
         return _plans.restore(user, entry, history)
 
-    restore = _runs(_restore)
-    arestore = _aruns(_restore)
+    restore, arestore = _twins(_restore)
 
     # -- reads --------------------------------------------------------------
 
@@ -304,15 +292,13 @@ class MemoryService(ABC):
         """The thread's extraction cursor (`pending_retries` counted now); None if unset."""
         return c.GetCursor(check_user(user), check_thread_id(thread_id))
 
-    get_cursor = _runs(_get_cursor)
-    aget_cursor = _aruns(_get_cursor)
+    get_cursor, aget_cursor = _twins(_get_cursor)
 
     def _set_cursor(self, user: UserKey, cursor: ExtractionCursor) -> ClaimOp[None]:
         """Write the thread's cursor outside any claim (stamped with `updated_at` now)."""
         return c.SetCursor(check_user(user), check_cursor(cursor))
 
-    set_cursor = _runs(_set_cursor)
-    aset_cursor = _aruns(_set_cursor)
+    set_cursor, aset_cursor = _twins(_set_cursor)
 
     def _claim_thread(
         self, user: UserKey, thread_id: str, owner: str, ttl: float
@@ -320,8 +306,7 @@ class MemoryService(ABC):
         """Take the thread's claim for `ttl` s (free, expired or `owner`'s); None if busy."""
         return c.ClaimThread(*c.check_claim(user, thread_id, owner), c.check_ttl(ttl))
 
-    claim_thread = _runs(_claim_thread)
-    aclaim_thread = _aruns(_claim_thread)
+    claim_thread, aclaim_thread = _twins(_claim_thread)
 
     def _save_progress(
         self,
@@ -342,8 +327,7 @@ class MemoryService(ABC):
         checked, letter, done = c.check_progress(user, thread_id, cursor, dead_letter, resolved)
         return c.SaveProgress(user, thread_id, owner, checked, seconds, letter, done)
 
-    save_progress = _runs(_save_progress)
-    asave_progress = _aruns(_save_progress)
+    save_progress, asave_progress = _twins(_save_progress)
 
     def _record_failure(
         self, user: UserKey, thread_id: str, owner: str, batch: str, error: str
@@ -352,15 +336,13 @@ class MemoryService(ABC):
         owned = c.check_claim(user, thread_id, owner)
         return c.RecordFailure(*owned, str(batch), str(error)[: c.MAX_ERROR])
 
-    record_failure = _runs(_record_failure)
-    arecord_failure = _aruns(_record_failure)
+    record_failure, arecord_failure = _twins(_record_failure)
 
     def _release_thread(self, user: UserKey, thread_id: str, owner: str) -> ClaimOp[None]:
         """Give up `owner`'s claim, if it still holds it."""
         return c.ReleaseThread(*c.check_claim(user, thread_id, owner))
 
-    release_thread = _runs(_release_thread)
-    arelease_thread = _aruns(_release_thread)
+    release_thread, arelease_thread = _twins(_release_thread)
 
     def _dead_letters(
         self,
@@ -373,15 +355,13 @@ class MemoryService(ABC):
         app_name = check_app_filter(app_name)
         return c.ListDeadLetters(app_name, c.check_status(status), c.check_limit(limit))
 
-    dead_letters = _runs(_dead_letters)
-    adead_letters = _aruns(_dead_letters)
+    dead_letters, adead_letters = _twins(_dead_letters)
 
     def _retry_dead_letter(self, letter_id: str) -> ClaimOp[DeadLetter | None]:
         """Queue a dead letter for retry by its thread's next job; None if unknown or done."""
         return c.RetryDeadLetter(c.check_letter_id(letter_id))
 
-    retry_dead_letter = _runs(_retry_dead_letter)
-    aretry_dead_letter = _aruns(_retry_dead_letter)
+    retry_dead_letter, aretry_dead_letter = _twins(_retry_dead_letter)
 
     # -- expiry (MemoryStore's TTL) -----------------------------------------
 

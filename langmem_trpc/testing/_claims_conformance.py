@@ -4,22 +4,18 @@
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
 import pytest
 
 from ..errors import InvalidInputError
 from ..types import DeadLetter, DeadLetterStatus, ExtractionCursor, UserKey
+from ._kit import ALICE, BOB, T0
 
 if TYPE_CHECKING:
-    from .conformance import Client
+    from ._kit import Client
 
 __all__ = ["ClaimsConformance"]
-
-ALICE = UserKey("app", "alice")
-BOB = UserKey("app", "bob")
-T0 = datetime(2024, 5, 1, 12, 0, tzinfo=timezone.utc)
 
 
 def _letter(user: UserKey = ALICE, thread: str = "t1", letter_id: str = "dl-1") -> DeadLetter:

@@ -14,10 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from ..errors import (
-    InvalidMemoryError,
-    InvalidUserKeyError,
-)
+from ..errors import InvalidMemoryError, InvalidUserKeyError
 from ..service._core import Limits
 from ..service.protocol import MemoryService
 from ..types import ExtractionCursor, SearchOptions, Source, UserKey

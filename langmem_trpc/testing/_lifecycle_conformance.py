@@ -42,6 +42,8 @@ with langmem_trpc.open(sys.argv[1]) as service:
 
 
 def _needs_url(client: Client, url: str | None, capability: Capability) -> str:
+    """Skip unless the service declares `capability`; then its `service_url` is required."""
+    LifecycleConformance.need(client, capability)
     if url is None:
         pytest.fail(
             f"{type(client.service).__name__} declares {capability.value}: the test class "
@@ -105,7 +107,6 @@ class LifecycleConformance:
     async def test_durable_store_is_seen_by_a_new_service(
         self, client: Client, service_url: str | None
     ) -> None:
-        self.need(client, Capability.DURABLE)
         url = _needs_url(client, service_url, Capability.DURABLE)
         written = await client.add(ALICE, "Survives a new service", topics=["durable"])
         if client.mode == "async":
@@ -123,7 +124,6 @@ class LifecycleConformance:
     ) -> None:
         """A second process on the same store: each sees the other's memories, and
         a thread claim held there excludes this process."""
-        self.need(client, Capability.CROSS_PROCESS)
         url = _needs_url(client, service_url, Capability.CROSS_PROCESS)
         await client.add(ALICE, "Written by this process")
         child = await asyncio.to_thread(_start_child, url)

@@ -1,30 +1,12 @@
 """One conformance suite for every `MemoryService`, run sync and async.
 
-Subclass `MemoryServiceConformance` in a test module and provide a
-`service` fixture that returns a fresh, empty service, `make_service`
-(limits -> a service, for capacity tests) and, for a backend that declares
-`Capability.DURABLE` or `Capability.CROSS_PROCESS`, `service_url` (the URL
-`langmem_trpc.open()` opens the same store with). Every test body runs
-twice: through the sync methods and through their `a*` twins. The suite
-reads the service's `capabilities` to choose its tests: the vector tests
-need VECTORS, the reopen test DURABLE, the two-process test CROSS_PROCESS,
-the index-step test DEFERRED_INDEXING; every declared capability is tested.
-
-Example:
-    ```python
-    class TestSQLite(MemoryServiceConformance):
-        @pytest.fixture
-        def service(self, tmp_path):
-            return SQLiteMemoryService(tmp_path / "m.db", embeddings=HashingEmbeddings())
-
-        @pytest.fixture
-        def make_service(self, tmp_path):
-            return lambda limits: SQLiteMemoryService(tmp_path / "l.db", limits=limits)
-
-        @pytest.fixture
-        def service_url(self, tmp_path):
-            return f"sqlite://{tmp_path / 'm.db'}"  # sqlite:///abs/path
-    ```
+Subclass `MemoryServiceConformance` in a test module and provide the fixtures
+`service` (a fresh, empty service), `make_service` (limits -> a service, for the
+capacity tests) and, for a backend that declares `Capability.DURABLE` or
+`Capability.CROSS_PROCESS`, `service_url` (the URL `langmem_trpc.open()` opens the
+same store with). Every test body runs through the sync methods and through their
+`a*` twins, and every capability the service declares is tested. Example:
+docs/backends.md, "The conformance suite".
 """
 
 from __future__ import annotations

@@ -6,15 +6,7 @@ server named by `LANGMEM_TRPC_PG_URL` when that is set (CI with a service
 container, a developer's local server). `create_database()` gives every
 caller a fresh database with the `vector` extension. Failure to start is an
 error, never a skip: a suite that silently skips its PostgreSQL tests
-proves nothing.
-
-Example:
-    ```python
-    with PostgresTestServer() as server:
-        url = server.create_database()
-        svc = PostgresMemoryService(url)
-        svc.setup()
-    ```
+proves nothing. Use: `with PostgresTestServer() as server: url = server.create_database()`.
 """
 
 from __future__ import annotations
@@ -70,8 +62,14 @@ class PostgresTestServer:
         data = Path(self._tmpdir) / "data"
         try:
             if self._settings:  # first start writes them; the second reads them
+                import psycopg
+                from psycopg import sql
+
                 first = get_server(data, cleanup_mode="stop")
-                self._configure(str(first.get_uri()))
+                with psycopg.connect(str(first.get_uri()), autocommit=True) as conn:
+                    for name, value in self._settings.items():
+                        statement = sql.SQL("ALTER SYSTEM SET {} = {}")
+                        conn.execute(statement.format(sql.Identifier(name), sql.Literal(value)))
                 first.cleanup()
             self._server = get_server(data, cleanup_mode="delete")
             self._url = str(self._server.get_uri())
@@ -79,18 +77,6 @@ class PostgresTestServer:
             raise RuntimeError(f"could not start the embedded PostgreSQL server: {exc!r}") from exc
         logger.info("embedded PostgreSQL started at %s", self._url)
         return self
-
-    def _configure(self, url: str) -> None:
-        import psycopg
-        from psycopg import sql
-
-        with psycopg.connect(url, autocommit=True) as conn:
-            for name, value in self._settings.items():
-                conn.execute(
-                    sql.SQL("ALTER SYSTEM SET {} = {}").format(
-                        sql.Identifier(name), sql.Literal(value)
-                    )
-                )
 
     def create_database(self, prefix: str = "test") -> str:
         """A fresh database with pgvector; returns its connection string."""

@@ -76,7 +76,7 @@ def test_keyword_score_is_bm25_ordered():
 
 
 def test_relevance_is_the_idf_share_and_strictly_increasing():
-    from langmem_trpc.service._search import RELEVANCE_KNEE, relevance
+    from langmem_trpc.service._bm25 import RELEVANCE_KNEE, relevance
 
     assert relevance(0.5, 1.0) == 0.5
     assert relevance(RELEVANCE_KNEE, 1.0) == pytest.approx(RELEVANCE_KNEE)

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...errors import ConfigurationError
 from ...registry import build_service, split_url
+from ._connection import probe
 from ._sql import MIGRATIONS
 from .service import SQLiteMemoryService
 
@@ -19,24 +20,13 @@ def open_backend(
     url: str, *, embeddings: Embeddings | None = None, create: bool = True, **options: Any
 ) -> SQLiteMemoryService:
     """The `sqlite` entry point: `sqlite:///abs/path.db`, `sqlite://relative.db` or
-    `sqlite://:memory:`; `options` are `SQLiteMemoryService`'s.
-
-    With `create=False` the file must already be a langmem-trpc database: one
-    that does not exist, or holds no langmem tables (looked at read-only), raises
-    `ConfigurationError` and nothing is created.
+    `sqlite://:memory:`; `options` are `SQLiteMemoryService`'s. With `create=False` the
+    file must already be a langmem-trpc database (looked at read-only, nothing created).
     """
     path = split_url(url, "sqlite")
     if not path:
         raise ConfigurationError(f"url: {url!r} names no SQLite file (sqlite:///abs/path.db)")
-    if not create and path != ":memory:":
-        _check_existing(path)
-    return build_service(SQLiteMemoryService, "sqlite", path, embeddings, **options)
-
-
-def _check_existing(path: str) -> None:
-    from ._connection import probe
-
-    state = probe(path)
+    state = "langmem" if create or path == ":memory:" else probe(path)
     if state == "missing":
         raise ConfigurationError(
             f"no memory database at {path} (a read creates nothing; check --db or "
@@ -47,3 +37,4 @@ def _check_existing(path: str) -> None:
             f"{path} is not a langmem-trpc database (no langmem tables); it was opened "
             "read-only and left unchanged"
         )
+    return build_service(SQLiteMemoryService, "sqlite", path, embeddings, **options)

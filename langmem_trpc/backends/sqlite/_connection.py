@@ -94,17 +94,9 @@ class _Held:
 class Database:
     """Opens, configures and migrates one SQLite database; runs transactions on it.
 
-    Args:
-        path: file path, or ":memory:" for a private in-memory database (one
-            connection shared behind a lock, since each connection to
-            ":memory:" would see its own empty database).
-        busy_timeout_ms: how long SQLite itself waits for another writer.
-        retries: whole-transaction retries after the busy timeout ran out.
-        synchronous: SQLite `synchronous` pragma; NORMAL is durable across
-            application crashes in WAL mode and much faster than FULL.
-        language: the tokenizer's language. A new file records it (table
-            `langmem_settings`); opening a file recorded under another language
-            raises `ConfigurationError` naming both, and changes nothing.
+    The arguments are `SQLiteMemoryService`'s; `retries` is how many times a whole
+    transaction is retried once the busy timeout ran out. ":memory:" is one connection
+    shared behind a lock (each connection to ":memory:" would see its own empty database).
     """
 
     def __init__(

@@ -36,24 +36,19 @@ __all__ = [
 
 
 def scope_prefix(user: UserKey) -> str:
-    """Prefix of every FTS term of one (app_name, user_id): a term never spans two users.
-
-    17 ASCII characters from a hash of an injective encoding of the pair
-    (`scope_prefix_of`). Every query also filters rows by app_name and user_id;
-    a shared prefix would still merge two users' document frequencies (BM25
-    rarity, the candidate cut), so the encoding must never join two pairs.
-    """
+    """Prefix of every FTS term of one (app_name, user_id): a term never spans two users."""
     return scope_prefix_of(user.app_name, user.user_id)
 
 
 def scope_prefix_of(app_name: str, user_id: str) -> str:
-    """`scope_prefix` of a pair; registered as the SQL function `lm_scope` (migration 3).
+    """`scope_prefix` of a pair: 17 ASCII characters from a hash of an injective encoding
+    of the pair (a prefix shared by two users would merge their document frequencies);
+    the SQL function `lm_scope` (migration 3).
 
-    Pairs without U+001F keep the historical hash of `app + U+001F + user`,
-    which is unambiguous for them (exactly one U+001F), so existing files keep
-    their index. A pair with U+001F in either part hashes its length-prefixed
-    form `len(app) U+001F app U+001F user`, which holds at least two U+001F
-    and so never equals a historical string; the length makes it injective.
+    Pairs without U+001F keep the historical hash of `app + U+001F + user`, unambiguous
+    for them, so existing files keep their index. A pair with U+001F hashes
+    `len(app) U+001F app U+001F user`, which holds at least two U+001F (never a
+    historical string); the length makes it injective.
     """
     if "\x1f" not in app_name and "\x1f" not in user_id:
         return scope_prefix_v1(app_name, user_id)
@@ -78,17 +73,9 @@ def scoped(prefix: str, document: str) -> str:
     return prefix + document.replace(" ", " " + prefix)
 
 
-def _quote(token: str) -> str:
-    return '"' + token.replace('"', '""') + '"'
-
-
 def match_any(prefix: str, tokens: Iterable[str]) -> str:
-    """Rows of the user holding any of the tokens, in content or topics."""
-    return " OR ".join(_quote(prefix + t) for t in tokens)
-
-
-def _doc_len(document: str) -> int:
-    return document.count(" ") + 1 if document else 0
+    """Rows of the user holding any of the tokens, in content or topics (each quoted)."""
+    return " OR ".join('"' + (prefix + t).replace('"', '""') + '"' for t in tokens)
 
 
 def register_functions(conn: sqlite3.Connection, language: Language = ENGLISH) -> None:
@@ -106,4 +93,6 @@ def register_functions(conn: sqlite3.Connection, language: Language = ENGLISH) -
     conn.create_function("lm_scope", 2, scope_prefix_of, deterministic=True)
     conn.create_function("lm_content_doc", 1, content_doc, deterministic=True)
     conn.create_function("lm_topic_doc", 1, topic_doc, deterministic=True)
-    conn.create_function("lm_doc_len", 1, _doc_len, deterministic=True)
+    conn.create_function(
+        "lm_doc_len", 1, lambda d: d.count(" ") + 1 if d else 0, deterministic=True
+    )

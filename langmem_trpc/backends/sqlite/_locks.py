@@ -1,19 +1,16 @@
 """SQLite thread claims as byte-range locks on a `<database>-claims` file.
 
-A claim must not cost a SQLite write transaction: writers serialise on the
-database's one write lock, and a third write per job cut the worker's
-throughput by 30%. So one SQLite service holds its claims in memory (owner
-and expiry per thread, the same rules as every backend) and excludes other
-processes, and other services on the same file, with a lock on one byte of
-the claims file at an offset hashed from (app_name, user_id, thread_id).
+A claim must not cost a SQLite write transaction: writers serialise on the one write
+lock, and a third write per job cut the worker's throughput by 30%. So a SQLite
+service holds its claims in memory (owner and expiry per thread, the rules of every
+backend) and excludes other processes, and other services on the file, with a lock on
+one byte of the claims file at an offset hashed from (app_name, user_id, thread_id).
 
-On Linux these are open-file-description locks (`F_OFD_SETLK`): they
-conflict between services even within one process, and the kernel drops
-them when the process dies, so the claim of a killed job is free at once.
-Elsewhere `lockf` record locks are used; they belong to the process, so
-there two services on one file in the same process do not exclude each
-other (their jobs are still serialised per thread by one worker's lock).
-":memory:" databases are private to one service: claims stay in memory.
+On Linux these are open-file-description locks (`F_OFD_SETLK`): they conflict between
+services even within one process, and the kernel drops them when the process dies, so
+a killed job's claim is free at once. Elsewhere `lockf` record locks belong to the
+process, so two services on one file in one process do not exclude each other (one
+worker's lock still serialises their jobs per thread). ":memory:" claims stay in memory.
 """
 
 from __future__ import annotations

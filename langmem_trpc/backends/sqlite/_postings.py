@@ -1,18 +1,15 @@
 """The keyword leg without FTS5: a user's postings in numpy, scored exactly.
 
-FTS5 can only hand out candidates ordered by its own BM25, and ordering
-every match was most of a warm hybrid search (~0.5 ms of ~2 ms at 10,000
-memories). A `KeywordIndex` holds one user's postings (document, content
-term frequency, topic term frequency per token) in compressed-row arrays,
-so the shared BM25F relevance (`bm25_term`, `relevance`) is computed for
-every matching memory at once. That is exact, not an approximation: the keyword leg ranks
-like the in-memory reference instead of rescoring FTS5's top BM25 rows.
+FTS5 hands out candidates only in its own BM25 order, and ordering every match was
+most of a warm hybrid search (~0.5 ms of ~2 ms at 10,000 memories). A `KeywordIndex`
+holds one user's postings (document, content and topic term frequency per token) in
+compressed-row arrays, so the shared BM25F relevance of every matching memory is
+computed at once: exact, ranking like the in-memory reference.
 
-An index is valid for one (generation, version) of the user, like the
-vector matrices. Building one reads all the user's documents (about 10 us
-per memory), so no search ever waits for it: once a user state is searched
-a second time (a read-heavy phase), the service's builder thread builds the index
-while searches keep using FTS5, and later searches of that state use it.
+An index is valid for one (generation, version) of the user, like the vector
+matrices. Building one reads all the user's documents (about 10 us per memory), so no
+search waits for it: once a user state is searched a second time, the builder thread
+builds it while searches keep using FTS5, and later searches of that state use it.
 """
 
 from __future__ import annotations
@@ -29,7 +26,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from ...service._search import CorpusStats, QueryTerms, bm25_term, length_norm, relevance
+from ...service._bm25 import CorpusStats, QueryTerms, bm25_term, length_norm, relevance
 from ...types import Kind, UserKey
 from . import _sql as sql
 from ._rows import user_state
@@ -54,10 +51,6 @@ class Scored:
     """Positions in the index (int64)."""
     scores: np.ndarray
     """`relevance` of each row's BM25F score."""
-
-    def only(self, keep: np.ndarray) -> Scored:
-        """The rows where `keep` is true (a boolean mask over `rows`)."""
-        return Scored(self.rows[keep], self.scores[keep])
 
 
 @dataclass(frozen=True)
@@ -113,8 +106,7 @@ class KeywordIndex:
         )
         width = max(n, 1)
         # One key per (token, document): token slot x n + position.
-        c_all = c_slots.astype(np.int64) * width + c_pos
-        c_keys, c_counts = np.unique(c_all, return_counts=True)
+        c_keys, c_counts = np.unique(c_slots.astype(np.int64) * width + c_pos, return_counts=True)
         t_keys, t_counts = np.unique(t_slots.astype(np.int64) * width + t_pos, return_counts=True)
         keys = np.union1d(c_keys, t_keys)
         content_tf = np.zeros(len(keys), dtype=np.float32)  # small counts: exact in float32
@@ -151,12 +143,8 @@ class KeywordIndex:
         return 0 if slot is None else int(self.offsets[slot + 1] - self.offsets[slot])
 
     def stats(self, tokens: list[str]) -> CorpusStats:
-        return CorpusStats(
-            n_docs=len(self.rids),
-            df={t: self.document_frequency(t) for t in tokens},
-            avg_content_len=self.avg_content_len,
-            avg_topic_len=self.avg_topic_len,
-        )
+        df = {t: self.document_frequency(t) for t in tokens}
+        return CorpusStats(len(self.rids), df, self.avg_content_len, self.avg_topic_len)
 
     def score(self, terms: QueryTerms, stats: CorpusStats) -> Scored:
         """The shared keyword relevance of every row matching a query token.

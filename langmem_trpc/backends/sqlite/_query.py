@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from ...service._bm25 import loose_text
 from ...service._language import ENGLISH, Language
 from ...service._periods import TimeMentions
 from ...service._search import (
@@ -265,12 +266,11 @@ class SearchRun:
     def fetch(self, kind: Kind | None, pool: int) -> Legs:
         if self.query_vector is None:
             return Legs(vector=None, keyword=self._keyword_leg(kind, pool))
-        if not self.options.hybrid:  # the shared ranking uses the vector leg alone
-            return Legs(vector=self._vector_leg(kind, pool), keyword=[])
         # The matrix product (numpy) and the FTS query (SQLite) both release the GIL:
         # on a large matrix the scan runs on the side while this thread queries FTS.
-        scan = self._start_vector_scan(kind, pool)
-        keyword = self._keyword_leg(kind, pool)
+        # Without `hybrid` the shared ranking uses the vector leg alone.
+        scan = self._start_vector_scan(kind, pool, inline=not self.options.hybrid)
+        keyword = self._keyword_leg(kind, pool) if self.options.hybrid else []
         return Legs(vector=self._vector_hits(scan()), keyword=keyword)
 
     # -- shared pieces ------------------------------------------------------------
@@ -310,9 +310,6 @@ class SearchRun:
 
     # -- legs ---------------------------------------------------------------------
 
-    def _vector_leg(self, kind: Kind | None, pool: int) -> list[tuple[Entry, float]]:
-        return self._vector_hits(self._start_vector_scan(kind, pool, inline=True)())
-
     def _start_vector_scan(
         self, kind: Kind | None, pool: int, inline: bool = False
     ) -> Callable[[], Hits]:
@@ -331,7 +328,7 @@ class SearchRun:
             scan = self.caches.side.submit(vectors.scores, self.query_vector)
             if scan is not None:
                 return lambda: vectors.select(scan.result(), *filters)
-        hits = vectors.top(self.query_vector, *filters)
+        hits = vectors.select(vectors.scores(self.query_vector), *filters)
         return lambda: hits
 
     def _vector_hits(self, hits: Hits) -> list[tuple[Entry, float]]:
@@ -343,16 +340,9 @@ class SearchRun:
         if self._stats is None and self._index is not None:
             self._stats = self._index.stats(self.terms.tokens)
         if self._stats is None:
-            n, content, topic = self._state[2], self._state[3], self._state[4]
-            df = self.caches.document_frequencies(
-                self._conn, self.user, self.stamp, self.terms.tokens
-            )
-            self._stats = CorpusStats(
-                n_docs=n,
-                df=df,
-                avg_content_len=max(content / n, 1.0) if n else 1.0,
-                avg_topic_len=max(topic / n, 1.0) if n else 1.0,
-            )
+            tokens = self.terms.tokens
+            df = self.caches.document_frequencies(self._conn, self.user, self.stamp, tokens)
+            self._stats = CorpusStats.of_totals(self._state[2], df, *self._state[3:5])
         return self._stats
 
     def _keyword_leg(self, kind: Kind | None, pool: int) -> list[tuple[Entry, float]]:
@@ -363,34 +353,18 @@ class SearchRun:
         if self._index is not None:
             return self._indexed_keyword_leg(self._index, kind, pool)
         stats = self._corpus_stats()
-        prefix = scope_prefix(self.user)
         limit = self.keyword_candidates or max(pool * 3 // 2, 90)
-        match = match_any(prefix, self.terms.tokens)
+        match = match_any(scope_prefix(self.user), self.terms.tokens)
+        clauses, params = self._filters(kind, "m.")
+        query = (sql.FTS_RANK_FILTERED if clauses else sql.FTS_RANK) + clauses
         # When the user's document frequencies show that every match fits under the
         # cut, all are scored anyway: skip BM25 ordering (about 60% of the FTS time).
-        everything = sum(stats.df.values()) <= limit
-        order = "" if everything else sql.FTS_ORDER
-        if kind is None and self.after_us is None and self.before_us is None:
-            ranked = self._conn.execute(
-                sql.FTS_RANK + order, (match,) if everything else (match, limit)
-            )
-        else:
-            clauses, params = self._filters(kind, "m.")
-            ranked = self._conn.execute(
-                sql.FTS_RANK_FILTERED + clauses + order,
-                (match, *params) if everything else (match, *params, limit),
-            )
+        if sum(stats.df.values()) > limit:
+            query, params = query + sql.FTS_ORDER, [*params, limit]
+        ranked = self._conn.execute(query, (match, *params))
         rids = self._load_docs([rid for (rid,) in ranked])
-        if not rids:
-            return []
-        docs, entries = self._docs, self._entries
-        scores = score_candidates(self.terms, [docs[rid] for rid in rids], stats)
-        best = np.lexsort((np.asarray(rids, dtype=np.int64), -scores))  # best, then oldest row
-        best = best[scores[best] > 0][:pool]  # a token match scores > 0
-        return [
-            (entries[rids[i]], score)
-            for i, score in zip(best.tolist(), scores[best].tolist(), strict=True)
-        ]
+        scores = score_candidates(self.terms, [self._docs[rid] for rid in rids], stats)
+        return self._best(np.asarray(rids, dtype=np.int64), scores, pool)
 
     def _load_docs(self, rids: list[int]) -> list[int]:
         """`rids` whose keyword documents and entries are now cached (all of them: one snapshot)."""
@@ -408,16 +382,17 @@ class SearchRun:
     ) -> list[tuple[Entry, float]]:
         """The exact keyword relevance of every matching memory, best `pool` first."""
         scored = index.score(self.terms, self._corpus_stats())
-        scored = scored.only(index.allowed(scored.rows, kind, self.after_us, self.before_us))
-        if not len(scored.rows):
-            return []
-        rids = index.rids[scored.rows]
-        scores = scored.scores
+        keep = index.allowed(scored.rows, kind, self.after_us, self.before_us)
+        return self._best(index.rids[scored.rows[keep]], scored.scores[keep], pool)
+
+    def _best(self, rids: np.ndarray, scores: np.ndarray, pool: int) -> list[tuple[Entry, float]]:
+        """The best `pool` hits that score > 0 (a token matched), ties to the oldest row."""
+        keep = scores > 0
+        rids, scores = rids[keep], scores[keep]
         if len(scores) > pool:  # only the best `pool` (ties at the cut included) are sorted
-            cut = np.partition(scores, len(scores) - pool)[len(scores) - pool]
-            keep = scores >= cut
+            keep = scores >= np.partition(scores, len(scores) - pool)[len(scores) - pool]
             rids, scores = rids[keep], scores[keep]
-        best = np.lexsort((rids, -scores))[:pool]  # best, then oldest row
+        best = np.lexsort((rids, -scores))[:pool]
         chosen = rids[best].tolist()
         entries = self._entries_for(chosen)
         return [
@@ -429,7 +404,7 @@ class SearchRun:
     def _phrase_scan(self, kind: Kind | None, pool: int) -> list[tuple[Entry, float]]:
         """A query with no tokens ("C#"): the shared literal fallback over a filtered scan."""
         assert self._conn is not None
-        words = alnum_runs(self.options.query.lower())
+        words = loose_text(self.options.query).split()
         if not words:
             return []
         clauses, params = self._filters(kind, "")
@@ -449,7 +424,3 @@ class SearchRun:
                 scored.append((score, row[0], row))
         scored.sort(key=lambda hit: (-hit[0], hit[1]))
         return [(self._entry(row), score) for score, _, row in scored[:pool]]
-
-
-def alnum_runs(text: str) -> list[str]:
-    return "".join(c if c.isalnum() else " " for c in text).split()

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ...service._search import (
+from ...service._bm25 import (
     CorpusStats,
     KeywordDoc,
     QueryTerms,

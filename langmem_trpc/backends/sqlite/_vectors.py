@@ -85,21 +85,10 @@ class UserVectors:
     def nbytes(self) -> int:
         return int(self.rids.nbytes + self.matrix.nbytes + self.kinds.nbytes + self.events.nbytes)
 
-    def top(
-        self,
-        query: np.ndarray,
-        pool: int,
-        kind: Kind | None,
-        after_us: int | None,
-        before_us: int | None,
-    ) -> list[tuple[int, float]]:
-        """Best `pool` (rid, cosine clipped at 0) after the kind and time filters."""
-        return self.select(self.scores(query), pool, kind, after_us, before_us)
-
     def scores(self, query: np.ndarray) -> np.ndarray:
         """Cosine of every row clipped at 0 (clip first: ties go to the oldest row).
 
-        The heavy part of `top`, without the GIL: a side thread can run it alone.
+        The heavy part of the leg, without the GIL: a side thread can run it alone.
         """
         # einsum, not `@`: BLAS would spread this small product over threads whose
         # wake-up and spinning cost more than the product (10x at p50 on a busy host).
@@ -115,7 +104,7 @@ class UserVectors:
         after_us: int | None,
         before_us: int | None,
     ) -> list[tuple[int, float]]:
-        """`top` given the `scores` of every row."""
+        """Best `pool` (rid, score) after the kind and time filters, given every row's `scores`."""
         if not len(self.rids):
             return []
         mask = filter_mask(self.kinds, self.events, kind, after_us, before_us)
