@@ -1,19 +1,14 @@
-"""The LanceDB storage layer: one table of typed records, one commit per operation.
+"""The LanceDB table: one `records` table of typed rows, one table version per write.
 
-Every record (memory, history event, cursor, claim, dead letter) is a row of
-`records`, keyed by `key`. An operation commits its changed records in one
-table version (an append, or a `merge_insert` when it rewrites or drops rows),
-so an add with its eviction and history lands whole or not at all. Filters
-only ever splice hex digests and fixed words, never a caller's id or text.
+Every memory, history event, cursor, claim and dead letter is a row keyed by
+`key`, its entry (event, cursor, ...) as JSON in `body`. Filters only ever
+splice hex digests and fixed words, never a caller's id or text.
 """
 
 from __future__ import annotations
 
 import hashlib
-import itertools
-import threading
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, fields
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,12 +16,14 @@ import lancedb
 import pyarrow as pa
 
 from ...errors import ConfigurationError
-from ...types import Entry, UserKey
+from ...types import UserKey
 
 TABLE = "records"
 MEMORY, HISTORY, CURSOR, CLAIM, LETTER = "m", "h", "c", "t", "d"
 COMPACT_EVERY = 64
 """Commits between compactions: each commit adds a fragment, and scans slow with many."""
+_TYPES = {"seq": pa.int64(), "deleted": pa.timestamp("us", "UTC"), "keyed": pa.bool_()}
+_NAMES = ["key", "rec", "scope", "app", "user", "refh", "body", "fp", *_TYPES]
 
 
 def digest(value: str) -> str:
@@ -38,74 +35,27 @@ def scope_of(user: UserKey) -> str:
     return digest(f"{len(user.app_name)}:{user.app_name}{user.user_id}")
 
 
-def key_of(rec: str, user: UserKey, ref: str) -> str:
-    return f"{rec}:{scope_of(user)}:{digest(ref)}"
-
-
-def where(user: UserKey, rec: str = MEMORY, live: bool = True) -> str:
-    return f"rec = '{rec}' AND scope = '{scope_of(user)}'" + (" AND live" if live else "")
-
-
-@dataclass(frozen=True)
-class Record:
-    """One row; `body` is the JSON of the entry, event, cursor, claim or letter."""
-
-    key: str
-    rec: str
-    scope: str
-    app: str
-    user: str
-    ref: str
-    body: str
-    seq: int = 0
-    fp: str | None = None
-    live: bool = True
-    keyed: bool = False
-    vector: Any = None
-    """A memory's unit vector (numpy float32), None without an embedder."""
-    parsed: Entry | None = field(default=None, compare=False, repr=False)
-    """The memory's entry, when it was at hand (not a column)."""
-
-    @classmethod
-    def of(cls, rec: str, user: UserKey, ref: str, body: str, **more: Any) -> Record:
-        key = more.pop("key", None) or key_of(rec, user, ref)
-        return cls(key, rec, scope_of(user), user.app_name, user.user_id, ref, body, **more)
-
-    @classmethod
-    def memory(cls, entry: Entry, fp: str, keyed: bool, vector: Any, seq: int) -> Record:
-        """The memory record of `entry` (search scores dropped)."""
-        entry = entry.model_copy(update={"score": None, "rrf_score": None})
-        body = entry.model_dump_json()
-        return cls.of(MEMORY, entry.user, entry.id, body, seq=seq, fp=fp, keyed=keyed,
-                      vector=vector, parsed=entry)  # fmt: skip
-
-    @property
-    def entry(self) -> Entry:
-        return self.parsed or Entry.model_validate_json(self.body)
-
-
-_NAMES = [f.name for f in fields(Record) if f.name != "parsed"]
+def record(rec: str, user: UserKey, ref: str, body: str, **more: Any) -> dict[str, Any]:
+    """A row of `records`: `ref` (the memory, thread or letter id) is stored as its
+    digest; a history event is keyed by its `seq` (a memory has many)."""
+    scope, refh = scope_of(user), digest(ref)
+    key = f"{rec}:{scope}:" + (f"{more['seq']:020d}" if rec == HISTORY else refh)
+    row = {"key": key, "rec": rec, "scope": scope, "app": user.app_name, "user": user.user_id}
+    return row | {"refh": refh, "body": body, **more}
 
 
 class Store:
-    """The `records` table of one directory, with this instance's write order and lock.
-
-    A write holds `lock` from its first locked read to its commit, so its
-    read-modify-write is atomic within the process, not across processes.
-    """
+    """The `records` table of one directory (created when missing), `dim` wide vectors."""
 
     def __init__(self, path: str | Path, dim: int | None) -> None:
-        self.db = lancedb.connect(str(path))
-        self.lock = threading.RLock()
-        types: dict[str, pa.DataType] = {"seq": pa.int64(), "live": pa.bool_()}
-        types["keyed"] = pa.bool_()
-        cols = [pa.field(n, types.get(n, pa.string())) for n in [*_NAMES[:-1], "refh"]]
+        cols = [pa.field(n, _TYPES.get(n, pa.string())) for n in _NAMES]
         if dim is not None:
             cols.append(pa.field("vector", pa.list_(pa.float32(), dim)))
+        db = lancedb.connect(str(path))
         try:  # an existing table keeps its schema (with vectors, opened keyword-only)
-            self.table = self.db.open_table(TABLE)
+            self.table = db.open_table(TABLE)
         except ValueError:
-            self.table = self.db.create_table(TABLE, schema=pa.schema(cols), exist_ok=True)
+            self.table = db.create_table(TABLE, schema=pa.schema(cols), exist_ok=True)
         self.schema = self.table.schema
         self.has_vectors = "vector" in self.schema.names
         stored = self.schema.field("vector").type.list_size if self.has_vectors else None
@@ -114,39 +64,15 @@ class Store:
                 f"embeddings: the store at {path} holds {stored or 'no'} vector dimensions, "
                 f"the embedder makes {dim}"
             )
-        top = max((r["seq"] for r in self.rows("true", ["seq"])), default=0)
-        self._seq, self._commits = itertools.count(top + 1), 0
+        self._commits = 0
 
-    def next_seq(self) -> int:
-        return next(self._seq)
+    def scan(self, where: str, columns: Sequence[str] | None = None) -> pa.Table:
+        names = [n for n in self.schema.names if n != "key"] if columns is None else columns
+        return self.table.search().where(where).limit(None).select(list(names)).to_arrow()
 
-    def _arrow(self, where: str, columns: Sequence[str]) -> pa.Table:
-        return self.table.search().where(where).limit(None).select(list(columns)).to_arrow()
-
-    def rows(self, where: str, columns: Sequence[str]) -> list[dict[str, Any]]:
-        found: list[dict[str, Any]] = self._arrow(where, columns).to_pylist()
-        return found
-
-    def records(self, where: str) -> list[Record]:
-        """The rows `where` matches, vectors as numpy rows (None where not stored)."""
-        names = [n for n in _NAMES if n in self.schema.names]
-        found = self._arrow(where, names)
-        vectors: Any = [None] * found.num_rows
-        if self.has_vectors:
-            vectors = found.column("vector").combine_chunks().to_numpy(zero_copy_only=False)
-            found = found.drop_columns(["vector"])
-        return [Record(**row, vector=v) for row, v in zip(found.to_pylist(), vectors, strict=True)]
-
-    def one(self, key: str) -> Record | None:
-        found = self.records(f"key = '{key}'")
-        return found[0] if found else None
-
-    def commit(
-        self, records: Iterable[Record], *, fresh: bool = False, drop: str | None = None
-    ) -> None:
-        """Write `records` in one table version: appended when all their keys are `fresh`,
-        else upserted; `drop` also deletes the unmentioned rows it matches."""
-        rows = [{**{n: getattr(r, n) for n in _NAMES}, "refh": digest(r.ref)} for r in records]
+    def write(self, rows: list[dict[str, Any]], *, fresh: bool, drop: str | None = None) -> None:
+        """Write `rows` in one table version: appended when all are `fresh` (new keys),
+        else upserted by key; `drop` also deletes the rows it matches that `rows` lack."""
         if not rows and drop is None:
             return
         data = pa.Table.from_pylist(rows, self.schema)
