@@ -127,19 +127,19 @@ def test_a_write_is_one_table_version(tmp_path):
     svc = LanceDBMemoryService(tmp_path / "v", limits=Limits(capacity=2, on_capacity="evict"))
     svc.add(ALICE, "one")
     svc.add(ALICE, "two")
-    before = svc._store.table.version
+    before = svc._table.version
     svc.add(ALICE, "three")  # evicts "one": eviction, insert and two history events
-    assert svc._store.table.version == before + 1
+    assert svc._table.version == before + 1
     assert [e.text for e in svc.read(ALICE)] == ["three", "two"]
 
 
 def test_a_refused_write_commits_nothing(tmp_path):
     svc = LanceDBMemoryService(tmp_path / "r", limits=Limits(capacity=1))
     svc.add(ALICE, "one")
-    before = svc._store.table.version
+    before = svc._table.version
     with pytest.raises(CapacityExceededError):
         svc.add(ALICE, "two")
-    assert svc._store.table.version == before
+    assert svc._table.version == before
     assert svc.count(ALICE) == 1
     assert [e.text for e in svc.search(ALICE, "one two")] == ["one"]  # the state is untouched
 

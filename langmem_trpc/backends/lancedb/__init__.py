@@ -11,8 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...errors import ConfigurationError
 from ...registry import build_service, split_url
-from ._store import TABLE
-from .service import LanceDBMemoryService
+from .service import TABLE, LanceDBMemoryService
 
 if TYPE_CHECKING:
     from langchain_core.embeddings import Embeddings

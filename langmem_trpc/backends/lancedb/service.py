@@ -1,40 +1,45 @@
-"""`LanceDBMemoryService`: the in-memory reference backend, with the table as its truth.
+"""`LanceDBMemoryService`: the in-memory reference backend over one LanceDB table.
 
-The service is `InMemoryMemoryService` (its step executor, so the shared write
-plans; its reads) over a cache of the table. The first call that touches a
-user loads the user's memory rows and history in one scan; every write plan,
-`set_expiry` and claim op writes what it changed to the table in one table
-version before it returns, and one the table refuses is undone in memory too.
-Search answers from the cache through a per-user index (postings, corpus
-totals, the vector matrix) and the shared scorer and ranking, so rankings
-equal the reference's at a fraction of its cost. The cache is this process's
-copy: the backend does not declare `CROSS_PROCESS`.
+It is `InMemoryMemoryService` (its step executor runs the shared write plans;
+its reads) with the table as the truth and the in-memory state as a cache: the
+first call that touches a user loads the user's memory rows in one scan, and
+each write plan, `set_expiry` and claim op writes what it changed in one table
+version before it returns (one the table refuses is undone in memory). Search
+ranks with the shared scorer and fusion over a per-user index. The cache is
+this process's: the backend does not declare `CROSS_PROCESS`.
+
+Every memory, history event, thread (cursor and claim) and dead letter is a row
+of `records` keyed by `key`, its JSON in `body`. Filters only ever splice hex
+digests and fixed words, never a caller's id or text.
 """
 
 from __future__ import annotations
 
 import base64
+import hashlib
 import itertools
 import json
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Container
+from collections.abc import Callable, Container, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import lancedb
 import numpy as np
+import pyarrow as pa
 
+from ...errors import ConfigurationError
 from ...service import _claims as c
 from ...service import _search as ks
 from ...service import _steps as s
-from ...service._core import Limits, check_app_filter, check_user, resolve_options
+from ...service._core import Limits, check_app_filter, check_memory_id, check_user, resolve_options
 from ...service._language import Language
 from ...service.capabilities import Capability
 from ...service.memory import InMemoryMemoryService, _Row, _UserData, unit_vector
 from ...types import DeadLetter, Entry, ExtractionCursor, HistoryEvent, Kind, SearchOptions, UserKey
 from ..sqlite._scoring import score_candidates
-from ._store import CLAIM, CURSOR, HISTORY, LETTER, MEMORY, Store, digest, record, scope_of
 
 if TYPE_CHECKING:
     from langchain_core.embeddings import Embeddings
@@ -42,18 +47,40 @@ if TYPE_CHECKING:
 __all__ = ["LanceDBMemoryService"]
 
 T = TypeVar("T")
+TABLE = "records"
+MEMORY, HISTORY, THREAD, LETTER = "m", "h", "t", "d"
+COMPACT_EVERY = 64
+"""Commits between compactions: each commit adds a fragment, and scans slow with many."""
 STATE_ROWS = 200_000
 """Memory rows kept over all users by default (the service's `state_rows`)."""
+_TYPES = {"seq": pa.int64(), "deleted": pa.timestamp("us", "UTC"), "keyed": pa.bool_()}
 _BYTES = ("message_keys", "retired_keys")
 
 
-def _cursor_json(cursor: ExtractionCursor) -> str:
+def digest(value: str) -> str:
+    return hashlib.sha256(value.encode()).hexdigest()[:32]
+
+
+def scope_of(user: UserKey) -> str:
+    """The user as a filter-safe digest; the length prefix keeps ('a:b','c') != ('a','b:c')."""
+    return digest(f"{len(user.app_name)}:{user.app_name}{user.user_id}")
+
+
+def record(rec: str, user: UserKey, ref: str, body: str, **more: Any) -> dict[str, Any]:
+    """A row of `records`: `ref` (the memory, thread or letter id) is stored as its
+    digest; a history event is keyed by its `seq` (a memory has many)."""
+    scope, refh = scope_of(user), digest(ref)
+    key = f"{rec}:{scope}:" + (f"{more['seq']:020d}" if rec == HISTORY else refh)
+    row = {"key": key, "rec": rec, "scope": scope, "app": user.app_name, "user": user.user_id}
+    return row | {"refh": refh, "body": body, **more}
+
+
+def _cursor_json(cursor: ExtractionCursor) -> dict[str, Any]:
     data = cursor.model_dump(mode="json", exclude=set(_BYTES))
-    return json.dumps(data | {n: base64.b64encode(getattr(cursor, n)).decode() for n in _BYTES})
+    return data | {n: base64.b64encode(getattr(cursor, n)).decode() for n in _BYTES}
 
 
-def _cursor_of(body: str) -> ExtractionCursor:
-    data = json.loads(body)
+def _cursor_of(data: dict[str, Any]) -> ExtractionCursor:
     return ExtractionCursor.model_validate(data | {n: base64.b64decode(data[n]) for n in _BYTES})
 
 
@@ -71,30 +98,29 @@ def _top(
     return hits
 
 
-class _Index:
-    """A user's live rows as search reads them: keyword documents with postings and
-    corpus totals, and the vector matrix. A write only marks its rows `stale`; the
-    next search brings them up to date (adds do not pay for tokenising)."""
+@dataclass
+class _User(_UserData):
+    """The reference's rows of a user, and the search index of the live ones: keyword
+    documents with postings and corpus totals, the vector matrix. A write only marks
+    its rows `stale`; the next search indexes them (adds do not pay for tokenising)."""
 
-    def __init__(self) -> None:
-        self.stale: set[str] = set()
-        self.docs: dict[str, ks.KeywordDoc] = {}
-        self.postings: dict[str, set[str]] = {}
-        self.df: Counter[str] = Counter()
-        self.lengths = [0, 0]
-        self.matrix: tuple[list[Entry], np.ndarray] | None = None
+    stale: set[str] = field(default_factory=set)
+    docs: dict[str, ks.KeywordDoc] = field(default_factory=dict)
+    postings: dict[str, set[str]] = field(default_factory=dict)
+    df: Counter[str] = field(default_factory=Counter)
+    lengths: list[int] = field(default_factory=lambda: [0, 0])
+    matrix: tuple[list[Entry], np.ndarray] | None = None
 
-    def refresh(self, rows: dict[str, _Row], language: Language) -> None:
+    def refresh(self, language: Language) -> None:
         self.matrix = None if self.stale else self.matrix
         for ref in self.stale:
-            doc = self.docs.pop(ref, None)
-            if doc is not None:
-                self._count(ref, doc, -1)
-            row = rows.get(ref)
+            if ref in self.docs:
+                self._count(ref, self.docs.pop(ref), -1)
+            row = self.rows.get(ref)
             if row is not None and row.live:
                 text, topics = row.entry.text, row.entry.memory.topics
-                self.docs[ref] = doc = ks.KeywordDoc.build(text, topics, language)
-                self._count(ref, doc, 1)
+                self.docs[ref] = ks.KeywordDoc.build(text, topics, language)
+                self._count(ref, self.docs[ref], 1)
         self.stale.clear()
 
     def _count(self, ref: str, doc: ks.KeywordDoc, sign: int) -> None:
@@ -108,35 +134,30 @@ class _Index:
             else:
                 held.discard(ref)
 
-    def stats(self, terms: ks.QueryTerms) -> ks.CorpusStats:
-        """`CorpusStats.from_docs` of the live rows, for the query's terms."""
+    def keyword(
+        self, terms: ks.QueryTerms
+    ) -> tuple[list[tuple[Entry, ks.KeywordDoc]], ks.CorpusStats]:
+        """The live rows holding a query term, in row order (all of them for a query
+        without a primary token: the literal phrase fallback may match any), and
+        `CorpusStats.from_docs` of the live rows for the query's terms."""
         n, (content, topic) = len(self.docs), self.lengths
         average = (max(content / n, 1.0), max(topic / n, 1.0)) if n else (1.0, 1.0)
-        return ks.CorpusStats(n, {t: self.df[t] for t in terms.tokens}, *average)
-
-    def keyword(
-        self, terms: ks.QueryTerms, rows: dict[str, _Row]
-    ) -> list[tuple[Entry, ks.KeywordDoc]]:
-        """The live rows holding a query term, in row order (every live row for a query
-        without a primary token: the literal phrase fallback may match any of them)."""
+        stats = ks.CorpusStats(n, {t: self.df[t] for t in terms.tokens}, *average)
         held: Container[str] = self.docs
         if terms.primary:
             held = set().union(*(self.postings.get(t, ()) for t in terms.tokens))
-        return [(row.entry, self.docs[ref]) for ref, row in rows.items() if ref in held]
+        return [(row.entry, self.docs[r]) for r, row in self.rows.items() if r in held], stats
 
-    def vectors(self, rows: dict[str, _Row], vector: np.ndarray) -> tuple[list[Entry], np.ndarray]:
+    def vectors(self, vector: np.ndarray) -> tuple[list[Entry], np.ndarray]:
         """The live rows with a vector, and their dot products with `vector`."""
         if self.matrix is None:
-            live = [(r.entry, r.vector) for r in rows.values() if r.live and r.vector is not None]
+            live = [
+                (r.entry, r.vector) for r in self.rows.values() if r.live and r.vector is not None
+            ]
             matrix = np.vstack([v for _, v in live]) if live else np.zeros((0, len(vector)))
             self.matrix = [e for e, _ in live], matrix
         entries, matrix = self.matrix
         return entries, matrix @ vector
-
-
-@dataclass
-class _User(_UserData):
-    index: _Index = field(default_factory=_Index)
 
 
 class LanceDBMemoryService(InMemoryMemoryService):
@@ -149,11 +170,11 @@ class LanceDBMemoryService(InMemoryMemoryService):
         language: the tokenizer's language (see `InMemoryMemoryService`).
         dims: the embedder's vector width, which the table is created with; when None,
             one `embed_query` probes it.
-        state_rows: memory rows of the users read last kept in memory (their rows,
-            history and search index), past which the least recently used are dropped.
+        state_rows: memory rows of the users read last kept in memory (their rows and
+            search index), past which the least recently used are dropped.
 
     Writes are serialised by this instance's lock, not across processes: open one
-    service per directory (it does not declare `CROSS_PROCESS`).
+    service per directory.
     """
 
     def __init__(
@@ -169,10 +190,24 @@ class LanceDBMemoryService(InMemoryMemoryService):
         super().__init__(embeddings, limits=limits, language=language)
         if embeddings is not None and dims is None:
             dims = len(embeddings.embed_query("dimension probe"))
-        self._store = Store(path, dims)
+        names = ["key", "rec", "scope", "app", "user", "refh", "body", "fp", *_TYPES]
+        cols = [pa.field(n, _TYPES.get(n, pa.string())) for n in names]
+        vector = [] if dims is None else [pa.field("vector", pa.list_(pa.float32(), dims))]
+        db = lancedb.connect(str(path))
+        try:  # an existing table keeps its schema (with vectors, opened keyword-only)
+            self._table = db.open_table(TABLE)
+        except ValueError:
+            self._table = db.create_table(TABLE, schema=pa.schema(cols + vector), exist_ok=True)
+        self._vectors = "vector" in self._table.schema.names
+        stored = self._table.schema.field("vector").type.list_size if self._vectors else None
+        if dims is not None and stored != dims:
+            raise ConfigurationError(
+                f"embeddings: the store at {path} holds {stored or 'no'} vector dimensions, "
+                f"the embedder makes {dims}"
+            )
         self._users: OrderedDict[UserKey, _UserData] = OrderedDict()
-        self._state_rows = state_rows
-        seqs = self._store.scan("true", ["seq"]).column("seq").to_pylist()
+        self._state_rows, self._commits = state_rows, 0
+        seqs = self._scan("true", ["seq"]).column("seq").to_pylist()
         self._writes = itertools.count(max(filter(None, seqs), default=0) + 1)
         self._load_claims()
 
@@ -183,7 +218,31 @@ class LanceDBMemoryService(InMemoryMemoryService):
     def close(self) -> None:
         self._users.clear()
 
-    # -- the cache: users loaded on first touch, written through ------------------
+    # -- the table ----------------------------------------------------------------
+
+    def _scan(self, where: str, columns: Sequence[str] | None = None) -> pa.Table:
+        query = self._table.search().where(where).limit(None)
+        return (query if columns is None else query.select(list(columns))).to_arrow()
+
+    def _write(self, rows: list[dict[str, Any]], fresh: bool = False, drop: str = "") -> None:
+        """Write `rows` in one table version: appended when all are `fresh` (new keys),
+        else upserted by key; `drop` also deletes the rows it matches that `rows` lack."""
+        if not rows and not drop:
+            return
+        data = pa.Table.from_pylist(rows, self._table.schema)
+        if fresh and not drop:
+            self._table.add(data, on_bad_vectors="null")
+        else:
+            merge = self._table.merge_insert("key").when_matched_update_all()
+            merge = merge.when_not_matched_insert_all()
+            if drop:
+                merge = merge.when_not_matched_by_source_delete(drop)
+            merge.execute(data, on_bad_vectors="null")
+        self._commits += 1
+        if self._commits % COMPACT_EVERY == 0:
+            self._table.optimize()
+
+    # -- the cache: a user's rows, loaded on first touch and written through ----------
 
     def _find(self, user: UserKey) -> _User:
         data = self._users.get(user)
@@ -197,35 +256,31 @@ class LanceDBMemoryService(InMemoryMemoryService):
         return data
 
     def _load(self, user: UserKey) -> _User:
-        """The user's memory rows and history, in write order, from one scan."""
-        sql = f"scope = '{scope_of(user)}' AND rec IN ('{MEMORY}', '{HISTORY}')"
-        found = self._store.scan(sql).sort_by("seq")
+        """The user's memory rows in write order, from one scan (history stays in the table)."""
+        found = self._scan(f"scope = '{scope_of(user)}' AND rec = '{MEMORY}'").sort_by("seq")
         vectors: Any = [None] * found.num_rows
-        if self._store.has_vectors:
+        if self._vectors:
             vectors = found.column("vector").combine_chunks().to_numpy(zero_copy_only=False)
             found = found.drop_columns(["vector"])
         data = _User()
         for row, vector in zip(found.to_pylist(), vectors, strict=True):
-            if row["rec"] == HISTORY:
-                data.history.append(HistoryEvent.model_validate_json(row["body"]))
-                continue
             entry = Entry.model_validate_json(row["body"])
             data.rows[entry.id] = _Row(
                 entry, row["fp"], row["deleted"], vector, keyed=row["keyed"], seq=row["seq"]
             )
-        data.index.stale.update(data.rows)
+        data.stale.update(data.rows)
         return data
 
     def _memory(self, user: UserKey, row: _Row) -> dict[str, Any]:
-        body, fp, vector = row.entry.model_dump_json(), row.fingerprint, row.vector
-        more = {"fp": fp, "deleted": row.deleted_at, "keyed": row.keyed, "vector": vector}
-        return record(MEMORY, user, row.entry.id, body, seq=row.seq, **more)
+        more = {"fp": row.fingerprint, "deleted": row.deleted_at, "keyed": row.keyed}
+        body = row.entry.model_dump_json()
+        return record(MEMORY, user, row.entry.id, body, seq=row.seq, vector=row.vector, **more)
 
     def _commit(self, done: list[tuple[s.Step, Any]]) -> None:
-        """Write the plan's memory rows and history in one table version (an append
-        when it only inserted); a purge also drops what it removed."""
-        user, refs, events, purged = None, set[str](), list[HistoryEvent](), set[str]()
-        rewrote = wiped = False
+        """The plan's memory rows and history in one table version (an append when it
+        only inserted); a purge also drops what it removed."""
+        user, refs, events, purged = None, set[str](), list[HistoryEvent](), set[str | None]()
+        rewrote = False
         for step, result in done:
             if isinstance(step, s.Insert):
                 refs.update(r.entry.id for r in step.rows)
@@ -238,10 +293,9 @@ class LanceDBMemoryService(InMemoryMemoryService):
             elif isinstance(step, s.RecordHistory):
                 events.extend(step.events)
             elif isinstance(step, s.Purge):
-                wiped |= step.memory_id is None
+                purged.add(step.memory_id)  # None: everything the user has
                 refs.add(step.memory_id or "")
-                purged.add(step.memory_id or "")
-                events = [e for e in events if not wiped and e.memory_id != step.memory_id]
+                events = [e for e in events if step.memory_id not in (None, e.memory_id)]
             else:
                 continue
             rewrote |= not isinstance(step, (s.Insert, s.RecordHistory))
@@ -253,13 +307,14 @@ class LanceDBMemoryService(InMemoryMemoryService):
         for event in events:
             body = event.model_dump_json()
             rows.append(record(HISTORY, user, event.memory_id, body, seq=next(self._writes)))
-        drop = f"scope = '{scope}'" if purged else None
-        if purged and not wiped:  # one memory: its row and history
-            hashes = ", ".join(f"'{digest(ref)}'" for ref in sorted(purged))
-            drop = f"{drop} AND rec IN ('{MEMORY}', '{HISTORY}') AND refh IN ({hashes})"
-        self._store.write(rows, fresh=not rewrote, drop=drop)
+        drop = f"scope = '{scope}'" if purged else ""
+        if purged and None not in purged:  # one memory: its row and history
+            hashes = ", ".join(f"'{digest(ref)}'" for ref in sorted(filter(None, purged)))
+            drop += f" AND rec IN ('{MEMORY}', '{HISTORY}') AND refh IN ({hashes})"
+        self._write(rows, not rewrote, drop)
         if isinstance(data, _User):
-            data.index.stale |= refs
+            data.stale |= refs
+            data.history.clear()  # `history` reads the table
 
     def set_expiry(self, user: UserKey, memory_id: str, expires_at: datetime | None) -> bool:
         user = check_user(user)
@@ -268,16 +323,22 @@ class LanceDBMemoryService(InMemoryMemoryService):
                 return False
             data = self._find(user)
             try:
-                self._store.write([self._memory(user, data.rows[memory_id])], fresh=False)
+                self._write([self._memory(user, data.rows[memory_id])])
             except BaseException:
                 del self._users[user]  # reloaded from the table, which stays the truth
                 raise
-            data.index.stale.add(memory_id)
+            data.stale.add(memory_id)
             return True
+
+    def history(self, user: UserKey, memory_id: str) -> list[HistoryEvent]:
+        scope, refh = scope_of(check_user(user)), digest(check_memory_id(memory_id))
+        sql = f"scope = '{scope}' AND rec = '{HISTORY}' AND refh = '{refh}'"
+        found = self._scan(sql, ["seq", "body"]).sort_by("seq").column("body")
+        return [HistoryEvent.model_validate_json(body) for body in found.to_pylist()]
 
     def users(self, app_name: str | None = None) -> list[UserKey]:
         app = check_app_filter(app_name)
-        found = self._store.scan(f"rec = '{MEMORY}' AND deleted IS NULL", ["app", "user"])
+        found = self._scan(f"rec = '{MEMORY}' AND deleted IS NULL", ["app", "user"])
         keys = {(r["app"], r["user"]) for r in found.to_pylist() if app in (None, r["app"])}
         return [UserKey(a, u) for a, u in sorted(keys)]
 
@@ -295,10 +356,10 @@ class LanceDBMemoryService(InMemoryMemoryService):
         terms = ks.QueryTerms.of(opts, self.language)
         with self._lock:
             data = self._find(user)
-            data.index.refresh(data.rows, self.language)
-            stats = data.index.stats(terms)
-            pool = data.index.keyword(terms, data.rows) if vector is None or opts.hybrid else []
-            near = None if vector is None else data.index.vectors(data.rows, vector)
+            data.refresh(self.language)
+            pool, stats = data.keyword(terms)
+            pool = pool if vector is None or opts.hybrid else []
+            near = None if vector is None else data.vectors(vector)
         scores = score_candidates(terms, [d for _, d in pool], stats)
         hit = np.flatnonzero(scores > 0)
         keyword = [pool[i][0] for i in hit.tolist()], scores[hit]
@@ -317,29 +378,29 @@ class LanceDBMemoryService(InMemoryMemoryService):
     # -- cursors, claims and dead letters: the reference's `ClaimTable`, written through --
 
     def _load_claims(self) -> None:
-        """Every cursor, claim and dead letter, into the service's `ClaimTable`."""
+        """Every thread's cursor and claim and every dead letter, into a `ClaimTable`."""
         self._claims = table = c.ClaimTable(self._lock)
-        sql = f"rec IN ('{CURSOR}', '{CLAIM}', '{LETTER}')"
-        for row in self._store.scan(sql, ["rec", "app", "user", "body"]).to_pylist():
-            user, body = UserKey(row["app"], row["user"]), row["body"]
-            if row["rec"] == CURSOR:
-                cursor = _cursor_of(body)
-                table.cursors[(user, cursor.thread_id)] = cursor
-            elif row["rec"] == CLAIM:
-                claim = json.loads(body)
-                table.claims[(user, claim.pop("thread_id"))] = c.Claim(**claim)
-            else:
-                letter = DeadLetter.model_validate_json(body)
+        sql = f"rec IN ('{THREAD}', '{LETTER}')"
+        for row in self._scan(sql, ["rec", "app", "user", "body"]).to_pylist():
+            if row["rec"] == LETTER:
+                letter = DeadLetter.model_validate_json(row["body"])
                 table.letters[letter.id] = letter
+                continue
+            body = json.loads(row["body"])
+            key = (UserKey(row["app"], row["user"]), body["thread_id"])
+            if body["cursor"] is not None:
+                table.cursors[key] = _cursor_of(body["cursor"])
+            if body["claim"] is not None:
+                table.claims[key] = c.Claim(**body["claim"])
 
     def run_claim_op(self, op: c.ClaimOp[T]) -> T:
-        """Run the op on the `ClaimTable`, then write the rows it may have changed (the
+        """Run the op on the `ClaimTable`, then write what it may have changed (the
         thread's cursor, claim and dead letters, or the retried letter) in one commit."""
         with self._lock:
             result = super().run_claim_op(op)
             if not isinstance(op, (c.GetCursor, c.ListDeadLetters)):
                 try:
-                    self._store.write(self._claim_rows(op), fresh=False)
+                    self._write(self._claim_rows(op))
                 except BaseException:
                     self._load_claims()  # the table stays the truth
                     raise
@@ -356,9 +417,6 @@ class LanceDBMemoryService(InMemoryMemoryService):
         letters = [d for d in table.letters.values() if (d.user, d.thread_id) == (user, thread)]
         rows = [record(LETTER, user, d.id, d.model_dump_json()) for d in letters]
         cursor, claim = table.cursors.get((user, thread)), table.claims.get((user, thread))
-        if cursor is not None:
-            rows.append(record(CURSOR, user, thread, _cursor_json(cursor)))
-        if claim is not None:
-            body = json.dumps({"thread_id": thread, **asdict(claim)})
-            rows.append(record(CLAIM, user, thread, body))
-        return rows
+        body = {"thread_id": thread, "cursor": None if cursor is None else _cursor_json(cursor)}
+        body["claim"] = None if claim is None else asdict(claim)
+        return [*rows, record(THREAD, user, thread, json.dumps(body))]
