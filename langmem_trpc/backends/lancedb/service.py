@@ -1,16 +1,12 @@
 """`LanceDBMemoryService`: the in-memory reference backend over one LanceDB table.
 
-It is `InMemoryMemoryService` (its step executor runs the shared write plans;
-its reads) with the table as the truth and the in-memory state as a cache: the
-first call that touches a user loads the user's memory rows in one scan, and
-each write plan, `set_expiry` and claim op writes what it changed in one table
-version before it returns (one the table refuses is undone in memory). Search
-ranks with the shared scorer and fusion over a per-user index. The cache is
-this process's: the backend does not declare `CROSS_PROCESS`.
-
-Every memory, history event, thread (cursor and claim) and dead letter is a row
-of `records` keyed by `key`, its JSON in `body`. Filters only ever splice hex
-digests and fixed words, never a caller's id or text.
+`InMemoryMemoryService` runs the shared write plans, reads and claim rules on a
+cache of the table: a user's memory rows are loaded in one scan on first touch,
+and each write stores what it changed in one table version before it returns
+(one the table refuses is undone in memory too). Search ranks with the shared
+scorer over a per-user index. Memories, history events and threads (cursor,
+claim, dead letters) are rows of `records`, JSON in `body`; filters splice only
+hex digests and fixed words, never a caller's id or text.
 """
 
 from __future__ import annotations
@@ -19,7 +15,7 @@ import base64
 import hashlib
 import itertools
 import json
-from collections import Counter, OrderedDict
+from collections import OrderedDict
 from collections.abc import Callable, Container, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
@@ -31,6 +27,7 @@ import numpy as np
 import pyarrow as pa
 
 from ...errors import ConfigurationError
+from ...registry import build_service, split_url
 from ...service import _claims as c
 from ...service import _search as ks
 from ...service import _steps as s
@@ -44,11 +41,11 @@ from ..sqlite._scoring import score_candidates
 if TYPE_CHECKING:
     from langchain_core.embeddings import Embeddings
 
-__all__ = ["LanceDBMemoryService"]
+__all__ = ["LanceDBMemoryService", "open_backend"]
 
 T = TypeVar("T")
 TABLE = "records"
-MEMORY, HISTORY, THREAD, LETTER = "m", "h", "t", "d"
+MEMORY, HISTORY, THREAD = "m", "h", "t"
 COMPACT_EVERY = 64
 """Commits between compactions: each commit adds a fragment, and scans slow with many."""
 STATE_ROWS = 200_000
@@ -85,17 +82,12 @@ def _cursor_of(data: dict[str, Any]) -> ExtractionCursor:
 
 
 def _top(
-    entries: list[Entry], scores: np.ndarray, keep: Callable[[Entry], bool], pool: int
+    entries: Sequence[Entry], scores: np.ndarray, keep: Callable[[Entry], bool], pool: int
 ) -> list[tuple[Entry, float]]:
     """The `pool` entries `keep` accepts with the highest scores (clipped at 0), best
     first; equal scores keep their row order, as the reference's stable sort does."""
-    hits: list[tuple[Entry, float]] = []
-    for i in np.argsort(-scores, kind="stable").tolist():
-        if len(hits) == pool:
-            break
-        if keep(entries[i]):
-            hits.append((entries[i], max(0.0, float(scores[i]))))
-    return hits
+    ranked = (i for i in np.argsort(-scores, kind="stable").tolist() if keep(entries[i]))
+    return [(entries[i], max(0.0, float(scores[i]))) for i in itertools.islice(ranked, pool)]
 
 
 @dataclass
@@ -107,32 +99,26 @@ class _User(_UserData):
     stale: set[str] = field(default_factory=set)
     docs: dict[str, ks.KeywordDoc] = field(default_factory=dict)
     postings: dict[str, set[str]] = field(default_factory=dict)
-    df: Counter[str] = field(default_factory=Counter)
-    lengths: list[int] = field(default_factory=lambda: [0, 0])
-    matrix: tuple[list[Entry], np.ndarray] | None = None
+    lengths: tuple[int, int] = (0, 0)
+    matrix: tuple[Sequence[Entry], np.ndarray | None] = ((), None)
 
     def refresh(self, language: Language) -> None:
-        self.matrix = None if self.stale else self.matrix
+        if not self.stale:
+            return
         for ref in self.stale:
-            if ref in self.docs:
-                self._count(ref, self.docs.pop(ref), -1)
-            row = self.rows.get(ref)
+            old, row = self.docs.pop(ref, None), self.rows.get(ref)
+            for term in old.terms if old is not None else ():
+                self.postings[term].discard(ref)
             if row is not None and row.live:
                 text, topics = row.entry.text, row.entry.memory.topics
-                self.docs[ref] = ks.KeywordDoc.build(text, topics, language)
-                self._count(ref, self.docs[ref], 1)
+                doc = self.docs[ref] = ks.KeywordDoc.build(text, topics, language)
+                for term in doc.terms:
+                    self.postings.setdefault(term, set()).add(ref)
         self.stale.clear()
-
-    def _count(self, ref: str, doc: ks.KeywordDoc, sign: int) -> None:
-        self.df.update(dict.fromkeys(doc.terms, sign))
-        self.lengths[0] += sign * doc.content_len
-        self.lengths[1] += sign * doc.topic_len
-        for term in doc.terms:
-            held = self.postings.setdefault(term, set())
-            if sign > 0:
-                held.add(ref)
-            else:
-                held.discard(ref)
+        docs = self.docs.values()
+        self.lengths = sum(d.content_len for d in docs), sum(d.topic_len for d in docs)
+        live = [(r.entry, r.vector) for r in self.rows.values() if r.live and r.vector is not None]
+        self.matrix = [e for e, _ in live], np.vstack([v for _, v in live]) if live else None
 
     def keyword(
         self, terms: ks.QueryTerms
@@ -142,22 +128,12 @@ class _User(_UserData):
         `CorpusStats.from_docs` of the live rows for the query's terms."""
         n, (content, topic) = len(self.docs), self.lengths
         average = (max(content / n, 1.0), max(topic / n, 1.0)) if n else (1.0, 1.0)
-        stats = ks.CorpusStats(n, {t: self.df[t] for t in terms.tokens}, *average)
+        df = {t: len(self.postings.get(t, ())) for t in terms.tokens}
         held: Container[str] = self.docs
         if terms.primary:
             held = set().union(*(self.postings.get(t, ()) for t in terms.tokens))
-        return [(row.entry, self.docs[r]) for r, row in self.rows.items() if r in held], stats
-
-    def vectors(self, vector: np.ndarray) -> tuple[list[Entry], np.ndarray]:
-        """The live rows with a vector, and their dot products with `vector`."""
-        if self.matrix is None:
-            live = [
-                (r.entry, r.vector) for r in self.rows.values() if r.live and r.vector is not None
-            ]
-            matrix = np.vstack([v for _, v in live]) if live else np.zeros((0, len(vector)))
-            self.matrix = [e for e, _ in live], matrix
-        entries, matrix = self.matrix
-        return entries, matrix @ vector
+        hits = [(row.entry, self.docs[r]) for r, row in self.rows.items() if r in held]
+        return hits, ks.CorpusStats(n, df, *average)
 
 
 class LanceDBMemoryService(InMemoryMemoryService):
@@ -218,8 +194,6 @@ class LanceDBMemoryService(InMemoryMemoryService):
     def close(self) -> None:
         self._users.clear()
 
-    # -- the table ----------------------------------------------------------------
-
     def _scan(self, where: str, columns: Sequence[str] | None = None) -> pa.Table:
         query = self._table.search().where(where).limit(None)
         return (query if columns is None else query.select(list(columns))).to_arrow()
@@ -241,8 +215,6 @@ class LanceDBMemoryService(InMemoryMemoryService):
         self._commits += 1
         if self._commits % COMPACT_EVERY == 0:
             self._table.optimize()
-
-    # -- the cache: a user's rows, loaded on first touch and written through ----------
 
     def _find(self, user: UserKey) -> _User:
         data = self._users.get(user)
@@ -273,17 +245,18 @@ class LanceDBMemoryService(InMemoryMemoryService):
 
     def _memory(self, user: UserKey, row: _Row) -> dict[str, Any]:
         more = {"fp": row.fingerprint, "deleted": row.deleted_at, "keyed": row.keyed}
-        body = row.entry.model_dump_json()
-        return record(MEMORY, user, row.entry.id, body, seq=row.seq, vector=row.vector, **more)
+        body, vector = row.entry.model_dump_json(), row.vector
+        return record(MEMORY, user, row.entry.id, body, seq=row.seq, vector=vector, **more)
 
     def _commit(self, done: list[tuple[s.Step, Any]]) -> None:
         """The plan's memory rows and history in one table version (an append when it
         only inserted); a purge also drops what it removed."""
-        user, refs, events, purged = None, set[str](), list[HistoryEvent](), set[str | None]()
-        rewrote = False
+        user: UserKey | None = None
+        new, refs, purged = set[str](), set[str](), set[str | None]()
+        events: list[HistoryEvent] = []
         for step, result in done:
             if isinstance(step, s.Insert):
-                refs.update(r.entry.id for r in step.rows)
+                new.update(r.entry.id for r in step.rows)
             elif isinstance(step, (s.Rewrite, s.SetTopics)):
                 refs.add(step.target.entry.id)
             elif isinstance(step, s.SoftDelete):
@@ -298,10 +271,10 @@ class LanceDBMemoryService(InMemoryMemoryService):
                 events = [e for e in events if step.memory_id not in (None, e.memory_id)]
             else:
                 continue
-            rewrote |= not isinstance(step, (s.Insert, s.RecordHistory))
             user = step.user
         if user is None:
             return
+        fresh, refs = refs <= new and not purged, refs | new  # fresh: every key is new
         data, scope = self._users.get(user), scope_of(user)  # None after a purge of the user
         rows = [self._memory(user, data.rows[r]) for r in refs if data and r in data.rows]
         for event in events:
@@ -311,7 +284,7 @@ class LanceDBMemoryService(InMemoryMemoryService):
         if purged and None not in purged:  # one memory: its row and history
             hashes = ", ".join(f"'{digest(ref)}'" for ref in sorted(filter(None, purged)))
             drop += f" AND rec IN ('{MEMORY}', '{HISTORY}') AND refh IN ({hashes})"
-        self._write(rows, not rewrote, drop)
+        self._write(rows, fresh, drop)
         if isinstance(data, _User):
             data.stale |= refs
             data.history.clear()  # `history` reads the table
@@ -342,8 +315,6 @@ class LanceDBMemoryService(InMemoryMemoryService):
         keys = {(r["app"], r["user"]) for r in found.to_pylist() if app in (None, r["app"])}
         return [UserKey(a, u) for a, u in sorted(keys)]
 
-    # -- search: the reference's ranking over the user's index ------------------------
-
     def search(
         self, user: UserKey, query: str | None = None, options: SearchOptions | None = None
     ) -> list[Entry]:
@@ -358,8 +329,11 @@ class LanceDBMemoryService(InMemoryMemoryService):
             data = self._find(user)
             data.refresh(self.language)
             pool, stats = data.keyword(terms)
-            pool = pool if vector is None or opts.hybrid else []
-            near = None if vector is None else data.vectors(vector)
+            entries, matrix = data.matrix
+        pool = pool if vector is None or opts.hybrid else []
+        near = None
+        if vector is not None:
+            near = entries, np.zeros(0) if matrix is None else matrix @ vector
         scores = score_candidates(terms, [d for _, d in pool], stats)
         hit = np.flatnonzero(scores > 0)
         keyword = [pool[i][0] for i in hit.tolist()], scores[hit]
@@ -375,48 +349,58 @@ class LanceDBMemoryService(InMemoryMemoryService):
 
         return ks.execute_search(opts, fetch, self.language, self._time_mentions)
 
-    # -- cursors, claims and dead letters: the reference's `ClaimTable`, written through --
-
     def _load_claims(self) -> None:
-        """Every thread's cursor and claim and every dead letter, into a `ClaimTable`."""
+        """Every thread's cursor, claim and dead letters, into a fresh `ClaimTable`."""
         self._claims = table = c.ClaimTable(self._lock)
-        sql = f"rec IN ('{THREAD}', '{LETTER}')"
-        for row in self._scan(sql, ["rec", "app", "user", "body"]).to_pylist():
-            if row["rec"] == LETTER:
-                letter = DeadLetter.model_validate_json(row["body"])
-                table.letters[letter.id] = letter
-                continue
+        for row in self._scan(f"rec = '{THREAD}'", ["app", "user", "body"]).to_pylist():
             body = json.loads(row["body"])
             key = (UserKey(row["app"], row["user"]), body["thread_id"])
             if body["cursor"] is not None:
                 table.cursors[key] = _cursor_of(body["cursor"])
             if body["claim"] is not None:
                 table.claims[key] = c.Claim(**body["claim"])
+            table.letters |= {d["id"]: DeadLetter.model_validate(d) for d in body["letters"]}
 
     def run_claim_op(self, op: c.ClaimOp[T]) -> T:
-        """Run the op on the `ClaimTable`, then write what it may have changed (the
-        thread's cursor, claim and dead letters, or the retried letter) in one commit."""
+        """Run the op on the `ClaimTable`, then store the thread it may have changed."""
         with self._lock:
             result = super().run_claim_op(op)
-            if not isinstance(op, (c.GetCursor, c.ListDeadLetters)):
-                try:
-                    self._write(self._claim_rows(op))
-                except BaseException:
-                    self._load_claims()  # the table stays the truth
-                    raise
+            if isinstance(op, c.RetryDeadLetter) and op.letter_id in self._claims.letters:
+                letter = self._claims.letters[op.letter_id]
+                key = (letter.user, letter.thread_id)
+            elif isinstance(op, (c.Owned, c.SetCursor)):  # every thread op but `GetCursor`
+                key = (
+                    op.user,
+                    op.cursor.thread_id if isinstance(op, c.SetCursor) else op.thread_id,
+                )
+            else:
+                return result
+            try:
+                self._write([self._thread(*key)])
+            except BaseException:
+                self._load_claims()  # the table stays the truth
+                raise
             return result
 
-    def _claim_rows(self, op: c.ClaimOp[Any]) -> list[dict[str, Any]]:
-        table = self._claims
-        if isinstance(op, c.RetryDeadLetter):
-            found = [table.letters[op.letter_id]] if op.letter_id in table.letters else []
-            return [record(LETTER, d.user, d.id, d.model_dump_json()) for d in found]
-        assert isinstance(op, (c.OnThread, c.SetCursor))
-        user = op.user
-        thread = op.cursor.thread_id if isinstance(op, c.SetCursor) else op.thread_id
-        letters = [d for d in table.letters.values() if (d.user, d.thread_id) == (user, thread)]
-        rows = [record(LETTER, user, d.id, d.model_dump_json()) for d in letters]
-        cursor, claim = table.cursors.get((user, thread)), table.claims.get((user, thread))
-        body = {"thread_id": thread, "cursor": None if cursor is None else _cursor_json(cursor)}
+    def _thread(self, user: UserKey, thread: str) -> dict[str, Any]:
+        table, key = self._claims, (user, thread)
+        mine = [d for d in table.letters.values() if (d.user, d.thread_id) == key]
+        cursor, claim = table.cursors.get(key), table.claims.get(key)
+        body: dict[str, Any] = {"thread_id": thread}
+        body["letters"] = [d.model_dump(mode="json") for d in mine]
+        body["cursor"] = None if cursor is None else _cursor_json(cursor)
         body["claim"] = None if claim is None else asdict(claim)
-        return [*rows, record(THREAD, user, thread, json.dumps(body))]
+        return record(THREAD, user, thread, json.dumps(body))
+
+
+def open_backend(
+    url: str, *, embeddings: Embeddings | None = None, create: bool = True, **options: Any
+) -> LanceDBMemoryService:
+    """`lancedb:///abs/dir` or `lancedb://relative/dir`; `options` are the service's.
+    With `create=False` the directory must already hold a langmem-trpc table."""
+    path = split_url(url, "lancedb")
+    if not path:
+        raise ConfigurationError(f"url: {url!r} names no directory (lancedb:///abs/dir)")
+    if not create and not (Path(path) / f"{TABLE}.lance").is_dir():
+        raise ConfigurationError(f"no LanceDB memory store at {path}")
+    return build_service(LanceDBMemoryService, "lancedb", path, embeddings, **options)
