@@ -4,7 +4,8 @@
 cache of the table: a user's memory rows are loaded in one scan on first touch,
 and each write stores what it changed in one table version before it returns
 (one the table refuses is undone in memory too). Search ranks with the shared
-scorer over a per-user index. Memories, history events and threads (cursor,
+scorer over a per-user index. The cache is this process's: open one service
+per directory (no `CROSS_PROCESS`). Memories, history events and threads (cursor,
 claim, dead letters) are rows of `records`, JSON in `body`; filters splice only
 hex digests and fixed words, never a caller's id or text.
 """
@@ -64,43 +65,32 @@ def scope_of(user: UserKey) -> str:
 
 
 def record(rec: str, user: UserKey, ref: str, body: str, **more: Any) -> dict[str, Any]:
-    """A row of `records`: `ref` (the memory, thread or letter id) is stored as its
-    digest; a history event is keyed by its `seq` (a memory has many)."""
+    """A row of `records`, `ref` (a memory or thread id) as its digest; an event's key is its seq."""
     scope, refh = scope_of(user), digest(ref)
     key = f"{rec}:{scope}:" + (f"{more['seq']:020d}" if rec == HISTORY else refh)
     row = {"key": key, "rec": rec, "scope": scope, "app": user.app_name, "user": user.user_id}
     return row | {"refh": refh, "body": body, **more}
 
 
-def _cursor_json(cursor: ExtractionCursor) -> dict[str, Any]:
-    data = cursor.model_dump(mode="json", exclude=set(_BYTES))
-    return data | {n: base64.b64encode(getattr(cursor, n)).decode() for n in _BYTES}
-
-
-def _cursor_of(data: dict[str, Any]) -> ExtractionCursor:
-    return ExtractionCursor.model_validate(data | {n: base64.b64decode(data[n]) for n in _BYTES})
-
-
 def _top(
     entries: Sequence[Entry], scores: np.ndarray, keep: Callable[[Entry], bool], pool: int
 ) -> list[tuple[Entry, float]]:
-    """The `pool` entries `keep` accepts with the highest scores (clipped at 0), best
-    first; equal scores keep their row order, as the reference's stable sort does."""
+    """The best `pool` hits `keep` accepts (scores clipped at 0); ties keep row order, as
+    the reference's stable sort does."""
     ranked = (i for i in np.argsort(-scores, kind="stable").tolist() if keep(entries[i]))
     return [(entries[i], max(0.0, float(scores[i]))) for i in itertools.islice(ranked, pool)]
 
 
 @dataclass
 class _User(_UserData):
-    """The reference's rows of a user, and the search index of the live ones: keyword
-    documents with postings and corpus totals, the vector matrix. A write only marks
-    its rows `stale`; the next search indexes them (adds do not pay for tokenising)."""
+    """A user's rows and the search index of the live ones (documents, postings, the
+    matrix): a write marks its rows `stale`, the next search indexes them."""
 
     stale: set[str] = field(default_factory=set)
     docs: dict[str, ks.KeywordDoc] = field(default_factory=dict)
     postings: dict[str, set[str]] = field(default_factory=dict)
     lengths: tuple[int, int] = (0, 0)
-    matrix: tuple[Sequence[Entry], np.ndarray | None] = ((), None)
+    matrix: tuple[Sequence[Entry], np.ndarray] = ((), np.zeros(0, np.float32))
 
     def refresh(self, language: Language) -> None:
         if not self.stale:
@@ -118,14 +108,13 @@ class _User(_UserData):
         docs = self.docs.values()
         self.lengths = sum(d.content_len for d in docs), sum(d.topic_len for d in docs)
         live = [(r.entry, r.vector) for r in self.rows.values() if r.live and r.vector is not None]
-        self.matrix = [e for e, _ in live], np.vstack([v for _, v in live]) if live else None
+        self.matrix = [e for e, _ in live], np.array([v for _, v in live], np.float32)
 
     def keyword(
         self, terms: ks.QueryTerms
     ) -> tuple[list[tuple[Entry, ks.KeywordDoc]], ks.CorpusStats]:
-        """The live rows holding a query term, in row order (all of them for a query
-        without a primary token: the literal phrase fallback may match any), and
-        `CorpusStats.from_docs` of the live rows for the query's terms."""
+        """The live rows holding a query term in row order (all, without a primary token: the
+        phrase fallback may match any), and `CorpusStats.from_docs` of the live rows."""
         n, (content, topic) = len(self.docs), self.lengths
         average = (max(content / n, 1.0), max(topic / n, 1.0)) if n else (1.0, 1.0)
         df = {t: len(self.postings.get(t, ())) for t in terms.tokens}
@@ -148,9 +137,6 @@ class LanceDBMemoryService(InMemoryMemoryService):
             one `embed_query` probes it.
         state_rows: memory rows of the users read last kept in memory (their rows and
             search index), past which the least recently used are dropped.
-
-    Writes are serialised by this instance's lock, not across processes: open one
-    service per directory.
     """
 
     def __init__(
@@ -235,11 +221,9 @@ class LanceDBMemoryService(InMemoryMemoryService):
             vectors = found.column("vector").combine_chunks().to_numpy(zero_copy_only=False)
             found = found.drop_columns(["vector"])
         data = _User()
-        for row, vector in zip(found.to_pylist(), vectors, strict=True):
-            entry = Entry.model_validate_json(row["body"])
-            data.rows[entry.id] = _Row(
-                entry, row["fp"], row["deleted"], vector, keyed=row["keyed"], seq=row["seq"]
-            )
+        for r, v in zip(found.to_pylist(), vectors, strict=True):
+            e = Entry.model_validate_json(r["body"])
+            data.rows[e.id] = _Row(e, r["fp"], r["deleted"], v, keyed=r["keyed"], seq=r["seq"])
         data.stale.update(data.rows)
         return data
 
@@ -249,8 +233,7 @@ class LanceDBMemoryService(InMemoryMemoryService):
         return record(MEMORY, user, row.entry.id, body, seq=row.seq, vector=vector, **more)
 
     def _commit(self, done: list[tuple[s.Step, Any]]) -> None:
-        """The plan's memory rows and history in one table version (an append when it
-        only inserted); a purge also drops what it removed."""
+        """The plan's rows, history and purges in one table version (an append if all is new)."""
         user: UserKey | None = None
         new, refs, purged = set[str](), set[str](), set[str | None]()
         events: list[HistoryEvent] = []
@@ -331,9 +314,7 @@ class LanceDBMemoryService(InMemoryMemoryService):
             pool, stats = data.keyword(terms)
             entries, matrix = data.matrix
         pool = pool if vector is None or opts.hybrid else []
-        near = None
-        if vector is not None:
-            near = entries, np.zeros(0) if matrix is None else matrix @ vector
+        near = None if vector is None else (entries, matrix @ vector if entries else np.zeros(0))
         scores = score_candidates(terms, [d for _, d in pool], stats)
         hit = np.flatnonzero(scores > 0)
         keyword = [pool[i][0] for i in hit.tolist()], scores[hit]
@@ -356,7 +337,8 @@ class LanceDBMemoryService(InMemoryMemoryService):
             body = json.loads(row["body"])
             key = (UserKey(row["app"], row["user"]), body["thread_id"])
             if body["cursor"] is not None:
-                table.cursors[key] = _cursor_of(body["cursor"])
+                raw = {n: base64.b64decode(body["cursor"][n]) for n in _BYTES}
+                table.cursors[key] = ExtractionCursor.model_validate(body["cursor"] | raw)
             if body["claim"] is not None:
                 table.claims[key] = c.Claim(**body["claim"])
             table.letters |= {d["id"]: DeadLetter.model_validate(d) for d in body["letters"]}
@@ -369,10 +351,8 @@ class LanceDBMemoryService(InMemoryMemoryService):
                 letter = self._claims.letters[op.letter_id]
                 key = (letter.user, letter.thread_id)
             elif isinstance(op, (c.Owned, c.SetCursor)):  # every thread op but `GetCursor`
-                key = (
-                    op.user,
-                    op.cursor.thread_id if isinstance(op, c.SetCursor) else op.thread_id,
-                )
+                thread = op.cursor.thread_id if isinstance(op, c.SetCursor) else op.thread_id
+                key = (op.user, thread)
             else:
                 return result
             try:
@@ -386,9 +366,11 @@ class LanceDBMemoryService(InMemoryMemoryService):
         table, key = self._claims, (user, thread)
         mine = [d for d in table.letters.values() if (d.user, d.thread_id) == key]
         cursor, claim = table.cursors.get(key), table.claims.get(key)
-        body: dict[str, Any] = {"thread_id": thread}
+        body: dict[str, Any] = {"thread_id": thread, "cursor": None}
         body["letters"] = [d.model_dump(mode="json") for d in mine]
-        body["cursor"] = None if cursor is None else _cursor_json(cursor)
+        if cursor is not None:
+            raw = {n: base64.b64encode(getattr(cursor, n)).decode() for n in _BYTES}
+            body["cursor"] = cursor.model_dump(mode="json", exclude=set(_BYTES)) | raw
         body["claim"] = None if claim is None else asdict(claim)
         return record(THREAD, user, thread, json.dumps(body))
 
