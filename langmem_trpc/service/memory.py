@@ -95,6 +95,8 @@ class _Run:
         self._service = service
         self._held = False
         self._undo: list[Callable[[], None]] = []
+        self.done: list[tuple[steps.Step, Any]] = []
+        """Every step run, with its result (what `_commit` makes durable)."""
 
     def execute(self, step: steps.Step) -> Any:
         service = self._service
@@ -105,10 +107,10 @@ class _Run:
                 service._lock.acquire()
                 self._held = True
             return None
-        if self._held:
-            return service._step(step, self._undo)
-        with service._lock:
-            return service._step(step, self._undo)
+        with service._lock:  # re-entrant: held already from `LockUser` on
+            result = service._step(step, self._undo)
+        self.done.append((step, result))
+        return result
 
     def rollback(self) -> None:
         with self._service._lock:
@@ -155,8 +157,12 @@ class InMemoryMemoryService(SyncMemoryService):
 
     # -- helpers ------------------------------------------------------------
 
+    def _find(self, user: UserKey) -> _UserData | None:
+        """The user's data, if any (a durable backend loads it here)."""
+        return self._users.get(user)
+
     def _data(self, user: UserKey) -> _UserData:
-        return self._users.setdefault(user, _UserData())
+        return self._find(user) or self._users.setdefault(user, _UserData())
 
     def _touch(self, row: _Row, entry: Entry) -> Entry:
         """Store `entry` in `row` as its newest write (under the lock); returns it."""
@@ -170,15 +176,22 @@ class InMemoryMemoryService(SyncMemoryService):
 
     def run_plan(self, plan: Plan[T]) -> T:
         """Run a write plan: steps after `LockUser` hold the service's lock, and a
-        plan that raises has its writes undone."""
+        plan that raises (or whose `_commit` raises) has its writes undone."""
         run = _Run(self)
         try:
-            return steps.drive(plan, run.execute)
+            result = steps.drive(plan, run.execute)
+            with self._lock:
+                self._commit(run.done)
+            return result
         except BaseException:
             run.rollback()
             raise
         finally:
             run.release()
+
+    def _commit(self, done: list[tuple[steps.Step, Any]]) -> None:
+        """Make a finished plan's writes durable: a hook for a backend that keeps this
+        state as its cache (LanceDB); here nothing outlives the process."""
 
     def _embed_texts(self, texts: Sequence[str]) -> list[np.ndarray | None]:
         if self._embeddings is None:
@@ -191,7 +204,7 @@ class InMemoryMemoryService(SyncMemoryService):
         return steps.Stored(entry=row.entry, keyed=row.keyed, deleted=not row.live, handle=row)
 
     def _rows(self, user: UserKey) -> Iterable[_Row]:
-        data = self._users.get(user)
+        data = self._find(user)
         return data.rows.values() if data is not None else ()
 
     def _step(self, step: steps.Step, undo: list[Callable[[], None]]) -> Any:
@@ -199,7 +212,7 @@ class InMemoryMemoryService(SyncMemoryService):
         if isinstance(step, steps.Now):
             return utcnow()
         if isinstance(step, steps.FindById):
-            data = self._users.get(step.user)
+            data = self._find(step.user)
             return self._stored(data.rows.get(step.memory_id) if data is not None else None)
         if isinstance(step, steps.FindLiveByFingerprint):
             fp, skip = step.fingerprint, step.exclude_id
@@ -276,7 +289,7 @@ class InMemoryMemoryService(SyncMemoryService):
 
     def _purge_step(self, step: steps.Purge, undo: list[Callable[[], None]]) -> int:
         user = step.user
-        data = self._users.get(user)
+        data = self._find(user)
         if step.memory_id is None:
             undo.append(self._claims.purge(user))
             if data is None:
@@ -304,7 +317,7 @@ class InMemoryMemoryService(SyncMemoryService):
         user = check_user(user)
         check_memory_id(memory_id)
         with self._lock:
-            data = self._users.get(user)
+            data = self._find(user)
             row = data.rows.get(memory_id) if data else None
             live = row is not None and row.live and not is_expired(row.entry)
             return row.entry if row is not None and live else None
@@ -312,7 +325,7 @@ class InMemoryMemoryService(SyncMemoryService):
     def read(self, user: UserKey, limit: int | None = None) -> list[Entry]:
         user = check_user(user)
         with self._lock:
-            data = self._users.get(user)
+            data = self._find(user)
             entries = unexpired(r.entry for r in self._live(data)) if data else []
         entries.sort(key=lambda e: (e.updated_at, e.created_at, e.id), reverse=True)
         return entries[:limit] if limit is not None and limit > 0 else entries
@@ -320,7 +333,7 @@ class InMemoryMemoryService(SyncMemoryService):
     def count(self, user: UserKey) -> int:
         user = check_user(user)
         with self._lock:
-            data = self._users.get(user)
+            data = self._find(user)
             return len(self._live(data)) if data else 0
 
     def users(self, app_name: str | None = None) -> list[UserKey]:
@@ -336,7 +349,7 @@ class InMemoryMemoryService(SyncMemoryService):
         user = check_user(user)
         check_memory_id(memory_id)
         with self._lock:
-            data = self._users.get(user)
+            data = self._find(user)
             return [h for h in data.history if h.memory_id == memory_id] if data else []
 
     def search(
@@ -350,7 +363,7 @@ class InMemoryMemoryService(SyncMemoryService):
         if self._embeddings is not None:
             query_vector = unit_vector(self._embeddings.embed_query(options.query))
         with self._lock:
-            data = self._users.get(user)
+            data = self._find(user)
             rows = self._live(data) if data else []
             for row in rows:
                 if row.doc is None:
@@ -386,7 +399,7 @@ class InMemoryMemoryService(SyncMemoryService):
         check_memory_id(memory_id)
         at = ensure_utc(expires_at, "expires_at") if expires_at is not None else None
         with self._lock:
-            data = self._users.get(user)
+            data = self._find(user)
             row = data.rows.get(memory_id) if data else None
             if row is None or not row.live:
                 return False
@@ -397,7 +410,7 @@ class InMemoryMemoryService(SyncMemoryService):
         user = check_user(user)
         now = utcnow()
         with self._lock:
-            data = self._users.get(user)
+            data = self._find(user)
             rows = [r for r in self._live(data) if is_expired(r.entry, now)] if data else []
         rows.sort(key=lambda r: (r.entry.expires_at, r.entry.id))
         return [r.entry.id for r in rows][: limit if limit and limit > 0 else None]

@@ -21,7 +21,6 @@ from langmem_trpc import (
     UserKey,
 )
 from langmem_trpc.backends.lancedb import LanceDBMemoryService
-from langmem_trpc.backends.lancedb._store import scope_of
 from langmem_trpc.errors import ConfigurationError
 from langmem_trpc.service.capabilities import Capability
 from langmem_trpc.testing import HashingEmbeddings
@@ -128,19 +127,19 @@ def test_a_write_is_one_table_version(tmp_path):
     svc = LanceDBMemoryService(tmp_path / "v", limits=Limits(capacity=2, on_capacity="evict"))
     svc.add(ALICE, "one")
     svc.add(ALICE, "two")
-    before = svc._store.table.version
+    before = svc._table.version
     svc.add(ALICE, "three")  # evicts "one": eviction, insert and two history events
-    assert svc._store.table.version == before + 1
+    assert svc._table.version == before + 1
     assert [e.text for e in svc.read(ALICE)] == ["three", "two"]
 
 
 def test_a_refused_write_commits_nothing(tmp_path):
     svc = LanceDBMemoryService(tmp_path / "r", limits=Limits(capacity=1))
     svc.add(ALICE, "one")
-    before = svc._store.table.version
+    before = svc._table.version
     with pytest.raises(CapacityExceededError):
         svc.add(ALICE, "two")
-    assert svc._store.table.version == before
+    assert svc._table.version == before
     assert svc.count(ALICE) == 1
     assert [e.text for e in svc.search(ALICE, "one two")] == ["one"]  # the state is untouched
 
@@ -168,11 +167,11 @@ def test_users_past_state_rows_are_dropped_and_reloaded_from_the_table(tmp_path)
     svc.add(bob, "Plays chess")
     svc.add(bob, "Plays go")
     assert svc.count(carol) == 0  # loading carol drops alice (least recently used)
-    assert scope_of(ALICE) not in svc._states.held
+    assert ALICE not in svc._users
     assert [e.id for e in svc.search(ALICE, "green tea")] == [tea[0].id]  # reloaded
-    assert list(svc._states.held) == [scope_of(carol), scope_of(ALICE)]  # bob dropped
+    assert list(svc._users) == [carol, ALICE]  # bob dropped
     svc.delete(ALICE, tea[0].id)
     assert svc.search(ALICE, "green tea") == []
     assert svc.count(bob) == 2
     svc.close()
-    assert not svc._states.held
+    assert not svc._users

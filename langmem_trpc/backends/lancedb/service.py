@@ -1,102 +1,142 @@
-"""`LanceDBMemoryService`: the contract on an embedded LanceDB directory.
+"""`LanceDBMemoryService`: the in-memory reference backend over one LanceDB table.
 
-Writes are the shared plans (`service/_plans.py`) run by `Executor`. Reads
-and search answer from the user's state (`_state.py`, loaded from the table
-once, kept equal to it by every commit): the keyword leg scores the live rows
-holding a query term with the shared BM25F scorer, the vector leg is one
-matrix product, and the shared `plan_search` / `rank_search` rank them:
-rankings equal the reference's.
+`InMemoryMemoryService` runs the shared write plans, reads and claim rules on a
+cache of the table: a user's memory rows are loaded in one scan on first touch,
+and each write stores what it changed in one table version before it returns
+(one the table refuses is undone in memory too). Search ranks with the shared
+scorer over a per-user index. The cache is this process's: open one service
+per directory (no `CROSS_PROCESS`). Memories, history events and threads (cursor,
+claim, dead letters) are rows of `records`, JSON in `body`; filters splice only
+hex digests and fixed words, never a caller's id or text.
 """
 
 from __future__ import annotations
 
 import base64
+import hashlib
+import itertools
 import json
-from collections.abc import Callable
-from dataclasses import asdict
+from collections import OrderedDict
+from collections.abc import Callable, Container, Sequence
+from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import lancedb
 import numpy as np
+import pyarrow as pa
 
-from ..._time import ensure_utc
+from ...errors import ConfigurationError
+from ...registry import build_service, split_url
 from ...service import _claims as c
-from ...service import _core
 from ...service import _search as ks
-from ...service._language import Language, resolve_language
-from ...service._periods import TimeMentions
-from ...service._steps import Plan, drive
+from ...service import _steps as s
+from ...service._core import Limits, check_app_filter, check_memory_id, check_user, resolve_options
+from ...service._language import Language
 from ...service.capabilities import Capability
-from ...service.memory import unit_vector
-from ...service.protocol import SyncMemoryService
-from ...types import (
-    DeadLetter,
-    Entry,
-    ExtractionCursor,
-    HistoryEvent,
-    Kind,
-    SearchOptions,
-    UserKey,
-)
+from ...service.memory import InMemoryMemoryService, _Row, _UserData, unit_vector
+from ...types import DeadLetter, Entry, ExtractionCursor, HistoryEvent, Kind, SearchOptions, UserKey
 from ..sqlite._scoring import score_candidates
-from . import _store as st
-from ._executor import Executor
-from ._state import STATE_ROWS, States
 
 if TYPE_CHECKING:
     from langchain_core.embeddings import Embeddings
 
-__all__ = ["LanceDBMemoryService"]
+__all__ = ["LanceDBMemoryService", "open_backend"]
 
 T = TypeVar("T")
+TABLE = "records"
+MEMORY, HISTORY, THREAD = "m", "h", "t"
+COMPACT_EVERY = 64
+"""Commits between compactions: each commit adds a fragment, and scans slow with many."""
+STATE_ROWS = 200_000
+"""Memory rows kept over all users by default (the service's `state_rows`)."""
+_TYPES = {"seq": pa.int64(), "deleted": pa.timestamp("us", "UTC"), "keyed": pa.bool_()}
 _BYTES = ("message_keys", "retired_keys")
 
 
-def _cursor_json(cursor: ExtractionCursor) -> str:
-    data = cursor.model_dump(mode="json", exclude=set(_BYTES))
-    return json.dumps(data | {n: base64.b64encode(getattr(cursor, n)).decode() for n in _BYTES})
+def digest(value: str) -> str:
+    return hashlib.sha256(value.encode()).hexdigest()[:32]
 
 
-def _cursor_of(body: str) -> ExtractionCursor:
-    data = json.loads(body)
-    return ExtractionCursor.model_validate(data | {n: base64.b64decode(data[n]) for n in _BYTES})
+def scope_of(user: UserKey) -> str:
+    """The user as a filter-safe digest; the length prefix keeps ('a:b','c') != ('a','b:c')."""
+    return digest(f"{len(user.app_name)}:{user.app_name}{user.user_id}")
 
 
-def _letter(letter: DeadLetter) -> st.Record:
-    key = f"{st.LETTER}:{st.digest(letter.id)}"
-    return st.Record.of(st.LETTER, letter.user, letter.id, letter.model_dump_json(), key=key)
+def record(rec: str, user: UserKey, ref: str, body: str, **more: Any) -> dict[str, Any]:
+    """A row of `records`, `ref` (a memory or thread id) as its digest; an event's key is its seq."""
+    scope, refh = scope_of(user), digest(ref)
+    key = f"{rec}:{scope}:" + (f"{more['seq']:020d}" if rec == HISTORY else refh)
+    row = {"key": key, "rec": rec, "scope": scope, "app": user.app_name, "user": user.user_id}
+    return row | {"refh": refh, "body": body, **more}
 
 
 def _top(
-    entries: list[Entry], scores: np.ndarray, keep: Callable[[Entry], bool], pool: int
+    entries: Sequence[Entry], scores: np.ndarray, keep: Callable[[Entry], bool], pool: int
 ) -> list[tuple[Entry, float]]:
-    """The `pool` entries `keep` accepts with the highest scores (clipped at 0), best
-    first; equal scores keep their row order, as the reference's stable sort does."""
-    hits: list[tuple[Entry, float]] = []
-    for i in np.argsort(-scores, kind="stable").tolist():
-        if len(hits) == pool:
-            break
-        if keep(entries[i]):
-            hits.append((entries[i], max(0.0, float(scores[i]))))
-    return hits
+    """The best `pool` hits `keep` accepts (scores clipped at 0); ties keep row order, as
+    the reference's stable sort does."""
+    ranked = (i for i in np.argsort(-scores, kind="stable").tolist() if keep(entries[i]))
+    return [(entries[i], max(0.0, float(scores[i]))) for i in itertools.islice(ranked, pool)]
 
 
-class LanceDBMemoryService(SyncMemoryService):
+@dataclass
+class _User(_UserData):
+    """A user's rows and the search index of the live ones (documents, postings, the
+    matrix): a write marks its rows `stale`, the next search indexes them."""
+
+    stale: set[str] = field(default_factory=set)
+    docs: dict[str, ks.KeywordDoc] = field(default_factory=dict)
+    postings: dict[str, set[str]] = field(default_factory=dict)
+    lengths: tuple[int, int] = (0, 0)
+    matrix: tuple[Sequence[Entry], np.ndarray] = ((), np.zeros(0, np.float32))
+
+    def refresh(self, language: Language) -> None:
+        if not self.stale:
+            return
+        for ref in self.stale:
+            old, row = self.docs.pop(ref, None), self.rows.get(ref)
+            for term in old.terms if old is not None else ():
+                self.postings[term].discard(ref)
+            if row is not None and row.live:
+                text, topics = row.entry.text, row.entry.memory.topics
+                doc = self.docs[ref] = ks.KeywordDoc.build(text, topics, language)
+                for term in doc.terms:
+                    self.postings.setdefault(term, set()).add(ref)
+        self.stale.clear()
+        docs = self.docs.values()
+        self.lengths = sum(d.content_len for d in docs), sum(d.topic_len for d in docs)
+        live = [(r.entry, r.vector) for r in self.rows.values() if r.live and r.vector is not None]
+        self.matrix = [e for e, _ in live], np.array([v for _, v in live], np.float32)
+
+    def keyword(
+        self, terms: ks.QueryTerms
+    ) -> tuple[list[tuple[Entry, ks.KeywordDoc]], ks.CorpusStats]:
+        """The live rows holding a query term in row order (all, without a primary token: the
+        phrase fallback may match any), and `CorpusStats.from_docs` of the live rows."""
+        n, (content, topic) = len(self.docs), self.lengths
+        average = (max(content / n, 1.0), max(topic / n, 1.0)) if n else (1.0, 1.0)
+        df = {t: len(self.postings.get(t, ())) for t in terms.tokens}
+        held: Container[str] = self.docs
+        if terms.primary:
+            held = set().union(*(self.postings.get(t, ()) for t in terms.tokens))
+        hits = [(row.entry, self.docs[r]) for r, row in self.rows.items() if r in held]
+        return hits, ks.CorpusStats(n, df, *average)
+
+
+class LanceDBMemoryService(InMemoryMemoryService):
     """The full contract on an embedded LanceDB directory (created when missing).
 
     Args:
         path: the database directory.
         embeddings: optional LangChain `Embeddings`; without one search is keyword-only.
-        dims: the embedder's vector width, which the table is created with; when None,
-            one `embed_query` probes it.
         limits: text, topic and capacity limits (see `Limits`).
         language: the tokenizer's language (see `InMemoryMemoryService`).
-        state_rows: memory rows of the users read last kept in memory (their rows,
-            keyword documents and vectors), past which the least recently used are dropped.
-
-    Writes are serialised by this instance's lock, not across processes: open one
-    service per directory (it does not declare `CROSS_PROCESS`).
+        dims: the embedder's vector width, which the table is created with; when None,
+            one `embed_query` probes it.
+        state_rows: memory rows of the users read last kept in memory (their rows and
+            search index), past which the least recently used are dropped.
     """
 
     def __init__(
@@ -104,183 +144,245 @@ class LanceDBMemoryService(SyncMemoryService):
         path: str | Path,
         embeddings: Embeddings | None = None,
         *,
-        limits: _core.Limits | None = None,
+        limits: Limits | None = None,
         language: str | Language = "english",
         dims: int | None = None,
         state_rows: int = STATE_ROWS,
     ) -> None:
-        self.language = resolve_language(language)
-        self._embeddings = embeddings
-        self._limits = limits or _core.Limits()
+        super().__init__(embeddings, limits=limits, language=language)
         if embeddings is not None and dims is None:
             dims = len(embeddings.embed_query("dimension probe"))
-        self._store = st.Store(path, None if embeddings is None else dims)
-        self._states = States(self._store, self.language, state_rows)
-        self._time_mentions = TimeMentions(self.language)
+        names = ["key", "rec", "scope", "app", "user", "refh", "body", "fp", *_TYPES]
+        cols = [pa.field(n, _TYPES.get(n, pa.string())) for n in names]
+        vector = [] if dims is None else [pa.field("vector", pa.list_(pa.float32(), dims))]
+        db = lancedb.connect(str(path))
+        try:  # an existing table keeps its schema (with vectors, opened keyword-only)
+            self._table = db.open_table(TABLE)
+        except ValueError:
+            self._table = db.create_table(TABLE, schema=pa.schema(cols + vector), exist_ok=True)
+        self._vectors = "vector" in self._table.schema.names
+        stored = self._table.schema.field("vector").type.list_size if self._vectors else None
+        if dims is not None and stored != dims:
+            raise ConfigurationError(
+                f"embeddings: the store at {path} holds {stored or 'no'} vector dimensions, "
+                f"the embedder makes {dims}"
+            )
+        self._users: OrderedDict[UserKey, _UserData] = OrderedDict()
+        self._state_rows, self._commits = state_rows, 0
+        seqs = self._scan("true", ["seq"]).column("seq").to_pylist()
+        self._writes = itertools.count(max(filter(None, seqs), default=0) + 1)
+        self._load_claims()
 
     @property
     def capabilities(self) -> frozenset[Capability]:
-        vectors = {Capability.VECTORS} if self._embeddings is not None else set()
-        return frozenset({Capability.DURABLE, *vectors})
+        return super().capabilities | {Capability.DURABLE}
 
-    def _embed(self, texts: list[str]) -> list[object]:
-        if self._embeddings is None:
-            return [None] * len(texts)
-        return [unit_vector(v) for v in self._embeddings.embed_documents(texts)]
+    def close(self) -> None:
+        self._users.clear()
 
-    def run_plan(self, plan: Plan[T]) -> T:
-        """Run a write plan; its writes commit together, in one table version, at its end."""
-        executor = Executor(self._store, self._states, self._embed)
-        try:
-            result = drive(plan, executor)
-            with self._store.lock:  # held already unless the plan ended before `LockUser`
-                executor.commit()
-            return result
-        finally:
-            executor.release()
+    def _scan(self, where: str, columns: Sequence[str] | None = None) -> pa.Table:
+        query = self._table.search().where(where).limit(None)
+        return (query if columns is None else query.select(list(columns))).to_arrow()
 
-    # -- reads: the user's state ------------------------------------------------
+    def _write(self, rows: list[dict[str, Any]], fresh: bool = False, drop: str = "") -> None:
+        """Write `rows` in one table version: appended when all are `fresh` (new keys),
+        else upserted by key; `drop` also deletes the rows it matches that `rows` lack."""
+        if not rows and not drop:
+            return
+        data = pa.Table.from_pylist(rows, self._table.schema)
+        if fresh and not drop:
+            self._table.add(data, on_bad_vectors="null")
+        else:
+            merge = self._table.merge_insert("key").when_matched_update_all()
+            merge = merge.when_not_matched_insert_all()
+            if drop:
+                merge = merge.when_not_matched_by_source_delete(drop)
+            merge.execute(data, on_bad_vectors="null")
+        self._commits += 1
+        if self._commits % COMPACT_EVERY == 0:
+            self._table.optimize()
 
-    def _live(self, user: UserKey, expired: bool = False) -> list[Entry]:
-        """The user's live entries whose expiry has (or, by default, has not) passed."""
-        with self._store.lock:
-            state = self._states.get(_core.check_user(user))
-            entries = [state.entries[ref] for ref in state.live]
-        now = _core.utcnow()
-        return [e for e in entries if _core.is_expired(e, now) == expired]
+    def _find(self, user: UserKey) -> _User:
+        data = self._users.get(user)
+        if data is None:
+            data = self._users[user] = self._load(user)
+            total = sum(len(d.rows) for d in self._users.values())
+            while len(self._users) > 1 and total > self._state_rows:
+                total -= len(self._users.popitem(last=False)[1].rows)
+        self._users.move_to_end(user)
+        assert isinstance(data, _User)
+        return data
 
-    def get(self, user: UserKey, memory_id: str) -> Entry | None:
-        memory_id = _core.check_memory_id(memory_id)
-        with self._store.lock:
-            state = self._states.get(_core.check_user(user))
-            entry = state.entries[memory_id] if memory_id in state.live else None
-        return entry if entry is not None and not _core.is_expired(entry) else None
+    def _load(self, user: UserKey) -> _User:
+        """The user's memory rows in write order, from one scan (history stays in the table)."""
+        found = self._scan(f"scope = '{scope_of(user)}' AND rec = '{MEMORY}'").sort_by("seq")
+        vectors: Any = [None] * found.num_rows
+        if self._vectors:
+            vectors = found.column("vector").combine_chunks().to_numpy(zero_copy_only=False)
+            found = found.drop_columns(["vector"])
+        data = _User()
+        for r, v in zip(found.to_pylist(), vectors, strict=True):
+            e = Entry.model_validate_json(r["body"])
+            data.rows[e.id] = _Row(e, r["fp"], r["deleted"], v, keyed=r["keyed"], seq=r["seq"])
+        data.stale.update(data.rows)
+        return data
 
-    def read(self, user: UserKey, limit: int | None = None) -> list[Entry]:
-        entries = self._live(user)
-        entries.sort(key=lambda e: (e.updated_at, e.created_at, e.id), reverse=True)
-        return entries[:limit] if limit is not None and limit > 0 else entries
+    def _memory(self, user: UserKey, row: _Row) -> dict[str, Any]:
+        more = {"fp": row.fingerprint, "deleted": row.deleted_at, "keyed": row.keyed}
+        body, vector = row.entry.model_dump_json(), row.vector
+        return record(MEMORY, user, row.entry.id, body, seq=row.seq, vector=vector, **more)
 
-    def count(self, user: UserKey) -> int:
-        with self._store.lock:
-            return len(self._states.get(_core.check_user(user)).live)
-
-    def users(self, app_name: str | None = None) -> list[UserKey]:
-        app = _core.check_app_filter(app_name)
-        rows = self._store.rows(f"rec = '{st.MEMORY}' AND live", ["app", "user"])
-        keys = {(r["app"], r["user"]) for r in rows if app is None or r["app"] == app}
-        return [UserKey(a, u) for a, u in sorted(keys)]
-
-    def history(self, user: UserKey, memory_id: str) -> list[HistoryEvent]:
-        refh = st.digest(_core.check_memory_id(memory_id))
-        sql = f"{st.where(_core.check_user(user), st.HISTORY, live=False)} AND refh = '{refh}'"
-        found = sorted(self._store.rows(sql, ["seq", "body"]), key=lambda r: r["seq"])
-        return [HistoryEvent.model_validate_json(r["body"]) for r in found]
-
-    def expired(self, user: UserKey, limit: int | None = None) -> list[str]:
-        gone = sorted(self._live(user, expired=True), key=lambda e: (e.expires_at, e.id))
-        return [e.id for e in gone][: limit if limit and limit > 0 else None]
+    def _commit(self, done: list[tuple[s.Step, Any]]) -> None:
+        """The plan's rows, history and purges in one table version (an append if all is new)."""
+        user: UserKey | None = None
+        new, refs, purged = set[str](), set[str](), set[str | None]()
+        events: list[HistoryEvent] = []
+        for step, result in done:
+            if isinstance(step, s.Insert):
+                new.update(r.entry.id for r in step.rows)
+            elif isinstance(step, (s.Rewrite, s.SetTopics)):
+                refs.add(step.target.entry.id)
+            elif isinstance(step, s.SoftDelete):
+                refs.update(ref for ref, _ in result)
+            elif isinstance(step, s.EvictOldest) and result is not None:
+                refs.add(result[0])
+            elif isinstance(step, s.RecordHistory):
+                events.extend(step.events)
+            elif isinstance(step, s.Purge):
+                purged.add(step.memory_id)  # None: everything the user has
+                refs.add(step.memory_id or "")
+                events = [e for e in events if step.memory_id not in (None, e.memory_id)]
+            else:
+                continue
+            user = step.user
+        if user is None:
+            return
+        fresh, refs = refs <= new and not purged, refs | new  # fresh: every key is new
+        data, scope = self._users.get(user), scope_of(user)  # None after a purge of the user
+        rows = [self._memory(user, data.rows[r]) for r in refs if data and r in data.rows]
+        for event in events:
+            body = event.model_dump_json()
+            rows.append(record(HISTORY, user, event.memory_id, body, seq=next(self._writes)))
+        drop = f"scope = '{scope}'" if purged else ""
+        if purged and None not in purged:  # one memory: its row and history
+            hashes = ", ".join(f"'{digest(ref)}'" for ref in sorted(filter(None, purged)))
+            drop += f" AND rec IN ('{MEMORY}', '{HISTORY}') AND refh IN ({hashes})"
+        self._write(rows, fresh, drop)
+        if isinstance(data, _User):
+            data.stale |= refs
+            data.history.clear()  # `history` reads the table
 
     def set_expiry(self, user: UserKey, memory_id: str, expires_at: datetime | None) -> bool:
-        user, memory_id = _core.check_user(user), _core.check_memory_id(memory_id)
-        at = ensure_utc(expires_at, "expires_at") if expires_at is not None else None
-        with self._store.lock:
-            state = self._states.get(user)
-            found = state.rows.get(memory_id)
-            if found is None or not found.live:
+        user = check_user(user)
+        with self._lock:
+            if not super().set_expiry(user, memory_id, expires_at):
                 return False
-            entry = state.entries[memory_id].model_copy(update={"expires_at": at})
-            record = st.Record.memory(entry, found.fp or "", found.keyed, found.vector, found.seq)
-            self._store.commit([record])
-            state.put(record)
+            data = self._find(user)
+            try:
+                self._write([self._memory(user, data.rows[memory_id])])
+            except BaseException:
+                del self._users[user]  # reloaded from the table, which stays the truth
+                raise
+            data.stale.add(memory_id)
             return True
 
-    # -- search ---------------------------------------------------------------
+    def history(self, user: UserKey, memory_id: str) -> list[HistoryEvent]:
+        scope, refh = scope_of(check_user(user)), digest(check_memory_id(memory_id))
+        sql = f"scope = '{scope}' AND rec = '{HISTORY}' AND refh = '{refh}'"
+        found = self._scan(sql, ["seq", "body"]).sort_by("seq").column("body")
+        return [HistoryEvent.model_validate_json(body) for body in found.to_pylist()]
+
+    def users(self, app_name: str | None = None) -> list[UserKey]:
+        app = check_app_filter(app_name)
+        found = self._scan(f"rec = '{MEMORY}' AND deleted IS NULL", ["app", "user"])
+        keys = {(r["app"], r["user"]) for r in found.to_pylist() if app in (None, r["app"])}
+        return [UserKey(a, u) for a, u in sorted(keys)]
 
     def search(
         self, user: UserKey, query: str | None = None, options: SearchOptions | None = None
     ) -> list[Entry]:
-        user, opts = _core.check_user(user), _core.resolve_options(query, options)
-        plan = ks.plan_search(opts)
-        if not plan.kinds:
+        user, opts = check_user(user), resolve_options(query, options)
+        if not opts.query.strip():
             return []
         vector = None
         if self._embeddings is not None:
             vector = unit_vector(self._embeddings.embed_query(opts.query))
         terms = ks.QueryTerms.of(opts, self.language)
-        with self._store.lock:
-            state = self._states.get(user)
-            stats = state.stats(terms)
-            pool = state.candidates(terms) if vector is None or opts.hybrid else []
-            near = None if vector is None else state.similar(vector)
+        with self._lock:
+            data = self._find(user)
+            data.refresh(self.language)
+            pool, stats = data.keyword(terms)
+            entries, matrix = data.matrix
+        pool = pool if vector is None or opts.hybrid else []
+        near = None if vector is None else (entries, matrix @ vector if entries else np.zeros(0))
         scores = score_candidates(terms, [d for _, d in pool], stats)
         hit = np.flatnonzero(scores > 0)
         keyword = [pool[i][0] for i in hit.tolist()], scores[hit]
 
-        def fetch(kind: Kind | None) -> ks.Legs:
+        def fetch(kind: Kind | None, size: int) -> ks.Legs:
             def keep(entry: Entry) -> bool:
                 return (kind is None or entry.memory.kind == kind) and ks.passes_time(
                     entry.memory.event_time, opts.time_after, opts.time_before
                 )
 
-            vectors = None if near is None else _top(*near, keep, plan.pool)
-            return ks.Legs(vectors, _top(*keyword, keep, plan.pool))
+            vectors = None if near is None else _top(*near, keep, size)
+            return ks.Legs(vectors, _top(*keyword, keep, size))
 
-        fetched = {kind: fetch(kind) for kind in plan.kinds}
-        return ks.rank_search(plan, fetched, opts, self.language, self._time_mentions)
+        return ks.execute_search(opts, fetch, self.language, self._time_mentions)
 
-    # -- cursors, claims and dead letters (the shared `ClaimTable` rules) ---------
+    def _load_claims(self) -> None:
+        """Every thread's cursor, claim and dead letters, into a fresh `ClaimTable`."""
+        self._claims = table = c.ClaimTable(self._lock)
+        for row in self._scan(f"rec = '{THREAD}'", ["app", "user", "body"]).to_pylist():
+            body = json.loads(row["body"])
+            key = (UserKey(row["app"], row["user"]), body["thread_id"])
+            if body["cursor"] is not None:
+                raw = {n: base64.b64decode(body["cursor"][n]) for n in _BYTES}
+                table.cursors[key] = ExtractionCursor.model_validate(body["cursor"] | raw)
+            if body["claim"] is not None:
+                table.claims[key] = c.Claim(**body["claim"])
+            table.letters |= {d["id"]: DeadLetter.model_validate(d) for d in body["letters"]}
 
     def run_claim_op(self, op: c.ClaimOp[T]) -> T:
-        """Run the op on a `ClaimTable` holding the rows it reads (one thread's cursor,
-        claim and dead letters, or the letters an admin call reads), then write the
-        table's rows back in one commit."""
-        with self._store.lock:
-            if isinstance(op, (c.ListDeadLetters, c.RetryDeadLetter)):
-                admin: T = self._admin(op)
-                return admin
-            assert isinstance(op, (c.OnThread, c.SetCursor))
-            user = op.user
-            thread_id = op.cursor.thread_id if isinstance(op, c.SetCursor) else op.thread_id
-            table = self._claims(user, thread_id)
-            result: T = table.apply(op)
-            if not isinstance(op, c.GetCursor):
-                records = [_letter(d) for d in table.letters.values()]
-                for claim in table.claims.values():
-                    records.append(
-                        st.Record.of(st.CLAIM, user, thread_id, json.dumps(asdict(claim)))
-                    )
-                for cursor in table.cursors.values():
-                    records.append(st.Record.of(st.CURSOR, user, thread_id, _cursor_json(cursor)))
-                self._store.commit(records)
+        """Run the op on the `ClaimTable`, then store the thread it may have changed."""
+        with self._lock:
+            result = super().run_claim_op(op)
+            if isinstance(op, c.RetryDeadLetter) and op.letter_id in self._claims.letters:
+                letter = self._claims.letters[op.letter_id]
+                key = (letter.user, letter.thread_id)
+            elif isinstance(op, (c.Owned, c.SetCursor)):  # every thread op but `GetCursor`
+                thread = op.cursor.thread_id if isinstance(op, c.SetCursor) else op.thread_id
+                key = (op.user, thread)
+            else:
+                return result
+            try:
+                self._write([self._thread(*key)])
+            except BaseException:
+                self._load_claims()  # the table stays the truth
+                raise
             return result
 
-    def _admin(self, op: c.ListDeadLetters | c.RetryDeadLetter) -> Any:
-        """An admin call across users, on a table of the dead letters it reads."""
-        retry = op.letter_id if isinstance(op, c.RetryDeadLetter) else None
-        sql = "true" if retry is None else f"refh = '{st.digest(retry)}'"
-        table = c.ClaimTable(self._store.lock, letters=self._letters(sql))
-        result = table.apply(op)
-        if retry is not None and result is not None:
-            self._store.commit([_letter(table.letters[retry])])
-        return result
-
-    def _letters(self, sql: str) -> dict[str, DeadLetter]:
-        found = self._store.records(f"rec = '{st.LETTER}' AND {sql}")
-        return {d.id: d for d in (DeadLetter.model_validate_json(r.body) for r in found)}
-
-    def _claims(self, user: UserKey, thread_id: str) -> c.ClaimTable:
-        """A table with the thread's cursor, claim and dead letters."""
-        table = c.ClaimTable(self._store.lock)
-        cursor = self._store.one(st.key_of(st.CURSOR, user, thread_id))
+    def _thread(self, user: UserKey, thread: str) -> dict[str, Any]:
+        table, key = self._claims, (user, thread)
+        mine = [d for d in table.letters.values() if (d.user, d.thread_id) == key]
+        cursor, claim = table.cursors.get(key), table.claims.get(key)
+        body: dict[str, Any] = {"thread_id": thread, "cursor": None}
+        body["letters"] = [d.model_dump(mode="json") for d in mine]
         if cursor is not None:
-            table.cursors[(user, thread_id)] = _cursor_of(cursor.body)
-        claim = self._store.one(st.key_of(st.CLAIM, user, thread_id))
-        if claim is not None:
-            table.claims[(user, thread_id)] = c.Claim(**json.loads(claim.body))
-        letters = self._letters(f"scope = '{st.scope_of(user)}'").values()
-        table.letters = {d.id: d for d in letters if d.thread_id == thread_id}
-        return table
+            raw = {n: base64.b64encode(getattr(cursor, n)).decode() for n in _BYTES}
+            body["cursor"] = cursor.model_dump(mode="json", exclude=set(_BYTES)) | raw
+        body["claim"] = None if claim is None else asdict(claim)
+        return record(THREAD, user, thread, json.dumps(body))
 
-    def close(self) -> None:
-        self._states.held.clear()
+
+def open_backend(
+    url: str, *, embeddings: Embeddings | None = None, create: bool = True, **options: Any
+) -> LanceDBMemoryService:
+    """`lancedb:///abs/dir` or `lancedb://relative/dir`; `options` are the service's.
+    With `create=False` the directory must already hold a langmem-trpc table."""
+    path = split_url(url, "lancedb")
+    if not path:
+        raise ConfigurationError(f"url: {url!r} names no directory (lancedb:///abs/dir)")
+    if not create and not (Path(path) / f"{TABLE}.lance").is_dir():
+        raise ConfigurationError(f"no LanceDB memory store at {path}")
+    return build_service(LanceDBMemoryService, "lancedb", path, embeddings, **options)
