@@ -593,6 +593,47 @@ async def test_bulk_copy_keeps_every_field_sync_and_async(svc):
     assert hits[0].memory.metadata["n"] == 2
 
 
+def test_bulk_rows_and_their_history_are_one_statement(clean_url):
+    """A run of new content is one INSERT writing the rows and their "add" events (no
+    history statement of its own), with the same columns as rows added one by one."""
+    from langmem_trpc.types import Source
+
+    statements: list[str] = []
+    sync_pool, _ = _counting_pools(clean_url, statements)
+    svc = PostgresMemoryService(sync_pool, HashingEmbeddings())
+    try:
+        single = svc.add(BOB, "Lunch with Ana, Bo in Kyoto", topics=["Food trips"])
+        statements.clear()
+        source = Source(thread_id="t1", message_ids=["m1"])
+        texts = [f"Lunch with Ana, Bo in Kyoto {i}" for i in range(3)]
+        memories = [Memory(text=t, topics=["Food trips"]) for t in texts]
+        entries = svc.add_many(ALICE, memories, source=source)
+        assert not any(s.lstrip().startswith("INSERT INTO langmem_history") for s in statements)
+        assert sum("INSERT INTO langmem_history" in s for s in statements) == 1
+        for entry in entries:
+            (event,) = svc.history(ALICE, entry.id)
+            assert (event.operation.value, event.text_before, event.text_after) == (
+                "add",
+                None,
+                entry.text,
+            )
+            assert event.at == entry.created_at and event.source == source
+            assert svc.get(ALICE, entry.id).memory.metadata == {}
+        names = ["content_terms", "topic_terms", "content_len", "topic_len", "content_doc"]
+        names += ["topic_doc"]
+        with psycopg.connect(clean_url) as conn:
+            for entry, memory in ((entries[0], memories[0]), (single, single.memory)):
+                got = conn.execute(
+                    f"SELECT {', '.join(names)}, metadata FROM langmem_memories WHERE id = %s",
+                    (entry.id,),
+                ).fetchone()
+                want = _sql.keyword_columns(memory.text, memory.topics, ENGLISH)
+                assert list(got) == [*(want[n] for n in names), {}]
+    finally:
+        svc.close()
+        sync_pool.close()
+
+
 def test_ann_function_scans_the_half_precision_hnsw_index(svc, clean_url):
     """`langmem_ann_candidates` repeats the halfvec index expression and predicate
     (vector migration 4) exactly, and its SET clauses pin the plan to the index: its

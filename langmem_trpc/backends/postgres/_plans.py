@@ -83,17 +83,31 @@ class WriteOptions:
 
 def write(plan: steps.Plan[T], options: WriteOptions) -> Plan[T]:
     """Run a shared write plan (`service/_plans.py`) as SQL: each abstract step
-    becomes the statements below, in the one transaction the driver opens."""
+    becomes the statements below, in the one transaction the driver opens.
+
+    A multi-row `Insert` is staged by COPY and its INSERT held until the next step:
+    when that step records the rows' "add" events, one statement writes both."""
     reply: Any = None
+    staged: steps.Insert | None = None
     while True:
         try:
             step = plan.send(reply)
         except StopIteration as done:
+            if staged is not None:
+                yield _bulk.insert_sql(staged, options.indexed, None)
             result: T = done.value
             return result
-        if isinstance(step, steps.Insert) and len(step.rows) > 1:
-            yield from _bulk.insert(step.user, step.rows, options.language, options.indexed)
-            reply = None
+        if staged is not None:
+            history = _bulk.added(staged, step)
+            yield _bulk.insert_sql(staged, options.indexed, history)
+            staged = reply = None
+            if history is not None:
+                continue
+        if isinstance(step, steps.Now):  # one per added row: the cheapest test first
+            reply = utcnow()
+        elif isinstance(step, steps.Insert) and len(step.rows) > 1:
+            yield from _bulk.stage(step.rows, options.language)
+            staged = step
         elif isinstance(step, steps.Embed) and options.vectors is not None:
             reply = list(options.vectors)
         else:
@@ -101,8 +115,7 @@ def write(plan: steps.Plan[T], options: WriteOptions) -> Plan[T]:
 
 
 def _step(step: steps.Step, embed: bool, language: Language) -> Plan[Any]:
-    if isinstance(step, steps.Now):
-        return utcnow()
+    assert not isinstance(step, steps.Now)  # `write` answers it
     if isinstance(step, steps.Embed):
         if not embed:
             return [None] * len(step.texts)
