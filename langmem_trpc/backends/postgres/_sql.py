@@ -15,7 +15,7 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from ...service._documents import fts_document, keyword_doc, topics_document
+from ...service._documents import fts_document, topics_document
 from ...service._language import Language
 from ...service._steps import RecordHistory
 from ...types import Entry, HistoryEvent, Kind, Memory, Operation, Source, UserKey
@@ -619,29 +619,25 @@ def vector_param(vector: Sequence[float] | None) -> list[float] | None:
 def keyword_columns(text: str, topics: Sequence[str], language: Language) -> Params:
     """Pre-tokenised fields, from one tokenizer pass (in the service's `language`): the
     tsvector's terms, the BM25 lengths and the stored documents the keyword score is
-    rebuilt from."""
+    rebuilt from (`keyword_doc`)."""
     content_doc = fts_document(text, language)
-    topic_doc = topics_document(topics, language)
-    doc = keyword_doc(content_doc, topic_doc)
+    content = content_doc.split()
     return {
-        "content_terms": sorted(doc.content_tf),
-        "topic_terms": sorted(doc.topic_tf),
-        "content_len": doc.content_len,
-        "topic_len": doc.topic_len,
+        "content_terms": sorted(set(content)),
+        "content_len": len(content),
         "content_doc": content_doc,
-        "topic_doc": topic_doc,
+        **_topic_columns(topics, language),
     }
+
+
+def _topic_columns(topics: Sequence[str], language: Language) -> Params:
+    topic_doc = topics_document(topics, language)
+    tokens = topic_doc.split()
+    return {"topic_terms": sorted(set(tokens)), "topic_len": len(tokens), "topic_doc": topic_doc}
 
 
 def topic_params(memory: Memory, language: Language) -> Params:
-    topic_doc = topics_document(memory.topics, language)
-    doc = keyword_doc("", topic_doc)
-    return {
-        "topics": list(memory.topics),
-        "topic_terms": sorted(doc.topic_tf),
-        "topic_len": doc.topic_len,
-        "topic_doc": topic_doc,
-    }
+    return {"topics": list(memory.topics), **_topic_columns(memory.topics, language)}
 
 
 def memory_params(
