@@ -670,10 +670,10 @@ def test_search_learns_the_dimension_when_another_process_ran_setup(opened):
     writer = opened(embeddings=HashingEmbeddings())
     writer.add(ALICE, "Prefers window seats")
     reader = opened(embeddings=HashingEmbeddings(), exact_search_max=0)  # no setup(), no dims
-    assert reader._dims is None
+    assert reader._search_cache.dims is None
     for _ in range(2):  # the second search is pinned to the index
         assert reader.search(ALICE, "window seats")[0].text == "Prefers window seats"
-    assert reader._dims == len(HashingEmbeddings().embed_query("x"))
+    assert reader._search_cache.dims == len(HashingEmbeddings().embed_query("x"))
 
 
 @pytest.mark.parametrize("exact_max", [10_000, 0], ids=["exact", "hnsw"])

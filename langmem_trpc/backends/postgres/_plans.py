@@ -10,7 +10,7 @@ bad input never opens a transaction.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Iterable, MutableMapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
@@ -144,7 +144,17 @@ def _step(step: steps.Step, embed: bool, language: Language) -> Plan[Any]:
         return int(rows[0]["live_count"]) if rows else 0
     if isinstance(step, steps.Insert):
         for row in step.rows:
-            yield from _insert(step.user, row, language)
+            entry = row.entry
+            content = _sql.memory_params(
+                entry.memory, row.fingerprint, _vector(row.vector), language
+            )
+            yield Sql(
+                _sql.INSERT_MEMORY,
+                {
+                    **params, "id": entry.id, "keyed": row.keyed, "created": entry.created_at,
+                    "updated": entry.updated_at, "expires": entry.expires_at, **content,
+                },
+            )  # fmt: skip
         return None
     if isinstance(step, steps.Rewrite):
         content = _sql.memory_params(step.memory, step.fingerprint, _vector(step.vector), language)
@@ -196,18 +206,6 @@ def _stored(rows: Sequence[_sql.Row], deleted: bool | None) -> steps.Stored | No
     if deleted is None:
         deleted = row["deleted_at"] is not None
     return steps.Stored(_sql.entry_from_row(row), bool(row["keyed"]), deleted)
-
-
-def _insert(user: UserKey, row: steps.NewRow, language: Language) -> Plan[None]:
-    entry = row.entry
-    content = _sql.memory_params(entry.memory, row.fingerprint, _vector(row.vector), language)
-    yield Sql(
-        _sql.INSERT_MEMORY,
-        _sql.user_params(
-            user, id=entry.id, keyed=row.keyed, created=entry.created_at,
-            updated=entry.updated_at, expires=entry.expires_at, **content,
-        ),
-    )  # fmt: skip
 
 
 # --- reads -----------------------------------------------------------------
@@ -268,15 +266,10 @@ def search(
 ) -> Plan[list[Entry]]:
     """The shared plan (`plan_search`), fetched in one statement, ranked by `rank_search`.
 
-    The statement fetches the legs of every kind the plan names (the kind
-    fallback's unfiltered legs too); entries the cache lacks at their row
-    version are read by id afterwards. `cache.sizes` remembers each user's
-    live count from earlier searches: for users above `exact_max` the vector
-    leg reads the HNSW index through `langmem_ann_candidates`, and a
-    vector-only search reads nothing else (`ann_candidates_sql`, narrowed to
-    3 x max_results). Only when that narrow fetch may rank differently than
-    the full pool (`_needs_wider_pool`: dedupe emptied it, or its farthest
-    candidate ties the last hit) is the full-pool statement run as well.
+    `cache.sizes` remembers each user's live count from earlier searches: for
+    users above `exact_max` the vector leg reads the HNSW index through
+    `langmem_ann_candidates`, and a vector-only search reads nothing else,
+    narrowed to 3 x max_results unless `_needs_wider_pool`.
     """
     plan = plan_search(options)
     if not plan.kinds:
@@ -302,8 +295,7 @@ def search(
         language=language,
         fallback=plan.fallback,
     )
-    # vector-only results are ordered by cosine alone: 3 x max_results candidates
-    # leave room for dedupe; `_needs_wider_pool` falls back to the full pool
+    # vector-only results are ordered by cosine alone: 3 x max_results leave room for dedupe
     narrow = min(plan.pool, 3 * options.max_results) if heavy and not options.hybrid else None
     fetched = yield from _fetch(user, plan, query, narrow, cache)
     results = rank_search(plan, fetched, options, language, cache.time_mentions)
@@ -328,8 +320,17 @@ def _fetch(
     else:
         rows = yield Sql(query.sql, query.params)
     if rows and rows[0]["n"] is not None:
-        remember_size(cache.sizes, user, int(rows[0]["n"]))
-    entries = yield from _candidate_entries(user, rows, cache.entries)
+        if user not in cache.sizes and len(cache.sizes) >= SIZE_CACHE_MAX:
+            cache.sizes.clear()  # bounded: a forgotten heavy user costs one unpinned search
+        cache.sizes[user] = int(rows[0]["n"])
+    # candidates' entries from the cache; rows it lacks (at their version) in one fetch
+    versions = {r["id"]: (r["version"], r["updated_at"]) for r in rows}  # ids repeat across parts
+    entries, missing = cache.entries.split(user, versions.items())
+    if missing:
+        for row in (yield Sql(_sql.ROWS_BY_IDS, _sql.user_params(user, ids=missing))):
+            entry = _sql.entry_from_row(row)
+            cache.entries.put(user, entry, (row["version"], row["updated_at"]))
+            entries[entry.id] = entry
     fetched: dict[Kind | None, Legs] = {}
     for part, kind in enumerate(plan.kinds):
         if narrow is not None:
@@ -361,29 +362,8 @@ def _needs_wider_pool(
     return False
 
 
-def _candidate_entries(
-    user: UserKey, rows: Sequence[_sql.Row], entries: EntryCache
-) -> Plan[dict[str, Entry]]:
-    """Candidates' entries from the cache; rows it lacks (at their version) in one fetch."""
-    versions = {r["id"]: (r["version"], r["updated_at"]) for r in rows}  # ids repeat across parts
-    found, missing = entries.split(user, versions.items())
-    if missing:
-        fetched = yield Sql(_sql.ROWS_BY_IDS, _sql.user_params(user, ids=missing))
-        for row in fetched:
-            entry = _sql.entry_from_row(row)
-            entries.put(user, entry, (row["version"], row["updated_at"]))
-            found[entry.id] = entry
-    return found
-
-
 SIZE_CACHE_MAX = 10_000
-
-
-def remember_size(sizes: MutableMapping[UserKey, int], user: UserKey, n: int) -> None:
-    """Bounded: when full, forget everything (a forgotten heavy user costs one unpinned search)."""
-    if user not in sizes and len(sizes) >= SIZE_CACHE_MAX:
-        sizes.clear()
-    sizes[user] = n
+"""Users whose live count `SearchCache.sizes` keeps; when full it forgets them all."""
 
 
 # --- setup -----------------------------------------------------------------

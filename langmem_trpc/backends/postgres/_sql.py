@@ -606,11 +606,8 @@ def user_params(user: UserKey, **extra: Any) -> Params:
 
 
 def vector_param(vector: Sequence[float] | None) -> list[float] | None:
-    """A vector as a binary float8[] parameter (`%(name)b::vector` in SQL, pgvector casts it).
-
-    Binary needs no adapter registration and skips formatting 384 floats as
-    text (~0.27 ms a vector here) and parsing them on the server.
-    """
+    """A vector as a binary float8[] parameter (`%(name)b::vector` in SQL, pgvector casts it):
+    no adapter registration, and no text formatting of 384 floats (~0.27 ms a vector)."""
     if vector is None:
         return None
     return [float(x) for x in vector]
@@ -685,29 +682,26 @@ def utc_or_none(value: datetime | None) -> datetime | None:
     return None if value is None else _utc(value)
 
 
-def memory_from_row(row: Row) -> Memory:
-    return Memory.model_construct(
+def entry_from_row(row: Row) -> Entry:
+    memory = Memory.model_construct(
         text=row["text"],
         topics=list(row["topics"]),
         kind=Kind(row["kind"]),
-        event_time=None if row["event_time"] is None else _utc(row["event_time"]),
+        event_time=utc_or_none(row["event_time"]),
         participants=list(row["participants"]),
         location=row["location"],
         metadata=dict(row["metadata"] or {}),
     )
-
-
-def entry_from_row(row: Row) -> Entry:
     return Entry.model_construct(
         id=row["id"],
         app_name=row["app_name"],
         user_id=row["user_id"],
-        memory=memory_from_row(row),
+        memory=memory,
         created_at=_utc(row["created_at"]),
         updated_at=_utc(row["updated_at"]),
         score=None,
         rrf_score=None,
-        expires_at=None if row.get("expires_at") is None else _utc(row["expires_at"]),
+        expires_at=utc_or_none(row.get("expires_at")),
     )
 
 

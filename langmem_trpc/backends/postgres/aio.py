@@ -101,7 +101,7 @@ class AsyncPostgres(PostgresBase):
 
     async def asetup(self) -> None:
         """Async twin of `setup()`."""
-        self._dims = await self._arun(self._op_setup())
+        self._search_cache.dims = await self._arun(self._op_setup())
 
     async def arun_plan(self, plan: Plan[T]) -> T:
         return cast("T", await self._arun(self._op_write(plan)))

@@ -220,4 +220,4 @@ class PostgresMemoryService(SyncPostgres, AsyncPostgres, MemoryService):
         await asyncio.to_thread(self.close)
 
     def __repr__(self) -> str:
-        return f"PostgresMemoryService(vectors={self.supports_vectors}, dims={self._dims})"
+        return f"PostgresMemoryService(vectors={self.supports_vectors}, dims={self._search_cache.dims})"

@@ -79,8 +79,8 @@ class SyncPostgres(PostgresBase):
 
     def setup(self) -> None:
         """Create the extension and apply pending migrations (idempotent; safe to run concurrently)."""
-        self._dims = self._run(self._op_setup())
-        logger.debug("langmem_trpc PostgreSQL schema ready (dims=%s)", self._dims)
+        self._search_cache.dims = self._run(self._op_setup())
+        logger.debug("langmem_trpc PostgreSQL schema ready (dims=%s)", self._search_cache.dims)
 
     def run_plan(self, plan: Plan[T]) -> T:
         return cast("T", self._run(self._op_write(plan)))
