@@ -752,7 +752,7 @@ def test_deferred_bulk_load_is_searchable_before_and_after_indexing(opened, clea
     assert [a[0] for a in before] == [queries[0]] * 2 + [queries[1]] * 2, before
     from langmem_trpc.backends.postgres import _bulk
 
-    assert svc._run(_bulk.pending_op(ALICE, 30)) == 30  # one batch: half indexed
+    assert len(svc._run(_bulk.pending_op(ALICE, 30))) == 30  # one batch: half indexed
     assert svc.pending_count(ALICE) == 30
     assert [a[0] for a in answers()] == [a[0] for a in before]
     assert svc.index_pending(ALICE, batch_size=25) == 30

@@ -129,23 +129,19 @@ def insert_sql(insert: Insert, indexed: bool, history: RecordHistory | None) -> 
     return _plans.Sql(BULK_INSERT_ADDED, {**params, "op": Operation.ADD.value, "source": source})
 
 
-def _pending_plan(user: UserKey | None, limit: int) -> _plans.Plan[int]:
+def _pending_plan(sql: str, user: UserKey | None, **extra: int) -> _plans.Plan[list[_sql.Row]]:
     params = {"app": None, "user": None} if user is None else _sql.user_params(user)
-    rows = yield _plans.Sql(_sql.PENDING_BATCH, {**params, "limit": limit})
-    return len(rows)
+    rows: list[_sql.Row] = yield _plans.Sql(sql, {**params, **extra})
+    return rows
 
 
 def pending_op(user: UserKey | None, limit: int) -> _plans.Op:
     """One batch of deferred rows flipped to indexed (one transaction, so each batch's
-    graph inserts commit on their own and a long run never holds many row locks)."""
-    return _plans.Op(_pending_plan(user, limit), write=True)
-
-
-def _count_plan(user: UserKey | None) -> _plans.Plan[int]:
-    params = {"app": None, "user": None} if user is None else _sql.user_params(user)
-    rows = yield _plans.Sql(_sql.PENDING_COUNT, params)
-    return int(rows[0]["n"])
+    graph inserts commit on their own and a long run never holds many row locks);
+    the plan returns the rows flipped."""
+    return _plans.Op(_pending_plan(_sql.PENDING_BATCH, user, limit=limit), write=True)
 
 
 def pending_count_op(user: UserKey | None) -> _plans.Op:
-    return _plans.Op(_count_plan(user), write=False)
+    """The plan returns one row: `n`, the live rows not yet indexed."""
+    return _plans.Op(_pending_plan(_sql.PENDING_COUNT, user), write=False)
