@@ -1,8 +1,8 @@
 """Multi-row inserts of the shared write plans: binary COPY into a staging table + one INSERT ... SELECT.
 
 The write plans decide which rows are new (`add_many` runs of content the user
-has nowhere); this only makes storing many of them one round trip instead of
-one statement each. Binary COPY sends vectors in pgvector's binary format
+has nowhere); this only makes storing many of them, and their "add" history
+events, one COPY and one statement instead of a statement each. Binary COPY sends vectors in pgvector's binary format
 straight from numpy (no JSON or text float formatting on the client, no parsing
 on the server).
 
@@ -78,7 +78,7 @@ BULK_INSERT_ADDED = f"""{_STAGED}, ins AS ({_INSERT_ROWS})
 INSERT INTO langmem_history (app_name, user_id, memory_id, operation, text_before, text_after, at, source)
 SELECT %(app)s, %(user)s, id, %(op)s, NULL, text, created_at, %(source)s FROM staged ORDER BY ord"""
 """`BULK_INSERT` plus the rows' "add" history events, in one statement (as ccef5b3's load
-did): adapting the events as arrays for their own statement cost a fifth of a load."""
+did): no statement of their own, with six 1,000-element arrays adapted per batch."""
 
 
 def stage(rows: Sequence[NewRow], language: Language) -> _plans.Plan[None]:
@@ -106,18 +106,12 @@ def added(insert: Insert, step: Step) -> RecordHistory | None:
     if not isinstance(step, RecordHistory) or len(step.events) != len(insert.rows):
         return None
     source = step.events[0].source
-    for event, row in zip(step.events, insert.rows, strict=True):
-        entry = row.entry
-        if (
-            event.operation is not Operation.ADD
-            or event.memory_id != entry.id
-            or event.text_before is not None
-            or event.text_after != entry.text
-            or event.at != entry.created_at
-            or event.source != source
-        ):
-            return None
-    return step
+    same = all(
+        e.operation is Operation.ADD and e.memory_id == r.entry.id and e.text_before is None
+        and e.text_after == r.entry.text and e.at == r.entry.created_at and e.source == source
+        for e, r in zip(step.events, insert.rows, strict=True)
+    )  # fmt: skip
+    return step if same else None
 
 
 def insert_sql(insert: Insert, indexed: bool, history: RecordHistory | None) -> _plans.Sql:

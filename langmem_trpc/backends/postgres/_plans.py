@@ -438,16 +438,16 @@ def language_checked(plan: Plan[T], language: Language, passed: Callable[[], Non
     return (yield from plan)
 
 
-def backfill_fingerprints() -> Plan[int]:
+def backfill_fingerprints() -> Plan[None]:
     """Recompute the fingerprints core migration 9 names, in keyset-ordered batches."""
-    done, after = 0, ("", "", "")
+    after = ("", "", "")
     while True:
         rows = yield Sql(
             _sql.FINGERPRINT_SELECT,
             {"app": after[0], "user": after[1], "id": after[2], "limit": _sql.BACKFILL_BATCH},
         )
         if not rows:
-            return done
+            return
         fps = [
             stored_fingerprint(
                 r["text"], r["kind"], _sql.utc_or_none(r["event_time"]), r["participants"],
@@ -467,10 +467,9 @@ def backfill_fingerprints() -> Plan[int]:
         )
         last = rows[-1]
         after = (last["app_name"], last["user_id"], last["id"])
-        done += len(rows)
 
 
-def backfill_docs(language: Language) -> Plan[int]:
+def backfill_docs(language: Language) -> Plan[None]:
     """Re-tokenise every row whose content_doc is NULL (written before migration 6,
     or reset by the stemmed-documents migration), in batches: documents, terms
     and lengths.
@@ -478,11 +477,10 @@ def backfill_docs(language: Language) -> Plan[int]:
     The tokenizer is Python, so SQL cannot compute them; runs once, in the
     transaction that applies the migration.
     """
-    done = 0
     while True:
         rows = yield Sql(_sql.BACKFILL_SELECT, {"limit": _sql.BACKFILL_BATCH})
         if not rows:
-            return done
+            return
         docs = [_sql.keyword_columns(r["text"], r["topics"], language) for r in rows]
         yield Sql(
             _sql.BACKFILL_UPDATE,
@@ -498,4 +496,3 @@ def backfill_docs(language: Language) -> Plan[int]:
                 "topic_len": [d["topic_len"] for d in docs],
             },
         )
-        done += len(rows)
