@@ -354,7 +354,14 @@ def legs_from_rows(
             vector.append((row["vrank"], entry, score))
         if row["krank"] is not None:
             if scorer is None:
-                scorer = KeywordScorer.of(query.terms, corpus_stats(query.terms, row))
+                n = int(row["n"])  # BM25 stats of the query's tokens: all the score looks up
+                stats = CorpusStats(
+                    n_docs=n,
+                    df=dict(zip(query.terms.tokens, (int(x) for x in row["df"]), strict=True)),
+                    avg_content_len=max(int(row["content_sum"]) / n, 1.0) if n else 1.0,
+                    avg_topic_len=max(int(row["topic_sum"]) / n, 1.0) if n else 1.0,
+                )
+                scorer = KeywordScorer.of(query.terms, stats)
             doc = _candidate_doc(query, row, entry)
             keyword.append((row["krank"], entry, scorer.score(doc)))
     vector.sort(key=lambda item: item[0])
@@ -394,14 +401,3 @@ def _candidate_doc(query: SearchQuery, row: Row, entry: Entry) -> KeywordDoc:
     if content is None or topics is None or query.params["like"] is not None:
         return KeywordDoc.build(entry.memory.text, entry.memory.topics, query.language)
     return keyword_doc(content, topics, query.terms.tokens)
-
-
-def corpus_stats(terms: QueryTerms, row: Row) -> CorpusStats:
-    """BM25 stats for the query's tokens only: all the keyword score ever looks up."""
-    n = int(row["n"])
-    return CorpusStats(
-        n_docs=n,
-        df=dict(zip(terms.tokens, (int(x) for x in row["df"]), strict=True)),
-        avg_content_len=max(int(row["content_sum"]) / n, 1.0) if n else 1.0,
-        avg_topic_len=max(int(row["topic_sum"]) / n, 1.0) if n else 1.0,
-    )
