@@ -629,6 +629,11 @@ def test_bulk_rows_and_their_history_are_one_statement(clean_url):
                 ).fetchone()
                 want = _sql.keyword_columns(memory.text, memory.topics, ENGLISH)
                 assert list(got) == [*(want[n] for n in names), {}]
+                (stored,) = conn.execute(
+                    "SELECT embedding::real[] FROM langmem_memories WHERE id = %s", (entry.id,)
+                ).fetchone()
+                vector = HashingEmbeddings().embed_documents([memory.text])[0]
+                assert stored == pytest.approx(vector, rel=1e-6, abs=1e-7)
     finally:
         svc.close()
         sync_pool.close()

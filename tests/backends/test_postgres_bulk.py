@@ -89,3 +89,26 @@ def test_an_insert_the_plan_ends_on_or_follows_with_another_step_still_runs():
     assert _statements(steps.Insert(ALICE, rows)) == [_bulk.CREATE_STAGE, "COPY", _bulk.BULK_INSERT]
     sql = _statements(steps.Insert(ALICE, rows), steps.CountLive(ALICE))
     assert sql == [_bulk.CREATE_STAGE, "COPY", _bulk.BULK_INSERT, _plans._sql.LIVE_COUNT]
+
+
+def test_staged_vectors_are_pgvectors_binary_form():
+    """One numpy conversion for a batch of one dimension, pgvector's own per row otherwise:
+    the same bytes either way."""
+    import numpy as np
+    from pgvector import Vector
+
+    def with_vectors(vectors):
+        return tuple(
+            steps.NewRow(r.entry, r.fingerprint, r.keyed, v)
+            for r, v in zip(_rows(len(vectors)), vectors, strict=True)
+        )
+
+    rng = np.random.default_rng(0)
+    same = [rng.standard_normal(8).astype(np.float32) for _ in range(3)]
+    lists = [[float(x) for x in v] for v in same]
+    for vectors in (same, lists, [same[0], None, same[2]], [same[0], same[1][:4]]):
+        got = _bulk._vectors(with_vectors(vectors))
+        want = [None if v is None else Vector(np.asarray(v, dtype=np.float32)) for v in vectors]
+        assert [None if g is None else g.to_binary() for g in got] == [
+            None if w is None else w.to_binary() for w in want
+        ]

@@ -13,9 +13,11 @@ by an exact scan of the user's pending rows until `pending_op` batches flip them
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Sequence
 
 import numpy as np
+from pgvector import Vector
 from psycopg.types.json import Jsonb
 
 from ...service._language import Language
@@ -81,13 +83,33 @@ SELECT %(app)s, %(user)s, id, %(op)s, NULL, text, created_at, %(source)s FROM st
 did): no statement of their own, with six 1,000-element arrays adapted per batch."""
 
 
+class _Binary(Vector):
+    """A vector already in pgvector's binary form (its COPY dumper sends `to_binary()`)."""
+
+    def __init__(self, binary: bytes) -> None:
+        self._binary = binary
+
+    def to_binary(self) -> bytes:
+        return self._binary
+
+
+def _vectors(rows: Sequence[NewRow]) -> list[Vector | None]:
+    """The rows' vectors for COPY; all of one dimension: converted in one numpy call
+    (pgvector's dumper converts each row in Python, 2 us of a row's ~70)."""
+    given = [row.vector for row in rows]
+    if any(v is None for v in given) or len({len(v) for v in given}) != 1:
+        return [None if v is None else Vector(np.asarray(v, dtype=np.float32)) for v in given]
+    packed = np.asarray(given, dtype=">f4")
+    head = struct.pack(">HH", packed.shape[1], 0)
+    return [_Binary(head + v.tobytes()) for v in packed]
+
+
 def stage(rows: Sequence[NewRow], language: Language) -> _plans.Plan[None]:
     """Copy an `Insert` step's rows, exactly as given, into the staging table."""
     staged = []
-    for ord_, row in enumerate(rows):
+    for ord_, (row, vector) in enumerate(zip(rows, _vectors(rows), strict=True)):
         entry, memory = row.entry, row.entry.memory
         doc = _sql.keyword_columns(memory.text, memory.topics, language)
-        vector = None if row.vector is None else np.asarray(row.vector, dtype=np.float32)
         metadata = Jsonb(memory.metadata) if memory.metadata else None
         staged.append((
             ord_, entry.id, row.keyed, entry.created_at, entry.updated_at, entry.expires_at,
