@@ -593,6 +593,52 @@ async def test_bulk_copy_keeps_every_field_sync_and_async(svc):
     assert hits[0].memory.metadata["n"] == 2
 
 
+def test_bulk_rows_and_their_history_are_one_statement(clean_url):
+    """A run of new content is one INSERT writing the rows and their "add" events (no
+    history statement of its own), with the same columns as rows added one by one."""
+    from langmem_trpc.types import Source
+
+    statements: list[str] = []
+    sync_pool, _ = _counting_pools(clean_url, statements)
+    svc = PostgresMemoryService(sync_pool, HashingEmbeddings())
+    try:
+        single = svc.add(BOB, "Lunch with Ana, Bo in Kyoto", topics=["Food trips"])
+        statements.clear()
+        source = Source(thread_id="t1", message_ids=["m1"])
+        texts = [f"Lunch with Ana, Bo in Kyoto {i}" for i in range(3)]
+        memories = [Memory(text=t, topics=["Food trips"]) for t in texts]
+        entries = svc.add_many(ALICE, memories, source=source)
+        assert not any(s.lstrip().startswith("INSERT INTO langmem_history") for s in statements)
+        assert sum("INSERT INTO langmem_history" in s for s in statements) == 1
+        for entry in entries:
+            (event,) = svc.history(ALICE, entry.id)
+            assert (event.operation.value, event.text_before, event.text_after) == (
+                "add",
+                None,
+                entry.text,
+            )
+            assert event.at == entry.created_at and event.source == source
+            assert svc.get(ALICE, entry.id).memory.metadata == {}
+        names = ["content_terms", "topic_terms", "content_len", "topic_len", "content_doc"]
+        names += ["topic_doc"]
+        with psycopg.connect(clean_url) as conn:
+            for entry, memory in ((entries[0], memories[0]), (single, single.memory)):
+                got = conn.execute(
+                    f"SELECT {', '.join(names)}, metadata FROM langmem_memories WHERE id = %s",
+                    (entry.id,),
+                ).fetchone()
+                want = _sql.keyword_columns(memory.text, memory.topics, ENGLISH)
+                assert list(got) == [*(want[n] for n in names), {}]
+                (stored,) = conn.execute(
+                    "SELECT embedding::real[] FROM langmem_memories WHERE id = %s", (entry.id,)
+                ).fetchone()
+                vector = HashingEmbeddings().embed_documents([memory.text])[0]
+                assert stored == pytest.approx(vector, rel=1e-6, abs=1e-7)
+    finally:
+        svc.close()
+        sync_pool.close()
+
+
 def test_ann_function_scans_the_half_precision_hnsw_index(svc, clean_url):
     """`langmem_ann_candidates` repeats the halfvec index expression and predicate
     (vector migration 4) exactly, and its SET clauses pin the plan to the index: its
@@ -629,10 +675,10 @@ def test_search_learns_the_dimension_when_another_process_ran_setup(opened):
     writer = opened(embeddings=HashingEmbeddings())
     writer.add(ALICE, "Prefers window seats")
     reader = opened(embeddings=HashingEmbeddings(), exact_search_max=0)  # no setup(), no dims
-    assert reader._dims is None
+    assert reader._search_cache.dims is None
     for _ in range(2):  # the second search is pinned to the index
         assert reader.search(ALICE, "window seats")[0].text == "Prefers window seats"
-    assert reader._dims == len(HashingEmbeddings().embed_query("x"))
+    assert reader._search_cache.dims == len(HashingEmbeddings().embed_query("x"))
 
 
 @pytest.mark.parametrize("exact_max", [10_000, 0], ids=["exact", "hnsw"])
@@ -711,7 +757,7 @@ def test_deferred_bulk_load_is_searchable_before_and_after_indexing(opened, clea
     assert [a[0] for a in before] == [queries[0]] * 2 + [queries[1]] * 2, before
     from langmem_trpc.backends.postgres import _bulk
 
-    assert svc._run(_bulk.pending_op(ALICE, 30)) == 30  # one batch: half indexed
+    assert len(svc._run(_bulk.pending_op(ALICE, 30))) == 30  # one batch: half indexed
     assert svc.pending_count(ALICE) == 30
     assert [a[0] for a in answers()] == [a[0] for a in before]
     assert svc.index_pending(ALICE, batch_size=25) == 30

@@ -32,10 +32,7 @@ def open_backend(
     url: str, *, embeddings: Embeddings | None = None, create: bool = True, **options: Any
 ) -> PostgresMemoryService:
     """The `postgresql` / `postgres` entry point: a `postgresql://` URL or a libpq
-    `key=value` string, passed to libpq unchanged; `options` are
-    `PostgresMemoryService`'s (`pool_size`, `limits`, ...). Opening connects to
-    nothing (pools open on first use), so `create=False` needs no check here:
-    `open()` then just skips `setup()`.
-    """
+    `key=value` string, passed to libpq unchanged; `options` are `PostgresMemoryService`'s.
+    Opening connects to nothing (pools open on first use): `create=False` needs no check."""
     del create  # nothing is created before setup()
     return build_service(PostgresMemoryService, "postgresql", url, embeddings, **options)

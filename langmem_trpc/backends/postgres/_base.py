@@ -105,15 +105,6 @@ class PostgresBase(ExpiryOps):
             Connection[Any] | AsyncConnection[Any], TypeInfo | None
         ] = WeakKeyDictionary()
 
-    @property
-    def _dims(self) -> int | None:
-        """The embedding dimension: given, found by setup(), or read by the first search."""
-        return self._search_cache.dims
-
-    @_dims.setter
-    def _dims(self, value: int | None) -> None:
-        self._search_cache.dims = value
-
     def _pool_options(self, name: str) -> dict[str, Any]:
         """The arguments of a pool this service opens (sync or async), named `name`."""
         return dict(
@@ -129,12 +120,9 @@ class PostgresBase(ExpiryOps):
     def session_settings(self, owned_pool: bool) -> str:
         """Per-connection settings: ANN recall and per-user filtering with pgvector 0.8.
 
-        On connections of pools this service opened, prepared statements also
-        use generic plans: the search statement costs ~1 ms to plan, more than
-        its execution for a typical user. Heavy users' ANN scans plan their own
-        custom plans inside `langmem_ann_candidates` (vector migration 5). A
-        pool passed in keeps its own plan_cache_mode, since the application's
-        own statements run on it too.
+        Pools this service opened also use generic plans (planning the search costs
+        ~1 ms, more than running it for a typical user; heavy users' ANN scans plan
+        inside `langmem_ann_candidates`); a pool passed in keeps the application's.
         """
         settings = (
             f"SET hnsw.ef_search = {int(self._ef_search)}; SET hnsw.iterative_scan = relaxed_order"
@@ -158,7 +146,9 @@ class PostgresBase(ExpiryOps):
         return Op(self._setup_plan(), write=True, checks_language=False)
 
     def _setup_plan(self) -> Plan[int | None]:
-        dims = yield from _plans.setup(self._dims, self._embeddings is not None, self.language)
+        dims = yield from _plans.setup(
+            self._search_cache.dims, self._embeddings is not None, self.language
+        )
         self._language_passed()  # setup checked (or recorded) the language itself
         return dims
 

@@ -1,8 +1,8 @@
 """Multi-row inserts of the shared write plans: binary COPY into a staging table + one INSERT ... SELECT.
 
 The write plans decide which rows are new (`add_many` runs of content the user
-has nowhere); this only makes storing many of them one round trip instead of
-one statement each. Binary COPY sends vectors in pgvector's binary format
+has nowhere); this only makes storing many of them, and their "add" history
+events, one COPY and one statement instead of a statement each. Binary COPY sends vectors in pgvector's binary format
 straight from numpy (no JSON or text float formatting on the client, no parsing
 on the server).
 
@@ -13,15 +13,16 @@ by an exact scan of the user's pending rows until `pending_op` batches flip them
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
+from pgvector import Vector
 from psycopg.types.json import Jsonb
 
 from ...service._language import Language
-from ...service._steps import NewRow
-from ...types import UserKey
+from ...service._steps import Insert, NewRow, RecordHistory, Step
+from ...types import Operation, UserKey
 from . import _plans, _sql
 
 STAGE_COLUMNS: tuple[tuple[str, str], ...] = (
@@ -40,8 +41,8 @@ STAGE_COLUMNS: tuple[tuple[str, str], ...] = (
     ("location", "text"),
     ("metadata", "jsonb"),
     ("embedding", "vector"),
-    ("content_terms", "text[]"),
-    ("topic_terms", "text[]"),
+    ("content_terms", "text"),
+    ("topic_terms", "text"),
     ("content_len", "int4"),
     ("topic_len", "int4"),
     ("content_doc", "text"),
@@ -57,59 +58,106 @@ CREATE TEMP TABLE IF NOT EXISTS langmem_stage_rows (
 
 COPY_STAGE = f"COPY langmem_stage_rows ({_NAMES}) FROM STDIN (FORMAT BINARY)"
 
-BULK_INSERT = """
-WITH staged AS (DELETE FROM langmem_stage_rows RETURNING *)
+_STAGED = "WITH staged AS (DELETE FROM langmem_stage_rows RETURNING *)"
+_INSERT_ROWS = """
 INSERT INTO langmem_memories (
     app_name, user_id, id, text, fingerprint, keyed, topics, kind, event_time, participants,
     location, metadata, embedding, content_terms, topic_terms, content_len, topic_len,
     content_doc, topic_doc, indexed, created_at, updated_at, expires_at)
 SELECT %(app)s, %(user)s, id, text, fp, keyed, topics, kind, event_time, participants,
-    location, metadata, embedding::vector, content_terms, topic_terms, content_len, topic_len,
-    content_doc, topic_doc, %(indexed)s, created_at, updated_at, expires_at
+    location, COALESCE(metadata, '{}'), embedding::vector, string_to_array(content_terms, ' '),
+    string_to_array(topic_terms, ' '), content_len, topic_len, content_doc, topic_doc,
+    %(indexed)s, created_at, updated_at, expires_at
 FROM staged ORDER BY ord"""
+
+BULK_INSERT = _STAGED + _INSERT_ROWS
 """Empties the staging table as it reads it (a plan may insert several runs in one
-transaction); `ord` keeps the rows' write order (eviction takes the oldest)."""
+transaction); `ord` keeps the rows' write order (eviction takes the oldest). Terms
+travel space-joined (tokens never hold a space) and empty metadata as NULL: psycopg
+adapts arrays and JSON in Python, a tenth of a load's client time."""
+
+BULK_INSERT_ADDED = f"""{_STAGED}, ins AS ({_INSERT_ROWS})
+INSERT INTO langmem_history (app_name, user_id, memory_id, operation, text_before, text_after, at, source)
+SELECT %(app)s, %(user)s, id, %(op)s, NULL, text, created_at, %(source)s FROM staged ORDER BY ord"""
+"""`BULK_INSERT` plus the rows' "add" history events, in one statement (as ccef5b3's load
+did): no statement of their own, with six 1,000-element arrays adapted per batch."""
 
 
-def insert(
-    user: UserKey, rows: Sequence[NewRow], language: Language, indexed: bool
-) -> _plans.Plan[None]:
-    """An `Insert` step's rows, exactly as given, in two statements and one COPY."""
+class _Binary(Vector):
+    """A vector already in pgvector's binary form (its COPY dumper sends `to_binary()`)."""
+
+    def __init__(self, binary: bytes) -> None:
+        self._binary = binary
+
+    def to_binary(self) -> bytes:
+        return self._binary
+
+
+def _vectors(rows: Sequence[NewRow]) -> list[Vector | None]:
+    """The rows' vectors for COPY; all of one dimension: converted in one numpy call
+    (pgvector's dumper converts each row in Python, 2 us of a row's ~70)."""
+    given = [row.vector for row in rows]
+    if any(v is None for v in given) or len({len(v) for v in given}) != 1:
+        return [None if v is None else Vector(np.asarray(v, dtype=np.float32)) for v in given]
+    packed = np.asarray(given, dtype=">f4")
+    head = struct.pack(">HH", packed.shape[1], 0)
+    return [_Binary(head + v.tobytes()) for v in packed]
+
+
+def stage(rows: Sequence[NewRow], language: Language) -> _plans.Plan[None]:
+    """Copy an `Insert` step's rows, exactly as given, into the staging table."""
     staged = []
-    for ord_, row in enumerate(rows):
+    for ord_, (row, vector) in enumerate(zip(rows, _vectors(rows), strict=True)):
         entry, memory = row.entry, row.entry.memory
-        values: dict[str, Any] = {
-            "ord": ord_, "id": entry.id, "keyed": row.keyed, "created_at": entry.created_at,
-            "updated_at": entry.updated_at, "expires_at": entry.expires_at, "text": memory.text,
-            "fp": row.fingerprint, "topics": memory.topics, "kind": memory.kind.value,
-            "event_time": memory.event_time, "participants": memory.participants,
-            "location": memory.location, "metadata": Jsonb(memory.metadata),
-            "embedding": None if row.vector is None else np.asarray(row.vector, dtype=np.float32),
-            **_sql.keyword_columns(memory.text, memory.topics, language),
-        }  # fmt: skip
-        staged.append(tuple(values[name] for name, _ in STAGE_COLUMNS))
+        doc = _sql.keyword_columns(memory.text, memory.topics, language)
+        metadata = Jsonb(memory.metadata) if memory.metadata else None
+        staged.append((
+            ord_, entry.id, row.keyed, entry.created_at, entry.updated_at, entry.expires_at,
+            memory.text, row.fingerprint, memory.topics, memory.kind.value, memory.event_time,
+            memory.participants, memory.location, metadata, vector,
+            " ".join(doc["content_terms"]), " ".join(doc["topic_terms"]), doc["content_len"],
+            doc["topic_len"], doc["content_doc"], doc["topic_doc"],
+        ))  # fmt: skip
     yield _plans.Sql(CREATE_STAGE)
     yield _plans.Copy(COPY_STAGE, [kind for _, kind in STAGE_COLUMNS], staged)
-    yield _plans.Sql(BULK_INSERT, _sql.user_params(user, indexed=indexed))
 
 
-def _pending_plan(user: UserKey | None, limit: int) -> _plans.Plan[int]:
+def added(insert: Insert, step: Step) -> RecordHistory | None:
+    """`step` when it records exactly the "add" events of `insert`'s rows (one each, in
+    order, stamped with the row's creation, one source): `insert_sql` writes them."""
+    if not isinstance(step, RecordHistory) or len(step.events) != len(insert.rows):
+        return None
+    source = step.events[0].source
+    same = all(
+        e.operation is Operation.ADD and e.memory_id == r.entry.id and e.text_before is None
+        and e.text_after == r.entry.text and e.at == r.entry.created_at and e.source == source
+        for e, r in zip(step.events, insert.rows, strict=True)
+    )  # fmt: skip
+    return step if same else None
+
+
+def insert_sql(insert: Insert, indexed: bool, history: RecordHistory | None) -> _plans.Sql:
+    """The staged rows' INSERT, with `history` (from `added`) written by the same statement."""
+    params = _sql.user_params(insert.user, indexed=indexed)
+    if history is None:
+        return _plans.Sql(BULK_INSERT, params)
+    source = _sql.source_json(history.events[0].source)
+    return _plans.Sql(BULK_INSERT_ADDED, {**params, "op": Operation.ADD.value, "source": source})
+
+
+def _pending_plan(sql: str, user: UserKey | None, **extra: int) -> _plans.Plan[list[_sql.Row]]:
     params = {"app": None, "user": None} if user is None else _sql.user_params(user)
-    rows = yield _plans.Sql(_sql.PENDING_BATCH, {**params, "limit": limit})
-    return len(rows)
+    rows: list[_sql.Row] = yield _plans.Sql(sql, {**params, **extra})
+    return rows
 
 
 def pending_op(user: UserKey | None, limit: int) -> _plans.Op:
     """One batch of deferred rows flipped to indexed (one transaction, so each batch's
-    graph inserts commit on their own and a long run never holds many row locks)."""
-    return _plans.Op(_pending_plan(user, limit), write=True)
-
-
-def _count_plan(user: UserKey | None) -> _plans.Plan[int]:
-    params = {"app": None, "user": None} if user is None else _sql.user_params(user)
-    rows = yield _plans.Sql(_sql.PENDING_COUNT, params)
-    return int(rows[0]["n"])
+    graph inserts commit on their own and a long run never holds many row locks);
+    the plan returns the rows flipped."""
+    return _plans.Op(_pending_plan(_sql.PENDING_BATCH, user, limit=limit), write=True)
 
 
 def pending_count_op(user: UserKey | None) -> _plans.Op:
-    return _plans.Op(_count_plan(user), write=False)
+    """The plan returns one row: `n`, the live rows not yet indexed."""
+    return _plans.Op(_pending_plan(_sql.PENDING_COUNT, user), write=False)

@@ -37,10 +37,6 @@ class EntryCache:
     def clear(self) -> None:
         self._items.clear()
 
-    def get(self, user: UserKey, memory_id: str, version: Version) -> Entry | None:
-        held = self._items.get((user, memory_id))
-        return held[1] if held is not None and held[0] == version else None
-
     def put(self, user: UserKey, entry: Entry, version: Version) -> None:
         if self._max <= 0:
             return
@@ -56,9 +52,9 @@ class EntryCache:
         found: dict[str, Entry] = {}
         missing: list[str] = []
         for memory_id, version in rows:
-            entry = self.get(user, memory_id, version)
-            if entry is None:
-                missing.append(memory_id)
+            held = self._items.get((user, memory_id))
+            if held is not None and held[0] == version:
+                found[memory_id] = held[1]
             else:
-                found[memory_id] = entry
+                missing.append(memory_id)
         return found, missing

@@ -40,14 +40,6 @@ _PROBLEMS = (
 )
 
 
-def _problem(message: str) -> str:
-    lowered = message.lower()
-    for marker, problem in _PROBLEMS:
-        if marker in lowered:
-            return problem
-    return "libpq cannot parse it"
-
-
 def checked_conninfo(conninfo: str) -> str:
     """Return `conninfo` unchanged once libpq parses it; else a secret-free ConfigurationError.
 
@@ -62,7 +54,8 @@ def checked_conninfo(conninfo: str) -> str:
     try:
         params = conninfo_to_dict(conninfo)
     except ProgrammingError as exc:
-        problem = _problem(str(exc))
+        lowered = str(exc).lower()
+        problem = next((p for marker, p in _PROBLEMS if marker in lowered), "libpq cannot parse it")
     if problem is not None:
         raise ConfigurationError(f"invalid PostgreSQL connection string: {problem}")
     port = params.get("port")

@@ -10,7 +10,7 @@ bad input never opens a transaction.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Iterable, MutableMapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
@@ -83,17 +83,31 @@ class WriteOptions:
 
 def write(plan: steps.Plan[T], options: WriteOptions) -> Plan[T]:
     """Run a shared write plan (`service/_plans.py`) as SQL: each abstract step
-    becomes the statements below, in the one transaction the driver opens."""
+    becomes the statements below, in the one transaction the driver opens.
+
+    A multi-row `Insert` is staged by COPY and its INSERT held until the next step:
+    when that step records the rows' "add" events, one statement writes both."""
     reply: Any = None
+    staged: steps.Insert | None = None
     while True:
         try:
             step = plan.send(reply)
         except StopIteration as done:
+            if staged is not None:
+                yield _bulk.insert_sql(staged, options.indexed, None)
             result: T = done.value
             return result
-        if isinstance(step, steps.Insert) and len(step.rows) > 1:
-            yield from _bulk.insert(step.user, step.rows, options.language, options.indexed)
-            reply = None
+        if staged is not None:
+            history = _bulk.added(staged, step)
+            yield _bulk.insert_sql(staged, options.indexed, history)
+            staged = reply = None
+            if history is not None:
+                continue
+        if isinstance(step, steps.Now):  # one per added row: the cheapest test first
+            reply = utcnow()
+        elif isinstance(step, steps.Insert) and len(step.rows) > 1:
+            yield from _bulk.stage(step.rows, options.language)
+            staged = step
         elif isinstance(step, steps.Embed) and options.vectors is not None:
             reply = list(options.vectors)
         else:
@@ -101,8 +115,7 @@ def write(plan: steps.Plan[T], options: WriteOptions) -> Plan[T]:
 
 
 def _step(step: steps.Step, embed: bool, language: Language) -> Plan[Any]:
-    if isinstance(step, steps.Now):
-        return utcnow()
+    assert not isinstance(step, steps.Now)  # `write` answers it
     if isinstance(step, steps.Embed):
         if not embed:
             return [None] * len(step.texts)
@@ -131,7 +144,17 @@ def _step(step: steps.Step, embed: bool, language: Language) -> Plan[Any]:
         return int(rows[0]["live_count"]) if rows else 0
     if isinstance(step, steps.Insert):
         for row in step.rows:
-            yield from _insert(step.user, row, language)
+            entry = row.entry
+            content = _sql.memory_params(
+                entry.memory, row.fingerprint, _vector(row.vector), language
+            )
+            yield Sql(
+                _sql.INSERT_MEMORY,
+                {
+                    **params, "id": entry.id, "keyed": row.keyed, "created": entry.created_at,
+                    "updated": entry.updated_at, "expires": entry.expires_at, **content,
+                },
+            )  # fmt: skip
         return None
     if isinstance(step, steps.Rewrite):
         content = _sql.memory_params(step.memory, step.fingerprint, _vector(step.vector), language)
@@ -183,18 +206,6 @@ def _stored(rows: Sequence[_sql.Row], deleted: bool | None) -> steps.Stored | No
     if deleted is None:
         deleted = row["deleted_at"] is not None
     return steps.Stored(_sql.entry_from_row(row), bool(row["keyed"]), deleted)
-
-
-def _insert(user: UserKey, row: steps.NewRow, language: Language) -> Plan[None]:
-    entry = row.entry
-    content = _sql.memory_params(entry.memory, row.fingerprint, _vector(row.vector), language)
-    yield Sql(
-        _sql.INSERT_MEMORY,
-        _sql.user_params(
-            user, id=entry.id, keyed=row.keyed, created=entry.created_at,
-            updated=entry.updated_at, expires=entry.expires_at, **content,
-        ),
-    )  # fmt: skip
 
 
 # --- reads -----------------------------------------------------------------
@@ -255,15 +266,10 @@ def search(
 ) -> Plan[list[Entry]]:
     """The shared plan (`plan_search`), fetched in one statement, ranked by `rank_search`.
 
-    The statement fetches the legs of every kind the plan names (the kind
-    fallback's unfiltered legs too); entries the cache lacks at their row
-    version are read by id afterwards. `cache.sizes` remembers each user's
-    live count from earlier searches: for users above `exact_max` the vector
-    leg reads the HNSW index through `langmem_ann_candidates`, and a
-    vector-only search reads nothing else (`ann_candidates_sql`, narrowed to
-    3 x max_results). Only when that narrow fetch may rank differently than
-    the full pool (`_needs_wider_pool`: dedupe emptied it, or its farthest
-    candidate ties the last hit) is the full-pool statement run as well.
+    `cache.sizes` remembers each user's live count from earlier searches: for
+    users above `exact_max` the vector leg reads the HNSW index through
+    `langmem_ann_candidates`, and a vector-only search reads nothing else,
+    narrowed to 3 x max_results unless `_needs_wider_pool`.
     """
     plan = plan_search(options)
     if not plan.kinds:
@@ -289,8 +295,7 @@ def search(
         language=language,
         fallback=plan.fallback,
     )
-    # vector-only results are ordered by cosine alone: 3 x max_results candidates
-    # leave room for dedupe; `_needs_wider_pool` falls back to the full pool
+    # vector-only results are ordered by cosine alone: 3 x max_results leave room for dedupe
     narrow = min(plan.pool, 3 * options.max_results) if heavy and not options.hybrid else None
     fetched = yield from _fetch(user, plan, query, narrow, cache)
     results = rank_search(plan, fetched, options, language, cache.time_mentions)
@@ -315,8 +320,17 @@ def _fetch(
     else:
         rows = yield Sql(query.sql, query.params)
     if rows and rows[0]["n"] is not None:
-        remember_size(cache.sizes, user, int(rows[0]["n"]))
-    entries = yield from _candidate_entries(user, rows, cache.entries)
+        if user not in cache.sizes and len(cache.sizes) >= SIZE_CACHE_MAX:
+            cache.sizes.clear()  # bounded: a forgotten heavy user costs one unpinned search
+        cache.sizes[user] = int(rows[0]["n"])
+    # candidates' entries from the cache; rows it lacks (at their version) in one fetch
+    versions = {r["id"]: (r["version"], r["updated_at"]) for r in rows}  # ids repeat across parts
+    entries, missing = cache.entries.split(user, versions.items())
+    if missing:
+        for row in (yield Sql(_sql.ROWS_BY_IDS, _sql.user_params(user, ids=missing))):
+            entry = _sql.entry_from_row(row)
+            cache.entries.put(user, entry, (row["version"], row["updated_at"]))
+            entries[entry.id] = entry
     fetched: dict[Kind | None, Legs] = {}
     for part, kind in enumerate(plan.kinds):
         if narrow is not None:
@@ -348,29 +362,8 @@ def _needs_wider_pool(
     return False
 
 
-def _candidate_entries(
-    user: UserKey, rows: Sequence[_sql.Row], entries: EntryCache
-) -> Plan[dict[str, Entry]]:
-    """Candidates' entries from the cache; rows it lacks (at their version) in one fetch."""
-    versions = {r["id"]: (r["version"], r["updated_at"]) for r in rows}  # ids repeat across parts
-    found, missing = entries.split(user, versions.items())
-    if missing:
-        fetched = yield Sql(_sql.ROWS_BY_IDS, _sql.user_params(user, ids=missing))
-        for row in fetched:
-            entry = _sql.entry_from_row(row)
-            entries.put(user, entry, (row["version"], row["updated_at"]))
-            found[entry.id] = entry
-    return found
-
-
 SIZE_CACHE_MAX = 10_000
-
-
-def remember_size(sizes: MutableMapping[UserKey, int], user: UserKey, n: int) -> None:
-    """Bounded: when full, forget everything (a forgotten heavy user costs one unpinned search)."""
-    if user not in sizes and len(sizes) >= SIZE_CACHE_MAX:
-        sizes.clear()
-    sizes[user] = n
+"""Users whose live count `SearchCache.sizes` keeps; when full it forgets them all."""
 
 
 # --- setup -----------------------------------------------------------------
@@ -445,16 +438,16 @@ def language_checked(plan: Plan[T], language: Language, passed: Callable[[], Non
     return (yield from plan)
 
 
-def backfill_fingerprints() -> Plan[int]:
+def backfill_fingerprints() -> Plan[None]:
     """Recompute the fingerprints core migration 9 names, in keyset-ordered batches."""
-    done, after = 0, ("", "", "")
+    after = ("", "", "")
     while True:
         rows = yield Sql(
             _sql.FINGERPRINT_SELECT,
             {"app": after[0], "user": after[1], "id": after[2], "limit": _sql.BACKFILL_BATCH},
         )
         if not rows:
-            return done
+            return
         fps = [
             stored_fingerprint(
                 r["text"], r["kind"], _sql.utc_or_none(r["event_time"]), r["participants"],
@@ -474,10 +467,9 @@ def backfill_fingerprints() -> Plan[int]:
         )
         last = rows[-1]
         after = (last["app_name"], last["user_id"], last["id"])
-        done += len(rows)
 
 
-def backfill_docs(language: Language) -> Plan[int]:
+def backfill_docs(language: Language) -> Plan[None]:
     """Re-tokenise every row whose content_doc is NULL (written before migration 6,
     or reset by the stemmed-documents migration), in batches: documents, terms
     and lengths.
@@ -485,11 +477,10 @@ def backfill_docs(language: Language) -> Plan[int]:
     The tokenizer is Python, so SQL cannot compute them; runs once, in the
     transaction that applies the migration.
     """
-    done = 0
     while True:
         rows = yield Sql(_sql.BACKFILL_SELECT, {"limit": _sql.BACKFILL_BATCH})
         if not rows:
-            return done
+            return
         docs = [_sql.keyword_columns(r["text"], r["topics"], language) for r in rows]
         yield Sql(
             _sql.BACKFILL_UPDATE,
@@ -505,4 +496,3 @@ def backfill_docs(language: Language) -> Plan[int]:
                 "topic_len": [d["topic_len"] for d in docs],
             },
         )
-        done += len(rows)

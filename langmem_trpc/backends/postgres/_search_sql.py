@@ -20,7 +20,6 @@ from ...types import Entry, Kind, SearchOptions, UserKey
 from ._sql import Params, Row, user_params, vector_param
 
 __all__ = [
-    "ANN_CANDIDATES",
     "ann_candidates_sql",
     "KEYWORD_BUDGET",
     "KEYWORD_SCAN_MAX",
@@ -98,20 +97,12 @@ SELECT {part} AS part, id, dist, version, updated_at, n
 FROM langmem_ann_candidates(%(app)s, %(user)s, %(q)b::vector, {kind}, %(after)s,
                             %(before)s, %(pool)s)"""
 
-ANN_CANDIDATES = _ANN_PART.format(part=0, kind="%(kind)s")
-"""A heavy user's vector-only search: the candidates, their row versions (for the
-entry cache) and the live count, without the fused statement."""
-
 
 def ann_candidates_sql(parts: int) -> str:
-    """`ANN_CANDIDATES` for each fetch of a plan (`part` 0: the kind, 1: every kind)."""
+    """A heavy user's vector-only search, without the fused statement: the candidates,
+    their row versions (for the entry cache) and the live count, for each fetch of a
+    plan (`part` 0: the kind, 1: every kind)."""
     return "\nUNION ALL".join(_ANN_PART.format(part=i, kind=_KINDS[i]) for i in range(parts))
-
-
-def _ann_order(dims: int) -> str:
-    """The ORDER BY the half-precision HNSW index serves (vector migration 3); it must
-    repeat the index expression exactly."""
-    return f"m.embedding::halfvec({int(dims)}) <=> %(q)b::vector::halfvec({int(dims)})"
 
 
 _NO_VECTOR_LEG = """
@@ -216,7 +207,9 @@ def _legs_sql(vector: str, keyword: str, dims: int, part: int) -> str:
         pending = _PENDING_LEG.format(
             big_only="\n          AND (SELECT n FROM stats) > %(exact_max)s", **names
         )
-        leg = _VECTOR_LEG.format(ann_order=_ann_order(dims), pending=pending, **names)
+        # the ORDER BY the half-precision HNSW index serves: its expression, exactly
+        order = f"m.embedding::halfvec({int(dims)}) <=> %(q)b::vector::halfvec({int(dims)})"
+        leg = _VECTOR_LEG.format(ann_order=order, pending=pending, **names)
     else:
         leg = _VECTOR_LEGS[vector].format(**names)
     kw = _NO_KEYWORD_LEG.format(**names)
@@ -293,13 +286,10 @@ def build_search(
     """The one statement that fetches a search plan's legs: those of `kind` and, with
     `fallback`, those of every kind (the kind fallback's), as rows of `part` 0 and 1.
 
-    The keyword leg runs whenever its candidates can matter: always without an
-    embedder, and for hybrid search. Each leg is bounded by `pool`; without an
-    embedder the keyword leg reads a wider slice, because the final order is
-    the keyword relevance, not ts_rank. `heavy`: the user is known to be above
-    `exact_max`, so the vector leg goes straight to the HNSW index; `dims` is the
-    embedding dimension (the ANN index expression names it); `language` is the service's.
-    The statistics CTEs are shared by both fetches.
+    The keyword leg runs without an embedder and for hybrid search; without an
+    embedder it reads a wider slice than `pool`, since the final order is the
+    keyword relevance, not ts_rank. `heavy`: the user is known to be above
+    `exact_max`, so the vector leg goes straight to the HNSW index.
     """
     terms = QueryTerms.of(options, language)
     use_vector = query_vector is not None
@@ -364,7 +354,14 @@ def legs_from_rows(
             vector.append((row["vrank"], entry, score))
         if row["krank"] is not None:
             if scorer is None:
-                scorer = KeywordScorer.of(query.terms, corpus_stats(query.terms, row))
+                n = int(row["n"])  # BM25 stats of the query's tokens: all the score looks up
+                stats = CorpusStats(
+                    n_docs=n,
+                    df=dict(zip(query.terms.tokens, (int(x) for x in row["df"]), strict=True)),
+                    avg_content_len=max(int(row["content_sum"]) / n, 1.0) if n else 1.0,
+                    avg_topic_len=max(int(row["topic_sum"]) / n, 1.0) if n else 1.0,
+                )
+                scorer = KeywordScorer.of(query.terms, stats)
             doc = _candidate_doc(query, row, entry)
             keyword.append((row["krank"], entry, scorer.score(doc)))
     vector.sort(key=lambda item: item[0])
@@ -404,14 +401,3 @@ def _candidate_doc(query: SearchQuery, row: Row, entry: Entry) -> KeywordDoc:
     if content is None or topics is None or query.params["like"] is not None:
         return KeywordDoc.build(entry.memory.text, entry.memory.topics, query.language)
     return keyword_doc(content, topics, query.terms.tokens)
-
-
-def corpus_stats(terms: QueryTerms, row: Row) -> CorpusStats:
-    """BM25 stats for the query's tokens only: all the keyword score ever looks up."""
-    n = int(row["n"])
-    return CorpusStats(
-        n_docs=n,
-        df=dict(zip(terms.tokens, (int(x) for x in row["df"]), strict=True)),
-        avg_content_len=max(int(row["content_sum"]) / n, 1.0) if n else 1.0,
-        avg_topic_len=max(int(row["topic_sum"]) / n, 1.0) if n else 1.0,
-    )

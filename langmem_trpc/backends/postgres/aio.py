@@ -77,10 +77,9 @@ class AsyncPostgres(PostgresBase):
                 if isinstance(step, Embed):
                     reply = await self._aembed(step)
                 elif isinstance(step, Copy):
-                    info = self._vector_info.get(cursor.connection)
-                    if info is None:
-                        info = await TypeInfo.fetch(cursor.connection, "vector")
-                        self._vector_info[cursor.connection] = info
+                    conn = cursor.connection
+                    info = self._vector_info.get(conn) or await TypeInfo.fetch(conn, "vector")
+                    self._vector_info[conn] = info
                     register_vector_info(cast(Any, cursor), info)  # this cursor: numpy -> vector
                     async with cursor.copy(step.sql) as copy:
                         copy.set_types(list(step.types))
@@ -101,7 +100,7 @@ class AsyncPostgres(PostgresBase):
 
     async def asetup(self) -> None:
         """Async twin of `setup()`."""
-        self._dims = await self._arun(self._op_setup())
+        self._search_cache.dims = await self._arun(self._op_setup())
 
     async def arun_plan(self, plan: Plan[T]) -> T:
         return cast("T", await self._arun(self._op_write(plan)))

@@ -145,7 +145,7 @@ class PostgresMemoryService(SyncPostgres, AsyncPostgres, MemoryService):
         """
         scope = self._pending_scope(user, batch_size)
         done = 0
-        while n := int(self._run(_bulk.pending_op(scope, batch_size))):
+        while n := len(self._run(_bulk.pending_op(scope, batch_size))):
             done += n
         return done
 
@@ -153,17 +153,18 @@ class PostgresMemoryService(SyncPostgres, AsyncPostgres, MemoryService):
         """Async twin of `index_pending`."""
         scope = self._pending_scope(user, batch_size)
         done = 0
-        while n := int(await self._arun(_bulk.pending_op(scope, batch_size))):
+        while n := len(await self._arun(_bulk.pending_op(scope, batch_size))):
             done += n
         return done
 
     def pending_count(self, user: UserKey | None = None) -> int:
         """Live rows not yet in the HNSW index (of `user`, or of every user)."""
-        return int(self._run(_bulk.pending_count_op(self._pending_scope(user, 1))))
+        return int(self._run(_bulk.pending_count_op(self._pending_scope(user, 1)))[0]["n"])
 
     async def apending_count(self, user: UserKey | None = None) -> int:
         """Async twin of `pending_count`."""
-        return int(await self._arun(_bulk.pending_count_op(self._pending_scope(user, 1))))
+        rows = await self._arun(_bulk.pending_count_op(self._pending_scope(user, 1)))
+        return int(rows[0]["n"])
 
     @staticmethod
     def _pending_scope(user: UserKey | None, batch_size: int) -> UserKey | None:
@@ -220,4 +221,4 @@ class PostgresMemoryService(SyncPostgres, AsyncPostgres, MemoryService):
         await asyncio.to_thread(self.close)
 
     def __repr__(self) -> str:
-        return f"PostgresMemoryService(vectors={self.supports_vectors}, dims={self._dims})"
+        return f"PostgresMemoryService(vectors={self.supports_vectors}, dims={self._search_cache.dims})"

@@ -55,10 +55,9 @@ class SyncPostgres(PostgresBase):
                 if isinstance(step, Embed):
                     reply = self._embed(step)
                 elif isinstance(step, Copy):
-                    info = self._vector_info.get(cursor.connection)
-                    if info is None:
-                        info = TypeInfo.fetch(cursor.connection, "vector")
-                        self._vector_info[cursor.connection] = info
+                    conn = cursor.connection
+                    info = self._vector_info.get(conn) or TypeInfo.fetch(conn, "vector")
+                    self._vector_info[conn] = info
                     register_vector_info(cast(Any, cursor), info)  # this cursor: numpy -> vector
                     with cursor.copy(step.sql) as copy:
                         copy.set_types(list(step.types))
@@ -79,8 +78,8 @@ class SyncPostgres(PostgresBase):
 
     def setup(self) -> None:
         """Create the extension and apply pending migrations (idempotent; safe to run concurrently)."""
-        self._dims = self._run(self._op_setup())
-        logger.debug("langmem_trpc PostgreSQL schema ready (dims=%s)", self._dims)
+        self._search_cache.dims = self._run(self._op_setup())
+        logger.debug("langmem_trpc PostgreSQL schema ready (dims=%s)", self._search_cache.dims)
 
     def run_plan(self, plan: Plan[T]) -> T:
         return cast("T", self._run(self._op_write(plan)))
