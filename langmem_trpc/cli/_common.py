@@ -121,9 +121,7 @@ def validation_problem(exc: ValidationError) -> LangmemTrpcError:
 def _one_line(exc: BaseException) -> str:
     if isinstance(exc, ValidationError):
         exc = validation_problem(exc)
-    if isinstance(exc, LangmemTrpcError):
-        return f"{type(exc).__name__}: {exc}"
-    if isinstance(exc, OSError):
+    if isinstance(exc, OSError) and not isinstance(exc, LangmemTrpcError):
         where = f": {exc.filename}" if exc.filename else ""
         return f"{exc.strerror or type(exc).__name__}{where}"
     return f"{type(exc).__name__}: {exc}"
@@ -161,13 +159,8 @@ def reports_errors(func: F) -> F:
 
 @contextmanager
 def open_service(db: str | None, *, read: bool = False) -> Iterator[MemoryService]:
-    """Open the store the --db value names (`langmem_trpc.open`); closed on exit.
-
-    With `read=True` (commands that only look) nothing is created or migrated
-    (`create=False`): a SQLite path that does not exist, or a file without
-    langmem-trpc tables (looked at read-only), is a one-line error, and
-    PostgreSQL's `setup()` is not run.
-    """
+    """The store --db names (`langmem_trpc.open`), closed on exit; `read=True` (commands that
+    only look) opens with `create=False`: nothing is created, migrated or set up."""
     with open_store(db or default_db(), create=not read, limits=CLI_LIMITS) as service:
         yield service
 

@@ -147,22 +147,22 @@ def _score(entry: Entry) -> str:
     return f"{entry.score:.2f}" if entry.score is not None else ""
 
 
-def _csv(entries: Sequence[Entry]) -> str:
+def _csv(header: Iterable[Any], rows: Iterable[Iterable[Any]]) -> str:
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(
-        ["id", "app_name", "user_id", "kind", "text", "topics", "event_time", "participants"]
-        + ["location", "created_at", "updated_at", "score"]
-    )
-    for e in entries:
-        m = e.memory
-        writer.writerow(
-            [e.id, e.app_name, e.user_id, m.kind.value, m.text, ";".join(m.topics)]
-            + [m.event_time.isoformat() if m.event_time else "", ";".join(m.participants)]
-            + [m.location or "", e.created_at.isoformat(), e.updated_at.isoformat()]
-            + ["" if e.score is None else repr(e.score)]
-        )
+    writer.writerow(header)
+    writer.writerows(rows)
     return buffer.getvalue().rstrip("\n")
+
+
+def _entry_row(e: Entry) -> list[str]:
+    m = e.memory
+    return (
+        [e.id, e.app_name, e.user_id, m.kind.value, m.text, ";".join(m.topics)]
+        + [m.event_time.isoformat() if m.event_time else "", ";".join(m.participants)]
+        + [m.location or "", e.created_at.isoformat(), e.updated_at.isoformat()]
+        + ["" if e.score is None else repr(e.score)]
+    )
 
 
 def render_records(
@@ -174,11 +174,8 @@ def render_records(
     if fmt == "jsonl":
         return "\n".join(json.dumps(r, ensure_ascii=False) for r in records)
     if fmt == "csv":
-        buffer = io.StringIO()
-        writer = csv.writer(buffer, lineterminator="\n")
-        writer.writerow(records[0].keys() if records else [h.lower() for h in headers])
-        writer.writerows(r.values() for r in records)
-        return buffer.getvalue().rstrip("\n")
+        header = records[0].keys() if records else [h.lower() for h in headers]
+        return _csv(header, (r.values() for r in records))
     if not records:
         return empty
     return render_rows(headers, [[str(v) for v in r.values()] for r in records])
@@ -191,7 +188,9 @@ def render_entries(
     if fmt in ("json", "jsonl"):
         return render_records([entry_json(e) for e in entries], fmt, (), empty)
     if fmt == "csv":
-        return _csv(entries)
+        header = ["id", "app_name", "user_id", "kind", "text", "topics", "event_time"]
+        header += ["participants", "location", "created_at", "updated_at", "score"]
+        return _csv(header, map(_entry_row, entries))
     if not entries:
         return empty
     headers = ["ID", "KIND", "UPDATED", *(["SCORE"] if scores else []), "TEXT"]

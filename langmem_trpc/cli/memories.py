@@ -202,10 +202,6 @@ def memories_update(
     _emit_one(entry, fmt)
 
 
-def _time(value: str | None, field: str) -> Any:
-    return parse_time_or_raise(value, field) if value is not None else None
-
-
 @_command("search")
 @user_options
 @click.option("--kind", type=KIND, default=None, help="Prefer this kind (falls back to others).")
@@ -236,8 +232,8 @@ def memories_search(
     """
     options = SearchOptions(
         kind=kind,
-        time_after=_time(after, "after"),
-        time_before=_time(before, "before"),
+        time_after=parse_time_or_raise(after, "after"),
+        time_before=parse_time_or_raise(before, "before"),
         max_results=limit,
         kind_fallback=kind is not None,
         deduplicate=True,
@@ -258,12 +254,7 @@ def memories_search(
     help="At most this many, newest first (0: all).",
 )
 @format_options
-def memories_list(
-    db: str | None,
-    user: UserKey,
-    limit: int,
-    fmt: OutputFormat,
-) -> None:
+def memories_list(db: str | None, user: UserKey, limit: int, fmt: OutputFormat) -> None:
     """List memories, most recently updated first.
 
     \b
@@ -282,12 +273,7 @@ def memories_list(
 @user_options
 @format_options
 @click.argument("memory_id")
-def memories_get(
-    db: str | None,
-    user: UserKey,
-    fmt: OutputFormat,
-    memory_id: str,
-) -> None:
+def memories_get(db: str | None, user: UserKey, fmt: OutputFormat, memory_id: str) -> None:
     """Show one memory, every field.
 
     \b
@@ -304,11 +290,7 @@ def memories_get(
 @_command("delete")
 @user_options
 @click.argument("memory_id")
-def memories_delete(
-    db: str | None,
-    user: UserKey,
-    memory_id: str,
-) -> None:
+def memories_delete(db: str | None, user: UserKey, memory_id: str) -> None:
     """Delete a memory (soft: its history stays until purge).
 
     \b
@@ -326,12 +308,7 @@ def memories_delete(
 @user_options
 @format_options
 @click.argument("memory_id")
-def memories_history(
-    db: str | None,
-    user: UserKey,
-    fmt: OutputFormat,
-    memory_id: str,
-) -> None:
+def memories_history(db: str | None, user: UserKey, fmt: OutputFormat, memory_id: str) -> None:
     """Show every change to a memory (deleted ones too), oldest first.
 
     A table line ends with the write's source, when recorded: [actor thread ID
@@ -355,11 +332,7 @@ def memories_history(
 @_command("clear")
 @user_options
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
-def memories_clear(
-    db: str | None,
-    user: UserKey,
-    yes: bool,
-) -> None:
+def memories_clear(db: str | None, user: UserKey, yes: bool) -> None:
     """Delete all of a user's memories (soft; history stays).
 
     \b
@@ -377,12 +350,7 @@ def memories_clear(
 @user_options
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
 @click.argument("memory_id", required=False)
-def memories_purge(
-    db: str | None,
-    user: UserKey,
-    yes: bool,
-    memory_id: str | None,
-) -> None:
+def memories_purge(db: str | None, user: UserKey, yes: bool, memory_id: str | None) -> None:
     """Remove memories and their history for good (right to be forgotten).
 
     Without MEMORY_ID every row of the user goes, deleted ones included.

@@ -124,8 +124,17 @@ def _kind(value: str | None) -> Kind | None:
         raise InvalidInputError("kind", f"unknown kind {value[:40]!r}") from None
 
 
-def _contains(entry: Entry, needle: str) -> bool:
-    memory = entry.memory
+def _matches(
+    entry: Entry, needle: str, kind: Kind | None, after: datetime | None, before: datetime | None
+) -> bool:
+    """The full-text filter: kind, event time within [after, before], and `needle` in any field."""
+    memory, when = entry.memory, entry.memory.event_time
+    if kind is not None and memory.kind != kind:
+        return False
+    if (after or before) and (
+        when is None or (after and when < after) or (before and when > before)
+    ):
+        return False
     hay = " ".join([memory.text, *memory.topics, *memory.participants, memory.location or ""])
     return needle.casefold() in hay.casefold()
 
@@ -147,6 +156,8 @@ class _UI:
     # -- plumbing -------------------------------------------------------------
 
     def page(self, name: str, status: int = 200, **context: Any) -> HTMLResponse:
+        if "user" in context:  # every per-user page links back with the user's query string
+            context["qs"] = self.qs(context["user"])
         html = self.env.get_template(name).render(
             token=self.token,
             read_only=self.read_only,
@@ -168,6 +179,9 @@ class _UI:
     @staticmethod
     def qs(user: UserKey) -> str:
         return urlencode({"app": user.app_name, "user": user.user_id})
+
+    def _memory_qs(self, user: UserKey, memory_id: str) -> str:
+        return self.qs(user) + "&id=" + quote(memory_id, safe="")
 
     async def known_user(self, request: Request) -> UserKey:
         user = self.user_of(request)
@@ -213,51 +227,23 @@ class _UI:
         params = request.query_params
         f = {k: params.get(k, "") for k in ("q", "mode", "kind", "after", "before")}
         f["mode"] = f["mode"] if f["mode"] in ("hybrid", "text") else "hybrid"
+        q = f["q"]
         try:
             kind = _kind(f["kind"])
             after = parse_date(f["after"], "after")
             before = parse_date(f["before"], "before", end=True)
-            entries = await self._filtered(user, f["q"], f["mode"], kind, after, before)
+            if q.strip() and f["mode"] == "hybrid":
+                options = SearchOptions(
+                    query=q, kind=kind, time_after=after, time_before=before, max_results=50
+                )
+                entries = await self.service.asearch(user, q, options)
+            else:
+                found = await self.service.aread(user, LIST_LIMIT)
+                entries = [e for e in found if _matches(e, q.strip(), kind, after, before)]
         except (LangmemTrpcError, ValidationError) as exc:
             raise HTTPException(400, _message(exc)) from None
         total = await self.service.acount(user)
-        return self.page(
-            "user",
-            user=user,
-            qs=self.qs(user),
-            f=f,
-            entries=entries,
-            total=total,
-            shown=len(entries),
-        )
-
-    async def _filtered(
-        self,
-        user: UserKey,
-        q: str,
-        mode: str,
-        kind: Kind | None,
-        after: datetime | None,
-        before: datetime | None,
-    ) -> list[Entry]:
-        if q.strip() and mode == "hybrid":
-            options = SearchOptions(
-                query=q, kind=kind, time_after=after, time_before=before, max_results=50
-            )
-            return await self.service.asearch(user, q, options)
-        entries = await self.service.aread(user, LIST_LIMIT)
-
-        def keep(e: Entry) -> bool:
-            when = e.memory.event_time
-            if kind is not None and e.memory.kind != kind:
-                return False
-            if (after or before) and when is None:
-                return False
-            if when is not None and (after and when < after or before and when > before):
-                return False
-            return not q.strip() or _contains(e, q.strip())
-
-        return [e for e in entries if keep(e)]
+        return self.page("user", user=user, f=f, entries=entries, total=total, shown=len(entries))
 
     async def memory_page(self, request: Request, flash: str | None = None) -> Response:
         user = self.user_of(request)
@@ -270,8 +256,7 @@ class _UI:
         return self.page(
             "memory",
             user=user,
-            qs=self.qs(user),
-            mqs=self.qs(user) + "&id=" + quote(memory_id, safe=""),
+            mqs=self._memory_qs(user, memory_id),
             memory_id=memory_id,
             entry=entry,
             events=[_event_view(e) for e in events],
@@ -301,9 +286,7 @@ class _UI:
             if isinstance(exc, LangmemTrpcError):
                 raise HTTPException(400, str(exc)) from None
             raise HTTPException(400, "k: must be a whole number from 1 to 1000") from None
-        return self.page(
-            "search", user=user, qs=self.qs(user), q=q, kind=kind_name, k=k_text, ex=explained
-        )
+        return self.page("search", user=user, q=q, kind=kind_name, k=k_text, ex=explained)
 
     async def threads(self, request: Request) -> Response:
         """Threads in the history of the user's live memories, with their extraction cursors."""
@@ -322,7 +305,7 @@ class _UI:
         cursors = await asyncio.gather(*(self.service.aget_cursor(user, r["thread"]) for r in rows))
         for row, cursor in zip(rows, cursors, strict=True):
             row["cursor"] = cursor
-        return self.page("threads", user=user, qs=self.qs(user), threads=rows)
+        return self.page("threads", user=user, threads=rows)
 
     async def export(self, request: Request) -> Response:
         from ..cli.transfer import _export_records
@@ -339,10 +322,9 @@ class _UI:
     # -- write actions ------------------------------------------------------------
 
     def _back(self, user: UserKey, memory_id: str | None = None) -> RedirectResponse:
-        url = "/user?" + self.qs(user)
-        if memory_id is not None:
-            url = "/memory?" + self.qs(user) + "&id=" + quote(memory_id, safe="")
-        return RedirectResponse(url, status_code=303)
+        if memory_id is None:
+            return RedirectResponse("/user?" + self.qs(user), status_code=303)
+        return RedirectResponse("/memory?" + self._memory_qs(user, memory_id), status_code=303)
 
     def _memory_id(self, request: Request) -> str:
         memory_id = request.query_params.get("id") or ""
@@ -465,16 +447,11 @@ def create_app(
     read_only: bool = False,
     allowed_hosts: Sequence[str] | None = None,
 ) -> Starlette:
-    """The inspector as an ASGI app over `service` (which the caller opens and closes).
+    """The inspector as an ASGI app over `service` (the caller opens and closes it).
 
-    Args:
-        service: any backend.
-        token: the write token POSTs must carry; a fresh one when None
-            (read it back from `app.state.token`).
-        read_only: refuse every write and hide the write forms.
-        allowed_hosts: Host header values served (others get 400), against DNS
-            rebinding; None serves any (`langmem-trpc ui` passes the loopback
-            names when it binds a loopback address).
+    `token` (fresh when None; see `app.state.token`) is what write POSTs must
+    carry; `read_only` refuses and hides every write; `allowed_hosts` are the
+    Host headers served (others get 400, against DNS rebinding; None: any).
     """
     ui = _UI(service, token or new_token(), read_only)
     gets: dict[str, Endpoint] = {
