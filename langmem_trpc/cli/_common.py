@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 import click
 from pydantic import ValidationError
 
-from ..errors import InvalidInputError, LangmemTrpcError
+from ..errors import InvalidInputError, InvalidMemoryError, LangmemTrpcError
 from ..registry import open as open_store
 from ..registry import scheme_of
 from ..service._core import Limits
@@ -108,14 +108,18 @@ def user_options(func: F) -> F:
     return db_option(app(option(wrapper)))  # type: ignore[return-value]
 
 
-def validation_problem(exc: ValidationError) -> LangmemTrpcError:
+def validation_problem(exc: ValidationError, prefix: str = "") -> LangmemTrpcError:
     """The first pydantic error as ours: the library error it wraps, else an
-    `InvalidInputError` naming the field ("input" when pydantic names none)."""
+    `InvalidInputError` naming the field ("input" when pydantic names none), or
+    under a `prefix` (the part of an import record) an `InvalidMemoryError`."""
     error = exc.errors()[0]
     inner = (error.get("ctx") or {}).get("error")
     if isinstance(inner, LangmemTrpcError):
         return inner
-    return InvalidInputError(".".join(str(p) for p in error["loc"]) or "input", error["msg"])
+    field = ".".join(str(p) for p in error["loc"])
+    if prefix:
+        return InvalidMemoryError(f"{prefix}.{field}" if field else prefix, error["msg"])
+    return InvalidInputError(field or "input", error["msg"])
 
 
 def _one_line(exc: BaseException) -> str:

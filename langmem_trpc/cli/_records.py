@@ -23,6 +23,7 @@ from ..errors import InvalidInputError, InvalidMemoryError
 from ..service._core import Limits, build_memory, check_memory_id
 from ..service.protocol import MemoryService
 from ..types import Entry, HistoryEvent, UserKey
+from ._common import validation_problem
 
 __all__ = ["FORMAT", "Record", "checked_records"]
 
@@ -36,16 +37,6 @@ class Record:
     line: int
     entry: Entry
     history: list[HistoryEvent]
-
-
-def _pydantic_problem(exc: ValidationError, prefix: str) -> InvalidInputError:
-    """The first pydantic error as a field-named input error (our own error when it wraps one)."""
-    error = exc.errors()[0]
-    inner = (error.get("ctx") or {}).get("error")
-    if isinstance(inner, InvalidInputError):
-        return type(inner)(inner.field, inner.problem)
-    field = ".".join(str(part) for part in error["loc"])
-    return InvalidMemoryError(f"{prefix}.{field}" if field else prefix, error["msg"])
 
 
 def _check_text(field: str, value: str | None) -> None:
@@ -67,7 +58,7 @@ def _entry(raw: object, limits: Limits) -> Entry:
     try:
         entry = Entry.model_validate(raw)
     except ValidationError as exc:
-        raise _pydantic_problem(exc, "entry") from None
+        raise validation_problem(exc, "entry") from None
     UserKey(entry.app_name, entry.user_id)  # the same identifier rules as every call
     check_memory_id(entry.id)
     memory = entry.memory
@@ -102,7 +93,7 @@ def _history(raw: object) -> list[HistoryEvent]:
         try:
             event = HistoryEvent.model_validate(item)
         except ValidationError as exc:
-            raise _pydantic_problem(exc, f"history[{at}]") from None
+            raise validation_problem(exc, f"history[{at}]") from None
         _check_text(f"history[{at}].text_before", event.text_before)
         _check_text(f"history[{at}].text_after", event.text_after)
         events.append(event)
@@ -123,10 +114,6 @@ def _record(number: int, raw: bytes, limits: Limits) -> Record:
     if data.get("format", FORMAT) != FORMAT:
         raise InvalidMemoryError("format", f"unsupported format {data['format']!r}")
     return Record(number, _entry(data["entry"], limits), _history(data.get("history")))
-
-
-def _at_line(number: int, exc: InvalidInputError) -> InvalidInputError:
-    return type(exc)(f"line {number}: {exc.field}", exc.problem)
 
 
 def _check_capacity(records: list[Record], service: MemoryService, limits: Limits) -> None:
@@ -157,6 +144,6 @@ def checked_records(lines: Iterable[bytes], service: MemoryService, limits: Limi
         try:
             records.append(_record(number, raw, limits))
         except InvalidInputError as exc:
-            raise _at_line(number, exc) from None
+            raise type(exc)(f"line {number}: {exc.field}", exc.problem) from None
     _check_capacity(records, service, limits)
     return records

@@ -119,16 +119,8 @@ def _session_log(number: int, report: JobReport, usage: dict[str, int]) -> dict[
 
 def _restore(service: MemoryService, user: UserKey, memories: list[dict[str, Any]]) -> None:
     for m in memories:
-        service.add(
-            user,
-            m["text"],
-            kind=m["kind"],
-            topics=m["topics"],
-            event_time=m["event_time"],
-            participants=m["participants"],
-            location=m["location"],
-            memory_id=m["id"],
-        )
+        fields = {k: m[k] for k in ("kind", "topics", "event_time", "participants", "location")}
+        service.add(user, m["text"], memory_id=m["id"], **fields)
 
 
 def extract_conversation(

@@ -208,10 +208,6 @@ def run_qa(
     return summarize_qa(list(done.values()))
 
 
-def _per_q(rows: list[dict[str, Any]], get: Callable[[dict[str, Any]], float]) -> float:
-    return sum(get(r) for r in rows) / len(rows)
-
-
 def summarize_qa(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """F1 per category (with and without cat 5) and cost per question.
 
@@ -221,18 +217,14 @@ def summarize_qa(rows: list[dict[str, Any]]) -> dict[str, Any]:
     if not rows:
         return {}
     latencies = sorted(r["latency_s"] for r in rows)
-    p95 = latencies[min(len(latencies) - 1, int(0.95 * len(latencies)))]
     n = len(rows)
-    cost: dict[str, Any] = {
-        "questions": n,
-        "prompt_tokens_per_q": _per_q(rows, lambda r: r["usage"]["prompt"]),
-        "completion_tokens_per_q": _per_q(rows, lambda r: r["usage"]["completion"]),
-        "cached_tokens_per_q": _per_q(rows, lambda r: r["usage"]["cached"]),
-        "prompt_tokens_est_per_q": _per_q(rows, lambda r: r["prompt_tokens_est"]),
-        "calls_per_q": _per_q(rows, lambda r: r["calls"]),
-        "latency_p50_s": statistics.median(latencies),
-        "latency_p95_s": p95,
-    }
+    cost: dict[str, Any] = {"questions": n}
+    for key in ("prompt", "completion", "cached"):
+        cost[f"{key}_tokens_per_q"] = sum(r["usage"][key] for r in rows) / n
+    cost["prompt_tokens_est_per_q"] = sum(r["prompt_tokens_est"] for r in rows) / n
+    cost["calls_per_q"] = sum(r["calls"] for r in rows) / n
+    cost["latency_p50_s"] = statistics.median(latencies)
+    cost["latency_p95_s"] = latencies[min(n - 1, int(0.95 * n))]
     if all("extraction_amortised" in r for r in rows):
         names = {"calls": "calls", **{k: f"{k}_tokens" for k in ("prompt", "completion", "cached")}}
         extraction: dict[str, Any] = {}
@@ -247,7 +239,7 @@ def summarize_qa(rows: list[dict[str, Any]]) -> dict[str, Any]:
         extraction["conversations"] = len(memories)
         extraction["memories_per_conversation"] = sum(memories.values()) / len(memories)
         cost["extraction"] = extraction
-        cost["tool_calls_per_q"] = _per_q(rows, lambda r: len(r.get("tool_calls", ())))
+        cost["tool_calls_per_q"] = sum(len(r.get("tool_calls", ())) for r in rows) / n
         for key, name in names.items():
             answer_key = "calls_per_q" if key == "calls" else f"{name}_per_q"
             cost[f"total_{name}_per_q"] = cost[answer_key] + extraction[f"{name}_per_q"]
