@@ -137,10 +137,8 @@ def _shown(message: str) -> str:
 
 
 def reports_errors(func: F) -> F:
-    """Every error becomes one line on stderr and exit code 1 (only the CLI does this).
-
-    Library, validation and file errors say what is wrong; anything else is
-    "unexpected ..." with its traceback logged at DEBUG (`-vv`).
+    """Every error becomes one line on stderr and exit code 1 (only the CLI does this):
+    "unexpected ..." for anything not a library, validation or file error (traceback at -vv).
     """
 
     @functools.wraps(func)

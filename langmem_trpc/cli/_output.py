@@ -1,12 +1,9 @@
 """Everything the CLI prints: escaping, tables, machine formats, progress.
 
-Human output (tables, detail views, history lines) never prints stored text
-raw: control characters (C0, DEL, C1), Unicode line and paragraph
-separators and invisible or bidirectional format characters are shown as
-escapes (`\\n`, `\\x1b`, `\\u202e`), so a memory cannot move the cursor,
-recolour the terminal, reorder what is shown or start a forged row.
-`json`, `jsonl` and `csv` are exact: they are for programs and their own
-quoting keeps every row one record.
+Human output escapes control, separator and invisible format characters in
+stored text (`\\n`, `\\x1b`, `\\u202e`), so a memory cannot move the cursor,
+recolour the terminal, reorder what is shown or forge a row; `json`,
+`jsonl` and `csv` are exact, for programs (their quoting keeps a row one record).
 """
 
 from __future__ import annotations

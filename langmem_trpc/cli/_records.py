@@ -1,11 +1,8 @@
 """Reading and checking a JSONL export before `import` writes any of it.
 
-Every record is held to the rules `add()` applies (the shared
-`build_memory` validation with the service's limits), plus what only an
-export carries: ids, aware timestamps, history events and the per-user
-capacity once the file's memories are counted in. The first bad record
-raises an `InvalidInputError` whose field reads `line N: field`, so the
-CLI prints `line N: field: problem` and nothing has been written yet.
+Each record meets `add()`'s rules (`build_memory` with the service's limits)
+plus an export's own (ids, aware times, history, per-user capacity). The
+first bad one raises `line N: field: problem` before anything is written.
 """
 
 from __future__ import annotations

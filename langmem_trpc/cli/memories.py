@@ -79,11 +79,9 @@ def _command(name: str) -> Callable[[F], F]:
 
 
 def resolve_id(svc: MemoryService, user: UserKey, given: str, *, deleted_ok: bool = False) -> str:
-    """The id `given` names: itself, or the one live memory whose id starts with it.
-
-    A prefix needs at least 8 characters; one that fits several memories is an
-    error. `deleted_ok` also accepts the exact id of a deleted memory that
-    still has history (history, purge). Unknown ids raise MemoryNotFoundError.
+    """The id `given` names: itself, or the one live memory whose id starts with it
+    (8+ characters; several is an error). `deleted_ok` also takes the exact id of a
+    deleted memory that still has history. Else MemoryNotFoundError.
     """
     if svc.get(user, given) is not None:
         return given

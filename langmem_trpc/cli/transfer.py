@@ -1,7 +1,6 @@
 """`langmem-trpc export` / `import`: JSONL, one memory per line with its history.
 
-Lossless for live memories: id, text, every field, metadata, created_at,
-updated_at and the full history come back exactly.
+Lossless for live memories: id, every field, metadata, times and history.
 """
 
 from __future__ import annotations

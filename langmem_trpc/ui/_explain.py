@@ -1,18 +1,12 @@
 """The search playground: why a memory was, or was not, found.
 
-Everything here runs the service's own search (`service.asearch`, hence the
-shared pipeline in `service/_search.py` on every backend) with different
-`SearchOptions`; nothing re-ranks memories on its own:
-
-* fused: the search as asked (hybrid, every fusion signal on);
-* vector leg: `hybrid=False` with the hybrid vector floor as the threshold,
-  i.e. the vector leg alone, ranked by cosine score;
+Only the service's own search (`asearch`, the shared pipeline on every
+backend) with other `SearchOptions`; nothing is re-ranked here:
+* fused: the search as asked;
+* vector leg: `hybrid=False` with the hybrid vector floor as threshold;
 * keyword leg: hybrid with `vector_floor=1.0` and every fusion signal off, so
-  only keyword candidates vote and the fused order is the keyword leg's
-  order (a memory whose vector score is exactly 1.0, the query itself, would
-  also be let in);
-* each signal's effect: the fused search again with that one signal switched
-  off; the rank it gives is shown beside the real one.
+  only keyword candidates vote (and a vector score of exactly 1.0: the query);
+* each signal's effect: the fused search with that one signal off.
 """
 
 from __future__ import annotations
@@ -66,10 +60,8 @@ def _ranks(entries: list[Entry]) -> dict[str, tuple[int, Entry]]:
 async def explain_search(
     service: MemoryService, user: UserKey, options: SearchOptions
 ) -> Explained:
-    """Fused, vector and keyword ranks of `options.query` side by side, and each signal's effect.
-
-    Rows are every memory any of the searches returned, in fused order, then
-    the ones the fused search left out (best leg rank first).
+    """Fused, vector and keyword ranks of `options.query` and each signal's effect:
+    every memory any search returned, in fused order, then the left-out ones (best leg first).
     """
     query = options.query
     deep = min(1000, max(3 * options.max_results, 30))  # the legs look past the cut-off

@@ -1,16 +1,10 @@
 """The inspector web app (`langmem-trpc ui`): Starlette, server-rendered HTML, no JavaScript.
 
-Every page reads through the `MemoryService` API (its async twins), so it
-works the same on every backend. Pages are addressed by query parameters
-(`/user?app=A&user=U`, `/memory?app=A&user=U&id=ID`) so any app or user id
-(slashes included) has a URL.
-
-Write actions (edit, delete, restore, purge a memory, purge a user, retry a
-dead letter) are POSTs that must carry the start-up token (form field
-`token` or header `X-LangMem-Token`); without it, or with `read_only`, the
-answer is 403 and nothing changes. Responses carry a strict
-Content-Security-Policy (no script at all), so even a stored payload that
-escaped the autoescaping could not run.
+Pages read through the `MemoryService` async API (the same on every
+backend) and are addressed by query parameters (`/user?app=A&user=U`), so
+any id has a URL. Writes are POSTs carrying the start-up token (form field
+`token` or header `X-LangMem-Token`), else 403 (always with `read_only`);
+a strict Content-Security-Policy (no script at all) backs the autoescaping.
 """
 
 from __future__ import annotations

@@ -1,14 +1,11 @@
-"""Write path for the memory QA arms: `LLMExtractor` over each session, cached on disk.
+"""Write path of the memory QA arms: `LLMExtractor` over each session, cached on disk.
 
-Each conversation is ingested session by session, as a deployment would see
-it: one extraction job per session (its own thread, both speakers as named
-user messages stamped with the session date) through the library's job
-runner (existing-memory search, `LLMExtractor`, merge_similar reconcile,
-execute). After every session the live memories and the session's log
-(operations, model calls, tokens) are written to `<cache>/<sample_id>.json`,
-so a crashed run resumes after the last finished session and a finished
-conversation is rebuilt from the file without a model call. The memory ids
-are kept (explicit-id upsert), so traces of both arms name the same memories.
+As a deployment sees it: one job per session (its own thread, both speakers
+as named user messages stamped with the session date) through the library's
+job runner. After each session the live memories (ids kept, so both arms'
+traces name the same memories) and the session's log go to
+`<cache>/<sample_id>.json`: a crashed run resumes after the last finished
+session, a finished conversation is rebuilt without a model call.
 """
 
 from __future__ import annotations

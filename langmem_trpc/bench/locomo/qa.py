@@ -1,14 +1,10 @@
 """QA arms: answer each question with a chat model and score it with the official metric.
 
-Arms: `long-context` (the whole transcript, official prompt layout),
-`raw-turns` (verbatim turn episodes, the library's default search, top-k
-turns in the prompt), `observations` (LoCoMo's oracle facts), and the two
-memory arms (`memory_qa.py`): `memory-vector` (`LLMExtractor` memories,
-vector-only search, the baseline) and `memory-hybrid` (the same memories,
-default hybrid search plus multi-pass `memory_search` tool calls). Each
-answered question is appended to a JSONL trace at once, so an interrupted run
-resumes by skipping the questions already in the trace; the memory arms also
-cache each conversation's extraction (`extract.py`).
+`long-context` (the whole transcript, official layout), `raw-turns` (turn
+episodes, default search, top-k in the prompt), `observations` (LoCoMo's
+oracle facts) and the two memory arms (`memory_qa.py`). Each answer is
+appended to a JSONL trace at once, so a rerun skips what is already there;
+the memory arms also cache each conversation's extraction (`extract.py`).
 """
 
 from __future__ import annotations
@@ -52,11 +48,9 @@ Answer = Callable[[Question, str], dict[str, Any]]
 
 
 def chat_model_from_env(model: str | None, max_tokens: int = 64) -> BaseChatModel | None:
-    """An OpenAI-compatible chat model from OPENAI_API_KEY / OPENAI_BASE_URL, or None.
-
-    OPENAI_BASE_URL alone (a local server) is enough: see `langmem_trpc.models`.
-    The model is `model`, else $LOCOMO_MODEL, else gpt-4o-mini. `max_tokens`
-    64 suits short answers; extraction and tool calls need more.
+    """An OpenAI-compatible chat model (`langmem_trpc.models`: OPENAI_API_KEY or
+    OPENAI_BASE_URL alone), or None; the model is `model`, else $LOCOMO_MODEL,
+    else gpt-4o-mini. `max_tokens` 64 suits short answers.
     """
     from ...models import chat_model_from_env as from_env
 
@@ -155,9 +149,8 @@ def run_qa(
 ) -> dict[str, Any]:
     """Answer, score and trace every question of one arm; resumes from `trace_path`.
 
-    The memory arms extract with `LLMExtractor(extract_model or model)` and
-    cache the result per conversation in `extraction_dir` (default: an
-    `extraction` folder beside the trace), shared by both memory arms.
+    The memory arms extract with `LLMExtractor(extract_model or model)`, cached
+    per conversation in `extraction_dir` (default: `extraction` beside the trace).
     """
     if arm not in QA_ARMS:
         raise ConfigurationError(f"unknown QA arm {arm!r}; choose from {', '.join(QA_ARMS)}")
@@ -209,10 +202,8 @@ def run_qa(
 
 
 def summarize_qa(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """F1 per category (with and without cat 5) and cost per question.
-
-    Memory arms add `cost.extraction` (calls and tokens amortised per question
-    and in total) and `cost.total_*` (extraction + answering) per question.
+    """F1 per category (with and without cat 5) and cost per question; the memory
+    arms add `cost.extraction` (amortised and total) and `cost.total_*_per_q`.
     """
     if not rows:
         return {}

@@ -1,11 +1,9 @@
 """Offline retrieval evaluation: no LLM, only the service's search.
 
-For each conversation the units are ingested into a fresh store; each
-question (categories 1-4 with evidence) is searched and the retrieved units'
-dialogue ids are compared with the gold evidence. Metrics per question:
-recall@k as the mean fraction of evidence found, any-hit@k, all-hit@k,
-reciprocal rank of the first unit holding evidence, and the estimated tokens
-of the top-k retrieved texts (characters / 4).
+Each conversation's units go into a fresh store; each question with
+evidence (categories 1-4) is searched and the retrieved dialogue ids are
+compared with the gold: recall@k (mean fraction found), any-hit@k,
+all-hit@k, reciprocal rank and the top-k texts' tokens (characters / 4).
 """
 
 from __future__ import annotations
@@ -209,10 +207,8 @@ def run_retrieval(
     progress: Callable[[Iterable[Any], str, int], Iterable[Any]] | None = None,
     resume: bool = True,
 ) -> dict[str, dict[str, Any]]:
-    """Evaluate every arm on every conversation; per (arm, conversation) traces are JSONL.
-
-    A finished (arm, conversation) trace file is reused when `resume` is set,
-    so a crashed run continues where it stopped.
+    """Every arm on every conversation, traced per (arm, conversation) as JSONL;
+    with `resume` a finished trace is reused, so a crashed run continues.
     """
     results: dict[str, dict[str, Any]] = {}
     for arm in arms:

@@ -1,15 +1,10 @@
 """The official LoCoMo QA metric, re-implemented from its protocol.
 
-Token F1 after normalisation (drop commas, lowercase, drop punctuation,
-drop the words a/an/the/and, collapse spaces) and stemming, with the
-per-category rules: cat 1 splits gold and prediction on commas (mean over
-gold parts of the best-matching prediction part), cat 3 scores only the
-gold before the first `;`, cat 5 is 1 when the prediction abstains.
-
-The official scorer stems with NLTK's Porter; this one uses the library's
-Snowball English stemmer (Porter2, `service._language.ENGLISH`), so no
-hand-written stemmer is kept. On the words of LoCoMo-10's gold answers the
-two conflate differently for a few words (docs/bench-locomo.md, "Stemmer").
+Token F1 of normalised (no commas, case, punctuation or a/an/the/and) and
+stemmed answers; cat 1 averages over the gold's comma parts, cat 3 scores the
+gold before the first `;`, cat 5 is 1 when the prediction abstains. The stemmer
+is the library's Snowball English (Porter2), not NLTK's Porter: they conflate
+a few LoCoMo gold words differently (docs/bench-locomo.md, "Stemmer").
 """
 
 from __future__ import annotations
