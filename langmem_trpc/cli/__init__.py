@@ -30,11 +30,7 @@ def cli(verbose: int) -> None:
 
 
 @cli.command(name="demo")
-@click.option(
-    "--db",
-    default=None,
-    help="SQLite file for the demo (default: memories.db in the data directory).",
-)
+@click.option("--db", help="SQLite file for the demo (default: memories.db in the data directory).")
 def demo(db: str | None) -> None:
     """Run a two-thread agent conversation through the real hook, worker, store and preload.
 

@@ -67,7 +67,7 @@ def default_db() -> str:
 
 
 def db_option(func: F) -> F:
-    return click.option("--db", "db", default=None, help=DB_HELP)(func)
+    return click.option("--db", help=DB_HELP)(func)
 
 
 def format_options(func: F) -> F:

@@ -148,7 +148,6 @@ def bench() -> None:
 @click.option("--model", help="Chat model name for QA arms (OpenAI-compatible, env configured).")
 @click.option(
     "--top-k",
-    "top_k",
     default="10",
     show_default=True,
     help="QA retrieval depth; comma list = ablation.",

@@ -47,13 +47,11 @@ def _split(values: tuple[str, ...]) -> list[str]:
 
 def _content_options(func: F) -> F:
     """--topic(s), --event-time, --participant, --location (see `_content`)."""
-    func = click.option("--location", default=None, help="Where an episode happened.")(func)
+    func = click.option("--location", help="Where an episode happened.")(func)
     func = click.option(
         "--participant", "participants", multiple=True, help="Who took part (repeatable)."
     )(func)
-    func = click.option("--event-time", default=None, help="When it happened: ISO 8601 or a date.")(
-        func
-    )
+    func = click.option("--event-time", help="When it happened: ISO 8601 or a date.")(func)
     func = click.option(
         "--topic",
         "--topics",
@@ -83,9 +81,7 @@ def resolve_id(svc: MemoryService, user: UserKey, given: str, *, deleted_ok: boo
     (8+ characters; several is an error). `deleted_ok` also takes the exact id of a
     deleted memory that still has history. Else MemoryNotFoundError.
     """
-    if svc.get(user, given) is not None:
-        return given
-    if deleted_ok and svc.history(user, given):
+    if svc.get(user, given) is not None or (deleted_ok and svc.history(user, given)):
         return given
     if len(given) >= MIN_PREFIX:
         matches = [e.id for e in svc.read(user) if e.id.startswith(given)]
@@ -156,7 +152,7 @@ def memories_add(
 @_command("update")
 @user_options
 @_content_options
-@click.option("--kind", type=KIND, default=None)
+@click.option("--kind", type=KIND)
 @format_options
 @click.argument("memory_id")
 @click.argument("text", required=False)
@@ -189,24 +185,16 @@ def memories_update(
         current = svc.get(user, target)
         if current is None:  # deleted in between
             raise MemoryNotFoundError(target)
-        entry = svc.update(
-            user,
-            target,
-            current.text if text is None else _read_text(text),
-            kind=kind,
-            source=CLI_SOURCE,
-            **fields,
-        )
+        new_text = current.text if text is None else _read_text(text)
+        entry = svc.update(user, target, new_text, kind=kind, source=CLI_SOURCE, **fields)
     _emit_one(entry, fmt)
 
 
 @_command("search")
 @user_options
-@click.option("--kind", type=KIND, default=None, help="Prefer this kind (falls back to others).")
-@click.option(
-    "--after", default=None, help="Only events at or after this date (ISO 8601 or a date)."
-)
-@click.option("--before", default=None, help="Only events at or before this date.")
+@click.option("--kind", type=KIND, help="Prefer this kind (falls back to others).")
+@click.option("--after", help="Only events at or after this date (ISO 8601 or a date).")
+@click.option("--before", help="Only events at or before this date.")
 @click.option("--limit", default=10, show_default=True, type=click.IntRange(1, 1000))
 @format_options
 @click.argument("query")
@@ -370,7 +358,7 @@ def memories_purge(db: str | None, user: UserKey, yes: bool, memory_id: str | No
 
 @_command("users")
 @db_option
-@click.option("--app", "app_name", default=None, help="Only this application.")
+@click.option("--app", "app_name", help="Only this application.")
 @format_options
 def memories_users(db: str | None, app_name: str | None, fmt: OutputFormat) -> None:
     """List the users that have live memories, with their counts.

@@ -31,7 +31,7 @@ def _export_records(svc: MemoryService, users: list[UserKey]) -> Iterator[str]:
 @click.command(name="export")
 @db_option
 @click.option("--app", "app_name", default="default", show_default=True)
-@click.option("--user", "user_id", default=None, help="One user; default: every user of the app.")
+@click.option("--user", "user_id", help="One user; default: every user of the app.")
 @click.option(
     "-o",
     "--output",
