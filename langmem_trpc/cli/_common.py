@@ -138,8 +138,7 @@ def _shown(message: str) -> str:
 
 def reports_errors(func: F) -> F:
     """Every error becomes one line on stderr and exit code 1 (only the CLI does this):
-    "unexpected ..." for anything not a library, validation or file error (traceback at -vv).
-    """
+    "unexpected ..." for anything not a library, validation or file error (traceback at -vv)."""
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:

@@ -76,8 +76,7 @@ _VERSION = re.compile(r"Go (\d+)\.(\d+)")
 
 def _plan_from_input(messages: list[BaseMessage]) -> AIMessage:
     """Thread 2's scripted answer from what the model was given: the newest Go
-    version in its input (preloaded block, memory_search result), else "I don't know".
-    """
+    version in its input (preloaded block, memory_search result), else "I don't know"."""
     seen = " ".join(str(m.content) for m in messages if not isinstance(m, HumanMessage))
     versions = sorted({(int(a), int(b)) for a, b in _VERSION.findall(seen)})
     if not versions:

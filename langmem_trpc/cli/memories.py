@@ -79,8 +79,7 @@ def _command(name: str) -> Callable[[F], F]:
 def resolve_id(svc: MemoryService, user: UserKey, given: str, *, deleted_ok: bool = False) -> str:
     """The id `given` names: itself, or the one live memory whose id starts with it
     (8+ characters; several is an error). `deleted_ok` also takes the exact id of a
-    deleted memory that still has history. Else MemoryNotFoundError.
-    """
+    deleted memory that still has history. Else MemoryNotFoundError."""
     if svc.get(user, given) is not None or (deleted_ok and svc.history(user, given)):
         return given
     if len(given) >= MIN_PREFIX:

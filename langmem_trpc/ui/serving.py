@@ -26,8 +26,7 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 def read_line(stream: IO[str], timeout: float) -> str:
     """The next line of a child's pipe, else `ConfigurationError` after `timeout` s
-    (read in a daemon thread, so a silent child cannot block the caller).
-    """
+    (read in a daemon thread, so a silent child cannot block the caller)."""
     lines: queue.Queue[str] = queue.Queue(maxsize=1)
     reader = threading.Thread(
         target=lambda: lines.put(stream.readline()), name="langmem-trpc-readline", daemon=True

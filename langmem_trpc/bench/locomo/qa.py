@@ -50,8 +50,7 @@ Answer = Callable[[Question, str], dict[str, Any]]
 def chat_model_from_env(model: str | None, max_tokens: int = 64) -> BaseChatModel | None:
     """An OpenAI-compatible chat model (`langmem_trpc.models`: OPENAI_API_KEY or
     OPENAI_BASE_URL alone), or None; the model is `model`, else $LOCOMO_MODEL,
-    else gpt-4o-mini. `max_tokens` 64 suits short answers.
-    """
+    else gpt-4o-mini. `max_tokens` 64 suits short answers."""
     from ...models import chat_model_from_env as from_env
 
     name = model or os.environ.get("LOCOMO_MODEL", "gpt-4o-mini")
@@ -203,8 +202,7 @@ def run_qa(
 
 def summarize_qa(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """F1 per category (with and without cat 5) and cost per question; the memory
-    arms add `cost.extraction` (amortised and total) and `cost.total_*_per_q`.
-    """
+    arms add `cost.extraction` (amortised and total) and `cost.total_*_per_q`."""
     if not rows:
         return {}
     latencies = sorted(r["latency_s"] for r in rows)

@@ -208,8 +208,7 @@ def run_retrieval(
     resume: bool = True,
 ) -> dict[str, dict[str, Any]]:
     """Every arm on every conversation, traced per (arm, conversation) as JSONL;
-    with `resume` a finished trace is reused, so a crashed run continues.
-    """
+    with `resume` a finished trace is reused, so a crashed run continues."""
     results: dict[str, dict[str, Any]] = {}
     for arm in arms:
         if arm.embed and embeddings is None:
@@ -217,10 +216,9 @@ def run_retrieval(
         trace_dir = run_dir / "traces" / arm.name
         trace_dir.mkdir(parents=True, exist_ok=True)
         records: list[dict[str, Any]] = []
-        items: Iterable[Conversation] = conversations
-        if progress is not None:
-            items = progress(conversations, arm.name, len(conversations))
-        for conv in items:
+        for conv in (
+            progress(conversations, arm.name, len(conversations)) if progress else conversations
+        ):
             trace = trace_dir / f"{conv.sample_id}.jsonl"
             if resume and trace.is_file():
                 records.extend(read_jsonl(trace))
@@ -232,12 +230,10 @@ def run_retrieval(
             )
             records.extend(conv_records)
         summary = summarize(records, ks)
-        per_conv = {
-            conv.sample_id: summarize([r for r in records if r["sample_id"] == conv.sample_id], ks)[
-                "recall@10"
-            ]
-            for conv in conversations
-        }
+        per_conv = {}
+        for conv in conversations:
+            mine = [r for r in records if r["sample_id"] == conv.sample_id]
+            per_conv[conv.sample_id] = summarize(mine, ks)["recall@10"]
         results[arm.name] = {
             **summary,
             "per_conversation_recall@10": per_conv,

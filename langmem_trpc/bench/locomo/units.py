@@ -66,8 +66,7 @@ def ingest_units(
     service: MemoryService, user: UserKey, records: list[UnitRecord]
 ) -> dict[str, tuple[str, ...]]:
     """Add every unit in order; returns memory id -> the dia ids it stands for
-    (the idempotent add merges identical units, so one memory may stand for several).
-    """
+    (the idempotent add merges identical units, so one memory may stand for several)."""
     ids: dict[str, tuple[str, ...]] = {}
     for record in records:
         entry = service.add(
