@@ -61,14 +61,12 @@ def safe(text: str) -> str:
     """`text` with every control, separator and invisible format character escaped."""
     if text.isprintable():
         return text
-    out = []
-    for char in text:
-        kind = unicodedata.category(char)
-        if kind in ("Cc", "Zl", "Zp", "Cs", "Co", "Cn") or ord(char) in _INVISIBLE:
-            out.append(_escape(char))
-        else:
-            out.append(char)
-    return "".join(out)
+    return "".join(_escape(c) if _unsafe(c) else c for c in text)
+
+
+def _unsafe(char: str) -> bool:
+    kind = unicodedata.category(char)
+    return kind in ("Cc", "Zl", "Zp", "Cs", "Co", "Cn") or ord(char) in _INVISIBLE
 
 
 def short_id(memory_id: str) -> str:

@@ -239,7 +239,7 @@ class _UI:
         total = await self.service.acount(user)
         return self.page("user", user=user, f=f, entries=entries, total=total, shown=len(entries))
 
-    async def memory_page(self, request: Request, flash: str | None = None) -> Response:
+    async def memory_page(self, request: Request) -> Response:
         user = self.user_of(request)
         memory_id = request.query_params.get("id") or ""
         entry = await self.service.aget(user, memory_id) if memory_id else None
@@ -255,7 +255,6 @@ class _UI:
             entry=entry,
             events=[_event_view(e) for e in events],
             restorable=restorable,
-            flash=flash,
         )
 
     async def search_page(self, request: Request) -> Response:

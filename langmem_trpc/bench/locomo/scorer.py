@@ -47,20 +47,16 @@ def f1_score(prediction: str, gold: str) -> float:
     return 2 * precision * recall / (precision + recall)
 
 
-def _multi_answer_f1(prediction: str, gold: str) -> float:
-    preds = [p.strip() for p in prediction.split(",")]
-    golds = [g.strip() for g in gold.split(",")]
-    return sum(max(f1_score(p, g) for p in preds) for g in golds) / len(golds)
-
-
 def score_answer(prediction: str, gold: str | None, category: int) -> float:
     """Score one prediction by the official per-category rule."""
     if category == 5:
         lowered = prediction.lower()
         return 1.0 if any(phrase in lowered for phrase in ABSTENTION_PHRASES) else 0.0
     gold = "" if gold is None else str(gold)
-    if category == 1:
-        return _multi_answer_f1(prediction, gold)
+    if category == 1:  # each gold part scores its best-matching prediction part
+        preds = [p.strip() for p in prediction.split(",")]
+        golds = [g.strip() for g in gold.split(",")]
+        return sum(max(f1_score(p, g) for p in preds) for g in golds) / len(golds)
     if category == 3:
         gold = gold.split(";")[0].strip()
     return f1_score(prediction, gold)
