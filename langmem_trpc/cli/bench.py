@@ -147,10 +147,7 @@ def bench() -> None:
 )
 @click.option("--model", help="Chat model name for QA arms (OpenAI-compatible, env configured).")
 @click.option(
-    "--top-k",
-    default="10",
-    show_default=True,
-    help="QA retrieval depth; comma list = ablation.",
+    "--top-k", default="10", show_default=True, help="QA retrieval depth; comma list = ablation."
 )
 @click.option(
     "--extract-model", help="Chat model for LLMExtractor in the memory-* arms (default: --model)."
