@@ -1,6 +1,6 @@
 """Reading and checking a JSONL export before `import` writes any of it.
 
-Each record meets `add()`'s rules (`build_memory` with the service's limits)
+Each record meets `add()`'s rules (`memory_from` with the service's limits)
 plus an export's own (ids, aware times, history, per-user capacity). The
 first bad one raises `line N: field: problem` before anything is written.
 """
@@ -17,7 +17,7 @@ from pydantic import ValidationError
 
 from .._time import ensure_utc
 from ..errors import InvalidInputError, InvalidMemoryError
-from ..service._core import Limits, build_memory, check_memory_id
+from ..service._core import Limits, check_memory_id, memory_from
 from ..service.protocol import MemoryService
 from ..types import Entry, HistoryEvent, UserKey
 from ._common import validation_problem
@@ -58,20 +58,9 @@ def _entry(raw: object, limits: Limits) -> Entry:
         raise validation_problem(exc, "entry") from None
     UserKey(entry.app_name, entry.user_id)  # the same identifier rules as every call
     check_memory_id(entry.id)
-    memory = entry.memory
-    built = build_memory(
-        memory.text,
-        limits=limits,
-        topics=memory.topics,
-        kind=memory.kind,
-        event_time=memory.event_time,
-        participants=memory.participants,
-        location=memory.location,
-        metadata=memory.metadata,
-    )
     return entry.model_copy(
         update={
-            "memory": built,
+            "memory": memory_from(entry.memory, limits=limits),
             "created_at": ensure_utc(entry.created_at, "created_at"),
             "updated_at": ensure_utc(entry.updated_at, "updated_at"),
             "score": None,

@@ -112,23 +112,16 @@ def _models() -> tuple[BaseChatModel, BaseChatModel, str]:
 
 
 class _SeenByModel(AgentMiddleware[Any, Any, Any]):
-    """Records the exact model input (after preload) so the demo can print it."""
+    """Records the exact model input (after preload) so the demo can print it (sync runs only)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.inputs: list[list[BaseMessage]] = []
 
-    def _record(self, request: ModelRequest) -> None:
+    def wrap_model_call(self, request: ModelRequest, handler: Callable[[ModelRequest], Any]) -> Any:
         system = [request.system_message] if request.system_message is not None else []
         self.inputs.append([*system, *request.messages])
-
-    def wrap_model_call(self, request: ModelRequest, handler: Callable[[ModelRequest], Any]) -> Any:
-        self._record(request)
         return handler(request)
-
-    async def awrap_model_call(self, request: ModelRequest, handler: Any) -> Any:
-        self._record(request)
-        return await handler(request)
 
 
 def _wait(worker: AutoMemoryWorker, jobs: int, timeout: float = 120.0) -> None:
