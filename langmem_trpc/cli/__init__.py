@@ -51,13 +51,8 @@ def demo(db: str | None) -> None:
     run_demo(target, out=click.echo, hints=hints)
 
 
-cli.add_command(memories)
-cli.add_command(export_memories)
-cli.add_command(import_memories)
-cli.add_command(jobs)
-cli.add_command(worker_command)
-
-cli.add_command(bench)
+for command in (memories, export_memories, import_memories, jobs, worker_command, bench):
+    cli.add_command(command)
 cli.add_command(mcp_command)
 cli.add_command(ui_command)
 

@@ -114,12 +114,6 @@ def _session_log(number: int, report: JobReport, usage: dict[str, int]) -> dict[
     }
 
 
-def _restore(service: MemoryService, user: UserKey, memories: list[dict[str, Any]]) -> None:
-    for m in memories:
-        fields = {k: m[k] for k in ("kind", "topics", "event_time", "participants", "location")}
-        service.add(user, m["text"], memory_id=m["id"], **fields)
-
-
 def extract_conversation(
     conv: Conversation,
     extractor: Extractor,
@@ -134,12 +128,12 @@ def extract_conversation(
     """
     cache_dir.mkdir(parents=True, exist_ok=True)
     path = cache_dir / f"{conv.sample_id}.json"
-    cached: dict[str, Any] = {}
-    if path.is_file():
-        cached = json.loads(path.read_text(encoding="utf-8"))
+    cached: dict[str, Any] = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
     service = make_service(embeddings)
     user = UserKey(APP_NAME, conv.sample_id)
-    _restore(service, user, cached.get("memories", []))
+    for m in cached.get("memories", []):  # rebuilt under their own ids
+        fields = {k: m[k] for k in ("kind", "topics", "event_time", "participants", "location")}
+        service.add(user, m["text"], memory_id=m["id"], **fields)
     logs: list[dict[str, Any]] = [
         s for s in cached.get("sessions", []) if s["status"] == JobStatus.COMPLETED.value
     ]
