@@ -85,15 +85,12 @@ def word_diff(before: str | None, after: str | None) -> list[tuple[str, str]]:
 
 def _source_rows(source: Source | None) -> list[tuple[str, str]]:
     """Every recorded field of a write's source (thread, messages, actor, and any others)."""
-    if source is None:
-        return []
-    rows = []
-    for key, value in source.model_dump(mode="json").items():
-        if value in (None, [], {}, ""):
-            continue
-        shown = ", ".join(map(str, value)) if isinstance(value, list) else str(value)
-        rows.append((key.replace("_", " "), shown))
-    return rows
+    fields = source.model_dump(mode="json") if source is not None else {}
+    return [
+        (key.replace("_", " "), ", ".join(map(str, v)) if isinstance(v, list) else str(v))
+        for key, v in fields.items()
+        if v not in (None, [], {}, "")
+    ]
 
 
 def _event_view(event: HistoryEvent) -> dict[str, Any]:
@@ -205,14 +202,8 @@ class _UI:
             app = apps.setdefault(
                 user.app_name, {"name": user.app_name, "users": [], "memories": 0}
             )
-            app["users"].append(
-                {
-                    "user_id": user.user_id,
-                    "count": count,
-                    "last": latest[0].updated_at if latest else None,
-                    "url": "/user?" + self.qs(user),
-                }
-            )
+            last, url = latest[0].updated_at if latest else None, "/user?" + self.qs(user)
+            app["users"].append({"user_id": user.user_id, "count": count, "last": last, "url": url})
             app["memories"] += count
         return self.page("index", apps=list(apps.values()))
 
