@@ -20,13 +20,12 @@ from ..registry import scheme_of
 from ..service._core import Limits
 from ..service.protocol import MemoryService
 from ..types import UserKey
-from ._output import FORMATS, OutputFormat, entry_json, safe
+from ._output import FORMATS, OutputFormat, safe
 
 __all__ = [
     "CLI_LIMITS",
     "default_db",
     "emit",
-    "entry_json",
     "json_option",
     "open_service",
     "plural",
@@ -58,8 +57,7 @@ def plural(count: int, one: str, many: str | None = None) -> str:
 def default_db() -> str:
     if url := os.environ.get("LANGMEM_TRPC_DSN"):
         return url
-    home = os.environ.get("LANGMEM_TRPC_HOME")
-    if home:
+    if home := os.environ.get("LANGMEM_TRPC_HOME"):
         return str(Path(home) / "memories.db")
     import platformdirs
 

@@ -367,10 +367,8 @@ def _run_qa(
                 extraction_dir=extraction_dir,
                 max_passes=max_passes,
             )
-            entry: dict[str, Any] = {"qa": summary}
-            if arm != "long-context":
-                entry["embedder"] = embedder
-            payload["arms"][name] = entry
+            embedded = {} if arm == "long-context" else {"embedder": embedder}
+            payload["arms"][name] = {"qa": summary, **embedded}
             click.echo(f"{name}: {summary.get('f1')} {summary.get('cost')}")
     payload["default_arm"] = next((a for a in ("raw-turns", "memory-hybrid") if a in chosen), None)
 
