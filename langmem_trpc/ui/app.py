@@ -310,15 +310,16 @@ class _UI:
             return RedirectResponse("/user?" + self.qs(user), status_code=303)
         return RedirectResponse("/memory?" + self._memory_qs(user, memory_id), status_code=303)
 
-    def _memory_id(self, request: Request) -> str:
-        memory_id = request.query_params.get("id") or ""
+    async def _memory_write(self, request: Request) -> tuple[FormData, UserKey, str]:
+        """A checked write to one memory: its form, user and (required) id."""
+        form = await self.check_write(request)
+        user, memory_id = self.user_of(request), request.query_params.get("id") or ""
         if not memory_id:
             raise HTTPException(400, "id: name the memory (?id=...)")
-        return memory_id
+        return form, user, memory_id
 
     async def edit(self, request: Request) -> Response:
-        form = await self.check_write(request)
-        user, memory_id = self.user_of(request), self._memory_id(request)
+        form, user, memory_id = await self._memory_write(request)
         fields: dict[str, Any] = {
             "topics": _split(str(form.get("topics") or "")),
             "participants": _split(str(form.get("participants") or "")),
@@ -333,15 +334,13 @@ class _UI:
         return self._back(user, memory_id)
 
     async def delete(self, request: Request) -> Response:
-        await self.check_write(request)
-        user, memory_id = self.user_of(request), self._memory_id(request)
+        _, user, memory_id = await self._memory_write(request)
         if not await self.service.adelete(user, memory_id, source=UI_SOURCE):
             raise MemoryNotFoundError(memory_id)
         return self._back(user, memory_id)
 
     async def restore(self, request: Request) -> Response:
-        await self.check_write(request)
-        user, memory_id = self.user_of(request), self._memory_id(request)
+        _, user, memory_id = await self._memory_write(request)
         if await self.service.aget(user, memory_id) is not None:
             return self._back(user, memory_id)  # already live: nothing to do
         events = await self.service.ahistory(user, memory_id)
@@ -353,8 +352,7 @@ class _UI:
         return self._back(user, memory_id)
 
     async def purge_memory(self, request: Request) -> Response:
-        form = await self.check_write(request)
-        user, memory_id = self.user_of(request), self._memory_id(request)
+        form, user, memory_id = await self._memory_write(request)
         if form.get("confirm") != "yes":
             raise InvalidInputError("confirm", "tick the box to purge the memory for good")
         if not await self.service.apurge(user, memory_id):
