@@ -19,7 +19,7 @@ from .._time import ensure_utc
 from ..errors import InvalidInputError, InvalidMemoryError
 from ..service._core import Limits, check_memory_id, memory_from
 from ..service.protocol import MemoryService
-from ..types import Entry, HistoryEvent, UserKey
+from ..types import Entry, HistoryEvent, UserKey, check_text_value
 from ._common import validation_problem
 
 __all__ = ["FORMAT", "Record", "checked_records"]
@@ -37,16 +37,10 @@ class Record:
 
 
 def _check_text(field: str, value: str | None) -> None:
-    if value is not None and ("\x00" in value or not _encodable(value)):
-        raise InvalidMemoryError(field, "must not contain NUL bytes or lone surrogates")
-
-
-def _encodable(value: str) -> bool:
     try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
+        check_text_value(field, "" if value is None else value)
+    except InvalidMemoryError:  # one message for both problems
+        raise InvalidMemoryError(field, "must not contain NUL bytes or lone surrogates") from None
 
 
 def _entry(raw: object, limits: Limits) -> Entry:

@@ -60,12 +60,6 @@ def _ts(value: datetime | None) -> str:
     return "" if value is None else value.strftime("%Y-%m-%d %H:%M")
 
 
-def _environment() -> Environment:
-    env = Environment(loader=DictLoader(TEMPLATES), autoescape=True)
-    env.filters["ts"] = _ts
-    return env
-
-
 def word_diff(before: str | None, after: str | None) -> list[tuple[str, str]]:
     """Word-level diff of two texts as (kind, text) runs; kind is 'same', 'del' or 'ins'."""
     old = re.findall(r"\S+|\s+", before or "")
@@ -141,7 +135,8 @@ class _UI:
         self.service = service
         self.token = token
         self.read_only = read_only
-        self.env = _environment()
+        self.env = Environment(loader=DictLoader(TEMPLATES), autoescape=True)
+        self.env.filters["ts"] = _ts
         self.backend = type(service).__name__
 
     # -- plumbing -------------------------------------------------------------
