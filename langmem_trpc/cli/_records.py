@@ -8,7 +8,6 @@ first bad one raises `line N: field: problem` before anything is written.
 from __future__ import annotations
 
 import json
-from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -100,15 +99,13 @@ def _check_capacity(records: list[Record], service: MemoryService, limits: Limit
     """Each user's live memories plus the file's new ones must fit `limits.capacity`."""
     if limits.capacity is None or limits.on_capacity != "error":
         return
-    held: dict[UserKey, set[str]] = {}
-    incoming: dict[UserKey, set[str]] = defaultdict(set)
+    ids: dict[UserKey, set[str]] = {}  # live ids, then the file's
     for record in records:
         user = record.entry.user
-        if user not in held:
-            held[user] = {e.id for e in service.read(user)}
-        incoming[user].add(record.entry.id)
-        total = len(held[user] | incoming[user])
-        if total > limits.capacity:
+        if user not in ids:
+            ids[user] = {e.id for e in service.read(user)}
+        ids[user].add(record.entry.id)
+        if (total := len(ids[user])) > limits.capacity:
             raise InvalidInputError(
                 f"line {record.line}: capacity",
                 f"{user} would hold {total} memories, more than the capacity of {limits.capacity}",
