@@ -199,17 +199,15 @@ def render_entries(
 
 
 def _meta(entry: Entry) -> list[str]:
-    memory = entry.memory
-    meta = [memory.kind.value]
-    if memory.event_time:
-        meta.append(memory.event_time.strftime("%Y-%m-%d"))
-    if memory.participants:
-        meta.append("with " + ", ".join(memory.participants))
-    if memory.location:
-        meta.append("at " + memory.location)
-    if memory.topics:
-        meta.append("topics: " + ", ".join(memory.topics))
-    return meta
+    m = entry.memory
+    meta = [
+        m.kind.value,
+        m.event_time.strftime("%Y-%m-%d") if m.event_time else "",
+        "with " + ", ".join(m.participants) if m.participants else "",
+        "at " + m.location if m.location else "",
+        "topics: " + ", ".join(m.topics) if m.topics else "",
+    ]
+    return [part for part in meta if part]
 
 
 def entry_line(entry: Entry) -> str:
