@@ -263,14 +263,9 @@ def _run_retrieval(
             RetrievalArm(f"turns-default/{name}", "turns", True, knobs, f"ablation: {knobs}")
             for name, knobs in ABLATIONS.items()
         ]
+        plain = "ablation: turns without context topics (VerbatimExtractor(context=False))"
         chosen.append(
-            RetrievalArm(
-                "turns-default/no-context-units",
-                "turns-plain",
-                True,
-                {},
-                "ablation: turns without context topics (VerbatimExtractor(context=False))",
-            )
+            RetrievalArm("turns-default/no-context-units", "turns-plain", True, {}, plain)
         )
     embeddings = _embeddings(run_dir, any(a.embed for a in chosen))
     if embeddings is None and any(a.embed for a in chosen):

@@ -54,12 +54,8 @@ def _scripted_extraction(messages: list[BaseMessage]) -> AIMessage:
     topics = ["go", "production"]
     found = re.search(r"- \[([^\]]+)\] \"Production runs Go 1\.23\"", system)
     if "1.24" in said and found:
-        return _call(
-            "memory_update",
-            memory_id=found.group(1),
-            memory="Production runs Go 1.24",
-            topics=topics,
-        )
+        update = {"memory_id": found.group(1), "memory": "Production runs Go 1.24"}
+        return _call("memory_update", **update, topics=topics)
     if "1.23" in said:
         return _call("memory_add", memory="Production runs Go 1.23", topics=topics)
     return _call("nothing_to_remember")
