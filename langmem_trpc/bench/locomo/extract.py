@@ -153,13 +153,8 @@ def extract_conversation(
             if outcome.memory_id and outcome.result in ("added", "updated"):
                 memory_session[outcome.memory_id] = session.number
         if report.status != JobStatus.COMPLETED:
-            logger.warning(
-                "extraction of %s session %d: %s (%s)",
-                conv.sample_id,
-                session.number,
-                report.status.value,
-                report.error,
-            )
+            why = f"{report.status.value} ({report.error})"
+            logger.warning("extraction of %s session %d: %s", conv.sample_id, session.number, why)
         live = service.read(user)
         memory_session = {e.id: memory_session.get(e.id, session.number) for e in live}
         payload = {

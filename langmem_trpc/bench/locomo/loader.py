@@ -260,12 +260,8 @@ def _conversation(raw: dict[str, Any]) -> Conversation:
                 where = (session.number, session.date, session.date_text)
                 observations.append(Observation(str(text), str(speaker), *where, dia_ids))
     if dropped:
-        logger.info(
-            "%s: dropped %d unresolvable evidence ids: %s",
-            raw.get("sample_id"),
-            len(dropped),
-            dropped,
-        )
+        sample = raw.get("sample_id")
+        logger.info("%s: dropped %d unresolvable evidence ids: %s", sample, len(dropped), dropped)
     return Conversation(
         sample_id=str(raw.get("sample_id", f"conv-{id(raw)}")),
         speakers=(str(conv.get("speaker_a", "A")), str(conv.get("speaker_b", "B"))),

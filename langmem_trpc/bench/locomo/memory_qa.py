@@ -140,9 +140,8 @@ class MemoryAnswerer:
             reply = self._loop(messages, tool_calls)
         usage = meter.snapshot()
         ranks = self._ranks([(h.id, h.score, h.text) for h in hits])
-        seen = {r["session"] for r in ranks} | {
-            r["session"] for c in tool_calls for r in c["results"]
-        }
+        found = [*ranks, *(r for c in tool_calls for r in c["results"])]
+        seen = {r["session"] for r in found}
         wanted = evidence_sessions(question.evidence)
         return {
             "answer": _message_text(reply).strip(),
