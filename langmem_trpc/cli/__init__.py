@@ -30,11 +30,7 @@ def cli(verbose: int) -> None:
 
 
 @cli.command(name="demo")
-@click.option(
-    "--db",
-    default=None,
-    help="SQLite file for the demo (default: memories.db in the data directory).",
-)
+@click.option("--db", help="SQLite file for the demo (default: memories.db in the data directory).")
 def demo(db: str | None) -> None:
     """Run a two-thread agent conversation through the real hook, worker, store and preload.
 
@@ -55,13 +51,8 @@ def demo(db: str | None) -> None:
     run_demo(target, out=click.echo, hints=hints)
 
 
-cli.add_command(memories)
-cli.add_command(export_memories)
-cli.add_command(import_memories)
-cli.add_command(jobs)
-cli.add_command(worker_command)
-
-cli.add_command(bench)
+for command in (memories, export_memories, import_memories, jobs, worker_command, bench):
+    cli.add_command(command)
 cli.add_command(mcp_command)
 cli.add_command(ui_command)
 

@@ -14,19 +14,18 @@ from typing import Any, TypeVar
 import click
 from pydantic import ValidationError
 
-from ..errors import InvalidInputError, LangmemTrpcError
+from ..errors import InvalidInputError, InvalidMemoryError, LangmemTrpcError
 from ..registry import open as open_store
 from ..registry import scheme_of
 from ..service._core import Limits
 from ..service.protocol import MemoryService
 from ..types import UserKey
-from ._output import FORMATS, OutputFormat, entry_json, safe
+from ._output import FORMATS, OutputFormat, safe
 
 __all__ = [
     "CLI_LIMITS",
     "default_db",
     "emit",
-    "entry_json",
     "json_option",
     "open_service",
     "plural",
@@ -58,8 +57,7 @@ def plural(count: int, one: str, many: str | None = None) -> str:
 def default_db() -> str:
     if url := os.environ.get("LANGMEM_TRPC_DSN"):
         return url
-    home = os.environ.get("LANGMEM_TRPC_HOME")
-    if home:
+    if home := os.environ.get("LANGMEM_TRPC_HOME"):
         return str(Path(home) / "memories.db")
     import platformdirs
 
@@ -67,7 +65,7 @@ def default_db() -> str:
 
 
 def db_option(func: F) -> F:
-    return click.option("--db", "db", default=None, help=DB_HELP)(func)
+    return click.option("--db", help=DB_HELP)(func)
 
 
 def format_options(func: F) -> F:
@@ -108,22 +106,24 @@ def user_options(func: F) -> F:
     return db_option(app(option(wrapper)))  # type: ignore[return-value]
 
 
-def validation_problem(exc: ValidationError) -> LangmemTrpcError:
+def validation_problem(exc: ValidationError, prefix: str = "") -> LangmemTrpcError:
     """The first pydantic error as ours: the library error it wraps, else an
-    `InvalidInputError` naming the field ("input" when pydantic names none)."""
+    `InvalidInputError` naming the field ("input" when pydantic names none), or
+    under a `prefix` (the part of an import record) an `InvalidMemoryError`."""
     error = exc.errors()[0]
     inner = (error.get("ctx") or {}).get("error")
     if isinstance(inner, LangmemTrpcError):
         return inner
-    return InvalidInputError(".".join(str(p) for p in error["loc"]) or "input", error["msg"])
+    field = ".".join(str(p) for p in error["loc"])
+    if prefix:
+        return InvalidMemoryError(f"{prefix}.{field}" if field else prefix, error["msg"])
+    return InvalidInputError(field or "input", error["msg"])
 
 
 def _one_line(exc: BaseException) -> str:
     if isinstance(exc, ValidationError):
         exc = validation_problem(exc)
-    if isinstance(exc, LangmemTrpcError):
-        return f"{type(exc).__name__}: {exc}"
-    if isinstance(exc, OSError):
+    if isinstance(exc, OSError) and not isinstance(exc, LangmemTrpcError):
         where = f": {exc.filename}" if exc.filename else ""
         return f"{exc.strerror or type(exc).__name__}{where}"
     return f"{type(exc).__name__}: {exc}"
@@ -135,11 +135,8 @@ def _shown(message: str) -> str:
 
 
 def reports_errors(func: F) -> F:
-    """Every error becomes one line on stderr and exit code 1 (only the CLI does this).
-
-    Library, validation and file errors say what is wrong; anything else is
-    "unexpected ..." with its traceback logged at DEBUG (`-vv`).
-    """
+    """Every error becomes one line on stderr and exit code 1 (only the CLI does this):
+    "unexpected ..." for anything not a library, validation or file error (traceback at -vv)."""
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -161,13 +158,8 @@ def reports_errors(func: F) -> F:
 
 @contextmanager
 def open_service(db: str | None, *, read: bool = False) -> Iterator[MemoryService]:
-    """Open the store the --db value names (`langmem_trpc.open`); closed on exit.
-
-    With `read=True` (commands that only look) nothing is created or migrated
-    (`create=False`): a SQLite path that does not exist, or a file without
-    langmem-trpc tables (looked at read-only), is a one-line error, and
-    PostgreSQL's `setup()` is not run.
-    """
+    """The store --db names (`langmem_trpc.open`), closed on exit; `read=True` (commands that
+    only look) opens with `create=False`: nothing is created, migrated or set up."""
     with open_store(db or default_db(), create=not read, limits=CLI_LIMITS) as service:
         yield service
 

@@ -1,12 +1,9 @@
 """Everything the CLI prints: escaping, tables, machine formats, progress.
 
-Human output (tables, detail views, history lines) never prints stored text
-raw: control characters (C0, DEL, C1), Unicode line and paragraph
-separators and invisible or bidirectional format characters are shown as
-escapes (`\\n`, `\\x1b`, `\\u202e`), so a memory cannot move the cursor,
-recolour the terminal, reorder what is shown or start a forged row.
-`json`, `jsonl` and `csv` are exact: they are for programs and their own
-quoting keeps every row one record.
+Human output escapes control, separator and invisible format characters in
+stored text (`\\n`, `\\x1b`, `\\u202e`), so a memory cannot move the cursor,
+recolour the terminal, reorder what is shown or forge a row; `json`,
+`jsonl` and `csv` are exact, for programs (their quoting keeps a row one record).
 """
 
 from __future__ import annotations
@@ -64,14 +61,12 @@ def safe(text: str) -> str:
     """`text` with every control, separator and invisible format character escaped."""
     if text.isprintable():
         return text
-    out = []
-    for char in text:
-        kind = unicodedata.category(char)
-        if kind in ("Cc", "Zl", "Zp", "Cs", "Co", "Cn") or ord(char) in _INVISIBLE:
-            out.append(_escape(char))
-        else:
-            out.append(char)
-    return "".join(out)
+    return "".join(_escape(c) if _unsafe(c) else c for c in text)
+
+
+def _unsafe(char: str) -> bool:
+    kind = unicodedata.category(char)
+    return kind in ("Cc", "Zl", "Zp", "Cs", "Co", "Cn") or ord(char) in _INVISIBLE
 
 
 def short_id(memory_id: str) -> str:
@@ -147,22 +142,22 @@ def _score(entry: Entry) -> str:
     return f"{entry.score:.2f}" if entry.score is not None else ""
 
 
-def _csv(entries: Sequence[Entry]) -> str:
+def _csv(header: Iterable[Any], rows: Iterable[Iterable[Any]]) -> str:
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(
-        ["id", "app_name", "user_id", "kind", "text", "topics", "event_time", "participants"]
-        + ["location", "created_at", "updated_at", "score"]
-    )
-    for e in entries:
-        m = e.memory
-        writer.writerow(
-            [e.id, e.app_name, e.user_id, m.kind.value, m.text, ";".join(m.topics)]
-            + [m.event_time.isoformat() if m.event_time else "", ";".join(m.participants)]
-            + [m.location or "", e.created_at.isoformat(), e.updated_at.isoformat()]
-            + ["" if e.score is None else repr(e.score)]
-        )
+    writer.writerow(header)
+    writer.writerows(rows)
     return buffer.getvalue().rstrip("\n")
+
+
+def _entry_row(e: Entry) -> list[str]:
+    m = e.memory
+    return (
+        [e.id, e.app_name, e.user_id, m.kind.value, m.text, ";".join(m.topics)]
+        + [m.event_time.isoformat() if m.event_time else "", ";".join(m.participants)]
+        + [m.location or "", e.created_at.isoformat(), e.updated_at.isoformat()]
+        + ["" if e.score is None else repr(e.score)]
+    )
 
 
 def render_records(
@@ -174,11 +169,8 @@ def render_records(
     if fmt == "jsonl":
         return "\n".join(json.dumps(r, ensure_ascii=False) for r in records)
     if fmt == "csv":
-        buffer = io.StringIO()
-        writer = csv.writer(buffer, lineterminator="\n")
-        writer.writerow(records[0].keys() if records else [h.lower() for h in headers])
-        writer.writerows(r.values() for r in records)
-        return buffer.getvalue().rstrip("\n")
+        header = records[0].keys() if records else [h.lower() for h in headers]
+        return _csv(header, (r.values() for r in records))
     if not records:
         return empty
     return render_rows(headers, [[str(v) for v in r.values()] for r in records])
@@ -191,7 +183,9 @@ def render_entries(
     if fmt in ("json", "jsonl"):
         return render_records([entry_json(e) for e in entries], fmt, (), empty)
     if fmt == "csv":
-        return _csv(entries)
+        header = ["id", "app_name", "user_id", "kind", "text", "topics", "event_time"]
+        header += ["participants", "location", "created_at", "updated_at", "score"]
+        return _csv(header, map(_entry_row, entries))
     if not entries:
         return empty
     headers = ["ID", "KIND", "UPDATED", *(["SCORE"] if scores else []), "TEXT"]
@@ -205,17 +199,15 @@ def render_entries(
 
 
 def _meta(entry: Entry) -> list[str]:
-    memory = entry.memory
-    meta = [memory.kind.value]
-    if memory.event_time:
-        meta.append(memory.event_time.strftime("%Y-%m-%d"))
-    if memory.participants:
-        meta.append("with " + ", ".join(memory.participants))
-    if memory.location:
-        meta.append("at " + memory.location)
-    if memory.topics:
-        meta.append("topics: " + ", ".join(memory.topics))
-    return meta
+    m = entry.memory
+    meta = [
+        m.kind.value,
+        m.event_time.strftime("%Y-%m-%d") if m.event_time else "",
+        "with " + ", ".join(m.participants) if m.participants else "",
+        "at " + m.location if m.location else "",
+        "topics: " + ", ".join(m.topics) if m.topics else "",
+    ]
+    return [part for part in meta if part]
 
 
 def entry_line(entry: Entry) -> str:

@@ -1,17 +1,13 @@
 """Reading and checking a JSONL export before `import` writes any of it.
 
-Every record is held to the rules `add()` applies (the shared
-`build_memory` validation with the service's limits), plus what only an
-export carries: ids, aware timestamps, history events and the per-user
-capacity once the file's memories are counted in. The first bad record
-raises an `InvalidInputError` whose field reads `line N: field`, so the
-CLI prints `line N: field: problem` and nothing has been written yet.
+Each record meets `add()`'s rules (`memory_from` with the service's limits)
+plus an export's own (ids, aware times, history, per-user capacity). The
+first bad one raises `line N: field: problem` before anything is written.
 """
 
 from __future__ import annotations
 
 import json
-from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -20,9 +16,10 @@ from pydantic import ValidationError
 
 from .._time import ensure_utc
 from ..errors import InvalidInputError, InvalidMemoryError
-from ..service._core import Limits, build_memory, check_memory_id
+from ..service._core import Limits, check_memory_id, memory_from
 from ..service.protocol import MemoryService
-from ..types import Entry, HistoryEvent, UserKey
+from ..types import Entry, HistoryEvent, UserKey, check_text_value
+from ._common import validation_problem
 
 __all__ = ["FORMAT", "Record", "checked_records"]
 
@@ -38,27 +35,11 @@ class Record:
     history: list[HistoryEvent]
 
 
-def _pydantic_problem(exc: ValidationError, prefix: str) -> InvalidInputError:
-    """The first pydantic error as a field-named input error (our own error when it wraps one)."""
-    error = exc.errors()[0]
-    inner = (error.get("ctx") or {}).get("error")
-    if isinstance(inner, InvalidInputError):
-        return type(inner)(inner.field, inner.problem)
-    field = ".".join(str(part) for part in error["loc"])
-    return InvalidMemoryError(f"{prefix}.{field}" if field else prefix, error["msg"])
-
-
 def _check_text(field: str, value: str | None) -> None:
-    if value is not None and ("\x00" in value or not _encodable(value)):
-        raise InvalidMemoryError(field, "must not contain NUL bytes or lone surrogates")
-
-
-def _encodable(value: str) -> bool:
     try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
+        check_text_value(field, "" if value is None else value)
+    except InvalidMemoryError:  # one message for both problems
+        raise InvalidMemoryError(field, "must not contain NUL bytes or lone surrogates") from None
 
 
 def _entry(raw: object, limits: Limits) -> Entry:
@@ -67,23 +48,12 @@ def _entry(raw: object, limits: Limits) -> Entry:
     try:
         entry = Entry.model_validate(raw)
     except ValidationError as exc:
-        raise _pydantic_problem(exc, "entry") from None
+        raise validation_problem(exc, "entry") from None
     UserKey(entry.app_name, entry.user_id)  # the same identifier rules as every call
     check_memory_id(entry.id)
-    memory = entry.memory
-    built = build_memory(
-        memory.text,
-        limits=limits,
-        topics=memory.topics,
-        kind=memory.kind,
-        event_time=memory.event_time,
-        participants=memory.participants,
-        location=memory.location,
-        metadata=memory.metadata,
-    )
     return entry.model_copy(
         update={
-            "memory": built,
+            "memory": memory_from(entry.memory, limits=limits),
             "created_at": ensure_utc(entry.created_at, "created_at"),
             "updated_at": ensure_utc(entry.updated_at, "updated_at"),
             "score": None,
@@ -102,7 +72,7 @@ def _history(raw: object) -> list[HistoryEvent]:
         try:
             event = HistoryEvent.model_validate(item)
         except ValidationError as exc:
-            raise _pydantic_problem(exc, f"history[{at}]") from None
+            raise validation_problem(exc, f"history[{at}]") from None
         _check_text(f"history[{at}].text_before", event.text_before)
         _check_text(f"history[{at}].text_after", event.text_after)
         events.append(event)
@@ -125,23 +95,17 @@ def _record(number: int, raw: bytes, limits: Limits) -> Record:
     return Record(number, _entry(data["entry"], limits), _history(data.get("history")))
 
 
-def _at_line(number: int, exc: InvalidInputError) -> InvalidInputError:
-    return type(exc)(f"line {number}: {exc.field}", exc.problem)
-
-
 def _check_capacity(records: list[Record], service: MemoryService, limits: Limits) -> None:
     """Each user's live memories plus the file's new ones must fit `limits.capacity`."""
     if limits.capacity is None or limits.on_capacity != "error":
         return
-    held: dict[UserKey, set[str]] = {}
-    incoming: dict[UserKey, set[str]] = defaultdict(set)
+    ids: dict[UserKey, set[str]] = {}  # live ids, then the file's
     for record in records:
         user = record.entry.user
-        if user not in held:
-            held[user] = {e.id for e in service.read(user)}
-        incoming[user].add(record.entry.id)
-        total = len(held[user] | incoming[user])
-        if total > limits.capacity:
+        if user not in ids:
+            ids[user] = {e.id for e in service.read(user)}
+        ids[user].add(record.entry.id)
+        if (total := len(ids[user])) > limits.capacity:
             raise InvalidInputError(
                 f"line {record.line}: capacity",
                 f"{user} would hold {total} memories, more than the capacity of {limits.capacity}",
@@ -157,6 +121,6 @@ def checked_records(lines: Iterable[bytes], service: MemoryService, limits: Limi
         try:
             records.append(_record(number, raw, limits))
         except InvalidInputError as exc:
-            raise _at_line(number, exc) from None
+            raise type(exc)(f"line {number}: {exc.field}", exc.problem) from None
     _check_capacity(records, service, limits)
     return records

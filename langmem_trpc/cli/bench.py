@@ -7,7 +7,6 @@ import logging
 import os
 import shutil
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,8 @@ __all__ = ["bench"]
 
 logger = logging.getLogger(__name__)
 
+FILE = click.Path(dir_okay=False, path_type=Path)
+FOLDER = click.Path(file_okay=False, path_type=Path)
 SHARED_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "locomo10.json"
 
 ABLATIONS: dict[str, dict[str, Any]] = {
@@ -40,26 +41,17 @@ ABLATIONS: dict[str, dict[str, Any]] = {
 
 
 def _progress(items: Iterable[Any], label: str, total: int) -> Iterable[Any]:
-    """A bar on a terminal, else a line every few seconds (stderr)."""
     return progress(items, total=total, label=label)
 
 
 def default_data() -> Path:
-    """The LoCoMo-10 file: $LANGMEM_TRPC_LOCOMO, else a `shared/data/locomo10.json` next to
-    the source checkout or the working directory (or its parent), else `./locomo10.json`.
-
-    Raises a one-line ClickException naming where it looked and how to pass `--data`.
-    """
-    env = os.environ.get("LANGMEM_TRPC_LOCOMO")
-    if env:
+    """$LANGMEM_TRPC_LOCOMO, else the first shared/data/locomo10.json (beside the source
+    checkout, the working directory or its parent) or ./locomo10.json that exists."""
+    if env := os.environ.get("LANGMEM_TRPC_LOCOMO"):
         return Path(env)
     cwd = Path.cwd()
-    candidates = [
-        SHARED_DATA,
-        cwd / "shared" / "data" / "locomo10.json",
-        cwd.parent / "shared" / "data" / "locomo10.json",
-        cwd / "locomo10.json",
-    ]
+    shared = [d / "shared" / "data" / "locomo10.json" for d in (cwd, cwd.parent)]
+    candidates = [SHARED_DATA, *shared, cwd / "locomo10.json"]
     for candidate in candidates:
         if candidate.is_file():
             return candidate
@@ -71,11 +63,8 @@ def default_data() -> Path:
 
 
 def _service_factory(backend: str, workdir: Path) -> Any:
-    """Fresh stores with unlimited capacity, so a conversation of any length fits.
-
-    `backend` is a registered scheme ("auto" is sqlite): each store is
-    `memory://`, or a new file (folder) `store-N.<scheme>` under `workdir`.
-    """
+    """Fresh unlimited stores (any conversation fits): `memory://`, or a new
+    `workdir/store-N.<scheme>` for a registered file-based scheme ("auto": sqlite)."""
     from ..registry import default_registry
     from ..registry import open as open_store
     from ..service._core import Limits
@@ -104,11 +93,7 @@ def _service_factory(backend: str, workdir: Path) -> Any:
 def _embeddings(run_dir: Path, needed: bool) -> Any:
     if not needed:
         return None
-    from ..embeddings import (
-        CachedEmbeddings,
-        LocalMiniLMEmbeddings,
-        local_embeddings_available,
-    )
+    from ..embeddings import CachedEmbeddings, LocalMiniLMEmbeddings, local_embeddings_available
 
     if not local_embeddings_available():
         return None
@@ -130,8 +115,7 @@ def bench() -> None:
 @bench.command()
 @click.option(
     "--data",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
+    type=FILE,
     help="A file in the LoCoMo-10 layout (default: $LANGMEM_TRPC_LOCOMO, else a shared/data/locomo10.json or ./locomo10.json that exists).",
 )
 @click.option("--retrieval", is_flag=True, help="Offline retrieval evaluation (no LLM).")
@@ -142,51 +126,31 @@ def bench() -> None:
     show_default=True,
     help="dev: the first half of the conversations (LoCoMo-10: 1-5), test: the rest (6-10).",
 )
-@click.option("--arms", default=None, help="Comma-separated arms (retrieval or QA arm names).")
+@click.option("--arms", help="Comma-separated arms (retrieval or QA arm names).")
 @click.option("--ablation", is_flag=True, help="Also run the fusion ablations on the default arm.")
-@click.option(
-    "--conversations", "sample_ids", default=None, help="Comma-separated sample ids (default: all)."
-)
-@click.option("--limit", type=int, default=None, help="Only the first N conversations.")
-@click.option(
-    "--out",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Write figures as JSON.",
-)
+@click.option("--conversations", "sample_ids", help="Comma-separated sample ids (default: all).")
+@click.option("--limit", type=int, help="Only the first N conversations.")
+@click.option("--out", type=FILE, help="Write figures as JSON.")
 @click.option(
     "--run-dir",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=FOLDER,
     default=Path(".bench/locomo"),
     help="Traces, embedding cache and stores (resumable).",
 )
 @click.option("--fresh", is_flag=True, help="Ignore finished traces in --run-dir (no resume).")
-@click.option(
-    "--plots",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="Write PNG plots here.",
-)
+@click.option("--plots", type=FOLDER, help="Write PNG plots here.")
 @click.option(
     "--backend",
     default="memory",
     show_default=True,
     help="Backend scheme for the stores: memory, sqlite (auto), or a file-based plugin's.",
 )
+@click.option("--model", help="Chat model name for QA arms (OpenAI-compatible, env configured).")
 @click.option(
-    "--model", default=None, help="Chat model name for QA arms (OpenAI-compatible, env configured)."
+    "--top-k", default="10", show_default=True, help="QA retrieval depth; comma list = ablation."
 )
 @click.option(
-    "--top-k",
-    "top_k",
-    default="10",
-    show_default=True,
-    help="QA retrieval depth; comma list = ablation.",
-)
-@click.option(
-    "--extract-model",
-    default=None,
-    help="Chat model for LLMExtractor in the memory-* arms (default: --model).",
+    "--extract-model", help="Chat model for LLMExtractor in the memory-* arms (default: --model)."
 )
 @click.option(
     "--max-passes",
@@ -241,15 +205,7 @@ def locomo(
     if retrieval:
         _run_retrieval(convs, arms, ablation, run_dir, fresh, backend, payload)
     else:
-        _run_qa(
-            convs,
-            arms,
-            run_dir,
-            backend,
-            QaModels(model, extract_model, max_passes),
-            top_k,
-            payload,
-        )
+        _run_qa(convs, arms, run_dir, backend, (model, extract_model, max_passes), top_k, payload)
     from ..bench.locomo.report import markdown_tables, plot_results, write_json
 
     if payload["arms"] and any("recall@10" in a for a in payload["arms"].values()):
@@ -307,14 +263,9 @@ def _run_retrieval(
             RetrievalArm(f"turns-default/{name}", "turns", True, knobs, f"ablation: {knobs}")
             for name, knobs in ABLATIONS.items()
         ]
+        plain = "ablation: turns without context topics (VerbatimExtractor(context=False))"
         chosen.append(
-            RetrievalArm(
-                "turns-default/no-context-units",
-                "turns-plain",
-                True,
-                {},
-                "ablation: turns without context topics (VerbatimExtractor(context=False))",
-            )
+            RetrievalArm("turns-default/no-context-units", "turns-plain", True, {}, plain)
         )
     embeddings = _embeddings(run_dir, any(a.embed for a in chosen))
     if embeddings is None and any(a.embed for a in chosen):
@@ -348,15 +299,6 @@ def _run_retrieval(
     )
 
 
-@dataclass(frozen=True)
-class QaModels:
-    """Which chat models the QA arms use (names; the endpoint comes from the environment)."""
-
-    answer: str | None
-    extract: str | None = None
-    max_passes: int = 3
-
-
 def _qa_embeddings(run_dir: Path, chosen: list[str]) -> tuple[Any, str | None]:
     """MiniLM when the [local] extra is installed; the memory arms fall back to hashing."""
     embeddings = _embeddings(run_dir, any(a != "long-context" for a in chosen))
@@ -379,13 +321,14 @@ def _run_qa(
     arms: str | None,
     run_dir: Path,
     backend: str,
-    models: QaModels,
+    models: tuple[str | None, str | None, int],
     top_k: str,
     payload: dict[str, Any],
 ) -> None:
     from ..bench.locomo.qa import QA_ARMS, chat_model_from_env, run_qa
 
-    model = chat_model_from_env(models.answer)
+    answer_model, extract_name, max_passes = models  # names: the endpoint comes from the env
+    model = chat_model_from_env(answer_model)
     if model is None:
         click.echo(
             "QA arms need a chat model: set OPENAI_API_KEY (and OPENAI_BASE_URL / --model for other "
@@ -400,9 +343,9 @@ def _run_qa(
     extract_model = None
     if any(a.startswith("memory-") for a in chosen):
         # extraction emits many tool calls and the hybrid arm's searches need room too
-        extract_model = chat_model_from_env(models.extract or models.answer, max_tokens=4096)
-    tool_model = chat_model_from_env(models.answer, max_tokens=256)
-    extraction_dir = run_dir / "qa" / "extraction" / _slug(models.extract or models.answer)
+        extract_model = chat_model_from_env(extract_name or answer_model, max_tokens=4096)
+    tool_model = chat_model_from_env(answer_model, max_tokens=256)
+    extraction_dir = run_dir / "qa" / "extraction" / _slug(extract_name or answer_model)
     for arm in chosen:
         for k in [int(x) for x in top_k.split(",")] if arm != "long-context" else [0]:
             name = arm if k in (0, 10) else f"{arm}@{k}"
@@ -417,18 +360,14 @@ def _run_qa(
                 progress=_progress,
                 extract_model=extract_model,
                 extraction_dir=extraction_dir,
-                max_passes=models.max_passes,
+                max_passes=max_passes,
             )
-            entry: dict[str, Any] = {"qa": summary}
-            if arm != "long-context":
-                entry["embedder"] = embedder
-            payload["arms"][name] = entry
+            embedded = {} if arm == "long-context" else {"embedder": embedder}
+            payload["arms"][name] = {"qa": summary, **embedded}
             click.echo(f"{name}: {summary.get('f1')} {summary.get('cost')}")
-    default = next((a for a in ("raw-turns", "memory-hybrid") if a in chosen), None)
-    payload["default_arm"] = default
+    payload["default_arm"] = next((a for a in ("raw-turns", "memory-hybrid") if a in chosen), None)
 
 
 def _slug(model: str | None) -> str:
-    """A folder name for the extraction cache of one extraction model (by its name)."""
-    text = model or "model"
-    return "".join(c if c.isalnum() or c in "-._" else "_" for c in text)
+    """The extraction cache folder of one extraction model (by its name)."""
+    return "".join(c if c.isalnum() or c in "-._" else "_" for c in model or "model")

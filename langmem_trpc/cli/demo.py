@@ -1,10 +1,9 @@
 """`langmem-trpc demo`: the whole memory loop in two threads, offline by default.
 
-Thread 1 learns that production runs Go 1.23, then hears about the upgrade to
-1.24. A new thread 2 asks to plan the next upgrade. Everything runs through
-the real pieces (post-run hook, background worker, extraction and reconcile,
-the SQLite store, preload); only the chat model is scripted unless
-OPENAI_API_KEY (or OPENAI_BASE_URL) is set.
+Thread 1 hears production runs Go 1.23, then 1.24; thread 2 asks to plan the
+next upgrade. The real hook, worker, extraction, reconcile, SQLite store and
+preload run; only the chat model is scripted, unless OPENAI_API_KEY (or
+OPENAI_BASE_URL) is set.
 """
 
 from __future__ import annotations
@@ -19,13 +18,7 @@ from typing import Any
 from langchain.agents import create_agent
 from langchain.agents.middleware import AgentMiddleware, ModelRequest
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import (
-    AIMessage,
-    BaseMessage,
-    HumanMessage,
-    SystemMessage,
-    ToolMessage,
-)
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.memory import InMemorySaver
 
@@ -34,7 +27,6 @@ from ..extraction import AutoMemoryWorker, LLMExtractor
 from ..integration import MemoryCheckpointer, MemoryPreloadMiddleware, create_memory_tools
 from ..integration.preload import BLOCK_BEGIN, BLOCK_END
 from ..models import chat_model_from_env
-from ..service.protocol import MemoryService
 from ..testing import HashingEmbeddings, ScriptedChatModel, tool_call
 from ..types import UserKey
 from ._common import plural
@@ -51,40 +43,30 @@ THREAD_1 = [
 THREAD_2 = "Plan our next Go upgrade."
 
 
+def _call(name: str, **args: Any) -> AIMessage:
+    return AIMessage("", tool_calls=[tool_call(name, args)])
+
+
 def _scripted_extraction(messages: list[BaseMessage]) -> AIMessage:
     """What a good extraction model answers for this conversation."""
     system = str(messages[0].content) if isinstance(messages[0], SystemMessage) else ""
     said = " ".join(str(m.content) for m in messages[1:] if isinstance(m, HumanMessage))
     topics = ["go", "production"]
-    if "1.24" in said:
-        found = re.search(r"- \[([^\]]+)\] \"Production runs Go 1\.23\"", system)
-        if found:
-            args = {
-                "memory_id": found.group(1),
-                "memory": "Production runs Go 1.24",
-                "topics": topics,
-            }
-            return AIMessage("", tool_calls=[tool_call("memory_update", args)])
+    found = re.search(r"- \[([^\]]+)\] \"Production runs Go 1\.23\"", system)
+    if "1.24" in said and found:
+        update = {"memory_id": found.group(1), "memory": "Production runs Go 1.24"}
+        return _call("memory_update", **update, topics=topics)
     if "1.23" in said:
-        return AIMessage(
-            "",
-            tool_calls=[
-                tool_call("memory_add", {"memory": "Production runs Go 1.23", "topics": topics})
-            ],
-        )
-    return AIMessage("", tool_calls=[tool_call("nothing_to_remember")])
+        return _call("memory_add", memory="Production runs Go 1.23", topics=topics)
+    return _call("nothing_to_remember")
 
 
 _VERSION = re.compile(r"Go (\d+)\.(\d+)")
 
 
 def _plan_from_input(messages: list[BaseMessage]) -> AIMessage:
-    """Thread 2's scripted answer, written from what the model was actually given.
-
-    The newest Go version found in the model's input (the preloaded block and
-    the memory_search result) decides the plan; with no memory there is no
-    version to find, and the answer says so instead.
-    """
+    """Thread 2's scripted answer from what the model was given: the newest Go
+    version in its input (preloaded block, memory_search result), else "I don't know"."""
     seen = " ".join(str(m.content) for m in messages if not isinstance(m, HumanMessage))
     versions = sorted({(int(a), int(b)) for a, b in _VERSION.findall(seen)})
     if not versions:
@@ -106,20 +88,17 @@ def _scripted_reply(messages: list[BaseMessage]) -> AIMessage:
         return _plan_from_input(messages)
     said = str(last.content)
     if "plan" in said.lower():
-        return AIMessage(
-            "", tool_calls=[tool_call("memory_search", {"query": "Go version production"})]
-        )
+        return _call("memory_search", query="Go version production")
     found = _VERSION.findall(said)
     return AIMessage(f"Noted: production runs Go {'.'.join(found[-1])}." if found else "Noted.")
 
 
 def _models() -> tuple[BaseChatModel, BaseChatModel, str]:
+    model, missing = None, ""
     try:
         model = chat_model_from_env()
     except ConfigurationError as exc:
-        model, missing = None, f" ({exc})"
-    else:
-        missing = ""
+        missing = f" ({exc})"
     if model is not None:
         name = getattr(model, "model_name", "?")
         return model, model, f"real model {name!r} (OPENAI_API_KEY / OPENAI_BASE_URL set)"
@@ -129,23 +108,16 @@ def _models() -> tuple[BaseChatModel, BaseChatModel, str]:
 
 
 class _SeenByModel(AgentMiddleware[Any, Any, Any]):
-    """Records the exact model input (after preload) so the demo can print it."""
+    """Records the exact model input (after preload) so the demo can print it (sync runs only)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.inputs: list[list[BaseMessage]] = []
 
-    def _record(self, request: ModelRequest) -> None:
+    def wrap_model_call(self, request: ModelRequest, handler: Callable[[ModelRequest], Any]) -> Any:
         system = [request.system_message] if request.system_message is not None else []
         self.inputs.append([*system, *request.messages])
-
-    def wrap_model_call(self, request: ModelRequest, handler: Callable[[ModelRequest], Any]) -> Any:
-        self._record(request)
         return handler(request)
-
-    async def awrap_model_call(self, request: ModelRequest, handler: Any) -> Any:
-        self._record(request)
-        return await handler(request)
 
 
 def _wait(worker: AutoMemoryWorker, jobs: int, timeout: float = 120.0) -> None:
@@ -157,8 +129,11 @@ def _wait(worker: AutoMemoryWorker, jobs: int, timeout: float = 120.0) -> None:
         time.sleep(0.05)
 
 
-def _memory_block(messages: list[BaseMessage]) -> str:
-    text = str(messages[0].content) if messages else ""
+def _memory_block(calls: list[list[BaseMessage]]) -> str:
+    """The preloaded memory block in the first of these model calls' input."""
+    if not calls:
+        return "(the model was not called)"
+    text = str(calls[0][0].content) if calls[0] else ""
     if BLOCK_BEGIN not in text:
         return "(no memories injected)"
     return text[text.index(BLOCK_BEGIN) : text.index(BLOCK_END) + len(BLOCK_END)]
@@ -211,14 +186,6 @@ def _verdict(model_input: str, answer: str) -> str:
     return "Verdict: memory did NOT carry over: thread 2's model never saw Go 1.24."
 
 
-def _remembered(service: MemoryService, out: Callable[[str], None]) -> None:
-    out("\nWhat is remembered (with history):")
-    for entry in service.read(USER):
-        out(safe(f"- [{entry.id}] {entry.text}  topics={list(entry.memory.topics)}"))
-        for event in service.history(USER, entry.id):
-            out("    " + event_line(event))
-
-
 def run_demo(
     db_path: Path, *, out: Callable[[str], None] = print, hints: Sequence[str] = ()
 ) -> None:
@@ -253,13 +220,13 @@ def run_demo(
             out(f"[thread-2] {line}")
         answer = str(turn[-1].content)
         out(f"[thread-2] assistant: {safe(answer)}")
-    _remembered(service, out)
+    out("\nWhat is remembered (with history):")
+    for entry in service.read(USER):
+        out(safe(f"- [{entry.id}] {entry.text}  topics={list(entry.memory.topics)}"))
+        for event in service.history(USER, entry.id):
+            out("    " + event_line(event))
     out("\nWhat thread 2's model saw before its first answer (the preloaded block):")
-    out(
-        _memory_block(seen.inputs[start])
-        if len(seen.inputs) > start
-        else "(the model was not called)"
-    )
+    out(_memory_block(seen.inputs[start:]))
     model_input = " ".join(str(m.content) for call in seen.inputs[start:] for m in call)
     out("")
     out(_verdict(model_input, answer))

@@ -16,14 +16,6 @@ async def _serve_stdio(server: Any) -> None:
         await server.run(read_stream, write_stream, server.create_initialization_options())
 
 
-def _serve_http(server: Any, host: str, port: int) -> None:
-    import uvicorn
-
-    app = server.streamable_http_app(host=host)
-    click.echo(f"MCP streamable HTTP on http://{host}:{port}/mcp", err=True)
-    uvicorn.run(app, host=host, port=port, log_level="warning")
-
-
 @click.command(name="mcp")
 @db_option
 @click.option("--app", "app_name", default="default", show_default=True, help="Application name.")
@@ -74,6 +66,10 @@ def mcp_command(
             svc, app_name=app_name, user_id=user_id, allow_writes=allow_writes
         )
         if http:
-            _serve_http(server, host, port)
+            import uvicorn
+
+            app = server.streamable_http_app(host=host)
+            click.echo(f"MCP streamable HTTP on http://{host}:{port}/mcp", err=True)
+            uvicorn.run(app, host=host, port=port, log_level="warning")
         else:
             anyio.run(_serve_stdio, server)

@@ -47,13 +47,11 @@ def _split(values: tuple[str, ...]) -> list[str]:
 
 def _content_options(func: F) -> F:
     """--topic(s), --event-time, --participant, --location (see `_content`)."""
-    func = click.option("--location", default=None, help="Where an episode happened.")(func)
+    func = click.option("--location", help="Where an episode happened.")(func)
     func = click.option(
         "--participant", "participants", multiple=True, help="Who took part (repeatable)."
     )(func)
-    func = click.option("--event-time", default=None, help="When it happened: ISO 8601 or a date.")(
-        func
-    )
+    func = click.option("--event-time", help="When it happened: ISO 8601 or a date.")(func)
     func = click.option(
         "--topic",
         "--topics",
@@ -79,15 +77,10 @@ def _command(name: str) -> Callable[[F], F]:
 
 
 def resolve_id(svc: MemoryService, user: UserKey, given: str, *, deleted_ok: bool = False) -> str:
-    """The id `given` names: itself, or the one live memory whose id starts with it.
-
-    A prefix needs at least 8 characters; one that fits several memories is an
-    error. `deleted_ok` also accepts the exact id of a deleted memory that
-    still has history (history, purge). Unknown ids raise MemoryNotFoundError.
-    """
-    if svc.get(user, given) is not None:
-        return given
-    if deleted_ok and svc.history(user, given):
+    """The id `given` names: itself, or the one live memory whose id starts with it
+    (8+ characters; several is an error). `deleted_ok` also takes the exact id of a
+    deleted memory that still has history. Else MemoryNotFoundError."""
+    if svc.get(user, given) is not None or (deleted_ok and svc.history(user, given)):
         return given
     if len(given) >= MIN_PREFIX:
         matches = [e.id for e in svc.read(user) if e.id.startswith(given)]
@@ -158,7 +151,7 @@ def memories_add(
 @_command("update")
 @user_options
 @_content_options
-@click.option("--kind", type=KIND, default=None)
+@click.option("--kind", type=KIND)
 @format_options
 @click.argument("memory_id")
 @click.argument("text", required=False)
@@ -191,28 +184,16 @@ def memories_update(
         current = svc.get(user, target)
         if current is None:  # deleted in between
             raise MemoryNotFoundError(target)
-        entry = svc.update(
-            user,
-            target,
-            current.text if text is None else _read_text(text),
-            kind=kind,
-            source=CLI_SOURCE,
-            **fields,
-        )
+        new_text = current.text if text is None else _read_text(text)
+        entry = svc.update(user, target, new_text, kind=kind, source=CLI_SOURCE, **fields)
     _emit_one(entry, fmt)
-
-
-def _time(value: str | None, field: str) -> Any:
-    return parse_time_or_raise(value, field) if value is not None else None
 
 
 @_command("search")
 @user_options
-@click.option("--kind", type=KIND, default=None, help="Prefer this kind (falls back to others).")
-@click.option(
-    "--after", default=None, help="Only events at or after this date (ISO 8601 or a date)."
-)
-@click.option("--before", default=None, help="Only events at or before this date.")
+@click.option("--kind", type=KIND, help="Prefer this kind (falls back to others).")
+@click.option("--after", help="Only events at or after this date (ISO 8601 or a date).")
+@click.option("--before", help="Only events at or before this date.")
 @click.option("--limit", default=10, show_default=True, type=click.IntRange(1, 1000))
 @format_options
 @click.argument("query")
@@ -236,8 +217,8 @@ def memories_search(
     """
     options = SearchOptions(
         kind=kind,
-        time_after=_time(after, "after"),
-        time_before=_time(before, "before"),
+        time_after=parse_time_or_raise(after, "after"),
+        time_before=parse_time_or_raise(before, "before"),
         max_results=limit,
         kind_fallback=kind is not None,
         deduplicate=True,
@@ -258,12 +239,7 @@ def memories_search(
     help="At most this many, newest first (0: all).",
 )
 @format_options
-def memories_list(
-    db: str | None,
-    user: UserKey,
-    limit: int,
-    fmt: OutputFormat,
-) -> None:
+def memories_list(db: str | None, user: UserKey, limit: int, fmt: OutputFormat) -> None:
     """List memories, most recently updated first.
 
     \b
@@ -282,12 +258,7 @@ def memories_list(
 @user_options
 @format_options
 @click.argument("memory_id")
-def memories_get(
-    db: str | None,
-    user: UserKey,
-    fmt: OutputFormat,
-    memory_id: str,
-) -> None:
+def memories_get(db: str | None, user: UserKey, fmt: OutputFormat, memory_id: str) -> None:
     """Show one memory, every field.
 
     \b
@@ -304,11 +275,7 @@ def memories_get(
 @_command("delete")
 @user_options
 @click.argument("memory_id")
-def memories_delete(
-    db: str | None,
-    user: UserKey,
-    memory_id: str,
-) -> None:
+def memories_delete(db: str | None, user: UserKey, memory_id: str) -> None:
     """Delete a memory (soft: its history stays until purge).
 
     \b
@@ -326,12 +293,7 @@ def memories_delete(
 @user_options
 @format_options
 @click.argument("memory_id")
-def memories_history(
-    db: str | None,
-    user: UserKey,
-    fmt: OutputFormat,
-    memory_id: str,
-) -> None:
+def memories_history(db: str | None, user: UserKey, fmt: OutputFormat, memory_id: str) -> None:
     """Show every change to a memory (deleted ones too), oldest first.
 
     A table line ends with the write's source, when recorded: [actor thread ID
@@ -355,11 +317,7 @@ def memories_history(
 @_command("clear")
 @user_options
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
-def memories_clear(
-    db: str | None,
-    user: UserKey,
-    yes: bool,
-) -> None:
+def memories_clear(db: str | None, user: UserKey, yes: bool) -> None:
     """Delete all of a user's memories (soft; history stays).
 
     \b
@@ -377,12 +335,7 @@ def memories_clear(
 @user_options
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
 @click.argument("memory_id", required=False)
-def memories_purge(
-    db: str | None,
-    user: UserKey,
-    yes: bool,
-    memory_id: str | None,
-) -> None:
+def memories_purge(db: str | None, user: UserKey, yes: bool, memory_id: str | None) -> None:
     """Remove memories and their history for good (right to be forgotten).
 
     Without MEMORY_ID every row of the user goes, deleted ones included.
@@ -404,7 +357,7 @@ def memories_purge(
 
 @_command("users")
 @db_option
-@click.option("--app", "app_name", default=None, help="Only this application.")
+@click.option("--app", "app_name", help="Only this application.")
 @format_options
 def memories_users(db: str | None, app_name: str | None, fmt: OutputFormat) -> None:
     """List the users that have live memories, with their counts.

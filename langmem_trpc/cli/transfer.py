@@ -1,7 +1,6 @@
 """`langmem-trpc export` / `import`: JSONL, one memory per line with its history.
 
-Lossless for live memories: id, text, every field, metadata, created_at,
-updated_at and the full history come back exactly.
+Lossless for live memories: id, every field, metadata, times and history.
 """
 
 from __future__ import annotations
@@ -32,7 +31,7 @@ def _export_records(svc: MemoryService, users: list[UserKey]) -> Iterator[str]:
 @click.command(name="export")
 @db_option
 @click.option("--app", "app_name", default="default", show_default=True)
-@click.option("--user", "user_id", default=None, help="One user; default: every user of the app.")
+@click.option("--user", "user_id", help="One user; default: every user of the app.")
 @click.option(
     "-o",
     "--output",

@@ -1,18 +1,12 @@
 """The search playground: why a memory was, or was not, found.
 
-Everything here runs the service's own search (`service.asearch`, hence the
-shared pipeline in `service/_search.py` on every backend) with different
-`SearchOptions`; nothing re-ranks memories on its own:
-
-* fused: the search as asked (hybrid, every fusion signal on);
-* vector leg: `hybrid=False` with the hybrid vector floor as the threshold,
-  i.e. the vector leg alone, ranked by cosine score;
+Only the service's own search (`asearch`, the shared pipeline on every
+backend) with other `SearchOptions`; nothing is re-ranked here:
+* fused: the search as asked;
+* vector leg: `hybrid=False` with the hybrid vector floor as threshold;
 * keyword leg: hybrid with `vector_floor=1.0` and every fusion signal off, so
-  only keyword candidates vote and the fused order is the keyword leg's
-  order (a memory whose vector score is exactly 1.0, the query itself, would
-  also be let in);
-* each signal's effect: the fused search again with that one signal switched
-  off; the rank it gives is shown beside the real one.
+  only keyword candidates vote (and a vector score of exactly 1.0: the query);
+* each signal's effect: the fused search with that one signal off.
 """
 
 from __future__ import annotations
@@ -59,45 +53,39 @@ class Explained:
     signals: list[str]
 
 
-def _ranks(entries: list[Entry]) -> dict[str, tuple[int, Entry]]:
-    return {e.id: (rank, e) for rank, e in enumerate(entries, start=1)}
-
-
 async def explain_search(
     service: MemoryService, user: UserKey, options: SearchOptions
 ) -> Explained:
-    """Fused, vector and keyword ranks of `options.query` side by side, and each signal's effect.
-
-    Rows are every memory any of the searches returned, in fused order, then
-    the ones the fused search left out (best leg rank first).
-    """
+    """Fused, vector and keyword ranks of `options.query` and each signal's effect:
+    every memory any search returned, in fused order, then the left-out ones (best leg first)."""
     query = options.query
+
+    async def ranks(asked: SearchOptions) -> dict[str, tuple[int, Entry]]:
+        hits = await service.asearch(user, query, asked)
+        return {e.id: (rank, e) for rank, e in enumerate(hits, start=1)}
+
     deep = min(1000, max(3 * options.max_results, 30))  # the legs look past the cut-off
     depth = options.model_copy(
         update={"deduplicate": False, "kind_fallback": False, "max_results": deep}
     )
-    fused = _ranks(await service.asearch(user, query, options))
+    fused = await ranks(options)
     keyword_fusion = FusionSettings(
         **{**options.fusion.model_dump(), **FUSION_STEPS_OFF, "vector_floor": 1.0}
     )
-    keyword = _ranks(
-        await service.asearch(
-            user, query, depth.model_copy(update={"hybrid": True, "fusion": keyword_fusion})
-        )
-    )
+    keyword = await ranks(depth.model_copy(update={"hybrid": True, "fusion": keyword_fusion}))
     vector: dict[str, tuple[int, Entry]] = {}
     if service.supports_vectors:
         floor = options.similarity_threshold
-        if floor is None:
-            floor = options.fusion.vector_floor
-        vector_opts = depth.model_copy(update={"hybrid": False, "similarity_threshold": floor})
-        vector = _ranks(await service.asearch(user, query, vector_opts))
-    without: dict[str, dict[str, tuple[int, Entry]]] = {}
-    for label, change in SIGNALS.items():
-        tuning = options.fusion.model_copy(update=change)
-        without[label] = _ranks(
-            await service.asearch(user, query, options.model_copy(update={"fusion": tuning}))
+        floor = options.fusion.vector_floor if floor is None else floor
+        vector = await ranks(
+            depth.model_copy(update={"hybrid": False, "similarity_threshold": floor})
         )
+    without = {
+        label: await ranks(
+            options.model_copy(update={"fusion": options.fusion.model_copy(update=change)})
+        )
+        for label, change in SIGNALS.items()
+    }
     rows: dict[str, ExplainedRow] = {}
     for source in (fused, vector, keyword, *without.values()):
         for key, (_, entry) in source.items():

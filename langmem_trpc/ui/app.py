@@ -1,16 +1,10 @@
 """The inspector web app (`langmem-trpc ui`): Starlette, server-rendered HTML, no JavaScript.
 
-Every page reads through the `MemoryService` API (its async twins), so it
-works the same on every backend. Pages are addressed by query parameters
-(`/user?app=A&user=U`, `/memory?app=A&user=U&id=ID`) so any app or user id
-(slashes included) has a URL.
-
-Write actions (edit, delete, restore, purge a memory, purge a user, retry a
-dead letter) are POSTs that must carry the start-up token (form field
-`token` or header `X-LangMem-Token`); without it, or with `read_only`, the
-answer is 403 and nothing changes. Responses carry a strict
-Content-Security-Policy (no script at all), so even a stored payload that
-escaped the autoescaping could not run.
+Pages read through the `MemoryService` async API (the same on every
+backend) and are addressed by query parameters (`/user?app=A&user=U`), so
+any id has a URL. Writes are POSTs carrying the start-up token (form field
+`token` or header `X-LangMem-Token`), else 403 (always with `read_only`);
+a strict Content-Security-Policy (no script at all) backs the autoescaping.
 """
 
 from __future__ import annotations
@@ -66,12 +60,6 @@ def _ts(value: datetime | None) -> str:
     return "" if value is None else value.strftime("%Y-%m-%d %H:%M")
 
 
-def _environment() -> Environment:
-    env = Environment(loader=DictLoader(TEMPLATES), autoescape=True)
-    env.filters["ts"] = _ts
-    return env
-
-
 def word_diff(before: str | None, after: str | None) -> list[tuple[str, str]]:
     """Word-level diff of two texts as (kind, text) runs; kind is 'same', 'del' or 'ins'."""
     old = re.findall(r"\S+|\s+", before or "")
@@ -91,15 +79,12 @@ def word_diff(before: str | None, after: str | None) -> list[tuple[str, str]]:
 
 def _source_rows(source: Source | None) -> list[tuple[str, str]]:
     """Every recorded field of a write's source (thread, messages, actor, and any others)."""
-    if source is None:
-        return []
-    rows = []
-    for key, value in source.model_dump(mode="json").items():
-        if value in (None, [], {}, ""):
-            continue
-        shown = ", ".join(map(str, value)) if isinstance(value, list) else str(value)
-        rows.append((key.replace("_", " "), shown))
-    return rows
+    fields = source.model_dump(mode="json") if source is not None else {}
+    return [
+        (key.replace("_", " "), ", ".join(map(str, v)) if isinstance(v, list) else str(v))
+        for key, v in fields.items()
+        if v not in (None, [], {}, "")
+    ]
 
 
 def _event_view(event: HistoryEvent) -> dict[str, Any]:
@@ -124,8 +109,17 @@ def _kind(value: str | None) -> Kind | None:
         raise InvalidInputError("kind", f"unknown kind {value[:40]!r}") from None
 
 
-def _contains(entry: Entry, needle: str) -> bool:
-    memory = entry.memory
+def _matches(
+    entry: Entry, needle: str, kind: Kind | None, after: datetime | None, before: datetime | None
+) -> bool:
+    """The full-text filter: kind, event time within [after, before], and `needle` in any field."""
+    memory, when = entry.memory, entry.memory.event_time
+    if kind is not None and memory.kind != kind:
+        return False
+    if (after or before) and (
+        when is None or (after and when < after) or (before and when > before)
+    ):
+        return False
     hay = " ".join([memory.text, *memory.topics, *memory.participants, memory.location or ""])
     return needle.casefold() in hay.casefold()
 
@@ -141,12 +135,15 @@ class _UI:
         self.service = service
         self.token = token
         self.read_only = read_only
-        self.env = _environment()
+        self.env = Environment(loader=DictLoader(TEMPLATES), autoescape=True)
+        self.env.filters["ts"] = _ts
         self.backend = type(service).__name__
 
     # -- plumbing -------------------------------------------------------------
 
     def page(self, name: str, status: int = 200, **context: Any) -> HTMLResponse:
+        if "user" in context:  # every per-user page links back with the user's query string
+            context["qs"] = self.qs(context["user"])
         html = self.env.get_template(name).render(
             token=self.token,
             read_only=self.read_only,
@@ -168,6 +165,9 @@ class _UI:
     @staticmethod
     def qs(user: UserKey) -> str:
         return urlencode({"app": user.app_name, "user": user.user_id})
+
+    def _memory_qs(self, user: UserKey, memory_id: str) -> str:
+        return self.qs(user) + "&id=" + quote(memory_id, safe="")
 
     async def known_user(self, request: Request) -> UserKey:
         user = self.user_of(request)
@@ -197,14 +197,8 @@ class _UI:
             app = apps.setdefault(
                 user.app_name, {"name": user.app_name, "users": [], "memories": 0}
             )
-            app["users"].append(
-                {
-                    "user_id": user.user_id,
-                    "count": count,
-                    "last": latest[0].updated_at if latest else None,
-                    "url": "/user?" + self.qs(user),
-                }
-            )
+            last, url = latest[0].updated_at if latest else None, "/user?" + self.qs(user)
+            app["users"].append({"user_id": user.user_id, "count": count, "last": last, "url": url})
             app["memories"] += count
         return self.page("index", apps=list(apps.values()))
 
@@ -213,53 +207,25 @@ class _UI:
         params = request.query_params
         f = {k: params.get(k, "") for k in ("q", "mode", "kind", "after", "before")}
         f["mode"] = f["mode"] if f["mode"] in ("hybrid", "text") else "hybrid"
+        q = f["q"]
         try:
             kind = _kind(f["kind"])
             after = parse_date(f["after"], "after")
             before = parse_date(f["before"], "before", end=True)
-            entries = await self._filtered(user, f["q"], f["mode"], kind, after, before)
+            if q.strip() and f["mode"] == "hybrid":
+                options = SearchOptions(
+                    query=q, kind=kind, time_after=after, time_before=before, max_results=50
+                )
+                entries = await self.service.asearch(user, q, options)
+            else:
+                found = await self.service.aread(user, LIST_LIMIT)
+                entries = [e for e in found if _matches(e, q.strip(), kind, after, before)]
         except (LangmemTrpcError, ValidationError) as exc:
             raise HTTPException(400, _message(exc)) from None
         total = await self.service.acount(user)
-        return self.page(
-            "user",
-            user=user,
-            qs=self.qs(user),
-            f=f,
-            entries=entries,
-            total=total,
-            shown=len(entries),
-        )
+        return self.page("user", user=user, f=f, entries=entries, total=total, shown=len(entries))
 
-    async def _filtered(
-        self,
-        user: UserKey,
-        q: str,
-        mode: str,
-        kind: Kind | None,
-        after: datetime | None,
-        before: datetime | None,
-    ) -> list[Entry]:
-        if q.strip() and mode == "hybrid":
-            options = SearchOptions(
-                query=q, kind=kind, time_after=after, time_before=before, max_results=50
-            )
-            return await self.service.asearch(user, q, options)
-        entries = await self.service.aread(user, LIST_LIMIT)
-
-        def keep(e: Entry) -> bool:
-            when = e.memory.event_time
-            if kind is not None and e.memory.kind != kind:
-                return False
-            if (after or before) and when is None:
-                return False
-            if when is not None and (after and when < after or before and when > before):
-                return False
-            return not q.strip() or _contains(e, q.strip())
-
-        return [e for e in entries if keep(e)]
-
-    async def memory_page(self, request: Request, flash: str | None = None) -> Response:
+    async def memory_page(self, request: Request) -> Response:
         user = self.user_of(request)
         memory_id = request.query_params.get("id") or ""
         entry = await self.service.aget(user, memory_id) if memory_id else None
@@ -270,13 +236,11 @@ class _UI:
         return self.page(
             "memory",
             user=user,
-            qs=self.qs(user),
-            mqs=self.qs(user) + "&id=" + quote(memory_id, safe=""),
+            mqs=self._memory_qs(user, memory_id),
             memory_id=memory_id,
             entry=entry,
             events=[_event_view(e) for e in events],
             restorable=restorable,
-            flash=flash,
         )
 
     async def search_page(self, request: Request) -> Response:
@@ -301,9 +265,7 @@ class _UI:
             if isinstance(exc, LangmemTrpcError):
                 raise HTTPException(400, str(exc)) from None
             raise HTTPException(400, "k: must be a whole number from 1 to 1000") from None
-        return self.page(
-            "search", user=user, qs=self.qs(user), q=q, kind=kind_name, k=k_text, ex=explained
-        )
+        return self.page("search", user=user, q=q, kind=kind_name, k=k_text, ex=explained)
 
     async def threads(self, request: Request) -> Response:
         """Threads in the history of the user's live memories, with their extraction cursors."""
@@ -322,7 +284,7 @@ class _UI:
         cursors = await asyncio.gather(*(self.service.aget_cursor(user, r["thread"]) for r in rows))
         for row, cursor in zip(rows, cursors, strict=True):
             row["cursor"] = cursor
-        return self.page("threads", user=user, qs=self.qs(user), threads=rows)
+        return self.page("threads", user=user, threads=rows)
 
     async def export(self, request: Request) -> Response:
         from ..cli.transfer import _export_records
@@ -339,20 +301,20 @@ class _UI:
     # -- write actions ------------------------------------------------------------
 
     def _back(self, user: UserKey, memory_id: str | None = None) -> RedirectResponse:
-        url = "/user?" + self.qs(user)
-        if memory_id is not None:
-            url = "/memory?" + self.qs(user) + "&id=" + quote(memory_id, safe="")
-        return RedirectResponse(url, status_code=303)
+        if memory_id is None:
+            return RedirectResponse("/user?" + self.qs(user), status_code=303)
+        return RedirectResponse("/memory?" + self._memory_qs(user, memory_id), status_code=303)
 
-    def _memory_id(self, request: Request) -> str:
-        memory_id = request.query_params.get("id") or ""
+    async def _memory_write(self, request: Request) -> tuple[FormData, UserKey, str]:
+        """A checked write to one memory: its form, user and (required) id."""
+        form = await self.check_write(request)
+        user, memory_id = self.user_of(request), request.query_params.get("id") or ""
         if not memory_id:
             raise HTTPException(400, "id: name the memory (?id=...)")
-        return memory_id
+        return form, user, memory_id
 
     async def edit(self, request: Request) -> Response:
-        form = await self.check_write(request)
-        user, memory_id = self.user_of(request), self._memory_id(request)
+        form, user, memory_id = await self._memory_write(request)
         fields: dict[str, Any] = {
             "topics": _split(str(form.get("topics") or "")),
             "participants": _split(str(form.get("participants") or "")),
@@ -367,15 +329,13 @@ class _UI:
         return self._back(user, memory_id)
 
     async def delete(self, request: Request) -> Response:
-        await self.check_write(request)
-        user, memory_id = self.user_of(request), self._memory_id(request)
+        _, user, memory_id = await self._memory_write(request)
         if not await self.service.adelete(user, memory_id, source=UI_SOURCE):
             raise MemoryNotFoundError(memory_id)
         return self._back(user, memory_id)
 
     async def restore(self, request: Request) -> Response:
-        await self.check_write(request)
-        user, memory_id = self.user_of(request), self._memory_id(request)
+        _, user, memory_id = await self._memory_write(request)
         if await self.service.aget(user, memory_id) is not None:
             return self._back(user, memory_id)  # already live: nothing to do
         events = await self.service.ahistory(user, memory_id)
@@ -387,8 +347,7 @@ class _UI:
         return self._back(user, memory_id)
 
     async def purge_memory(self, request: Request) -> Response:
-        form = await self.check_write(request)
-        user, memory_id = self.user_of(request), self._memory_id(request)
+        form, user, memory_id = await self._memory_write(request)
         if form.get("confirm") != "yes":
             raise InvalidInputError("confirm", "tick the box to purge the memory for good")
         if not await self.service.apurge(user, memory_id):
@@ -465,16 +424,11 @@ def create_app(
     read_only: bool = False,
     allowed_hosts: Sequence[str] | None = None,
 ) -> Starlette:
-    """The inspector as an ASGI app over `service` (which the caller opens and closes).
+    """The inspector as an ASGI app over `service` (the caller opens and closes it).
 
-    Args:
-        service: any backend.
-        token: the write token POSTs must carry; a fresh one when None
-            (read it back from `app.state.token`).
-        read_only: refuse every write and hide the write forms.
-        allowed_hosts: Host header values served (others get 400), against DNS
-            rebinding; None serves any (`langmem-trpc ui` passes the loopback
-            names when it binds a loopback address).
+    `token` (fresh when None; see `app.state.token`) is what write POSTs must
+    carry; `read_only` refuses and hides every write; `allowed_hosts` are the
+    Host headers served (others get 400, against DNS rebinding; None: any).
     """
     ui = _UI(service, token or new_token(), read_only)
     gets: dict[str, Endpoint] = {

@@ -25,12 +25,8 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def read_line(stream: IO[str], timeout: float) -> str:
-    """The next line of a child process's pipe, or `ConfigurationError` after `timeout` s.
-
-    The read runs in a daemon thread that ends when the pipe closes (the
-    caller stops the process on error), so a child that prints nothing
-    cannot block the caller forever.
-    """
+    """The next line of a child's pipe, else `ConfigurationError` after `timeout` s
+    (read in a daemon thread, so a silent child cannot block the caller)."""
     lines: queue.Queue[str] = queue.Queue(maxsize=1)
     reader = threading.Thread(
         target=lambda: lines.put(stream.readline()), name="langmem-trpc-readline", daemon=True
@@ -60,10 +56,8 @@ def stop_process(proc: subprocess.Popen[Any], timeout: float = 10.0) -> None:
 def background_server(app: Any, host: str = "127.0.0.1", timeout: float = 20.0) -> Iterator[str]:
     """Serve `app` with uvicorn in a thread; yields its base URL, stops it on exit.
 
-    The listening socket is bound here, before the thread starts, and handed
-    to uvicorn, so no other process can take the port in between. Shutdown
-    is bounded: open connections get 5 s, then the server is forced down,
-    and the thread is joined within `timeout` s.
+    The socket is bound before the thread starts (no other process can take the
+    port); shutdown gives connections 5 s, then forces, joined within `timeout` s.
     """
     import uvicorn
 

@@ -1,10 +1,8 @@
-"""Baseline arms that rank the same units without the library: stock `bm25s`.
+"""Baseline arm: stock `bm25s` (Lucene BM25, k1 1.5, b 0.75, English stopwords).
 
-`bm25s` (Lucene BM25, k1 1.5, b 0.75, its English stopwords) over the unit
-texts, tokenised by `bm25s.tokenize` with the same Snowball stemmer the
-library uses (PyStemmer "english"). It sees the text only, as a plain BM25
-script would; the library's keyword leg also reads each unit's topics.
-Needs the `bench` extra.
+It ranks the unit texts alone, tokenised with the library's Snowball stemmer
+(PyStemmer "english"), as a plain BM25 script would; the library's keyword
+leg also reads each unit's topics. Needs the `bench` extra.
 """
 
 from __future__ import annotations

@@ -1,14 +1,11 @@
-"""Write path for the memory QA arms: `LLMExtractor` over each session, cached on disk.
+"""Write path of the memory QA arms: `LLMExtractor` over each session, cached on disk.
 
-Each conversation is ingested session by session, as a deployment would see
-it: one extraction job per session (its own thread, both speakers as named
-user messages stamped with the session date) through the library's job
-runner (existing-memory search, `LLMExtractor`, merge_similar reconcile,
-execute). After every session the live memories and the session's log
-(operations, model calls, tokens) are written to `<cache>/<sample_id>.json`,
-so a crashed run resumes after the last finished session and a finished
-conversation is rebuilt from the file without a model call. The memory ids
-are kept (explicit-id upsert), so traces of both arms name the same memories.
+As a deployment sees it: one job per session (its own thread, both speakers
+as named user messages stamped with the session date) through the library's
+job runner. After each session the live memories (ids kept, so both arms'
+traces name the same memories) and the session's log go to
+`<cache>/<sample_id>.json`: a crashed run resumes after the last finished
+session, a finished conversation is rebuilt without a model call.
 """
 
 from __future__ import annotations
@@ -117,20 +114,6 @@ def _session_log(number: int, report: JobReport, usage: dict[str, int]) -> dict[
     }
 
 
-def _restore(service: MemoryService, user: UserKey, memories: list[dict[str, Any]]) -> None:
-    for m in memories:
-        service.add(
-            user,
-            m["text"],
-            kind=m["kind"],
-            topics=m["topics"],
-            event_time=m["event_time"],
-            participants=m["participants"],
-            location=m["location"],
-            memory_id=m["id"],
-        )
-
-
 def extract_conversation(
     conv: Conversation,
     extractor: Extractor,
@@ -145,12 +128,12 @@ def extract_conversation(
     """
     cache_dir.mkdir(parents=True, exist_ok=True)
     path = cache_dir / f"{conv.sample_id}.json"
-    cached: dict[str, Any] = {}
-    if path.is_file():
-        cached = json.loads(path.read_text(encoding="utf-8"))
+    cached: dict[str, Any] = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
     service = make_service(embeddings)
     user = UserKey(APP_NAME, conv.sample_id)
-    _restore(service, user, cached.get("memories", []))
+    for m in cached.get("memories", []):  # rebuilt under their own ids
+        fields = {k: m[k] for k in ("kind", "topics", "event_time", "participants", "location")}
+        service.add(user, m["text"], memory_id=m["id"], **fields)
     logs: list[dict[str, Any]] = [
         s for s in cached.get("sessions", []) if s["status"] == JobStatus.COMPLETED.value
     ]
@@ -170,13 +153,8 @@ def extract_conversation(
             if outcome.memory_id and outcome.result in ("added", "updated"):
                 memory_session[outcome.memory_id] = session.number
         if report.status != JobStatus.COMPLETED:
-            logger.warning(
-                "extraction of %s session %d: %s (%s)",
-                conv.sample_id,
-                session.number,
-                report.status.value,
-                report.error,
-            )
+            why = f"{report.status.value} ({report.error})"
+            logger.warning("extraction of %s session %d: %s", conv.sample_id, session.number, why)
         live = service.read(user)
         memory_session = {e.id: memory_session.get(e.id, session.number) for e in live}
         payload = {

@@ -163,11 +163,8 @@ def split_conversations(conversations: list[Conversation], split: Split) -> list
     if split not in SPLITS:
         raise ConfigurationError(f"split: expected one of {', '.join(SPLITS)}, got {split!r}")
     half = (len(conversations) + 1) // 2
-    if split == "dev":
-        return conversations[:half]
-    if split == "test":
-        return conversations[half:]
-    return list(conversations)
+    halves = {"dev": conversations[:half], "test": conversations[half:], "all": conversations}
+    return list(halves[split])
 
 
 def parse_session_date(text: str) -> datetime | None:
@@ -188,9 +185,7 @@ def normalize_evidence(raw: str, known: set[str]) -> tuple[list[str], list[str]]
     for piece in re.split(r"[\s;,]+", raw.strip().strip("()")):
         if not piece:
             continue
-        candidate = piece
-        if candidate.startswith("D:"):
-            candidate = "D" + candidate[2:]
+        candidate = "D" + piece[2:] if piece.startswith("D:") else piece
         match = _DIA_ID.match(candidate)
         if match:
             candidate = f"D{int(match.group(1))}:{int(match.group(2))}"
@@ -265,12 +260,8 @@ def _conversation(raw: dict[str, Any]) -> Conversation:
                 where = (session.number, session.date, session.date_text)
                 observations.append(Observation(str(text), str(speaker), *where, dia_ids))
     if dropped:
-        logger.info(
-            "%s: dropped %d unresolvable evidence ids: %s",
-            raw.get("sample_id"),
-            len(dropped),
-            dropped,
-        )
+        sample = raw.get("sample_id")
+        logger.info("%s: dropped %d unresolvable evidence ids: %s", sample, len(dropped), dropped)
     return Conversation(
         sample_id=str(raw.get("sample_id", f"conv-{id(raw)}")),
         speakers=(str(conv.get("speaker_a", "A")), str(conv.get("speaker_b", "B"))),

@@ -1,11 +1,9 @@
 """Answering for the memory arms: extracted memories in, one scored answer out.
 
-`memory-vector` (baseline) puts the top-k memories of a vector-only search
-(`hybrid=False`, no score floor) in the prompt and asks once. `memory-hybrid` preloads the top-k of the library's
-default hybrid search and binds the `memory_search` tool (the one agents get
-from `create_memory_tools`), so the model may run up to `max_passes` searches
-of its own (short queries, kind and time filters) before it answers; the last
-call is made with tool use switched off so there is always an answer.
+`memory-vector` (baseline): the top-k of a vector-only search, one call.
+`memory-hybrid`: the top-k of the default hybrid search plus the agents'
+`memory_search` tool for up to `max_passes` searches of the model's own; the
+last call has tool use off, so there is always an answer.
 """
 
 from __future__ import annotations
@@ -142,9 +140,8 @@ class MemoryAnswerer:
             reply = self._loop(messages, tool_calls)
         usage = meter.snapshot()
         ranks = self._ranks([(h.id, h.score, h.text) for h in hits])
-        seen = {r["session"] for r in ranks} | {
-            r["session"] for c in tool_calls for r in c["results"]
-        }
+        found = [*ranks, *(r for c in tool_calls for r in c["results"])]
+        seen = {r["session"] for r in found}
         wanted = evidence_sessions(question.evidence)
         return {
             "answer": _message_text(reply).strip(),

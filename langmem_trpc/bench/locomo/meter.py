@@ -1,9 +1,8 @@
-"""Count model calls and tokens, wherever the call happens.
+"""Count model calls and tokens wherever they happen (`metered()`).
 
-`LLMExtractor` calls its model inside the worker's job, out of the
-benchmark's reach, so calls are metered with a LangChain callback installed
-through a context variable (`metered()`): every chat model call made in that
-context (this thread) is counted, with no change to the library.
+`LLMExtractor` calls its model inside the job runner, out of the benchmark's
+reach: a LangChain callback installed through a context variable counts
+every chat model call made in that context, with no change to the library.
 """
 
 from __future__ import annotations

@@ -1,14 +1,10 @@
 """QA arms: answer each question with a chat model and score it with the official metric.
 
-Arms: `long-context` (the whole transcript, official prompt layout),
-`raw-turns` (verbatim turn episodes, the library's default search, top-k
-turns in the prompt), `observations` (LoCoMo's oracle facts), and the two
-memory arms (`memory_qa.py`): `memory-vector` (`LLMExtractor` memories,
-vector-only search, the baseline) and `memory-hybrid` (the same memories,
-default hybrid search plus multi-pass `memory_search` tool calls). Each
-answered question is appended to a JSONL trace at once, so an interrupted run
-resumes by skipping the questions already in the trace; the memory arms also
-cache each conversation's extraction (`extract.py`).
+`long-context` (the whole transcript, official layout), `raw-turns` (turn
+episodes, default search, top-k in the prompt), `observations` (LoCoMo's
+oracle facts) and the two memory arms (`memory_qa.py`). Each answer is
+appended to a JSONL trace at once, so a rerun skips what is already there;
+the memory arms also cache each conversation's extraction (`extract.py`).
 """
 
 from __future__ import annotations
@@ -52,12 +48,9 @@ Answer = Callable[[Question, str], dict[str, Any]]
 
 
 def chat_model_from_env(model: str | None, max_tokens: int = 64) -> BaseChatModel | None:
-    """An OpenAI-compatible chat model from OPENAI_API_KEY / OPENAI_BASE_URL, or None.
-
-    OPENAI_BASE_URL alone (a local server) is enough: see `langmem_trpc.models`.
-    The model is `model`, else $LOCOMO_MODEL, else gpt-4o-mini. `max_tokens`
-    64 suits short answers; extraction and tool calls need more.
-    """
+    """An OpenAI-compatible chat model (`langmem_trpc.models`: OPENAI_API_KEY or
+    OPENAI_BASE_URL alone), or None; the model is `model`, else $LOCOMO_MODEL,
+    else gpt-4o-mini. `max_tokens` 64 suits short answers."""
     from ...models import chat_model_from_env as from_env
 
     name = model or os.environ.get("LOCOMO_MODEL", "gpt-4o-mini")
@@ -155,9 +148,8 @@ def run_qa(
 ) -> dict[str, Any]:
     """Answer, score and trace every question of one arm; resumes from `trace_path`.
 
-    The memory arms extract with `LLMExtractor(extract_model or model)` and
-    cache the result per conversation in `extraction_dir` (default: an
-    `extraction` folder beside the trace), shared by both memory arms.
+    The memory arms extract with `LLMExtractor(extract_model or model)`, cached
+    per conversation in `extraction_dir` (default: `extraction` beside the trace).
     """
     if arm not in QA_ARMS:
         raise ConfigurationError(f"unknown QA arm {arm!r}; choose from {', '.join(QA_ARMS)}")
@@ -208,31 +200,20 @@ def run_qa(
     return summarize_qa(list(done.values()))
 
 
-def _per_q(rows: list[dict[str, Any]], get: Callable[[dict[str, Any]], float]) -> float:
-    return sum(get(r) for r in rows) / len(rows)
-
-
 def summarize_qa(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """F1 per category (with and without cat 5) and cost per question.
-
-    Memory arms add `cost.extraction` (calls and tokens amortised per question
-    and in total) and `cost.total_*` (extraction + answering) per question.
-    """
+    """F1 per category (with and without cat 5) and cost per question; the memory
+    arms add `cost.extraction` (amortised and total) and `cost.total_*_per_q`."""
     if not rows:
         return {}
     latencies = sorted(r["latency_s"] for r in rows)
-    p95 = latencies[min(len(latencies) - 1, int(0.95 * len(latencies)))]
     n = len(rows)
-    cost: dict[str, Any] = {
-        "questions": n,
-        "prompt_tokens_per_q": _per_q(rows, lambda r: r["usage"]["prompt"]),
-        "completion_tokens_per_q": _per_q(rows, lambda r: r["usage"]["completion"]),
-        "cached_tokens_per_q": _per_q(rows, lambda r: r["usage"]["cached"]),
-        "prompt_tokens_est_per_q": _per_q(rows, lambda r: r["prompt_tokens_est"]),
-        "calls_per_q": _per_q(rows, lambda r: r["calls"]),
-        "latency_p50_s": statistics.median(latencies),
-        "latency_p95_s": p95,
-    }
+    cost: dict[str, Any] = {"questions": n}
+    for key in ("prompt", "completion", "cached"):
+        cost[f"{key}_tokens_per_q"] = sum(r["usage"][key] for r in rows) / n
+    cost["prompt_tokens_est_per_q"] = sum(r["prompt_tokens_est"] for r in rows) / n
+    cost["calls_per_q"] = sum(r["calls"] for r in rows) / n
+    cost["latency_p50_s"] = statistics.median(latencies)
+    cost["latency_p95_s"] = latencies[min(n - 1, int(0.95 * n))]
     if all("extraction_amortised" in r for r in rows):
         names = {"calls": "calls", **{k: f"{k}_tokens" for k in ("prompt", "completion", "cached")}}
         extraction: dict[str, Any] = {}
@@ -247,7 +228,7 @@ def summarize_qa(rows: list[dict[str, Any]]) -> dict[str, Any]:
         extraction["conversations"] = len(memories)
         extraction["memories_per_conversation"] = sum(memories.values()) / len(memories)
         cost["extraction"] = extraction
-        cost["tool_calls_per_q"] = _per_q(rows, lambda r: len(r.get("tool_calls", ())))
+        cost["tool_calls_per_q"] = sum(len(r.get("tool_calls", ())) for r in rows) / n
         for key, name in names.items():
             answer_key = "calls_per_q" if key == "calls" else f"{name}_per_q"
             cost[f"total_{name}_per_q"] = cost[answer_key] + extraction[f"{name}_per_q"]

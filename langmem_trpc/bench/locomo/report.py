@@ -10,16 +10,10 @@ JSON schema (`--out`)::
                      "qa": {"f1": {"1".."5", "overall", "overall_no5"}, "cost": {...}}  # QA arms only
                      ...}}}
 
-QA arms (`qa.summarize_qa`): `cost` holds, per question, answering `prompt_tokens_per_q`,
-`completion_tokens_per_q`, `cached_tokens_per_q` (as the provider reports them),
-`prompt_tokens_est_per_q` (final prompt, chars / 4), `calls_per_q`, `latency_p50_s`,
-`latency_p95_s`. The memory arms (`memory-vector`, `memory-hybrid`) add
-`cost.extraction` = {`calls|prompt_tokens|completion_tokens|cached_tokens` `_total` and
-`_per_q` (amortised over the questions), `seconds_total`, `conversations`,
-`memories_per_conversation`}, `cost.tool_calls_per_q`, `cost.total_<calls|prompt_tokens|
-completion_tokens|cached_tokens>_per_q` (extraction + answering), and the arm's
-`embedder` ("all-MiniLM-L6-v2" or "hashing (fallback)"). `default_arm` for QA runs is
-`raw-turns` when run, else `memory-hybrid`.
+A QA arm's `cost` is `qa.summarize_qa`'s (per-question tokens, calls,
+latency; extraction and totals for the memory arms, which also name their
+`embedder`: "all-MiniLM-L6-v2" or "hashing (fallback)"). `default_arm` of a
+QA run is `raw-turns` when run, else `memory-hybrid`.
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """Offline retrieval evaluation: no LLM, only the service's search.
 
-For each conversation the units are ingested into a fresh store; each
-question (categories 1-4 with evidence) is searched and the retrieved units'
-dialogue ids are compared with the gold evidence. Metrics per question:
-recall@k as the mean fraction of evidence found, any-hit@k, all-hit@k,
-reciprocal rank of the first unit holding evidence, and the estimated tokens
-of the top-k retrieved texts (characters / 4).
+Each conversation's units go into a fresh store; each question with
+evidence (categories 1-4) is searched and the retrieved dialogue ids are
+compared with the gold: recall@k (mean fraction found), any-hit@k,
+all-hit@k, reciprocal rank and the top-k texts' tokens (characters / 4).
 """
 
 from __future__ import annotations
@@ -209,11 +207,8 @@ def run_retrieval(
     progress: Callable[[Iterable[Any], str, int], Iterable[Any]] | None = None,
     resume: bool = True,
 ) -> dict[str, dict[str, Any]]:
-    """Evaluate every arm on every conversation; per (arm, conversation) traces are JSONL.
-
-    A finished (arm, conversation) trace file is reused when `resume` is set,
-    so a crashed run continues where it stopped.
-    """
+    """Every arm on every conversation, traced per (arm, conversation) as JSONL;
+    with `resume` a finished trace is reused, so a crashed run continues."""
     results: dict[str, dict[str, Any]] = {}
     for arm in arms:
         if arm.embed and embeddings is None:
@@ -221,10 +216,9 @@ def run_retrieval(
         trace_dir = run_dir / "traces" / arm.name
         trace_dir.mkdir(parents=True, exist_ok=True)
         records: list[dict[str, Any]] = []
-        items: Iterable[Conversation] = conversations
-        if progress is not None:
-            items = progress(conversations, arm.name, len(conversations))
-        for conv in items:
+        for conv in (
+            progress(conversations, arm.name, len(conversations)) if progress else conversations
+        ):
             trace = trace_dir / f"{conv.sample_id}.jsonl"
             if resume and trace.is_file():
                 records.extend(read_jsonl(trace))
@@ -236,12 +230,10 @@ def run_retrieval(
             )
             records.extend(conv_records)
         summary = summarize(records, ks)
-        per_conv = {
-            conv.sample_id: summarize([r for r in records if r["sample_id"] == conv.sample_id], ks)[
-                "recall@10"
-            ]
-            for conv in conversations
-        }
+        per_conv = {}
+        for conv in conversations:
+            mine = [r for r in records if r["sample_id"] == conv.sample_id]
+            per_conv[conv.sample_id] = summarize(mine, ks)["recall@10"]
         results[arm.name] = {
             **summary,
             "per_conversation_recall@10": per_conv,

@@ -1,15 +1,10 @@
 """The official LoCoMo QA metric, re-implemented from its protocol.
 
-Token F1 after normalisation (drop commas, lowercase, drop punctuation,
-drop the words a/an/the/and, collapse spaces) and stemming, with the
-per-category rules: cat 1 splits gold and prediction on commas (mean over
-gold parts of the best-matching prediction part), cat 3 scores only the
-gold before the first `;`, cat 5 is 1 when the prediction abstains.
-
-The official scorer stems with NLTK's Porter; this one uses the library's
-Snowball English stemmer (Porter2, `service._language.ENGLISH`), so no
-hand-written stemmer is kept. On the words of LoCoMo-10's gold answers the
-two conflate differently for a few words (docs/bench-locomo.md, "Stemmer").
+Token F1 of normalised (no commas, case, punctuation or a/an/the/and) and
+stemmed answers; cat 1 averages over the gold's comma parts, cat 3 scores the
+gold before the first `;`, cat 5 is 1 when the prediction abstains. The stemmer
+is the library's Snowball English (Porter2), not NLTK's Porter: they conflate
+a few LoCoMo gold words differently (docs/bench-locomo.md, "Stemmer").
 """
 
 from __future__ import annotations
@@ -52,20 +47,16 @@ def f1_score(prediction: str, gold: str) -> float:
     return 2 * precision * recall / (precision + recall)
 
 
-def _multi_answer_f1(prediction: str, gold: str) -> float:
-    preds = [p.strip() for p in prediction.split(",")]
-    golds = [g.strip() for g in gold.split(",")]
-    return sum(max(f1_score(p, g) for p in preds) for g in golds) / len(golds)
-
-
 def score_answer(prediction: str, gold: str | None, category: int) -> float:
     """Score one prediction by the official per-category rule."""
     if category == 5:
         lowered = prediction.lower()
         return 1.0 if any(phrase in lowered for phrase in ABSTENTION_PHRASES) else 0.0
     gold = "" if gold is None else str(gold)
-    if category == 1:
-        return _multi_answer_f1(prediction, gold)
+    if category == 1:  # each gold part scores its best-matching prediction part
+        preds = [p.strip() for p in prediction.split(",")]
+        golds = [g.strip() for g in gold.split(",")]
+        return sum(max(f1_score(p, g) for p in preds) for g in golds) / len(golds)
     if category == 3:
         gold = gold.split(";")[0].strip()
     return f1_score(prediction, gold)

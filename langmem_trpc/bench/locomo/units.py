@@ -1,10 +1,8 @@
-"""Turn a LoCoMo conversation into memory units and ingest them through the service.
+"""LoCoMo conversations as memory units, ingested through the service.
 
-Raw turns become what `VerbatimExtractor` produces: one episode per turn,
-event time = the session date, participants = the speaker, topics = its
-`context_topics` (the speaker, the previous turn's speaker and words, within
-the session: a session is one extraction batch). LoCoMo's own
-`observation` facts are the oracle-extraction units.
+Turns become what `VerbatimExtractor` stores (one episode per turn: session
+date, speaker, `context_topics` within the session); LoCoMo's `observation`
+facts are the oracle-extraction units.
 """
 
 from __future__ import annotations
@@ -67,11 +65,8 @@ def unit_texts(conv: Conversation, units: UnitKind) -> list[str]:
 def ingest_units(
     service: MemoryService, user: UserKey, records: list[UnitRecord]
 ) -> dict[str, tuple[str, ...]]:
-    """Add every unit in order; returns memory id -> the dia ids it stands for.
-
-    Identical units (same text, speaker and session) are merged by the
-    service's idempotent add, so one memory can stand for several dia ids.
-    """
+    """Add every unit in order; returns memory id -> the dia ids it stands for
+    (the idempotent add merges identical units, so one memory may stand for several)."""
     ids: dict[str, tuple[str, ...]] = {}
     for record in records:
         entry = service.add(
