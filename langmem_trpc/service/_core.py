@@ -14,9 +14,9 @@ import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, time
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
-from pydantic import ValidationError
+from pydantic import BaseModel
 
 from .. import _time
 from ..errors import ConfigurationError, InvalidMemoryError, InvalidUserKeyError
@@ -28,6 +28,8 @@ from ..types import (
     Memory,
     SearchOptions,
     UserKey,
+    canonical_participants,
+    canonical_topics,
     check_identifier,
     check_optional_id,
     check_source,
@@ -50,6 +52,7 @@ __all__ = [
     "check_source",
     "check_thread_id",
     "check_user",
+    "checked_model",
     "embedding_text",
     "fingerprint",
     "is_expired",
@@ -63,6 +66,8 @@ __all__ = [
 ]
 
 CapacityPolicy = Literal["error", "evict"]
+
+M = TypeVar("M", bound=BaseModel)
 
 
 @dataclass(frozen=True)
@@ -287,7 +292,9 @@ def _check_names(field: str, values: object, max_count: int, max_length: int) ->
 
 
 def _check_kind(kind: object) -> Kind:
-    if isinstance(kind, str):  # a Kind too: it is a str enum
+    if isinstance(kind, Kind):  # the common case; `Kind(...)` below costs a microsecond
+        return kind
+    if isinstance(kind, str):
         try:
             return Kind(kind.strip().lower())
         except ValueError:
@@ -303,16 +310,18 @@ def _check_location(location: object, limits: Limits) -> str | None:
     if len(location) > limits.max_name_length:
         raise InvalidMemoryError("location", f"longer than {limits.max_name_length} characters")
     check_text_value("location", location)
-    return location
+    return location.strip() or None
 
 
-def _construct(**fields: Any) -> Memory:
-    try:
-        return Memory(**fields)
-    except ValidationError as exc:
-        error = exc.errors()[0]
-        field = ".".join(str(part) for part in error["loc"]) or "memory"
-        raise InvalidMemoryError(field, error["msg"]) from None
+def checked_model(cls: type[M], **values: Any) -> M:
+    """`cls.model_construct(**values)` for checked values naming every field, minus
+    pydantic's per-field alias and default walk (three per add: memory, entry, event)."""
+    model, put = cls.__new__(cls), object.__setattr__
+    put(model, "__dict__", values)
+    put(model, "__pydantic_fields_set__", set(values))
+    put(model, "__pydantic_extra__", None)
+    put(model, "__pydantic_private__", None)
+    return model
 
 
 def build_memory(
@@ -326,14 +335,23 @@ def build_memory(
     location: object = None,
     metadata: object = None,
 ) -> Memory:
-    """Validate every field and return a normalised Memory, or raise naming the field."""
-    return _construct(
+    """Validate every field and return a normalised Memory, or raise naming the field.
+
+    Every field is checked and canonicalised here as `Memory`'s validators would,
+    so the model is built without validating again (a third of the validation's cost).
+    """
+    return checked_model(
+        Memory,
         text=_check_text(text, limits),
-        topics=_check_names("topics", topics, limits.max_topics, limits.max_topic_length),
+        topics=canonical_topics(
+            _check_names("topics", topics, limits.max_topics, limits.max_topic_length)
+        ),
         kind=_check_kind(kind),
         event_time=_time.parse_time_or_raise(event_time, "event_time"),
-        participants=_check_names(
-            "participants", participants, limits.max_participants, limits.max_name_length
+        participants=canonical_participants(
+            _check_names(
+                "participants", participants, limits.max_participants, limits.max_name_length
+            )
         ),
         location=_check_location(location, limits),
         metadata=check_metadata(metadata),

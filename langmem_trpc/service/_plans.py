@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
 
 from ..errors import CapacityExceededError, MemoryConflictError, MemoryNotFoundError
 from ..types import Entry, HistoryEvent, Memory, Operation, Source, UserKey, canonical_topics
@@ -23,6 +22,7 @@ from ._core import (
     check_restorable,
     check_source,
     check_user,
+    checked_model,
     embedding_text,
     fingerprint,
     memory_from,
@@ -49,24 +49,12 @@ from ._steps import (
     SetTopics,
     SoftDelete,
     Stored,
-    T,
 )
 
 __all__ = ["add", "add_many", "clear", "delete", "purge", "restore", "update"]
 
 CAPACITY = Source(actor="capacity")
 """The source of an eviction's history entry."""
-
-
-def _checked(cls: type[T], **values: Any) -> T:
-    """`cls.model_construct(**values)` for checked values naming every field, minus
-    pydantic's per-field alias and default walk (two per add: the entry, its event)."""
-    model, put = cls.__new__(cls), object.__setattr__
-    put(model, "__dict__", values)
-    put(model, "__pydantic_fields_set__", set(values))
-    put(model, "__pydantic_extra__", None)
-    put(model, "__pydantic_private__", None)
-    return model
 
 
 def _event(
@@ -77,14 +65,14 @@ def _event(
     source: Source | None,
     at: datetime,
 ) -> HistoryEvent:
-    return _checked(
+    return checked_model(
         HistoryEvent, memory_id=memory_id, operation=op, text_before=before, text_after=after,
         at=at, source=source,
     )  # fmt: skip
 
 
 def _new_entry(user: UserKey, memory_id: str, memory: Memory, now: datetime) -> Entry:
-    return _checked(
+    return checked_model(
         Entry, id=memory_id, app_name=user.app_name, user_id=user.user_id, memory=memory,
         created_at=now, updated_at=now, score=None, rrf_score=None, expires_at=None,
     )  # fmt: skip

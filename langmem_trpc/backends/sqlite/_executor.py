@@ -11,7 +11,9 @@ extends the cached matrix instead of reloading it.
 from __future__ import annotations
 
 import sqlite3
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Callable
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, TypeVar, get_args
 
 from ...errors import BackendError
 from ...service import _steps as steps
@@ -47,10 +49,13 @@ _NewRows = list[tuple[int, str, int | None, bytes | None]]
 
 
 class SQLiteRun:
-    """One plan's run on a `SQLiteMemoryService`."""
+    """One plan's run on a `SQLiteMemoryService`: one method per step, `_<StepName>`,
+    on the connection of the step's transaction (found by the step's type: an
+    `isinstance` chain cost more than the add's own Python)."""
 
     def __init__(self, service: SQLiteMemoryService) -> None:
         self._svc = service
+        self._conn: sqlite3.Connection
         self._entered = False
         self._user: UserKey | None = None
         self._before: tuple[str, int] | None = None
@@ -74,7 +79,7 @@ class SQLiteRun:
                 self._after_commit(step.user)
                 return result
             if isinstance(step, (steps.Embed, steps.Now)):
-                reply = self._free(step)
+                reply = self._step(step)
             else:
                 reply = self._svc._db.read(lambda conn: self.execute(conn, step))  # noqa: B023
 
@@ -83,11 +88,12 @@ class SQLiteRun:
             raise BackendError("SQLite write failed: the database was busy mid-transaction")
         self._entered = True
         assert self._user is not None
+        self._conn = conn
         cached = self._svc._caches.vectors.holds(self._user)  # else no append to record
         if cached:
             state = user_state(conn, self._user)
             self._before = None if state is None else (state[0], state[1])
-        result = steps.drive(plan, lambda step: self.execute(conn, step))
+        result = steps.drive(plan, self._step)
         if cached and self._append_only and self._appends:
             note_appended(conn, self._user, self._before, self._appends, self._appended)
         return result
@@ -98,63 +104,67 @@ class SQLiteRun:
         elif self._appended:
             self._svc._caches.vectors.append(user, self._appended[0])
 
-    def _free(self, step: steps.Embed | steps.Now) -> Any:
-        if isinstance(step, steps.Embed):
-            return self._svc._embed(step.texts)
-        return self._svc._now()
-
     def execute(self, conn: sqlite3.Connection, step: steps.Step) -> Any:
         """Perform one step on `conn` (inside the write transaction after `LockUser`)."""
-        if isinstance(step, (steps.Embed, steps.Now)):
-            return self._free(step)
-        if isinstance(step, steps.LockUser):
-            return None
-        u = (step.user.app_name, step.user.user_id)
-        if isinstance(step, steps.FindById):
-            row = conn.execute(sql.SELECT_BY_ID, (*u, step.memory_id)).fetchone()
-            return _stored(row, step.user, row is not None and row[DELETED] is not None, None)
-        if isinstance(step, steps.FindLiveByFingerprint):
-            query = sql.SELECT_LIVE_BY_FINGERPRINT
-            params: tuple[object, ...] = (*u, bytes.fromhex(step.fingerprint))
-            if step.exclude_id is not None:
-                query, params = query + " AND id != ?", (*params, step.exclude_id)
-            row = conn.execute(query, params).fetchone()
-            return _stored(row, step.user, False, row[CONTENT_DOC] if row else None)
-        if isinstance(step, steps.FindDeletedByFingerprint):
-            deleted = (*u, bytes.fromhex(step.fingerprint))
-            row = conn.execute(sql.SELECT_DELETED_BY_FINGERPRINT, deleted).fetchone()
-            return _stored(row, step.user, True, None)
-        if isinstance(step, steps.KnownFingerprints):
-            found = known_fingerprints(
-                conn, step.user, {bytes.fromhex(f) for f in step.fingerprints}
-            )
-            return {fp.hex() for fp in found}
-        if isinstance(step, steps.CountLive):
-            state = user_state(conn, step.user)
-            return 0 if state is None else int(state[2])
-        if isinstance(step, steps.RecordHistory):
-            rows = [
-                (*u, e.memory_id, e.operation.value, e.text_before, e.text_after,
-                 sql.to_us(e.at), sql.source_json(e.source))
-                for e in step.events
-            ]  # fmt: skip
-            if len(rows) == 1:
-                conn.execute(sql.INSERT_HISTORY, rows[0])
-            else:
-                conn.executemany(sql.INSERT_HISTORY, rows)
-            return None
-        if isinstance(step, steps.Insert):
-            return self._insert(conn, step)
-        if isinstance(step, steps.Purge):
-            return self._purge(conn, step)
-        self._append_only = False
-        assert isinstance(
-            step, (steps.Rewrite, steps.SetTopics, steps.EvictOldest, steps.SoftDelete)
-        )
-        return self._change(conn, step)
+        self._conn = conn
+        return self._step(step)
 
-    def _insert(self, conn: sqlite3.Connection, step: steps.Insert) -> None:
-        user, language = step.user, self._svc.language
+    def _step(self, step: steps.Step) -> Any:
+        return _STEPS[type(step)](self, step)
+
+    def _Now(self, step: steps.Now) -> Any:
+        return self._svc._now()
+
+    def _Embed(self, step: steps.Embed) -> Any:
+        return self._svc._embed(step.texts)
+
+    def _LockUser(self, step: steps.LockUser) -> None:
+        return None
+
+    def _FindById(self, step: steps.FindById) -> steps.Stored | None:
+        u = (step.user.app_name, step.user.user_id, step.memory_id)
+        row = self._conn.execute(sql.SELECT_BY_ID, u).fetchone()
+        return _stored(row, step.user, row is not None and row[DELETED] is not None, None)
+
+    def _FindLiveByFingerprint(self, step: steps.FindLiveByFingerprint) -> steps.Stored | None:
+        query = sql.SELECT_LIVE_BY_FINGERPRINT
+        params: tuple[object, ...] = (
+            step.user.app_name, step.user.user_id, bytes.fromhex(step.fingerprint),
+        )  # fmt: skip
+        if step.exclude_id is not None:
+            query, params = query + " AND id != ?", (*params, step.exclude_id)
+        row = self._conn.execute(query, params).fetchone()
+        return _stored(row, step.user, False, row[CONTENT_DOC] if row else None)
+
+    def _FindDeletedByFingerprint(
+        self, step: steps.FindDeletedByFingerprint
+    ) -> steps.Stored | None:
+        deleted = (step.user.app_name, step.user.user_id, bytes.fromhex(step.fingerprint))
+        row = self._conn.execute(sql.SELECT_DELETED_BY_FINGERPRINT, deleted).fetchone()
+        return _stored(row, step.user, True, None)
+
+    def _KnownFingerprints(self, step: steps.KnownFingerprints) -> set[str]:
+        wanted = {bytes.fromhex(f) for f in step.fingerprints}
+        return {fp.hex() for fp in known_fingerprints(self._conn, step.user, wanted)}
+
+    def _CountLive(self, step: steps.CountLive) -> int:
+        state = user_state(self._conn, step.user)
+        return 0 if state is None else int(state[2])
+
+    def _RecordHistory(self, step: steps.RecordHistory) -> None:
+        u = (step.user.app_name, step.user.user_id)
+        rows = [
+            (*u, e.memory_id, e.operation.value, e.text_before, e.text_after,
+             sql.to_us(e.at), sql.source_json(e.source))
+            for e in step.events
+        ]  # fmt: skip
+        if len(rows) == 1:
+            self._conn.execute(sql.INSERT_HISTORY, rows[0])
+        else:
+            self._conn.executemany(sql.INSERT_HISTORY, rows)
+
+    def _Insert(self, step: steps.Insert) -> None:
+        conn, user, language = self._conn, step.user, self._svc.language
         rows = [(Prepared.of(r.entry.memory, r.fingerprint, language), r) for r in step.rows]
         if len(rows) == 1:
             p, new = rows[0]
@@ -167,42 +177,42 @@ class SQLiteRun:
             if new.entry.expires_at is not None:
                 restore_expiry(conn, (user.app_name, user.user_id), new.entry)
 
-    def _change(
-        self,
-        conn: sqlite3.Connection,
-        step: steps.Rewrite | steps.SetTopics | steps.EvictOldest | steps.SoftDelete,
-    ) -> Any:
-        user, at = step.user, sql.to_us(step.at)
-        assert at is not None
-        if isinstance(step, steps.Rewrite):
-            p = Prepared.of(step.memory, step.fingerprint, self._svc.language)
-            write_content(conn, user, step.target.handle[0], p, step.vector, at)
-            return None
-        if isinstance(step, steps.SetTopics):
-            rid, content_doc = step.target.handle
-            if content_doc is None:
-                content_doc = conn.execute(sql.SELECT_CONTENT_DOC, (rid,)).fetchone()[0]
-            topic_doc = topics_document(list(step.topics), self._svc.language)
-            unindex_row(conn, user, rid)
-            conn.execute(
-                sql.UPDATE_TOPICS,
-                (sql.list_json(list(step.topics)), topic_doc, len(topic_doc.split()), at, rid),
-            )
-            index_row(conn, user, rid, content_doc, topic_doc)
-            return None
-        u = (user.app_name, user.user_id)
-        if isinstance(step, steps.EvictOldest):
-            oldest = conn.execute(sql.SELECT_OLDEST_LIVE, u).fetchone()
-            if oldest is None:
-                return None
-            unindex_row(conn, user, oldest[0])
-            conn.execute(sql.SOFT_DELETE, (at, oldest[0]))
-            return (oldest[1], oldest[2])
-        assert isinstance(step, steps.SoftDelete)
-        return _soft_delete(conn, user, step.memory_ids, at)
+    def _Rewrite(self, step: steps.Rewrite) -> None:
+        self._append_only = False
+        p = Prepared.of(step.memory, step.fingerprint, self._svc.language)
+        write_content(self._conn, step.user, step.target.handle[0], p, step.vector, _us(step.at))
 
-    def _purge(self, conn: sqlite3.Connection, step: steps.Purge) -> int:
-        user = step.user
+    def _SetTopics(self, step: steps.SetTopics) -> None:
+        self._append_only = False
+        conn, user = self._conn, step.user
+        rid, content_doc = step.target.handle
+        if content_doc is None:
+            content_doc = conn.execute(sql.SELECT_CONTENT_DOC, (rid,)).fetchone()[0]
+        topic_doc = topics_document(list(step.topics), self._svc.language)
+        unindex_row(conn, user, rid)
+        conn.execute(
+            sql.UPDATE_TOPICS,
+            (sql.list_json(list(step.topics)), topic_doc, len(topic_doc.split()), _us(step.at),
+             rid),
+        )  # fmt: skip
+        index_row(conn, user, rid, content_doc, topic_doc)
+
+    def _EvictOldest(self, step: steps.EvictOldest) -> tuple[str, str] | None:
+        self._append_only = False
+        conn, user = self._conn, step.user
+        oldest = conn.execute(sql.SELECT_OLDEST_LIVE, (user.app_name, user.user_id)).fetchone()
+        if oldest is None:
+            return None
+        unindex_row(conn, user, oldest[0])
+        conn.execute(sql.SOFT_DELETE, (_us(step.at), oldest[0]))
+        return (oldest[1], oldest[2])
+
+    def _SoftDelete(self, step: steps.SoftDelete) -> list[tuple[str, str]]:
+        self._append_only = False
+        return _soft_delete(self._conn, step.user, step.memory_ids, _us(step.at))
+
+    def _Purge(self, step: steps.Purge) -> int:
+        conn, user = self._conn, step.user
         u = (user.app_name, user.user_id)
         if step.memory_id is not None:
             self._append_only = False
@@ -224,6 +234,18 @@ class SQLiteRun:
         conn.execute(sql.DELETE_STATE, u)
         self._purged = user
         return count
+
+
+_STEPS: dict[type[Any], Callable[[SQLiteRun, Any], Any]] = {
+    kind: getattr(SQLiteRun, "_" + kind.__name__) for kind in get_args(steps.Step)
+}
+"""Each step type's method."""
+
+
+def _us(at: datetime) -> int:
+    us = sql.to_us(at)
+    assert us is not None
+    return us
 
 
 def _stored(row: Any, user: UserKey, deleted: bool, content_doc: str | None) -> steps.Stored | None:
