@@ -197,8 +197,8 @@ class Claim:
 class ClaimTable:
     """Cursors, claims, attempts and dead letters in dicts (wall-clock expiry).
 
-    The in-memory backend keeps one for the process; LanceDB loads one
-    thread's rows into a table, runs the op on it and writes the rows back.
+    The in-memory backend keeps one for the process; LanceDB too, loaded
+    from its table and written through.
     `apply` runs every `ClaimOp` under `lock`.
     """
 
