@@ -114,9 +114,7 @@ def best_match(
 ) -> Match | None:
     candidates = (classify(op, e, language) for e in entries[:TOP_K] if e.id)
     matches = [m for m in candidates if m is not None]
-    if not matches:
-        return None
-    return max(reversed(matches), key=lambda m: (m.tier, m.score, m.jaccard))
+    return max(reversed(matches), key=lambda m: (m.tier, m.score, m.jaccard), default=None)
 
 
 def decision_label(decision: str, match: Match | None) -> str:
