@@ -236,7 +236,6 @@ class ModelCalls:
         self._counts = {"calls_cancelled": 0, "jobs_user_busy": 0, "jobs_extractor_stuck": 0}
         self._stuck = 0
         """Timed-out blocking calls still running."""
-        self._waiting = 0
 
     def run(
         self, extractor: Extractor, request: ExtractionRequest, timeout: float | None
@@ -305,11 +304,7 @@ class ModelCalls:
                         f"for the job's whole timeout ({self._timeout_label} s); this job is "
                         "not attempted"
                     )
-                self._waiting += 1
-                try:
-                    self._slot_freed.wait(left)
-                finally:
-                    self._waiting -= 1
+                self._slot_freed.wait(left)
                 calls = self._users.setdefault(user, _UserCalls())
             calls.running += 1
             return _Call(user, blocking)
@@ -325,8 +320,7 @@ class ModelCalls:
             self._stuck -= call.abandoned and call.blocking
             if not calls.running:
                 del self._users[call.user]
-            if self._waiting:
-                self._slot_freed.notify_all()
+            self._slot_freed.notify_all()
 
     def _abandon(self, call: _Call, cancellable: bool) -> bool:
         """Mark a timed-out call as still running; False if it already ended."""
@@ -342,14 +336,12 @@ class ModelCalls:
 
     def _loop_thread(self) -> LoopThread:
         with self._lock:
-            if self._loop is None:
-                self._loop = LoopThread("langmem-extract-loop")
+            self._loop = self._loop or LoopThread("langmem-extract-loop")
             return self._loop
 
     def _call_threads(self) -> CallThreads:
         with self._lock:
-            if self._threads is None:
-                self._threads = CallThreads("langmem-extract")
+            self._threads = self._threads or CallThreads("langmem-extract")
             return self._threads
 
     def counts(self) -> dict[str, int]:

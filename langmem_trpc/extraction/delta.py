@@ -182,24 +182,18 @@ def compute_delta(
     messages: Sequence[BaseMessage], cursor: ExtractionCursor | None, keys: bytes | None = None
 ) -> Delta:
     """New memorable messages after `cursor` (all without one); `keys`: `message_keys(messages)`."""
-    if cursor is None or (
-        not cursor.message_keys
-        and cursor.last_message_id is None
-        and cursor.last_message_digest is None
-    ):
-        start, anchor = 0, "none"
-    else:
-        if cursor.message_keys:
-            keys = message_keys(messages) if keys is None else keys
-            start, anchor = _keyed_anchor(messages, keys, cursor.message_keys, cursor.retired_keys)
-        else:
-            start, anchor = _legacy_anchor(messages, cursor)
-        if anchor == "lost":
-            logger.warning(
-                "cursor anchor for thread %r not found (history rewritten); re-reading %d messages",
-                cursor.thread_id,
-                len(messages),
-            )
+    start, anchor = 0, "none"
+    if cursor is not None and cursor.message_keys:
+        keys = message_keys(messages) if keys is None else keys
+        start, anchor = _keyed_anchor(messages, keys, cursor.message_keys, cursor.retired_keys)
+    elif cursor is not None and {cursor.last_message_id, cursor.last_message_digest} != {None}:
+        start, anchor = _legacy_anchor(messages, cursor)  # a cursor written before keys
+    if anchor == "lost":
+        logger.warning(
+            "cursor anchor for thread %r not found (history rewritten); re-reading %d messages",
+            cursor and cursor.thread_id,
+            len(messages),
+        )
     return Delta(tuple(m for m in messages[start:] if is_memorable(m)), start, anchor)
 
 

@@ -30,8 +30,7 @@ if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
 
 TIMEOUT_FIELDS = ("request_timeout", "default_request_timeout")
-"""Model fields that mark a client taking a per-request `timeout` argument
-(langchain-openai and OpenAI-compatible, langchain-anthropic)."""
+"""Fields of a model whose client takes a per-request `timeout` (OpenAI family, Anthropic)."""
 
 __all__ = [
     "ExtractionRequest",
@@ -69,12 +68,10 @@ class ExtractionRequest:
 class Extractor(Protocol):
     """Anything with `extract(request) -> list[MemoryOp]` (called in a worker thread).
 
-    Optional: `uses_existing = False` (it ignores `request.existing`: the worker
-    skips that search); `async aextract(request)`, which a job with a timeout
-    awaits on the worker's loop and cancels at the deadline, so a hung call
-    holds no thread (`native_async = False` when it only wraps blocking work:
-    the worker then runs `extract` in a thread); `async aclose()`, awaited on
-    that loop when the worker closes it.
+    Optional: `uses_existing = False` (the worker skips the existing-memory search);
+    `async aextract(request)`, awaited on the worker's loop and cancelled at a job's
+    deadline, so a hung call holds no thread (`native_async = False` when it wraps
+    blocking work: `extract` runs in a thread); `async aclose()`, awaited on that loop.
     """
 
     def extract(self, request: ExtractionRequest) -> list[MemoryOp]: ...
@@ -244,14 +241,9 @@ class LLMExtractor:
 
 
 class _LoopModels:
-    """The model `aextract` uses on each event loop.
-
-    An httpx async client must not serve two loops, yet langchain-openai and
-    langchain-anthropic share one per base URL across the process (the app's
-    loop and the worker's). So on each loop a model using that shared client
-    (no `http_async_client` or proxy of your own) is copied with a client of
-    its own, closed by `aclose()`; other models are used as they are.
-    """
+    """The model `aextract` uses on each event loop: an httpx async client must not serve
+    two loops, yet langchain-openai and langchain-anthropic share one per base URL across
+    the process, so a model on that shared client gets a copy with its own per loop."""
 
     def __init__(self, model: object) -> None:
         self.model = model
@@ -275,8 +267,8 @@ class _LoopModels:
 
 
 def _private_async_client(model: Any) -> tuple[Any, Any]:
-    """A copy of an OpenAI- or Anthropic-family model with an async HTTP client of its own
-    (and that client), or the model itself when it does not use the shared one."""
+    """(a copy of `model` with an async HTTP client of its own, that client), or
+    (`model`, None) when it does not use the shared one."""
     root: Any = getattr(model, "root_async_client", None)
     if (
         getattr(model, "http_async_client", True) is None
@@ -306,12 +298,9 @@ CONTEXT_TOPICS = 64
 def context_topics(
     speaker: str | None, previous: str | None, previous_speaker: str | None
 ) -> list[str]:
-    """A verbatim turn's speaker, then the previous turn's speaker and distinct words, as topics.
-
-    The keyword leg indexes topics below the text and never returns them, so a
-    question naming what the previous turn said finds the reply without the
-    reply growing (LoCoMo turn recall@10 +0.018, docs/bench-locomo.md round 4).
-    """
+    """A verbatim turn's speaker, then the previous turn's speaker and distinct words, as
+    topics: a question naming what the previous turn said finds the reply, whose text stays
+    as said (LoCoMo turn recall@10 +0.018, docs/bench-locomo.md round 4)."""
     topics = [name for name in (speaker, previous_speaker) if name]
     if previous:
         topics += primary_tokens(previous, stem=False)  # words as said; indexing stems them
@@ -321,11 +310,9 @@ def context_topics(
 class VerbatimExtractor:
     """Each user message becomes an episode, as said; no model, works offline.
 
-    Event time is the message's own time (`additional_kwargs["timestamp"]`),
-    participants its speaker's `name`. Records are de-duplicated only when
-    identical, never merged. With `context` (default) the topics hold
-    `context_topics` of the previous turn of the batch (user or assistant);
-    the stored text stays the turn alone.
+    Event time is the message's own time (`additional_kwargs["timestamp"]`), participants
+    its speaker's `name`; records are de-duplicated only when identical, never merged.
+    `context` (default): topics hold `context_topics` of the batch's previous turn.
     """
 
     uses_existing = False

@@ -141,38 +141,30 @@ def _classify(op: MemoryOp, entry: Entry, language: Language) -> _Candidate | No
     return _Candidate(entry, False, old_cov, new_cov)
 
 
-def _to_update(op: MemoryOp, entry: Entry) -> MemoryOp:
-    rewritten = op.as_update(
-        entry.id, [*entry.memory.topics, *op.topics], op.kind or entry.kind, "policy:update"
-    )
-    return rewritten.with_decision("update:preserve_history")
-
-
-def _preserve_add(
-    op: MemoryOp, existing: Sequence[Entry], actions: Collection[Action], language: Language
+def _preserve(
+    op: MemoryOp,
+    entries: Sequence[Entry],
+    actions: Collection[Action],
+    language: Language,
+    otherwise: MemoryOp,
 ) -> MemoryOp | None:
-    candidates = [c for c in (_classify(op, e, language) for e in existing) if c is not None]
+    """`op` as an update of the best of `entries` it may update, None when one duplicates it,
+    else `otherwise`."""
+    candidates = [c for c in (_classify(op, e, language) for e in entries) if c is not None]
     if not candidates:
-        return op
+        return otherwise
     best = max(
         candidates,
         key=lambda c: (c.duplicate, c.old_coverage, c.new_coverage, c.entry.score or 0.0),
     )
     if best.duplicate:
         return None
-    return _to_update(op, best.entry) if Action.UPDATE in actions else op
-
-
-def _preserve_update(
-    op: MemoryOp, by_id: dict[str, Entry], actions: Collection[Action], language: Language
-) -> MemoryOp | None:
-    target = by_id.get(op.memory_id or "")
-    found = _classify(op, target, language) if target is not None else None
-    if found is not None and found.duplicate:
-        return None
-    if found is not None and Action.UPDATE in actions:
-        return _to_update(op, found.entry)
-    return op.as_add("policy:update->add").with_decision("add:preserve_history")
+    if Action.UPDATE not in actions:
+        return otherwise
+    entry = best.entry
+    topics = [*entry.memory.topics, *op.topics]
+    rewritten = op.as_update(entry.id, topics, op.kind or entry.kind, "policy:update")
+    return rewritten.with_decision("update:preserve_history")
 
 
 def preserve_history(
@@ -192,9 +184,13 @@ def preserve_history(
             if is_exact_duplicate(op, [*existing, *kept]):
                 decided = None
             elif Action.ADD in actions:
-                decided = _preserve_add(op, existing, actions, language)
+                decided = _preserve(op, existing, actions, language, op)
         elif op.action == Action.UPDATE:
-            decided = _preserve_update(op, by_id, actions, language)
+            target = by_id.get(op.memory_id or "")
+            added = op.as_add("policy:update->add").with_decision("add:preserve_history")
+            decided = _preserve(
+                op, [target] if target is not None else [], actions, language, added
+            )
         (dropped if decided is None else kept).append(decided or op)
     return Reconciled(kept, dropped)
 

@@ -28,7 +28,7 @@ from enum import IntEnum
 
 from ..service._language import ENGLISH, Language
 from ..service._text import token_jaccard
-from ..types import Entry, Kind, SearchOptions, canonical_topics
+from ..types import Entry, Kind, SearchOptions
 from .ops import Action, MemoryOp
 from .signals import date_words, numbers, values_agree
 
@@ -114,9 +114,7 @@ def best_match(
 ) -> Match | None:
     candidates = (classify(op, e, language) for e in entries[:TOP_K] if e.id)
     matches = [m for m in candidates if m is not None]
-    if not matches:
-        return None
-    return max(reversed(matches), key=lambda m: (m.tier, m.score, m.jaccard))
+    return max(reversed(matches), key=lambda m: (m.tier, m.score, m.jaccard), default=None)
 
 
 def decision_label(decision: str, match: Match | None) -> str:
@@ -125,13 +123,6 @@ def decision_label(decision: str, match: Match | None) -> str:
         return decision
     tier = match.tier.name.lower()
     return f"{decision} tier={tier} score={match.score:.2f} jaccard={match.jaccard:.2f}"
-
-
-def _rewrite(op: MemoryOp, best: Match, origin: str, decision: str) -> MemoryOp:
-    entry = best.entry
-    topics = canonical_topics([*entry.memory.topics, *op.topics])
-    rewritten = op.as_update(entry.id, topics, op.kind or entry.kind, origin)
-    return rewritten.with_decision(decision_label(decision, best))
 
 
 def decide_add(
@@ -146,15 +137,20 @@ def decide_add(
     best = best_match(op, entries, language)
     if best is None or best.tier == Tier.NONE:
         return op.with_decision(decision_label("add", best))
-    kept = op.with_decision(decision_label("add:kept", best))
-    can_update = update_enabled and best.entry.id not in claimed
+    entry = best.entry
+    origin, decision = "reconcile:update", "update"
     if best.tier == Tier.SKIP:
-        stored = {t.casefold() for t in best.entry.memory.topics}
+        stored = {t.casefold() for t in entry.memory.topics}
         if all(t.casefold() in stored for t in op.topics):  # no new topics
-            logger.debug("reconcile: %r duplicates memory %s; skipped", op.text, best.entry.id)
+            logger.debug("reconcile: %r duplicates memory %s; skipped", op.text, entry.id)
             return None
-        return _rewrite(op, best, "reconcile:skip+topics", "update:topics") if can_update else kept
-    return _rewrite(op, best, "reconcile:update", "update") if can_update else kept
+        origin, decision = "reconcile:skip+topics", "update:topics"
+    if not update_enabled or entry.id in claimed:
+        return op.with_decision(decision_label("add:kept", best))
+    rewritten = op.as_update(
+        entry.id, [*entry.memory.topics, *op.topics], op.kind or entry.kind, origin
+    )
+    return rewritten.with_decision(decision_label(decision, best))
 
 
 def _duplicate_in_batch(op: MemoryOp, accepted: Sequence[MemoryOp], language: Language) -> bool:

@@ -122,7 +122,14 @@ def _content(args: Mapping[str, Any], name: str) -> dict[str, Any]:
     }
 
 
-def _parse_one(name: str, args: Mapping[str, Any]) -> MemoryOp:
+def _parse_one(name: str, args: object) -> MemoryOp:
+    if isinstance(args, str):
+        try:
+            args = json.loads(args) if args.strip() else {}
+        except json.JSONDecodeError as exc:
+            raise _Skip(f"arguments are not valid JSON ({exc.msg})") from None
+    if not isinstance(args, Mapping):
+        raise _Skip("arguments are not a JSON object")
     action = _BY_NAME.get(name)
     if action is None:
         raise _Skip("unknown tool")
@@ -136,17 +143,6 @@ def _parse_one(name: str, args: Mapping[str, Any]) -> MemoryOp:
     return MemoryOp.clear()
 
 
-def _arguments(raw: object) -> Mapping[str, Any]:
-    if isinstance(raw, str):
-        try:
-            raw = json.loads(raw) if raw.strip() else {}
-        except json.JSONDecodeError as exc:
-            raise _Skip(f"arguments are not valid JSON ({exc.msg})") from None
-    if not isinstance(raw, Mapping):
-        raise _Skip("arguments are not a JSON object")
-    return raw
-
-
 def parse_tool_calls(message: AIMessage, allowed: Collection[Action]) -> list[MemoryOp]:
     """Valid operations from the model's tool calls, in order; the rest logged and skipped."""
     ops: list[MemoryOp] = []
@@ -158,7 +154,7 @@ def parse_tool_calls(message: AIMessage, allowed: Collection[Action]) -> list[Me
         if name == NOTHING_TOOL:
             continue
         try:
-            op = _parse_one(name, _arguments(call.get("args")))
+            op = _parse_one(name, call.get("args"))
         except Exception as exc:  # any failure reading one call skips that call only
             why = exc if isinstance(exc, _Skip) else f"{type(exc).__name__}: {exc}"
             logger.warning("extractor: skipped call %r: %s", name, why)

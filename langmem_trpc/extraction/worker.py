@@ -368,25 +368,20 @@ class AutoMemoryWorker:
         self._counters.seen(user, thread_id, len(snapshot))
         return _Job(user, thread_id, snapshot, offset)
 
-    def _try_put(self, job: _Job) -> bool:
-        with self._state_lock:
-            if self._state != WorkerState.RUNNING:
-                return False
-            target = self._queues[fnv1a(job.user.app_name, job.user.user_id) % self.workers]
-            try:
-                target.put_nowait(job)
-            except queue.Full:
-                logger.warning(
-                    "auto_memory: job queue full for %s, fallback to %s", job.user, self.on_full
-                )
-                return False
-        self._counters.bump("jobs_enqueued")
-        return True
-
     def _place(self, job: _Job, cancelled: Callable[[], bool]) -> EnqueueResult:
         """Queue the job, else its fallback (RAN_SYNC: the caller runs it)."""
-        if self._try_put(job):
-            return EnqueueResult.QUEUED
+        with self._state_lock:
+            if self._state == WorkerState.RUNNING:
+                target = self._queues[fnv1a(job.user.app_name, job.user.user_id) % self.workers]
+                try:
+                    target.put_nowait(job)
+                except queue.Full:
+                    logger.warning(
+                        "auto_memory: job queue full for %s, fallback to %s", job.user, self.on_full
+                    )
+                else:
+                    self._counters.bump("jobs_enqueued")
+                    return EnqueueResult.QUEUED
         if cancelled():
             self._counters.bump("jobs_skipped_cancelled")
             return EnqueueResult.SKIPPED
