@@ -34,24 +34,12 @@ def create_preload_node(
 ) -> Runnable[Any, dict[str, Any]]:
     """A graph node (sync and async) that preloads the user's memories.
 
-    Example:
-        ```python
-        builder = StateGraph(MessagesState)
-        builder.add_node("agent", create_preload_node(service, model, preload=10))
-        builder.add_edge(START, "agent")
-        graph = builder.compile(checkpointer=MemoryCheckpointer(InMemorySaver(), worker))
-        ```
-
     Args:
-        service: where memories are read.
         model: the chat model (already `bind_tools`-ed if you use tools); None
             writes the block to `state[context_key]` instead.
         preload: 0 off, -1 everything, N a budget (see `select_memories`).
         placement: "system" or "user" (see `merge_block`).
-        app_name: default app when the run's context/config names none.
         playbook: replaces the default guidance text above the block.
-        messages_key: the state key of the conversation.
-        context_key: the state key written when no model is given.
     """
     loader = Preloader(service, preload=preload, app_name=app_name, playbook=playbook)
 

@@ -88,15 +88,7 @@ def _split(namespace: Sequence[str]) -> tuple[UserKey, tuple[str, ...]]:
 class MemoryStore(BaseStore):
     """A LangGraph `BaseStore` over a `MemoryService` (sync and async).
 
-    Example:
-        ```python
-        store = MemoryStore(SQLiteMemoryService("memories.db"))
-        store.put(("shop", "alice"), "pref-1", {"memory": "Prefers email over phone"})
-        store.search(("shop", "alice"), query="how to contact alice")
-        ```
-
     Args:
-        service: the memory service that stores everything.
         text_fields: value fields that hold the memory text, in order of preference.
         reconcile: run the worker's "merge_similar" reconcile on a put under a
             new key (a paraphrase updates the existing memory); off by default.
