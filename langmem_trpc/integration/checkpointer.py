@@ -1,10 +1,8 @@
 """`MemoryCheckpointer`: the post-run hook, as a wrapper around any checkpointer.
 
-LangGraph has no "run finished" event, but every run ends with a checkpoint
-write. The wrapper forwards everything to the inner saver and, after a save
-that ends a run (see `run_finished`), hands the thread's messages to the
-write-path worker. Composition rather than subclassing: `InMemorySaver.aput`
-calls `put`, so an overriding subclass would fire twice per async run.
+LangGraph has no "run finished" event, but every run ends with a checkpoint write
+(`run_finished`). Composition, not subclassing: `InMemorySaver.aput` calls `put`,
+so an overriding subclass would fire twice per async run.
 """
 
 from __future__ import annotations

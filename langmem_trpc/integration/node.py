@@ -1,10 +1,8 @@
 """`create_preload_node`: preload for plain `StateGraph` users.
 
-Both shapes keep the block out of `messages`: with `model=`, a model node
-that calls the model on the messages with the block merged in and returns
-only the reply; without, a node that writes the block to `state[context_key]`
-for the graph's own model node to `merge_block` (checkpointed with the state,
-but not a message, so never re-extracted).
+Both shapes keep the block out of `messages`: with `model=` the node returns only
+the model's reply; without, it writes the block to `state[context_key]` for the
+graph's own model node to `merge_block` (never a message, so never re-extracted).
 """
 
 from __future__ import annotations
