@@ -228,7 +228,15 @@ def _search(user: UserKey, runtime: ToolRuntime[Any], a: dict[str, Any]) -> Resu
     query = (a.get("query") or "").strip()
     if not query:
         return _listing({"query": ""}, [])
-    after, before = _window(a)
+    try:
+        after = parse_date(a.get("time_after"), "time_after")
+        before = parse_date(a.get("time_before"), "time_before", end=True)
+        if after is not None and before is not None and after > before:
+            after_, before_ = a.get("time_after"), a.get("time_before")
+            raise InvalidInputError("time_after", f"{after_!r} is after time_before {before_!r}")
+    except InvalidInputError as exc:  # bad input, said as a bad search window
+        message = f"memory_search: invalid time range: {exc.field} {exc.problem}"
+        raise ToolException(message) from None
     options = SearchOptions(
         query=query,
         kind=a.get("kind"),
@@ -241,19 +249,6 @@ def _search(user: UserKey, runtime: ToolRuntime[Any], a: dict[str, Any]) -> Resu
         kind_fallback=a.get("kind") is not None,
     )
     return _listing({"query": query}, (yield Call("search", (user, query, options))))
-
-
-def _window(a: dict[str, Any]) -> tuple[Any, Any]:
-    try:
-        after = parse_date(a.get("time_after"), "time_after")
-        before = parse_date(a.get("time_before"), "time_before", end=True)
-        if after is not None and before is not None and after > before:
-            after_, before_ = a.get("time_after"), a.get("time_before")
-            raise InvalidInputError("time_after", f"{after_!r} is after time_before {before_!r}")
-    except InvalidInputError as exc:  # bad input, said as a bad search window
-        message = f"memory_search: invalid time range: {exc.field} {exc.problem}"
-        raise ToolException(message) from None
-    return after, before
 
 
 def _load(user: UserKey, runtime: ToolRuntime[Any], a: dict[str, Any]) -> Result:
