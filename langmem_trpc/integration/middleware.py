@@ -88,7 +88,6 @@ class MemoryIngestMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
 
     Args:
         worker: an `IngestWorker` (`AutoMemoryWorker`, `PostgresJobQueue`).
-        app_name: default app when the run names none.
     """
 
     def __init__(self, worker: IngestWorker, *, app_name: str | None = None) -> None:
