@@ -18,11 +18,8 @@ logger = logging.getLogger(__name__)
 
 @runtime_checkable
 class IngestWorker(Protocol):
-    """What the triggers need of a worker: `enqueue` (and, when present, `aenqueue`).
-
-    `AutoMemoryWorker` (in-process threads) and `queue.PostgresJobQueue` (for
-    `langmem-trpc worker` processes) have it; their results are ignored here.
-    """
+    """What the triggers need of a worker: `enqueue` (and, when present, `aenqueue`),
+    as `AutoMemoryWorker` and `queue.PostgresJobQueue` have; results are ignored."""
 
     def enqueue(self, user: UserKey, thread_id: str, messages: Sequence[BaseMessage]) -> Any: ...
 
@@ -32,11 +29,8 @@ Job = tuple[UserKey, str, list[BaseMessage]]
 
 
 def job(user: UserKey | None, thread_id: object, value: object) -> Job | None:
-    """The job of a finished run, or None (logged) without identity, thread id or messages.
-
-    `value` is the state's or checkpoint's message channel; a `DeltaChannel`
-    stores a sentinel instead of the list, which counts as no messages.
-    """
+    """The job of a finished run, or None (logged) without identity, thread id or messages
+    (`value`, the message channel, is a sentinel for a `DeltaChannel`: no messages)."""
     messages = None
     if isinstance(value, Sequence) and not isinstance(value, str):
         messages = [m for m in value if isinstance(m, BaseMessage)] or None

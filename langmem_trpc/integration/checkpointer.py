@@ -1,10 +1,8 @@
 """`MemoryCheckpointer`: the post-run hook, as a wrapper around any checkpointer.
 
-LangGraph has no "run finished" event, but every run ends with a checkpoint
-write. The wrapper forwards everything to the inner saver and, after a save
-that ends a run (see `run_finished`), hands the thread's messages to the
-write-path worker. Composition rather than subclassing: `InMemorySaver.aput`
-calls `put`, so an overriding subclass would fire twice per async run.
+LangGraph has no "run finished" event, but every run ends with a checkpoint write
+(`run_finished`). Composition, not subclassing: `InMemorySaver.aput` calls `put`,
+so an overriding subclass would fire twice per async run.
 """
 
 from __future__ import annotations
@@ -43,14 +41,9 @@ def _join_pending(channel: str, value: object) -> bool:
 def run_finished(
     config: Mapping[str, Any], checkpoint: Checkpoint, metadata: CheckpointMetadata
 ) -> bool:
-    """True for the checkpoint that ends a completed run of the root graph.
-
-    Root namespace only (not subgraphs), written by the loop (not input,
-    update or fork), no node scheduled for a next step (a `branch:to:*`
-    channel, or a complete `join:*` barrier of a fan-in edge) and no pending
-    Send/interrupt tasks. Relies on LangGraph 1.2 channel names; the
-    integration tests pin it per trigger scenario (langgraph_surface.md §2.4).
-    """
+    """True for the checkpoint that ends a completed run of the root graph: written by
+    the loop with no node scheduled next and no pending tasks. Relies on LangGraph 1.2
+    channel names, pinned by the integration tests (langgraph_surface.md §2.4)."""
     configurable = config.get("configurable") or {}
     if configurable.get("checkpoint_ns", "") != "":
         return False
@@ -72,19 +65,10 @@ class MemoryCheckpointer(BaseCheckpointSaver[Any]):
     without a thread id, the hook does nothing. It never raises: a failing
     worker is logged and the run goes on.
 
-    Example:
-        ```python
-        worker = AutoMemoryWorker(service, LLMExtractor(model)); worker.start()
-        graph = builder.compile(checkpointer=MemoryCheckpointer(InMemorySaver(), worker))
-        graph.invoke(inputs, {"configurable": {"thread_id": "t1", "user_id": "alice"}})
-        ```
-
     Args:
-        inner: the checkpointer that actually stores checkpoints.
-        worker: an `IngestWorker`: an `AutoMemoryWorker`, or a `PostgresJobQueue`
-            for extraction in `langmem-trpc worker` processes.
+        worker: an `AutoMemoryWorker`, or a `PostgresJobQueue` for extraction in
+            `langmem-trpc worker` processes.
         app_name: default app name when the run names none.
-        messages_key: the state channel that holds the conversation.
     """
 
     def __new__(

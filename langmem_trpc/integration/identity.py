@@ -1,18 +1,11 @@
 """One identity resolver for the hook, the preload step, the tools and the store.
 
-Order (langgraph_surface.md §4.6):
-
-1. `config["configurable"]["langgraph_auth_user_id"]`: set by LangGraph Server
-   after authentication and stripped from client requests, so it is trusted
-   and nothing in the request can replace it. An empty string means
-   "unauthenticated deployment" and is ignored.
-2. `runtime.context`: a dict or an object (dataclass, pydantic model) with
-   `app_name` / `user_id`.
-3. `config["configurable"]["app_name" / "user_id"]`.
-4. The component's `default_app_name` (never a default user).
-
-`app_name` follows steps 2 to 4 even when the user comes from step 1; it only
-selects among the authenticated user's own memories.
+Order (langgraph_surface.md §4.6): 1. `configurable["langgraph_auth_user_id"]`
+(set by LangGraph Server after authentication and stripped from client requests,
+so trusted; "" means unauthenticated and is ignored), 2. `runtime.context` (a dict
+or an object), 3. `configurable["app_name" / "user_id"]`, 4. the component's
+`default_app_name` (never a default user). `app_name` always follows steps 2-4:
+it only selects among the authenticated user's own memories.
 """
 
 from __future__ import annotations
@@ -52,11 +45,9 @@ def resolve_identity(
     *,
     default_app_name: str | None = None,
 ) -> UserKey | None:
-    """The (app_name, user_id) a run acts for, or None when it cannot be told.
+    """The (app_name, user_id) a run acts for, or None (no user id, or malformed).
 
-    `runtime` is anything with `.context` (`Runtime`, `ToolRuntime`); without
-    `config`, the current run's config is used. None when no user id is
-    available or the pair is malformed.
+    `runtime` is anything with `.context`; without `config`, the current run's is used.
     """
     if config is None:
         config = getattr(runtime, "config", None) or _current_config()

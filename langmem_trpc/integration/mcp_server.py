@@ -1,11 +1,8 @@
 """An MCP server exposing the memory tools (`langmem-trpc mcp`), on the official `mcp` SDK.
 
-It serves the very tools `create_memory_tools` builds: same schemas, messages
-and JSON results (a failed call is a `CallToolResult` with `isError`). The
-identity never comes from tool arguments: it is the authenticated client's
-token `subject` (else `client_id`) under the fixed app, else the process's
-fixed user, else the tool's "no user identity" error. Write tools are served
-only with `allow_writes=True` (`--allow-writes`).
+It serves the very tools `create_memory_tools` builds (same schemas, messages and
+results). The identity never comes from tool arguments: it is the authenticated
+client (`mcp_identity`), else the process's fixed user.
 """
 
 from __future__ import annotations
@@ -56,10 +53,7 @@ def _runtime(user: UserKey | None, call_id: str) -> ToolRuntime[Any]:
 
 
 def _schema(tool: BaseTool) -> dict[str, Any]:
-    schema = tool.tool_call_schema
-    if isinstance(schema, dict):  # pragma: no cover - our tools always have a model
-        return schema
-    out: dict[str, Any] = schema.model_json_schema()  # type: ignore[union-attr]
+    out: dict[str, Any] = tool.tool_call_schema.model_json_schema()  # type: ignore[union-attr]
     out.pop("title", None)
     out.pop("description", None)
     return out
@@ -93,7 +87,6 @@ def build_mcp_server(
 
     Args:
         service: the memory service (the caller closes it).
-        app_name: the app every call acts in.
         user_id: the fixed user; None to require an authenticated client.
         allow_writes: also serve `memory_add`, `memory_update`, `memory_delete`.
     """

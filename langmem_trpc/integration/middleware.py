@@ -29,21 +29,11 @@ class MemoryPreloadMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     The block goes into the request only (the agent state never sees it), and
     is reused across the turn's tool-call loop as `Preloader` describes.
 
-    Example:
-        ```python
-        agent = create_agent(model, tools=create_memory_tools(service),
-                             middleware=[MemoryPreloadMiddleware(service, preload=10)])
-        agent.invoke({"messages": [...]}, context={"app_name": "shop", "user_id": "alice"})
-        ```
-
     Args:
-        service: where memories are read.
         preload: 0 (default) off, -1 every memory, N a budget.
         placement: "system" merges into the system message, "user" prepends to the
             first user message (friendlier to prompt caches).
-        app_name: default app when the run names none.
         playbook: replaces the default guidance text above the block.
-        cache_per_turn: reuse the block for every model call of one turn.
         read_only_tools: tools that never write memories (their results keep the cached block).
     """
 
@@ -98,7 +88,6 @@ class MemoryIngestMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
 
     Args:
         worker: an `IngestWorker` (`AutoMemoryWorker`, `PostgresJobQueue`).
-        app_name: default app when the run names none.
     """
 
     def __init__(self, worker: IngestWorker, *, app_name: str | None = None) -> None:

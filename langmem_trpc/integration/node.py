@@ -1,10 +1,8 @@
 """`create_preload_node`: preload for plain `StateGraph` users.
 
-Both shapes keep the block out of `messages`: with `model=`, a model node
-that calls the model on the messages with the block merged in and returns
-only the reply; without, a node that writes the block to `state[context_key]`
-for the graph's own model node to `merge_block` (checkpointed with the state,
-but not a message, so never re-extracted).
+Both shapes keep the block out of `messages`: with `model=` the node returns only
+the model's reply; without, it writes the block to `state[context_key]` for the
+graph's own model node to `merge_block` (never a message, so never re-extracted).
 """
 
 from __future__ import annotations
@@ -34,24 +32,12 @@ def create_preload_node(
 ) -> Runnable[Any, dict[str, Any]]:
     """A graph node (sync and async) that preloads the user's memories.
 
-    Example:
-        ```python
-        builder = StateGraph(MessagesState)
-        builder.add_node("agent", create_preload_node(service, model, preload=10))
-        builder.add_edge(START, "agent")
-        graph = builder.compile(checkpointer=MemoryCheckpointer(InMemorySaver(), worker))
-        ```
-
     Args:
-        service: where memories are read.
         model: the chat model (already `bind_tools`-ed if you use tools); None
             writes the block to `state[context_key]` instead.
         preload: 0 off, -1 everything, N a budget (see `select_memories`).
         placement: "system" or "user" (see `merge_block`).
-        app_name: default app when the run's context/config names none.
         playbook: replaces the default guidance text above the block.
-        messages_key: the state key of the conversation.
-        context_key: the state key written when no model is given.
     """
     loader = Preloader(service, preload=preload, app_name=app_name, playbook=playbook)
 

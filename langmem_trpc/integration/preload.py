@@ -1,14 +1,8 @@
 """Preload: put the user's memories in front of the model before it answers.
 
-The algorithm follows the tRPC preload processor (trpc_memory_spec.md §6):
-`preload=0` disables it, `-1` loads every memory, `N` is a budget. Read N+1;
-if at most N come back inject them all, else search with the current user
-message (hybrid, de-duplicated) for N, falling back to the N most recent. Any
-failure means no injection; the run always proceeds.
-
-The block is quoted data inside unique delimiters, merged into the single
-system message (or prepended to the first user message) of the *model input*
-only: it is never written to the thread's messages, so it is not
+Selection follows the tRPC preload processor (trpc_memory_spec.md §6, `_select`);
+any failure means no block and the run proceeds. The block is quoted data merged
+into the *model input* only, never the thread's messages, so it is not
 checkpointed and never re-extracted.
 """
 
@@ -79,11 +73,8 @@ _HEADER = (
 
 
 def render_block(entries: Sequence[Entry], playbook: str | None = None) -> str:
-    """The text injected into the model input ("" for no entries).
-
-    One `service._render.memory_line` per memory, without topics: every stored
-    string defused and the text JSON-quoted, so no memory can break out of the block.
-    """
+    """The text injected into the model input ("" for no entries); `memory_line`
+    defuses every stored string, so no memory can break out of the block."""
     if not entries:
         return ""
     lines = "\n".join(memory_line(e) for e in entries)
@@ -129,6 +120,8 @@ def merge_block(
 
 
 def _select(user: UserKey, preload: int, query: str) -> Plan[list[Entry]]:
+    """0 none, -1 all; else read N+1, and if more than N exist search with the
+    current user message for N, falling back to the N most recent."""
     if preload == 0:
         return []
     if preload < 0:
@@ -206,11 +199,8 @@ READ_ONLY_TOOLS = frozenset({"memory_search", "memory_load"})
 
 
 def writes_in_turn(messages: Sequence[BaseMessage], read_only: Collection[str]) -> int:
-    """Tool results since the last user message from tools not known to be read-only.
-
-    Any such tool (`memory_add`, langmem's `manage_memory`, an app's own) may have
-    written memories, so each starts a fresh cache entry for the rest of the turn.
-    """
+    """Tool results since the last user message from tools not known to be read-only
+    (any may have written memories, so each starts a fresh cache entry)."""
     count = 0
     for message in reversed(messages):
         if isinstance(message, HumanMessage):
@@ -223,11 +213,8 @@ def writes_in_turn(messages: Sequence[BaseMessage], read_only: Collection[str]) 
 class Preloader:
     """The block for a model call (identity, selection, rendering, cache); never raises.
 
-    Shared by the middleware, `preload_messages` and the preload node. With
-    `cache_per_turn` the block is computed once per user turn and reused until
-    a tool outside `read_only_tools` returns (see `writes_in_turn`), so a memory
-    changed earlier in the turn is never shown stale; code that writes memories
-    outside tools calls `invalidate(user)`.
+    With `cache_per_turn` the block is reused within a user turn until a tool
+    outside `read_only_tools` returns; writers outside tools call `invalidate(user)`.
     """
 
     def __init__(
@@ -324,14 +311,8 @@ def preload_messages(
 ) -> list[BaseMessage]:
     """The model input for `messages` with the user's memories merged in.
 
-    Use it inside your own model node; return only the model's reply to the
-    state, never this list, so the block is not stored:
-
-        ```python
-        def call_model(state: MessagesState, config: RunnableConfig):
-            reply = model.invoke(preload_messages(service, state["messages"], config, preload=10))
-            return {"messages": [reply]}
-        ```
+    Use it inside your own model node and return only the model's reply to the
+    state, never this list, so the block is not stored.
     """
     loader = Preloader(
         service, preload=preload, app_name=app_name, playbook=playbook, cache_per_turn=False

@@ -4,14 +4,6 @@ Both are scoped to one `(app_name, user_id)` fixed at construction: a search
 kwarg, `filter` or metadata that names a user or app is an `InvalidInputError`.
 Both run the service's hybrid search, so a chain ranks memories as the
 `memory_search` tool does; async calls use the service's async twins.
-
-Example:
-    ```python
-    retriever = service.as_retriever(UserKey("support", "alice"), k=5, kind="episode")
-    docs = retriever.invoke("hiking trip")
-    store = MemoryVectorStore(service, UserKey("support", "alice"))
-    store.add_texts(["Alice likes tea"])
-    ```
 """
 
 from __future__ import annotations
@@ -110,8 +102,6 @@ class MemoryRetriever(BaseRetriever):
     """A `BaseRetriever` over one user's memories, ranked by the service's hybrid search.
 
     Args:
-        service: the memory service.
-        user: the one user it reads; fixed for the retriever's life.
         k: results per query (1-1000).
         search_kwargs: more `SearchOptions` fields (`kind`, `time_after`, ...), checked
             on every query (`create_retriever` also checks them up front).

@@ -1,18 +1,9 @@
 """Memory tools for agents: `memory_search`, `memory_load` and the write tools.
 
-Each tool resolves the user (none is a tool error) and runs one `_calls` plan,
-so sync and async differ only in the service call. Failures become
-`ToolMessage(status="error")` text safe to show a model (never connection
-strings or SQL): bad input (a bad date or time range, a lone surrogate, an
-`InvalidInputError`, `ValueError`, `TypeError` or `ArithmeticError`) reads
-"<tool>: invalid ...", an unknown id, a conflict or a full store say so, and
-only other failures say "the memory store is unavailable".
-The tools set `handle_tool_error` themselves, so this holds under any `ToolNode`.
-
-Within one run (the messages since the last user message) a call identical to
-an earlier successful one (after schema defaults, NFKC, case folding and
-whitespace collapsing) is refused with a short message, which stops a small
-model looping on one search; it is read from the run's messages, nothing is kept.
+Each tool runs one `_calls` plan, sync or async. Failures become error
+`ToolMessage`s safe to show a model (`_safe`: never connection strings or SQL),
+under any `ToolNode`. A call identical to an earlier successful one of the same
+run is refused (`is_repeat`), which stops a small model looping on one search.
 """
 
 from __future__ import annotations
@@ -197,11 +188,8 @@ def _listing(head: dict[str, Any], found: list[Entry]) -> tuple[str, Any]:
 
 
 def parse_date(value: str | None, name: str, *, end: bool = False) -> datetime | None:
-    """A date argument (`end`: the last second of the period it names), None when blank.
-
-    Unparseable and out-of-range dates are `InvalidInputError`s naming `name`
-    (the inspector's filters use it too, so both answer the same).
-    """
+    """A date argument (`end`: the last second of its period), None when blank; a bad
+    date is an `InvalidInputError` naming `name` (the inspector's filters share it)."""
     if value is None or not value.strip():
         return None
     try:
@@ -240,7 +228,15 @@ def _search(user: UserKey, runtime: ToolRuntime[Any], a: dict[str, Any]) -> Resu
     query = (a.get("query") or "").strip()
     if not query:
         return _listing({"query": ""}, [])
-    after, before = _window(a)
+    try:
+        after = parse_date(a.get("time_after"), "time_after")
+        before = parse_date(a.get("time_before"), "time_before", end=True)
+        if after is not None and before is not None and after > before:
+            after_, before_ = a.get("time_after"), a.get("time_before")
+            raise InvalidInputError("time_after", f"{after_!r} is after time_before {before_!r}")
+    except InvalidInputError as exc:  # bad input, said as a bad search window
+        message = f"memory_search: invalid time range: {exc.field} {exc.problem}"
+        raise ToolException(message) from None
     options = SearchOptions(
         query=query,
         kind=a.get("kind"),
@@ -253,19 +249,6 @@ def _search(user: UserKey, runtime: ToolRuntime[Any], a: dict[str, Any]) -> Resu
         kind_fallback=a.get("kind") is not None,
     )
     return _listing({"query": query}, (yield Call("search", (user, query, options))))
-
-
-def _window(a: dict[str, Any]) -> tuple[Any, Any]:
-    try:
-        after = parse_date(a.get("time_after"), "time_after")
-        before = parse_date(a.get("time_before"), "time_before", end=True)
-        if after is not None and before is not None and after > before:
-            after_, before_ = a.get("time_after"), a.get("time_before")
-            raise InvalidInputError("time_after", f"{after_!r} is after time_before {before_!r}")
-    except InvalidInputError as exc:  # bad input, said as a bad search window
-        message = f"memory_search: invalid time range: {exc.field} {exc.problem}"
-        raise ToolException(message) from None
-    return after, before
 
 
 def _load(user: UserKey, runtime: ToolRuntime[Any], a: dict[str, Any]) -> Result:
@@ -304,12 +287,12 @@ def _write(
 
 
 def _add(user: UserKey, runtime: ToolRuntime[Any], a: dict[str, Any]) -> Result:
-    return (yield from _write("Memory added successfully", "add", (user, a["memory"]), runtime, a))
+    return _write("Memory added successfully", "add", (user, a["memory"]), runtime, a)
 
 
 def _update(user: UserKey, runtime: ToolRuntime[Any], a: dict[str, Any]) -> Result:
     args = (user, a["memory_id"], a["memory"])
-    return (yield from _write("Memory updated successfully", "update", args, runtime, a))
+    return _write("Memory updated successfully", "update", args, runtime, a)
 
 
 _TOOLS: dict[
@@ -462,17 +445,9 @@ def create_memory_tools(
     """Build the memory tools to bind to an agent.
 
     The default, the read tools, suits a background worker that writes the
-    memories; add the write tools for agentic mode (`memory_clear` wipes a
-    user's memories, so it is only built when named).
-
-    Example:
-        ```python
-        tools = create_memory_tools(service, include=("memory_search", "memory_add"))
-        agent = create_agent(model, tools=tools, context_schema=MemoryContext)
-        ```
+    memories; name the write tools for agentic mode.
 
     Args:
-        service: the memory service the tools call.
         include: tool names, in the order returned.
         app_name: default app when the run's context/config names none.
 

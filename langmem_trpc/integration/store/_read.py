@@ -75,11 +75,8 @@ def _recent(
 def _ranked(
     store: MemoryStore, user: UserKey, op: SearchOp, prefix: tuple[str, ...], need: int
 ) -> list[tuple[Entry, float]]:
-    """The user's best `need` items for the query: the service's order, then (no floor) the rest.
-
-    Scope, filter and `index=False` items can drop hits, so the search widens
-    (x4, up to the service's 1,000) while the service returned all it was asked for.
-    """
+    """The user's best `need` items for the query, then (no floor) the newest others;
+    widens x4 (up to 1,000) while too few fit and the service filled its page."""
     narrowed = len(prefix) > 2 or bool(op.filter)
     floor = store.min_score
     size = min(max(need * 4 if narrowed else need, 1), _MAX_RESULTS)

@@ -88,15 +88,7 @@ def _split(namespace: Sequence[str]) -> tuple[UserKey, tuple[str, ...]]:
 class MemoryStore(BaseStore):
     """A LangGraph `BaseStore` over a `MemoryService` (sync and async).
 
-    Example:
-        ```python
-        store = MemoryStore(SQLiteMemoryService("memories.db"))
-        store.put(("shop", "alice"), "pref-1", {"memory": "Prefers email over phone"})
-        store.search(("shop", "alice"), query="how to contact alice")
-        ```
-
     Args:
-        service: the memory service that stores everything.
         text_fields: value fields that hold the memory text, in order of preference.
         reconcile: run the worker's "merge_similar" reconcile on a put under a
             new key (a paraphrase updates the existing memory); off by default.
@@ -130,12 +122,8 @@ class MemoryStore(BaseStore):
         """Per-user namespace sets for `list_namespaces` (see `_spaces`)."""
 
     def for_user(self, app_name: str, user_id: str) -> MemoryStore:
-        """A view of this store that only reaches `(app_name, user_id)`.
-
-        Any namespace naming another app or user raises `NamespaceAccessError`;
-        a prefix search shorter than two labels returns this user's items only.
-        The view shares the service and settings; it runs no TTL sweeper.
-        """
+        """A view of this store that only reaches `(app_name, user_id)` (another app or
+        user raises `NamespaceAccessError`); it shares the service and runs no sweeper."""
         view = copy.copy(self)
         view._pinned = UserKey(app_name, user_id)
         view._sweeper = None
@@ -270,10 +258,8 @@ class MemoryStore(BaseStore):
     ) -> concurrent.futures.Future[None]:
         """Sweep expired items every `sweep_interval_minutes` (else the TTLConfig's, else 5).
 
-        Like LangGraph's stores: without a TTLConfig or an interval nothing
-        starts and the returned future is already done; otherwise it completes
-        when the sweeper stops (cancel it, `stop_ttl_sweeper()` or `close()`).
-        The thread belongs to this store.
+        As in LangGraph's stores, without a TTLConfig or an interval the returned
+        future is already done; else it completes when the sweeper stops.
         """
         interval = sweep_interval_minutes or (self.ttl_config or {}).get("sweep_interval_minutes")
         if not interval and not self.ttl_config:

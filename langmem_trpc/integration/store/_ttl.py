@@ -51,11 +51,8 @@ def needs_refresh(entry: Entry, now: datetime | None = None) -> bool:
 
 
 class TTLSweeper:
-    """A daemon thread that calls `sweep` every `interval_minutes` until stopped.
-
-    `start()` returns a future that completes when the loop ends; cancelling
-    it stops the loop (LangGraph's `start_ttl_sweeper` contract).
-    """
+    """A daemon thread calling `sweep` every `interval_minutes`; `start()`'s future ends
+    with the loop, and cancelling it stops the loop (LangGraph's contract)."""
 
     def __init__(self, sweep: Callable[[], int], interval_minutes: float) -> None:
         self._sweep = sweep

@@ -136,11 +136,8 @@ def _text_field(value: Mapping[str, Any], fields: Sequence[str]) -> str | None:
 
 
 def memory_fields(value: Mapping[str, Any], limits: Limits) -> dict[str, Any]:
-    """Memory fields a value carries in the service's vocabulary.
-
-    A field the service would refuse (65 topics, a 257-character location, a bad
-    date) is left out of the index; the value keeps it unchanged.
-    """
+    """Memory fields a value carries; one the service would refuse (65 topics, a bad
+    date) is left out of the index, the value keeps it."""
     candidates: dict[str, Any] = {}
     if value.get("kind") in (Kind.FACT.value, Kind.EPISODE.value):
         candidates["kind"] = value["kind"]
@@ -190,13 +187,10 @@ def _kv_id(scope: Sequence[str], key: str) -> str:
 
 
 def id_candidates(scope: Sequence[str], key: str) -> list[str]:
-    """Memory ids a (scope, key) may be stored under, most likely first.
-
-    Store items first (also under the id an older release derived from the
-    raw spelling); at the top level also a memory written elsewhere whose id
-    the key names, literally or as a UUID in any spelling.
-    """
-    out = [memory_id(scope, key), _kv_id(scope, key)]  # and an older release's raw spelling
+    """Memory ids a (scope, key) may be stored under, most likely first: the store's
+    (also an older release's, from the raw spelling), then at the top level a memory
+    written elsewhere whose id the key names, literally or as a UUID in any spelling."""
+    out = [memory_id(scope, key), _kv_id(scope, key)]
     parsed = _as_uuid(key)
     if not scope and parsed is not None:  # service ids are UUIDs
         out.extend([key, parsed.hex])
