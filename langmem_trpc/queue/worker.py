@@ -221,6 +221,7 @@ class QueueWorker:
             max_size=self.concurrency + 4,
             timeout=10.0,
             kwargs={"connect_timeout": 5},
+            configure=_autocommit,
         )
         app = App(connector=connector)
         app.task(
@@ -476,6 +477,12 @@ class QueueWorker:
             )  # fmt: skip
         self.recovered += count
         return count
+
+
+async def _autocommit(conn: Any) -> None:
+    """procrastinate sends one statement per connection checkout: in autocommit that is two
+    round trips (the pool's liveness check, the call), not four (+ BEGIN, COMMIT)."""
+    await conn.set_autocommit(True)
 
 
 def _every_queue_worker(worker_module: Any) -> Any:
