@@ -190,8 +190,7 @@ class QueueWorker:
         self.app = self._make_app(retry_wait)
         self._executor: ThreadPoolExecutor | None = None
         self._threads: asyncio.Semaphore | None = None
-        self._waiting: set[asyncio.Task[Any]] = set()
-        """Jobs fetched ahead, waiting for a free thread."""
+        self._waiting: set[asyncio.Task[Any]] = set()  # fetched ahead, waiting for a thread
         self._stopping = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._worker: Any = None
@@ -260,9 +259,7 @@ class QueueWorker:
 
     def run(self, *, drain: bool = False) -> None:
         """Run until SIGTERM / SIGINT or `stop()`; blocks (its own event loop).
-
-        `drain=True`: return once no job is ready to run (for scripts and tests).
-        """
+        `drain=True`: return once no job is ready to run (for scripts and tests)."""
         signals = threading.current_thread() is threading.main_thread()
         asyncio.run(self._main(signals=signals, drain=drain))
 
@@ -453,11 +450,8 @@ class QueueWorker:
                 )
 
     async def recover_stalled(self) -> int:
-        """Put the running jobs of workers without a recent heartbeat back in the queue.
-
-        Jobs still running in this process are never put back, even when the worker id
-        that fetched them went stale (an outage) or was replaced by a reconnect.
-        """
+        """Put the running jobs of workers without a recent heartbeat back in the queue; never
+        one still running in this process (its worker id may be stale after an outage)."""
         manager = self.app.job_manager
         stalled = await manager.get_stalled_jobs(
             queue=None, task_name=TASK_NAME, seconds_since_heartbeat=self.stalled_after

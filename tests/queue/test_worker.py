@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 
@@ -97,3 +98,19 @@ def test_a_job_fetched_ahead_waits_for_a_thread_and_goes_back_at_stop(queue_url:
     with psycopg.connect(queue_url) as conn:
         statuses = conn.execute("SELECT status::text FROM procrastinate_jobs ORDER BY 1").fetchall()
     assert statuses == [("succeeded",), ("todo",)]
+
+
+def test_procrastinates_connections_are_in_autocommit(queue_url: str) -> None:
+    """procrastinate sends one statement per checkout: no BEGIN / COMMIT round trips around it."""
+    service = PostgresMemoryService(queue_url, pool_size=1)
+    worker = QueueWorker(queue_url, service, VerbatimExtractor())
+
+    async def check() -> tuple[bool, str]:
+        async with worker.app.open_async(), worker.app.connector.pool.connection() as conn:
+            status = conn.info.transaction_status.name
+            return conn.autocommit, status
+
+    try:
+        assert asyncio.run(check()) == (True, "IDLE")
+    finally:
+        service.close()
