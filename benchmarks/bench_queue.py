@@ -42,6 +42,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from bench_job_cpu import TICK, server_cpu, stat  # benchmarks/ is sys.path[0] (or on PYTHONPATH)
 from langchain_core.messages import HumanMessage
 
 from langmem_trpc import AutoMemoryWorker, UserKey
@@ -116,6 +117,39 @@ def count(url: str, query: str) -> int:
     return int(row[0]) if row else 0
 
 
+def last_finish(url: str) -> float:
+    """Epoch seconds of the last job's end (its succeeded event), so a run's window ends there
+    and not at the drain check's next poll."""
+    conn = _CONNECTIONS[url]
+    row = conn.execute(
+        "SELECT extract(epoch FROM max(at)) FROM procrastinate_events WHERE type = 'succeeded'"
+    ).fetchone()
+    return float(row[0]) if row and row[0] is not None else time.time()
+
+
+Run = tuple[float, tuple[float, float, float]]
+"""Jobs/s, and CPU ms per job of (worker processes, PostgreSQL, producers) (`Cpu`)."""
+
+
+class Cpu:
+    """CPU seconds of the worker processes, of the PostgreSQL server (the postmaster and its
+    children, from /proc) and of this process (the producers) over a run's window."""
+
+    def __init__(self, url: str, workers: list[int]) -> None:
+        row = _CONNECTIONS[url].execute("SELECT pg_backend_pid()").fetchone()
+        self.postmaster, self.workers = stat(row[0])[0], workers
+        self.start = self.now()
+
+    def now(self) -> tuple[float, float, float]:
+        workers = sum(sum(stat(pid)[1][:2]) for pid in self.workers) / TICK
+        return workers, server_cpu(self.postmaster), time.process_time()
+
+    def per_job(self, jobs: int) -> tuple[float, float, float]:
+        """(workers, PostgreSQL, producers) ms of CPU per job since the start."""
+        (w0, s0, p0), (w1, s1, p1) = self.start, self.now()
+        return (w1 - w0) / jobs * 1000, (s1 - s0) / jobs * 1000, (p1 - p0) / jobs * 1000
+
+
 def pending(url: str) -> int:
     return count(url, "SELECT count(*) FROM procrastinate_jobs WHERE status IN ('todo','doing')")
 
@@ -130,7 +164,7 @@ def floor_argv(url: str, concurrency: int) -> list[str]:
 
 
 @contextmanager
-def worker_processes(url: str, n: int, argv: list[str]) -> Iterator[None]:
+def worker_processes(url: str, n: int, argv: list[str]) -> Iterator[list[int]]:
     """`n` running worker processes (`argv`), registered with the queue; SIGTERM on exit."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "benchmarks")]))
     procs = [
@@ -148,7 +182,7 @@ def worker_processes(url: str, n: int, argv: list[str]) -> Iterator[None]:
                     f"workers did not start: {dead[0].stderr.read() if dead else ''}"
                 )
             time.sleep(0.1)
-        yield
+        yield [p.pid for p in procs]
     finally:
         for proc in procs:
             proc.send_signal(signal.SIGTERM)
@@ -185,7 +219,7 @@ def floor_worker(url: str, concurrency: int) -> None:
     asyncio.run(main())
 
 
-def floor_rate(url: str, workload: list[Any], processes: int) -> float:
+def floor_rate(url: str, workload: list[Any], processes: int) -> Run:
     """Jobs/s of bare procrastinate (scenario 6): defer with the same locks, no-op task."""
     from psycopg_pool import ConnectionPool
 
@@ -198,16 +232,16 @@ def floor_rate(url: str, workload: list[Any], processes: int) -> float:
         with pool.connection() as conn:
             conn.execute(DEFER, (FLOOR_QUEUE, "bench.noop", lock, queueing, args))
 
-    with worker_processes(url, processes, floor_argv(url, 4)):
+    with worker_processes(url, processes, floor_argv(url, 4)) as pids:
         with ConnectionPool(url, min_size=4, max_size=4, kwargs={"autocommit": True}) as pool:
             pool.wait()
-            started = time.perf_counter()
+            cpu, started = Cpu(url, pids), time.time()
             with ThreadPoolExecutor(4) as threads:
                 list(threads.map(defer, workload))
             while pending(url):
                 time.sleep(POLL)
-            elapsed = time.perf_counter() - started
-    return len(workload) / elapsed
+            per_job = cpu.per_job(len(workload))
+    return len(workload) / (last_finish(url) - started), per_job
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -242,22 +276,22 @@ def enqueue_latency(url: str, n: int) -> tuple[float, float, float, float]:
 
 def queue_rate(
     url: str, workload: list[Any], processes: int, extractor: str, concurrency: int
-) -> float:
-    """Jobs/s through worker processes, first enqueue to drained."""
+) -> Run:
+    """Jobs/s through worker processes, first enqueue to the last job's end."""
     from langmem_trpc.queue import PostgresJobQueue
 
     argv = worker_argv(url, extractor, concurrency)
-    with worker_processes(url, processes, argv), PostgresJobQueue(url) as queue:
-        started = time.perf_counter()
+    with worker_processes(url, processes, argv) as pids, PostgresJobQueue(url) as queue:
+        cpu, started = Cpu(url, pids), time.time()
         with ThreadPoolExecutor(4) as pool:
             list(pool.map(lambda job: queue.enqueue(*job), workload))
         while pending(url):
             time.sleep(POLL)
-        elapsed = time.perf_counter() - started
+        per_job = cpu.per_job(len(workload))
     failed = count(url, "SELECT count(*) FROM procrastinate_jobs WHERE status <> 'succeeded'")
     if failed:
         raise RuntimeError(f"{failed} jobs did not succeed")
-    return len(workload) / elapsed
+    return len(workload) / (last_finish(url) - started), per_job
 
 
 def in_process_rate(url: str, workload: list[Any], threads: int, extractor: Any) -> float:
@@ -336,20 +370,19 @@ def scenario_rows(
         rows.append(("1. aenqueue p50 / p99", f"{ap50:.2f} / {ap99:.2f} ms", every))
     for n in counts if 2 in scenarios else []:
         work = jobs(args.jobs, args.users, "i")
-        values = [queue_rate(fresh_database(server), work, n, "verbatim", 4) for _ in runs]
-        name = f"2. instant, {n} worker process(es) x 4"
-        rows.append((name, f"{statistics.median(values):.0f} jobs/s", _fmt(values)))
+        runs_ = [queue_rate(fresh_database(server), work, n, "verbatim", 4) for _ in runs]
+        rate_rows(rows, f"2. instant, {n} worker process(es) x 4", runs_, "{:.0f} jobs/s")
     for n in counts if 3 in scenarios else []:
         work = jobs(200 * n, 32 * n, "s")  # 5 s of work at the ideal 40 jobs/s per process
-        values = [queue_rate(fresh_database(server), work, n, SLEEPY, 8) for _ in runs]
-        med = statistics.median(values)
+        runs_ = [queue_rate(fresh_database(server), work, n, SLEEPY, 8) for _ in runs]
         name = f"3. 200 ms extractor, {n} process(es) x 8"
-        rows.append((name, f"{med:.1f} jobs/s ({med / n:.1f}/process)", _fmt(values)))
+        rate_rows(rows, name, runs_, "{:.1f} jobs/s ({per:.1f}/process)", n)
     if 3 in scenarios:
         work = jobs(64, 8, "u")
-        values = [queue_rate(fresh_database(server), work, 1, SLEEPY, 8) for _ in runs]
-        name = "3. 200 ms extractor, 1 process x 8, 8 users x 8 jobs"
-        rows.append((name, f"{statistics.median(values):.1f} jobs/s", _fmt(values)))
+        runs_ = [queue_rate(fresh_database(server), work, 1, SLEEPY, 8) for _ in runs]
+        rate_rows(
+            rows, "3. 200 ms extractor, 1 process x 8, 8 users x 8 jobs", runs_, "{:.1f} jobs/s"
+        )
     if 4 in scenarios:
         work = jobs(args.jobs, args.users, "p")
         values = [
@@ -372,10 +405,21 @@ def scenario_rows(
             rows.append((name, f"{statistics.median(values):.1f} ms", _fmt(values)))
     for n in counts if 6 in scenarios else []:
         work = jobs(args.jobs, args.users, "f")
-        values = [floor_rate(fresh_database(server), work, n) for _ in runs]
+        runs_ = [floor_rate(fresh_database(server), work, n) for _ in runs]
         name = f"6. floor: bare procrastinate no-op, {n} process(es) x 4"
-        rows.append((name, f"{statistics.median(values):.0f} jobs/s", _fmt(values)))
+        rate_rows(rows, name, runs_, "{:.0f} jobs/s")
     return rows
+
+
+def rate_rows(rows: Rows, name: str, runs: list[Run], shown: str, processes: int = 1) -> None:
+    """The jobs/s row, then the CPU per job row of the same runs."""
+    rates = [r[0] for r in runs]
+    median = statistics.median(rates)
+    rows.append((name, shown.format(median, per=median / processes), _fmt(rates)))
+    cpu = [statistics.median(r[1][i] for r in runs) for i in range(3)]
+    every = " / ".join("+".join(f"{v:.1f}" for v in r[1]) for r in runs)
+    total = f"{sum(cpu):.1f} ms ({cpu[0]:.1f} + {cpu[1]:.1f} + {cpu[2]:.1f})"
+    rows.append((f"{name}: CPU per job (workers + PostgreSQL + producers)", total, every))
 
 
 def main() -> None:

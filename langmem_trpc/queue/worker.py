@@ -1,45 +1,37 @@
 """`QueueWorker`: the consumer of `PostgresJobQueue`, run by `langmem-trpc worker`.
 
-A procrastinate worker fetches the jobs of one queue (of every app, or of
-`apps` only: each app's jobs are in procrastinate queue `queue@app`); each job runs
-`AutoMemoryWorker.process`, i.e. the same `run_job` as the in-process worker
-(checkers, update policy, reconcile, the cursor compare-and-set under the
-thread's claim, failed attempts and dead letters), in a thread of this
-worker's own pool, so `concurrency` jobs run at once. What it adds:
+A procrastinate worker fetches the jobs of one queue (every app's, or `apps`' only:
+an app's jobs are in procrastinate queue `queue@app`); each runs
+`AutoMemoryWorker.process` (the in-process worker's `run_job`: checkers, policy,
+reconcile, the cursor compare-and-set under the thread's claim, dead letters) in a
+thread of this worker's pool, `concurrency` at once; one job per `AHEAD` threads is
+fetched ahead and waits for a free thread. What it adds:
 
-- **Order:** jobs carry procrastinate's lock on (queue, app, user): one user's
-  jobs run one at a time, oldest first, across every worker process.
-- **Job timeout:** `job_timeout` is `run_job`'s deadline; the extractor call
-  gets the remaining time and is cancelled at the deadline (`extraction.calls`).
-- **Retries:** a job that failed or ran out of time (status FAILED or PARTIAL)
-  raises, and procrastinate retries it after 2, 4, 8 ... s (`retry_wait`, capped at
-  300 s) up to `retries` times, then marks it failed (`langmem-trpc jobs failed`).
-  `run_job` counts failed attempts on a batch too: after `max_attempts` the batch is
-  dead-lettered and the job succeeds, so keep `retries` above `max_attempts`.
-  A bad payload is not retried. While a job waits for its retry, the same user's
-  later jobs wait behind it (per-user order: procrastinate runs the oldest job of
-  a lock first).
-- **Graceful stop:** SIGTERM / SIGINT (or `stop()`) stops fetching and waits up
-  to `shutdown_timeout` (default: the job timeout + 10 s) for running jobs; jobs
-  still running then are put back in the queue at once (their threads still end
-  within the job timeout before the process exits; a re-run skips what they
-  finished, by the cursor).
-- **Crash safety:** every worker sends a heartbeat (`heartbeat` s). Every
-  `stalled_after / 2` s each worker puts back the running jobs of workers whose
-  heartbeat is older than `stalled_after` s (a SIGKILLed or partitioned worker),
-  never a job running in its own process, and only once it has been connected for
-  `stalled_after` s (after an outage every heartbeat is stale for a moment).
-  The cursor compare-and-set makes a re-run of a half-done job extract only what
-  its cursor does not cover yet. A retried job's thread waits for the dead job's
-  claim to expire (`claim_ttl`).
-- **Outages:** procrastinate's worker rides out a short outage itself (its side
-  tasks log the errors and go on); when it stops or fails to start, this one
-  reconnects with backoff (1 s doubling to 30 s) and goes on.
+- **Order:** procrastinate's lock on (queue, app, user) runs one user's jobs one at a
+  time, oldest first, across every worker process.
+- **Job timeout:** `run_job`'s deadline; the extractor call gets the remaining time
+  and is cancelled at it (`extraction.calls`).
+- **Retries:** a FAILED or PARTIAL job raises; procrastinate retries it after 2, 4,
+  8 ... s (`retry_wait`, at most 300 s) up to `retries` times, then marks it failed
+  (`langmem-trpc jobs failed`). `run_job` dead-letters a batch after `max_attempts`
+  failed attempts and the job succeeds, so keep `retries` above `max_attempts`. A bad
+  payload is not retried. The user's later jobs wait behind a job waiting to retry.
+- **Graceful stop:** SIGTERM / SIGINT / `stop()` stops fetching, puts back the jobs
+  fetched ahead, and waits up to `shutdown_timeout` (default job timeout + 10 s) for
+  running jobs; those still running are then put back (their threads end within the
+  job timeout; a re-run skips what they finished, by the cursor).
+- **Crash safety:** workers send heartbeats (`heartbeat` s); every `stalled_after / 2`
+  s each puts back the running jobs of workers silent for `stalled_after` s (SIGKILLed,
+  partitioned), never one running in its own process, and only once connected for
+  `stalled_after` s (after an outage every heartbeat is stale a moment). The cursor
+  makes a re-run extract only what it does not cover; a retried job's thread waits
+  for the dead job's claim to expire (`claim_ttl`).
+- **Outages:** procrastinate's worker rides out a short one (its side tasks log and go
+  on); when it stops or fails to start, this reconnects (1 s doubling to 30 s).
 
-It needs the queue's `PostgresJobQueue.setup()` (the CLI runs it): its triggers
-(`_triggers.JOB_TRIGGERS`) clear the queueing lock of a job that goes back to waiting,
-so a retried job never collides with the thread's next waiting job, and wake the
-workers when a job ends while the same user's next job waits.
+It needs `PostgresJobQueue.setup()` (the CLI runs it): its triggers
+(`_triggers.JOB_TRIGGERS`) clear the queueing lock of a job going back to waiting, and
+wake the workers when a job ends while the same user's next job waits.
 """
 
 from __future__ import annotations
@@ -80,6 +72,9 @@ DISCOVER_EVERY = 1.0
 """Seconds between two app-queue lookups of a default worker with no job notification."""
 DISCOVER_GAP = 0.05
 """Seconds between two app-queue lookups of a default worker while jobs keep coming."""
+AHEAD = 4
+"""One job fetched ahead per `AHEAD` threads (at least one): it waits for a free thread, so a
+thread that ends a job starts the next at once instead of after the finish and the fetch."""
 
 
 class JobIncompleteError(LangmemTrpcError):
@@ -110,10 +105,8 @@ class QueueWorker:
         service: where memories and cursors live (usually the same database).
         extractor: `LLMExtractor(model)`, `VerbatimExtractor()` or any `Extractor`.
         queue: the queue name the producers use.
-        apps: take only these apps' jobs (each app's jobs are in procrastinate queue
-            `queue@app`); default: every app's, found among the unfinished jobs after
-            each job notification and every `DISCOVER_EVERY` s (added to the list
-            procrastinate's worker fetches from; no restart).
+        apps: take only these apps' jobs (procrastinate queues `queue@app`); default: every
+            app's, looked up among the unfinished jobs (`_discover_loop`; no restart).
         concurrency: jobs run at once by this process.
         job_timeout, checkers, policy, batch_messages, max_attempts, claim_ttl,
             max_calls_per_user: as for `AutoMemoryWorker`.
@@ -196,6 +189,8 @@ class QueueWorker:
         self.delete_succeeded = delete_succeeded
         self.app = self._make_app(retry_wait)
         self._executor: ThreadPoolExecutor | None = None
+        self._threads: asyncio.Semaphore | None = None
+        self._waiting: set[asyncio.Task[Any]] = set()  # fetched ahead, waiting for a thread
         self._stopping = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._worker: Any = None
@@ -221,6 +216,7 @@ class QueueWorker:
             max_size=self.concurrency + 4,
             timeout=10.0,
             kwargs={"connect_timeout": 5},
+            configure=_autocommit,
         )
         app = App(connector=connector)
         app.task(
@@ -233,19 +229,26 @@ class QueueWorker:
 
     async def _run_job(self, context: Any, /, **args: Any) -> str:
         """The procrastinate task: one queued job through `run_job`."""
-        job_id = context.job.id
+        job_id, task = context.job.id, asyncio.current_task()
         self._running.add(job_id)
         try:
             payload = decode(args)
-            loop = asyncio.get_running_loop()
-            assert self._executor is not None
-            report: JobReport = await loop.run_in_executor(
-                self._executor,
-                functools.partial(self.processor.process, offset=payload.offset),
-                payload.user,
-                payload.thread_id,
-                payload.messages,
-            )
+            assert self._executor is not None and self._threads is not None and task is not None
+            self._waiting.add(task)  # a stop cancels it: back to the queue at once (retry 0 s)
+            try:
+                await self._threads.acquire()
+            finally:
+                self._waiting.discard(task)
+            try:
+                report: JobReport = await asyncio.get_running_loop().run_in_executor(
+                    self._executor,
+                    functools.partial(self.processor.process, offset=payload.offset),
+                    payload.user,
+                    payload.thread_id,
+                    payload.messages,
+                )
+            finally:
+                self._threads.release()
         finally:
             self._running.discard(job_id)
         if report.status in (JobStatus.FAILED, JobStatus.PARTIAL):
@@ -256,9 +259,7 @@ class QueueWorker:
 
     def run(self, *, drain: bool = False) -> None:
         """Run until SIGTERM / SIGINT or `stop()`; blocks (its own event loop).
-
-        `drain=True`: return once no job is ready to run (for scripts and tests).
-        """
+        `drain=True`: return once no job is ready to run (for scripts and tests)."""
         signals = threading.current_thread() is threading.main_thread()
         asyncio.run(self._main(signals=signals, drain=drain))
 
@@ -283,12 +284,15 @@ class QueueWorker:
         for event in (self._wake, self._notified):
             if event is not None:
                 event.set()
+        for task in self._waiting:  # fetched ahead, not started
+            task.cancel()
 
     async def _main(self, *, signals: bool, drain: bool) -> None:
         self._stopping.clear()
         self._loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
         self._executor = ThreadPoolExecutor(self.concurrency, thread_name_prefix="langmem-queue")
+        self._threads = asyncio.Semaphore(self.concurrency)
         if signals:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 self._loop.add_signal_handler(sig, self.stop)
@@ -316,7 +320,7 @@ class QueueWorker:
             app=self.app,
             queues=await self._fetch_queues(),  # the list itself: a default worker's grows
             name=self.name,
-            concurrency=self.concurrency,
+            concurrency=self.concurrency + max(1, self.concurrency // AHEAD),
             wait=not drain,
             fetch_job_polling_interval=self.poll_interval,
             abort_job_polling_interval=self.poll_interval,
@@ -382,11 +386,9 @@ class QueueWorker:
         return self._queues
 
     async def _discover_loop(self) -> None:
-        """A default worker looks for new apps' queues after every job notification (at
-        most every `DISCOVER_GAP` s) and at least every `DISCOVER_EVERY` s. procrastinate's worker
-        fetches from the list it was given, which this grows in place, and it listens on
-        every queue's channel (`_every_queue_worker`), so a new app's queue needs no
-        restart: its first job is fetched once the queue is in the list."""
+        """A default worker looks new apps' queues up after each job notification (at most
+        every `DISCOVER_GAP` s), else every `DISCOVER_EVERY` s, and grows in place the list
+        procrastinate's worker (listening on every queue, `_every_queue_worker`) fetches from."""
         self._notified = asyncio.Event()
         while not self.apps and not self._stopping.is_set():
             try:
@@ -426,12 +428,9 @@ class QueueWorker:
             pass
 
     async def _recover_loop(self) -> None:
-        """`recover_stalled` every `stalled_after / 2` s, once connected for `stalled_after` s.
-
-        After a start or an outage every worker's heartbeat may be stale, its own
-        included: waiting one `stalled_after` lets the live ones beat again first, so
-        only the jobs of workers that are really gone are put back.
-        """
+        """`recover_stalled` every `stalled_after / 2` s, once connected for `stalled_after` s:
+        after a start or an outage every heartbeat (its own too) is stale until the live
+        workers beat again, and only the jobs of workers really gone must go back."""
         connected_since: float | None = None
         while not self._stopping.is_set():
             await self._sleep(max(0.5, self.stalled_after / 2))
@@ -451,11 +450,8 @@ class QueueWorker:
                 )
 
     async def recover_stalled(self) -> int:
-        """Put the running jobs of workers without a recent heartbeat back in the queue.
-
-        Jobs still running in this process are never put back, even when the worker id
-        that fetched them went stale (an outage) or was replaced by a reconnect.
-        """
+        """Put the running jobs of workers without a recent heartbeat back in the queue; never
+        one still running in this process (its worker id may be stale after an outage)."""
         manager = self.app.job_manager
         stalled = await manager.get_stalled_jobs(
             queue=None, task_name=TASK_NAME, seconds_since_heartbeat=self.stalled_after
@@ -478,13 +474,17 @@ class QueueWorker:
         return count
 
 
+async def _autocommit(conn: Any) -> None:
+    """procrastinate sends one statement per connection checkout: in autocommit that is two
+    round trips (the pool's liveness check, the call), not four (+ BEGIN, COMMIT)."""
+    await conn.set_autocommit(True)
+
+
 def _every_queue_worker(worker_module: Any) -> Any:
-    """procrastinate's `Worker`, listening on the channel every queue notifies
-    (`procrastinate_any_queue_v1`) rather than its queues' own: a default worker's
-    queue list grows while it runs (new apps), and a job of a queue it does not
-    fetch yet only costs it a fetch that finds nothing, and tells `on_notification`
-    (the app-queue lookup). `wake()` makes it fetch now (procrastinate 3's
-    notification handler sets the same event)."""
+    """procrastinate's `Worker` on the channel every queue notifies (`procrastinate_any_queue_v1`):
+    a default worker's queue list grows while it runs, and a job of a queue not in it yet
+    costs a fetch that finds nothing and tells `on_notification` (the app-queue lookup).
+    `wake()` makes it fetch now (the event procrastinate 3's notification handler sets)."""
 
     class EveryQueueWorker(worker_module.Worker):  # type: ignore[misc,name-defined]
         def __init__(self, on_notification: Callable[[], None], **options: Any) -> None:

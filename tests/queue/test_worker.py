@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 
@@ -11,7 +12,7 @@ from langchain_core.messages import HumanMessage
 
 from langmem_trpc import UserKey
 from langmem_trpc.backends.postgres import PostgresMemoryService
-from langmem_trpc.extraction import VerbatimExtractor
+from langmem_trpc.extraction import ExtractionRequest, MemoryOp, VerbatimExtractor
 from langmem_trpc.queue import PostgresJobQueue, QueueWorker
 
 from .conftest import pending_jobs
@@ -51,3 +52,65 @@ def test_a_users_next_job_starts_when_the_running_one_ends_not_at_the_next_poll(
         statuses = conn.execute("SELECT status::text FROM procrastinate_jobs").fetchall()
     assert statuses == ([] if delete_succeeded else [("succeeded",)] * 3)
     assert texts == [f"fact {n}" for n in range(3)]
+
+
+class _Slow(VerbatimExtractor):
+    """Verbatim after a sleep; records how many calls ran at once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.running = self.most = 0
+        self.lock = threading.Lock()
+
+    def extract(self, request: ExtractionRequest) -> list[MemoryOp]:
+        with self.lock:
+            self.running += 1
+            self.most = max(self.most, self.running)
+        time.sleep(1.0)
+        with self.lock:
+            self.running -= 1
+        return super().extract(request)
+
+
+def test_a_job_fetched_ahead_waits_for_a_thread_and_goes_back_at_stop(queue_url: str) -> None:
+    """One job per 4 threads (at least one) is fetched ahead: it runs only once a thread is free
+    (concurrency stays the number of jobs run at once), and a stop puts it back in the queue at
+    once instead of running it."""
+    service = PostgresMemoryService(queue_url, pool_size=4)
+    extractor = _Slow()
+    with PostgresJobQueue(queue_url) as queue:
+        for n in range(2):  # two users: nothing but the thread count keeps them apart
+            queue.enqueue(UserKey("queue-worker", f"u{n}"), "t", [HumanMessage(f"f{n}", id="m")])
+    worker = QueueWorker(queue_url, service, extractor, concurrency=1, poll_interval=60)
+    runner = threading.Thread(target=worker.run)
+    runner.start()
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and not (worker._waiting and extractor.running):
+            time.sleep(0.02)
+        assert worker._waiting and extractor.running, "no job was fetched ahead"
+        worker.stop()
+        runner.join(30)
+    finally:
+        worker.stop()
+        service.close()
+    assert extractor.most == 1
+    with psycopg.connect(queue_url) as conn:
+        statuses = conn.execute("SELECT status::text FROM procrastinate_jobs ORDER BY 1").fetchall()
+    assert statuses == [("succeeded",), ("todo",)]
+
+
+def test_procrastinates_connections_are_in_autocommit(queue_url: str) -> None:
+    """procrastinate sends one statement per checkout: no BEGIN / COMMIT round trips around it."""
+    service = PostgresMemoryService(queue_url, pool_size=1)
+    worker = QueueWorker(queue_url, service, VerbatimExtractor())
+
+    async def check() -> tuple[bool, str]:
+        async with worker.app.open_async(), worker.app.connector.pool.connection() as conn:
+            status = conn.info.transaction_status.name
+            return conn.autocommit, status
+
+    try:
+        assert asyncio.run(check()) == (True, "IDLE")
+    finally:
+        service.close()
