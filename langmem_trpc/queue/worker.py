@@ -340,7 +340,10 @@ class QueueWorker:
         try:
             await self._worker.run()
         finally:
+            announced = ready.done()
             ready.cancel()
+        if not announced:  # the run ended within one poll of registering (a short --drain)
+            self._ready(None)
 
     async def _serve(self, drain: bool) -> None:
         """Run procrastinate's worker; reconnect with backoff when the database fails."""
@@ -414,9 +417,10 @@ class QueueWorker:
     async def _announce(self, worker: Any) -> None:
         while worker.worker_id is None:  # noqa: ASYNC110 - procrastinate sets it, no event
             await asyncio.sleep(0.02)
-        logger.info(
-            "queue worker %s ready on %s (id %s)", self.name, self._queues, worker.worker_id
-        )
+        self._ready(worker.worker_id)
+
+    def _ready(self, worker_id: int | None) -> None:
+        logger.info("queue worker %s ready on %s (id %s)", self.name, self._queues, worker_id)
         if self.on_ready is not None:
             self.on_ready()
 

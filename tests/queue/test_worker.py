@@ -114,3 +114,19 @@ def test_procrastinates_connections_are_in_autocommit(queue_url: str) -> None:
         assert asyncio.run(check()) == (True, "IDLE")
     finally:
         service.close()
+
+
+def test_a_drain_that_ends_within_one_poll_still_says_ready(queue_url: str) -> None:
+    """`worker --drain` on an empty queue registers, finds nothing and stops in a few ms:
+    quicker than the readiness poll, which used to be cancelled before it announced."""
+    service = PostgresMemoryService(queue_url, pool_size=1)
+    readies: list[int] = []
+    worker = QueueWorker(
+        queue_url, service, VerbatimExtractor(), on_ready=lambda: readies.append(1)
+    )
+    try:
+        for _ in range(5):
+            worker.run(drain=True)
+    finally:
+        service.close()
+    assert len(readies) == 5
