@@ -100,14 +100,14 @@ def write(plan: steps.Plan[T], options: WriteOptions) -> Plan[T]:
         if staged is not None:
             history = _bulk.added(staged, step)
             yield _bulk.insert_sql(staged, options.indexed, history)
-            staged = reply = None
+            staged = None
             if history is not None:
                 continue
         if isinstance(step, steps.Now):  # one per added row: the cheapest test first
             reply = utcnow()
         elif isinstance(step, steps.Insert) and len(step.rows) > 1:
             yield from _bulk.stage(step.rows, options.language)
-            staged = step
+            staged, reply = step, None  # an Insert's result is None, as on every executor
         elif isinstance(step, steps.Embed) and options.vectors is not None:
             reply = list(options.vectors)
         else:
