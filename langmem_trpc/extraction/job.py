@@ -24,12 +24,13 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
 from enum import Enum
 
 from langchain_core.messages import BaseMessage, messages_from_dict
 
 from ..errors import ExtractorBusyError, LangmemTrpcError
+from ..service._core import utcnow
 from ..service.protocol import MemoryService
 from ..types import DeadLetter, DeadLetterStatus, Entry, ExtractionCursor, Source, UserKey
 from .checkers import Checker, ExtractionContext
@@ -194,7 +195,8 @@ def run_job(
     started = time.perf_counter()
     report = JobReport(user, thread_id, JobStatus.FAILED)
     try:
-        _run(service, extractor, settings, report, messages, run_extractor, offset)
+        deadline = _Deadline(settings.timeout)
+        _Job(service, extractor, settings, report, messages, run_extractor, offset, deadline).run()
     except JobTimeoutError as exc:
         # Batches that finished before the deadline stay done; the cursor is past them.
         progressed = report.batches or report.dead_lettered
@@ -219,153 +221,159 @@ def _has_work(
     return bool(delta.messages) or (not delta.covered and delta.start < len(messages))
 
 
-@dataclass(frozen=True)
-class _Thread:
-    """The job's messages, their cursor keys (hashed once) and what the peek found."""
+@dataclass
+class _Job:
+    """The steps of one job, sharing its inputs, deadline and report."""
 
+    service: MemoryService
+    extractor: Extractor
+    settings: JobSettings
+    report: JobReport
     messages: Sequence[BaseMessage]
-    keys: bytes
-    peeked: ExtractionCursor | None
-    delta: Delta
+    run_extractor: RunExtractor
     offset: int
+    deadline: _Deadline
+    keys: bytes = b""
+    """The messages' cursor keys, hashed once."""
 
-    def cursor(
-        self, end: int, now: datetime | None, previous: ExtractionCursor | None, thread_id: str
-    ) -> ExtractionCursor:
-        """The cursor covering `messages[:end]`."""
-        keys = self.keys[: end * KEY_BYTES]
+    def run(self) -> None:
+        user, thread_id = self.report.user, self.report.thread_id
+        peek = self.settings.peek_cursor
+        peeked = self.service.get_cursor(user, thread_id) if peek else None
+        self.keys = message_keys(self.messages)
+        delta = compute_delta(self.messages, peeked, self.keys)
+        if peek and not _has_work(self.messages, delta, peeked):
+            self.report.status, self.report.anchor = JobStatus.NOTHING_NEW, delta.anchor
+            return
+        seconds, wait = self.settings.claim_seconds, self.deadline.remaining()
+        held = HeldClaim.take(self.service, user, thread_id, seconds, wait)
+        try:
+            self._run_claimed(held, peeked, delta)
+        finally:
+            held.release()
+
+    def _run_claimed(self, held: HeldClaim, peeked: ExtractionCursor | None, delta: Delta) -> None:
+        report, messages = self.report, self.messages
+        cursor = held.claim.cursor  # read under the claim: nobody moves it while we hold it
+        if cursor != peeked:  # another job moved it between the peek and the claim
+            delta = compute_delta(messages, cursor, self.keys)
+        report.messages, report.anchor = len(delta.messages), delta.anchor
+        for letter in held.claim.retries:
+            self._retry(held, letter)
+        if not delta.messages:
+            report.status = JobStatus.COMPLETED if report.retried else JobStatus.NOTHING_NEW
+            if not delta.covered and delta.start < len(messages):  # only tool traffic: move past it
+                report.cursor = self._cursor(held, len(messages))
+                held.save(cursor=report.cursor, final=True)
+            return
+        last_extracted = cursor.last_extracted_at if cursor else None
+        context = ExtractionContext(report.user, delta.messages, last_extracted)
+        if not all(check(context) for check in self.settings.checkers):
+            report.status = JobStatus.SKIPPED_BY_CHECKER
+            return
+        batches = split_batches(messages, delta, self.settings.batch_messages)
+        for end, batch in batches:
+            if (report.batches or report.dead_lettered) and not self.deadline.ok():
+                report.status = JobStatus.PARTIAL
+                report.error = f"time ran out after {report.batches} of {len(batches)} batches"
+                return
+            try:
+                self._run_batch(batch)
+            except ExtractorBusyError:
+                raise  # the batch was never attempted: no failed attempt to count
+            except Exception as exc:
+                if not self._dead_letter(held, end, batch, exc):
+                    raise
+                continue
+            report.cursor = self._cursor(held, end, utcnow())
+            held.save(cursor=report.cursor, final=end == len(messages))
+            report.batches += 1
+        done = report.batches or not report.dead_lettered
+        report.status = JobStatus.COMPLETED if done else JobStatus.DEAD_LETTERED
+
+    def _cursor(self, held: HeldClaim, end: int, now: datetime | None = None) -> ExtractionCursor:
+        """The cursor covering `messages[:end]`, after this job's last one, else the claimed one;
+        `now`: when they were extracted (None: nothing was, the previous time stays)."""
+        previous = self.report.cursor or held.claim.cursor
+        if now is None and previous is not None:
+            now = previous.last_extracted_at
+        keys, thread_id = self.keys[: end * KEY_BYTES], self.report.thread_id
         return advance_cursor(thread_id, self.messages[:end], now, previous, keys, self.offset)
 
-
-def _run(
-    service: MemoryService,
-    extractor: Extractor,
-    settings: JobSettings,
-    report: JobReport,
-    messages: Sequence[BaseMessage],
-    run_extractor: RunExtractor,
-    offset: int,
-) -> None:
-    deadline = _Deadline(settings.timeout)
-    user, thread_id = report.user, report.thread_id
-    peeked = service.get_cursor(user, thread_id) if settings.peek_cursor else None
-    keys = message_keys(messages)
-    delta = compute_delta(messages, peeked, keys)
-    if settings.peek_cursor and not _has_work(messages, delta, peeked):
-        report.status, report.anchor = JobStatus.NOTHING_NEW, delta.anchor
-        return
-    held = HeldClaim.take(service, user, thread_id, settings.claim_seconds, deadline.remaining())
-    try:
-        thread = _Thread(messages, keys, peeked, delta, offset)
-        _run_claimed(extractor, settings, report, thread, run_extractor, deadline, held)
-    finally:
-        held.release()
-
-
-def _run_claimed(
-    extractor: Extractor,
-    settings: JobSettings,
-    report: JobReport,
-    thread: _Thread,
-    run_extractor: RunExtractor,
-    deadline: _Deadline,
-    held: HeldClaim,
-) -> None:
-    service, user, thread_id = held.service, report.user, report.thread_id
-    messages = thread.messages
-    cursor = held.claim.cursor  # read under the claim: nobody moves it while we hold it
-    delta = thread.delta
-    if cursor != thread.peeked:  # another job moved it between the peek and the claim
-        delta = compute_delta(messages, cursor, thread.keys)
-    report.messages, report.anchor = len(delta.messages), delta.anchor
-    last_extracted = cursor.last_extracted_at if cursor else None
-    for letter in held.claim.retries:
-        _retry(extractor, settings, report, letter, deadline, run_extractor, held)
-    if not delta.messages:
-        report.status = JobStatus.COMPLETED if report.retried else JobStatus.NOTHING_NEW
-        if not delta.covered and delta.start < len(messages):  # only tool traffic: move past it
-            report.cursor = thread.cursor(len(messages), last_extracted, cursor, thread_id)
-            held.save(cursor=report.cursor, final=True)
-        return
-    context = ExtractionContext(user, delta.messages, last_extracted)
-    if not all(check(context) for check in settings.checkers):
-        report.status = JobStatus.SKIPPED_BY_CHECKER
-        return
-    batches = split_batches(messages, delta, settings.batch_messages)
-    for end, batch in batches:
-        if (report.batches or report.dead_lettered) and not deadline.ok():
-            report.status = JobStatus.PARTIAL
-            report.error = f"time ran out after {report.batches} of {len(batches)} batches"
-            return
-        try:
-            _run_batch(service, extractor, settings, report, batch, deadline, run_extractor)
-        except ExtractorBusyError:
-            raise  # the batch was never attempted: no failed attempt to count
-        except Exception as exc:
-            when = report.cursor.last_extracted_at if report.cursor else last_extracted
-            past = thread.cursor(end, when, report.cursor or cursor, thread_id)
-            if not _dead_letter(settings, report, batch, past, exc, held, end == len(messages)):
-                raise
-            report.cursor = past
-            continue
-        report.cursor = thread.cursor(end, _utcnow(), report.cursor or cursor, thread_id)
-        held.save(cursor=report.cursor, final=end == len(messages))
-        report.batches += 1
-    done = report.batches or not report.dead_lettered
-    report.status = JobStatus.COMPLETED if done else JobStatus.DEAD_LETTERED
-
-
-def _dead_letter(
-    settings: JobSettings,
-    report: JobReport,
-    batch: tuple[BaseMessage, ...],
-    cursor: ExtractionCursor,
-    exc: Exception,
-    held: HeldClaim,
-    final: bool,
-) -> bool:
-    """Count the failed attempt; at `max_attempts`, dead-letter the batch and move past it."""
-    error = str(exc) if isinstance(exc, JobTimeoutError) else f"{type(exc).__name__}: {exc}"
-    attempts = held.fail(batch_key(batch), error)
-    if attempts < settings.max_attempts:
-        logger.warning(
-            "auto_memory: batch of %d message(s) failed for %s thread %r (attempt %d of %d): %s",
-            len(batch), report.user, report.thread_id, attempts, settings.max_attempts, error,
+    def _dead_letter(
+        self, held: HeldClaim, end: int, batch: tuple[BaseMessage, ...], exc: Exception
+    ) -> bool:
+        """Count the failed attempt; at `max_attempts`, dead-letter the batch and move past it."""
+        report, max_attempts = self.report, self.settings.max_attempts
+        error = str(exc) if isinstance(exc, JobTimeoutError) else f"{type(exc).__name__}: {exc}"
+        attempts = held.fail(batch_key(batch), error)
+        if attempts < max_attempts:
+            logger.warning(
+                "auto_memory: batch of %d message(s) failed for %s thread %r (attempt %d of %d): %s",
+                len(batch), report.user, report.thread_id, attempts, max_attempts, error,
+            )  # fmt: skip
+            return False
+        letter = dead_letter_for(report.user, report.thread_id, batch, error, attempts)
+        past = self._cursor(held, end)
+        held.save(cursor=past, dead_letter=letter, final=end == len(self.messages))
+        report.cursor = past
+        report.dead_lettered.append(letter.id)
+        report.error = error
+        logger.error(
+            "auto_memory: dead-lettered %d message(s) of %s thread %r after %d attempts as %s: %s",
+            len(batch), report.user, report.thread_id, attempts, letter.id, error,
         )  # fmt: skip
-        return False
-    letter = dead_letter_for(report.user, report.thread_id, batch, error, attempts)
-    held.save(cursor=cursor, dead_letter=letter, final=final)
-    report.dead_lettered.append(letter.id)
-    report.error = error
-    logger.error(
-        "auto_memory: dead-lettered %d message(s) of %s thread %r after %d attempts as %s: %s",
-        len(batch), report.user, report.thread_id, attempts, letter.id, error,
-    )  # fmt: skip
-    return True
+        return True
 
+    def _retry(self, held: HeldClaim, letter: DeadLetter) -> None:
+        """Extract one dead letter queued for retry; a failure makes it dead again (one attempt)."""
+        self.deadline.check("retrying dead letters")
+        batch = tuple(messages_from_dict(letter.messages))
+        try:
+            self._run_batch(batch)
+        except Exception as exc:
+            error = f"{type(exc).__name__}: {exc}"
+            attempts = letter.attempts + 1
+            update = {"status": DeadLetterStatus.DEAD, "attempts": attempts, "error": error}
+            held.save(dead_letter=letter.model_copy(update=update))
+            logger.error("auto_memory: retry of dead letter %s failed: %s", letter.id, error)
+            return
+        held.save(resolved=[letter.id])
+        self.report.retried += 1
 
-def _retry(
-    extractor: Extractor,
-    settings: JobSettings,
-    report: JobReport,
-    letter: DeadLetter,
-    deadline: _Deadline,
-    run_extractor: RunExtractor,
-    held: HeldClaim,
-) -> None:
-    """Extract one dead letter queued for retry; a failure makes it dead again (one attempt)."""
-    deadline.check("retrying dead letters")
-    batch = tuple(messages_from_dict(letter.messages))
-    try:
-        _run_batch(held.service, extractor, settings, report, batch, deadline, run_extractor)
-    except Exception as exc:
-        error = f"{type(exc).__name__}: {exc}"
-        update = {"status": DeadLetterStatus.DEAD, "attempts": letter.attempts + 1, "error": error}
-        held.save(dead_letter=letter.model_copy(update=update))
-        logger.error("auto_memory: retry of dead letter %s failed: %s", letter.id, error)
-        return
-    held.save(resolved=[letter.id])
-    report.retried += 1
+    def _run_batch(self, batch: tuple[BaseMessage, ...]) -> None:
+        service, report, deadline = self.service, self.report, self.deadline
+        user, thread_id = report.user, report.thread_id
+        policy, actions = self.settings.policy, self.settings.actions
+        existing: list[Entry] = []
+        if getattr(self.extractor, "uses_existing", True):
+            existing = load_existing(service, user, existing_query(batch, policy))
+        deadline.check("loading existing memories")
+        request = ExtractionRequest(user, thread_id, batch, existing, policy, actions, utcnow())
+        extract_started = time.perf_counter()
+        ops = self.run_extractor(self.extractor, request, deadline.remaining())
+        report.extract_seconds += time.perf_counter() - extract_started
+        report.proposed += len(ops)
+        deadline.check("extracting")
+        decided = apply_policy(
+            policy,
+            ops,
+            probe=lambda text: service.search(user, text, PROBE_OPTIONS),
+            existing=existing,
+            actions=actions,
+            language=service.language,
+        )
+        report.duplicates_dropped += len(decided.duplicates)
+        deadline.check("reconciling")
+        ids = [m.id for m in batch if m.id]
+        source = Source(thread_id=thread_id, message_ids=ids, actor="worker")
+        outcomes, finished = execute_ops(
+            service, user, decided.ops, actions=actions, source=source, keep_going=deadline.ok
+        )
+        report.outcomes.extend(outcomes)
+        deadline.check("executing")
+        if not finished or any(o.retry for o in outcomes):
+            raise LangmemTrpcError("storage failed during execution; the delta will be retried")
 
 
 def split_batches(
@@ -385,49 +393,3 @@ def split_batches(
     else:  # trailing tool traffic after the last full batch belongs to it
         batches[-1] = (len(messages), batches[-1][1])
     return batches
-
-
-def _run_batch(
-    service: MemoryService,
-    extractor: Extractor,
-    settings: JobSettings,
-    report: JobReport,
-    batch: tuple[BaseMessage, ...],
-    deadline: _Deadline,
-    run_extractor: RunExtractor,
-) -> None:
-    user, thread_id = report.user, report.thread_id
-    existing: list[Entry] = []
-    if getattr(extractor, "uses_existing", True):
-        existing = load_existing(service, user, existing_query(batch, settings.policy))
-    deadline.check("loading existing memories")
-    request = ExtractionRequest(
-        user, thread_id, batch, existing, settings.policy, settings.actions, _utcnow()
-    )
-    extract_started = time.perf_counter()
-    ops = run_extractor(extractor, request, deadline.remaining())
-    report.extract_seconds += time.perf_counter() - extract_started
-    report.proposed += len(ops)
-    deadline.check("extracting")
-    decided = apply_policy(
-        settings.policy,
-        ops,
-        probe=lambda text: service.search(user, text, PROBE_OPTIONS),
-        existing=existing,
-        actions=settings.actions,
-        language=service.language,
-    )
-    report.duplicates_dropped += len(decided.duplicates)
-    deadline.check("reconciling")
-    source = Source(thread_id=thread_id, message_ids=[m.id for m in batch if m.id], actor="worker")
-    outcomes, finished = execute_ops(
-        service, user, decided.ops, actions=settings.actions, source=source, keep_going=deadline.ok
-    )
-    report.outcomes.extend(outcomes)
-    deadline.check("executing")
-    if not finished or any(o.retry for o in outcomes):
-        raise LangmemTrpcError("storage failed during execution; the delta will be retried")
-
-
-def _utcnow() -> datetime:
-    return datetime.now(timezone.utc)
