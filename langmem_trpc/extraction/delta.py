@@ -62,15 +62,10 @@ def message_text(message: BaseMessage) -> str:
     if isinstance(content, str):
         return content.strip()
     parts: list[str] = []
-    for part in content:
-        if isinstance(part, str):
-            parts.append(part.strip())
-        elif (
-            isinstance(part, dict)
-            and part.get("type") == "text"
-            and isinstance(part.get("text"), str)
-        ):
-            parts.append(part["text"].strip())
+    for part in content:  # a string, or a dict: text parts only
+        text = part.get("text") if isinstance(part, dict) and part.get("type") == "text" else part
+        if isinstance(text, str):
+            parts.append(text.strip())
     return "\n".join(p for p in parts if p)
 
 

@@ -84,12 +84,8 @@ def _update(
             return OpOutcome(op, "missing", op.memory_id)
         logger.info("auto_memory: update of missing memory %s becomes an add", op.memory_id)
         decision = "add:update-target-missing"
-        return _add(
-            service,
-            user,
-            op.as_add("execute:update->add").with_decision(decision),
-            source.with_decision(decision),
-        )
+        added = op.as_add("execute:update->add").with_decision(decision)
+        return _add(service, user, added, source.with_decision(decision))
     except MemoryConflictError as conflict:
         logger.info(
             "auto_memory: update of %s duplicates memory %s; deleting the redundant source",

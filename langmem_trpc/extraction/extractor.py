@@ -133,17 +133,11 @@ class LLMExtractor:
         if today is None:
             times = [t for t in (message_time(m) for m in request.messages) if t is not None]
             today = (max(times) if times else request.reference_time).date()
+        actions = self._actions(request)
         system = render_system_prompt(
-            self.prompt,
-            today,
-            policy=request.policy,
-            actions=self._actions(request),
-            existing=request.existing,
+            self.prompt, today, policy=request.policy, actions=actions, existing=request.existing
         )
-        messages: list[BaseMessage] = [
-            SystemMessage(system),
-            *(_labelled(m) for m in request.messages),
-        ]
+        messages = [SystemMessage(system), *map(_labelled, request.messages)]
         if not isinstance(messages[-1], HumanMessage):
             messages.append(HumanMessage(FINAL_INSTRUCTION))
         return messages

@@ -1,21 +1,14 @@
 """One extraction job, start to finish, and the report it returns.
 
-Steps: read the cursor -> delta (nothing new: done, no write) -> claim the
-thread in the backend and compute the delta again from the cursor read
-under the claim (see `claims.py`; `JobSettings.peek_cursor=False` skips the
-first read and claims at once) -> retry the thread's dead letters queued
-for retry -> checkers -> then, batch by batch of at most `batch_messages`
-new messages: existing memories -> extractor -> update policy -> execute ->
-advance the cursor past the batch, under the claim. The cursor moves only
-when everything before it succeeded; a failure (existing-memory load,
-extractor error, timeout, storage error during execution) leaves it after
-the last finished batch and counts a failed attempt on the batch in the
-backend. After `max_attempts` failed attempts in a row on the same batch,
-the batch is dead-lettered: recorded in the backend with its messages, the
-error and the attempts, and the cursor moves past it, so a poison delta
-never blocks its thread. Batches bound the work of one extractor call, so a
-huge delta (a 10,000-message import) makes steady progress within the job
-timeout instead of timing out on every run.
+Read the cursor (nothing new: done, no write); claim the thread and compute the
+delta again under the claim (`claims.py`); retry the dead letters queued for
+retry; run the checkers; then per batch of at most `batch_messages` messages:
+existing memories, extractor, update policy, execute, and move the cursor past
+the batch. A failure leaves the cursor after the last finished batch and counts
+a failed attempt; after `max_attempts` in a row the batch is dead-lettered (its
+messages and error kept in the backend) and the cursor moves past it, so a
+poison delta never blocks its thread. Batches bound one extractor call, so a
+10,000-message import progresses within the job timeout instead of timing out.
 """
 
 from __future__ import annotations

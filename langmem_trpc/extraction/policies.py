@@ -86,18 +86,11 @@ def _metadata_compatible(op: MemoryOp, entry: Entry) -> bool:
     if op.effective_kind != stored.kind:
         return False
     old, new = stored.event_time, op.event_time
-    if (
-        old
-        and new
-        and old != new
-        and not (old.date() == new.date() and old.time() == time(0) and new.time() != time(0))
-    ):
-        return False
-    if (
-        op.participants
-        and stored.participants
-        and not _people(stored.participants) <= _people(op.participants)
-    ):
+    if old and new and old != new:  # compatible only when a bare date gains its time of day
+        if not (old.date() == new.date() and old.time() == time(0) and new.time() != time(0)):
+            return False
+    people = _people(stored.participants)
+    if op.participants and people and not people <= _people(op.participants):
         return False
     return not (
         op.location and stored.location and op.location.casefold() != stored.location.casefold()

@@ -68,16 +68,6 @@ class WorkerStats:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
-_JOB_COUNTER = {
-    JobStatus.COMPLETED: "jobs_run",
-    JobStatus.NOTHING_NEW: "jobs_nothing_new",
-    JobStatus.SKIPPED_BY_CHECKER: "jobs_skipped_by_checker",
-    JobStatus.PARTIAL: "jobs_partial",
-    JobStatus.FAILED: "jobs_failed",
-    JobStatus.DEAD_LETTERED: "jobs_dead_lettered",
-}
-
-
 class Counters:
     """Thread-safe counters plus the per-thread bookkeeping behind `cursor_lag`."""
 
@@ -97,8 +87,10 @@ class Counters:
 
     def record(self, report: JobReport) -> None:
         key = (report.user, report.thread_id)
+        status = report.status  # counted as jobs_<status>, but a completed job as jobs_run
+        counter = "jobs_run" if status == JobStatus.COMPLETED else f"jobs_{status.value}"
         with self._lock:
-            self._counts[_JOB_COUNTER[report.status]] += 1
+            self._counts[counter] += 1
             self._counts.update(
                 jobs_timed_out=int(report.timed_out),
                 batches_dead_lettered=len(report.dead_lettered),

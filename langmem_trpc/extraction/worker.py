@@ -404,10 +404,8 @@ class AutoMemoryWorker:
                 jobs.task_done()
 
     def _run(self, job: _Job) -> JobReport:
-        lock = self._thread_locks[
-            fnv1a(job.user.app_name, job.user.user_id, job.thread_id) % LOCK_STRIPES
-        ]
-        with lock:
+        stripe = fnv1a(job.user.app_name, job.user.user_id, job.thread_id) % LOCK_STRIPES
+        with self._thread_locks[stripe]:
             report = run_job(
                 self.service,
                 self.extractor,
