@@ -107,13 +107,11 @@ class Counters:
                     self._seen.pop(key, None)
                     self._covered.pop(key, None)
 
-    def snapshot(
-        self, state: str, depths: tuple[int, ...], calls: dict[str, int] | None = None
-    ) -> WorkerStats:
+    def snapshot(self, state: str, depths: tuple[int, ...], calls: dict[str, int]) -> WorkerStats:
         """The counters, plus `calls` (the extractor-call figures of `ModelCalls.counts`)."""
         with self._lock:
             lag = sum(max(0, n - self._covered.get(k, 0)) for k, n in self._seen.items())
-            counts = {**self._counts, **(calls or {})}
+            counts = {**self._counts, **calls}
         return WorkerStats(
             state=state, queue_depth=sum(depths), queue_depths=depths, cursor_lag=lag, **counts
         )

@@ -8,7 +8,7 @@ import time
 from collections import defaultdict
 
 import pytest
-from langchain_core.messages import HumanMessage
+from langchain_core.messages import AIMessage, HumanMessage
 
 from langmem_trpc import AutoMemoryWorker, UserKey
 from langmem_trpc.errors import ExtractorBusyError
@@ -153,6 +153,31 @@ def test_max_attempts_is_configurable_and_other_batches_still_extract(service, u
     assert report.status == JobStatus.COMPLETED and len(report.dead_lettered) == 1
     assert report.batches == 2 and [i for _, i in extractor.seen] == ["m0", "m2"]
     assert service.dead_letters()[0].message_ids == ["m1"]
+
+
+def test_only_an_extracted_batch_moves_the_cursors_extraction_time(service, user):
+    """A finished batch stamps the cursor now; a dead-lettered batch and unread tool traffic
+    move it on with the previous cursor's time (the claimed one, or the job's last)."""
+    worker = AutoMemoryWorker(service, Recording(), max_attempts=1, batch_messages=1)
+    thread = [msg(0, "I live in Oslo")]
+    worker.process(user, "t", thread)
+    first = service.get_cursor(user, "t").last_extracted_at
+    assert first is not None
+    thread.append(AIMessage("", id="call", tool_calls=[{"name": "f", "args": {}, "id": "c"}]))
+    assert worker.process(user, "t", thread).status == JobStatus.NOTHING_NEW
+    assert service.get_cursor(user, "t").message_count == 2  # moved past the tool call
+    assert service.get_cursor(user, "t").last_extracted_at == first
+    time.sleep(0.01)
+    thread.append(msg(2, "poison"))
+    assert worker.process(user, "t", thread).status == JobStatus.DEAD_LETTERED
+    assert service.get_cursor(user, "t").message_count == 3
+    assert service.get_cursor(user, "t").last_extracted_at == first
+    thread += [msg(3, "I work in Bergen"), msg(4, "poison again")]
+    report = worker.process(user, "t", thread)
+    assert report.status == JobStatus.COMPLETED and len(report.dead_lettered) == 1
+    cursor = service.get_cursor(user, "t")
+    assert cursor.message_count == 5 and cursor.last_extracted_at > first
+    assert cursor.last_extracted_at == report.cursor.last_extracted_at
 
 
 def test_a_retried_dead_letter_is_extracted_by_the_threads_next_job(service, user):
