@@ -189,7 +189,7 @@ def run_job(
     report = JobReport(user, thread_id, JobStatus.FAILED)
     try:
         deadline = _Deadline(settings.timeout)
-        _Job(service, extractor, settings, report, messages, run_extractor, offset, deadline).run()
+        _Run(service, extractor, settings, report, messages, run_extractor, offset, deadline).run()
     except JobTimeoutError as exc:
         # Batches that finished before the deadline stay done; the cursor is past them.
         progressed = report.batches or report.dead_lettered
@@ -215,8 +215,8 @@ def _has_work(
 
 
 @dataclass
-class _Job:
-    """The steps of one job, sharing its inputs, deadline and report."""
+class _Run:
+    """One run of a job: its steps share its inputs, deadline and report."""
 
     service: MemoryService
     extractor: Extractor
