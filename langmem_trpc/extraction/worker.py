@@ -7,13 +7,9 @@ delta itself. Two jobs for one thread never run at once (a lock per thread
 here, a claim in the backend across processes, the cursor re-read under
 both), and a job whose messages the cursor already covers does nothing, so
 nothing is read twice and a cursor never moves back (`job.py`, `delta.py`).
-
-A full queue or a stopped worker never drops the delta. `on_full="sync"`
-(default, the reference behaviour) runs the job in the caller (in a
-background thread when the caller is an event loop thread), unless the
-caller was cancelled: then it is skipped and the next run covers it.
-`on_full="defer"` leaves the delta to the thread's next job, which may never
-come: use it where blocking a request is worse than late memories.
+A full queue or a stopped worker never drops the delta: `on_full` runs the job
+in the caller (the reference behaviour) or leaves it to the thread's next job
+(docs/operating.md, "Worker sizing"; `EnqueueResult`).
 """
 
 from __future__ import annotations
@@ -139,7 +135,8 @@ class AutoMemoryWorker:
         batch_messages: new messages per extractor call; longer deltas run in
             batches and the cursor moves after each.
         policy: "merge_similar", "preserve_history" or "append_only".
-        on_full: "sync" or "defer" (see the module docstring).
+        on_full: "sync" (run a job that does not fit in the caller) or "defer" (leave its
+            delta to the thread's next job, which may never come).
         actions: operations the worker executes ("clear" is off by default).
         max_attempts: failed attempts in a row on one batch before it is
             dead-lettered (recorded in the backend, the cursor moves past it).
