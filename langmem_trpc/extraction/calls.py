@@ -1,12 +1,10 @@
 """Extractor calls with a deadline: a hung call holds no capacity other users need.
 
-`ModelCalls` (one per `AutoMemoryWorker`) runs each extractor call of a job
-with a timeout: a native `aextract` on an event loop thread it owns, cancelled
-at the deadline (the model call stops, holding no thread); any other extractor
-in `CallThreads`, an elastic set of daemon threads (a call never waits for a
-thread; idle ones exit after `IDLE_SECONDS`). The limits (`MAX_STUCK_CALLS`,
-`max_calls_per_user`, `ExtractorBusyError`) are in docs/operating.md, "Hung and
-slow model calls". `close()` stops the loop and idle threads; a call restarts them.
+`ModelCalls` (one per `AutoMemoryWorker`) runs a job's call under its timeout: a native
+`aextract` on an event loop thread it owns, cancelled at the deadline (the model call
+stops, holding no thread), any other extractor in `CallThreads` (a call never waits for
+a thread). The limits are in docs/operating.md, "Hung and slow model calls". `close()`
+stops the loop and idle threads; a call restarts them.
 """
 
 from __future__ import annotations
