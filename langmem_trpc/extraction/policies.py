@@ -181,9 +181,7 @@ def preserve_history(
         elif op.action == Action.UPDATE:
             target = by_id.get(op.memory_id or "")
             added = op.as_add("policy:update->add").with_decision("add:preserve_history")
-            decided = _preserve(
-                op, [target] if target is not None else [], actions, language, added
-            )
+            decided = _preserve(op, [target] if target else [], actions, language, added)
         (dropped if decided is None else kept).append(decided or op)
     return Reconciled(kept, dropped)
 
@@ -225,7 +223,5 @@ def apply_policy(
         decided = preserve_history(model, existing, actions, language)
     else:
         decided = append_only(model, existing)
-    if not unique:
-        return decided
     # Verbatim batches carry no model ops in practice; keep their order and append any model ops.
     return Reconciled([*unique, *decided.ops], [*repeats, *decided.duplicates])
