@@ -2,7 +2,7 @@
 
 `ModelCalls` (one per `AutoMemoryWorker`) runs a job's call under its timeout: a native
 `aextract` on an event loop thread it owns, cancelled at the deadline (the model call
-stops, holding no thread), any other extractor in `CallThreads` (a call never waits for
+stops, holding no thread); any other extractor in `CallThreads` (a call never waits for
 a thread). The limits are in docs/operating.md, "Hung and slow model calls". `close()`
 stops the loop and idle threads; a call restarts them.
 """
