@@ -32,7 +32,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from ..cli._common import validation_problem
+from ..cli._common import split_commas, validation_problem
 from ..errors import InvalidInputError, LangmemTrpcError, MemoryNotFoundError
 from ..integration.tools import parse_date
 from ..service.protocol import MemoryService
@@ -94,10 +94,6 @@ def _event_view(event: HistoryEvent) -> dict[str, Any]:
         "diff": word_diff(event.text_before, event.text_after),
         "source": _source_rows(event.source),
     }
-
-
-def _split(value: str | None) -> list[str]:
-    return [part.strip() for part in (value or "").split(",") if part.strip()]
 
 
 def _kind(value: str | None) -> Kind | None:
@@ -316,8 +312,8 @@ class _UI:
     async def edit(self, request: Request) -> Response:
         form, user, memory_id = await self._memory_write(request)
         fields: dict[str, Any] = {
-            "topics": _split(str(form.get("topics") or "")),
-            "participants": _split(str(form.get("participants") or "")),
+            "topics": split_commas(str(form.get("topics") or "")),
+            "participants": split_commas(str(form.get("participants") or "")),
             "location": str(form.get("location") or "").strip() or None,
             "source": UI_SOURCE,
         }
