@@ -102,9 +102,7 @@ def terminal_width() -> int | None:
             return max(int(columns), 20)
         except ValueError:
             pass
-    if sys.stdout.isatty():
-        return shutil.get_terminal_size().columns
-    return None
+    return shutil.get_terminal_size().columns if sys.stdout.isatty() else None
 
 
 def render_rows(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -255,10 +253,8 @@ def progress(items: Iterable[T], label: str, total: int, every_s: float = 5.0) -
             yield from bar
         return
     last = time.monotonic()
-    done = 0
-    for item in items:
+    for done, item in enumerate(items, start=1):
         yield item
-        done += 1
         now = time.monotonic()
         if now - last >= every_s and done < total:
             click.echo(f"{label}: {done}/{total}", err=True)
