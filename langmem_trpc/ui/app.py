@@ -153,10 +153,7 @@ class _UI:
         app, user = request.query_params.get("app"), request.query_params.get("user")
         if not app or not user:
             raise HTTPException(400, "name the user: ?app=APP&user=USER")
-        try:
-            return UserKey(app, user)
-        except (LangmemTrpcError, ValidationError) as exc:
-            raise HTTPException(400, _message(exc)) from None
+        return UserKey(app, user)  # a bad one is a 400 page (`_guarded`)
 
     @staticmethod
     def qs(user: UserKey) -> str:
