@@ -133,20 +133,19 @@ class _UI:
         self.read_only = read_only
         self.env = Environment(loader=DictLoader(TEMPLATES), autoescape=True)
         self.env.filters["ts"] = _ts
-        self.backend = type(service).__name__
+        self.env.globals.update(  # what every page shows or posts
+            token=token,
+            read_only=read_only,
+            backend=type(service).__name__,
+            kinds=[k.value for k in Kind],
+        )
 
     # -- plumbing -------------------------------------------------------------
 
     def page(self, name: str, status: int = 200, **context: Any) -> HTMLResponse:
         if "user" in context:  # every per-user page links back with the user's query string
             context["qs"] = self.qs(context["user"])
-        html = self.env.get_template(name).render(
-            token=self.token,
-            read_only=self.read_only,
-            backend=self.backend,
-            kinds=[k.value for k in Kind],
-            **context,
-        )
+        html = self.env.get_template(name).render(**context)
         return HTMLResponse(html, status_code=status, headers={"Content-Security-Policy": CSP})
 
     def user_of(self, request: Request) -> UserKey:
