@@ -224,7 +224,6 @@ class _UI:
         events = await self.service.ahistory(user, memory_id) if memory_id else []
         if entry is None and not events:
             raise HTTPException(404, f"no memory {memory_id!r} for user {user.user_id!r}")
-        restorable = entry is None and bool(events) and events[-1].text_before is not None
         return self.page(
             "memory",
             user=user,
@@ -232,7 +231,7 @@ class _UI:
             memory_id=memory_id,
             entry=entry,
             events=[_event_view(e) for e in events],
-            restorable=restorable,
+            restorable=entry is None and events[-1].text_before is not None,  # events: not empty
         )
 
     async def search_page(self, request: Request) -> Response:
