@@ -191,7 +191,8 @@ def render_entries(
     return render_rows(headers, rows)
 
 
-def _meta(entry: Entry) -> list[str]:
+def entry_line(entry: Entry) -> str:
+    """One escaped line: id, text, (kind; date; with ...; at ...; topics: ...) and score."""
     m = entry.memory
     meta = [
         m.kind.value,
@@ -200,13 +201,8 @@ def _meta(entry: Entry) -> list[str]:
         "at " + m.location if m.location else "",
         "topics: " + ", ".join(m.topics) if m.topics else "",
     ]
-    return [part for part in meta if part]
-
-
-def entry_line(entry: Entry) -> str:
-    """One escaped line: id, text, (kind; date; with ...; at ...; topics: ...) and score."""
     score = f" score={_score(entry)}" if entry.score is not None else ""
-    return safe(f"{entry.id}  {entry.text}  ({'; '.join(_meta(entry))}){score}")
+    return safe(f"{entry.id}  {entry.text}  ({'; '.join(p for p in meta if p)}){score}")
 
 
 def entry_detail(entry: Entry) -> str:
