@@ -44,10 +44,9 @@ def demo(db: str | None) -> None:
 
     target = Path(db or default_db())
     target.parent.mkdir(parents=True, exist_ok=True)
-    where = f"--db {shlex.quote(str(target))} --app {USER.app_name} --user {USER.user_id}"
-    hints = [f"langmem-trpc memories list {where}"]
-    if "ui" in cli.commands:
-        hints.append(f"langmem-trpc ui --db {shlex.quote(str(target))}")
+    where = f"--db {shlex.quote(str(target))}"
+    user = f"--app {USER.app_name} --user {USER.user_id}"
+    hints = [f"langmem-trpc memories list {where} {user}", f"langmem-trpc ui {where}"]
     run_demo(target, out=click.echo, hints=hints)
 
 

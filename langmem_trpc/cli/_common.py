@@ -49,6 +49,11 @@ CLI_LIMITS = Limits()
 """The limits every service the CLI opens enforces (`import` checks records against them)."""
 
 
+def split_commas(*values: str) -> list[str]:
+    """The comma-separated parts of `values`, stripped; empty ones dropped."""
+    return [part.strip() for value in values for part in value.split(",") if part.strip()]
+
+
 def plural(count: int, one: str, many: str | None = None) -> str:
     """`one` for a count of 1, else `many` (default: `one` + "s")."""
     return one if count == 1 else (many or one + "s")

@@ -43,30 +43,27 @@ OutputFormat = Literal["table", "json", "jsonl", "csv"]
 FORMATS: tuple[OutputFormat, ...] = ("table", "json", "jsonl", "csv")
 
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
-# Invisible characters that reorder or hide text (bidi controls, zero-width
-# spaces and marks, word joiner, BOM). ZWJ (U+200D) stays: emoji need it.
+# Categories escaped: controls, line/paragraph separators, surrogates, private use,
+# unassigned; and invisible characters that reorder or hide text (bidi controls,
+# zero-width spaces and marks, word joiner, BOM). ZWJ (U+200D) stays: emoji need it.
+_UNSAFE = ("Cc", "Zl", "Zp", "Cs", "Co", "Cn")
 _INVISIBLE = frozenset(
     [0x061C, 0x200B, 0x200C, 0x200E, 0x200F, 0xFEFF, *range(0x202A, 0x202F), *range(0x2060, 0x2070)]
 )
 
 
-def _escape(char: str) -> str:
+def _escaped(char: str) -> str:
+    code = ord(char)
+    if unicodedata.category(char) not in _UNSAFE and code not in _INVISIBLE:
+        return char
     if char in _NAMED:
         return _NAMED[char]
-    code = ord(char)
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
 def safe(text: str) -> str:
     """`text` with every control, separator and invisible format character escaped."""
-    if text.isprintable():
-        return text
-    return "".join(_escape(c) if _unsafe(c) else c for c in text)
-
-
-def _unsafe(char: str) -> bool:
-    kind = unicodedata.category(char)
-    return kind in ("Cc", "Zl", "Zp", "Cs", "Co", "Cn") or ord(char) in _INVISIBLE
+    return text if text.isprintable() else "".join(map(_escaped, text))
 
 
 def short_id(memory_id: str) -> str:
@@ -98,10 +95,6 @@ def _clip(text: str, width: int | None) -> str:
     return "".join(out) + "…"
 
 
-def _pad(text: str, width: int) -> str:
-    return text + " " * max(width - display_width(text), 0)
-
-
 def terminal_width() -> int | None:
     """Columns to fit: $COLUMNS, else the terminal's; None when stdout is not a terminal."""
     if columns := os.environ.get("COLUMNS", "").strip():
@@ -109,9 +102,7 @@ def terminal_width() -> int | None:
             return max(int(columns), 20)
         except ValueError:
             pass
-    if sys.stdout.isatty():
-        return shutil.get_terminal_size().columns
-    return None
+    return shutil.get_terminal_size().columns if sys.stdout.isatty() else None
 
 
 def render_rows(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -129,7 +120,9 @@ def render_rows(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     lines = []
     for row in [list(headers), *cells]:
         *lead, tail = row
-        line = "  ".join(_pad(c, w) for c, w in zip(lead, widths, strict=False))
+        line = "  ".join(
+            c + " " * (w - display_width(c)) for c, w in zip(lead, widths, strict=False)
+        )
         lines.append((line + "  " if lead else "") + _clip(tail, last))
     return "\n".join(line.rstrip() for line in lines)
 
@@ -198,7 +191,8 @@ def render_entries(
     return render_rows(headers, rows)
 
 
-def _meta(entry: Entry) -> list[str]:
+def entry_line(entry: Entry) -> str:
+    """One escaped line: id, text, (kind; date; with ...; at ...; topics: ...) and score."""
     m = entry.memory
     meta = [
         m.kind.value,
@@ -207,13 +201,8 @@ def _meta(entry: Entry) -> list[str]:
         "at " + m.location if m.location else "",
         "topics: " + ", ".join(m.topics) if m.topics else "",
     ]
-    return [part for part in meta if part]
-
-
-def entry_line(entry: Entry) -> str:
-    """One escaped line: id, text, (kind; date; with ...; at ...; topics: ...) and score."""
     score = f" score={_score(entry)}" if entry.score is not None else ""
-    return safe(f"{entry.id}  {entry.text}  ({'; '.join(_meta(entry))}){score}")
+    return safe(f"{entry.id}  {entry.text}  ({'; '.join(p for p in meta if p)}){score}")
 
 
 def entry_detail(entry: Entry) -> str:
@@ -250,7 +239,7 @@ def event_line(event: HistoryEvent) -> str:
     return safe(f"{at}  {event.operation.value:<6} {change}{where}")
 
 
-def progress(items: Iterable[T], *, total: int, label: str, every_s: float = 5.0) -> Iterator[T]:
+def progress(items: Iterable[T], label: str, total: int, every_s: float = 5.0) -> Iterator[T]:
     """`items`, with progress on stderr: a bar on a terminal, else a line every `every_s` seconds."""
     if total <= 0:
         yield from items
@@ -260,10 +249,8 @@ def progress(items: Iterable[T], *, total: int, label: str, every_s: float = 5.0
             yield from bar
         return
     last = time.monotonic()
-    done = 0
-    for item in items:
+    for done, item in enumerate(items, start=1):
         yield item
-        done += 1
         now = time.monotonic()
         if now - last >= every_s and done < total:
             click.echo(f"{label}: {done}/{total}", err=True)

@@ -6,12 +6,13 @@ import itertools
 import logging
 import os
 import shutil
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import click
 
+from ..bench.locomo.loader import Conversation, Split, load_locomo
+from ..errors import ConfigurationError
 from ..types import FUSION_STEPS_OFF
 from ._output import progress
 
@@ -38,10 +39,6 @@ ABLATIONS: dict[str, dict[str, Any]] = {
     "pool-30": {"fusion": {"min_pool": 30}},
 }
 """SearchOptions overrides of the default arm, one step or choice at a time."""
-
-
-def _progress(items: Iterable[Any], label: str, total: int) -> Iterable[Any]:
-    return progress(items, total=total, label=label)
 
 
 def default_data() -> Path:
@@ -163,7 +160,7 @@ def bench() -> None:
 def locomo(
     data: Path | None,
     retrieval: bool,
-    split: str,
+    split: Split,
     arms: str | None,
     ablation: bool,
     sample_ids: str | None,
@@ -191,7 +188,17 @@ def locomo(
         langmem-trpc bench locomo --arms memory-vector,memory-hybrid --out qa.json
     """
     path = data or default_data()
-    convs, dropped = _load(path, sample_ids, limit, split)
+    try:
+        dataset = load_locomo(path)
+    except ConfigurationError as exc:
+        raise click.ClickException(str(exc)) from exc
+    convs = dataset.select(sample_ids.split(",") if sample_ids else None, limit, split)
+    dropped = dataset.dropped_evidence
+    click.echo(
+        f"split {split}: {len(convs)} conversations ({', '.join(c.sample_id for c in convs)}), "
+        f"{sum(len(c.questions) for c in convs)} questions from {path}; "
+        f"dropped {len(dropped)} unresolvable evidence ids: {dropped}"
+    )
     run_dir.mkdir(parents=True, exist_ok=True)
     payload: dict[str, Any] = {
         "dataset": {
@@ -218,33 +225,8 @@ def locomo(
             click.echo(f"wrote {png}")
 
 
-def _load(
-    path: Path, sample_ids: str | None, limit: int | None, split: str
-) -> tuple[list[Any], list[tuple[str, str]]]:
-    """The conversations of one split (and ids, limit), and the dropped evidence ids."""
-    from ..bench.locomo.loader import load_locomo
-    from ..errors import ConfigurationError
-
-    try:
-        dataset = load_locomo(path)
-    except ConfigurationError as exc:
-        raise click.ClickException(str(exc)) from exc
-    convs = dataset.select(
-        sample_ids.split(",") if sample_ids else None,
-        limit,
-        "dev" if split == "dev" else "test" if split == "test" else "all",
-    )
-    dropped = dataset.dropped_evidence
-    click.echo(
-        f"split {split}: {len(convs)} conversations ({', '.join(c.sample_id for c in convs)}), "
-        f"{sum(len(c.questions) for c in convs)} questions from {path}; "
-        f"dropped {len(dropped)} unresolvable evidence ids: {dropped}"
-    )
-    return convs, dropped
-
-
 def _run_retrieval(
-    convs: list[Any],
+    convs: list[Conversation],
     arms: str | None,
     ablation: bool,
     run_dir: Path,
@@ -290,7 +272,7 @@ def _run_retrieval(
         _service_factory(backend, run_dir),
         embeddings,
         run_dir / "retrieval",
-        progress=_progress,
+        progress=progress,
         resume=not fresh,
     )
     payload["arms"].update(results)
@@ -317,7 +299,7 @@ def _qa_embeddings(run_dir: Path, chosen: list[str]) -> tuple[Any, str | None]:
 
 
 def _run_qa(
-    convs: list[Any],
+    convs: list[Conversation],
     arms: str | None,
     run_dir: Path,
     backend: str,
@@ -357,7 +339,7 @@ def _run_qa(
                 embeddings,
                 run_dir / "qa" / f"{name}.jsonl",
                 top_k=k or 10,
-                progress=_progress,
+                progress=progress,
                 extract_model=extract_model,
                 extraction_dir=extraction_dir,
                 max_passes=max_passes,

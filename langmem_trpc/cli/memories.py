@@ -21,6 +21,7 @@ from ._common import (
     open_service,
     plural,
     reports_errors,
+    split_commas,
     user_options,
 )
 from ._output import (
@@ -41,10 +42,6 @@ MIN_PREFIX = 8
 CLI_SOURCE = Source(actor="cli")
 
 
-def _split(values: tuple[str, ...]) -> list[str]:
-    return [part.strip() for value in values for part in value.split(",") if part.strip()]
-
-
 def _content_options(func: F) -> F:
     """--topic(s), --event-time, --participant, --location (see `_content`)."""
     func = click.option("--location", help="Where an episode happened.")(func)
@@ -63,11 +60,11 @@ def _content_options(func: F) -> F:
 
 
 def _content(options: dict[str, Any]) -> dict[str, Any]:
-    """The content options as service fields: topics split at commas, participants a list."""
+    """The content options as service fields (topics split at commas); None where not given."""
     return {
         **options,
-        "topics": _split(options["topics"]),
-        "participants": list(options["participants"]),
+        "topics": split_commas(*options["topics"]) or None,
+        "participants": list(options["participants"]) or None,
     }
 
 
@@ -177,8 +174,6 @@ def memories_update(
     if text is None and not (kind or any(content.values())):
         raise click.UsageError("give a new TEXT or at least one field to change")
     fields = _content(content)
-    fields["topics"] = fields["topics"] or None  # not given: kept
-    fields["participants"] = fields["participants"] or None
     with open_service(db) as svc:
         target = resolve_id(svc, user, memory_id)
         current = svc.get(user, target)

@@ -85,6 +85,6 @@ def import_memories(db: str | None, source: str) -> None:
     with open_service(db) as svc:
         with click.open_file(source, "rb") as lines:
             records = checked_records(lines, svc, CLI_LIMITS)
-        for record in progress(records, total=len(records), label="importing"):
+        for record in progress(records, "importing", len(records)):
             svc.restore(record.entry.user, record.entry, record.history)
     click.echo(f"imported {len(records)} {plural(len(records), 'memory', 'memories')}")

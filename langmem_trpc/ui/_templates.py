@@ -30,12 +30,11 @@ button.danger{background:#c7392f;border-color:#c7392f}button.plain{background:#f
 del{background:#fbd5d2;text-decoration:line-through}ins{background:#cdeed6;text-decoration:none}
 .muted{color:#7a8295}.card{background:#fff;border:1px solid #dde1e8;padding:12px;margin-bottom:12px}
 .grid{display:grid;grid-template-columns:repeat(auto-fit,minmax(220px,1fr));gap:10px}
-.flash{background:#e6f4ea;border:1px solid #a8d5b5;padding:8px 12px;margin-bottom:12px}
 .up{color:#177245}.down{color:#c7392f}
 </style></head><body>
 <header><b>langmem-trpc</b><a href="/">users</a><a href="/worker">worker</a>
 <span class="muted">{{ backend }}</span>{% if read_only %}<span class="badge ro">read-only</span>{% endif %}</header>
-<main>{% if flash %}<div class="flash">{{ flash }}</div>{% endif %}{% block body %}{% endblock %}</main>
+<main>{% block body %}{% endblock %}</main>
 </body></html>"""
 
 INDEX = """{% extends "base" %}{% block title %}Users{% endblock %}{% block body %}

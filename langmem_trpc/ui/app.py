@@ -32,7 +32,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from ..cli._common import validation_problem
+from ..cli._common import split_commas, validation_problem
 from ..errors import InvalidInputError, LangmemTrpcError, MemoryNotFoundError
 from ..integration.tools import parse_date
 from ..service.protocol import MemoryService
@@ -96,10 +96,6 @@ def _event_view(event: HistoryEvent) -> dict[str, Any]:
     }
 
 
-def _split(value: str | None) -> list[str]:
-    return [part.strip() for part in (value or "").split(",") if part.strip()]
-
-
 def _kind(value: str | None) -> Kind | None:
     if not value:
         return None
@@ -137,30 +133,26 @@ class _UI:
         self.read_only = read_only
         self.env = Environment(loader=DictLoader(TEMPLATES), autoescape=True)
         self.env.filters["ts"] = _ts
-        self.backend = type(service).__name__
+        self.env.globals.update(  # what every page shows or posts
+            token=token,
+            read_only=read_only,
+            backend=type(service).__name__,
+            kinds=[k.value for k in Kind],
+        )
 
     # -- plumbing -------------------------------------------------------------
 
     def page(self, name: str, status: int = 200, **context: Any) -> HTMLResponse:
         if "user" in context:  # every per-user page links back with the user's query string
             context["qs"] = self.qs(context["user"])
-        html = self.env.get_template(name).render(
-            token=self.token,
-            read_only=self.read_only,
-            backend=self.backend,
-            kinds=[k.value for k in Kind],
-            **context,
-        )
+        html = self.env.get_template(name).render(**context)
         return HTMLResponse(html, status_code=status, headers={"Content-Security-Policy": CSP})
 
     def user_of(self, request: Request) -> UserKey:
         app, user = request.query_params.get("app"), request.query_params.get("user")
         if not app or not user:
             raise HTTPException(400, "name the user: ?app=APP&user=USER")
-        try:
-            return UserKey(app, user)
-        except (LangmemTrpcError, ValidationError) as exc:
-            raise HTTPException(400, _message(exc)) from None
+        return UserKey(app, user)  # a bad one is a 400 page (`_guarded`)
 
     @staticmethod
     def qs(user: UserKey) -> str:
@@ -232,7 +224,6 @@ class _UI:
         events = await self.service.ahistory(user, memory_id) if memory_id else []
         if entry is None and not events:
             raise HTTPException(404, f"no memory {memory_id!r} for user {user.user_id!r}")
-        restorable = entry is None and bool(events) and events[-1].text_before is not None
         return self.page(
             "memory",
             user=user,
@@ -240,7 +231,7 @@ class _UI:
             memory_id=memory_id,
             entry=entry,
             events=[_event_view(e) for e in events],
-            restorable=restorable,
+            restorable=entry is None and events[-1].text_before is not None,  # events: not empty
         )
 
     async def search_page(self, request: Request) -> Response:
@@ -316,8 +307,8 @@ class _UI:
     async def edit(self, request: Request) -> Response:
         form, user, memory_id = await self._memory_write(request)
         fields: dict[str, Any] = {
-            "topics": _split(str(form.get("topics") or "")),
-            "participants": _split(str(form.get("participants") or "")),
+            "topics": split_commas(str(form.get("topics") or "")),
+            "participants": split_commas(str(form.get("participants") or "")),
             "location": str(form.get("location") or "").strip() or None,
             "source": UI_SOURCE,
         }

@@ -117,7 +117,6 @@ def _plain_answerer(
 
 def _extraction_fields(extracted: ExtractedConversation, questions: int) -> dict[str, Any]:
     """Per-session extractor operations and the extraction cost shared by the conversation's questions."""
-    totals = extracted.totals
     return {
         "memories": len(extracted.memory_session),
         "extraction": [
@@ -125,9 +124,7 @@ def _extraction_fields(extracted: ExtractedConversation, questions: int) -> dict
             | {"calls": s["usage"]["calls"]}
             for s in extracted.sessions
         ],
-        "extraction_amortised": {
-            k: totals[k] / questions for k in ("calls", "prompt", "completion", "cached", "seconds")
-        },
+        "extraction_amortised": {k: v / questions for k, v in extracted.totals.items()},
     }
 
 
@@ -229,7 +226,6 @@ def summarize_qa(rows: list[dict[str, Any]]) -> dict[str, Any]:
         extraction["memories_per_conversation"] = sum(memories.values()) / len(memories)
         cost["extraction"] = extraction
         cost["tool_calls_per_q"] = sum(len(r.get("tool_calls", ())) for r in rows) / n
-        for key, name in names.items():
-            answer_key = "calls_per_q" if key == "calls" else f"{name}_per_q"
-            cost[f"total_{name}_per_q"] = cost[answer_key] + extraction[f"{name}_per_q"]
+        for name in names.values():  # the answer's cost plus the extraction's
+            cost[f"total_{name}_per_q"] = cost[f"{name}_per_q"] + extraction[f"{name}_per_q"]
     return {"f1": aggregate((r["category"], r["score"]) for r in rows), "cost": cost}
