@@ -132,7 +132,7 @@ def _select(user: UserKey, preload: int, query: str) -> Plan[list[Entry]]:
         return probe
     if query:
         options = SearchOptions(
-            query=query, max_results=min(preload, _MAX_RESULTS), deduplicate=True, hybrid=True
+            max_results=min(preload, _MAX_RESULTS), deduplicate=True, hybrid=True
         )
         try:
             hits: list[Entry] = yield Call("search", (user, query, options))

@@ -39,14 +39,6 @@ __all__ = ["DEFAULT_TOOLS", "TOOL_NAMES", "create_memory_tools"]
 
 logger = logging.getLogger(__name__)
 
-TOOL_NAMES = (
-    "memory_search",
-    "memory_load",
-    "memory_add",
-    "memory_update",
-    "memory_delete",
-    "memory_clear",
-)
 DEFAULT_TOOLS = ("memory_search", "memory_load")
 _SCOPE = (
     "All memory tools operate only on memories already scoped to the current app and current user."
@@ -157,6 +149,7 @@ _DESCRIPTIONS = {
     "memory_clear": f"Delete ALL memories of the user. {_SCOPE} Use it only when the user "
     "explicitly asks to forget everything or reset saved context.",
 }
+TOOL_NAMES = tuple(_DESCRIPTIONS)
 
 
 # -- one plan per tool invocation (`_calls`: written once, run sync or async) ---------
@@ -238,7 +231,6 @@ def _search(user: UserKey, runtime: ToolRuntime[Any], a: dict[str, Any]) -> Resu
         message = f"memory_search: invalid time range: {exc.field} {exc.problem}"
         raise ToolException(message) from None
     options = SearchOptions(
-        query=query,
         kind=a.get("kind"),
         time_after=after,
         time_before=before,
