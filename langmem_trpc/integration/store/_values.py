@@ -216,8 +216,7 @@ def to_item(entry: Entry) -> Item:
     """The store view of a memory (store-written or not)."""
     stored = store_meta(entry)
     if stored is not None:
-        value = deepcopy(dict(stored["value"]))
-        key, scope = str(stored["key"]), tuple(stored.get("scope") or ())
+        value, key = deepcopy(dict(stored["value"])), str(stored["key"])
     else:
         memory = entry.memory
         value = {
@@ -226,11 +225,11 @@ def to_item(entry: Entry) -> Item:
             "topics": list(memory.topics),
             **event_fields(memory),
         }
-        key, scope = entry.id, ()
+        key = entry.id
     return Item(
         value=value,
         key=key,
-        namespace=(entry.app_name, entry.user_id, *scope),
+        namespace=namespace_of(entry),
         created_at=entry.created_at,
         updated_at=entry.updated_at,
     )
