@@ -188,10 +188,9 @@ class _TurnCache:
     def drop(self, user: UserKey | None = None) -> None:
         """Forget the blocks of `user` (every block when None)."""
         with self._lock:
-            for key in [
-                k for k in self._items if user is None or k[:2] == (user.app_name, user.user_id)
-            ]:
-                del self._items[key]
+            for key in list(self._items):
+                if user is None or key[:2] == (user.app_name, user.user_id):
+                    del self._items[key]
 
 
 READ_ONLY_TOOLS = frozenset({"memory_search", "memory_load"})

@@ -59,30 +59,26 @@ class TTLSweeper:
         self._interval = max(0.001, float(interval_minutes)) * 60.0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._future: concurrent.futures.Future[None] | None = None
+        self._future: concurrent.futures.Future[None] = concurrent.futures.Future()
 
     def start(self) -> concurrent.futures.Future[None]:
-        if self._thread is not None and self._thread.is_alive() and self._future is not None:
+        if self._thread is not None and self._thread.is_alive():
             return self._future
         self._stop.clear()
-        future: concurrent.futures.Future[None] = concurrent.futures.Future()
-        future.add_done_callback(lambda f: self._stop.set() if f.cancelled() else None)
-        self._future = future
+        self._future = concurrent.futures.Future()
+        self._future.add_done_callback(lambda f: self._stop.set() if f.cancelled() else None)
         self._thread = threading.Thread(
-            target=self._loop, args=(future,), name="memorystore-ttl", daemon=True
+            target=self._loop, args=(self._future,), name="memorystore-ttl", daemon=True
         )
         self._thread.start()
-        return future
+        return self._future
 
     def stop(self, timeout: float | None = None) -> bool:
         """Signal the loop and join it; True when it has stopped."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout)
-            if self._thread.is_alive():
-                return False
-            self._thread = None
-        return True
+        return self._thread is None or not self._thread.is_alive()
 
     def _loop(self, future: concurrent.futures.Future[None]) -> None:
         while not self._stop.wait(self._interval):
