@@ -124,11 +124,8 @@ def _select(user: UserKey, preload: int, query: str) -> Plan[list[Entry]]:
     current user message for N, falling back to the N most recent."""
     if preload == 0:
         return []
-    if preload < 0:
-        everything: list[Entry] = yield Call("read", (user,))
-        return everything
-    probe: list[Entry] = yield Call("read", (user, preload + 1))
-    if len(probe) <= preload:
+    probe: list[Entry] = yield Call("read", (user,) if preload < 0 else (user, preload + 1))
+    if preload < 0 or len(probe) <= preload:
         return probe
     if query:
         options = SearchOptions(

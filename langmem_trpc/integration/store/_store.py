@@ -30,7 +30,7 @@ from ..identity import authenticated_user_id
 from . import _read
 from ._reconcile import reconcile_put
 from ._spaces import NamespaceCache
-from ._ttl import TTLSweeper, deadline, expired, needs_refresh, ttl_of
+from ._ttl import TTLSweeper, deadline, needs_refresh, ttl_of
 from ._values import (
     META,
     addresses,
@@ -181,7 +181,7 @@ class MemoryStore(BaseStore):
     def _get(self, op: GetOp) -> Item | None:
         user, scope = _split(op.namespace)
         entry = self.resolve(user, scope, op.key)
-        if entry is None or expired(entry):
+        if entry is None:
             return None
         if op.refresh_ttl:
             self.refresh([entry])

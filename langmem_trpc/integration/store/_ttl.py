@@ -19,14 +19,14 @@ from ...service._core import utcnow
 from ...types import Entry
 from ._values import store_meta
 
-__all__ = ["TTLSweeper", "deadline", "expired", "needs_refresh", "ttl_of"]
+__all__ = ["TTLSweeper", "deadline", "needs_refresh", "ttl_of"]
 
 logger = logging.getLogger(__name__)
 
 
-def deadline(ttl: float | None, now: datetime | None = None) -> datetime | None:
+def deadline(ttl: float | None) -> datetime | None:
     """When an item put (or refreshed) now with `ttl` minutes expires; None without a TTL."""
-    return None if ttl is None else (now or utcnow()) + timedelta(minutes=float(ttl))
+    return None if ttl is None else utcnow() + timedelta(minutes=float(ttl))
 
 
 def ttl_of(entry: Entry) -> float | None:
@@ -36,18 +36,13 @@ def ttl_of(entry: Entry) -> float | None:
     return float(ttl) if isinstance(ttl, (int, float)) and not isinstance(ttl, bool) else None
 
 
-def expired(entry: Entry, now: datetime | None = None) -> bool:
-    at = entry.expires_at
-    return at is not None and at <= (now or utcnow())
-
-
-def needs_refresh(entry: Entry, now: datetime | None = None) -> bool:
+def needs_refresh(entry: Entry) -> bool:
     """Whether a refreshing read should push this item's expiry forward now."""
     ttl, at = ttl_of(entry), entry.expires_at
     if ttl is None or at is None:
         return False
     span = timedelta(minutes=ttl)
-    return at - (now or utcnow()) < span - max(timedelta(seconds=1), span / 10)
+    return at - utcnow() < span - max(timedelta(seconds=1), span / 10)
 
 
 class TTLSweeper:
