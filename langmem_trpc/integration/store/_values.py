@@ -37,6 +37,9 @@ __all__ = [
     "to_item",
 ]
 
+_KINDS = (Kind.FACT.value, Kind.EPISODE.value)
+"""The `kind` values that fill the memory's kind, spelled exactly ("Fact" stays in the value only)."""
+
 META = "langgraph_store"
 """The metadata key under which a store-written memory keeps scope, key and value."""
 
@@ -138,18 +141,11 @@ def _text_field(value: Mapping[str, Any], fields: Sequence[str]) -> str | None:
 def memory_fields(value: Mapping[str, Any], limits: Limits) -> dict[str, Any]:
     """Memory fields a value carries; one the service would refuse (65 topics, a bad
     date) is left out of the index, the value keeps it."""
-    candidates: dict[str, Any] = {}
-    if value.get("kind") in (Kind.FACT.value, Kind.EPISODE.value):
-        candidates["kind"] = value["kind"]
-    for name in ("topics", "participants"):
-        items = value.get(name)
-        if isinstance(items, list) and all(isinstance(t, str) for t in items):
-            candidates[name] = items
-    for name in ("location", "event_time"):
-        if isinstance(value.get(name), str):
-            candidates[name] = value[name]
     out: dict[str, Any] = {}
-    for name, field in candidates.items():
+    for name in ("kind", "topics", "participants", "location", "event_time"):
+        field = value.get(name)
+        if field is None or (name == "kind" and field not in _KINDS):
+            continue
         try:
             memory = build_memory("x", limits=limits, **{name: field})
         except InvalidInputError:
