@@ -158,12 +158,10 @@ def memory_fields(value: Mapping[str, Any], limits: Limits) -> dict[str, Any]:
 
 
 def _as_uuid(key: str) -> uuid.UUID | None:
-    if 32 <= len(key) <= 45:
-        try:
-            return uuid.UUID(key)
-        except ValueError:
-            pass
-    return None
+    try:
+        return uuid.UUID(key) if 32 <= len(key) <= 45 else None
+    except ValueError:  # not hex, or not 32 digits
+        return None
 
 
 def canonical_key(key: str) -> str:
@@ -203,9 +201,8 @@ def addresses(entry: Entry, scope: Sequence[str], key: str) -> bool:
     stored = store_meta(entry)
     if stored is None:
         return not scope and canonical_key(key) in {entry.id, canonical_key(entry.id)}
-    return list(stored.get("scope") or ()) == list(scope) and canonical_key(
-        str(stored.get("key"))
-    ) == canonical_key(key)
+    same_key = canonical_key(str(stored.get("key"))) == canonical_key(key)
+    return same_key and list(stored.get("scope") or ()) == list(scope)
 
 
 def to_item(entry: Entry) -> Item:
