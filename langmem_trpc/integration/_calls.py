@@ -35,17 +35,12 @@ def each(calls: Iterable[Call]) -> Plan[list[Any]]:
     return results
 
 
-def _resume(plan: Plan[T], result: Any, error: Exception | None) -> Call:
-    """The plan's next call, once sent `result` (or thrown `error`); StopIteration at its end."""
-    return plan.send(result) if error is None else plan.throw(error)
-
-
 def drive(service: Any, plan: Plan[T]) -> T:
     """Run `plan` to its end with the service's sync methods."""
     result, error = None, None
     try:
         while True:
-            call = _resume(plan, result, error)
+            call = plan.send(result) if error is None else plan.throw(error)
             try:
                 result, error = getattr(service, call.method)(*call.args, **call.kwargs), None
             except Exception as exc:
@@ -60,7 +55,7 @@ async def adrive(service: Any, plan: Plan[T]) -> T:
     result, error = None, None
     try:
         while True:
-            call = _resume(plan, result, error)
+            call = plan.send(result) if error is None else plan.throw(error)
             try:
                 method = getattr(service, "a" + call.method)
                 result, error = await method(*call.args, **call.kwargs), None

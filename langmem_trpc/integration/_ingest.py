@@ -40,29 +40,26 @@ def job(user: UserKey | None, thread_id: object, value: object) -> Job | None:
     return user, str(thread_id), messages
 
 
-def hand_off(worker: IngestWorker, job: Job | None) -> bool:
+def hand_off(worker: IngestWorker, job: Job | None) -> None:
     """Enqueue `job` (if any); log and swallow any failure (a run never fails for memory)."""
-    if job is None:
-        return False
-    try:
-        worker.enqueue(*job)
-    except Exception:
-        return _failed(job)
-    return True
+    if job is not None:
+        try:
+            worker.enqueue(*job)
+        except Exception:
+            _failed(job)
 
 
-def _failed(job: Job) -> bool:
+def _failed(job: Job) -> None:
     logger.warning("could not enqueue memory job for %s thread %s", *job[:2], exc_info=True)
-    return False
 
 
-async def ahand_off(worker: IngestWorker, job: Job | None) -> bool:
+async def ahand_off(worker: IngestWorker, job: Job | None) -> None:
     """Async twin of `hand_off`; uses `aenqueue` when the worker has one."""
     aenqueue = getattr(worker, "aenqueue", None)
     if aenqueue is None or job is None:
-        return hand_off(worker, job)
+        hand_off(worker, job)
+        return
     try:
         await aenqueue(*job)
     except Exception:
-        return _failed(job)
-    return True
+        _failed(job)

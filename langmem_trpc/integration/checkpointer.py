@@ -59,16 +59,12 @@ def run_finished(
 
 
 class MemoryCheckpointer(BaseCheckpointSaver[Any]):
-    """Wrap `inner`; after each completed run, enqueue the thread for extraction.
+    """Wrap `inner`; after each completed run, enqueue the thread with `worker`
+    (an `AutoMemoryWorker`, or a `PostgresJobQueue` for `langmem-trpc worker`).
 
     Identity comes from `resolve_identity` on the run's config; without one, or
     without a thread id, the hook does nothing. It never raises: a failing
-    worker is logged and the run goes on.
-
-    Args:
-        worker: an `AutoMemoryWorker`, or a `PostgresJobQueue` for extraction in
-            `langmem-trpc worker` processes.
-        app_name: default app name when the run names none.
+    worker is logged and the run goes on. Arguments: docs/configuration.md.
     """
 
     def __new__(

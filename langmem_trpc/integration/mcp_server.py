@@ -13,6 +13,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from langchain_core.messages import ToolMessage
+from langchain_core.messages.tool import tool_call
 from langchain_core.tools import BaseTool
 from langgraph.prebuilt import ToolRuntime
 
@@ -40,18 +41,6 @@ def mcp_identity(app_name: str, user_id: str | None) -> UserKey | None:
     return UserKey(app_name, user_id) if user_id else None
 
 
-def _runtime(user: UserKey | None, call_id: str) -> ToolRuntime[Any]:
-    configurable = {"app_name": user.app_name, "user_id": user.user_id} if user else {}
-    return ToolRuntime(
-        state={},
-        context=None,
-        config={"configurable": {**configurable, "thread_id": "mcp"}},
-        stream_writer=lambda _: None,
-        tool_call_id=call_id,
-        store=None,
-    )
-
-
 def _schema(tool: BaseTool) -> dict[str, Any]:
     out: dict[str, Any] = tool.tool_call_schema.model_json_schema()  # type: ignore[union-attr]
     out.pop("title", None)
@@ -63,15 +52,17 @@ async def call_memory_tool(
     tool: BaseTool, arguments: dict[str, Any], user: UserKey | None, call_id: str = "mcp"
 ) -> tuple[str, bool]:
     """Run one memory tool as an agent's ToolNode would; (text, is_error)."""
-    call = {
-        "name": tool.name,
-        "args": {**arguments, "runtime": _runtime(user, call_id)},  # never the client's runtime
-        "id": call_id,
-        "type": "tool_call",
-    }
-    message = await tool.ainvoke(call)
-    if not isinstance(message, ToolMessage):  # pragma: no cover - tool_call input
-        return json.dumps(message, default=str), False
+    configurable = {"app_name": user.app_name, "user_id": user.user_id} if user else {}
+    runtime: ToolRuntime[Any] = ToolRuntime(  # ours, never the client's
+        state={},
+        context=None,
+        config={"configurable": {**configurable, "thread_id": "mcp"}},
+        stream_writer=lambda _: None,
+        tool_call_id=call_id,
+        store=None,
+    )
+    call = tool_call(name=tool.name, args={**arguments, "runtime": runtime}, id=call_id)
+    message: ToolMessage = await tool.ainvoke(call)
     text = message.content if isinstance(message.content, str) else json.dumps(message.content)
     return text, message.status == "error"
 
@@ -83,12 +74,9 @@ def build_mcp_server(
     user_id: str | None = None,
     allow_writes: bool = False,
 ) -> Any:
-    """An `mcp.server.lowlevel.Server` serving the memory tools for one identity.
-
-    Args:
-        service: the memory service (the caller closes it).
-        user_id: the fixed user; None to require an authenticated client.
-        allow_writes: also serve `memory_add`, `memory_update`, `memory_delete`.
+    """An `mcp.server.lowlevel.Server` serving the memory tools for one identity: the
+    authenticated client, else `user_id` (None requires one). `allow_writes` also
+    serves the add, update and delete tools; the caller closes `service`.
     """
     try:
         import mcp_types as types

@@ -124,15 +124,12 @@ def _select(user: UserKey, preload: int, query: str) -> Plan[list[Entry]]:
     current user message for N, falling back to the N most recent."""
     if preload == 0:
         return []
-    if preload < 0:
-        everything: list[Entry] = yield Call("read", (user,))
-        return everything
-    probe: list[Entry] = yield Call("read", (user, preload + 1))
-    if len(probe) <= preload:
+    probe: list[Entry] = yield Call("read", (user,) if preload < 0 else (user, preload + 1))
+    if preload < 0 or len(probe) <= preload:
         return probe
     if query:
         options = SearchOptions(
-            query=query, max_results=min(preload, _MAX_RESULTS), deduplicate=True, hybrid=True
+            max_results=min(preload, _MAX_RESULTS), deduplicate=True, hybrid=True
         )
         try:
             hits: list[Entry] = yield Call("search", (user, query, options))
@@ -188,10 +185,9 @@ class _TurnCache:
     def drop(self, user: UserKey | None = None) -> None:
         """Forget the blocks of `user` (every block when None)."""
         with self._lock:
-            for key in [
-                k for k in self._items if user is None or k[:2] == (user.app_name, user.user_id)
-            ]:
-                del self._items[key]
+            for key in list(self._items):
+                if user is None or key[:2] == (user.app_name, user.user_id):
+                    del self._items[key]
 
 
 READ_ONLY_TOOLS = frozenset({"memory_search", "memory_load"})

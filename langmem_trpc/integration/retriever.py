@@ -23,6 +23,7 @@ from langchain_core.vectorstores import VectorStore
 from pydantic import ConfigDict, ValidationError
 
 from ..errors import ConfigurationError, InvalidInputError
+from ..service._core import check_user
 from ..service.protocol import MemoryService
 from ..types import Entry, Kind, Memory, SearchOptions, UserKey
 from ._calls import Call, Plan, adrive, drive, each
@@ -116,7 +117,6 @@ class MemoryRetriever(BaseRetriever):
 
     def _search(self, query: str) -> Plan[list[Document]]:
         options = search_options(self.user, self.k, self.search_kwargs)
-        options = options.model_copy(update={"query": query})
         return [entry_document(e) for e in (yield Call("search", (self.user, query, options)))]
 
     def _get_relevant_documents(
@@ -141,8 +141,7 @@ def create_retriever(
     **search_kwargs: Any,
 ) -> MemoryRetriever:
     """A `MemoryRetriever` for `user` (what `service.as_retriever` returns)."""
-    if not isinstance(user, UserKey):
-        raise InvalidInputError("user", f"expected a UserKey, got {type(user).__name__}")
+    check_user(user)
     extra = {"kind": kind, "time_after": time_after, "time_before": time_before}
     search_kwargs.update({key: value for key, value in extra.items() if value is not None})
     search_options(user, k, search_kwargs)  # bad options fail here, not at the first query
@@ -160,10 +159,8 @@ class MemoryVectorStore(VectorStore):
     def __init__(
         self, service: MemoryService, user: UserKey, *, embeddings: Embeddings | None = None
     ) -> None:
-        if not isinstance(user, UserKey):
-            raise InvalidInputError("user", f"expected a UserKey, got {type(user).__name__}")
         self._service = service
-        self._user = user
+        self._user = check_user(user)
         self._embeddings = embeddings
 
     @property

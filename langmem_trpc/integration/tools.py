@@ -39,14 +39,6 @@ __all__ = ["DEFAULT_TOOLS", "TOOL_NAMES", "create_memory_tools"]
 
 logger = logging.getLogger(__name__)
 
-TOOL_NAMES = (
-    "memory_search",
-    "memory_load",
-    "memory_add",
-    "memory_update",
-    "memory_delete",
-    "memory_clear",
-)
 DEFAULT_TOOLS = ("memory_search", "memory_load")
 _SCOPE = (
     "All memory tools operate only on memories already scoped to the current app and current user."
@@ -157,6 +149,7 @@ _DESCRIPTIONS = {
     "memory_clear": f"Delete ALL memories of the user. {_SCOPE} Use it only when the user "
     "explicitly asks to forget everything or reset saved context.",
 }
+TOOL_NAMES = tuple(_DESCRIPTIONS)
 
 
 # -- one plan per tool invocation (`_calls`: written once, run sync or async) ---------
@@ -238,7 +231,6 @@ def _search(user: UserKey, runtime: ToolRuntime[Any], a: dict[str, Any]) -> Resu
         message = f"memory_search: invalid time range: {exc.field} {exc.problem}"
         raise ToolException(message) from None
     options = SearchOptions(
-        query=query,
         kind=a.get("kind"),
         time_after=after,
         time_before=before,
@@ -442,17 +434,11 @@ def create_memory_tools(
     *,
     app_name: str | None = None,
 ) -> list[BaseTool]:
-    """Build the memory tools to bind to an agent.
+    """The memory tools named in `include` (in that order), to bind to an agent.
 
     The default, the read tools, suits a background worker that writes the
-    memories; name the write tools for agentic mode.
-
-    Args:
-        include: tool names, in the order returned.
-        app_name: default app when the run's context/config names none.
-
-    Raises:
-        ConfigurationError: an unknown tool name, or a name given twice.
+    memories; name the write tools for agentic mode. An unknown or repeated
+    name is a `ConfigurationError`; `app_name` is the default app.
     """
     names = list(include)
     unknown = [n for n in names if n not in TOOL_NAMES]

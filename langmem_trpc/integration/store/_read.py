@@ -17,7 +17,6 @@ from langgraph.store.base import ListNamespacesOp, SearchItem, SearchOp
 
 from ...types import Entry, SearchOptions, UserKey
 from ._filters import matches, matches_condition
-from ._ttl import expired
 from ._values import indexed, namespace_of, store_meta, to_item
 
 if TYPE_CHECKING:
@@ -35,11 +34,7 @@ def _value_of(entry: Entry) -> Mapping[str, Any]:
 
 
 def _fits(entry: Entry, prefix: tuple[str, ...], filter: Mapping[str, Any] | None) -> bool:
-    return (
-        namespace_of(entry)[: len(prefix)] == prefix
-        and not expired(entry)
-        and matches(_value_of(entry), filter)
-    )
+    return namespace_of(entry)[: len(prefix)] == prefix and matches(_value_of(entry), filter)
 
 
 def users_for(store: MemoryStore, prefix: tuple[str, ...], access: Access | None) -> list[UserKey]:
@@ -81,9 +76,7 @@ def _ranked(
     floor = store.min_score
     size = min(max(need * 4 if narrowed else need, 1), _MAX_RESULTS)
     while True:
-        options = SearchOptions(
-            max_results=size, similarity_threshold=0.0 if floor is None else floor, hybrid=True
-        )
+        options = SearchOptions(max_results=size, similarity_threshold=floor or 0.0, hybrid=True)
         hits = store.service.search(user, (op.query or "").strip(), options)
         ranked = [(e, e.score or 0.0) for e in hits if indexed(e) and _fits(e, prefix, op.filter)]
         if len(ranked) >= need or len(hits) < size or size >= _MAX_RESULTS:

@@ -16,7 +16,6 @@ from datetime import datetime
 from ...service._core import utcnow
 from ...service.protocol import MemoryService
 from ...types import UserKey
-from ._ttl import expired
 from ._values import namespace_of
 
 __all__ = ["NamespaceCache"]
@@ -54,7 +53,7 @@ class NamespaceCache:
             ):
                 self._sets.move_to_end(user)
                 return cached.spaces
-        entries = [e for e in service.read(user) if not expired(e, now)]
+        entries = service.read(user)  # the service hides expired items
         expiries = [e.expires_at for e in entries if e.expires_at is not None]
         fresh = _Cached(
             stamp, frozenset(namespace_of(e) for e in entries), min(expiries, default=None)

@@ -30,7 +30,7 @@ from ..identity import authenticated_user_id
 from . import _read
 from ._reconcile import reconcile_put
 from ._spaces import NamespaceCache
-from ._ttl import TTLSweeper, deadline, expired, needs_refresh, ttl_of
+from ._ttl import TTLSweeper, deadline, needs_refresh, ttl_of
 from ._values import (
     META,
     addresses,
@@ -88,14 +88,7 @@ def _split(namespace: Sequence[str]) -> tuple[UserKey, tuple[str, ...]]:
 class MemoryStore(BaseStore):
     """A LangGraph `BaseStore` over a `MemoryService` (sync and async).
 
-    Args:
-        text_fields: value fields that hold the memory text, in order of preference.
-        reconcile: run the worker's "merge_similar" reconcile on a put under a
-            new key (a paraphrase updates the existing memory); off by default.
-        ttl: LangGraph's `TTLConfig` (`default_ttl` minutes, `refresh_on_read`,
-            `sweep_interval_minutes`).
-        min_score: opt-in relevance floor for query search (0-1); by default a
-            query search returns the `limit` best items, as `InMemoryStore` does.
+    Arguments (`text_fields`, `reconcile`, `ttl`, `min_score`): docs/configuration.md.
     """
 
     supports_ttl = True
@@ -188,7 +181,7 @@ class MemoryStore(BaseStore):
     def _get(self, op: GetOp) -> Item | None:
         user, scope = _split(op.namespace)
         entry = self.resolve(user, scope, op.key)
-        if entry is None or expired(entry):
+        if entry is None:
             return None
         if op.refresh_ttl:
             self.refresh([entry])

@@ -19,14 +19,14 @@ from ...service._core import utcnow
 from ...types import Entry
 from ._values import store_meta
 
-__all__ = ["TTLSweeper", "deadline", "expired", "needs_refresh", "ttl_of"]
+__all__ = ["TTLSweeper", "deadline", "needs_refresh", "ttl_of"]
 
 logger = logging.getLogger(__name__)
 
 
-def deadline(ttl: float | None, now: datetime | None = None) -> datetime | None:
+def deadline(ttl: float | None) -> datetime | None:
     """When an item put (or refreshed) now with `ttl` minutes expires; None without a TTL."""
-    return None if ttl is None else (now or utcnow()) + timedelta(minutes=float(ttl))
+    return None if ttl is None else utcnow() + timedelta(minutes=float(ttl))
 
 
 def ttl_of(entry: Entry) -> float | None:
@@ -36,18 +36,13 @@ def ttl_of(entry: Entry) -> float | None:
     return float(ttl) if isinstance(ttl, (int, float)) and not isinstance(ttl, bool) else None
 
 
-def expired(entry: Entry, now: datetime | None = None) -> bool:
-    at = entry.expires_at
-    return at is not None and at <= (now or utcnow())
-
-
-def needs_refresh(entry: Entry, now: datetime | None = None) -> bool:
+def needs_refresh(entry: Entry) -> bool:
     """Whether a refreshing read should push this item's expiry forward now."""
     ttl, at = ttl_of(entry), entry.expires_at
     if ttl is None or at is None:
         return False
     span = timedelta(minutes=ttl)
-    return at - (now or utcnow()) < span - max(timedelta(seconds=1), span / 10)
+    return at - utcnow() < span - max(timedelta(seconds=1), span / 10)
 
 
 class TTLSweeper:
@@ -59,30 +54,26 @@ class TTLSweeper:
         self._interval = max(0.001, float(interval_minutes)) * 60.0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._future: concurrent.futures.Future[None] | None = None
+        self._future: concurrent.futures.Future[None] = concurrent.futures.Future()
 
     def start(self) -> concurrent.futures.Future[None]:
-        if self._thread is not None and self._thread.is_alive() and self._future is not None:
+        if self._thread is not None and self._thread.is_alive():
             return self._future
         self._stop.clear()
-        future: concurrent.futures.Future[None] = concurrent.futures.Future()
-        future.add_done_callback(lambda f: self._stop.set() if f.cancelled() else None)
-        self._future = future
+        self._future = concurrent.futures.Future()
+        self._future.add_done_callback(lambda f: self._stop.set() if f.cancelled() else None)
         self._thread = threading.Thread(
-            target=self._loop, args=(future,), name="memorystore-ttl", daemon=True
+            target=self._loop, args=(self._future,), name="memorystore-ttl", daemon=True
         )
         self._thread.start()
-        return future
+        return self._future
 
     def stop(self, timeout: float | None = None) -> bool:
         """Signal the loop and join it; True when it has stopped."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout)
-            if self._thread.is_alive():
-                return False
-            self._thread = None
-        return True
+        return self._thread is None or not self._thread.is_alive()
 
     def _loop(self, future: concurrent.futures.Future[None]) -> None:
         while not self._stop.wait(self._interval):

@@ -37,6 +37,9 @@ __all__ = [
     "to_item",
 ]
 
+_KINDS = (Kind.FACT.value, Kind.EPISODE.value)
+"""The `kind` values that fill the memory's kind, spelled exactly ("Fact" stays in the value only)."""
+
 META = "langgraph_store"
 """The metadata key under which a store-written memory keeps scope, key and value."""
 
@@ -138,18 +141,11 @@ def _text_field(value: Mapping[str, Any], fields: Sequence[str]) -> str | None:
 def memory_fields(value: Mapping[str, Any], limits: Limits) -> dict[str, Any]:
     """Memory fields a value carries; one the service would refuse (65 topics, a bad
     date) is left out of the index, the value keeps it."""
-    candidates: dict[str, Any] = {}
-    if value.get("kind") in (Kind.FACT.value, Kind.EPISODE.value):
-        candidates["kind"] = value["kind"]
-    for name in ("topics", "participants"):
-        items = value.get(name)
-        if isinstance(items, list) and all(isinstance(t, str) for t in items):
-            candidates[name] = items
-    for name in ("location", "event_time"):
-        if isinstance(value.get(name), str):
-            candidates[name] = value[name]
     out: dict[str, Any] = {}
-    for name, field in candidates.items():
+    for name in ("kind", "topics", "participants", "location", "event_time"):
+        field = value.get(name)
+        if field is None or (name == "kind" and field not in _KINDS):
+            continue
         try:
             memory = build_memory("x", limits=limits, **{name: field})
         except InvalidInputError:
@@ -162,12 +158,10 @@ def memory_fields(value: Mapping[str, Any], limits: Limits) -> dict[str, Any]:
 
 
 def _as_uuid(key: str) -> uuid.UUID | None:
-    if 32 <= len(key) <= 45:
-        try:
-            return uuid.UUID(key)
-        except ValueError:
-            pass
-    return None
+    try:
+        return uuid.UUID(key) if 32 <= len(key) <= 45 else None
+    except ValueError:  # not hex, or not 32 digits
+        return None
 
 
 def canonical_key(key: str) -> str:
@@ -207,17 +201,15 @@ def addresses(entry: Entry, scope: Sequence[str], key: str) -> bool:
     stored = store_meta(entry)
     if stored is None:
         return not scope and canonical_key(key) in {entry.id, canonical_key(entry.id)}
-    return list(stored.get("scope") or ()) == list(scope) and canonical_key(
-        str(stored.get("key"))
-    ) == canonical_key(key)
+    same_key = canonical_key(str(stored.get("key"))) == canonical_key(key)
+    return same_key and list(stored.get("scope") or ()) == list(scope)
 
 
 def to_item(entry: Entry) -> Item:
     """The store view of a memory (store-written or not)."""
     stored = store_meta(entry)
     if stored is not None:
-        value = deepcopy(dict(stored["value"]))
-        key, scope = str(stored["key"]), tuple(stored.get("scope") or ())
+        value, key = deepcopy(dict(stored["value"])), str(stored["key"])
     else:
         memory = entry.memory
         value = {
@@ -226,11 +218,11 @@ def to_item(entry: Entry) -> Item:
             "topics": list(memory.topics),
             **event_fields(memory),
         }
-        key, scope = entry.id, ()
+        key = entry.id
     return Item(
         value=value,
         key=key,
-        namespace=(entry.app_name, entry.user_id, *scope),
+        namespace=namespace_of(entry),
         created_at=entry.created_at,
         updated_at=entry.updated_at,
     )
