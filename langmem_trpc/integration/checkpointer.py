@@ -59,12 +59,16 @@ def run_finished(
 
 
 class MemoryCheckpointer(BaseCheckpointSaver[Any]):
-    """Wrap `inner`; after each completed run, enqueue the thread with `worker`
-    (an `AutoMemoryWorker`, or a `PostgresJobQueue` for `langmem-trpc worker`).
+    """Wrap `inner`; after each completed run, enqueue the thread for extraction.
 
     Identity comes from `resolve_identity` on the run's config; without one, or
     without a thread id, the hook does nothing. It never raises: a failing
-    worker is logged and the run goes on. Arguments: docs/configuration.md.
+    worker is logged and the run goes on.
+
+    Args:
+        worker: an `AutoMemoryWorker`, or a `PostgresJobQueue` for extraction in
+            `langmem-trpc worker` processes.
+        app_name: default app name when the run names none.
     """
 
     def __new__(

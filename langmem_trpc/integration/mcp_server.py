@@ -74,9 +74,12 @@ def build_mcp_server(
     user_id: str | None = None,
     allow_writes: bool = False,
 ) -> Any:
-    """An `mcp.server.lowlevel.Server` serving the memory tools for one identity: the
-    authenticated client, else `user_id` (None requires one). `allow_writes` also
-    serves the add, update and delete tools; the caller closes `service`.
+    """An `mcp.server.lowlevel.Server` serving the memory tools for one identity.
+
+    Args:
+        service: the memory service (the caller closes it).
+        user_id: the fixed user; None to require an authenticated client.
+        allow_writes: also serve `memory_add`, `memory_update`, `memory_delete`.
     """
     try:
         import mcp_types as types

@@ -28,7 +28,13 @@ class MemoryPreloadMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
 
     The block goes into the request only (the agent state never sees it), and
     is reused across the turn's tool-call loop as `Preloader` describes.
-    Arguments (`preload` 0 is off): docs/configuration.md.
+
+    Args:
+        preload: 0 (default) off, -1 every memory, N a budget.
+        placement: "system" merges into the system message, "user" prepends to the
+            first user message (friendlier to prompt caches).
+        playbook: replaces the default guidance text above the block.
+        read_only_tools: tools that never write memories (their results keep the cached block).
     """
 
     def __init__(
@@ -79,7 +85,9 @@ class MemoryIngestMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     `MemoryCheckpointer`'s trigger for agents whose checkpointer cannot be
     wrapped (LangGraph Server's own); install one or the other. `after_agent`
     is skipped on interrupts and errors, so one job per completed run.
-    `worker`: an `IngestWorker` (`AutoMemoryWorker`, `PostgresJobQueue`).
+
+    Args:
+        worker: an `IngestWorker` (`AutoMemoryWorker`, `PostgresJobQueue`).
     """
 
     def __init__(self, worker: IngestWorker, *, app_name: str | None = None) -> None:

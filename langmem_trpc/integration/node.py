@@ -32,8 +32,12 @@ def create_preload_node(
 ) -> Runnable[Any, dict[str, Any]]:
     """A graph node (sync and async) that preloads the user's memories.
 
-    `model` is the chat model (already `bind_tools`-ed if you use tools); None
-    writes the block to `state[context_key]` instead. Arguments: docs/configuration.md.
+    Args:
+        model: the chat model (already `bind_tools`-ed if you use tools); None
+            writes the block to `state[context_key]` instead.
+        preload: 0 off, -1 everything, N a budget (see `select_memories`).
+        placement: "system" or "user" (see `merge_block`).
+        playbook: replaces the default guidance text above the block.
     """
     loader = Preloader(service, preload=preload, app_name=app_name, playbook=playbook)
 

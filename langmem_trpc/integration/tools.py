@@ -434,11 +434,17 @@ def create_memory_tools(
     *,
     app_name: str | None = None,
 ) -> list[BaseTool]:
-    """The memory tools named in `include` (in that order), to bind to an agent.
+    """Build the memory tools to bind to an agent.
 
     The default, the read tools, suits a background worker that writes the
-    memories; name the write tools for agentic mode. An unknown or repeated
-    name is a `ConfigurationError`; `app_name` is the default app.
+    memories; name the write tools for agentic mode.
+
+    Args:
+        include: tool names, in the order returned.
+        app_name: default app when the run's context/config names none.
+
+    Raises:
+        ConfigurationError: an unknown tool name, or a name given twice.
     """
     names = list(include)
     unknown = [n for n in names if n not in TOOL_NAMES]

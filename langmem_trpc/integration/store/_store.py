@@ -88,7 +88,14 @@ def _split(namespace: Sequence[str]) -> tuple[UserKey, tuple[str, ...]]:
 class MemoryStore(BaseStore):
     """A LangGraph `BaseStore` over a `MemoryService` (sync and async).
 
-    Arguments (`text_fields`, `reconcile`, `ttl`, `min_score`): docs/configuration.md.
+    Args:
+        text_fields: value fields that hold the memory text, in order of preference.
+        reconcile: run the worker's "merge_similar" reconcile on a put under a
+            new key (a paraphrase updates the existing memory); off by default.
+        ttl: LangGraph's `TTLConfig` (`default_ttl` minutes, `refresh_on_read`,
+            `sweep_interval_minutes`).
+        min_score: opt-in relevance floor for query search (0-1); by default a
+            query search returns the `limit` best items, as `InMemoryStore` does.
     """
 
     supports_ttl = True
