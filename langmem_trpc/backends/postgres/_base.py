@@ -17,7 +17,7 @@ from ...service import _steps as steps
 from ...service._core import Limits, check_app_filter, check_memory_id, check_user, resolve_options
 from ...service._language import Language, resolve_language
 from ...service._periods import TimeMentions
-from ...types import SearchOptions, UserKey
+from ...types import Entry, HistoryEvent, SearchOptions, UserKey
 from . import _plans
 from ._cache import MAX_ENTRIES, EntryCache
 from ._conninfo import checked_conninfo
@@ -162,33 +162,31 @@ class PostgresBase(ExpiryOps):
         options = _plans.WriteOptions(self._embeddings is not None, self.language, vectors, indexed)
         return Op(_plans.write(plan, options), write=True)
 
-    def _op_get(self, user: UserKey, memory_id: str) -> Op:
-        return Op(_plans.get(check_user(user), check_memory_id(memory_id)), write=False)
+    # -- read builders: `service.py` turns each into a method and its `a*` twin --
 
-    def _op_read(self, user: UserKey, limit: int | None) -> Op:
-        return Op(_plans.read(check_user(user), limit), write=False)
+    def _get(self, user: UserKey, memory_id: str) -> Plan[Entry | None]:
+        return _plans.get(check_user(user), check_memory_id(memory_id))
 
-    def _op_search(self, user: UserKey, query: str | None, options: SearchOptions | None) -> Op:
+    def _read(self, user: UserKey, limit: int | None = None) -> Plan[list[Entry]]:
+        return _plans.read(check_user(user), limit)
+
+    def _search(
+        self, user: UserKey, query: str | None = None, options: SearchOptions | None = None
+    ) -> Plan[list[Entry]]:
         user = check_user(user)
         resolved = resolve_options(query, options)
-        plan = _plans.search(
-            user,
-            resolved,
-            self._embeddings is not None,
-            self._exact_search_max,
-            self._search_cache,
-            self.language,
-        )
-        return Op(plan, write=False)
+        embed = self._embeddings is not None
+        cache, exact_max = self._search_cache, self._exact_search_max
+        return _plans.search(user, resolved, embed, exact_max, cache, self.language)
 
-    def _op_history(self, user: UserKey, memory_id: str) -> Op:
-        return Op(_plans.history(check_user(user), check_memory_id(memory_id)), write=False)
+    def _history(self, user: UserKey, memory_id: str) -> Plan[list[HistoryEvent]]:
+        return _plans.history(check_user(user), check_memory_id(memory_id))
 
-    def _op_count(self, user: UserKey) -> Op:
-        return Op(_plans.count(check_user(user)), write=False)
+    def _count(self, user: UserKey) -> Plan[int]:
+        return _plans.count(check_user(user))
 
-    def _op_users(self, app_name: str | None) -> Op:
-        return Op(_plans.users(check_app_filter(app_name)), write=False)
+    def _users(self, app_name: str | None = None) -> Plan[list[UserKey]]:
+        return _plans.users(check_app_filter(app_name))
 
 
 def backend_error(exc: Exception) -> Exception:

@@ -1,11 +1,10 @@
 """Memory expiry on PostgreSQL (`expires_at`, for MemoryStore's TTL): its own SQL and plans.
 
-`expires_at` is a timestamptz column (core migration 8 in `_sql.MIGRATIONS`);
-NULL means never. Reads hide an expired row in Python
-(`service._core.unexpired`), the TTL sweep finds expired rows through the
+`expires_at` is core migration 11's column (NULL: never). Reads hide an
+expired row in Python (`service._core.unexpired`); the sweep finds them by the
 partial index `langmem_memories_expiring`. Setting an expiry changes no
-content, `updated_at` or history; it does change the row version, so cached
-entries are rebuilt.
+content, `updated_at` or history, but it does make a new row version, so
+cached entries are rebuilt.
 """
 
 from __future__ import annotations
@@ -16,7 +15,7 @@ from ..._time import ensure_utc
 from ...service._core import check_memory_id, check_user, utcnow
 from ...types import UserKey
 from . import _sql
-from ._plans import Op, Plan, Sql
+from ._plans import Plan, Sql
 
 __all__ = ["ExpiryOps", "expired", "set_expiry"]
 
@@ -44,12 +43,11 @@ def expired(user: UserKey, limit: int | None) -> Plan[list[str]]:
 
 
 class ExpiryOps:
-    """The expiry ops of the PostgreSQL service (sync and async drivers run them)."""
+    """The expiry builders of the PostgreSQL service (`service.py` makes the methods)."""
 
-    def _op_set_expiry(self, user: UserKey, memory_id: str, expires_at: datetime | None) -> Op:
+    def _set_expiry(self, user: UserKey, memory_id: str, expires_at: datetime | None) -> Plan[bool]:
         at = ensure_utc(expires_at, "expires_at") if expires_at is not None else None
-        plan = set_expiry(check_user(user), check_memory_id(memory_id), at)
-        return Op(plan, write=True)
+        return set_expiry(check_user(user), check_memory_id(memory_id), at)
 
-    def _op_expired(self, user: UserKey, limit: int | None) -> Op:
-        return Op(expired(check_user(user), limit), write=False)
+    def _expired(self, user: UserKey, limit: int | None = None) -> Plan[list[str]]:
+        return expired(check_user(user), limit)

@@ -41,6 +41,8 @@ _LIVE_USER = "m.app_name = %(app)s AND m.user_id = %(user)s AND m.deleted_at IS 
 _VERSION = "m.xmin::text AS version, m.updated_at"
 """Each candidate's row version, read with the candidate: the entry cache's key."""
 
+# vec_ann orders by the half-precision HNSW index's expression, exactly; small users'
+# pending rows are already in vec_exact, so vec_pending reads big users' only
 _VECTOR_LEG = f"""
 vec_ann{{s}} AS (
     -- big users: the HNSW index, with pgvector 0.8 iterative scans so the
@@ -49,8 +51,19 @@ vec_ann{{s}} AS (
     FROM langmem_memories m
     WHERE {_LIVE_USER} AND m.indexed {_FILTERS}
       AND (SELECT n FROM stats) > %(exact_max)s
-    ORDER BY {{ann_order}}
-    LIMIT %(pool)s),{{pending}}
+    ORDER BY m.embedding::halfvec({{dims}}) <=> %(q)b::vector::halfvec({{dims}})
+    LIMIT %(pool)s),
+vec_pending{{s}} AS (
+    -- big users' rows of a deferred bulk load, not yet in the HNSW graph
+    -- (`index_pending`): exact distances over them (partial btree; empty when none)
+    SELECT * FROM (
+        SELECT m.id, m.embedding <=> %(q)b::vector AS dist, {_VERSION}
+        FROM langmem_memories m
+        WHERE {_LIVE_USER} AND NOT m.indexed {_FILTERS}
+          AND (SELECT n FROM stats) > %(exact_max)s
+        OFFSET 0) p
+    ORDER BY dist, id
+    LIMIT %(pool)s),
 vec_exact{{s}} AS (
     -- small users: exact distances over the user's rows (btree), no index recall loss
     SELECT * FROM (
@@ -66,18 +79,6 @@ vec{{s}} AS (
     FROM (SELECT * FROM vec_ann{{s}} UNION ALL SELECT * FROM vec_pending{{s}}
           UNION ALL SELECT * FROM vec_exact{{s}}) u
     WHERE dist IS NOT NULL AND dist <> 'NaN'::float8
-    ORDER BY dist, id
-    LIMIT %(pool)s),"""
-
-_PENDING_LEG = f"""
-vec_pending{{s}} AS (
-    -- big users' rows of a deferred bulk load, not yet in the HNSW graph
-    -- (`index_pending`): exact distances over them (partial btree; empty when none)
-    SELECT * FROM (
-        SELECT m.id, m.embedding <=> %(q)b::vector AS dist, {_VERSION}
-        FROM langmem_memories m
-        WHERE {_LIVE_USER} AND NOT m.indexed {_FILTERS}{{big_only}}
-        OFFSET 0) p
     ORDER BY dist, id
     LIMIT %(pool)s),"""
 
@@ -201,21 +202,11 @@ the planner folds away even in a generic plan)."""
 
 def _legs_sql(vector: str, keyword: str, dims: int, part: int) -> str:
     """The vector and keyword legs and their fusion for one fetch of a plan."""
-    names = {"s": _SUFFIXES[part], "kind": _KINDS[part]}
-    if vector == "sql":
-        # small users' pending rows are already in vec_exact
-        pending = _PENDING_LEG.format(
-            big_only="\n          AND (SELECT n FROM stats) > %(exact_max)s", **names
-        )
-        # the ORDER BY the half-precision HNSW index serves: its expression, exactly
-        order = f"m.embedding::halfvec({int(dims)}) <=> %(q)b::vector::halfvec({int(dims)})"
-        leg = _VECTOR_LEG.format(ann_order=order, pending=pending, **names)
-    else:
-        leg = _VECTOR_LEGS[vector].format(**names)
+    names = {"s": _SUFFIXES[part], "kind": _KINDS[part], "dims": int(dims)}
     kw = _NO_KEYWORD_LEG.format(**names)
     if keyword != "none":
         kw = _KEYWORD_LEG.format(match=_KEYWORD_MATCH[keyword], **names)
-    return leg + kw + _FUSED.format(**names)
+    return _VECTOR_LEGS[vector].format(**names) + kw + _FUSED.format(**names)
 
 
 @functools.lru_cache(maxsize=64)
@@ -266,9 +257,7 @@ class SearchQuery:
     params: Params
     terms: QueryTerms
     vector: bool
-    hybrid: bool
     language: Language = ENGLISH
-    parts: int = 1
 
 
 def build_search(
@@ -315,16 +304,8 @@ def build_search(
     dims = dims or len(query_vector or ())
     keyword_leg = ("tsq" if like is None else "like") if use_keyword else "none"
     vector_leg = ("heavy" if heavy else "sql") if use_vector else "none"
-    parts = 2 if fallback else 1
-    return SearchQuery(
-        search_sql(vector_leg, keyword_leg, dims, parts),
-        params,
-        terms,
-        use_vector,
-        options.hybrid,
-        language,
-        parts,
-    )
+    sql = search_sql(vector_leg, keyword_leg, dims, 2 if fallback else 1)
+    return SearchQuery(sql, params, terms, use_vector, language)
 
 
 Leg = list[tuple[Entry, float]]

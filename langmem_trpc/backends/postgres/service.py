@@ -3,22 +3,45 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
 from ...errors import InvalidMemoryError
 from ...service import _plans as write_plans
 from ...service._core import check_user
 from ...service.capabilities import Capability
-from ...service.protocol import MemoryService
+from ...service.protocol import MemoryService, _named
 from ...types import Entry, Memory, Source, UserKey
 from . import _bulk
-from ._plans import Op
+from ._base import PostgresBase
+from ._plans import Op, Plan
 from .aio import AsyncPostgres
 from .sync import SyncPostgres
 
 __all__ = ["PostgresMemoryService"]
+
+T = TypeVar("T")
+P = ParamSpec("P")
+
+
+def _twins(
+    build: Callable[Concatenate[PostgresBase, P], Plan[T]], write: bool = False
+) -> tuple[
+    Callable[Concatenate[PostgresMemoryService, P], T],
+    Callable[Concatenate[PostgresMemoryService, P], Coroutine[Any, Any, T]],
+]:
+    """The method that runs the plan `build` returns (validation first, in `build`), and
+    its async twin; a read (`write=False`) runs without a transaction."""
+    name = build.__name__.lstrip("_")
+
+    def method(self: PostgresMemoryService, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return cast("T", self._run(Op(build(self, *args, **kwargs), write)))
+
+    async def twin(self: PostgresMemoryService, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return cast("T", await self._arun(Op(build(self, *args, **kwargs), write)))
+
+    return _named(method, build, name), _named(twin, build, "a" + name, f"Async twin of `{name}`.")
 
 
 class PostgresMemoryService(SyncPostgres, AsyncPostgres, MemoryService):
@@ -79,6 +102,15 @@ class PostgresMemoryService(SyncPostgres, AsyncPostgres, MemoryService):
             yield service
         finally:
             await service.aclose()
+
+    get, aget = _twins(PostgresBase._get)
+    read, aread = _twins(PostgresBase._read)
+    search, asearch = _twins(PostgresBase._search)
+    history, ahistory = _twins(PostgresBase._history)
+    count, acount = _twins(PostgresBase._count)
+    users, ausers = _twins(PostgresBase._users)
+    set_expiry, aset_expiry = _twins(PostgresBase._set_expiry, write=True)
+    expired, aexpired = _twins(PostgresBase._expired)
 
     # -- bulk load -----------------------------------------------------------
 
