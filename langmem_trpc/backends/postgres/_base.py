@@ -1,7 +1,7 @@
 """State and input validation shared by the sync and async halves of `PostgresMemoryService`.
 
-Every public method validates here and gets back an `Op` (a sans-I/O plan),
-so `sync.py` and `aio.py` hold nothing but the drivers that execute plans.
+Every public method validates here, before any I/O, into a sans-I/O plan that
+the drivers (`sync.py`, `aio.py`) execute.
 """
 
 from __future__ import annotations
@@ -9,19 +9,20 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, TypeVar
 from weakref import WeakKeyDictionary, WeakSet
 
+from ..._time import ensure_utc
 from ...errors import ConfigurationError
 from ...service import _steps as steps
 from ...service._core import Limits, check_app_filter, check_memory_id, check_user, resolve_options
 from ...service._language import Language, resolve_language
 from ...service._periods import TimeMentions
 from ...types import Entry, HistoryEvent, SearchOptions, UserKey
-from . import _plans
+from . import _expiry, _plans
 from ._cache import MAX_ENTRIES, EntryCache
 from ._conninfo import checked_conninfo
-from ._expiry import ExpiryOps
 from ._plans import Op, Plan
 
 if TYPE_CHECKING:
@@ -31,12 +32,13 @@ if TYPE_CHECKING:
     from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 DEFAULT_EF_SEARCH = 200
 DEFAULT_EXACT_SEARCH_MAX = 2_000
 
 
-class PostgresBase(ExpiryOps):
+class PostgresBase:
     """Configuration, pools and op builders; no I/O of its own."""
 
     def __init__(
@@ -152,15 +154,15 @@ class PostgresBase(ExpiryOps):
         self._language_passed()  # setup checked (or recorded) the language itself
         return dims
 
-    def _op_write(
+    def _write(
         self,
-        plan: steps.Plan[Any],
+        plan: steps.Plan[T],
         vectors: Sequence[Sequence[float]] | None = None,
         indexed: bool = True,
-    ) -> Op:
-        """A shared write plan (`service/_plans.py`) as SQL in one transaction."""
+    ) -> Plan[T]:
+        """A shared write plan (`service/_plans.py`) as SQL (run in one transaction)."""
         options = _plans.WriteOptions(self._embeddings is not None, self.language, vectors, indexed)
-        return Op(_plans.write(plan, options), write=True)
+        return _plans.write(plan, options)
 
     # -- read builders: `service.py` turns each into a method and its `a*` twin --
 
@@ -187,6 +189,13 @@ class PostgresBase(ExpiryOps):
 
     def _users(self, app_name: str | None = None) -> Plan[list[UserKey]]:
         return _plans.users(check_app_filter(app_name))
+
+    def _set_expiry(self, user: UserKey, memory_id: str, expires_at: datetime | None) -> Plan[bool]:
+        at = ensure_utc(expires_at, "expires_at") if expires_at is not None else None
+        return _expiry.set_expiry(check_user(user), check_memory_id(memory_id), at)
+
+    def _expired(self, user: UserKey, limit: int | None = None) -> Plan[list[str]]:
+        return _expiry.expired(check_user(user), limit)
 
 
 def backend_error(exc: Exception) -> Exception:

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from ..._time import ensure_utc
-from ...service._core import check_memory_id, check_user, utcnow
+from ...service._core import utcnow
 from ...types import UserKey
 from . import _sql
 from ._plans import Plan, Sql
 
-__all__ = ["ExpiryOps", "expired", "set_expiry"]
+__all__ = ["expired", "set_expiry"]
 
 SET_EXPIRY = """
 UPDATE langmem_memories SET expires_at = %(at)s
@@ -40,14 +39,3 @@ def expired(user: UserKey, limit: int | None) -> Plan[list[str]]:
     params = _sql.user_params(user, now=utcnow(), limit=limit if limit and limit > 0 else None)
     rows = yield Sql(SELECT_EXPIRED, params)
     return [str(r["id"]) for r in rows]
-
-
-class ExpiryOps:
-    """The expiry builders of the PostgreSQL service (`service.py` makes the methods)."""
-
-    def _set_expiry(self, user: UserKey, memory_id: str, expires_at: datetime | None) -> Plan[bool]:
-        at = ensure_utc(expires_at, "expires_at") if expires_at is not None else None
-        return set_expiry(check_user(user), check_memory_id(memory_id), at)
-
-    def _expired(self, user: UserKey, limit: int | None = None) -> Plan[list[str]]:
-        return expired(check_user(user), limit)

@@ -110,6 +110,8 @@ _NO_VECTOR_LEG = """
 vec{s} AS (SELECT NULL::text AS id, NULL::float8 AS dist, NULL::text AS version,
                NULL::timestamptz AS updated_at, NULL::bigint AS r WHERE false),"""
 
+_VECTOR_LEGS = {"sql": _VECTOR_LEG, "heavy": _HEAVY_VECTOR_LEG, "none": _NO_VECTOR_LEG}
+
 _KEYWORD_COLUMNS = "m.id, m.tsv, m.xmin::text AS version, m.updated_at, m.content_doc, m.topic_doc"
 
 _KEYWORD_LEG = f"""
@@ -138,19 +140,23 @@ kw{{s}} AS (
         ORDER BY rank DESC, c.id
         LIMIT %(kw_pool)s) k),"""
 
-_KEYWORD_MATCH = {
-    # separate statements, not one `tsv @@ q OR (like IS NOT NULL AND ...)`: under a
-    # generic plan that OR cannot use the GIN index, and a heavy user's every row
-    # was scanned (85 ms at 100k rows)
-    "tsq": "m.tsv @@ (SELECT tsq FROM dfs)",
-    # queries without a scorable token ("C#"): substring prefilter for the phrase fallback
-    "like": "lower(m.text || ' ' || array_to_string(m.topics, ' ')) LIKE ALL (%(like)s::text[])",
-}
-
 _NO_KEYWORD_LEG = """
 kw{s} AS (SELECT NULL::text AS id, NULL::text AS version, NULL::timestamptz AS updated_at,
               NULL::text AS content_doc, NULL::text AS topic_doc, NULL::bigint AS r
        WHERE false),"""
+
+_KEYWORD_LEGS = {
+    # separate statements, not one `tsv @@ q OR (like IS NOT NULL AND ...)`: under a
+    # generic plan that OR cannot use the GIN index, and a heavy user's every row
+    # was scanned (85 ms at 100k rows)
+    "tsq": _KEYWORD_LEG.replace("{match}", "m.tsv @@ (SELECT tsq FROM dfs)"),
+    # queries without a scorable token ("C#"): substring prefilter for the phrase fallback
+    "like": _KEYWORD_LEG.replace(
+        "{match}",
+        "lower(m.text || ' ' || array_to_string(m.topics, ' ')) LIKE ALL (%(like)s::text[])",
+    ),
+    "none": _NO_KEYWORD_LEG,
+}
 
 _FUSED = """
 fused{s} AS (
@@ -191,22 +197,11 @@ dfs AS MATERIALIZED (
             WHERE cum <= %(budget)s OR rn = 1)::tsquery AS tsq),"""
 
 
-_VECTOR_LEGS = {"sql": _VECTOR_LEG, "heavy": _HEAVY_VECTOR_LEG, "none": _NO_VECTOR_LEG}
-
 _SUFFIXES = ("", "_all")
 """CTE name suffix of each fetch of a plan: the kind's, then every kind's (the fallback)."""
 _KINDS = ("%(kind)s", "NULL::text")
 """The kind filter of each fetch: the `kind` parameter, then none (a constant NULL, which
 the planner folds away even in a generic plan)."""
-
-
-def _legs_sql(vector: str, keyword: str, dims: int, part: int) -> str:
-    """The vector and keyword legs and their fusion for one fetch of a plan."""
-    names = {"s": _SUFFIXES[part], "kind": _KINDS[part], "dims": int(dims)}
-    kw = _NO_KEYWORD_LEG.format(**names)
-    if keyword != "none":
-        kw = _KEYWORD_LEG.format(match=_KEYWORD_MATCH[keyword], **names)
-    return _VECTOR_LEGS[vector].format(**names) + kw + _FUSED.format(**names)
 
 
 @functools.lru_cache(maxsize=64)
@@ -219,7 +214,11 @@ def search_sql(vector: str, keyword: str, dims: int, parts: int = 1) -> str:
     Memoised: the text is a pure function of these few values (3 x 3 x 2 per
     embedding dimension), a constant table of SQL strings holding no user data.
     """
-    ctes = ",".join(_legs_sql(vector, keyword, dims, part) for part in range(parts))
+    # per fetch: its vector and keyword legs and their fusion
+    legs = _VECTOR_LEGS[vector] + _KEYWORD_LEGS[keyword] + _FUSED
+    ctes = ",".join(
+        legs.format(s=_SUFFIXES[part], kind=_KINDS[part], dims=int(dims)) for part in range(parts)
+    )
     fused = " UNION ALL ".join(
         f"SELECT {part} AS part, * FROM fused{_SUFFIXES[part]}" for part in range(parts)
     )

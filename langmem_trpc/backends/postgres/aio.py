@@ -101,7 +101,7 @@ class AsyncPostgres(PostgresBase):
         self._search_cache.dims = await self._arun(self._op_setup())
 
     async def arun_plan(self, plan: Plan[T]) -> T:
-        return cast("T", await self._arun(self._op_write(plan)))
+        return cast("T", await self._arun(Op(self._write(plan), write=True)))
 
     async def arun_claim_op(self, op: ClaimOp[T]) -> T:
         return cast("T", await self._arun(_claims.op_for(op)))

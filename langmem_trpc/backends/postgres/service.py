@@ -26,14 +26,17 @@ P = ParamSpec("P")
 
 
 def _twins(
-    build: Callable[Concatenate[PostgresBase, P], Plan[T]], write: bool = False
+    build: Callable[Concatenate[PostgresMemoryService, P], Plan[T]],
+    write: bool = False,
+    name: str = "",
 ) -> tuple[
     Callable[Concatenate[PostgresMemoryService, P], T],
     Callable[Concatenate[PostgresMemoryService, P], Coroutine[Any, Any, T]],
 ]:
     """The method that runs the plan `build` returns (validation first, in `build`), and
-    its async twin; a read (`write=False`) runs without a transaction."""
-    name = build.__name__.lstrip("_")
+    its async twin, named `name` (by default `build`'s name without its leading `_`); a
+    read (`write=False`) runs without a transaction."""
+    name = name or build.__name__.lstrip("_")
 
     def method(self: PostgresMemoryService, /, *args: P.args, **kwargs: P.kwargs) -> T:
         return cast("T", self._run(Op(build(self, *args, **kwargs), write)))
@@ -114,7 +117,7 @@ class PostgresMemoryService(SyncPostgres, AsyncPostgres, MemoryService):
 
     # -- bulk load -----------------------------------------------------------
 
-    def add_many(
+    def _add_many_rows(
         self,
         user: UserKey,
         items: Sequence[str | Memory],
@@ -122,7 +125,7 @@ class PostgresMemoryService(SyncPostgres, AsyncPostgres, MemoryService):
         source: Source | None = None,
         vectors: Sequence[Sequence[float]] | None = None,
         defer_index: bool = False,
-    ) -> list[Entry]:
+    ) -> Plan[list[Entry]]:
         """`add` of each item, in one transaction (see `MemoryService.add_many`).
 
         Runs of new content are stored with one binary COPY. `vectors` are
@@ -134,29 +137,6 @@ class PostgresMemoryService(SyncPostgres, AsyncPostgres, MemoryService):
         the user's not-yet-indexed rows, merged into the index's hits) and join the
         graph when `index_pending()` runs. Other users' searches are unaffected.
         """
-        return self._run(self._add_many_op(user, items, source, vectors, defer_index))  # type: ignore[no-any-return]
-
-    async def aadd_many(
-        self,
-        user: UserKey,
-        items: Sequence[str | Memory],
-        *,
-        source: Source | None = None,
-        vectors: Sequence[Sequence[float]] | None = None,
-        defer_index: bool = False,
-    ) -> list[Entry]:
-        """Async twin of `add_many`."""
-        op = self._add_many_op(user, items, source, vectors, defer_index)
-        return await self._arun(op)  # type: ignore[no-any-return]
-
-    def _add_many_op(
-        self,
-        user: UserKey,
-        items: Sequence[str | Memory],
-        source: Source | None,
-        vectors: Sequence[Sequence[float]] | None,
-        defer_index: bool,
-    ) -> Op:
         plan = write_plans.add_many(user, items, limits=self._limits, source=source)
         if vectors is not None:
             if self._embeddings is None:
@@ -167,7 +147,9 @@ class PostgresMemoryService(SyncPostgres, AsyncPostgres, MemoryService):
                 raise InvalidMemoryError(
                     "vectors", f"has {len(vectors)} items for {len(items)} memories"
                 )
-        return self._op_write(plan, vectors, indexed=not defer_index)
+        return self._write(plan, vectors, indexed=not defer_index)
+
+    add_many, aadd_many = _twins(_add_many_rows, write=True, name="add_many")
 
     def index_pending(self, user: UserKey | None = None, *, batch_size: int = 2_000) -> int:
         """Add deferred rows (`add_many(defer_index=True)`) to the HNSW index; returns how many.

@@ -80,7 +80,7 @@ class SyncPostgres(PostgresBase):
         logger.debug("langmem_trpc PostgreSQL schema ready (dims=%s)", self._search_cache.dims)
 
     def run_plan(self, plan: Plan[T]) -> T:
-        return cast("T", self._run(self._op_write(plan)))
+        return cast("T", self._run(Op(self._write(plan), write=True)))
 
     def run_claim_op(self, op: ClaimOp[T]) -> T:
         return cast("T", self._run(_claims.op_for(op)))
