@@ -164,7 +164,7 @@ class PostgresBase:
         options = _plans.WriteOptions(self._embeddings is not None, self.language, vectors, indexed)
         return _plans.write(plan, options)
 
-    # -- read builders: `service.py` turns each into a method and its `a*` twin --
+    # -- reads and expiry: `service._twins` makes each a method and its `a*` twin --
 
     def _get(self, user: UserKey, memory_id: str) -> Plan[Entry | None]:
         return _plans.get(check_user(user), check_memory_id(memory_id))
@@ -177,9 +177,14 @@ class PostgresBase:
     ) -> Plan[list[Entry]]:
         user = check_user(user)
         resolved = resolve_options(query, options)
-        embed = self._embeddings is not None
-        cache, exact_max = self._search_cache, self._exact_search_max
-        return _plans.search(user, resolved, embed, exact_max, cache, self.language)
+        return _plans.search(
+            user,
+            resolved,
+            self._embeddings is not None,
+            self._exact_search_max,
+            self._search_cache,
+            self.language,
+        )
 
     def _history(self, user: UserKey, memory_id: str) -> Plan[list[HistoryEvent]]:
         return _plans.history(check_user(user), check_memory_id(memory_id))

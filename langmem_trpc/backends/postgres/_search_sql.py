@@ -207,12 +207,9 @@ the planner folds away even in a generic plan)."""
 @functools.lru_cache(maxsize=64)
 def search_sql(vector: str, keyword: str, dims: int, parts: int = 1) -> str:
     """The fused statement for one leg combination: `vector` "sql", "heavy" or "none",
-    `keyword` "tsq", "like" or "none" (`dims` names the ANN index expression),
-    over `parts` fetches (1, or 2 with the kind fallback's unfiltered fetch); the
-    rows' `part` column says which fetch a candidate belongs to.
-
-    Memoised: the text is a pure function of these few values (3 x 3 x 2 per
-    embedding dimension), a constant table of SQL strings holding no user data.
+    `keyword` "tsq", "like" or "none" (`dims` names the ANN index expression), over
+    `parts` fetches (1, or 2 with the kind fallback's unfiltered fetch; the rows'
+    `part` says which). Memoised: a pure function of these few values, no user data.
     """
     # per fetch: its vector and keyword legs and their fusion
     legs = _VECTOR_LEGS[vector] + _KEYWORD_LEGS[keyword] + _FUSED
@@ -314,12 +311,9 @@ def legs_from_rows(
     query: SearchQuery, rows: Sequence[Row], entries: Mapping[str, Entry], part: int = 0
 ) -> tuple[Leg | None, Leg]:
     """Rows of the fused statement -> (vector leg, keyword leg) of fetch `part`, each in
-    its SQL rank order.
-
-    Scores are absolute: cosine for the vector leg, and the shared keyword
-    relevance (computed here on the candidates, with the user's corpus stats
-    from the same statement) for the keyword leg; never ts_rank. `entries`
-    holds the candidates' entries by id (a row deleted since is left out).
+    its SQL rank order, with absolute scores: cosine, and the shared keyword relevance
+    (computed here, with the user's corpus stats from the same statement), never
+    ts_rank. `entries` holds the candidates' entries by id (a row deleted since is left out).
     """
     vector: list[tuple[int, Entry, float]] = []
     keyword: list[tuple[int, Entry, float]] = []
@@ -370,13 +364,10 @@ def vector_leg_from_ann(
 
 
 def _candidate_doc(query: SearchQuery, row: Row, entry: Entry) -> KeywordDoc:
-    """The stored documents split back into a `KeywordDoc` (no tokenizer run).
-
-    A row the tsquery matched holds a query token, so the phrase fallback
-    (which needs the loose-normalised text) never runs for it; rows found by
-    the substring prefilter, and rows written before migration 6 was
-    backfilled, are tokenised as before.
-    """
+    """The stored documents split back into a `KeywordDoc` (no tokenizer run). A row the
+    tsquery matched holds a query token, so the phrase fallback (which needs the text)
+    never runs for it; rows found by the substring prefilter, and rows written before
+    migration 6 was backfilled, are tokenised as before."""
     content, topics = row["content_doc"], row["topic_doc"]
     if content is None or topics is None or query.params["like"] is not None:
         return KeywordDoc.build(entry.memory.text, entry.memory.topics, query.language)
