@@ -21,7 +21,7 @@ T = TypeVar("T")
 
 
 class AsyncPostgres(PostgresBase):
-    """`a*` methods on an async pool bound to the running loop (rebuilt if the loop changes)."""
+    """The async driver, on a pool bound to the running loop (rebuilt if the loop changes)."""
 
     _async_loop: asyncio.AbstractEventLoop | None = None
 

@@ -20,7 +20,7 @@ T = TypeVar("T")
 
 
 class SyncPostgres(PostgresBase):
-    """Sync methods; they use their own pool, so a sync call on an event-loop thread cannot deadlock."""
+    """The sync driver, on its own pool: a sync call on an event-loop thread cannot deadlock."""
 
     def _pool(self) -> ConnectionPool[Any]:
         with self._pool_lock:
