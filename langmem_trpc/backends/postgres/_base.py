@@ -120,12 +120,10 @@ class PostgresBase:
         )
 
     def session_settings(self, owned_pool: bool) -> str:
-        """Per-connection settings: ANN recall and per-user filtering with pgvector 0.8.
-
-        Pools this service opened also use generic plans (planning the search costs
-        ~1 ms, more than running it for a typical user; heavy users' ANN scans plan
-        inside `langmem_ann_candidates`); a pool passed in keeps the application's.
-        """
+        """Per-connection settings: ANN recall and per-user filtering with pgvector 0.8, and
+        on pools this service opened generic plans (planning the search costs ~1 ms, more
+        than running it for a typical user; heavy users' ANN scans plan inside
+        `langmem_ann_candidates`). A pool passed in keeps the application's."""
         settings = (
             f"SET hnsw.ef_search = {int(self._ef_search)}; SET hnsw.iterative_scan = relaxed_order"
         )

@@ -126,16 +126,13 @@ class PostgresMemoryService(SyncPostgres, AsyncPostgres, MemoryService):
         vectors: Sequence[Sequence[float]] | None = None,
         defer_index: bool = False,
     ) -> Plan[list[Entry]]:
-        """`add` of each item, in one transaction (see `MemoryService.add_many`).
+        """`add` of each item, in one transaction (see `MemoryService.add_many`); runs of
+        new content are stored with one binary COPY. `vectors`: precomputed embeddings in
+        the items' order (the embedder is not called; without them it runs once).
 
-        Runs of new content are stored with one binary COPY. `vectors` are
-        precomputed embeddings in the items' order (the embedder is not called);
-        without them the embedder runs once for the whole batch.
-
-        `defer_index=True` (bulk imports) keeps those runs out of the HNSW graph,
-        most of a load's cost: the rows are searchable at once (an exact scan of
-        the user's not-yet-indexed rows, merged into the index's hits) and join the
-        graph when `index_pending()` runs. Other users' searches are unaffected.
+        `defer_index=True` (bulk imports) keeps those runs out of the HNSW graph, most of
+        a load's cost, until `index_pending()`; they are searchable at once (an exact scan
+        of the user's pending rows). Other users' searches are unaffected.
         """
         plan = write_plans.add_many(user, items, limits=self._limits, source=source)
         if vectors is not None:
