@@ -1,7 +1,7 @@
 """State and input validation shared by the sync and async halves of `PostgresMemoryService`.
 
-Every public method validates here and gets back an `Op` (a sans-I/O plan),
-so `sync.py` and `aio.py` hold nothing but the drivers that execute plans.
+Every public method validates here, before any I/O, into a sans-I/O plan that
+the drivers (`sync.py`, `aio.py`) execute.
 """
 
 from __future__ import annotations
@@ -9,19 +9,20 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, TypeVar
 from weakref import WeakKeyDictionary, WeakSet
 
+from ..._time import ensure_utc
 from ...errors import ConfigurationError
 from ...service import _steps as steps
 from ...service._core import Limits, check_app_filter, check_memory_id, check_user, resolve_options
 from ...service._language import Language, resolve_language
 from ...service._periods import TimeMentions
-from ...types import SearchOptions, UserKey
-from . import _plans
+from ...types import Entry, HistoryEvent, SearchOptions, UserKey
+from . import _expiry, _plans
 from ._cache import MAX_ENTRIES, EntryCache
 from ._conninfo import checked_conninfo
-from ._expiry import ExpiryOps
 from ._plans import Op, Plan
 
 if TYPE_CHECKING:
@@ -31,12 +32,13 @@ if TYPE_CHECKING:
     from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 DEFAULT_EF_SEARCH = 200
 DEFAULT_EXACT_SEARCH_MAX = 2_000
 
 
-class PostgresBase(ExpiryOps):
+class PostgresBase:
     """Configuration, pools and op builders; no I/O of its own."""
 
     def __init__(
@@ -118,12 +120,10 @@ class PostgresBase(ExpiryOps):
         )
 
     def session_settings(self, owned_pool: bool) -> str:
-        """Per-connection settings: ANN recall and per-user filtering with pgvector 0.8.
-
-        Pools this service opened also use generic plans (planning the search costs
-        ~1 ms, more than running it for a typical user; heavy users' ANN scans plan
-        inside `langmem_ann_candidates`); a pool passed in keeps the application's.
-        """
+        """Per-connection settings: ANN recall and per-user filtering with pgvector 0.8, and
+        on pools this service opened generic plans (planning the search costs ~1 ms, more
+        than running it for a typical user; heavy users' ANN scans plan inside
+        `langmem_ann_candidates`). A pool passed in keeps the application's."""
         settings = (
             f"SET hnsw.ef_search = {int(self._ef_search)}; SET hnsw.iterative_scan = relaxed_order"
         )
@@ -152,26 +152,30 @@ class PostgresBase(ExpiryOps):
         self._language_passed()  # setup checked (or recorded) the language itself
         return dims
 
-    def _op_write(
+    def _write(
         self,
-        plan: steps.Plan[Any],
+        plan: steps.Plan[T],
         vectors: Sequence[Sequence[float]] | None = None,
         indexed: bool = True,
-    ) -> Op:
-        """A shared write plan (`service/_plans.py`) as SQL in one transaction."""
+    ) -> Plan[T]:
+        """A shared write plan (`service/_plans.py`) as SQL (run in one transaction)."""
         options = _plans.WriteOptions(self._embeddings is not None, self.language, vectors, indexed)
-        return Op(_plans.write(plan, options), write=True)
+        return _plans.write(plan, options)
 
-    def _op_get(self, user: UserKey, memory_id: str) -> Op:
-        return Op(_plans.get(check_user(user), check_memory_id(memory_id)), write=False)
+    # -- reads and expiry: `service._twins` makes each a method and its `a*` twin --
 
-    def _op_read(self, user: UserKey, limit: int | None) -> Op:
-        return Op(_plans.read(check_user(user), limit), write=False)
+    def _get(self, user: UserKey, memory_id: str) -> Plan[Entry | None]:
+        return _plans.get(check_user(user), check_memory_id(memory_id))
 
-    def _op_search(self, user: UserKey, query: str | None, options: SearchOptions | None) -> Op:
+    def _read(self, user: UserKey, limit: int | None = None) -> Plan[list[Entry]]:
+        return _plans.read(check_user(user), limit)
+
+    def _search(
+        self, user: UserKey, query: str | None = None, options: SearchOptions | None = None
+    ) -> Plan[list[Entry]]:
         user = check_user(user)
         resolved = resolve_options(query, options)
-        plan = _plans.search(
+        return _plans.search(
             user,
             resolved,
             self._embeddings is not None,
@@ -179,16 +183,22 @@ class PostgresBase(ExpiryOps):
             self._search_cache,
             self.language,
         )
-        return Op(plan, write=False)
 
-    def _op_history(self, user: UserKey, memory_id: str) -> Op:
-        return Op(_plans.history(check_user(user), check_memory_id(memory_id)), write=False)
+    def _history(self, user: UserKey, memory_id: str) -> Plan[list[HistoryEvent]]:
+        return _plans.history(check_user(user), check_memory_id(memory_id))
 
-    def _op_count(self, user: UserKey) -> Op:
-        return Op(_plans.count(check_user(user)), write=False)
+    def _count(self, user: UserKey) -> Plan[int]:
+        return _plans.count(check_user(user))
 
-    def _op_users(self, app_name: str | None) -> Op:
-        return Op(_plans.users(check_app_filter(app_name)), write=False)
+    def _users(self, app_name: str | None = None) -> Plan[list[UserKey]]:
+        return _plans.users(check_app_filter(app_name))
+
+    def _set_expiry(self, user: UserKey, memory_id: str, expires_at: datetime | None) -> Plan[bool]:
+        at = ensure_utc(expires_at, "expires_at") if expires_at is not None else None
+        return _expiry.set_expiry(check_user(user), check_memory_id(memory_id), at)
+
+    def _expired(self, user: UserKey, limit: int | None = None) -> Plan[list[str]]:
+        return _expiry.expired(check_user(user), limit)
 
 
 def backend_error(exc: Exception) -> Exception:

@@ -1,11 +1,10 @@
 """One service's cache of search candidates' `Entry` objects, keyed by row version.
 
-Building an `Entry` from a row (and decoding its columns) costs more than
-scoring it: a typical search reads ~140 candidate rows. The search statement
-returns each candidate's id and row version (`xmin`, the transaction that
-wrote that version, plus `updated_at`); only ids the cache does not hold at
-that version are fetched in full. Every write makes a new row version, so a
-stale entry is never served, and nothing needs invalidating.
+Building an `Entry` from a row costs more than scoring it (a typical search
+reads ~140 candidates), so the search statement returns each candidate's row
+version (`xmin`, `updated_at`) and only ids not held at that version are
+fetched in full. A write makes a new row version: no stale entry is served,
+and nothing needs invalidating.
 """
 
 from __future__ import annotations

@@ -156,7 +156,7 @@ def op_for(op: c.ClaimOp[Any]) -> Op:
     if isinstance(op, c.RecordFailure):
         return Op(record_failure(op), write=False)
     if isinstance(op, c.ReleaseThread):
-        return Op(release_thread(op), write=False)
+        return Op(_one(RELEASE, _params(op.user, op.thread_id, owner=op.owner)), write=False)
     if isinstance(op, c.ListDeadLetters):
         return Op(dead_letters(op), write=False)
     if isinstance(op, c.RetryDeadLetter):
@@ -191,8 +191,7 @@ def claim_thread(op: c.ClaimThread) -> Plan[ThreadClaim | None]:
     taken = yield Sql(TAKE_CLAIM, p)
     if not taken:
         return None
-    rows = yield Sql(SELECT_CURSOR, p)
-    cursor = cursor_from_row(rows[0]) if rows else None
+    cursor = yield from get_cursor(op.user, op.thread_id)
     retries = []
     if cursor is not None and cursor.pending_retries:
         retries = yield Sql(SELECT_RETRIES, p)
@@ -239,10 +238,6 @@ def _letter_params(letter: DeadLetter) -> dict[str, Any]:
 def record_failure(op: c.RecordFailure) -> Plan[int]:
     rows = yield Sql(RECORD_FAILURE, _params(op.user, op.thread_id, batch=op.batch, error=op.error))
     return int(rows[0]["attempts"])
-
-
-def release_thread(op: c.ReleaseThread) -> Plan[None]:
-    yield Sql(RELEASE, _params(op.user, op.thread_id, owner=op.owner))
 
 
 def dead_letters(op: c.ListDeadLetters) -> Plan[list[DeadLetter]]:

@@ -41,12 +41,9 @@ _PROBLEMS = (
 
 
 def checked_conninfo(conninfo: str) -> str:
-    """Return `conninfo` unchanged once libpq parses it; else a secret-free ConfigurationError.
-
-    The parse error is turned into a fixed description outside its `except`
-    block, so the driver's message (which may quote the password) is not
-    chained onto the error either. A non-numeric port is refused here too.
-    """
+    """`conninfo` unchanged once libpq parses it and its port is a number; else a
+    secret-free `ConfigurationError`, raised outside the `except` block so the driver's
+    message (which may quote the password) is not chained onto it either."""
     from psycopg import ProgrammingError
     from psycopg.conninfo import conninfo_to_dict
 

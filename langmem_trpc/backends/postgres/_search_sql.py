@@ -41,6 +41,8 @@ _LIVE_USER = "m.app_name = %(app)s AND m.user_id = %(user)s AND m.deleted_at IS 
 _VERSION = "m.xmin::text AS version, m.updated_at"
 """Each candidate's row version, read with the candidate: the entry cache's key."""
 
+# vec_ann orders by the half-precision HNSW index's expression, exactly; small users'
+# pending rows are already in vec_exact, so vec_pending reads big users' only
 _VECTOR_LEG = f"""
 vec_ann{{s}} AS (
     -- big users: the HNSW index, with pgvector 0.8 iterative scans so the
@@ -49,8 +51,19 @@ vec_ann{{s}} AS (
     FROM langmem_memories m
     WHERE {_LIVE_USER} AND m.indexed {_FILTERS}
       AND (SELECT n FROM stats) > %(exact_max)s
-    ORDER BY {{ann_order}}
-    LIMIT %(pool)s),{{pending}}
+    ORDER BY m.embedding::halfvec({{dims}}) <=> %(q)b::vector::halfvec({{dims}})
+    LIMIT %(pool)s),
+vec_pending{{s}} AS (
+    -- big users' rows of a deferred bulk load, not yet in the HNSW graph
+    -- (`index_pending`): exact distances over them (partial btree; empty when none)
+    SELECT * FROM (
+        SELECT m.id, m.embedding <=> %(q)b::vector AS dist, {_VERSION}
+        FROM langmem_memories m
+        WHERE {_LIVE_USER} AND NOT m.indexed {_FILTERS}
+          AND (SELECT n FROM stats) > %(exact_max)s
+        OFFSET 0) p
+    ORDER BY dist, id
+    LIMIT %(pool)s),
 vec_exact{{s}} AS (
     -- small users: exact distances over the user's rows (btree), no index recall loss
     SELECT * FROM (
@@ -66,18 +79,6 @@ vec{{s}} AS (
     FROM (SELECT * FROM vec_ann{{s}} UNION ALL SELECT * FROM vec_pending{{s}}
           UNION ALL SELECT * FROM vec_exact{{s}}) u
     WHERE dist IS NOT NULL AND dist <> 'NaN'::float8
-    ORDER BY dist, id
-    LIMIT %(pool)s),"""
-
-_PENDING_LEG = f"""
-vec_pending{{s}} AS (
-    -- big users' rows of a deferred bulk load, not yet in the HNSW graph
-    -- (`index_pending`): exact distances over them (partial btree; empty when none)
-    SELECT * FROM (
-        SELECT m.id, m.embedding <=> %(q)b::vector AS dist, {_VERSION}
-        FROM langmem_memories m
-        WHERE {_LIVE_USER} AND NOT m.indexed {_FILTERS}{{big_only}}
-        OFFSET 0) p
     ORDER BY dist, id
     LIMIT %(pool)s),"""
 
@@ -109,6 +110,8 @@ _NO_VECTOR_LEG = """
 vec{s} AS (SELECT NULL::text AS id, NULL::float8 AS dist, NULL::text AS version,
                NULL::timestamptz AS updated_at, NULL::bigint AS r WHERE false),"""
 
+_VECTOR_LEGS = {"sql": _VECTOR_LEG, "heavy": _HEAVY_VECTOR_LEG, "none": _NO_VECTOR_LEG}
+
 _KEYWORD_COLUMNS = "m.id, m.tsv, m.xmin::text AS version, m.updated_at, m.content_doc, m.topic_doc"
 
 _KEYWORD_LEG = f"""
@@ -137,19 +140,23 @@ kw{{s}} AS (
         ORDER BY rank DESC, c.id
         LIMIT %(kw_pool)s) k),"""
 
-_KEYWORD_MATCH = {
-    # separate statements, not one `tsv @@ q OR (like IS NOT NULL AND ...)`: under a
-    # generic plan that OR cannot use the GIN index, and a heavy user's every row
-    # was scanned (85 ms at 100k rows)
-    "tsq": "m.tsv @@ (SELECT tsq FROM dfs)",
-    # queries without a scorable token ("C#"): substring prefilter for the phrase fallback
-    "like": "lower(m.text || ' ' || array_to_string(m.topics, ' ')) LIKE ALL (%(like)s::text[])",
-}
-
 _NO_KEYWORD_LEG = """
 kw{s} AS (SELECT NULL::text AS id, NULL::text AS version, NULL::timestamptz AS updated_at,
               NULL::text AS content_doc, NULL::text AS topic_doc, NULL::bigint AS r
        WHERE false),"""
+
+_KEYWORD_LEGS = {
+    # separate statements, not one `tsv @@ q OR (like IS NOT NULL AND ...)`: under a
+    # generic plan that OR cannot use the GIN index, and a heavy user's every row
+    # was scanned (85 ms at 100k rows)
+    "tsq": _KEYWORD_LEG.replace("{match}", "m.tsv @@ (SELECT tsq FROM dfs)"),
+    # queries without a scorable token ("C#"): substring prefilter for the phrase fallback
+    "like": _KEYWORD_LEG.replace(
+        "{match}",
+        "lower(m.text || ' ' || array_to_string(m.topics, ' ')) LIKE ALL (%(like)s::text[])",
+    ),
+    "none": _NO_KEYWORD_LEG,
+}
 
 _FUSED = """
 fused{s} AS (
@@ -190,8 +197,6 @@ dfs AS MATERIALIZED (
             WHERE cum <= %(budget)s OR rn = 1)::tsquery AS tsq),"""
 
 
-_VECTOR_LEGS = {"sql": _VECTOR_LEG, "heavy": _HEAVY_VECTOR_LEG, "none": _NO_VECTOR_LEG}
-
 _SUFFIXES = ("", "_all")
 """CTE name suffix of each fetch of a plan: the kind's, then every kind's (the fallback)."""
 _KINDS = ("%(kind)s", "NULL::text")
@@ -199,36 +204,18 @@ _KINDS = ("%(kind)s", "NULL::text")
 the planner folds away even in a generic plan)."""
 
 
-def _legs_sql(vector: str, keyword: str, dims: int, part: int) -> str:
-    """The vector and keyword legs and their fusion for one fetch of a plan."""
-    names = {"s": _SUFFIXES[part], "kind": _KINDS[part]}
-    if vector == "sql":
-        # small users' pending rows are already in vec_exact
-        pending = _PENDING_LEG.format(
-            big_only="\n          AND (SELECT n FROM stats) > %(exact_max)s", **names
-        )
-        # the ORDER BY the half-precision HNSW index serves: its expression, exactly
-        order = f"m.embedding::halfvec({int(dims)}) <=> %(q)b::vector::halfvec({int(dims)})"
-        leg = _VECTOR_LEG.format(ann_order=order, pending=pending, **names)
-    else:
-        leg = _VECTOR_LEGS[vector].format(**names)
-    kw = _NO_KEYWORD_LEG.format(**names)
-    if keyword != "none":
-        kw = _KEYWORD_LEG.format(match=_KEYWORD_MATCH[keyword], **names)
-    return leg + kw + _FUSED.format(**names)
-
-
 @functools.lru_cache(maxsize=64)
 def search_sql(vector: str, keyword: str, dims: int, parts: int = 1) -> str:
     """The fused statement for one leg combination: `vector` "sql", "heavy" or "none",
-    `keyword` "tsq", "like" or "none" (`dims` names the ANN index expression),
-    over `parts` fetches (1, or 2 with the kind fallback's unfiltered fetch); the
-    rows' `part` column says which fetch a candidate belongs to.
-
-    Memoised: the text is a pure function of these few values (3 x 3 x 2 per
-    embedding dimension), a constant table of SQL strings holding no user data.
+    `keyword` "tsq", "like" or "none" (`dims` names the ANN index expression), over
+    `parts` fetches (1, or 2 with the kind fallback's unfiltered fetch; the rows'
+    `part` says which). Memoised: a pure function of these few values, no user data.
     """
-    ctes = ",".join(_legs_sql(vector, keyword, dims, part) for part in range(parts))
+    # per fetch: its vector and keyword legs and their fusion
+    legs = _VECTOR_LEGS[vector] + _KEYWORD_LEGS[keyword] + _FUSED
+    ctes = ",".join(
+        legs.format(s=_SUFFIXES[part], kind=_KINDS[part], dims=int(dims)) for part in range(parts)
+    )
     fused = " UNION ALL ".join(
         f"SELECT {part} AS part, * FROM fused{_SUFFIXES[part]}" for part in range(parts)
     )
@@ -266,9 +253,7 @@ class SearchQuery:
     params: Params
     terms: QueryTerms
     vector: bool
-    hybrid: bool
     language: Language = ENGLISH
-    parts: int = 1
 
 
 def build_search(
@@ -315,16 +300,8 @@ def build_search(
     dims = dims or len(query_vector or ())
     keyword_leg = ("tsq" if like is None else "like") if use_keyword else "none"
     vector_leg = ("heavy" if heavy else "sql") if use_vector else "none"
-    parts = 2 if fallback else 1
-    return SearchQuery(
-        search_sql(vector_leg, keyword_leg, dims, parts),
-        params,
-        terms,
-        use_vector,
-        options.hybrid,
-        language,
-        parts,
-    )
+    sql = search_sql(vector_leg, keyword_leg, dims, 2 if fallback else 1)
+    return SearchQuery(sql, params, terms, use_vector, language)
 
 
 Leg = list[tuple[Entry, float]]
@@ -334,12 +311,9 @@ def legs_from_rows(
     query: SearchQuery, rows: Sequence[Row], entries: Mapping[str, Entry], part: int = 0
 ) -> tuple[Leg | None, Leg]:
     """Rows of the fused statement -> (vector leg, keyword leg) of fetch `part`, each in
-    its SQL rank order.
-
-    Scores are absolute: cosine for the vector leg, and the shared keyword
-    relevance (computed here on the candidates, with the user's corpus stats
-    from the same statement) for the keyword leg; never ts_rank. `entries`
-    holds the candidates' entries by id (a row deleted since is left out).
+    its SQL rank order, with absolute scores: cosine, and the shared keyword relevance
+    (computed here, with the user's corpus stats from the same statement), never
+    ts_rank. `entries` holds the candidates' entries by id (a row deleted since is left out).
     """
     vector: list[tuple[int, Entry, float]] = []
     keyword: list[tuple[int, Entry, float]] = []
@@ -390,13 +364,10 @@ def vector_leg_from_ann(
 
 
 def _candidate_doc(query: SearchQuery, row: Row, entry: Entry) -> KeywordDoc:
-    """The stored documents split back into a `KeywordDoc` (no tokenizer run).
-
-    A row the tsquery matched holds a query token, so the phrase fallback
-    (which needs the loose-normalised text) never runs for it; rows found by
-    the substring prefilter, and rows written before migration 6 was
-    backfilled, are tokenised as before.
-    """
+    """The stored documents split back into a `KeywordDoc` (no tokenizer run). A row the
+    tsquery matched holds a query token, so the phrase fallback (which needs the text)
+    never runs for it; rows found by the substring prefilter, and rows written before
+    migration 6 was backfilled, are tokenised as before."""
     content, topics = row["content_doc"], row["topic_doc"]
     if content is None or topics is None or query.params["like"] is not None:
         return KeywordDoc.build(entry.memory.text, entry.memory.topics, query.language)

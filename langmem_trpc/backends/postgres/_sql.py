@@ -284,32 +284,26 @@ ALTER TABLE langmem_memories ADD COLUMN expires_at timestamptz;
 CREATE INDEX langmem_memories_expiring ON langmem_memories (app_name, user_id, expires_at)
     WHERE expires_at IS NOT NULL AND deleted_at IS NULL;
 """,
-]
-
-_STEMMED_DOCS = """
+    """
 -- stemmed keyword documents: the tokenizer Snowball-stems Latin words, so every
 -- row's documents, terms and lengths are rebuilt by setup (`BACKFILL_UPDATE`);
 -- the statement triggers keep langmem_user_terms and langmem_user_stats in step
 UPDATE langmem_memories SET content_doc = NULL, topic_doc = NULL;
-"""
-MIGRATIONS.append(_STEMMED_DOCS)
-
-_SETTINGS = """
+""",
+    """
 -- the tokenizer's language, which every stored document depends on: a database set up
 -- before has English documents; setup() records the service's language instead when it
 -- creates the database, and refuses another language later (`check_language`)
 CREATE TABLE langmem_settings (key text PRIMARY KEY, value text NOT NULL);
 INSERT INTO langmem_settings (key, value) VALUES ('language', 'english');
-"""
-MIGRATIONS.append(_SETTINGS)
-
-_DELETED_FINGERPRINT = """
+""",
+    """
 -- soft-deleted rows by fingerprint (the live ones have langmem_memories_live_fingerprint):
 -- the revive lookups of add and add_many probe it instead of scanning the user's rows
 CREATE INDEX langmem_memories_deleted_fingerprint
     ON langmem_memories (app_name, user_id, fingerprint) WHERE deleted_at IS NOT NULL;
-"""
-MIGRATIONS.append(_DELETED_FINGERPRINT)
+""",
+]
 
 SELECT_LANGUAGE = "SELECT value FROM langmem_settings WHERE key = 'language'"
 SET_LANGUAGE = """INSERT INTO langmem_settings (key, value) VALUES ('language', %(language)s)
@@ -317,14 +311,11 @@ ON CONFLICT (key) DO UPDATE SET value = excluded.value"""
 
 DOCS_MIGRATION = 6
 """Core version that added content_doc/topic_doc; applying it runs the Python backfill."""
-RETOKENIZE_MIGRATIONS = frozenset({DOCS_MIGRATION, MIGRATIONS.index(_STEMMED_DOCS) + 1})
-"""Core versions after which setup re-tokenises every row whose content_doc is NULL."""
-
-FINGERPRINT_MIGRATION = next(
-    i for i, m in enumerate(MIGRATIONS, start=1) if "recomputed by the fingerprint migration" in m
-)
-"""Core version whose application recomputes ambiguous fingerprints (by position, so
-appending or reordering migrations keeps it right)."""
+RETOKENIZE_MIGRATIONS = frozenset({DOCS_MIGRATION, 12})
+"""Core versions (6, and 12: stemmed documents) after which setup re-tokenises every row
+whose content_doc is NULL."""
+FINGERPRINT_MIGRATION = 9
+"""Core version whose application recomputes ambiguous fingerprints."""
 
 FINGERPRINT_SELECT = """
 SELECT app_name, user_id, id, text, kind, event_time, participants, location, keyed

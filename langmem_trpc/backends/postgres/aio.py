@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime
 from typing import Any, TypeVar, cast
 
 import psycopg
@@ -14,7 +13,6 @@ from psycopg_pool import AsyncConnectionPool
 
 from ...service._claims import ClaimOp
 from ...service._steps import Plan
-from ...types import Entry, HistoryEvent, SearchOptions, UserKey
 from . import _claims
 from ._base import PostgresBase, backend_error, logger
 from ._plans import Copy, Embed, Op
@@ -23,7 +21,7 @@ T = TypeVar("T")
 
 
 class AsyncPostgres(PostgresBase):
-    """`a*` methods on an async pool bound to the running loop (rebuilt if the loop changes)."""
+    """The async driver, on a pool bound to the running loop (rebuilt if the loop changes)."""
 
     _async_loop: asyncio.AbstractEventLoop | None = None
 
@@ -103,33 +101,7 @@ class AsyncPostgres(PostgresBase):
         self._search_cache.dims = await self._arun(self._op_setup())
 
     async def arun_plan(self, plan: Plan[T]) -> T:
-        return cast("T", await self._arun(self._op_write(plan)))
-
-    async def aget(self, user: UserKey, memory_id: str) -> Entry | None:
-        return cast("Entry | None", await self._arun(self._op_get(user, memory_id)))
-
-    async def aread(self, user: UserKey, limit: int | None = None) -> list[Entry]:
-        return cast("list[Entry]", await self._arun(self._op_read(user, limit)))
-
-    async def asearch(
-        self, user: UserKey, query: str | None = None, options: SearchOptions | None = None
-    ) -> list[Entry]:
-        return cast("list[Entry]", await self._arun(self._op_search(user, query, options)))
-
-    async def ahistory(self, user: UserKey, memory_id: str) -> list[HistoryEvent]:
-        return cast("list[HistoryEvent]", await self._arun(self._op_history(user, memory_id)))
-
-    async def acount(self, user: UserKey) -> int:
-        return int(await self._arun(self._op_count(user)))
-
-    async def ausers(self, app_name: str | None = None) -> list[UserKey]:
-        return cast("list[UserKey]", await self._arun(self._op_users(app_name)))
+        return cast("T", await self._arun(Op(self._write(plan), write=True)))
 
     async def arun_claim_op(self, op: ClaimOp[T]) -> T:
         return cast("T", await self._arun(_claims.op_for(op)))
-
-    async def aset_expiry(self, user: UserKey, memory_id: str, expires_at: datetime | None) -> bool:
-        return bool(await self._arun(self._op_set_expiry(user, memory_id, expires_at)))
-
-    async def aexpired(self, user: UserKey, limit: int | None = None) -> list[str]:
-        return cast("list[str]", await self._arun(self._op_expired(user, limit)))

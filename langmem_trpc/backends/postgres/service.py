@@ -3,22 +3,48 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
 from ...errors import InvalidMemoryError
 from ...service import _plans as write_plans
 from ...service._core import check_user
 from ...service.capabilities import Capability
-from ...service.protocol import MemoryService
+from ...service.protocol import MemoryService, _named
 from ...types import Entry, Memory, Source, UserKey
 from . import _bulk
-from ._plans import Op
+from ._base import PostgresBase
+from ._plans import Op, Plan
 from .aio import AsyncPostgres
 from .sync import SyncPostgres
 
 __all__ = ["PostgresMemoryService"]
+
+T = TypeVar("T")
+P = ParamSpec("P")
+
+
+def _twins(
+    build: Callable[Concatenate[PostgresMemoryService, P], Plan[T]],
+    write: bool = False,
+    name: str = "",
+) -> tuple[
+    Callable[Concatenate[PostgresMemoryService, P], T],
+    Callable[Concatenate[PostgresMemoryService, P], Coroutine[Any, Any, T]],
+]:
+    """The method that runs the plan `build` returns (validation first, in `build`), and
+    its async twin, named `name` (by default `build`'s name without its leading `_`); a
+    read (`write=False`) runs without a transaction."""
+    name = name or build.__name__.lstrip("_")
+
+    def method(self: PostgresMemoryService, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return cast("T", self._run(Op(build(self, *args, **kwargs), write)))
+
+    async def twin(self: PostgresMemoryService, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return cast("T", await self._arun(Op(build(self, *args, **kwargs), write)))
+
+    return _named(method, build, name), _named(twin, build, "a" + name, f"Async twin of `{name}`.")
 
 
 class PostgresMemoryService(SyncPostgres, AsyncPostgres, MemoryService):
@@ -80,9 +106,18 @@ class PostgresMemoryService(SyncPostgres, AsyncPostgres, MemoryService):
         finally:
             await service.aclose()
 
+    get, aget = _twins(PostgresBase._get)
+    read, aread = _twins(PostgresBase._read)
+    search, asearch = _twins(PostgresBase._search)
+    history, ahistory = _twins(PostgresBase._history)
+    count, acount = _twins(PostgresBase._count)
+    users, ausers = _twins(PostgresBase._users)
+    set_expiry, aset_expiry = _twins(PostgresBase._set_expiry, write=True)
+    expired, aexpired = _twins(PostgresBase._expired)
+
     # -- bulk load -----------------------------------------------------------
 
-    def add_many(
+    def _add_many_rows(
         self,
         user: UserKey,
         items: Sequence[str | Memory],
@@ -90,41 +125,15 @@ class PostgresMemoryService(SyncPostgres, AsyncPostgres, MemoryService):
         source: Source | None = None,
         vectors: Sequence[Sequence[float]] | None = None,
         defer_index: bool = False,
-    ) -> list[Entry]:
-        """`add` of each item, in one transaction (see `MemoryService.add_many`).
+    ) -> Plan[list[Entry]]:
+        """`add` of each item, in one transaction (see `MemoryService.add_many`); runs of
+        new content are stored with one binary COPY. `vectors`: precomputed embeddings in
+        the items' order (the embedder is not called; without them it runs once).
 
-        Runs of new content are stored with one binary COPY. `vectors` are
-        precomputed embeddings in the items' order (the embedder is not called);
-        without them the embedder runs once for the whole batch.
-
-        `defer_index=True` (bulk imports) keeps those runs out of the HNSW graph,
-        most of a load's cost: the rows are searchable at once (an exact scan of
-        the user's not-yet-indexed rows, merged into the index's hits) and join the
-        graph when `index_pending()` runs. Other users' searches are unaffected.
+        `defer_index=True` (bulk imports) keeps those runs out of the HNSW graph, most of
+        a load's cost, until `index_pending()`; they are searchable at once (an exact scan
+        of the user's pending rows). Other users' searches are unaffected.
         """
-        return self._run(self._add_many_op(user, items, source, vectors, defer_index))  # type: ignore[no-any-return]
-
-    async def aadd_many(
-        self,
-        user: UserKey,
-        items: Sequence[str | Memory],
-        *,
-        source: Source | None = None,
-        vectors: Sequence[Sequence[float]] | None = None,
-        defer_index: bool = False,
-    ) -> list[Entry]:
-        """Async twin of `add_many`."""
-        op = self._add_many_op(user, items, source, vectors, defer_index)
-        return await self._arun(op)  # type: ignore[no-any-return]
-
-    def _add_many_op(
-        self,
-        user: UserKey,
-        items: Sequence[str | Memory],
-        source: Source | None,
-        vectors: Sequence[Sequence[float]] | None,
-        defer_index: bool,
-    ) -> Op:
         plan = write_plans.add_many(user, items, limits=self._limits, source=source)
         if vectors is not None:
             if self._embeddings is None:
@@ -135,7 +144,9 @@ class PostgresMemoryService(SyncPostgres, AsyncPostgres, MemoryService):
                 raise InvalidMemoryError(
                     "vectors", f"has {len(vectors)} items for {len(items)} memories"
                 )
-        return self._op_write(plan, vectors, indexed=not defer_index)
+        return self._write(plan, vectors, indexed=not defer_index)
+
+    add_many, aadd_many = _twins(_add_many_rows, write=True, name="add_many")
 
     def index_pending(self, user: UserKey | None = None, *, batch_size: int = 2_000) -> int:
         """Add deferred rows (`add_many(defer_index=True)`) to the HNSW index; returns how many.

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any, TypeVar, cast
 
 import psycopg
@@ -13,7 +12,6 @@ from psycopg_pool import ConnectionPool
 
 from ...service._claims import ClaimOp
 from ...service._steps import Plan
-from ...types import Entry, HistoryEvent, SearchOptions, UserKey
 from . import _claims
 from ._base import PostgresBase, backend_error, logger
 from ._plans import Copy, Embed, Op
@@ -22,7 +20,7 @@ T = TypeVar("T")
 
 
 class SyncPostgres(PostgresBase):
-    """Sync methods; they use their own pool, so a sync call on an event-loop thread cannot deadlock."""
+    """The sync driver, on its own pool: a sync call on an event-loop thread cannot deadlock."""
 
     def _pool(self) -> ConnectionPool[Any]:
         with self._pool_lock:
@@ -82,33 +80,7 @@ class SyncPostgres(PostgresBase):
         logger.debug("langmem_trpc PostgreSQL schema ready (dims=%s)", self._search_cache.dims)
 
     def run_plan(self, plan: Plan[T]) -> T:
-        return cast("T", self._run(self._op_write(plan)))
-
-    def get(self, user: UserKey, memory_id: str) -> Entry | None:
-        return cast("Entry | None", self._run(self._op_get(user, memory_id)))
-
-    def read(self, user: UserKey, limit: int | None = None) -> list[Entry]:
-        return cast("list[Entry]", self._run(self._op_read(user, limit)))
-
-    def search(
-        self, user: UserKey, query: str | None = None, options: SearchOptions | None = None
-    ) -> list[Entry]:
-        return cast("list[Entry]", self._run(self._op_search(user, query, options)))
-
-    def history(self, user: UserKey, memory_id: str) -> list[HistoryEvent]:
-        return cast("list[HistoryEvent]", self._run(self._op_history(user, memory_id)))
-
-    def count(self, user: UserKey) -> int:
-        return int(self._run(self._op_count(user)))
-
-    def users(self, app_name: str | None = None) -> list[UserKey]:
-        return cast("list[UserKey]", self._run(self._op_users(app_name)))
+        return cast("T", self._run(Op(self._write(plan), write=True)))
 
     def run_claim_op(self, op: ClaimOp[T]) -> T:
         return cast("T", self._run(_claims.op_for(op)))
-
-    def set_expiry(self, user: UserKey, memory_id: str, expires_at: datetime | None) -> bool:
-        return bool(self._run(self._op_set_expiry(user, memory_id, expires_at)))
-
-    def expired(self, user: UserKey, limit: int | None = None) -> list[str]:
-        return cast("list[str]", self._run(self._op_expired(user, limit)))
