@@ -50,12 +50,10 @@ def local_embeddings_available() -> bool:
 class LocalMiniLMEmbeddings(Embeddings):
     """all-MiniLM-L6-v2 (384 dims, L2-normalised), numpy on CPU, from the packaged weights.
 
-    Texts are stripped, tokenised by the model's `tokenizer.json` (lower-cased
-    word pieces, `[CLS] ... [SEP]`), truncated to the model's `max_seq_length`
-    word pieces (256 for this model, specials included, as sentence-transformers
-    does), sorted by length and encoded `batch_size` at a time, each batch padded
-    to its longest text with an attention mask. The async twins (LangChain's) run
-    the same work in a worker thread.
+    Texts are stripped, cut to `max_seq_length` word pieces of the model's
+    `tokenizer.json` (specials included, as sentence-transformers does) and encoded
+    `batch_size` at a time, sorted by length so each batch pads little. The async
+    twins (LangChain's) run the same work in a worker thread.
 
     Args:
         batch_size: texts per forward pass (sentence-transformers' default, 32).

@@ -80,13 +80,9 @@ class BertEncoder:
                 f"model_type={config.get('model_type')!r} hidden_act={config.get('hidden_act')!r}"
             )
         pooling = _read_json(model_dir / "1_Pooling" / "config.json")
+        others = ("cls_token", "max_tokens", "mean_sqrt_len_tokens")
         if not pooling.get("pooling_mode_mean_tokens") or any(
-            pooling.get(mode)
-            for mode in (
-                "pooling_mode_cls_token",
-                "pooling_mode_max_tokens",
-                "pooling_mode_mean_sqrt_len_tokens",
-            )
+            pooling.get(f"pooling_mode_{mode}") for mode in others
         ):
             raise ConfigurationError(f"{model_dir}: only mean pooling is supported, got {pooling}")
         modules = _read_json_list(model_dir / "modules.json")
