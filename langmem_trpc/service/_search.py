@@ -344,12 +344,10 @@ def _ranked(
     limit: int | None,
     order: Mapping[str, float] | None = None,
 ) -> list[Entry]:
-    """Sort (entry, score, rrf) by `_sort_key`, then copy scores onto the first `limit` only
-    (a pydantic copy costs more than ranking, and a search keeps a few of hundreds).
-
-    `order` (entry id -> fused score) ranks hybrid hits when given; `rrf_score` keeps
-    the plain RRF sum. Only hits at or above the `limit`-th best relevance (ties
-    included) can place, so the full tie-break key is built for those alone.
+    """Sort (entry, score, rrf) by `_sort_key` of the score, or of `order` (entry id ->
+    fused score, for hybrid hits), then copy scores onto the first `limit` only (a pydantic
+    copy costs more than ranking, and a search keeps a few of hundreds). Only hits at or
+    above the `limit`-th best (ties included) can place: the tie-break key is built for those.
     """
     items = list(hits)
     primaries = [score if order is None else order[entry.id] for entry, score, _ in items]
