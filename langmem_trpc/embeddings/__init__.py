@@ -86,15 +86,12 @@ class LocalMiniLMEmbeddings(Embeddings):
         self.batch_size = batch_size
         self.model_name = folder.name if model_dir is not None else "all-MiniLM-L6-v2"
         self._encoder = BertEncoder(folder)
+        most = self._encoder.max_positions
         limit = max_seq_length if max_seq_length is not None else _max_seq_length(folder)
-        limit = self._encoder.max_positions if limit is None else limit
-        if (
-            isinstance(limit, bool)
-            or not isinstance(limit, int)
-            or not 2 <= limit <= self._encoder.max_positions
-        ):
+        limit = most if limit is None else limit
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 2 <= limit <= most:
             raise ConfigurationError(
-                f"max_seq_length: expected an int in [2, {self._encoder.max_positions}], got {limit!r}"
+                f"max_seq_length: expected an int in [2, {most}], got {limit!r}"
             )
         self.max_seq_length = limit
         self._tokenizer: Any = Tokenizer.from_file(str(folder / "tokenizer.json"))
