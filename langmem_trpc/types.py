@@ -221,7 +221,7 @@ class FusionSettings(BaseModel):
     """Knobs of the ranking steps, per search (measured on LoCoMo, docs/bench-locomo.md).
 
     The five hybrid steps rescale the fused score of `SearchOptions.fusion_method`.
-    Each is switched off by 0 (`question_word_weight` by 1.0; `FUSION_STEPS_OFF`);
+    Each knob below is off at 0 (`question_word_weight` at 1.0; `FUSION_STEPS_OFF`);
     every default except `decompose_weight` (opt-in) helped on LoCoMo's development half:
 
     - `question_word_weight` (keyword leg, every mode): query tokens that are the
@@ -245,9 +245,9 @@ class FusionSettings(BaseModel):
       with this total weight. Off by default: it tokenises every fetched candidate once
       per search, about 3 ms on top of a 2 ms SQLite hybrid search at 10,000 memories.
 
-    `vector_weight`: the vector leg's weight against the keyword leg's 1.0 (its half of
-    the "scores" mean, or w / (rrf_k + rank) under RRF); 0.75 was chosen on LoCoMo's
-    development half, 1.0 with `fusion_method="rrf"` is the reference's plain RRF.
+    `vector_weight`: the vector leg's weight against the keyword leg's 1.0 (it scales the
+    leg's half of the "scores" mean; under RRF the leg adds w / (rrf_k + rank)); 0.75 was
+    chosen on LoCoMo's development half, 1.0 with "rrf" is the reference's plain RRF.
     `vector_floor` / `keyword_floor`: the minimum absolute score for a leg to vote when
     no explicit threshold is set; `keyword_floor` is also a keyword-only search's default
     threshold. `min_pool`: candidates fetched per leg (at least 3 x max_results); a
