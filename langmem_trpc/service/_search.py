@@ -413,11 +413,7 @@ def merge_kind_fallback(primary: list[Entry], fallback: list[Entry], kind: Kind)
     """Primary hits, then unseen fallback hits of the wanted kind, then the rest."""
     seen = {e.id for e in primary}
     extra = [e for e in fallback if e.id not in seen]
-    return (
-        primary
-        + [e for e in extra if e.memory.kind == kind]
-        + [e for e in extra if e.memory.kind != kind]
-    )
+    return primary + sorted(extra, key=lambda e: e.memory.kind != kind)  # stable: order kept
 
 
 def deduplicate(

@@ -85,15 +85,12 @@ def primary_tokens(text: str, language: Language = ENGLISH, stem: bool = True) -
         if not cjk:
             if len(run) >= 2 and run not in language.stopwords:
                 tokens.append((language.stem(run) if stem else run)[:MAX_TOKEN_CHARS])
-            continue
-        if len(run) == 1:
+        elif len(run) == 1:
             if single_cjk:
                 tokens.append(run)
-            continue
-        for i in range(len(run) - 1):
-            gram = run[i : i + 2]
-            if not _cjk_stop(gram):
-                tokens.append(gram)
+        else:
+            grams = (run[i : i + 2] for i in range(len(run) - 1))
+            tokens.extend(gram for gram in grams if not _cjk_stop(gram))
     return tokens
 
 
