@@ -1,4 +1,22 @@
-"""The one error tree of langmem_trpc, drawn in docs/exceptions.md.
+"""The one error tree of langmem_trpc.
+
+```
+LangmemTrpcError
+├── InvalidInputError (ValueError)        bad argument; `.field` names it, nothing was written
+│   ├── InvalidUserKeyError               empty / malformed app_name or user_id
+│   ├── InvalidMemoryError                empty or oversized text, unknown kind, bad topics ...
+│   ├── InvalidTimeError                  naive or unparseable datetime
+│   └── QueuePayloadTooLargeError         a message does not fit in one queued job's byte cap
+├── MemoryNotFoundError (KeyError)        no live memory with that id for this user
+├── MemoryConflictError                   an update would duplicate another live memory (or lost every retry)
+├── NamespaceAccessError (PermissionError) a store namespace of another user than the run's
+├── CapacityExceededError                 per-user capacity reached with policy "error"
+├── BackendError                          the storage driver failed (wraps the driver error)
+├── ExtractionError                       the extractor (LLM) failed or returned nothing usable
+├── ExtractorBusyError                    timed-out extractor calls still hold the user's (or the worker's) limit
+├── ConfigurationError                    bad settings, missing optional dependency
+└── WorkerError                           misuse of the background worker lifecycle
+```
 
 Every subclass of a builtin keeps working with code that catches the builtin
 (`except ValueError`, `except KeyError`).

@@ -113,9 +113,9 @@ _TIE_GAP = 2 * 10.0**-RANK_TIE_DIGITS
 def _rrf_with_ties(
     legs: Sequence[Sequence[tuple[Entry, float]]], k: int, weights: Sequence[float] = ()
 ) -> dict[str, float]:
-    """RRF where leg i adds weights[i] / (k + rank) (1.0 when not given) and equal
-    reported scores (`RANK_TIE_DIGITS`) share a rank, so identical memories tie (and the
-    event-time tie-break can order them)."""
+    """RRF where leg i adds weights[i] / (k + rank) (1.0 when not given) and scores equal
+    to `RANK_TIE_DIGITS` decimals, clipped to [0, 1] as reported, share a rank: identical
+    memories tie (and the event-time tie-break can order them)."""
     fused: dict[str, float] = {}
     for i, leg in enumerate(legs):
         weight = weights[i] if i < len(weights) else 1.0
