@@ -40,7 +40,6 @@ _LAYOUTS = (
     "%Y",
 )
 _MONTH_LAYOUTS = frozenset({"%B %Y", "%b %Y", "%Y-%m"})
-# LoCoMo-style "1:56 pm on 8 May, 2023".
 _CLOCK_ON_DATE = re.compile(r"^(\d{1,2}:\d{2}\s*[ap]m)\s+on\s+(.+)$", re.IGNORECASE)
 
 
@@ -72,31 +71,29 @@ def _parse_with_layout(text: str) -> tuple[datetime, str] | None:
     return None
 
 
+def _parse_layouts(text: str) -> datetime | None:
+    """`text` in one of `_LAYOUTS`, or a clock time on one ("1:56 pm on 8 May, 2023")."""
+    clock = _CLOCK_ON_DATE.match(text)
+    if clock is None:
+        found = _parse_with_layout(text)
+        return None if found is None else found[0]
+    day = _parse_with_layout(clock.group(2).replace(",", "").strip())
+    try:
+        t = datetime.strptime(clock.group(1).replace(" ", "").upper(), "%I:%M%p")
+    except ValueError:
+        return None
+    return None if day is None else day[0].replace(hour=t.hour, minute=t.minute)
+
+
 def parse_flexible_time(text: str | None) -> datetime | None:
     """Parse ISO 8601 and common human date layouts; None when unparseable."""
-    if text is None:
-        return None
-    text = text.strip()
-    if not text:
+    if text is None or not (text := text.strip()):
         return None
     iso = text[:-1] + "+00:00" if text.endswith(("Z", "z")) else text
     try:
-        parsed = datetime.fromisoformat(iso)
+        parsed: datetime | None = datetime.fromisoformat(iso)
     except ValueError:
-        parsed = None
-    if parsed is None:
-        clock = _CLOCK_ON_DATE.match(text)
-        if clock:
-            day = _parse_with_layout(clock.group(2).replace(",", "").strip())
-            if day is not None:
-                try:
-                    t = datetime.strptime(clock.group(1).replace(" ", "").upper(), "%I:%M%p")
-                except ValueError:
-                    return None
-                parsed = day[0].replace(hour=t.hour, minute=t.minute)
-        else:
-            found = _parse_with_layout(text)
-            parsed = found[0] if found else None
+        parsed = _parse_layouts(text)
     if parsed is None:
         return None
     if parsed.tzinfo is None:

@@ -1,6 +1,6 @@
 """Data that crosses the package boundary: pydantic models, no I/O.
 
-Identity rule (documented in docs/configuration.md): `app_name` and `user_id`
+Identity rule (docs/configuration.md points here): `app_name` and `user_id`
 are compared exactly as given. Nothing is trimmed, case-folded or
 Unicode-normalised, so "alice", "Alice", "alice " and "alice\\u200b" are four
 different users. They must be non-empty, not only whitespace, at most
@@ -20,7 +20,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ._time import ensure_utc, parse_time_or_raise
-from .errors import InvalidMemoryError, InvalidUserKeyError
+from .errors import InvalidInputError, InvalidMemoryError, InvalidUserKeyError
 
 __all__ = [
     "MAX_ID_LENGTH",
@@ -83,30 +83,28 @@ def check_text_value(field: str, value: str) -> str:
     return value
 
 
-def check_identifier(field: str, value: object) -> str:
-    """Validate an app or user id without altering it (see module docstring)."""
+def _check_id(error: type[InvalidInputError], field: str, value: object) -> str:
+    """A string of at most `MAX_ID_LENGTH` characters that every backend can store."""
     if not isinstance(value, str):
-        raise InvalidUserKeyError(field, f"must be a string, got {type(value).__name__}")
-    if not value.strip():
-        raise InvalidUserKeyError(field, "must not be empty")
+        raise error(field, f"must be a string, got {type(value).__name__}")
     if len(value) > MAX_ID_LENGTH:
-        raise InvalidUserKeyError(field, f"must be at most {MAX_ID_LENGTH} characters")
+        raise error(field, f"must be at most {MAX_ID_LENGTH} characters")
     problem = _text_problem(value)
     if problem is not None:
-        raise InvalidUserKeyError(field, problem)
+        raise error(field, problem)
     return value
 
 
+def check_identifier(field: str, value: object) -> str:
+    """Validate an app or user id without altering it (see module docstring)."""
+    if isinstance(value, str) and not value.strip():
+        raise InvalidUserKeyError(field, "must not be empty")
+    return _check_id(InvalidUserKeyError, field, value)
+
+
 def check_optional_id(field: str, value: object) -> str | None:
-    """A thread or message id: None, or a string of at most `MAX_ID_LENGTH` characters
-    that every backend can store (no NUL, no lone surrogate)."""
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise InvalidMemoryError(field, f"must be a string, got {type(value).__name__}")
-    if len(value) > MAX_ID_LENGTH:
-        raise InvalidMemoryError(field, f"must be at most {MAX_ID_LENGTH} characters")
-    return check_text_value(field, value)
+    """A thread or message id: None, or an id `_check_id` accepts."""
+    return None if value is None else _check_id(InvalidMemoryError, field, value)
 
 
 class UserKey(BaseModel):
@@ -181,14 +179,12 @@ class Memory(BaseModel):
 class Entry(BaseModel):
     """A stored memory with its identity and bookkeeping.
 
-    `score` is an absolute relevance in [0, 1], comparable across queries:
-    cosine similarity for the vector leg, the keyword relevance (BM25F,
-    `service._search.relevance`) for the keyword leg, and the higher of the
-    two for a hybrid hit. `rrf_score` is the Reciprocal Rank Fusion sum of the
-    two legs for a hybrid hit (the vector leg's part weighted by
-    `FusionSettings.vector_weight`, 0.75 by default; None otherwise). The
-    hybrid order (`SearchOptions.fusion_method`, then the `FusionSettings`
-    steps) can differ from the `rrf_score` order.
+    `score` is an absolute relevance in [0, 1], comparable across queries: the cosine
+    for the vector leg, the keyword relevance (BM25F, `service._bm25.relevance`) for the
+    keyword leg, the higher of the two for a hybrid hit. `rrf_score` is a hybrid hit's
+    Reciprocal Rank Fusion sum of the two legs (the vector leg's part weighted by
+    `FusionSettings.vector_weight`; None otherwise); the hybrid order
+    (`SearchOptions.fusion_method`, then the `FusionSettings` steps) can differ from it.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -224,44 +220,38 @@ FusionMethod = Literal["rrf", "scores"]
 class FusionSettings(BaseModel):
     """Knobs of the ranking steps, per search (measured on LoCoMo, docs/bench-locomo.md).
 
-    The hybrid steps rescale the fused score of `SearchOptions.fusion_method`
-    (score fusion, the weighted mean of the legs' scores, by default). Each step is named and switched
-    off by 0 (1.0 for `question_word_weight`); every default below except
-    `decompose_weight` (opt-in) helped on LoCoMo's development half:
+    The five hybrid steps rescale the fused score of `SearchOptions.fusion_method`.
+    Each knob below is off at 0 (`question_word_weight` at 1.0; `FUSION_STEPS_OFF`);
+    every default except `decompose_weight` (opt-in) helped on LoCoMo's development half:
 
-    - `question_word_weight` (keyword leg, every mode): query tokens that are
-      the language's question words, auxiliaries or pronouns ("what", "did",
-      "you") weigh this much in BM25 instead of 1.0.
-    - `context_weight` ("context", hybrid): a hit shares in the best fused score
-      of the other candidates with the same event time (the same conversation
-      session or moment): (own + w x other) / (1 + w).
-    - `participant_boost` ("participants", hybrid): when the query names a
-      participant of some candidate ("What did Caroline paint?"), the hits
-      without that participant are scaled by 1 / (1 + boost).
-    - `time_boost` ("time", hybrid): when the query names a calendar period
-      ("in May 2023", "on 3 June, 2023", "in 2022") and some candidate's event
-      time falls in it, the others are scaled by 1 / (1 + boost): a soft
-      preference, not a filter. Month names are the language's.
-    - `when_boost` ("when", hybrid): a question that asks when ("When did ...",
-      "What year ...", "how long ago") prefers hits that say a time (a date,
-      month, weekday, "yesterday", "last week"): when some candidate does, the
-      others are scaled by 1 / (1 + boost). The cue words are the language's.
-    - `decompose_weight` ("decompose", hybrid): sub-queries (clauses, else
-      content words) score the fetched candidates by keyword relevance and
-      vote like one more keyword leg, with this total weight. Off by default:
-      it tokenises every fetched candidate once per search, about 3 ms on
-      top of a 2 ms SQLite hybrid search at 10,000 memories.
+    - `question_word_weight` (keyword leg, every mode): query tokens that are the
+      language's question words, auxiliaries or pronouns ("what", "did", "you") weigh
+      this much in BM25 instead of 1.0.
+    - `context_weight` ("context"): a hit shares in the best fused score of the other
+      candidates with the same event time (one conversation session or moment):
+      (own + w x other) / (1 + w).
+    - `participant_boost` ("participants"): when the query names a participant of some
+      candidate ("What did Caroline paint?"), the hits without that participant are
+      scaled by 1 / (1 + boost).
+    - `time_boost` ("time"): when the query names a calendar period ("in May 2023",
+      "on 3 June, 2023", "in 2022") and some candidate's event time falls in it, the
+      others are scaled by 1 / (1 + boost): a soft preference, not a filter.
+    - `when_boost` ("when"): a question that asks when ("When did ...", "What year ...",
+      "how long ago") prefers hits that say a time (a date, month, weekday, "last
+      week"): when some candidate does, the others are scaled by 1 / (1 + boost).
+      Month names and cue words are the language's.
+    - `decompose_weight` ("decompose"): sub-queries (clauses, else content words) score
+      the fetched candidates by keyword relevance and vote like one more keyword leg,
+      with this total weight. Off by default: it tokenises every fetched candidate once
+      per search, about 3 ms on top of a 2 ms SQLite hybrid search at 10,000 memories.
 
-    `vector_weight`: the vector leg's weight in the fusion against the keyword
-    leg's 1.0 (under "scores", the default, its half of the mean is scaled by
-    w; weighted RRF: w / (rrf_k + rank)). 0.75 was chosen on LoCoMo's
-    development half; 1.0 with `fusion_method="rrf"` is the reference's plain RRF.
-
-    `vector_floor` / `keyword_floor`: minimum absolute scores for a leg to vote
-    when no explicit threshold is set; `keyword_floor` is also the default
-    threshold of a keyword-only search (keyword relevance, `service._search.relevance`). `min_pool`: candidates fetched per leg
-    (at least 3 x max_results); a larger pool costs latency on database
-    backends for little recall (docs/bench-sqlite.md).
+    `vector_weight`: the vector leg's weight against the keyword leg's 1.0 (it scales the
+    leg's half of the "scores" mean; under RRF the leg adds w / (rrf_k + rank)); 0.75 was
+    chosen on LoCoMo's development half, 1.0 with "rrf" is the reference's plain RRF.
+    `vector_floor` / `keyword_floor`: the minimum absolute score for a leg to vote when
+    no explicit threshold is set; `keyword_floor` is also a keyword-only search's default
+    threshold. `min_pool`: candidates fetched per leg (at least 3 x max_results); a
+    larger pool costs database latency for little recall (docs/bench-sqlite.md).
     """
 
     model_config = ConfigDict(frozen=True)
@@ -312,22 +302,15 @@ class SearchOptions(BaseModel):
     deduplicate: bool = False
     """Drop near-duplicates (word-set Jaccard >= 0.80), keeping the higher-scored one."""
     hybrid: bool = True
-    """Fuse the vector and keyword legs by `fusion_method` (needs an embedder;
-    keyword-only otherwise).
-
-    On by default: on LoCoMo turn retrieval the fused ranking (with the steps
-    of `FusionSettings`) finds far more evidence than either leg alone
-    (docs/bench-locomo.md). An explicit `similarity_threshold` filters both
-    legs by their absolute scores.
-    """
+    """Fuse the vector and keyword legs by `fusion_method` (needs an embedder; keyword-only
+    otherwise): on LoCoMo the fused ranking finds far more evidence than either leg alone
+    (docs/bench-locomo.md). An explicit `similarity_threshold` filters both legs."""
     fusion_method: FusionMethod = "scores"
-    """How hybrid hits are ordered before the `FusionSettings` steps: "scores"
-    (the default), the mean of the two legs' absolute scores (cosine, keyword
-    relevance; 0 for a leg that did not return the hit), the vector leg's half
-    scaled by `FusionSettings.vector_weight` (0.75); "rrf", Reciprocal Rank
-    Fusion, the sum of w / (rrf_k + rank) over the two legs (k 60 and equal
-    weights is the reference system's). The default was chosen on LoCoMo's
-    development half (docs/bench-locomo.md, round 7). `Entry.rrf_score` is the
+    """How hybrid hits are ordered before the `FusionSettings` steps: "scores" (the
+    default, chosen on LoCoMo's development half), the mean of the two legs' absolute
+    scores (0 for a leg without the hit; the vector half scaled by
+    `FusionSettings.vector_weight`); "rrf", the sum of w / (rrf_k + rank) over the two
+    legs (k 60 and equal weights is the reference system's). `Entry.rrf_score` is the
     plain RRF sum either way; `rrf_k` only orders hits under "rrf"."""
     rrf_k: int = Field(default=60, ge=1)
     fusion: FusionSettings = FusionSettings()

@@ -50,12 +50,10 @@ def local_embeddings_available() -> bool:
 class LocalMiniLMEmbeddings(Embeddings):
     """all-MiniLM-L6-v2 (384 dims, L2-normalised), numpy on CPU, from the packaged weights.
 
-    Texts are stripped, tokenised by the model's `tokenizer.json` (lower-cased
-    word pieces, `[CLS] ... [SEP]`), truncated to the model's `max_seq_length`
-    word pieces (256 for this model, specials included, as sentence-transformers
-    does), sorted by length and encoded `batch_size` at a time, each batch padded
-    to its longest text with an attention mask. The async twins (LangChain's) run
-    the same work in a worker thread.
+    Texts are stripped, cut to `max_seq_length` word pieces of the model's
+    `tokenizer.json` (specials included, as sentence-transformers does) and encoded
+    `batch_size` at a time, sorted by length so each batch pads little. The async
+    twins (LangChain's) run the same work in a worker thread.
 
     Args:
         batch_size: texts per forward pass (sentence-transformers' default, 32).
@@ -88,15 +86,12 @@ class LocalMiniLMEmbeddings(Embeddings):
         self.batch_size = batch_size
         self.model_name = folder.name if model_dir is not None else "all-MiniLM-L6-v2"
         self._encoder = BertEncoder(folder)
+        most = self._encoder.max_positions
         limit = max_seq_length if max_seq_length is not None else _max_seq_length(folder)
-        limit = self._encoder.max_positions if limit is None else limit
-        if (
-            isinstance(limit, bool)
-            or not isinstance(limit, int)
-            or not 2 <= limit <= self._encoder.max_positions
-        ):
+        limit = most if limit is None else limit
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 2 <= limit <= most:
             raise ConfigurationError(
-                f"max_seq_length: expected an int in [2, {self._encoder.max_positions}], got {limit!r}"
+                f"max_seq_length: expected an int in [2, {most}], got {limit!r}"
             )
         self.max_seq_length = limit
         self._tokenizer: Any = Tokenizer.from_file(str(folder / "tokenizer.json"))

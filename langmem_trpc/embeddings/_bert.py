@@ -1,13 +1,9 @@
 """A BERT sentence encoder in numpy: the forward pass sentence-transformers runs, without torch.
 
-Reads a sentence-transformers model folder (`config.json`, `model.safetensors`,
-`tokenizer.json`, `sentence_bert_config.json`, `1_Pooling/config.json`,
-`modules.json`) and computes what its `encode(..., normalize_embeddings=True)`
-computes for a BERT encoder with mean pooling: token + position + segment
-embeddings and LayerNorm; per layer, multi-head self-attention (padded keys
-masked out) and a GELU feed-forward, each followed by a residual and LayerNorm;
-the mean of the unpadded token vectors; L2 normalisation when the model's
-`modules.json` lists `Normalize`. Arithmetic is float32, as on torch's CPU path.
+From a sentence-transformers model folder, it computes what that model's
+`encode(..., normalize_embeddings=True)` does for a BERT encoder with mean pooling
+(L2-normalised when `modules.json` lists `Normalize`), in float32 as on torch's CPU
+path, so the vectors match without the torch dependency.
 """
 
 from __future__ import annotations
@@ -80,13 +76,9 @@ class BertEncoder:
                 f"model_type={config.get('model_type')!r} hidden_act={config.get('hidden_act')!r}"
             )
         pooling = _read_json(model_dir / "1_Pooling" / "config.json")
+        others = ("cls_token", "max_tokens", "mean_sqrt_len_tokens")
         if not pooling.get("pooling_mode_mean_tokens") or any(
-            pooling.get(mode)
-            for mode in (
-                "pooling_mode_cls_token",
-                "pooling_mode_max_tokens",
-                "pooling_mode_mean_sqrt_len_tokens",
-            )
+            pooling.get(f"pooling_mode_{mode}") for mode in others
         ):
             raise ConfigurationError(f"{model_dir}: only mean pooling is supported, got {pooling}")
         modules = _read_json_list(model_dir / "modules.json")

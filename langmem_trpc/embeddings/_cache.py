@@ -41,12 +41,11 @@ class CachedEmbeddings(Embeddings):
     def _key(self, text: str) -> str:
         return hashlib.sha256(f"{self.namespace}\x00{text}".encode()).hexdigest()
 
-    def _lookup(self, texts: list[str]) -> dict[str, list[float]]:
-        missing = [t for t in dict.fromkeys(texts) if t not in self._memo]
+    def _load(self, texts: list[str]) -> None:
+        """Read the stored vectors of `texts` (none of them memoised yet) into the memo."""
         with self._lock:
-            for start in range(0, len(missing), 500):
-                chunk = missing[start : start + 500]
-                keys = {self._key(t): t for t in chunk}
+            for start in range(0, len(texts), 500):
+                keys = {self._key(t): t for t in texts[start : start + 500]}
                 marks = ",".join("?" * len(keys))
                 for key, blob in self._db.execute(
                     f"SELECT key, v FROM vec WHERE key IN ({marks})", list(keys)
@@ -54,31 +53,28 @@ class CachedEmbeddings(Embeddings):
                     self._memo[keys[key]] = (
                         np.frombuffer(blob, dtype=np.float32).astype(float).tolist()
                     )
-        return {t: self._memo[t] for t in texts if t in self._memo}
 
-    def _store(self, pairs: dict[str, list[float]]) -> None:
+    def prefetch(self, texts: list[str], query: bool = False) -> None:
+        """Embed the texts neither memoised nor stored, in one batch (`query`: one by one)."""
+        self._load([t for t in dict.fromkeys(texts) if t not in self._memo])
+        missing = [t for t in dict.fromkeys(texts) if t not in self._memo]
+        if not missing:
+            return
+        logger.info("embedding %d new texts", len(missing))
+        if query:
+            vectors = [self.inner.embed_query(t) for t in missing]
+        else:
+            vectors = self.inner.embed_documents(missing)
         with self._lock:
             self._db.executemany(
                 "INSERT OR REPLACE INTO vec VALUES (?, ?)",
                 [
                     (self._key(t), np.asarray(v, dtype=np.float32).tobytes())
-                    for t, v in pairs.items()
+                    for t, v in zip(missing, vectors, strict=True)
                 ],
             )
             self._db.commit()
-            self._memo.update(pairs)
-
-    def prefetch(self, texts: list[str], query: bool = False) -> None:
-        known = self._lookup(texts)
-        missing = [t for t in dict.fromkeys(texts) if t not in known]
-        if missing:
-            logger.info("embedding %d new texts", len(missing))
-            vectors = (
-                [self.inner.embed_query(t) for t in missing]
-                if query
-                else self.inner.embed_documents(missing)
-            )
-            self._store(dict(zip(missing, vectors, strict=True)))
+            self._memo.update(zip(missing, vectors, strict=True))
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
         self.prefetch(list(texts))

@@ -208,9 +208,7 @@ def relevance(score: _Scores, reference: float) -> _Scores:
     over = np.maximum(x - RELEVANCE_KNEE, 0.0)
     soft = 1 - RELEVANCE_KNEE
     out = np.minimum(x, RELEVANCE_KNEE) + soft * (1 - np.exp(-over / soft))
-    if isinstance(score, np.ndarray):
-        return out
-    return float(out)
+    return out if isinstance(score, np.ndarray) else float(out)
 
 
 @dataclass(frozen=True)

@@ -45,7 +45,8 @@ def keyword_doc(
         content_tf: Mapping[str, int] = Counter(content)
         topic_tf: Mapping[str, int] = Counter(topics)
     else:
-        content_tf, topic_tf = _counts(content, terms), _counts(topics, terms)
+        content_tf = {t: n for t in terms if (n := content.count(t))}
+        topic_tf = {t: n for t in terms if (n := topics.count(t))}
     return KeywordDoc(
         content_tf=content_tf,
         content_len=len(content),
@@ -54,12 +55,3 @@ def keyword_doc(
         content_norm="",
         topic_norm="",
     )
-
-
-def _counts(tokens: list[str], terms: Collection[str]) -> dict[str, int]:
-    counts = {}
-    for term in terms:
-        n = tokens.count(term)
-        if n:
-            counts[term] = n
-    return counts

@@ -128,9 +128,7 @@ def _replace(text: str, pattern: re.Pattern[str], replacement: str) -> str:
     shape = skeleton(text)
     pieces: list[str] = []
     position = 0
-    for match in pattern.finditer(shape):
-        if match.end() == match.start():
-            continue
+    for match in pattern.finditer(shape):  # never empty: every pattern needs a character
         pieces += [text[position : match.start()], replacement]
         position = match.end()
     pieces.append(text[position:])

@@ -113,10 +113,9 @@ _TIE_GAP = 2 * 10.0**-RANK_TIE_DIGITS
 def _rrf_with_ties(
     legs: Sequence[Sequence[tuple[Entry, float]]], k: int, weights: Sequence[float] = ()
 ) -> dict[str, float]:
-    """RRF where equal scores in a leg (to `RANK_TIE_DIGITS` decimals, clipped to [0, 1],
-    the reported `Entry.score`) share a rank, so identical memories tie (and the
-    event-time tie-break can order them). Leg i adds weights[i] / (k + rank) (1.0
-    when not given)."""
+    """RRF where leg i adds weights[i] / (k + rank) (1.0 when not given) and scores equal
+    to `RANK_TIE_DIGITS` decimals, clipped to [0, 1] as reported, share a rank: identical
+    memories tie (and the event-time tie-break can order them)."""
     fused: dict[str, float] = {}
     for i, leg in enumerate(legs):
         weight = weights[i] if i < len(weights) else 1.0
@@ -131,8 +130,7 @@ def _rrf_with_ties(
             ):
                 rank = position
             last = clipped
-            key = entry.id
-            fused[key] = fused.get(key, 0.0) + weight / (k + rank)
+            fused[entry.id] = fused.get(entry.id, 0.0) + weight / (k + rank)
     return fused
 
 
@@ -151,15 +149,13 @@ def _named_participants(
     }
 
 
-def _prefer(adjusted: dict[str, float], preferred: set[str], boost: float) -> None:
+def _prefer(fused: dict[str, float], preferred: set[str], boost: float) -> dict[str, float]:
     """Scale every other hit by 1 / (1 + boost), when some hit is preferred: a
     preference, not a filter (a question's dates are often only near the evidence's)."""
     if not preferred:
-        return
+        return fused
     scale = 1.0 / (1.0 + boost)
-    for key in adjusted:
-        if key not in preferred:
-            adjusted[key] *= scale
+    return {key: s if key in preferred else s * scale for key, s in fused.items()}
 
 
 def _in_query_period(best: Best, query: str, language: Language) -> set[str]:
@@ -249,15 +245,13 @@ def _fused_order(
         fused = _decomposed(fused, best, options.query, tuning, k, language)
     if tuning.context_weight > 0:
         fused = _session_context(fused, best, tuning.context_weight)
-    else:
-        fused = dict(fused)
     for boost, preferred in (
         (tuning.participant_boost, _naming_participant),
         (tuning.time_boost, _in_query_period),
         (tuning.when_boost, partial(_saying_time, says=says)),
     ):
         if boost > 0:
-            _prefer(fused, preferred(best, options.query, language), boost)
+            fused = _prefer(fused, preferred(best, options.query, language), boost)
     return fused
 
 
@@ -293,11 +287,11 @@ def _decomposed(
     under RRF (`k`), half its keyword relevance under score fusion (`k` None).
     The candidates are tokenised once per search (`_PoolTerms`). Off by default
     (docs/bench-locomo.md)."""
-    out = dict(fused)
     named = _named_participants(query, (entry for entry, _ in best.values()), language)
     subs = _sub_queries(query, named, language)
     if not subs:
-        return out
+        return fused
+    out = dict(fused)
     pool = _PoolTerms.build(best, {t for sub in subs for t in sub.tokens}, language)
     weight = tuning.decompose_weight / len(subs)
     for sub in subs:
@@ -325,11 +319,10 @@ class _PoolTerms:
         docs: dict[str, KeywordDoc] = {}
         holders: dict[str, list[str]] = {t: [] for t in terms}
         for key, (entry, _) in best.items():
-            content, topics = entry.memory.text, entry.memory.topics
-            doc = keyword_doc(
-                fts_document(content, language), topics_document(topics, language), terms
+            memory = entry.memory
+            docs[key] = doc = keyword_doc(
+                fts_document(memory.text, language), topics_document(memory.topics, language), terms
             )
-            docs[key] = doc
             for term in doc.terms:
                 holders[term].append(key)
         return cls(docs, CorpusStats.from_docs(docs.values()), holders)
@@ -351,18 +344,13 @@ def _ranked(
     limit: int | None,
     order: Mapping[str, float] | None = None,
 ) -> list[Entry]:
-    """Sort (entry, score, rrf) by `_sort_key`, then copy scores onto the first `limit` only
-    (a pydantic copy costs more than ranking, and a search keeps a few of hundreds).
-
-    `order` (entry id -> fused score) ranks hybrid hits when given; `rrf_score` keeps
-    the plain RRF sum. Only hits at or above the `limit`-th best relevance (ties
-    included) can place, so the full tie-break key is built for those alone.
+    """Sort (entry, score, rrf) by `_sort_key` of the score, or of `order` (entry id ->
+    fused score, for hybrid hits), then copy scores onto the first `limit` only (a pydantic
+    copy costs more than ranking, and a search keeps a few of hundreds). Only hits at or
+    above the `limit`-th best (ties included) can place: the tie-break key is built for those.
     """
     items = list(hits)
-    if order is not None:
-        primaries = [order[entry.id] for entry, _, _ in items]
-    else:
-        primaries = [score if rrf is None else rrf for _, score, rrf in items]
+    primaries = [score if order is None else order[entry.id] for entry, score, _ in items]
     chosen = list(zip(primaries, items, strict=True))
     if limit is not None and 0 < limit < len(chosen):
         cut = sorted(primaries, reverse=True)[limit - 1]
@@ -425,11 +413,7 @@ def merge_kind_fallback(primary: list[Entry], fallback: list[Entry], kind: Kind)
     """Primary hits, then unseen fallback hits of the wanted kind, then the rest."""
     seen = {e.id for e in primary}
     extra = [e for e in fallback if e.id not in seen]
-    return (
-        primary
-        + [e for e in extra if e.memory.kind == kind]
-        + [e for e in extra if e.memory.kind != kind]
-    )
+    return primary + sorted(extra, key=lambda e: e.memory.kind != kind)  # stable: order kept
 
 
 def deduplicate(

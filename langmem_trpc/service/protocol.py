@@ -4,8 +4,8 @@
 the CLI talk to. Every method takes the caller's `UserKey` first and never
 reaches another user's rows. The write methods and the cursor, claim and
 dead-letter methods are defined here once, sync and async: each validates its
-arguments into a plan (`run_plan`) or a `ClaimOp` (`run_claim_op`) that the
-backend runs. `SyncMemoryService` is the base for backends whose driver is
+arguments into a plan of `_plans.py` (`run_plan`, the backend's step executor) or
+a `ClaimOp` of `_claims.py` (`run_claim_op`) that the backend runs. `SyncMemoryService` is the base for backends whose driver is
 blocking (in-memory, SQLite, LanceDB): its `a*` twins (`in_thread`) run the
 sync method in a worker thread, so the event loop never blocks.
 """
@@ -136,9 +136,6 @@ class MemoryService(ABC):
         return limits if isinstance(limits, Limits) else Limits()
 
     # -- writes -------------------------------------------------------------
-    #
-    # Every write is a plan of `service/_plans.py` (the write rules, once) run by
-    # the backend's step executor (`run_plan` / `arun_plan`, see `_steps.py`).
 
     @abstractmethod
     def run_plan(self, plan: Plan[T]) -> T:
@@ -276,9 +273,6 @@ class MemoryService(ABC):
         """Users with at least one live memory (admin and BaseStore namespaces)."""
 
     # -- cursors, claims and dead letters --------------------------------------
-    #
-    # Each method validates its arguments once and runs the `ClaimOp` they make
-    # with the backend's `run_claim_op` / `arun_claim_op` (see service/_claims.py).
 
     @abstractmethod
     def run_claim_op(self, op: ClaimOp[T]) -> T:

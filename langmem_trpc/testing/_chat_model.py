@@ -21,8 +21,6 @@ from pydantic import ConfigDict, Field, PrivateAttr
 
 __all__ = ["ScriptedChatModel", "tool_call"]
 
-Reply = AIMessage | str | Callable[[list[BaseMessage]], AIMessage | str]
-
 
 def tool_call(
     name: str, args: dict[str, Any] | None = None, call_id: str | None = None

@@ -6,11 +6,9 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
-import pytest
-
 from ..errors import InvalidInputError
 from ..types import DeadLetter, DeadLetterStatus, ExtractionCursor, UserKey
-from ._kit import ALICE, BOB, T0
+from ._kit import ALICE, BOB, T0, refused
 
 if TYPE_CHECKING:
     from ._kit import Client
@@ -139,9 +137,7 @@ class ClaimsConformance:
             (client.dead_letters(limit=0), "limit"),
             (client.retry_dead_letter(""), "letter_id"),
         ):
-            with pytest.raises(InvalidInputError) as info:
-                await call
-            assert info.value.field == field
+            await refused(InvalidInputError, field, call)
 
     async def test_save_progress_checks_its_cursor_and_dead_letters_their_app_filter(
         self, client: Client
@@ -153,14 +149,10 @@ class ClaimsConformance:
             client.set_cursor(ALICE, bad),
             client.save_progress(ALICE, "t1", "job", cursor=bad),
         ):
-            with pytest.raises(InvalidInputError) as info:
-                await call
-            assert info.value.field == "cursor.last_message_id"
+            await refused(InvalidInputError, "cursor.last_message_id", call)
         assert await client.get_cursor(ALICE, "t1") is None
         assert await client.claim_thread(ALICE, "t1", "other", 30) is None  # still held
-        with pytest.raises(InvalidInputError) as info:
-            await client.dead_letters(42)  # type: ignore[arg-type]
-        assert info.value.field == "app_name"
+        await refused(InvalidInputError, "app_name", client.dead_letters(42))  # type: ignore[arg-type]
 
     async def test_pending_retries_are_counted_by_the_backend_never_taken_from_the_cursor(
         self, client: Client

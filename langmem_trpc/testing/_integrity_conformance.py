@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from .. import _time
 from ..errors import InvalidMemoryError, InvalidUserKeyError
 from ..service._core import Limits
 from ..service.protocol import MemoryService
@@ -243,14 +244,10 @@ class IntegrityConformance:
         assert again.id == b.id  # the unambiguous form is still idempotent
 
     async def test_evict_policy_ignores_a_clock_stepping_backwards(
-        self,
-        make_service: Callable[[Limits], MemoryService],
-        monkeypatch: pytest.MonkeyPatch,
+        self, make_service: Callable[[Limits], MemoryService], monkeypatch: pytest.MonkeyPatch
     ) -> None:
         """ "evict" takes the least recently written memory even when the wall clock
         steps back (NTP correction, another host): never the newest."""
-        from .. import _time
-
         now = [T0 + timedelta(hours=1)]
         monkeypatch.setattr(_time, "wall_clock", lambda: now[0])
         svc = make_service(Limits(capacity=2, on_capacity="evict"))

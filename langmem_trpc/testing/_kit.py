@@ -30,12 +30,8 @@ class Client:
 
     def __getattr__(self, name: str) -> Callable[..., Awaitable[Any]]:
         if self.mode == "async":
-            method = getattr(self.service, "a" + name)
-
-            async def call_async(*args: Any, **kwargs: Any) -> Any:
-                return await method(*args, **kwargs)
-
-            return call_async
+            twin: Callable[..., Awaitable[Any]] = getattr(self.service, "a" + name)
+            return twin
         method = getattr(self.service, name)
 
         async def call_sync(*args: Any, **kwargs: Any) -> Any:

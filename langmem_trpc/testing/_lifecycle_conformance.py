@@ -15,13 +15,13 @@ import pytest
 
 import langmem_trpc
 
+from ..service._core import Limits
 from ..service.capabilities import Capability
 from ._kit import ALICE
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from ..service._core import Limits
     from ..service.protocol import MemoryService
     from ._kit import Client
 
@@ -86,8 +86,6 @@ class LifecycleConformance:
     async def test_context_managers_return_the_service(
         self, client: Client, make_service: Callable[[Limits], MemoryService]
     ) -> None:
-        from ..service._core import Limits
-
         made = make_service(Limits())
         if client.mode == "async":
             async with made as entered:
