@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from functools import lru_cache
 from itertools import groupby
 
 from ._language import ENGLISH, Language
@@ -48,12 +47,10 @@ _CJK_RANGES = (
 _ASCII_RUN = re.compile(r"[A-Za-z0-9]+")
 
 
-@lru_cache(maxsize=1 << 16)
 def _char_class(char: str) -> tuple[bool, bool]:
-    """Whether `char` is a word character, and whether it is CJK. Memoised per character
-    (non-ASCII text splits 2x faster than with the tests per character)."""
+    """Whether `char` is a word character, and whether it is CJK."""
     code = ord(char)
-    cjk = any(lo <= code <= hi for lo, hi in _CJK_RANGES)
+    cjk = code >= _CJK_RANGES[0][0] and any(lo <= code <= hi for lo, hi in _CJK_RANGES)
     return cjk or char.isalnum() or unicodedata.category(char) == "Mn", cjk
 
 
