@@ -1,11 +1,8 @@
 """`PostgresJobQueue`: the producer side of the durable extraction queue.
 
-Jobs live in procrastinate's tables on PostgreSQL (`setup()` creates them);
-`langmem-trpc worker` processes (`queue.worker`) consume them with the same
-`run_job` as the in-process `AutoMemoryWorker`. The producer interface is the
-in-process worker's (`enqueue` / `aenqueue(user, thread_id, messages)`), so
-`MemoryCheckpointer(saver, queue)` and `MemoryIngestMiddleware(queue)` take
-either. What one enqueue does is in `_plan.py`, the payload in `_payload.py`.
+Jobs live in procrastinate's tables (`setup()` creates them); `queue.worker` consumes
+them. What one enqueue does is in `_plan.py`, the payload in `_payload.py`; this module
+runs the plan on a connection (sync, or on a caller's async pool).
 """
 
 from __future__ import annotations
@@ -26,7 +23,6 @@ from ..service.protocol import MemoryService
 from ..types import ExtractionCursor, UserKey
 from ._payload import JobPayload, Merge, app_queue, check_queue_name
 from ._plan import (
-    Collapse,
     EnqueueOutcome,
     PlanStep,
     ReadCursor,
@@ -60,11 +56,9 @@ WAITING_LOCK_INDEX = (
     "CREATE INDEX IF NOT EXISTS langmem_procrastinate_jobs_waiting_lock"
     " ON procrastinate_jobs (lock, id) WHERE status IN ('todo', 'doing')"
 )
-"""procrastinate's fetch looks for an earlier waiting or running job of the same
-lock for every candidate; on a table whose statistics are stale (a backlog that
-grew faster than autovacuum analyses it) that is a scan of the waiting jobs per
-candidate. This index serves the check whatever the statistics
-(docs/bench-worker.md, scenario 5; upstream procrastinate #393, #1242)."""
+"""procrastinate's fetch looks for an earlier job of the same lock per candidate: with
+stale statistics (a fast-grown backlog) a scan of the waiting jobs each, unless this index
+serves it (docs/bench-worker.md, scenario 5; upstream procrastinate #393, #1242)."""
 WAITING = "SELECT id, args FROM procrastinate_jobs WHERE queueing_lock = %s AND status = 'todo' FOR UPDATE"
 REPLACE = "UPDATE procrastinate_jobs SET args = %s::jsonb WHERE id = %s"
 DEFER = """SELECT unnest(procrastinate_defer_jobs_v1(ARRAY[ROW(%s, %s, 0, %s, %s, %s::jsonb, NULL)
@@ -172,10 +166,8 @@ class PostgresJobQueue:
     # -- lifecycle ----------------------------------------------------------
 
     def setup(self) -> None:
-        """Create procrastinate's schema when it is missing, apply its pending migrations
-        when the installed procrastinate is newer (`_schema.migrate`), and create our index
-        and triggers on its jobs table (`JOB_TRIGGERS`); idempotent, safe to race (an
-        advisory lock).
+        """Create or migrate procrastinate's schema (`_schema.migrate`), then our index and
+        triggers (`JOB_TRIGGERS`); idempotent, safe to race (an advisory lock).
 
         Raises `ConfigurationError` (nothing changed) for a schema it cannot place: newer
         than the installed procrastinate, or older without a recorded version."""
@@ -374,7 +366,7 @@ class PostgresJobQueue:
             return True
         with conn.transaction():
             row = conn.execute(WAITING, (step.queueing_lock,)).fetchone()
-            decision = _decision(step, row)
+            decision = collapse_decision(step, row)
             if decision == Merge.REPLACE:
                 conn.execute(REPLACE, (step.args, row[0]))
             return decision
@@ -394,7 +386,7 @@ class PostgresJobQueue:
             return True
         async with conn.transaction():
             row = await (await conn.execute(WAITING, (step.queueing_lock,))).fetchone()
-            decision = _decision(step, row)
+            decision = collapse_decision(step, row)
             if decision == Merge.REPLACE:
                 await conn.execute(REPLACE, (step.args, row[0]))
             return decision
@@ -438,11 +430,6 @@ def _lock_taken(exc: Exception) -> bool:
     if isinstance(exc, UniqueViolation) and exc.diag.constraint_name == QUEUEING_LOCK_CONSTRAINT:
         return False
     raise exc
-
-
-def _decision(step: Collapse, row: Any) -> Merge | None:
-    """How the thread's locked waiting job `row` merges with `step` (None: no job waits)."""
-    return None if row is None else collapse_decision(row[1], step.messages)
 
 
 _COUNTER = {

@@ -221,11 +221,8 @@ class QueueWorker:
             payload = decode(args)
             assert self._executor is not None and self._threads is not None and task is not None
             self._waiting.add(task)  # a stop cancels it: back to the queue at once (retry 0 s)
-            try:
-                await self._threads.acquire()
-            finally:
+            async with self._threads:
                 self._waiting.discard(task)
-            try:
                 report: JobReport = await asyncio.get_running_loop().run_in_executor(
                     self._executor,
                     functools.partial(self.processor.process, offset=payload.offset),
@@ -233,10 +230,9 @@ class QueueWorker:
                     payload.thread_id,
                     payload.messages,
                 )
-            finally:
-                self._threads.release()
         finally:
             self._running.discard(job_id)
+            self._waiting.discard(task)
         if report.status in (JobStatus.FAILED, JobStatus.PARTIAL):
             raise JobIncompleteError(f"{report.status.value}: {report.error}")
         return str(report.status.value)
