@@ -23,7 +23,7 @@ from typing import Any
 
 from ..errors import BackendError
 from ..types import ExtractionCursor, UserKey
-from ._payload import JobPayload, Merge, decode, lock_keys, merge, select_messages
+from ._payload import JobPayload, Merge, app_queue, decode, lock_keys, merge, select_messages
 
 __all__ = [
     "DEFER_ATTEMPTS",
@@ -61,6 +61,8 @@ class ReadCursor:
 class SubmitJob:
     """Defer a job; the driver answers False when the queueing lock is taken."""
 
+    queue_name: str
+    """The procrastinate queue, the app's (`app_queue`)."""
     args: str
     """The task arguments as JSON text."""
     lock: str
@@ -90,18 +92,18 @@ def enqueue_plan(queue: str, payload: JobPayload, cap: int) -> Plan:
     if job is None:
         return EnqueueOutcome.NOTHING_NEW
     texts = job.chunked_json(cap)
-    lock, queueing = lock_keys(queue, user, thread_id)
+    name, (lock, queueing) = app_queue(queue, user.app_name), lock_keys(queue, user, thread_id)
     if len(texts) > 1:
-        return (yield from _chunks(texts, lock, queueing))
+        return (yield from _chunks(texts, name, lock, queueing))
     args = texts[0]
     for _ in range(DEFER_ATTEMPTS):
-        if (yield SubmitJob(args, lock, queueing)):
+        if (yield SubmitJob(name, args, lock, queueing)):
             return EnqueueOutcome.QUEUED
         decision = yield Collapse(queueing, args, job.messages)
         if decision is None:
             continue  # a worker took the waiting job meanwhile: defer again
         if decision == Merge.SEPARATE:
-            yield SubmitJob(args, lock, None)
+            yield SubmitJob(name, args, lock, None)
             return EnqueueOutcome.QUEUED
         return EnqueueOutcome.COLLAPSED
     raise BackendError(
@@ -110,19 +112,19 @@ def enqueue_plan(queue: str, payload: JobPayload, cap: int) -> Plan:
     )
 
 
-def collapse_decision(step: Collapse, waiting: tuple[Any, Any] | None) -> Merge | None:
-    """How the thread's locked waiting job, `(id, args)`, merges with `step` (None: no job
+def collapse_decision(step: Collapse, waiting: dict[str, Any] | None) -> Merge | None:
+    """How the thread's locked waiting job (its row) merges with `step` (None: no job
     waits). A waiting job whose arguments cannot be decoded is replaced."""
     if waiting is None:
         return None
     try:
-        pending = decode(waiting[1]).messages
+        pending = decode(waiting["args"]).messages
     except Exception:
         return Merge.REPLACE
     return merge(pending, step.messages)
 
 
-def _chunks(texts: list[str], lock: str, queueing: str) -> Plan:
+def _chunks(texts: list[str], name: str, lock: str, queueing: str) -> Plan:
     """Queue a delta too big for one job as consecutive jobs (see `chunked_json`).
 
     They never collapse into the thread's waiting job: that one is older and runs first,
@@ -130,7 +132,7 @@ def _chunks(texts: list[str], lock: str, queueing: str) -> Plan:
     takes the queueing lock when it is free, so later enqueues collapse into it.
     """
     for text in texts[:-1]:
-        yield SubmitJob(text, lock, None)
-    if not (yield SubmitJob(texts[-1], lock, queueing)):
-        yield SubmitJob(texts[-1], lock, None)
+        yield SubmitJob(name, text, lock, None)
+    if not (yield SubmitJob(name, texts[-1], lock, queueing)):
+        yield SubmitJob(name, texts[-1], lock, None)
     return EnqueueOutcome.QUEUED

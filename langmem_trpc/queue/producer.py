@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any
 
@@ -20,9 +20,10 @@ from ..errors import BackendError, ConfigurationError, InvalidInputError, Langme
 from ..extraction.worker import check_job_input
 from ..service._steps import adrive, drive
 from ..service.protocol import MemoryService
-from ..types import ExtractionCursor, UserKey
-from ._payload import JobPayload, Merge, app_queue, check_queue_name
+from ..types import UserKey
+from ._payload import JobPayload, Merge, check_queue_name
 from ._plan import (
+    Collapse,
     EnqueueOutcome,
     PlanStep,
     ReadCursor,
@@ -315,7 +316,7 @@ class PostgresJobQueue:
                 ran: list[PlanStep] = []
 
                 def execute(step: PlanStep) -> Any:
-                    value = self._step(conn, step, payload)
+                    value = self._step(conn, step)
                     ran.append(step)  # noqa: B023 - called within this iteration only
                     return value
 
@@ -337,7 +338,7 @@ class PostgresJobQueue:
                 ran: list[PlanStep] = []
 
                 async def execute(step: PlanStep) -> Any:
-                    value = await self._astep(conn, step, payload)
+                    value = await self._astep(conn, step)
                     ran.append(step)  # noqa: B023 - called within this iteration only
                     return value
 
@@ -351,49 +352,48 @@ class PostgresJobQueue:
             await self._async_pool.check()  # drop the other dead idle connections too
         raise AssertionError("unreachable")
 
-    def _step(self, conn: Any, step: PlanStep, payload: JobPayload) -> Any:
-        if isinstance(step, ReadCursor):
-            if self.service is not None:
-                return self.service.get_cursor(step.user, step.thread_id)
-            with conn.cursor(row_factory=_dict_row()) as cur:
-                return _cursor(cur.execute(*_cursor_query(step)).fetchone())
-        if isinstance(step, SubmitJob):
-            try:
-                with _savepoint(conn):
-                    conn.execute(DEFER, self._defer_params(step, payload))
-            except Exception as exc:
-                return _lock_taken(exc)
-            return True
-        with conn.transaction():
-            row = conn.execute(WAITING, (step.queueing_lock,)).fetchone()
-            decision = collapse_decision(step, row)
-            if decision == Merge.REPLACE:
-                conn.execute(REPLACE, (step.args, row[0]))
-            return decision
+    def _step(self, conn: Any, step: PlanStep) -> Any:
+        if isinstance(step, ReadCursor) and self.service is not None:
+            return self.service.get_cursor(step.user, step.thread_id)
+        try:
+            with _scope(conn, step), conn.cursor(row_factory=_dict_row()) as cur:
+                return drive(_statements(step), lambda query: _first_row(cur.execute(*query)))
+        except Exception as exc:
+            return _lock_taken(exc)
 
-    async def _astep(self, conn: Any, step: PlanStep, payload: JobPayload) -> Any:
-        if isinstance(step, ReadCursor):
-            if self.service is not None:
-                return await self.service.aget_cursor(step.user, step.thread_id)
-            async with conn.cursor(row_factory=_dict_row()) as cur:
-                return _cursor(await (await cur.execute(*_cursor_query(step))).fetchone())
-        if isinstance(step, SubmitJob):
-            try:
-                async with _savepoint(conn):
-                    await conn.execute(DEFER, self._defer_params(step, payload))
-            except Exception as exc:
-                return _lock_taken(exc)
-            return True
-        async with conn.transaction():
-            row = await (await conn.execute(WAITING, (step.queueing_lock,))).fetchone()
-            decision = collapse_decision(step, row)
-            if decision == Merge.REPLACE:
-                await conn.execute(REPLACE, (step.args, row[0]))
-            return decision
+    async def _astep(self, conn: Any, step: PlanStep) -> Any:
+        if isinstance(step, ReadCursor) and self.service is not None:
+            return await self.service.aget_cursor(step.user, step.thread_id)
+        try:
+            async with _scope(conn, step), conn.cursor(row_factory=_dict_row()) as cur:
 
-    def _defer_params(self, step: SubmitJob, payload: JobPayload) -> tuple[Any, ...]:
-        name = app_queue(self.queue, payload.user.app_name)
-        return (name, TASK_NAME, step.lock, step.queueing_lock, step.args)
+                async def run(query: tuple[str, Any]) -> Any:
+                    await cur.execute(*query)
+                    return None if cur.description is None else await cur.fetchone()
+
+                return await adrive(_statements(step), run)
+        except Exception as exc:
+            return _lock_taken(exc)
+
+
+def _statements(step: PlanStep) -> Generator[tuple[str, Any], Any, Any]:
+    """A step's SQL, sans-I/O like the plan, so the sync and async drivers only run it: it
+    yields (statement, parameters), is sent the statement's first row (a dict, None without
+    one) and returns the step's answer."""
+    if isinstance(step, ReadCursor):
+        from ..backends.postgres._claims import SELECT_CURSOR, cursor_from_row
+        from ..backends.postgres._sql import user_params
+
+        row = yield SELECT_CURSOR, user_params(step.user, thread=step.thread_id)
+        return None if row is None else cursor_from_row(row)
+    if isinstance(step, SubmitJob):
+        yield DEFER, (step.queue_name, TASK_NAME, step.lock, step.queueing_lock, step.args)
+        return True  # a queueing-lock conflict raises: `_lock_taken`
+    waiting = yield WAITING, (step.queueing_lock,)
+    decision = collapse_decision(step, waiting)
+    if decision == Merge.REPLACE:
+        yield REPLACE, (step.args, waiting["id"])
+    return decision
 
 
 def _dict_row() -> Any:
@@ -402,28 +402,23 @@ def _dict_row() -> Any:
     return dict_row
 
 
-def _cursor_query(step: ReadCursor) -> tuple[str, dict[str, Any]]:
-    from ..backends.postgres._claims import SELECT_CURSOR
-    from ..backends.postgres._sql import user_params
-
-    return SELECT_CURSOR, user_params(step.user, thread=step.thread_id)
+def _first_row(cur: Any) -> Any:
+    return None if cur.description is None else cur.fetchone()
 
 
-def _cursor(row: dict[str, Any] | None) -> ExtractionCursor | None:
-    from ..backends.postgres._claims import cursor_from_row
-
-    return None if row is None else cursor_from_row(row)
-
-
-def _savepoint(conn: Any) -> Any:
-    """No transaction for one autocommit statement; a savepoint in a caller's pool
-    transaction, so a queueing-lock conflict leaves that transaction usable (sync or
-    async: `nullcontext` is both)."""
-    return nullcontext() if conn.autocommit else conn.transaction()
+def _scope(conn: Any, step: PlanStep) -> Any:
+    """`Collapse` runs in a transaction (it locks the waiting job). A defer is one
+    statement: no transaction in autocommit, a savepoint in a caller's pool transaction,
+    so a queueing-lock conflict leaves that transaction usable. Sync or async: both
+    `transaction()` and `nullcontext` are."""
+    if isinstance(step, Collapse) or (isinstance(step, SubmitJob) and not conn.autocommit):
+        return conn.transaction()
+    return nullcontext()
 
 
 def _lock_taken(exc: Exception) -> bool:
-    """False for the thread's queueing lock being taken (a job of it waits); else re-raise."""
+    """False for the thread's queueing lock being taken (a job of it waits, on a defer);
+    else re-raise."""
     from procrastinate.manager import QUEUEING_LOCK_CONSTRAINT
     from psycopg.errors import UniqueViolation
 
