@@ -8,6 +8,7 @@ runs the plan on a connection (sync, or on a caller's async pool).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import math
 from collections.abc import Generator, Iterator, Sequence
@@ -61,7 +62,8 @@ WAITING_LOCK_INDEX = (
 stale statistics (a fast-grown backlog) a scan of the waiting jobs each, unless this index
 serves it (docs/bench-worker.md, scenario 5; upstream procrastinate #393, #1242)."""
 WAITING = "SELECT id, args FROM procrastinate_jobs WHERE queueing_lock = %s AND status = 'todo' FOR UPDATE"
-REPLACE = "UPDATE procrastinate_jobs SET args = %s::jsonb WHERE id = %s"
+REPLACE = "UPDATE procrastinate_jobs SET args = %s::jsonb WHERE id = %s RETURNING id"
+"""(Its row is not read: RETURNING makes every statement of a step answer one.)"""
 DEFER = """SELECT unnest(procrastinate_defer_jobs_v1(ARRAY[ROW(%s, %s, 0, %s, %s, %s::jsonb, NULL)
     ::procrastinate_job_to_defer_v1])) AS id"""
 """procrastinate's own defer function (what `Task.defer` runs), with plain parameters: binding
@@ -357,7 +359,7 @@ class PostgresJobQueue:
             return self.service.get_cursor(step.user, step.thread_id)
         try:
             with _scope(conn, step), conn.cursor(row_factory=_dict_row()) as cur:
-                return drive(_statements(step), lambda query: _first_row(cur.execute(*query)))
+                return drive(_statements(step), lambda query: cur.execute(*query).fetchone())
         except Exception as exc:
             return _lock_taken(exc)
 
@@ -366,20 +368,15 @@ class PostgresJobQueue:
             return await self.service.aget_cursor(step.user, step.thread_id)
         try:
             async with _scope(conn, step), conn.cursor(row_factory=_dict_row()) as cur:
-
-                async def run(query: tuple[str, Any]) -> Any:
-                    await cur.execute(*query)
-                    return None if cur.description is None else await cur.fetchone()
-
-                return await adrive(_statements(step), run)
+                return await adrive(_statements(step), functools.partial(_afetchone, cur))
         except Exception as exc:
             return _lock_taken(exc)
 
 
 def _statements(step: PlanStep) -> Generator[tuple[str, Any], Any, Any]:
     """A step's SQL, sans-I/O like the plan, so the sync and async drivers only run it: it
-    yields (statement, parameters), is sent the statement's first row (a dict, None without
-    one) and returns the step's answer."""
+    yields (statement, parameters), is sent the statement's first row (a dict, or None) and
+    returns the step's answer."""
     if isinstance(step, ReadCursor):
         from ..backends.postgres._claims import SELECT_CURSOR, cursor_from_row
         from ..backends.postgres._sql import user_params
@@ -402,8 +399,8 @@ def _dict_row() -> Any:
     return dict_row
 
 
-def _first_row(cur: Any) -> Any:
-    return None if cur.description is None else cur.fetchone()
+async def _afetchone(cur: Any, query: tuple[str, Any]) -> Any:
+    return await (await cur.execute(*query)).fetchone()
 
 
 def _scope(conn: Any, step: PlanStep) -> Any:
