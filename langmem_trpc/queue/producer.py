@@ -63,7 +63,7 @@ stale statistics (a fast-grown backlog) a scan of the waiting jobs each, unless 
 serves it (docs/bench-worker.md, scenario 5; upstream procrastinate #393, #1242)."""
 WAITING = "SELECT id, args FROM procrastinate_jobs WHERE queueing_lock = %s AND status = 'todo' FOR UPDATE"
 REPLACE = "UPDATE procrastinate_jobs SET args = %s::jsonb WHERE id = %s RETURNING id"
-"""(Its row is not read: RETURNING makes every statement of a step answer one.)"""
+"""RETURNING only so that every statement of a step answers a row (`_statements`)."""
 DEFER = """SELECT unnest(procrastinate_defer_jobs_v1(ARRAY[ROW(%s, %s, 0, %s, %s, %s::jsonb, NULL)
     ::procrastinate_job_to_defer_v1])) AS id"""
 """procrastinate's own defer function (what `Task.defer` runs), with plain parameters: binding

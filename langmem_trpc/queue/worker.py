@@ -390,7 +390,7 @@ class QueueWorker:
 
     async def _sleep(self, seconds: float, event: asyncio.Event | None = None) -> None:
         """Wait `seconds`, or until `event` (default: the stop's) is set."""
-        event = event or self._wake
+        event = self._wake if event is None else event
         assert event is not None
         try:
             await asyncio.wait_for(event.wait(), seconds)
@@ -458,7 +458,7 @@ def _worker_class(worker_module: Any) -> Any:
     nothing and calls `on_notification` (the app-queue lookup). `wake()` makes it fetch now
     (the event procrastinate 3's notification handler sets)."""
 
-    class QueueWorkerProcess(worker_module.Worker):  # type: ignore[misc,name-defined]
+    class ProcrastinateWorker(worker_module.Worker):  # type: ignore[misc,name-defined]
         def __init__(
             self,
             on_ready: Callable[[int], None],
@@ -489,4 +489,4 @@ def _worker_class(worker_module: Any) -> Any:
         def wake(self) -> None:
             self._new_job_event.set()
 
-    return QueueWorkerProcess
+    return ProcrastinateWorker
