@@ -1,8 +1,8 @@
 """A queued job's payload: the thread's delta since the durable cursor, anchored.
 
 The payload is the delta (`extraction.delta`) with one message before it, the
-*anchor*: the last message the cursor covered. The cursor only moves forward, so
-at run time the anchor is still covered and rule 3 of `extraction.delta`
+*anchor*: the last message the cursor covered (if any). The cursor only moves forward,
+so at run time the anchor is still covered and rule 3 of `extraction.delta`
 ("rewritten") finds the delta after it; a job overtaken by a newer one finds
 everything covered and does nothing. Why an anchor rather than the whole thread:
 payloads and the cursor rows queued jobs write stay bounded by the delta, not the

@@ -404,10 +404,10 @@ async def _afetchone(cur: Any, query: tuple[str, Any]) -> Any:
 
 
 def _scope(conn: Any, step: PlanStep) -> Any:
-    """`Collapse` runs in a transaction (it locks the waiting job). A defer is one
-    statement: no transaction in autocommit, a savepoint in a caller's pool transaction,
-    so a queueing-lock conflict leaves that transaction usable. Sync or async: both
-    `transaction()` and `nullcontext` are."""
+    """`Collapse` runs in a transaction (it locks the waiting job), a cursor read in none.
+    A defer is one statement: no transaction in autocommit, a savepoint in a caller's pool
+    transaction, so a queueing-lock conflict leaves that transaction usable. Sync or async:
+    both `transaction()` and `nullcontext` are."""
     if isinstance(step, Collapse) or (isinstance(step, SubmitJob) and not conn.autocommit):
         return conn.transaction()
     return nullcontext()

@@ -14,7 +14,8 @@ first, across every worker process. What this module adds (docs/operating.md,
   they finished, by the cursor).
 - **Crash safety**: procrastinate leaves a dead worker's running jobs `doing`; a live
   worker puts them back (`recover_stalled`).
-- **Outages**: reconnect (1 s doubling to 30 s) when procrastinate's worker stops.
+- **Outages**: reconnect (1 s doubling to 30 s) when procrastinate's worker stops or
+  fails to start.
 
 It needs `PostgresJobQueue.setup()`'s triggers (`_triggers.JOB_TRIGGERS`).
 """
