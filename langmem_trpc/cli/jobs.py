@@ -1,9 +1,4 @@
-"""`langmem-trpc jobs ...`: the write path's dead letters and, on PostgreSQL, the job queue.
-
-`status` reads the queue (`PostgresJobQueue.stats`); `failed` lists dead letters and,
-on PostgreSQL, the queue's jobs that failed every retry; `retry` queues a dead letter
-for retry, or puts a failed queue job (`job:<id>`) back in the queue.
-"""
+"""`langmem-trpc jobs ...`: the write path's dead letters and, on PostgreSQL, the job queue."""
 
 from __future__ import annotations
 
@@ -96,21 +91,14 @@ def jobs_status(db: str | None, queue: str, top: int, as_json: bool) -> None:
     """
     import dataclasses
 
+    from ..queue._stats import ProducerCounters
+
     with open_queue(db, queue) as q:
         stats = q.stats(top=top)
-    data = {k: v for k, v in dataclasses.asdict(stats).items() if k in STATUS_FIELDS}
+    # the queue's figures, without this short-lived producer's counters
+    hidden = {*ProducerCounters.NAMES, "extra"}
+    data = {k: v for k, v in dataclasses.asdict(stats).items() if k not in hidden}
     emit({"queue": queue, **data}, as_json, lambda: format_stats(stats, queue))
-
-
-STATUS_FIELDS = (
-    "depth",
-    "running",
-    "oldest_pending_seconds",
-    "per_user_lag",
-    "per_app_depth",
-    "failed",
-    "succeeded",
-)
 
 
 @jobs.command(name="failed")

@@ -19,11 +19,7 @@ READY = "langmem-trpc worker ready"
 
 
 def load_extractor(spec: str, model: str | None) -> Any:
-    """`verbatim`, `llm` (with `model`, via `init_chat_model`) or `MODULE:ATTR`.
-
-    `MODULE:ATTR` names an extractor, or a class / factory called without
-    arguments that returns one.
-    """
+    """`verbatim`, `llm` (with `model`, via `init_chat_model`) or `MODULE:ATTR` (`_load`)."""
     from ..extraction import LLMExtractor, VerbatimExtractor
 
     if spec == "verbatim":
@@ -34,18 +30,12 @@ def load_extractor(spec: str, model: str | None) -> Any:
         from langchain.chat_models import init_chat_model
 
         return LLMExtractor(init_chat_model(model))
-    target = _import(spec, "--extractor", "llm, verbatim or MODULE:ATTR")
-    extractor = target if callable(getattr(target, "extract", None)) else None
-    if extractor is None or isinstance(target, type):
-        extractor = target()
-    if not callable(getattr(extractor, "extract", None)):
-        raise ConfigurationError(f"--extractor {spec}: not an extractor (no extract method)")
-    return extractor
+    forms = "llm, verbatim or MODULE:ATTR"
+    return _load(spec, "--extractor", forms, "extract", "an extractor (no extract method)")
 
 
 def _embeddings(spec: str) -> Any:
-    """`none`, `local` (the bundled MiniLM) or `MODULE:ATTR` (LangChain `Embeddings`, or a
-    class / factory called without arguments that returns one)."""
+    """`none`, `local` (the bundled MiniLM) or `MODULE:ATTR` (LangChain `Embeddings`)."""
     if spec == "none":
         return None
     if spec == "local":
@@ -54,23 +44,27 @@ def _embeddings(spec: str) -> Any:
         if not local_embeddings_available():
             raise ConfigurationError("--embeddings local needs the [local] extra and its weights")
         return LocalMiniLMEmbeddings()
-    target = _import(spec, "--embeddings", "none, local or MODULE:ATTR")
-    embeddings = target if callable(getattr(target, "embed_documents", None)) else None
-    if embeddings is None or isinstance(target, type):
-        embeddings = target()
-    if not callable(getattr(embeddings, "embed_documents", None)):
-        raise ConfigurationError(f"--embeddings {spec}: not an Embeddings (no embed_documents)")
-    return embeddings
+    forms = "none, local or MODULE:ATTR"
+    return _load(
+        spec, "--embeddings", forms, "embed_documents", "an Embeddings (no embed_documents)"
+    )
 
 
-def _import(spec: str, option: str, forms: str) -> Any:
+def _load(spec: str, option: str, forms: str, method: str, what: str) -> Any:
+    """`MODULE:ATTR`: an object with a `method`, or a class / factory called without
+    arguments that returns one."""
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise click.UsageError(f"{option} must be {forms}, not {spec!r}")
     try:
-        return getattr(importlib.import_module(module_name), attr)
+        target = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as exc:
         raise ConfigurationError(f"{option} {spec}: {exc}") from None
+    ready = callable(getattr(target, method, None)) and not isinstance(target, type)
+    found = target if ready else target()
+    if not callable(getattr(found, method, None)):
+        raise ConfigurationError(f"{option} {spec}: not {what}")
+    return found
 
 
 def _ready(queue: str, apps: tuple[str, ...], concurrency: int) -> None:

@@ -1,13 +1,10 @@
 """A durable extraction queue on PostgreSQL (procrastinate), for multi-process deployments.
 
-- `PostgresJobQueue`: the producer; `enqueue` / `aenqueue(user, thread_id, messages)`
-  like `AutoMemoryWorker`, so `MemoryCheckpointer(saver, queue)` and
-  `MemoryIngestMiddleware(queue)` take it. `stats()` reads the queue's depth, oldest
-  waiting age, per-user lag and failed jobs.
-- `QueueWorker`: the consumer (`langmem-trpc worker --db postgresql://...`); it runs the
-  in-process worker's `run_job` for every job.
+- `PostgresJobQueue`: the producer, with `AutoMemoryWorker`'s `enqueue` / `aenqueue`, so
+  `MemoryCheckpointer(saver, queue)` and `MemoryIngestMiddleware(queue)` take it.
+- `QueueWorker`: the consumer (`langmem-trpc worker`), running `run_job` for every job.
 
-Needs the `[queue]` extra (procrastinate).
+Needs the `[queue]` extra (procrastinate); docs/operating.md, "Running workers as a service".
 """
 
 from __future__ import annotations

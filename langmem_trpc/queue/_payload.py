@@ -1,21 +1,15 @@
 """A queued job's payload: the thread's delta since the durable cursor, anchored.
 
-The producer reads the thread's cursor and computes the delta (`extraction.delta`).
-The payload is the delta with one message before it, the *anchor*: the last
-message the cursor covered (none when the cursor covers nothing of the thread).
-At run time `run_job` compares the payload with the cursor as it is then. The
-cursor only moves forward, so the anchor is still covered (by its keys or its
-retired keys) and rule 3 of `extraction.delta` ("rewritten") finds the delta
-after it; a job overtaken by a newer one finds everything covered and does
-nothing. The cursor a queued job writes covers the anchor and the delta (older
-keys join the retired keys), so a thread fed by the queue keeps a short window
-of keys instead of its whole history: payloads and cursor rows stay bounded by
-the delta, not the thread. The payload's `offset` (its anchor's index in the thread)
-keeps that cursor's `message_count` the thread's.
+The payload is the delta (`extraction.delta`) with one message before it, the
+*anchor*: the last message the cursor covered (if any). The cursor only moves forward,
+so at run time the anchor is still covered and rule 3 of `extraction.delta`
+("rewritten") finds the delta after it; a job overtaken by a newer one finds
+everything covered and does nothing. Why an anchor rather than the whole thread:
+payloads and the cursor rows queued jobs write stay bounded by the delta, not the
+thread (older keys join the retired keys).
 
-Messages are serialised with LangChain's `messages_to_dict`; the JSON of one
-job's arguments is capped at `max_payload_bytes`. A longer delta (an import)
-is queued as consecutive jobs that each fit (`JobPayload.chunked_json`).
+Messages are serialised with LangChain's `messages_to_dict`; a delta over
+`max_payload_bytes` of JSON is queued as consecutive jobs (`JobPayload.chunked_json`).
 """
 
 from __future__ import annotations
@@ -55,12 +49,7 @@ MAX_QUEUE_NAME = 128
 
 def select_messages(payload: JobPayload, cursor: ExtractionCursor | None) -> JobPayload | None:
     """The anchor and the delta of the thread in `payload` after `cursor`; None when there
-    is no work.
-
-    No work: nothing new, nothing unread to move past, no dead letter queued for retry
-    (the same test as `run_job`'s peek). The window's `offset` is its first message's
-    index in the thread.
-    """
+    is no work (`run_job`'s peek test: nothing new or unread, no dead letter to retry)."""
     delta = compute_delta(payload.messages, cursor)
     if not has_work(payload.messages, delta, cursor):
         return None
@@ -80,29 +69,14 @@ class JobPayload:
     """Index of `messages[0]` in the thread, so the cursor a job writes counts the
     thread's messages (`ExtractionCursor.message_count`), not the payload's."""
 
-    def kwargs(self, *, messages: bool = True, offset: int = 0) -> dict[str, Any]:
-        """The procrastinate task arguments (JSON), without the messages if asked;
-        `offset`: of a chunk starting that many messages into this payload."""
-        args: dict[str, Any] = {
-            "v": FORMAT,
-            "app": self.user.app_name,
-            "user": self.user.user_id,
-            "thread": self.thread_id,
-            "offset": self.offset + offset,
-        }
-        if messages:
-            args["messages"] = messages_to_dict(list(self.messages))
-        return args
-
     def chunked_json(self, cap: int) -> list[str]:
         """The arguments as JSON text, in as many jobs as `cap` bytes each needs.
 
-        One text when it fits. Otherwise consecutive chunks: each after the first
-        starts with the previous chunk's last message as its anchor, so chunk k finds
-        its delta once chunk k - 1 moved the cursor. A message that cannot fit in a
-        job (with the anchor before it) raises `QueuePayloadTooLargeError`. Values
-        JSON has no type for (a `datetime` in `additional_kwargs`, ...) are written as
-        their ISO 8601 text, anything else as `str()`.
+        Each chunk after the first starts with the previous one's last message as its
+        anchor, so chunk k finds its delta once chunk k - 1 moved the cursor. A message
+        that cannot fit in a job (with the anchor before it) raises
+        `QueuePayloadTooLargeError`. Values JSON has no type for (a `datetime` in
+        `additional_kwargs`, ...) are written as their ISO 8601 text, others as `str()`.
         """
         dicts = messages_to_dict(list(self.messages))
         whole = self._text(dicts, 0)
@@ -125,8 +99,17 @@ class JobPayload:
             start = end - 1
 
     def _text(self, dicts: list[dict[str, Any]], start: int) -> str:
-        args = {**self.kwargs(messages=False, offset=start), "messages": dicts}
-        return _dumps(args)
+        """The task arguments of the chunk of `dicts` starting `start` messages in."""
+        return _dumps(
+            {
+                "v": FORMAT,
+                "app": self.user.app_name,
+                "user": self.user.user_id,
+                "thread": self.thread_id,
+                "offset": self.offset + start,
+                "messages": dicts,
+            }
+        )
 
 
 def _dumps(value: object) -> str:

@@ -1,22 +1,17 @@
 """The enqueue algorithm as a sans-I/O plan, run by a sync and an async driver.
 
-One enqueue is one transaction on one connection:
-
 1. read the thread's cursor (from the queue's database, or the given service);
 2. build the payload (`_payload.select_messages`); nothing to do: done, nothing written;
-3. defer the job with procrastinate: lock = the user (per-user order), queueing
-   lock = the thread (at most one waiting job per thread);
-4. when the thread already has a waiting job (`AlreadyEnqueued`), in one
-   transaction: lock that row (`FOR UPDATE`; a worker fetching it skips it, or has
-   taken it first and then the row is no longer waiting: back to 3) and `merge` the
-   payloads: the newer one replaces the waiting job's arguments, an older one is
-   dropped, and a payload of a rewritten history is queued as a job of its own (no
-   queueing lock) after it.
+3. defer the job: lock = the user (per-user order), queueing lock = the thread (at
+   most one waiting job per thread);
+4. when the thread already has a waiting job, in one transaction: lock that row
+   (`FOR UPDATE`; if a worker took it first, back to 3) and `merge` the payloads: the
+   newer one replaces the waiting job's arguments, an older one is dropped, and one
+   of a rewritten history is queued as a job of its own (no queueing lock) after it.
 
-A delta over the byte cap is queued as consecutive jobs instead (`_chunks`).
-
-Steps 1 and 3 are single autocommit statements (two round trips, one commit); every
-write has committed before `enqueue` returns: a queued job is durable.
+A delta over the byte cap is queued as consecutive jobs instead (`_chunks`). Steps 1
+and 3 are single autocommit statements (two round trips, one commit), and every write
+has committed when `enqueue` returns: a queued job is durable.
 """
 
 from __future__ import annotations
@@ -28,7 +23,7 @@ from typing import Any
 
 from ..errors import BackendError
 from ..types import ExtractionCursor, UserKey
-from ._payload import JobPayload, Merge, decode, lock_keys, merge, select_messages
+from ._payload import JobPayload, Merge, app_queue, decode, lock_keys, merge, select_messages
 
 __all__ = [
     "DEFER_ATTEMPTS",
@@ -66,6 +61,8 @@ class ReadCursor:
 class SubmitJob:
     """Defer a job; the driver answers False when the queueing lock is taken."""
 
+    queue_name: str
+    """The procrastinate queue, the app's (`app_queue`)."""
     args: str
     """The task arguments as JSON text."""
     lock: str
@@ -87,29 +84,26 @@ PlanStep = ReadCursor | SubmitJob | Collapse
 Plan = Generator[PlanStep, Any, EnqueueOutcome]
 
 
-def enqueue_plan(queue: str, payload: JobPayload, cap: int, *, read_cursor: bool = True) -> Plan:
+def enqueue_plan(queue: str, payload: JobPayload, cap: int) -> Plan:
     """The steps of one enqueue (see the module docstring); `payload` holds the whole thread."""
     user, thread_id = payload.user, payload.thread_id
-    job = payload
-    if read_cursor:
-        cursor: ExtractionCursor | None = yield ReadCursor(user, thread_id)
-        window = select_messages(payload, cursor)
-        if window is None:
-            return EnqueueOutcome.NOTHING_NEW
-        job = window
+    cursor: ExtractionCursor | None = yield ReadCursor(user, thread_id)
+    job = select_messages(payload, cursor)
+    if job is None:
+        return EnqueueOutcome.NOTHING_NEW
     texts = job.chunked_json(cap)
-    lock, queueing = lock_keys(queue, user, thread_id)
+    name, (lock, queueing) = app_queue(queue, user.app_name), lock_keys(queue, user, thread_id)
     if len(texts) > 1:
-        return (yield from _chunks(texts, lock, queueing))
+        return (yield from _chunks(texts, name, lock, queueing))
     args = texts[0]
     for _ in range(DEFER_ATTEMPTS):
-        if (yield SubmitJob(args, lock, queueing)):
+        if (yield SubmitJob(name, args, lock, queueing)):
             return EnqueueOutcome.QUEUED
         decision = yield Collapse(queueing, args, job.messages)
         if decision is None:
             continue  # a worker took the waiting job meanwhile: defer again
         if decision == Merge.SEPARATE:
-            yield SubmitJob(args, lock, None)
+            yield SubmitJob(name, args, lock, None)
             return EnqueueOutcome.QUEUED
         return EnqueueOutcome.COLLAPSED
     raise BackendError(
@@ -118,19 +112,19 @@ def enqueue_plan(queue: str, payload: JobPayload, cap: int, *, read_cursor: bool
     )
 
 
-def collapse_decision(pending_args: dict[str, Any], messages: tuple[Any, ...]) -> Merge:
-    """`merge` of a waiting job's arguments with a new payload's messages.
-
-    A waiting job whose arguments cannot be decoded is replaced.
-    """
+def collapse_decision(step: Collapse, waiting: dict[str, Any] | None) -> Merge | None:
+    """How the thread's locked waiting job (its row) merges with `step` (None: no job
+    waits). A waiting job whose arguments cannot be decoded is replaced."""
+    if waiting is None:
+        return None
     try:
-        pending = decode(pending_args).messages
+        pending = decode(waiting["args"]).messages
     except Exception:
         return Merge.REPLACE
-    return merge(pending, messages)
+    return merge(pending, step.messages)
 
 
-def _chunks(texts: list[str], lock: str, queueing: str) -> Plan:
+def _chunks(texts: list[str], name: str, lock: str, queueing: str) -> Plan:
     """Queue a delta too big for one job as consecutive jobs (see `chunked_json`).
 
     They never collapse into the thread's waiting job: that one is older and runs first,
@@ -138,7 +132,7 @@ def _chunks(texts: list[str], lock: str, queueing: str) -> Plan:
     takes the queueing lock when it is free, so later enqueues collapse into it.
     """
     for text in texts[:-1]:
-        yield SubmitJob(text, lock, None)
-    if not (yield SubmitJob(texts[-1], lock, queueing)):
-        yield SubmitJob(texts[-1], lock, None)
+        yield SubmitJob(name, text, lock, None)
+    if not (yield SubmitJob(name, texts[-1], lock, queueing)):
+        yield SubmitJob(name, texts[-1], lock, None)
     return EnqueueOutcome.QUEUED

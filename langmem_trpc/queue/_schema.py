@@ -1,19 +1,15 @@
 """procrastinate's schema in the queue's database: created when missing, migrated forward.
 
-procrastinate keeps no schema version in the database. Its migrations are SQL files
-named `MM.mm.pp_NN_name.sql` (`procrastinate schema --migrations-path`), applied in
-name order. `setup()` records in `langmem_queue_schema` each migration it applied, and
-the last migration of the installed procrastinate when it creates the whole schema.
-
-Under the setup advisory lock, in one transaction (replicas starting at once apply
-each migration once; a failed migration leaves the database as it was):
+procrastinate keeps no schema version in the database, so `setup()` records in
+`langmem_queue_schema` each migration it applies (`MM.mm.pp_NN_name.sql`, in name
+order), or the installed last one when it creates the whole schema. In one transaction
+under the setup lock (docs/operating.md, "A deploy that bumps procrastinate"):
 
 * no schema: apply procrastinate's schema, record its last migration;
 * a recorded version: apply the installed migrations after it, in order;
 * a recorded version newer than the installed procrastinate: `ConfigurationError`;
-* a schema without a record (created before this table, or by procrastinate's own
-  CLI): taken as current when every function the installed schema defines exists,
-  else `ConfigurationError` naming the migrations folder.
+* a schema without a record: taken as current when every function the installed
+  schema defines exists, else `ConfigurationError` naming the migrations folder.
 """
 
 from __future__ import annotations
@@ -51,16 +47,14 @@ def migrate(conn: Any) -> None:
     files = migrations()
     latest = files[-1].stem
     exists = conn.execute("SELECT to_regclass('procrastinate_jobs') IS NOT NULL").fetchone()[0]
-    recorded = conn.execute("SELECT to_regclass('langmem_queue_schema') IS NOT NULL").fetchone()[0]
     conn.execute(CREATE_RECORD)
     if not exists:
         conn.execute(SchemaManager.get_schema())
         conn.execute(RECORD, (latest,))
         logger.info("queue: created procrastinate's schema (%s)", latest)
         return
-    row = conn.execute("SELECT max(migration) FROM langmem_queue_schema").fetchone()
-    at = row[0] if recorded else None
-    if at is None:
+    at = conn.execute("SELECT max(migration) FROM langmem_queue_schema").fetchone()[0]
+    if at is None:  # no record (the table is new, or empty)
         _check_unrecorded(conn, latest)
         return
     if at > latest:

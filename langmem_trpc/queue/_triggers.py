@@ -1,13 +1,11 @@
 """Two triggers on procrastinate's jobs table, created by `PostgresJobQueue.setup()`:
 
-- a job that goes back to waiting (a retry, a job put back at shutdown or after its
-  worker stalled, `jobs retry`) gives up its thread's queueing lock, so it never
-  collides with the thread's next waiting job (the lock's unique index covers waiting
-  jobs only); the job that still holds it collects the later enqueues;
+- a job that goes back to waiting (a retry, put back at shutdown or after its worker
+  stalled, `jobs retry`) gives up its thread's queueing lock, so it never collides with
+  the thread's next waiting job, which collects the later enqueues;
 - a running job that ends while a job of the same lock (user) waits notifies the
-  workers as a new job does: procrastinate's workers fetch again only on a new job or
-  their polling interval, so a user's next job would otherwise wait up to
-  `poll_interval` behind every job of that user.
+  workers as a new job does: they fetch again only on a new job or their polling
+  interval, so a user's next job would otherwise wait up to `poll_interval`.
 """
 
 from __future__ import annotations

@@ -1,19 +1,17 @@
 """`PostgresJobQueue`: the producer side of the durable extraction queue.
 
-Jobs live in procrastinate's tables on PostgreSQL (`setup()` creates them);
-`langmem-trpc worker` processes (`queue.worker`) consume them with the same
-`run_job` as the in-process `AutoMemoryWorker`. The producer interface is the
-in-process worker's (`enqueue` / `aenqueue(user, thread_id, messages)`), so
-`MemoryCheckpointer(saver, queue)` and `MemoryIngestMiddleware(queue)` take
-either. What one enqueue does is in `_plan.py`, the payload in `_payload.py`.
+Jobs live in procrastinate's tables (`setup()` creates them); `queue.worker` consumes
+them. What one enqueue does is in `_plan.py`, the payload in `_payload.py`; this module
+runs the plan on a connection (sync, or on a caller's async pool).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any
 
@@ -23,8 +21,8 @@ from ..errors import BackendError, ConfigurationError, InvalidInputError, Langme
 from ..extraction.worker import check_job_input
 from ..service._steps import adrive, drive
 from ..service.protocol import MemoryService
-from ..types import ExtractionCursor, UserKey
-from ._payload import JobPayload, Merge, app_queue, check_queue_name
+from ..types import UserKey
+from ._payload import JobPayload, Merge, check_queue_name
 from ._plan import (
     Collapse,
     EnqueueOutcome,
@@ -60,13 +58,12 @@ WAITING_LOCK_INDEX = (
     "CREATE INDEX IF NOT EXISTS langmem_procrastinate_jobs_waiting_lock"
     " ON procrastinate_jobs (lock, id) WHERE status IN ('todo', 'doing')"
 )
-"""procrastinate's fetch looks for an earlier waiting or running job of the same
-lock for every candidate; on a table whose statistics are stale (a backlog that
-grew faster than autovacuum analyses it) that is a scan of the waiting jobs per
-candidate. This index serves the check whatever the statistics
-(docs/bench-worker.md, scenario 5; upstream procrastinate #393, #1242)."""
+"""procrastinate's fetch looks for an earlier job of the same lock per candidate: with
+stale statistics (a fast-grown backlog) a scan of the waiting jobs each, unless this index
+serves it (docs/bench-worker.md, scenario 5; upstream procrastinate #393, #1242)."""
 WAITING = "SELECT id, args FROM procrastinate_jobs WHERE queueing_lock = %s AND status = 'todo' FOR UPDATE"
-REPLACE = "UPDATE procrastinate_jobs SET args = %s::jsonb WHERE id = %s"
+REPLACE = "UPDATE procrastinate_jobs SET args = %s::jsonb WHERE id = %s RETURNING id"
+"""RETURNING only so that every statement of a step answers a row (`_statements`)."""
 DEFER = """SELECT unnest(procrastinate_defer_jobs_v1(ARRAY[ROW(%s, %s, 0, %s, %s, %s::jsonb, NULL)
     ::procrastinate_job_to_defer_v1])) AS id"""
 """procrastinate's own defer function (what `Task.defer` runs), with plain parameters: binding
@@ -172,10 +169,8 @@ class PostgresJobQueue:
     # -- lifecycle ----------------------------------------------------------
 
     def setup(self) -> None:
-        """Create procrastinate's schema when it is missing, apply its pending migrations
-        when the installed procrastinate is newer (`_schema.migrate`), and create our index
-        and triggers on its jobs table (`JOB_TRIGGERS`); idempotent, safe to race (an
-        advisory lock).
+        """Create or migrate procrastinate's schema (`_schema.migrate`), then our index and
+        triggers (`JOB_TRIGGERS`); idempotent, safe to race (an advisory lock).
 
         Raises `ConfigurationError` (nothing changed) for a schema it cannot place: newer
         than the installed procrastinate, or older without a recorded version."""
@@ -323,7 +318,7 @@ class PostgresJobQueue:
                 ran: list[PlanStep] = []
 
                 def execute(step: PlanStep) -> Any:
-                    value = self._step(conn, step, payload)
+                    value = self._step(conn, step)
                     ran.append(step)  # noqa: B023 - called within this iteration only
                     return value
 
@@ -345,7 +340,7 @@ class PostgresJobQueue:
                 ran: list[PlanStep] = []
 
                 async def execute(step: PlanStep) -> Any:
-                    value = await self._astep(conn, step, payload)
+                    value = await self._astep(conn, step)
                     ran.append(step)  # noqa: B023 - called within this iteration only
                     return value
 
@@ -359,49 +354,43 @@ class PostgresJobQueue:
             await self._async_pool.check()  # drop the other dead idle connections too
         raise AssertionError("unreachable")
 
-    def _step(self, conn: Any, step: PlanStep, payload: JobPayload) -> Any:
-        if isinstance(step, ReadCursor):
-            if self.service is not None:
-                return self.service.get_cursor(step.user, step.thread_id)
-            with conn.cursor(row_factory=_dict_row()) as cur:
-                return _cursor(cur.execute(*_cursor_query(step)).fetchone())
-        if isinstance(step, SubmitJob):
-            try:
-                with _savepoint(conn):
-                    conn.execute(DEFER, self._defer_params(step, payload))
-            except Exception as exc:
-                return _lock_taken(exc)
-            return True
-        with conn.transaction():
-            row = conn.execute(WAITING, (step.queueing_lock,)).fetchone()
-            decision = _decision(step, row)
-            if decision == Merge.REPLACE:
-                conn.execute(REPLACE, (step.args, row[0]))
-            return decision
+    def _step(self, conn: Any, step: PlanStep) -> Any:
+        if isinstance(step, ReadCursor) and self.service is not None:
+            return self.service.get_cursor(step.user, step.thread_id)
+        try:
+            with _scope(conn, step), conn.cursor(row_factory=_dict_row()) as cur:
+                return drive(_statements(step), lambda query: cur.execute(*query).fetchone())
+        except Exception as exc:
+            return _lock_taken(exc)
 
-    async def _astep(self, conn: Any, step: PlanStep, payload: JobPayload) -> Any:
-        if isinstance(step, ReadCursor):
-            if self.service is not None:
-                return await self.service.aget_cursor(step.user, step.thread_id)
-            async with conn.cursor(row_factory=_dict_row()) as cur:
-                return _cursor(await (await cur.execute(*_cursor_query(step))).fetchone())
-        if isinstance(step, SubmitJob):
-            try:
-                async with _savepoint(conn):
-                    await conn.execute(DEFER, self._defer_params(step, payload))
-            except Exception as exc:
-                return _lock_taken(exc)
-            return True
-        async with conn.transaction():
-            row = await (await conn.execute(WAITING, (step.queueing_lock,))).fetchone()
-            decision = _decision(step, row)
-            if decision == Merge.REPLACE:
-                await conn.execute(REPLACE, (step.args, row[0]))
-            return decision
+    async def _astep(self, conn: Any, step: PlanStep) -> Any:
+        if isinstance(step, ReadCursor) and self.service is not None:
+            return await self.service.aget_cursor(step.user, step.thread_id)
+        try:
+            async with _scope(conn, step), conn.cursor(row_factory=_dict_row()) as cur:
+                return await adrive(_statements(step), functools.partial(_afetchone, cur))
+        except Exception as exc:
+            return _lock_taken(exc)
 
-    def _defer_params(self, step: SubmitJob, payload: JobPayload) -> tuple[Any, ...]:
-        name = app_queue(self.queue, payload.user.app_name)
-        return (name, TASK_NAME, step.lock, step.queueing_lock, step.args)
+
+def _statements(step: PlanStep) -> Generator[tuple[str, Any], Any, Any]:
+    """A step's SQL, sans-I/O like the plan, so the sync and async drivers only run it: it
+    yields (statement, parameters), is sent the statement's first row (a dict, or None) and
+    returns the step's answer."""
+    if isinstance(step, ReadCursor):
+        from ..backends.postgres._claims import SELECT_CURSOR, cursor_from_row
+        from ..backends.postgres._sql import user_params
+
+        row = yield SELECT_CURSOR, user_params(step.user, thread=step.thread_id)
+        return None if row is None else cursor_from_row(row)
+    if isinstance(step, SubmitJob):
+        yield DEFER, (step.queue_name, TASK_NAME, step.lock, step.queueing_lock, step.args)
+        return True  # a queueing-lock conflict raises: `_lock_taken`
+    waiting = yield WAITING, (step.queueing_lock,)
+    decision = collapse_decision(step, waiting)
+    if decision == Merge.REPLACE:
+        yield REPLACE, (step.args, waiting["id"])
+    return decision
 
 
 def _dict_row() -> Any:
@@ -410,39 +399,29 @@ def _dict_row() -> Any:
     return dict_row
 
 
-def _cursor_query(step: ReadCursor) -> tuple[str, dict[str, Any]]:
-    from ..backends.postgres._claims import SELECT_CURSOR
-    from ..backends.postgres._sql import user_params
-
-    return SELECT_CURSOR, user_params(step.user, thread=step.thread_id)
+async def _afetchone(cur: Any, query: tuple[str, Any]) -> Any:
+    return await (await cur.execute(*query)).fetchone()
 
 
-def _cursor(row: dict[str, Any] | None) -> ExtractionCursor | None:
-    from ..backends.postgres._claims import cursor_from_row
-
-    return None if row is None else cursor_from_row(row)
-
-
-def _savepoint(conn: Any) -> Any:
-    """No transaction for one autocommit statement; a savepoint in a caller's pool
-    transaction, so a queueing-lock conflict leaves that transaction usable (sync or
-    async: `nullcontext` is both)."""
-    return nullcontext() if conn.autocommit else conn.transaction()
+def _scope(conn: Any, step: PlanStep) -> Any:
+    """`Collapse` runs in a transaction (it locks the waiting job), a cursor read in none.
+    A defer is one statement: no transaction in autocommit, a savepoint in a caller's pool
+    transaction, so a queueing-lock conflict leaves that transaction usable. Sync or async:
+    both `transaction()` and `nullcontext` are."""
+    if isinstance(step, Collapse) or (isinstance(step, SubmitJob) and not conn.autocommit):
+        return conn.transaction()
+    return nullcontext()
 
 
 def _lock_taken(exc: Exception) -> bool:
-    """False for the thread's queueing lock being taken (a job of it waits); else re-raise."""
+    """False for the thread's queueing lock being taken (a job of it waits, on a defer);
+    else re-raise."""
     from procrastinate.manager import QUEUEING_LOCK_CONSTRAINT
     from psycopg.errors import UniqueViolation
 
     if isinstance(exc, UniqueViolation) and exc.diag.constraint_name == QUEUEING_LOCK_CONSTRAINT:
         return False
     raise exc
-
-
-def _decision(step: Collapse, row: Any) -> Merge | None:
-    """How the thread's locked waiting job `row` merges with `step` (None: no job waits)."""
-    return None if row is None else collapse_decision(row[1], step.messages)
 
 
 _COUNTER = {

@@ -1,37 +1,23 @@
 """`QueueWorker`: the consumer of `PostgresJobQueue`, run by `langmem-trpc worker`.
 
 A procrastinate worker fetches the jobs of one queue (every app's, or `apps`' only:
-an app's jobs are in procrastinate queue `queue@app`); each runs
-`AutoMemoryWorker.process` (the in-process worker's `run_job`: checkers, policy,
-reconcile, the cursor compare-and-set under the thread's claim, dead letters) in a
-thread of this worker's pool, `concurrency` at once; one job per `AHEAD` threads is
-fetched ahead and waits for a free thread. What it adds:
+an app's jobs are in procrastinate queue `queue@app`) and runs each through
+`AutoMemoryWorker.process` (`run_job`: checkers, policy, reconcile, the cursor
+compare-and-set under the thread's claim, dead letters) in a thread of its pool.
+procrastinate's lock on (queue, app, user) runs one user's jobs one at a time, oldest
+first, across every worker process. What this module adds (docs/operating.md,
+"Running workers as a service", has the operator's view):
 
-- **Order:** procrastinate's lock on (queue, app, user) runs one user's jobs one at a
-  time, oldest first, across every worker process.
-- **Job timeout:** `run_job`'s deadline; the extractor call gets the remaining time
-  and is cancelled at it (`extraction.calls`).
-- **Retries:** a FAILED or PARTIAL job raises; procrastinate retries it after 2, 4,
-  8 ... s (`retry_wait`, at most 300 s) up to `retries` times, then marks it failed
-  (`langmem-trpc jobs failed`). `run_job` dead-letters a batch after `max_attempts`
-  failed attempts and the job succeeds, so keep `retries` above `max_attempts`. A bad
-  payload is not retried. The user's later jobs wait behind a job waiting to retry.
-- **Graceful stop:** SIGTERM / SIGINT / `stop()` stops fetching, puts back the jobs
-  fetched ahead, and waits up to `shutdown_timeout` (default job timeout + 10 s) for
-  running jobs; those still running are then put back (their threads end within the
-  job timeout; a re-run skips what they finished, by the cursor).
-- **Crash safety:** workers send heartbeats (`heartbeat` s); every `stalled_after / 2`
-  s each puts back the running jobs of workers silent for `stalled_after` s (SIGKILLed,
-  partitioned), never one running in its own process, and only once connected for
-  `stalled_after` s (after an outage every heartbeat is stale a moment). The cursor
-  makes a re-run extract only what it does not cover; a retried job's thread waits
-  for the dead job's claim to expire (`claim_ttl`).
-- **Outages:** procrastinate's worker rides out a short one (its side tasks log and go
-  on); when it stops or fails to start, this reconnects (1 s doubling to 30 s).
+- **Retries** with backoff for a FAILED or PARTIAL job; a bad payload is not retried.
+- **Graceful stop**: stop fetching, put back the jobs fetched ahead, wait up to
+  `shutdown_timeout` for the running ones, then put those back (a re-run skips what
+  they finished, by the cursor).
+- **Crash safety**: procrastinate leaves a dead worker's running jobs `doing`; a live
+  worker puts them back (`recover_stalled`).
+- **Outages**: reconnect (1 s doubling to 30 s) when procrastinate's worker stops or
+  fails to start.
 
-It needs `PostgresJobQueue.setup()` (the CLI runs it): its triggers
-(`_triggers.JOB_TRIGGERS`) clear the queueing lock of a job going back to waiting, and
-wake the workers when a job ends while the same user's next job waits.
+It needs `PostgresJobQueue.setup()`'s triggers (`_triggers.JOB_TRIGGERS`).
 """
 
 from __future__ import annotations
@@ -111,7 +97,8 @@ class QueueWorker:
         job_timeout, checkers, policy, batch_messages, max_attempts, claim_ttl,
             max_calls_per_user: as for `AutoMemoryWorker`.
         retries: procrastinate attempts of one job before it is marked failed
-            (default: `max_attempts + 2`).
+            (default: `max_attempts + 2`); keep it above `max_attempts`, after which
+            `run_job` dead-letters the batch and the job succeeds.
         retry_wait: first backoff in seconds; doubles per attempt (at most 300 s).
         stalled_after: seconds without heartbeat after which another worker's running
             jobs are put back in the queue.
@@ -235,11 +222,8 @@ class QueueWorker:
             payload = decode(args)
             assert self._executor is not None and self._threads is not None and task is not None
             self._waiting.add(task)  # a stop cancels it: back to the queue at once (retry 0 s)
-            try:
-                await self._threads.acquire()
-            finally:
+            async with self._threads:
                 self._waiting.discard(task)
-            try:
                 report: JobReport = await asyncio.get_running_loop().run_in_executor(
                     self._executor,
                     functools.partial(self.processor.process, offset=payload.offset),
@@ -247,10 +231,9 @@ class QueueWorker:
                     payload.thread_id,
                     payload.messages,
                 )
-            finally:
-                self._threads.release()
         finally:
             self._running.discard(job_id)
+            self._waiting.discard(task)
         if report.status in (JobStatus.FAILED, JobStatus.PARTIAL):
             raise JobIncompleteError(f"{report.status.value}: {report.error}")
         return str(report.status.value)
@@ -330,20 +313,10 @@ class QueueWorker:
             stalled_worker_timeout=self.stalled_after,
             delete_jobs="successful" if self.delete_succeeded else "never",
         )
-        if self.apps:
-            self._worker = worker_module.Worker(**options)
-        else:
-            self._worker = _every_queue_worker(worker_module)(self._job_notified, **options)
-        if self._stopping.is_set():
-            return
-        ready = asyncio.create_task(self._announce(self._worker))
-        try:
+        notified = None if self.apps else self._job_notified
+        self._worker = _worker_class(worker_module)(self._ready, notified, **options)
+        if not self._stopping.is_set():
             await self._worker.run()
-        finally:
-            announced = ready.done()
-            ready.cancel()
-        if not announced:  # the run ended within one poll of registering (a short --drain)
-            self._ready(None)
 
     async def _serve(self, drain: bool) -> None:
         """Run procrastinate's worker; reconnect with backoff when the database fails."""
@@ -391,13 +364,10 @@ class QueueWorker:
     async def _discover_loop(self) -> None:
         """A default worker looks new apps' queues up after each job notification (at most
         every `DISCOVER_GAP` s), else every `DISCOVER_EVERY` s, and grows in place the list
-        procrastinate's worker (listening on every queue, `_every_queue_worker`) fetches from."""
+        procrastinate's worker (listening on every queue, `_worker_class`) fetches from."""
         self._notified = asyncio.Event()
         while not self.apps and not self._stopping.is_set():
-            try:
-                await asyncio.wait_for(self._notified.wait(), DISCOVER_EVERY)
-            except TimeoutError:
-                pass
+            await self._sleep(DISCOVER_EVERY, self._notified)
             self._notified.clear()
             worker, known = self._worker, len(self._queues)
             if worker is None or self._stopping.is_set():
@@ -414,20 +384,17 @@ class QueueWorker:
         if self._notified is not None:
             self._notified.set()
 
-    async def _announce(self, worker: Any) -> None:
-        while worker.worker_id is None:  # noqa: ASYNC110 - procrastinate sets it, no event
-            await asyncio.sleep(0.02)
-        self._ready(worker.worker_id)
-
-    def _ready(self, worker_id: int | None) -> None:
+    def _ready(self, worker_id: int) -> None:
         logger.info("queue worker %s ready on %s (id %s)", self.name, self._queues, worker_id)
         if self.on_ready is not None:
             self.on_ready()
 
-    async def _sleep(self, seconds: float) -> None:
-        assert self._wake is not None
+    async def _sleep(self, seconds: float, event: asyncio.Event | None = None) -> None:
+        """Wait `seconds`, or until `event` (default: the stop's) is set."""
+        event = self._wake if event is None else event
+        assert event is not None
         try:
-            await asyncio.wait_for(self._wake.wait(), seconds)
+            await asyncio.wait_for(event.wait(), seconds)
         except TimeoutError:
             pass
 
@@ -484,30 +451,43 @@ async def _autocommit(conn: Any) -> None:
     await conn.set_autocommit(True)
 
 
-def _every_queue_worker(worker_module: Any) -> Any:
-    """procrastinate's `Worker` on the channel every queue notifies (`procrastinate_any_queue_v1`):
-    a default worker's queue list grows while it runs, and a job of a queue not in it yet
-    costs a fetch that finds nothing and tells `on_notification` (the app-queue lookup).
-    `wake()` makes it fetch now (the event procrastinate 3's notification handler sets)."""
+def _worker_class(worker_module: Any) -> Any:
+    """procrastinate's `Worker`, announcing itself once registered, before its first fetch
+    (a short `--drain` ends within milliseconds). With `on_notification` (a default worker)
+    it listens on the channel every queue notifies (`procrastinate_any_queue_v1`): its queue
+    list grows while it runs, and a job of a queue not in it yet costs a fetch that finds
+    nothing and calls `on_notification` (the app-queue lookup). `wake()` makes it fetch now
+    (the event procrastinate 3's notification handler sets)."""
 
-    class EveryQueueWorker(worker_module.Worker):  # type: ignore[misc,name-defined]
-        def __init__(self, on_notification: Callable[[], None], **options: Any) -> None:
+    class ProcrastinateWorker(worker_module.Worker):  # type: ignore[misc,name-defined]
+        def __init__(
+            self,
+            on_ready: Callable[[int], None],
+            on_notification: Callable[[], None] | None,
+            **options: Any,
+        ) -> None:
             super().__init__(**options)
+            self._on_ready = on_ready
             self._on_notification = on_notification
 
         def _start_side_tasks(self) -> Any:
-            queues, self.queues = self.queues, None  # type: ignore[has-type]  # read once, here
+            queues = self.queues  # type: ignore[has-type]
+            if self._on_notification is not None:
+                self.queues = None  # listen on every queue: read once, here
             try:
-                return super()._start_side_tasks()
+                tasks = super()._start_side_tasks()
             finally:
                 self.queues = queues
+            # a callback, as the readiness task was: one that raises is logged, the run goes on
+            asyncio.get_running_loop().call_soon(self._on_ready, self.worker_id)
+            return tasks
 
         async def _handle_notification(self, *, channel: str, notification: Any) -> None:
             await super()._handle_notification(channel=channel, notification=notification)
-            if notification.get("type") == "job_inserted":
+            if self._on_notification is not None and notification.get("type") == "job_inserted":
                 self._on_notification()  # perhaps a queue it does not fetch yet
 
         def wake(self) -> None:
             self._new_job_event.set()
 
-    return EveryQueueWorker
+    return ProcrastinateWorker

@@ -130,3 +130,20 @@ def test_a_drain_that_ends_within_one_poll_still_says_ready(queue_url: str) -> N
     finally:
         service.close()
     assert len(readies) == 5
+
+
+def test_an_on_ready_callback_that_raises_does_not_stop_the_worker(queue_url: str) -> None:
+    """`on_ready` runs as an event-loop callback: its error is logged and the run goes on."""
+    service = PostgresMemoryService(queue_url, pool_size=1)
+    with PostgresJobQueue(queue_url) as queue:
+        queue.enqueue(USER, "t", [HumanMessage("fact", id="m")])
+
+    def broken() -> None:
+        raise RuntimeError("a broken readiness probe")
+
+    worker = QueueWorker(queue_url, service, VerbatimExtractor(), on_ready=broken)
+    try:
+        worker.run(drain=True)
+        assert [e.text for e in service.read(USER)] == ["fact"]
+    finally:
+        service.close()
