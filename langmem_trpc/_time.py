@@ -13,14 +13,6 @@ from datetime import datetime, timedelta, timezone
 
 from .errors import InvalidTimeError
 
-__all__ = [
-    "end_of_period",
-    "ensure_utc",
-    "parse_flexible_time",
-    "parse_time_or_raise",
-    "wall_clock",
-]
-
 _LAYOUTS = (
     "%Y-%m-%dT%H:%M:%S",
     "%Y-%m-%d %H:%M:%S",

@@ -22,18 +22,6 @@ from ..service.protocol import MemoryService
 from ..types import UserKey
 from ._output import FORMATS, OutputFormat, safe
 
-__all__ = [
-    "CLI_LIMITS",
-    "default_db",
-    "emit",
-    "json_option",
-    "open_service",
-    "plural",
-    "reports_errors",
-    "safe",
-    "user_options",
-]
-
 logger = logging.getLogger(__name__)
 
 F = TypeVar("F", bound=Callable[..., Any])

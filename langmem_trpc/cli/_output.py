@@ -23,21 +23,6 @@ import click
 
 from ..types import Entry, HistoryEvent
 
-__all__ = [
-    "FORMATS",
-    "OutputFormat",
-    "entry_detail",
-    "entry_json",
-    "entry_line",
-    "event_line",
-    "progress",
-    "render_entries",
-    "render_records",
-    "render_rows",
-    "safe",
-    "short_id",
-]
-
 T = TypeVar("T")
 OutputFormat = Literal["table", "json", "jsonl", "csv"]
 FORMATS: tuple[OutputFormat, ...] = ("table", "json", "jsonl", "csv")

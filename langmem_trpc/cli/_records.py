@@ -21,8 +21,6 @@ from ..service.protocol import MemoryService
 from ..types import Entry, HistoryEvent, UserKey, check_text_value
 from ._common import validation_problem
 
-__all__ = ["FORMAT", "Record", "checked_records"]
-
 FORMAT = "langmem-trpc/1"
 
 

@@ -18,8 +18,6 @@ import numpy.typing as npt
 
 from ..errors import ConfigurationError
 
-__all__ = ["BertEncoder", "read_safetensors"]
-
 F32 = npt.NDArray[np.float32]
 
 _DTYPES = {"F32": "<f4", "F16": "<f2", "F64": "<f8", "I64": "<i8", "I32": "<i4"}

@@ -11,8 +11,6 @@ from pathlib import Path
 import numpy as np
 from langchain_core.embeddings import Embeddings
 
-__all__ = ["CachedEmbeddings"]
-
 logger = logging.getLogger(__name__)
 
 

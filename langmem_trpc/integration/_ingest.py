@@ -11,8 +11,6 @@ from langchain_core.messages import BaseMessage
 
 from ..types import UserKey
 
-__all__ = ["IngestWorker", "Job", "ahand_off", "hand_off", "job"]
-
 logger = logging.getLogger(__name__)
 
 

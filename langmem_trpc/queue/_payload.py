@@ -29,18 +29,6 @@ from ..extraction.delta import KEY_BYTES, compute_delta, message_keys
 from ..extraction.job import _has_work as has_work  # the job's own peek test, shared
 from ..types import ExtractionCursor, UserKey
 
-__all__ = [
-    "FORMAT",
-    "JobPayload",
-    "Merge",
-    "app_queue",
-    "check_queue_name",
-    "decode",
-    "lock_keys",
-    "merge",
-    "select_messages",
-]
-
 FORMAT = 1
 """Version of the job arguments' layout (`v`)."""
 MAX_QUEUE_NAME = 128

@@ -25,17 +25,6 @@ from ..errors import BackendError
 from ..types import ExtractionCursor, UserKey
 from ._payload import JobPayload, Merge, app_queue, decode, lock_keys, merge, select_messages
 
-__all__ = [
-    "DEFER_ATTEMPTS",
-    "EnqueueOutcome",
-    "Collapse",
-    "PlanStep",
-    "ReadCursor",
-    "SubmitJob",
-    "collapse_decision",
-    "enqueue_plan",
-]
-
 DEFER_ATTEMPTS = 5
 """Rounds of defer / waiting-job lookup before giving up (each round lost a race to a worker)."""
 

@@ -21,8 +21,6 @@ from typing import Any
 
 from ..errors import ConfigurationError
 
-__all__ = ["migrate"]
-
 logger = logging.getLogger(__name__)
 
 CREATE_RECORD = """CREATE TABLE IF NOT EXISTS langmem_queue_schema (

@@ -8,17 +8,6 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
-__all__ = [
-    "FAILED_JOBS",
-    "RETRY_FAILED",
-    "STATS_QUERIES",
-    "FailedJob",
-    "ProducerCounters",
-    "QueueStats",
-    "queue_params",
-    "stats_from_rows",
-]
-
 TASK_NAME = "langmem_trpc.extract"
 
 _WHERE = "(queue_name = %(queue)s OR starts_with(queue_name, %(apps)s)) AND task_name = %(task)s"

@@ -10,8 +10,6 @@
 
 from __future__ import annotations
 
-__all__ = ["JOB_TRIGGERS"]
-
 JOB_TRIGGERS = """
 CREATE OR REPLACE FUNCTION langmem_procrastinate_requeued() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN

@@ -18,17 +18,6 @@ from ..types import SearchOptions
 from ._language import ENGLISH, Language
 from ._text import cjk_trigrams, primary_tokens
 
-__all__ = [
-    "CorpusStats",
-    "KeywordDoc",
-    "KeywordScorer",
-    "QueryTerms",
-    "bm25_term",
-    "keyword_score",
-    "length_norm",
-    "relevance",
-]
-
 BM25_K1 = 1.2
 BM25_B = 0.75
 TOPIC_WEIGHT = 0.65

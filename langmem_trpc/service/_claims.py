@@ -21,22 +21,6 @@ from ..errors import InvalidInputError
 from ..types import DeadLetter, DeadLetterStatus, ExtractionCursor, ThreadClaim, UserKey
 from ._core import check_cursor, check_optional_id, check_thread_id, check_user, utcnow
 
-__all__ = [
-    "Claim",
-    "ClaimOp",
-    "ClaimTable",
-    "ClaimThread",
-    "GetCursor",
-    "ListDeadLetters",
-    "OnThread",
-    "Owned",
-    "RecordFailure",
-    "ReleaseThread",
-    "RetryDeadLetter",
-    "SaveProgress",
-    "SetCursor",
-]
-
 T = TypeVar("T")
 MAX_THREAD_ID = 512
 MAX_OWNER = 200

@@ -17,8 +17,6 @@ from ._bm25 import KeywordDoc
 from ._language import ENGLISH, Language
 from ._text import cjk_trigrams, primary_tokens
 
-__all__ = ["fts_document", "keyword_doc", "topics_document"]
-
 
 def fts_document(text: str, language: Language = ENGLISH) -> str:
     """Primary tokens (with repeats, in order) then CJK trigrams, space separated;

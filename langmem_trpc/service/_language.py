@@ -21,8 +21,6 @@ import Stemmer
 
 from ..errors import ConfigurationError
 
-__all__ = ["ENGLISH", "Language", "language", "resolve_language"]
-
 _ENGLISH_MONTHS = (
     "january february march april may june july august september october november december"
 ).split()

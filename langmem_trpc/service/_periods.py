@@ -12,8 +12,6 @@ from typing import NamedTuple
 
 from ._language import ENGLISH, Language
 
-__all__ = ["Period", "TimeMentions", "query_periods", "says_time"]
-
 _ORD = r"(\d{1,2})(?:st|nd|rd|th)?"
 _Groups = tuple[int | None, int | None, int | None]
 

@@ -20,16 +20,6 @@ import unicodedata
 
 from ..types import Entry
 
-__all__ = [
-    "DELIMITER_WORDS",
-    "MARKER_REPLACEMENT",
-    "defuse",
-    "memory_line",
-    "one_line",
-    "quote",
-    "skeleton",
-]
-
 DELIMITER_WORDS: tuple[tuple[str, ...], ...] = (
     ("preloaded", "user", "memories"),
     ("existing", "memories"),

@@ -16,16 +16,6 @@ from itertools import groupby
 
 from ._language import ENGLISH, Language
 
-__all__ = [
-    "MAX_TOKEN_CHARS",
-    "cjk_trigrams",
-    "normalize_text",
-    "primary_tokens",
-    "search_tokens",
-    "token_jaccard",
-    "token_set",
-]
-
 CJK_STOPWORDS = frozenset(
     "的 了 是 在 和 有 我 他 她 它 这 那 都 也 就 不 会 到 说 对 一个 一些 一种 这个 那个 我们 你们 他们 她们 它们 "
     "自己 已经 还是 如果 因为 所以 然后 用户".split()

@@ -17,7 +17,6 @@ if TYPE_CHECKING:
 
     from ..service.protocol import MemoryService
 
-__all__ = ["BulkConformance"]
 
 MODES = ("sync", "async")
 

@@ -19,8 +19,6 @@ from langchain_core.runnables import Runnable
 from langchain_core.tools import BaseTool
 from pydantic import ConfigDict, Field, PrivateAttr
 
-__all__ = ["ScriptedChatModel", "tool_call"]
-
 
 def tool_call(
     name: str, args: dict[str, Any] | None = None, call_id: str | None = None

@@ -13,8 +13,6 @@ from ._kit import ALICE, BOB, T0, refused
 if TYPE_CHECKING:
     from ._kit import Client
 
-__all__ = ["ClaimsConformance"]
-
 
 def _letter(user: UserKey = ALICE, thread: str = "t1", letter_id: str = "dl-1") -> DeadLetter:
     return DeadLetter(

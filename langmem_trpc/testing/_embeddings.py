@@ -9,8 +9,6 @@ from langchain_core.embeddings import Embeddings
 
 from ..service._text import primary_tokens
 
-__all__ = ["HashingEmbeddings"]
-
 
 class HashingEmbeddings(Embeddings):
     """Bag of hashed tokens (plus character trigrams), L2-normalised.

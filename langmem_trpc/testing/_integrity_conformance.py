@@ -24,8 +24,6 @@ from ._kit import ALICE, T0, refused
 if TYPE_CHECKING:
     from ._kit import Client
 
-__all__ = ["IntegrityConformance"]
-
 
 class IntegrityConformance:
     """Mixed into `MemoryServiceConformance`; see the module docstring."""

@@ -13,8 +13,6 @@ from ..errors import InvalidInputError
 from ..service.protocol import MemoryService
 from ..types import UserKey
 
-__all__ = ["ALICE", "ALICE_OTHER_APP", "BOB", "T0", "Client", "refused"]
-
 ALICE = UserKey("app", "alice")
 BOB = UserKey("app", "bob")
 ALICE_OTHER_APP = UserKey("other-app", "alice")

@@ -25,7 +25,6 @@ if TYPE_CHECKING:
     from ..service.protocol import MemoryService
     from ._kit import Client
 
-__all__ = ["LifecycleConformance"]
 
 _CHILD = """
 import sys

@@ -9,8 +9,6 @@ from ..service._claims import ClaimOp
 from ..service.capabilities import Capability
 from ..service.protocol import MemoryService, SyncMemoryService, _named
 
-__all__ = ["DelegatingService"]
-
 T = TypeVar("T")
 P = ParamSpec("P")
 

@@ -16,8 +16,6 @@ from dataclasses import dataclass, field
 from ..service.protocol import MemoryService
 from ..types import FUSION_STEPS_OFF, Entry, FusionSettings, SearchOptions, UserKey
 
-__all__ = ["SIGNALS", "Explained", "ExplainedRow", "explain_search"]
-
 SIGNALS: dict[str, dict[str, float]] = {
     label: {name: FUSION_STEPS_OFF[name]}
     for label, name in (

@@ -14,8 +14,6 @@ from datetime import datetime
 
 from ...types import Entry, UserKey
 
-__all__ = ["EntryCache", "Version"]
-
 Version = tuple[str, datetime]
 """(xmin as text, updated_at) of one row version."""
 

@@ -23,8 +23,6 @@ from ...types import DeadLetter, DeadLetterStatus, ExtractionCursor, ThreadClaim
 from ._plans import Op, Plan, Sql
 from ._sql import Row, user_params
 
-__all__ = ["op_for"]
-
 ASYNC_COMMIT = "set_config('synchronous_commit', 'off', true) = 'off'"
 """A condition that makes this transaction commit without waiting for the WAL flush: a
 claim lost to a server crash only lets another job take the thread, whose cursor writes

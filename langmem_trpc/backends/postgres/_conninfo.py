@@ -16,8 +16,6 @@ import re
 
 from ...errors import ConfigurationError
 
-__all__ = ["SECRET_KEYS", "checked_conninfo", "redacted"]
-
 SECRET_KEYS = frozenset(
     {"password", "sslpassword", "oauth_client_secret", "scram_client_key", "scram_server_key"}
 )

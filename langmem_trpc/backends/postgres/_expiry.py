@@ -16,8 +16,6 @@ from ...types import UserKey
 from . import _sql
 from ._plans import Plan, Sql
 
-__all__ = ["expired", "set_expiry"]
-
 SET_EXPIRY = """
 UPDATE langmem_memories SET expires_at = %(at)s
 WHERE app_name = %(app)s AND user_id = %(user)s AND id = %(id)s AND deleted_at IS NULL

@@ -19,18 +19,6 @@ from ...service._search import CorpusStats, KeywordDoc, KeywordScorer, QueryTerm
 from ...types import Entry, Kind, SearchOptions, UserKey
 from ._sql import Params, Row, user_params, vector_param
 
-__all__ = [
-    "ann_candidates_sql",
-    "KEYWORD_BUDGET",
-    "KEYWORD_SCAN_MAX",
-    "SearchQuery",
-    "build_search",
-    "legs_from_rows",
-    "search_sql",
-    "vector_leg_from_ann",
-]
-
-
 _FILTERS = """
       AND ({kind}::text IS NULL OR m.kind = {kind})
       AND (%(after)s::timestamptz IS NULL OR m.event_time IS NULL OR m.event_time >= %(after)s)

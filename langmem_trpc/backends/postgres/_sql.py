@@ -20,14 +20,6 @@ from ...service._language import Language
 from ...service._steps import RecordHistory
 from ...types import Entry, HistoryEvent, Kind, Memory, Operation, Source, UserKey
 
-__all__ = [
-    "MIGRATIONS",
-    "Row",
-    "checksum",
-    "entry_from_row",
-    "vector_migrations",
-]
-
 Row = Mapping[str, Any]
 Params = dict[str, Any]
 

@@ -8,8 +8,6 @@ from typing import Any
 
 from ...errors import InvalidInputError
 
-__all__ = ["matches", "matches_condition"]
-
 _ORDER = {"$gt": operator.gt, "$gte": operator.ge, "$lt": operator.lt, "$lte": operator.le}
 _OPERATORS = ("$eq", "$ne", *_ORDER)
 

@@ -22,7 +22,6 @@ from ._values import indexed, namespace_of, store_meta, to_item
 if TYPE_CHECKING:
     from ._store import Access, MemoryStore
 
-__all__ = ["list_namespaces", "search"]
 
 _MAX_RESULTS = 1000
 _MIN_READ = 32

@@ -19,8 +19,6 @@ from ...service.protocol import MemoryService
 from ...types import Entry, Kind, UserKey
 from ._values import indexed, namespace_of
 
-__all__ = ["Absorbed", "reconcile_put"]
-
 _ACTIONS = frozenset({Action.ADD, Action.UPDATE})
 
 

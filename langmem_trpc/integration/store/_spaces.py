@@ -18,8 +18,6 @@ from ...service.protocol import MemoryService
 from ...types import UserKey
 from ._values import namespace_of
 
-__all__ = ["NamespaceCache"]
-
 Stamp = tuple[int, str, str]
 
 

@@ -43,8 +43,6 @@ from ._values import (
     to_item,
 )
 
-__all__ = ["Access", "MemoryStore"]
-
 _SOURCE = Source(actor="store")
 _TTL_SOURCE = Source(actor="store:ttl")
 

@@ -19,8 +19,6 @@ from ...service._core import utcnow
 from ...types import Entry
 from ._values import store_meta
 
-__all__ = ["TTLSweeper", "deadline", "needs_refresh", "ttl_of"]
-
 logger = logging.getLogger(__name__)
 
 

@@ -25,18 +25,6 @@ from ...service._core import Limits, build_memory
 from ...types import Entry, Kind
 from ..retriever import event_fields
 
-__all__ = [
-    "META",
-    "canonical_key",
-    "id_candidates",
-    "memory_fields",
-    "memory_id",
-    "memory_text",
-    "normalize_value",
-    "store_meta",
-    "to_item",
-]
-
 _KINDS = (Kind.FACT.value, Kind.EPISODE.value)
 """The `kind` values that fill the memory's kind, spelled exactly ("Fact" stays in the value only)."""
 
