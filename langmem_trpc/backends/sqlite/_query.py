@@ -41,7 +41,6 @@ __all__ = ["SearchCaches", "SearchRun", "SideThread"]
 Stamp = tuple[str, int]
 Hits = list[tuple[int, float]]
 T = TypeVar("T")
-_DF_CACHE_USERS = 256
 _DF_CACHE_TOKENS = 4096
 _ROW_CACHE_USERS = 64
 _ROW_CACHE_ROWS = 12_000
@@ -53,17 +52,15 @@ hand-off costs more than the overlap saves."""
 
 
 class RowCache:
-    """Entries and keyword documents of one user's rows, valid for one state of the user.
-
-    Building `Entry` models and `KeywordDoc`s for a few hundred candidates was
-    most of a warm search's CPU time; both depend only on the row, so between
-    two writes (the stamp) they are reused.
-    """
+    """What searches of one user state share: `Entry` models and `KeywordDoc`s (building
+    them for a few hundred candidates was most of a warm search's CPU time) and the
+    document frequencies FTS counted. A write changes the stamp, so it is never stale."""
 
     def __init__(self, stamp: Stamp) -> None:
         self.stamp = stamp
         self.entries: dict[int, Entry] = {}
         self.docs: dict[int, KeywordDoc] = {}
+        self.df: dict[str, int] = {}
 
 
 class SearchCaches:
@@ -81,8 +78,7 @@ class SearchCaches:
         self.time_mentions = TimeMentions(language)
         self.side = SideThread()
         self.read = read
-        self._df: OrderedDict[UserKey, tuple[Stamp, dict[str, int]]] = OrderedDict()
-        self._df_lock = threading.Lock()
+        self._lock = threading.Lock()
         self._rows: OrderedDict[UserKey, RowCache] = OrderedDict()
 
     def close(self) -> None:
@@ -95,20 +91,18 @@ class SearchCaches:
         self.vectors.clear()
         self.keywords.clear()
         self.time_mentions.clear()
-        with self._df_lock:
-            self._df.clear()
+        with self._lock:
             self._rows.clear()
 
     def drop(self, user: UserKey) -> None:
         self.vectors.drop(user)
         self.keywords.drop(user)
-        with self._df_lock:
-            self._df.pop(user, None)
+        with self._lock:
             self._rows.pop(user, None)
 
     def rows(self, user: UserKey, stamp: Stamp) -> RowCache:
         """The user's row cache for this state (a fresh one when the user was written since)."""
-        with self._df_lock:
+        with self._lock:
             cached = self._rows.get(user)
             if (
                 cached is None
@@ -152,32 +146,6 @@ class SearchCaches:
         vectors = UserVectors(stamp, rids[:i], matrix[:i], kinds[:i], events[:i])
         self.vectors.put(user, vectors)
         return vectors
-
-    def document_frequencies(
-        self, conn: sqlite3.Connection, user: UserKey, stamp: Stamp, tokens: list[str]
-    ) -> dict[str, int]:
-        """Per-user document frequency of each token, cached for this state of the user."""
-        with self._df_lock:
-            cached = self._df.get(user)
-            known = cached[1] if cached is not None and cached[0] == stamp else {}
-        prefix = scope_prefix(user)
-        missing = {
-            t: conn.execute(sql.FTS_COUNT, (match_any(prefix, [t]),)).fetchone()[0]
-            for t in tokens
-            if t not in known
-        }
-        if missing:
-            with self._df_lock:
-                cached = self._df.get(user)
-                table = cached[1] if cached is not None and cached[0] == stamp else {}
-                if len(table) > _DF_CACHE_TOKENS:
-                    table = {}
-                table.update(missing)
-                self._df[user] = (stamp, table)
-                self._df.move_to_end(user)
-                while len(self._df) > _DF_CACHE_USERS:
-                    self._df.popitem(last=False)
-        return {t: known.get(t, missing.get(t, 0)) for t in tokens}
 
 
 class SideThread:
@@ -240,8 +208,8 @@ class SearchRun:
         self.before_us = sql.to_us(options.time_before)
         self.missing_vectors = 0
         """Set to the query dimension when live memories lack a vector of that size."""
-        self._entries: dict[int, Entry] = {}
-        self._docs: dict[int, KeywordDoc] = {}
+        self.stamp: Stamp = ("", 0)
+        self._cache = RowCache(self.stamp)
         self._conn: sqlite3.Connection | None = None
         self._state: Row | None = None
         self._stats: CorpusStats | None = None
@@ -252,22 +220,15 @@ class SearchRun:
         self._state = user_state(conn, self.user)
         if self._state is None or self._state[2] == 0:
             return []
-        cache = self.caches.rows(self.user, self.stamp)
-        self._entries, self._docs = cache.entries, cache.docs
+        self.stamp = (self._state[0], self._state[1])
+        self._cache = self.caches.rows(self.user, self.stamp)
         if self.terms.tokens:
             self._index = self.caches.keywords.get(self.caches.read, self.user, self.stamp)
         return execute_search(self.options, self.fetch, self.language, self.caches.time_mentions)
 
-    @property
-    def stamp(self) -> Stamp:
-        assert self._state is not None
-        return (self._state[0], self._state[1])
-
     def fetch(self, kind: Kind | None, pool: int) -> Legs:
         if self.query_vector is None:
             return Legs(vector=None, keyword=self._keyword_leg(kind, pool))
-        # The matrix product (numpy) and the FTS query (SQLite) both release the GIL:
-        # on a large matrix the scan runs on the side while this thread queries FTS.
         # Without `hybrid` the shared ranking uses the vector leg alone.
         scan = self._start_vector_scan(kind, pool, inline=not self.options.hybrid)
         keyword = self._keyword_leg(kind, pool) if self.options.hybrid else []
@@ -289,18 +250,18 @@ class SearchRun:
         return clauses, params
 
     def _entry(self, row: Row) -> Entry:
-        entry = self._entries.get(row[0])
+        entry = self._cache.entries.get(row[0])
         if entry is None:
             entry = sql.row_to_entry(row, self.user.app_name, self.user.user_id)
-            self._entries[row[0]] = entry
+            self._cache.entries[row[0]] = entry
         return entry
 
     def _entries_for(self, rids: list[int]) -> dict[int, Entry]:
-        missing = [rid for rid in rids if rid not in self._entries]
+        missing = [rid for rid in rids if rid not in self._cache.entries]
         if missing:
             for row in self._rows_by_rid(sql.SELECT_BY_RIDS, missing):
                 self._entry(row)
-        return self._entries
+        return self._cache.entries
 
     def _rows_by_rid(self, query: str, rids: list[int]) -> list[Row]:
         """The user's rows with these rids (`query` ends in `rid IN `)."""
@@ -315,8 +276,8 @@ class SearchRun:
     ) -> Callable[[], Hits]:
         """The best `pool` (rid, score) of the vector leg, to collect by calling the result.
 
-        On a large matrix the product runs on the side thread and this thread
-        selects the best rows once it is done.
+        The product (numpy) and the FTS query (SQLite) both release the GIL, so on a
+        large matrix the product runs on the side thread while this one queries FTS.
         """
         assert self._conn is not None and self.query_vector is not None and self._state
         dim = int(self.query_vector.shape[0])
@@ -336,22 +297,37 @@ class SearchRun:
         return [(entries[rid], score) for rid, score in hits if rid in entries]
 
     def _corpus_stats(self) -> CorpusStats:
-        assert self._conn is not None and self._state is not None
+        assert self._state is not None
         if self._stats is None and self._index is not None:
             self._stats = self._index.stats(self.terms.tokens)
         if self._stats is None:
-            tokens = self.terms.tokens
-            df = self.caches.document_frequencies(self._conn, self.user, self.stamp, tokens)
+            df = self._document_frequencies()
             self._stats = CorpusStats.of_totals(self._state[2], df, *self._state[3:5])
         return self._stats
+
+    def _document_frequencies(self) -> dict[str, int]:
+        """The user's document frequency of each query token: one FTS count per token and state."""
+        assert self._conn is not None
+        known, prefix, df = self._cache.df, scope_prefix(self.user), {}
+        if len(known) > _DF_CACHE_TOKENS:
+            known.clear()
+        for t in self.terms.tokens:
+            count = known.get(t)
+            if count is None:
+                match = match_any(prefix, [t])
+                count = known[t] = self._conn.execute(sql.FTS_COUNT, (match,)).fetchone()[0]
+            df[t] = count
+        return df
 
     def _keyword_leg(self, kind: Kind | None, pool: int) -> list[tuple[Entry, float]]:
         """FTS5 ranks candidates by its BM25; the shared keyword relevance scores them."""
         assert self._conn is not None
         if not self.terms.tokens:
             return self._phrase_scan(kind, pool)
-        if self._index is not None:
-            return self._indexed_keyword_leg(self._index, kind, pool)
+        if self._index is not None:  # exact relevance of every matching memory
+            scored = self._index.score(self.terms, self._corpus_stats())
+            keep = self._index.allowed(scored.rows, kind, self.after_us, self.before_us)
+            return self._best(self._index.rids[scored.rows[keep]], scored.scores[keep], pool)
         stats = self._corpus_stats()
         limit = self.keyword_candidates or max(pool * 3 // 2, 90)
         match = match_any(scope_prefix(self.user), self.terms.tokens)
@@ -363,12 +339,12 @@ class SearchRun:
             query, params = query + sql.FTS_ORDER, [*params, limit]
         ranked = self._conn.execute(query, (match, *params))
         rids = self._load_docs([rid for (rid,) in ranked])
-        scores = score_candidates(self.terms, [self._docs[rid] for rid in rids], stats)
+        scores = score_candidates(self.terms, [self._cache.docs[rid] for rid in rids], stats)
         return self._best(np.asarray(rids, dtype=np.int64), scores, pool)
 
     def _load_docs(self, rids: list[int]) -> list[int]:
         """`rids` whose keyword documents and entries are now cached (all of them: one snapshot)."""
-        docs, entries = self._docs, self._entries
+        docs, entries = self._cache.docs, self._cache.entries
         missing = [rid for rid in rids if rid not in docs or rid not in entries]
         if not missing:
             return rids
@@ -376,14 +352,6 @@ class SearchRun:
             self._entry(row)
             docs[row[0]] = keyword_doc(row[CONTENT_DOC], row[TOPIC_DOC])
         return [rid for rid in rids if rid in docs]
-
-    def _indexed_keyword_leg(
-        self, index: KeywordIndex, kind: Kind | None, pool: int
-    ) -> list[tuple[Entry, float]]:
-        """The exact keyword relevance of every matching memory, best `pool` first."""
-        scored = index.score(self.terms, self._corpus_stats())
-        keep = index.allowed(scored.rows, kind, self.after_us, self.before_us)
-        return self._best(index.rids[scored.rows[keep]], scored.scores[keep], pool)
 
     def _best(self, rids: np.ndarray, scores: np.ndarray, pool: int) -> list[tuple[Entry, float]]:
         """The best `pool` hits that score > 0 (a token matched), ties to the oldest row."""
