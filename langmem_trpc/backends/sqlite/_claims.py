@@ -1,9 +1,6 @@
-"""SQLite: extraction cursors with their covered keys, failed attempts and
-dead letters, run from validated `ClaimOp`s (contract: `service/_claims.py`).
-
-Claims themselves are not rows: `_locks.FileClaims` holds them as byte-range
-locks on `<database>-claims`, so taking one costs no write transaction.
-Failed attempts live in `thread_attempts`, dead letters in `dead_letters`.
+"""SQLite's claim ops (contract: `service/_claims.py`): extraction cursors in `cursors`,
+failed attempts in `thread_attempts`, dead letters in `dead_letters`. Claims are not
+rows but `_locks.FileClaims` byte-range locks, so taking one costs no write transaction.
 """
 
 from __future__ import annotations

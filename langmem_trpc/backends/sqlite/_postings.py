@@ -1,15 +1,10 @@
 """The keyword leg without FTS5: a user's postings in numpy, scored exactly.
 
 FTS5 hands out candidates only in its own BM25 order, and ordering every match was
-most of a warm hybrid search (~0.5 ms of ~2 ms at 10,000 memories). A `KeywordIndex`
-holds one user's postings (document, content and topic term frequency per token) in
-compressed-row arrays, so the shared BM25F relevance of every matching memory is
-computed at once: exact, ranking like the in-memory reference.
-
-An index is valid for one (generation, version) of the user, like the vector
-matrices. Building one reads all the user's documents (about 10 us per memory), so no
-search waits for it: once a user state is searched a second time, the builder thread
-builds it while searches keep using FTS5, and later searches of that state use it.
+most of a warm hybrid search; with the postings the shared BM25F relevance of every
+matching memory is computed at once, ranking like the in-memory reference. A build
+reads all the user's documents, so no search waits for it (docs/bench-sqlite.md,
+round 5).
 """
 
 from __future__ import annotations
@@ -154,8 +149,8 @@ class KeywordIndex:
         """
         found: list[tuple[float, np.ndarray, np.ndarray, np.ndarray]] = []
         for token, weight in terms.weighted:
-            postings = self.postings(token)
-            if postings is not None and len(postings[0]):
+            postings = self.postings(token)  # a known token has at least one posting
+            if postings is not None:
                 found.append((weight * stats.idf(token), *postings))
         if not found:
             return Scored(np.zeros(0, dtype=np.int64), np.zeros(0))
@@ -210,12 +205,10 @@ def _occurrences(documents: list[str], terms: dict[str, int]) -> tuple[np.ndarra
 class KeywordIndexCache:
     """LRU of `KeywordIndex` by user, bounded by bytes.
 
-    `fts_searches` searches of each user state run on FTS5 before the index
-    is built (default 1: a write followed by one search, the write path's
-    reconcile pattern, never pays for a build). With `background` (the
-    default) the build runs on the cache's own `Builder` thread (stopped by
-    `close()`) and searches use FTS5 until it is ready; without it (tests)
-    the search that asks builds and waits.
+    `fts_searches` searches of each user state run on FTS5 before a build (1: a write
+    and one search, the reconcile pattern, never pays for one). The build runs on the
+    cache's `Builder` thread while searches use FTS5, or (`background=False`, tests)
+    in the search that asks.
     """
 
     def __init__(self, max_bytes: int, fts_searches: int = 1, background: bool = True) -> None:
@@ -253,8 +246,12 @@ class KeywordIndexCache:
         return built if built is not None and built.stamp == stamp else None
 
     def _build(self, read: Reader, user: UserKey) -> KeywordIndex | None:
+        def load(conn: sqlite3.Connection) -> KeywordIndex | None:
+            state = user_state(conn, user)  # None: an unknown user
+            return None if state is None else KeywordIndex.load(conn, user, state[:2])
+
         try:
-            item = read(lambda conn: _load_current(conn, user))
+            item = read(load)
         except Exception:  # a closed service or a busy file: searches keep using FTS5
             logger.debug("keyword index build failed", exc_info=True)
             return None
@@ -283,14 +280,6 @@ class KeywordIndexCache:
         """Stop the builder thread (queued builds are dropped), then forget every index."""
         self._builder.close()
         self.clear()
-
-
-def _load_current(conn: sqlite3.Connection, user: UserKey) -> KeywordIndex | None:
-    """The index of the user's state in this snapshot (None for an unknown user)."""
-    state = user_state(conn, user)
-    if state is None:
-        return None
-    return KeywordIndex.load(conn, user, (state[0], state[1]))
 
 
 class Builder:

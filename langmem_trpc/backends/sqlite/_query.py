@@ -1,8 +1,7 @@
 """Search over one read snapshot: the keyword leg (FTS5), the vector leg (numpy), caches.
 
-`SearchRun.run` fetches the legs of each kind the shared `plan_search` plans
-(`SearchRun.fetch`, through `execute_search`) and ranks them with the shared
-`rank_search`, so fusion, fallback and dedupe stay in one place.
+`SearchRun.fetch` fetches the legs the shared `execute_search` plans and ranks, so
+fusion, fallback and dedupe stay in one place.
 """
 
 from __future__ import annotations
@@ -64,13 +63,9 @@ class RowCache:
 
 
 class SearchCaches:
-    """The search state of one service: its caches, each valid for one (generation,
-    version) of a user, and its two threads (the vector side scan and the keyword
-    index builder), stopped by `close()`.
-
-    The version row is bumped by a trigger on every write, from any process,
-    so a stale entry is never used.
-    """
+    """One service's search caches, each valid for one (generation, version) of a user
+    (a trigger bumps it on every write, from any process, so none is ever stale), and its
+    two threads (the vector side scan, the keyword index builder), stopped by `close()`."""
 
     def __init__(self, vector_bytes: int, read: Reader, language: Language = ENGLISH) -> None:
         self.vectors = VectorCache(vector_bytes)
@@ -133,28 +128,21 @@ class SearchCaches:
         matrix = np.empty((n, dim), dtype=np.float32)
         kinds = np.empty(n, dtype=np.int8)
         events = np.full(n, np.nan, dtype=np.float64)
-        i = 0
-        for rid, kind, event_time, blob in conn.execute(sql.SELECT_VECTORS, (*u, dim * 4)):
-            if i == n:  # pragma: no cover - same snapshot, cannot grow
-                break
+        rows = conn.execute(sql.SELECT_VECTORS, (*u, dim * 4))  # the n counted: one snapshot
+        for i, (rid, kind, event_time, blob) in enumerate(rows):
             rids[i] = rid
             matrix[i] = np.frombuffer(blob, dtype=np.float32)
             kinds[i] = KIND_CODES[kind]
             if event_time is not None:
                 events[i] = event_time
-            i += 1
-        vectors = UserVectors(stamp, rids[:i], matrix[:i], kinds[:i], events[:i])
+        vectors = UserVectors(stamp, rids, matrix, kinds, events)
         self.vectors.put(user, vectors)
         return vectors
 
 
 class SideThread:
-    """One thread of one service that scans large vector matrices while the searching
-    thread queries FTS (numpy's product and SQLite's query both release the GIL).
-
-    Started by the first scan that needs it, stopped by `close()` (the service's);
-    a forked child starts its own.
-    """
+    """The service's thread that scans large vector matrices while the searching thread
+    queries FTS (a `Builder`: started on first need, stopped by `close()`)."""
 
     def __init__(self) -> None:
         self._busy = threading.Lock()
@@ -220,7 +208,7 @@ class SearchRun:
         self._state = user_state(conn, self.user)
         if self._state is None or self._state[2] == 0:
             return []
-        self.stamp = (self._state[0], self._state[1])
+        self.stamp = self._state[:2]
         self._cache = self.caches.rows(self.user, self.stamp)
         if self.terms.tokens:
             self._index = self.caches.keywords.get(self.caches.read, self.user, self.stamp)
@@ -275,10 +263,8 @@ class SearchRun:
         self, kind: Kind | None, pool: int, inline: bool = False
     ) -> Callable[[], Hits]:
         """The best `pool` (rid, score) of the vector leg, to collect by calling the result.
-
-        The product (numpy) and the FTS query (SQLite) both release the GIL, so on a
-        large matrix the product runs on the side thread while this one queries FTS.
-        """
+        The product (numpy) and the FTS query both release the GIL, so on a large matrix
+        the product runs on the side thread while this one queries FTS."""
         assert self._conn is not None and self.query_vector is not None and self._state
         dim = int(self.query_vector.shape[0])
         vectors = self.caches.user_vectors(self._conn, self.user, self.stamp, dim)

@@ -1,9 +1,7 @@
 """The vector leg: per-user float32 matrices cached in the process, scored with numpy.
 
-A matrix is valid for one (generation, version) of the user's state row;
-every write bumps the version (a trigger does it, so writes from other
-processes are caught too) and the next search reloads. The cache is an LRU
-bounded in bytes.
+A matrix is valid for one (generation, version) of the user: a trigger bumps it on
+every write, from any process, and the next search reloads.
 """
 
 from __future__ import annotations
@@ -136,10 +134,9 @@ class Appended:
 class VectorCache:
     """LRU of `UserVectors` by user, bounded by total bytes.
 
-    A write of this process that only appended rows (`add_many`'s new
-    content) records them with `append`; the next `get` for the resulting
-    stamp extends the cached matrix instead of reloading every row. Any other
-    change of the stamp (another process, an update, a delete) is a miss.
+    A write of this process that only appended rows records them (`append`), and the
+    next `get` of the new stamp extends the cached matrix instead of reloading every
+    row; any other change of the stamp (another process, an update, a delete) misses.
     """
 
     def __init__(self, max_bytes: int) -> None:
