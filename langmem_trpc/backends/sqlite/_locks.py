@@ -131,7 +131,6 @@ class FileClaims:
     def _lock_byte(self, offset: int, take: bool) -> bool:
         if self._fd is None:
             return True
-        assert fcntl is not None
         try:
             if self._ofd:
                 kind = fcntl.F_WRLCK if take else fcntl.F_UNLCK

@@ -25,13 +25,12 @@ from ...service._bm25 import CorpusStats, QueryTerms, bm25_term, length_norm, re
 from ...types import Kind, UserKey
 from . import _sql as sql
 from ._rows import user_state
-from ._vectors import KIND_CODES, evict_to_bytes, filter_mask
+from ._vectors import KIND_CODES, Stamp, evict_to_bytes, filter_mask
 
 __all__ = ["Builder", "KeywordIndex", "KeywordIndexCache", "Scored"]
 
 logger = logging.getLogger(__name__)
 
-Stamp = tuple[str, int]
 T = TypeVar("T")
 _LOAD_BATCH = 4096
 Reader = Callable[[Callable[[sqlite3.Connection], "KeywordIndex | None"]], "KeywordIndex | None"]
@@ -66,8 +65,8 @@ class KeywordIndex:
     """int32 positions, grouped by token (`offsets[slot]:offsets[slot + 1]`)."""
     content_tf: np.ndarray
     topic_tf: np.ndarray
-    avg_content_len: float
-    avg_topic_len: float
+    content_total: int
+    topic_total: int
 
     @property
     def nbytes(self) -> int:
@@ -122,8 +121,8 @@ class KeywordIndex:
             docs=(keys % width).astype(np.int32),
             content_tf=content_tf,
             topic_tf=topic_tf,
-            avg_content_len=max(float(content_len.sum()) / n, 1.0) if n else 1.0,
-            avg_topic_len=max(float(topic_len.sum()) / n, 1.0) if n else 1.0,
+            content_total=int(content_len.sum()),
+            topic_total=int(topic_len.sum()),
         )
 
     def postings(self, token: str) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
@@ -139,7 +138,7 @@ class KeywordIndex:
 
     def stats(self, tokens: list[str]) -> CorpusStats:
         df = {t: self.document_frequency(t) for t in tokens}
-        return CorpusStats(len(self.rids), df, self.avg_content_len, self.avg_topic_len)
+        return CorpusStats.of_totals(len(self.rids), df, self.content_total, self.topic_total)
 
     def score(self, terms: QueryTerms, stats: CorpusStats) -> Scored:
         """The shared keyword relevance of every row matching a query token.

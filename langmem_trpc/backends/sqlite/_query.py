@@ -33,11 +33,10 @@ from ._keyword import keyword_doc, match_any, scope_prefix
 from ._postings import Builder, KeywordIndex, KeywordIndexCache, Reader
 from ._rows import CONTENT_DOC, TEXT, TOPIC_DOC, TOPICS, Row, user_state
 from ._scoring import score_candidates
-from ._vectors import KIND_CODES, UserVectors, VectorCache
+from ._vectors import KIND_CODES, Stamp, UserVectors, VectorCache
 
 __all__ = ["SearchCaches", "SearchRun", "SideThread"]
 
-Stamp = tuple[str, int]
 Hits = list[tuple[int, float]]
 T = TypeVar("T")
 _DF_CACHE_TOKENS = 4096
@@ -153,13 +152,12 @@ class SideThread:
         scans inline: concurrent searches never queue behind one another's scans)."""
         if not self._busy.acquire(blocking=False):
             return None
+        future = None
         try:
             future = self._thread.submit(self._run, scan, args)
-        except BaseException:
-            self._busy.release()
-            raise
-        if future is None:
-            self._busy.release()
+        finally:
+            if future is None:  # closed, or the submit raised: nothing will release it
+                self._busy.release()
         return future
 
     def _run(self, scan: Callable[..., T], args: tuple[Any, ...]) -> T:

@@ -19,6 +19,7 @@ from ...types import Kind, UserKey
 __all__ = [
     "KIND_CODES",
     "Appended",
+    "Stamp",
     "UserVectors",
     "VectorCache",
     "evict_to_bytes",
@@ -84,10 +85,8 @@ class UserVectors:
         return int(self.rids.nbytes + self.matrix.nbytes + self.kinds.nbytes + self.events.nbytes)
 
     def scores(self, query: np.ndarray) -> np.ndarray:
-        """Cosine of every row clipped at 0 (clip first: ties go to the oldest row).
-
-        The heavy part of the leg, without the GIL: a side thread can run it alone.
-        """
+        """Cosine of every row clipped at 0 (clip first: ties go to the oldest row). The
+        heavy part of the leg, without the GIL: a side thread can run it alone."""
         # einsum, not `@`: BLAS would spread this small product over threads whose
         # wake-up and spinning cost more than the product (10x at p50 on a busy host).
         scores: np.ndarray = np.einsum("ij,j->i", self.matrix, query)
@@ -103,8 +102,6 @@ class UserVectors:
         before_us: int | None,
     ) -> list[tuple[int, float]]:
         """Best `pool` (rid, score) after the kind and time filters, given every row's `scores`."""
-        if not len(self.rids):
-            return []
         mask = filter_mask(self.kinds, self.events, kind, after_us, before_us)
         if mask is not None:
             scores = np.where(mask, scores, -np.inf)
