@@ -283,33 +283,51 @@ class KeywordIndexCache:
 
 class Builder:
     """One thread of one owner (an index cache, a service's vector scans): started by
-    the first `submit`, stopped by `close()`; a forked child starts its own."""
+    the first `submit`, stopped by `close()`; a forked child starts its own.
 
-    def __init__(
-        self, name: str = "langmem-keyword-index", cancel_queued_on_close: bool = True
-    ) -> None:
+    An `exclusive` one (the vector side scan) takes one task at a time and refuses
+    others while busy: concurrent searches scan inline instead of queueing.
+    """
+
+    def __init__(self, name: str = "langmem-keyword-index", exclusive: bool = False) -> None:
         self._name = name
-        self._cancel_queued = cancel_queued_on_close
+        self._busy = threading.Lock() if exclusive else None
         self._executor: ThreadPoolExecutor | None = None
         self._pid = 0
         self._closed = False
         self._lock = threading.Lock()
 
     def submit(self, work: Callable[..., T], *args: Any) -> Future[T] | None:
-        """Queue `work(*args)`; None (nothing queued) once closed."""
-        with self._lock:
-            if self._closed:
-                return None
-            if self._executor is None or self._pid != os.getpid():
-                self._executor = ThreadPoolExecutor(1, thread_name_prefix=self._name)
-                self._pid = os.getpid()
-            return self._executor.submit(work, *args)
+        """Queue `work(*args)`; None (nothing queued) once closed, or while busy."""
+        busy = self._busy
+        if busy is not None and not busy.acquire(blocking=False):
+            return None
+        future = None
+        try:
+            with self._lock:
+                if not self._closed:
+                    if self._executor is None or self._pid != os.getpid():
+                        self._executor = ThreadPoolExecutor(1, thread_name_prefix=self._name)
+                        self._pid = os.getpid()
+                    future = self._executor.submit(_run, busy, work, args)
+        finally:
+            if busy is not None and future is None:  # nothing queued will release it
+                busy.release()
+        return future
 
     def close(self) -> None:
-        """Stop the thread: one task in flight is waited for; queued ones are dropped
-        (or, with `cancel_queued_on_close=False`, run first)."""
+        """Stop the thread: one task in flight is waited for; queued ones are dropped,
+        except an exclusive one's (its submitter waits for the result)."""
         with self._lock:
             self._closed = True
             executor, self._executor = self._executor, None
         if executor is not None and self._pid == os.getpid():
-            executor.shutdown(wait=True, cancel_futures=self._cancel_queued)
+            executor.shutdown(wait=True, cancel_futures=self._busy is None)
+
+
+def _run(busy: threading.Lock | None, work: Callable[..., T], args: tuple[Any, ...]) -> T:
+    try:
+        return work(*args)
+    finally:
+        if busy is not None:
+            busy.release()

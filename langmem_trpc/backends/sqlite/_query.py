@@ -11,8 +11,7 @@ import sqlite3
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
-from concurrent.futures import Future
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 
@@ -35,10 +34,9 @@ from ._rows import CONTENT_DOC, TEXT, TOPIC_DOC, TOPICS, Row, user_state
 from ._scoring import score_candidates
 from ._vectors import KIND_CODES, Stamp, UserVectors, VectorCache
 
-__all__ = ["SearchCaches", "SearchRun", "SideThread"]
+__all__ = ["SearchCaches", "SearchRun"]
 
 Hits = list[tuple[int, float]]
-T = TypeVar("T")
 _DF_CACHE_TOKENS = 4096
 _ROW_CACHE_USERS = 64
 _ROW_CACHE_ROWS = 12_000
@@ -70,7 +68,7 @@ class SearchCaches:
         self.vectors = VectorCache(vector_bytes)
         self.keywords = KeywordIndexCache(vector_bytes)
         self.time_mentions = TimeMentions(language)
-        self.side = SideThread()
+        self.side = Builder("langmem-vector-scan", exclusive=True)
         self.read = read
         self._lock = threading.Lock()
         self._rows: OrderedDict[UserKey, RowCache] = OrderedDict()
@@ -137,38 +135,6 @@ class SearchCaches:
         vectors = UserVectors(stamp, rids, matrix, kinds, events)
         self.vectors.put(user, vectors)
         return vectors
-
-
-class SideThread:
-    """The service's thread that scans large vector matrices while the searching thread
-    queries FTS (a `Builder`: started on first need, stopped by `close()`)."""
-
-    def __init__(self) -> None:
-        self._busy = threading.Lock()
-        self._thread = Builder("langmem-vector-scan", cancel_queued_on_close=False)
-
-    def submit(self, scan: Callable[..., T], *args: Any) -> Future[T] | None:
-        """`scan(*args)` on the side thread, or None when it is busy or closed (the caller
-        scans inline: concurrent searches never queue behind one another's scans)."""
-        if not self._busy.acquire(blocking=False):
-            return None
-        future = None
-        try:
-            future = self._thread.submit(self._run, scan, args)
-        finally:
-            if future is None:  # closed, or the submit raised: nothing will release it
-                self._busy.release()
-        return future
-
-    def _run(self, scan: Callable[..., T], args: tuple[Any, ...]) -> T:
-        try:
-            return scan(*args)
-        finally:
-            self._busy.release()
-
-    def close(self) -> None:
-        """Stop the thread (after a scan in flight); later scans run inline."""
-        self._thread.close()
 
 
 class SearchRun:
