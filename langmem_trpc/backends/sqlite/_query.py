@@ -37,11 +37,11 @@ from ._vectors import KIND_CODES, Stamp, UserVectors, VectorCache
 __all__ = ["SearchCaches", "SearchRun"]
 
 Hits = list[tuple[int, float]]
-_DF_CACHE_TOKENS = 4096
 _ROW_CACHE_USERS = 64
 _ROW_CACHE_ROWS = 12_000
-"""Entries plus keyword documents kept over all users (about 2 KB each): a user of
-10,000 memories fits; larger ones recycle their cache."""
+"""Entries, keyword documents and document frequencies kept over all users (an entry
+and its document take about 2 KB): a user of 10,000 memories fits; larger ones
+recycle their cache."""
 SIDE_SCAN_MIN_VALUES = 1_000_000
 """Matrices this large (rows x dim) are scanned on the side thread: below, the
 hand-off costs more than the overlap saves."""
@@ -57,6 +57,10 @@ class RowCache:
         self.entries: dict[int, Entry] = {}
         self.docs: dict[int, KeywordDoc] = {}
         self.df: dict[str, int] = {}
+
+    @property
+    def size(self) -> int:
+        return len(self.entries) + len(self.docs) + len(self.df)
 
 
 class SearchCaches:
@@ -96,20 +100,14 @@ class SearchCaches:
         """The user's row cache for this state (a fresh one when the user was written since)."""
         with self._lock:
             cached = self._rows.get(user)
-            if (
-                cached is None
-                or cached.stamp != stamp
-                or len(cached.entries) + len(cached.docs) > _ROW_CACHE_ROWS
-            ):
-                cached = RowCache(stamp)
-                self._rows[user] = cached
+            if cached is None or cached.stamp != stamp or cached.size > _ROW_CACHE_ROWS:
+                cached = self._rows[user] = RowCache(stamp)
             self._rows.move_to_end(user)
-            total = sum(len(c.entries) + len(c.docs) for c in self._rows.values())
+            total = sum(c.size for c in self._rows.values())
             while len(self._rows) > 1 and (
                 len(self._rows) > _ROW_CACHE_USERS or total > _ROW_CACHE_ROWS
             ):
-                _, evicted = self._rows.popitem(last=False)
-                total -= len(evicted.entries) + len(evicted.docs)
+                total -= self._rows.popitem(last=False)[1].size
             return cached
 
     def user_vectors(
@@ -184,7 +182,7 @@ class SearchRun:
         # Without `hybrid` the shared ranking uses the vector leg alone.
         scan = self._start_vector_scan(kind, pool, inline=not self.options.hybrid)
         keyword = self._keyword_leg(kind, pool) if self.options.hybrid else []
-        return Legs(vector=self._vector_hits(scan()), keyword=keyword)
+        return Legs(vector=self._entry_hits(scan()), keyword=keyword)
 
     # -- shared pieces ------------------------------------------------------------
 
@@ -208,12 +206,14 @@ class SearchRun:
             self._cache.entries[row[0]] = entry
         return entry
 
-    def _entries_for(self, rids: list[int]) -> dict[int, Entry]:
-        missing = [rid for rid in rids if rid not in self._cache.entries]
+    def _entry_hits(self, hits: Hits) -> list[tuple[Entry, float]]:
+        """(entry, score) of each (rid, score) hit, loading the entries not cached."""
+        entries = self._cache.entries
+        missing = [rid for rid, _ in hits if rid not in entries]
         if missing:
             for row in self._rows_by_rid(sql.SELECT_BY_RIDS, missing):
                 self._entry(row)
-        return self._cache.entries
+        return [(entries[rid], score) for rid, score in hits if rid in entries]
 
     def _rows_by_rid(self, query: str, rids: list[int]) -> list[Row]:
         """The user's rows with these rids (`query` ends in `rid IN `)."""
@@ -242,10 +242,6 @@ class SearchRun:
         hits = vectors.select(vectors.scores(self.query_vector), *filters)
         return lambda: hits
 
-    def _vector_hits(self, hits: Hits) -> list[tuple[Entry, float]]:
-        entries = self._entries_for([rid for rid, _ in hits])
-        return [(entries[rid], score) for rid, score in hits if rid in entries]
-
     def _corpus_stats(self) -> CorpusStats:
         assert self._state is not None
         if self._stats is None and self._index is not None:
@@ -259,8 +255,6 @@ class SearchRun:
         """The user's document frequency of each query token: one FTS count per token and state."""
         assert self._conn is not None
         known, prefix, df = self._cache.df, scope_prefix(self.user), {}
-        if len(known) > _DF_CACHE_TOKENS:
-            known.clear()
         for t in self.terms.tokens:
             count = known.get(t)
             if count is None:
@@ -311,13 +305,7 @@ class SearchRun:
             keep = scores >= np.partition(scores, len(scores) - pool)[len(scores) - pool]
             rids, scores = rids[keep], scores[keep]
         best = np.lexsort((rids, -scores))[:pool]
-        chosen = rids[best].tolist()
-        entries = self._entries_for(chosen)
-        return [
-            (entries[rid], score)
-            for rid, score in zip(chosen, scores[best].tolist(), strict=True)
-            if rid in entries
-        ]
+        return self._entry_hits(list(zip(rids[best].tolist(), scores[best].tolist(), strict=True)))
 
     def _phrase_scan(self, kind: Kind | None, pool: int) -> list[tuple[Entry, float]]:
         """A query with no tokens ("C#"): the shared literal fallback over a filtered scan."""
