@@ -223,7 +223,7 @@ class SQLiteClaims:
 
 
 def purge_claims(conn: sqlite3.Connection, user: UserKey) -> None:
-    """Part of purging a user: claims, attempts and dead letters go too."""
+    """Part of purging a user: its failed attempts and dead letters go too."""
     conn.execute(DELETE_USER_ATTEMPTS, (user.app_name, user.user_id))
     conn.execute(DELETE_USER_LETTERS, (user.app_name, user.user_id))
 
