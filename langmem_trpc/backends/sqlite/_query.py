@@ -40,8 +40,7 @@ Hits = list[tuple[int, float]]
 _ROW_CACHE_USERS = 64
 _ROW_CACHE_ROWS = 12_000
 """Entries, keyword documents and document frequencies kept over all users (an entry
-and its document take about 2 KB): a user of 10,000 memories fits; larger ones
-recycle their cache."""
+and its document take about 2 KB): a user of 10,000 memories fits, larger ones recycle."""
 SIDE_SCAN_MIN_VALUES = 1_000_000
 """Matrices this large (rows x dim) are scanned on the side thread: below, the
 hand-off costs more than the overlap saves."""
