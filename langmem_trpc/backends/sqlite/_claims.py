@@ -1,9 +1,6 @@
-"""SQLite: extraction cursors with their covered keys, failed attempts and
-dead letters, run from validated `ClaimOp`s (contract: `service/_claims.py`).
-
-Claims themselves are not rows: `_locks.FileClaims` holds them as byte-range
-locks on `<database>-claims`, so taking one costs no write transaction.
-Failed attempts live in `thread_attempts`, dead letters in `dead_letters`.
+"""SQLite's claim ops (contract: `service/_claims.py`): extraction cursors in `cursors`,
+failed attempts in `thread_attempts`, dead letters in `dead_letters`. Claims are not
+rows but `_locks.FileClaims` byte-range locks, so taking one costs no write transaction.
 """
 
 from __future__ import annotations
@@ -226,7 +223,7 @@ class SQLiteClaims:
 
 
 def purge_claims(conn: sqlite3.Connection, user: UserKey) -> None:
-    """Part of purging a user: claims, attempts and dead letters go too."""
+    """Part of purging a user: its failed attempts and dead letters go too."""
     conn.execute(DELETE_USER_ATTEMPTS, (user.app_name, user.user_id))
     conn.execute(DELETE_USER_LETTERS, (user.app_name, user.user_id))
 

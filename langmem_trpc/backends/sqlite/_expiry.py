@@ -1,9 +1,8 @@
 """Memory expiry on SQLite (`expires_at`, for MemoryStore's TTL): its own SQL and methods.
 
-`expires_at` is integer microseconds (UTC) like every other time; NULL means
-never. Reads hide an expired row in Python (`service._core.unexpired`), the
-TTL sweep finds expired rows through the partial index of migration
-`EXPIRY_MIGRATION`.
+`expires_at` is integer microseconds (UTC) like every other time, NULL for never.
+Reads hide an expired row in Python (`service._core.unexpired`); the sweep's query
+uses migration 7's partial index.
 """
 
 from __future__ import annotations

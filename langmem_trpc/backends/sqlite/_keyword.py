@@ -1,14 +1,10 @@
 """The keyword leg's bridge to FTS5: scope tokens and safe MATCH strings.
 
-The FTS documents are the package tokenizer's own output (primary tokens
-then CJK trigrams, joined by spaces), indexed with FTS5's `ascii`
-tokenizer, which only splits on ASCII non-alphanumerics. So FTS sees exactly
-the tokens the shared scorer sees, and a candidate's `KeywordDoc` can be
-rebuilt from the stored document without running the tokenizer again.
-Each indexed term carries a per-user prefix, so a MATCH never touches
-another user's postings and a term's document count is the user's document
-frequency. User text never reaches FTS syntax: MATCH strings are built only
-from tokens, each double-quoted.
+FTS5's `ascii` tokenizer, which splits only on ASCII non-alphanumerics, indexes the
+package tokenizer's documents (tokens joined by spaces): FTS sees exactly the shared
+scorer's tokens, and a `KeywordDoc` is split back from a stored document. A per-user
+prefix on each term keeps a MATCH, and a term's document count, to one user. MATCH
+strings hold only quoted tokens, never user text.
 """
 
 from __future__ import annotations
@@ -41,14 +37,10 @@ def scope_prefix(user: UserKey) -> str:
 
 
 def scope_prefix_of(app_name: str, user_id: str) -> str:
-    """`scope_prefix` of a pair: 17 ASCII characters from a hash of an injective encoding
-    of the pair (a prefix shared by two users would merge their document frequencies);
-    the SQL function `lm_scope` (migration 3).
-
-    Pairs without U+001F keep the historical hash of `app + U+001F + user`, unambiguous
-    for them, so existing files keep their index. A pair with U+001F hashes
-    `len(app) U+001F app U+001F user`, which holds at least two U+001F (never a
-    historical string); the length makes it injective.
+    """`scope_prefix` of a pair, the SQL function `lm_scope` (migration 3): 17 ASCII
+    characters hashed from an injective encoding of the pair (a shared prefix would merge
+    two users' document frequencies; the scheme is explained in docs/backends.md). Pairs
+    without U+001F keep the historical `scope_prefix_v1`, so files keep their index.
     """
     if "\x1f" not in app_name and "\x1f" not in user_id:
         return scope_prefix_v1(app_name, user_id)
@@ -63,11 +55,8 @@ def scope_prefix_v1(app_name: str, user_id: str) -> str:
 
 
 def scoped(prefix: str, document: str) -> str:
-    """The document as indexed: each token behind the user's prefix.
-
-    Documents are tokens joined by single spaces (`fts_document`), so a
-    replace prefixes them all without splitting.
-    """
+    """The document as indexed: each token behind the user's prefix (documents are tokens
+    joined by single spaces, `fts_document`, so a replace prefixes them all)."""
     if not document:
         return ""
     return prefix + document.replace(" ", " " + prefix)

@@ -1,16 +1,13 @@
 """SQLite thread claims as byte-range locks on a `<database>-claims` file.
 
 A claim must not cost a SQLite write transaction: writers serialise on the one write
-lock, and a third write per job cut the worker's throughput by 30%. So a SQLite
-service holds its claims in memory (owner and expiry per thread, the rules of every
-backend) and excludes other processes, and other services on the file, with a lock on
-one byte of the claims file at an offset hashed from (app_name, user_id, thread_id).
-
-On Linux these are open-file-description locks (`F_OFD_SETLK`): they conflict between
-services even within one process, and the kernel drops them when the process dies, so
-a killed job's claim is free at once. Elsewhere `lockf` record locks belong to the
-process, so two services on one file in one process do not exclude each other (one
-worker's lock still serialises their jobs per thread). ":memory:" claims stay in memory.
+lock, and a third write per job cut the worker's throughput by 30%. So a service holds
+its claims in memory (owner and expiry per thread, the rules of every backend) and
+excludes other services with a lock on one byte of the claims file, at an offset hashed
+from (app_name, user_id, thread_id). On Linux it is an open-file-description lock, which
+excludes services even in one process; elsewhere a `lockf` lock, which belongs to the
+process (docs/reliability.md). The kernel drops either when the process dies, so a
+killed job's claim is free at once. ":memory:" claims stay in memory.
 """
 
 from __future__ import annotations
@@ -69,16 +66,16 @@ class FileClaims:
             self._after_fork()
         with self._lock:
             held = self._held.get(key)
-            if held is not None and held.owner != owner and held.expires > now:
-                return False
             if held is None:
                 offset = _offset(key)
                 if not self._offsets.get(offset) and not self._lock_byte(offset, True):
                     return False  # another process (or service) holds it
                 self._offsets[offset] = self._offsets.get(offset, 0) + 1
-                held = _Held(owner, now + ttl, offset)
-            held.owner, held.expires = owner, now + ttl
-            self._held[key] = held
+                self._held[key] = _Held(owner, now + ttl, offset)
+            elif held.owner != owner and held.expires > now:
+                return False
+            else:
+                held.owner, held.expires = owner, now + ttl
             return True
 
     def holds(self, key: tuple[str, str, str], owner: str) -> bool:
@@ -134,7 +131,6 @@ class FileClaims:
     def _lock_byte(self, offset: int, take: bool) -> bool:
         if self._fd is None:
             return True
-        assert fcntl is not None
         try:
             if self._ofd:
                 kind = fcntl.F_WRLCK if take else fcntl.F_UNLCK

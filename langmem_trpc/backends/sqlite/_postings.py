@@ -1,15 +1,10 @@
 """The keyword leg without FTS5: a user's postings in numpy, scored exactly.
 
 FTS5 hands out candidates only in its own BM25 order, and ordering every match was
-most of a warm hybrid search (~0.5 ms of ~2 ms at 10,000 memories). A `KeywordIndex`
-holds one user's postings (document, content and topic term frequency per token) in
-compressed-row arrays, so the shared BM25F relevance of every matching memory is
-computed at once: exact, ranking like the in-memory reference.
-
-An index is valid for one (generation, version) of the user, like the vector
-matrices. Building one reads all the user's documents (about 10 us per memory), so no
-search waits for it: once a user state is searched a second time, the builder thread
-builds it while searches keep using FTS5, and later searches of that state use it.
+most of a warm hybrid search; with the postings the shared BM25F relevance of every
+matching memory is computed at once, ranking like the in-memory reference. A build
+reads all the user's documents, so no search waits for it (docs/bench-sqlite.md,
+round 5).
 """
 
 from __future__ import annotations
@@ -30,13 +25,12 @@ from ...service._bm25 import CorpusStats, QueryTerms, bm25_term, length_norm, re
 from ...types import Kind, UserKey
 from . import _sql as sql
 from ._rows import user_state
-from ._vectors import KIND_CODES, evict_to_bytes, filter_mask
+from ._vectors import KIND_CODES, Stamp, evict_to_bytes, filter_mask
 
 __all__ = ["Builder", "KeywordIndex", "KeywordIndexCache", "Scored"]
 
 logger = logging.getLogger(__name__)
 
-Stamp = tuple[str, int]
 T = TypeVar("T")
 _LOAD_BATCH = 4096
 Reader = Callable[[Callable[[sqlite3.Connection], "KeywordIndex | None"]], "KeywordIndex | None"]
@@ -71,8 +65,8 @@ class KeywordIndex:
     """int32 positions, grouped by token (`offsets[slot]:offsets[slot + 1]`)."""
     content_tf: np.ndarray
     topic_tf: np.ndarray
-    avg_content_len: float
-    avg_topic_len: float
+    content_total: int
+    topic_total: int
 
     @property
     def nbytes(self) -> int:
@@ -127,8 +121,8 @@ class KeywordIndex:
             docs=(keys % width).astype(np.int32),
             content_tf=content_tf,
             topic_tf=topic_tf,
-            avg_content_len=max(float(content_len.sum()) / n, 1.0) if n else 1.0,
-            avg_topic_len=max(float(topic_len.sum()) / n, 1.0) if n else 1.0,
+            content_total=int(content_len.sum()),
+            topic_total=int(topic_len.sum()),
         )
 
     def postings(self, token: str) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
@@ -144,7 +138,7 @@ class KeywordIndex:
 
     def stats(self, tokens: list[str]) -> CorpusStats:
         df = {t: self.document_frequency(t) for t in tokens}
-        return CorpusStats(len(self.rids), df, self.avg_content_len, self.avg_topic_len)
+        return CorpusStats.of_totals(len(self.rids), df, self.content_total, self.topic_total)
 
     def score(self, terms: QueryTerms, stats: CorpusStats) -> Scored:
         """The shared keyword relevance of every row matching a query token.
@@ -154,8 +148,8 @@ class KeywordIndex:
         """
         found: list[tuple[float, np.ndarray, np.ndarray, np.ndarray]] = []
         for token, weight in terms.weighted:
-            postings = self.postings(token)
-            if postings is not None and len(postings[0]):
+            postings = self.postings(token)  # a known token has at least one posting
+            if postings is not None:
                 found.append((weight * stats.idf(token), *postings))
         if not found:
             return Scored(np.zeros(0, dtype=np.int64), np.zeros(0))
@@ -210,12 +204,10 @@ def _occurrences(documents: list[str], terms: dict[str, int]) -> tuple[np.ndarra
 class KeywordIndexCache:
     """LRU of `KeywordIndex` by user, bounded by bytes.
 
-    `fts_searches` searches of each user state run on FTS5 before the index
-    is built (default 1: a write followed by one search, the write path's
-    reconcile pattern, never pays for a build). With `background` (the
-    default) the build runs on the cache's own `Builder` thread (stopped by
-    `close()`) and searches use FTS5 until it is ready; without it (tests)
-    the search that asks builds and waits.
+    `fts_searches` searches of each user state run on FTS5 before a build (1: a write
+    and one search, the reconcile pattern, never pays for one). The build runs on the
+    cache's `Builder` thread while searches use FTS5, or (`background=False`, tests)
+    in the search that asks.
     """
 
     def __init__(self, max_bytes: int, fts_searches: int = 1, background: bool = True) -> None:
@@ -253,8 +245,12 @@ class KeywordIndexCache:
         return built if built is not None and built.stamp == stamp else None
 
     def _build(self, read: Reader, user: UserKey) -> KeywordIndex | None:
+        def load(conn: sqlite3.Connection) -> KeywordIndex | None:
+            state = user_state(conn, user)  # None: an unknown user
+            return None if state is None else KeywordIndex.load(conn, user, state[:2])
+
         try:
-            item = read(lambda conn: _load_current(conn, user))
+            item = read(load)
         except Exception:  # a closed service or a busy file: searches keep using FTS5
             logger.debug("keyword index build failed", exc_info=True)
             return None
@@ -285,43 +281,53 @@ class KeywordIndexCache:
         self.clear()
 
 
-def _load_current(conn: sqlite3.Connection, user: UserKey) -> KeywordIndex | None:
-    """The index of the user's state in this snapshot (None for an unknown user)."""
-    state = user_state(conn, user)
-    if state is None:
-        return None
-    return KeywordIndex.load(conn, user, (state[0], state[1]))
-
-
 class Builder:
     """One thread of one owner (an index cache, a service's vector scans): started by
-    the first `submit`, stopped by `close()`; a forked child starts its own."""
+    the first `submit`, stopped by `close()`; a forked child starts its own.
 
-    def __init__(
-        self, name: str = "langmem-keyword-index", cancel_queued_on_close: bool = True
-    ) -> None:
+    An `exclusive` one (the vector side scan) takes one task at a time and refuses
+    others while busy: concurrent searches scan inline instead of queueing.
+    """
+
+    def __init__(self, name: str = "langmem-keyword-index", exclusive: bool = False) -> None:
         self._name = name
-        self._cancel_queued = cancel_queued_on_close
+        self._busy = threading.Lock() if exclusive else None
         self._executor: ThreadPoolExecutor | None = None
         self._pid = 0
         self._closed = False
         self._lock = threading.Lock()
 
     def submit(self, work: Callable[..., T], *args: Any) -> Future[T] | None:
-        """Queue `work(*args)`; None (nothing queued) once closed."""
-        with self._lock:
-            if self._closed:
-                return None
-            if self._executor is None or self._pid != os.getpid():
-                self._executor = ThreadPoolExecutor(1, thread_name_prefix=self._name)
-                self._pid = os.getpid()
-            return self._executor.submit(work, *args)
+        """Queue `work(*args)`; None (nothing queued) once closed, or while busy."""
+        busy = self._busy
+        if busy is not None and not busy.acquire(blocking=False):
+            return None
+        future = None
+        try:
+            with self._lock:
+                if not self._closed:
+                    if self._executor is None or self._pid != os.getpid():
+                        self._executor = ThreadPoolExecutor(1, thread_name_prefix=self._name)
+                        self._pid = os.getpid()
+                    future = self._executor.submit(_run, busy, work, args)
+        finally:
+            if busy is not None and future is None:  # nothing queued will release it
+                busy.release()
+        return future
 
     def close(self) -> None:
-        """Stop the thread: one task in flight is waited for; queued ones are dropped
-        (or, with `cancel_queued_on_close=False`, run first)."""
+        """Stop the thread: one task in flight is waited for; queued ones are dropped,
+        except an exclusive one's (its submitter waits for the result)."""
         with self._lock:
             self._closed = True
             executor, self._executor = self._executor, None
         if executor is not None and self._pid == os.getpid():
-            executor.shutdown(wait=True, cancel_futures=self._cancel_queued)
+            executor.shutdown(wait=True, cancel_futures=self._busy is None)
+
+
+def _run(busy: threading.Lock | None, work: Callable[..., T], args: tuple[Any, ...]) -> T:
+    try:
+        return work(*args)
+    finally:
+        if busy is not None:
+            busy.release()

@@ -1,8 +1,7 @@
 """Search over one read snapshot: the keyword leg (FTS5), the vector leg (numpy), caches.
 
-`SearchRun.run` fetches the legs of each kind the shared `plan_search` plans
-(`SearchRun.fetch`, through `execute_search`) and ranks them with the shared
-`rank_search`, so fusion, fallback and dedupe stay in one place.
+`SearchRun.fetch` fetches the legs the shared `execute_search` plans and ranks, so
+fusion, fallback and dedupe stay in one place.
 """
 
 from __future__ import annotations
@@ -12,8 +11,7 @@ import sqlite3
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
-from concurrent.futures import Future
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 
@@ -34,55 +32,48 @@ from ._keyword import keyword_doc, match_any, scope_prefix
 from ._postings import Builder, KeywordIndex, KeywordIndexCache, Reader
 from ._rows import CONTENT_DOC, TEXT, TOPIC_DOC, TOPICS, Row, user_state
 from ._scoring import score_candidates
-from ._vectors import KIND_CODES, UserVectors, VectorCache
+from ._vectors import KIND_CODES, Stamp, UserVectors, VectorCache
 
-__all__ = ["SearchCaches", "SearchRun", "SideThread"]
+__all__ = ["SearchCaches", "SearchRun"]
 
-Stamp = tuple[str, int]
 Hits = list[tuple[int, float]]
-T = TypeVar("T")
-_DF_CACHE_USERS = 256
-_DF_CACHE_TOKENS = 4096
 _ROW_CACHE_USERS = 64
 _ROW_CACHE_ROWS = 12_000
-"""Entries plus keyword documents kept over all users (about 2 KB each): a user of
-10,000 memories fits; larger ones recycle their cache."""
+"""Entries, keyword documents and document frequencies kept over all users (an entry
+and its document take about 2 KB): a user of 10,000 memories fits, larger ones recycle."""
 SIDE_SCAN_MIN_VALUES = 1_000_000
 """Matrices this large (rows x dim) are scanned on the side thread: below, the
 hand-off costs more than the overlap saves."""
 
 
 class RowCache:
-    """Entries and keyword documents of one user's rows, valid for one state of the user.
-
-    Building `Entry` models and `KeywordDoc`s for a few hundred candidates was
-    most of a warm search's CPU time; both depend only on the row, so between
-    two writes (the stamp) they are reused.
-    """
+    """What searches of one user state share: `Entry` models and `KeywordDoc`s (building
+    them for a few hundred candidates was most of a warm search's CPU time) and the
+    document frequencies FTS counted. A write changes the stamp, so it is never stale."""
 
     def __init__(self, stamp: Stamp) -> None:
         self.stamp = stamp
         self.entries: dict[int, Entry] = {}
         self.docs: dict[int, KeywordDoc] = {}
+        self.df: dict[str, int] = {}
+
+    @property
+    def size(self) -> int:
+        return len(self.entries) + len(self.docs) + len(self.df)
 
 
 class SearchCaches:
-    """The search state of one service: its caches, each valid for one (generation,
-    version) of a user, and its two threads (the vector side scan and the keyword
-    index builder), stopped by `close()`.
-
-    The version row is bumped by a trigger on every write, from any process,
-    so a stale entry is never used.
-    """
+    """One service's search caches, each valid for one (generation, version) of a user
+    (a trigger bumps it on every write, from any process, so none is ever stale), and its
+    two threads (the vector side scan, the keyword index builder), stopped by `close()`."""
 
     def __init__(self, vector_bytes: int, read: Reader, language: Language = ENGLISH) -> None:
         self.vectors = VectorCache(vector_bytes)
         self.keywords = KeywordIndexCache(vector_bytes)
         self.time_mentions = TimeMentions(language)
-        self.side = SideThread()
+        self.side = Builder("langmem-vector-scan", exclusive=True)
         self.read = read
-        self._df: OrderedDict[UserKey, tuple[Stamp, dict[str, int]]] = OrderedDict()
-        self._df_lock = threading.Lock()
+        self._lock = threading.Lock()
         self._rows: OrderedDict[UserKey, RowCache] = OrderedDict()
 
     def close(self) -> None:
@@ -95,35 +86,27 @@ class SearchCaches:
         self.vectors.clear()
         self.keywords.clear()
         self.time_mentions.clear()
-        with self._df_lock:
-            self._df.clear()
+        with self._lock:
             self._rows.clear()
 
     def drop(self, user: UserKey) -> None:
         self.vectors.drop(user)
         self.keywords.drop(user)
-        with self._df_lock:
-            self._df.pop(user, None)
+        with self._lock:
             self._rows.pop(user, None)
 
     def rows(self, user: UserKey, stamp: Stamp) -> RowCache:
         """The user's row cache for this state (a fresh one when the user was written since)."""
-        with self._df_lock:
+        with self._lock:
             cached = self._rows.get(user)
-            if (
-                cached is None
-                or cached.stamp != stamp
-                or len(cached.entries) + len(cached.docs) > _ROW_CACHE_ROWS
-            ):
-                cached = RowCache(stamp)
-                self._rows[user] = cached
+            if cached is None or cached.stamp != stamp or cached.size > _ROW_CACHE_ROWS:
+                cached = self._rows[user] = RowCache(stamp)
             self._rows.move_to_end(user)
-            total = sum(len(c.entries) + len(c.docs) for c in self._rows.values())
+            total = sum(c.size for c in self._rows.values())
             while len(self._rows) > 1 and (
                 len(self._rows) > _ROW_CACHE_USERS or total > _ROW_CACHE_ROWS
             ):
-                _, evicted = self._rows.popitem(last=False)
-                total -= len(evicted.entries) + len(evicted.docs)
+                total -= self._rows.popitem(last=False)[1].size
             return cached
 
     def user_vectors(
@@ -139,82 +122,16 @@ class SearchCaches:
         matrix = np.empty((n, dim), dtype=np.float32)
         kinds = np.empty(n, dtype=np.int8)
         events = np.full(n, np.nan, dtype=np.float64)
-        i = 0
-        for rid, kind, event_time, blob in conn.execute(sql.SELECT_VECTORS, (*u, dim * 4)):
-            if i == n:  # pragma: no cover - same snapshot, cannot grow
-                break
+        rows = conn.execute(sql.SELECT_VECTORS, (*u, dim * 4))  # the n counted: one snapshot
+        for i, (rid, kind, event_time, blob) in enumerate(rows):
             rids[i] = rid
             matrix[i] = np.frombuffer(blob, dtype=np.float32)
             kinds[i] = KIND_CODES[kind]
             if event_time is not None:
                 events[i] = event_time
-            i += 1
-        vectors = UserVectors(stamp, rids[:i], matrix[:i], kinds[:i], events[:i])
+        vectors = UserVectors(stamp, rids, matrix, kinds, events)
         self.vectors.put(user, vectors)
         return vectors
-
-    def document_frequencies(
-        self, conn: sqlite3.Connection, user: UserKey, stamp: Stamp, tokens: list[str]
-    ) -> dict[str, int]:
-        """Per-user document frequency of each token, cached for this state of the user."""
-        with self._df_lock:
-            cached = self._df.get(user)
-            known = cached[1] if cached is not None and cached[0] == stamp else {}
-        prefix = scope_prefix(user)
-        missing = {
-            t: conn.execute(sql.FTS_COUNT, (match_any(prefix, [t]),)).fetchone()[0]
-            for t in tokens
-            if t not in known
-        }
-        if missing:
-            with self._df_lock:
-                cached = self._df.get(user)
-                table = cached[1] if cached is not None and cached[0] == stamp else {}
-                if len(table) > _DF_CACHE_TOKENS:
-                    table = {}
-                table.update(missing)
-                self._df[user] = (stamp, table)
-                self._df.move_to_end(user)
-                while len(self._df) > _DF_CACHE_USERS:
-                    self._df.popitem(last=False)
-        return {t: known.get(t, missing.get(t, 0)) for t in tokens}
-
-
-class SideThread:
-    """One thread of one service that scans large vector matrices while the searching
-    thread queries FTS (numpy's product and SQLite's query both release the GIL).
-
-    Started by the first scan that needs it, stopped by `close()` (the service's);
-    a forked child starts its own.
-    """
-
-    def __init__(self) -> None:
-        self._busy = threading.Lock()
-        self._thread = Builder("langmem-vector-scan", cancel_queued_on_close=False)
-
-    def submit(self, scan: Callable[..., T], *args: Any) -> Future[T] | None:
-        """`scan(*args)` on the side thread, or None when it is busy or closed (the caller
-        scans inline: concurrent searches never queue behind one another's scans)."""
-        if not self._busy.acquire(blocking=False):
-            return None
-        try:
-            future = self._thread.submit(self._run, scan, args)
-        except BaseException:
-            self._busy.release()
-            raise
-        if future is None:
-            self._busy.release()
-        return future
-
-    def _run(self, scan: Callable[..., T], args: tuple[Any, ...]) -> T:
-        try:
-            return scan(*args)
-        finally:
-            self._busy.release()
-
-    def close(self) -> None:
-        """Stop the thread (after a scan in flight); later scans run inline."""
-        self._thread.close()
 
 
 class SearchRun:
@@ -240,8 +157,8 @@ class SearchRun:
         self.before_us = sql.to_us(options.time_before)
         self.missing_vectors = 0
         """Set to the query dimension when live memories lack a vector of that size."""
-        self._entries: dict[int, Entry] = {}
-        self._docs: dict[int, KeywordDoc] = {}
+        self.stamp: Stamp = ("", 0)
+        self._cache = RowCache(self.stamp)
         self._conn: sqlite3.Connection | None = None
         self._state: Row | None = None
         self._stats: CorpusStats | None = None
@@ -252,26 +169,19 @@ class SearchRun:
         self._state = user_state(conn, self.user)
         if self._state is None or self._state[2] == 0:
             return []
-        cache = self.caches.rows(self.user, self.stamp)
-        self._entries, self._docs = cache.entries, cache.docs
+        self.stamp = self._state[:2]
+        self._cache = self.caches.rows(self.user, self.stamp)
         if self.terms.tokens:
             self._index = self.caches.keywords.get(self.caches.read, self.user, self.stamp)
         return execute_search(self.options, self.fetch, self.language, self.caches.time_mentions)
 
-    @property
-    def stamp(self) -> Stamp:
-        assert self._state is not None
-        return (self._state[0], self._state[1])
-
     def fetch(self, kind: Kind | None, pool: int) -> Legs:
         if self.query_vector is None:
             return Legs(vector=None, keyword=self._keyword_leg(kind, pool))
-        # The matrix product (numpy) and the FTS query (SQLite) both release the GIL:
-        # on a large matrix the scan runs on the side while this thread queries FTS.
         # Without `hybrid` the shared ranking uses the vector leg alone.
         scan = self._start_vector_scan(kind, pool, inline=not self.options.hybrid)
         keyword = self._keyword_leg(kind, pool) if self.options.hybrid else []
-        return Legs(vector=self._vector_hits(scan()), keyword=keyword)
+        return Legs(vector=self._entry_hits(scan()), keyword=keyword)
 
     # -- shared pieces ------------------------------------------------------------
 
@@ -289,18 +199,20 @@ class SearchRun:
         return clauses, params
 
     def _entry(self, row: Row) -> Entry:
-        entry = self._entries.get(row[0])
+        entry = self._cache.entries.get(row[0])
         if entry is None:
             entry = sql.row_to_entry(row, self.user.app_name, self.user.user_id)
-            self._entries[row[0]] = entry
+            self._cache.entries[row[0]] = entry
         return entry
 
-    def _entries_for(self, rids: list[int]) -> dict[int, Entry]:
-        missing = [rid for rid in rids if rid not in self._entries]
+    def _entry_hits(self, hits: Hits) -> list[tuple[Entry, float]]:
+        """(entry, score) of each (rid, score) hit, loading the entries not cached."""
+        entries = self._cache.entries
+        missing = [rid for rid, _ in hits if rid not in entries]
         if missing:
             for row in self._rows_by_rid(sql.SELECT_BY_RIDS, missing):
                 self._entry(row)
-        return self._entries
+        return [(entries[rid], score) for rid, score in hits if rid in entries]
 
     def _rows_by_rid(self, query: str, rids: list[int]) -> list[Row]:
         """The user's rows with these rids (`query` ends in `rid IN `)."""
@@ -314,10 +226,8 @@ class SearchRun:
         self, kind: Kind | None, pool: int, inline: bool = False
     ) -> Callable[[], Hits]:
         """The best `pool` (rid, score) of the vector leg, to collect by calling the result.
-
-        On a large matrix the product runs on the side thread and this thread
-        selects the best rows once it is done.
-        """
+        The product (numpy) and the FTS query both release the GIL, so on a large matrix
+        the product runs on the side thread while this one queries FTS."""
         assert self._conn is not None and self.query_vector is not None and self._state
         dim = int(self.query_vector.shape[0])
         vectors = self.caches.user_vectors(self._conn, self.user, self.stamp, dim)
@@ -331,27 +241,36 @@ class SearchRun:
         hits = vectors.select(vectors.scores(self.query_vector), *filters)
         return lambda: hits
 
-    def _vector_hits(self, hits: Hits) -> list[tuple[Entry, float]]:
-        entries = self._entries_for([rid for rid, _ in hits])
-        return [(entries[rid], score) for rid, score in hits if rid in entries]
-
     def _corpus_stats(self) -> CorpusStats:
-        assert self._conn is not None and self._state is not None
+        assert self._state is not None
         if self._stats is None and self._index is not None:
             self._stats = self._index.stats(self.terms.tokens)
         if self._stats is None:
-            tokens = self.terms.tokens
-            df = self.caches.document_frequencies(self._conn, self.user, self.stamp, tokens)
+            df = self._document_frequencies()
             self._stats = CorpusStats.of_totals(self._state[2], df, *self._state[3:5])
         return self._stats
+
+    def _document_frequencies(self) -> dict[str, int]:
+        """The user's document frequency of each query token: one FTS count per token and state."""
+        assert self._conn is not None
+        known, prefix, df = self._cache.df, scope_prefix(self.user), {}
+        for t in self.terms.tokens:
+            count = known.get(t)
+            if count is None:
+                match = match_any(prefix, [t])
+                count = known[t] = self._conn.execute(sql.FTS_COUNT, (match,)).fetchone()[0]
+            df[t] = count
+        return df
 
     def _keyword_leg(self, kind: Kind | None, pool: int) -> list[tuple[Entry, float]]:
         """FTS5 ranks candidates by its BM25; the shared keyword relevance scores them."""
         assert self._conn is not None
         if not self.terms.tokens:
             return self._phrase_scan(kind, pool)
-        if self._index is not None:
-            return self._indexed_keyword_leg(self._index, kind, pool)
+        if self._index is not None:  # exact relevance of every matching memory
+            scored = self._index.score(self.terms, self._corpus_stats())
+            keep = self._index.allowed(scored.rows, kind, self.after_us, self.before_us)
+            return self._best(self._index.rids[scored.rows[keep]], scored.scores[keep], pool)
         stats = self._corpus_stats()
         limit = self.keyword_candidates or max(pool * 3 // 2, 90)
         match = match_any(scope_prefix(self.user), self.terms.tokens)
@@ -363,12 +282,12 @@ class SearchRun:
             query, params = query + sql.FTS_ORDER, [*params, limit]
         ranked = self._conn.execute(query, (match, *params))
         rids = self._load_docs([rid for (rid,) in ranked])
-        scores = score_candidates(self.terms, [self._docs[rid] for rid in rids], stats)
+        scores = score_candidates(self.terms, [self._cache.docs[rid] for rid in rids], stats)
         return self._best(np.asarray(rids, dtype=np.int64), scores, pool)
 
     def _load_docs(self, rids: list[int]) -> list[int]:
         """`rids` whose keyword documents and entries are now cached (all of them: one snapshot)."""
-        docs, entries = self._docs, self._entries
+        docs, entries = self._cache.docs, self._cache.entries
         missing = [rid for rid in rids if rid not in docs or rid not in entries]
         if not missing:
             return rids
@@ -376,14 +295,6 @@ class SearchRun:
             self._entry(row)
             docs[row[0]] = keyword_doc(row[CONTENT_DOC], row[TOPIC_DOC])
         return [rid for rid in rids if rid in docs]
-
-    def _indexed_keyword_leg(
-        self, index: KeywordIndex, kind: Kind | None, pool: int
-    ) -> list[tuple[Entry, float]]:
-        """The exact keyword relevance of every matching memory, best `pool` first."""
-        scored = index.score(self.terms, self._corpus_stats())
-        keep = index.allowed(scored.rows, kind, self.after_us, self.before_us)
-        return self._best(index.rids[scored.rows[keep]], scored.scores[keep], pool)
 
     def _best(self, rids: np.ndarray, scores: np.ndarray, pool: int) -> list[tuple[Entry, float]]:
         """The best `pool` hits that score > 0 (a token matched), ties to the oldest row."""
@@ -393,13 +304,7 @@ class SearchRun:
             keep = scores >= np.partition(scores, len(scores) - pool)[len(scores) - pool]
             rids, scores = rids[keep], scores[keep]
         best = np.lexsort((rids, -scores))[:pool]
-        chosen = rids[best].tolist()
-        entries = self._entries_for(chosen)
-        return [
-            (entries[rid], score)
-            for rid, score in zip(chosen, scores[best].tolist(), strict=True)
-            if rid in entries
-        ]
+        return self._entry_hits(list(zip(rids[best].tolist(), scores[best].tolist(), strict=True)))
 
     def _phrase_scan(self, kind: Kind | None, pool: int) -> list[tuple[Entry, float]]:
         """A query with no tokens ("C#"): the shared literal fallback over a filtered scan."""

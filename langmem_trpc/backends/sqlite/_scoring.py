@@ -1,11 +1,8 @@
 """The shared keyword score over many FTS candidates at once, with numpy.
 
-`keyword_score` costs several microseconds per candidate in Python and the
-keyword leg rescores up to 150 of them. `score_candidates` computes the same
-BM25F relevance for a whole candidate list with the shared `bm25_term` and
-`relevance` on float64 arrays, terms summed in query order like the
-reference, so rankings equal `keyword_score`'s (`tests/backends/test_sqlite.py`
-checks this on random documents).
+`keyword_score` costs microseconds per candidate in Python. The shared `bm25_term`
+and `relevance` on float64 arrays, terms summed in query order like the reference,
+give its exact scores (`tests/backends/test_sqlite.py` checks on random documents).
 """
 
 from __future__ import annotations
@@ -31,17 +28,13 @@ def score_candidates(
     terms: QueryTerms, docs: Sequence[KeywordDoc], stats: CorpusStats
 ) -> np.ndarray:
     """`keyword_score(terms, doc, stats)` for every doc, as a float64 array."""
-    n = len(docs)
-    scores = np.zeros(n)
-    if n == 0:
-        return scores
     content_norm = length_norm(
         np.array([d.content_len for d in docs], dtype=np.float64), stats.avg_content_len
     )
     topic_norm = length_norm(
         np.array([d.topic_len for d in docs], dtype=np.float64), stats.avg_topic_len
     )
-    raw = np.zeros(n)
+    raw = np.zeros(len(docs))
     for token, weight in terms.weighted:
         content_tf = np.array([d.content_tf.get(token, 0) for d in docs], dtype=np.float64)
         topic_tf = np.array([d.topic_tf.get(token, 0) for d in docs], dtype=np.float64)

@@ -1,9 +1,7 @@
 """The vector leg: per-user float32 matrices cached in the process, scored with numpy.
 
-A matrix is valid for one (generation, version) of the user's state row;
-every write bumps the version (a trigger does it, so writes from other
-processes are caught too) and the next search reloads. The cache is an LRU
-bounded in bytes.
+A matrix is valid for one (generation, version) of the user: a trigger bumps it on
+every write, from any process, and the next search reloads.
 """
 
 from __future__ import annotations
@@ -21,6 +19,7 @@ from ...types import Kind, UserKey
 __all__ = [
     "KIND_CODES",
     "Appended",
+    "Stamp",
     "UserVectors",
     "VectorCache",
     "evict_to_bytes",
@@ -86,10 +85,8 @@ class UserVectors:
         return int(self.rids.nbytes + self.matrix.nbytes + self.kinds.nbytes + self.events.nbytes)
 
     def scores(self, query: np.ndarray) -> np.ndarray:
-        """Cosine of every row clipped at 0 (clip first: ties go to the oldest row).
-
-        The heavy part of the leg, without the GIL: a side thread can run it alone.
-        """
+        """Cosine of every row clipped at 0 (clip first: ties go to the oldest row). The
+        heavy part of the leg, without the GIL: a side thread can run it alone."""
         # einsum, not `@`: BLAS would spread this small product over threads whose
         # wake-up and spinning cost more than the product (10x at p50 on a busy host).
         scores: np.ndarray = np.einsum("ij,j->i", self.matrix, query)
@@ -105,8 +102,6 @@ class UserVectors:
         before_us: int | None,
     ) -> list[tuple[int, float]]:
         """Best `pool` (rid, score) after the kind and time filters, given every row's `scores`."""
-        if not len(self.rids):
-            return []
         mask = filter_mask(self.kinds, self.events, kind, after_us, before_us)
         if mask is not None:
             scores = np.where(mask, scores, -np.inf)
@@ -136,10 +131,9 @@ class Appended:
 class VectorCache:
     """LRU of `UserVectors` by user, bounded by total bytes.
 
-    A write of this process that only appended rows (`add_many`'s new
-    content) records them with `append`; the next `get` for the resulting
-    stamp extends the cached matrix instead of reloading every row. Any other
-    change of the stamp (another process, an update, a delete) is a miss.
+    A write of this process that only appended rows records them (`append`), and the
+    next `get` of the new stamp extends the cached matrix instead of reloading every
+    row; any other change of the stamp (another process, an update, a delete) misses.
     """
 
     def __init__(self, max_bytes: int) -> None:
