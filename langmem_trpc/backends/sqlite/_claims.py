@@ -17,8 +17,6 @@ from . import _sql as sql
 from ._connection import Database
 from ._locks import FileClaims
 
-__all__ = ["SQLiteClaims"]
-
 T = TypeVar("T")
 
 _U = "app_name = ? AND user_id = ? AND thread_id = ?"

@@ -19,7 +19,6 @@ from ._sql import LIVE, to_us
 if TYPE_CHECKING:
     from ._connection import Database
 
-__all__ = ["ExpiryMixin", "restore_expiry"]
 
 SET_EXPIRY = f"UPDATE memories SET expires_at = ? WHERE {LIVE} AND id = ?"
 SELECT_EXPIRED = (

@@ -21,8 +21,6 @@ from dataclasses import dataclass
 
 from ...errors import BackendError
 
-__all__ = ["FileClaims"]
-
 try:
     import fcntl
 except ImportError:  # pragma: no cover - Windows: no cross-process claims

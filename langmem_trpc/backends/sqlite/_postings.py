@@ -27,8 +27,6 @@ from . import _sql as sql
 from ._rows import user_state
 from ._vectors import KIND_CODES, Stamp, evict_to_bytes, filter_mask
 
-__all__ = ["Builder", "KeywordIndex", "KeywordIndexCache", "Scored"]
-
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from ...service._bm25 import loose_text
+from ...service._documents import keyword_doc
 from ...service._language import ENGLISH, Language
 from ...service._periods import TimeMentions
 from ...service._search import (
@@ -28,13 +29,11 @@ from ...service._search import (
 )
 from ...types import Entry, Kind, SearchOptions, UserKey
 from . import _sql as sql
-from ._keyword import keyword_doc, match_any, scope_prefix
+from ._keyword import match_any, scope_prefix
 from ._postings import Builder, KeywordIndex, KeywordIndexCache, Reader
 from ._rows import CONTENT_DOC, TEXT, TOPIC_DOC, TOPICS, Row, user_state
 from ._scoring import score_candidates
 from ._vectors import KIND_CODES, Stamp, UserVectors, VectorCache
-
-__all__ = ["SearchCaches", "SearchRun"]
 
 Hits = list[tuple[int, float]]
 _ROW_CACHE_USERS = 64

@@ -21,8 +21,6 @@ from ...service._bm25 import (
     relevance,
 )
 
-__all__ = ["score_candidates"]
-
 
 def score_candidates(
     terms: QueryTerms, docs: Sequence[KeywordDoc], stats: CorpusStats

@@ -16,18 +16,6 @@ import numpy as np
 
 from ...types import Kind, UserKey
 
-__all__ = [
-    "KIND_CODES",
-    "Appended",
-    "Stamp",
-    "UserVectors",
-    "VectorCache",
-    "evict_to_bytes",
-    "filter_mask",
-    "to_blob",
-    "unit_vector",
-]
-
 KIND_CODES = {Kind.FACT.value: 0, Kind.EPISODE.value: 1}
 Stamp = tuple[str, int]
 
