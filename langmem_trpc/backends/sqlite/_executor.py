@@ -31,8 +31,6 @@ from ._rows import (
     count_inserted,
     index_row,
     insert_new,
-    known_fingerprints,
-    note_appended,
     to_entry,
     unindex_row,
     user_state,
@@ -93,9 +91,17 @@ class SQLiteRun:
         if cached:
             state = user_state(conn, self._user)
             self._before = None if state is None else (state[0], state[1])
-        result = steps.drive(plan, self._step)
-        if cached and self._append_only and self._appends:
-            note_appended(conn, self._user, self._before, self._appends, self._appended)
+        reply: Any = None
+        try:
+            while True:  # `steps.drive`, calling each step's method with no `_step` between
+                step = plan.send(reply)
+                reply = _STEPS[type(step)](self, step)
+        except StopIteration as done:
+            result: T = done.value
+        if cached and self._append_only and self._appends and self._before is not None:
+            after = user_state(conn, self._user)  # the user's stamps around the append
+            if after is not None:
+                self._appended.append(Appended(self._before, (after[0], after[1]), self._appends))
         return result
 
     def _after_commit(self, user: UserKey) -> None:
@@ -144,8 +150,14 @@ class SQLiteRun:
         return _stored(row, step.user, True, None)
 
     def _KnownFingerprints(self, step: steps.KnownFingerprints) -> set[str]:
-        wanted = {bytes.fromhex(f) for f in step.fingerprints}
-        return {fp.hex() for fp in known_fingerprints(self._conn, step.user, wanted)}
+        u = (step.user.app_name, step.user.user_id)
+        wanted = [bytes.fromhex(f) for f in step.fingerprints]
+        known: set[str] = set()
+        for start in range(0, len(wanted), 500):  # at most 500 parameters a statement
+            chunk = wanted[start : start + 500]
+            query = sql.KNOWN_FINGERPRINTS + f"({', '.join('?' * len(chunk))})"
+            known.update(fp.hex() for (fp,) in self._conn.execute(query, (*u, *chunk)))
+        return known
 
     def _CountLive(self, step: steps.CountLive) -> int:
         state = user_state(self._conn, step.user)
@@ -209,7 +221,24 @@ class SQLiteRun:
 
     def _SoftDelete(self, step: steps.SoftDelete) -> list[tuple[str, str]]:
         self._append_only = False
-        return _soft_delete(self._conn, step.user, step.memory_ids, _us(step.at))
+        conn, user, at = self._conn, step.user, _us(step.at)
+        u = (user.app_name, user.user_id)
+        if step.memory_ids is None:
+            rows = conn.execute(sql.SELECT_LIVE_TEXT, u).fetchall()
+            if rows:
+                prefix = scope_prefix(user)
+                conn.execute(sql.FTS_UNINDEX_USER, (prefix, prefix, *u))
+                conn.execute(sql.SOFT_DELETE_ALL, (at, *u))
+            return [(mid, text) for _, mid, text in rows]
+        gone: list[tuple[str, str]] = []
+        for memory_id in step.memory_ids:
+            row = conn.execute(sql.SELECT_BY_ID, (*u, memory_id)).fetchone()
+            if row is None or row[DELETED] is not None:
+                continue
+            unindex_row(conn, user, row[0])
+            conn.execute(sql.SOFT_DELETE, (at, row[0]))
+            gone.append((memory_id, row[2]))
+        return gone
 
     def _Purge(self, step: steps.Purge) -> int:
         conn, user = self._conn, step.user
@@ -266,25 +295,3 @@ def _insert_one(conn: sqlite3.Connection, user: UserKey, p: Prepared, new: steps
     count_inserted(conn, user, 1, p.content_len, p.topic_len)
     index_row(conn, user, cursor.lastrowid, p.content_doc, p.topic_doc)
     return cursor.lastrowid
-
-
-def _soft_delete(
-    conn: sqlite3.Connection, user: UserKey, ids: tuple[str, ...] | None, at: int
-) -> list[tuple[str, str]]:
-    u = (user.app_name, user.user_id)
-    if ids is None:
-        rows = conn.execute(sql.SELECT_LIVE_TEXT, u).fetchall()
-        if rows:
-            prefix = scope_prefix(user)
-            conn.execute(sql.FTS_UNINDEX_USER, (prefix, prefix, *u))
-            conn.execute(sql.SOFT_DELETE_ALL, (at, *u))
-        return [(mid, text) for _, mid, text in rows]
-    gone: list[tuple[str, str]] = []
-    for memory_id in ids:
-        row = conn.execute(sql.SELECT_BY_ID, (*u, memory_id)).fetchone()
-        if row is None or row[DELETED] is not None:
-            continue
-        unindex_row(conn, user, row[0])
-        conn.execute(sql.SOFT_DELETE, (at, row[0]))
-        gone.append((memory_id, row[2]))
-    return gone

@@ -15,7 +15,6 @@ from ...service._steps import Keep
 from ...types import Entry, Memory, UserKey
 from . import _sql as sql
 from ._keyword import fts_document, scope_prefix, scoped, topics_document
-from ._vectors import Appended
 
 __all__ = [
     "CONTENT_DOC",
@@ -30,8 +29,6 @@ __all__ = [
     "Row",
     "index_row",
     "insert_new",
-    "known_fingerprints",
-    "note_appended",
     "to_entry",
     "unindex_row",
     "user_state",
@@ -130,21 +127,6 @@ def write_content(
     index_row(conn, user, rid, p.content_doc, p.topic_doc)
 
 
-def known_fingerprints(
-    conn: sqlite3.Connection, user: UserKey, fingerprints: set[bytes]
-) -> set[bytes]:
-    """Which of these content fingerprints the user already has (live or deleted)."""
-    u = (user.app_name, user.user_id)
-    wanted = list(fingerprints)
-    known: set[bytes] = set()
-    for start in range(0, len(wanted), 500):
-        chunk = wanted[start : start + 500]
-        marks = ", ".join("?" * len(chunk))
-        rows = conn.execute(sql.KNOWN_FINGERPRINTS + f"({marks})", (*u, *chunk))
-        known.update(fp for (fp,) in rows)
-    return known
-
-
 def insert_new(
     conn: sqlite3.Connection,
     user: UserKey,
@@ -175,16 +157,3 @@ def insert_new(
     count_inserted(conn, user, len(pending), content_total, topic_total)
     conn.executemany(sql.FTS_INSERT, index)
     return new_rows
-
-
-def note_appended(
-    conn: sqlite3.Connection,
-    user: UserKey,
-    before: tuple[str, int] | None,
-    rows: list[tuple[int, str, int | None, bytes | None]],
-    out: list[Appended],
-) -> None:
-    """Record rows an append-only write added, with the user's stamps around it."""
-    after = user_state(conn, user)
-    if before is not None and after is not None and rows:
-        out.append(Appended(before, (after[0], after[1]), rows))
