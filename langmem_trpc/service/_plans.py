@@ -34,8 +34,8 @@ from ._steps import (
     CountLive,
     Embed,
     EvictOldest,
+    FindByFingerprint,
     FindById,
-    FindDeletedByFingerprint,
     FindLiveByFingerprint,
     Insert,
     KnownFingerprints,
@@ -126,10 +126,9 @@ def _add(
     if memory_id is not None:
         row = yield FindById(user, memory_id)
     if row is None:
-        live: Stored | None = yield FindLiveByFingerprint(user, fp)
-        if live is not None:
-            return (yield from _merge_topics(user, live, memory))
-        row = yield FindDeletedByFingerprint(user, fp)
+        row = yield FindByFingerprint(user, fp)
+        if row is not None and not row.deleted:
+            return (yield from _merge_topics(user, row, memory))
     now: datetime = yield NOW
     if row is not None and not row.deleted:  # explicit id, live: upsert in place
         yield Rewrite(user, row, memory, fp, vector, now)

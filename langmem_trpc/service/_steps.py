@@ -117,8 +117,9 @@ class FindLiveByFingerprint:
 
 
 @dataclass(slots=True)
-class FindDeletedByFingerprint:
-    """A soft-deleted row of the user with this fingerprint. Result: `Stored | None`."""
+class FindByFingerprint:
+    """The user's live row with this fingerprint, else a soft-deleted one (`Stored.deleted`
+    tells which; an add needs both answers, so they are one step). Result: `Stored | None`."""
 
     user: UserKey
     fingerprint: str
@@ -213,7 +214,7 @@ Step = (
     | LockUser
     | FindById
     | FindLiveByFingerprint
-    | FindDeletedByFingerprint
+    | FindByFingerprint
     | KnownFingerprints
     | CountLive
     | Insert

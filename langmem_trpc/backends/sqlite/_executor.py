@@ -142,12 +142,12 @@ class SQLiteRun:
         row = self._conn.execute(query, params).fetchone()
         return _stored(row, step.user, False, row[CONTENT_DOC] if row else None)
 
-    def _FindDeletedByFingerprint(
-        self, step: steps.FindDeletedByFingerprint
-    ) -> steps.Stored | None:
-        deleted = (step.user.app_name, step.user.user_id, bytes.fromhex(step.fingerprint))
-        row = self._conn.execute(sql.SELECT_DELETED_BY_FINGERPRINT, deleted).fetchone()
-        return _stored(row, step.user, True, None)
+    def _FindByFingerprint(self, step: steps.FindByFingerprint) -> steps.Stored | None:
+        key = (step.user.app_name, step.user.user_id, bytes.fromhex(step.fingerprint))
+        row = self._conn.execute(sql.SELECT_BY_FINGERPRINT, key).fetchone()
+        if row is None:
+            return None
+        return _stored(row, step.user, row[DELETED] is not None, row[14])
 
     def _KnownFingerprints(self, step: steps.KnownFingerprints) -> set[str]:
         u = (step.user.app_name, step.user.user_id)
