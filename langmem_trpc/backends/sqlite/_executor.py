@@ -178,10 +178,18 @@ class SQLiteRun:
     def _Insert(self, step: steps.Insert) -> None:
         conn, user, language = self._conn, step.user, self._svc.language
         rows = [(Prepared.of(r.entry.memory, r.fingerprint, language), r) for r in step.rows]
-        if len(rows) == 1:
+        if len(rows) == 1:  # one INSERT (`insert_new`'s executemany first reads two counters)
             p, new = rows[0]
-            self._appends.append((_insert_one(conn, user, p, new), p.columns[1], p.columns[2],
-                                  new.vector))  # fmt: skip
+            rid = conn.execute(
+                sql.INSERT_MEMORY,
+                (user.app_name, user.user_id, new.entry.id, p.memory.text, p.fingerprint,
+                 new.keyed, *p.columns, new.vector, p.content_doc, p.topic_doc, p.content_len,
+                 p.topic_len, sql.to_us(new.entry.created_at), sql.to_us(new.entry.updated_at)),
+            ).lastrowid  # fmt: skip
+            assert rid is not None
+            count_inserted(conn, user, 1, p.content_len, p.topic_len)
+            index_row(conn, user, rid, p.content_doc, p.topic_doc)
+            self._appends.append((rid, p.columns[1], p.columns[2], new.vector))
         else:
             pending = [(p, new.vector, new.entry, new.keyed) for p, new in rows]
             self._appends.extend(insert_new(conn, user, pending))
@@ -281,17 +289,3 @@ def _stored(row: Any, user: UserKey, deleted: bool, content_doc: str | None) -> 
     if row is None:
         return None
     return steps.Stored(to_entry(row, user), bool(row[KEYED]), deleted, (row[0], content_doc))
-
-
-def _insert_one(conn: sqlite3.Connection, user: UserKey, p: Prepared, new: steps.NewRow) -> int:
-    at, updated = sql.to_us(new.entry.created_at), sql.to_us(new.entry.updated_at)
-    cursor = conn.execute(
-        sql.INSERT_MEMORY,
-        (user.app_name, user.user_id, new.entry.id, p.memory.text, p.fingerprint, new.keyed,
-         *p.columns, new.vector, p.content_doc, p.topic_doc, p.content_len, p.topic_len, at,
-         updated),
-    )  # fmt: skip
-    assert cursor.lastrowid is not None
-    count_inserted(conn, user, 1, p.content_len, p.topic_len)
-    index_row(conn, user, cursor.lastrowid, p.content_doc, p.topic_doc)
-    return cursor.lastrowid
