@@ -19,12 +19,10 @@ from ._keyword import fts_document, scope_prefix, scoped, topics_document
 __all__ = [
     "CONTENT_DOC",
     "DELETED",
-    "ID",
     "KEYED",
     "TEXT",
     "TOPICS",
     "TOPIC_DOC",
-    "Keep",
     "Prepared",
     "Row",
     "index_row",
@@ -37,7 +35,7 @@ __all__ = [
 
 Row = tuple[Any, ...]
 """A fetched row; the names below index the columns `_sql` selects."""
-ID, TEXT, TOPICS = 1, 2, 3
+TEXT, TOPICS = 2, 3
 DELETED, KEYED = 12, 13
 CONTENT_DOC, TOPIC_DOC = 12, 13
 
@@ -85,11 +83,8 @@ def user_state(conn: sqlite3.Connection, user: UserKey) -> Row | None:
     return row
 
 
-def to_entry(row: Row, user: UserKey, memory: Memory | None = None, **update: Any) -> Entry:
-    entry = sql.row_to_entry(row, user.app_name, user.user_id)
-    if memory is not None:
-        update["memory"] = memory
-    return entry.model_copy(update=update) if update else entry
+def to_entry(row: Row, user: UserKey) -> Entry:
+    return sql.row_to_entry(row, user.app_name, user.user_id)
 
 
 def index_row(conn: sqlite3.Connection, user: UserKey, rid: int, content: str, topics: str) -> None:
