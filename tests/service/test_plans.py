@@ -1,8 +1,9 @@
-"""The write plans' own construction of entries and history events, and the steps an add
-makes (`service/_plans.py`)."""
+"""The write plans' own construction of entries, history events and ids, and the steps an
+add makes (`service/_plans.py`)."""
 
 from __future__ import annotations
 
+import uuid
 from datetime import UTC, datetime
 
 import pytest
@@ -18,7 +19,7 @@ from langmem_trpc import (
     UserKey,
 )
 from langmem_trpc.backends.sqlite import SQLiteMemoryService
-from langmem_trpc.service import _plans, _steps
+from langmem_trpc.service import _core, _plans, _steps
 
 AT = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 
@@ -73,3 +74,11 @@ def test_an_add_merges_into_the_live_row_before_reviving_a_deleted_twin(backend:
     assert svc.get(user, deleted.id) is None
     if isinstance(svc, SQLiteMemoryService):
         svc.close()
+
+
+def test_new_memory_ids_are_random_version_4_uuids_as_hex() -> None:
+    ids = [_core.new_memory_id() for _ in range(200)] + _core.new_memory_ids(200)
+    assert len(set(ids)) == 400
+    for memory_id in ids:
+        parsed = uuid.UUID(memory_id)
+        assert (parsed.hex, parsed.version, parsed.variant) == (memory_id, 4, uuid.RFC_4122)
