@@ -10,7 +10,6 @@ import hashlib
 import json
 import math
 import os
-import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, time
@@ -114,9 +113,14 @@ def unexpired(entries: Iterable[Entry], now: datetime | None = None) -> list[Ent
     return [e for e in entries if e.expires_at is None or e.expires_at > at]
 
 
+_UUID4_BITS = (0x4000 << 64) | (0x8000 << 48)  # version 4, RFC 4122 variant
+_UUID4_CLEAR = ~((0xF000 << 64) | (0xC000 << 48))
+
+
 def new_memory_id() -> str:
-    """Random, stable for the life of the memory (never derived from content)."""
-    return uuid.uuid4().hex
+    """Random, stable for the life of the memory (never derived from content): a
+    version-4 UUID as hex, made as `uuid4()` makes it minus its `UUID` object (half the cost)."""
+    return f"{int.from_bytes(os.urandom(16)) & _UUID4_CLEAR | _UUID4_BITS:032x}"
 
 
 def new_memory_ids(n: int) -> list[str]:

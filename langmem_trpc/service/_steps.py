@@ -28,7 +28,7 @@ The step set is small and orthogonal on purpose; an executor may batch or
 translate steps however it likes (PostgreSQL turns each into SQL statements)
 as long as each step's stated result holds. Steps are slotted dataclasses that
 nothing changes once built (frozen ones took four times as long to build, and an
-add builds eight).
+add builds six; plans share one `Now`).
 """
 
 from __future__ import annotations
@@ -117,8 +117,9 @@ class FindLiveByFingerprint:
 
 
 @dataclass(slots=True)
-class FindDeletedByFingerprint:
-    """A soft-deleted row of the user with this fingerprint. Result: `Stored | None`."""
+class FindByFingerprint:
+    """The user's live row with this fingerprint, else a soft-deleted one (`Stored.deleted`
+    tells which; an add needs both answers, so they are one step). Result: `Stored | None`."""
 
     user: UserKey
     fingerprint: str
@@ -213,7 +214,7 @@ Step = (
     | LockUser
     | FindById
     | FindLiveByFingerprint
-    | FindDeletedByFingerprint
+    | FindByFingerprint
     | KnownFingerprints
     | CountLive
     | Insert

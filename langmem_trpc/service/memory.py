@@ -223,10 +223,9 @@ class InMemoryMemoryService(SyncMemoryService):
                     None,
                 )
             )  # fmt: skip
-        if isinstance(step, steps.FindDeletedByFingerprint):
-            fp = step.fingerprint
-            rows = self._rows(step.user)
-            return self._stored(next((r for r in rows if r.fingerprint == fp and not r.live), None))
+        if isinstance(step, steps.FindByFingerprint):
+            same = [r for r in self._rows(step.user) if r.fingerprint == step.fingerprint]
+            return self._stored(next((r for r in same if r.live), same[0] if same else None))
         if isinstance(step, steps.KnownFingerprints):
             return {r.fingerprint for r in self._rows(step.user)} & step.fingerprints
         if isinstance(step, steps.CountLive):

@@ -1,11 +1,25 @@
-"""The write plans' own construction of entries and history events (`service/_plans.py`)."""
+"""The write plans' own construction of entries, history events and ids, and the steps an
+add makes (`service/_plans.py`)."""
 
 from __future__ import annotations
 
+import uuid
 from datetime import UTC, datetime
 
-from langmem_trpc import Entry, HistoryEvent, Memory, Operation, Source, UserKey
-from langmem_trpc.service import _plans
+import pytest
+
+from langmem_trpc import (
+    Entry,
+    HistoryEvent,
+    InMemoryMemoryService,
+    Limits,
+    Memory,
+    Operation,
+    Source,
+    UserKey,
+)
+from langmem_trpc.backends.sqlite import SQLiteMemoryService
+from langmem_trpc.service import _core, _plans, _steps
 
 AT = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 
@@ -32,3 +46,39 @@ def test_event_is_the_model_construct_event() -> None:
     assert event == twin
     assert event.model_dump_json() == twin.model_dump_json()
     assert event.model_fields_set == twin.model_fields_set
+
+
+def test_a_new_add_makes_one_fingerprint_lookup() -> None:
+    user, seen = UserKey("app", "u"), []
+
+    def execute(step: _steps.Step) -> object:
+        seen.append(type(step).__name__)
+        return [None] if isinstance(step, _steps.Embed) else AT if step is _plans.NOW else None
+
+    entry = _steps.drive(_plans.add(user, "likes tea", limits=Limits(capacity=None)), execute)
+    assert entry.created_at == AT
+    assert seen == ["Embed", "LockUser", "FindByFingerprint", "Now", "Insert", "RecordHistory"]
+
+
+@pytest.mark.parametrize("backend", ["memory", "sqlite"])
+def test_an_add_merges_into_the_live_row_before_reviving_a_deleted_twin(backend: str) -> None:
+    svc = InMemoryMemoryService() if backend == "memory" else SQLiteMemoryService(":memory:")
+    user = UserKey("app", "u")
+    deleted = svc.add(user, "likes tea")
+    svc.delete(user, deleted.id)
+    live = svc.add(user, "likes coffee")
+    svc.update(user, live.id, "likes tea")  # a live row now shares the deleted one's content
+    again = svc.add(user, "likes tea", topics=["drinks"])
+    assert again.id == live.id
+    assert again.memory.topics == ["drinks"]
+    assert svc.get(user, deleted.id) is None
+    if isinstance(svc, SQLiteMemoryService):
+        svc.close()
+
+
+def test_new_memory_ids_are_random_version_4_uuids_as_hex() -> None:
+    ids = [_core.new_memory_id() for _ in range(200)] + _core.new_memory_ids(200)
+    assert len(set(ids)) == 400
+    for memory_id in ids:
+        parsed = uuid.UUID(memory_id)
+        assert (parsed.hex, parsed.version, parsed.variant) == (memory_id, 4, uuid.RFC_4122)

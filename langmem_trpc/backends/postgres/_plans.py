@@ -133,9 +133,12 @@ def _step(step: steps.Step, embed: bool, language: Language) -> Plan[Any]:
         if step.exclude_id is not None:
             query, params = query + " AND id <> %(id)s", {**params, "id": step.exclude_id}
         return _stored((yield Sql(query, params)), False)
-    if isinstance(step, steps.FindDeletedByFingerprint):
-        rows = yield Sql(_sql.SELECT_DELETED_BY_FINGERPRINT, {**params, "fp": step.fingerprint})
-        return _stored(rows, True)
+    if isinstance(step, steps.FindByFingerprint):
+        params = {**params, "fp": step.fingerprint}
+        live = _stored((yield Sql(_sql.SELECT_LIVE_BY_FINGERPRINT, params)), False)
+        if live is not None:
+            return live
+        return _stored((yield Sql(_sql.SELECT_DELETED_BY_FINGERPRINT, params)), True)
     if isinstance(step, steps.KnownFingerprints):
         rows = yield Sql(_sql.KNOWN_FINGERPRINTS, {**params, "fps": sorted(step.fingerprints)})
         return {r["fingerprint"] for r in rows}

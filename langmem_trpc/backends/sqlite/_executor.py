@@ -31,8 +31,6 @@ from ._rows import (
     count_inserted,
     index_row,
     insert_new,
-    known_fingerprints,
-    note_appended,
     to_entry,
     unindex_row,
     user_state,
@@ -93,9 +91,17 @@ class SQLiteRun:
         if cached:
             state = user_state(conn, self._user)
             self._before = None if state is None else (state[0], state[1])
-        result = steps.drive(plan, self._step)
-        if cached and self._append_only and self._appends:
-            note_appended(conn, self._user, self._before, self._appends, self._appended)
+        reply: Any = None
+        try:
+            while True:  # `steps.drive`, calling each step's method with no `_step` between
+                step = plan.send(reply)
+                reply = _STEPS[type(step)](self, step)
+        except StopIteration as done:
+            result: T = done.value
+        if cached and self._append_only and self._appends and self._before is not None:
+            after = user_state(conn, self._user)  # the user's stamps around the append
+            if after is not None:
+                self._appended.append(Appended(self._before, (after[0], after[1]), self._appends))
         return result
 
     def _after_commit(self, user: UserKey) -> None:
@@ -136,16 +142,22 @@ class SQLiteRun:
         row = self._conn.execute(query, params).fetchone()
         return _stored(row, step.user, False, row[CONTENT_DOC] if row else None)
 
-    def _FindDeletedByFingerprint(
-        self, step: steps.FindDeletedByFingerprint
-    ) -> steps.Stored | None:
-        deleted = (step.user.app_name, step.user.user_id, bytes.fromhex(step.fingerprint))
-        row = self._conn.execute(sql.SELECT_DELETED_BY_FINGERPRINT, deleted).fetchone()
-        return _stored(row, step.user, True, None)
+    def _FindByFingerprint(self, step: steps.FindByFingerprint) -> steps.Stored | None:
+        key = (step.user.app_name, step.user.user_id, bytes.fromhex(step.fingerprint))
+        row = self._conn.execute(sql.SELECT_BY_FINGERPRINT, key).fetchone()
+        if row is None:
+            return None
+        return _stored(row, step.user, row[DELETED] is not None, row[14])
 
     def _KnownFingerprints(self, step: steps.KnownFingerprints) -> set[str]:
-        wanted = {bytes.fromhex(f) for f in step.fingerprints}
-        return {fp.hex() for fp in known_fingerprints(self._conn, step.user, wanted)}
+        u = (step.user.app_name, step.user.user_id)
+        wanted = [bytes.fromhex(f) for f in step.fingerprints]
+        known: set[str] = set()
+        for start in range(0, len(wanted), 500):  # at most 500 parameters a statement
+            chunk = wanted[start : start + 500]
+            query = sql.KNOWN_FINGERPRINTS + f"({', '.join('?' * len(chunk))})"
+            known.update(fp.hex() for (fp,) in self._conn.execute(query, (*u, *chunk)))
+        return known
 
     def _CountLive(self, step: steps.CountLive) -> int:
         state = user_state(self._conn, step.user)
@@ -166,10 +178,18 @@ class SQLiteRun:
     def _Insert(self, step: steps.Insert) -> None:
         conn, user, language = self._conn, step.user, self._svc.language
         rows = [(Prepared.of(r.entry.memory, r.fingerprint, language), r) for r in step.rows]
-        if len(rows) == 1:
+        if len(rows) == 1:  # one INSERT (`insert_new`'s executemany first reads two counters)
             p, new = rows[0]
-            self._appends.append((_insert_one(conn, user, p, new), p.columns[1], p.columns[2],
-                                  new.vector))  # fmt: skip
+            rid = conn.execute(
+                sql.INSERT_MEMORY,
+                (user.app_name, user.user_id, new.entry.id, p.memory.text, p.fingerprint,
+                 new.keyed, *p.columns, new.vector, p.content_doc, p.topic_doc, p.content_len,
+                 p.topic_len, sql.to_us(new.entry.created_at), sql.to_us(new.entry.updated_at)),
+            ).lastrowid  # fmt: skip
+            assert rid is not None
+            count_inserted(conn, user, 1, p.content_len, p.topic_len)
+            index_row(conn, user, rid, p.content_doc, p.topic_doc)
+            self._appends.append((rid, p.columns[1], p.columns[2], new.vector))
         else:
             pending = [(p, new.vector, new.entry, new.keyed) for p, new in rows]
             self._appends.extend(insert_new(conn, user, pending))
@@ -209,7 +229,24 @@ class SQLiteRun:
 
     def _SoftDelete(self, step: steps.SoftDelete) -> list[tuple[str, str]]:
         self._append_only = False
-        return _soft_delete(self._conn, step.user, step.memory_ids, _us(step.at))
+        conn, user, at = self._conn, step.user, _us(step.at)
+        u = (user.app_name, user.user_id)
+        if step.memory_ids is None:
+            rows = conn.execute(sql.SELECT_LIVE_TEXT, u).fetchall()
+            if rows:
+                prefix = scope_prefix(user)
+                conn.execute(sql.FTS_UNINDEX_USER, (prefix, prefix, *u))
+                conn.execute(sql.SOFT_DELETE_ALL, (at, *u))
+            return [(mid, text) for _, mid, text in rows]
+        gone: list[tuple[str, str]] = []
+        for memory_id in step.memory_ids:
+            row = conn.execute(sql.SELECT_BY_ID, (*u, memory_id)).fetchone()
+            if row is None or row[DELETED] is not None:
+                continue
+            unindex_row(conn, user, row[0])
+            conn.execute(sql.SOFT_DELETE, (at, row[0]))
+            gone.append((memory_id, row[2]))
+        return gone
 
     def _Purge(self, step: steps.Purge) -> int:
         conn, user = self._conn, step.user
@@ -252,39 +289,3 @@ def _stored(row: Any, user: UserKey, deleted: bool, content_doc: str | None) -> 
     if row is None:
         return None
     return steps.Stored(to_entry(row, user), bool(row[KEYED]), deleted, (row[0], content_doc))
-
-
-def _insert_one(conn: sqlite3.Connection, user: UserKey, p: Prepared, new: steps.NewRow) -> int:
-    at, updated = sql.to_us(new.entry.created_at), sql.to_us(new.entry.updated_at)
-    cursor = conn.execute(
-        sql.INSERT_MEMORY,
-        (user.app_name, user.user_id, new.entry.id, p.memory.text, p.fingerprint, new.keyed,
-         *p.columns, new.vector, p.content_doc, p.topic_doc, p.content_len, p.topic_len, at,
-         updated),
-    )  # fmt: skip
-    assert cursor.lastrowid is not None
-    count_inserted(conn, user, 1, p.content_len, p.topic_len)
-    index_row(conn, user, cursor.lastrowid, p.content_doc, p.topic_doc)
-    return cursor.lastrowid
-
-
-def _soft_delete(
-    conn: sqlite3.Connection, user: UserKey, ids: tuple[str, ...] | None, at: int
-) -> list[tuple[str, str]]:
-    u = (user.app_name, user.user_id)
-    if ids is None:
-        rows = conn.execute(sql.SELECT_LIVE_TEXT, u).fetchall()
-        if rows:
-            prefix = scope_prefix(user)
-            conn.execute(sql.FTS_UNINDEX_USER, (prefix, prefix, *u))
-            conn.execute(sql.SOFT_DELETE_ALL, (at, *u))
-        return [(mid, text) for _, mid, text in rows]
-    gone: list[tuple[str, str]] = []
-    for memory_id in ids:
-        row = conn.execute(sql.SELECT_BY_ID, (*u, memory_id)).fetchone()
-        if row is None or row[DELETED] is not None:
-            continue
-        unindex_row(conn, user, row[0])
-        conn.execute(sql.SOFT_DELETE, (at, row[0]))
-        gone.append((memory_id, row[2]))
-    return gone

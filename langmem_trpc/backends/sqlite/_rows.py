@@ -15,23 +15,18 @@ from ...service._steps import Keep
 from ...types import Entry, Memory, UserKey
 from . import _sql as sql
 from ._keyword import fts_document, scope_prefix, scoped, topics_document
-from ._vectors import Appended
 
 __all__ = [
     "CONTENT_DOC",
     "DELETED",
-    "ID",
     "KEYED",
     "TEXT",
     "TOPICS",
     "TOPIC_DOC",
-    "Keep",
     "Prepared",
     "Row",
     "index_row",
     "insert_new",
-    "known_fingerprints",
-    "note_appended",
     "to_entry",
     "unindex_row",
     "user_state",
@@ -40,7 +35,7 @@ __all__ = [
 
 Row = tuple[Any, ...]
 """A fetched row; the names below index the columns `_sql` selects."""
-ID, TEXT, TOPICS = 1, 2, 3
+TEXT, TOPICS = 2, 3
 DELETED, KEYED = 12, 13
 CONTENT_DOC, TOPIC_DOC = 12, 13
 
@@ -88,11 +83,8 @@ def user_state(conn: sqlite3.Connection, user: UserKey) -> Row | None:
     return row
 
 
-def to_entry(row: Row, user: UserKey, memory: Memory | None = None, **update: Any) -> Entry:
-    entry = sql.row_to_entry(row, user.app_name, user.user_id)
-    if memory is not None:
-        update["memory"] = memory
-    return entry.model_copy(update=update) if update else entry
+def to_entry(row: Row, user: UserKey) -> Entry:
+    return sql.row_to_entry(row, user.app_name, user.user_id)
 
 
 def index_row(conn: sqlite3.Connection, user: UserKey, rid: int, content: str, topics: str) -> None:
@@ -130,21 +122,6 @@ def write_content(
     index_row(conn, user, rid, p.content_doc, p.topic_doc)
 
 
-def known_fingerprints(
-    conn: sqlite3.Connection, user: UserKey, fingerprints: set[bytes]
-) -> set[bytes]:
-    """Which of these content fingerprints the user already has (live or deleted)."""
-    u = (user.app_name, user.user_id)
-    wanted = list(fingerprints)
-    known: set[bytes] = set()
-    for start in range(0, len(wanted), 500):
-        chunk = wanted[start : start + 500]
-        marks = ", ".join("?" * len(chunk))
-        rows = conn.execute(sql.KNOWN_FINGERPRINTS + f"({marks})", (*u, *chunk))
-        known.update(fp for (fp,) in rows)
-    return known
-
-
 def insert_new(
     conn: sqlite3.Connection,
     user: UserKey,
@@ -175,16 +152,3 @@ def insert_new(
     count_inserted(conn, user, len(pending), content_total, topic_total)
     conn.executemany(sql.FTS_INSERT, index)
     return new_rows
-
-
-def note_appended(
-    conn: sqlite3.Connection,
-    user: UserKey,
-    before: tuple[str, int] | None,
-    rows: list[tuple[int, str, int | None, bytes | None]],
-    out: list[Appended],
-) -> None:
-    """Record rows an append-only write added, with the user's stamps around it."""
-    after = user_state(conn, user)
-    if before is not None and after is not None and rows:
-        out.append(Appended(before, (after[0], after[1]), rows))

@@ -275,11 +275,12 @@ SELECT_LIVE_BY_FINGERPRINT = (
     f"SELECT {ENTRY_COLUMNS}, content_doc, keyed FROM memories WHERE {LIVE} AND fingerprint = ?"
 )
 """Entry columns, then content_doc (12) and keyed (13)."""
-SELECT_DELETED_BY_FINGERPRINT = (
-    f"SELECT {ENTRY_COLUMNS}, deleted_at, keyed FROM memories"
-    f" WHERE {USER} AND fingerprint = ? AND deleted_at IS NOT NULL ORDER BY rid LIMIT 1"
+SELECT_BY_FINGERPRINT = (
+    f"SELECT {ENTRY_COLUMNS}, deleted_at, keyed, content_doc FROM memories"
+    f" WHERE {USER} AND fingerprint = ? ORDER BY deleted_at IS NOT NULL, rid LIMIT 1"
 )
-"""Entry columns, then deleted_at (12) and keyed (13)."""
+"""The live row, else the first deleted one: entry columns, then deleted_at (12),
+keyed (13) and content_doc (14)."""
 SELECT_CONTENT_DOC = "SELECT content_doc FROM memories WHERE rid = ?"
 SELECT_OLDEST_LIVE = f"SELECT rid, id, text FROM memories WHERE {LIVE} ORDER BY write_seq LIMIT 1"
 SELECT_READ = f"SELECT {ENTRY_COLUMNS} FROM memories WHERE {LIVE} ORDER BY updated_at DESC, created_at DESC, id DESC"
