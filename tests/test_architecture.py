@@ -20,6 +20,21 @@ def test_all_is_sorted_and_every_name_resolves():
         assert getattr(langmem_trpc, name) is not None, name
 
 
+def test_private_modules_declare_no_all():
+    """A leading underscore already says private; `__all__` belongs to the package
+    `__init__` and the public modules, which list what users may import."""
+    declaring = []
+    for path in sorted(PACKAGE.rglob("_*.py")):
+        if path.name in {"__init__.py", "__main__.py"}:
+            continue
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.Assign | ast.AnnAssign):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                if any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets):
+                    declaring.append(str(path.relative_to(PACKAGE)))
+    assert declaring == []
+
+
 def test_every_sync_method_has_an_async_twin_with_the_same_parameters():
     for name, method in inspect.getmembers(MemoryService, inspect.isfunction):
         if name.startswith(("_", "a")) or name in {"close"}:

@@ -18,8 +18,15 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, TypeVar
 
 from ..errors import InvalidInputError
-from ..types import DeadLetter, DeadLetterStatus, ExtractionCursor, ThreadClaim, UserKey
-from ._core import check_cursor, check_optional_id, check_thread_id, check_user, utcnow
+from ..types import (
+    DeadLetter,
+    DeadLetterStatus,
+    ExtractionCursor,
+    ThreadClaim,
+    UserKey,
+    check_optional_id,
+)
+from ._core import check_cursor, check_thread_id, check_user, utcnow
 
 T = TypeVar("T")
 MAX_THREAD_ID = 512

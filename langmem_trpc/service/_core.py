@@ -36,34 +36,6 @@ from ..types import (
 )
 from ._text import normalize_text
 
-__all__ = [
-    "CapacityPolicy",
-    "Limits",
-    "FIELDS",
-    "MemoryPatch",
-    "build_memory",
-    "check_app_filter",
-    "check_cursor",
-    "check_memory_id",
-    "check_metadata",
-    "check_optional_id",
-    "check_restorable",
-    "check_source",
-    "check_thread_id",
-    "check_user",
-    "checked_model",
-    "embedding_text",
-    "fingerprint",
-    "is_expired",
-    "memory_from",
-    "new_memory_id",
-    "new_memory_ids",
-    "resolve_options",
-    "stored_fingerprint",
-    "unexpired",
-    "utcnow",
-]
-
 CapacityPolicy = Literal["error", "evict"]
 
 M = TypeVar("M", bound=BaseModel)

@@ -13,14 +13,22 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from ..errors import CapacityExceededError, MemoryConflictError, MemoryNotFoundError
-from ..types import Entry, HistoryEvent, Memory, Operation, Source, UserKey, canonical_topics
+from ..types import (
+    Entry,
+    HistoryEvent,
+    Memory,
+    Operation,
+    Source,
+    UserKey,
+    canonical_topics,
+    check_source,
+)
 from ._core import (
     Limits,
     MemoryPatch,
     build_memory,
     check_memory_id,
     check_restorable,
-    check_source,
     check_user,
     checked_model,
     embedding_text,
@@ -50,8 +58,6 @@ from ._steps import (
     SoftDelete,
     Stored,
 )
-
-__all__ = ["add", "add_many", "clear", "delete", "purge", "restore", "update"]
 
 CAPACITY = Source(actor="capacity")
 """The source of an eviction's history entry."""

@@ -21,32 +21,11 @@ from itertools import chain
 from typing import NamedTuple
 
 from ..types import Entry, FusionSettings, Kind, SearchOptions
-from ._bm25 import CorpusStats, KeywordDoc, KeywordScorer, QueryTerms, keyword_score
+from ._bm25 import CorpusStats, KeywordDoc, QueryTerms, keyword_score
 from ._documents import fts_document, keyword_doc, topics_document
 from ._language import ENGLISH, Language
 from ._periods import query_periods, says_time
 from ._text import jaccard, primary_tokens, token_set
-
-__all__ = [
-    "DEFAULT_MIN_SCORE",
-    "DEDUPE_JACCARD",
-    "MIN_KIND_FALLBACK_RESULTS",
-    "CorpusStats",
-    "KeywordDoc",
-    "Legs",
-    "QueryTerms",
-    "candidate_pool",
-    "deduplicate",
-    "execute_search",
-    "KeywordScorer",
-    "SearchPlan",
-    "keyword_score",
-    "merge_kind_fallback",
-    "passes_time",
-    "plan_search",
-    "rank_search",
-    "rrf_fuse",
-]
 
 Best = Mapping[str, tuple[Entry, float]]
 """Each fused candidate's entry and best leg score, by entry id."""

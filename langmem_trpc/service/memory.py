@@ -18,6 +18,7 @@ import numpy as np
 from .._time import ensure_utc
 from ..types import Entry, HistoryEvent, Kind, SearchOptions, UserKey
 from . import _steps as steps
+from ._bm25 import CorpusStats, KeywordDoc, KeywordScorer, QueryTerms
 from ._claims import ClaimOp, ClaimTable
 from ._core import (
     Limits,
@@ -31,15 +32,7 @@ from ._core import (
 )
 from ._language import Language, resolve_language
 from ._periods import TimeMentions
-from ._search import (
-    CorpusStats,
-    KeywordDoc,
-    KeywordScorer,
-    Legs,
-    QueryTerms,
-    execute_search,
-    passes_time,
-)
+from ._search import Legs, execute_search, passes_time
 from ._steps import Plan
 from .capabilities import Capability
 from .protocol import SyncMemoryService

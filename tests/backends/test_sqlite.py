@@ -27,15 +27,10 @@ from langmem_trpc import (
     UserKey,
 )
 from langmem_trpc.backends.sqlite import MIGRATIONS, SQLiteMemoryService
-from langmem_trpc.backends.sqlite._keyword import (
-    fts_document,
-    keyword_doc,
-    scope_prefix,
-    scoped,
-    topics_document,
-)
+from langmem_trpc.backends.sqlite._keyword import scope_prefix, scoped
 from langmem_trpc.backends.sqlite._scoring import score_candidates
-from langmem_trpc.service._search import CorpusStats, KeywordDoc, QueryTerms, keyword_score
+from langmem_trpc.service._bm25 import CorpusStats, KeywordDoc, QueryTerms, keyword_score
+from langmem_trpc.service._documents import fts_document, keyword_doc, topics_document
 from langmem_trpc.testing import HashingEmbeddings
 from langmem_trpc.testing.conformance import MemoryServiceConformance
 

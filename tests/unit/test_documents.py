@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import random
 
+from langmem_trpc.service._bm25 import CorpusStats, KeywordDoc, QueryTerms, keyword_score
 from langmem_trpc.service._documents import fts_document, keyword_doc, topics_document
-from langmem_trpc.service._search import CorpusStats, KeywordDoc, QueryTerms, keyword_score
 
 TEXTS = [
     ("Production runs Go 1.23 on Kubernetes", ["ops", "go"]),

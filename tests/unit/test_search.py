@@ -611,7 +611,7 @@ def test_rank_is_a_pure_function_of_the_plan_and_the_fetched_legs():
 def test_a_keyword_scorer_equals_keyword_score_and_stats_keep_no_memo():
     from dataclasses import fields
 
-    from langmem_trpc.service._search import KeywordScorer
+    from langmem_trpc.service._bm25 import KeywordScorer
 
     docs = [KeywordDoc.build(t, []) for t in CORPUS]
     stats = CorpusStats.from_docs(docs)

@@ -32,6 +32,7 @@ from ...registry import build_service, split_url
 from ...service import _claims as c
 from ...service import _search as ks
 from ...service import _steps as s
+from ...service._bm25 import CorpusStats, KeywordDoc, QueryTerms
 from ...service._core import Limits, check_app_filter, check_memory_id, check_user, resolve_options
 from ...service._language import Language
 from ...service.capabilities import Capability
@@ -87,7 +88,7 @@ class _User(_UserData):
     matrix): a write marks its rows `stale`, the next search indexes them."""
 
     stale: set[str] = field(default_factory=set)
-    docs: dict[str, ks.KeywordDoc] = field(default_factory=dict)
+    docs: dict[str, KeywordDoc] = field(default_factory=dict)
     postings: dict[str, set[str]] = field(default_factory=dict)
     lengths: tuple[int, int] = (0, 0)
     matrix: tuple[Sequence[Entry], np.ndarray] = ((), np.zeros(0, np.float32))
@@ -101,7 +102,7 @@ class _User(_UserData):
                 self.postings[term].discard(ref)
             if row is not None and row.live:
                 text, topics = row.entry.text, row.entry.memory.topics
-                doc = self.docs[ref] = ks.KeywordDoc.build(text, topics, language)
+                doc = self.docs[ref] = KeywordDoc.build(text, topics, language)
                 for term in doc.terms:
                     self.postings.setdefault(term, set()).add(ref)
         self.stale.clear()
@@ -110,9 +111,7 @@ class _User(_UserData):
         live = [(r.entry, r.vector) for r in self.rows.values() if r.live and r.vector is not None]
         self.matrix = [e for e, _ in live], np.array([v for _, v in live], np.float32)
 
-    def keyword(
-        self, terms: ks.QueryTerms
-    ) -> tuple[list[tuple[Entry, ks.KeywordDoc]], ks.CorpusStats]:
+    def keyword(self, terms: QueryTerms) -> tuple[list[tuple[Entry, KeywordDoc]], CorpusStats]:
         """The live rows holding a query term in row order (all, without a primary token: the
         phrase fallback may match any), and `CorpusStats.from_docs` of the live rows."""
         n, (content, topic) = len(self.docs), self.lengths
@@ -122,7 +121,7 @@ class _User(_UserData):
         if terms.primary:
             held = set().union(*(self.postings.get(t, ()) for t in terms.tokens))
         hits = [(row.entry, self.docs[r]) for r, row in self.rows.items() if r in held]
-        return hits, ks.CorpusStats(n, df, *average)
+        return hits, CorpusStats(n, df, *average)
 
 
 class LanceDBMemoryService(InMemoryMemoryService):
@@ -307,7 +306,7 @@ class LanceDBMemoryService(InMemoryMemoryService):
         vector = None
         if self._embeddings is not None:
             vector = unit_vector(self._embeddings.embed_query(opts.query))
-        terms = ks.QueryTerms.of(opts, self.language)
+        terms = QueryTerms.of(opts, self.language)
         with self._lock:
             data = self._find(user)
             data.refresh(self.language)

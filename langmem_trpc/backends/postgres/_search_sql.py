@@ -13,9 +13,9 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from ...service._bm25 import CorpusStats, KeywordDoc, KeywordScorer, QueryTerms
 from ...service._documents import keyword_doc
 from ...service._language import ENGLISH, Language
-from ...service._search import CorpusStats, KeywordDoc, KeywordScorer, QueryTerms
 from ...types import Entry, Kind, SearchOptions, UserKey
 from ._sql import Params, Row, user_params, vector_param
 

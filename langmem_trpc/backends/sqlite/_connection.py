@@ -25,8 +25,6 @@ from ...service._language import ENGLISH, Language
 from ._keyword import register_functions, scope_prefix_v1
 from ._sql import CREATE_MIGRATIONS_TABLE, MIGRATIONS, stored_fingerprint
 
-__all__ = ["Database", "probe"]
-
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")

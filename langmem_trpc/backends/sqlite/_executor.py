@@ -17,12 +17,13 @@ from typing import TYPE_CHECKING, Any, TypeVar, get_args
 
 from ...errors import BackendError
 from ...service import _steps as steps
+from ...service._documents import topics_document
 from ...service._steps import Plan
 from ...types import UserKey
 from . import _sql as sql
 from ._claims import purge_claims
 from ._expiry import restore_expiry
-from ._keyword import scope_prefix, topics_document
+from ._keyword import scope_prefix
 from ._rows import (
     CONTENT_DOC,
     DELETED,

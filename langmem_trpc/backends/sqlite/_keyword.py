@@ -14,21 +14,9 @@ import json
 import sqlite3
 from collections.abc import Iterable
 
-from ...service._documents import fts_document, keyword_doc, topics_document
+from ...service._documents import fts_document, topics_document
 from ...service._language import ENGLISH, Language
 from ...types import UserKey
-
-__all__ = [
-    "fts_document",
-    "keyword_doc",
-    "match_any",
-    "register_functions",
-    "scope_prefix",
-    "scope_prefix_of",
-    "scope_prefix_v1",
-    "scoped",
-    "topics_document",
-]
 
 
 def scope_prefix(user: UserKey) -> str:

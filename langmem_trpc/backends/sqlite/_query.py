@@ -15,18 +15,11 @@ from typing import Any
 
 import numpy as np
 
-from ...service._bm25 import loose_text
+from ...service._bm25 import CorpusStats, KeywordDoc, KeywordScorer, QueryTerms, loose_text
 from ...service._documents import keyword_doc
 from ...service._language import ENGLISH, Language
 from ...service._periods import TimeMentions
-from ...service._search import (
-    CorpusStats,
-    KeywordDoc,
-    KeywordScorer,
-    Legs,
-    QueryTerms,
-    execute_search,
-)
+from ...service._search import Legs, execute_search
 from ...types import Entry, Kind, SearchOptions, UserKey
 from . import _sql as sql
 from ._keyword import match_any, scope_prefix

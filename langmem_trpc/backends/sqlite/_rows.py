@@ -10,28 +10,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ...service._documents import fts_document, topics_document
 from ...service._language import Language
 from ...service._steps import Keep
 from ...types import Entry, Memory, UserKey
 from . import _sql as sql
-from ._keyword import fts_document, scope_prefix, scoped, topics_document
-
-__all__ = [
-    "CONTENT_DOC",
-    "DELETED",
-    "KEYED",
-    "TEXT",
-    "TOPICS",
-    "TOPIC_DOC",
-    "Prepared",
-    "Row",
-    "index_row",
-    "insert_new",
-    "to_entry",
-    "unindex_row",
-    "user_state",
-    "write_content",
-]
+from ._keyword import scope_prefix, scoped
 
 Row = tuple[Any, ...]
 """A fetched row; the names below index the columns `_sql` selects."""

@@ -16,18 +16,6 @@ from ...errors import InvalidMemoryError
 from ...service import _core
 from ...types import Entry, HistoryEvent, Kind, Memory, Operation, Source
 
-__all__ = [
-    "ENTRY_COLUMNS",
-    "MIGRATIONS",
-    "from_us",
-    "from_us_required",
-    "metadata_json",
-    "row_to_entry",
-    "row_to_event",
-    "source_json",
-    "to_us",
-]
-
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _MICROSECOND = timedelta(microseconds=1)
 
