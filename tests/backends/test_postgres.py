@@ -768,6 +768,21 @@ def test_deferred_bulk_load_is_searchable_before_and_after_indexing(opened, clea
     assert [e.text for e in ref.search(BOB, bob_query, options[0])][0] == bob_query
 
 
+def test_index_pending_finds_each_batch_row_by_tid_right_after_a_bulk_load(opened, clean_url):
+    """Just after a bulk load the planner's statistics are stale; a batch joined back on
+    the key was planned as a scan of the user's rows per row (quadratic in the load).
+    The batch's locked rows are found by `ctid`: the plan is a TID scan."""
+    svc = opened(embeddings=HashingEmbeddings())
+    svc.add_many(ALICE, [Memory(text=f"deferred note {i}") for i in range(300)], defer_index=True)
+    params = {"app": None, "user": None, "limit": 100}
+    with psycopg.connect(clean_url) as conn:
+        plan = "\n".join(
+            row[0] for row in conn.execute("EXPLAIN " + _sql.PENDING_BATCH, params).fetchall()
+        )
+    assert "Tid Scan on langmem_memories m" in plan, plan
+    assert svc.index_pending(ALICE, batch_size=100) == 300 and svc.pending_count() == 0
+
+
 async def test_deferred_load_async_and_index_pending_of_every_user(opened, clean_url):
     svc = opened(embeddings=HashingEmbeddings(), exact_search_max=0)
     for user in (ALICE, BOB):
