@@ -68,8 +68,18 @@ def test_an_unreachable_server_says_so_and_logs_no_secret(caplog):
         with pytest.raises(BackendError) as raised:
             svc.setup()
         assert "no PostgreSQL connection within the pool timeout" in str(raised.value)
+
+        async def asetup_then_aclose() -> None:
+            # The async pool is closed on its own loop: left for asyncio.run to cancel,
+            # psycopg_pool's waits (asyncio.wait_for, which can swallow a cancel on 3.11)
+            # once hung this test's loop shutdown for its whole timeout in CI.
+            try:
+                await svc.asetup()
+            finally:
+                await svc.aclose()
+
         with pytest.raises(BackendError) as araised:
-            asyncio.run(svc.asetup())
+            asyncio.run(asetup_then_aclose())
     finally:
         svc.close()
     assert caplog.records  # psycopg_pool did log its connection attempts
