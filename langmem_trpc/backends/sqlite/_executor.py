@@ -27,6 +27,7 @@ from ._keyword import scope_prefix
 from ._rows import (
     CONTENT_DOC,
     DELETED,
+    FOUND_CONTENT_DOC,
     KEYED,
     Prepared,
     count_inserted,
@@ -148,7 +149,7 @@ class SQLiteRun:
         row = self._conn.execute(sql.SELECT_BY_FINGERPRINT, key).fetchone()
         if row is None:
             return None
-        return _stored(row, step.user, row[DELETED] is not None, row[14])
+        return _stored(row, step.user, row[DELETED] is not None, row[FOUND_CONTENT_DOC])
 
     def _KnownFingerprints(self, step: steps.KnownFingerprints) -> set[str]:
         u = (step.user.app_name, step.user.user_id)

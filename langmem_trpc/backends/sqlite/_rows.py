@@ -22,6 +22,8 @@ Row = tuple[Any, ...]
 TEXT, TOPICS = 2, 3
 DELETED, KEYED = 12, 13
 CONTENT_DOC, TOPIC_DOC = 12, 13
+FOUND_CONTENT_DOC = 14
+"""content_doc in `SELECT_BY_FINGERPRINT` (after deleted_at and keyed)."""
 
 
 @dataclass(frozen=True, slots=True)
