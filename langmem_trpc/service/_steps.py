@@ -27,8 +27,8 @@ The contract every executor keeps:
 The step set is small and orthogonal on purpose; an executor may batch or
 translate steps however it likes (PostgreSQL turns each into SQL statements)
 as long as each step's stated result holds. Steps are slotted dataclasses that
-nothing changes once built (frozen ones took four times as long to build, and an
-add builds six; plans share one `Now`).
+nothing changes once built (frozen ones took four times as long to build, and a
+new add builds five steps and a `NewRow`; plans share one `Now`).
 """
 
 from __future__ import annotations
