@@ -136,9 +136,11 @@ def reports_errors(func: F) -> F:
         try:
             return func(*args, **kwargs)
         except click.ClickException as exc:
-            if type(exc) is not click.ClickException:  # usage errors, aborts: click's own
+            if type(exc) is not click.ClickException:  # usage errors: click's own
                 raise
             raise click.ClickException(_shown(exc.message)) from None
+        except (click.Abort, click.exceptions.Exit):  # Ctrl-C at a prompt, ctx.exit(): click's own
+            raise
         except (LangmemTrpcError, ValidationError, OSError) as exc:
             raise click.ClickException(_shown(_one_line(exc))) from None
         except Exception as exc:  # a bug or a third-party failure: still one line

@@ -209,12 +209,25 @@ def entry_detail(entry: Entry) -> str:
     return "\n".join(f"{name + ':':<14}{safe(value)}" for name, value in fields if value)
 
 
+UNCHANGED_TEXT = "(text unchanged; other fields changed, which history does not record)"
+"""How an update that kept the text shows: an event stores the texts only, not the old
+topics, kind, event time, participants or location (`memories get` shows the current ones)."""
+
+
+def _change(event: HistoryEvent) -> str:
+    if event.operation.value == "add":
+        return f"+ {event.text_after!r}"
+    if event.operation.value != "update":
+        return f"- {event.text_before!r}"
+    if event.text_before == event.text_after:
+        return f"{event.text_after!r} {UNCHANGED_TEXT}"
+    return f"{event.text_before!r} -> {event.text_after!r}"
+
+
 def event_line(event: HistoryEvent) -> str:
-    """One change, the same in `memories history` and the demo: `+ 'new'`, `'old' -> 'new'`, `- 'old'`."""
-    change = {
-        "add": f"+ {event.text_after!r}",
-        "update": f"{event.text_before!r} -> {event.text_after!r}",
-    }.get(event.operation.value, f"- {event.text_before!r}")
+    """One change, the same in `memories history` and the demo: `+ 'new'`, `'old' -> 'new'`,
+    `'same' (text unchanged; ...)`, `- 'old'`."""
+    change = _change(event)
     where = ""
     if event.source and (event.source.thread_id or event.source.actor or event.source.decision):
         thread = f" thread {event.source.thread_id}" if event.source.thread_id else ""

@@ -75,19 +75,25 @@ def _command(name: str) -> Callable[[F], F]:
 
 def resolve_id(svc: MemoryService, user: UserKey, given: str, *, deleted_ok: bool = False) -> str:
     """The id `given` names: itself, or the one live memory whose id starts with it
-    (8+ characters; several is an error). `deleted_ok` also takes the exact id of a
-    deleted memory that still has history. Else MemoryNotFoundError."""
+    (`MIN_PREFIX`+ characters; several is an error). `deleted_ok` also takes the exact id
+    of a deleted memory that still has history. Else MemoryNotFoundError, or for a shorter
+    string an InvalidInputError that says how long a prefix must be."""
     if svc.get(user, given) is not None or (deleted_ok and svc.history(user, given)):
         return given
-    if len(given) >= MIN_PREFIX:
-        matches = [e.id for e in svc.read(user) if e.id.startswith(given)]
-        if len(matches) == 1:
-            return matches[0]
-        if matches:
-            raise InvalidInputError(
-                "memory_id",
-                f"{given!r} is the start of {len(matches)} memories' ids; give more characters",
-            )
+    if len(given) < MIN_PREFIX:
+        raise InvalidInputError(
+            "memory_id",
+            f"no memory has the id {given!r}, and an id prefix needs at least "
+            f"{MIN_PREFIX} characters",
+        )
+    matches = [e.id for e in svc.read(user) if e.id.startswith(given)]
+    if len(matches) == 1:
+        return matches[0]
+    if matches:
+        raise InvalidInputError(
+            "memory_id",
+            f"{given!r} is the start of {len(matches)} memories' ids; give more characters",
+        )
     raise MemoryNotFoundError(given)
 
 
@@ -293,7 +299,9 @@ def memories_history(db: str | None, user: UserKey, fmt: OutputFormat, memory_id
 
     A table line ends with the write's source, when recorded: [actor thread ID
     decision LABEL], the decision being the update policy's (e.g. "update
-    tier=update score=0.72 jaccard=0.67").
+    tier=update score=0.72 jaccard=0.67"). History records texts only: an
+    update that kept the text (a new topic, kind, event time, participant or
+    location) shows "text unchanged"; `memories get` shows the current fields.
 
     \b
     Example:
@@ -309,18 +317,32 @@ def memories_history(db: str | None, user: UserKey, fmt: OutputFormat, memory_id
         emit(render_records([e.model_dump(mode="json") for e in events], fmt, (), ""))
 
 
+def _confirm(question: str, done: str) -> None:
+    """Ask `question`; anything but yes (no answer at all off a terminal included) is
+    a one-line error, exit 1, before anything is written."""
+    try:
+        agreed = click.confirm(safe(question), default=False)
+    except click.Abort:  # end of input (no terminal, nothing piped) or Ctrl-C
+        agreed = False
+        click.echo()  # end the unanswered prompt's line
+    if not agreed:
+        raise click.ClickException(f"nothing {done}; pass --yes to skip the question")
+
+
 @_command("clear")
 @user_options
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
 def memories_clear(db: str | None, user: UserKey, yes: bool) -> None:
     """Delete all of a user's memories (soft; history stays).
 
+    Without --yes it asks first; no answer (no terminal) deletes nothing (exit 1).
+
     \b
     Example:
         langmem-trpc memories clear --user alice --yes
     """
     if not yes:
-        click.confirm(safe(f"Delete every memory of {user.app_name}/{user.user_id}?"), abort=True)
+        _confirm(f"Delete every memory of {user.app_name}/{user.user_id}?", "deleted")
     with open_service(db) as svc:
         count = svc.clear(user)
     click.echo(f"cleared {count} {plural(count, 'memory', 'memories')}")
@@ -334,6 +356,7 @@ def memories_purge(db: str | None, user: UserKey, yes: bool, memory_id: str | No
     """Remove memories and their history for good (right to be forgotten).
 
     Without MEMORY_ID every row of the user goes, deleted ones included.
+    Without --yes it asks first; no answer (no terminal) removes nothing (exit 1).
 
     \b
     Example:
@@ -343,7 +366,7 @@ def memories_purge(db: str | None, user: UserKey, yes: bool, memory_id: str | No
         target = resolve_id(svc, user, memory_id, deleted_ok=True) if memory_id else None
         what = target or f"every memory of {user.app_name}/{user.user_id}"
         if not yes:
-            click.confirm(safe(f"Permanently remove {what} and its history?"), abort=True)
+            _confirm(f"Permanently remove {what} and its history?", "purged")
         count = svc.purge(user, target)
     if target and not count:
         raise MemoryNotFoundError(target)

@@ -77,7 +77,7 @@ def test_users_are_isolated_on_the_command_line(run, tmp_path):
             ["memories", "add", "--user", "a", "--event-time", "soon", "x"],
             "InvalidTimeError: event_time",
         ),
-        (["memories", "update", "--user", "a", "nope", "x"], "MemoryNotFoundError"),
+        (["memories", "update", "--user", "a", "nope-nope", "x"], "MemoryNotFoundError"),
     ],
 )
 def test_errors_are_one_line_and_exit_non_zero(run, args, message):
@@ -217,7 +217,7 @@ def test_an_id_prefix_of_8_characters_works_and_an_ambiguous_one_errors(run, tmp
     ambiguous = run("memories", "get", *base, "abcdef00", ok=False)
     assert ambiguous.exit_code == 1 and "is the start of 2 memories' ids" in ambiguous.output
     short = run("memories", "get", *base, "abcdef0", ok=False)  # 7 characters: no prefix match
-    assert short.exit_code == 1 and "not found" in short.output
+    assert short.exit_code == 1 and "an id prefix needs at least 8 characters" in short.output
     assert run("memories", "delete", *base, "abcdef001").output.strip() == f"deleted {one.id}"
 
 
@@ -409,3 +409,51 @@ def test_history_shows_the_reconcile_decision(run, tmp_path):
     )
     events = json.loads(run("memories", "history", *base, "--json", outcome.memory_id).output)
     assert events[1]["source"]["decision"] == "update tier=update score=0.72 jaccard=0.67"
+
+
+# -- first-hour frictions (issue 30) ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("command", "nothing"),
+    [(["clear"], "nothing deleted"), (["purge"], "nothing purged")],
+)
+def test_clear_and_purge_without_yes_and_without_an_answer_delete_nothing(
+    run, tmp_path, command, nothing
+):
+    base = ["--db", str(tmp_path / "m.db"), "--user", "alice"]
+    run("memories", "add", *base, "keep me")
+    result = run("memories", *command, *base, ok=False)  # CliRunner: empty stdin, no terminal
+    assert result.exit_code == 1
+    assert f"Error: {nothing}; pass --yes to skip the question" in result.output
+    assert "unexpected" not in result.output and "Abort" not in result.output
+    refused = CliRunner().invoke(cli, ["memories", *command, *base], input="n\n")
+    assert refused.exit_code == 1 and nothing in refused.output
+    assert "keep me" in run("memories", "list", *base).output
+    agreed = CliRunner().invoke(cli, ["memories", *command, *base], input="y\n")
+    assert agreed.exit_code == 0, agreed.output
+
+
+def test_a_too_short_id_prefix_says_how_long_a_prefix_must_be(run, tmp_path):
+    base = ["--db", str(tmp_path / "m.db"), "--user", "alice"]
+    added = json.loads(run("memories", "add", *base, "--json", "Prefers dark mode").output)
+    for command in (["get"], ["history"], ["delete"], ["update", "--topic", "t"]):
+        result = run("memories", *command, *base, added["id"][:2], ok=False)
+        assert result.exit_code == 1
+        assert result.output.strip() == (
+            f"Error: InvalidInputError: memory_id: no memory has the id {added['id'][:2]!r}, "
+            "and an id prefix needs at least 8 characters"
+        )
+    assert "Prefers dark mode" in run("memories", "get", *base, added["id"][:8]).output
+
+
+def test_history_of_a_topics_only_update_says_the_text_is_unchanged(run, tmp_path):
+    base = ["--db", str(tmp_path / "m.db"), "--user", "alice"]
+    added = json.loads(run("memories", "add", *base, "--json", "Prefers dark mode").output)
+    run("memories", "update", *base, added["id"], "--topics", "ui")
+    run("memories", "update", *base, added["id"], "Prefers light mode")
+    lines = run("memories", "history", *base, added["id"]).output.strip().splitlines()
+    assert len(lines) == 3
+    assert "'Prefers dark mode' -> 'Prefers dark mode'" not in lines[1]
+    assert "update 'Prefers dark mode' (text unchanged; other fields changed" in lines[1]
+    assert "'Prefers dark mode' -> 'Prefers light mode'" in lines[2]
