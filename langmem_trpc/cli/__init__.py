@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from ._common import default_db
+from ._common import RootGroup, default_db
 from .bench import bench
 from .jobs import jobs
 from .mcp import mcp_command
@@ -20,11 +20,16 @@ from .worker import worker_command
 __all__ = ["cli", "main"]
 
 
-@click.group()
+@click.group(cls=RootGroup)
 @click.version_option(package_name="langmem-trpc")
 @click.option("-v", "--verbose", count=True, help="Log more (-v info, -vv debug).")
 def cli(verbose: int) -> None:
-    """Long-term memory for LangGraph agents: inspect, edit, move and benchmark it."""
+    """Long-term memory for LangGraph agents: inspect, edit, move and benchmark it.
+
+    A command that needs an extra which is not installed (ui, mcp, worker, a
+    postgresql:// or lancedb:// --db, bench) says which, in one line:
+    pip install 'langmem-trpc[EXTRA]'.
+    """
     level = logging.WARNING - 10 * min(verbose, 2)
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
 

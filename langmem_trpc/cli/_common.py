@@ -6,7 +6,7 @@ import functools
 import json
 import logging
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
@@ -122,14 +122,80 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
+EXTRAS: dict[str, tuple[str, ...]] = {
+    "postgres": ("psycopg", "psycopg_pool", "pgvector"),
+    "queue": ("procrastinate", "psycopg", "psycopg_pool"),
+    "ui": ("uvicorn", "starlette", "jinja2", "multipart", "python_multipart"),
+    "mcp": ("mcp", "mcp_types", "uvicorn"),
+    "lancedb": ("lancedb", "pyarrow"),
+    "bench": ("bm25s", "matplotlib", "tqdm"),
+    "local": ("tokenizers",),
+    "openai": ("langchain_openai",),
+}
+"""Each extra of pyproject.toml and the top-level modules it installs: a missing one
+becomes a one-line install hint (`missing_extra`). A module in several extras is
+named by the first, unless the running command's own extras (`COMMAND_EXTRAS`) list it."""
+
+COMMAND_EXTRAS: dict[str, tuple[str, ...]] = {
+    "ui": ("ui",),
+    "mcp": ("mcp",),
+    "bench": ("bench",),
+    "worker": ("postgres", "queue"),
+    "jobs": ("postgres", "queue"),
+}
+"""The extras a command (by name, at any level) is built on."""
+
+
+def _missing_module(exc: BaseException) -> str | None:
+    """The optional top-level module whose absence caused `exc` (its cause chain
+    included: backends wrap the ImportError in a ConfigurationError), or None."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, ModuleNotFoundError) and current.name:
+            if any(current.name in modules for modules in EXTRAS.values()):
+                return current.name
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def missing_extra(exc: BaseException, commands: Iterable[str] = ()) -> str | None:
+    """The install hint for an error caused by a missing optional module, else None.
+    `commands`: the names of the running command and its parents (`command_names`)."""
+    module = _missing_module(exc)
+    if module is None:
+        return None
+    own = [e for name in commands for e in COMMAND_EXTRAS.get(name, ()) if module in EXTRAS[e]]
+    extras = ",".join(own) if own else next(e for e, m in EXTRAS.items() if module in m)
+    several = "s" if "," in extras else ""
+    return (
+        f"missing the [{extras}] extra{several} (module {module!r} is not installed): "
+        f"pip install 'langmem-trpc[{extras}]'"
+    )
+
+
+def command_names(ctx: click.Context | None = None) -> list[str]:
+    """The names of the running command and its parents (the current context's)."""
+    ctx = ctx or click.get_current_context(silent=True)
+    names: list[str] = []
+    while ctx is not None:
+        names.append(ctx.info_name or "")
+        if ctx.invoked_subcommand:
+            names.append(ctx.invoked_subcommand)
+        ctx = ctx.parent
+    return names
+
+
 def _shown(message: str) -> str:
     """One line, escaped: an error may quote user input (ids, paths)."""
     return safe(" ".join(message.split()))
 
 
 def reports_errors(func: F) -> F:
-    """Every error becomes one line on stderr and exit code 1 (only the CLI does this):
-    "unexpected ..." for anything not a library, validation or file error (traceback at -vv)."""
+    """Every error becomes one line on stderr and exit code 1 (only the CLI does this): an
+    install hint for a missing extra (`missing_extra`), "unexpected ..." for anything not a
+    library, validation or file error (traceback at -vv)."""
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -141,14 +207,19 @@ def reports_errors(func: F) -> F:
             raise click.ClickException(_shown(exc.message)) from None
         except (click.Abort, click.exceptions.Exit):  # Ctrl-C at a prompt, ctx.exit(): click's own
             raise
-        except (LangmemTrpcError, ValidationError, OSError) as exc:
-            raise click.ClickException(_shown(_one_line(exc))) from None
-        except Exception as exc:  # a bug or a third-party failure: still one line
-            logger.debug("unexpected error", exc_info=True)
-            message = f"unexpected {_one_line(exc)} (-vv shows the traceback)"
-            raise click.ClickException(_shown(message)) from None
+        except Exception as exc:
+            raise click.ClickException(_shown(_message(exc))) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+def _message(exc: Exception) -> str:
+    if (hint := missing_extra(exc, command_names())) is not None:
+        return hint
+    if isinstance(exc, (LangmemTrpcError, ValidationError, OSError)):
+        return _one_line(exc)
+    logger.debug("unexpected error", exc_info=True)  # a bug or a third-party failure
+    return f"unexpected {_one_line(exc)} (-vv shows the traceback)"
 
 
 @contextmanager
@@ -170,3 +241,17 @@ def emit(data: Any, as_json: bool, text: Callable[[], str]) -> None:
         click.echo(json.dumps(data, ensure_ascii=False, indent=2))
     else:
         click.echo(text())
+
+
+class RootGroup(click.Group):
+    """The `langmem-trpc` group: a missing optional module becomes the one-line install
+    hint also in commands without `reports_errors` (bench, demo) and in their imports."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except Exception as exc:
+            hint = missing_extra(exc, command_names(ctx))
+            if hint is None:
+                raise
+            raise click.ClickException(hint) from None
