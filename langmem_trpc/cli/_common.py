@@ -14,9 +14,9 @@ from typing import Any, TypeVar
 import click
 from pydantic import ValidationError
 
-from ..errors import InvalidInputError, InvalidMemoryError, LangmemTrpcError
+from ..errors import ConfigurationError, InvalidInputError, InvalidMemoryError, LangmemTrpcError
 from ..registry import open as open_store
-from ..registry import scheme_of
+from ..registry import scheme_of, split_url
 from ..service._core import Limits
 from ..service.protocol import MemoryService
 from ..types import UserKey
@@ -222,11 +222,45 @@ def _message(exc: Exception) -> str:
     return f"unexpected {_one_line(exc)} (-vv shows the traceback)"
 
 
+FILE_SCHEMES = ("sqlite", "lancedb")
+"""Backends whose --db is a path: a write creates the file (or LanceDB's folder) there,
+but not a missing folder above it."""
+
+
+def _store_path(target: str) -> Path | None:
+    """The file or folder a file-based --db names (None for a server or `:memory:`)."""
+    scheme = scheme_of(target)
+    if scheme not in FILE_SCHEMES:
+        return None
+    path = split_url(target, scheme) if "://" in target else target
+    return None if path in ("", ":memory:") else Path(path).expanduser()
+
+
+def check_folder(target: str) -> None:
+    """Refuse a file-based --db whose folder does not exist: a mistyped path must not
+    create folders (`SQLiteMemoryService` itself would create them)."""
+    path = _store_path(target)
+    if path is not None and not path.parent.is_dir():
+        raise ConfigurationError(
+            f"--db: folder {str(path.parent)!r} does not exist (nothing was created; "
+            "create the folder first or fix the path)"
+        )
+
+
 @contextmanager
 def open_service(db: str | None, *, read: bool = False) -> Iterator[MemoryService]:
     """The store --db names (`langmem_trpc.open`), closed on exit; `read=True` (commands that
-    only look) opens with `create=False`: nothing is created, migrated or set up."""
-    with open_store(db or default_db(), create=not read, limits=CLI_LIMITS) as service:
+    only look) opens with `create=False`: nothing is created, migrated or set up.
+
+    A write creates the database, not folders: a given --db (or $LANGMEM_TRPC_DSN) in a
+    folder that does not exist is an error (`check_folder`); only the default location
+    ($LANGMEM_TRPC_HOME or the user data directory) is created when missing."""
+    target = db or default_db()
+    if not read and db is None and not os.environ.get("LANGMEM_TRPC_DSN"):
+        Path(target).parent.mkdir(parents=True, exist_ok=True)
+    elif not read:
+        check_folder(target)
+    with open_store(target, create=not read, limits=CLI_LIMITS) as service:
         yield service
 
 

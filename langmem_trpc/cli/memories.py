@@ -115,6 +115,9 @@ def memories() -> None:
     only read (search, list, get, history, users, apps, and export) never
     create a database, a folder or tables: a missing --db path or a SQLite
     file without langmem-trpc tables is an error, and the file is left as it was.
+    Commands that write create the database file, never a missing folder of a
+    given --db or $LANGMEM_TRPC_DSN (a mistyped path is an error); only the
+    default location ($LANGMEM_TRPC_HOME or the user data directory) is created.
     """
 
 

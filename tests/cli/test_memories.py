@@ -457,3 +457,36 @@ def test_history_of_a_topics_only_update_says_the_text_is_unchanged(run, tmp_pat
     assert "'Prefers dark mode' -> 'Prefers dark mode'" not in lines[1]
     assert "update 'Prefers dark mode' (text unchanged; other fields changed" in lines[1]
     assert "'Prefers dark mode' -> 'Prefers light mode'" in lines[2]
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["memories", "add", "--user", "a", "x"],
+        ["memories", "clear", "--user", "a", "--yes"],
+        ["import", "-"],
+    ],
+)
+@pytest.mark.parametrize("form", ["{}", "sqlite://{}", "lancedb://{}"])
+def test_a_write_on_a_mistyped_path_creates_no_folder(run, tmp_path, command, form):
+    missing = tmp_path / "nonexistent_dir2" / "m.db"
+    result = run(*command, "--db", form.format(missing), ok=False)
+    assert result.exit_code == 1
+    assert result.output.strip() == (
+        f"Error: ConfigurationError: --db: folder {str(missing.parent)!r} does not exist "
+        "(nothing was created; create the folder first or fix the path)"
+    )
+    assert not missing.parent.exists()
+
+
+def test_the_default_location_is_created_but_a_dsn_folder_is_not(run, tmp_path, monkeypatch):
+    monkeypatch.setenv("LANGMEM_TRPC_HOME", str(tmp_path / "new" / "home"))
+    run("memories", "add", "--user", "a", "x")
+    assert (tmp_path / "new" / "home" / "memories.db").exists()
+    monkeypatch.setenv("LANGMEM_TRPC_DSN", str(tmp_path / "typo" / "m.db"))
+    result = run("memories", "add", "--user", "a", "x", ok=False)
+    assert result.exit_code == 1 and "folder" in result.output and "does not exist" in result.output
+    assert not (tmp_path / "typo").exists()
+    (tmp_path / "typo").mkdir()
+    run("memories", "add", "--user", "a", "x")  # the folder exists: the file is created
+    assert (tmp_path / "typo" / "m.db").exists()
