@@ -8,7 +8,7 @@ first bad one raises `line N: field: problem` before anything is written.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -110,14 +110,22 @@ def _check_capacity(records: list[Record], service: MemoryService, limits: Limit
             )
 
 
-def checked_records(lines: Iterable[bytes], service: MemoryService, limits: Limits) -> list[Record]:
-    """Every record of an export's `lines`, checked; raises on the first bad line, before any write."""
+def checked_records(
+    lines: Iterable[bytes],
+    service: MemoryService,
+    limits: Limits,
+    accept: Callable[[Entry], None] = lambda entry: None,
+) -> list[Record]:
+    """Every record of an export's `lines`, checked (`accept` may refuse an entry with an
+    InvalidInputError); raises on the first bad line, before any write."""
     records: list[Record] = []
     for number, raw in enumerate(lines, start=1):
         if not raw.strip():
             continue
         try:
-            records.append(_record(number, raw, limits))
+            record = _record(number, raw, limits)
+            accept(record.entry)
+            records.append(record)
         except InvalidInputError as exc:
             raise type(exc)(f"line {number}: {exc.field}", exc.problem) from None
     _check_capacity(records, service, limits)

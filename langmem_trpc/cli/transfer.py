@@ -1,17 +1,19 @@
 """`langmem-trpc export` / `import`: JSONL, one memory per line with its history.
 
-Lossless for live memories: id, every field, metadata, times and history.
+Lossless for live memories: id, every field, metadata, times and history (an import
+records itself as the actor of the history it writes).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import click
 
+from ..errors import InvalidInputError
 from ..service.protocol import MemoryService
-from ..types import UserKey
+from ..types import Entry, HistoryEvent, Source, UserKey, check_identifier
 from ._common import CLI_LIMITS, db_option, open_service, plural, reports_errors
 from ._output import progress, safe
 from ._records import FORMAT, checked_records
@@ -62,29 +64,75 @@ def export_memories(db: str | None, app_name: str, user_id: str | None, output: 
     click.echo(message, err=output == "-")
 
 
+IMPORT_ACTOR = "import"
+"""The actor of every history event an import writes: the file's own actor is a claim."""
+
+
+def _as_imported(event: HistoryEvent) -> HistoryEvent:
+    """`event` recorded as written by the import (thread, message ids and decision kept)."""
+    source = event.source.model_dump() if event.source else {}
+    return event.model_copy(update={"source": Source(**{**source, "actor": IMPORT_ACTOR})})
+
+
+def _only(app_name: str | None, user_id: str | None) -> Callable[[Entry], None]:
+    """Refuses an entry of another app than `app_name` or another user than `user_id`."""
+
+    def accept(entry: Entry) -> None:
+        if app_name is not None and entry.app_name != app_name:
+            raise InvalidInputError(
+                "app_name", f"is {entry.app_name!r}, not --app {app_name!r}; nothing was imported"
+            )
+        if user_id is not None and entry.user_id != user_id:
+            raise InvalidInputError(
+                "user_id", f"is {entry.user_id!r}, not --user {user_id!r}; nothing was imported"
+            )
+
+    return accept
+
+
 @click.command(name="import")
 @db_option
+@click.option(
+    "--app", "app_name", help="Only records of this application (any other stops the import)."
+)
+@click.option(
+    "--user", "user_id", help="Only records of this user of --app (any other stops the import)."
+)
 @click.argument("source", type=click.Path(exists=True, dir_okay=False, allow_dash=True))
 @reports_errors
-def import_memories(db: str | None, source: str) -> None:
+def import_memories(db: str | None, app_name: str | None, user_id: str | None, source: str) -> None:
     """Load a JSONL export; memories keep their ids, times and history.
 
     SOURCE `-` reads standard input. Every record is first checked exactly like `memories add` checks its
     input (text, topics, participants, times, ids, the per-user capacity);
     the first bad record stops the import with `line N: field: problem`
     before anything is written, so a bad record never leaves part of a file
-    imported. Records replace memories with the same id, so rerunning an
-    import that a backend failure stopped partway is safe.
+    imported. With --app (and --user) a record of any other application
+    (or user) is such a bad record: a file meant for one user cannot write
+    another's memories. A record replaces the memory with the same id of
+    its own user only (another user's memory with that id is a different
+    memory, never touched), so rerunning an import that a backend failure
+    stopped partway is safe. Every imported history event is recorded with
+    the actor "import" (the file's actor is not trusted; its thread and
+    message ids are kept).
     Progress goes to standard error (a bar on a terminal, else a line every
     few seconds).
 
     \b
-    Example:
+    Examples:
         langmem-trpc import --db other.db alice.jsonl
+        langmem-trpc import --db other.db --app support --user alice alice.jsonl
     """
+    if user_id is not None and app_name is None:
+        raise click.UsageError("--user needs --app (a user id is unique within its application)")
+    if app_name is not None:  # a bad filter is a field error before anything is read
+        check_identifier("app_name", app_name)
+    if user_id is not None:
+        check_identifier("user_id", user_id)
     with open_service(db) as svc:
         with click.open_file(source, "rb") as lines:
-            records = checked_records(lines, svc, CLI_LIMITS)
+            records = checked_records(lines, svc, CLI_LIMITS, _only(app_name, user_id))
         for record in progress(records, "importing", len(records)):
-            svc.restore(record.entry.user, record.entry, record.history)
+            history = [_as_imported(event) for event in record.history]
+            svc.restore(record.entry.user, record.entry, history)
     click.echo(f"imported {len(records)} {plural(len(records), 'memory', 'memories')}")

@@ -7,6 +7,7 @@ from click.testing import CliRunner
 
 from langmem_trpc import Kind, SQLiteMemoryService, UserKey
 from langmem_trpc.cli import cli
+from langmem_trpc.types import Source
 
 ALICE = UserKey("support", "alice")
 
@@ -44,10 +45,20 @@ def test_export_import_is_lossless(tmp_path):
     with SQLiteMemoryService(target) as svc:
         after = svc.read(ALICE)
         assert after == before
-        assert {e.id: svc.history(ALICE, e.id) for e in after} == before_history
+        imported = {e.id: svc.history(ALICE, e.id) for e in after}
+        assert imported == {
+            memory_id: [_by_import(event) for event in events]
+            for memory_id, events in before_history.items()
+        }
         assert svc.read(UserKey("support", "bob")) == []
         # the imported memories behave like native ones: idempotent add finds them
         assert svc.add(ALICE, "production runs go 1.24").id == plain.id
+
+
+def _by_import(event):
+    """`event` as an import records it: the actor is the import, the rest is kept."""
+    source = event.source.model_dump() if event.source else {}
+    return event.model_copy(update={"source": Source(**{**source, "actor": "import"})})
 
 
 def test_export_every_user_of_an_app(tmp_path):
@@ -212,3 +223,121 @@ def test_import_on_postgres_checks_the_same_way_and_writes_nothing(tmp_path, pg_
         assert svc.read(ALICE) == []
     finally:
         svc.close()
+
+
+# -- an import is limited to one user and cannot forge its history (issue 31 item 9) --
+
+BOB = UserKey("support", "bob")
+
+
+def _alice_and_forged_bob(tmp_path):
+    """A real export of alice's one memory, plus a forged line for bob that reuses its id
+    and claims a "worker" wrote it."""
+    (record,) = _exported(tmp_path, texts=("alice's secret",))
+    forged = json.loads(json.dumps(record))
+    forged["entry"]["user_id"] = "bob"
+    forged["entry"]["memory"]["text"] = "forged"
+    forged["history"][0]["text_after"] = "forged"
+    forged["history"][0]["source"] = {"actor": "worker", "thread_id": "t-9", "message_ids": []}
+    return record, forged
+
+
+def _import_into(db, records, tmp_path, *options):
+    path = tmp_path / "in.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return CliRunner().invoke(cli, ["import", "--db", db, *options, str(path)])
+
+
+@pytest.mark.parametrize(
+    ("options", "problem"),
+    [
+        (["--app", "support", "--user", "alice"], "user_id: is 'bob', not --user 'alice'"),
+        (["--app", "sales"], "app_name: is 'support', not --app 'sales'"),
+    ],
+)
+def test_import_with_app_and_user_refuses_every_other_users_record(tmp_path, options, problem):
+    record, forged = _alice_and_forged_bob(tmp_path)
+    db = str(tmp_path / "target.db")
+    result = _import_into(db, [record, forged], tmp_path, *options)
+    assert result.exit_code == 1
+    line = 2 if "--user" in options else 1
+    assert result.output.strip() == (
+        f"Error: InvalidInputError: line {line}: {problem}; nothing was imported"
+    )
+    with SQLiteMemoryService(db) as svc:
+        assert svc.read(ALICE) == [] and svc.read(BOB) == []
+    result = _import_into(db, [record], tmp_path, "--app", "support", "--user", "alice")
+    assert result.exit_code == 0 and result.output.strip() == "imported 1 memory"
+
+
+def test_import_user_filter_needs_an_app_and_valid_names(tmp_path):
+    record, _ = _alice_and_forged_bob(tmp_path)
+    db = str(tmp_path / "target.db")
+    result = _import_into(db, [record], tmp_path, "--user", "alice")
+    assert result.exit_code == 2 and "--user needs --app" in result.output
+    result = _import_into(db, [record], tmp_path, "--app", "support", "--user", " ")
+    assert result.exit_code == 1
+    assert result.output.strip() == "Error: InvalidUserKeyError: user_id: must not be empty"
+
+
+def test_import_records_itself_as_the_actor(tmp_path):
+    _, forged = _alice_and_forged_bob(tmp_path)
+    db = str(tmp_path / "target.db")
+    assert _import_into(db, [forged], tmp_path).exit_code == 0
+    with SQLiteMemoryService(db) as svc:
+        (entry,) = svc.read(BOB)
+        (event,) = svc.history(BOB, entry.id)
+    assert event.source == Source(actor="import", thread_id="t-9")
+    shown = CliRunner().invoke(
+        cli, ["memories", "history", "--db", db, "--app", "support", "--user", "bob", entry.id]
+    )
+    assert "[import thread t-9]" in shown.output and "worker" not in shown.output
+
+
+def _assert_another_users_id_is_never_replaced(db):
+    """After importing bob's forged record with alice's id: alice's memory and history
+    are untouched, bob holds his own memory under that id."""
+    import langmem_trpc
+
+    with langmem_trpc.open(db, create=False) as svc:
+        (alice,) = svc.read(ALICE)
+        (bob,) = svc.read(BOB)
+        assert alice.id == bob.id
+        assert (alice.text, bob.text) == ("alice's secret", "forged")
+        assert [e.text_after for e in svc.history(ALICE, alice.id)] == ["alice's secret"]
+        assert svc.history(ALICE, alice.id)[0].source == Source(actor="import")
+
+
+@pytest.mark.parametrize(
+    "backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+)
+def test_an_import_never_replaces_another_users_memory_by_id(tmp_path, request, backend):
+    db = str(tmp_path / "target.db") if backend == "sqlite" else request.getfixturevalue("pg_url")
+    record, forged = _alice_and_forged_bob(tmp_path)
+    assert _import_into(db, [record], tmp_path).exit_code == 0
+    result = _import_into(db, [forged], tmp_path)  # no filters: bob's own memory, same id
+    assert result.exit_code == 0, result.output
+    _assert_another_users_id_is_never_replaced(db)
+
+
+@pytest.mark.parametrize(
+    "url", ["memory://", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+)
+def test_restore_under_another_user_never_touches_the_ids_owner(tmp_path, request, url):
+    """What `import` calls, on every backend: ids are scoped to their user."""
+    import langmem_trpc
+
+    if url == "sqlite":
+        url = str(tmp_path / "m.db")
+    elif url == "postgres":
+        url = request.getfixturevalue("pg_url")
+    with langmem_trpc.open(url) as svc:
+        mine = svc.add(ALICE, "alice's secret")
+        forged = mine.model_copy(
+            update={"user_id": "bob", "memory": mine.memory.model_copy(update={"text": "forged"})}
+        )
+        svc.restore(BOB, forged, [])
+        assert [(e.id, e.text) for e in svc.read(ALICE)] == [(mine.id, "alice's secret")]
+        assert [(e.id, e.text) for e in svc.read(BOB)] == [(mine.id, "forged")]
+        svc.purge(BOB, mine.id)
+        assert svc.get(ALICE, mine.id) is not None
