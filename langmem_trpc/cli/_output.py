@@ -209,9 +209,10 @@ def entry_detail(entry: Entry) -> str:
     return "\n".join(f"{name + ':':<14}{safe(value)}" for name, value in fields if value)
 
 
-UNCHANGED_TEXT = "(text unchanged; other fields changed, which history does not record)"
+UNCHANGED_TEXT = "(text unchanged; history records only the text)"
 """How an update that kept the text shows: an event stores the texts only, not the old
-topics, kind, event time, participants or location (`memories get` shows the current ones)."""
+topics, kind, event time, participants or location (`memories get` shows the current
+ones), and an update that changed nothing is recorded too, so no field is named."""
 
 
 def _change(event: HistoryEvent) -> str:

@@ -304,7 +304,8 @@ def memories_history(db: str | None, user: UserKey, fmt: OutputFormat, memory_id
     decision LABEL], the decision being the update policy's (e.g. "update
     tier=update score=0.72 jaccard=0.67"). History records texts only: an
     update that kept the text (a new topic, kind, event time, participant or
-    location) shows "text unchanged"; `memories get` shows the current fields.
+    location, or no change) shows "text unchanged"; `memories get` shows the
+    current fields.
 
     \b
     Example:

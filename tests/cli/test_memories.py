@@ -455,7 +455,7 @@ def test_history_of_a_topics_only_update_says_the_text_is_unchanged(run, tmp_pat
     lines = run("memories", "history", *base, added["id"]).output.strip().splitlines()
     assert len(lines) == 3
     assert "'Prefers dark mode' -> 'Prefers dark mode'" not in lines[1]
-    assert "update 'Prefers dark mode' (text unchanged; other fields changed" in lines[1]
+    assert "update 'Prefers dark mode' (text unchanged; history records only the text)" in lines[1]
     assert "'Prefers dark mode' -> 'Prefers light mode'" in lines[2]
 
 
