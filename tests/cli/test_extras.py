@@ -122,3 +122,11 @@ def test_the_table_names_every_extra_of_the_package():
 
     extras = set(metadata("langmem-trpc").get_all("Provides-Extra") or [])
     assert set(EXTRAS) == extras - {"test"}
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("command", [["worker", "--drain"], ["jobs", "status"]])
+def test_the_queue_commands_name_the_queue_extra_on_a_real_database(tmp_path, pg_url, command):
+    result = _without("procrastinate", *command, "--db", pg_url, cwd=tmp_path)
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.strip().splitlines()[-1] == hint("queue", "procrastinate")
