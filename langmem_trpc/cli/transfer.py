@@ -8,15 +8,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
+from datetime import datetime, timezone
 
 import click
 
 from ..errors import InvalidInputError
 from ..service.protocol import MemoryService
-from ..types import Entry, HistoryEvent, Source, UserKey, check_identifier
+from ..types import Entry, HistoryEvent, Operation, Source, UserKey, check_identifier
 from ._common import CLI_LIMITS, db_option, open_service, plural, reports_errors
 from ._output import progress, safe
-from ._records import FORMAT, checked_records
+from ._records import FORMAT, Record, checked_records
 
 
 def _export_records(svc: MemoryService, users: list[UserKey]) -> Iterator[str]:
@@ -74,6 +75,24 @@ def _as_imported(event: HistoryEvent) -> HistoryEvent:
     return event.model_copy(update={"source": Source(**{**source, "actor": IMPORT_ACTOR})})
 
 
+def _imported_history(record: Record) -> list[HistoryEvent]:
+    """The record's history as the import writes it: each event with the actor "import";
+    a record without history gets one "add" event by the import, now (every write that
+    changes a memory leaves a trace, also one that replaces a memory with the same id)."""
+    if record.history:
+        return [_as_imported(event) for event in record.history]
+    entry = record.entry
+    event = HistoryEvent(
+        memory_id=entry.id,
+        operation=Operation.ADD,
+        text_before=None,
+        text_after=entry.text,
+        at=datetime.now(timezone.utc),
+        source=Source(actor=IMPORT_ACTOR),
+    )
+    return [event]
+
+
 def _only(app_name: str | None, user_id: str | None) -> Callable[[Entry], None]:
     """Refuses an entry of another app than `app_name` or another user than `user_id`."""
 
@@ -114,7 +133,8 @@ def import_memories(db: str | None, app_name: str | None, user_id: str | None, s
     memory, never touched), so rerunning an import that a backend failure
     stopped partway is safe. Every imported history event is recorded with
     the actor "import" (the file's actor is not trusted; its thread and
-    message ids are kept).
+    message ids are kept); a record without history gets an "add" by the
+    import.
     Progress goes to standard error (a bar on a terminal, else a line every
     few seconds).
 
@@ -133,6 +153,5 @@ def import_memories(db: str | None, app_name: str | None, user_id: str | None, s
         with click.open_file(source, "rb") as lines:
             records = checked_records(lines, svc, CLI_LIMITS, _only(app_name, user_id))
         for record in progress(records, "importing", len(records)):
-            history = [_as_imported(event) for event in record.history]
-            svc.restore(record.entry.user, record.entry, history)
+            svc.restore(record.entry.user, record.entry, _imported_history(record))
     click.echo(f"imported {len(records)} {plural(len(records), 'memory', 'memories')}")

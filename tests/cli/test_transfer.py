@@ -341,3 +341,16 @@ def test_restore_under_another_user_never_touches_the_ids_owner(tmp_path, reques
         assert [(e.id, e.text) for e in svc.read(BOB)] == [(mine.id, "forged")]
         svc.purge(BOB, mine.id)
         assert svc.get(ALICE, mine.id) is not None
+
+
+def test_a_record_without_history_gets_an_add_by_the_import(tmp_path):
+    (record,) = _exported(tmp_path, texts=("no trace",))
+    db = str(tmp_path / "target.db")
+    assert _import_into(db, [record], tmp_path).exit_code == 0
+    record["history"] = []  # replaces the memory it just imported, without a trace of its own
+    record["entry"]["memory"]["text"] = "replaced"
+    assert _import_into(db, [record], tmp_path).exit_code == 0
+    with SQLiteMemoryService(db) as svc:
+        (event,) = svc.history(ALICE, record["entry"]["id"])
+    assert (event.operation.value, event.text_after) == ("add", "replaced")
+    assert event.source == Source(actor="import")
