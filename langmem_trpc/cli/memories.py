@@ -329,6 +329,9 @@ def _confirm(question: str, done: str) -> None:
     except click.Abort:  # end of input (no terminal, nothing piped) or Ctrl-C
         agreed = False
         click.echo()  # end the unanswered prompt's line
+    else:
+        if not agreed and not sys.stdin.isatty():  # a piped answer is not echoed
+            click.echo()
     if not agreed:
         raise click.ClickException(f"nothing {done}; pass --yes to skip the question")
 
