@@ -78,9 +78,10 @@ class JobPayload:
             end, size = start + 1, base + sizes[start]
             while end < len(dicts) and size + sizes[end] <= cap:
                 size, end = size + sizes[end], end + 1
-            if size > cap or (start > 0 and end == start + 1):
-                over = size if size > cap else size + sizes[end]
-                raise QueuePayloadTooLargeError(over, cap, 1 if start == 0 else 2)
+            if size > cap:  # only the first message: a later start fit beside its predecessor
+                raise QueuePayloadTooLargeError(size, cap, 1)
+            if end == start + 1 and end < len(dicts):  # no room beside it for the next one:
+                raise QueuePayloadTooLargeError(size + sizes[end], cap, 2)  # no progress
             texts.append(self._text(dicts[start:end], start))
             if end == len(dicts):
                 return texts
