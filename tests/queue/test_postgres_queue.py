@@ -529,6 +529,26 @@ def test_aenqueue_on_an_async_pool(pg_url: str, service: PostgresMemoryService) 
     assert payload_ids(jobs(pg_url)[0]) == ["m0", "m1"]
 
 
+@pytest.mark.timeout(120)
+def test_aenqueue_on_an_async_pool_queues_a_placeholder_for_a_big_message(
+    pg_url: str, service: PostgresMemoryService
+) -> None:
+    from psycopg_pool import AsyncConnectionPool
+
+    async def main() -> dict[str, int]:
+        async with AsyncConnectionPool(pg_url, min_size=1, max_size=2, open=False) as pool:
+            q = PostgresJobQueue(pool=pool, max_payload_bytes=CAP)
+            q.setup()
+            thread = [*history(1), big("big"), *history(2, 1)]
+            assert await q.aenqueue(USER, "t", thread) == EnqueueOutcome.QUEUED
+            q.close()
+            return q.counters()
+
+    assert asyncio.run(main())["oversized"] == 1
+    drain(pg_url, service)
+    assert texts(service) == ["fact number 0 about m", "fact number 1 about m"]
+
+
 def test_aenqueue_without_an_async_pool_runs_off_the_loop(
     queue: PostgresJobQueue, pg_url: str
 ) -> None:
