@@ -130,7 +130,7 @@ class JobPayload:
         """
         dicts = messages_to_dict(list(self.messages))
         sizes = [len(_dumps(d).encode()) + 1 for d in dicts]  # + its comma
-        base = len(self._text([], 0).encode())
+        base = len(self._text([], len(dicts)).encode())  # the longest offset any chunk has
         if base + sum(sizes) - 1 <= cap:
             return Chunks([self._text(dicts, 0)], ())
         stubs = [_stub_dict(m, n - 1, cap) for m, n in zip(self.messages, sizes, strict=True)]
