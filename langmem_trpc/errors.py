@@ -6,7 +6,7 @@ LangmemTrpcError
 │   ├── InvalidUserKeyError               empty / malformed app_name or user_id
 │   ├── InvalidMemoryError                empty or oversized text, unknown kind, bad topics ...
 │   ├── InvalidTimeError                  naive or unparseable datetime
-│   └── QueuePayloadTooLargeError         a message does not fit in one queued job's byte cap
+│   └── QueuePayloadTooLargeError         a queued job's cap cannot hold even its placeholders
 ├── MemoryNotFoundError (KeyError)        no live memory with that id for this user
 ├── MemoryConflictError                   an update would duplicate another live memory (or lost every retry)
 ├── NamespaceAccessError (PermissionError) a store namespace of another user than the run's
@@ -72,11 +72,12 @@ class InvalidTimeError(InvalidInputError):
 
 
 class QueuePayloadTooLargeError(InvalidInputError):
-    """A message is too big for one `PostgresJobQueue` job of `max_payload_bytes` of JSON.
+    """A job's byte cap cannot hold even its ids and two placeholder messages.
 
-    A longer delta is split into consecutive jobs; this is raised when one message
-    (with the anchor message before it) cannot fit in a job. `.size` and `.cap` are in
-    bytes; nothing of the enqueue that raised it was queued.
+    A delta over `max_payload_bytes` is split into consecutive jobs and a message too
+    big for any job is queued as a placeholder (`queue/_payload.placeholder`), so an
+    enqueue never raises this: only `JobPayload.split` given a cap below the queue's
+    minimum does. `.size` and `.cap` are in bytes.
     """
 
     def __init__(self, size: int, cap: int, messages: int) -> None:

@@ -32,6 +32,7 @@ from .._time import parse_flexible_time
 from ..types import ExtractionCursor
 
 __all__ = [
+    "CARRIED_KEY",
     "KEY_BYTES",
     "Delta",
     "advance_cursor",
@@ -54,6 +55,9 @@ TIME_KEYS = ("timestamp", "time", "created_at")
 KEY_BYTES = 8
 #: Keys a cursor keeps of messages that a rewrite dropped from the thread.
 MAX_RETIRED = 4096
+#: `additional_kwargs` key of the queue's placeholder for a message over its byte cap
+#: (a "chat" message, `queue/_payload.placeholder`): the hex key of the message it stands for.
+CARRIED_KEY = "langmem_trpc_key"
 
 
 def message_text(message: BaseMessage) -> str:
@@ -87,16 +91,30 @@ def message_digest(message: BaseMessage) -> str:
 
 
 def message_keys(messages: Sequence[BaseMessage]) -> bytes:
-    """The messages' cursor keys, concatenated: a hash of the id, else of type and text."""
+    """The messages' cursor keys, concatenated: a hash of the id, else of type and text
+    (a queue placeholder: the key it carries, so a job covers the message it stands for)."""
     out = bytearray()
     blake2b = hashlib.blake2b
     for message in messages:
+        if message.type == "chat" and (carried := _carried_key(message)) is not None:
+            out += carried
+            continue
         if message.id:
             raw = b"i" + message.id.encode()
         else:
             raw = b"d" + f"{message.type}\x1f{message_text(message)}".encode()
         out += blake2b(raw, digest_size=KEY_BYTES).digest()
     return bytes(out)
+
+
+def _carried_key(message: BaseMessage) -> bytes | None:
+    value = message.additional_kwargs.get(CARRIED_KEY)
+    if not isinstance(value, str) or len(value) != 2 * KEY_BYTES:
+        return None
+    try:
+        return bytes.fromhex(value)
+    except ValueError:
+        return None
 
 
 def message_time(message: BaseMessage) -> datetime | None:

@@ -31,7 +31,7 @@ from langchain_core.messages import BaseMessage
 from ..errors import ConfigurationError, InvalidInputError, WorkerError
 from ..service._core import check_user
 from ..service.protocol import MemoryService
-from ..types import UserKey
+from ..types import UserKey, check_optional_id
 from .calls import ModelCalls
 from .checkers import Checker
 from .extractor import Extractor
@@ -95,14 +95,16 @@ def check_job_input(
     check_user(user)
     if not isinstance(thread_id, str) or not thread_id.strip() or len(thread_id) > 512:
         raise InvalidInputError("thread_id", "must be a non-empty string of at most 512 characters")
+    check_optional_id("thread_id", thread_id)  # no NUL, no lone surrogate (`fnv1a` encodes it)
     if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
         raise InvalidInputError("messages", "must be a sequence of LangChain messages")
     snapshot = tuple(messages)
-    for message in snapshot:
+    for index, message in enumerate(snapshot):
         if not isinstance(message, BaseMessage):
             raise InvalidInputError(
                 "messages", f"items must be BaseMessage, got {type(message).__name__}"
             )
+        check_optional_id(f"messages[{index}].id", message.id)  # else every attempt fails
     return snapshot
 
 

@@ -22,10 +22,15 @@ from datetime import date, datetime, time
 from enum import Enum
 from typing import Any
 
-from langchain_core.messages import BaseMessage, messages_from_dict, messages_to_dict
+from langchain_core.messages import (
+    BaseMessage,
+    ChatMessage,
+    messages_from_dict,
+    messages_to_dict,
+)
 
 from ..errors import ConfigurationError, InvalidInputError, QueuePayloadTooLargeError
-from ..extraction.delta import KEY_BYTES, compute_delta, message_keys
+from ..extraction.delta import CARRIED_KEY, KEY_BYTES, compute_delta, message_keys
 from ..extraction.job import _has_work as has_work  # the job's own peek test, shared
 from ..types import ExtractionCursor, UserKey
 
@@ -33,6 +38,11 @@ FORMAT = 1
 """Version of the job arguments' layout (`v`)."""
 MAX_QUEUE_NAME = 128
 """procrastinate's `queue_name` is a varchar(128)."""
+MIN_PAYLOAD_BYTES = 65_536
+"""Smallest `max_payload_bytes`: room for the job's ids and two placeholders at their
+longest (512 characters each, escaped: about 32 KB), so no message can stop a thread."""
+OMITTED_BYTES = "langmem_trpc_omitted_bytes"
+"""`additional_kwargs` key of a placeholder: the size of the message it stands for."""
 
 
 def select_messages(payload: JobPayload, cursor: ExtractionCursor | None) -> JobPayload | None:
@@ -43,7 +53,48 @@ def select_messages(payload: JobPayload, cursor: ExtractionCursor | None) -> Job
         return None
     start = max(0, delta.start - 1)
     window = payload.messages[start:]
-    return JobPayload(payload.user, payload.thread_id, window, payload.offset + start)
+    anchored = start < delta.start
+    return JobPayload(payload.user, payload.thread_id, window, payload.offset + start, anchored)
+
+
+@dataclass(frozen=True)
+class Omitted:
+    """A message over the cap, queued as a placeholder (`JobPayload.split`)."""
+
+    index: int
+    """Its index in the thread."""
+    message_id: str | None
+    size: int
+    """Bytes of its JSON."""
+
+
+@dataclass(frozen=True)
+class Chunks:
+    """The job arguments of one enqueue (JSON text, in order) and the messages omitted."""
+
+    texts: list[str]
+    omitted: tuple[Omitted, ...]
+
+
+def placeholder(message: BaseMessage, size: int, cap: int) -> ChatMessage:
+    """What a job carries instead of a message of `size` bytes of JSON over the cap `cap`.
+
+    A `ChatMessage` (never memorable, so no extractor reads it) with the message's id and
+    its cursor key (`delta.CARRIED_KEY`, so the job's cursor covers the real message) and
+    a note of the size; `role` keeps the message's type for a reader of the job."""
+    note = (
+        f"[message omitted from the queued job: {size} bytes of JSON, over max_payload_bytes {cap}]"
+    )
+    kwargs: dict[str, Any] = {
+        "lc_source": "langmem_trpc",
+        CARRIED_KEY: message_keys([message]).hex(),
+        OMITTED_BYTES: size,
+    }
+    return ChatMessage(content=note, role=message.type, id=message.id, additional_kwargs=kwargs)
+
+
+def _stub_dict(message: BaseMessage, size: int, cap: int) -> dict[str, Any]:
+    return messages_to_dict([placeholder(message, size, cap)])[0]
 
 
 @dataclass(frozen=True)
@@ -56,35 +107,68 @@ class JobPayload:
     offset: int = 0
     """Index of `messages[0]` in the thread, so the cursor a job writes counts the
     thread's messages (`ExtractionCursor.message_count`), not the payload's."""
+    anchored: bool = False
+    """`messages[0]` is the anchor, a message the cursor already covers (`select_messages`)."""
 
     def chunked_json(self, cap: int) -> list[str]:
-        """The arguments as JSON text, in as many jobs as `cap` bytes each needs.
+        """The arguments as JSON text, in as many jobs as `cap` bytes each needs (`split`)."""
+        return self.split(cap).texts
+
+    def split(self, cap: int) -> Chunks:
+        """The arguments as JSON text in jobs of at most `cap` bytes, and what was omitted.
 
         Each chunk after the first starts with the previous one's last message as its
-        anchor, so chunk k finds its delta once chunk k - 1 moved the cursor. A message
-        that cannot fit in a job (with the anchor before it) raises
-        `QueuePayloadTooLargeError`. Values JSON has no type for (a `datetime` in
-        `additional_kwargs`, ...) are written as their ISO 8601 text, others as `str()`.
+        anchor, so chunk k finds its delta once chunk k - 1 moved the cursor. An anchor
+        that leaves no room for the next message travels as its placeholder (it was
+        carried whole before: only its key matters). A message that cannot fit even beside
+        a placeholder anchor is replaced by its own placeholder (`placeholder`) and listed
+        in `Chunks.omitted`: the thread goes on past it. Always ends; raises
+        `QueuePayloadTooLargeError` only when two placeholders and the job's ids do not fit
+        (`PostgresJobQueue` refuses a cap that small). Values JSON has no type for (a
+        `datetime` in `additional_kwargs`, ...) are written as their ISO 8601 text, others
+        as `str()`.
         """
         dicts = messages_to_dict(list(self.messages))
-        whole = self._text(dicts, 0)
-        if len(whole.encode()) <= cap:
-            return [whole]
-        base = len(self._text([], 0).encode())
         sizes = [len(_dumps(d).encode()) + 1 for d in dicts]  # + its comma
+        base = len(self._text([], len(dicts)).encode())  # the longest offset any chunk has
+        if base + sum(sizes) - 1 <= cap:
+            return Chunks([self._text(dicts, 0)], ())
+        stubs = [_stub_dict(m, n - 1, cap) for m, n in zip(self.messages, sizes, strict=True)]
+        stub_sizes = [len(_dumps(d).encode()) + 1 for d in stubs]
+        omitted: list[Omitted] = []
+        for i in range(1 if self.anchored else 0, len(dicts)):
+            room = cap - base - (stub_sizes[i - 1] if i else 0)
+            if sizes[i] <= room:
+                continue
+            if stub_sizes[i] > room:  # the ids alone: only a cap below `MIN_PAYLOAD_BYTES`
+                raise QueuePayloadTooLargeError(cap - room + stub_sizes[i], cap, 2 if i else 1)
+            omitted.append(Omitted(self.offset + i, self.messages[i].id, sizes[i] - 1))
+            dicts[i], sizes[i] = stubs[i], stub_sizes[i]
+        return Chunks(self._chunks(dicts, sizes, stubs, cap, base), tuple(omitted))
+
+    def _chunks(
+        self,
+        dicts: list[dict[str, Any]],
+        sizes: list[int],
+        stubs: list[dict[str, Any]],
+        cap: int,
+        base: int,
+    ) -> list[str]:
+        """Greedy chunks of messages that each fit beside a placeholder anchor (`split`)."""
         texts: list[str] = []
-        start = 0
+        start, anchored = 0, self.anchored
         while True:
-            end, size = start + 1, base + sizes[start]
+            head, size = dicts[start], base + sizes[start]
+            more = start + 1 < len(dicts)
+            if anchored and (size > cap or (more and size + sizes[start + 1] > cap)):
+                head, size = stubs[start], base + len(_dumps(stubs[start]).encode()) + 1
+            end = start + 1
             while end < len(dicts) and size + sizes[end] <= cap:
                 size, end = size + sizes[end], end + 1
-            if size > cap or (start > 0 and end == start + 1):
-                over = size if size > cap else size + sizes[end]
-                raise QueuePayloadTooLargeError(over, cap, 1 if start == 0 else 2)
-            texts.append(self._text(dicts[start:end], start))
+            texts.append(self._text([head, *dicts[start + 1 : end]], start))
             if end == len(dicts):
                 return texts
-            start = end - 1
+            start, anchored = end - 1, True  # progress: a chunk holds a new message
 
     def _text(self, dicts: list[dict[str, Any]], start: int) -> str:
         """The task arguments of the chunk of `dicts` starting `start` messages in."""

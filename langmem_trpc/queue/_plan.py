@@ -9,7 +9,8 @@
    newer one replaces the waiting job's arguments, an older one is dropped, and one
    of a rewritten history is queued as a job of its own (no queueing lock) after it.
 
-A delta over the byte cap is queued as consecutive jobs instead (`_chunks`). Steps 1
+A delta over the byte cap is queued as consecutive jobs instead (`_chunks`); a message
+that cannot fit in a job is queued as a placeholder, reported by an `Omit` step. Steps 1
 and 3 are single autocommit statements (two round trips, one commit), and every write
 has committed when `enqueue` returns: a queued job is durable.
 """
@@ -23,7 +24,16 @@ from typing import Any
 
 from ..errors import BackendError
 from ..types import ExtractionCursor, UserKey
-from ._payload import JobPayload, Merge, app_queue, decode, lock_keys, merge, select_messages
+from ._payload import (
+    JobPayload,
+    Merge,
+    Omitted,
+    app_queue,
+    decode,
+    lock_keys,
+    merge,
+    select_messages,
+)
 
 DEFER_ATTEMPTS = 5
 """Rounds of defer / waiting-job lookup before giving up (each round lost a race to a worker)."""
@@ -69,7 +79,17 @@ class Collapse:
     messages: tuple[Any, ...]
 
 
-PlanStep = ReadCursor | SubmitJob | Collapse
+@dataclass(frozen=True)
+class Omit:
+    """Report (log, count; no I/O) the messages queued as placeholders, over the cap."""
+
+    user: UserKey
+    thread_id: str
+    omitted: tuple[Omitted, ...]
+    cap: int
+
+
+PlanStep = ReadCursor | SubmitJob | Collapse | Omit
 Plan = Generator[PlanStep, Any, EnqueueOutcome]
 
 
@@ -80,7 +100,10 @@ def enqueue_plan(queue: str, payload: JobPayload, cap: int) -> Plan:
     job = select_messages(payload, cursor)
     if job is None:
         return EnqueueOutcome.NOTHING_NEW
-    texts = job.chunked_json(cap)
+    chunks = job.split(cap)
+    if chunks.omitted:
+        yield Omit(user, thread_id, chunks.omitted, cap)
+    texts = chunks.texts
     name, (lock, queueing) = app_queue(queue, user.app_name), lock_keys(queue, user, thread_id)
     if len(texts) > 1:
         return (yield from _chunks(texts, name, lock, queueing))

@@ -71,7 +71,10 @@ class QueueStats:
     producer_errors: int = 0
     """Enqueues of this producer that failed on the database (logged, raised as BackendError)."""
     rejected: int = 0
-    """Enqueues refused before any write (bad input, payload over the cap)."""
+    """Enqueues refused before any write (bad input)."""
+    oversized: int = 0
+    """Messages over `max_payload_bytes` this producer queued as placeholders (not extracted;
+    each logged at WARNING; counted again when the thread is enqueued again before its job ran)."""
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -97,7 +100,7 @@ class FailedJob:
 class ProducerCounters:
     """Thread-safe counters of one `PostgresJobQueue`."""
 
-    NAMES = ("enqueued", "collapsed", "nothing_new", "producer_errors", "rejected")
+    NAMES = ("enqueued", "collapsed", "nothing_new", "producer_errors", "rejected", "oversized")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()

@@ -22,10 +22,11 @@ from ..extraction.worker import check_job_input
 from ..service._steps import adrive, drive
 from ..service.protocol import MemoryService
 from ..types import UserKey
-from ._payload import JobPayload, Merge, check_queue_name
+from ._payload import MIN_PAYLOAD_BYTES, JobPayload, Merge, check_queue_name
 from ._plan import (
     Collapse,
     EnqueueOutcome,
+    Omit,
     PlanStep,
     ReadCursor,
     SubmitJob,
@@ -82,8 +83,10 @@ class PostgresJobQueue:
             `pg_stat_activity` shows).
         queue: the queue's name; an app's jobs go to procrastinate queue `queue@app`,
             so a worker can take some apps only (`langmem-trpc worker --app`).
-        max_payload_bytes: cap on one job's JSON arguments; a longer delta is queued as
-            consecutive jobs, a message that cannot fit raises `QueuePayloadTooLargeError`.
+        max_payload_bytes: cap on one job's JSON arguments (at least 65,536); a longer delta
+            is queued as consecutive jobs; a message that cannot fit in a job is queued as a
+            placeholder, so the thread goes on past it without it (logged at WARNING,
+            counted in `stats().oversized`; docs/operating.md, "Oversized messages").
         service: where the extraction cursors are read from when the memories do not live
             in the queue's database (default: read from the queue's database directly).
         connect_timeout: seconds to wait for a connection before an enqueue fails
@@ -130,8 +133,8 @@ class PostgresJobQueue:
                 f"not {type(pool).__name__}"
             )
         check_queue_name(queue)
-        if max_payload_bytes < 1024:
-            raise ConfigurationError("max_payload_bytes must be >= 1024")
+        if max_payload_bytes < MIN_PAYLOAD_BYTES:
+            raise ConfigurationError(f"max_payload_bytes must be >= {MIN_PAYLOAD_BYTES}")
         if connect_timeout <= 0 or pool_size < 1:
             raise ConfigurationError("connect_timeout must be > 0 and pool_size >= 1")
         if service is not None and not isinstance(service, MemoryService):
@@ -213,8 +216,7 @@ class PostgresJobQueue:
     ) -> EnqueueOutcome:
         """Queue the thread's delta since its cursor; durable once this returns.
 
-        Raises `InvalidInputError` (nothing written) for bad input or a message too big
-        for `max_payload_bytes`, `BackendError` when the database cannot be reached within
+        Raises `InvalidInputError` (nothing written) for bad input, `BackendError` when the database cannot be reached within
         `connect_timeout` (logged and counted). Extra keyword arguments of the in-process
         worker (`cancel=`) are accepted and ignored: a queued job never runs in the caller.
         """
@@ -354,7 +356,19 @@ class PostgresJobQueue:
             await self._async_pool.check()  # drop the other dead idle connections too
         raise AssertionError("unreachable")
 
+    def _omitted(self, step: Omit) -> None:
+        """Log and count each message queued as a placeholder (`_payload.placeholder`)."""
+        for item in step.omitted:
+            self._counters.bump("oversized")
+            logger.warning(
+                "queue: message %d (id %r, %d bytes of JSON) of %s thread %r is over "
+                "max_payload_bytes (%d): queued as a placeholder, it will not be extracted",
+                item.index, item.message_id, item.size, step.user, step.thread_id, step.cap,
+            )  # fmt: skip
+
     def _step(self, conn: Any, step: PlanStep) -> Any:
+        if isinstance(step, Omit):
+            return self._omitted(step)
         if isinstance(step, ReadCursor) and self.service is not None:
             return self.service.get_cursor(step.user, step.thread_id)
         try:
@@ -364,6 +378,8 @@ class PostgresJobQueue:
             return _lock_taken(exc)
 
     async def _astep(self, conn: Any, step: PlanStep) -> Any:
+        if isinstance(step, Omit):
+            return self._omitted(step)
         if isinstance(step, ReadCursor) and self.service is not None:
             return await self.service.aget_cursor(step.user, step.thread_id)
         try:
@@ -373,7 +389,7 @@ class PostgresJobQueue:
             return _lock_taken(exc)
 
 
-def _statements(step: PlanStep) -> Generator[tuple[str, Any], Any, Any]:
+def _statements(step: ReadCursor | SubmitJob | Collapse) -> Generator[tuple[str, Any], Any, Any]:
     """A step's SQL, sans-I/O like the plan, so the sync and async drivers only run it: it
     yields (statement, parameters), is sent the statement's first row (a dict, or None) and
     returns the step's answer."""

@@ -17,6 +17,7 @@ from langmem_trpc import (
     InMemoryMemoryService,
     Kind,
     Limits,
+    MemoryNotFoundError,
     SearchOptions,
     UserKey,
 )
@@ -30,7 +31,21 @@ from tests.backends.test_keyword_ranking import _check
 ALICE = UserKey("app", "alice")
 
 
-class TestLanceDBWithEmbeddings(MemoryServiceConformance):
+class _OneServicePerDirectory:
+    """LanceDB holds its directory until `close()`: the conformance suite's "a new
+    service sees the store" runs after the first one closed (a second one while it is
+    open is refused: `test_a_second_service_on_the_directory_is_refused`)."""
+
+    async def test_durable_store_is_seen_by_a_new_service(self, client, service_url):
+        written = await client.add(ALICE, "Survives a new service", topics=["durable"])
+        with pytest.raises(ConfigurationError, match="in use by another LanceDBMemoryService"):
+            langmem_trpc.open(service_url)
+        await client.service.aclose()
+        async with await langmem_trpc.aopen(service_url) as again:
+            assert (await again.aget(ALICE, written.id)) == written
+
+
+class TestLanceDBWithEmbeddings(_OneServicePerDirectory, MemoryServiceConformance):
     @pytest.fixture
     def service(self, tmp_path):
         return LanceDBMemoryService(tmp_path / "m", HashingEmbeddings())
@@ -46,7 +61,7 @@ class TestLanceDBWithEmbeddings(MemoryServiceConformance):
         )
 
 
-class TestLanceDBKeywordOnly(MemoryServiceConformance):
+class TestLanceDBKeywordOnly(_OneServicePerDirectory, MemoryServiceConformance):
     @pytest.fixture
     def service(self, tmp_path):
         return LanceDBMemoryService(tmp_path / "m")
@@ -119,8 +134,10 @@ def test_a_new_service_on_the_directory_sees_everything(tmp_path):
     assert [e.id for e in keyword_only.search(ALICE, "light mode")] == [entry.id]
     keyword_only.add(ALICE, "Drinks oolong tea")  # stored without a vector
     assert keyword_only.count(ALICE) == 3
+    keyword_only.close()
     with pytest.raises(ConfigurationError, match="embeddings"):
         LanceDBMemoryService(tmp_path / "d", HashingEmbeddings(), dims=3)
+    LanceDBMemoryService(tmp_path / "d").close()  # the refused one released the directory
 
 
 def test_a_write_is_one_table_version(tmp_path):
@@ -175,3 +192,117 @@ def test_users_past_state_rows_are_dropped_and_reloaded_from_the_table(tmp_path)
     assert svc.count(bob) == 2
     svc.close()
     assert not svc._users
+
+
+# -- one service per directory (issue 31, item 5) ------------------------------------------
+
+_HOLD = """
+import sys
+from langmem_trpc import UserKey
+from langmem_trpc.backends.lancedb import LanceDBMemoryService
+service = LanceDBMemoryService(sys.argv[1])
+service.add(UserKey("app", "alice"), "Written by the other process")
+print("ready", flush=True)
+sys.stdin.readline()
+service.close()
+print("closed", flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_a_second_service_on_the_directory_is_refused(tmp_path):
+    """A purge through a second service was undone by the first one's stale cache."""
+    first = LanceDBMemoryService(tmp_path / "d")
+    entry = first.add(ALICE, "Prefers dark mode")
+    for _ in range(2):  # refused, and the refusal leaves the first one's lock in place
+        with pytest.raises(ConfigurationError) as info:
+            LanceDBMemoryService(tmp_path / "d")
+        assert str(tmp_path / "d") in str(info.value)
+        assert "in use by another LanceDBMemoryService" in str(info.value)
+    with pytest.raises(ConfigurationError):
+        langmem_trpc.open(f"lancedb://{tmp_path / 'd'}")
+    assert first.get(ALICE, entry.id) is not None
+    first.close()
+    first.close()  # idempotent
+    with LanceDBMemoryService(tmp_path / "d") as second:
+        assert second.get(ALICE, entry.id).text == "Prefers dark mode"
+    other = LanceDBMemoryService(tmp_path / "other")  # another directory is another lock
+    other.close()
+
+
+def test_a_service_in_another_process_holds_the_directory_until_it_closes(tmp_path):
+    import subprocess
+    import sys
+
+    child = subprocess.Popen(
+        [sys.executable, "-c", _HOLD, str(tmp_path / "d")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert child.stdin is not None and child.stdout is not None
+    try:
+        assert child.stdout.readline().strip() == "ready"
+        with pytest.raises(ConfigurationError, match="in use by another LanceDBMemoryService"):
+            LanceDBMemoryService(tmp_path / "d")
+        child.stdin.write("\n")
+        child.stdin.flush()
+        assert child.stdout.readline().strip() == "closed"
+        with LanceDBMemoryService(tmp_path / "d") as mine:  # the child still runs
+            assert [e.text for e in mine.read(ALICE)] == ["Written by the other process"]
+    finally:
+        child.kill()
+        child.wait(timeout=30)
+
+
+def test_a_killed_process_leaves_no_stale_lock(tmp_path):
+    import subprocess
+    import sys
+
+    child = subprocess.Popen(
+        [sys.executable, "-c", _HOLD, str(tmp_path / "d")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert child.stdout is not None
+    try:
+        assert child.stdout.readline().strip() == "ready"
+    finally:
+        child.kill()  # SIGKILL: no close()
+        child.wait(timeout=30)
+    with LanceDBMemoryService(tmp_path / "d") as service:
+        assert service.count(ALICE) == 1
+
+
+@pytest.mark.parametrize(
+    "backend", ["lancedb", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+)
+def test_a_second_service_never_undoes_a_purge_or_passes_capacity(backend, tmp_path, request):
+    """The issue's scenario (a CLI purge next to a running app, both at capacity 3) on
+    every durable backend: LanceDB refuses the second service; SQLite and PostgreSQL
+    share the store, so the purge holds and the capacity is the store's."""
+    if backend == "postgres":
+        url = request.getfixturevalue("pg_url")
+    else:
+        url = f"{backend}://{tmp_path / 'store'}"
+    limits = Limits(capacity=3)
+    app = langmem_trpc.open(url, limits=limits)
+    try:
+        kept = app.add(ALICE, "Lives in Lisbon")
+        if backend == "lancedb":
+            with pytest.raises(ConfigurationError, match="in use by another"):
+                langmem_trpc.open(url, limits=limits)
+            return
+        with langmem_trpc.open(url, limits=limits) as cli:
+            cli.purge(ALICE)
+            assert app.get(ALICE, kept.id) is None
+            with pytest.raises(MemoryNotFoundError):
+                app.update(ALICE, kept.id, "Lives in Porto")  # not written back
+            for i in range(3):
+                cli.add(ALICE, f"fact {i} from the cli")
+            with pytest.raises(CapacityExceededError):
+                app.add(ALICE, "one more from the app")
+            assert app.count(ALICE) == cli.count(ALICE) == 3
+    finally:
+        app.close()

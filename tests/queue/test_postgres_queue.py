@@ -14,8 +14,14 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, messag
 
 from langmem_trpc import UserKey
 from langmem_trpc.backends.postgres import PostgresMemoryService
-from langmem_trpc.errors import BackendError, InvalidInputError, QueuePayloadTooLargeError
-from langmem_trpc.extraction import ExtractionRequest, MemoryOp, VerbatimExtractor
+from langmem_trpc.errors import BackendError, ConfigurationError, InvalidInputError
+from langmem_trpc.extraction import (
+    AutoMemoryWorker,
+    ExtractionRequest,
+    MemoryOp,
+    VerbatimExtractor,
+)
+from langmem_trpc.extraction.job import JobStatus
 from langmem_trpc.queue import EnqueueOutcome, PostgresJobQueue, QueueWorker
 
 USER = UserKey("queue-unit", "alice")
@@ -86,22 +92,92 @@ def test_setup_indexes_the_waiting_jobs_by_lock(pg_url: str, queue: PostgresJobQ
     assert "(lock, id)" in row[0] and "todo" in row[0] and "doing" in row[0]
 
 
-def test_payload_over_the_cap_is_refused_naming_size_and_cap(
+CAP = 65_536
+
+
+def big(message_id: str | None, size: int = 3 * CAP) -> HumanMessage:
+    return HumanMessage("x" * size, id=message_id)
+
+
+@pytest.mark.timeout(120)
+def test_a_message_over_the_cap_after_an_anchor_is_a_counted_placeholder(
+    pg_url: str, service: PostgresMemoryService, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 31 item 1: an anchor then a message over the cap looped forever in enqueue."""
+    with PostgresJobQueue(pg_url, max_payload_bytes=CAP) as q:
+        q.setup()
+        q.enqueue(USER, "t", history(1))
+        drain(pg_url, service)
+        thread = [*history(1), big("big"), *history(3, 1)]
+        with caplog.at_level("WARNING", logger="langmem_trpc.queue.producer"):
+            assert q.enqueue(USER, "t", thread) == EnqueueOutcome.QUEUED
+        assert q.counters()["oversized"] == 1 and q.stats().oversized == 1
+        assert "'big'" in caplog.text and "placeholder" in caplog.text
+        (job,) = [j for j in jobs(pg_url) if j["status"] == "todo"]
+        assert payload_ids(job) == ["m0", "big", "m1", "m2"]
+        assert len(json.dumps(job["args"])) < CAP
+        drain(pg_url, service)
+    assert texts(service) == [f"fact number {i} about m" for i in range(3)]
+    cursor = service.get_cursor(USER, "t")
+    assert cursor is not None and cursor.last_message_id == "m2" and cursor.message_count == 4
+
+
+@pytest.mark.parametrize("message_id", ["big", None])
+def test_a_thread_opening_with_a_message_over_the_cap_is_extracted_past_it(
+    pg_url: str, service: PostgresMemoryService, message_id: str | None
+) -> None:
+    """Issue 31 item 2: every later enqueue failed, the thread was never extracted again."""
+    thread = [big(message_id), *history(2)]
+    with PostgresJobQueue(pg_url, max_payload_bytes=CAP) as q:
+        q.setup()
+        assert q.enqueue(USER, "t", thread[:1]) == EnqueueOutcome.QUEUED
+        drain(pg_url, service)
+        assert q.enqueue(USER, "t", thread) == EnqueueOutcome.QUEUED
+        drain(pg_url, service)
+        assert texts(service) == ["fact number 0 about m", "fact number 1 about m"]
+        # the cursor covers the big message itself: nothing new, not re-queued
+        assert q.enqueue(USER, "t", thread) == EnqueueOutcome.NOTHING_NEW
+        assert q.enqueue(USER, "t", [*thread, *history(3, 2)]) == EnqueueOutcome.QUEUED
+        drain(pg_url, service)
+        assert q.counters()["oversized"] == 1 and q.counters()["rejected"] == 0
+    assert len(texts(service)) == 3
+    assert all(j["status"] == "succeeded" for j in jobs(pg_url))
+
+
+def test_the_queue_and_the_in_process_worker_both_go_on_past_a_message_over_the_cap(
     pg_url: str, service: PostgresMemoryService
 ) -> None:
-    with PostgresJobQueue(pg_url, max_payload_bytes=2_000) as q:
+    """Same thread, both paths: the rest is extracted; the big message is reported (the
+    queue: a counted placeholder; in process: its memory refused, `memories_failed`)."""
+    thread = [HumanMessage("word " * (3 * CAP // 5), id="big"), *history(2)]
+    in_process = UserKey("queue-unit", "bob")
+    worker = AutoMemoryWorker(service, VerbatimExtractor())
+    try:
+        assert worker.process(in_process, "t", thread).status == JobStatus.COMPLETED
+        assert worker.stats().memories_failed == 1
+    finally:
+        worker.close()
+    with PostgresJobQueue(pg_url, max_payload_bytes=CAP) as q:
         q.setup()
-        big = [HumanMessage("x" * 5_000, id="big")]
-        with pytest.raises(QueuePayloadTooLargeError) as info:
-            q.enqueue(USER, "t", big)
-        assert isinstance(info.value, InvalidInputError)
-        assert info.value.field == "messages"
-        assert info.value.cap == 2_000 and info.value.size > 5_000
-        assert "max_payload_bytes of 2000" in str(info.value)
-        assert str(info.value.size) in str(info.value)
-        assert q.counters()["rejected"] == 1
-        assert q.counters()["producer_errors"] == 0
-    assert jobs(pg_url) == []
+        q.enqueue(USER, "t", thread)
+        drain(pg_url, service)
+        assert q.counters()["oversized"] == 1
+    assert (
+        texts(service)
+        == texts(service, in_process)
+        == [
+            "fact number 0 about m",
+            "fact number 1 about m",
+        ]
+    )
+    for user in (USER, in_process):
+        cursor = service.get_cursor(user, "t")
+        assert cursor is not None and cursor.last_message_id == "m1"
+
+
+def test_a_cap_too_small_for_placeholders_is_refused(pg_url: str) -> None:
+    with pytest.raises(ConfigurationError, match="max_payload_bytes must be >= 65536"):
+        PostgresJobQueue(pg_url, max_payload_bytes=CAP - 1)
 
 
 def test_bad_input_is_refused_before_any_write(queue: PostgresJobQueue, pg_url: str) -> None:
@@ -453,6 +529,26 @@ def test_aenqueue_on_an_async_pool(pg_url: str, service: PostgresMemoryService) 
     assert payload_ids(jobs(pg_url)[0]) == ["m0", "m1"]
 
 
+@pytest.mark.timeout(120)
+def test_aenqueue_on_an_async_pool_queues_a_placeholder_for_a_big_message(
+    pg_url: str, service: PostgresMemoryService
+) -> None:
+    from psycopg_pool import AsyncConnectionPool
+
+    async def main() -> dict[str, int]:
+        async with AsyncConnectionPool(pg_url, min_size=1, max_size=2, open=False) as pool:
+            q = PostgresJobQueue(pool=pool, max_payload_bytes=CAP)
+            q.setup()
+            thread = [*history(1), big("big"), *history(2, 1)]
+            assert await q.aenqueue(USER, "t", thread) == EnqueueOutcome.QUEUED
+            q.close()
+            return q.counters()
+
+    assert asyncio.run(main())["oversized"] == 1
+    drain(pg_url, service)
+    assert texts(service) == ["fact number 0 about m", "fact number 1 about m"]
+
+
 def test_aenqueue_without_an_async_pool_runs_off_the_loop(
     queue: PostgresJobQueue, pg_url: str
 ) -> None:
@@ -478,8 +574,11 @@ def test_messages_with_datetimes_in_additional_kwargs_are_queued(
 def test_a_delta_over_the_cap_is_queued_as_consecutive_anchored_jobs(
     pg_url: str, service: PostgresMemoryService
 ) -> None:
-    thread = [HumanMessage(f"fact number {i} " + "padding " * 30, id=f"m{i}") for i in range(20)]
-    with PostgresJobQueue(pg_url, max_payload_bytes=3_000) as q:
+    pad = {"pad": "p" * 12_000}  # the payload's size, not the extracted text's
+    thread = [
+        HumanMessage(f"fact number {i}", id=f"m{i}", additional_kwargs=pad) for i in range(20)
+    ]
+    with PostgresJobQueue(pg_url, max_payload_bytes=CAP) as q:
         q.setup()
         q.enqueue(USER, "t", thread[:1])  # the thread's waiting job, older than the chunks
         assert q.enqueue(USER, "t", thread) == EnqueueOutcome.QUEUED
@@ -491,7 +590,7 @@ def test_a_delta_over_the_cap_is_queued_as_consecutive_anchored_jobs(
         for before, after in zip(chunks, chunks[1:], strict=False):
             assert after[0] == before[-1]  # each chunk is anchored on the one before it
         compact = [len(json.dumps(j["args"], separators=(",", ":")).encode()) for j in queued]
-        assert max(compact) <= 3_000
+        assert max(compact) <= CAP
         drain(pg_url, service)
     entries = service.read(USER)
     assert len(entries) == 20

@@ -4,8 +4,9 @@
 cache of the table: a user's memory rows are loaded in one scan on first touch,
 and each write stores what it changed in one table version before it returns
 (one the table refuses is undone in memory too). Search ranks with the shared
-scorer over a per-user index. The cache is this process's: open one service
-per directory (no `CROSS_PROCESS`). Memories, history events and threads (cursor,
+scorer over a per-user index. The cache is this service's, so a service locks its
+directory until `close()` and a second one is refused (`_lock.py`; no `CROSS_PROCESS`).
+Memories, history events and threads (cursor,
 claim, dead letters) are rows of `records`, JSON in `body`; filters splice only
 hex digests and fixed words, never a caller's id or text.
 """
@@ -39,6 +40,7 @@ from ...service.capabilities import Capability
 from ...service.memory import InMemoryMemoryService, _Row, _UserData, unit_vector
 from ...types import DeadLetter, Entry, ExtractionCursor, HistoryEvent, Kind, SearchOptions, UserKey
 from ..sqlite._scoring import score_candidates
+from ._lock import DirectoryLock
 
 if TYPE_CHECKING:
     from langchain_core.embeddings import Embeddings
@@ -154,11 +156,24 @@ class LanceDBMemoryService(InMemoryMemoryService):
         names = ["key", "rec", "scope", "app", "user", "refh", "body", "fp", *_TYPES]
         cols = [pa.field(n, _TYPES.get(n, pa.string())) for n in names]
         vector = [] if dims is None else [pa.field("vector", pa.list_(pa.float32(), dims))]
+        self._users: OrderedDict[UserKey, _UserData] = OrderedDict()
+        self._state_rows, self._commits = state_rows, 0
+        self._directory = DirectoryLock(path)  # one service per directory, until close()
+        try:
+            self._open_table(path, pa.schema(cols + vector), dims)
+            seqs = self._scan("true", ["seq"]).column("seq").to_pylist()
+            self._writes = itertools.count(max(filter(None, seqs), default=0) + 1)
+            self._load_claims()
+        except BaseException:
+            self._directory.release()
+            raise
+
+    def _open_table(self, path: str | Path, schema: pa.Schema, dims: int | None) -> None:
         db = lancedb.connect(str(path))
         try:  # an existing table keeps its schema (with vectors, opened keyword-only)
             self._table = db.open_table(TABLE)
         except ValueError:
-            self._table = db.create_table(TABLE, schema=pa.schema(cols + vector), exist_ok=True)
+            self._table = db.create_table(TABLE, schema=schema, exist_ok=True)
         self._vectors = "vector" in self._table.schema.names
         stored = self._table.schema.field("vector").type.list_size if self._vectors else None
         if dims is not None and stored != dims:
@@ -166,18 +181,16 @@ class LanceDBMemoryService(InMemoryMemoryService):
                 f"embeddings: the store at {path} holds {stored or 'no'} vector dimensions, "
                 f"the embedder makes {dims}"
             )
-        self._users: OrderedDict[UserKey, _UserData] = OrderedDict()
-        self._state_rows, self._commits = state_rows, 0
-        seqs = self._scan("true", ["seq"]).column("seq").to_pylist()
-        self._writes = itertools.count(max(filter(None, seqs), default=0) + 1)
-        self._load_claims()
 
     @property
     def capabilities(self) -> frozenset[Capability]:
         return super().capabilities | {Capability.DURABLE}
 
     def close(self) -> None:
+        """Drop the cache and release the directory (`_directory`): another service may open
+        it; this one must not be used again."""
         self._users.clear()
+        self._directory.release()
 
     def _scan(self, where: str, columns: Sequence[str] | None = None) -> pa.Table:
         query = self._table.search().where(where).limit(None)
