@@ -30,7 +30,7 @@ from ._output import safe
 from .worker import _embeddings, _load, load_extractor
 
 if TYPE_CHECKING:
-    from ..backfill import BackfillProgress, BackfillReport, HistoryThread
+    from ..history import BackfillProgress, BackfillReport, HistoryThread
 
 __all__ = ["backfill_command", "open_checkpointer"]
 
@@ -152,7 +152,7 @@ def summary(report: BackfillReport, queued: bool = False) -> str:
 def _threads(
     transcripts: tuple[str, ...], thread_id: str | None, user: UserKey | None
 ) -> list[HistoryThread]:
-    from ..backfill import TranscriptError, read_transcripts
+    from ..history import TranscriptError, read_transcripts
 
     threads: list[HistoryThread] = []
     problems: list[str] = []
@@ -293,7 +293,7 @@ def backfill_command(
 
 
 def _run(target: Any, service: Any, extractor: Any, options: dict[str, Any]) -> BackfillReport:
-    from ..backfill import backfill
+    from ..history import backfill
 
     progress = Progress()
     try:

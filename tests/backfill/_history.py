@@ -19,7 +19,9 @@ def put_history(
 ) -> None:
     """Write one checkpoint per (ts, messages so far) of a past thread, as a run would,
     with the run's configurable identity keys (which savers copy into the metadata)."""
-    config: Any = {"configurable": {"thread_id": thread_id, "checkpoint_ns": "", **(identity or {})}}
+    config: Any = {
+        "configurable": {"thread_id": thread_id, "checkpoint_ns": "", **(identity or {})}
+    }
     version = None
     for step, (ts, messages) in enumerate(turns):
         checkpoint = empty_checkpoint()
@@ -28,7 +30,9 @@ def put_history(
         version = saver.get_next_version(version, None)
         checkpoint["channel_values"] = {"messages": list(messages)}
         checkpoint["channel_versions"] = {"messages": version}
-        saved = saver.put(config, checkpoint, {"source": "loop", "step": step}, {"messages": version})
+        saved = saver.put(
+            config, checkpoint, {"source": "loop", "step": step}, {"messages": version}
+        )
         config = {"configurable": {**config["configurable"], **saved["configurable"]}}
 
 
