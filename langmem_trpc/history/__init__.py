@@ -34,6 +34,7 @@ from ._threads import (
     HistoryThread,
     IdentityMap,
     SkippedThread,
+    stored_thread_ids,
     thread_config,
     thread_from_history,
     thread_ids,
@@ -81,7 +82,7 @@ def read_checkpointer(
             app_name=app_name,
             messages_key=messages_key,
         )
-        for tid in thread_ids(saver.list(None))
+        for tid in stored_thread_ids(saver) or thread_ids(saver.list(None))
     ]
 
 

@@ -12,6 +12,7 @@ reference date, episodes' event times) reads it like a live message's own time.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -23,6 +24,8 @@ from .._time import parse_flexible_time
 from ..extraction.delta import KEY_BYTES, message_keys, message_time
 from ..integration.identity import resolve_identity
 from ..types import UserKey
+
+logger = logging.getLogger(__name__)
 
 IdentityMap = Callable[[str, Mapping[str, Any]], "UserKey | None"]
 """A caller's mapping: (thread id, the newest checkpoint's metadata) to the thread's user."""
@@ -69,6 +72,31 @@ def stamped(message: BaseMessage, when: datetime | None) -> BaseMessage:
 def thread_config(thread_id: str) -> dict[str, Any]:
     """The config that lists one thread's root-graph checkpoints."""
     return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
+
+
+THREADS_SQL = (
+    "SELECT thread_id, min(checkpoint_id) AS first FROM checkpoints "
+    "WHERE checkpoint_ns = '' GROUP BY thread_id ORDER BY 2"
+)
+"""SqliteSaver's and PostgresSaver's table (same layout): each root thread, oldest first."""
+
+
+def stored_thread_ids(saver: Any) -> list[str] | None:
+    """A `SqliteSaver`'s or `PostgresSaver`'s thread ids in one query, instead of loading
+    every checkpoint through `list(None)`; None for any other saver (or if the query fails)."""
+    kind = type(saver)
+    module = kind.__module__
+    try:
+        if module.startswith("langgraph.checkpoint.sqlite") and kind.__name__ == "SqliteSaver":
+            with saver.cursor(transaction=False) as cur:
+                return [str(row[0]) for row in cur.execute(THREADS_SQL).fetchall()]
+        if module.startswith("langgraph.checkpoint.postgres") and kind.__name__ == "PostgresSaver":
+            with saver._cursor() as cur:
+                cur.execute(THREADS_SQL)
+                return [str(row["thread_id"]) for row in cur.fetchall()]
+    except Exception as exc:  # another layout: the generic way
+        logger.debug("listing threads by query failed (%s); using list(None)", exc)
+    return None
 
 
 def thread_ids(tuples: Any) -> list[str]:
