@@ -103,8 +103,8 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "AutoMemoryWorker",
     "BackendError",
-    "BackfillReport",
     "BackendRegistry",
+    "BackfillReport",
     "Capability",
     "CapacityExceededError",
     "Checker",
