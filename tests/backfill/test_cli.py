@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -205,3 +206,43 @@ def test_queue_hands_the_threads_to_workers(tmp_path: Path, pg_url: str) -> None
             "2025-03-05",
         }
     assert "would extract 0 message(s)" in run(*args, "--dry-run").output
+
+
+def test_module_attr_saver_identity_function_and_window(tmp_path: Path) -> None:
+    db = tmp_path / "m.db"
+    source = [
+        "--checkpointer",
+        "tests.backfill.saver_module:SAVER",
+        "--db",
+        str(db),
+        "--extractor",
+        "verbatim",
+    ]
+    outside = run(*source, "--since", "2025-05-01")
+    assert outside.exit_code == 0 and "0 thread(s)" in outside.output
+    mapped = run(
+        *source, "--identity", "tests.backfill.saver_module:identity", "--until", "2025-05-01"
+    )
+    assert mapped.exit_code == 0, mapped.output
+    assert memories(db, UserKey("app", "mapped")) == ["m1 note 0"]
+
+
+def test_sqlite_saver_read_in_a_thread_by_abackfill(tmp_path: Path) -> None:
+    source = checkpoints(tmp_path / "cp.db", 2, ["2025-03-01"])
+    saver = SqliteSaver(sqlite3.connect(source, check_same_thread=False))
+    service = langmem_trpc.InMemoryMemoryService()
+    report = asyncio.run(langmem_trpc.abackfill(saver, service, langmem_trpc.VerbatimExtractor()))
+    assert report.ok and report.added == 2
+
+
+@pytest.mark.postgres
+def test_postgres_saver_url_as_the_source(tmp_path: Path, pg_url: str) -> None:
+    from langgraph.checkpoint.postgres import PostgresSaver
+
+    with PostgresSaver.from_conn_string(pg_url) as saver:
+        saver.setup()
+        put_history(saver, "p1", conversation("p1", ["2025-02-01", "2025-02-03"]), IDENTITY)
+    db = tmp_path / "m.db"
+    result = run("--checkpointer", pg_url, "--db", str(db), "--extractor", "verbatim")
+    assert result.exit_code == 0, result.output
+    assert memories(db, UserKey("app", "u1")) == ["p1 note 0", "p1 note 1"]
