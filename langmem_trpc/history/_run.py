@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -83,19 +84,25 @@ def run_thread(worker: AutoMemoryWorker, thread: HistoryThread) -> list[JobRepor
 def run_users(
     worker: AutoMemoryWorker, groups: list[list[HistoryThread]], tally: Tally, concurrency: int
 ) -> None:
-    """Each user's threads in order, `concurrency` users at once."""
+    """Each user's threads in order, `concurrency` users at once. An interrupt (Ctrl-C)
+    lets the running threads' jobs finish and starts no other thread."""
+    stop = threading.Event()
 
     def one_user(threads: list[HistoryThread]) -> None:
         for thread in threads:
+            if stop.is_set():
+                return
             tally.add(thread, run_thread(worker, thread))
 
-    if concurrency <= 1 or len(groups) <= 1:
-        for group in groups:
-            one_user(group)
-        return
-    with ThreadPoolExecutor(concurrency, thread_name_prefix="langmem-backfill") as pool:
+    pool = ThreadPoolExecutor(max(1, min(concurrency, len(groups))), "langmem-backfill")
+    try:
         for done in [pool.submit(one_user, group) for group in groups]:
             done.result()
+    except BaseException:
+        stop.set()
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def plan_thread(
