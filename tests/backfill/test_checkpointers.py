@@ -204,3 +204,16 @@ def test_since_until_and_users_select_threads() -> None:
     since = datetime(2025, 1, 1, tzinfo=timezone.utc)
     report = langmem_trpc.backfill(saver, service, VerbatimExtractor(), since=since, users=["u1"])
     assert report.threads == 1 and texts(service) == ["new note 0"]
+
+
+def test_one_sitting_is_cut_at_the_batch_size() -> None:
+    saver = InMemorySaver()
+    day = [f"2025-03-01T10:{m:02d}:00+00:00" for m in range(0, 50, 10)]
+    turns, messages = [], []
+    for i, ts in enumerate(day):
+        messages = [*messages, HumanMessage(f"fact {i}", id=f"h{i}"), AIMessage("ok", id=f"a{i}")]
+        turns.append((ts, messages))
+    put_history(saver, "t1", turns, IDENTITY)
+    extractor = Recording()
+    report = langmem_trpc.backfill(saver, InMemoryMemoryService(), extractor, batch_messages=4)
+    assert report.batches == 3 and [len(r.messages) for r in extractor.requests] == [4, 4, 2]
