@@ -246,3 +246,13 @@ def test_postgres_saver_url_as_the_source(tmp_path: Path, pg_url: str) -> None:
     result = run("--checkpointer", pg_url, "--db", str(db), "--extractor", "verbatim")
     assert result.exit_code == 0, result.output
     assert memories(db, UserKey("app", "u1")) == ["p1 note 0", "p1 note 1"]
+
+
+async def test_abackfill_reads_an_async_saver_natively(tmp_path: Path) -> None:
+    from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+
+    source = checkpoints(tmp_path / "cp.db", 2, ["2025-03-01", "2025-03-04"])
+    async with AsyncSqliteSaver.from_conn_string(str(source)) as saver:
+        service = langmem_trpc.InMemoryMemoryService()
+        report = await langmem_trpc.abackfill(saver, service, langmem_trpc.VerbatimExtractor())
+    assert report.ok and (report.threads, report.added) == (2, 4)
