@@ -63,6 +63,7 @@ if TYPE_CHECKING:
         checks_all,
         checks_any,
     )
+    from .history import BackfillReport, abackfill, backfill
     from .integration import (
         MemoryCheckpointer,
         MemoryIngestMiddleware,
@@ -82,6 +83,7 @@ _LAZY_BY_MODULE = {  # what the TYPE_CHECKING block imports, loaded on first use
     ".extraction": "AutoMemoryWorker Checker ExtractionContext Extractor WorkerStats JobReport "
     "LLMExtractor MemoryOp VerbatimExtractor check_message_threshold check_time_interval "
     "checks_all checks_any",
+    ".history": "BackfillReport abackfill backfill",
     ".integration": "MemoryCheckpointer MemoryIngestMiddleware MemoryPreloadMiddleware "
     "MemoryStore apreload_messages create_memory_tools create_preload_node preload_messages "
     "resolve_identity",
@@ -102,6 +104,7 @@ __all__ = [
     "AutoMemoryWorker",
     "BackendError",
     "BackendRegistry",
+    "BackfillReport",
     "Capability",
     "CapacityExceededError",
     "Checker",
@@ -145,8 +148,10 @@ __all__ = [
     "VerbatimExtractor",
     "WorkerError",
     "WorkerStats",
+    "abackfill",
     "aopen",
     "apreload_messages",
+    "backfill",
     "check_message_threshold",
     "check_time_interval",
     "checks_all",

@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from ._common import RootGroup, default_db
+from .backfill import backfill_command
 from .bench import bench
 from .jobs import jobs
 from .mcp import mcp_command
@@ -57,6 +58,7 @@ def demo(db: str | None) -> None:
 
 for command in (memories, export_memories, import_memories, jobs, worker_command, bench):
     cli.add_command(command)
+cli.add_command(backfill_command)
 cli.add_command(mcp_command)
 cli.add_command(ui_command)
 

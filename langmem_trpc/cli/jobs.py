@@ -83,7 +83,7 @@ def jobs() -> None:
 @reports_errors
 def jobs_status(db: str | None, queue: str, top: int, as_json: bool) -> None:
     """The queue: waiting and running jobs, oldest waiting age, failed jobs, waiting jobs
-    per app, per-user lag.
+    per app, per-user lag, and per user the model calls and tokens its jobs used.
 
     \b
     Example:
@@ -94,11 +94,24 @@ def jobs_status(db: str | None, queue: str, top: int, as_json: bool) -> None:
     from ..queue._stats import ProducerCounters
 
     with open_queue(db, queue) as q:
-        stats = q.stats(top=top)
+        stats, costs = q.stats(top=top), q.costs(top=top)
     # the queue's figures, without this short-lived producer's counters
     hidden = {*ProducerCounters.NAMES, "extra"}
     data = {k: v for k, v in dataclasses.asdict(stats).items() if k not in hidden}
-    emit({"queue": queue, **data}, as_json, lambda: format_stats(stats, queue))
+
+    def text() -> str:
+        return "\n".join([format_stats(stats, queue), *format_costs(costs)])
+
+    emit({"queue": queue, **data, "costs": costs}, as_json, text)
+
+
+def format_costs(costs: dict[str, dict[str, int]]) -> list[str]:
+    """Per-user model cost lines of `jobs status` (jobs that called a model only)."""
+    return [
+        f"  {user}: {c['model_calls']} model call(s) in {c['jobs']} job(s), "
+        f"{c['input_tokens']} input / {c['output_tokens']} output tokens"
+        for user, c in costs.items()
+    ]
 
 
 @jobs.command(name="failed")

@@ -36,6 +36,7 @@ __all__ = [
     "ExtractionRequest",
     "Extractor",
     "LLMExtractor",
+    "ModelUsage",
     "VerbatimExtractor",
     "context_topics",
 ]
@@ -43,6 +44,24 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 FINAL_INSTRUCTION = "Extract and manage memories from the conversation above."
+
+
+@dataclass
+class ModelUsage:
+    """Model calls one extraction made and their tokens, as the provider reported them
+    (`AIMessage.usage_metadata`; 0 when it reports none). An extractor adds to
+    `ExtractionRequest.usage`; the job copies it into its report (cost accounting)."""
+
+    calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    def record(self, reply: object) -> None:
+        """Count one model call and the tokens of its reply, if any."""
+        self.calls += 1
+        usage = getattr(reply, "usage_metadata", None) or {}
+        self.input_tokens += int(usage.get("input_tokens") or 0)
+        self.output_tokens += int(usage.get("output_tokens") or 0)
 
 
 @dataclass(frozen=True)
@@ -59,9 +78,12 @@ class ExtractionRequest:
     actions: frozenset[Action] = frozenset({Action.ADD, Action.UPDATE, Action.DELETE})
     """Operations the worker will execute; offer no others."""
     reference_time: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
+    """The "today" of the batch: its latest message time, else the job's time (`run_job`)."""
     timeout: float | None = None
     """Seconds this call may take (the job's remaining time; None: no limit); `LLMExtractor`
     passes it to the model client as its request timeout."""
+    usage: ModelUsage = field(default_factory=ModelUsage, compare=False)
+    """Where the extractor counts its model calls and tokens (shared by `replace` copies)."""
 
 
 @runtime_checkable
@@ -159,8 +181,10 @@ class LLMExtractor:
             choice = self.tool_choice
             try:
                 reply = self.bind(self.model, tools, request.timeout).invoke(messages)
+                request.usage.record(reply)
                 break
             except Exception as exc:  # any provider failure is an extraction failure
+                request.usage.calls += 1
                 self._refused(choice, exc, retry)
         return self._ops(reply, actions)
 
@@ -174,8 +198,10 @@ class LLMExtractor:
             choice = self.tool_choice
             try:
                 reply = await self.bind(model, tools, request.timeout).ainvoke(messages)
+                request.usage.record(reply)
                 break
             except Exception as exc:  # any provider failure is an extraction failure
+                request.usage.calls += 1
                 self._refused(choice, exc, retry)
         return self._ops(reply, actions)
 

@@ -35,6 +35,7 @@ from .delta import (
     compute_delta,
     is_memorable,
     message_keys,
+    message_time,
 )
 from .execute import OpOutcome, execute_ops
 from .existing import existing_query, load_existing
@@ -84,6 +85,9 @@ class JobSettings:
     claim at once and read the cursor under the claim only (one round trip less), for
     jobs whose producer already read the cursor (`QueueWorker`); a job with nothing new
     then takes and gives back the claim."""
+    idle_gap: float | None = None
+    """Seconds between two messages' own times past which a batch ends, so one extractor
+    call sees one sitting (a backfill sets it; None: batches end at `batch_messages` only)."""
 
     @property
     def claim_seconds(self) -> float:
@@ -120,6 +124,11 @@ class JobReport:
     """Ids of the dead letters this job wrote (the cursor moved past each batch)."""
     retried: int = 0
     """Dead letters queued for retry that this job extracted successfully."""
+    model_calls: int = 0
+    """Model calls its extractor made (`ModelUsage`), failed ones included."""
+    input_tokens: int = 0
+    output_tokens: int = 0
+    """Tokens of those calls, as the provider reported them (0 when it reports none)."""
 
     def count(self, result: str) -> int:
         return sum(o.count for o in self.outcomes if o.result == result)
@@ -264,7 +273,8 @@ class _Run:
         if not all(check(context) for check in self.settings.checkers):
             report.status = JobStatus.SKIPPED_BY_CHECKER
             return
-        batches = split_batches(messages, delta, self.settings.batch_messages)
+        settings = self.settings
+        batches = split_batches(messages, delta, settings.batch_messages, settings.idle_gap)
         for end, batch in batches:
             if (report.batches or report.dead_lettered) and not self.deadline.ok():
                 report.status = JobStatus.PARTIAL
@@ -342,10 +352,17 @@ class _Run:
         if getattr(self.extractor, "uses_existing", True):
             existing = load_existing(service, user, existing_query(batch, policy))
         deadline.check("loading existing memories")
-        request = ExtractionRequest(user, thread_id, batch, existing, policy, actions, utcnow())
+        when = batch_time(batch) or utcnow()  # the batch's clock, not today, for a backfill
+        request = ExtractionRequest(user, thread_id, batch, existing, policy, actions, when)
         extract_started = time.perf_counter()
-        ops = self.run_extractor(self.extractor, request, deadline.remaining())
-        report.extract_seconds += time.perf_counter() - extract_started
+        try:
+            ops = self.run_extractor(self.extractor, request, deadline.remaining())
+        finally:
+            report.extract_seconds += time.perf_counter() - extract_started
+            usage = request.usage
+            report.model_calls += usage.calls
+            report.input_tokens += usage.input_tokens
+            report.output_tokens += usage.output_tokens
         report.proposed += len(ops)
         deadline.check("extracting")
         decided = apply_policy(
@@ -369,18 +386,34 @@ class _Run:
             raise LangmemTrpcError("storage failed during execution; the delta will be retried")
 
 
+def batch_time(batch: Sequence[BaseMessage]) -> datetime | None:
+    """The latest of the batch's own message times (`message_time`), if any has one."""
+    times = [t for t in map(message_time, batch) if t is not None]
+    return max(times) if times else None
+
+
 def split_batches(
-    messages: Sequence[BaseMessage], delta: Delta, size: int
+    messages: Sequence[BaseMessage], delta: Delta, size: int, idle_gap: float | None = None
 ) -> list[tuple[int, tuple[BaseMessage, ...]]]:
-    """Cut the delta after every `size` memorable messages: (end index in `messages`, batch)."""
+    """Cut the delta after every `size` memorable messages, and before a memorable message
+    more than `idle_gap` seconds after the previous one (by their own times; a message
+    without one never starts a batch): (end index in `messages`, batch)."""
     batches: list[tuple[int, tuple[BaseMessage, ...]]] = []
     current: list[BaseMessage] = []
+    last: datetime | None = None
     for index in range(delta.start, len(messages)):
-        if is_memorable(messages[index]):
-            current.append(messages[index])
-            if len(current) == size:
-                batches.append((index + 1, tuple(current)))
-                current = []
+        message = messages[index]
+        if not is_memorable(message):
+            continue
+        when = message_time(message) if idle_gap is not None else None
+        if current and when and last and (when - last).total_seconds() > (idle_gap or 0):
+            batches.append((index, tuple(current)))
+            current = []
+        last = when or last
+        current.append(message)
+        if len(current) == size:
+            batches.append((index + 1, tuple(current)))
+            current = []
     if current or not batches:
         batches.append((len(messages), tuple(current)))
     else:  # trailing tool traffic after the last full batch belongs to it

@@ -47,6 +47,11 @@ class WorkerStats:
     memories_deleted: int = 0
     memories_skipped_duplicate: int = 0
     memories_failed: int = 0
+    model_calls: int = 0
+    """Model calls the extractor made (cost accounting; 0 for an extractor without a model)."""
+    input_tokens: int = 0
+    output_tokens: int = 0
+    """Tokens of those calls, as the provider reported them (`usage_metadata`)."""
     queue_depth: int = 0
     queue_depths: tuple[int, ...] = ()
     cursor_lag: int = 0
@@ -100,6 +105,9 @@ class Counters:
                 memories_deleted=report.deleted,
                 memories_skipped_duplicate=report.duplicates,
                 memories_failed=report.failed_ops,
+                model_calls=report.model_calls,
+                input_tokens=report.input_tokens,
+                output_tokens=report.output_tokens,
             )
             if report.cursor is not None:
                 self._covered[key] = report.cursor.message_count

@@ -148,6 +148,8 @@ class AutoMemoryWorker:
         max_calls_per_user: extractor calls one user may have in flight, timed-out ones
             still running included; past it a job waits for a slot within its timeout,
             or fails at once (`ExtractorBusyError`) if one of them timed out.
+        idle_gap: seconds between two messages' own times past which a batch ends
+            (`JobSettings.idle_gap`; a backfill sets it, None: off).
 
     Example:
         ```python
@@ -173,6 +175,7 @@ class AutoMemoryWorker:
         max_attempts: int = 3,
         claim_ttl: float | None = None,
         max_calls_per_user: int = 4,
+        idle_gap: float | None = None,
     ) -> None:
         if not isinstance(service, MemoryService):
             raise ConfigurationError(
@@ -204,6 +207,7 @@ class AutoMemoryWorker:
             batch_messages,
             max_attempts=max_attempts,
             claim_ttl=claim_ttl,
+            idle_gap=idle_gap,
         )
         self.workers = workers
         self.queue_size = queue_size

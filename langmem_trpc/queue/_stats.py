@@ -37,6 +37,25 @@ WHERE id = %(id)s AND {_WHERE} AND status IN ('failed', 'aborted') RETURNING id"
 thread's waiting job (it runs before it: same user lock, older id)."""
 
 
+COSTS_TABLE = """CREATE TABLE IF NOT EXISTS langmem_job_costs (
+    queue text NOT NULL, app_name text NOT NULL, user_id text NOT NULL,
+    jobs bigint NOT NULL DEFAULT 0, model_calls bigint NOT NULL DEFAULT 0,
+    input_tokens bigint NOT NULL DEFAULT 0, output_tokens bigint NOT NULL DEFAULT 0,
+    PRIMARY KEY (queue, app_name, user_id))"""
+"""What the queue's extraction jobs cost, per user: model calls and their tokens (`JobReport`)."""
+RECORD_COST = """INSERT INTO langmem_job_costs AS c
+    (queue, app_name, user_id, jobs, model_calls, input_tokens, output_tokens)
+VALUES (%(queue)s, %(app)s, %(user)s, 1, %(calls)s, %(input)s, %(output)s)
+ON CONFLICT (queue, app_name, user_id) DO UPDATE SET jobs = c.jobs + 1,
+    model_calls = c.model_calls + excluded.model_calls,
+    input_tokens = c.input_tokens + excluded.input_tokens,
+    output_tokens = c.output_tokens + excluded.output_tokens"""
+COSTS = """SELECT app_name, user_id, jobs, model_calls, input_tokens, output_tokens
+FROM langmem_job_costs WHERE queue = %(queue)s
+ORDER BY input_tokens + output_tokens DESC, model_calls DESC, app_name, user_id LIMIT %(top)s"""
+COSTS_EXIST = "SELECT to_regclass('langmem_job_costs') IS NOT NULL AS present"
+
+
 def queue_params(queue: str, **extra: Any) -> dict[str, Any]:
     """The parameters of the queries above for one queue."""
     return {"queue": queue, "apps": f"{queue}@", "task": TASK_NAME, **extra}

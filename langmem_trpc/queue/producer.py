@@ -35,6 +35,9 @@ from ._plan import (
 )
 from ._schema import migrate
 from ._stats import (
+    COSTS,
+    COSTS_EXIST,
+    COSTS_TABLE,
     FAILED_JOBS,
     RETRY_FAILED,
     STATS_QUERIES,
@@ -182,6 +185,7 @@ class PostgresJobQueue:
             migrate(conn)
             conn.execute(WAITING_LOCK_INDEX)
             conn.execute(JOB_TRIGGERS)
+            conn.execute(COSTS_TABLE)
 
     async def asetup(self) -> None:
         await asyncio.to_thread(self.setup)
@@ -248,6 +252,18 @@ class PostgresJobQueue:
         with self._connection() as conn, conn.cursor(row_factory=_dict_row()) as cur:
             rows = [cur.execute(q, params).fetchall() for q in STATS_QUERIES]
         return stats_from_rows(rows, self._counters.snapshot())
+
+    def costs(self, *, top: int = 20) -> dict[str, dict[str, int]]:
+        """What the queue's jobs cost per user ("app/user": jobs, model_calls,
+        input_tokens, output_tokens), costliest first, at most `top` users; recorded by
+        `QueueWorker` for jobs that called a model ({} before a `setup()` that made the table)."""
+        params = queue_params(self.queue, top=top)
+        with self._connection() as conn, conn.cursor(row_factory=_dict_row()) as cur:
+            if not cur.execute(COSTS_EXIST).fetchone()["present"]:
+                return {}
+            rows = cur.execute(COSTS, params).fetchall()
+        names = ("jobs", "model_calls", "input_tokens", "output_tokens")
+        return {f"{r['app_name']}/{r['user_id']}": {n: int(r[n]) for n in names} for r in rows}
 
     def failed_jobs(self, *, limit: int = 100) -> list[FailedJob]:
         """Jobs of this queue that failed every retry (or were aborted), oldest first."""

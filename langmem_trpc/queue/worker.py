@@ -42,7 +42,7 @@ from ..extraction.worker import AutoMemoryWorker
 from ..service.protocol import MemoryService
 from ..types import check_identifier
 from ._payload import app_queue, check_queue_name, decode
-from ._stats import TASK_NAME
+from ._stats import RECORD_COST, TASK_NAME
 
 __all__ = ["JobIncompleteError", "QueueWorker"]
 
@@ -234,9 +234,30 @@ class QueueWorker:
         finally:
             self._running.discard(job_id)
             self._waiting.discard(task)
+        await self._record_cost(report)
         if report.status in (JobStatus.FAILED, JobStatus.PARTIAL):
             raise JobIncompleteError(f"{report.status.value}: {report.error}")
         return str(report.status.value)
+
+    async def _record_cost(self, report: JobReport) -> None:
+        """Add a job's model calls and tokens to its user's row (`jobs status` shows them);
+        a job without model calls writes nothing, a failed write is only logged."""
+        if not report.model_calls:
+            return
+        params = {
+            "queue": self.queue,
+            "app": report.user.app_name,
+            "user": report.user.user_id,
+            "calls": report.model_calls,
+            "input": report.input_tokens,
+            "output": report.output_tokens,
+        }
+        try:
+            await self.app.connector.execute_query_async(RECORD_COST, **params)
+        except Exception as exc:  # accounting never fails a job
+            logger.warning(
+                "queue: could not record the job's cost: %s: %s", type(exc).__name__, exc
+            )
 
     # -- running --------------------------------------------------------------
 
