@@ -308,3 +308,19 @@ def test_a_never_started_worker_warns_once(service, user, caplog):
     assert "never started" in warnings[0] and "worker.start()" in warnings[0]
     assert "synchronously in the caller" in warnings[0]
     worker.close()
+
+
+class Unimplemented(VerbatimExtractor):
+    def extract(self, request):
+        raise NotImplementedError
+
+
+def test_a_job_failure_without_a_message_says_what_it_was(service, user, caplog):
+    """An empty exception text made the log read `job failed ...: NotImplementedError: `."""
+    worker = AutoMemoryWorker(service, Unimplemented())
+    with caplog.at_level("WARNING", logger="langmem_trpc.extraction.job"):
+        report = worker.process(user, "t", [msg("I like tea", 1)])
+    worker.close()
+    assert report.error is not None
+    assert report.error.startswith("NotImplementedError (raised without a message: ")
+    assert any(report.error in r.getMessage() for r in caplog.records)
