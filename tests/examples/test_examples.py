@@ -103,3 +103,21 @@ def test_an_example_names_what_to_install(name: str, module: str, hint: str):
     assert done.returncode != 0
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
     assert hint in done.stderr and name in done.stderr, done.stderr
+
+
+def test_the_testing_guide_example_runs(tmp_path, caplog):
+    """docs/testing.md's complete test, run as written, quiet (no WARNING)."""
+    import logging
+    import re
+
+    text = (EXAMPLES.parent / "docs" / "testing.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, re.DOTALL)
+    complete = next(b for b in blocks if "def test_" in b)
+    namespace: dict[str, object] = {}
+    exec(compile(complete, "docs/testing.md", "exec"), namespace)
+    tests = [v for k, v in namespace.items() if k.startswith("test_") and callable(v)]
+    assert tests
+    with caplog.at_level(logging.WARNING):
+        for test in tests:
+            test(tmp_path)
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
