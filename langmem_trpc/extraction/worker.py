@@ -151,6 +151,7 @@ class AutoMemoryWorker:
         ```python
         with AutoMemoryWorker(service, LLMExtractor(model), workers=2) as worker:
             worker.enqueue(user, "thread-1", state["messages"])
+            worker.flush(timeout=30)  # tests and scripts: wait until its jobs are done
             print(worker.stats())
         ```
     """
