@@ -13,15 +13,17 @@ from __future__ import annotations
 
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from langchain.agents import create_agent
-from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
-from langgraph.checkpoint.memory import InMemorySaver
+try:
+    from langchain.agents import create_agent
+    from langchain_core.language_models import BaseChatModel
+    from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+    from langgraph.checkpoint.memory import InMemorySaver
 
-import langmem_trpc
+    import langmem_trpc
+except ImportError as exc:
+    sys.exit(f"examples/agent_sqlite.py needs {exc.name or exc}: pip install .")
 from langmem_trpc import (
     AutoMemoryWorker,
     LLMExtractor,
@@ -43,7 +45,9 @@ def remember_user_statements(messages: list[BaseMessage]) -> AIMessage:
         tool_call("memory_add", {"memory": f"The user said: {text}", "topics": ["diet"]})
         for text in said
     ]
-    return AIMessage("", tool_calls=calls)
+    # An extraction reply must call a memory tool or `nothing_to_remember`; an empty
+    # reply is a failed job (logged, retried, then dead-lettered).
+    return AIMessage("", tool_calls=calls or [tool_call("nothing_to_remember")])
 
 
 def models() -> tuple[BaseChatModel, BaseChatModel]:
@@ -58,16 +62,6 @@ def models() -> tuple[BaseChatModel, BaseChatModel]:
         ]
     )
     return agent, ScriptedChatModel(replies=[], default=remember_user_statements)
-
-
-def settle(worker: AutoMemoryWorker, runs: int, timeout: float = 60.0) -> None:
-    """Wait until the worker finished `runs` jobs (a real app never needs to wait)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        s = worker.stats()
-        if s.jobs_run + s.jobs_nothing_new + s.jobs_skipped_by_checker + s.jobs_failed >= runs:
-            return
-        time.sleep(0.05)
 
 
 def main(db_path: Path) -> None:
@@ -87,7 +81,7 @@ def main(db_path: Path) -> None:
             {"configurable": {"thread_id": "monday", **identity}},
         )
         print("monday:", first["messages"][-1].content)
-        settle(worker, runs=1)
+        worker.flush(timeout=60)  # wait for the extraction (a real app never needs to)
         for entry in service.read(UserKey("recipes", "alice")):
             print("remembered:", entry.text)
         second = agent.invoke(

@@ -9,21 +9,25 @@ land in the same service the rest of langmem_trpc uses (hybrid search,
 history, the CLI).
 
 Runs offline with a scripted model; set OPENAI_API_KEY (or OPENAI_BASE_URL) to
-use a real one. Usage: python examples/langmem_store.py
+use a real one. Needs langmem: pip install langmem. Usage: python examples/langmem_store.py
 """
 
 from __future__ import annotations
 
 import json
+import sys
 import tempfile
 from pathlib import Path
 
-from langchain.agents import create_agent
-from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
-from langmem import create_manage_memory_tool, create_search_memory_tool
+try:
+    from langchain.agents import create_agent
+    from langchain_core.language_models import BaseChatModel
+    from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+    from langmem import create_manage_memory_tool, create_search_memory_tool
 
-import langmem_trpc
+    import langmem_trpc
+except ImportError as exc:
+    sys.exit(f"examples/langmem_store.py needs {exc.name or exc}: pip install langmem")
 from langmem_trpc import MemoryStore, UserKey
 from langmem_trpc.models import chat_model_from_env
 from langmem_trpc.testing import HashingEmbeddings, ScriptedChatModel, tool_call

@@ -40,6 +40,7 @@ __all__ = [
     "NamespaceAccessError",
     "QueuePayloadTooLargeError",
     "WorkerError",
+    "error_text",
 ]
 
 
@@ -175,3 +176,20 @@ class ConfigurationError(LangmemTrpcError):
 
 class WorkerError(LangmemTrpcError):
     """The background worker was used in a state that does not allow it."""
+
+
+_WITHOUT_MESSAGE = {
+    NotImplementedError: "raised without a message: something called is not implemented, "
+    "e.g. bind_tools on a chat model that cannot call tools",
+    TimeoutError: "raised without a message: a call timed out",
+}
+
+
+def error_text(exc: BaseException) -> str:
+    """`Type: message` for logs and records; an exception raised without a message (an empty
+    `NotImplementedError()`) still says what it is and what that usually means."""
+    text = str(exc).strip()
+    if text:
+        return f"{type(exc).__name__}: {text}"
+    hint = next((h for kind, h in _WITHOUT_MESSAGE.items() if isinstance(exc, kind)), None)
+    return f"{type(exc).__name__} ({hint or 'raised without a message'})"

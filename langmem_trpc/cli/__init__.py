@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import logging
-import shlex
-from pathlib import Path
 
 import click
 
-from ._common import RootGroup, default_db
+from ._common import RootGroup
 from .backfill import backfill_command
 from .bench import bench
 from .jobs import jobs
@@ -36,7 +34,11 @@ def cli(verbose: int) -> None:
 
 
 @cli.command(name="demo")
-@click.option("--db", help="SQLite file for the demo (default: memories.db in the data directory).")
+@click.option(
+    "--db",
+    help="SQLite file for the demo (default: langmem-demo.db in $LANGMEM_TRPC_HOME, else in "
+    "the user data directory; never your memories.db). The demo resets its own user there.",
+)
 def demo(db: str | None) -> None:
     """Run a two-thread agent conversation through the real hook, worker, store and preload.
 
@@ -46,14 +48,9 @@ def demo(db: str | None) -> None:
     Example:
         langmem-trpc demo --db /tmp/demo.db
     """
-    from .demo import USER, run_demo
+    from .demo import run_demo_command
 
-    target = Path(db or default_db())
-    target.parent.mkdir(parents=True, exist_ok=True)
-    where = f"--db {shlex.quote(str(target))}"
-    user = f"--app {USER.app_name} --user {USER.user_id}"
-    hints = [f"langmem-trpc memories list {where} {user}", f"langmem-trpc ui {where}"]
-    run_demo(target, out=click.echo, hints=hints)
+    run_demo_command(db, out=click.echo)
 
 
 for command in (memories, export_memories, import_memories, jobs, worker_command, bench):

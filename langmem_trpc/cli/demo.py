@@ -8,9 +8,11 @@ OPENAI_BASE_URL) is set.
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import os
 import re
-import time
+import shlex
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -32,7 +34,11 @@ from ..types import UserKey
 from ._common import plural
 from ._output import event_line, safe
 
-__all__ = ["run_demo"]
+__all__ = ["DEMO_DB", "default_demo_db", "run_demo", "run_demo_command", "try_next"]
+
+DEMO_DB = "langmem-demo.db"
+"""The demo's own SQLite file: it resets its user on every run, so it never uses the
+default `memories.db` (nor $LANGMEM_TRPC_DSN) unless --db names it."""
 
 USER = UserKey("langmem-demo", "alice")
 SYSTEM_PROMPT = "You are a concise platform engineering assistant."
@@ -120,15 +126,6 @@ class _SeenByModel(AgentMiddleware[Any, Any, Any]):
         return handler(request)
 
 
-def _wait(worker: AutoMemoryWorker, jobs: int, timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        s = worker.stats()
-        if s.jobs_run + s.jobs_nothing_new + s.jobs_skipped_by_checker + s.jobs_failed >= jobs:
-            return
-        time.sleep(0.05)
-
-
 def _memory_block(calls: list[list[BaseMessage]]) -> str:
     """The preloaded memory block in the first of these model calls' input."""
     if not calls:
@@ -191,7 +188,7 @@ def run_demo(
 ) -> None:
     """Run the two-thread Go upgrade conversation and print what memory did.
 
-    `hints` are commands printed at the end as "try next".
+    `hints` are commands printed at the end under "Try next:", one per line.
     """
     from ..registry import open as open_store
 
@@ -209,10 +206,10 @@ def run_demo(
             middleware=[MemoryPreloadMiddleware(service, preload=10), seen],
             checkpointer=MemoryCheckpointer(InMemorySaver(), worker),
         )
-        for runs, text in enumerate(THREAD_1, start=1):
+        for text in THREAD_1:
             answer = str(_ask(agent, text, "thread-1")[-1].content)
             out(f"\n[thread-1] user: {text}\n[thread-1] assistant: {safe(answer)}")
-            _wait(worker, runs)
+            worker.flush(timeout=120)  # the next turn reads what this one stored
         start = len(seen.inputs)
         turn = _ask(agent, THREAD_2, "thread-2")
         out(f"\n[thread-2] user: {THREAD_2}")
@@ -231,5 +228,37 @@ def run_demo(
     out("")
     out(_verdict(model_input, answer))
     if hints:
-        out("Try next: " + "   ".join(hints))
+        out("Try next:")
+        for hint in hints:
+            out(f"  {hint}")
     service.close()
+
+
+def default_demo_db() -> Path:
+    """`langmem-demo.db` in $LANGMEM_TRPC_HOME, else in the user data directory."""
+    if home := os.environ.get("LANGMEM_TRPC_HOME"):
+        return Path(home) / DEMO_DB
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir("langmem-trpc")) / DEMO_DB
+
+
+def try_next(db_path: Path) -> list[str]:
+    """Commands that work as printed on the demo's database (a `#` comment names a missing extra)."""
+    where = f"--db {shlex.quote(str(db_path))}"
+    user = f"--app {USER.app_name} --user {USER.user_id}"
+    ui = f"langmem-trpc ui {where}"
+    if not all(importlib.util.find_spec(m) for m in ("starlette", "uvicorn", "jinja2")):
+        ui += '  # needs the [ui] extra: pip install ".[ui]"'
+    return [
+        f"langmem-trpc memories list {where} {user}",
+        f"langmem-trpc memories search {where} {user} 'go version'",
+        ui,
+    ]
+
+
+def run_demo_command(db: str | None, out: Callable[[str], None] = print) -> None:
+    """`langmem-trpc demo`: on --db, else on its own `langmem-demo.db` (see `DEMO_DB`)."""
+    target = Path(db) if db else default_demo_db()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    run_demo(target, out=out, hints=try_next(target))

@@ -59,6 +59,19 @@ def open_queue(db: str | None, queue: str) -> Iterator[PostgresJobQueue]:
         yield q
 
 
+NO_QUEUE = "no job queue in this database"
+
+
+def has_queue(db: str) -> bool:
+    """Whether the PostgreSQL database holds the job queue's tables (`PostgresJobQueue.setup`
+    makes them); a service used with the in-process worker has only its dead letters."""
+    import psycopg
+
+    with psycopg.connect(db, autocommit=True) as conn:
+        row = conn.execute("SELECT to_regclass('procrastinate_jobs') IS NOT NULL").fetchone()
+    return bool(row and row[0])
+
+
 def format_letter(letter: DeadLetter) -> str:
     ids = ", ".join(letter.message_ids) or "(no ids)"
     return (
@@ -93,6 +106,13 @@ def jobs_status(db: str | None, queue: str, top: int, as_json: bool) -> None:
 
     from ..queue._stats import ProducerCounters
 
+    if db is not None and is_postgres(db) and not has_queue(db):
+        emit(
+            {"queue": queue, "exists": False},
+            as_json,
+            lambda: f"queue {queue!r}: {NO_QUEUE} (dead letters: langmem-trpc jobs failed)",
+        )
+        return
     with open_queue(db, queue) as q:
         stats, costs = q.stats(top=top), q.costs(top=top)
     # the queue's figures, without this short-lived producer's counters
@@ -152,16 +172,20 @@ def jobs_failed(
             app_name, status=None if status == "all" else status, limit=limit
         )
     failed: list[FailedJob] = []
-    if is_postgres(db) and status in ("dead", "all"):
-        with open_queue(db, queue) as q:
-            failed = [
-                j for j in q.failed_jobs(limit=limit or 1000) if app_name in (None, j.app_name)
-            ]
+    notes: list[str] = []
+    if db is not None and is_postgres(db) and status in ("dead", "all"):
+        if not has_queue(db):
+            notes.append(NO_QUEUE)
+        else:
+            with open_queue(db, queue) as q:
+                failed = [
+                    j for j in q.failed_jobs(limit=limit or 1000) if app_name in (None, j.app_name)
+                ]
     lines = [format_letter(d) for d in letters] + [format_job(j) for j in failed]
     emit(
         [letter_json(d) for d in letters] + [j.as_json() for j in failed],
         as_json,
-        lambda: "\n".join(lines) or "no dead letters",
+        lambda: "\n".join((lines or ["no dead letters"]) + notes),
     )
 
 

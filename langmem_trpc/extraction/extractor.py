@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
-from ..errors import ConfigurationError, ExtractionError
+from ..errors import ConfigurationError, ExtractionError, error_text
 from ..service._text import primary_tokens
 from ..types import Entry, Kind, UserKey, canonical_topics
 from .delta import message_text, message_time
@@ -139,8 +139,7 @@ class LLMExtractor:
         reference_date: date | None = None,
         tool_choice: str | None = "any",
     ) -> None:
-        if not hasattr(model, "bind_tools"):
-            raise ConfigurationError("LLMExtractor needs a chat model that supports bind_tools")
+        _check_binds_tools(model)
         self.model = model
         self.prompt = prompt or DEFAULT_PROMPT
         self.reference_date = (
@@ -244,7 +243,7 @@ class LLMExtractor:
         if isinstance(exc, ExtractionError) and not retry:
             raise exc
         if retry or choice is None or "tool_choice" not in str(exc):
-            raise ExtractionError(f"model call failed: {type(exc).__name__}: {exc}") from exc
+            raise ExtractionError(f"model call failed: {error_text(exc)}") from exc
         logger.info("extractor: the model server refused tool_choice=%r; retrying without", choice)
         self.tool_choice = None
 
@@ -258,6 +257,32 @@ class LLMExtractor:
         ops = parse_reply(reply, actions)
         logger.debug("extractor: %d tool calls -> %d operations", len(reply.tool_calls), len(ops))
         return ops
+
+
+TESTING_HINT = (
+    "for tests and offline runs use langmem_trpc.testing.ScriptedChatModel, whose replies "
+    "call the memory tools (docs/testing.md)"
+)
+
+
+def _check_binds_tools(model: Any) -> None:
+    """Bind the extraction tools once, now: every `BaseChatModel` has a `bind_tools`, but
+    LangChain's fakes (`GenericFakeChatModel`) and some others raise `NotImplementedError`
+    from it, which would otherwise fail every job later."""
+    name = type(model).__name__
+    if not callable(getattr(model, "bind_tools", None)):
+        raise ConfigurationError(
+            f"LLMExtractor needs a chat model with bind_tools (tool calling); {name} has none; "
+            f"{TESTING_HINT}"
+        )
+    try:
+        model.bind_tools(tool_schemas(frozenset(Action), "merge_similar"))
+    except Exception as exc:  # whatever it raises, no job could ever call the tools
+        why = error_text(exc) if str(exc).strip() else f"raised {type(exc).__name__}"
+        raise ConfigurationError(
+            f"LLMExtractor needs a chat model that can call tools, but {name}.bind_tools "
+            f"{why if why.startswith('raised') else 'failed: ' + why}; {TESTING_HINT}"
+        ) from exc
 
 
 class _LoopModels:

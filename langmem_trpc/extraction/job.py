@@ -22,7 +22,7 @@ from enum import Enum
 
 from langchain_core.messages import BaseMessage, messages_from_dict
 
-from ..errors import ExtractorBusyError, LangmemTrpcError
+from ..errors import ExtractorBusyError, LangmemTrpcError, error_text
 from ..service._core import utcnow
 from ..service.protocol import MemoryService
 from ..types import DeadLetter, DeadLetterStatus, Entry, ExtractionCursor, Source, UserKey
@@ -205,7 +205,8 @@ def run_job(
         report.status = JobStatus.PARTIAL if progressed else JobStatus.FAILED
         report.error, report.timed_out = str(exc), True
     except Exception as exc:  # every failure leaves the cursor where it was
-        report.status, report.error = JobStatus.FAILED, f"{type(exc).__name__}: {exc}"
+        report.status, report.error = JobStatus.FAILED, error_text(exc)
+        logger.debug("auto_memory: job failure traceback", exc_info=True)
     report.seconds = time.perf_counter() - started
     if report.status == JobStatus.FAILED:
         logger.warning(
@@ -308,7 +309,7 @@ class _Run:
     ) -> bool:
         """Count the failed attempt; at `max_attempts`, dead-letter the batch and move past it."""
         report, max_attempts = self.report, self.settings.max_attempts
-        error = str(exc) if isinstance(exc, JobTimeoutError) else f"{type(exc).__name__}: {exc}"
+        error = str(exc) if isinstance(exc, JobTimeoutError) else error_text(exc)
         attempts = held.fail(batch_key(batch), error)
         if attempts < max_attempts:
             logger.warning(
@@ -335,7 +336,7 @@ class _Run:
         try:
             self._run_batch(batch)
         except Exception as exc:
-            error = f"{type(exc).__name__}: {exc}"
+            error = error_text(exc)
             attempts = letter.attempts + 1
             update = {"status": DeadLetterStatus.DEAD, "attempts": attempts, "error": error}
             held.save(dead_letter=letter.model_copy(update=update))

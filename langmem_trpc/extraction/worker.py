@@ -155,6 +155,7 @@ class AutoMemoryWorker:
         ```python
         with AutoMemoryWorker(service, LLMExtractor(model), workers=2) as worker:
             worker.enqueue(user, "thread-1", state["messages"])
+            worker.flush(timeout=30)  # tests and scripts: wait until its jobs are done
             print(worker.stats())
         ```
     """
@@ -224,6 +225,7 @@ class AutoMemoryWorker:
         self._overflow_jobs: set[Future[JobReport]] = set()
         self._thread_locks = [threading.Lock() for _ in range(LOCK_STRIPES)]
         self._counters = Counters()
+        self._warned_not_started = False
 
     # -- lifecycle ----------------------------------------------------------
 
@@ -303,6 +305,31 @@ class AutoMemoryWorker:
 
     async def astop(self, timeout: float = 10.0) -> bool:
         return await asyncio.to_thread(self.stop, timeout)
+
+    def flush(self, timeout: float | None = 30.0) -> bool:
+        """Wait until every queued job and every overflow job has finished; True if that
+        happened within `timeout` seconds (None: no limit). For tests and scripts that
+        read memories right after a run; a worker that is not running has no queue, so
+        this waits only for its overflow jobs. Jobs queued meanwhile are waited for too."""
+        deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
+
+        def left() -> float | None:
+            return None if deadline is None else max(0.0, deadline - time.monotonic())
+
+        for jobs in list(self._queues):
+            with jobs.all_tasks_done:
+                while jobs.unfinished_tasks:
+                    if left() == 0.0:
+                        return False
+                    jobs.all_tasks_done.wait(left())
+        with self._state_lock:
+            overflow = list(self._overflow_jobs)
+        _, unfinished = wait(overflow, timeout=left())
+        return not unfinished
+
+    async def aflush(self, timeout: float | None = 30.0) -> bool:
+        """`flush` for async callers: waits in a thread, never blocks the event loop."""
+        return await asyncio.to_thread(self.flush, timeout)
 
     # -- submitting work ----------------------------------------------------
 
@@ -385,6 +412,15 @@ class AutoMemoryWorker:
                 else:
                     self._counters.bump("jobs_enqueued")
                     return EnqueueResult.QUEUED
+            elif self._state == WorkerState.IDLE and not self._warned_not_started:
+                self._warned_not_started = True
+                logger.warning(
+                    "auto_memory: AutoMemoryWorker was never started, so %s; call "
+                    "worker.start() (or use `with worker:`) to extract in the background",
+                    "its jobs run synchronously in the caller"
+                    if self.on_full == "sync"
+                    else "its jobs are deferred and never run (on_full='defer')",
+                )
         if cancelled():
             self._counters.bump("jobs_skipped_cancelled")
             return EnqueueResult.SKIPPED

@@ -21,7 +21,7 @@ from langgraph.checkpoint.base import (
 )
 
 from ._ingest import IngestWorker, Job, ahand_off, hand_off, job
-from .identity import resolve_identity
+from .identity import MissingIdentityWarning, resolve_identity
 
 __all__ = ["MemoryCheckpointer", "run_finished"]
 
@@ -91,6 +91,9 @@ class MemoryCheckpointer(BaseCheckpointSaver[Any]):
         self.worker = worker
         self.app_name = app_name
         self.messages_key = messages_key
+        self._no_identity = MissingIdentityWarning(
+            "MemoryCheckpointer", "nothing is extracted from it"
+        )
 
     def __getnewargs_ex__(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
         return (self.inner,), {}
@@ -103,8 +106,11 @@ class MemoryCheckpointer(BaseCheckpointSaver[Any]):
         try:
             if not run_finished(config, checkpoint, metadata):
                 return None
+            user = resolve_identity(config=config, default_app_name=self.app_name)
+            if user is None:
+                self._no_identity.warn(None, config, self.app_name)
             return job(
-                resolve_identity(config=config, default_app_name=self.app_name),
+                user,
                 (config.get("configurable") or {}).get("thread_id"),
                 checkpoint.get("channel_values", {}).get(self.messages_key),
             )

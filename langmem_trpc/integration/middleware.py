@@ -12,7 +12,7 @@ from langgraph.runtime import Runtime
 from ..service.protocol import MemoryService
 from ..types import UserKey
 from ._ingest import IngestWorker, Job, ahand_off, hand_off, job
-from .identity import _current_config, resolve_identity
+from .identity import MissingIdentityWarning, _current_config, resolve_identity
 from .preload import READ_ONLY_TOOLS, Placement, Preloader, merge_block, merge_system
 
 __all__ = ["MemoryIngestMiddleware", "MemoryPreloadMiddleware"]
@@ -57,6 +57,7 @@ class MemoryPreloadMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             playbook=playbook,
             cache_per_turn=cache_per_turn,
             read_only_tools=read_only_tools,
+            component="MemoryPreloadMiddleware",
         )
 
     def invalidate(self, user: UserKey | None = None) -> None:
@@ -94,13 +95,19 @@ class MemoryIngestMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         super().__init__()
         self.worker = worker
         self.app_name = app_name
+        self._no_identity = MissingIdentityWarning(
+            "MemoryIngestMiddleware", "nothing is extracted from it"
+        )
 
     def _job(self, state: Any, runtime: Runtime[Any]) -> Job | None:
         try:
             config = _current_config()
             info = getattr(runtime, "execution_info", None)
+            user = resolve_identity(runtime, config, default_app_name=self.app_name)
+            if user is None:
+                self._no_identity.warn(runtime, config, self.app_name)
             return job(
-                resolve_identity(runtime, config, default_app_name=self.app_name),
+                user,
                 getattr(info, "thread_id", None)
                 or ((config or {}).get("configurable") or {}).get("thread_id"),
                 state.get("messages") if isinstance(state, dict) else None,

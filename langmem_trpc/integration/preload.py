@@ -24,7 +24,7 @@ from ..service._render import memory_line
 from ..service.protocol import MemoryService
 from ..types import Entry, SearchOptions, UserKey
 from ._calls import Call, Plan, adrive, drive
-from .identity import _current_config, resolve_identity
+from .identity import MissingIdentityWarning, _current_config, resolve_identity
 
 __all__ = [
     "BLOCK_BEGIN",
@@ -222,7 +222,11 @@ class Preloader:
         playbook: str | None = None,
         cache_per_turn: bool = True,
         read_only_tools: Collection[str] = READ_ONLY_TOOLS,
+        component: str = "Preloader",
+        no_identity: MissingIdentityWarning | None = None,
     ) -> None:
+        """`component` names the user of this preloader in its warning; `no_identity`
+        shares one warning between preloaders (the helper functions make one per call)."""
         if not isinstance(preload, int) or isinstance(preload, bool):
             raise ConfigurationError(
                 f"preload must be an int (0 off, -1 all, N budget), got {preload!r}"
@@ -233,6 +237,9 @@ class Preloader:
         self.playbook = playbook
         self._cache = _TurnCache() if cache_per_turn else None
         self.read_only_tools = frozenset(read_only_tools)
+        self._no_identity = no_identity or MissingIdentityWarning(
+            component, "no memories are preloaded"
+        )
 
     def invalidate(self, user: UserKey | None = None) -> None:
         """Drop the cached blocks of `user` (all users when None): call after writing memories."""
@@ -247,7 +254,7 @@ class Preloader:
         try:  # a failed read is thrown in at its `yield`: no block, the run goes on
             user = resolve_identity(runtime, config, default_app_name=self.app_name)
             if user is None:
-                logger.debug("preload skipped: no app_name/user_id in context or config")
+                self._no_identity.warn(runtime, config, self.app_name)
                 return ""
             current = next((m for m in reversed(messages) if isinstance(m, HumanMessage)), None)
             query = message_text(current) if current is not None else ""
@@ -293,6 +300,10 @@ class Preloader:
 
 # -- StateGraph helpers -------------------------------------------------------------
 
+HELPERS_NO_IDENTITY = MissingIdentityWarning("preload_messages", "no memories are preloaded")
+"""The helpers below build a `Preloader` per call; this one warning is shared by them, so a
+process that calls them without identity is told once, not on every model call."""
+
 
 def preload_messages(
     service: MemoryService,
@@ -311,7 +322,12 @@ def preload_messages(
     state, never this list, so the block is not stored.
     """
     loader = Preloader(
-        service, preload=preload, app_name=app_name, playbook=playbook, cache_per_turn=False
+        service,
+        preload=preload,
+        app_name=app_name,
+        playbook=playbook,
+        cache_per_turn=False,
+        no_identity=HELPERS_NO_IDENTITY,
     )
     return merge_block(messages, loader.block(messages, runtime, config), placement)
 
@@ -329,6 +345,11 @@ async def apreload_messages(
 ) -> list[BaseMessage]:
     """Async twin of `preload_messages` (the service's I/O never blocks the loop)."""
     loader = Preloader(
-        service, preload=preload, app_name=app_name, playbook=playbook, cache_per_turn=False
+        service,
+        preload=preload,
+        app_name=app_name,
+        playbook=playbook,
+        cache_per_turn=False,
+        no_identity=HELPERS_NO_IDENTITY,
     )
     return merge_block(messages, await loader.ablock(messages, runtime, config), placement)

@@ -132,10 +132,11 @@ def test_the_demo_shows_the_search_call_a_verdict_and_what_to_try_next(monkeypat
     assert "[thread-2] assistant: Plan: production is on Go 1.24, so target Go 1.25." in (
         result.output
     )
-    assert lines[-2] == (
+    verdict = lines.index(
         "Verdict: memory worked: thread 2 knew production runs Go 1.24 without being told."
     )
-    assert lines[-1].startswith(f"Try next: langmem-trpc memories list --db {db} ")
+    assert lines[verdict + 1] == "Try next:"
+    assert lines[verdict + 2].startswith(f"  langmem-trpc memories list --db {db} ")
     # the history lines are the ones `memories history` prints
     listed = CliRunner().invoke(
         cli,
@@ -169,3 +170,34 @@ def test_the_verdict_says_when_memory_did_not_carry_over(monkeypatch, tmp_path):
     run_demo(tmp_path / "demo.db", out=lines.append)
     assert lines[-1] == "Verdict: memory did NOT carry over: thread 2's model never saw Go 1.24."
     assert any("I don't know which Go version production runs" in line for line in lines)
+
+
+def test_the_demo_uses_its_own_database_and_its_hints_work_as_printed(monkeypatch, tmp_path):
+    """It wrote into, and purged a user in, the default memories.db (issue 30, item 15);
+    "Try next" printed its commands on one line."""
+    import shlex
+
+    _offline(monkeypatch)
+    home = tmp_path / "my home"  # a space: the printed commands must quote it
+    monkeypatch.setenv("LANGMEM_TRPC_HOME", str(home))
+    monkeypatch.delenv("LANGMEM_TRPC_DSN", raising=False)
+    runner = CliRunner()
+    assert (
+        runner.invoke(
+            cli, ["memories", "add", "--app", "langmem-demo", "--user", "alice", "my own memory"]
+        ).exit_code
+        == 0
+    )
+    result = runner.invoke(cli, ["demo"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert (home / "langmem-demo.db").exists()
+    kept = runner.invoke(cli, ["memories", "list", "--app", "langmem-demo", "--user", "alice"])
+    assert "my own memory" in kept.output  # the default database is untouched
+    lines = result.output.splitlines()
+    hints = lines[lines.index("Try next:") + 1 :]
+    assert len(hints) == 3 and all(h.startswith("  langmem-trpc ") for h in hints)
+    for hint in hints[:2]:
+        argv = shlex.split(hint, comments=True)
+        ran = runner.invoke(cli, argv[1:], catch_exceptions=False)
+        assert ran.exit_code == 0 and "Production runs Go 1.24" in ran.output, (hint, ran.output)
+    assert shlex.split(hints[2], comments=True)[1:] == ["ui", "--db", str(home / "langmem-demo.db")]

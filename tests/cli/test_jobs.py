@@ -60,3 +60,26 @@ def test_failed_lists_dead_letters_and_retry_queues_one(run, tmp_path):
 def test_retry_of_an_unknown_id_names_the_field(run, tmp_path):
     result = run("jobs", "retry", "--db", str(tmp_path / "m.db"), "nope", ok=False)
     assert result.exit_code == 1 and "letter_id: no dead letter 'nope'" in result.output
+
+
+@pytest.mark.postgres
+def test_failed_and_status_on_postgres_without_a_queue(run, pg_url):
+    """A PostgreSQL service used with the in-process worker has no queue tables: `jobs
+    failed` showed `UndefinedTable: relation "procrastinate_jobs"` (issue 30, item 6)."""
+    import langmem_trpc
+
+    with langmem_trpc.open(pg_url) as svc:
+        report = AutoMemoryWorker(svc, Poisoned(), max_attempts=1).process(
+            ALICE, "t-1", [HumanMessage("I live in Oslo", id="h1")]
+        )
+    text = run("jobs", "failed", "--db", pg_url).output
+    assert report.dead_lettered[0] in text and "provider content filter" in text
+    assert text.rstrip().endswith("no job queue in this database")
+    (listed,) = json.loads(run("jobs", "failed", "--db", pg_url, "--json").output)
+    assert listed["id"] == report.dead_lettered[0]
+    status = run("jobs", "status", "--db", pg_url).output
+    assert "no job queue in this database" in status and "jobs failed" in status
+    assert json.loads(run("jobs", "status", "--db", pg_url, "--json").output) == {
+        "queue": "langmem",
+        "exists": False,
+    }

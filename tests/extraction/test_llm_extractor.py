@@ -33,7 +33,7 @@ def test_tools_offered_follow_actions_and_policy():
     extractor.extract(request())
     extractor.extract(request(actions=frozenset(Action)))
     extractor.extract(request(policy="append_only"))
-    assert model.bound_tools == [
+    assert model.bound_tools[1:] == [  # [0]: the constructor's check that bind_tools works
         ["memory_add", "memory_update", "memory_delete", "nothing_to_remember"],
         ["memory_add", "memory_update", "memory_delete", "memory_clear", "nothing_to_remember"],
         ["memory_add", "nothing_to_remember"],
@@ -187,7 +187,7 @@ def test_binds_with_a_required_tool_choice():
     model = ScriptedChatModel(default=reply(NOTHING))
     extractor = LLMExtractor(model)
     extractor.extract(request())
-    assert model.bound_options == [{"tool_choice": "any"}]
+    assert model.bound_options == [{}, {"tool_choice": "any"}]  # the constructor's check, a job
 
 
 def test_a_model_that_rejects_tool_choice_is_bound_without_it():
@@ -195,18 +195,18 @@ def test_a_model_that_rejects_tool_choice_is_bound_without_it():
     extractor = LLMExtractor(model)
     assert extractor.extract(request()) == []
     assert extractor.extract(request()) == []
-    assert model.bound_options == [{}, {}]
+    assert model.bound_options == [{}, {}, {}]  # the constructor's check, two jobs
     assert extractor.tool_choice is None
     plain = ScriptedChatModel(default=reply(NOTHING))
     LLMExtractor(plain, tool_choice=None).extract(request())
-    assert plain.bound_options == [{}]
+    assert plain.bound_options == [{}, {}]
 
 
 def test_a_server_that_refuses_tool_choice_is_retried_without_it():
     model = ScriptedChatModel(replies=[reply(NOTHING), reply(NOTHING)], serves_tool_choice=False)
     extractor = LLMExtractor(model)
     assert extractor.extract(request()) == [] and extractor.tool_choice is None
-    assert model.bound_options == [{"tool_choice": "any"}, {}]
+    assert model.bound_options == [{}, {"tool_choice": "any"}, {}]
     assert len(model.calls) == 1  # the refused call never reached the script
     broken = ScriptedChatModel(replies=[lambda m: (_ for _ in ()).throw(RuntimeError("HTTP 500"))])
     with pytest.raises(ExtractionError, match="HTTP 500"):
@@ -231,7 +231,7 @@ def test_tool_choice_retry_is_the_same_for_extract_and_aextract(mode):
     refused = ScriptedChatModel(replies=[reply(NOTHING)], serves_tool_choice=False)
     extractor = LLMExtractor(refused)
     assert _extract(extractor, mode) == [] and extractor.tool_choice is None
-    assert refused.bound_options == [{"tool_choice": "any"}, {}]
+    assert refused.bound_options == [{}, {"tool_choice": "any"}, {}]
     # the retry fails too: wrapped, even when it raised an ExtractionError itself
     again = ScriptedChatModel(replies=[_raise(ExtractionError("bad"))], serves_tool_choice=False)
     with pytest.raises(ExtractionError, match=r"^model call failed: ExtractionError: bad$"):
@@ -323,3 +323,33 @@ def test_the_valid_adds_of_a_reply_with_a_poisoned_call_are_stored():
     assert report.status == JobStatus.COMPLETED
     stored = {e.text for e in service.read(USER)}
     assert {"Lives in Oslo", "Keeps bees"} <= stored
+
+
+def test_a_model_that_cannot_bind_tools_is_refused_at_construction():
+    """LangChain's fakes inherit a `bind_tools` that raises an empty NotImplementedError;
+    every job then failed with `NotImplementedError: ` (issue 30, item 2)."""
+    from langchain_core.language_models import GenericFakeChatModel
+
+    from langmem_trpc import ConfigurationError
+
+    with pytest.raises(ConfigurationError) as caught:
+        LLMExtractor(GenericFakeChatModel(messages=iter([])))
+    text = str(caught.value)
+    assert "GenericFakeChatModel.bind_tools raised NotImplementedError" in text
+    assert "langmem_trpc.testing.ScriptedChatModel" in text
+    with pytest.raises(ConfigurationError, match="bind_tools"):
+        LLMExtractor(object())  # type: ignore[arg-type]
+
+
+def test_an_exception_without_a_message_still_says_what_it_is():
+    from langmem_trpc.errors import error_text
+
+    broken = ScriptedChatModel(replies=[_raise(NotImplementedError())])
+    with pytest.raises(ExtractionError) as caught:
+        LLMExtractor(broken).extract(request())
+    assert str(caught.value) == (
+        "model call failed: NotImplementedError (raised without a message: something called "
+        "is not implemented, e.g. bind_tools on a chat model that cannot call tools)"
+    )
+    assert error_text(RuntimeError()) == "RuntimeError (raised without a message)"
+    assert error_text(ValueError("bad")) == "ValueError: bad"

@@ -266,3 +266,61 @@ def test_stats_count_jobs_and_memories(service, user):
     assert stats["jobs_run"] == 2 and stats["jobs_nothing_new"] == 1
     assert stats["memories_added"] == 1 and stats["memories_skipped_duplicate"] == 1
     assert stats["queue_depth"] == 0 and stats["state"] == "idle"
+
+
+def test_flush_waits_until_queued_jobs_are_done(service, user):
+    gate = Gate()
+    with AutoMemoryWorker(service, gate) as worker:
+        assert worker.enqueue(user, "slow", [msg("I like slow tea", 1)]) == EnqueueResult.QUEUED
+        assert gate.started.wait(5)
+        assert worker.flush(timeout=0.2) is False  # the job is still running
+        gate.release.set()
+        assert worker.flush(timeout=10) is True
+        assert [t for _, t, _ in gate.seen] == ["slow"]
+        assert service.count(user) == 1
+
+
+async def test_aflush_waits_without_blocking_the_loop(service, user):
+    gate = Gate()
+    async with AutoMemoryWorker(service, gate) as worker:
+        await worker.aenqueue(user, "slow", [msg("I like slow tea", 1)])
+        flushed = asyncio.create_task(worker.aflush(timeout=10))
+        await asyncio.to_thread(gate.started.wait, 5)
+        assert not flushed.done()  # the loop runs while aflush waits
+        gate.release.set()
+        assert await flushed is True
+        assert await service.acount(user) == 1
+
+
+def test_flush_on_a_worker_without_queues_returns_at_once(service, user):
+    worker = AutoMemoryWorker(service, VerbatimExtractor())
+    assert worker.flush(timeout=0) is True
+    worker.close()
+
+
+def test_a_never_started_worker_warns_once(service, user, caplog):
+    worker = AutoMemoryWorker(service, VerbatimExtractor())
+    with caplog.at_level("WARNING", logger="langmem_trpc.extraction.worker"):
+        assert worker.enqueue(user, "t1", [msg("I like tea", 1)]) == EnqueueResult.RAN_SYNC
+        assert worker.enqueue(user, "t2", [msg("I like coffee", 2)]) == EnqueueResult.RAN_SYNC
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1, warnings
+    assert "never started" in warnings[0] and "worker.start()" in warnings[0]
+    assert "synchronously in the caller" in warnings[0]
+    worker.close()
+
+
+class Unimplemented(VerbatimExtractor):
+    def extract(self, request):
+        raise NotImplementedError
+
+
+def test_a_job_failure_without_a_message_says_what_it_was(service, user, caplog):
+    """An empty exception text made the log read `job failed ...: NotImplementedError: `."""
+    worker = AutoMemoryWorker(service, Unimplemented())
+    with caplog.at_level("WARNING", logger="langmem_trpc.extraction.job"):
+        report = worker.process(user, "t", [msg("I like tea", 1)])
+    worker.close()
+    assert report.error is not None
+    assert report.error.startswith("NotImplementedError (raised without a message: ")
+    assert any(report.error in r.getMessage() for r in caplog.records)
