@@ -338,6 +338,9 @@ def _private_async_client(model: Any) -> tuple[Any, Any]:
 
 CONTEXT_TOPICS = 64
 """At most this many context topics per turn (the service's default topic limit)."""
+CONTEXT_WORD_CHARS = 64
+"""A longer word of the previous turn (a URL, a hash) is no topic: no question names it,
+and as a topic it would pass the service's topic length limit and lose the turn."""
 
 
 def context_topics(
@@ -348,7 +351,8 @@ def context_topics(
     as said (LoCoMo turn recall@10 +0.018, docs/bench-locomo.md round 4)."""
     topics = [name for name in (speaker, previous_speaker) if name]
     if previous:
-        topics += primary_tokens(previous, stem=False)  # words as said; indexing stems them
+        words = primary_tokens(previous, stem=False)  # words as said; indexing stems them
+        topics += [word for word in words if len(word) <= CONTEXT_WORD_CHARS]
     return canonical_topics(topics)[:CONTEXT_TOPICS]
 
 

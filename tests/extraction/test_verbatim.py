@@ -64,3 +64,16 @@ def test_context_finds_a_reply_by_what_it_answered():
         service.add(USER, op.text, kind=op.kind, topics=list(op.topics))
     hits = service.search(USER, "sister instrument")
     assert hits and hits[0].text == "The cello, since she was six"
+
+
+def test_a_turn_after_a_long_url_is_still_stored():
+    """A word of the previous turn over the topic length limit (a long URL) is no topic:
+    it used to fail the next turn's memory with "topics: item longer than 128 characters"."""
+    svc = InMemoryMemoryService()
+    url = "https://example.com/" + "a" * 150
+    ops = VerbatimExtractor().extract(
+        _request(HumanMessage(f"see {url}", name="Ann"), HumanMessage("and the beagle", name="Ann"))
+    )
+    for op in ops:
+        svc.add(USER, op.text, topics=op.topics)
+    assert sorted(e.text for e in svc.read(USER)) == ["and the beagle", f"see {url}"]
