@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import ipaddress
 import re
 import sys
 from urllib.parse import urlsplit
@@ -60,10 +61,19 @@ def serving_hosts(host: str, extra: tuple[str, ...]) -> list[str]:
     return list(dict.fromkeys([*LOOPBACK_NAMES, *bound, *extra]))
 
 
+def is_loopback(host: str) -> bool:
+    """True for `localhost` and loopback IP literals (127.0.0.0/8, ::1)."""
+    name = host.strip("[]").lower()
+    if name == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
 def check_token(host: str, token: str | None) -> None:
     """A non-loopback bind needs an operator-chosen token of at least 16 characters."""
-    from ..ui._gate import is_loopback
-
     if token is not None and len(token) < MIN_TOKEN_CHARS:
         raise ConfigurationError(f"--token: use at least {MIN_TOKEN_CHARS} characters")
     if token is None and not is_loopback(host):

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import ipaddress
 from collections.abc import Callable
 from urllib.parse import quote, urlsplit
 
@@ -35,17 +34,6 @@ LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1", "[::1]")
 DEFAULT_MAX_BODY = 256 * 1024
 
 ErrorPage = Callable[[int, str], Response]
-
-
-def is_loopback(host: str) -> bool:
-    """True for `localhost` and loopback IP literals (127.0.0.0/8, ::1)."""
-    name = host.strip("[]").lower()
-    if name == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(name).is_loopback
-    except ValueError:
-        return False
 
 
 def session_value(token: str) -> str:
