@@ -555,9 +555,10 @@ def create_app(
     `read_only` refuses and hides every write; `allowed_hosts` are the Host
     headers served, others get 400 against DNS rebinding (None: the loopback
     names only; `"*"` turns the check off); a body over `max_body_bytes` is a
-    413; `location` (e.g. "SQLite file /srv/m.db") is shown in the nav bar.
+    413; `location` (e.g. "SQLite file /srv/m.db") is what the nav bar shows
+    (default: the backend's name).
     """
-    label = backend_label(service) + (f" · {location}" if location else "")
+    label = location or backend_label(service)
     ui = _UI(service, token or new_token(), read_only, label, max_body_bytes)
     gets: dict[str, Endpoint] = {
         "/": ui.index,

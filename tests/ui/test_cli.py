@@ -133,3 +133,14 @@ def test_ui_without_its_extra_is_a_one_line_install_hint(monkeypatch, tmp_path: 
     assert result.exit_code == 1
     assert "pip install 'langmem-trpc[ui]'" in result.output and "unexpected" not in result.output
     assert len(result.output.strip().splitlines()) == 1 and not (tmp_path / "m.db").exists()
+
+
+def test_the_nav_bar_location_names_the_store_without_credentials() -> None:
+    from langmem_trpc.cli.ui import describe_db
+
+    assert describe_db("m.db") == "SQLite file m.db"
+    url = describe_db("postgresql://bob:s3cret@db.internal:5432/memories")
+    assert url == "PostgreSQL database memories on db.internal" and "s3cret" not in url
+    libpq = describe_db("host=db.internal dbname=memories user=bob password=s3cret")
+    assert libpq == "PostgreSQL database memories on db.internal"
+    assert describe_db("memory://") == "in memory: nothing is saved"

@@ -123,7 +123,10 @@ def test_a_bad_filter_keeps_the_form_and_says_why_inline(svc, client) -> None:
 def test_nav_bar_names_the_backend_and_its_location_not_a_class(svc, client) -> None:
     page = client.get("/").text
     assert "SQLiteMemoryService" not in page
-    assert 'id="backend">SQLite · SQLite file /srv/m.db<' in page
+    bare = create_app(svc, token=TOKEN)
+    with TestClient(bare, base_url="http://127.0.0.1", headers={TOKEN_HEADER: TOKEN}) as plain:
+        assert 'id="backend">SQLite<' in plain.get("/").text
+    assert 'id="backend">SQLite file /srv/m.db<' in page
 
 
 def test_playground_has_a_legend_and_dates_do_not_wrap(svc, client) -> None:
