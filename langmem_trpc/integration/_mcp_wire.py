@@ -17,6 +17,7 @@ brings the rest).
 from __future__ import annotations
 
 import hmac
+import io
 import json
 import sys
 from collections.abc import AsyncIterator, Sequence
@@ -69,7 +70,9 @@ class _DepthLimitedLines:
     def __init__(self) -> None:
         import anyio
 
-        self.stdin = anyio.wrap_file(sys.stdin)
+        # UTF-8 whatever the platform's encoding, as the SDK reads it
+        text = io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace")
+        self.stdin = anyio.wrap_file(text)
 
     def __aiter__(self) -> AsyncIterator[str]:
         return self.lines()

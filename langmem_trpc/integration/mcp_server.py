@@ -138,6 +138,15 @@ def too_deep(value: Any, limit: int = MAX_ARGUMENT_DEPTH) -> bool:
     return False
 
 
+def _structured(text: str) -> dict[str, Any] | None:
+    """A successful result's JSON object (every memory tool answers one), else None."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
 def _too_deep_error(name: str, arguments: dict[str, Any]) -> str | None:
     deep = sorted(key for key, value in arguments.items() if too_deep(value))
     if not deep:
@@ -216,7 +225,7 @@ def build_mcp_server(
             text, is_error = await call_memory_tool(tool, arguments, user)
         return types.CallToolResult(
             content=[types.TextContent(type="text", text=text)],
-            structured_content=None if is_error else json.loads(text),
+            structured_content=None if is_error else _structured(text),
             is_error=is_error,
         )
 

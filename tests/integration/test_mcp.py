@@ -396,3 +396,15 @@ def test_http_checks_the_host_header_and_the_bearer_token_off_loopback(
         ):
             answer = httpx.post(url, json=hello, headers={**accept, **headers}, timeout=30)
             assert answer.status_code == status, (headers, answer.text[:200])
+
+
+def test_mcp_without_its_extra_is_a_one_line_install_hint(monkeypatch, tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from langmem_trpc.cli import cli
+
+    monkeypatch.setitem(sys.modules, "mcp", None)
+    db = tmp_path / "m.db"
+    result = CliRunner().invoke(cli, ["mcp", "--db", str(db), "--user", "alice", "--allow-writes"])
+    assert result.exit_code == 1 and "pip install 'langmem-trpc[mcp]'" in result.output
+    assert len(result.output.strip().splitlines()) == 1 and not db.exists()
