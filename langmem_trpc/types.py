@@ -58,6 +58,8 @@ class Operation(str, Enum):
     UPDATE = "update"
     DELETE = "delete"
     CLEAR = "clear"
+    RESTORE = "restore"
+    """A soft-deleted memory brought back as it was (`MemoryService.undelete`)."""
 
 
 def _text_problem(value: str) -> str | None:

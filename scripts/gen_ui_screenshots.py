@@ -15,6 +15,7 @@ from pathlib import Path
 
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
 
 from langmem_trpc import UserKey
 from langmem_trpc.backends.sqlite import SQLiteMemoryService
@@ -25,6 +26,7 @@ from langmem_trpc.ui.serving import background_server
 
 OUT = Path(__file__).resolve().parent.parent / "docs" / "img"
 ALICE = UserKey("support", "alice")
+TOKEN = "screenshot-token-0123456789"
 
 
 def seed(svc: SQLiteMemoryService) -> str:
@@ -81,7 +83,12 @@ def main() -> None:
             tea = seed(svc)
             driver = webdriver.Chrome(service=Service(executable_path=driver_path), options=options)
             try:
-                with background_server(create_app(svc)) as url:
+                app = create_app(svc, token=TOKEN, location="SQLite file memories.db")
+                with background_server(app) as url:
+                    driver.get(url + "/login")  # the session cookie, as an operator logs in
+                    field = driver.find_element(By.NAME, "token")
+                    field.send_keys(TOKEN)
+                    field.submit()
                     who = "app=support&user=alice"
                     views = {
                         "ui-users.png": "/",

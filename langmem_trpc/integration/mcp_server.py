@@ -1,8 +1,11 @@
 """An MCP server exposing the memory tools (`langmem-trpc mcp`), on the official `mcp` SDK.
 
 It serves the very tools `create_memory_tools` builds (same schemas, messages and
-results). The identity never comes from tool arguments: it is the authenticated
-client (`mcp_identity`), else the process's fixed user.
+results), with MCP tool annotations and output schemas; a successful result also
+comes as structured content. The identity never comes from tool arguments: it is
+the authenticated client (`mcp_identity`), else the process's fixed user.
+Arguments nested deeper than `MAX_ARGUMENT_DEPTH` get an error result (see
+`_mcp_wire` for the stdio transport and the HTTP app's Host check and token).
 """
 
 from __future__ import annotations
@@ -20,12 +23,82 @@ from langgraph.prebuilt import ToolRuntime
 from ..errors import ConfigurationError
 from ..service.protocol import MemoryService
 from ..types import UserKey
+from ._mcp_wire import TOO_DEEP
 from .tools import create_memory_tools
 
-__all__ = ["READ_TOOLS", "WRITE_TOOLS", "build_mcp_server", "mcp_identity"]
+__all__ = [
+    "MAX_ARGUMENT_DEPTH",
+    "OUTPUT_SCHEMAS",
+    "READ_TOOLS",
+    "TOOL_HINTS",
+    "WRITE_TOOLS",
+    "build_mcp_server",
+    "mcp_identity",
+]
 
 READ_TOOLS = ("memory_search", "memory_load")
 WRITE_TOOLS = ("memory_add", "memory_update", "memory_delete")
+MAX_ARGUMENT_DEPTH = 32
+"""Deepest nesting of lists and objects a tool argument may have (none needs more than 2)."""
+
+TOOL_HINTS: dict[str, dict[str, bool]] = {
+    # add is idempotent by content; update replaces the text; delete is soft (restorable)
+    "memory_search": {"read_only_hint": True, "destructive_hint": False, "idempotent_hint": True},
+    "memory_load": {"read_only_hint": True, "destructive_hint": False, "idempotent_hint": True},
+    "memory_add": {"read_only_hint": False, "destructive_hint": False, "idempotent_hint": True},
+    "memory_update": {"read_only_hint": False, "destructive_hint": True, "idempotent_hint": True},
+    "memory_delete": {"read_only_hint": False, "destructive_hint": True, "idempotent_hint": True},
+}
+"""Each tool's MCP annotations (all are closed-world: they touch only this user's memory)."""
+
+_STR: dict[str, Any] = {"type": "string"}
+_STRS: dict[str, Any] = {"type": "array", "items": _STR}
+_RESULT: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "id": _STR,
+        "memory": _STR,
+        "topics": _STRS,
+        "created": _STR,
+        "kind": {"type": "string", "enum": ["fact", "episode"]},
+        "event_time": _STR,
+        "participants": _STRS,
+        "location": _STR,
+        "score": {"type": "number"},
+    },
+    "required": ["id", "memory", "topics", "created", "kind"],
+}
+_LISTING: dict[str, Any] = {
+    "type": "object",
+    "properties": {"results": {"type": "array", "items": _RESULT}, "count": {"type": "integer"}},
+    "required": ["results", "count"],
+}
+_WRITTEN: dict[str, Any] = {
+    "type": "object",
+    "properties": {"message": _STR, "id": _STR, "memory_id": _STR, "memory": _STR, "topics": _STRS},
+    "required": ["message", "id", "memory_id", "memory", "topics"],
+}
+OUTPUT_SCHEMAS: dict[str, dict[str, Any]] = {
+    "memory_search": {
+        **_LISTING,
+        "properties": {"query": _STR, **_LISTING["properties"]},
+        "required": ["query", *_LISTING["required"]],
+    },
+    "memory_load": {
+        **_LISTING,
+        "properties": {"limit": {"type": "integer"}, **_LISTING["properties"]},
+        "required": ["limit", *_LISTING["required"]],
+    },
+    "memory_add": _WRITTEN,
+    "memory_update": _WRITTEN,
+    "memory_delete": {
+        "type": "object",
+        "properties": {"message": _STR, "id": _STR, "memory_id": _STR},
+        "required": ["message", "id", "memory_id"],
+    },
+}
+"""The JSON each tool returns on success (`id` everywhere; `memory_id` is the same id
+under the name the write tools take it as an argument)."""
 
 
 def mcp_identity(app_name: str, user_id: str | None) -> UserKey | None:
@@ -46,6 +119,40 @@ def _schema(tool: BaseTool) -> dict[str, Any]:
     out.pop("title", None)
     out.pop("description", None)
     return out
+
+
+def too_deep(value: Any, limit: int = MAX_ARGUMENT_DEPTH) -> bool:
+    """True when `value` nests lists or objects deeper than `limit` (or the stdio
+    transport already cut it there: `TOO_DEEP`). Iterative: no recursion to exhaust."""
+    stack = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if item == TOO_DEEP:
+            return True
+        if not isinstance(item, (dict, list)):
+            continue
+        if depth >= limit:
+            return True
+        children = item.values() if isinstance(item, dict) else item
+        stack.extend((child, depth + 1) for child in children)
+    return False
+
+
+def _structured(text: str) -> dict[str, Any] | None:
+    """A successful result's JSON object (every memory tool answers one), else None."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _too_deep_error(name: str, arguments: dict[str, Any]) -> str | None:
+    deep = sorted(key for key, value in arguments.items() if too_deep(value))
+    if not deep:
+        return None
+    said = "; ".join(f"{key}: nested deeper than {MAX_ARGUMENT_DEPTH} levels" for key in deep)
+    return f"{name}: invalid arguments ({said}); check the tool schema and try again"
 
 
 async def call_memory_tool(
@@ -91,7 +198,13 @@ def build_mcp_server(
     names = READ_TOOLS + (WRITE_TOOLS if allow_writes else ())
     tools = {t.name: t for t in create_memory_tools(service, include=names)}
     listed = [
-        types.Tool(name=t.name, description=t.description, input_schema=_schema(t))
+        types.Tool(
+            name=t.name,
+            description=t.description,
+            input_schema=_schema(t),
+            output_schema=OUTPUT_SCHEMAS[t.name],
+            annotations=types.ToolAnnotations(**TOOL_HINTS[t.name], open_world_hint=False),
+        )
         for t in tools.values()
     ]
 
@@ -100,14 +213,20 @@ def build_mcp_server(
 
     async def call_tool(ctx: Any, params: Any) -> Any:
         tool = tools.get(params.name)
+        arguments = dict(params.arguments or {})
+        deep = _too_deep_error(params.name, arguments)
         if tool is None:
             hint = " (write tools need --allow-writes)" if params.name in WRITE_TOOLS else ""
             text, is_error = f"unknown tool {params.name!r}{hint}", True
+        elif deep is not None:
+            text, is_error = deep, True
         else:
             user = mcp_identity(app_name, user_id)
-            text, is_error = await call_memory_tool(tool, dict(params.arguments or {}), user)
+            text, is_error = await call_memory_tool(tool, arguments, user)
         return types.CallToolResult(
-            content=[types.TextContent(type="text", text=text)], is_error=is_error
+            content=[types.TextContent(type="text", text=text)],
+            structured_content=None if is_error else _structured(text),
+            is_error=is_error,
         )
 
     @asynccontextmanager

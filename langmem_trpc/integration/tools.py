@@ -77,7 +77,10 @@ class SearchArgs(BaseModel):
 
 class LoadArgs(BaseModel):
     limit: int = Field(
-        default=10, description="How many of the most recent memories to load. Defaults to 10."
+        default=10,
+        ge=1,
+        le=MAX_LIMIT,
+        description="How many of the most recent memories to load (1-50, default 10).",
     )
 
 
@@ -253,7 +256,8 @@ def _delete(user: UserKey, runtime: ToolRuntime[Any], a: dict[str, Any]) -> Resu
     memory_id = a["memory_id"]
     if not (yield Call("delete", (user, memory_id), {"source": _source(runtime)})):
         raise MemoryNotFoundError(memory_id)
-    return _dump({"message": "Memory deleted successfully", "memory_id": memory_id}), None
+    payload = {"message": "Memory deleted successfully", "id": memory_id, "memory_id": memory_id}
+    return _dump(payload), None
 
 
 def _clear(user: UserKey, runtime: ToolRuntime[Any], a: dict[str, Any]) -> Result:
@@ -271,7 +275,8 @@ def _write(
     entry: Entry = yield Call(method, args, {**fields, "source": _source(runtime)})
     payload = {
         "message": message,
-        "memory_id": entry.id,
+        "id": entry.id,  # the key search and load results use
+        "memory_id": entry.id,  # the same, under the name the write tools take it
         "memory": entry.text,
         "topics": list(entry.memory.topics),
     }
@@ -410,9 +415,15 @@ def _tool(service: MemoryService, app_name: str | None, name: str) -> BaseTool:
 
     def invalid(error: Any) -> str:
         problems: list[dict[str, Any]] = getattr(error, "errors", list)()
-        fields = sorted({".".join(str(p) for p in e.get("loc", ())) for e in problems})
+        said = {  # each argument once, with what is wrong: missing, or the pydantic message
+            ".".join(str(p) for p in e.get("loc", ())): "missing"
+            if e.get("type") == "missing"
+            else str(e.get("msg", "invalid")).lower()[:120]
+            for e in problems
+        }
+        fields = [f"{field}: {why}" for field, why in sorted(said.items())]
         return (
-            f"{name}: invalid arguments ({', '.join(fields or ['arguments'])}); "
+            f"{name}: invalid arguments ({'; '.join(fields or ['arguments'])}); "
             "check the tool schema and try again"
         )
 

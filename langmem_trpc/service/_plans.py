@@ -348,6 +348,47 @@ def _purge(user: UserKey, memory_id: str | None) -> Plan[int]:
     return removed
 
 
+def undelete(
+    user: UserKey, memory_id: str, *, limits: Limits, source: Source | None = None
+) -> Plan[Entry]:
+    """Bring a soft-deleted memory back as it was (every field, same id), recorded
+    as a restore; a live one is returned as it is."""
+    user = check_user(user)
+    check_memory_id(memory_id)
+    check_source(source)
+    return _undelete(user, memory_id, source, limits)
+
+
+def _undelete(user: UserKey, memory_id: str, source: Source | None, limits: Limits) -> Plan[Entry]:
+    seen: Stored | None = yield FindById(user, memory_id)
+    if seen is None:
+        raise MemoryNotFoundError(memory_id)
+    if not seen.deleted:
+        return seen.entry
+    memory = seen.entry.memory
+    (vector,) = yield Embed((embedding_text(memory.text),))  # outside the write section
+    yield LockUser(user)
+    row: Stored | None = yield FindById(user, memory_id)
+    if row is None:
+        raise MemoryNotFoundError(memory_id)
+    if not row.deleted:
+        return row.entry
+    if row.entry.memory.text != memory.text:  # revived, edited and deleted meanwhile
+        raise MemoryConflictError(memory_id, memory_id, concurrent=True)
+    memory = row.entry.memory
+    fp = fingerprint(memory, memory_id if row.keyed else None)
+    clash: Stored | None = yield FindLiveByFingerprint(user, fp, memory_id)
+    if clash is not None:
+        raise MemoryConflictError(memory_id, clash.entry.id)
+    now: datetime = yield NOW
+    if limits.capacity is not None:
+        yield from _make_room(user, limits, now)
+    yield Rewrite(user, row, memory, fp, vector, now)
+    event = _event(memory_id, Operation.RESTORE, None, memory.text, source, now)
+    yield RecordHistory(user, (event,))
+    return row.entry.model_copy(update={"updated_at": now})
+
+
 def restore(user: UserKey, entry: Entry, history: Sequence[HistoryEvent] = ()) -> Plan[Entry]:
     """Write an exported entry back exactly (id, timestamps, content, expiry) with its
     history, replacing any memory with that id. If another live memory holds the

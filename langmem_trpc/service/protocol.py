@@ -245,6 +245,18 @@ class MemoryService(ABC):
 
     restore, arestore = _twins(_restore)
 
+    def _undelete(
+        self, user: UserKey, memory_id: str, *, source: Source | None = None
+    ) -> Plan[Entry]:
+        """Bring a soft-deleted memory back as it was: same id, every field, a
+        `restore` history event. A live memory is returned unchanged; a purged or
+        unknown id raises `MemoryNotFoundError`; content another live memory holds
+        raises `MemoryConflictError`; the capacity policy applies as for an add.
+        """
+        return _plans.undelete(user, memory_id, limits=self.limits, source=source)
+
+    undelete, aundelete = _twins(_undelete)
+
     # -- reads --------------------------------------------------------------
 
     @abstractmethod

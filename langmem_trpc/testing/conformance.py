@@ -430,6 +430,44 @@ class MemoryServiceConformance(
         assert again.id == entry.id
         assert [e.id for e in await client.search(ALICE, "Mont Blanc")] == [entry.id]
 
+    async def test_undelete_brings_every_field_back_and_records_a_restore(
+        self, client: Client
+    ) -> None:
+        entry = await client.add(
+            ALICE,
+            "Hiked Mont Blanc",
+            kind=Kind.EPISODE,
+            event_time=T0,
+            topics=["Paris, France", "trip"],
+            participants=["Smith, John"],
+            location="Alps",
+        )
+        assert await client.delete(ALICE, entry.id, source=Source(actor="ui"))
+        with pytest.raises(MemoryNotFoundError):
+            await client.undelete(BOB, entry.id)  # another user's id is unknown
+        back = await client.undelete(ALICE, entry.id, source=Source(actor="ui"))
+        assert back.memory == entry.memory and back.id == entry.id
+        assert (await client.get(ALICE, entry.id)).memory == entry.memory
+        events = await client.history(ALICE, entry.id)
+        assert [h.operation for h in events] == [
+            Operation.ADD,
+            Operation.DELETE,
+            Operation.RESTORE,
+        ]
+        assert events[-1].text_after == entry.text and events[-1].source.actor == "ui"
+        assert [e.id for e in await client.search(ALICE, "Mont Blanc")] == [entry.id]
+        assert (await client.undelete(ALICE, entry.id)).memory == entry.memory  # live: as is
+        assert len(await client.history(ALICE, entry.id)) == 3
+        await client.purge(ALICE, entry.id)
+        with pytest.raises(MemoryNotFoundError):
+            await client.undelete(ALICE, entry.id)
+        twin = await client.add(ALICE, "Likes tea")
+        await client.delete(ALICE, twin.id)
+        again = await client.add(ALICE, "Likes coffee")
+        await client.update(ALICE, again.id, "Likes tea")  # the content is live elsewhere
+        with pytest.raises(MemoryConflictError):
+            await client.undelete(ALICE, twin.id)
+
     async def test_cursor_round_trip_per_user_and_thread(self, client: Client) -> None:
         cursor = ExtractionCursor(
             thread_id="t1", last_message_id="m9", last_message_digest="d", message_count=9

@@ -28,6 +28,20 @@ SIGNALS: dict[str, dict[str, float]] = {
 }
 """Each fusion signal the playground switches off, by label: the FusionSettings change."""
 
+SIGNAL_LEGEND: dict[str, str] = {
+    "fused": "the rank the agent's memory_search returns (blank: below the cut-off)",
+    "score": "relevance in [0, 1]: the higher of the cosine and the keyword relevance",
+    "rrf": "Reciprocal Rank Fusion: the sum of w / (60 + rank) over the vector and keyword legs",
+    "vector rank": "the rank by embedding similarity alone (cosine in brackets)",
+    "keyword rank": "the rank by keyword match (BM25F) alone (relevance in brackets)",
+    "without question words": "question words (what, did, you) weigh as much as other words",
+    "without session context": "a hit no longer shares in the score of hits from the same moment",
+    "without participant boost": "a person named in the query no longer favours their memories",
+    "without time boost": "a period named in the query (in May 2023) no longer favours it",
+    "without 'when' boost": "a 'when' question no longer favours memories that state a time",
+}
+"""One line per playground column: what it shows (the legend under the table)."""
+
 
 @dataclass
 class ExplainedRow:

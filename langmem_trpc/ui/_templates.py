@@ -26,26 +26,33 @@ button{font:inherit;padding:5px 12px;border-radius:4px;border:1px solid #3a6fd8;
 button.danger{background:#c7392f;border-color:#c7392f}button.plain{background:#fff;color:#3a6fd8}
 .badge{display:inline-block;padding:1px 7px;border-radius:10px;font-size:12px;background:#e4e9f2}
 .badge.episode{background:#fde9c8}.badge.fact{background:#d9efe0}.badge.ro{background:#c7392f;color:#fff}
-.op-add{color:#177245}.op-update{color:#3a6fd8}.op-delete,.op-clear{color:#c7392f}
+.op-add,.op-restore{color:#177245}.op-update{color:#3a6fd8}.op-delete,.op-clear{color:#c7392f}
 del{background:#fbd5d2;text-decoration:line-through}ins{background:#cdeed6;text-decoration:none}
 .muted{color:#7a8295}.card{background:#fff;border:1px solid #dde1e8;padding:12px;margin-bottom:12px}
 .grid{display:grid;grid-template-columns:repeat(auto-fit,minmax(220px,1fr));gap:10px}
 .up{color:#177245}.down{color:#c7392f}
+.ts,td.ts{white-space:nowrap}.notice{background:#d9efe0;border:1px solid #9fd3b1;padding:8px 12px;margin-bottom:12px}
+.problem{background:#fbd5d2;border:1px solid #e9a19b;padding:8px 12px;margin-bottom:12px}
+.legend{font-size:12px;color:#4a5263;margin:6px 0}.legend dt{font-weight:600;display:inline}.legend dd{display:inline;margin:0 12px 0 4px}
+header form{margin-left:auto}
 </style></head><body>
 <header><b>langmem-trpc</b><a href="/">users</a><a href="/worker">worker</a>
-<span class="muted">{{ backend }}</span>{% if read_only %}<span class="badge ro">read-only</span>{% endif %}</header>
+<span class="muted" id="backend">{{ backend }}</span>{% if read_only %}<span class="badge ro">read-only</span>{% endif %}
+{% if not public %}<form method="post" action="/logout"><button class="plain" type="submit">log out</button></form>{% endif %}</header>
 <main>{% block body %}{% endblock %}</main>
 </body></html>"""
 
 INDEX = """{% extends "base" %}{% block title %}Users{% endblock %}{% block body %}
-<h1>Users and apps</h1>
+<h1>Users and apps <span class="muted">{{ total_users }} user{{ '' if total_users == 1 else 's' }}</span></h1>
 {% for app in apps %}
-<h2>{{ app.name }} <span class="muted">{{ app.users|length }} user{{ '' if app.users|length == 1 else 's' }},
-{{ app.memories }} memor{{ 'y' if app.memories == 1 else 'ies' }}</span></h2>
+<h2>{{ app.name }} <span class="muted">{{ app.user_count }} user{{ '' if app.user_count == 1 else 's' }}</span></h2>
 <table><tr><th>user</th><th class="num">memories</th><th>last activity</th></tr>
 {% for u in app.users %}<tr><td><a href="{{ u.url }}">{{ u.user_id }}</a></td>
-<td class="num">{{ u.count }}</td><td>{{ u.last|ts }}</td></tr>{% endfor %}</table>
+<td class="num">{{ u.count }}</td><td class="ts">{{ u.last|ts }}</td></tr>{% endfor %}</table>
 {% else %}<p class="muted">No memories yet.</p>{% endfor %}
+{% if pages > 1 %}<p id="pages">page {{ page }} of {{ pages }}
+{% if page > 1 %}<a href="/?page={{ page - 1 }}">previous</a>{% endif %}
+{% if page < pages %}<a href="/?page={{ page + 1 }}">next</a>{% endif %}</p>{% endif %}
 {% endblock %}"""
 
 USER = """{% extends "base" %}{% block title %}{{ user.user_id }}{% endblock %}{% block body %}
@@ -62,14 +69,15 @@ USER = """{% extends "base" %}{% block title %}{{ user.user_id }}{% endblock %}{
 <a href="/search?{{ qs }}{% if f.q %}&q={{ f.q|urlencode }}{% endif %}">search playground</a>
 <a href="/threads?{{ qs }}">threads</a>
 <a href="/export.jsonl?{{ qs }}">export JSONL</a></form>
+{% if error %}<p class="problem" id="problem">{{ error }}</p>{% endif %}
 <p class="muted">{{ shown }} shown{% if f.q and f.mode == 'hybrid' %}, best first{% else %}, most recently updated first{% endif %}</p>
 <table><tr><th>id</th><th>kind</th><th>memory</th><th>event time</th><th>participants</th><th>location</th><th>topics</th><th>updated</th>{% if f.q and f.mode == 'hybrid' %}<th class="num">score</th>{% endif %}</tr>
 {% for e in entries %}<tr><td><a class="mono" href="/memory?{{ qs }}&id={{ e.id|urlencode }}">{{ e.id[:8] }}</a></td>
 <td><span class="badge {{ e.memory.kind.value }}">{{ e.memory.kind.value }}</span></td><td>{{ e.memory.text }}</td>
-<td>{{ e.memory.event_time|ts }}</td><td>{{ e.memory.participants|join(', ') }}</td><td>{{ e.memory.location or '' }}</td>
-<td>{{ e.memory.topics|join(', ') }}</td><td>{{ e.updated_at|ts }}</td>{% if f.q and f.mode == 'hybrid' %}<td class="num">{{ '%.3f'|format(e.score or 0) }}</td>{% endif %}</tr>
+<td class="ts">{{ e.memory.event_time|ts }}</td><td>{{ e.memory.participants|join(', ') }}</td><td>{{ e.memory.location or '' }}</td>
+<td>{{ e.memory.topics|join(', ') }}</td><td class="ts">{{ e.updated_at|ts }}</td>{% if f.q and f.mode == 'hybrid' %}<td class="num">{{ '%.3f'|format(e.score or 0) }}</td>{% endif %}</tr>
 {% else %}<tr><td colspan="9" class="muted">No memory matches.</td></tr>{% endfor %}</table>
-{% if not read_only %}<h2>Purge this user</h2><form class="card" method="post" action="/user/purge?{{ qs }}"><input type="hidden" name="token" value="{{ token }}">
+{% if not read_only %}<h2>Purge this user</h2><form class="card" method="post" action="/user/purge?{{ qs }}">
 <p>Removes every memory of <b>{{ user.user_id }}</b> in <b>{{ user.app_name }}</b> and its history for good.
 Type the user id to confirm.</p><input name="confirm" placeholder="{{ user.user_id }}">
 <button class="danger" type="submit">purge user</button></form>{% endif %}
@@ -78,6 +86,7 @@ Type the user id to confirm.</p><input name="confirm" placeholder="{{ user.user_
 MEMORY = """{% extends "base" %}{% block title %}memory {{ memory_id[:8] }}{% endblock %}{% block body %}
 <h1><a href="/user?{{ qs }}">{{ user.app_name }} / {{ user.user_id }}</a> · <span class="mono">{{ memory_id }}</span>
 {% if entry is none %}<span class="badge ro">deleted</span>{% endif %}</h1>
+{% if notice %}<p class="notice" id="notice">{{ notice }}</p>{% endif %}
 {% if entry is not none %}<div class="card"><div class="grid">
 <div><div class="muted">kind</div><span class="badge {{ entry.memory.kind.value }}">{{ entry.memory.kind.value }}</span></div>
 <div><div class="muted">event time</div>{{ entry.memory.event_time|ts }}</div>
@@ -90,24 +99,28 @@ MEMORY = """{% extends "base" %}{% block title %}memory {{ memory_id[:8] }}{% en
 {% endif %}
 <h2>History <span class="muted">oldest first</span></h2>
 <table id="history"><tr><th>when</th><th>operation</th><th>change</th><th>source</th></tr>
-{% for ev in events %}<tr><td>{{ ev.at|ts }}</td><td class="op-{{ ev.op }}">{{ ev.op }}</td>
+{% for ev in events %}<tr><td class="ts">{{ ev.at|ts }}</td><td class="op-{{ ev.op }}">{{ ev.op }}</td>
 <td>{% for kind, text in ev.diff %}{% if kind == 'del' %}<del>{{ text }}</del>{% elif kind == 'ins' %}<ins>{{ text }}</ins>{% else %}{{ text }}{% endif %}{% endfor %}</td>
 <td>{% for k, v in ev.source %}<div><span class="muted">{{ k }}</span> {{ v }}</div>{% else %}<span class="muted">not recorded</span>{% endfor %}</td></tr>
 {% endfor %}</table>
 {% if entry is not none %}
-{% if not read_only %}<h2>Edit</h2><form class="card" method="post" action="/memory/edit?{{ mqs }}"><input type="hidden" name="token" value="{{ token }}">
-<label>text<textarea name="text">{{ entry.memory.text }}</textarea></label><div class="grid">
-<label>kind<select name="kind">{% for k in kinds %}<option {{ 'selected' if entry.memory.kind.value == k }}>{{ k }}</option>{% endfor %}</select></label>
-<label>topics (comma separated)<input name="topics" value="{{ entry.memory.topics|join(', ') }}"></label>
-<label>event time<input name="event_time" value="{{ entry.memory.event_time.isoformat() if entry.memory.event_time else '' }}"></label>
-<label>participants (comma separated)<input name="participants" value="{{ entry.memory.participants|join(', ') }}"></label>
-<label>location<input name="location" value="{{ entry.memory.location or '' }}"></label></div>
+{% if not read_only %}<h2>Edit</h2><form class="card" method="post" action="/memory/edit?{{ mqs }}">
+{% set m = entry.memory %}{% set et = m.event_time.isoformat() if m.event_time else '' %}
+<label>text<textarea name="text">{{ m.text }}</textarea></label><input type="hidden" name="orig_text" value="{{ m.text }}"><div class="grid">
+<label>kind<select name="kind">{% for k in kinds %}<option {{ 'selected' if m.kind.value == k }}>{{ k }}</option>{% endfor %}</select></label>
+<input type="hidden" name="orig_kind" value="{{ m.kind.value }}">
+<label>topics (one per line)<textarea name="topics" rows="3">{{ m.topics|join('\n') }}</textarea></label>
+<input type="hidden" name="orig_topics" value="{{ m.topics|join('\n') }}">
+<label>event time<input name="event_time" value="{{ et }}"></label><input type="hidden" name="orig_event_time" value="{{ et }}">
+<label>participants (one per line)<textarea name="participants" rows="3">{{ m.participants|join('\n') }}</textarea></label>
+<input type="hidden" name="orig_participants" value="{{ m.participants|join('\n') }}">
+<label>location<input name="location" value="{{ m.location or '' }}"></label><input type="hidden" name="orig_location" value="{{ m.location or '' }}"></div>
 <p><button type="submit">save</button></p></form>
-<form class="inline" method="post" action="/memory/delete?{{ mqs }}"><input type="hidden" name="token" value="{{ token }}"><button class="plain" type="submit">delete (soft)</button></form>
-{% endif %}{% elif not read_only and restorable %}<form class="card" method="post" action="/memory/restore?{{ mqs }}"><input type="hidden" name="token" value="{{ token }}">
-<p>Deleted. Restore brings back its last text under the same id (history records only text, so topics and other fields start empty).</p>
+<form class="inline" method="post" action="/memory/delete?{{ mqs }}"><button class="plain" type="submit">delete (soft)</button></form>
+{% endif %}{% elif not read_only and restorable %}<form class="card" method="post" action="/memory/restore?{{ mqs }}">
+<p>Deleted (soft). Restore brings it back under the same id with every field as it was; the history records a restore.</p>
 <button type="submit">restore</button></form>{% endif %}
-{% if not read_only %}<form class="inline" method="post" action="/memory/purge?{{ mqs }}"><input type="hidden" name="token" value="{{ token }}">
+{% if not read_only %}<form class="inline" method="post" action="/memory/purge?{{ mqs }}">
 <label style="display:inline"><input type="checkbox" name="confirm" value="yes"> really remove it and its history for good</label>
 <button class="danger" type="submit">purge</button></form>{% endif %}
 {% endblock %}"""
@@ -117,6 +130,7 @@ SEARCH = """{% extends "base" %}{% block title %}search playground{% endblock %}
 <form class="filters" method="get" action="/search"><input type="hidden" name="app" value="{{ user.app_name }}"><input type="hidden" name="user" value="{{ user.user_id }}"><label>query<input name="q" value="{{ q }}" size="40" autofocus></label>
 <label>kind<select name="kind"><option value="">any</option>{% for k in kinds %}<option {{ 'selected' if kind == k }}>{{ k }}</option>{% endfor %}</select></label>
 <label>k<input name="k" value="{{ k }}" size="3"></label><button type="submit">explain</button></form>
+{% if error %}<p class="problem" id="problem">{{ error }}</p>{% endif %}
 {% if ex %}<p class="muted">The same search the agent's memory_search runs (hybrid{% if not ex.has_vectors %}; this backend has no embedder, so keyword only{% endif %}).
 Rows below the cut-off were found by a leg but not returned. "without X" is the fused rank with that one signal switched off.</p>
 <table id="explain"><tr><th class="num">fused</th><th>memory</th><th class="num">score</th><th class="num">rrf</th>
@@ -127,7 +141,8 @@ Rows below the cut-off were found by a leg but not returned. "without X" is the 
 {% if ex.has_vectors %}<td class="num">{% if r.vector_rank %}{{ r.vector_rank }} ({{ '%.3f'|format(r.vector_score or 0) }}){% else %}—{% endif %}</td>{% endif %}
 <td class="num">{% if r.keyword_rank %}{{ r.keyword_rank }} ({{ '%.3f'|format(r.keyword_score or 0) }}){% else %}—{% endif %}</td>
 {% for s in ex.signals %}{% set w = r.without[s] %}<td class="num">{% if w == r.fused_rank %}<span class="muted">{{ w or '—' }}</span>{% elif w is none %}<span class="up">— (signal adds it)</span>{% elif r.fused_rank is none %}<span class="down">{{ w }} (signal drops it)</span>{% elif w > r.fused_rank %}<span class="up">{{ w }} (+{{ w - r.fused_rank }})</span>{% else %}<span class="down">{{ w }} ({{ w - r.fused_rank }})</span>{% endif %}</td>{% endfor %}</tr>
-{% else %}<tr><td colspan="12" class="muted">Nothing found by any leg.</td></tr>{% endfor %}</table>{% endif %}
+{% else %}<tr><td colspan="12" class="muted">Nothing found by any leg.</td></tr>{% endfor %}</table>
+<dl class="legend" id="legend">{% for name, line in legend.items() %}{% if ex.has_vectors or name != 'vector rank' %}<div><dt>{{ name }}</dt><dd>{{ line }}</dd></div>{% endif %}{% endfor %}</dl>{% endif %}
 {% endblock %}"""
 
 WORKER = """{% extends "base" %}{% block title %}worker{% endblock %}{% block body %}
@@ -142,8 +157,8 @@ past them) of every user, newest first. Retry queues one for its thread's next e
 {% for d in letters %}<tr><td class="mono">{{ d.id[:8] }}</td>
 <td><a href="/user?{{ qs(d.user) }}">{{ d.app_name }} / {{ d.user_id }}</a></td><td class="mono">{{ d.thread_id }}</td>
 <td><span class="badge">{{ d.status.value }}</span></td><td class="num">{{ d.attempts }}</td>
-<td class="error">{{ d.error[:300] }}</td><td class="mono">{{ d.message_ids|join(', ') }}</td><td>{{ d.updated_at|ts }}</td><td>
-{% if not read_only and d.status.value == 'dead' %}<form class="inline" method="post" action="/worker/retry"><input type="hidden" name="token" value="{{ token }}">
+<td class="error">{{ d.error[:300] }}</td><td class="mono">{{ d.message_ids|join(', ') }}</td><td class="ts">{{ d.updated_at|ts }}</td><td>
+{% if not read_only and d.status.value == 'dead' %}<form class="inline" method="post" action="/worker/retry">
 <input type="hidden" name="id" value="{{ d.id }}"><button type="submit">retry</button></form>{% endif %}</td></tr>
 {% else %}<tr><td class="muted" colspan="9">No dead letters.</td></tr>{% endfor %}</table>
 <h2>Threads with dead letters</h2>
@@ -171,6 +186,15 @@ extraction cursor for each: how far extraction has read the thread, and when it 
 {% else %}<tr><td colspan="7" class="muted">No thread recorded in this user's history.</td></tr>{% endfor %}</table>
 {% endblock %}"""
 
+LOGIN = """{% extends "base" %}{% block title %}log in{% endblock %}{% block body %}
+<h1>Log in</h1>{% if error %}<p class="problem" id="problem">{{ error }}</p>{% endif %}
+<form class="card" method="post" action="/login"><input type="hidden" name="next" value="{{ next }}">
+<p>Paste the inspector's token: the one <code>langmem-trpc ui</code> printed, or the one its operator set
+(<code>--token</code> / <code>LANGMEM_TRPC_UI_TOKEN</code>). It sets a session cookie for this browser.</p>
+<label>token<input type="password" name="token" autocomplete="current-password" autofocus size="40"></label>
+<p><button type="submit">log in</button></p></form>
+{% endblock %}"""
+
 ERROR = """{% extends "base" %}{% block title %}{{ code }}{% endblock %}{% block body %}
 <h1>{{ code }} {{ title }}</h1><p id="error">{{ message }}</p><p><a href="/">back to users</a></p>{% endblock %}"""
 
@@ -182,5 +206,6 @@ TEMPLATES = {
     "search": SEARCH,
     "worker": WORKER,
     "threads": THREADS,
+    "login": LOGIN,
     "error": ERROR,
 }

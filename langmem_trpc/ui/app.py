@@ -2,16 +2,17 @@
 
 Pages read through the `MemoryService` async API (the same on every
 backend) and are addressed by query parameters (`/user?app=A&user=U`), so
-any id has a URL. Writes are POSTs carrying the start-up token (form field
-`token` or header `X-LangMem-Token`), else 403 (always with `read_only`);
-a strict Content-Security-Policy (no script at all) backs the autoescaping.
+any id has a URL. Every request passes the Host allow-list and the gate
+(`_gate`: same-origin writes, the session cookie a login with the token
+sets or the token in a header, a bounded body) before a route runs; pages
+never carry the token. Writes are refused (403) with `read_only`; a strict
+Content-Security-Policy (no script at all) backs the autoescaping.
 """
 
 from __future__ import annotations
 
 import asyncio
 import difflib
-import hmac
 import re
 import secrets
 from collections import Counter
@@ -32,23 +33,49 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from ..cli._common import split_commas, validation_problem
-from ..errors import InvalidInputError, LangmemTrpcError, MemoryNotFoundError
+from ..cli._common import validation_problem
+from ..errors import BackendError, InvalidInputError, LangmemTrpcError, MemoryNotFoundError
 from ..integration.tools import parse_date
 from ..service.protocol import MemoryService
 from ..types import Entry, HistoryEvent, Kind, Operation, SearchOptions, Source, UserKey
-from ._explain import explain_search
+from ._explain import SIGNAL_LEGEND, explain_search
+from ._gate import (
+    COOKIE,
+    DEFAULT_MAX_BODY,
+    LOGIN_PATH,
+    LOOPBACK_NAMES,
+    TOKEN_HEADER,
+    Gate,
+    safe_next,
+    session_value,
+    token_matches,
+)
 from ._templates import TEMPLATES
 
-__all__ = ["TOKEN_HEADER", "create_app", "new_token"]
+__all__ = ["DEFAULT_MAX_BODY", "LOOPBACK_NAMES", "TOKEN_HEADER", "create_app", "new_token"]
 
-TOKEN_HEADER = "X-LangMem-Token"
 CSP = (
     "default-src 'none'; style-src 'unsafe-inline'; img-src 'self'; form-action 'self'; "
     "frame-ancestors 'none'; base-uri 'none'"
 )
+PAGE_HEADERS = {
+    "Content-Security-Policy": CSP,
+    "Referrer-Policy": "same-origin",  # no-referrer makes Chrome send Origin: null
+    "X-Content-Type-Options": "nosniff",
+    "Cache-Control": "no-store",
+}
 UI_SOURCE = Source(actor="ui")
 LIST_LIMIT = 500
+USERS_PER_PAGE = 50
+GONE = (Operation.DELETE, Operation.CLEAR)
+TITLES = {
+    400: "Bad request",
+    403: "Forbidden",
+    404: "Not found",
+    409: "Conflict",
+    413: "Request too large",
+    503: "Backend unavailable",
+}
 
 
 def new_token() -> str:
@@ -124,20 +151,56 @@ def _message(exc: Exception) -> str:
     return str(validation_problem(exc) if isinstance(exc, ValidationError) else exc)
 
 
+def _lines(value: str) -> list[str]:
+    """A list field's textarea: one item per line (commas inside an item are kept)."""
+    return [line.strip() for line in value.replace("\r\n", "\n").split("\n") if line.strip()]
+
+
+LIST_FIELDS = ("topics", "participants")
+SCALAR_FIELDS = ("kind", "event_time", "location")
+NOTICES = {
+    "saved": "Saved.",
+    "deleted": "Deleted (soft): restore brings it back with every field.",
+    "restored": "Restored with every field.",
+    "unchanged": "Nothing to save: no field changed.",
+}
+
+
+def changed_fields(form: FormData) -> dict[str, Any]:
+    """The edit form's fields the operator changed, parsed; untouched ones are left out.
+
+    Each field is posted with its value as shown (`orig_<name>`): a field whose
+    value still equals it is not sent to `update`, which then keeps the stored
+    value exactly, so a save never rewrites a field nobody edited.
+    """
+    fields: dict[str, Any] = {}
+    for name in (*LIST_FIELDS, *SCALAR_FIELDS):
+        if name not in form:
+            continue
+        value = str(form.get(name) or "").replace("\r\n", "\n")
+        if value == str(form.get("orig_" + name, "")).replace("\r\n", "\n"):
+            continue
+        fields[name] = _lines(value) if name in LIST_FIELDS else value.strip()
+    return fields
+
+
 class _UI:
     """The routes, closing over one service, its token and the read-only flag."""
 
-    def __init__(self, service: MemoryService, token: str, read_only: bool) -> None:
+    def __init__(
+        self, service: MemoryService, token: str, read_only: bool, backend: str, max_body: int
+    ) -> None:
         self.service = service
         self.token = token
         self.read_only = read_only
+        self.max_body = max_body
         self.env = Environment(loader=DictLoader(TEMPLATES), autoescape=True)
         self.env.filters["ts"] = _ts
-        self.env.globals.update(  # what every page shows or posts
-            token=token,
+        self.env.globals.update(  # what every page shows; never the token
             read_only=read_only,
-            backend=type(service).__name__,
+            backend=backend,
             kinds=[k.value for k in Kind],
+            legend=SIGNAL_LEGEND,
         )
 
     # -- plumbing -------------------------------------------------------------
@@ -146,7 +209,7 @@ class _UI:
         if "user" in context:  # every per-user page links back with the user's query string
             context["qs"] = self.qs(context["user"])
         html = self.env.get_template(name).render(**context)
-        return HTMLResponse(html, status_code=status, headers={"Content-Security-Policy": CSP})
+        return HTMLResponse(html, status_code=status, headers=PAGE_HEADERS)
 
     def user_of(self, request: Request) -> UserKey:
         app, user = request.query_params.get("app"), request.query_params.get("user")
@@ -170,52 +233,109 @@ class _UI:
         return user
 
     async def check_write(self, request: Request) -> FormData:
+        """The form of a write the gate let through (authenticated, same-origin, bounded)."""
         if self.read_only:
             raise HTTPException(403, "the inspector runs read-only (--read-only)")
-        form = await request.form()
-        sent = request.headers.get(TOKEN_HEADER) or str(form.get("token") or "")
-        if not hmac.compare_digest(sent.encode(), self.token.encode()):
-            raise HTTPException(403, "missing or wrong write token (printed when the UI started)")
-        return form
+        return await request.form(max_files=0, max_fields=64, max_part_size=self.max_body)
+
+    # -- login ------------------------------------------------------------------
+
+    async def login_form(self, request: Request) -> Response:
+        nxt = safe_next(request.query_params.get("next"))
+        return self.page("login", next=nxt, error=None, public=True)
+
+    async def login(self, request: Request) -> Response:
+        """Check the token (a bounded form), then set the session cookie."""
+        form = await request.form(max_files=0, max_fields=8, max_part_size=4096)
+        nxt = safe_next(str(form.get("next") or "/"))
+        if not token_matches(str(form.get("token") or ""), self.token):
+            return self.page("login", 403, next=nxt, error="wrong token", public=True)
+        answer = RedirectResponse(nxt, status_code=303)
+        answer.set_cookie(
+            COOKIE,
+            session_value(self.token),
+            httponly=True,
+            samesite="strict",
+            secure=request.url.scheme == "https",
+            path="/",
+        )
+        return answer
+
+    async def logout(self, request: Request) -> Response:
+        answer = RedirectResponse("/login", status_code=303)
+        answer.delete_cookie(COOKIE, path="/", httponly=True, samesite="strict")
+        return answer
 
     # -- read pages -------------------------------------------------------------
 
     async def index(self, request: Request) -> Response:
+        """Apps and users, one page of `USERS_PER_PAGE` users at a time: the per-user
+        count and last write are read for the shown users only."""
+        try:
+            number = int(request.query_params.get("page") or 1)
+        except ValueError:
+            raise InvalidInputError("page", "must be a whole number from 1") from None
+        if number < 1:
+            raise InvalidInputError("page", "must be a whole number from 1")
+        users = sorted(await self.service.ausers(), key=lambda u: (u.app_name, u.user_id))
+        pages = max(1, -(-len(users) // USERS_PER_PAGE))
+        shown = users[(number - 1) * USERS_PER_PAGE : number * USERS_PER_PAGE]
+        per_app = Counter(u.app_name for u in users)
+        counts = await asyncio.gather(*(self.service.acount(u) for u in shown))
+        latest = await asyncio.gather(*(self.service.aread(u, 1) for u in shown))
         apps: dict[str, dict[str, Any]] = {}
-        for user in sorted(await self.service.ausers(), key=lambda u: (u.app_name, u.user_id)):
-            count, latest = await asyncio.gather(
-                self.service.acount(user), self.service.aread(user, 1)
-            )
+        for user, count, last in zip(shown, counts, latest, strict=True):
             app = apps.setdefault(
-                user.app_name, {"name": user.app_name, "users": [], "memories": 0}
+                user.app_name,
+                {"name": user.app_name, "users": [], "user_count": per_app[user.app_name]},
             )
-            last, url = latest[0].updated_at if latest else None, "/user?" + self.qs(user)
-            app["users"].append({"user_id": user.user_id, "count": count, "last": last, "url": url})
-            app["memories"] += count
-        return self.page("index", apps=list(apps.values()))
+            app["users"].append(
+                {
+                    "user_id": user.user_id,
+                    "count": count,
+                    "last": last[0].updated_at if last else None,
+                    "url": "/user?" + self.qs(user),
+                }
+            )
+        return self.page(
+            "index", apps=list(apps.values()), page=number, pages=pages, total_users=len(users)
+        )
+
+    async def _filtered(self, user: UserKey, f: dict[str, str]) -> list[Entry]:
+        q = f["q"]
+        kind = _kind(f["kind"])
+        after = parse_date(f["after"], "after")
+        before = parse_date(f["before"], "before", end=True)
+        if q.strip() and f["mode"] == "hybrid":
+            options = SearchOptions(
+                query=q, kind=kind, time_after=after, time_before=before, max_results=50
+            )
+            return await self.service.asearch(user, q, options)
+        found = await self.service.aread(user, LIST_LIMIT)
+        return [e for e in found if _matches(e, q.strip(), kind, after, before)]
 
     async def user_page(self, request: Request) -> Response:
+        """The user's memories, filtered; a bad filter keeps the form and says why inline."""
         user = await self.known_user(request)
         params = request.query_params
         f = {k: params.get(k, "") for k in ("q", "mode", "kind", "after", "before")}
         f["mode"] = f["mode"] if f["mode"] in ("hybrid", "text") else "hybrid"
-        q = f["q"]
+        error, status, entries = None, 200, []
         try:
-            kind = _kind(f["kind"])
-            after = parse_date(f["after"], "after")
-            before = parse_date(f["before"], "before", end=True)
-            if q.strip() and f["mode"] == "hybrid":
-                options = SearchOptions(
-                    query=q, kind=kind, time_after=after, time_before=before, max_results=50
-                )
-                entries = await self.service.asearch(user, q, options)
-            else:
-                found = await self.service.aread(user, LIST_LIMIT)
-                entries = [e for e in found if _matches(e, q.strip(), kind, after, before)]
-        except (LangmemTrpcError, ValidationError) as exc:
-            raise HTTPException(400, _message(exc)) from None
+            entries = await self._filtered(user, f)
+        except (InvalidInputError, ValidationError) as exc:
+            error, status = _message(exc), 400
         total = await self.service.acount(user)
-        return self.page("user", user=user, f=f, entries=entries, total=total, shown=len(entries))
+        return self.page(
+            "user",
+            status,
+            user=user,
+            f=f,
+            entries=entries,
+            total=total,
+            shown=len(entries),
+            error=error,
+        )
 
     async def memory_page(self, request: Request) -> Response:
         user = self.user_of(request)
@@ -231,14 +351,15 @@ class _UI:
             memory_id=memory_id,
             entry=entry,
             events=[_event_view(e) for e in events],
-            restorable=entry is None and events[-1].text_before is not None,  # events: not empty
+            restorable=entry is None and events[-1].operation in GONE,  # events: not empty
+            notice=NOTICES.get(request.query_params.get("notice") or ""),
         )
 
     async def search_page(self, request: Request) -> Response:
         user = await self.known_user(request)
         params = request.query_params
         q, kind_name, k_text = params.get("q", ""), params.get("kind", ""), params.get("k", "10")
-        explained = None
+        explained, error = None, None
         try:
             k = int(k_text)
             kind = _kind(kind_name)
@@ -252,11 +373,20 @@ class _UI:
                     kind_fallback=kind is not None,
                 )
                 explained = await explain_search(self.service, user, options)
-        except ValueError as exc:
-            if isinstance(exc, LangmemTrpcError):
-                raise HTTPException(400, str(exc)) from None
-            raise HTTPException(400, "k: must be a whole number from 1 to 1000") from None
-        return self.page("search", user=user, q=q, kind=kind_name, k=k_text, ex=explained)
+        except (InvalidInputError, ValidationError) as exc:
+            error = _message(exc)
+        except ValueError:
+            error = "k: must be a whole number from 1 to 1000"
+        return self.page(
+            "search",
+            400 if error else 200,
+            user=user,
+            q=q,
+            kind=kind_name,
+            k=k_text,
+            ex=explained,
+            error=error,
+        )
 
     async def threads(self, request: Request) -> Response:
         """Threads in the history of the user's live memories, with their extraction cursors."""
@@ -291,10 +421,13 @@ class _UI:
 
     # -- write actions ------------------------------------------------------------
 
-    def _back(self, user: UserKey, memory_id: str | None = None) -> RedirectResponse:
+    def _back(
+        self, user: UserKey, memory_id: str | None = None, notice: str | None = None
+    ) -> RedirectResponse:
         if memory_id is None:
             return RedirectResponse("/user?" + self.qs(user), status_code=303)
-        return RedirectResponse("/memory?" + self._memory_qs(user, memory_id), status_code=303)
+        url = "/memory?" + self._memory_qs(user, memory_id)
+        return RedirectResponse(url + (f"&notice={notice}" if notice else ""), status_code=303)
 
     async def _memory_write(self, request: Request) -> tuple[FormData, UserKey, str]:
         """A checked write to one memory: its form, user and (required) id."""
@@ -305,37 +438,27 @@ class _UI:
         return form, user, memory_id
 
     async def edit(self, request: Request) -> Response:
+        """Save the edit form: the text, and only the other fields the operator changed."""
         form, user, memory_id = await self._memory_write(request)
-        fields: dict[str, Any] = {
-            "topics": split_commas(str(form.get("topics") or "")),
-            "participants": split_commas(str(form.get("participants") or "")),
-            "location": str(form.get("location") or "").strip() or None,
-            "source": UI_SOURCE,
-        }
-        if form.get("kind"):
-            fields["kind"] = str(form["kind"])
-        if str(form.get("event_time") or "").strip():
-            fields["event_time"] = str(form["event_time"]).strip()
-        await self.service.aupdate(user, memory_id, str(form.get("text") or ""), **fields)
-        return self._back(user, memory_id)
+        text = str(form.get("text") or "")
+        fields = changed_fields(form)
+        if "orig_text" in form and not fields:
+            if text.replace("\r\n", "\n") == str(form["orig_text"]).replace("\r\n", "\n"):
+                return self._back(user, memory_id, "unchanged")
+        await self.service.aupdate(user, memory_id, text, source=UI_SOURCE, **fields)
+        return self._back(user, memory_id, "saved")
 
     async def delete(self, request: Request) -> Response:
         _, user, memory_id = await self._memory_write(request)
         if not await self.service.adelete(user, memory_id, source=UI_SOURCE):
             raise MemoryNotFoundError(memory_id)
-        return self._back(user, memory_id)
+        return self._back(user, memory_id, "deleted")
 
     async def restore(self, request: Request) -> Response:
+        """Bring a soft-deleted memory back as it was (every field), recorded as a restore."""
         _, user, memory_id = await self._memory_write(request)
-        if await self.service.aget(user, memory_id) is not None:
-            return self._back(user, memory_id)  # already live: nothing to do
-        events = await self.service.ahistory(user, memory_id)
-        last = events[-1] if events else None
-        gone = (Operation.DELETE, Operation.CLEAR)
-        if last is None or last.operation not in gone or last.text_before is None:
-            raise MemoryNotFoundError(memory_id)
-        await self.service.aadd(user, last.text_before, memory_id=memory_id, source=UI_SOURCE)
-        return self._back(user, memory_id)
+        await self.service.aundelete(user, memory_id, source=UI_SOURCE)
+        return self._back(user, memory_id, "restored")
 
     async def purge_memory(self, request: Request) -> Response:
         form, user, memory_id = await self._memory_write(request)
@@ -381,9 +504,8 @@ class _UI:
     # -- errors -------------------------------------------------------------------
 
     def error_page(self, status: int, message: str) -> Response:
-        titles = {400: "Bad request", 403: "Forbidden", 404: "Not found", 409: "Conflict"}
         return self.page(
-            "error", status, code=status, message=message, title=titles.get(status, "")
+            "error", status, code=status, message=message, title=TITLES.get(status, "")
         )
 
 
@@ -391,7 +513,8 @@ Endpoint = Callable[[Request], Awaitable[Response]]
 
 
 def _guarded(ui: _UI, endpoint: Endpoint) -> Endpoint:
-    """Library errors become error pages: bad input 400, unknown memory 404, conflict 409."""
+    """Library errors become error pages: bad input 400, unknown memory 404, a backend
+    that cannot be reached 503, any other refusal (a conflict, the capacity) 409."""
 
     async def run(request: Request) -> Response:
         try:
@@ -402,10 +525,18 @@ def _guarded(ui: _UI, endpoint: Endpoint) -> Endpoint:
             return ui.error_page(404, str(exc))
         except (InvalidInputError, ValidationError) as exc:
             return ui.error_page(400, _message(exc))
+        except BackendError as exc:
+            return ui.error_page(503, f"the memory backend is unavailable: {exc}")
         except LangmemTrpcError as exc:
             return ui.error_page(409, f"{type(exc).__name__}: {exc}")
 
     return run
+
+
+def backend_label(service: MemoryService) -> str:
+    """The backend's name for the nav bar (`SQLiteMemoryService` -> `SQLite`)."""
+    name = type(service).__name__.removesuffix("MemoryService")
+    return {"InMemory": "in-memory (not saved)", "": "custom"}.get(name, name)
 
 
 def create_app(
@@ -414,14 +545,21 @@ def create_app(
     token: str | None = None,
     read_only: bool = False,
     allowed_hosts: Sequence[str] | None = None,
+    max_body_bytes: int = DEFAULT_MAX_BODY,
+    location: str | None = None,
 ) -> Starlette:
     """The inspector as an ASGI app over `service` (the caller opens and closes it).
 
-    `token` (fresh when None; see `app.state.token`) is what write POSTs must
-    carry; `read_only` refuses and hides every write; `allowed_hosts` are the
-    Host headers served (others get 400, against DNS rebinding; None: any).
+    `token` (fresh when None; see `app.state.token`) is what a login, or a
+    script's `X-LangMem-Token` / `Authorization: Bearer` header, must present;
+    `read_only` refuses and hides every write; `allowed_hosts` are the Host
+    headers served, others get 400 against DNS rebinding (None: the loopback
+    names only; `"*"` turns the check off); a body over `max_body_bytes` is a
+    413; `location` (e.g. "SQLite file /srv/m.db") is what the nav bar shows
+    (default: the backend's name).
     """
-    ui = _UI(service, token or new_token(), read_only)
+    label = location or backend_label(service)
+    ui = _UI(service, token or new_token(), read_only, label, max_body_bytes)
     gets: dict[str, Endpoint] = {
         "/": ui.index,
         "/user": ui.user_page,
@@ -430,6 +568,7 @@ def create_app(
         "/export.jsonl": ui.export,
         "/threads": ui.threads,
         "/worker": ui.worker,
+        LOGIN_PATH: ui.login_form,
     }
     posts: dict[str, Endpoint] = {
         "/memory/edit": ui.edit,
@@ -438,6 +577,8 @@ def create_app(
         "/memory/purge": ui.purge_memory,
         "/user/purge": ui.purge_user,
         "/worker/retry": ui.retry,
+        LOGIN_PATH: ui.login,
+        "/logout": ui.logout,
     }
     routes = [Route(p, _guarded(ui, e), methods=["GET"]) for p, e in gets.items()]
     routes += [Route(p, _guarded(ui, e), methods=["POST"]) for p, e in posts.items()]
@@ -445,9 +586,11 @@ def create_app(
     async def not_found(request: Request, exc: Exception) -> Response:
         return ui.error_page(getattr(exc, "status_code", 404), getattr(exc, "detail", "not found"))
 
-    middleware = []
-    if allowed_hosts is not None:
-        middleware.append(Middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts)))
+    hosts = list(LOOPBACK_NAMES if allowed_hosts is None else allowed_hosts)
+    middleware = [  # outermost first: the Host check, then the gate, then the routes
+        Middleware(TrustedHostMiddleware, allowed_hosts=hosts),
+        Middleware(Gate, token=ui.token, max_body_bytes=max_body_bytes, error_page=ui.error_page),
+    ]
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

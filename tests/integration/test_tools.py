@@ -138,10 +138,13 @@ def test_write_tools_round_trip(mode: str, service: CountingService):
     )
     assert updated["memory_id"] == mid and service.get(ALICE, mid).text == "Uses Go 1.24"
     assert service.history(ALICE, mid)[-1].source.actor == "tool"
-    loaded = json.loads(_call(tools["memory_load"], {"limit": 0}, mode).content)
+    assert added["id"] == added["memory_id"] and updated["id"] == mid  # the key search uses
+    refused = _call(tools["memory_load"], {"limit": 0}, mode)  # rejected as search rejects it
+    assert refused.status == "error" and "invalid arguments (limit: " in refused.content
+    loaded = json.loads(_call(tools["memory_load"], {"limit": 10}, mode).content)
     assert loaded["limit"] == 10 and loaded["count"] == 1
     deleted = json.loads(_call(tools["memory_delete"], {"memory_id": mid}, mode).content)
-    assert deleted == {"message": "Memory deleted successfully", "memory_id": mid}
+    assert deleted == {"message": "Memory deleted successfully", "id": mid, "memory_id": mid}
     missing = _call(tools["memory_delete"], {"memory_id": mid}, mode)
     assert missing.status == "error" and "not found" in missing.content
     service.add(ALICE, "a")

@@ -63,25 +63,49 @@ def seeded(svc: MemoryService) -> dict[str, Any]:
     return {"hike": hike, "tea": tea, "evil": evil, "bob": bob}
 
 
+LOCAL = "http://127.0.0.1"
+
+
+def logged_in(app: Any) -> TestClient:
+    """A client of `app` that logged in with the token (the session cookie)."""
+    client = TestClient(app, base_url=LOCAL)
+    client.__enter__()
+    answer = client.post("/login", data={"token": TOKEN, "next": "/"}, follow_redirects=False)
+    assert answer.status_code == 303 and "langmem_ui_session" in client.cookies
+    return client
+
+
 @pytest.fixture
-def client(svc: MemoryService) -> Iterator[TestClient]:
+def app(svc: MemoryService) -> Any:
+    return create_app(svc, token=TOKEN)
+
+
+@pytest.fixture
+def client(app: Any) -> Iterator[TestClient]:
     # One event loop for the client's life, as under uvicorn (a bare TestClient
     # starts a loop per request, and an async pool is bound to its loop).
-    with TestClient(create_app(svc, token=TOKEN)) as client:
+    client = logged_in(app)
+    yield client
+    client.__exit__(None, None, None)
+
+
+@pytest.fixture
+def anon(app: Any) -> Iterator[TestClient]:
+    """A client of the same app that never logged in."""
+    with TestClient(app, base_url=LOCAL) as client:
         yield client
 
 
-def _post(client: TestClient, path: str, data: dict[str, str], token: str | None = TOKEN) -> Any:
-    if token is not None:
-        data = {**data, "token": token}
-    return client.post(path, data=data, follow_redirects=False)
+def _post(client: TestClient, path: str, data: dict[str, str], **headers: str) -> Any:
+    return client.post(path, data=data, headers=headers, follow_redirects=False)
 
 
 def test_index_lists_apps_users_counts_and_last_activity(client, seeded) -> None:
     page = client.get("/")
     assert page.status_code == 200
     assert "support" in page.text and "alice" in page.text and "bob" in page.text
-    assert "4 memories" in page.text  # 3 for alice + 1 for bob
+    assert "2 users" in page.text
+    assert '<td class="num">3</td>' in page.text and '<td class="num">1</td>' in page.text
     assert f"/user?{Q.replace('&', '&amp;')}" in page.text
     assert page.headers["content-security-policy"].startswith("default-src 'none'")
 
@@ -162,28 +186,33 @@ def test_word_diff_runs() -> None:
     assert word_diff("old", None) == [("del", "old")]
 
 
-def test_post_without_or_with_a_wrong_token_is_403_and_changes_nothing(svc, client, seeded) -> None:
+def test_post_without_or_with_a_wrong_token_is_403_and_changes_nothing(svc, anon, seeded) -> None:
     tea = seeded["tea"].id
-    for token in (None, "wrong"):
-        assert (
-            _post(client, f"/memory/edit?{Q}&id={tea}", {"text": "hacked"}, token).status_code
-            == 403
-        )
-        assert _post(client, f"/memory/delete?{Q}&id={tea}", {}, token).status_code == 403
-        assert _post(client, f"/user/purge?{Q}", {"confirm": "alice"}, token).status_code == 403
+    for headers in ({}, {TOKEN_HEADER: "wrong"}, {"Authorization": "Bearer wrong"}):
+        edit = _post(anon, f"/memory/edit?{Q}&id={tea}", {"text": "hacked"}, **headers)
+        assert edit.status_code == 403
+        assert _post(anon, f"/memory/delete?{Q}&id={tea}", {}, **headers).status_code == 403
+        assert _post(anon, f"/user/purge?{Q}", {"confirm": "alice"}, **headers).status_code == 403
+    anon.cookies.set("langmem_ui_session", "forged")
+    assert _post(anon, f"/user/purge?{Q}", {"confirm": "alice"}).status_code == 403
+    anon.cookies.clear()
     assert svc.get(ALICE, tea).text == "Alice prefers oolong tea"
     assert svc.count(ALICE) == 3
-    header = client.post(
+    header = anon.post(
         f"/memory/edit?{Q}&id={tea}", data={"text": "via header"}, headers={TOKEN_HEADER: TOKEN}
     )
     assert header.status_code == 200 and svc.get(ALICE, tea).text == "via header"
+    bearer = _post(
+        anon, f"/memory/edit?{Q}&id={tea}", {"text": "bearer"}, Authorization=f"Bearer {TOKEN}"
+    )
+    assert bearer.status_code == 303 and svc.get(ALICE, tea).text == "bearer"
 
 
 def test_edit_updates_fields_in_the_database(svc, client, seeded) -> None:
     tea = seeded["tea"].id
     form = {
         "text": "Alice prefers jasmine tea",
-        "topics": "drinks, tea",
+        "topics": "drinks\ntea",
         "kind": "fact",
         "participants": "Alice",
         "location": "Paris",
@@ -191,6 +220,7 @@ def test_edit_updates_fields_in_the_database(svc, client, seeded) -> None:
     }
     answer = _post(client, f"/memory/edit?{Q}&id={tea}", form)
     assert answer.status_code == 303 and "/memory?" in answer.headers["location"]
+    assert "Saved." in client.get(answer.headers["location"]).text  # the notice after a save
     entry = svc.get(ALICE, tea)
     assert entry is not None and entry.text == "Alice prefers jasmine tea"
     assert entry.memory.topics == ["drinks", "tea"] and entry.memory.location == "Paris"
@@ -211,6 +241,8 @@ def test_delete_restore_and_purge_a_memory(svc, client, seeded) -> None:
     assert _post(client, f"/memory/delete?{Q}&id={tea}", {}).status_code == 404
     assert _post(client, f"/memory/restore?{Q}&id={tea}", {}).status_code == 303
     assert svc.get(ALICE, tea).text == "Alice prefers oolong tea"
+    assert svc.get(ALICE, tea).memory.topics == ["drinks"]  # every field comes back
+    assert [h.operation.value for h in svc.history(ALICE, tea)][-2:] == ["delete", "restore"]
     refused = _post(client, f"/memory/purge?{Q}&id={tea}", {})
     assert refused.status_code == 400 and "confirm" in refused.text
     assert svc.get(ALICE, tea) is not None
@@ -248,14 +280,18 @@ def test_search_playground_shows_each_leg_and_signal(client, seeded) -> None:
 
 
 def test_read_only_hides_and_refuses_writes(svc, seeded) -> None:
-    with TestClient(create_app(svc, token=TOKEN, read_only=True)) as client:
+    client = logged_in(create_app(svc, token=TOKEN, read_only=True))
+    try:
         _read_only_checks(svc, client, seeded)
+    finally:
+        client.__exit__(None, None, None)
 
 
 def _read_only_checks(svc, client, seeded) -> None:
     page = client.get(f"/memory?{Q}&id={seeded['tea'].id}")
     assert page.status_code == 200
-    assert "<form" not in page.text.replace('<form class="filters"', "")
+    forms = page.text.replace('<form class="filters"', "").replace('action="/logout"', "")
+    assert '<form method="post" action' not in forms and "/memory/" not in forms
     assert "purge" not in client.get(f"/user?{Q}").text.lower().replace("playground", "")
     answer = _post(client, f"/memory/edit?{Q}&id={seeded['tea'].id}", {"text": "x"})
     assert answer.status_code == 403 and "read-only" in answer.text
@@ -263,11 +299,24 @@ def _read_only_checks(svc, client, seeded) -> None:
 
 
 def test_allowed_hosts_refuses_other_host_headers(svc, seeded) -> None:
-    app = create_app(svc, allowed_hosts=["127.0.0.1"])
+    app = create_app(svc, token=TOKEN, allowed_hosts=["127.0.0.1"])
+    auth = {TOKEN_HEADER: TOKEN}
     with TestClient(app, base_url="http://evil.test") as client:
-        assert client.get("/").status_code == 400
+        assert client.get("/", headers=auth).status_code == 400
     with TestClient(app, base_url="http://127.0.0.1") as local:
-        assert local.get("/").status_code == 200
+        assert local.get("/", headers=auth).status_code == 200
+
+
+def test_the_host_check_is_on_by_default_with_the_loopback_names(svc, seeded) -> None:
+    # DNS rebinding: the attacker's name resolves to the server; its Host header is theirs.
+    app = create_app(svc, token=TOKEN)
+    auth = {TOKEN_HEADER: TOKEN}
+    for host in ("rebind.attacker.example", "127.0.0.2.nip.io", "testserver"):
+        with TestClient(app, base_url=f"http://{host}:8765") as client:
+            assert client.get("/", headers=auth).status_code == 400, host
+    for host in ("127.0.0.1", "localhost", "[::1]"):
+        with TestClient(app, base_url=f"http://{host}:8765") as client:
+            assert client.get("/", headers=auth).status_code == 200, host
 
 
 def test_new_token_per_app(svc) -> None:
@@ -337,8 +386,10 @@ def test_retry_needs_the_token_and_queues_the_letter_in_the_database(
 ) -> None:
     from langmem_trpc.types import DeadLetterStatus
 
-    assert _post(client, "/worker/retry", {"id": dead_letter.id}, token=None).status_code == 403
-    assert _post(client, "/worker/retry", {"id": dead_letter.id}, token="wrong").status_code == 403
+    with TestClient(client.app, base_url=LOCAL) as anon:
+        assert _post(anon, "/worker/retry", {"id": dead_letter.id}).status_code == 403
+        wrong = _post(anon, "/worker/retry", {"id": dead_letter.id}, **{TOKEN_HEADER: "wrong"})
+        assert wrong.status_code == 403
     assert svc.dead_letters()[0].status == DeadLetterStatus.DEAD
     answer = _post(client, "/worker/retry", {"id": dead_letter.id})
     assert answer.status_code == 303 and answer.headers["location"] == "/worker"
@@ -356,12 +407,15 @@ def test_retry_needs_the_token_and_queues_the_letter_in_the_database(
 def test_read_only_hides_and_refuses_retry(svc, dead_letter) -> None:
     from langmem_trpc.types import DeadLetterStatus
 
-    with TestClient(create_app(svc, token=TOKEN, read_only=True)) as client:
+    client = logged_in(create_app(svc, token=TOKEN, read_only=True))
+    try:
         page = client.get("/worker")
         assert page.status_code == 200 and "t-poison" in page.text
         assert 'action="/worker/retry"' not in page.text
         answer = _post(client, "/worker/retry", {"id": dead_letter.id})
         assert answer.status_code == 403 and "read-only" in answer.text
+    finally:
+        client.__exit__(None, None, None)
     assert svc.dead_letters()[0].status == DeadLetterStatus.DEAD
 
 
@@ -372,13 +426,14 @@ def test_app_shutdown_closes_the_async_pool_it_opened_and_the_service_stays_usab
     # the server's loop ends could hang the loop's shutdown (and the test run).
     if "postgres" not in request.node.callspec.id:
         pytest.skip("only PostgreSQL binds a pool to the server's loop")
-    with TestClient(create_app(svc, token=TOKEN)) as client:
+    auth = {TOKEN_HEADER: TOKEN}
+    with TestClient(create_app(svc, token=TOKEN), base_url=LOCAL, headers=auth) as client:
         assert client.get(f"/user?{Q}").status_code == 200
         pool = svc._async_pool  # type: ignore[attr-defined]
         assert pool is not None and not pool.closed
     assert pool.closed
-    with TestClient(create_app(svc, token=TOKEN)) as again:  # a new loop, a new pool
-        assert "Bob likes chess" in again.get("/user?app=support&user=bob").text
+    with TestClient(create_app(svc, token=TOKEN), base_url=LOCAL, headers=auth) as again:
+        assert "Bob likes chess" in again.get("/user?app=support&user=bob").text  # a new pool
     assert svc.get(BOB, seeded["bob"].id) is not None
 
 

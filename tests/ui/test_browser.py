@@ -1,8 +1,9 @@
 """End to end in a real headless Chromium (Selenium + Debian's chromium/chromium-driver).
 
-The inspector runs under uvicorn on a free 127.0.0.1 port; the browser loads
-the users page, searches, opens a memory's history, edits the memory through
-the form, and the test reads the change back from the SQLite database.
+The inspector runs under uvicorn on a free 127.0.0.1 port; the browser logs in
+with the token (the session cookie), loads the users page, searches, opens a
+memory's history, edits the memory through the form, and the test reads the
+change back from the SQLite database (the untouched fields unchanged).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from langmem_trpc.ui import create_app  # noqa: E402
 from langmem_trpc.ui.serving import background_server  # noqa: E402
 
 ALICE = UserKey("support", "alice")
+TOKEN = "browser-test-token-0123"
 WAIT = 30.0  # every browser wait is bounded: page loads, scripts and navigations
 
 
@@ -79,12 +81,23 @@ def test_search_history_and_edit_in_a_real_browser(tmp_path: Path, browser) -> N
     db = str(tmp_path / "m.db")
     svc = SQLiteMemoryService(db, embeddings=HashingEmbeddings())
     try:
-        tea = svc.add(ALICE, "Alice prefers green tea", topics=["drinks"])
+        tea = svc.add(
+            ALICE,
+            "Alice prefers green tea",
+            topics=["drinks", "Paris, France"],
+            participants=["Smith, John"],
+        )
         svc.add(ALICE, "Alice went hiking in the Alps", kind="episode", event_time="2024-05-01")
         svc.add(ALICE, "<script>document.title='pwned'</script>")
-        with background_server(create_app(svc)) as url:
+        with background_server(create_app(svc, token=TOKEN)) as url:
             browser.get(url + "/")
-            assert "Users" in browser.title
+            assert "log in" in browser.title  # no page without the token
+            field = browser.find_element(By.NAME, "token")
+            field.send_keys(TOKEN)
+            field.submit()
+            navigated(browser, field)
+            assert "Users" in browser.title, browser.page_source
+            assert TOKEN not in browser.page_source
             link = browser.find_element(By.LINK_TEXT, "alice")
             link.click()
             navigated(browser, link)
@@ -113,6 +126,7 @@ def test_search_history_and_edit_in_a_real_browser(tmp_path: Path, browser) -> N
             save.click()
             navigated(browser, save)
             assert browser.find_element(By.ID, "memory-text").text == "Alice prefers oolong tea"
+            assert browser.find_element(By.ID, "notice").text == "Saved."
             diff = browser.find_elements(By.CSS_SELECTOR, "#history tr")[-1]  # the update
             assert diff.find_element(By.TAG_NAME, "del").text == "green"
             assert diff.find_element(By.TAG_NAME, "ins").text == "oolong"
@@ -121,4 +135,5 @@ def test_search_history_and_edit_in_a_real_browser(tmp_path: Path, browser) -> N
     with SQLiteMemoryService(db) as fresh:
         entry = fresh.get(ALICE, tea.id)
         assert entry is not None and entry.text == "Alice prefers oolong tea"
+        assert entry.memory.model_copy(update={"text": tea.text}) == tea.memory  # untouched
         assert fresh.history(ALICE, tea.id)[-1].source.actor == "ui"
