@@ -17,7 +17,13 @@ from typing import TYPE_CHECKING, Any
 
 from langchain_core.messages import BaseMessage
 
-from ..errors import BackendError, ConfigurationError, InvalidInputError, LangmemTrpcError
+from ..errors import (
+    BackendError,
+    ConfigurationError,
+    InvalidInputError,
+    LangmemTrpcError,
+    error_text,
+)
 from ..extraction.worker import check_job_input
 from ..service._steps import adrive, drive
 from ..service.protocol import MemoryService
@@ -308,9 +314,11 @@ class PostgresJobQueue:
         except (LangmemTrpcError, psycopg.Error) as exc:  # psycopg_pool.PoolTimeout included
             self._counters.bump("producer_errors")
             logger.warning(
-                "queue: enqueue failed for %s thread %r: %s: %s",
-                payload.user, payload.thread_id, type(exc).__name__, exc,
-            )  # fmt: skip
+                "queue: enqueue failed for %s thread %r: %s",
+                payload.user,
+                payload.thread_id,
+                error_text(exc),
+            )
             if isinstance(exc, LangmemTrpcError):  # BackendError of a service's cursor read
                 raise
             detail = type(exc).__name__

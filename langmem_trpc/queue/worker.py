@@ -33,7 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
-from ..errors import ConfigurationError, InvalidInputError, LangmemTrpcError
+from ..errors import ConfigurationError, InvalidInputError, LangmemTrpcError, error_text
 from ..extraction.checkers import Checker
 from ..extraction.extractor import Extractor
 from ..extraction.job import JobReport, JobStatus
@@ -255,9 +255,7 @@ class QueueWorker:
         try:
             await self.app.connector.execute_query_async(RECORD_COST, **params)
         except Exception as exc:  # accounting never fails a job
-            logger.warning(
-                "queue: could not record the job's cost: %s: %s", type(exc).__name__, exc
-            )
+            logger.warning("queue: could not record the job's cost: %s", error_text(exc))
 
     # -- running --------------------------------------------------------------
 
@@ -356,9 +354,10 @@ class QueueWorker:
                 if self._stopping.is_set():
                     return
                 logger.warning(
-                    "queue worker: database error (%s: %s); reconnecting in %.0f s",
-                    type(exc).__name__, exc, backoff,
-                )  # fmt: skip
+                    "queue worker: database error (%s); reconnecting in %.0f s",
+                    error_text(exc),
+                    backoff,
+                )
             finally:
                 self._worker = None
             if not self._stopping.is_set():
@@ -437,9 +436,7 @@ class QueueWorker:
                     await self.recover_stalled()
             except Exception as exc:
                 connected_since = None
-                logger.warning(
-                    "queue worker: stalled-job check failed: %s: %s", type(exc).__name__, exc
-                )
+                logger.warning("queue worker: stalled-job check failed: %s", error_text(exc))
 
     async def recover_stalled(self) -> int:
         """Put the running jobs of workers without a recent heartbeat back in the queue; never
