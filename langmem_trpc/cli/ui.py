@@ -155,7 +155,8 @@ def ui_command(
         )
         click.echo(f"langmem-trpc inspector on http://{host}:{port}/")
         if token is None:
-            click.echo(f"login token: {app.state.token} (paste it on the login page)")
+            click.echo(f"log in: http://{host}:{port}/login?token={app.state.token}")
+            click.echo(f"login token: {app.state.token} (or paste it on the login page)")
         else:
             click.echo("login token: the one you set (--token / $" + TOKEN_ENV + ")")
         click.echo(f"serving Host headers: {', '.join(hosts)}" + (" (read-only)" * read_only))

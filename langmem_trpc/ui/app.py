@@ -241,14 +241,24 @@ class _UI:
     # -- login ------------------------------------------------------------------
 
     async def login_form(self, request: Request) -> Response:
+        """The login page; `/login?token=T` (the link `langmem-trpc ui` prints) logs in at
+        once and redirects to a URL without the token."""
         nxt = safe_next(request.query_params.get("next"))
+        sent = request.query_params.get("token")
+        if sent is not None:
+            return self.logged_in(request, sent, nxt)
         return self.page("login", next=nxt, error=None, public=True)
 
     async def login(self, request: Request) -> Response:
         """Check the token (a bounded form), then set the session cookie."""
         form = await request.form(max_files=0, max_fields=8, max_part_size=4096)
         nxt = safe_next(str(form.get("next") or "/"))
-        if not token_matches(str(form.get("token") or ""), self.token):
+        return self.logged_in(request, str(form.get("token") or ""), nxt)
+
+    def logged_in(self, request: Request, sent: str, nxt: str) -> Response:
+        """The session cookie and a redirect to `nxt` for the right token, else the login
+        page with an error."""
+        if not token_matches(sent, self.token):
             return self.page("login", 403, next=nxt, error="wrong token", public=True)
         answer = RedirectResponse(nxt, status_code=303)
         answer.set_cookie(

@@ -24,7 +24,7 @@ ALICE = UserKey("support", "alice")
 
 
 def _start(*args: str, **env: str) -> tuple[subprocess.Popen[str], list[str]]:
-    """The `ui` process and its first two lines (bounded waits; stopped if they never come)."""
+    """The `ui` process and its first three lines (bounded waits; stopped if they never come)."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "langmem_trpc.cli", "ui", *args],
         cwd=ROOT,
@@ -35,7 +35,7 @@ def _start(*args: str, **env: str) -> tuple[subprocess.Popen[str], list[str]]:
     )
     assert proc.stdout is not None
     try:
-        lines = [read_line(proc.stdout, 60).strip(), read_line(proc.stdout, 60).strip()]
+        lines = [read_line(proc.stdout, 60).strip() for _ in range(3)]
     except BaseException:
         stop_process(proc)
         raise
@@ -62,8 +62,12 @@ def test_ui_prints_url_and_token_and_the_token_guards_writes(tmp_path: Path) -> 
     try:
         base = f"http://127.0.0.1:{port}"
         assert lines[0] == f"langmem-trpc inspector on {base}/"
-        token = lines[1].split()[2]
+        link, token = lines[1].split()[2], lines[2].split()[2]
+        assert link == f"{base}/login?token={token}"
         assert _wait(base + "/").status_code == 303  # to the login page
+        with httpx.Client() as browser:  # the printed link logs in with one click
+            assert browser.get(link, follow_redirects=True).status_code == 200
+            assert browser.get(base + "/").status_code == 200
         auth = {"X-LangMem-Token": token}
         assert httpx.get(base + "/", headers={"Host": "evil.example", **auth}).status_code == 400
         edit = f"{base}/memory/edit?app=support&user=alice&id={memory_id}"

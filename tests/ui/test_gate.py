@@ -155,3 +155,15 @@ def test_a_body_over_the_limit_is_a_413(app: Any, svc: Any) -> None:
         assert page.status_code == 413 and "4096 bytes" in page.text
     status, _ = _asgi_post(app, form, b"confirm=alice")
     assert status == 303 and svc.count(ALICE) == 0
+
+
+def test_the_printed_login_link_logs_in_and_drops_the_token_from_the_url(app: Any) -> None:
+    """`langmem-trpc ui` prints `/login?token=T`: one click, as Jupyter's link, and the
+    redirect's URL no longer carries the token (history, referrers)."""
+    with TestClient(app, base_url=LOCAL) as client:
+        wrong = client.get("/login?token=guess", follow_redirects=False)
+        assert wrong.status_code == 403 and "set-cookie" not in wrong.headers
+        answer = client.get("/login?token=" + TOKEN + "&next=/worker", follow_redirects=False)
+        assert answer.status_code == 303 and answer.headers["location"] == "/worker"
+        assert TOKEN not in answer.headers["location"]
+        assert client.get("/", follow_redirects=False).status_code == 200
