@@ -17,10 +17,16 @@ from datetime import datetime
 from enum import Enum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ._time import ensure_utc, parse_time_or_raise
-from .errors import InvalidInputError, InvalidMemoryError, InvalidUserKeyError
+from .errors import (
+    InvalidInputError,
+    InvalidMemoryError,
+    InvalidTimeError,
+    InvalidUserKeyError,
+    LangmemTrpcError,
+)
 
 __all__ = [
     "MAX_ID_LENGTH",
@@ -35,6 +41,7 @@ __all__ = [
     "FusionMethod",
     "FusionSettings",
     "Operation",
+    "OptionsModel",
     "SearchOptions",
     "Source",
     "ThreadClaim",
@@ -60,7 +67,7 @@ class Operation(str, Enum):
     CLEAR = "clear"
 
 
-def _text_problem(value: str) -> str | None:
+def text_problem(value: str) -> str | None:
     """Why no backend can store `value` (a NUL byte, a lone surrogate), or None."""
     if "\x00" in value:
         return "must not contain NUL bytes"
@@ -77,7 +84,7 @@ def check_text_value(field: str, value: str) -> str:
     PostgreSQL cannot hold NUL in text or jsonb and no backend can encode a
     lone surrogate as UTF-8, so every backend refuses both, up front.
     """
-    problem = _text_problem(value)
+    problem = text_problem(value)
     if problem is not None:
         raise InvalidMemoryError(field, problem)
     return value
@@ -89,7 +96,7 @@ def _check_id(error: type[InvalidInputError], field: str, value: object) -> str:
         raise error(field, f"must be a string, got {type(value).__name__}")
     if len(value) > MAX_ID_LENGTH:
         raise error(field, f"must be at most {MAX_ID_LENGTH} characters")
-    problem = _text_problem(value)
+    problem = text_problem(value)
     if problem is not None:
         raise error(field, problem)
     return value
@@ -217,7 +224,44 @@ class Entry(BaseModel):
 FusionMethod = Literal["rrf", "scores"]
 
 
-class FusionSettings(BaseModel):
+_FIELD_ERRORS = (InvalidInputError, InvalidMemoryError, InvalidTimeError)
+
+
+def input_error(exc: ValidationError) -> LangmemTrpcError:
+    """The first pydantic error as ours: the library error a validator raised (an
+    `InvalidTimeError` from a date field), else an `InvalidInputError` naming the field."""
+    error = exc.errors()[0]
+    inner = (error.get("ctx") or {}).get("error")
+    field = ".".join(str(part) for part in error["loc"]) or "options"
+    if isinstance(inner, InvalidInputError) and type(inner) in _FIELD_ERRORS:
+        if error["loc"] and inner.field != str(error["loc"][-1]):  # a nested model's field
+            return type(inner)(f"{field}.{inner.field}", inner.problem)
+    if isinstance(inner, LangmemTrpcError):
+        return inner
+    if error["type"] == "extra_forbidden":
+        return InvalidInputError(field, f"is not an option of {exc.title}")
+    return InvalidInputError(field, error["msg"])
+
+
+class OptionsModel(BaseModel):
+    """Base of the options models: frozen, unknown fields refused, and every bad
+    field an `InvalidInputError` (or the `InvalidTimeError` of a date) naming it.
+
+    `SearchOptions(as_of=...)` once returned current results without a word; a
+    misspelt option now fails loudly. `model_validate` is pydantic's own and
+    still raises its `ValidationError`.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    def __init__(self, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise input_error(exc) from None
+
+
+class FusionSettings(OptionsModel):
     """Knobs of the ranking steps, per search (measured on LoCoMo, docs/bench-locomo.md).
 
     The five hybrid steps rescale the fused score of `SearchOptions.fusion_method`.
@@ -254,8 +298,6 @@ class FusionSettings(BaseModel):
     larger pool costs database latency for little recall (docs/bench-sqlite.md).
     """
 
-    model_config = ConfigDict(frozen=True)
-
     participant_boost: float = Field(default=1.0, ge=0.0)
     context_weight: float = Field(default=0.7, ge=0.0)
     vector_floor: float = Field(default=0.1, ge=0.0, le=1.0)
@@ -279,10 +321,12 @@ FUSION_STEPS_OFF: dict[str, float] = {
 """Each named `FusionSettings` step at the value that switches it off (plain fusion)."""
 
 
-class SearchOptions(BaseModel):
-    """How to search. The positional query of `search()` overrides `query` here."""
+class SearchOptions(OptionsModel):
+    """How to search. The positional query of `search()` overrides `query` here.
 
-    model_config = ConfigDict(frozen=True)
+    Times are aware datetimes or date strings (zone-less means UTC); a naive datetime,
+    an unparseable string or an instant outside years 1-9999 is an `InvalidTimeError`.
+    """
 
     query: str = ""
     kind: Kind | None = None

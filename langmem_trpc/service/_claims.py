@@ -25,6 +25,7 @@ from ..types import (
     ThreadClaim,
     UserKey,
     check_optional_id,
+    text_problem,
 )
 from ._core import check_cursor, check_thread_id, check_user, utcnow
 
@@ -152,6 +153,9 @@ def check_limit(limit: object) -> int | None:
 def check_letter_id(letter_id: object) -> str:
     if not isinstance(letter_id, str) or not letter_id.strip() or len(letter_id) > MAX_OWNER:
         raise InvalidInputError("letter_id", "must be a non-empty dead-letter id")
+    problem = text_problem(letter_id)  # a NUL or a lone surrogate: no backend can look it up
+    if problem is not None:
+        raise InvalidInputError("letter_id", problem)
     return letter_id
 
 

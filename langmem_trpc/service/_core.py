@@ -9,16 +9,24 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import operator
 import os
+import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, time
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, SupportsIndex, TypeVar
 
 from pydantic import BaseModel
 
 from .. import _time
-from ..errors import ConfigurationError, InvalidMemoryError, InvalidUserKeyError
+from ..errors import (
+    ConfigurationError,
+    InvalidInputError,
+    InvalidMemoryError,
+    InvalidTimeError,
+    InvalidUserKeyError,
+)
 from ..types import (
     Entry,
     ExtractionCursor,
@@ -123,6 +131,37 @@ def check_memory_id(memory_id: object) -> str:
     if len(memory_id) > 512 or "\x00" in memory_id:
         raise InvalidMemoryError("memory_id", "must be at most 512 characters without NUL bytes")
     return check_text_value("memory_id", memory_id)
+
+
+def check_read_limit(limit: object) -> int | None:
+    """`read` and `expired`'s `limit`: None or an integer (not a bool), 0 or less
+    meaning no limit as before; every backend gets the same answer for the rest."""
+    if limit is None:
+        return None
+    if isinstance(limit, bool):
+        raise InvalidInputError("limit", "must be an integer or None, not a bool")
+    if not isinstance(limit, SupportsIndex):  # int and numpy integers; never 1.5 or "5"
+        raise InvalidInputError("limit", f"must be an integer or None, got {type(limit).__name__}")
+    count = operator.index(limit)
+    return count if count > 0 else None
+
+
+def check_expiry(expires_at: object) -> datetime | None:
+    """`set_expiry`'s `expires_at`: None (no expiry), an aware datetime or a date string
+    (parsed like `event_time`; zone-less means UTC); a blank string is refused, not None."""
+    if isinstance(expires_at, str) and not expires_at.strip():
+        raise InvalidTimeError("expires_at", "must not be blank; pass None to remove the expiry")
+    return _time.parse_time_or_raise(expires_at, "expires_at")
+
+
+def check_items(items: object) -> Iterable[object]:
+    """`add_many`'s `items`: a list (any iterable) of texts or `Memory` objects; a str,
+    bytes or a mapping is refused instead of being stored one character or key at a time."""
+    if isinstance(items, (str, bytes, bytearray, Mapping)) or not isinstance(items, Iterable):
+        raise InvalidMemoryError(
+            "items", f"must be a list of texts or Memory objects, not {type(items).__name__}"
+        )
+    return items
 
 
 def check_thread_id(thread_id: object) -> str:
@@ -236,11 +275,33 @@ def check_restorable(entry: object, history: Sequence[HistoryEvent] = ()) -> Ent
     return entry.model_copy(update={"memory": memory.model_copy(update={"metadata": metadata})})
 
 
+_BLANK_LETTERS = frozenset("\u115f\u1160\u3164\uffa0\u2800")
+"""Letters and symbols that draw nothing (Hangul fillers, the blank Braille pattern)."""
+
+
+def _invisible(char: str) -> bool:
+    """Whether `char` draws nothing: a space, a format character (zero-width space,
+    joiners, BOM, soft hyphen), a variation selector or a blank letter."""
+    if char.isspace() or char in _BLANK_LETTERS:
+        return True
+    code = ord(char)
+    if 0xFE00 <= code <= 0xFE0F or 0xE0100 <= code <= 0xE01EF:
+        return True
+    return unicodedata.category(char) == "Cf"
+
+
+def is_blank(text: str) -> bool:
+    """Whether `text` shows nothing at all: empty, or only invisible characters."""
+    return all(_invisible(char) for char in text)
+
+
 def _check_text(text: object, limits: Limits) -> str:
     if not isinstance(text, str):
         raise InvalidMemoryError("text", f"must be a string, got {type(text).__name__}")
     if not text.strip():
         raise InvalidMemoryError("text", "must not be empty")
+    if is_blank(text):
+        raise InvalidMemoryError("text", "must not be empty (it has only invisible characters)")
     if len(text) > limits.max_text_length:
         raise InvalidMemoryError(
             "text", f"is {len(text)} characters, more than the limit of {limits.max_text_length}"

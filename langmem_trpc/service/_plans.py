@@ -27,6 +27,7 @@ from ._core import (
     Limits,
     MemoryPatch,
     build_memory,
+    check_items,
     check_memory_id,
     check_restorable,
     check_user,
@@ -195,7 +196,7 @@ def add_many(
     """
     user = check_user(user)
     check_source(source)
-    memories = [memory_from(item, limits=limits) for item in items]
+    memories = [memory_from(item, limits=limits) for item in check_items(items)]
     return _add_many(user, memories, source, limits)
 
 
