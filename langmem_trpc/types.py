@@ -12,6 +12,7 @@ length-prefixed, so a separator inside an id cannot join two users.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from enum import Enum
@@ -30,6 +31,7 @@ from .errors import (
 
 __all__ = [
     "MAX_ID_LENGTH",
+    "MEMORY_ID_PATTERN",
     "DeadLetter",
     "DeadLetterStatus",
     "Entry",
@@ -49,6 +51,12 @@ __all__ = [
 ]
 
 MAX_ID_LENGTH = 512
+
+MEMORY_ID_PATTERN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:@/+=-]{0,511}")
+"""What a caller-chosen memory id (`add(memory_id=...)`) must match in full: ASCII letters,
+digits and `_ . : @ / + = -`, at most 512 characters. It covers the ids the package makes
+(hex UUIDs, the store's "kv-" hashes) and keeps quotes, brackets, spaces and look-alike
+letters out of prompts, where an id is shown bare (service/_render.py)."""
 
 
 class Kind(str, Enum):

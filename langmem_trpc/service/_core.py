@@ -28,6 +28,7 @@ from ..errors import (
     InvalidUserKeyError,
 )
 from ..types import (
+    MEMORY_ID_PATTERN,
     Entry,
     ExtractionCursor,
     HistoryEvent,
@@ -131,6 +132,19 @@ def check_memory_id(memory_id: object) -> str:
     if len(memory_id) > 512 or "\x00" in memory_id:
         raise InvalidMemoryError("memory_id", "must be at most 512 characters without NUL bytes")
     return check_text_value("memory_id", memory_id)
+
+
+def check_new_memory_id(memory_id: object) -> str:
+    """A caller-chosen id for a new memory: `check_memory_id`, and `MEMORY_ID_PATTERN`
+    in full (lookups by id stay lenient: an id that cannot exist is simply not found)."""
+    checked = check_memory_id(memory_id)
+    if not MEMORY_ID_PATTERN.fullmatch(checked):
+        raise InvalidMemoryError(
+            "memory_id",
+            "a chosen id must be ASCII letters, digits and _ . : @ / + = - "
+            f"(starting with a letter, digit or _), got {checked[:64]!r}",
+        )
+    return checked
 
 
 def check_read_limit(limit: object) -> int | None:
