@@ -216,6 +216,13 @@ class Entry(BaseModel):
     """When the memory expires (UTC; `set_expiry`, used by MemoryStore's TTL). From
     then on get, read and search hide it until a sweep soft-deletes it."""
 
+    @field_validator("created_at", "updated_at", "expires_at")
+    @classmethod
+    def _times(cls, value: datetime | None, info: Any) -> datetime | None:
+        """Aware and within years 1-9999 in UTC, or an `InvalidTimeError` naming the
+        field: an import's out-of-range `expires_at` once broke every later read."""
+        return None if value is None else ensure_utc(value, info.field_name)
+
     @property
     def user(self) -> UserKey:
         return UserKey(self.app_name, self.user_id)

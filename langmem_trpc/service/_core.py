@@ -14,7 +14,7 @@ import os
 import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import date, datetime, time
+from datetime import date, datetime, time, timedelta
 from typing import Any, Literal, SupportsIndex, TypeVar
 
 from pydantic import BaseModel
@@ -265,8 +265,9 @@ def check_restorable(entry: object, history: Sequence[HistoryEvent] = ()) -> Ent
 
     `restore` writes entries back as they are (no trimming, no limits), so
     only what storage itself needs is checked: every string free of NUL
-    bytes and lone surrogates, and JSON metadata (`check_metadata`; the
-    returned entry carries the normalised metadata).
+    bytes and lone surrogates, JSON metadata (`check_metadata`) and aware times
+    within years 1-9999 in UTC; the returned entry carries the normalised
+    metadata and its times in UTC.
     """
     if not isinstance(entry, Entry):
         raise InvalidMemoryError("entry", f"expected an Entry, got {type(entry).__name__}")
@@ -284,9 +285,33 @@ def check_restorable(entry: object, history: Sequence[HistoryEvent] = ()) -> Ent
             if text is not None:
                 check_text_value("history.text", text)
     metadata = check_metadata(memory.metadata)
-    if metadata == memory.metadata:
-        return entry
-    return entry.model_copy(update={"memory": memory.model_copy(update={"metadata": metadata})})
+    update: dict[str, Any] = _restorable_times(entry)
+    if metadata != memory.metadata or "event_time" in update:
+        fields = {"metadata": metadata, "event_time": update.pop("event_time", memory.event_time)}
+        update["memory"] = memory.model_copy(update=fields)
+    return entry.model_copy(update=update) if update else entry
+
+
+def _restorable_times(entry: Entry) -> dict[str, Any]:
+    """The entry's times in UTC where they are not yet; an instant outside years 1-9999
+    in UTC (an import's `expires_at` of 9999-12-31T23:00-05:00) is an `InvalidTimeError`
+    here, not an `OverflowError` on every later read of the user's memories."""
+    times = {
+        "created_at": entry.created_at,
+        "updated_at": entry.updated_at,
+        "expires_at": entry.expires_at,
+        "event_time": entry.memory.event_time,
+    }
+    changed: dict[str, Any] = {}
+    for name, value in times.items():
+        if value is None:
+            continue
+        if not isinstance(value, datetime):
+            raise InvalidTimeError(name, f"expected a datetime, got {type(value).__name__}")
+        utc = _time.ensure_utc(value, name)
+        if value.utcoffset() != timedelta(0):
+            changed[name] = utc
+    return changed
 
 
 _BLANK_LETTERS = frozenset("\u115f\u1160\u3164\uffa0\u2800")
