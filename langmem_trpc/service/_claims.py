@@ -27,7 +27,7 @@ from ..types import (
     check_optional_id,
     text_problem,
 )
-from ._core import check_cursor, check_thread_id, check_user, utcnow
+from ._core import MAX_LIMIT, check_cursor, check_thread_id, check_user, utcnow
 
 T = TypeVar("T")
 MAX_THREAD_ID = 512
@@ -147,7 +147,7 @@ def check_limit(limit: object) -> int | None:
         return None
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
         raise InvalidInputError("limit", "must be a positive integer or None")
-    return limit
+    return limit if limit < MAX_LIMIT else None  # SQL cannot bind past 2**63 - 1
 
 
 def check_letter_id(letter_id: object) -> str:

@@ -147,9 +147,14 @@ def check_new_memory_id(memory_id: object) -> str:
     return checked
 
 
+MAX_LIMIT = 2**62
+"""A `limit` this large reads everything: no store holds that many rows, and SQLite
+and PostgreSQL cannot bind an integer past 2**63 - 1."""
+
+
 def check_read_limit(limit: object) -> int | None:
-    """`read` and `expired`'s `limit`: None or an integer (not a bool), 0 or less
-    meaning no limit as before; every backend gets the same answer for the rest."""
+    """`read` and `expired`'s `limit`: None or an integer (not a bool), 0 or less (or
+    `MAX_LIMIT` and more) meaning no limit; every backend gets the same answer."""
     if limit is None:
         return None
     if isinstance(limit, bool):
@@ -157,7 +162,7 @@ def check_read_limit(limit: object) -> int | None:
     if not isinstance(limit, SupportsIndex):  # int and numpy integers; never 1.5 or "5"
         raise InvalidInputError("limit", f"must be an integer or None, got {type(limit).__name__}")
     count = operator.index(limit)
-    return count if count > 0 else None
+    return count if 0 < count < MAX_LIMIT else None
 
 
 def check_expiry(expires_at: object) -> datetime | None:

@@ -146,6 +146,8 @@ def test_integer_limits_keep_their_meaning(service: MemoryService, method: str) 
         return len(run(getattr(service, method)(ALICE, limit)))
 
     assert [call(n) for n in (None, 0, -1, 1, 2, 5)] == [3, 3, 3, 1, 2, 3]
+    assert [call(n) for n in (2**63 - 1, 2**64, -(2**64))] == [3, 3, 3]  # SQL binds no more
+    assert service.dead_letters("app", limit=2**64) == []
 
 
 def test_set_expiry_takes_a_date_string_like_every_other_date(service: MemoryService) -> None:
