@@ -44,6 +44,14 @@ def test_memory_store_put_keeps_an_out_of_range_event_time_out_of_the_index(when
     assert entry.memory.event_time is None
 
 
+@pytest.mark.parametrize("ttl", [1e12, 6e9])
+def test_memory_store_put_refuses_a_ttl_that_ends_past_9999(ttl: float) -> None:
+    store = MemoryStore(InMemoryMemoryService(embeddings=HashingEmbeddings()))
+    with pytest.raises(InvalidTimeError) as info:
+        store.put(("app", "alice"), "k", {"text": "Party"}, ttl=ttl)
+    assert info.value.field == "ttl" and store.get(("app", "alice"), "k") is None
+
+
 @pytest.fixture
 def run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("LANGMEM_TRPC_HOME", str(tmp_path / "home"))
