@@ -387,7 +387,7 @@ class InMemoryMemoryService(SyncMemoryService):
 
     # -- expiry -------------------------------------------------------------
 
-    def set_expiry(self, user: UserKey, memory_id: str, expires_at: datetime | None) -> bool:
+    def set_expiry(self, user: UserKey, memory_id: str, expires_at: datetime | str | None) -> bool:
         user = check_user(user)
         check_memory_id(memory_id)
         at = check_expiry(expires_at)

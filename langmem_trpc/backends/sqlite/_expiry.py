@@ -43,7 +43,7 @@ class ExpiryMixin:
 
     _db: Database
 
-    def set_expiry(self, user: UserKey, memory_id: str, expires_at: datetime | None) -> bool:
+    def set_expiry(self, user: UserKey, memory_id: str, expires_at: datetime | str | None) -> bool:
         user = check_user(user)
         check_memory_id(memory_id)
         checked = check_expiry(expires_at)
