@@ -111,6 +111,15 @@ def parse_flexible_time(text: str | None, field: str = "time") -> datetime | Non
     return to_utc(parsed, field)
 
 
+def parse_time_or_none(text: str | None) -> datetime | None:
+    """`parse_flexible_time`, None also for an instant outside years 1-9999: for hints
+    (a message's own timestamp) that are better dropped than fatal to a job."""
+    try:
+        return parse_flexible_time(text)
+    except InvalidTimeError:
+        return None
+
+
 def parse_time_or_raise(value: object, field: str) -> datetime | None:
     """Accept an aware datetime, a parseable string or None; raise naming `field` otherwise."""
     if value is None:

@@ -18,12 +18,20 @@ import pytest
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from langchain_core.messages import HumanMessage
 
-from langmem_trpc import InMemoryMemoryService, MemoryStore, UserKey
+from langmem_trpc import (
+    AutoMemoryWorker,
+    InMemoryMemoryService,
+    MemoryStore,
+    UserKey,
+    VerbatimExtractor,
+)
 from langmem_trpc._time import end_of_period, parse_flexible_time, parse_time_or_raise
 from langmem_trpc.backends.sqlite import SQLiteMemoryService
 from langmem_trpc.cli import cli
 from langmem_trpc.errors import InvalidInputError, InvalidTimeError
+from langmem_trpc.extraction import JobStatus
 from langmem_trpc.service.protocol import MemoryService
 from langmem_trpc.testing import HashingEmbeddings
 from langmem_trpc.types import SearchOptions
@@ -50,6 +58,14 @@ def test_memory_store_put_refuses_a_ttl_that_ends_past_9999(ttl: float) -> None:
     with pytest.raises(InvalidTimeError) as info:
         store.put(("app", "alice"), "k", {"text": "Party"}, ttl=ttl)
     assert info.value.field == "ttl" and store.get(("app", "alice"), "k") is None
+
+
+def test_a_message_timestamp_past_9999_is_ignored_not_fatal_to_the_job() -> None:
+    svc = InMemoryMemoryService()
+    message = HumanMessage("I live in Oslo", id="h1", additional_kwargs={"timestamp": LATE})
+    report = AutoMemoryWorker(svc, VerbatimExtractor()).process(ALICE, "t", [message])
+    assert report.status == JobStatus.COMPLETED, report.error
+    assert [e.text for e in svc.read(ALICE)] == ["I live in Oslo"]
 
 
 @pytest.fixture
