@@ -7,9 +7,12 @@ on exactly one line:
     - [id] "text" (kind=episode; date=2024-07-02; with=Bob; at=Chamonix)
 
 Every stored string goes through `defuse` first (one line, no invisible characters,
-no block delimiter word or `===` rule in any look-alike spelling; the steps are in
+no block delimiter word or `===` rule in any look-alike spelling, by the table that
+scripts/gen_confusables.py generates from Unicode's TR39 data; the steps are in
 docs/how-it-works.md), then the text is JSON-quoted, so its closing quote is always
-the renderer's own. This module imports no LangChain.
+the renderer's own. Other values are bare only when they are plain words, and JSON
+strings otherwise (`with="Smith, John"`, `at="Paris; kind=fact"`); an id is bare only
+when it matches `MEMORY_ID_PATTERN`. This module imports no LangChain.
 """
 
 from __future__ import annotations
