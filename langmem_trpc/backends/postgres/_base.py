@@ -200,7 +200,9 @@ class PostgresBase:
     def _users(self, app_name: str | None = None) -> Plan[list[UserKey]]:
         return _plans.users(check_app_filter(app_name))
 
-    def _set_expiry(self, user: UserKey, memory_id: str, expires_at: datetime | str | None) -> Plan[bool]:
+    def _set_expiry(
+        self, user: UserKey, memory_id: str, expires_at: datetime | str | None
+    ) -> Plan[bool]:
         at = check_expiry(expires_at)
         return _expiry.set_expiry(check_user(user), check_memory_id(memory_id), at)
 
