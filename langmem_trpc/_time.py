@@ -2,14 +2,16 @@
 
 Models and users write dates in many shapes ("2023-05-08", "May 2023",
 "8 May 2023"). Zone-less inputs are read as UTC; results are always
-timezone-aware UTC.
+timezone-aware UTC. Every conversion to UTC goes through `to_utc`, so an
+instant outside `datetime`'s years 1-9999 once in UTC ("9999-12-31T23:00-05:00")
+is an `InvalidTimeError` naming the field, never a raw `OverflowError`.
 """
 
 from __future__ import annotations
 
 import calendar
 import re
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 
 from .errors import InvalidTimeError
 
@@ -45,11 +47,24 @@ def wall_clock() -> datetime:
     return datetime.now(timezone.utc)
 
 
+OUT_OF_RANGE = "is outside the supported dates (years 1-9999 in UTC)"
+"""The problem an `InvalidTimeError` states for an instant `datetime` cannot hold in UTC."""
+
+
+def to_utc(value: datetime, field: str = "time") -> datetime:
+    """An aware `value` in UTC; an offset that pushes it past year 9999 or before
+    year 1 is an `InvalidTimeError` naming `field` (Python raises `OverflowError`)."""
+    try:
+        return value.astimezone(timezone.utc)
+    except OverflowError:
+        raise InvalidTimeError(field, f"{value.isoformat()!r} {OUT_OF_RANGE}") from None
+
+
 def ensure_utc(value: datetime, field: str = "time") -> datetime:
     """Return `value` in UTC; a naive datetime is an error, never a guess."""
     if value.tzinfo is None or value.utcoffset() is None:
         raise InvalidTimeError(field, "must be timezone-aware (got a naive datetime)")
-    return value.astimezone(timezone.utc)
+    return to_utc(value, field)
 
 
 def _parse_with_layout(text: str) -> tuple[datetime, str] | None:
@@ -77,8 +92,11 @@ def _parse_layouts(text: str) -> datetime | None:
     return None if day is None else day[0].replace(hour=t.hour, minute=t.minute)
 
 
-def parse_flexible_time(text: str | None) -> datetime | None:
-    """Parse ISO 8601 and common human date layouts; None when unparseable."""
+def parse_flexible_time(text: str | None, field: str = "time") -> datetime | None:
+    """Parse ISO 8601 and common human date layouts; None when unparseable.
+
+    A parsed instant outside years 1-9999 in UTC is an `InvalidTimeError` naming `field`.
+    """
     if text is None or not (text := text.strip()):
         return None
     iso = text[:-1] + "+00:00" if text.endswith(("Z", "z")) else text
@@ -90,7 +108,16 @@ def parse_flexible_time(text: str | None) -> datetime | None:
         return None
     if parsed.tzinfo is None:
         return parsed.replace(tzinfo=timezone.utc)
-    return parsed.astimezone(timezone.utc)
+    return to_utc(parsed, field)
+
+
+def parse_time_or_none(text: str | None) -> datetime | None:
+    """`parse_flexible_time`, None also for an instant outside years 1-9999: for hints
+    (a message's own timestamp) that are better dropped than fatal to a job."""
+    try:
+        return parse_flexible_time(text)
+    except InvalidTimeError:
+        return None
 
 
 def parse_time_or_raise(value: object, field: str) -> datetime | None:
@@ -102,21 +129,21 @@ def parse_time_or_raise(value: object, field: str) -> datetime | None:
     if isinstance(value, str):
         if not value.strip():
             return None
-        parsed = parse_flexible_time(value)
+        parsed = parse_flexible_time(value, field)
         if parsed is None:
             raise InvalidTimeError(field, f"cannot parse {value[:64]!r} as a date or time")
         return parsed
     raise InvalidTimeError(field, f"expected a datetime or string, got {type(value).__name__}")
 
 
-def end_of_period(text: str) -> datetime | None:
+def end_of_period(text: str, field: str = "time") -> datetime | None:
     """The last second of the period `text` names: a year, a month, or a day.
 
     Used for `time_before`: "2023" means up to Dec 31 2023 23:59:59 inclusive.
-    A full datetime is returned unchanged.
+    A full datetime is returned unchanged; "9999-12-31" ends at 23:59:59 that day.
     """
     text = text.strip()
-    start = parse_flexible_time(text)
+    start = parse_flexible_time(text, field)
     if start is None:
         return None
     if re.fullmatch(r"\d{4}", text):
@@ -126,5 +153,5 @@ def end_of_period(text: str) -> datetime | None:
         last = calendar.monthrange(start.year, start.month)[1]
         return start.replace(day=last, hour=23, minute=59, second=59)
     if start.hour == start.minute == start.second == 0 and ":" not in text and "T" not in text:
-        return start + timedelta(days=1) - timedelta(seconds=1)
+        return start.replace(hour=23, minute=59, second=59)
     return start

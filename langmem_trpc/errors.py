@@ -5,7 +5,7 @@ LangmemTrpcError
 ├── InvalidInputError (ValueError)        bad argument; `.field` names it, nothing was written
 │   ├── InvalidUserKeyError               empty / malformed app_name or user_id
 │   ├── InvalidMemoryError                empty or oversized text, unknown kind, bad topics ...
-│   ├── InvalidTimeError                  naive or unparseable datetime
+│   ├── InvalidTimeError                  naive, unparseable or out-of-range (past 9999 / before 1 in UTC) datetime
 │   └── QueuePayloadTooLargeError         a queued job's cap cannot hold even its placeholders
 ├── MemoryNotFoundError (KeyError)        no live memory with that id for this user
 ├── MemoryConflictError                   an update would duplicate another live memory (or lost every retry)
@@ -69,7 +69,8 @@ class InvalidMemoryError(InvalidInputError):
 
 
 class InvalidTimeError(InvalidInputError):
-    """A time is naive (no timezone) or cannot be parsed."""
+    """A time is naive (no timezone), cannot be parsed, or falls outside years 1-9999
+    once in UTC (`_time.to_utc`)."""
 
 
 class QueuePayloadTooLargeError(InvalidInputError):

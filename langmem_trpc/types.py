@@ -12,18 +12,26 @@ length-prefixed, so a separator inside an id cannot join two users.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from enum import Enum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ._time import ensure_utc, parse_time_or_raise
-from .errors import InvalidInputError, InvalidMemoryError, InvalidUserKeyError
+from .errors import (
+    InvalidInputError,
+    InvalidMemoryError,
+    InvalidTimeError,
+    InvalidUserKeyError,
+    LangmemTrpcError,
+)
 
 __all__ = [
     "MAX_ID_LENGTH",
+    "MEMORY_ID_PATTERN",
     "DeadLetter",
     "DeadLetterStatus",
     "Entry",
@@ -35,6 +43,7 @@ __all__ = [
     "FusionMethod",
     "FusionSettings",
     "Operation",
+    "OptionsModel",
     "SearchOptions",
     "Source",
     "ThreadClaim",
@@ -42,6 +51,12 @@ __all__ = [
 ]
 
 MAX_ID_LENGTH = 512
+
+MEMORY_ID_PATTERN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:@/+=-]{0,511}")
+"""What a caller-chosen memory id (`add(memory_id=...)`) must match in full: ASCII letters,
+digits and `_ . : @ / + = -`, at most 512 characters. It covers the ids the package makes
+(hex UUIDs, the store's "kv-" hashes) and keeps quotes, brackets, spaces and look-alike
+letters out of prompts, where an id is shown bare (service/_render.py)."""
 
 
 class Kind(str, Enum):
@@ -62,7 +77,7 @@ class Operation(str, Enum):
     """A soft-deleted memory brought back as it was (`MemoryService.undelete`)."""
 
 
-def _text_problem(value: str) -> str | None:
+def text_problem(value: str) -> str | None:
     """Why no backend can store `value` (a NUL byte, a lone surrogate), or None."""
     if "\x00" in value:
         return "must not contain NUL bytes"
@@ -79,7 +94,7 @@ def check_text_value(field: str, value: str) -> str:
     PostgreSQL cannot hold NUL in text or jsonb and no backend can encode a
     lone surrogate as UTF-8, so every backend refuses both, up front.
     """
-    problem = _text_problem(value)
+    problem = text_problem(value)
     if problem is not None:
         raise InvalidMemoryError(field, problem)
     return value
@@ -91,7 +106,7 @@ def _check_id(error: type[InvalidInputError], field: str, value: object) -> str:
         raise error(field, f"must be a string, got {type(value).__name__}")
     if len(value) > MAX_ID_LENGTH:
         raise error(field, f"must be at most {MAX_ID_LENGTH} characters")
-    problem = _text_problem(value)
+    problem = text_problem(value)
     if problem is not None:
         raise error(field, problem)
     return value
@@ -203,6 +218,13 @@ class Entry(BaseModel):
     """When the memory expires (UTC; `set_expiry`, used by MemoryStore's TTL). From
     then on get, read and search hide it until a sweep soft-deletes it."""
 
+    @field_validator("created_at", "updated_at", "expires_at")
+    @classmethod
+    def _times(cls, value: datetime | None, info: Any) -> datetime | None:
+        """Aware and within years 1-9999 in UTC, or an `InvalidTimeError` naming the
+        field: an import's out-of-range `expires_at` once broke every later read."""
+        return None if value is None else ensure_utc(value, info.field_name)
+
     @property
     def user(self) -> UserKey:
         return UserKey(self.app_name, self.user_id)
@@ -219,7 +241,44 @@ class Entry(BaseModel):
 FusionMethod = Literal["rrf", "scores"]
 
 
-class FusionSettings(BaseModel):
+_FIELD_ERRORS = (InvalidInputError, InvalidMemoryError, InvalidTimeError)
+
+
+def input_error(exc: ValidationError) -> LangmemTrpcError:
+    """The first pydantic error as ours: the library error a validator raised (an
+    `InvalidTimeError` from a date field), else an `InvalidInputError` naming the field."""
+    error = exc.errors()[0]
+    inner = (error.get("ctx") or {}).get("error")
+    field = ".".join(str(part) for part in error["loc"]) or "options"
+    if isinstance(inner, InvalidInputError) and type(inner) in _FIELD_ERRORS:
+        if error["loc"] and inner.field != str(error["loc"][-1]):  # a nested model's field
+            return type(inner)(f"{field}.{inner.field}", inner.problem)
+    if isinstance(inner, LangmemTrpcError):
+        return inner
+    if error["type"] == "extra_forbidden":
+        return InvalidInputError(field, f"is not an option of {exc.title}")
+    return InvalidInputError(field, error["msg"])
+
+
+class OptionsModel(BaseModel):
+    """Base of the options models: frozen, unknown fields refused, and every bad
+    field an `InvalidInputError` (or the `InvalidTimeError` of a date) naming it.
+
+    `SearchOptions(as_of=...)` once returned current results without a word; a
+    misspelt option now fails loudly. `model_validate` is pydantic's own and
+    still raises its `ValidationError`.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    def __init__(self, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise input_error(exc) from None
+
+
+class FusionSettings(OptionsModel):
     """Knobs of the ranking steps, per search (measured on LoCoMo, docs/bench-locomo.md).
 
     The five hybrid steps rescale the fused score of `SearchOptions.fusion_method`.
@@ -256,8 +315,6 @@ class FusionSettings(BaseModel):
     larger pool costs database latency for little recall (docs/bench-sqlite.md).
     """
 
-    model_config = ConfigDict(frozen=True)
-
     participant_boost: float = Field(default=1.0, ge=0.0)
     context_weight: float = Field(default=0.7, ge=0.0)
     vector_floor: float = Field(default=0.1, ge=0.0, le=1.0)
@@ -281,10 +338,12 @@ FUSION_STEPS_OFF: dict[str, float] = {
 """Each named `FusionSettings` step at the value that switches it off (plain fusion)."""
 
 
-class SearchOptions(BaseModel):
-    """How to search. The positional query of `search()` overrides `query` here."""
+class SearchOptions(OptionsModel):
+    """How to search. The positional query of `search()` overrides `query` here.
 
-    model_config = ConfigDict(frozen=True)
+    Times are aware datetimes or date strings (zone-less means UTC); a naive datetime,
+    an unparseable string or an instant outside years 1-9999 is an `InvalidTimeError`.
+    """
 
     query: str = ""
     kind: Kind | None = None

@@ -28,7 +28,7 @@ from datetime import datetime
 
 from langchain_core.messages import AIMessage, BaseMessage
 
-from .._time import parse_flexible_time
+from .._time import parse_time_or_none
 from ..types import ExtractionCursor
 
 __all__ = [
@@ -123,7 +123,7 @@ def message_time(message: BaseMessage) -> datetime | None:
         value = message.additional_kwargs.get(key)
         if isinstance(value, datetime) and value.tzinfo is not None:
             return value
-        if isinstance(value, str) and (parsed := parse_flexible_time(value)) is not None:
+        if isinstance(value, str) and (parsed := parse_time_or_none(value)) is not None:
             return parsed
     return None
 

@@ -20,7 +20,7 @@ from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 from langchain_core.retrievers import BaseRetriever
 from langchain_core.vectorstores import VectorStore
-from pydantic import ConfigDict, ValidationError
+from pydantic import ConfigDict
 
 from ..errors import ConfigurationError, InvalidInputError
 from ..service._core import check_user
@@ -91,12 +91,10 @@ def search_options(user: UserKey, k: int, values: dict[str, Any]) -> SearchOptio
         )
     try:
         return SearchOptions(**{"hybrid": True, **merged, "max_results": k})
-    except ValidationError as exc:
-        error = exc.errors()[0]
-        field = ".".join(str(p) for p in error["loc"]) or "search_kwargs"
-        if field == "max_results":
-            field = "k"
-        raise InvalidInputError(field, error["msg"]) from None
+    except InvalidInputError as exc:  # SearchOptions names its own field; ours is `k`
+        if exc.field == "max_results":
+            raise InvalidInputError("k", exc.problem) from None
+        raise
 
 
 class MemoryRetriever(BaseRetriever):

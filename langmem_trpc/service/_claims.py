@@ -25,8 +25,9 @@ from ..types import (
     ThreadClaim,
     UserKey,
     check_optional_id,
+    text_problem,
 )
-from ._core import check_cursor, check_thread_id, check_user, utcnow
+from ._core import MAX_LIMIT, check_cursor, check_thread_id, check_user, utcnow
 
 T = TypeVar("T")
 MAX_THREAD_ID = 512
@@ -146,12 +147,15 @@ def check_limit(limit: object) -> int | None:
         return None
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
         raise InvalidInputError("limit", "must be a positive integer or None")
-    return limit
+    return limit if limit < MAX_LIMIT else None  # SQL cannot bind past 2**63 - 1
 
 
 def check_letter_id(letter_id: object) -> str:
     if not isinstance(letter_id, str) or not letter_id.strip() or len(letter_id) > MAX_OWNER:
         raise InvalidInputError("letter_id", "must be a non-empty dead-letter id")
+    problem = text_problem(letter_id)  # a NUL or a lone surrogate: no backend can look it up
+    if problem is not None:
+        raise InvalidInputError("letter_id", problem)
     return letter_id
 
 

@@ -9,17 +9,26 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import operator
 import os
+import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import date, datetime, time
-from typing import Any, Literal, TypeVar
+from datetime import date, datetime, time, timedelta
+from typing import Any, Literal, SupportsIndex, TypeVar
 
 from pydantic import BaseModel
 
 from .. import _time
-from ..errors import ConfigurationError, InvalidMemoryError, InvalidUserKeyError
+from ..errors import (
+    ConfigurationError,
+    InvalidInputError,
+    InvalidMemoryError,
+    InvalidTimeError,
+    InvalidUserKeyError,
+)
 from ..types import (
+    MEMORY_ID_PATTERN,
     Entry,
     ExtractionCursor,
     HistoryEvent,
@@ -125,6 +134,55 @@ def check_memory_id(memory_id: object) -> str:
     return check_text_value("memory_id", memory_id)
 
 
+def check_new_memory_id(memory_id: object) -> str:
+    """A caller-chosen id for a new memory: `check_memory_id`, and `MEMORY_ID_PATTERN`
+    in full (lookups by id stay lenient: an id that cannot exist is simply not found)."""
+    checked = check_memory_id(memory_id)
+    if not MEMORY_ID_PATTERN.fullmatch(checked):
+        raise InvalidMemoryError(
+            "memory_id",
+            "a chosen id must be ASCII letters, digits and _ . : @ / + = - "
+            f"(starting with a letter, digit or _), got {checked[:64]!r}",
+        )
+    return checked
+
+
+MAX_LIMIT = 2**62
+"""A `limit` this large reads everything: no store holds that many rows, and SQLite
+and PostgreSQL cannot bind an integer past 2**63 - 1."""
+
+
+def check_read_limit(limit: object) -> int | None:
+    """`read` and `expired`'s `limit`: None or an integer (not a bool), 0 or less (or
+    `MAX_LIMIT` and more) meaning no limit; every backend gets the same answer."""
+    if limit is None:
+        return None
+    if isinstance(limit, bool):
+        raise InvalidInputError("limit", "must be an integer or None, not a bool")
+    if not isinstance(limit, SupportsIndex):  # int and numpy integers; never 1.5 or "5"
+        raise InvalidInputError("limit", f"must be an integer or None, got {type(limit).__name__}")
+    count = operator.index(limit)
+    return count if 0 < count < MAX_LIMIT else None
+
+
+def check_expiry(expires_at: object) -> datetime | None:
+    """`set_expiry`'s `expires_at`: None (no expiry), an aware datetime or a date string
+    (parsed like `event_time`; zone-less means UTC); a blank string is refused, not None."""
+    if isinstance(expires_at, str) and not expires_at.strip():
+        raise InvalidTimeError("expires_at", "must not be blank; pass None to remove the expiry")
+    return _time.parse_time_or_raise(expires_at, "expires_at")
+
+
+def check_items(items: object) -> Iterable[object]:
+    """`add_many`'s `items`: a list (any iterable) of texts or `Memory` objects; a str,
+    bytes or a mapping is refused instead of being stored one character or key at a time."""
+    if isinstance(items, (str, bytes, bytearray, Mapping)) or not isinstance(items, Iterable):
+        raise InvalidMemoryError(
+            "items", f"must be a list of texts or Memory objects, not {type(items).__name__}"
+        )
+    return items
+
+
 def check_thread_id(thread_id: object) -> str:
     """A cursor's thread id: a string every backend can store (no NUL, no lone surrogate)."""
     checked = check_optional_id("thread_id", thread_id)
@@ -212,8 +270,9 @@ def check_restorable(entry: object, history: Sequence[HistoryEvent] = ()) -> Ent
 
     `restore` writes entries back as they are (no trimming, no limits), so
     only what storage itself needs is checked: every string free of NUL
-    bytes and lone surrogates, and JSON metadata (`check_metadata`; the
-    returned entry carries the normalised metadata).
+    bytes and lone surrogates, JSON metadata (`check_metadata`) and aware times
+    within years 1-9999 in UTC; the returned entry carries the normalised
+    metadata and its times in UTC.
     """
     if not isinstance(entry, Entry):
         raise InvalidMemoryError("entry", f"expected an Entry, got {type(entry).__name__}")
@@ -231,9 +290,53 @@ def check_restorable(entry: object, history: Sequence[HistoryEvent] = ()) -> Ent
             if text is not None:
                 check_text_value("history.text", text)
     metadata = check_metadata(memory.metadata)
-    if metadata == memory.metadata:
-        return entry
-    return entry.model_copy(update={"memory": memory.model_copy(update={"metadata": metadata})})
+    update: dict[str, Any] = _restorable_times(entry)
+    if metadata != memory.metadata or "event_time" in update:
+        fields = {"metadata": metadata, "event_time": update.pop("event_time", memory.event_time)}
+        update["memory"] = memory.model_copy(update=fields)
+    return entry.model_copy(update=update) if update else entry
+
+
+def _restorable_times(entry: Entry) -> dict[str, Any]:
+    """The entry's times in UTC where they are not yet; an instant outside years 1-9999
+    in UTC (an import's `expires_at` of 9999-12-31T23:00-05:00) is an `InvalidTimeError`
+    here, not an `OverflowError` on every later read of the user's memories."""
+    times = {
+        "created_at": entry.created_at,
+        "updated_at": entry.updated_at,
+        "expires_at": entry.expires_at,
+        "event_time": entry.memory.event_time,
+    }
+    changed: dict[str, Any] = {}
+    for name, value in times.items():
+        if value is None:
+            continue
+        if not isinstance(value, datetime):
+            raise InvalidTimeError(name, f"expected a datetime, got {type(value).__name__}")
+        utc = _time.ensure_utc(value, name)
+        if value.utcoffset() != timedelta(0):
+            changed[name] = utc
+    return changed
+
+
+_BLANK_LETTERS = frozenset("\u115f\u1160\u3164\uffa0\u2800")
+"""Letters and symbols that draw nothing (Hangul fillers, the blank Braille pattern)."""
+
+
+def _invisible(char: str) -> bool:
+    """Whether `char` draws nothing: a space, a format character (zero-width space,
+    joiners, BOM, soft hyphen), a variation selector or a blank letter."""
+    if char.isspace() or char in _BLANK_LETTERS:
+        return True
+    code = ord(char)
+    if 0xFE00 <= code <= 0xFE0F or 0xE0100 <= code <= 0xE01EF:
+        return True
+    return unicodedata.category(char) == "Cf"
+
+
+def is_blank(text: str) -> bool:
+    """Whether `text` shows nothing at all: empty, or only invisible characters."""
+    return all(_invisible(char) for char in text)
 
 
 def _check_text(text: object, limits: Limits) -> str:
@@ -241,6 +344,8 @@ def _check_text(text: object, limits: Limits) -> str:
         raise InvalidMemoryError("text", f"must be a string, got {type(text).__name__}")
     if not text.strip():
         raise InvalidMemoryError("text", "must not be empty")
+    if is_blank(text):
+        raise InvalidMemoryError("text", "must not be empty (it has only invisible characters)")
     if len(text) > limits.max_text_length:
         raise InvalidMemoryError(
             "text", f"is {len(text)} characters, more than the limit of {limits.max_text_length}"

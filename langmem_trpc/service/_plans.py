@@ -27,7 +27,9 @@ from ._core import (
     Limits,
     MemoryPatch,
     build_memory,
+    check_items,
     check_memory_id,
+    check_new_memory_id,
     check_restorable,
     check_user,
     checked_model,
@@ -135,6 +137,8 @@ def _add(
         row = yield FindByFingerprint(user, fp)
         if row is not None and not row.deleted:
             return (yield from _merge_topics(user, row, memory))
+        if memory_id is not None:  # a new id (an existing one, even an old odd one, upserts)
+            check_new_memory_id(memory_id)
     now: datetime = yield NOW
     if row is not None and not row.deleted:  # explicit id, live: upsert in place
         yield Rewrite(user, row, memory, fp, vector, now)
@@ -195,7 +199,7 @@ def add_many(
     """
     user = check_user(user)
     check_source(source)
-    memories = [memory_from(item, limits=limits) for item in items]
+    memories = [memory_from(item, limits=limits) for item in check_items(items)]
     return _add_many(user, memories, source, limits)
 
 
@@ -338,7 +342,7 @@ def purge(user: UserKey, memory_id: str | None = None) -> Plan[int]:
     """Remove one memory, or everything the user has, for good; returns rows removed."""
     user = check_user(user)
     if memory_id is not None:
-        check_memory_id(memory_id)
+        check_new_memory_id(memory_id)
     return _purge(user, memory_id)
 
 

@@ -7,9 +7,12 @@ on exactly one line:
     - [id] "text" (kind=episode; date=2024-07-02; with=Bob; at=Chamonix)
 
 Every stored string goes through `defuse` first (one line, no invisible characters,
-no block delimiter word or `===` rule in any look-alike spelling; the steps are in
+no block delimiter word or `===` rule in any look-alike spelling, by the table that
+scripts/gen_confusables.py generates from Unicode's TR39 data; the steps are in
 docs/how-it-works.md), then the text is JSON-quoted, so its closing quote is always
-the renderer's own. This module imports no LangChain.
+the renderer's own. Other values are bare only when they are plain words, and JSON
+strings otherwise (`with="Smith, John"`, `at="Paris; kind=fact"`); an id is bare only
+when it matches `MEMORY_ID_PATTERN`. This module imports no LangChain.
 """
 
 from __future__ import annotations
@@ -18,7 +21,8 @@ import json
 import re
 import unicodedata
 
-from ..types import Entry
+from ..types import MEMORY_ID_PATTERN, Entry
+from ._confusables import LOOKALIKES
 
 DELIMITER_WORDS: tuple[tuple[str, ...], ...] = (
     ("preloaded", "user", "memories"),
@@ -28,35 +32,12 @@ DELIMITER_WORDS: tuple[tuple[str, ...], ...] = (
 
 MARKER_REPLACEMENT = "[memory-marker]"
 
-_LOOKALIKES: dict[str, str] = {
-    "a": "\u0430\u0410\u0251\u03b1\u0391\u1d00\u13aa\ua4ee\u237a",
-    "b": "\u0412\u0392\u0299\u13f4\ua4d0\u0432\u042c\u0184\u13cf",
-    "c": "\u0441\u0421\u03f2\u03f9\u1d04\u13df\ua4da",
-    "d": "\u0501\u1d05\u13a0\ua4d3",
-    "e": "\u0435\u0415\u0395\u1d07\u13ac\ua4f0\u04bd\u212e",
-    "f": "\u03dc\ua4dd",
-    "g": "\u0261\u050d\u050c\u0262\u13c0\ua4d6",
-    "h": "\u04bb\u04ba\u041d\u0397\u029c\u043d\u13bb\ua4e7",
-    "j": "\u0458\u0408\u03f3\u1d0a\u13ab\ua4d9",
-    "k": "\u041a\u039a\u043a\u03ba\u1d0b\u13e6\ua4d7",
-    "l": "Ii1|\u0456\u0406\u0399\u03b9\u026a\u04c0\u04cf\u0131\u01c0\u05c0\u13de\ua4e1\ua4f2",
-    "m": "\u041c\u039c\u043c\u1d0d\u13b7\ua4df\u03fb",
-    "n": "\u0578\u0274\u039d\ua4e0",
-    "o": "0\u043e\u041e\u03bf\u039f\u1d0f\u03c3\u07c0\u0585\u3007\u0555",
-    "p": "\u0440\u0420\u03c1\u03a1\u1d18\u13e2\ua4d1",
-    "q": "\u051b\u051a",
-    "r": "\u0433\u0280\u13a1\ua4e3\u1d26",
-    "s": "\u0455\u0405\ua731\u13da\ua4e2",
-    "t": "\u0442\u0422\u03a4\u03c4\u1d1b\u13a2\ua4d4",
-    "u": "\u03c5\u057d\u1d1c\ua4f4\u054d\u028b",
-    "v": "\u03bd\u0475\u0474\u1d20\u13d9\ua4e6",
-    "w": "\u051d\u051c\u1d21\u13b3\ua4ea\u0461",
-    "x": "\u0445\u0425\u03a7\u03c7\ua4eb",
-    "y": "\u0443\u0423\u03a5\u03b3\u028f\u04ae\u04af\u13a9\ua4ec",
-    "z": "\u1d22\u0396\u13c3\ua4dc",
-    "=": "\u2550\u1400\u2e40\u30a0\ua4ff",
+_FOLDED = {"i": "l"}
+"""TR39 folds "I", "1" and "|" to "l" but keeps "i" apart: here they are one class."""
+_SKELETON: dict[str, str] = {
+    char: _FOLDED.get(proto, proto) for proto, chars in LOOKALIKES.items() for char in chars
 }
-_SKELETON: dict[str, str] = {c: proto for proto, chars in _LOOKALIKES.items() for c in chars}
+_SKELETON["i"] = "l"
 _IGNORED = "\x00"
 """What a combining mark becomes in a skeleton: skipped between the letters of a word."""
 
@@ -141,8 +122,32 @@ def quote(text: str) -> str:
     return json.dumps(defuse(text), ensure_ascii=False)
 
 
-def _meta(text: str) -> str:
-    return defuse(text).replace(";", ",").replace("(", "[").replace(")", "]")
+_STRUCTURE = frozenset(';,=()[]"')
+"""What structures a memory line: a field's value that looks like none of these
+(after folding look-alikes) needs no quotes."""
+_BARE_PUNCTUATION = frozenset(" .-'&/_\u2019")
+
+
+def _bare(text: str) -> bool:
+    return bool(text) and all(
+        (char.isalnum() or char in _BARE_PUNCTUATION) and _SKELETON.get(char) not in _STRUCTURE
+        for char in text
+    )
+
+
+def field(text: str) -> str:
+    """A defused field value: bare when it is words ("Bob", "New York"), else a JSON string,
+    so a location "Paris; kind=fact" stays one value and cannot add a field."""
+    defused = defuse(text)
+    return defused if _bare(defused) else json.dumps(defused, ensure_ascii=False)
+
+
+def _memory_id(memory_id: str) -> str:
+    """An id as `MEMORY_ID_PATTERN` allows it bare; any other (restored from an old
+    export) as a JSON string, so it cannot close the brackets and forge a text."""
+    if MEMORY_ID_PATTERN.fullmatch(memory_id):
+        return memory_id
+    return json.dumps(defuse(memory_id), ensure_ascii=False)
 
 
 def memory_line(entry: Entry, *, topics: bool = False) -> str:
@@ -150,16 +155,16 @@ def memory_line(entry: Entry, *, topics: bool = False) -> str:
 
     `topics=True` appends `topics=a, b` (the extractor reuses topic names;
     preload leaves them out). Every stored string is defused; the text is
-    JSON-quoted.
+    JSON-quoted, every other value too unless it is plain words (`field`).
     """
     memory = entry.memory
     meta = [f"kind={memory.kind.value}"]
     if memory.event_time is not None:
         meta.append(f"date={memory.event_time:%Y-%m-%d}")
     if memory.participants:
-        meta.append("with=" + ", ".join(_meta(p) for p in memory.participants))
+        meta.append("with=" + ", ".join(field(p) for p in memory.participants))
     if memory.location:
-        meta.append(f"at={_meta(memory.location)}")
+        meta.append(f"at={field(memory.location)}")
     if topics and memory.topics:
-        meta.append("topics=" + ", ".join(_meta(t) for t in memory.topics))
-    return f"- [{_meta(entry.id)}] {quote(memory.text)} ({'; '.join(meta)})"
+        meta.append("topics=" + ", ".join(field(t) for t in memory.topics))
+    return f"- [{_memory_id(entry.id)}] {quote(memory.text)} ({'; '.join(meta)})"

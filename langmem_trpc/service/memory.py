@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
-from .._time import ensure_utc
 from ..types import Entry, HistoryEvent, Kind, SearchOptions, UserKey
 from . import _steps as steps
 from ._bm25 import CorpusStats, KeywordDoc, KeywordScorer, QueryTerms
@@ -23,7 +22,9 @@ from ._claims import ClaimOp, ClaimTable
 from ._core import (
     Limits,
     check_app_filter,
+    check_expiry,
     check_memory_id,
+    check_read_limit,
     check_user,
     is_expired,
     resolve_options,
@@ -315,12 +316,12 @@ class InMemoryMemoryService(SyncMemoryService):
             return row.entry if row is not None and live else None
 
     def read(self, user: UserKey, limit: int | None = None) -> list[Entry]:
-        user = check_user(user)
+        user, limit = check_user(user), check_read_limit(limit)
         with self._lock:
             data = self._find(user)
             entries = unexpired(r.entry for r in self._live(data)) if data else []
         entries.sort(key=lambda e: (e.updated_at, e.created_at, e.id), reverse=True)
-        return entries[:limit] if limit is not None and limit > 0 else entries
+        return entries[:limit]
 
     def count(self, user: UserKey) -> int:
         user = check_user(user)
@@ -386,10 +387,10 @@ class InMemoryMemoryService(SyncMemoryService):
 
     # -- expiry -------------------------------------------------------------
 
-    def set_expiry(self, user: UserKey, memory_id: str, expires_at: datetime | None) -> bool:
+    def set_expiry(self, user: UserKey, memory_id: str, expires_at: datetime | str | None) -> bool:
         user = check_user(user)
         check_memory_id(memory_id)
-        at = ensure_utc(expires_at, "expires_at") if expires_at is not None else None
+        at = check_expiry(expires_at)
         with self._lock:
             data = self._find(user)
             row = data.rows.get(memory_id) if data else None
@@ -399,13 +400,13 @@ class InMemoryMemoryService(SyncMemoryService):
             return True
 
     def expired(self, user: UserKey, limit: int | None = None) -> list[str]:
-        user = check_user(user)
+        user, limit = check_user(user), check_read_limit(limit)
         now = utcnow()
         with self._lock:
             data = self._find(user)
             rows = [r for r in self._live(data) if is_expired(r.entry, now)] if data else []
         rows.sort(key=lambda r: (r.entry.expires_at, r.entry.id))
-        return [r.entry.id for r in rows][: limit if limit and limit > 0 else None]
+        return [r.entry.id for r in rows][:limit]
 
     # -- cursors, claims and dead letters ----------------------------------------
 

@@ -264,7 +264,8 @@ class MemoryService(ABC):
 
     @abstractmethod
     def read(self, user: UserKey, limit: int | None = None) -> list[Entry]:
-        """Live memories, most recently updated first."""
+        """Live memories, most recently updated first: at most `limit` (an integer,
+        `_core.check_read_limit`; None or 0 and less: all of them)."""
 
     @abstractmethod
     def search(
@@ -371,10 +372,12 @@ class MemoryService(ABC):
 
     # -- expiry (MemoryStore's TTL) -----------------------------------------
 
-    def set_expiry(self, user: UserKey, memory_id: str, expires_at: datetime | None) -> bool:
+    def set_expiry(self, user: UserKey, memory_id: str, expires_at: datetime | str | None) -> bool:
         """Set (or clear, with None) when a live memory expires; False when there is none.
 
-        From `expires_at` on, get, read and search hide the memory (count and
+        `expires_at` is an aware datetime or a date string, read like `event_time`
+        (zone-less means UTC); anything else, a blank string or an instant outside
+        years 1-9999 in UTC is an `InvalidTimeError`. From `expires_at` on, get, read and search hide the memory (count and
         users still include it) until a sweep soft-deletes it. The memory's
         content, `updated_at` and history are untouched.
         """

@@ -318,6 +318,7 @@ def test_fingerprint_migration_recomputes_ambiguous_rows(tmp_path, monkeypatch):
     path = tmp_path / "m.db"
     with monkeypatch.context() as m:
         m.setattr(_plans, "fingerprint", legacy_fingerprint)
+        m.setattr(_plans, "check_new_memory_id", str)  # chosen ids took any string then
         svc = SQLiteMemoryService(path)
         comma = svc.add(ALICE, "Met for lunch", participants=["Smith, John"])
         plain = svc.add(ALICE, "Plain memory", participants=["Ana", "Bob"])

@@ -284,7 +284,7 @@ class LanceDBMemoryService(InMemoryMemoryService):
             data.stale |= refs
             data.history.clear()  # `history` reads the table
 
-    def set_expiry(self, user: UserKey, memory_id: str, expires_at: datetime | None) -> bool:
+    def set_expiry(self, user: UserKey, memory_id: str, expires_at: datetime | str | None) -> bool:
         user = check_user(user)
         with self._lock:
             if not super().set_expiry(user, memory_id, expires_at):

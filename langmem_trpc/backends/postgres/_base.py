@@ -13,10 +13,17 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 from weakref import WeakKeyDictionary, WeakSet
 
-from ..._time import ensure_utc
 from ...errors import ConfigurationError
 from ...service import _steps as steps
-from ...service._core import Limits, check_app_filter, check_memory_id, check_user, resolve_options
+from ...service._core import (
+    Limits,
+    check_app_filter,
+    check_expiry,
+    check_memory_id,
+    check_read_limit,
+    check_user,
+    resolve_options,
+)
 from ...service._language import Language, resolve_language
 from ...service._periods import TimeMentions
 from ...types import Entry, HistoryEvent, SearchOptions, UserKey
@@ -168,7 +175,7 @@ class PostgresBase:
         return _plans.get(check_user(user), check_memory_id(memory_id))
 
     def _read(self, user: UserKey, limit: int | None = None) -> Plan[list[Entry]]:
-        return _plans.read(check_user(user), limit)
+        return _plans.read(check_user(user), check_read_limit(limit))
 
     def _search(
         self, user: UserKey, query: str | None = None, options: SearchOptions | None = None
@@ -193,12 +200,14 @@ class PostgresBase:
     def _users(self, app_name: str | None = None) -> Plan[list[UserKey]]:
         return _plans.users(check_app_filter(app_name))
 
-    def _set_expiry(self, user: UserKey, memory_id: str, expires_at: datetime | None) -> Plan[bool]:
-        at = ensure_utc(expires_at, "expires_at") if expires_at is not None else None
+    def _set_expiry(
+        self, user: UserKey, memory_id: str, expires_at: datetime | str | None
+    ) -> Plan[bool]:
+        at = check_expiry(expires_at)
         return _expiry.set_expiry(check_user(user), check_memory_id(memory_id), at)
 
     def _expired(self, user: UserKey, limit: int | None = None) -> Plan[list[str]]:
-        return _expiry.expired(check_user(user), limit)
+        return _expiry.expired(check_user(user), check_read_limit(limit))
 
 
 def backend_error(exc: Exception) -> Exception:

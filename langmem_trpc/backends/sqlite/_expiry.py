@@ -11,8 +11,13 @@ import sqlite3
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from ..._time import ensure_utc
-from ...service._core import check_memory_id, check_user, utcnow
+from ...service._core import (
+    check_expiry,
+    check_memory_id,
+    check_read_limit,
+    check_user,
+    utcnow,
+)
 from ...types import Entry, UserKey
 from ._sql import LIVE, to_us
 
@@ -38,18 +43,19 @@ class ExpiryMixin:
 
     _db: Database
 
-    def set_expiry(self, user: UserKey, memory_id: str, expires_at: datetime | None) -> bool:
+    def set_expiry(self, user: UserKey, memory_id: str, expires_at: datetime | str | None) -> bool:
         user = check_user(user)
         check_memory_id(memory_id)
-        at = to_us(ensure_utc(expires_at, "expires_at")) if expires_at is not None else None
+        checked = check_expiry(expires_at)
+        at = None if checked is None else to_us(checked)
         params = (at, user.app_name, user.user_id, memory_id)
         return bool(self._db.write(lambda conn: conn.execute(SET_EXPIRY, params).rowcount))
 
     def expired(self, user: UserKey, limit: int | None = None) -> list[str]:
-        user = check_user(user)
+        user, limit = check_user(user), check_read_limit(limit)
         query = SELECT_EXPIRED
         params: tuple[object, ...] = (user.app_name, user.user_id, to_us(utcnow()))
-        if limit is not None and limit > 0:
+        if limit is not None:
             query, params = query + " LIMIT ?", (*params, limit)
         rows = self._db.read(lambda conn: conn.execute(query, params).fetchall())
         return [str(r[0]) for r in rows]

@@ -23,6 +23,7 @@ from ...service._core import (
     Limits,
     check_app_filter,
     check_memory_id,
+    check_read_limit,
     check_user,
     embedding_text,
     resolve_options,
@@ -171,10 +172,10 @@ class SQLiteMemoryService(SQLiteClaims, ExpiryMixin, SyncMemoryService):
         return next(iter(unexpired([to_entry(row, user)])), None)
 
     def read(self, user: UserKey, limit: int | None = None) -> list[Entry]:
-        user = check_user(user)
+        user, limit = check_user(user), check_read_limit(limit)
         u: tuple[Any, ...] = (user.app_name, user.user_id)
         query = sql.SELECT_READ
-        if limit is not None and limit > 0:
+        if limit is not None:
             query += " LIMIT ?"
             u = (*u, limit)
         rows = self._db.read(lambda conn: conn.execute(query, u).fetchall())

@@ -209,6 +209,7 @@ class MemoryStore(BaseStore):
             meta["index"] = False
         if op.ttl is not None:
             meta["ttl"] = float(op.ttl)
+            deadline(op.ttl)  # one ending past year 9999 is refused before anything is written
         source = _SOURCE
         if existing is None and self.reconcile and op.index is not False:
             absorbed = reconcile_put(self.service, user, scope, text, fields)

@@ -15,6 +15,8 @@ import threading
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
+from ..._time import OUT_OF_RANGE
+from ...errors import InvalidTimeError
 from ...service._core import utcnow
 from ...types import Entry
 from ._values import store_meta
@@ -23,8 +25,14 @@ logger = logging.getLogger(__name__)
 
 
 def deadline(ttl: float | None) -> datetime | None:
-    """When an item put (or refreshed) now with `ttl` minutes expires; None without a TTL."""
-    return None if ttl is None else utcnow() + timedelta(minutes=float(ttl))
+    """When an item put (or refreshed) now with `ttl` minutes expires; None without a TTL.
+    A TTL that ends past year 9999 is an `InvalidTimeError` naming `ttl`."""
+    if ttl is None:
+        return None
+    try:
+        return utcnow() + timedelta(minutes=float(ttl))
+    except OverflowError:
+        raise InvalidTimeError("ttl", f"{ttl!r} minutes from now {OUT_OF_RANGE}") from None
 
 
 def ttl_of(entry: Entry) -> float | None:
