@@ -479,10 +479,11 @@ def test_the_when_and_time_cues_come_from_the_given_language():
 def _decomposed_by_full_tokenisation(fused, best, query, weight, k):
     """The reference: every candidate fully tokenised (`KeywordDoc.build`), each
     sub-query scored over all of them, as decomposition was first written."""
+    from langmem_trpc.service._documents import keys_of
     from langmem_trpc.service._language import ENGLISH
     from langmem_trpc.service._search import _named_participants, _sub_queries
 
-    docs = {key: KeywordDoc.build(e.memory.text, e.memory.topics) for key, (e, _) in best.items()}
+    docs = {key: KeywordDoc.build(e.memory.text, keys_of(e.memory)) for key, (e, _) in best.items()}
     stats = CorpusStats.from_docs(docs.values())
     out = dict(fused)
     subs = _sub_queries(query, _named_participants(query, [e for e, _ in best.values()]), ENGLISH)
