@@ -311,8 +311,10 @@ class FusionSettings(OptionsModel):
     chosen on LoCoMo's development half, 1.0 with "rrf" is the reference's plain RRF.
     `vector_floor` / `keyword_floor`: the minimum absolute score for a leg to vote when
     no explicit threshold is set; `keyword_floor` is also a keyword-only search's default
-    threshold. `min_pool`: candidates fetched per leg (at least 3 x max_results); a
-    larger pool costs database latency for little recall (docs/bench-sqlite.md).
+    threshold. `min_pool`: candidates fetched per leg in a search's first tier, whatever
+    max_results is (a deeper tier, 4x, is fetched only when the first ranks fewer than
+    max_results, so a page is a slice of one order); a larger pool costs database
+    latency for little recall (docs/bench-sqlite.md).
     """
 
     participant_boost: float = Field(default=1.0, ge=0.0)

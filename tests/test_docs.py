@@ -56,6 +56,8 @@ def test_readme_service_example_returns_what_it_claims(tmp_path, monkeypatch):
     hikes = namespace["hikes"]
     assert [h.text for h in hits] == ["Production runs Go 1.24"]  # type: ignore[attr-defined]
     assert [h.text for h in hikes] == ["Hiked Mont Blanc"]  # type: ignore[attr-defined]
+    trips = namespace["trips"]
+    assert [h.text for h in trips] == ["Hiked Mont Blanc"]  # type: ignore[attr-defined]
     namespace["svc"].close()  # type: ignore[attr-defined]
 
 

@@ -55,8 +55,38 @@ def default_data() -> Path:
     looked = ", ".join(str(c) for c in dict.fromkeys(candidates))
     raise click.ClickException(
         f"no LoCoMo data found (looked in {looked}); pass --data PATH/locomo10.json "
-        "(the LoCoMo-10 file from github.com/snap-research/locomo) or set LANGMEM_TRPC_LOCOMO"
+        f"or set LANGMEM_TRPC_LOCOMO. {LOCOMO_SOURCE}"
     )
+
+
+LOCOMO_SOURCE = (
+    "LoCoMo-10 is data/locomo10.json of github.com/snap-research/locomo (CC BY-NC 4.0, "
+    "2.8 MB): curl -LO https://raw.githubusercontent.com/snap-research/locomo/main/data/locomo10.json"
+)
+
+
+def check_extras(retrieval: bool, arms: str | None, plots: Path | None) -> None:
+    """Stop before any work, in one line, when the run needs a module of the `[bench]`
+    extra that is not installed (bm25s for the `turns-bm25s` baseline arm, which the
+    retrieval run includes unless --arms leaves it out; matplotlib for --plots)."""
+    from importlib.util import find_spec
+
+    from ..bench.locomo.retrieval import default_arms
+
+    needed: dict[str, str] = {}
+    if retrieval:
+        wanted = set(arms.split(",")) if arms else None
+        for arm in default_arms():
+            if arm.baseline == "bm25s" and (wanted is None or arm.name in wanted):
+                needed["bm25s"] = f"the {arm.name} arm"
+    if plots is not None:
+        needed["matplotlib"] = "--plots"
+    missing = [f"{module} (for {why})" for module, why in needed.items() if not find_spec(module)]
+    if missing:
+        raise click.ClickException(
+            f"missing {', '.join(missing)}: pip install 'langmem-trpc[bench]'"
+            + (" (or leave it out with --arms)" if "bm25s" in needed and missing else "")
+        )
 
 
 def _service_factory(backend: str, workdir: Path) -> Any:
@@ -187,6 +217,7 @@ def locomo(
         langmem-trpc bench locomo --retrieval --split dev --ablation --out recall.json
         langmem-trpc bench locomo --arms memory-vector,memory-hybrid --out qa.json
     """
+    check_extras(retrieval, arms, plots)
     path = data or default_data()
     try:
         dataset = load_locomo(path)

@@ -1,6 +1,10 @@
 """Stored token documents: the tokenizer's output kept beside a memory, so the
 keyword leg never tokenises a stored memory again.
 
+A memory has two keyword fields: its text, and its keys (`memory_keys`: the
+topics, then the participants and the location), so a name or a place the
+extractor put in a field is found like a topic.
+
 A document is the package tokenizer's primary tokens (stemmed, with
 repeats, in order) then its CJK trigrams, joined by spaces. The SQLite
 backend indexes it with FTS5 and builds its in-memory postings from it; the
@@ -13,6 +17,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 
+from ..types import Memory
 from ._bm25 import KeywordDoc
 from ._language import ENGLISH, Language
 from ._text import cjk_trigrams, primary_tokens
@@ -25,7 +30,29 @@ def fts_document(text: str, language: Language = ENGLISH) -> str:
 
 
 def topics_document(topics: Sequence[str], language: Language = ENGLISH) -> str:
+    """The keys field's document of `memory_keys` (or of bare topics)."""
     return fts_document(" ".join(topics), language)
+
+
+def memory_keys(
+    topics: Sequence[str], participants: Sequence[str] = (), location: str | None = None
+) -> list[str]:
+    """A memory's keys field: its topics, then each participant and the location not
+    already among them (case-insensitive). The keys field is BM25F's second field
+    (`_bm25.TOPIC_WEIGHT`); a name given both as a topic and a participant (what
+    `VerbatimExtractor`'s context topics do for the speaker) counts once."""
+    keys = list(topics)
+    seen = {k.casefold() for k in keys}
+    for extra in (*participants, *([location] if location else [])):
+        if extra.casefold() not in seen:
+            seen.add(extra.casefold())
+            keys.append(extra)
+    return keys
+
+
+def keys_of(memory: Memory) -> list[str]:
+    """`memory_keys` of a memory's topics, participants and location."""
+    return memory_keys(memory.topics, memory.participants, memory.location)
 
 
 def keyword_doc(

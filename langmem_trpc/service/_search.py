@@ -22,7 +22,7 @@ from typing import NamedTuple
 
 from ..types import Entry, FusionSettings, Kind, SearchOptions
 from ._bm25 import CorpusStats, KeywordDoc, QueryTerms, keyword_score
-from ._documents import fts_document, keyword_doc, topics_document
+from ._documents import fts_document, keys_of, keyword_doc, topics_document
 from ._language import ENGLISH, Language
 from ._periods import query_periods, says_time
 from ._text import jaccard, primary_tokens, token_set
@@ -43,8 +43,18 @@ class Legs(NamedTuple):
 
 
 def candidate_pool(max_results: int, fusion: FusionSettings | None = None) -> int:
-    """How many candidates each leg returns: head room for fusion, filters and dedupe."""
-    return max(max_results * 3, (fusion or FusionSettings()).min_pool)
+    """How many candidates each leg returns in a search's first tier: `min_pool`, whatever
+    `max_results` is, so that asking for more results never reorders the first ones
+    (a page is a slice of one order; `Tiers` fetches deeper pools when one is not enough).
+    `max_results` is kept for callers; it no longer changes the pool."""
+    del max_results
+    return (fusion or FusionSettings()).min_pool
+
+
+POOL_GROWTH = 4
+"""Each tier's pool is this many times the previous one's."""
+MAX_POOL = 6_400
+"""No tier is deeper than this (100, 400, 1,600, 6,400: at most four fetches)."""
 
 
 def passes_time(
@@ -300,7 +310,9 @@ class _PoolTerms:
         for key, (entry, _) in best.items():
             memory = entry.memory
             docs[key] = doc = keyword_doc(
-                fts_document(memory.text, language), topics_document(memory.topics, language), terms
+                fts_document(memory.text, language),
+                topics_document(keys_of(memory), language),
+                terms,
             )
             for term in doc.terms:
                 holders[term].append(key)
@@ -460,11 +472,13 @@ def rank_search(
     options: SearchOptions,
     language: Language = ENGLISH,
     says: Callable[[str], bool] | None = None,
+    keep: int | None = None,
 ) -> list[Entry]:
     """The final hits, a pure function of the plan, the legs fetched for each of
     `plan.kinds` and the options: expired candidates out, `_fused_order`, the kind
-    fallback, dedupe, the first max_results. `language` is the service's; `says`
-    tells whether a text says a time (its `TimeMentions`; `says_time` when None).
+    fallback, dedupe, the first `keep` (max_results when None). `language` is the
+    service's; `says` tells whether a text says a time (its `TimeMentions`;
+    `says_time` when None).
     """
     if not plan.kinds:
         return []
@@ -477,7 +491,71 @@ def rank_search(
         results = merge_kind_fallback(results, second, options.kind)
     if options.deduplicate:
         results = deduplicate(results, language=language)
-    return results[: options.max_results]
+    return results[: options.max_results if keep is None else keep]
+
+
+def exhausted(fetched: Iterable[Legs], pool: int, options: SearchOptions) -> bool:
+    """Whether a deeper pool could add no result: every leg came back short of `pool`,
+    or its last candidate (legs come best first) is already below the leg's floor."""
+    explicit = options.similarity_threshold
+    floors = (
+        options.fusion.vector_floor if explicit is None else explicit,
+        options.fusion.keyword_floor if explicit is None else explicit,
+    )
+    if not options.hybrid and explicit is None:
+        floors = (DEFAULT_MIN_SCORE, floors[1])
+    for legs in fetched:
+        for leg, floor in ((legs.vector, floors[0]), (legs.keyword, floors[1])):
+            if leg is not None and len(leg) >= pool and leg[-1][1] >= floor:
+                return False
+    return True
+
+
+class Tiers:
+    """The candidate pools of one search, so that a page is a slice of one stable order.
+
+    The order is the ranking of the first tier (`SearchPlan.pool` per leg), then the
+    hits a tier `POOL_GROWTH` times deeper adds, and so on: a deeper tier is fetched
+    only while fewer than max_results were ranked and a leg may hold more. Each tier is
+    ranked as a whole, independent of max_results, so asking for more results only
+    appends (PostgreSQL paging repeated and skipped items when the pool grew with
+    max_results, issue 32).
+    """
+
+    def __init__(self, plan: SearchPlan, options: SearchOptions, language: Language) -> None:
+        self.options = options
+        self.language = language
+        self.current = plan
+        self.results: list[Entry] = []
+        self.done = not plan.kinds
+
+    @property
+    def keep(self) -> int:
+        """How many of the current tier's hits to rank: enough to add max_results new ones."""
+        return self.options.max_results + len(self.results)
+
+    def add(self, ranked: list[Entry], fetched: Iterable[Legs]) -> None:
+        """Append the current tier's new hits; plan the next tier, or finish."""
+        seen = {e.id for e in self.results}
+        merged = self.results + [e for e in ranked if e.id not in seen]
+        if self.options.deduplicate and self.results:
+            merged = deduplicate(merged, language=self.language)
+        self.results = merged
+        pool = self.current.pool
+        if (
+            len(merged) >= self.options.max_results
+            or pool >= MAX_POOL
+            or exhausted(fetched, pool, self.options)
+        ):
+            self.done = True
+            return
+        limit = None if self.current.limit is None else self.keep
+        deeper = min(pool * POOL_GROWTH, MAX_POOL)
+        self.current = SearchPlan(self.current.kinds, deeper, limit)
+
+    @property
+    def final(self) -> list[Entry]:
+        return self.results[: self.options.max_results]
 
 
 def execute_search(
@@ -486,8 +564,13 @@ def execute_search(
     language: Language = ENGLISH,
     says: Callable[[str], bool] | None = None,
 ) -> list[Entry]:
-    """`plan_search`, `fetch(kind, pool)` for each planned kind, then `rank_search`: the
-    whole search for a backend that fetches in process (in-memory, SQLite)."""
-    plan = plan_search(options)
-    fetched = {kind: fetch(kind, plan.pool) for kind in plan.kinds}
-    return rank_search(plan, fetched, options, language, says)
+    """`plan_search`, `fetch(kind, pool)` for each planned kind, then `rank_search`, tier
+    by tier (`Tiers`): the whole search for a backend that fetches in process
+    (in-memory, SQLite, LanceDB)."""
+    tiers = Tiers(plan_search(options), options, language)
+    while not tiers.done:
+        plan = tiers.current
+        fetched = {kind: fetch(kind, plan.pool) for kind in plan.kinds}
+        ranked = rank_search(plan, fetched, options, language, says, tiers.keep)
+        tiers.add(ranked, fetched.values())
+    return tiers.final

@@ -31,6 +31,7 @@ from ._core import (
     unexpired,
     utcnow,
 )
+from ._documents import keys_of
 from ._language import Language, resolve_language
 from ._periods import TimeMentions
 from ._search import Legs, execute_search, passes_time
@@ -361,7 +362,7 @@ class InMemoryMemoryService(SyncMemoryService):
             for row in rows:
                 if row.doc is None:
                     row.doc = KeywordDoc.build(
-                        row.entry.text, row.entry.memory.topics, self.language
+                        row.entry.text, keys_of(row.entry.memory), self.language
                     )
             snapshot = [(r.entry, r.vector, r.doc) for r in rows if r.doc is not None]
         scorer = KeywordScorer.of(

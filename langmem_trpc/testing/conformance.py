@@ -37,12 +37,17 @@ from ._claims_conformance import ClaimsConformance
 from ._integrity_conformance import IntegrityConformance
 from ._kit import ALICE, ALICE_OTHER_APP, BOB, T0, Client, refused
 from ._lifecycle_conformance import LifecycleConformance
+from ._search_conformance import SearchConformance
 
 __all__ = ["Capability", "Client", "MemoryServiceConformance"]
 
 
 class MemoryServiceConformance(
-    BulkConformance, ClaimsConformance, IntegrityConformance, LifecycleConformance
+    BulkConformance,
+    ClaimsConformance,
+    IntegrityConformance,
+    LifecycleConformance,
+    SearchConformance,
 ):
     """The behaviour every backend must have. See the module docstring."""
 

@@ -1,6 +1,6 @@
 """One keyword scorer: every backend ranks a keyword-only search the same way.
 
-The same memories (stemmable English, CJK, topics) go into the in-memory
+The same memories (stemmable English, CJK, topics, participants, locations) go into the in-memory
 reference, SQLite on its FTS5 path, SQLite on its postings and PostgreSQL;
 the same queries must return the same memories with the same scores (ties,
 broken by ids and times that differ between stores, compared as sets).
@@ -31,17 +31,30 @@ QUERIES = [
     "北京 咖啡",
     "what did you research",
     "camped",
+    "hiking with Bob in Chamonix",
+    "Caroline painted in Paris",
 ]
+PEOPLE = ["Bob", "Caroline", "Jon"]
+PLACES = ["Chamonix", "Paris", None, None]
+Corpus = list[tuple[str, list[str], list[str], str | None]]
 
 
-def _corpus(seed: int) -> list[tuple[str, list[str]]]:
+def _corpus(seed: int) -> Corpus:
     rng = random.Random(seed)
     texts = list(
         dict.fromkeys(
             " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 10))) for _ in range(80)
         )
     )
-    return [(t, [rng.choice(WORDS) for _ in range(rng.randint(0, 2))]) for t in texts]
+    return [
+        (
+            t,
+            [rng.choice(WORDS) for _ in range(rng.randint(0, 2))],
+            rng.sample(PEOPLE, rng.randint(0, 2)),
+            rng.choice(PLACES),
+        )
+        for t in texts
+    ]
 
 
 def _ranking(svc: MemoryService, query: str) -> list[tuple[float, str]]:
@@ -49,9 +62,9 @@ def _ranking(svc: MemoryService, query: str) -> list[tuple[float, str]]:
     return sorted((round(h.score or 0.0, 12), h.text) for h in hits)
 
 
-def _fill(svc: MemoryService, corpus: list[tuple[str, list[str]]]) -> MemoryService:
-    for text, topics in corpus:
-        svc.add(ALICE, text, topics=topics)
+def _fill(svc: MemoryService, corpus: Corpus) -> MemoryService:
+    for text, topics, people, place in corpus:
+        svc.add(ALICE, text, topics=topics, participants=people, location=place)
     return svc
 
 
@@ -102,3 +115,21 @@ def test_postgres_ranks_like_the_reference(pg_url):
         return svc
 
     _check(make)
+
+
+@pytest.mark.parametrize("backend", ["memory", "sqlite"])
+def test_a_name_in_the_text_outranks_the_same_name_in_participants(tmp_path, backend):
+    """BM25F: participants and location are the keys field, weighted below the text
+    (`TOPIC_WEIGHT`); both memories are found, the one saying the name first."""
+    svc: MemoryService = InMemoryMemoryService()
+    if backend == "sqlite":
+        svc = SQLiteMemoryService(tmp_path / "m.db")
+    svc.add(ALICE, "Went climbing", participants=["Bob"], location="Chamonix")
+    svc.add(ALICE, "Bob went climbing")
+    svc.add(ALICE, "Went climbing in Chamonix")
+    assert [h.text for h in svc.search(ALICE, "Bob")] == ["Bob went climbing", "Went climbing"]
+    hits = svc.search(ALICE, "Chamonix")
+    assert [h.text for h in hits] == ["Went climbing in Chamonix", "Went climbing"]
+    assert hits[0].score is not None and hits[1].score is not None
+    assert hits[0].score > hits[1].score > 0
+    svc.close()

@@ -313,6 +313,7 @@ PINNED: list[str] = [
     "d4e8680fc281ce87",
     "b87cac1d69dd9892",  # langmem_settings: the tokenizer's language
     "590c0e7d5929d77c",  # soft-deleted rows by fingerprint (revive lookups)
+    "c0d141a3bc50fb2f",  # participants and location join the keys document
 ]
 
 

@@ -58,3 +58,37 @@ def test_each_extraction_model_gets_its_own_cache_folder():
     assert bench_module._slug("gpt-4o-mini") == "gpt-4o-mini"
     assert bench_module._slug("org/model:latest") == "org_model_latest"
     assert bench_module._slug(None) == "model"
+
+
+def test_a_missing_bench_extra_stops_before_any_work_in_one_line(tmp_path, monkeypatch):
+    """The README's command in an install without `[bench]`: one line naming what to
+    install, before the data is even looked for (it used to run 38 s, then print a
+    30-line traceback ending in `No module named 'bm25s'`)."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "bm25s" else real(name, *a)
+    )
+    monkeypatch.setattr(bench_module, "load_locomo", _must_not_load)
+    result = CliRunner().invoke(
+        cli, ["bench", "locomo", "--retrieval", "--data", str(tmp_path / "l.json")]
+    )
+    assert result.exit_code == 1
+    assert "bm25s" in result.output and "pip install 'langmem-trpc[bench]'" in result.output
+    assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1
+    chosen = ["bench", "locomo", "--retrieval", "--arms", "turns-keyword", "--data", "x.json"]
+    assert "bm25s" not in CliRunner().invoke(cli, chosen).output  # not needed: not asked for
+
+
+def test_without_data_it_says_where_locomo_comes_from(tmp_path, monkeypatch):
+    monkeypatch.setattr(bench_module, "SHARED_DATA", tmp_path / "nowhere" / "locomo10.json")
+    monkeypatch.delenv("LANGMEM_TRPC_LOCOMO", raising=False)
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(cli, ["bench", "locomo", "--retrieval", "--arms", "turns-keyword"])
+    assert "github.com/snap-research/locomo" in result.output
+    assert "raw.githubusercontent.com/snap-research/locomo/main/data/locomo10.json" in result.output
+
+
+def _must_not_load(path):
+    raise AssertionError("the data was loaded before the extras were checked")

@@ -17,6 +17,7 @@ from langmem_trpc import (
     SQLiteMemoryService,
     UserKey,
 )
+from langmem_trpc.backends.sqlite import MIGRATIONS as SQLITE_MIGRATIONS
 from langmem_trpc.service._language import ENGLISH, Language, language, resolve_language
 
 ALICE = UserKey("lang", "alice")
@@ -118,9 +119,10 @@ def test_a_sqlite_file_from_before_the_language_was_recorded_is_english(tmp_path
     SQLiteMemoryService(path).close()
     with sqlite3.connect(path) as conn:  # as if written before the settings migration
         conn.execute("DROP TABLE langmem_settings")
-        conn.execute(
-            "DELETE FROM langmem_migrations WHERE version = (SELECT max(version) FROM langmem_migrations)"
+        settings = next(
+            v for v, m in enumerate(SQLITE_MIGRATIONS, 1) if "langmem_settings" in "".join(m)
         )
+        conn.execute("DELETE FROM langmem_migrations WHERE version >= ?", (settings,))
     with pytest.raises(ConfigurationError, match="'english'.*'german'"):
         SQLiteMemoryService(path, language="german")
     SQLiteMemoryService(path).close()

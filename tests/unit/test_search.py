@@ -179,6 +179,32 @@ def test_fusion_min_pool_sets_the_candidate_pool():
     assert pools == [30, 100]
 
 
+def test_the_pool_does_not_grow_with_max_results_and_deeper_tiers_only_append():
+    """A page is a slice of one order: the first tier's pool is `min_pool` for any
+    max_results; a 4x deeper tier is fetched only when the first ranked too few and
+    a leg came back full, and its new hits follow the first tier's."""
+    from langmem_trpc.types import FusionSettings
+
+    entries = [entry(f"e{i:03d}", f"note {i}") for i in range(300)]
+    pools: list[int] = []
+
+    def fetch(kind, pool):
+        pools.append(pool)
+        # the keyword leg's best `pool`, scores falling from 0.9: deeper pools hold more
+        return Legs(
+            vector=None, keyword=[(e, 0.9 - i / 1000) for i, e in enumerate(entries[:pool])]
+        )
+
+    fusion = FusionSettings(min_pool=20)
+    for size in (5, 20, 50):
+        execute_search(SearchOptions(query="note", max_results=size, fusion=fusion), fetch)
+    assert pools == [20, 20, 20, 80]
+    short = execute_search(SearchOptions(query="note", max_results=20, fusion=fusion), fetch)
+    long = execute_search(SearchOptions(query="note", max_results=150, fusion=fusion), fetch)
+    assert [e.id for e in long[:20]] == [e.id for e in short]
+    assert len(long) == 150 and len({e.id for e in long}) == 150
+
+
 def test_question_words_weigh_little_in_the_keyword_score():
     """ "what did" matching must not outweigh the content words of a question."""
     from langmem_trpc.types import FusionSettings
@@ -479,10 +505,11 @@ def test_the_when_and_time_cues_come_from_the_given_language():
 def _decomposed_by_full_tokenisation(fused, best, query, weight, k):
     """The reference: every candidate fully tokenised (`KeywordDoc.build`), each
     sub-query scored over all of them, as decomposition was first written."""
+    from langmem_trpc.service._documents import keys_of
     from langmem_trpc.service._language import ENGLISH
     from langmem_trpc.service._search import _named_participants, _sub_queries
 
-    docs = {key: KeywordDoc.build(e.memory.text, e.memory.topics) for key, (e, _) in best.items()}
+    docs = {key: KeywordDoc.build(e.memory.text, keys_of(e.memory)) for key, (e, _) in best.items()}
     stats = CorpusStats.from_docs(docs.values())
     out = dict(fused)
     subs = _sub_queries(query, _named_participants(query, [e for e, _ in best.values()]), ENGLISH)

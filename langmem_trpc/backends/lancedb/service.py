@@ -35,6 +35,7 @@ from ...service import _search as ks
 from ...service import _steps as s
 from ...service._bm25 import CorpusStats, KeywordDoc, QueryTerms
 from ...service._core import Limits, check_app_filter, check_memory_id, check_user, resolve_options
+from ...service._documents import keys_of
 from ...service._language import Language
 from ...service.capabilities import Capability
 from ...service.memory import InMemoryMemoryService, _Row, _UserData, unit_vector
@@ -103,8 +104,8 @@ class _User(_UserData):
             for term in old.terms if old is not None else ():
                 self.postings[term].discard(ref)
             if row is not None and row.live:
-                text, topics = row.entry.text, row.entry.memory.topics
-                doc = self.docs[ref] = KeywordDoc.build(text, topics, language)
+                text, keys = row.entry.text, keys_of(row.entry.memory)
+                doc = self.docs[ref] = KeywordDoc.build(text, keys, language)
                 for term in doc.terms:
                     self.postings.setdefault(term, set()).add(ref)
         self.stale.clear()

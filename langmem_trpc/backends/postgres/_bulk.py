@@ -20,6 +20,7 @@ import numpy as np
 from pgvector import Vector
 from psycopg.types.json import Jsonb
 
+from ...service._documents import keys_of
 from ...service._language import Language
 from ...service._steps import Insert, NewRow, RecordHistory, Step
 from ...types import Operation, UserKey
@@ -109,7 +110,7 @@ def stage(rows: Sequence[NewRow], language: Language) -> _plans.Plan[None]:
     staged = []
     for ord_, (row, vector) in enumerate(zip(rows, _vectors(rows), strict=True)):
         entry, memory = row.entry, row.entry.memory
-        doc = _sql.keyword_columns(memory.text, memory.topics, language)
+        doc = _sql.keyword_columns(memory.text, keys_of(memory), language)
         metadata = Jsonb(memory.metadata) if memory.metadata else None
         staged.append((
             ord_, entry.id, row.keyed, entry.created_at, entry.updated_at, entry.expires_at,

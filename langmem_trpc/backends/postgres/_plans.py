@@ -17,9 +17,17 @@ from typing import Any, TypeVar, cast
 from ...errors import ConfigurationError
 from ...service import _steps as steps
 from ...service._core import stored_fingerprint, unexpired, utcnow
+from ...service._documents import memory_keys
 from ...service._language import ENGLISH, Language
 from ...service._periods import TimeMentions
-from ...service._search import DEFAULT_MIN_SCORE, Legs, SearchPlan, plan_search, rank_search
+from ...service._search import (
+    DEFAULT_MIN_SCORE,
+    Legs,
+    SearchPlan,
+    Tiers,
+    plan_search,
+    rank_search,
+)
 from ...types import Entry, HistoryEvent, Kind, SearchOptions, UserKey
 from . import _bulk, _search_sql, _sql
 from ._cache import EntryCache
@@ -285,27 +293,31 @@ def search(
         if cache.dims is None:  # set up by another process: the index expression needs it
             found = yield Sql(_sql.EMBEDDING_DIMS)
             cache.dims = int(found[0]["dims"]) if found and found[0]["dims"] > 0 else None
-    heavy = query_vector is not None and cache.sizes.get(user, 0) > exact_max
-    query = _search_sql.build_search(
-        user,
-        options,
-        plan.kinds[0],
-        plan.pool,
-        query_vector,
-        exact_max,
-        heavy=heavy,
-        dims=cache.dims or len(query_vector or ()),
-        language=language,
-        fallback=plan.fallback,
-    )
-    # vector-only results are ordered by cosine alone: 3 x max_results leave room for dedupe
-    narrow = min(plan.pool, 3 * options.max_results) if heavy and not options.hybrid else None
-    fetched = yield from _fetch(user, plan, query, narrow, cache)
-    results = rank_search(plan, fetched, options, language, cache.time_mentions)
-    if narrow is not None and _needs_wider_pool(results, fetched.values(), narrow, options):
-        fetched = yield from _fetch(user, plan, query, None, cache)
-        results = rank_search(plan, fetched, options, language, cache.time_mentions)
-    return results
+    tiers = Tiers(plan, options, language)
+    while not tiers.done:
+        plan = tiers.current
+        heavy = query_vector is not None and cache.sizes.get(user, 0) > exact_max
+        query = _search_sql.build_search(
+            user,
+            options,
+            plan.kinds[0],
+            plan.pool,
+            query_vector,
+            exact_max,
+            heavy=heavy,
+            dims=cache.dims or len(query_vector or ()),
+            language=language,
+            fallback=plan.fallback,
+        )
+        # vector-only results are ordered by cosine alone: 3 x max_results leave room for dedupe
+        narrow = min(plan.pool, 3 * tiers.keep) if heavy and not options.hybrid else None
+        fetched = yield from _fetch(user, plan, query, narrow, cache)
+        ranked = rank_search(plan, fetched, options, language, cache.time_mentions, tiers.keep)
+        if narrow is not None and _needs_wider_pool(ranked, fetched.values(), narrow, options):
+            fetched = yield from _fetch(user, plan, query, None, cache)
+            ranked = rank_search(plan, fetched, options, language, cache.time_mentions, tiers.keep)
+        tiers.add(ranked, fetched.values())
+    return tiers.final
 
 
 def _fetch(
@@ -408,7 +420,8 @@ def setup(dims: int | None, embed: bool, language: Language = ENGLISH) -> Plan[i
                 continue
             yield Sql(sql)
             yield Sql(_sql.RECORD_MIGRATION, (scope, version, _sql.checksum(sql)))
-            if scope == _sql.CORE_SCOPE and version in _sql.RETOKENIZE_MIGRATIONS:
+            retokenize = _sql.RETOKENIZE_MIGRATIONS | {_sql.KEYS_MIGRATION}
+            if scope == _sql.CORE_SCOPE and version in retokenize:
                 yield from backfill_docs(language)
             if (scope, version) == (_sql.CORE_SCOPE, _sql.FINGERPRINT_MIGRATION):
                 yield from backfill_fingerprints()
@@ -484,7 +497,12 @@ def backfill_docs(language: Language) -> Plan[None]:
         rows = yield Sql(_sql.BACKFILL_SELECT, {"limit": _sql.BACKFILL_BATCH})
         if not rows:
             return
-        docs = [_sql.keyword_columns(r["text"], r["topics"], language) for r in rows]
+        docs = [
+            _sql.keyword_columns(
+                r["text"], memory_keys(r["topics"], r["participants"], r["location"]), language
+            )
+            for r in rows
+        ]
         yield Sql(
             _sql.BACKFILL_UPDATE,
             {

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ...service._bm25 import CorpusStats, KeywordDoc, KeywordScorer, QueryTerms
-from ...service._documents import keyword_doc
+from ...service._documents import keys_of, keyword_doc
 from ...service._language import ENGLISH, Language
 from ...types import Entry, Kind, SearchOptions, UserKey
 from ._sql import Params, Row, user_params, vector_param
@@ -118,7 +118,8 @@ kw{{s}} AS (
                 -- small users: match over the user's own rows (btree), so the cost
                 -- does not grow with the table (GIN took 1-4 ms at 100k rows)
                 SELECT m.id, m.tsv, m.version, m.updated_at, m.content_doc, m.topic_doc FROM (
-                    SELECT {_KEYWORD_COLUMNS}, m.text, m.topics FROM langmem_memories m
+                    SELECT {_KEYWORD_COLUMNS}, m.text, m.topics, m.participants, m.location
+                    FROM langmem_memories m
                     WHERE {_LIVE_USER} {_FILTERS}
                       AND (SELECT n FROM stats) <= %(kw_scan_max)s
                     OFFSET 0) m
@@ -141,7 +142,8 @@ _KEYWORD_LEGS = {
     # queries without a scorable token ("C#"): substring prefilter for the phrase fallback
     "like": _KEYWORD_LEG.replace(
         "{match}",
-        "lower(m.text || ' ' || array_to_string(m.topics, ' ')) LIKE ALL (%(like)s::text[])",
+        "lower(m.text || ' ' || array_to_string(m.topics || m.participants, ' ') || ' '"
+        " || coalesce(m.location, '')) LIKE ALL (%(like)s::text[])",
     ),
     "none": _NO_KEYWORD_LEG,
 }
@@ -358,5 +360,5 @@ def _candidate_doc(query: SearchQuery, row: Row, entry: Entry) -> KeywordDoc:
     migration 6 was backfilled, are tokenised as before."""
     content, topics = row["content_doc"], row["topic_doc"]
     if content is None or topics is None or query.params["like"] is not None:
-        return KeywordDoc.build(entry.memory.text, entry.memory.topics, query.language)
+        return KeywordDoc.build(entry.memory.text, keys_of(entry.memory), query.language)
     return keyword_doc(content, topics, query.terms.tokens)

@@ -15,7 +15,7 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from ...service._documents import fts_document, topics_document
+from ...service._documents import fts_document, keys_of, topics_document
 from ...service._language import Language
 from ...service._steps import RecordHistory
 from ...types import Entry, HistoryEvent, Kind, Memory, Operation, Source, UserKey
@@ -295,6 +295,13 @@ INSERT INTO langmem_settings (key, value) VALUES ('language', 'english');
 CREATE INDEX langmem_memories_deleted_fingerprint
     ON langmem_memories (app_name, user_id, fingerprint) WHERE deleted_at IS NOT NULL;
 """,
+    """
+-- participants and location are searchable: they join the topics in the keys document
+-- (topic_doc and topic_terms, `_documents.memory_keys`); setup re-tokenises the rows
+-- holding either (`BACKFILL_UPDATE`), the statement triggers keep the user's stats
+UPDATE langmem_memories SET content_doc = NULL, topic_doc = NULL
+WHERE cardinality(participants) > 0 OR location IS NOT NULL;
+""",
 ]
 
 SELECT_LANGUAGE = "SELECT value FROM langmem_settings WHERE key = 'language'"
@@ -306,6 +313,9 @@ DOCS_MIGRATION = 6
 RETOKENIZE_MIGRATIONS = frozenset({DOCS_MIGRATION, 12})
 """Core versions (6, and 12: stemmed documents) after which setup re-tokenises every row
 whose content_doc is NULL."""
+KEYS_MIGRATION = 15
+"""Core version after which setup re-tokenises the rows with participants or a location
+(their keys document now holds them)."""
 FINGERPRINT_MIGRATION = 9
 """Core version whose application recomputes ambiguous fingerprints."""
 
@@ -325,7 +335,7 @@ FROM unnest(%(apps)s::text[], %(users)s::text[], %(ids)s::text[], %(fps)s::text[
 WHERE m.app_name = d.app_name AND m.user_id = d.user_id AND m.id = d.id"""
 
 BACKFILL_SELECT = """
-SELECT app_name, user_id, id, text, topics FROM langmem_memories
+SELECT app_name, user_id, id, text, topics, participants, location FROM langmem_memories
 WHERE content_doc IS NULL LIMIT %(limit)s"""
 
 BACKFILL_UPDATE = """
@@ -600,7 +610,8 @@ def vector_param(vector: Sequence[float] | None) -> list[float] | None:
 
 
 def keyword_columns(text: str, topics: Sequence[str], language: Language) -> Params:
-    """Pre-tokenised fields, from one tokenizer pass (in the service's `language`): the
+    """Pre-tokenised fields, from one tokenizer pass (in the service's `language`; `topics`
+    is the keys field, `keys_of(memory)`): the
     tsvector's terms, the BM25 lengths and the stored documents the keyword score is
     rebuilt from (`keyword_doc`)."""
     content_doc = fts_document(text, language)
@@ -620,7 +631,7 @@ def _topic_columns(topics: Sequence[str], language: Language) -> Params:
 
 
 def topic_params(memory: Memory, language: Language) -> Params:
-    return {"topics": list(memory.topics), **_topic_columns(memory.topics, language)}
+    return {"topics": list(memory.topics), **_topic_columns(keys_of(memory), language)}
 
 
 def memory_params(
@@ -636,7 +647,7 @@ def memory_params(
         "location": memory.location,
         "metadata": Jsonb(memory.metadata),
         "embedding": vector_param(embedding),
-        **keyword_columns(memory.text, memory.topics, language),
+        **keyword_columns(memory.text, keys_of(memory), language),
     }
 
 

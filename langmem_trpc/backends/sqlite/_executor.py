@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, get_args
 
 from ...errors import BackendError
 from ...service import _steps as steps
-from ...service._documents import topics_document
+from ...service._documents import memory_keys, topics_document
 from ...service._steps import Plan
 from ...types import UserKey
 from . import _sql as sql
@@ -210,7 +210,9 @@ class SQLiteRun:
         rid, content_doc = step.target.handle
         if content_doc is None:
             content_doc = conn.execute(sql.SELECT_CONTENT_DOC, (rid,)).fetchone()[0]
-        topic_doc = topics_document(list(step.topics), self._svc.language)
+        memory = step.target.entry.memory
+        keys = memory_keys(step.topics, memory.participants, memory.location)
+        topic_doc = topics_document(keys, self._svc.language)
         unindex_row(conn, user, rid)
         conn.execute(
             sql.UPDATE_TOPICS,

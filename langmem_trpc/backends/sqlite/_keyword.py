@@ -14,7 +14,7 @@ import json
 import sqlite3
 from collections.abc import Iterable
 
-from ...service._documents import fts_document, topics_document
+from ...service._documents import fts_document, memory_keys, topics_document
 from ...service._language import ENGLISH, Language
 from ...types import UserKey
 
@@ -58,7 +58,9 @@ def match_any(prefix: str, tokens: Iterable[str]) -> str:
 def register_functions(conn: sqlite3.Connection, language: Language = ENGLISH) -> None:
     """The package tokenizer (in the service's `language`) as SQL functions, for
     statements and migrations that rebuild keyword documents: lm_scoped(prefix, doc),
-    lm_scope(app, user), lm_content_doc(text), lm_topic_doc(topics_json), lm_doc_len(doc)."""
+    lm_scope(app, user), lm_content_doc(text), lm_topic_doc(topics_json) (topics alone),
+    lm_keys_doc(topics_json, participants_json, location) (the keys field, `memory_keys`),
+    lm_doc_len(doc)."""
 
     def content_doc(text: str) -> str:
         return fts_document(text, language)
@@ -66,10 +68,15 @@ def register_functions(conn: sqlite3.Connection, language: Language = ENGLISH) -
     def topic_doc(topics_json: str) -> str:
         return topics_document(json.loads(topics_json), language)
 
+    def keys_doc(topics_json: str, participants_json: str, location: str | None) -> str:
+        keys = memory_keys(json.loads(topics_json), json.loads(participants_json), location)
+        return topics_document(keys, language)
+
     conn.create_function("lm_scoped", 2, scoped, deterministic=True)
     conn.create_function("lm_scope", 2, scope_prefix_of, deterministic=True)
     conn.create_function("lm_content_doc", 1, content_doc, deterministic=True)
     conn.create_function("lm_topic_doc", 1, topic_doc, deterministic=True)
+    conn.create_function("lm_keys_doc", 3, keys_doc, deterministic=True)
     conn.create_function(
         "lm_doc_len", 1, lambda d: d.count(" ") + 1 if d else 0, deterministic=True
     )

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from ...service._bm25 import CorpusStats, KeywordDoc, KeywordScorer, QueryTerms, loose_text
-from ...service._documents import keyword_doc
+from ...service._documents import keyword_doc, memory_keys
 from ...service._language import ENGLISH, Language
 from ...service._periods import TimeMentions
 from ...service._search import Legs, execute_search
@@ -312,10 +312,12 @@ class SearchRun:
             sql.SELECT_SCAN + clauses + " ORDER BY rid",
             (self.user.app_name, self.user.user_id, *params),
         ):
-            text, topics = row[TEXT].lower(), row[TOPICS].lower()
-            if not (all(w in text for w in words) or all(w in topics for w in words)):
+            text = row[TEXT].lower()
+            keys = memory_keys(json.loads(row[TOPICS]), json.loads(row[6]), row[7])
+            joined = " ".join(keys).lower()
+            if not (all(w in text for w in words) or all(w in joined for w in words)):
                 continue  # cheap prefilter: the literal needle cannot occur
-            doc = KeywordDoc.build(row[TEXT], json.loads(row[TOPICS]), self.language)
+            doc = KeywordDoc.build(row[TEXT], keys, self.language)
             score = scorer.score(doc)
             if score > 0:
                 scored.append((score, row[0], row))

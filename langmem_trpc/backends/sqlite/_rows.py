@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ...service._documents import fts_document, topics_document
+from ...service._documents import fts_document, keys_of, topics_document
 from ...service._language import Language
 from ...service._steps import Keep
 from ...types import Entry, Memory, UserKey
@@ -43,7 +43,7 @@ class Prepared:
     @classmethod
     def of(cls, memory: Memory, fp: str, language: Language) -> Prepared:
         content_doc = fts_document(memory.text, language)
-        topic_doc = topics_document(memory.topics, language)
+        topic_doc = topics_document(keys_of(memory), language)
         return cls(
             memory, bytes.fromhex(fp), sql.memory_params(memory), content_doc, topic_doc,
             _token_count(content_doc), _token_count(topic_doc),

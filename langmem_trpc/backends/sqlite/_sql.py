@@ -239,6 +239,26 @@ MIGRATIONS: list[tuple[str, ...]] = [
         )""",
         "INSERT INTO langmem_settings (key, value) VALUES ('language', 'english')",
     ),
+    # Participants and location are searchable: they join the topics in the keys
+    # document (topic_doc, `_documents.memory_keys`). Rows holding either get their
+    # keys document, its length and (live rows) their FTS entry rebuilt; the update
+    # trigger keeps user_state's sums and bumps the users' versions (no stale cache).
+    (
+        """INSERT INTO memories_fts (memories_fts, rowid, content, topics)
+            SELECT 'delete', rid, lm_scoped(lm_scope(app_name, user_id), content_doc),
+                lm_scoped(lm_scope(app_name, user_id), topic_doc)
+            FROM memories WHERE deleted_at IS NULL
+                AND (participants <> '[]' OR location IS NOT NULL)""",
+        """UPDATE memories SET topic_doc = lm_keys_doc(topics, participants, location)
+            WHERE participants <> '[]' OR location IS NOT NULL""",
+        """UPDATE memories SET topic_len = lm_doc_len(topic_doc)
+            WHERE participants <> '[]' OR location IS NOT NULL""",
+        """INSERT INTO memories_fts (rowid, content, topics)
+            SELECT rid, lm_scoped(lm_scope(app_name, user_id), content_doc),
+                lm_scoped(lm_scope(app_name, user_id), topic_doc)
+            FROM memories WHERE deleted_at IS NULL
+                AND (participants <> '[]' OR location IS NOT NULL)""",
+    ),
 ]
 
 CREATE_MIGRATIONS_TABLE = """CREATE TABLE IF NOT EXISTS langmem_migrations (

@@ -28,6 +28,16 @@ __all__ = ["markdown_tables", "plot_results", "write_json"]
 
 CATS = ("1", "2", "3", "4")
 
+PUBLISHED_KS = (5, 10, 20, 25, 50)
+PUBLISHED: dict[str, dict[int, float]] = {
+    "LoCoMo paper: DRAGON over dialog turns": {5: 0.604, 10: 0.696, 25: 0.797},
+    "LoCoMo paper: DRAGON over observations": {10: 0.661, 50: 0.747},
+}
+"""Published retrieval baselines on the same metric (recall@k of evidence turns, categories
+1-4): the LoCoMo paper's Table 3 (ACL 2024) as recomputed over categories 1-4 by category
+size in issue 29; not re-derived here. Retrieval units differ in size (a turn, an
+observation), so compare at equal k with care."""
+
 
 def write_json(path: Path, payload: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -69,7 +79,23 @@ def markdown_tables(
             + " | ".join(_fmt(data[f"recall@{k}"].get("overall")) for k in ks)
             + f" | {_fmt(data['any@10'].get('overall'))} | {_fmt(data['all@10'].get('overall'))} |"
         )
-    return "\n".join(lines)
+    return "\n".join(lines + _published_table(arms)) if arms else "\n".join(lines)
+
+
+def _published_table(arms: dict[str, Any]) -> list[str]:
+    """Our arms beside `PUBLISHED` at the depths either reports ("-": not measured)."""
+    lines = [
+        "",
+        "| retriever | " + " | ".join(f"R@{k}" for k in PUBLISHED_KS) + " |",
+        "| --- " * (len(PUBLISHED_KS) + 1) + "|",
+    ]
+    for name, figures in PUBLISHED.items():
+        cells = " | ".join(_fmt(figures.get(k)) for k in PUBLISHED_KS)
+        lines.append(f"| {name} (issue 29's recomputation) | {cells} |")
+    for arm, data in arms.items():
+        cells = " | ".join(_fmt(data.get(f"recall@{k}", {}).get("overall")) for k in PUBLISHED_KS)
+        lines.append(f"| {arm} | {cells} |")
+    return lines
 
 
 def plot_results(

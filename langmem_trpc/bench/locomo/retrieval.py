@@ -38,7 +38,8 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_KS = (1, 3, 5, 10, 20)
+DEFAULT_KS = (1, 3, 5, 10, 20, 25, 50)
+"""Depths measured (one search of the deepest; 25 and 50 for the published baselines)."""
 RETRIEVAL_CATEGORIES = (1, 2, 3, 4)
 
 ServiceFactory = Callable[[Embeddings | None], MemoryService]
@@ -99,6 +100,13 @@ def default_arms() -> list[RetrievalArm]:
         ),
         RetrievalArm(
             "observations-default", "observations", True, {}, "oracle facts, library defaults"
+        ),
+        RetrievalArm(
+            "structured-default",
+            "structured",
+            True,
+            {},
+            "turns as extracted memories (names in participants, places in location), defaults",
         ),
     ]
 

@@ -16,11 +16,14 @@ from ...service._core import embedding_text
 from ...service.protocol import MemoryService
 from ...types import Kind, UserKey
 from .loader import Conversation
+from .structured import structured_records
 
 __all__ = ["UnitKind", "UnitRecord", "conversation_units", "ingest_units", "unit_texts"]
 
-UnitKind = Literal["turns", "turns-plain", "observations"]
-"""`turns-plain`: what `VerbatimExtractor(context=False)` stores (no context topics)."""
+UnitKind = Literal["turns", "turns-plain", "observations", "structured"]
+"""`turns-plain`: what `VerbatimExtractor(context=False)` stores (no context topics);
+`structured`: turns as extracted memories (`structured.py`: names in participants, places
+in location)."""
 
 
 @dataclass(frozen=True)
@@ -31,9 +34,15 @@ class UnitRecord:
     participants: tuple[str, ...]
     dia_ids: tuple[str, ...]
     topics: tuple[str, ...] = ()
+    location: str | None = None
 
 
 def conversation_units(conv: Conversation, units: UnitKind) -> list[UnitRecord]:
+    if units == "structured":
+        return [
+            UnitRecord(text, Kind.EPISODE, t.date, people, (t.dia_id,), topics, place)
+            for text, t, people, place, topics in structured_records(conv)
+        ]
     if units in ("turns", "turns-plain"):
         turns = [t for t in conv.turns if t.display_text.strip()]
         records = []
@@ -76,6 +85,7 @@ def ingest_units(
             event_time=record.event_time,
             participants=list(record.participants),
             topics=list(record.topics),
+            location=record.location,
             metadata={"dia_ids": list(record.dia_ids)},
         )
         ids[entry.id] = tuple(dict.fromkeys([*ids.get(entry.id, ()), *record.dia_ids]))
