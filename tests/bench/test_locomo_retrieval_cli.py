@@ -87,6 +87,7 @@ def test_cli_qa_without_model_exits_cleanly(sample_path, tmp_path, monkeypatch):
 
 
 def test_cli_retrieval_writes_documented_json(sample_path, tmp_path, monkeypatch):
+    pytest.importorskip("bm25s", reason="the turns-bm25s arm needs the [bench] extra")
     import langmem_trpc.embeddings as emb
 
     monkeypatch.setattr(emb, "local_embeddings_available", lambda: False)
