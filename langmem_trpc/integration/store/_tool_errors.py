@@ -28,7 +28,6 @@ from ...errors import (
     NamespaceAccessError,
 )
 
-__all__ = ["StoreToolErrors", "store_tool_error", "tool_error_message"]
 
 logger = logging.getLogger(__name__)
 
