@@ -28,7 +28,6 @@ from ...errors import (
     NamespaceAccessError,
 )
 
-
 logger = logging.getLogger(__name__)
 
 _SAID = (
