@@ -36,6 +36,7 @@ async def test_a_user_without_items_is_not_listed(backend_store: MemoryStore):
         assert await backend_store.alist_namespaces(prefix=prefix, max_depth=2) == []
         assert backend_store.list_namespaces(prefix=prefix) == []
     assert backend_store.list_namespaces(prefix=("demo", "bob"), max_depth=2) == [("demo", "bob")]
+    assert backend_store.list_namespaces(max_depth=2) == [("demo", "bob")]
     reference = InMemoryStore()
     reference.put(("demo", "bob"), "k", {"memory": "Bob likes jazz"})
     assert reference.list_namespaces(prefix=NS, max_depth=2) == []

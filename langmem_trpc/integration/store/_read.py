@@ -140,11 +140,12 @@ def list_namespaces(
 ) -> list[tuple[str, ...]]:
     prefix = _listing_prefix(op)
     users = users_for(store, prefix, access)
-    if len(prefix) >= 2:  # a user named by the prefix is listed only with a live item
-        users = [u for u in users if store.service.read(u, 1)]
-    spaces: set[tuple[str, ...]] = {(u.app_name, u.user_id) for u in users}
-    if not _shallow(op):
+    if not _shallow(op):  # a user without live items has no namespace
         spaces = set().union(*(store.namespaces.spaces(store.service, u) for u in users))
+    elif len(prefix) >= 2:  # named by the prefix, not found in the index: look it up
+        spaces = {(u.app_name, u.user_id) for u in users if store.service.read(u, 1)}
+    else:
+        spaces = {(u.app_name, u.user_id) for u in users}
     selected = [
         ns for ns in spaces if all(matches_condition(c, ns) for c in op.match_conditions or ())
     ]
