@@ -17,6 +17,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from copy import deepcopy
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 from langgraph.store.base import Item, get_text_at_path
@@ -42,6 +43,16 @@ def _default(value: object) -> Any:
     if isinstance(value, uuid.UUID):
         return str(value)
     raise TypeError(f"a {type(value).__name__} is not JSON-serializable")
+
+
+def _float(text: str) -> float | int:
+    """A JSON float as every backend returns it: one of 1e16 or more (no fraction, and
+    spelled with an exponent) is the integer its text spells, as PostgreSQL's JSONB
+    gives it back."""
+    number = float(text)
+    if abs(number) >= 1e16 and number not in (float("inf"), float("-inf")):
+        return int(Decimal(text))
+    return number
 
 
 def _check_strings(value: Any, path: str) -> int:
@@ -89,7 +100,7 @@ def normalize_value(
             "value",
             f"is {size:,} bytes of JSON; the limit is {bounds.max_bytes:,} (max_value_bytes)",
         )
-    loaded: dict[str, Any] = json.loads(text)
+    loaded: dict[str, Any] = json.loads(text, parse_float=_float)
     keys = _check_strings(loaded, "value")
     if keys > bounds.max_keys:
         raise InvalidMemoryError(
