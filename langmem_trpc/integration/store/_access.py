@@ -66,7 +66,8 @@ def authenticated_user() -> str | None:
         return raw
     raise NamespaceAccessError(
         (),
-        f"nobody (the run's {AUTH_USER_KEY} is a {type(raw).__name__}, not a non-blank string)",
+        f"nobody (the run's {AUTH_USER_KEY}, of type {type(raw).__name__}, "
+        "is not a non-blank string)",
     )
 
 
