@@ -4,7 +4,9 @@ langmem's `create_manage_memory_tool` / `create_search_memory_tool` take a
 namespace template; `("{app_name}", "{user_id}")` maps onto the adapter's
 `(app_name, user_id, *scope)` layout, filled from `configurable`. Under
 LangGraph Server use `("{app_name}", "{langgraph_auth_user_id}")`: the store
-refuses, in an authenticated run, any namespace of another user. The memories
+refuses, in an authenticated run, any namespace of another user, and the
+`StoreToolErrors` middleware hands such a refusal to the model as an error
+tool message (the run goes on) instead of ending the run. The memories
 land in the same service the rest of langmem_trpc uses (hybrid search,
 history, the CLI).
 
@@ -29,6 +31,7 @@ try:
 except ImportError as exc:
     sys.exit(f"examples/langmem_store.py needs {exc.name or exc}: pip install langmem")
 from langmem_trpc import MemoryStore, UserKey
+from langmem_trpc.integration.store import StoreToolErrors
 from langmem_trpc.models import chat_model_from_env
 from langmem_trpc.testing import HashingEmbeddings, ScriptedChatModel, tool_call
 
@@ -69,6 +72,7 @@ def main() -> None:
         model(),
         tools=[create_manage_memory_tool(namespace), create_search_memory_tool(namespace)],
         store=store,
+        middleware=[StoreToolErrors()],  # a store refusal in a tool reaches the model
     )
     config = {"configurable": {"app_name": "travel", "user_id": "sam", "thread_id": "1"}}
     agent.invoke({"messages": [HumanMessage("Remember that I like the aisle seat.")]}, config)

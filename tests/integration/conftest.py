@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from langchain_core.messages import BaseMessage
 
-from langmem_trpc import InMemoryMemoryService, UserKey
-from langmem_trpc.service.protocol import SyncMemoryService
+from langmem_trpc import InMemoryMemoryService, MemoryStore, UserKey
+from langmem_trpc.service.protocol import MemoryService, SyncMemoryService
 from langmem_trpc.testing import HashingEmbeddings
 
 SECRET = "postgresql://admin:hunter2@db.internal:5432/memories"
@@ -89,3 +91,50 @@ BOB = UserKey("demo", "bob")
 
 def ids(app: str = "demo", user: str = "alice") -> dict[str, Any]:
     return {"app_name": app, "user_id": user}
+
+
+# -- one fresh service / MemoryStore per backend (the store tests: test_store*.py) -------------
+
+BACKENDS = ["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+
+
+def _wipe_postgres(url: str) -> None:
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        tables = [
+            r[0]
+            for r in conn.execute(
+                "SELECT tablename FROM pg_tables WHERE schemaname = current_schema() "
+                "AND tablename NOT LIKE '%migration%' AND tablename <> 'langmem_settings'"
+            ).fetchall()
+        ]
+        if tables:
+            conn.execute("TRUNCATE " + ", ".join(f'"{t}"' for t in tables))
+
+
+@pytest.fixture(params=BACKENDS)
+def backend_service(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MemoryService]:
+    """A fresh, empty service of one backend, with the hashing embedder."""
+    svc: MemoryService
+    if request.param == "memory":
+        svc = InMemoryMemoryService(embeddings=HashingEmbeddings())
+    elif request.param == "sqlite":
+        from langmem_trpc.backends.sqlite import SQLiteMemoryService
+
+        svc = SQLiteMemoryService(str(tmp_path / "store.db"), embeddings=HashingEmbeddings())
+    else:
+        from langmem_trpc.backends.postgres import PostgresMemoryService
+
+        url = request.getfixturevalue("pg_module_url")
+        svc = PostgresMemoryService(url, HashingEmbeddings(), pool_size=2)
+        svc.setup()  # type: ignore[attr-defined]
+        _wipe_postgres(url)
+    yield svc
+    svc.close()
+
+
+@pytest.fixture
+def backend_store(backend_service: MemoryService) -> Iterator[MemoryStore]:
+    with MemoryStore(backend_service) as store:
+        yield store

@@ -13,9 +13,7 @@ import json
 import re
 import time
 import uuid
-from collections.abc import Iterator
 from datetime import date, datetime, timezone
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -243,51 +241,6 @@ def test_langmem_tools_on_top(store: MemoryStore):
 
 
 # -- every backend -----------------------------------------------------------------------------
-
-BACKENDS = ["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
-
-
-def _wipe_postgres(url: str) -> None:
-    import psycopg
-
-    with psycopg.connect(url, autocommit=True) as conn:
-        tables = [
-            r[0]
-            for r in conn.execute(
-                "SELECT tablename FROM pg_tables WHERE schemaname = current_schema() "
-                "AND tablename NOT LIKE '%migration%' AND tablename <> 'langmem_settings'"
-            ).fetchall()
-        ]
-        if tables:
-            conn.execute("TRUNCATE " + ", ".join(f'"{t}"' for t in tables))
-
-
-@pytest.fixture(params=BACKENDS)
-def backend_service(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MemoryService]:
-    """A fresh, empty service of one backend, with the hashing embedder."""
-    svc: MemoryService
-    if request.param == "memory":
-        svc = InMemoryMemoryService(embeddings=HashingEmbeddings())
-    elif request.param == "sqlite":
-        from langmem_trpc.backends.sqlite import SQLiteMemoryService
-
-        svc = SQLiteMemoryService(str(tmp_path / "store.db"), embeddings=HashingEmbeddings())
-    else:
-        from langmem_trpc.backends.postgres import PostgresMemoryService
-
-        url = request.getfixturevalue("pg_module_url")
-        svc = PostgresMemoryService(url, HashingEmbeddings(), pool_size=2)
-        svc.setup()  # type: ignore[attr-defined]
-        _wipe_postgres(url)
-    yield svc
-    svc.close()
-
-
-@pytest.fixture
-def backend_store(backend_service: MemoryService) -> Iterator[MemoryStore]:
-    with MemoryStore(backend_service) as store:
-        yield store
-
 
 CORPUS = [
     "Production runs Go 1.24 on Kubernetes",

@@ -4,6 +4,8 @@ Readers never block each other or the writer (WAL). Writers in this process
 queue on a lock; writers in other processes are waited for by SQLite's
 `busy_timeout`, and a transaction that still meets "database is locked" is
 rolled back and retried with backoff, so callers never see that error.
+`close()` waits for the transactions in flight (closing a connection under a
+running query crashes the process) and refuses new ones.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ import sqlite3
 import threading
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Literal, TypeVar
 from urllib.parse import quote
@@ -125,6 +128,12 @@ class Database:
         self._pid = os.getpid()
         self._closed = False
         self._shared: _Held | None = None
+        self._flight = threading.Condition()
+        self._active = 0
+        """Transactions running now, in any thread; `close()` waits for them."""
+        self._depth = threading.local()
+        """This thread's share of `_active` (a `close()` inside a transaction)."""
+        self._flight_pid = os.getpid()
         try:
             self._setup()
         except BaseException:  # refused (another language, newer schema): no connection leaks
@@ -172,13 +181,43 @@ class Database:
         return held.conn
 
     def close(self) -> None:
-        """Close every connection this object opened, in any thread."""
-        with self.write_lock:
+        """Refuse new transactions, wait for those in flight, then close every
+        connection this object opened, in any thread."""
+        self._after_fork()
+        own = getattr(self._depth, "n", 0)
+        with self._flight:
             self._closed = True
+            self._flight.wait_for(lambda: self._active <= own)
+        with self.write_lock:
             with self._held_lock:
                 held = list(self._held)
             for item in held:
                 item.close()
+
+    def _after_fork(self) -> None:
+        """A forked child inherits counts of threads it does not have: start from zero."""
+        if self._flight_pid != os.getpid():
+            self._flight_pid = os.getpid()
+            self._flight = threading.Condition()
+            self._active = 0
+            self._depth = threading.local()
+
+    @contextmanager
+    def _in_flight(self) -> Iterator[None]:
+        """Count one transaction for `close()`; refused once the database is closed."""
+        self._after_fork()
+        with self._flight:
+            if self._closed:
+                raise BackendError("the SQLite memory service is closed")
+            self._active += 1
+        self._depth.n = getattr(self._depth, "n", 0) + 1
+        try:
+            yield
+        finally:
+            self._depth.n -= 1
+            with self._flight:
+                self._active -= 1
+                self._flight.notify_all()
 
     # -- transactions ---------------------------------------------------------
 
@@ -214,6 +253,10 @@ class Database:
             conn.close()
 
     def _run(self, work: Callable[[sqlite3.Connection], T], begin: str) -> T:
+        with self._in_flight():
+            return self._run_open(work, begin)
+
+    def _run_open(self, work: Callable[[sqlite3.Connection], T], begin: str) -> T:
         conn = self.connection()
 
         def transaction() -> T:

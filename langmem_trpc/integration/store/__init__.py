@@ -4,6 +4,14 @@ deviations from `InMemoryStore` are in docs/recipes.md, pinned by tests/integrat
 """
 
 from ._store import MemoryStore
+from ._tool_errors import StoreToolErrors, store_tool_error
 from ._values import memory_id, memory_text, to_item
 
-__all__ = ["MemoryStore", "memory_id", "memory_text", "to_item"]
+__all__ = [
+    "MemoryStore",
+    "StoreToolErrors",
+    "memory_id",
+    "memory_text",
+    "store_tool_error",
+    "to_item",
+]

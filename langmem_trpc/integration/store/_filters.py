@@ -12,9 +12,17 @@ _ORDER = {"$gt": operator.gt, "$gte": operator.ge, "$lt": operator.lt, "$lte": o
 _OPERATORS = ("$eq", "$ne", *_ORDER)
 
 
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+def _number(value: Any) -> int | float | None:
+    """A number to order by: ints stay exact (one beyond float range still compares),
+    booleans are 0 and 1 as in `InMemoryStore`, numeric text is read as a number."""
+    if isinstance(value, (int, float)):
+        return int(value) if isinstance(value, bool) else value
+    if not isinstance(value, str):
         return None
+    try:
+        return int(value)
+    except ValueError:  # not an integer (or too many digits to read as one)
+        pass
     try:
         return float(value)
     except ValueError:  # text that is not a number

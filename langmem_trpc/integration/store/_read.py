@@ -20,7 +20,8 @@ from ._filters import matches, matches_condition
 from ._values import indexed, namespace_of, store_meta, to_item
 
 if TYPE_CHECKING:
-    from ._store import Access, MemoryStore
+    from ._access import Access
+    from ._store import MemoryStore
 
 
 _MAX_RESULTS = 1000
@@ -137,10 +138,14 @@ def _listing_prefix(op: ListNamespacesOp) -> tuple[str, ...]:
 def list_namespaces(
     store: MemoryStore, op: ListNamespacesOp, access: Access | None
 ) -> list[tuple[str, ...]]:
-    users = users_for(store, _listing_prefix(op), access)
-    spaces: set[tuple[str, ...]] = {(u.app_name, u.user_id) for u in users}
-    if not _shallow(op):
+    prefix = _listing_prefix(op)
+    users = users_for(store, prefix, access)
+    if not _shallow(op):  # a user without live items has no namespace
         spaces = set().union(*(store.namespaces.spaces(store.service, u) for u in users))
+    elif len(prefix) >= 2:  # named by the prefix, not found in the index: look it up
+        spaces = {(u.app_name, u.user_id) for u in users if store.service.read(u, 1)}
+    else:
+        spaces = {(u.app_name, u.user_id) for u in users}
     selected = [
         ns for ns in spaces if all(matches_condition(c, ns) for c in op.match_conditions or ())
     ]

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import copy
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -23,16 +21,19 @@ from langgraph.store.base import (
     validate_op_namespace,
 )
 
-from ...errors import InvalidInputError, NamespaceAccessError
+from ...errors import InvalidInputError
+from ...service._core import build_memory
 from ...service.protocol import MemoryService
 from ...types import Entry, Source, UserKey
-from ..identity import authenticated_user_id
 from . import _read
+from ._access import access_for
+from ._lane import OrderedLane
 from ._reconcile import reconcile_put
 from ._spaces import NamespaceCache
-from ._ttl import TTLSweeper, deadline, needs_refresh, ttl_of
+from ._ttl import Stopped, SweeperFuture, TTLSweeper, deadline, needs_refresh, ttl_of
 from ._values import (
     META,
+    ValueBounds,
     addresses,
     check_label,
     id_candidates,
@@ -48,29 +49,16 @@ _TTL_SOURCE = Source(actor="store:ttl")
 
 
 @dataclass(frozen=True, slots=True)
-class Access:
-    """Whom one batch may touch: a pinned (app, user), an authenticated user id, or anyone."""
+class _Put:
+    """A put checked before anything in its batch runs: the value normalised and
+    bounded, the text and fields the service will accept (None value: a delete)."""
 
-    app_name: str | None = None
-    user_id: str | None = None
-
-    def describe(self) -> str:
-        if self.app_name is not None:
-            return f"user {self.user_id!r} of app {self.app_name!r} only"
-        return f"the authenticated user {self.user_id!r} only"
-
-    def check(self, namespace: Sequence[str]) -> None:
-        """Refuse a namespace (or prefix) that names another app or user."""
-        labels = tuple(namespace)
-        bad_app = self.app_name is not None and len(labels) >= 1 and labels[0] != self.app_name
-        bad_user = self.user_id is not None and len(labels) >= 2 and labels[1] != self.user_id
-        if bad_app or bad_user:
-            raise NamespaceAccessError(labels, self.describe())
-
-    def allows(self, user: UserKey) -> bool:
-        return (self.app_name is None or user.app_name == self.app_name) and (
-            self.user_id is None or user.user_id == self.user_id
-        )
+    op: PutOp
+    user: UserKey
+    scope: tuple[str, ...]
+    value: dict[str, Any] | None = None
+    text: str = ""
+    fields: dict[str, Any] | None = None
 
 
 def _split(namespace: Sequence[str]) -> tuple[UserKey, tuple[str, ...]]:
@@ -94,6 +82,8 @@ class MemoryStore(BaseStore):
             `sweep_interval_minutes`).
         min_score: opt-in relevance floor for query search (0-1); by default a
             query search returns the `limit` best items, as `InMemoryStore` does.
+        max_value_bytes: the largest value a put accepts, as JSON in UTF-8 bytes.
+        max_value_keys: the most dict keys (at every depth) a put's value may hold.
     """
 
     supports_ttl = True
@@ -106,22 +96,33 @@ class MemoryStore(BaseStore):
         reconcile: bool = False,
         ttl: TTLConfig | None = None,
         min_score: float | None = None,
+        max_value_bytes: int = 1_000_000,
+        max_value_keys: int = 10_000,
     ) -> None:
         if min_score is not None and not 0.0 <= min_score <= 1.0:
             raise InvalidInputError("min_score", "must be between 0 and 1")
+        for name, bound in (
+            ("max_value_bytes", max_value_bytes),
+            ("max_value_keys", max_value_keys),
+        ):
+            if isinstance(bound, bool) or not isinstance(bound, int) or bound < 1:
+                raise InvalidInputError(name, "must be a positive integer")
         self.service = service
         self.text_fields = tuple(text_fields)
         self.reconcile = reconcile
         self.ttl_config = ttl
         self.min_score = min_score
+        self.value_bounds = ValueBounds(max_value_bytes, max_value_keys)
         self._pinned: UserKey | None = None
         self._sweeper: TTLSweeper | None = None
+        self._lane = OrderedLane()
         self.namespaces = NamespaceCache()
         """Per-user namespace sets for `list_namespaces` (see `_spaces`)."""
 
     def for_user(self, app_name: str, user_id: str) -> MemoryStore:
         """A view of this store that only reaches `(app_name, user_id)` (another app or
-        user raises `NamespaceAccessError`); it shares the service and runs no sweeper."""
+        user raises `NamespaceAccessError`); it shares the service, the async lane and
+        runs no sweeper."""
         view = copy.copy(self)
         view._pinned = UserKey(app_name, user_id)
         view._sweeper = None
@@ -129,43 +130,42 @@ class MemoryStore(BaseStore):
 
     # -- BaseStore ---------------------------------------------------------------
 
-    def _access(self) -> Access | None:
-        auth = authenticated_user_id()
-        if self._pinned is not None:
-            if auth is not None and auth != self._pinned.user_id:
-                raise NamespaceAccessError(
-                    (self._pinned.app_name, self._pinned.user_id),
-                    Access(None, auth).describe(),
-                )
-            return Access(self._pinned.app_name, self._pinned.user_id)
-        return Access(None, auth) if auth is not None else None
-
     def batch(self, ops: Iterable[Op]) -> list[Result]:
+        """Run a batch as `InMemoryStore` does: every op is checked first (a refused
+        op refuses the batch before anything is read or written); reads answer from
+        the state before the batch; then the puts, the last per (namespace, key)."""
         ops = list(ops)
-        access = self._access()
-        for op in ops:  # refuse the whole batch before any op runs
+        access = access_for(self._pinned)
+        for op in ops:
+            if not isinstance(op, (GetOp, PutOp, SearchOp, ListNamespacesOp)):
+                raise TypeError(f"unknown store op {type(op).__name__}")
             validate_op_namespace(op)
             if access is not None and not isinstance(op, ListNamespacesOp):
                 access.check(op.namespace_prefix if isinstance(op, SearchOp) else op.namespace)
+        puts: dict[tuple[tuple[str, ...], str], _Put] = {}
+        for op in ops:
+            if isinstance(op, PutOp):
+                puts.pop((op.namespace, op.key), None)  # the last put of a key is applied last
+                puts[(op.namespace, op.key)] = self._prepare(op)
         results: list[Result] = []
         for op in ops:
             if isinstance(op, GetOp):
                 results.append(self._get(op))
-            elif isinstance(op, PutOp):
-                self._put(op)
-                results.append(None)
             elif isinstance(op, SearchOp):
                 results.append(_read.search(self, op, access))
             elif isinstance(op, ListNamespacesOp):
                 results.append(_read.list_namespaces(self, op, access))
             else:
-                raise TypeError(f"unknown store op {type(op).__name__}")
+                results.append(None)
+        for put in puts.values():
+            self._apply(put)
         return results
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
-        # One worker thread per batch (it copies the context, so the run's identity
-        # is seen): the service's blocking I/O stays off the loop.
-        return await asyncio.to_thread(self.batch, list(ops))
+        """`batch` in the store's ordered lane (see `_lane`): batches apply in the
+        order they were issued, off the event loop, with the caller's context."""
+        ops = list(ops)
+        return await self._lane.run(lambda: self.batch(ops))
 
     # -- ops ---------------------------------------------------------------------------
 
@@ -192,19 +192,30 @@ class MemoryStore(BaseStore):
             self.refresh([entry])
         return to_item(entry)
 
-    def _put(self, op: PutOp) -> None:
+    def _prepare(self, op: PutOp) -> _Put:
+        """Every check a put needs that reads nothing: the value, its bounds, the
+        text and fields the service would accept."""
         user, scope = _split(op.namespace)
-        existing = self.resolve(user, scope, op.key)
+        check_label("key", op.key)
         if op.value is None:
-            if existing is not None:
-                self.service.delete(user, existing.id, source=_SOURCE)
-            return
-        value = normalize_value(op.value)
+            return _Put(op, user, scope)
+        value = normalize_value(op.value, self.value_bounds)
         limits = self.service.limits
         paths = list(op.index) if isinstance(op.index, list) else None
         text = memory_text(value, self.text_fields, limits.max_text_length, paths)
         fields = memory_fields(value, limits)
-        meta: dict[str, Any] = {"scope": list(scope), "key": op.key, "value": value}
+        build_memory(text, limits=limits, **fields)  # the service's own checks, up front
+        return _Put(op, user, scope, value, text, fields)
+
+    def _apply(self, put: _Put) -> None:
+        op, user, scope = put.op, put.user, put.scope
+        existing = self.resolve(user, scope, op.key)
+        if put.value is None:
+            if existing is not None:
+                self.service.delete(user, existing.id, source=_SOURCE)
+            return
+        fields = dict(put.fields or {})
+        meta: dict[str, Any] = {"scope": list(scope), "key": op.key, "value": put.value}
         if op.index is False:
             meta["index"] = False
         if op.ttl is not None:
@@ -212,7 +223,7 @@ class MemoryStore(BaseStore):
             deadline(op.ttl)  # one ending past year 9999 is refused before anything is written
         source = _SOURCE
         if existing is None and self.reconcile and op.index is not False:
-            absorbed = reconcile_put(self.service, user, scope, text, fields)
+            absorbed = reconcile_put(self.service, user, scope, put.text, fields)
             source = _SOURCE.with_decision(absorbed.decision)
             if absorbed.target is not None:
                 if not absorbed.updated:
@@ -222,7 +233,7 @@ class MemoryStore(BaseStore):
             meta["key"] = to_item(existing).key  # the surviving memory keeps its key
         entry = self.service.add(
             user,
-            text,
+            put.text,
             memory_id=existing.id if existing is not None else memory_id(scope, op.key),
             metadata={META: meta},
             source=source,
@@ -250,32 +261,35 @@ class MemoryStore(BaseStore):
         return removed
 
     async def asweep_ttl(self) -> int:
-        return await asyncio.to_thread(self.sweep_ttl)
+        return await self._lane.run(self.sweep_ttl)
 
-    def start_ttl_sweeper(
-        self, sweep_interval_minutes: int | None = None
-    ) -> concurrent.futures.Future[None]:
+    def start_ttl_sweeper(self, sweep_interval_minutes: int | None = None) -> SweeperFuture:
         """Sweep expired items every `sweep_interval_minutes` (else the TTLConfig's, else 5).
 
         As in LangGraph's stores, without a TTLConfig or an interval the returned
-        future is already done; else it completes when the sweeper stops.
+        future is already done; else it completes when the sweeper stops. It can be
+        awaited too (`await store.start_ttl_sweeper()`, as with LangGraph's async
+        stores), which gives the future back at once.
         """
         interval = sweep_interval_minutes or (self.ttl_config or {}).get("sweep_interval_minutes")
         if not interval and not self.ttl_config:
-            done: concurrent.futures.Future[None] = concurrent.futures.Future()
+            done = SweeperFuture()
             done.set_result(None)
             return done
         if self._sweeper is None:
             self._sweeper = TTLSweeper(self.sweep_ttl, interval or 5)
         return self._sweeper.start()
 
-    def stop_ttl_sweeper(self, timeout: float | None = None) -> bool:
-        """Stop the background sweep; True when it has stopped (or never ran)."""
-        return self._sweeper.stop(timeout) if self._sweeper is not None else True
+    def stop_ttl_sweeper(self, timeout: float | None = None) -> Stopped:
+        """Stop the background sweep; true when it has stopped (or never ran).
+        Awaitable too, like LangGraph's async stores' `stop_ttl_sweeper`."""
+        return Stopped(self._sweeper.stop(timeout) if self._sweeper is not None else True)
 
     def close(self) -> None:
-        """Stop the TTL sweeper and drop cached namespaces; the service stays open."""
+        """Stop the TTL sweeper and the async lane, drop cached namespaces; the service
+        stays open."""
         self.stop_ttl_sweeper()
+        self._lane.close()
         self.namespaces.clear()
 
     def __enter__(self) -> MemoryStore:

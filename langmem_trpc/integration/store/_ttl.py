@@ -3,7 +3,7 @@
 The service hides an expired memory from every reader and backend at once;
 the TTL itself (minutes) rides in the item's store metadata so a refreshing
 read can push the expiry forward, which it does only once a tenth of the TTL
-(at least a second) has passed, so reads do not each turn into a write.
+has passed since it was last set, so reads do not each turn into a write.
 `sweep_ttl()` soft-deletes expired memories (history actor "store:ttl").
 """
 
@@ -12,8 +12,10 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from ..._time import OUT_OF_RANGE
 from ...errors import InvalidTimeError
@@ -48,7 +50,31 @@ def needs_refresh(entry: Entry) -> bool:
     if ttl is None or at is None:
         return False
     span = timedelta(minutes=ttl)
-    return at - utcnow() < span - max(timedelta(seconds=1), span / 10)
+    return at - utcnow() < span - span / 10
+
+
+class SweeperFuture(concurrent.futures.Future[None]):
+    """The sweeper's future (done when it stops), also awaitable: LangGraph's async
+    stores make `start_ttl_sweeper` a coroutine, so `await` gives this future back."""
+
+    def __await__(self) -> Generator[Any, None, SweeperFuture]:
+        yield from ()
+        return self
+
+
+@dataclass(frozen=True, slots=True)
+class Stopped:
+    """`stop_ttl_sweeper`'s answer: true when the sweeper stopped; awaitable to that
+    bool, as LangGraph's async stores' coroutine is."""
+
+    stopped: bool
+
+    def __bool__(self) -> bool:
+        return self.stopped
+
+    def __await__(self) -> Generator[Any, None, bool]:
+        yield from ()
+        return self.stopped
 
 
 class TTLSweeper:
@@ -60,13 +86,13 @@ class TTLSweeper:
         self._interval = max(0.001, float(interval_minutes)) * 60.0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._future: concurrent.futures.Future[None] = concurrent.futures.Future()
+        self._future = SweeperFuture()
 
-    def start(self) -> concurrent.futures.Future[None]:
+    def start(self) -> SweeperFuture:
         if self._thread is not None and self._thread.is_alive():
             return self._future
         self._stop.clear()
-        self._future = concurrent.futures.Future()
+        self._future = SweeperFuture()
         self._future.add_done_callback(lambda f: self._stop.set() if f.cancelled() else None)
         self._thread = threading.Thread(
             target=self._loop, args=(self._future,), name="memorystore-ttl", daemon=True

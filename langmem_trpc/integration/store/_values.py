@@ -16,9 +16,11 @@ import json
 import uuid
 from collections.abc import Mapping, Sequence
 from copy import deepcopy
+from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
-from langgraph.store.base import Item
+from langgraph.store.base import Item, get_text_at_path
 
 from ...errors import InvalidInputError, InvalidMemoryError
 from ...service._core import Limits, build_memory
@@ -43,7 +45,19 @@ def _default(value: object) -> Any:
     raise TypeError(f"a {type(value).__name__} is not JSON-serializable")
 
 
-def _check_strings(value: Any, path: str) -> None:
+def _float(text: str) -> float | int:
+    """A JSON float as every backend returns it: one of 1e16 or more (no fraction, and
+    spelled with an exponent) is the integer its text spells, as PostgreSQL's JSONB
+    gives it back."""
+    number = float(text)
+    if abs(number) >= 1e16 and number not in (float("inf"), float("-inf")):
+        return int(Decimal(text))
+    return number
+
+
+def _check_strings(value: Any, path: str) -> int:
+    """Refuse what no backend can keep; returns how many dict keys the value holds."""
+    keys = 0
     if isinstance(value, str):
         if "\x00" in value:
             raise InvalidMemoryError("value", f"{path} holds a NUL character")
@@ -54,13 +68,25 @@ def _check_strings(value: Any, path: str) -> None:
     elif isinstance(value, dict):
         for key, item in value.items():
             _check_strings(key, path)
-            _check_strings(item, f"{path}.{key}")
+            keys += 1 + _check_strings(item, f"{path}.{key}")
     elif isinstance(value, list):
         for index, item in enumerate(value):
-            _check_strings(item, f"{path}[{index}]")
+            keys += _check_strings(item, f"{path}[{index}]")
+    return keys
 
 
-def normalize_value(value: Mapping[str, Any]) -> dict[str, Any]:
+@dataclass(frozen=True, slots=True)
+class ValueBounds:
+    """How big a store value may be: its JSON in UTF-8 bytes, and its dict keys at
+    every depth (`MemoryStore(max_value_bytes=..., max_value_keys=...)`)."""
+
+    max_bytes: int = 1_000_000  # a memory's text is capped at 8,000 characters
+    max_keys: int = 10_000
+
+
+def normalize_value(
+    value: Mapping[str, Any], bounds: ValueBounds = ValueBounds()
+) -> dict[str, Any]:
     """The value as every backend stores it (a JSON round trip), or InvalidMemoryError."""
     if not isinstance(value, Mapping):
         raise InvalidMemoryError("value", f"must be a dict, got {type(value).__name__}")
@@ -68,8 +94,18 @@ def normalize_value(value: Mapping[str, Any]) -> dict[str, Any]:
         text = json.dumps(dict(value), default=_default, allow_nan=False, ensure_ascii=False)
     except (TypeError, ValueError, RecursionError) as exc:
         raise InvalidMemoryError("value", f"is not JSON-serializable: {exc}") from None
-    loaded: dict[str, Any] = json.loads(text)
-    _check_strings(loaded, "value")
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > bounds.max_bytes:
+        raise InvalidMemoryError(
+            "value",
+            f"is {size:,} bytes of JSON; the limit is {bounds.max_bytes:,} (max_value_bytes)",
+        )
+    loaded: dict[str, Any] = json.loads(text, parse_float=_float)
+    keys = _check_strings(loaded, "value")
+    if keys > bounds.max_keys:
+        raise InvalidMemoryError(
+            "value", f"holds {keys:,} keys; the limit is {bounds.max_keys:,} (max_value_keys)"
+        )
     return loaded
 
 
@@ -90,27 +126,15 @@ def memory_text(
     max_length: int,
     paths: Sequence[str] | None = None,
 ) -> str:
-    """The searchable text, capped: with `paths` (a put's `index=[...]`) those fields
-    joined; else the first text field (also nested), else the value's JSON."""
-    text = _at_paths(value, paths) if paths else _text_field(value, fields)
-    if text is None:
-        text = json.dumps(value, ensure_ascii=False, sort_keys=True)
+    """The searchable text, capped: with `paths` (a put's `index=[...]`, LangGraph's
+    path syntax) the texts at those paths, and nothing else even when they match
+    nothing; else the first text field (also nested), else the value's JSON."""
+    if paths:
+        text = "\n".join(t for path in paths for t in get_text_at_path(value, path) if t.strip())
+    else:
+        found = _text_field(value, fields)
+        text = found if found is not None else json.dumps(value, ensure_ascii=False, sort_keys=True)
     return text.strip()[:max_length].strip() or "{}"
-
-
-def _at_paths(value: Mapping[str, Any], paths: Sequence[str]) -> str | None:
-    """The values at dotted paths ("content.text"; "$" is the whole value), joined."""
-    parts: list[str] = []
-    for path in paths:
-        node: Any = value
-        for step in [] if path == "$" else path.split("."):
-            node = node.get(step) if isinstance(node, Mapping) else None
-        if isinstance(node, str):
-            parts.append(node)
-        elif node is not None:
-            parts.append(json.dumps(node, ensure_ascii=False, sort_keys=True))
-    joined = "\n".join(p for p in parts if p.strip())
-    return joined or None
 
 
 def _text_field(value: Mapping[str, Any], fields: Sequence[str]) -> str | None:
@@ -202,6 +226,7 @@ def to_item(entry: Entry) -> Item:
         memory = entry.memory
         value = {
             "memory": memory.text,
+            "content": memory.text,  # the field langmem's managers read
             "kind": memory.kind.value,
             "topics": list(memory.topics),
             **event_fields(memory),
