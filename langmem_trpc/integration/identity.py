@@ -2,7 +2,8 @@
 
 Order (langgraph_surface.md §4.6): 1. `configurable["langgraph_auth_user_id"]`
 (set by LangGraph Server after authentication and stripped from client requests,
-so trusted; "" means unauthenticated and is ignored), 2. `runtime.context` (a dict
+so trusted; None or "" means unauthenticated and is ignored; any other value that is
+not a non-blank string resolves to no identity, never to the client's `user_id`), 2. `runtime.context` (a dict
 or an object), 3. `configurable["app_name" / "user_id"]`, 4. the component's
 `default_app_name` (never a default user). `app_name` always follows steps 2-4:
 it only selects among the authenticated user's own memories.
@@ -71,9 +72,11 @@ def _fields(
     holder = runtime if runtime is not None else configurable.get(_RUNTIME_KEY)
     context = getattr(holder, "context", None)
 
-    user_id = _field(configurable, AUTH_USER_KEY)
-    if user_id is None:
+    authenticated = configurable.get(AUTH_USER_KEY)
+    if authenticated is None or authenticated == "":  # an unauthenticated run
         user_id = _field(context, "user_id") or _field(configurable, "user_id")
+    else:  # present: the only user; unusable (123, [..], "  ") means nobody, never the client's
+        user_id = _field(configurable, AUTH_USER_KEY)
     app_name = _field(context, "app_name") or _field(configurable, "app_name") or default_app_name
     return app_name, user_id
 

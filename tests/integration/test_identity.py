@@ -75,3 +75,19 @@ def test_inside_a_graph_the_current_config_and_context_are_used():
     graph.invoke({"messages": []}, {"configurable": {"app_name": "a", "user_id": "cfg"}})
     graph.invoke({"messages": []}, context={"app_name": "a", "user_id": "ctx"})
     assert seen == [UserKey("a", "cfg"), UserKey("a", "ctx")]
+
+
+def test_an_unusable_authenticated_id_resolves_to_nobody_not_the_client_user():
+    """Issue 31 item 10's twin outside the store: a present but unusable
+    langgraph_auth_user_id (123, a list, a dict, blank) fell back to the client-sent
+    user_id, so the hook, preload and tools acted for whomever the client named."""
+    for unusable in (123, ["bob"], {"id": "bob"}, "  ", True):
+        config = {
+            "configurable": {"langgraph_auth_user_id": unusable, "user_id": "bob", "app_name": "a"}
+        }
+        context = SimpleNamespace(context=Ctx("a", "bob"))
+        assert resolve_identity(None, config) is None, unusable
+        assert resolve_identity(context, config) is None, unusable
+    for unauthenticated in (None, ""):
+        config = {"configurable": {"langgraph_auth_user_id": unauthenticated, "user_id": "bob"}}
+        assert resolve_identity(None, config, default_app_name="a") == UserKey("a", "bob")
