@@ -38,8 +38,8 @@ from . import _plans
 from ._claims import ClaimOp
 from ._core import Limits, MemoryPatch, check_app_filter, check_cursor, check_thread_id, check_user
 from ._language import ENGLISH, Language
-from ._steps import Plan
 from .capabilities import Capability
+from .steps import Plan
 
 T = TypeVar("T")
 P = ParamSpec("P")

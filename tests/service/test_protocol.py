@@ -10,10 +10,10 @@ import threading
 import pytest
 
 from langmem_trpc import InMemoryMemoryService, UserKey
-from langmem_trpc.service import _steps as steps
+from langmem_trpc.service import steps
 from langmem_trpc.service._claims import SaveProgress
-from langmem_trpc.service._steps import Plan
 from langmem_trpc.service.protocol import MemoryService, SyncMemoryService
+from langmem_trpc.service.steps import Plan
 from langmem_trpc.types import Entry, ExtractionCursor, ThreadClaim
 
 ALICE = UserKey("app", "alice")

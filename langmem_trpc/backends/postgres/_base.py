@@ -15,7 +15,7 @@ from weakref import WeakKeyDictionary, WeakSet
 
 from ..._time import ensure_utc
 from ...errors import ConfigurationError
-from ...service import _steps as steps
+from ...service import steps
 from ...service._core import Limits, check_app_filter, check_memory_id, check_user, resolve_options
 from ...service._language import Language, resolve_language
 from ...service._periods import TimeMentions

@@ -13,6 +13,7 @@ statement that also checks, renews or releases the claim.
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from datetime import timezone
 from typing import Any
 
@@ -134,6 +135,16 @@ def letter_from_row(row: Row) -> DeadLetter:
         created_at=row["created_at"].astimezone(timezone.utc),
         updated_at=row["updated_at"].astimezone(timezone.utc),
     )
+
+
+def read_cursor(
+    user: UserKey, thread_id: str
+) -> Generator[tuple[str, dict[str, Any]], Row | None, ExtractionCursor | None]:
+    """Read a thread's extraction cursor, sans-I/O for a caller with its own connection
+    (the queue's enqueue, in its transaction): yields (statement, parameters), is sent
+    the first row (a dict, or None) and returns the cursor, or None."""
+    row = yield SELECT_CURSOR, _params(user, thread_id)
+    return None if row is None else cursor_from_row(row)
 
 
 def _params(user: UserKey, thread_id: str, **extra: Any) -> dict[str, Any]:
