@@ -109,7 +109,6 @@ def _private_part(name: str, package: str) -> str | None:
 KIT_LEFT_PRIVATE = {
     # The backend kit (issue 25) is public for writes (`service.steps`); these private
     # service modules are still imported by backends and become public kit next:
-    "langmem_trpc.service._claims",  # claim ops -> claim plans over thread steps
     "langmem_trpc.service._bm25",  # the keyword scorer (SQLite's batch scorer folded in)
     "langmem_trpc.service._search",  # search as plans: plan -> fetch -> rank
     "langmem_trpc.service._documents",  # keyword documents, with the scorer

@@ -19,7 +19,6 @@ from .._time import ensure_utc
 from ..types import Entry, HistoryEvent, Kind, Memory, SearchOptions, UserKey
 from . import steps
 from ._bm25 import CorpusStats, KeywordDoc, KeywordScorer, QueryTerms
-from ._claims import ClaimOp, ClaimTable
 from ._core import (
     Limits,
     check_app_filter,
@@ -34,6 +33,7 @@ from ._language import Language, resolve_language
 from ._periods import TimeMentions
 from ._search import Legs, execute_search, passes_time
 from .capabilities import Capability
+from .claims import ClaimOp, ClaimTable
 from .protocol import SyncMemoryService
 from .steps import Plan
 

@@ -10,7 +10,7 @@ from psycopg.rows import dict_row
 from psycopg.types import TypeInfo
 from psycopg_pool import ConnectionPool
 
-from ...service._claims import ClaimOp
+from ...service.claims import ClaimOp
 from ...service.steps import Plan
 from . import _claims
 from ._base import PostgresBase, backend_error, logger
