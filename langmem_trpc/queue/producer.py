@@ -25,8 +25,8 @@ from ..errors import (
     error_text,
 )
 from ..extraction.worker import check_job_input
-from ..service._steps import adrive, drive
 from ..service.protocol import MemoryService
+from ..service.steps import adrive, drive
 from ..types import UserKey
 from ._payload import MIN_PAYLOAD_BYTES, JobPayload, Merge, check_queue_name
 from ._plan import (
@@ -132,7 +132,7 @@ class PostgresJobQueue:
             raise ConfigurationError(
                 "PostgresJobQueue needs the [queue] extra: pip install 'langmem-trpc[queue]'"
             ) from exc
-        from ..backends.postgres._conninfo import checked_conninfo
+        from ..backends.postgres import checked_conninfo
 
         if (conninfo is None) == (pool is None):
             raise ConfigurationError("PostgresJobQueue needs exactly one of conninfo or pool")
@@ -418,11 +418,9 @@ def _statements(step: ReadCursor | SubmitJob | Collapse) -> Generator[tuple[str,
     yields (statement, parameters), is sent the statement's first row (a dict, or None) and
     returns the step's answer."""
     if isinstance(step, ReadCursor):
-        from ..backends.postgres._claims import SELECT_CURSOR, cursor_from_row
-        from ..backends.postgres._sql import user_params
+        from ..backends.postgres import read_cursor
 
-        row = yield SELECT_CURSOR, user_params(step.user, thread=step.thread_id)
-        return None if row is None else cursor_from_row(row)
+        return (yield from read_cursor(step.user, step.thread_id))
     if isinstance(step, SubmitJob):
         yield DEFER, (step.queue_name, TASK_NAME, step.lock, step.queueing_lock, step.args)
         return True  # a queueing-lock conflict raises: `_lock_taken`

@@ -1,4 +1,6 @@
-"""The service contract, the shared search and validation core, and the reference backend."""
+"""The service contract, the shared search and validation core, the public backend kit
+(`steps`: the write steps and `StepExecutor`; `claims`: the claim ops), and the reference
+backend."""
 
 from ._core import Limits
 from .memory import InMemoryMemoryService

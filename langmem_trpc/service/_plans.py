@@ -1,7 +1,7 @@
 """The write rules, written once: every write operation as a sans-I/O plan.
 
 Each public function validates its input (raising before any step, so bad input
-never opens a transaction) and returns a plan over the steps of `_steps.py`.
+never opens a transaction) and returns a plan over the steps of `steps.py`.
 Every backend runs the same plans with its own executor, so fingerprint
 idempotence, topic merge, soft-delete revive, keyed upsert, capacity eviction,
 compare-and-set updates and history behave the same everywhere.
@@ -39,7 +39,7 @@ from ._core import (
     new_memory_id,
     new_memory_ids,
 )
-from ._steps import (
+from .steps import (
     KEEP,
     CountLive,
     Embed,

@@ -11,14 +11,13 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar, cast
 
 import numpy as np
 
-from ..types import Entry, HistoryEvent, Kind, SearchOptions, UserKey
-from . import _steps as steps
+from ..types import Entry, HistoryEvent, Kind, Memory, SearchOptions, UserKey
+from . import steps
 from ._bm25 import CorpusStats, KeywordDoc, KeywordScorer, QueryTerms
-from ._claims import ClaimOp, ClaimTable
 from ._core import (
     Limits,
     check_app_filter,
@@ -35,9 +34,10 @@ from ._documents import keys_of
 from ._language import Language, resolve_language
 from ._periods import TimeMentions
 from ._search import Legs, execute_search, passes_time
-from ._steps import Plan
 from .capabilities import Capability
+from .claims import ClaimOp, ClaimTable
 from .protocol import SyncMemoryService
+from .steps import Plan
 
 if TYPE_CHECKING:
     from langchain_core.embeddings import Embeddings
@@ -83,27 +83,23 @@ def _remember(row: _Row, undo: list[Callable[[], None]]) -> None:
 
 
 class _Run:
-    """One plan's run: outside its write section each step takes the lock; from
-    `LockUser` on the run holds it. `rollback` undoes the run's writes."""
+    """One plan's run: the in-memory `StepExecutor`. Outside its write section each
+    step takes the service's lock; from `LockUser` on the run holds it. Every write
+    appends its inverse to an undo log, which `rollback` replays."""
 
     def __init__(self, service: InMemoryMemoryService) -> None:
         self._service = service
         self._held = False
         self._undo: list[Callable[[], None]] = []
-        self.done: list[tuple[steps.Step, Any]] = []
-        """Every step run, with its result (what `_commit` makes durable)."""
+        self.done: list[tuple[steps.Step, object]] = []
+        """Every step run but `Embed`, with its result (what `_commit` makes durable)."""
 
-    def execute(self, step: steps.Step) -> Any:
-        service = self._service
-        if isinstance(step, steps.Embed):
-            return service._embed_texts(step.texts)
-        if isinstance(step, steps.LockUser):
-            if not self._held:
-                service._lock.acquire()
-                self._held = True
-            return None
-        with service._lock:  # re-entrant: held already from `LockUser` on
-            result = service._step(step, self._undo)
+    def execute(self, step: steps.Step) -> object:
+        """Perform one step; embedding runs outside the lock, every other step in it."""
+        if type(step) is steps.Embed:
+            return self.embed(step)
+        with self._service._lock:  # re-entrant: held already from `LockUser` on
+            result = steps.dispatch(self, step)
         self.done.append((step, result))
         return result
 
@@ -117,6 +113,127 @@ class _Run:
         if self._held:
             self._held = False
             self._service._lock.release()
+
+    # -- the steps (`StepExecutor`) ------------------------------------------------
+
+    def now(self, step: steps.Now) -> datetime:
+        return utcnow()
+
+    def embed(self, step: steps.Embed) -> list[np.ndarray | None]:
+        return self._service._embed_texts(step.texts)
+
+    def lock_user(self, step: steps.LockUser) -> None:
+        if not self._held:
+            self._service._lock.acquire()
+            self._held = True
+
+    def find_by_id(self, step: steps.FindById) -> steps.Stored | None:
+        data = self._service._find(step.user)
+        return _stored(data.rows.get(step.memory_id) if data is not None else None)
+
+    def find_live_by_fingerprint(self, step: steps.FindLiveByFingerprint) -> steps.Stored | None:
+        fp, skip = step.fingerprint, step.exclude_id
+        rows = self._service._rows(step.user)
+        found = (r for r in rows if r.fingerprint == fp and r.live and r.entry.id != skip)
+        return _stored(next(found, None))
+
+    def find_by_fingerprint(self, step: steps.FindByFingerprint) -> steps.Stored | None:
+        same = [r for r in self._service._rows(step.user) if r.fingerprint == step.fingerprint]
+        return _stored(next((r for r in same if r.live), same[0] if same else None))
+
+    def known_fingerprints(self, step: steps.KnownFingerprints) -> set[str]:
+        return {r.fingerprint for r in self._service._rows(step.user)} & step.fingerprints
+
+    def count_live(self, step: steps.CountLive) -> int:
+        return sum(1 for r in self._service._rows(step.user) if r.live)
+
+    def insert(self, step: steps.Insert) -> None:
+        data = self._service._data(step.user)
+        for new in step.rows:
+            row = _Row(
+                entry=new.entry,
+                fingerprint=new.fingerprint,
+                vector=cast("np.ndarray | None", new.vector),
+                keyed=new.keyed,
+            )
+            self._service._touch(row, new.entry)
+            data.rows[new.entry.id] = row
+            self._undo.append(lambda i=new.entry.id: data.rows.__delitem__(i))  # type: ignore[misc]
+
+    def rewrite(self, step: steps.Rewrite) -> None:
+        row = _handle(step.target)
+        _remember(row, self._undo)
+        row.fingerprint, row.deleted_at = step.fingerprint, None
+        if not isinstance(step.vector, steps.Keep):
+            row.vector = cast("np.ndarray | None", step.vector)
+        self._rewritten(row, step.memory, step.at)
+
+    def set_topics(self, step: steps.SetTopics) -> None:
+        row = _handle(step.target)
+        _remember(row, self._undo)
+        memory = row.entry.memory.model_copy(update={"topics": list(step.topics)})
+        self._rewritten(row, memory, step.at)
+
+    def _rewritten(self, row: _Row, memory: Memory, at: datetime) -> None:
+        self._service._touch(row, row.entry.model_copy(update={"memory": memory, "updated_at": at}))
+        row.doc = None
+
+    def soft_delete(self, step: steps.SoftDelete) -> list[steps.Gone]:
+        live = self._service._live(self._service._data(step.user))
+        wanted = None if step.memory_ids is None else set(step.memory_ids)
+        return self._delete([r for r in live if wanted is None or r.entry.id in wanted], step.at)
+
+    def evict_oldest(self, step: steps.EvictOldest) -> steps.Gone | None:
+        live = self._service._live(self._service._data(step.user))
+        gone = self._delete([min(live, key=lambda r: r.seq)] if live else [], step.at)
+        return gone[0] if gone else None
+
+    def _delete(self, victims: list[_Row], at: datetime) -> list[steps.Gone]:
+        for row in victims:
+            _remember(row, self._undo)
+            row.deleted_at = at
+        return [(r.entry.id, r.entry.text) for r in victims]
+
+    def record_history(self, step: steps.RecordHistory) -> None:
+        history = self._service._data(step.user).history
+        size = len(history)
+        history.extend(step.events)
+        self._undo.append(lambda: history.__delitem__(slice(size, None)))
+
+    def purge(self, step: steps.Purge) -> int:
+        service, user, undo = self._service, step.user, self._undo
+        data = service._find(user)
+        if step.memory_id is None:
+            undo.append(service._claims.purge(user))
+            if data is None:
+                return 0
+            del service._users[user]
+            undo.append(lambda: service._users.__setitem__(user, data))
+            return len(data.rows)
+        if data is None:
+            return 0
+        removed = data.rows.pop(step.memory_id, None)
+        history = data.history
+        data.history = [h for h in history if h.memory_id != step.memory_id]
+
+        def back() -> None:
+            data.history = history
+            if removed is not None:
+                data.rows[step.memory_id or ""] = removed
+
+        undo.append(back)
+        return 1 if removed else 0
+
+
+def _stored(row: _Row | None) -> steps.Stored | None:
+    if row is None:
+        return None
+    return steps.Stored(entry=row.entry, keyed=row.keyed, deleted=not row.live, handle=row)
+
+
+def _handle(target: steps.Stored) -> _Row:
+    """The row a `Stored` this executor returned refers to."""
+    return cast(_Row, target.handle)
 
 
 class InMemoryMemoryService(SyncMemoryService):
@@ -184,7 +301,7 @@ class InMemoryMemoryService(SyncMemoryService):
         finally:
             run.release()
 
-    def _commit(self, done: list[tuple[steps.Step, Any]]) -> None:
+    def _commit(self, done: list[tuple[steps.Step, object]]) -> None:
         """Make a finished plan's writes durable: a hook for a backend that keeps this
         state as its cache (LanceDB); here nothing outlives the process."""
 
@@ -193,117 +310,9 @@ class InMemoryMemoryService(SyncMemoryService):
             return [None] * len(texts)
         return [unit_vector(v) for v in self._embeddings.embed_documents(list(texts))]
 
-    def _stored(self, row: _Row | None) -> steps.Stored | None:
-        if row is None:
-            return None
-        return steps.Stored(entry=row.entry, keyed=row.keyed, deleted=not row.live, handle=row)
-
     def _rows(self, user: UserKey) -> Iterable[_Row]:
         data = self._find(user)
         return data.rows.values() if data is not None else ()
-
-    def _step(self, step: steps.Step, undo: list[Callable[[], None]]) -> Any:
-        """One step under the lock; every write appends its inverse to `undo`."""
-        if isinstance(step, steps.Now):
-            return utcnow()
-        if isinstance(step, steps.FindById):
-            data = self._find(step.user)
-            return self._stored(data.rows.get(step.memory_id) if data is not None else None)
-        if isinstance(step, steps.FindLiveByFingerprint):
-            fp, skip = step.fingerprint, step.exclude_id
-            return self._stored(
-                next(
-                    (r for r in self._rows(step.user) if r.fingerprint == fp and r.live
-                     and r.entry.id != skip),
-                    None,
-                )
-            )  # fmt: skip
-        if isinstance(step, steps.FindByFingerprint):
-            same = [r for r in self._rows(step.user) if r.fingerprint == step.fingerprint]
-            return self._stored(next((r for r in same if r.live), same[0] if same else None))
-        if isinstance(step, steps.KnownFingerprints):
-            return {r.fingerprint for r in self._rows(step.user)} & step.fingerprints
-        if isinstance(step, steps.CountLive):
-            return sum(1 for r in self._rows(step.user) if r.live)
-        if isinstance(
-            step,
-            (steps.Insert, steps.Rewrite, steps.SetTopics, steps.SoftDelete, steps.EvictOldest),
-        ):
-            return self._change(step, undo)
-        if isinstance(step, steps.RecordHistory):
-            history = self._data(step.user).history
-            size = len(history)
-            history.extend(step.events)
-            undo.append(lambda: history.__delitem__(slice(size, None)))
-            return None
-        if isinstance(step, steps.Purge):
-            return self._purge_step(step, undo)
-        raise TypeError(f"unknown step {step!r}")
-
-    def _change(
-        self,
-        step: steps.Insert | steps.Rewrite | steps.SetTopics | steps.SoftDelete | steps.EvictOldest,
-        undo: list[Callable[[], None]],
-    ) -> Any:
-        data = self._data(step.user)
-        if isinstance(step, steps.Insert):
-            for new in step.rows:
-                row = _Row(entry=new.entry, fingerprint=new.fingerprint, vector=new.vector,
-                           keyed=new.keyed)  # fmt: skip
-                self._touch(row, new.entry)
-                data.rows[new.entry.id] = row
-                undo.append(lambda i=new.entry.id: data.rows.__delitem__(i))  # type: ignore[misc]
-            return None
-        if isinstance(step, (steps.Rewrite, steps.SetTopics)):
-            row = step.target.handle
-            _remember(row, undo)
-            if isinstance(step, steps.SetTopics):
-                memory = row.entry.memory.model_copy(update={"topics": list(step.topics)})
-            else:
-                memory = step.memory
-                row.fingerprint, row.deleted_at = step.fingerprint, None
-                if not isinstance(step.vector, steps.Keep):
-                    row.vector = step.vector
-            self._touch(row, row.entry.model_copy(update={"memory": memory, "updated_at": step.at}))
-            row.doc = None
-            return None
-        live = self._live(data)
-        if isinstance(step, steps.EvictOldest):
-            victims = [min(live, key=lambda r: r.seq)] if live else []
-        else:
-            wanted = None if step.memory_ids is None else set(step.memory_ids)
-            victims = [r for r in live if wanted is None or r.entry.id in wanted]
-        for row in victims:
-            _remember(row, undo)
-            row.deleted_at = step.at
-        gone = [(r.entry.id, r.entry.text) for r in victims]
-        if isinstance(step, steps.EvictOldest):
-            return gone[0] if gone else None
-        return gone
-
-    def _purge_step(self, step: steps.Purge, undo: list[Callable[[], None]]) -> int:
-        user = step.user
-        data = self._find(user)
-        if step.memory_id is None:
-            undo.append(self._claims.purge(user))
-            if data is None:
-                return 0
-            del self._users[user]
-            undo.append(lambda: self._users.__setitem__(user, data))
-            return len(data.rows)
-        if data is None:
-            return 0
-        removed = data.rows.pop(step.memory_id, None)
-        history = data.history
-        data.history = [h for h in history if h.memory_id != step.memory_id]
-
-        def back() -> None:
-            data.history = history
-            if removed is not None:
-                data.rows[step.memory_id or ""] = removed
-
-        undo.append(back)
-        return 1 if removed else 0
 
     # -- reads --------------------------------------------------------------
 

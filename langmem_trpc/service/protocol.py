@@ -5,7 +5,7 @@ the CLI talk to. Every method takes the caller's `UserKey` first and never
 reaches another user's rows. The write methods and the cursor, claim and
 dead-letter methods are defined here once, sync and async: each validates its
 arguments into a plan of `_plans.py` (`run_plan`, the backend's step executor) or
-a `ClaimOp` of `_claims.py` (`run_claim_op`) that the backend runs. `SyncMemoryService` is the base for backends whose driver is
+a `ClaimOp` of `claims.py` (`run_claim_op`) that the backend runs. `SyncMemoryService` is the base for backends whose driver is
 blocking (in-memory, SQLite, LanceDB): its `a*` twins (`in_thread`) run the
 sync method in a worker thread, so the event loop never blocks.
 """
@@ -33,13 +33,13 @@ from ..types import (
     ThreadClaim,
     UserKey,
 )
-from . import _claims as c
 from . import _plans
-from ._claims import ClaimOp
+from . import claims as c
 from ._core import Limits, MemoryPatch, check_app_filter, check_cursor, check_thread_id, check_user
 from ._language import ENGLISH, Language
-from ._steps import Plan
 from .capabilities import Capability
+from .claims import ClaimOp
+from .steps import Plan
 
 T = TypeVar("T")
 P = ParamSpec("P")

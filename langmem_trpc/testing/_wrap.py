@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from ..service._claims import ClaimOp
 from ..service.capabilities import Capability
+from ..service.claims import ClaimOp
 from ..service.protocol import MemoryService, SyncMemoryService, _named
 
 T = TypeVar("T")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 
 from langmem_trpc.backends.postgres import _bulk, _plans
-from langmem_trpc.service import _steps as steps
+from langmem_trpc.service import steps
 from langmem_trpc.service._language import ENGLISH
 from langmem_trpc.types import Entry, HistoryEvent, Memory, Operation, Source, UserKey
 

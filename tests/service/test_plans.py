@@ -19,7 +19,7 @@ from langmem_trpc import (
     UserKey,
 )
 from langmem_trpc.backends.sqlite import SQLiteMemoryService
-from langmem_trpc.service import _core, _plans, _steps
+from langmem_trpc.service import _core, _plans, steps
 
 AT = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 
@@ -51,11 +51,11 @@ def test_event_is_the_model_construct_event() -> None:
 def test_a_new_add_makes_one_fingerprint_lookup() -> None:
     user, seen = UserKey("app", "u"), []
 
-    def execute(step: _steps.Step) -> object:
+    def execute(step: steps.Step) -> object:
         seen.append(type(step).__name__)
-        return [None] if isinstance(step, _steps.Embed) else AT if step is _plans.NOW else None
+        return [None] if isinstance(step, steps.Embed) else AT if step is _plans.NOW else None
 
-    entry = _steps.drive(_plans.add(user, "likes tea", limits=Limits(capacity=None)), execute)
+    entry = steps.drive(_plans.add(user, "likes tea", limits=Limits(capacity=None)), execute)
     assert entry.created_at == AT
     assert seen == ["Embed", "LockUser", "FindByFingerprint", "Now", "Insert", "RecordHistory"]
 

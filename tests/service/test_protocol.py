@@ -10,10 +10,10 @@ import threading
 import pytest
 
 from langmem_trpc import InMemoryMemoryService, UserKey
-from langmem_trpc.service import _steps as steps
-from langmem_trpc.service._claims import SaveProgress
-from langmem_trpc.service._steps import Plan
+from langmem_trpc.service import steps
+from langmem_trpc.service.claims import SaveProgress
 from langmem_trpc.service.protocol import MemoryService, SyncMemoryService
+from langmem_trpc.service.steps import Plan
 from langmem_trpc.types import Entry, ExtractionCursor, ThreadClaim
 
 ALICE = UserKey("app", "alice")
@@ -111,3 +111,16 @@ def test_a_rolled_back_purge_puts_the_users_cursor_and_claim_back() -> None:
     cursor = svc.get_cursor(ALICE, "t1")
     assert cursor is not None and cursor.message_count == 2
     assert svc.claim_thread(ALICE, "t1", "other", 30) is None  # still the job's
+
+
+def test_every_claim_op_is_in_the_closed_union():
+    """`claims.closed` casts an op to `ClaimCall`: every op class a method can build is in it."""
+    from typing import get_args
+
+    from langmem_trpc.service import claims
+
+    def below(cls: type) -> set[type]:
+        return {cls} | {s for sub in cls.__subclasses__() for s in below(sub)}
+
+    ops = {cls for cls in below(claims.ClaimOp) if "name" in vars(cls)}
+    assert ops == set(get_args(claims.ClaimCall))

@@ -30,9 +30,9 @@ import pyarrow as pa
 
 from ...errors import ConfigurationError
 from ...registry import build_service, split_url
-from ...service import _claims as c
 from ...service import _search as ks
-from ...service import _steps as s
+from ...service import claims as c
+from ...service import steps as s
 from ...service._bm25 import CorpusStats, KeywordDoc, QueryTerms
 from ...service._core import Limits, check_app_filter, check_memory_id, check_user, resolve_options
 from ...service._documents import keys_of

@@ -20,12 +20,14 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra
     ) from exc
 
 from ...registry import build_service
+from ._claims import read_cursor
+from ._conninfo import checked_conninfo
 from .service import PostgresMemoryService
 
 if TYPE_CHECKING:
     from langchain_core.embeddings import Embeddings
 
-__all__ = ["PostgresMemoryService", "open_backend"]
+__all__ = ["PostgresMemoryService", "checked_conninfo", "open_backend", "read_cursor"]
 
 
 def open_backend(

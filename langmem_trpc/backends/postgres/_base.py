@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from weakref import WeakKeyDictionary, WeakSet
 
 from ...errors import ConfigurationError
-from ...service import _steps as steps
+from ...service import steps
 from ...service._core import (
     Limits,
     check_app_filter,

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
+from typing import cast
 
 import numpy as np
 from pgvector import Vector
@@ -22,7 +23,7 @@ from psycopg.types.json import Jsonb
 
 from ...service._documents import keys_of
 from ...service._language import Language
-from ...service._steps import Insert, NewRow, RecordHistory, Step
+from ...service.steps import Insert, NewRow, RecordHistory, Step
 from ...types import Operation, UserKey
 from . import _plans, _sql
 
@@ -97,8 +98,9 @@ class _Binary(Vector):
 def _vectors(rows: Sequence[NewRow]) -> list[Vector | None]:
     """The rows' vectors for COPY; all of one dimension: converted in one numpy call
     (pgvector's dumper converts each row in Python, 2 us of a row's ~70)."""
-    given = [row.vector for row in rows]
-    if any(v is None for v in given) or len({len(v) for v in given}) != 1:
+    given = [cast("Sequence[float] | None", row.vector) for row in rows]
+    present = [v for v in given if v is not None]
+    if len(present) != len(given) or len({len(v) for v in present}) != 1:
         return [None if v is None else Vector(np.asarray(v, dtype=np.float32)) for v in given]
     packed = np.asarray(given, dtype=">f4")
     head = struct.pack(">HH", packed.shape[1], 0)

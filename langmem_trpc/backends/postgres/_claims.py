@@ -1,6 +1,6 @@
 """PostgreSQL: extraction cursors with their covered keys, thread claims,
 failed attempts and dead letters: each validated `ClaimOp` as a sans-I/O plan
-(contract: `service/_claims.py`).
+(contract: `langmem_trpc.service.claims`).
 
 A claim is taken by one `INSERT ... ON CONFLICT DO UPDATE ... WHERE` on
 `langmem_thread_claims`: the row lock serialises competing processes and the
@@ -13,12 +13,13 @@ statement that also checks, renews or releases the claim.
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from datetime import timezone
-from typing import Any
+from typing import Any, assert_never
 
 from psycopg.types.json import Jsonb
 
-from ...service import _claims as c
+from ...service import claims as c
 from ...types import DeadLetter, DeadLetterStatus, ExtractionCursor, ThreadClaim, UserKey
 from ._plans import Op, Plan, Sql
 from ._sql import Row, user_params
@@ -136,30 +137,43 @@ def letter_from_row(row: Row) -> DeadLetter:
     )
 
 
+def read_cursor(
+    user: UserKey, thread_id: str
+) -> Generator[tuple[str, dict[str, Any]], Row | None, ExtractionCursor | None]:
+    """Read a thread's extraction cursor, sans-I/O for a caller with its own connection
+    (the queue's enqueue, in its transaction): yields (statement, parameters), is sent
+    the first row (a dict, or None) and returns the cursor, or None."""
+    row = yield SELECT_CURSOR, _params(user, thread_id)
+    return None if row is None else cursor_from_row(row)
+
+
 def _params(user: UserKey, thread_id: str, **extra: Any) -> dict[str, Any]:
     return user_params(user, thread=thread_id, **extra)
 
 
 def op_for(op: c.ClaimOp[Any]) -> Op:
-    """The plan that runs `op`, and whether it writes."""
-    if isinstance(op, c.GetCursor):
-        return Op(get_cursor(op.user, op.thread_id), write=False)
-    # `write=False` on a plan of one statement: atomic by itself, so no BEGIN / COMMIT
-    if isinstance(op, c.SetCursor):
-        return Op(_one(UPSERT_CURSOR, _cursor_params(op.user, op.cursor)), write=False)
-    if isinstance(op, c.ClaimThread):
-        return Op(claim_thread(op), write=True)
-    if isinstance(op, c.SaveProgress):
-        return Op(save_progress(op), write=op.dead_letter is not None or bool(op.resolved))
-    if isinstance(op, c.RecordFailure):
-        return Op(record_failure(op), write=False)
-    if isinstance(op, c.ReleaseThread):
-        return Op(_one(RELEASE, _params(op.user, op.thread_id, owner=op.owner)), write=False)
-    if isinstance(op, c.ListDeadLetters):
-        return Op(dead_letters(op), write=False)
-    if isinstance(op, c.RetryDeadLetter):
-        return Op(retry_dead_letter(op.letter_id), write=True)
-    raise TypeError(f"unknown claim op {op!r}")
+    """The plan that runs `op`, and whether it writes (`write=False` on a plan of one
+    statement: atomic by itself, so no BEGIN / COMMIT)."""
+    match c.closed(op):
+        case c.GetCursor(user=user, thread_id=thread_id):
+            return Op(get_cursor(user, thread_id), write=False)
+        case c.SetCursor(user=user, cursor=cursor):
+            return Op(_one(UPSERT_CURSOR, _cursor_params(user, cursor)), write=False)
+        case c.ClaimThread() as claim:
+            return Op(claim_thread(claim), write=True)
+        case c.SaveProgress() as progress:
+            writes = progress.dead_letter is not None or bool(progress.resolved)
+            return Op(save_progress(progress), write=writes)
+        case c.RecordFailure() as failure:
+            return Op(record_failure(failure), write=False)
+        case c.ReleaseThread(user=user, thread_id=thread_id, owner=owner):
+            return Op(_one(RELEASE, _params(user, thread_id, owner=owner)), write=False)
+        case c.ListDeadLetters() as listing:
+            return Op(dead_letters(listing), write=False)
+        case c.RetryDeadLetter(letter_id=letter_id):
+            return Op(retry_dead_letter(letter_id), write=True)
+        case never:
+            assert_never(never)
 
 
 def _one(sql: str, params: dict[str, Any]) -> Plan[None]:

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, cast
+from datetime import datetime
+from typing import Any, TypeVar, assert_never, cast
 
 from ...errors import ConfigurationError
-from ...service import _steps as steps
+from ...service import steps
 from ...service._core import stored_fingerprint, unexpired, utcnow
 from ...service._documents import memory_keys
 from ...service._language import ENGLISH, Language
@@ -91,69 +92,132 @@ class WriteOptions:
 
 def write(plan: steps.Plan[T], options: WriteOptions) -> Plan[T]:
     """Run a shared write plan (`service/_plans.py`) as SQL: each abstract step
-    becomes the statements below, in the one transaction the driver opens.
+    becomes the statements of its `SqlSteps` method, in the one transaction the
+    driver opens.
 
     A multi-row `Insert` is staged by COPY and its INSERT held until the next step:
     when that step records the rows' "add" events, one statement writes both."""
-    reply: Any = None
-    staged: steps.Insert | None = None
+    run = SqlSteps(options)
+    reply: object = None
     while True:
         try:
             step = plan.send(reply)
         except StopIteration as done:
-            if staged is not None:
-                yield _bulk.insert_sql(staged, options.indexed, None)
+            if run.staged is not None:
+                yield _bulk.insert_sql(run.staged, options.indexed, None)
             result: T = done.value
             return result
-        if staged is not None:
-            history = _bulk.added(staged, step)
-            yield _bulk.insert_sql(staged, options.indexed, history)
-            staged = None
+        if run.staged is not None:
+            history = _bulk.added(run.staged, step)
+            yield _bulk.insert_sql(run.staged, options.indexed, history)
+            run.staged = None
             if history is not None:
-                continue
-        if isinstance(step, steps.Now):  # one per added row: the cheapest test first
-            reply = utcnow()
-        elif isinstance(step, steps.Insert) and len(step.rows) > 1:
-            yield from _bulk.stage(step.rows, options.language)
-            staged, reply = step, None  # an Insert's result is None, as on every executor
-        elif isinstance(step, steps.Embed) and options.vectors is not None:
-            reply = list(options.vectors)
-        else:
-            reply = yield from _step(step, options.embed, options.language)
+                continue  # the events are written: `RecordHistory`'s result is None
+        reply = yield from run.dispatch(step)
 
 
-def _step(step: steps.Step, embed: bool, language: Language) -> Plan[Any]:
-    assert not isinstance(step, steps.Now)  # `write` answers it
-    if isinstance(step, steps.Embed):
-        if not embed:
+class SqlSteps:
+    """PostgreSQL's step executor, sans-I/O: the methods of `steps.StepExecutor`, each
+    a plan that yields the step's statements and returns its result, so the sync and
+    async drivers run the same SQL."""
+
+    def __init__(self, options: WriteOptions) -> None:
+        self._options = options
+        self.staged: steps.Insert | None = None
+        """A multi-row `Insert` whose rows are staged by COPY, its INSERT not yet run."""
+
+    def dispatch(self, step: steps.Step) -> Plan[object]:
+        """The statements of `step`'s method; the one exhaustive match over the steps."""
+        match step:
+            case steps.Now():
+                return (yield from self.now(step))
+            case steps.Embed():
+                return (yield from self.embed(step))
+            case steps.LockUser():
+                yield from self.lock_user(step)
+                return None
+            case steps.FindByFingerprint():
+                return (yield from self.find_by_fingerprint(step))
+            case steps.CountLive():
+                return (yield from self.count_live(step))
+            case steps.Insert():
+                yield from self.insert(step)
+                return None
+            case steps.RecordHistory():
+                yield from self.record_history(step)
+                return None
+            case steps.FindById():
+                return (yield from self.find_by_id(step))
+            case steps.FindLiveByFingerprint():
+                return (yield from self.find_live_by_fingerprint(step))
+            case steps.KnownFingerprints():
+                return (yield from self.known_fingerprints(step))
+            case steps.Rewrite():
+                yield from self.rewrite(step)
+                return None
+            case steps.SetTopics():
+                yield from self.set_topics(step)
+                return None
+            case steps.SoftDelete():
+                return (yield from self.soft_delete(step))
+            case steps.EvictOldest():
+                return (yield from self.evict_oldest(step))
+            case steps.Purge():
+                return (yield from self.purge(step))
+            case _:
+                assert_never(step)
+
+    def now(self, step: steps.Now) -> Plan[datetime]:
+        yield from ()  # no statement: the client's clock, as `utcnow` on every backend
+        return utcnow()
+
+    def embed(self, step: steps.Embed) -> Plan[Sequence[Sequence[float] | None]]:
+        if self._options.vectors is not None:  # precomputed (add_many)
+            return list(self._options.vectors)
+        if not self._options.embed:
             return [None] * len(step.texts)
         vectors = yield Embed(list(step.texts))
         return [list(v) for v in vectors]
-    params = _sql.user_params(step.user)
-    if isinstance(step, steps.LockUser):
-        yield Sql(_sql.USER_LOCK, params)
-        return None
-    if isinstance(step, steps.FindById):
-        rows = yield Sql(_sql.SELECT_BY_ID, {**params, "id": step.memory_id})
+
+    def lock_user(self, step: steps.LockUser) -> Plan[None]:
+        yield Sql(_sql.USER_LOCK, _sql.user_params(step.user))
+
+    def find_by_id(self, step: steps.FindById) -> Plan[steps.Stored | None]:
+        rows = yield Sql(_sql.SELECT_BY_ID, _sql.user_params(step.user, id=step.memory_id))
         return _stored(rows, None)
-    if isinstance(step, steps.FindLiveByFingerprint):
-        query, params = _sql.SELECT_LIVE_BY_FINGERPRINT, {**params, "fp": step.fingerprint}
+
+    def find_live_by_fingerprint(
+        self, step: steps.FindLiveByFingerprint
+    ) -> Plan[steps.Stored | None]:
+        query = _sql.SELECT_LIVE_BY_FINGERPRINT
+        params = _sql.user_params(step.user, fp=step.fingerprint)
         if step.exclude_id is not None:
             query, params = query + " AND id <> %(id)s", {**params, "id": step.exclude_id}
         return _stored((yield Sql(query, params)), False)
-    if isinstance(step, steps.FindByFingerprint):
-        params = {**params, "fp": step.fingerprint}
+
+    def find_by_fingerprint(self, step: steps.FindByFingerprint) -> Plan[steps.Stored | None]:
+        params = _sql.user_params(step.user, fp=step.fingerprint)
         live = _stored((yield Sql(_sql.SELECT_LIVE_BY_FINGERPRINT, params)), False)
         if live is not None:
             return live
         return _stored((yield Sql(_sql.SELECT_DELETED_BY_FINGERPRINT, params)), True)
-    if isinstance(step, steps.KnownFingerprints):
-        rows = yield Sql(_sql.KNOWN_FINGERPRINTS, {**params, "fps": sorted(step.fingerprints)})
+
+    def known_fingerprints(self, step: steps.KnownFingerprints) -> Plan[set[str]]:
+        params = _sql.user_params(step.user, fps=sorted(step.fingerprints))
+        rows = yield Sql(_sql.KNOWN_FINGERPRINTS, params)
         return {r["fingerprint"] for r in rows}
-    if isinstance(step, steps.CountLive):
-        rows = yield Sql(_sql.LIVE_COUNT, params)
+
+    def count_live(self, step: steps.CountLive) -> Plan[int]:
+        rows = yield Sql(_sql.LIVE_COUNT, _sql.user_params(step.user))
         return int(rows[0]["live_count"]) if rows else 0
-    if isinstance(step, steps.Insert):
+
+    def insert(self, step: steps.Insert) -> Plan[None]:
+        language = self._options.language
+        if len(step.rows) > 1:  # COPY now, the INSERT with the next step (`write`)
+            yield from _bulk.stage(step.rows, language)
+            self.staged = step
+            return
+        params = _sql.user_params(step.user)
         for row in step.rows:
             entry = row.entry
             content = _sql.memory_params(
@@ -162,46 +226,58 @@ def _step(step: steps.Step, embed: bool, language: Language) -> Plan[Any]:
             yield Sql(
                 _sql.INSERT_MEMORY,
                 {
-                    **params, "id": entry.id, "keyed": row.keyed, "created": entry.created_at,
-                    "updated": entry.updated_at, "expires": entry.expires_at, **content,
+                    **params,
+                    "id": entry.id,
+                    "keyed": row.keyed,
+                    "created": entry.created_at,
+                    "updated": entry.updated_at,
+                    "expires": entry.expires_at,
+                    **content,
                 },
-            )  # fmt: skip
-        return None
-    if isinstance(step, steps.Rewrite):
+            )
+
+    def rewrite(self, step: steps.Rewrite) -> Plan[None]:
+        language = self._options.language
         content = _sql.memory_params(step.memory, step.fingerprint, _vector(step.vector), language)
         sql = _sql.REWRITE_MEMORY
         if isinstance(step.vector, steps.Keep):
             sql = sql.replace(", embedding = %(embedding)b::vector", "")
-        yield Sql(sql, {**params, "id": step.target.entry.id, "now": step.at, **content})
-        return None
-    if isinstance(step, steps.SetTopics):
+        params = _sql.user_params(step.user, id=step.target.entry.id, now=step.at)
+        yield Sql(sql, {**params, **content})
+
+    def set_topics(self, step: steps.SetTopics) -> Plan[None]:
         memory = step.target.entry.memory.model_copy(update={"topics": list(step.topics)})
-        topics = _sql.topic_params(memory, language)
-        yield Sql(_sql.SET_TOPICS, {**params, "id": step.target.entry.id, "now": step.at, **topics})
-        return None
-    if isinstance(step, steps.SoftDelete):
+        topics = _sql.topic_params(memory, self._options.language)
+        params = _sql.user_params(step.user, id=step.target.entry.id, now=step.at)
+        yield Sql(_sql.SET_TOPICS, {**params, **topics})
+
+    def soft_delete(self, step: steps.SoftDelete) -> Plan[list[steps.Gone]]:
+        params = _sql.user_params(step.user, now=step.at)
         if step.memory_ids is None:
-            rows = yield Sql(_sql.SOFT_DELETE_ALL, {**params, "now": step.at})
+            rows = yield Sql(_sql.SOFT_DELETE_ALL, params)
             return [(r["id"], r["text"]) for r in rows]
-        gone: list[tuple[str, str]] = []
+        gone: list[steps.Gone] = []
         for memory_id in step.memory_ids:
-            rows = yield Sql(_sql.SOFT_DELETE, {**params, "id": memory_id, "now": step.at})
+            rows = yield Sql(_sql.SOFT_DELETE, {**params, "id": memory_id})
             gone.extend((r["id"], r["text"]) for r in rows)
         return gone
-    if isinstance(step, steps.EvictOldest):
-        rows = yield Sql(_sql.EVICT_OLDEST, {**params, "now": step.at})
+
+    def evict_oldest(self, step: steps.EvictOldest) -> Plan[steps.Gone | None]:
+        rows = yield Sql(_sql.EVICT_OLDEST, _sql.user_params(step.user, now=step.at))
         return (rows[0]["id"], rows[0]["text"]) if rows else None
-    if isinstance(step, steps.RecordHistory):
+
+    def record_history(self, step: steps.RecordHistory) -> Plan[None]:
         yield Sql(_sql.INSERT_HISTORY, _sql.history_params(step))
-        return None
-    assert isinstance(step, steps.Purge)
-    if step.memory_id is not None:
-        rows = yield Sql(_sql.PURGE_ONE, {**params, "id": step.memory_id})
+
+    def purge(self, step: steps.Purge) -> Plan[int]:
+        params = _sql.user_params(step.user)
+        if step.memory_id is not None:
+            rows = yield Sql(_sql.PURGE_ONE, {**params, "id": step.memory_id})
+            return int(rows[0]["n"])
+        rows = yield Sql(_sql.PURGE_USER, params)
+        yield Sql(_sql.DELETE_STATS, params)
+        yield Sql(_sql.DELETE_TERMS, params)
         return int(rows[0]["n"])
-    rows = yield Sql(_sql.PURGE_USER, params)
-    yield Sql(_sql.DELETE_STATS, params)
-    yield Sql(_sql.DELETE_TERMS, params)
-    return int(rows[0]["n"])
 
 
 def _vector(vector: object) -> Sequence[float] | None:

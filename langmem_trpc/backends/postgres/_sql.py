@@ -17,7 +17,7 @@ from psycopg.types.json import Jsonb
 
 from ...service._documents import fts_document, keys_of, topics_document
 from ...service._language import Language
-from ...service._steps import RecordHistory
+from ...service.steps import RecordHistory
 from ...types import Entry, HistoryEvent, Kind, Memory, Operation, Source, UserKey
 
 Row = Mapping[str, Any]

@@ -10,8 +10,8 @@ from psycopg.rows import dict_row
 from psycopg.types import TypeInfo
 from psycopg_pool import ConnectionPool
 
-from ...service._claims import ClaimOp
-from ...service._steps import Plan
+from ...service.claims import ClaimOp
+from ...service.steps import Plan
 from . import _claims
 from ._base import PostgresBase, backend_error, logger
 from ._plans import Copy, Embed, Op

@@ -1,4 +1,4 @@
-"""SQLite's claim ops (contract: `service/_claims.py`): extraction cursors in `cursors`,
+"""SQLite's claim ops (contract: `langmem_trpc.service.claims`): extraction cursors in `cursors`,
 failed attempts in `thread_attempts`, dead letters in `dead_letters`. Claims are not
 rows but `_locks.FileClaims` byte-range locks, so taking one costs no write transaction.
 """
@@ -9,9 +9,9 @@ import json
 import sqlite3
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar, assert_never, cast
 
-from ...service import _claims as c
+from ...service import claims as c
 from ...types import DeadLetter, DeadLetterStatus, ExtractionCursor, ThreadClaim, UserKey
 from . import _sql as sql
 from ._connection import Database
@@ -112,33 +112,39 @@ class SQLiteClaims:
         """Run the op: claims on the claim file, the rest in the database."""
         return cast("T", self._claim_op(op))
 
-    def _claim_op(self, op: c.ClaimOp[Any]) -> Any:
-        if isinstance(op, c.GetCursor):
-            key = (op.user.app_name, op.user.user_id, op.thread_id)
-            row = self._db.read(lambda conn: conn.execute(SELECT_CURSOR, key).fetchone())
-            return None if row is None else row_to_cursor(row)
-        if isinstance(op, c.SetCursor):
-            return self._db.write(lambda conn: self._write_cursor(conn, op.user, op.cursor))
-        if isinstance(op, c.ClaimThread):
-            return self._claim(op)
-        if isinstance(op, c.SaveProgress):
-            return self._save(op)
-        if isinstance(op, c.RecordFailure):
-            params = (op.user.app_name, op.user.user_id, op.thread_id, op.batch, op.error)
-            return int(
-                self._db.write(lambda conn: conn.execute(RECORD_FAILURE, params).fetchone()[0])
-            )
-        if isinstance(op, c.ReleaseThread):
-            key = (op.user.app_name, op.user.user_id, op.thread_id)
-            return self._file_claims.release(key, op.owner)
-        if isinstance(op, c.ListDeadLetters):
-            state = None if op.status is None else op.status.value
-            query = (op.app_name, op.app_name, state, state, op.limit or -1)
-            rows = self._db.read(lambda conn: conn.execute(SELECT_LETTERS, query).fetchall())
-            return [row_to_letter(r) for r in rows]
-        if isinstance(op, c.RetryDeadLetter):
-            return self._db.write(lambda conn: self._retry(conn, op.letter_id))
-        raise TypeError(f"unknown claim op {op!r}")
+    def _claim_op(self, op: c.ClaimOp[Any]) -> object:
+        match c.closed(op):
+            case c.GetCursor(user=user, thread_id=thread_id):
+                key = (user.app_name, user.user_id, thread_id)
+                row = self._db.read(lambda conn: conn.execute(SELECT_CURSOR, key).fetchone())
+                return None if row is None else row_to_cursor(row)
+            case c.SetCursor(user=user, cursor=cursor):
+                return self._db.write(lambda conn: self._write_cursor(conn, user, cursor))
+            case c.ClaimThread() as claim:
+                return self._claim(claim)
+            case c.SaveProgress() as progress:
+                return self._save(progress)
+            case c.RecordFailure() as failure:
+                return self._count_failure(failure)
+            case c.ReleaseThread(user=user, thread_id=thread_id, owner=owner):
+                self._file_claims.release((user.app_name, user.user_id, thread_id), owner)
+                return None
+            case c.ListDeadLetters() as listing:
+                return self._list_letters(listing)
+            case c.RetryDeadLetter(letter_id=letter_id):
+                return self._db.write(lambda conn: self._retry(conn, letter_id))
+            case never:
+                assert_never(never)
+
+    def _count_failure(self, op: c.RecordFailure) -> int:
+        params = (op.user.app_name, op.user.user_id, op.thread_id, op.batch, op.error)
+        return int(self._db.write(lambda conn: conn.execute(RECORD_FAILURE, params).fetchone()[0]))
+
+    def _list_letters(self, op: c.ListDeadLetters) -> list[DeadLetter]:
+        state = None if op.status is None else op.status.value
+        query = (op.app_name, op.app_name, state, state, op.limit or -1)
+        rows = self._db.read(lambda conn: conn.execute(SELECT_LETTERS, query).fetchall())
+        return [row_to_letter(r) for r in rows]
 
     def _write_cursor(
         self, conn: sqlite3.Connection, user: UserKey, cursor: ExtractionCursor

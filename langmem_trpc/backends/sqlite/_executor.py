@@ -11,14 +11,13 @@ extends the cached matrix instead of reloading it.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, TypeVar, get_args
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from ...errors import BackendError
-from ...service import _steps as steps
+from ...service import steps
 from ...service._documents import memory_keys, topics_document
-from ...service._steps import Plan
+from ...service.steps import Plan
 from ...types import UserKey
 from . import _sql as sql
 from ._claims import purge_claims
@@ -49,9 +48,8 @@ _NewRows = list[tuple[int, str, int | None, bytes | None]]
 
 
 class SQLiteRun:
-    """One plan's run on a `SQLiteMemoryService`: one method per step, `_<StepName>`,
-    on the connection of the step's transaction (found by the step's type: an
-    `isinstance` chain cost more than the add's own Python)."""
+    """One plan's run on a `SQLiteMemoryService`: the SQLite `StepExecutor`, each
+    step on the connection of its transaction."""
 
     def __init__(self, service: SQLiteMemoryService) -> None:
         self._svc = service
@@ -66,20 +64,20 @@ class SQLiteRun:
 
     def run(self, plan: Plan[T]) -> T:
         """Drive `plan` to its end; after a committed write section, update the caches."""
-        reply: Any = None
+        reply: object = None
         while True:
             try:
                 step = plan.send(reply)
             except StopIteration as done:
                 result: T = done.value
                 return result
-            if isinstance(step, steps.LockUser):
+            if type(step) is steps.LockUser:  # the rest of the plan runs in one transaction
                 self._user = step.user
                 result = self._svc._db.write(lambda conn: self._locked(plan, conn))
                 self._after_commit(step.user)
                 return result
-            if isinstance(step, (steps.Embed, steps.Now)):
-                reply = self._step(step)
+            if type(step) is steps.Embed or type(step) is steps.Now:  # no transaction
+                reply = steps.dispatch(self, step)
             else:
                 reply = self._svc._db.read(lambda conn: self.execute(conn, step))  # noqa: B023
 
@@ -93,11 +91,10 @@ class SQLiteRun:
         if cached:
             state = user_state(conn, self._user)
             self._before = None if state is None else (state[0], state[1])
-        reply: Any = None
+        reply: object = None
         try:
-            while True:  # `steps.drive`, calling each step's method with no `_step` between
-                step = plan.send(reply)
-                reply = _STEPS[type(step)](self, step)
+            while True:
+                reply = steps.dispatch(self, plan.send(reply))
         except StopIteration as done:
             result: T = done.value
         if cached and self._append_only and self._appends and self._before is not None:
@@ -112,29 +109,26 @@ class SQLiteRun:
         elif self._appended:
             self._svc._caches.vectors.append(user, self._appended[0])
 
-    def execute(self, conn: sqlite3.Connection, step: steps.Step) -> Any:
-        """Perform one step on `conn` (inside the write transaction after `LockUser`)."""
+    def execute(self, conn: sqlite3.Connection, step: steps.Step) -> object:
+        """Perform one step on `conn` (a read transaction's, before `LockUser`)."""
         self._conn = conn
-        return self._step(step)
+        return steps.dispatch(self, step)
 
-    def _step(self, step: steps.Step) -> Any:
-        return _STEPS[type(step)](self, step)
-
-    def _Now(self, step: steps.Now) -> Any:
+    def now(self, step: steps.Now) -> datetime:
         return self._svc._now()
 
-    def _Embed(self, step: steps.Embed) -> Any:
+    def embed(self, step: steps.Embed) -> list[bytes | None]:
         return self._svc._embed(step.texts)
 
-    def _LockUser(self, step: steps.LockUser) -> None:
-        return None
+    def lock_user(self, step: steps.LockUser) -> None:
+        """Nothing to do here: `run` opens the write transaction when the plan yields it."""
 
-    def _FindById(self, step: steps.FindById) -> steps.Stored | None:
+    def find_by_id(self, step: steps.FindById) -> steps.Stored | None:
         u = (step.user.app_name, step.user.user_id, step.memory_id)
         row = self._conn.execute(sql.SELECT_BY_ID, u).fetchone()
         return _stored(row, step.user, row is not None and row[DELETED] is not None, None)
 
-    def _FindLiveByFingerprint(self, step: steps.FindLiveByFingerprint) -> steps.Stored | None:
+    def find_live_by_fingerprint(self, step: steps.FindLiveByFingerprint) -> steps.Stored | None:
         query = sql.SELECT_LIVE_BY_FINGERPRINT
         params: tuple[object, ...] = (
             step.user.app_name, step.user.user_id, bytes.fromhex(step.fingerprint),
@@ -144,14 +138,14 @@ class SQLiteRun:
         row = self._conn.execute(query, params).fetchone()
         return _stored(row, step.user, False, row[CONTENT_DOC] if row else None)
 
-    def _FindByFingerprint(self, step: steps.FindByFingerprint) -> steps.Stored | None:
+    def find_by_fingerprint(self, step: steps.FindByFingerprint) -> steps.Stored | None:
         key = (step.user.app_name, step.user.user_id, bytes.fromhex(step.fingerprint))
         row = self._conn.execute(sql.SELECT_BY_FINGERPRINT, key).fetchone()
         if row is None:
             return None
         return _stored(row, step.user, row[DELETED] is not None, row[FOUND_CONTENT_DOC])
 
-    def _KnownFingerprints(self, step: steps.KnownFingerprints) -> set[str]:
+    def known_fingerprints(self, step: steps.KnownFingerprints) -> set[str]:
         u = (step.user.app_name, step.user.user_id)
         wanted = [bytes.fromhex(f) for f in step.fingerprints]
         known: set[str] = set()
@@ -161,11 +155,11 @@ class SQLiteRun:
             known.update(fp.hex() for (fp,) in self._conn.execute(query, (*u, *chunk)))
         return known
 
-    def _CountLive(self, step: steps.CountLive) -> int:
+    def count_live(self, step: steps.CountLive) -> int:
         state = user_state(self._conn, step.user)
         return 0 if state is None else int(state[2])
 
-    def _RecordHistory(self, step: steps.RecordHistory) -> None:
+    def record_history(self, step: steps.RecordHistory) -> None:
         u = (step.user.app_name, step.user.user_id)
         rows = [
             (*u, e.memory_id, e.operation.value, e.text_before, e.text_after,
@@ -177,7 +171,7 @@ class SQLiteRun:
         else:
             self._conn.executemany(sql.INSERT_HISTORY, rows)
 
-    def _Insert(self, step: steps.Insert) -> None:
+    def insert(self, step: steps.Insert) -> None:
         conn, user, language = self._conn, step.user, self._svc.language
         rows = [(Prepared.of(r.entry.memory, r.fingerprint, language), r) for r in step.rows]
         if len(rows) == 1:  # one INSERT (`insert_new`'s executemany first reads two counters)
@@ -191,23 +185,26 @@ class SQLiteRun:
             assert rid is not None
             count_inserted(conn, user, 1, p.content_len, p.topic_len)
             index_row(conn, user, rid, p.content_doc, p.topic_doc)
-            self._appends.append((rid, p.columns[1], p.columns[2], new.vector))
+            self._appends.append((rid, p.columns[1], p.columns[2], _blob(new.vector)))
         else:
-            pending = [(p, new.vector, new.entry, new.keyed) for p, new in rows]
+            pending = [(p, _blob(new.vector), new.entry, new.keyed) for p, new in rows]
             self._appends.extend(insert_new(conn, user, pending))
         for _, new in rows:
             if new.entry.expires_at is not None:
                 restore_expiry(conn, (user.app_name, user.user_id), new.entry)
 
-    def _Rewrite(self, step: steps.Rewrite) -> None:
+    def rewrite(self, step: steps.Rewrite) -> None:
         self._append_only = False
         p = Prepared.of(step.memory, step.fingerprint, self._svc.language)
-        write_content(self._conn, step.user, step.target.handle[0], p, step.vector, _us(step.at))
+        rid = _handle(step.target)[0]
+        write_content(
+            self._conn, step.user, rid, p, cast("bytes | None", step.vector), _us(step.at)
+        )
 
-    def _SetTopics(self, step: steps.SetTopics) -> None:
+    def set_topics(self, step: steps.SetTopics) -> None:
         self._append_only = False
         conn, user = self._conn, step.user
-        rid, content_doc = step.target.handle
+        rid, content_doc = _handle(step.target)
         if content_doc is None:
             content_doc = conn.execute(sql.SELECT_CONTENT_DOC, (rid,)).fetchone()[0]
         memory = step.target.entry.memory
@@ -221,7 +218,7 @@ class SQLiteRun:
         )  # fmt: skip
         index_row(conn, user, rid, content_doc, topic_doc)
 
-    def _EvictOldest(self, step: steps.EvictOldest) -> tuple[str, str] | None:
+    def evict_oldest(self, step: steps.EvictOldest) -> tuple[str, str] | None:
         self._append_only = False
         conn, user = self._conn, step.user
         oldest = conn.execute(sql.SELECT_OLDEST_LIVE, (user.app_name, user.user_id)).fetchone()
@@ -231,7 +228,7 @@ class SQLiteRun:
         conn.execute(sql.SOFT_DELETE, (_us(step.at), oldest[0]))
         return (oldest[1], oldest[2])
 
-    def _SoftDelete(self, step: steps.SoftDelete) -> list[tuple[str, str]]:
+    def soft_delete(self, step: steps.SoftDelete) -> list[tuple[str, str]]:
         self._append_only = False
         conn, user, at = self._conn, step.user, _us(step.at)
         u = (user.app_name, user.user_id)
@@ -252,7 +249,7 @@ class SQLiteRun:
             gone.append((memory_id, row[2]))
         return gone
 
-    def _Purge(self, step: steps.Purge) -> int:
+    def purge(self, step: steps.Purge) -> int:
         conn, user = self._conn, step.user
         u = (user.app_name, user.user_id)
         if step.memory_id is not None:
@@ -277,16 +274,20 @@ class SQLiteRun:
         return count
 
 
-_STEPS: dict[type[Any], Callable[[SQLiteRun, Any], Any]] = {
-    kind: getattr(SQLiteRun, "_" + kind.__name__) for kind in get_args(steps.Step)
-}
-"""Each step type's method."""
-
-
 def _us(at: datetime) -> int:
     us = sql.to_us(at)
     assert us is not None
     return us
+
+
+def _blob(vector: object) -> bytes | None:
+    """An `Embed` result of this executor: the packed float32 vector, or None."""
+    return cast("bytes | None", vector)
+
+
+def _handle(target: steps.Stored) -> tuple[int, str | None]:
+    """(rowid, content document or None) of a row this executor found."""
+    return cast("tuple[int, str | None]", target.handle)
 
 
 def _stored(row: Any, user: UserKey, deleted: bool, content_doc: str | None) -> steps.Stored | None:

@@ -12,7 +12,7 @@ from typing import Any
 
 from ...service._documents import fts_document, keys_of, topics_document
 from ...service._language import Language
-from ...service._steps import Keep
+from ...service.steps import Keep
 from ...types import Entry, Memory, UserKey
 from . import _sql as sql
 from ._keyword import scope_prefix, scoped

@@ -31,9 +31,9 @@ from ...service._core import (
     utcnow,
 )
 from ...service._language import Language, resolve_language
-from ...service._steps import Plan
 from ...service.capabilities import Capability
 from ...service.protocol import SyncMemoryService
+from ...service.steps import Plan
 from ...types import Entry, HistoryEvent, SearchOptions, UserKey
 from . import _sql as sql
 from ._claims import SQLiteClaims

@@ -1,4 +1,5 @@
-"""The abstract storage steps the write plans yield, and the executor contract.
+"""The abstract storage steps the write plans yield, their results, and the
+executor contract: the public kit a backend implements its writes with.
 
 A write operation (add, update, delete, clear, purge, restore, add_many) is a
 *plan*: a generator in `service/_plans.py` that yields the steps below and
@@ -7,8 +8,16 @@ idempotence, topic merge, revive, keyed upsert, capacity, history) and does no
 I/O. A backend is an *executor*: given a step, it performs it on its storage
 and returns the step's result, which the driver sends back into the plan.
 
-    result = drive(plan, execute)          # sync backends
-    result = await adrive(plan, aexecute)  # async backends
+    result = drive(plan, lambda step: dispatch(executor, step))  # sync backends
+    result = await adrive(plan, aexecute)                         # async backends
+
+An executor is a `StepExecutor`: one method per step, each returning that
+step's typed result. `dispatch` is the one exhaustive `match` from a step to
+its method; a new step that an executor lacks is a type error, not a run-time
+surprise. A sans-I/O executor (PostgreSQL's, whose methods yield statements
+for its sync and async drivers) keeps the same method names and results and
+its own `match`; Python's types cannot say "the same protocol, each result
+wrapped in a generator".
 
 The contract every executor keeps:
 
@@ -33,15 +42,49 @@ new add builds five steps and a `NewRow`; plans share one `Now`).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Generator
+from collections.abc import Awaitable, Callable, Generator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar, assert_never
 
 from ..types import Entry, HistoryEvent, Memory, UserKey
 
+__all__ = [
+    "KEEP",
+    "AExecute",
+    "CountLive",
+    "Embed",
+    "EvictOldest",
+    "Execute",
+    "FindById",
+    "FindByFingerprint",
+    "FindLiveByFingerprint",
+    "Gone",
+    "Insert",
+    "Keep",
+    "KnownFingerprints",
+    "LockUser",
+    "NewRow",
+    "Now",
+    "Plan",
+    "Purge",
+    "RecordHistory",
+    "Rewrite",
+    "SetTopics",
+    "SoftDelete",
+    "Step",
+    "StepExecutor",
+    "Stored",
+    "adrive",
+    "dispatch",
+    "drive",
+]
+
 T = TypeVar("T")
 S = TypeVar("S")
+
+Gone = tuple[str, str]
+"""(id, text) of a row a step soft-deleted."""
 
 
 class Keep:
@@ -61,7 +104,7 @@ class Stored:
     """Added under a caller-chosen id: its fingerprint includes the id."""
     deleted: bool
     """Soft-deleted (a find by fingerprint reports live and deleted rows apart)."""
-    handle: Any = None
+    handle: object = None
     """Executor-private reference to the row (a rowid, an object); plans pass it back."""
 
 
@@ -72,7 +115,8 @@ class NewRow:
     entry: Entry
     fingerprint: str
     keyed: bool
-    vector: Any
+    vector: object
+    """The `Embed` result for this row, untouched (the executor's own form)."""
 
 
 # --- steps -------------------------------------------------------------------
@@ -158,7 +202,8 @@ class Rewrite:
     target: Stored
     memory: Memory
     fingerprint: str
-    vector: Any
+    vector: object
+    """An `Embed` result, or `KEEP`."""
     at: datetime
 
 
@@ -175,7 +220,7 @@ class SetTopics:
 @dataclass(slots=True)
 class SoftDelete:
     """Soft-delete these live rows (None: every live row of the user) at `at`.
-    Result: `list[tuple[str, str]]`, (id, text) of each row it deleted (those that were live)."""
+    Result: `list[Gone]`, (id, text) of each row it deleted (those that were live)."""
 
     user: UserKey
     memory_ids: tuple[str, ...] | None
@@ -185,7 +230,7 @@ class SoftDelete:
 @dataclass(slots=True)
 class EvictOldest:
     """Soft-delete the user's live row written least recently (by write order, not
-    clock) at `at`. Result: `(id, text) | None`."""
+    clock) at `at`. Result: `Gone | None`."""
 
     user: UserKey
     at: datetime
@@ -227,19 +272,98 @@ Step = (
 )
 
 Plan = Generator[Step, Any, T]
-"""A write plan: yields steps, is sent each step's result, returns the operation's result."""
+"""A write plan: yields steps, is sent each step's result (typed by the step: see
+`StepExecutor`), returns the operation's result."""
 
-Execute = Callable[[Step], Any]
-"""A sync executor: perform one step, return its result."""
+Execute = Callable[[Step], object]
+"""A sync executor as the driver sees it: perform one step, return its result."""
 
-AExecute = Callable[[Step], Awaitable[Any]]
+AExecute = Callable[[Step], Awaitable[object]]
 """An async executor: the awaitable twin of `Execute`."""
 
 
-def drive(plan: Generator[S, Any, T], execute: Callable[[S], Any]) -> T:
+class StepExecutor(Protocol):
+    """What a backend implements to run the write plans: one method per step,
+    returning that step's result. `dispatch` calls them."""
+
+    def now(self, step: Now) -> datetime: ...
+
+    def embed(self, step: Embed) -> Sequence[object]: ...
+
+    def lock_user(self, step: LockUser) -> None: ...
+
+    def find_by_id(self, step: FindById) -> Stored | None: ...
+
+    def find_live_by_fingerprint(self, step: FindLiveByFingerprint) -> Stored | None: ...
+
+    def find_by_fingerprint(self, step: FindByFingerprint) -> Stored | None: ...
+
+    def known_fingerprints(self, step: KnownFingerprints) -> set[str]: ...
+
+    def count_live(self, step: CountLive) -> int: ...
+
+    def insert(self, step: Insert) -> None: ...
+
+    def rewrite(self, step: Rewrite) -> None: ...
+
+    def set_topics(self, step: SetTopics) -> None: ...
+
+    def soft_delete(self, step: SoftDelete) -> list[Gone]: ...
+
+    def evict_oldest(self, step: EvictOldest) -> Gone | None: ...
+
+    def record_history(self, step: RecordHistory) -> None: ...
+
+    def purge(self, step: Purge) -> int: ...
+
+
+def dispatch(executor: StepExecutor, step: Step) -> object:
+    """Perform `step` with the executor's method for it; returns the step's result.
+    Cases run in the order an add meets them (a match tests them one by one)."""
+    match step:
+        case Now():
+            return executor.now(step)
+        case Embed():
+            return executor.embed(step)
+        case LockUser():
+            executor.lock_user(step)
+            return None
+        case FindByFingerprint():
+            return executor.find_by_fingerprint(step)
+        case CountLive():
+            return executor.count_live(step)
+        case Insert():
+            executor.insert(step)
+            return None
+        case RecordHistory():
+            executor.record_history(step)
+            return None
+        case FindById():
+            return executor.find_by_id(step)
+        case FindLiveByFingerprint():
+            return executor.find_live_by_fingerprint(step)
+        case KnownFingerprints():
+            return executor.known_fingerprints(step)
+        case Rewrite():
+            executor.rewrite(step)
+            return None
+        case SetTopics():
+            executor.set_topics(step)
+            return None
+        case SoftDelete():
+            return executor.soft_delete(step)
+        case EvictOldest():
+            return executor.evict_oldest(step)
+        case Purge():
+            return executor.purge(step)
+        case _:
+            assert_never(step)
+
+
+def drive(plan: Generator[S, Any, T], execute: Callable[[S], object]) -> T:
     """Run `plan` (a write plan, or any plan: the queue's enqueue plan) to its end,
     sending back each step's result from `execute`."""
-    reply: Any = None
+    reply: object = None
     try:
         while True:
             reply = execute(plan.send(reply))
@@ -248,9 +372,9 @@ def drive(plan: Generator[S, Any, T], execute: Callable[[S], Any]) -> T:
         return result
 
 
-async def adrive(plan: Generator[S, Any, T], aexecute: Callable[[S], Awaitable[Any]]) -> T:
+async def adrive(plan: Generator[S, Any, T], aexecute: Callable[[S], Awaitable[object]]) -> T:
     """`drive` with an async executor."""
-    reply: Any = None
+    reply: object = None
     try:
         while True:
             reply = await aexecute(plan.send(reply))

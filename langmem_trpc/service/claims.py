@@ -1,5 +1,7 @@
 """Extraction cursors, thread claims, failed attempts and dead letters: the validated
 operations every backend runs (`ClaimOp`), and the table the in-memory backends keep.
+Part of the public backend kit: a backend runs each op of `ClaimCall` (`closed` gives
+an op as that union, for an exhaustive `match`).
 
 Each public method of this family (`MemoryService.claim_thread`, ...) validates its
 arguments once (the `check_*` functions) into one op that the backend's `run_claim_op`
@@ -15,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar, assert_never, cast
 
 from ..errors import InvalidInputError
 from ..types import (
@@ -28,6 +30,31 @@ from ..types import (
     text_problem,
 )
 from ._core import MAX_LIMIT, check_cursor, check_thread_id, check_user, utcnow
+
+__all__ = [
+    "MAX_ERROR",
+    "Claim",
+    "ClaimCall",
+    "ClaimOp",
+    "ClaimTable",
+    "ClaimThread",
+    "GetCursor",
+    "ListDeadLetters",
+    "OnThread",
+    "Owned",
+    "RecordFailure",
+    "ReleaseThread",
+    "RetryDeadLetter",
+    "SaveProgress",
+    "SetCursor",
+    "check_claim",
+    "check_letter_id",
+    "check_limit",
+    "check_progress",
+    "check_status",
+    "check_ttl",
+    "closed",
+]
 
 T = TypeVar("T")
 MAX_THREAD_ID = 512
@@ -110,6 +137,24 @@ class ListDeadLetters(ClaimOp[list[DeadLetter]]):
 class RetryDeadLetter(ClaimOp[DeadLetter | None]):
     name = "retry_dead_letter"
     letter_id: str
+
+
+ClaimCall = (
+    GetCursor
+    | SetCursor
+    | ClaimThread
+    | SaveProgress
+    | RecordFailure
+    | ReleaseThread
+    | ListDeadLetters
+    | RetryDeadLetter
+)
+"""Every op a backend runs; `MemoryService` builds no other (a test holds it)."""
+
+
+def closed(op: ClaimOp[Any]) -> ClaimCall:
+    """`op` as the union of the ops, so a backend's `match` over it is exhaustive."""
+    return cast(ClaimCall, op)
 
 
 def check_claim(user: object, thread_id: object, owner: object) -> tuple[UserKey, str, str]:
@@ -205,29 +250,25 @@ class ClaimTable:
     def apply(self, op: ClaimOp[Any]) -> Any:
         """Run `op` on the table; returns what its public method returns."""
         with self.lock:
-            if isinstance(op, GetCursor):
-                return self.cursor(op.user, op.thread_id)
-            if isinstance(op, SetCursor):
-                return self.set_cursor(op.user, op.cursor)
-            if isinstance(op, ClaimThread):
-                return self.claim(op)
-            if isinstance(op, SaveProgress):
-                return self.progress(op)
-            if isinstance(op, RecordFailure):
-                row = self.claims.setdefault((op.user, op.thread_id), Claim())
-                row.attempts = row.attempts + 1 if row.batch == op.batch else 1
-                row.batch, row.error = op.batch, op.error
-                return row.attempts
-            if isinstance(op, ReleaseThread):
-                held = self.claims.get((op.user, op.thread_id))
-                if held is not None and held.owner == op.owner:
-                    held.owner, held.expires = None, 0.0
-                return None
-            if isinstance(op, ListDeadLetters):
-                return self.listing(op)
-            if isinstance(op, RetryDeadLetter):
-                return self.retry(op.letter_id)
-        raise TypeError(f"unknown claim op {op!r}")
+            match closed(op):
+                case GetCursor(user=user, thread_id=thread_id):
+                    return self.cursor(user, thread_id)
+                case SetCursor(user=user, cursor=cursor):
+                    return self.set_cursor(user, cursor)
+                case ClaimThread() as claim:
+                    return self.claim(claim)
+                case SaveProgress() as progress:
+                    return self.progress(progress)
+                case RecordFailure() as failure:
+                    return self.failure(failure)
+                case ReleaseThread() as release:
+                    return self.release(release)
+                case ListDeadLetters() as listing:
+                    return self.listing(listing)
+                case RetryDeadLetter(letter_id=letter_id):
+                    return self.retry(letter_id)
+                case never:
+                    assert_never(never)
 
     def cursor(self, user: UserKey, thread_id: str) -> ExtractionCursor | None:
         cursor = self.cursors.get((user, thread_id))
@@ -275,6 +316,17 @@ class ClaimTable:
         else:
             row.expires = time.time() + op.ttl
         return True
+
+    def failure(self, op: RecordFailure) -> int:
+        row = self.claims.setdefault((op.user, op.thread_id), Claim())
+        row.attempts = row.attempts + 1 if row.batch == op.batch else 1
+        row.batch, row.error = op.batch, op.error
+        return row.attempts
+
+    def release(self, op: ReleaseThread) -> None:
+        held = self.claims.get((op.user, op.thread_id))
+        if held is not None and held.owner == op.owner:
+            held.owner, held.expires = None, 0.0
 
     def retries(self, user: UserKey, thread_id: str) -> list[DeadLetter]:
         return [
