@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from ..errors import BackendError, error_text
 from ..types import DeadLetter
 from ._common import db_option, emit, is_postgres, json_option, open_service, reports_errors
 
@@ -67,8 +68,14 @@ def has_queue(db: str) -> bool:
     makes them); a service used with the in-process worker has only its dead letters."""
     import psycopg
 
-    with psycopg.connect(db, autocommit=True) as conn:
-        row = conn.execute("SELECT to_regclass('procrastinate_jobs') IS NOT NULL").fetchone()
+    from ..backends.postgres import checked_conninfo
+
+    conninfo = checked_conninfo(db)
+    try:
+        with psycopg.connect(conninfo, autocommit=True, connect_timeout=10) as conn:
+            row = conn.execute("SELECT to_regclass('procrastinate_jobs') IS NOT NULL").fetchone()
+    except psycopg.Error as exc:
+        raise BackendError(f"cannot read the PostgreSQL database: {error_text(exc)}") from exc
     return bool(row and row[0])
 
 

@@ -72,12 +72,6 @@ def hint(extra: str, module: str) -> str:
             "lancedb",
             "lancedb",
         ),
-        (
-            "procrastinate",
-            ["jobs", "status", "--db", "postgresql://127.0.0.1:1/x"],
-            "queue",
-            "procrastinate",
-        ),
         ("psycopg", ["worker", "--db", "postgresql://127.0.0.1:1/x"], "postgres,queue", "psycopg"),
     ],
 )
@@ -125,8 +119,23 @@ def test_the_table_names_every_extra_of_the_package():
 
 
 @pytest.mark.postgres
-@pytest.mark.parametrize("command", [["worker", "--drain"], ["jobs", "status"]])
-def test_the_queue_commands_name_the_queue_extra_on_a_real_database(tmp_path, pg_url, command):
-    result = _without("procrastinate", *command, "--db", pg_url, cwd=tmp_path)
+def test_the_worker_names_the_queue_extra_on_a_real_database(tmp_path, pg_url):
+    result = _without("procrastinate", "worker", "--drain", "--db", pg_url, cwd=tmp_path)
     assert result.returncode == 1, result.stderr
     assert result.stderr.strip().splitlines()[-1] == hint("queue", "procrastinate")
+
+
+@pytest.mark.postgres
+def test_jobs_status_without_the_queue_extra_on_a_queue_less_database_says_so(tmp_path, pg_url):
+    """A PostgreSQL user of the in-process worker (no [queue] extra, no queue tables) is told
+    there is no job queue, not asked to install one (issue 30 item 6)."""
+    result = _without("procrastinate", "jobs", "status", "--db", pg_url, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "no job queue in this database" in result.stdout
+
+
+def test_jobs_status_on_an_unreachable_server_is_a_backend_error_not_unexpected(tmp_path):
+    db = "postgresql://127.0.0.1:1/x"
+    result = _without("procrastinate", "jobs", "status", "--db", db, cwd=tmp_path)
+    assert result.returncode == 1
+    assert result.stderr.startswith("Error: BackendError: cannot read the PostgreSQL database")

@@ -121,10 +121,14 @@ def test_the_inspector_edit_form_answers_400_not_500(tmp_path: Path) -> None:
 
     svc = SQLiteMemoryService(str(tmp_path / "m.db"), embeddings=HashingEmbeddings())
     tea = svc.add(ALICE, "Likes tea")
-    form = {"text": "Likes tea", "kind": "episode", "event_time": LATE, "token": "t"}
-    with TestClient(create_app(svc, token="t"), raise_server_exceptions=False) as client:
+    form = {"text": "Likes tea", "kind": "episode", "event_time": LATE}
+    app = create_app(svc, token="t")
+    with TestClient(app, base_url="http://127.0.0.1:8765", raise_server_exceptions=False) as client:
         answer = client.post(
-            f"/memory/edit?app=app&user=alice&id={tea.id}", data=form, follow_redirects=False
+            f"/memory/edit?app=app&user=alice&id={tea.id}",
+            data=form,
+            headers={"X-LangMem-Token": "t"},
+            follow_redirects=False,
         )
     assert answer.status_code == 400 and "event_time" in answer.text
     assert svc.get(ALICE, tea.id).memory.event_time is None  # type: ignore[union-attr]
