@@ -153,7 +153,7 @@ and PostgreSQL cannot bind an integer past 2**63 - 1."""
 
 
 def check_read_limit(limit: object) -> int | None:
-    """`read` and `expired`'s `limit`: None or an integer (not a bool), 0 or less (or
+    """`read`, `deleted` and `expired`'s `limit`: None or an integer (not a bool), 0 or less (or
     `MAX_LIMIT` and more) meaning no limit; every backend gets the same answer."""
     if limit is None:
         return None

@@ -333,6 +333,14 @@ class InMemoryMemoryService(SyncMemoryService):
         entries.sort(key=lambda e: (e.updated_at, e.created_at, e.id), reverse=True)
         return entries[:limit]
 
+    def deleted(self, user: UserKey, limit: int | None = None) -> list[Entry]:
+        user, limit = check_user(user), check_read_limit(limit)
+        with self._lock:
+            data = self._find(user)
+            rows = [r for r in data.rows.values() if not r.live] if data else []
+        rows.sort(key=lambda r: (r.deleted_at, r.entry.id), reverse=True)
+        return [r.entry for r in rows][:limit]
+
     def count(self, user: UserKey) -> int:
         user = check_user(user)
         with self._lock:

@@ -268,6 +268,11 @@ class MemoryService(ABC):
         `_core.check_read_limit`; None or 0 and less: all of them)."""
 
     @abstractmethod
+    def deleted(self, user: UserKey, limit: int | None = None) -> list[Entry]:
+        """Soft-deleted (not purged) memories, most recently deleted first, as they were
+        when deleted (what `undelete` brings back); `limit` as for `read`."""
+
+    @abstractmethod
     def search(
         self, user: UserKey, query: str | None = None, options: SearchOptions | None = None
     ) -> list[Entry]:
@@ -437,6 +442,9 @@ class MemoryService(ABC):
     async def aread(self, user: UserKey, limit: int | None = None) -> list[Entry]: ...
 
     @abstractmethod
+    async def adeleted(self, user: UserKey, limit: int | None = None) -> list[Entry]: ...
+
+    @abstractmethod
     async def asearch(
         self, user: UserKey, query: str | None = None, options: SearchOptions | None = None
     ) -> list[Entry]: ...
@@ -481,6 +489,7 @@ class SyncMemoryService(MemoryService, ABC):
     arun_claim_op = in_thread(MemoryService.run_claim_op)
     aget = in_thread(MemoryService.get)
     aread = in_thread(MemoryService.read)
+    adeleted = in_thread(MemoryService.deleted)
     asearch = in_thread(MemoryService.search)
     ahistory = in_thread(MemoryService.history)
     acount = in_thread(MemoryService.count)

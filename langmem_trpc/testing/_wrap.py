@@ -60,6 +60,7 @@ class DelegatingService(SyncMemoryService):
     expired = _forward(MemoryService.expired)
     get = _forward(MemoryService.get)
     read = _forward(MemoryService.read)
+    deleted = _forward(MemoryService.deleted)
     search = _forward(MemoryService.search)
     history = _forward(MemoryService.history)
     count = _forward(MemoryService.count)

@@ -473,6 +473,29 @@ class MemoryServiceConformance(
         with pytest.raises(MemoryConflictError):
             await client.undelete(ALICE, twin.id)
 
+    async def test_deleted_lists_deleted_memories_until_restored(self, client: Client) -> None:
+        first = await client.add(ALICE, "Hiked Mont Blanc", topics=["trip"], location="Alps")
+        second = await client.add(ALICE, "Likes green tea")
+        live = await client.add(ALICE, "Works from Lyon")
+        bobs = await client.add(BOB, "Likes black coffee")
+        assert await client.deleted(ALICE) == []
+        await client.delete(ALICE, first.id)
+        await asyncio.sleep(0.01)  # distinct deletion times on any clock
+        await client.delete(ALICE, second.id)
+        await client.delete(BOB, bobs.id)
+        gone = await client.deleted(ALICE)
+        assert [e.id for e in gone] == [second.id, first.id]  # most recently deleted first
+        assert gone[1].memory == first.memory
+        assert [e.id for e in await client.read(ALICE)] == [live.id]
+        assert [e.id for e in await client.deleted(ALICE, 1)] == [second.id]
+        assert [e.id for e in await client.deleted(BOB)] == [bobs.id]  # never another's
+        assert await client.deleted(ALICE_OTHER_APP) == []
+        await refused(InvalidInputError, "limit", client.deleted(ALICE, True))
+        await client.undelete(ALICE, first.id)
+        assert [e.id for e in await client.deleted(ALICE)] == [second.id]
+        await client.purge(ALICE, second.id)
+        assert await client.deleted(ALICE) == []
+
     async def test_cursor_round_trip_per_user_and_thread(self, client: Client) -> None:
         cursor = ExtractionCursor(
             thread_id="t1", last_message_id="m9", last_message_digest="d", message_count=9

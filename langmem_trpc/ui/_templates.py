@@ -58,6 +58,7 @@ INDEX = """{% extends "base" %}{% block title %}Users{% endblock %}{% block body
 USER = """{% extends "base" %}{% block title %}{{ user.user_id }}{% endblock %}{% block body %}
 <h1>{{ user.app_name }} / {{ user.user_id }} <span class="muted">{{ total }} live memor{{ 'y' if total == 1 else 'ies' }}</span></h1>
 <form class="filters" method="get" action="/user"><input type="hidden" name="app" value="{{ user.app_name }}"><input type="hidden" name="user" value="{{ user.user_id }}">
+{% if f.show %}<input type="hidden" name="show" value="deleted">{% endif %}
 <label>search<input name="q" value="{{ f.q }}" size="30" placeholder="text or question"></label>
 <label>mode<select name="mode"><option value="hybrid" {{ 'selected' if f.mode == 'hybrid' }}>hybrid (ranked)</option>
 <option value="text" {{ 'selected' if f.mode == 'text' }}>full text (contains)</option></select></label>
@@ -66,17 +67,20 @@ USER = """{% extends "base" %}{% block title %}{{ user.user_id }}{% endblock %}{
 <label>event after<input name="after" value="{{ f.after }}" size="11" placeholder="2024-05-01"></label>
 <label>event before<input name="before" value="{{ f.before }}" size="11"></label>
 <button type="submit">filter</button>
+{% if f.show %}<a id="show-live" href="/user?{{ qs }}">live</a>{% else %}<a id="show-deleted" href="/user?{{ qs }}&show=deleted">deleted</a>{% endif %}
 <a href="/search?{{ qs }}{% if f.q %}&q={{ f.q|urlencode }}{% endif %}">search playground</a>
 <a href="/threads?{{ qs }}">threads</a>
 <a href="/export.jsonl?{{ qs }}">export JSONL</a></form>
 {% if error %}<p class="problem" id="problem">{{ error }}</p>{% endif %}
-<p class="muted">{{ shown }} shown{% if f.q and f.mode == 'hybrid' %}, best first{% else %}, most recently updated first{% endif %}</p>
-<table><tr><th>id</th><th>kind</th><th>memory</th><th>event time</th><th>participants</th><th>location</th><th>topics</th><th>updated</th>{% if f.q and f.mode == 'hybrid' %}<th class="num">score</th>{% endif %}</tr>
+{% set ranked = f.q and f.mode == 'hybrid' and not f.show %}
+<p class="muted">{% if f.show %}<span class="badge ro">deleted</span> {% endif %}{{ shown }} shown{% if ranked %}, best first{% elif f.show %}, most recently deleted first (full-text filter){% else %}, most recently updated first{% endif %}</p>
+<table><tr><th>id</th><th>kind</th><th>memory</th><th>event time</th><th>participants</th><th>location</th><th>topics</th><th>updated</th>{% if ranked %}<th class="num">score</th>{% endif %}{% if f.show and not read_only %}<th></th>{% endif %}</tr>
 {% for e in entries %}<tr><td><a class="mono" href="/memory?{{ qs }}&id={{ e.id|urlencode }}">{{ e.id[:8] }}</a></td>
 <td><span class="badge {{ e.memory.kind.value }}">{{ e.memory.kind.value }}</span></td><td>{{ e.memory.text }}</td>
 <td class="ts">{{ e.memory.event_time|ts }}</td><td>{{ e.memory.participants|join(', ') }}</td><td>{{ e.memory.location or '' }}</td>
-<td>{{ e.memory.topics|join(', ') }}</td><td class="ts">{{ e.updated_at|ts }}</td>{% if f.q and f.mode == 'hybrid' %}<td class="num">{{ '%.3f'|format(e.score or 0) }}</td>{% endif %}</tr>
-{% else %}<tr><td colspan="9" class="muted">No memory matches.</td></tr>{% endfor %}</table>
+<td>{{ e.memory.topics|join(', ') }}</td><td class="ts">{{ e.updated_at|ts }}</td>{% if ranked %}<td class="num">{{ '%.3f'|format(e.score or 0) }}</td>{% endif %}
+{% if f.show and not read_only %}<td><form class="inline" method="post" action="/memory/restore?{{ qs }}&id={{ e.id|urlencode }}"><button type="submit">restore</button></form></td>{% endif %}</tr>
+{% else %}<tr><td colspan="9" class="muted">{{ 'No deleted memory matches.' if f.show else 'No memory matches.' }}</td></tr>{% endfor %}</table>
 {% if not read_only %}<h2>Purge this user</h2><form class="card" method="post" action="/user/purge?{{ qs }}">
 <p>Removes every memory of <b>{{ user.user_id }}</b> in <b>{{ user.app_name }}</b> and its history for good.
 Type the user id to confirm.</p><input name="confirm" placeholder="{{ user.user_id }}">

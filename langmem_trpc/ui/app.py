@@ -312,10 +312,15 @@ class _UI:
         )
 
     async def _filtered(self, user: UserKey, f: dict[str, str]) -> list[Entry]:
+        """The memories the filter `f` picks: the deleted ones (`show=deleted`, matched as
+        full text), a hybrid search, or the live ones matched as full text."""
         q = f["q"]
         kind = _kind(f["kind"])
         after = parse_date(f["after"], "after")
         before = parse_date(f["before"], "before", end=True)
+        if f["show"] == "deleted":
+            found = await self.service.adeleted(user, LIST_LIMIT)
+            return [e for e in found if _matches(e, q.strip(), kind, after, before)]
         if q.strip() and f["mode"] == "hybrid":
             options = SearchOptions(
                 query=q, kind=kind, time_after=after, time_before=before, max_results=50
@@ -325,16 +330,21 @@ class _UI:
         return [e for e in found if _matches(e, q.strip(), kind, after, before)]
 
     async def user_page(self, request: Request) -> Response:
-        """The user's memories, filtered; a bad filter keeps the form and says why inline."""
-        user = await self.known_user(request)
+        """The user's memories, filtered; a bad filter keeps the form and says why inline.
+        `show=deleted` lists the soft-deleted ones (restorable), also of a user with no
+        live memory left."""
         params = request.query_params
-        f = {k: params.get(k, "") for k in ("q", "mode", "kind", "after", "before")}
+        f = {k: params.get(k, "") for k in ("q", "mode", "kind", "after", "before", "show")}
         f["mode"] = f["mode"] if f["mode"] in ("hybrid", "text") else "hybrid"
+        f["show"] = "deleted" if f["show"] == "deleted" else ""
+        user = self.user_of(request) if f["show"] else await self.known_user(request)
         error, status, entries = None, 200, []
         try:
             entries = await self._filtered(user, f)
         except (InvalidInputError, ValidationError) as exc:
             error, status = _message(exc), 400
+        if f["show"] and not entries and not error:
+            await self.known_user(request)  # nothing deleted: a user without memories is a 404
         total = await self.service.acount(user)
         return self.page(
             "user",

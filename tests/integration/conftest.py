@@ -50,7 +50,7 @@ class BrokenService(SyncMemoryService):
     """Every call fails with a driver-style error carrying a DSN and SQL."""
 
     run_plan = add = update = delete = clear = purge = get = read = search = _explode  # type: ignore[assignment]
-    history = count = users = run_claim_op = _explode  # type: ignore[assignment]
+    history = count = users = run_claim_op = deleted = _explode  # type: ignore[assignment]
 
 
 class CountingService(InMemoryMemoryService):

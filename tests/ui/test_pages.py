@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 from collections.abc import Iterator
 from html.parser import HTMLParser
 from pathlib import Path
@@ -161,6 +162,31 @@ def test_restore_brings_every_field_back_and_is_recorded_as_a_restore(svc, clien
     assert back is not None and back.memory == entry.memory
     assert [h.operation.value for h in svc.history(ALICE, entry.id)] == ["add", "delete", "restore"]
     assert 'class="op-restore"' in client.get(f"/memory?{Q}&id={entry.id}").text
+
+
+def test_the_deleted_filter_lists_deleted_memories_to_restore(svc, client) -> None:
+    entry = svc.add(ALICE, "Hiked the Alps", topics=["Paris, France", "trip"], location="Alps")
+    kept = svc.add(ALICE, "Drinks green tea")
+    svc.add(UserKey("support", "bob"), "Bob's secret plan")
+    svc.delete(UserKey("support", "bob"), svc.read(UserKey("support", "bob"))[0].id)
+    assert 'id="show-deleted"' in client.get(f"/user?{Q}").text
+    client.post(f"/memory/delete?{Q}&id={entry.id}", follow_redirects=False)
+    assert "Hiked the Alps" not in client.get(f"/user?{Q}").text
+    listed = client.get(f"/user?{Q}&show=deleted")
+    assert listed.status_code == 200
+    assert "Hiked the Alps" in listed.text and kept.text not in listed.text
+    assert "secret plan" not in listed.text  # another user's deleted memory never shows
+    assert f'action="/memory/restore?{Q}&id={entry.id}"' in html.unescape(listed.text)
+    assert "Hiked" not in client.get(f"/user?{Q}&show=deleted&q=tea&mode=text").text
+    svc.delete(ALICE, kept.id)  # no live memory left: the deleted list still opens
+    assert kept.text in client.get(f"/user?{Q}&show=deleted").text
+    answer = client.post(f"/memory/restore?{Q}&id={entry.id}", follow_redirects=False)
+    assert answer.status_code == 303 and "notice=restored" in answer.headers["location"]
+    back = svc.get(ALICE, entry.id)
+    assert back is not None and back.memory.topics == ["Paris, France", "trip"]
+    assert "Hiked the Alps" in client.get(f"/user?{Q}").text
+    assert "Hiked the Alps" not in client.get(f"/user?{Q}&show=deleted").text
+    assert client.get("/user?app=support&user=nobody&show=deleted").status_code == 404
 
 
 def test_a_backend_outage_is_a_503(tmp_path: Path) -> None:

@@ -177,6 +177,9 @@ class PostgresBase:
     def _read(self, user: UserKey, limit: int | None = None) -> Plan[list[Entry]]:
         return _plans.read(check_user(user), check_read_limit(limit))
 
+    def _deleted(self, user: UserKey, limit: int | None = None) -> Plan[list[Entry]]:
+        return _plans.deleted(check_user(user), check_read_limit(limit))
+
     def _search(
         self, user: UserKey, query: str | None = None, options: SearchOptions | None = None
     ) -> Plan[list[Entry]]:

@@ -310,6 +310,13 @@ def read(user: UserKey, limit: int | None) -> Plan[list[Entry]]:
     return unexpired(_sql.entry_from_row(r) for r in rows)
 
 
+def deleted(user: UserKey, limit: int | None) -> Plan[list[Entry]]:
+    rows = yield Sql(
+        _sql.READ_DELETED, _sql.user_params(user, limit=limit if limit and limit > 0 else None)
+    )
+    return [_sql.entry_from_row(r) for r in rows]
+
+
 def count(user: UserKey) -> Plan[int]:
     rows = yield Sql(_sql.LIVE_COUNT, _sql.user_params(user))
     return int(rows[0]["live_count"]) if rows else 0

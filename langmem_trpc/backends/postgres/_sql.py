@@ -587,6 +587,10 @@ READ_LIVE = f"""
 SELECT {_COLUMNS} FROM langmem_memories WHERE {_WHERE_USER} AND deleted_at IS NULL
 ORDER BY updated_at DESC, created_at DESC, id DESC LIMIT %(limit)s"""
 
+READ_DELETED = f"""
+SELECT {_COLUMNS} FROM langmem_memories WHERE {_WHERE_USER} AND deleted_at IS NOT NULL
+ORDER BY deleted_at DESC, id DESC LIMIT %(limit)s"""
+
 SELECT_HISTORY = f"""
 SELECT memory_id, operation, text_before, text_after, at, source FROM langmem_history
 WHERE {_WHERE_USER} AND memory_id = %(id)s ORDER BY seq"""

@@ -108,6 +108,7 @@ class PostgresMemoryService(SyncPostgres, AsyncPostgres, MemoryService):
 
     get, aget = _twins(PostgresBase._get)
     read, aread = _twins(PostgresBase._read)
+    deleted, adeleted = _twins(PostgresBase._deleted)
     search, asearch = _twins(PostgresBase._search)
     history, ahistory = _twins(PostgresBase._history)
     count, acount = _twins(PostgresBase._count)

@@ -292,6 +292,10 @@ keyed (13) and content_doc (14)."""
 SELECT_CONTENT_DOC = "SELECT content_doc FROM memories WHERE rid = ?"
 SELECT_OLDEST_LIVE = f"SELECT rid, id, text FROM memories WHERE {LIVE} ORDER BY write_seq LIMIT 1"
 SELECT_READ = f"SELECT {ENTRY_COLUMNS} FROM memories WHERE {LIVE} ORDER BY updated_at DESC, created_at DESC, id DESC"
+SELECT_DELETED = (
+    f"SELECT {ENTRY_COLUMNS} FROM memories WHERE {USER} AND deleted_at IS NOT NULL"
+    " ORDER BY deleted_at DESC, id DESC"
+)
 SELECT_LIVE_TEXT = f"SELECT rid, id, text FROM memories WHERE {LIVE} ORDER BY rid"
 SELECT_BY_RIDS = (
     f"SELECT {ENTRY_COLUMNS} FROM memories"

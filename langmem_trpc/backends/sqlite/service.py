@@ -181,6 +181,15 @@ class SQLiteMemoryService(SQLiteClaims, ExpiryMixin, SyncMemoryService):
         rows = self._db.read(lambda conn: conn.execute(query, u).fetchall())
         return unexpired(to_entry(row, user) for row in rows)
 
+    def deleted(self, user: UserKey, limit: int | None = None) -> list[Entry]:
+        user, limit = check_user(user), check_read_limit(limit)
+        u: tuple[Any, ...] = (user.app_name, user.user_id)
+        query = sql.SELECT_DELETED
+        if limit is not None:
+            query, u = query + " LIMIT ?", (*u, limit)
+        rows = self._db.read(lambda conn: conn.execute(query, u).fetchall())
+        return [to_entry(row, user) for row in rows]
+
     def count(self, user: UserKey) -> int:
         user = check_user(user)
         state = self._db.read(lambda conn: user_state(conn, user))
