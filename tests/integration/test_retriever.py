@@ -56,7 +56,12 @@ def test_as_retriever_returns_the_services_hybrid_ranking_for_one_user(svc: Memo
 async def test_async_retriever_matches_sync(svc: MemoryService) -> None:
     retriever = svc.as_retriever(ALICE, k=5)
     sync_ids = [d.id for d in retriever.invoke("tea")]
-    async_ids = [d.id for d in await retriever.ainvoke("tea")]
+    try:
+        async_ids = [d.id for d in await retriever.ainvoke("tea")]
+    finally:
+        # PostgreSQL's async pool closes on the loop that opened it: left to the loop's
+        # shutdown, psycopg_pool's cancelled workers can hang it for the test's timeout
+        await svc.aclose()
     assert async_ids == sync_ids
     assert async_ids
 
