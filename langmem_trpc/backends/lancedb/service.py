@@ -37,9 +37,11 @@ from ...service._bm25 import CorpusStats, KeywordDoc, QueryTerms
 from ...service._core import Limits, check_app_filter, check_memory_id, check_user, resolve_options
 from ...service._language import Language
 from ...service.capabilities import Capability
+from ...service.identity import EmbedderIdentity, identify
 from ...service.memory import InMemoryMemoryService, _Row, _UserData, unit_vector
 from ...types import DeadLetter, Entry, ExtractionCursor, HistoryEvent, Kind, SearchOptions, UserKey
 from ..sqlite._scoring import score_candidates
+from . import _identity
 from ._lock import DirectoryLock
 
 if TYPE_CHECKING:
@@ -151,8 +153,9 @@ class LanceDBMemoryService(InMemoryMemoryService):
         state_rows: int = STATE_ROWS,
     ) -> None:
         super().__init__(embeddings, limits=limits, language=language)
-        if embeddings is not None and dims is None:
-            dims = len(embeddings.embed_query("dimension probe"))
+        current = None if embeddings is None else identify(embeddings)
+        if current is not None and dims is None:
+            dims = current.dims
         names = ["key", "rec", "scope", "app", "user", "refh", "body", "fp", *_TYPES]
         cols = [pa.field(n, _TYPES.get(n, pa.string())) for n in names]
         vector = [] if dims is None else [pa.field("vector", pa.list_(pa.float32(), dims))]
@@ -160,7 +163,7 @@ class LanceDBMemoryService(InMemoryMemoryService):
         self._state_rows, self._commits = state_rows, 0
         self._directory = DirectoryLock(path)  # one service per directory, until close()
         try:
-            self._open_table(path, pa.schema(cols + vector), dims)
+            self._open_table(path, pa.schema(cols + vector), dims, current)
             seqs = self._scan("true", ["seq"]).column("seq").to_pylist()
             self._writes = itertools.count(max(filter(None, seqs), default=0) + 1)
             self._load_claims()
@@ -168,7 +171,13 @@ class LanceDBMemoryService(InMemoryMemoryService):
             self._directory.release()
             raise
 
-    def _open_table(self, path: str | Path, schema: pa.Schema, dims: int | None) -> None:
+    def _open_table(
+        self,
+        path: str | Path,
+        schema: pa.Schema,
+        dims: int | None,
+        current: EmbedderIdentity | None,
+    ) -> None:
         db = lancedb.connect(str(path))
         try:  # an existing table keeps its schema (with vectors, opened keyword-only)
             self._table = db.open_table(TABLE)
@@ -176,6 +185,8 @@ class LanceDBMemoryService(InMemoryMemoryService):
             self._table = db.create_table(TABLE, schema=schema, exist_ok=True)
         self._vectors = "vector" in self._table.schema.names
         stored = self._table.schema.field("vector").type.list_size if self._vectors else None
+        if current is not None:  # the recorded embedder first: its error names both models
+            _identity.adopt(path, current, stored)
         if dims is not None and stored != dims:
             raise ConfigurationError(
                 f"embeddings: the store at {path} holds {stored or 'no'} vector dimensions, "

@@ -19,11 +19,12 @@ from ...service import _steps as steps
 from ...service._core import Limits, check_app_filter, check_memory_id, check_user, resolve_options
 from ...service._language import Language, resolve_language
 from ...service._periods import TimeMentions
+from ...service.identity import EmbedderIdentity
 from ...types import Entry, HistoryEvent, SearchOptions, UserKey
-from . import _expiry, _plans
+from . import _expiry, _identity, _plans, _sql
 from ._cache import MAX_ENTRIES, EntryCache
 from ._conninfo import checked_conninfo
-from ._plans import Op, Plan
+from ._plans import Op, Plan, Sql
 
 if TYPE_CHECKING:
     from langchain_core.embeddings import Embeddings
@@ -90,6 +91,8 @@ class PostgresBase:
                 ">= 0, pool_timeout > 0"
             )
         self._embeddings = embeddings
+        self._identity: EmbedderIdentity | None = None
+        """The recorded embedder `setup()` checked this one against."""
         self._limits = limits or Limits()
         self._search_cache = _plans.SearchCache(
             dims=dims,
@@ -146,9 +149,16 @@ class PostgresBase:
         return Op(self._setup_plan(), write=True, checks_language=False)
 
     def _setup_plan(self) -> Plan[int | None]:
-        dims = yield from _plans.setup(
-            self._search_cache.dims, self._embeddings is not None, self.language
-        )
+        current = None
+        dims = self._search_cache.dims
+        if self._embeddings is not None:  # the embedder is checked before any migration
+            current = yield from _identity.probe(self._embeddings)
+            dims = dims if dims is not None else current.dims
+            yield Sql(_sql.SETUP_LOCK)
+            yield from _identity.check_before_setup(current)
+        dims = yield from _plans.setup(dims, self._embeddings is not None, self.language)
+        if current is not None:
+            self._identity = yield from _identity.record_after_setup(current)
         self._language_passed()  # setup checked (or recorded) the language itself
         return dims
 

@@ -32,8 +32,10 @@ from ...service._core import (
 from ...service._language import Language, resolve_language
 from ...service._steps import Plan
 from ...service.capabilities import Capability
+from ...service.identity import identify
 from ...service.protocol import SyncMemoryService
 from ...types import Entry, HistoryEvent, SearchOptions, UserKey
+from . import _identity
 from . import _sql as sql
 from ._claims import SQLiteClaims
 from ._connection import Database
@@ -101,8 +103,12 @@ class SQLiteMemoryService(SQLiteClaims, ExpiryMixin, SyncMemoryService):
         self._db = Database(
             path, busy_timeout_ms=busy_timeout_ms, synchronous=synchronous, language=self.language
         )
-        self._file_claims = FileClaims(None if self._db.memory else self._db.path)
         self._embeddings = embeddings
+        self._generation: int | None = None
+        """The recorded embedder's generation this service opened (None: no embedder)."""
+        if embeddings is not None:
+            self._adopt_identity(embeddings)
+        self._file_claims = FileClaims(None if self._db.memory else self._db.path)
         self._limits = limits or Limits()
         self._caches = SearchCaches(vector_cache_bytes, self._db.read_detached, self.language)
         self._keyword_candidates = keyword_candidates
@@ -136,6 +142,23 @@ class SQLiteMemoryService(SQLiteClaims, ExpiryMixin, SyncMemoryService):
         self._file_claims.close()
 
     # -- helpers ----------------------------------------------------------------
+
+    def _adopt_identity(self, embeddings: Embeddings) -> None:
+        """Check `embeddings` against the file's recorded embedder (recording it on a file
+        that has none); closes the file and raises `ConfigurationError` on a mismatch."""
+        try:
+            current = identify(embeddings)
+            stored = self._db.write(lambda conn: _identity.adopt(conn, current, self._db.path))
+        except BaseException:
+            self._db.close()
+            raise
+        self._generation = stored.generation
+
+    def check_embedder(self, conn: sqlite3.Connection) -> None:
+        """Refuse (`ConfigurationError`) once a re-embed replaced the embedder this service
+        opened with; run inside every search's and write's transaction."""
+        if self._generation is not None:
+            _identity.check_generation(conn, self._generation, self._db.path)
 
     def _now(self) -> datetime:
         """UTC now, strictly increasing within this service so orders stay stable."""
@@ -215,11 +238,22 @@ class SQLiteMemoryService(SQLiteClaims, ExpiryMixin, SyncMemoryService):
             query_vector = unit_vector(self._embeddings.embed_query(options.query))
         args = (self._caches, user, options, query_vector, self._keyword_candidates, self.language)
         search = SearchRun(*args)
-        results = self._db.read(search.run)
+        results = self._db.read(self._checked(search.run))
         if search.missing_vectors:
             self._backfill_embeddings(user, search.missing_vectors)
-            results = self._db.read(SearchRun(*args).run)
+            results = self._db.read(self._checked(SearchRun(*args).run))
         return results
+
+    def _checked(
+        self, work: Callable[[sqlite3.Connection], T]
+    ) -> Callable[[sqlite3.Connection], T]:
+        """`work` after `check_embedder`, in the same transaction."""
+
+        def run(conn: sqlite3.Connection) -> T:
+            self.check_embedder(conn)
+            return work(conn)
+
+        return run
 
     def _backfill_embeddings(self, user: UserKey, dim: int) -> None:
         """Embed live memories stored without a vector (or with another dimension)."""
@@ -237,7 +271,7 @@ class SQLiteMemoryService(SQLiteClaims, ExpiryMixin, SyncMemoryService):
             updates = [
                 (blob, rid, text, who) for (rid, text, who), blob in zip(rows, blobs, strict=True)
             ]
-            self._db.write(_executemany(sql.UPDATE_EMBEDDING, updates))
+            self._db.write(self._checked(_executemany(sql.UPDATE_EMBEDDING, updates)))
             logger.info("backfilled %d embeddings for %s", len(rows), user)
 
 

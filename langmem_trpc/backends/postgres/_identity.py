@@ -1,0 +1,65 @@
+"""The recorded embedder of a PostgreSQL database (`service/identity.py`), in
+`langmem_settings` (keys `embedder` and `embedder_generation`, as on SQLite).
+
+Checked by `setup()`: before the migrations (so a refused embedder changes
+nothing, not even a new dimension's migrations), and recorded after them on a
+database that has none, under setup's advisory lock.
+"""
+
+from __future__ import annotations
+
+from ...errors import ConfigurationError
+from ...service.identity import (
+    PROBE_TEXT,
+    EmbedderIdentity,
+    check_identity,
+    from_probe,
+)
+from ._plans import Embed, Plan, Sql
+
+SETTINGS_EXIST = "SELECT to_regclass('langmem_settings') IS NOT NULL AS present"
+SELECT = "SELECT value FROM langmem_settings WHERE key = 'embedder'"
+STORED_DIMS = """SELECT atttypmod AS dims FROM pg_attribute
+WHERE attrelid = to_regclass('langmem_memories') AND attname = 'embedding'"""
+RECORD = """INSERT INTO langmem_settings (key, value)
+VALUES ('embedder', %(identity)s), ('embedder_generation', %(generation)s)
+ON CONFLICT (key) DO NOTHING"""
+
+
+def probe(embeddings: object) -> Plan[EmbedderIdentity]:
+    """The service embedder's identity (one query embedding of `PROBE_TEXT`)."""
+    vectors = yield Embed([PROBE_TEXT], query=True)
+    return from_probe(embeddings, vectors[0])  # type: ignore[arg-type]
+
+
+def recorded() -> Plan[EmbedderIdentity | None]:
+    present = yield Sql(SETTINGS_EXIST)
+    if not present[0]["present"]:
+        return None
+    rows = yield Sql(SELECT)
+    if not rows or rows[0]["value"] is None:
+        return None
+    return EmbedderIdentity.from_json(rows[0]["value"])
+
+
+def check_before_setup(current: EmbedderIdentity) -> Plan[EmbedderIdentity | None]:
+    """Raise `ConfigurationError` when the database records another embedder, or holds
+    vectors of another dimension without a record; the stored identity, if any."""
+    stored = yield from recorded()
+    if stored is None:
+        rows = yield Sql(STORED_DIMS)
+        dims = int(rows[0]["dims"]) if rows and rows[0]["dims"] > 0 else None
+        if dims is not None and dims != current.dims:
+            unrecorded = EmbedderIdentity("an unrecorded embedder", dims, ())
+            check_identity(unrecorded, current, "in this PostgreSQL database")
+        return None
+    return check_identity(stored, current, "in this PostgreSQL database")
+
+
+def record_after_setup(current: EmbedderIdentity) -> Plan[EmbedderIdentity]:
+    """Record `current` on a database that has no identity yet; the identity now stored."""
+    yield Sql(RECORD, {"identity": current.to_json(), "generation": str(current.generation)})
+    stored = yield from recorded()
+    if stored is None:  # pragma: no cover - just written in this transaction
+        raise ConfigurationError("embeddings: the database lost its embedder record")
+    return check_identity(stored, current, "in this PostgreSQL database")
