@@ -14,6 +14,7 @@ from .bench import bench
 from .jobs import jobs
 from .mcp import mcp_command
 from .memories import memories
+from .reembed import reembed_command
 from .transfer import export_memories, import_memories
 from .ui import ui_command
 from .worker import worker_command
@@ -61,6 +62,7 @@ for command in (memories, export_memories, import_memories, jobs, worker_command
 cli.add_command(backfill_command)
 cli.add_command(mcp_command)
 cli.add_command(ui_command)
+cli.add_command(reembed_command)
 
 
 def main() -> None:

@@ -44,7 +44,12 @@ PROBE_TEXT = "langmem-trpc embedding probe: the quick brown fox jumps over the l
 PROBE_MIN_COSINE = 0.99
 """Probes at least this similar are the same model (see the module docstring)."""
 
-REEMBED_HINT = "open it with the recorded embedder"
+REEMBED_HINT = (
+    "open it with the recorded embedder, or move the store to the new one with "
+    "`langmem-trpc reembed --db URL --embeddings MODULE:ATTR` (or `svc.reembed(new_embeddings)`)"
+)
+"""The way forward on a backend that can re-embed (`service/reembed.py`)."""
+NO_REEMBED_HINT = "open it with the recorded embedder (this backend cannot re-embed a store yet)"
 
 
 @dataclass(frozen=True)
@@ -116,19 +121,22 @@ async def aidentify(embeddings: Embeddings) -> EmbedderIdentity:
 
 
 def check_identity(
-    stored: EmbedderIdentity | None, current: EmbedderIdentity, where: str
+    stored: EmbedderIdentity | None,
+    current: EmbedderIdentity,
+    where: str,
+    hint: str = REEMBED_HINT,
 ) -> EmbedderIdentity:
     """The identity the store keeps: `stored`, or `current` for a store that records none
     yet. Raises `ConfigurationError` naming both when `current` is another model."""
     if stored is None:
         return current
     if not current.matches(stored):
-        raise mismatch_error(stored, current, where)
+        raise mismatch_error(stored, current, where, hint)
     return stored
 
 
 def mismatch_error(
-    stored: EmbedderIdentity, current: EmbedderIdentity, where: str
+    stored: EmbedderIdentity, current: EmbedderIdentity, where: str, hint: str = REEMBED_HINT
 ) -> ConfigurationError:
     what = (
         f"makes {current.dims}-dimension vectors"
@@ -137,7 +145,7 @@ def mismatch_error(
     )
     return ConfigurationError(
         f"embeddings: the store {where} holds {stored.dims}-dimension vectors of "
-        f"{stored.name!r}, but the embedder {current.name!r} {what}; {REEMBED_HINT}"
+        f"{stored.name!r}, but the embedder {current.name!r} {what}; {hint}"
     )
 
 

@@ -83,6 +83,7 @@ PINNED_MIGRATIONS = [
     "99e8fa0a579811ac68e5c341b0f1e21b87ac3f018a72630ccb750cce274cf185",  # expires_at (store TTL)
     "f6f6fe3e4c1143be5723b9df398000df835c4121719c104307857e7d3c46c4d6",
     "176cafa9d81875e4f8ab015441148838e381a2b3c6cc6927d28dd9946fbdbbe4",  # langmem_settings (language)
+    "2d58b614797e4a5480f9029f878797547a2f3c4dc4b801b9996722ff5d71260b",  # reembed_vectors (#27)
 ]
 
 

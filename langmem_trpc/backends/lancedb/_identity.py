@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ...service.identity import EmbedderIdentity, check_identity
+from ...service.identity import NO_REEMBED_HINT, EmbedderIdentity, check_identity
 
 FILE = "langmem_embedder.json"
 
@@ -44,4 +44,4 @@ def adopt(
             )
         record(directory, current)
         return current
-    return check_identity(stored, current, where)
+    return check_identity(stored, current, where, NO_REEMBED_HINT)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from ...errors import ConfigurationError
 from ...service.identity import (
+    NO_REEMBED_HINT,
     PROBE_TEXT,
     EmbedderIdentity,
     check_identity,
@@ -51,9 +52,9 @@ def check_before_setup(current: EmbedderIdentity) -> Plan[EmbedderIdentity | Non
         dims = int(rows[0]["dims"]) if rows and rows[0]["dims"] > 0 else None
         if dims is not None and dims != current.dims:
             unrecorded = EmbedderIdentity("an unrecorded embedder", dims, ())
-            check_identity(unrecorded, current, "in this PostgreSQL database")
+            check_identity(unrecorded, current, "in this PostgreSQL database", NO_REEMBED_HINT)
         return None
-    return check_identity(stored, current, "in this PostgreSQL database")
+    return check_identity(stored, current, "in this PostgreSQL database", NO_REEMBED_HINT)
 
 
 def record_after_setup(current: EmbedderIdentity) -> Plan[EmbedderIdentity]:
@@ -62,4 +63,4 @@ def record_after_setup(current: EmbedderIdentity) -> Plan[EmbedderIdentity]:
     stored = yield from recorded()
     if stored is None:  # pragma: no cover - just written in this transaction
         raise ConfigurationError("embeddings: the database lost its embedder record")
-    return check_identity(stored, current, "in this PostgreSQL database")
+    return check_identity(stored, current, "in this PostgreSQL database", NO_REEMBED_HINT)

@@ -239,6 +239,15 @@ MIGRATIONS: list[tuple[str, ...]] = [
         )""",
         "INSERT INTO langmem_settings (key, value) VALUES ('language', 'english')",
     ),
+    # reembed (#27): the shadow vectors of a re-embed in progress, each with the text it
+    # was embedded from (`_reembed.py`); empty outside a re-embed.
+    (
+        """CREATE TABLE IF NOT EXISTS reembed_vectors (
+            rid INTEGER PRIMARY KEY,
+            text TEXT NOT NULL,
+            embedding BLOB NOT NULL
+        )""",
+    ),
 ]
 
 CREATE_MIGRATIONS_TABLE = """CREATE TABLE IF NOT EXISTS langmem_migrations (

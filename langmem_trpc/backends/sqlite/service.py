@@ -9,11 +9,13 @@ conformance suite.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import sqlite3
 import threading
 from collections.abc import Callable, Sequence
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -30,10 +32,12 @@ from ...service._core import (
     utcnow,
 )
 from ...service._language import Language, resolve_language
+from ...service._model_lock import ModelLock
 from ...service._steps import Plan
 from ...service.capabilities import Capability
 from ...service.identity import identify
 from ...service.protocol import SyncMemoryService
+from ...service.reembed import DEFAULT_BATCH, ProgressCallback, ReembedPlan, ReembedReport
 from ...types import Entry, HistoryEvent, SearchOptions, UserKey
 from . import _identity
 from . import _sql as sql
@@ -43,6 +47,8 @@ from ._executor import SQLiteRun
 from ._expiry import ExpiryMixin
 from ._locks import FileClaims
 from ._query import SearchCaches, SearchRun
+from ._reembed import SQLiteReembed
+from ._reembed import plan as reembed_plan
 from ._rows import DELETED, to_entry, user_state
 from ._vectors import to_blob, unit_vector
 
@@ -104,6 +110,7 @@ class SQLiteMemoryService(SQLiteClaims, ExpiryMixin, SyncMemoryService):
             path, busy_timeout_ms=busy_timeout_ms, synchronous=synchronous, language=self.language
         )
         self._embeddings = embeddings
+        self._model_lock = ModelLock()
         self._generation: int | None = None
         """The recorded embedder's generation this service opened (None: no embedder)."""
         if embeddings is not None:
@@ -180,7 +187,8 @@ class SQLiteMemoryService(SQLiteClaims, ExpiryMixin, SyncMemoryService):
 
     def run_plan(self, plan: Plan[T]) -> T:
         """Run a write plan; its write section is one `BEGIN IMMEDIATE` transaction."""
-        return SQLiteRun(self).run(plan)
+        with self._model_lock.shared():  # one embedder from its Embed step to its commit
+            return SQLiteRun(self).run(plan)
 
     # -- reads ------------------------------------------------------------------
 
@@ -233,6 +241,10 @@ class SQLiteMemoryService(SQLiteClaims, ExpiryMixin, SyncMemoryService):
         options = resolve_options(query, options)
         if not options.query.strip():
             return []
+        with self._model_lock.shared():  # one embedder for the query and the stored vectors
+            return self._search(user, options)
+
+    def _search(self, user: UserKey, options: SearchOptions) -> list[Entry]:
         query_vector: np.ndarray | None = None
         if self._embeddings is not None:
             query_vector = unit_vector(self._embeddings.embed_query(options.query))
@@ -254,6 +266,44 @@ class SQLiteMemoryService(SQLiteClaims, ExpiryMixin, SyncMemoryService):
             return work(conn)
 
         return run
+
+    # -- re-embedding (`_reembed.py`) ---------------------------------------------
+
+    def reembed(
+        self,
+        new_embeddings: Embeddings,
+        *,
+        batch_size: int = DEFAULT_BATCH,
+        users: Sequence[UserKey] | None = None,
+        progress: ProgressCallback | None = None,
+    ) -> ReembedReport:
+        """Move the file to `new_embeddings` online: every memory (deleted ones too) is
+        embedded into a shadow while searches use the old vectors, then one transaction
+        cuts over and this service switches to the new embedder; other services refuse
+        until reopened with it. Resumable: a rerun continues a killed one. `users`
+        embeds only theirs (no cutover while other users' memories lack a new vector)."""
+        users = [check_user(u) for u in users] if users else None
+        return SQLiteReembed(self, new_embeddings, batch_size, users, progress).run()
+
+    async def areembed(
+        self,
+        new_embeddings: Embeddings,
+        *,
+        batch_size: int = DEFAULT_BATCH,
+        users: Sequence[UserKey] | None = None,
+        progress: ProgressCallback | None = None,
+    ) -> ReembedReport:
+        """Async twin of `reembed` (runs in a worker thread)."""
+        run = partial(self.reembed, batch_size=batch_size, users=users, progress=progress)
+        return await asyncio.to_thread(run, new_embeddings)
+
+    def reembed_plan(self, users: Sequence[UserKey] | None = None) -> ReembedPlan:
+        """What `reembed` would embed: the memory texts and their estimated tokens."""
+        return reembed_plan(self, [check_user(u) for u in users] if users else None)
+
+    def _switch(self, embeddings: Embeddings, generation: int) -> None:
+        """After a cutover (under the exclusive model lock): serve the new embedder."""
+        self._embeddings, self._generation = embeddings, generation
 
     def _backfill_embeddings(self, user: UserKey, dim: int) -> None:
         """Embed live memories stored without a vector (or with another dimension)."""
