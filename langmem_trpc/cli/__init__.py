@@ -11,6 +11,7 @@ import click
 from ._common import RootGroup, default_db
 from .backfill import backfill_command
 from .bench import bench
+from .info import info_command
 from .jobs import jobs
 from .mcp import mcp_command
 from .memories import memories
@@ -63,6 +64,7 @@ cli.add_command(backfill_command)
 cli.add_command(mcp_command)
 cli.add_command(ui_command)
 cli.add_command(reembed_command)
+cli.add_command(info_command)
 
 
 def main() -> None:

@@ -132,3 +132,23 @@ def test_a_sqlite_file_from_before_identities_records_one_and_refuses_another_wi
     assert json.loads(value)["dims"] == 384
     with pytest.raises(ConfigurationError):
         langmem_trpc.open(path, embeddings=HashingEmbeddings())
+
+
+def test_info_reports_backend_schema_embedder_and_counts(url: str) -> None:
+    from click.testing import CliRunner
+
+    from langmem_trpc.cli import cli
+
+    _seed(url)
+    with langmem_trpc.open(url, embeddings=HashingEmbeddings()) as svc:
+        gone = svc.add(UserKey("app", "bob"), "Bob's old address")
+        svc.delete(UserKey("app", "bob"), gone.id)
+    result = CliRunner().invoke(cli, ["info", "--db", url, "--json"])
+    assert result.exit_code == 0, result.output
+    found = json.loads(result.output)
+    assert found["backend"] in url.split(":")[0] or found["backend"] == "postgres"
+    assert found["embedder"]["dims"] == 384 and found["embedder"]["generation"] == 0
+    assert found["embedder"]["name"].endswith("HashingEmbeddings")
+    assert found["users"] == 2 and found["memories"] == {"live": 1, "deleted": 1}
+    text = CliRunner().invoke(cli, ["info", "--db", url])
+    assert "384 dimensions" in text.output and "1 live, 1 deleted" in text.output

@@ -38,6 +38,7 @@ from ...service._core import Limits, check_app_filter, check_memory_id, check_us
 from ...service._language import Language
 from ...service.capabilities import Capability
 from ...service.identity import EmbedderIdentity, identify
+from ...service.info import StoreInfo
 from ...service.memory import InMemoryMemoryService, _Row, _UserData, unit_vector
 from ...types import DeadLetter, Entry, ExtractionCursor, HistoryEvent, Kind, SearchOptions, UserKey
 from ..sqlite._scoring import score_candidates
@@ -161,6 +162,7 @@ class LanceDBMemoryService(InMemoryMemoryService):
         vector = [] if dims is None else [pa.field("vector", pa.list_(pa.float32(), dims))]
         self._users: OrderedDict[UserKey, _UserData] = OrderedDict()
         self._state_rows, self._commits = state_rows, 0
+        self._directory_path = Path(path)
         self._directory = DirectoryLock(path)  # one service per directory, until close()
         try:
             self._open_table(path, pa.schema(cols + vector), dims, current)
@@ -196,6 +198,14 @@ class LanceDBMemoryService(InMemoryMemoryService):
     @property
     def capabilities(self) -> frozenset[Capability]:
         return super().capabilities | {Capability.DURABLE}
+
+    def store_info(self) -> StoreInfo:
+        """The recorded embedder and counts (`langmem-trpc info`); LanceDB has no migrations."""
+        found = self._scan(f"rec = '{MEMORY}'", ["app", "user", "deleted"]).to_pylist()
+        deleted = sum(1 for row in found if row["deleted"] is not None)
+        users = len({(row["app"], row["user"]) for row in found})
+        stored = _identity.recorded(self._directory_path)
+        return StoreInfo("lancedb", "-", stored, users, len(found) - deleted, deleted)
 
     def close(self) -> None:
         """Drop the cache and release the directory (`_directory`): another service may open

@@ -16,6 +16,7 @@ from ...service.identity import (
     check_identity,
     from_probe,
 )
+from ...service.info import StoreInfo
 from ._plans import Embed, Plan, Sql
 
 SETTINGS_EXIST = "SELECT to_regclass('langmem_settings') IS NOT NULL AS present"
@@ -64,3 +65,22 @@ def record_after_setup(current: EmbedderIdentity) -> Plan[EmbedderIdentity]:
     if stored is None:  # pragma: no cover - just written in this transaction
         raise ConfigurationError("embeddings: the database lost its embedder record")
     return check_identity(stored, current, "in this PostgreSQL database", NO_REEMBED_HINT)
+
+
+INFO = """SELECT
+    (SELECT string_agg(scope || ' ' || v, ', ' ORDER BY scope)
+     FROM (SELECT scope, max(version) AS v FROM langmem_migrations GROUP BY scope) AS x)
+        AS version,
+    (SELECT count(*) FROM (SELECT DISTINCT app_name, user_id FROM langmem_memories) AS u)
+        AS users,
+    (SELECT count(*) FROM langmem_memories WHERE deleted_at IS NULL) AS live,
+    (SELECT count(*) FROM langmem_memories WHERE deleted_at IS NOT NULL) AS deleted"""
+
+
+def store_info() -> Plan[StoreInfo]:
+    """`langmem-trpc info`'s figures (migrations per scope: "core N, vector M")."""
+    rows = yield Sql(INFO)
+    row = rows[0]
+    stored = yield from recorded()
+    counts = int(row["users"]), int(row["live"]), int(row["deleted"])
+    return StoreInfo("postgres", str(row["version"] or "0"), stored, *counts)

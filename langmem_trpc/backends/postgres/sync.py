@@ -12,7 +12,8 @@ from psycopg_pool import ConnectionPool
 
 from ...service._claims import ClaimOp
 from ...service._steps import Plan
-from . import _claims
+from ...service.info import StoreInfo
+from . import _claims, _identity
 from ._base import PostgresBase, backend_error, logger
 from ._plans import Copy, Embed, Op
 
@@ -78,6 +79,10 @@ class SyncPostgres(PostgresBase):
         """Create the extension and apply pending migrations (idempotent; safe to run concurrently)."""
         self._search_cache.dims = self._run(self._op_setup())
         logger.debug("langmem_trpc PostgreSQL schema ready (dims=%s)", self._search_cache.dims)
+
+    def store_info(self) -> StoreInfo:
+        """Schema version, recorded embedder and counts (`langmem-trpc info`)."""
+        return cast("StoreInfo", self._run(Op(_identity.store_info(), write=False)))
 
     def run_plan(self, plan: Plan[T]) -> T:
         return cast("T", self._run(Op(self._write(plan), write=True)))

@@ -12,6 +12,7 @@ import sqlite3
 
 from ...errors import ConfigurationError
 from ...service.identity import EmbedderIdentity, check_identity, stale_error
+from ...service.info import StoreInfo
 
 SELECT = "SELECT value FROM langmem_settings WHERE key = 'embedder'"
 SELECT_GENERATION = "SELECT value FROM langmem_settings WHERE key = 'embedder_generation'"
@@ -56,3 +57,32 @@ def check_generation(conn: sqlite3.Connection, opened: int, path: str) -> None:
         if now is None:  # pragma: no cover - the two keys are written together
             raise ConfigurationError(f"embeddings: the store {path!r} lost its embedder record")
         raise stale_error(repr(path), opened, now)
+
+
+def store_info(conn: sqlite3.Connection) -> StoreInfo:
+    """`langmem-trpc info`'s figures, read in one transaction."""
+    (version,) = conn.execute("SELECT coalesce(max(version), 0) FROM langmem_migrations").fetchone()
+    users, live, deleted = conn.execute(
+        """SELECT (SELECT count(*) FROM (SELECT DISTINCT app_name, user_id FROM memories)),
+            count(*) FILTER (WHERE deleted_at IS NULL),
+            count(*) FILTER (WHERE deleted_at IS NOT NULL) FROM memories"""
+    ).fetchone()
+    target = conn.execute(
+        "SELECT value FROM langmem_settings WHERE key = 'reembed_target'"
+    ).fetchone()
+    done = None
+    if target is not None:
+        (done,) = conn.execute(
+            """SELECT count(*) FROM memories AS m
+            JOIN reembed_vectors AS s ON s.rid = m.rid AND s.text = m.text"""
+        ).fetchone()
+    return StoreInfo(
+        "sqlite",
+        str(version),
+        recorded(conn),
+        int(users),
+        int(live or 0),
+        int(deleted or 0),
+        None if target is None else EmbedderIdentity.from_json(target[0]),
+        done,
+    )

@@ -36,6 +36,7 @@ from ...service._model_lock import ModelLock
 from ...service._steps import Plan
 from ...service.capabilities import Capability
 from ...service.identity import identify
+from ...service.info import StoreInfo
 from ...service.protocol import SyncMemoryService
 from ...service.reembed import DEFAULT_BATCH, ProgressCallback, ReembedPlan, ReembedReport
 from ...types import Entry, HistoryEvent, SearchOptions, UserKey
@@ -300,6 +301,10 @@ class SQLiteMemoryService(SQLiteClaims, ExpiryMixin, SyncMemoryService):
     def reembed_plan(self, users: Sequence[UserKey] | None = None) -> ReembedPlan:
         """What `reembed` would embed: the memory texts and their estimated tokens."""
         return reembed_plan(self, [check_user(u) for u in users] if users else None)
+
+    def store_info(self) -> StoreInfo:
+        """Schema version, recorded embedder, counts, a re-embed in progress (`info`)."""
+        return self._db.read(_identity.store_info)
 
     def _switch(self, embeddings: Embeddings, generation: int) -> None:
         """After a cutover (under the exclusive model lock): serve the new embedder."""
