@@ -18,6 +18,7 @@ from ...errors import ConfigurationError
 from ...service import _steps as steps
 from ...service._core import Limits, check_app_filter, check_memory_id, check_user, resolve_options
 from ...service._language import Language, resolve_language
+from ...service._model_lock import ModelLock
 from ...service._periods import TimeMentions
 from ...service.identity import EmbedderIdentity
 from ...types import Entry, HistoryEvent, SearchOptions, UserKey
@@ -93,6 +94,7 @@ class PostgresBase:
         self._embeddings = embeddings
         self._identity: EmbedderIdentity | None = None
         """The recorded embedder `setup()` checked this one against."""
+        self._model_lock = ModelLock()
         self._limits = limits or Limits()
         self._search_cache = _plans.SearchCache(
             dims=dims,
@@ -145,6 +147,15 @@ class PostgresBase:
     def _language_passed(self) -> None:
         self._language_ok = True
 
+    def _generation(self) -> int:
+        """The recorded embedder generation this service's embedder belongs to."""
+        return self._identity.generation if self._identity is not None else 0
+
+    def _switch(self, embeddings: Embeddings, identity: EmbedderIdentity) -> None:
+        """After a re-embed's cutover (under the exclusive model lock): the new embedder."""
+        self._embeddings, self._identity = embeddings, identity
+        self._search_cache.dims = identity.dims
+
     def _op_setup(self) -> Op:
         return Op(self._setup_plan(), write=True, checks_language=False)
 
@@ -170,7 +181,9 @@ class PostgresBase:
     ) -> Plan[T]:
         """A shared write plan (`service/_plans.py`) as SQL (run in one transaction)."""
         options = _plans.WriteOptions(self._embeddings is not None, self.language, vectors, indexed)
-        return _plans.write(plan, options)
+        if self._identity is None or self._embeddings is None:
+            return _plans.write(plan, options)
+        return _identity.write_checked(_plans.write(plan, options), self._generation)
 
     # -- reads and expiry: `service._twins` makes each a method and its `a*` twin --
 
@@ -185,7 +198,7 @@ class PostgresBase:
     ) -> Plan[list[Entry]]:
         user = check_user(user)
         resolved = resolve_options(query, options)
-        return _plans.search(
+        found = _plans.search(
             user,
             resolved,
             self._embeddings is not None,
@@ -193,6 +206,9 @@ class PostgresBase:
             self._search_cache,
             self.language,
         )
+        if self._identity is None or self._embeddings is None:
+            return found
+        return _identity.read_checked(found, self._generation)
 
     def _history(self, user: UserKey, memory_id: str) -> Plan[list[HistoryEvent]]:
         return _plans.history(check_user(user), check_memory_id(memory_id))

@@ -8,16 +8,21 @@ database that has none, under setup's advisory lock.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TypeVar
+
 from ...errors import ConfigurationError
 from ...service.identity import (
-    NO_REEMBED_HINT,
     PROBE_TEXT,
     EmbedderIdentity,
     check_identity,
     from_probe,
+    stale_error,
 )
 from ...service.info import StoreInfo
 from ._plans import Embed, Plan, Sql
+
+T = TypeVar("T")
 
 SETTINGS_EXIST = "SELECT to_regclass('langmem_settings') IS NOT NULL AS present"
 SELECT = "SELECT value FROM langmem_settings WHERE key = 'embedder'"
@@ -53,9 +58,9 @@ def check_before_setup(current: EmbedderIdentity) -> Plan[EmbedderIdentity | Non
         dims = int(rows[0]["dims"]) if rows and rows[0]["dims"] > 0 else None
         if dims is not None and dims != current.dims:
             unrecorded = EmbedderIdentity("an unrecorded embedder", dims, ())
-            check_identity(unrecorded, current, "in this PostgreSQL database", NO_REEMBED_HINT)
+            check_identity(unrecorded, current, "in this PostgreSQL database")
         return None
-    return check_identity(stored, current, "in this PostgreSQL database", NO_REEMBED_HINT)
+    return check_identity(stored, current, "in this PostgreSQL database")
 
 
 def record_after_setup(current: EmbedderIdentity) -> Plan[EmbedderIdentity]:
@@ -64,7 +69,7 @@ def record_after_setup(current: EmbedderIdentity) -> Plan[EmbedderIdentity]:
     stored = yield from recorded()
     if stored is None:  # pragma: no cover - just written in this transaction
         raise ConfigurationError("embeddings: the database lost its embedder record")
-    return check_identity(stored, current, "in this PostgreSQL database", NO_REEMBED_HINT)
+    return check_identity(stored, current, "in this PostgreSQL database")
 
 
 INFO = """SELECT
@@ -84,3 +89,36 @@ def store_info() -> Plan[StoreInfo]:
     stored = yield from recorded()
     counts = int(row["users"]), int(row["live"]), int(row["deleted"])
     return StoreInfo("postgres", str(row["version"] or "0"), stored, *counts)
+
+
+REPLACE = """INSERT INTO langmem_settings (key, value)
+VALUES ('embedder', %(identity)s), ('embedder_generation', %(generation)s)
+ON CONFLICT (key) DO UPDATE SET value = excluded.value"""
+SELECT_GENERATION = "SELECT value FROM langmem_settings WHERE key = 'embedder_generation'"
+
+
+def _check(generation: int, lock: bool) -> Plan[None]:
+    rows = yield Sql(SELECT_GENERATION + (" FOR SHARE" if lock else ""))
+    if rows and int(rows[0]["value"]) != generation:
+        now = yield from recorded()
+        if now is None:  # pragma: no cover - the two keys are written together
+            raise ConfigurationError("embeddings: the database lost its embedder record")
+        raise stale_error("in this PostgreSQL database", generation, now)
+
+
+def write_checked(plan: Plan[T], generation: Callable[[], int]) -> Plan[T]:
+    """`plan` (run in one transaction) after a check that no re-embed cut over since the
+    service opened (`generation()` is read when the plan starts, under the service's model
+    lock); the `FOR SHARE` row lock makes a cutover wait for this write."""
+    yield from _check(generation(), lock=True)
+    return (yield from plan)
+
+
+def read_checked(plan: Plan[T], generation: Callable[[], int]) -> Plan[T]:
+    """`plan` (autocommit statements) between two generation readings: equal readings
+    mean every statement ran on one side of any cutover."""
+    opened = generation()
+    yield from _check(opened, lock=False)
+    result = yield from plan
+    yield from _check(opened, lock=False)
+    return result
