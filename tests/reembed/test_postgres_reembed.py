@@ -34,7 +34,9 @@ def _texts(user: UserKey, n: int) -> list[str]:
 
 
 def _open(url: str, embeddings: object) -> PostgresMemoryService:
-    svc = PostgresMemoryService(url, embeddings)  # type: ignore[arg-type]
+    """`exact_search_max=10`: users above it search through the HNSW index and
+    `langmem_ann_candidates`, which the cutover rebuilds for the new dimension."""
+    svc = PostgresMemoryService(url, embeddings, exact_search_max=10)  # type: ignore[arg-type]
     svc.setup()
     return svc
 
@@ -65,8 +67,11 @@ def _vectors_are(url: str, model: object) -> None:
 
 
 def _exact_hit(svc: PostgresMemoryService, user: UserKey, text: str) -> None:
-    hits = svc.search(user, text, SearchOptions(hybrid=False, similarity_threshold=0.0))
-    assert hits and hits[0].memory.text == text and (hits[0].score or 0) > 0.99, hits[:1]
+    """Twice: the first search learns the user's size, the second (above
+    `exact_search_max`) reads the HNSW index."""
+    for _ in range(2):
+        hits = svc.search(user, text, SearchOptions(hybrid=False, similarity_threshold=0.0))
+        assert hits and hits[0].memory.text == text and (hits[0].score or 0) > 0.99, hits[:1]
 
 
 def test_reembed_cuts_over_and_back_across_dimensions(pg_url: str) -> None:
