@@ -9,9 +9,11 @@ import click
 from ._common import RootGroup
 from .backfill import backfill_command
 from .bench import bench
+from .info import info_command
 from .jobs import jobs
 from .mcp import mcp_command
 from .memories import memories
+from .reembed import reembed_command
 from .transfer import export_memories, import_memories
 from .ui import ui_command
 from .worker import worker_command
@@ -58,6 +60,8 @@ for command in (memories, export_memories, import_memories, jobs, worker_command
 cli.add_command(backfill_command)
 cli.add_command(mcp_command)
 cli.add_command(ui_command)
+cli.add_command(reembed_command)
+cli.add_command(info_command)
 
 
 def main() -> None:

@@ -20,14 +20,17 @@ class HashingEmbeddings(Embeddings):
         size: vector dimension (384 matches all-MiniLM-L6-v2).
         trigram_weight: weight of character trigrams, which make "upgrade"
             and "upgraded" similar.
+        seed: another seed hashes every feature elsewhere: a different "model" of the
+            same dimension (for tests of embedder changes).
     """
 
-    def __init__(self, size: int = 384, trigram_weight: float = 0.3) -> None:
+    def __init__(self, size: int = 384, trigram_weight: float = 0.3, seed: str = "") -> None:
         self.size = size
         self.trigram_weight = trigram_weight
+        self.seed = seed
 
     def _bucket(self, feature: str) -> tuple[int, float]:
-        digest = hashlib.blake2b(feature.encode(), digest_size=8).digest()
+        digest = hashlib.blake2b((self.seed + feature).encode(), digest_size=8).digest()
         value = int.from_bytes(digest, "little")
         return value % self.size, 1.0 if (value >> 63) & 1 else -1.0
 

@@ -34,6 +34,7 @@ from ..service.protocol import MemoryService
 from ..types import ExtractionCursor, Kind, Memory, Operation, SearchOptions, Source, UserKey
 from ._bulk_conformance import BulkConformance
 from ._claims_conformance import ClaimsConformance
+from ._identity_conformance import IdentityConformance
 from ._integrity_conformance import IntegrityConformance
 from ._kit import ALICE, ALICE_OTHER_APP, BOB, T0, Client, refused
 from ._lifecycle_conformance import LifecycleConformance
@@ -45,6 +46,7 @@ __all__ = ["Capability", "Client", "MemoryServiceConformance"]
 class MemoryServiceConformance(
     BulkConformance,
     ClaimsConformance,
+    IdentityConformance,
     IntegrityConformance,
     LifecycleConformance,
     SearchConformance,

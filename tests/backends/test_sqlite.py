@@ -84,6 +84,7 @@ PINNED_MIGRATIONS = [
     "f6f6fe3e4c1143be5723b9df398000df835c4121719c104307857e7d3c46c4d6",
     "176cafa9d81875e4f8ab015441148838e381a2b3c6cc6927d28dd9946fbdbbe4",  # langmem_settings (language)
     "9e8700faf0bd8557fe19485eded6dd44f2ba519828b237c0bcae02d468acbbc9",  # participants, location keys
+    "2d58b614797e4a5480f9029f878797547a2f3c4dc4b801b9996722ff5d71260b",  # reembed_vectors (#27)
 ]
 
 

@@ -17,7 +17,7 @@ from langmem_trpc import (
     SQLiteMemoryService,
     UserKey,
 )
-from langmem_trpc.backends.sqlite import MIGRATIONS as SQLITE_MIGRATIONS
+from langmem_trpc.backends.sqlite import MIGRATIONS
 from langmem_trpc.service._language import ENGLISH, Language, language, resolve_language
 
 ALICE = UserKey("lang", "alice")
@@ -117,11 +117,11 @@ def test_reopening_a_sqlite_file_with_another_language_is_refused(tmp_path: Any)
 def test_a_sqlite_file_from_before_the_language_was_recorded_is_english(tmp_path: Any) -> None:
     path = tmp_path / "old.db"
     SQLiteMemoryService(path).close()
+    settings = next(
+        v for v, m in enumerate(MIGRATIONS, 1) if any("TABLE langmem_settings" in s for s in m)
+    )
     with sqlite3.connect(path) as conn:  # as if written before the settings migration
         conn.execute("DROP TABLE langmem_settings")
-        settings = next(
-            v for v, m in enumerate(SQLITE_MIGRATIONS, 1) if "langmem_settings" in "".join(m)
-        )
         conn.execute("DELETE FROM langmem_migrations WHERE version >= ?", (settings,))
     with pytest.raises(ConfigurationError, match="'english'.*'german'"):
         SQLiteMemoryService(path, language="german")

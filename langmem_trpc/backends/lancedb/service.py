@@ -38,9 +38,12 @@ from ...service._core import Limits, check_app_filter, check_memory_id, check_us
 from ...service._documents import keys_of
 from ...service._language import Language
 from ...service.capabilities import Capability
+from ...service.identity import EmbedderIdentity, identify
+from ...service.info import StoreInfo
 from ...service.memory import InMemoryMemoryService, _Row, _UserData, unit_vector
 from ...types import DeadLetter, Entry, ExtractionCursor, HistoryEvent, Kind, SearchOptions, UserKey
 from ..sqlite._scoring import score_candidates
+from . import _identity
 from ._lock import DirectoryLock
 
 if TYPE_CHECKING:
@@ -152,16 +155,18 @@ class LanceDBMemoryService(InMemoryMemoryService):
         state_rows: int = STATE_ROWS,
     ) -> None:
         super().__init__(embeddings, limits=limits, language=language)
-        if embeddings is not None and dims is None:
-            dims = len(embeddings.embed_query("dimension probe"))
+        current = None if embeddings is None else identify(embeddings)
+        if current is not None and dims is None:
+            dims = current.dims
         names = ["key", "rec", "scope", "app", "user", "refh", "body", "fp", *_TYPES]
         cols = [pa.field(n, _TYPES.get(n, pa.string())) for n in names]
         vector = [] if dims is None else [pa.field("vector", pa.list_(pa.float32(), dims))]
         self._users: OrderedDict[UserKey, _UserData] = OrderedDict()
         self._state_rows, self._commits = state_rows, 0
+        self._directory_path = Path(path)
         self._directory = DirectoryLock(path)  # one service per directory, until close()
         try:
-            self._open_table(path, pa.schema(cols + vector), dims)
+            self._open_table(path, pa.schema(cols + vector), dims, current)
             seqs = self._scan("true", ["seq"]).column("seq").to_pylist()
             self._writes = itertools.count(max(filter(None, seqs), default=0) + 1)
             self._load_claims()
@@ -169,7 +174,13 @@ class LanceDBMemoryService(InMemoryMemoryService):
             self._directory.release()
             raise
 
-    def _open_table(self, path: str | Path, schema: pa.Schema, dims: int | None) -> None:
+    def _open_table(
+        self,
+        path: str | Path,
+        schema: pa.Schema,
+        dims: int | None,
+        current: EmbedderIdentity | None,
+    ) -> None:
         db = lancedb.connect(str(path))
         try:  # an existing table keeps its schema (with vectors, opened keyword-only)
             self._table = db.open_table(TABLE)
@@ -177,6 +188,8 @@ class LanceDBMemoryService(InMemoryMemoryService):
             self._table = db.create_table(TABLE, schema=schema, exist_ok=True)
         self._vectors = "vector" in self._table.schema.names
         stored = self._table.schema.field("vector").type.list_size if self._vectors else None
+        if current is not None:  # the recorded embedder first: its error names both models
+            _identity.adopt(path, current, stored)
         if dims is not None and stored != dims:
             raise ConfigurationError(
                 f"embeddings: the store at {path} holds {stored or 'no'} vector dimensions, "
@@ -186,6 +199,14 @@ class LanceDBMemoryService(InMemoryMemoryService):
     @property
     def capabilities(self) -> frozenset[Capability]:
         return super().capabilities | {Capability.DURABLE}
+
+    def store_info(self) -> StoreInfo:
+        """The recorded embedder and counts (`langmem-trpc info`); LanceDB has no migrations."""
+        found = self._scan(f"rec = '{MEMORY}'", ["app", "user", "deleted"]).to_pylist()
+        deleted = sum(1 for row in found if row["deleted"] is not None)
+        users = len({(row["app"], row["user"]) for row in found})
+        stored = _identity.recorded(self._directory_path)
+        return StoreInfo("lancedb", "-", stored, users, len(found) - deleted, deleted)
 
     def close(self) -> None:
         """Drop the cache and release the directory (`_directory`): another service may open

@@ -26,11 +26,13 @@ from ...service._core import (
 )
 from ...service._language import Language, resolve_language
 from ...service._periods import TimeMentions
+from ...service.identity import EmbedderIdentity
+from ...service.model_lock import ModelLock
 from ...types import Entry, HistoryEvent, SearchOptions, UserKey
-from . import _expiry, _plans
+from . import _expiry, _identity, _plans, _sql
 from ._cache import MAX_ENTRIES, EntryCache
 from ._conninfo import checked_conninfo
-from ._plans import Op, Plan
+from ._plans import Op, Plan, Sql
 
 if TYPE_CHECKING:
     from langchain_core.embeddings import Embeddings
@@ -97,6 +99,9 @@ class PostgresBase:
                 ">= 0, pool_timeout > 0"
             )
         self._embeddings = embeddings
+        self._identity: EmbedderIdentity | None = None
+        """The recorded embedder `setup()` checked this one against."""
+        self._model_lock = ModelLock()
         self._limits = limits or Limits()
         self._search_cache = _plans.SearchCache(
             dims=dims,
@@ -149,13 +154,29 @@ class PostgresBase:
     def _language_passed(self) -> None:
         self._language_ok = True
 
+    def _generation(self) -> int:
+        """The recorded embedder generation this service's embedder belongs to."""
+        return self._identity.generation if self._identity is not None else 0
+
+    def _switch(self, embeddings: Embeddings, identity: EmbedderIdentity) -> None:
+        """After a re-embed's cutover (under the exclusive model lock): the new embedder."""
+        self._embeddings, self._identity = embeddings, identity
+        self._search_cache.dims = identity.dims
+
     def _op_setup(self) -> Op:
         return Op(self._setup_plan(), write=True, checks_language=False)
 
     def _setup_plan(self) -> Plan[int | None]:
-        dims = yield from _plans.setup(
-            self._search_cache.dims, self._embeddings is not None, self.language
-        )
+        current = None
+        dims = self._search_cache.dims
+        if self._embeddings is not None:  # the embedder is checked before any migration
+            current = yield from _identity.probe(self._embeddings)
+            dims = dims if dims is not None else current.dims
+            yield Sql(_sql.SETUP_LOCK)
+            yield from _identity.check_before_setup(current)
+        dims = yield from _plans.setup(dims, self._embeddings is not None, self.language)
+        if current is not None:
+            self._identity = yield from _identity.record_after_setup(current)
         self._language_passed()  # setup checked (or recorded) the language itself
         return dims
 
@@ -167,7 +188,9 @@ class PostgresBase:
     ) -> Plan[T]:
         """A shared write plan (`service/_plans.py`) as SQL (run in one transaction)."""
         options = _plans.WriteOptions(self._embeddings is not None, self.language, vectors, indexed)
-        return _plans.write(plan, options)
+        if self._identity is None or self._embeddings is None:
+            return _plans.write(plan, options)
+        return _identity.write_checked(_plans.write(plan, options), self._generation)
 
     # -- reads and expiry: `service._twins` makes each a method and its `a*` twin --
 
@@ -185,7 +208,7 @@ class PostgresBase:
     ) -> Plan[list[Entry]]:
         user = check_user(user)
         resolved = resolve_options(query, options)
-        return _plans.search(
+        found = _plans.search(
             user,
             resolved,
             self._embeddings is not None,
@@ -193,6 +216,9 @@ class PostgresBase:
             self._search_cache,
             self.language,
         )
+        if self._identity is None or self._embeddings is None:
+            return found
+        return _identity.read_checked(found, self._generation)
 
     def _history(self, user: UserKey, memory_id: str) -> Plan[list[HistoryEvent]]:
         return _plans.history(check_user(user), check_memory_id(memory_id))

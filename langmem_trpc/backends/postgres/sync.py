@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any, TypeVar, cast
+import asyncio
+from collections.abc import Sequence
+from functools import partial
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import psycopg
 from pgvector.psycopg.vector import register_vector_info
@@ -10,11 +13,19 @@ from psycopg.rows import dict_row
 from psycopg.types import TypeInfo
 from psycopg_pool import ConnectionPool
 
+from ...service._core import check_user
 from ...service.claims import ClaimOp
+from ...service.info import StoreInfo
+from ...service.reembed import DEFAULT_BATCH, ProgressCallback, ReembedPlan, ReembedReport
 from ...service.steps import Plan
-from . import _claims
+from ...types import UserKey
+from . import _claims, _identity
 from ._base import PostgresBase, backend_error, logger
 from ._plans import Copy, Embed, Op
+from ._reembed import PostgresReembed, plan_texts
+
+if TYPE_CHECKING:
+    from langchain_core.embeddings import Embeddings
 
 T = TypeVar("T")
 
@@ -31,6 +42,10 @@ class SyncPostgres(PostgresBase):
             return self._sync_pool
 
     def _run(self, op: Op) -> Any:
+        with self._model_lock.shared():  # one embedder per operation across a cutover
+            return self._run_op(op)
+
+    def _run_op(self, op: Op) -> Any:
         plan = self._gated(op)
         try:
             with self._pool().connection() as conn:
@@ -78,6 +93,42 @@ class SyncPostgres(PostgresBase):
         """Create the extension and apply pending migrations (idempotent; safe to run concurrently)."""
         self._search_cache.dims = self._run(self._op_setup())
         logger.debug("langmem_trpc PostgreSQL schema ready (dims=%s)", self._search_cache.dims)
+
+    def reembed(
+        self,
+        new_embeddings: Embeddings,
+        *,
+        batch_size: int = DEFAULT_BATCH,
+        users: Sequence[UserKey] | None = None,
+        progress: ProgressCallback | None = None,
+    ) -> ReembedReport:
+        """Move the database to `new_embeddings` online (`_reembed.py`): a shadow column
+        filled batch by batch (resumable), its HNSW index built concurrently, then one
+        cutover transaction; this service switches to the new embedder, others refuse
+        until reopened with it. `users` embeds only theirs (no cutover until all are)."""
+        users = [check_user(u) for u in users] if users else None
+        return PostgresReembed(self, new_embeddings, batch_size, users, progress).run()
+
+    async def areembed(
+        self,
+        new_embeddings: Embeddings,
+        *,
+        batch_size: int = DEFAULT_BATCH,
+        users: Sequence[UserKey] | None = None,
+        progress: ProgressCallback | None = None,
+    ) -> ReembedReport:
+        """Async twin of `reembed` (runs in a worker thread)."""
+        run = partial(self.reembed, batch_size=batch_size, users=users, progress=progress)
+        return await asyncio.to_thread(run, new_embeddings)
+
+    def reembed_plan(self, users: Sequence[UserKey] | None = None) -> ReembedPlan:
+        """What `reembed` would embed: the memory texts and their estimated tokens."""
+        chosen = [check_user(u) for u in users] if users else None
+        return cast("ReembedPlan", self._run(Op(plan_texts(chosen), write=False)))
+
+    def store_info(self) -> StoreInfo:
+        """Schema version, recorded embedder and counts (`langmem-trpc info`)."""
+        return cast("StoreInfo", self._run(Op(_identity.store_info(), write=False)))
 
     def run_plan(self, plan: Plan[T]) -> T:
         return cast("T", self._run(Op(self._write(plan), write=True)))

@@ -87,6 +87,7 @@ class SQLiteRun:
         self._entered = True
         assert self._user is not None
         self._conn = conn
+        self._svc.check_embedder(conn)  # a re-embed's cutover refuses old-model writes
         cached = self._svc._caches.vectors.holds(self._user)  # else no append to record
         if cached:
             state = user_state(conn, self._user)

@@ -259,6 +259,15 @@ MIGRATIONS: list[tuple[str, ...]] = [
             FROM memories WHERE deleted_at IS NULL
                 AND (participants <> '[]' OR location IS NOT NULL)""",
     ),
+    # reembed (#27): the shadow vectors of a re-embed in progress, each with the text it
+    # was embedded from (`_reembed.py`); empty outside a re-embed.
+    (
+        """CREATE TABLE IF NOT EXISTS reembed_vectors (
+            rid INTEGER PRIMARY KEY,
+            text TEXT NOT NULL,
+            embedding BLOB NOT NULL
+        )""",
+    ),
 ]
 
 CREATE_MIGRATIONS_TABLE = """CREATE TABLE IF NOT EXISTS langmem_migrations (

@@ -9,11 +9,13 @@ conformance suite.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import sqlite3
 import threading
 from collections.abc import Callable, Sequence
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -32,9 +34,14 @@ from ...service._core import (
 )
 from ...service._language import Language, resolve_language
 from ...service.capabilities import Capability
+from ...service.identity import identify
+from ...service.info import StoreInfo
+from ...service.model_lock import ModelLock
 from ...service.protocol import SyncMemoryService
+from ...service.reembed import DEFAULT_BATCH, ProgressCallback, ReembedPlan, ReembedReport
 from ...service.steps import Plan
 from ...types import Entry, HistoryEvent, SearchOptions, UserKey
+from . import _identity
 from . import _sql as sql
 from ._claims import SQLiteClaims
 from ._connection import Database
@@ -42,6 +49,8 @@ from ._executor import SQLiteRun
 from ._expiry import ExpiryMixin
 from ._locks import FileClaims
 from ._query import SearchCaches, SearchRun
+from ._reembed import SQLiteReembed
+from ._reembed import plan as reembed_plan
 from ._rows import DELETED, to_entry, user_state
 from ._vectors import to_blob, unit_vector
 
@@ -102,8 +111,13 @@ class SQLiteMemoryService(SQLiteClaims, ExpiryMixin, SyncMemoryService):
         self._db = Database(
             path, busy_timeout_ms=busy_timeout_ms, synchronous=synchronous, language=self.language
         )
-        self._file_claims = FileClaims(None if self._db.memory else self._db.path)
         self._embeddings = embeddings
+        self._model_lock = ModelLock()
+        self._generation: int | None = None
+        """The recorded embedder's generation this service opened (None: no embedder)."""
+        if embeddings is not None:
+            self._adopt_identity(embeddings)
+        self._file_claims = FileClaims(None if self._db.memory else self._db.path)
         self._limits = limits or Limits()
         self._caches = SearchCaches(vector_cache_bytes, self._db.read_detached, self.language)
         self._keyword_candidates = keyword_candidates
@@ -138,6 +152,23 @@ class SQLiteMemoryService(SQLiteClaims, ExpiryMixin, SyncMemoryService):
 
     # -- helpers ----------------------------------------------------------------
 
+    def _adopt_identity(self, embeddings: Embeddings) -> None:
+        """Check `embeddings` against the file's recorded embedder (recording it on a file
+        that has none); closes the file and raises `ConfigurationError` on a mismatch."""
+        try:
+            current = identify(embeddings)
+            stored = self._db.write(lambda conn: _identity.adopt(conn, current, self._db.path))
+        except BaseException:
+            self._db.close()
+            raise
+        self._generation = stored.generation
+
+    def check_embedder(self, conn: sqlite3.Connection) -> None:
+        """Refuse (`ConfigurationError`) once a re-embed replaced the embedder this service
+        opened with; run inside every search's and write's transaction."""
+        if self._generation is not None:
+            _identity.check_generation(conn, self._generation, self._db.path)
+
     def _now(self) -> datetime:
         """UTC now, strictly increasing within this service so orders stay stable."""
         wall_us = sql.to_us(utcnow()) or 0
@@ -158,7 +189,8 @@ class SQLiteMemoryService(SQLiteClaims, ExpiryMixin, SyncMemoryService):
 
     def run_plan(self, plan: Plan[T]) -> T:
         """Run a write plan; its write section is one `BEGIN IMMEDIATE` transaction."""
-        return SQLiteRun(self).run(plan)
+        with self._model_lock.shared():  # one embedder from its Embed step to its commit
+            return SQLiteRun(self).run(plan)
 
     # -- reads ------------------------------------------------------------------
 
@@ -220,16 +252,73 @@ class SQLiteMemoryService(SQLiteClaims, ExpiryMixin, SyncMemoryService):
         options = resolve_options(query, options)
         if not options.query.strip():
             return []
+        with self._model_lock.shared():  # one embedder for the query and the stored vectors
+            return self._search(user, options)
+
+    def _search(self, user: UserKey, options: SearchOptions) -> list[Entry]:
         query_vector: np.ndarray | None = None
         if self._embeddings is not None:
             query_vector = unit_vector(self._embeddings.embed_query(options.query))
         args = (self._caches, user, options, query_vector, self._keyword_candidates, self.language)
         search = SearchRun(*args)
-        results = self._db.read(search.run)
+        results = self._db.read(self._checked(search.run))
         if search.missing_vectors:
             self._backfill_embeddings(user, search.missing_vectors)
-            results = self._db.read(SearchRun(*args).run)
+            results = self._db.read(self._checked(SearchRun(*args).run))
         return results
+
+    def _checked(
+        self, work: Callable[[sqlite3.Connection], T]
+    ) -> Callable[[sqlite3.Connection], T]:
+        """`work` after `check_embedder`, in the same transaction."""
+
+        def run(conn: sqlite3.Connection) -> T:
+            self.check_embedder(conn)
+            return work(conn)
+
+        return run
+
+    # -- re-embedding (`_reembed.py`) ---------------------------------------------
+
+    def reembed(
+        self,
+        new_embeddings: Embeddings,
+        *,
+        batch_size: int = DEFAULT_BATCH,
+        users: Sequence[UserKey] | None = None,
+        progress: ProgressCallback | None = None,
+    ) -> ReembedReport:
+        """Move the file to `new_embeddings` online: every memory (deleted ones too) is
+        embedded into a shadow while searches use the old vectors, then one transaction
+        cuts over and this service switches to the new embedder; other services refuse
+        until reopened with it. Resumable: a rerun continues a killed one. `users`
+        embeds only theirs (no cutover while other users' memories lack a new vector)."""
+        users = [check_user(u) for u in users] if users else None
+        return SQLiteReembed(self, new_embeddings, batch_size, users, progress).run()
+
+    async def areembed(
+        self,
+        new_embeddings: Embeddings,
+        *,
+        batch_size: int = DEFAULT_BATCH,
+        users: Sequence[UserKey] | None = None,
+        progress: ProgressCallback | None = None,
+    ) -> ReembedReport:
+        """Async twin of `reembed` (runs in a worker thread)."""
+        run = partial(self.reembed, batch_size=batch_size, users=users, progress=progress)
+        return await asyncio.to_thread(run, new_embeddings)
+
+    def reembed_plan(self, users: Sequence[UserKey] | None = None) -> ReembedPlan:
+        """What `reembed` would embed: the memory texts and their estimated tokens."""
+        return reembed_plan(self, [check_user(u) for u in users] if users else None)
+
+    def store_info(self) -> StoreInfo:
+        """Schema version, recorded embedder, counts, a re-embed in progress (`info`)."""
+        return self._db.read(_identity.store_info)
+
+    def _switch(self, embeddings: Embeddings, generation: int) -> None:
+        """After a cutover (under the exclusive model lock): serve the new embedder."""
+        self._embeddings, self._generation = embeddings, generation
 
     def _backfill_embeddings(self, user: UserKey, dim: int) -> None:
         """Embed live memories stored without a vector (or with another dimension)."""
@@ -247,7 +336,7 @@ class SQLiteMemoryService(SQLiteClaims, ExpiryMixin, SyncMemoryService):
             updates = [
                 (blob, rid, text, who) for (rid, text, who), blob in zip(rows, blobs, strict=True)
             ]
-            self._db.write(_executemany(sql.UPDATE_EMBEDDING, updates))
+            self._db.write(self._checked(_executemany(sql.UPDATE_EMBEDDING, updates)))
             logger.info("backfilled %d embeddings for %s", len(rows), user)
 
 
