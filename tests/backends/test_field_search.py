@@ -60,7 +60,7 @@ def test_sqlite_keys_migration_indexes_existing_rows(tmp_path: Path) -> None:
             (prefix, prefix),
         )
         keys = next(v for v, m in enumerate(MIGRATIONS, 1) if "lm_keys_doc" in "".join(m))
-        conn.execute("DELETE FROM langmem_migrations WHERE version = ?", (keys,))
+        conn.execute("DELETE FROM langmem_migrations WHERE version >= ?", (keys,))
     conn.close()
     svc = SQLiteMemoryService(path)  # opening applies the keys migration
     for query in QUERIES:
