@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from ..bench.locomo.loader import Conversation, Split, load_locomo
+from ..bench.locomo.loader import LOCOMO_SOURCE, Conversation, Split, load_locomo
 from ..errors import ConfigurationError
 from ..types import FUSION_STEPS_OFF
 from ._output import progress
@@ -57,12 +57,6 @@ def default_data() -> Path:
         f"no LoCoMo data found (looked in {looked}); pass --data PATH/locomo10.json "
         f"or set LANGMEM_TRPC_LOCOMO. {LOCOMO_SOURCE}"
     )
-
-
-LOCOMO_SOURCE = (
-    "LoCoMo-10 is data/locomo10.json of github.com/snap-research/locomo (CC BY-NC 4.0, "
-    "2.8 MB): curl -LO https://raw.githubusercontent.com/snap-research/locomo/main/data/locomo10.json"
-)
 
 
 def check_extras(retrieval: bool, arms: str | None, plots: Path | None) -> None:

@@ -92,3 +92,11 @@ def test_without_data_it_says_where_locomo_comes_from(tmp_path, monkeypatch):
 
 def _must_not_load(path):
     raise AssertionError("the data was loaded before the extras were checked")
+
+
+def test_a_mistyped_data_path_says_where_locomo_comes_from(tmp_path):
+    missing = str(tmp_path / "locomo10.json")
+    result = CliRunner().invoke(cli, ["bench", "locomo", "--retrieval", "--data", missing])
+    assert result.exit_code == 1
+    assert f"LoCoMo data file not found: {missing}" in result.output
+    assert "github.com/snap-research/locomo" in result.output and "CC BY-NC 4.0" in result.output

@@ -39,6 +39,12 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
+LOCOMO_SOURCE = (
+    "LoCoMo-10 is data/locomo10.json of github.com/snap-research/locomo (CC BY-NC 4.0, "
+    "2.8 MB): curl -LO https://raw.githubusercontent.com/snap-research/locomo/main/data/locomo10.json"
+)
+"""Where the data comes from, said wherever it is missing."""
+
 CATEGORY_NAMES = {
     1: "multi-hop",
     2: "temporal",
@@ -277,7 +283,7 @@ def load_locomo(path: str | Path) -> Dataset:
     """Load any file in the LoCoMo-10 layout (a JSON list of samples)."""
     file = Path(path)
     if not file.is_file():
-        raise ConfigurationError(f"LoCoMo data file not found: {file}")
+        raise ConfigurationError(f"LoCoMo data file not found: {file}. {LOCOMO_SOURCE}")
     try:
         raw = json.loads(file.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
