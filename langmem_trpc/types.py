@@ -18,7 +18,14 @@ from datetime import datetime
 from enum import Enum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from ._time import ensure_utc, parse_time_or_raise
 from .errors import (
@@ -217,13 +224,39 @@ class Entry(BaseModel):
     expires_at: datetime | None = None
     """When the memory expires (UTC; `set_expiry`, used by MemoryStore's TTL). From
     then on get, read and search hide it until a sweep soft-deletes it."""
+    valid_from: datetime = None  # type: ignore[assignment]  # filled by `_default_validity`
+    """Business time: when the memory became true (UTC). Defaults to the event time,
+    else `created_at`; the write path sets it from the source message's time."""
+    valid_to: datetime | None = None
+    """Business time: when it stopped being true (UTC; None = still true). Set by a
+    supersede (the new version's `valid_from`) or by what was said (`valid_until`)."""
+    superseded_by: str | None = None
+    """The id of the memory that replaced this version, or None (see `service.validity`)."""
 
-    @field_validator("created_at", "updated_at", "expires_at")
+    @model_validator(mode="before")
+    @classmethod
+    def _default_validity(cls, data: Any) -> Any:
+        """A missing `valid_from` is the event time, else the creation time, so every
+        entry (an old export's included) has a business-time start."""
+        if isinstance(data, dict) and data.get("valid_from") is None:
+            memory = data.get("memory")
+            event_time = memory.event_time if isinstance(memory, Memory) else None
+            if isinstance(memory, dict):
+                event_time = memory.get("event_time")
+            data = {**data, "valid_from": event_time or data.get("created_at")}
+        return data
+
+    @field_validator("created_at", "updated_at", "expires_at", "valid_from", "valid_to")
     @classmethod
     def _times(cls, value: datetime | None, info: Any) -> datetime | None:
         """Aware and within years 1-9999 in UTC, or an `InvalidTimeError` naming the
         field: an import's out-of-range `expires_at` once broke every later read."""
         return None if value is None else ensure_utc(value, info.field_name)
+
+    @property
+    def superseded(self) -> bool:
+        """True when a newer version replaced this one (`superseded_by` is set)."""
+        return self.superseded_by is not None
 
     @property
     def user(self) -> UserKey:
@@ -378,11 +411,25 @@ class SearchOptions(OptionsModel):
     rrf_k: int = Field(default=60, ge=1)
     fusion: FusionSettings = FusionSettings()
     """Hybrid ranking knobs for this call; the defaults are what docs/bench-locomo.md measured."""
+    as_of: datetime | None = None
+    """Return what was true at this time: `valid_from <= as_of < valid_to` (an open
+    `valid_to` never ends), superseded versions included. None: current memories only."""
+    include_superseded: bool = False
+    """Return every version (superseded and lapsed ones too), each with its validity."""
 
-    @field_validator("time_after", "time_before", mode="before")
+    @field_validator("time_after", "time_before", "as_of", mode="before")
     @classmethod
     def _times(cls, value: object, info: Any) -> datetime | None:
         return parse_time_or_raise(value, info.field_name)
+
+    @model_validator(mode="after")
+    def _one_view(self) -> SearchOptions:
+        if self.as_of is not None and self.include_superseded:
+            raise InvalidInputError(
+                "include_superseded",
+                "cannot be combined with as_of (as_of already chooses versions)",
+            )
+        return self
 
 
 class Source(BaseModel):

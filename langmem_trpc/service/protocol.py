@@ -263,9 +263,17 @@ class MemoryService(ABC):
     def get(self, user: UserKey, memory_id: str) -> Entry | None: ...
 
     @abstractmethod
-    def read(self, user: UserKey, limit: int | None = None) -> list[Entry]:
-        """Live memories, most recently updated first: at most `limit` (an integer,
-        `_core.check_read_limit`; None or 0 and less: all of them)."""
+    def read(
+        self,
+        user: UserKey,
+        limit: int | None = None,
+        *,
+        as_of: datetime | str | None = None,
+        include_superseded: bool = False,
+    ) -> list[Entry]:
+        """Current memories, most recently updated first: at most `limit` (an integer,
+        `_core.check_read_limit`; None or 0 and less: all of them). `as_of` returns
+        what was true then, `include_superseded` every version (`validity.check_view`)."""
 
     @abstractmethod
     def deleted(self, user: UserKey, limit: int | None = None) -> list[Entry]:
@@ -439,7 +447,14 @@ class MemoryService(ABC):
     async def aget(self, user: UserKey, memory_id: str) -> Entry | None: ...
 
     @abstractmethod
-    async def aread(self, user: UserKey, limit: int | None = None) -> list[Entry]: ...
+    async def aread(
+        self,
+        user: UserKey,
+        limit: int | None = None,
+        *,
+        as_of: datetime | str | None = None,
+        include_superseded: bool = False,
+    ) -> list[Entry]: ...
 
     @abstractmethod
     async def adeleted(self, user: UserKey, limit: int | None = None) -> list[Entry]: ...

@@ -59,6 +59,7 @@ __all__ = [
     "FindById",
     "FindByFingerprint",
     "FindLiveByFingerprint",
+    "FindPredecessor",
     "Gone",
     "Insert",
     "Keep",
@@ -71,6 +72,7 @@ __all__ = [
     "RecordHistory",
     "Rewrite",
     "SetTopics",
+    "SetValidity",
     "SoftDelete",
     "Step",
     "StepExecutor",
@@ -99,7 +101,7 @@ class Stored:
     """A memory row as a find step returns it."""
 
     entry: Entry
-    """The row's entry as stored (`expires_at` included)."""
+    """The row's entry as stored (`expires_at` and validity included)."""
     keyed: bool
     """Added under a caller-chosen id: its fingerprint includes the id."""
     deleted: bool
@@ -218,6 +220,30 @@ class SetTopics:
 
 
 @dataclass(slots=True)
+class SetValidity:
+    """Set a live row's business-time end and supersede link: close a version
+    (`valid_to` = the new version's `valid_from`, `superseded_by` = its id), reopen
+    one (both None), or record what was said (`valid_to` ahead, no link). Content,
+    fingerprint and vector stay; `updated_at` becomes `at`. Result: None."""
+
+    user: UserKey
+    target: Stored
+    valid_to: datetime | None
+    superseded_by: str | None
+    at: datetime
+
+
+@dataclass(slots=True)
+class FindPredecessor:
+    """The user's live row that `memory_id` superseded (the row whose
+    `superseded_by` is `memory_id`), the step a version chain is walked back
+    with. Result: `Stored | None`."""
+
+    user: UserKey
+    memory_id: str
+
+
+@dataclass(slots=True)
 class SoftDelete:
     """Soft-delete these live rows (None: every live row of the user) at `at`.
     Result: `list[Gone]`, (id, text) of each row it deleted (those that were live)."""
@@ -265,6 +291,8 @@ Step = (
     | Insert
     | Rewrite
     | SetTopics
+    | SetValidity
+    | FindPredecessor
     | SoftDelete
     | EvictOldest
     | RecordHistory
@@ -308,6 +336,10 @@ class StepExecutor(Protocol):
 
     def set_topics(self, step: SetTopics) -> None: ...
 
+    def set_validity(self, step: SetValidity) -> None: ...
+
+    def find_predecessor(self, step: FindPredecessor) -> Stored | None: ...
+
     def soft_delete(self, step: SoftDelete) -> list[Gone]: ...
 
     def evict_oldest(self, step: EvictOldest) -> Gone | None: ...
@@ -350,6 +382,11 @@ def dispatch(executor: StepExecutor, step: Step) -> object:
         case SetTopics():
             executor.set_topics(step)
             return None
+        case SetValidity():
+            executor.set_validity(step)
+            return None
+        case FindPredecessor():
+            return executor.find_predecessor(step)
         case SoftDelete():
             return executor.soft_delete(step)
         case EvictOldest():
