@@ -81,7 +81,11 @@ class Operation(str, Enum):
     DELETE = "delete"
     CLEAR = "clear"
     RESTORE = "restore"
-    """A soft-deleted memory brought back as it was (`MemoryService.undelete`)."""
+    """A soft-deleted memory brought back as it was (`MemoryService.undelete`), or a
+    superseded version reopened (`MemoryService.restore_version`)."""
+    SUPERSEDE = "supersede"
+    """A version closed by a newer one (`Entry.superseded_by`), or a newer one closed
+    when an older version was restored."""
 
 
 def text_problem(value: str) -> str | None:
