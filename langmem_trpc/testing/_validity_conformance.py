@@ -12,16 +12,20 @@ from typing import TYPE_CHECKING
 import pytest
 
 from ..errors import (
+    CapacityExceededError,
     InvalidInputError,
     InvalidTimeError,
     MemoryConflictError,
     MemoryNotFoundError,
 )
+from ..service._core import Limits
 from ..types import Entry, Kind, Operation, SearchOptions
-from ._kit import ALICE, BOB, T0, refused
+from ._kit import ALICE, BOB, T0, Client, refused
 
 if TYPE_CHECKING:
-    from ._kit import Client
+    from collections.abc import Callable
+
+    from ..service.protocol import MemoryService
 
 DAY = timedelta(days=1)
 GO = "Production runs Go 1.23"
@@ -342,3 +346,19 @@ class ValidityConformance:
         assert _texts(await client.read(ALICE, include_superseded=True)) == [GO_NEW]
         assert await client.get(ALICE, old.id) is None
         assert [e.id for e in await client.versions(ALICE, new.id)] == [new.id]
+
+    async def test_superseded_versions_take_capacity(
+        self, make_service: Callable[[Limits], MemoryService]
+    ) -> None:
+        for mode in ("sync", "async"):
+            service = make_service(Limits(capacity=2))
+            client = Client(service, mode)
+            try:
+                first = await client.add(ALICE, "Runs Go 1.22")
+                second = await client.update(ALICE, first.id, "Runs Go 1.23", supersede=True)
+                with pytest.raises(CapacityExceededError):
+                    await client.update(ALICE, second.id, "Runs Go 1.24", supersede=True)
+                assert await client.count(ALICE) == 1
+                assert _texts(await client.read(ALICE)) == ["Runs Go 1.23"]
+            finally:
+                service.close()
