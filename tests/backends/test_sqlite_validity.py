@@ -219,3 +219,20 @@ def test_read_count_and_users_follow_the_view(tmp_path):
     with pytest.raises(InvalidInputError, match="include_superseded"):
         svc.read(ALICE, as_of=T0, include_superseded=True)
     svc.close()
+
+
+def test_a_reembed_moves_every_version_to_the_new_model(tmp_path):
+    """Superseded versions keep a vector of the current model, so `as_of` and
+    `include_superseded` searches still have their vector leg after a re-embed."""
+    path = tmp_path / "m.db"
+    svc = SQLiteMemoryService(path, HashingEmbeddings())
+    ids = _chain(svc, ALICE, 3)
+    report = svc.reembed(HashingEmbeddings(size=64, seed="new"))
+    assert report.embedded >= 3
+    with sqlite3.connect(path) as conn:
+        sizes = dict(conn.execute("SELECT id, length(embedding) FROM memories"))
+    assert sizes == {mid: 64 * 4 for mid in ids}
+    as_of = T0 + timedelta(days=1, hours=1)
+    then = svc.search(ALICE, "Go version", SearchOptions(as_of=as_of, hybrid=False))
+    assert [e.id for e in then] == [ids[1]]
+    svc.close()
