@@ -26,13 +26,13 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from bench_sqlite import (
     LookupEmbeddings,
-    latency,
     make_queries,
     make_texts,
     make_vocabulary,
@@ -109,6 +109,34 @@ def same_run(args: argparse.Namespace) -> dict[str, dict[str, float]]:
     }
 
 
+def interleaved(
+    calls: dict[str, Callable[[str], Any]], queries: list[str], runs: int
+) -> dict[str, dict[str, float]]:
+    """Each query timed on every call in turn (the order flips every run, so a drift in
+    host load hits both alike): median over runs of the wall and CPU p50 of each."""
+    for call in calls.values():
+        for q in queries[:20]:  # warm: matrix, keyword index, row cache
+            call(q)
+    p50: dict[str, list[float]] = {name: [] for name in calls}
+    cpu50: dict[str, list[float]] = {name: [] for name in calls}
+    for run in range(runs):
+        order = list(calls) if run % 2 == 0 else list(reversed(calls))
+        wall: dict[str, list[float]] = {name: [] for name in calls}
+        cpu: dict[str, list[float]] = {name: [] for name in calls}
+        for q in queries:
+            for name in order:
+                w, c = time_calls(calls[name], [q])
+                wall[name] += w
+                cpu[name] += c
+        for name in calls:
+            p50[name].append(float(np.median(wall[name])))
+            cpu50[name].append(float(np.median(cpu[name])))
+    return {
+        name: {"p50": statistics.median(p50[name]), "cpu50": statistics.median(cpu50[name])}
+        for name in calls
+    }
+
+
 def chain_figures(args: argparse.Namespace) -> dict[str, Any]:
     texts, asked, table = corpus(args.n, args.dim, args.queries)
     rng = np.random.default_rng(126)
@@ -124,12 +152,13 @@ def chain_figures(args: argparse.Namespace) -> dict[str, Any]:
         head = svc.add(CHAINED, FACT.format(0))
         for i in range(1, args.chain):
             head = svc.update(CHAINED, head.id, FACT.format(i), supersede=True)
+        calls = {
+            user.user_id: lambda q, u=user: svc.search(u, q, SearchOptions(hybrid=True))
+            for user in (PLAIN, CHAINED)
+        }
+        figures.update(interleaved(calls, asked, args.runs))
         for user in (PLAIN, CHAINED):
-            call = lambda q, u=user: svc.search(u, q, SearchOptions(hybrid=True))  # noqa: E731
-            for q in asked[:20]:
-                call(q)
-            figures[user.user_id] = latency(call, asked, args.runs)
-            hits = call(FACT_QUERY)
+            hits = calls[user.user_id](FACT_QUERY)
             figures[user.user_id]["top"] = hits[0].text if hits else None
             figures[user.user_id]["fact versions in results"] = sum(
                 h.text.startswith("Production runs Go") for h in hits
