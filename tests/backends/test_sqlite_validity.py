@@ -114,7 +114,7 @@ def test_an_existing_file_migrates_to_current_rows_from_event_or_creation_time(t
 
 
 def test_the_migration_leaves_indexes_for_predecessors_and_current_reads(tmp_path):
-    """FindPredecessor and the default read are index lookups, not scans of the user."""
+    """FindPredecessor and the default read are index lookups, not scans of the file."""
     svc = SQLiteMemoryService(tmp_path / "m.db")
     svc.close()
     with sqlite3.connect(tmp_path / "m.db") as conn:
@@ -126,11 +126,11 @@ def test_the_migration_leaves_indexes_for_predecessors_and_current_reads(tmp_pat
         current = conn.execute(
             "EXPLAIN QUERY PLAN SELECT id FROM memories WHERE app_name = ? AND user_id = ?"
             " AND deleted_at IS NULL AND superseded_by IS NULL"
-            " ORDER BY updated_at DESC",
+            " ORDER BY updated_at DESC, created_at DESC, id DESC",
             ("a", "u"),
         ).fetchall()
     assert "memories_predecessor" in str(predecessor)
-    assert "memories_current_updated" in str(current)
+    assert "memories_updated" in str(current)
 
 
 def _entry(user, mid, text, begin, **validity) -> Entry:
