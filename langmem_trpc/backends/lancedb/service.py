@@ -18,8 +18,8 @@ import base64
 import itertools
 import json
 from collections import OrderedDict
-from collections.abc import Callable, Container, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import asdict
 from datetime import datetime
 from functools import partial
 from pathlib import Path
@@ -34,9 +34,16 @@ from ...registry import build_service, split_url
 from ...service import _search as ks
 from ...service import claims as c
 from ...service import steps as s
-from ...service._bm25 import CorpusStats, KeywordDoc, QueryTerms
-from ...service._core import Limits, check_app_filter, check_memory_id, check_user, resolve_options
-from ...service._documents import keys_of
+from ...service import validity
+from ...service._bm25 import QueryTerms
+from ...service._core import (
+    Limits,
+    check_app_filter,
+    check_memory_id,
+    check_user,
+    resolve_options,
+    utcnow,
+)
 from ...service._language import Language
 from ...service.capabilities import Capability
 from ...service.identity import EmbedderIdentity, identify
@@ -48,6 +55,7 @@ from ...service.steps import Plan
 from ...types import DeadLetter, Entry, ExtractionCursor, HistoryEvent, Kind, SearchOptions, UserKey
 from ..sqlite._scoring import score_candidates
 from . import _identity, _reembed
+from ._index import _User
 from ._lock import DirectoryLock
 from ._records import HISTORY, MEMORY, TABLE, THREAD, digest, record, scope_of
 
@@ -61,7 +69,11 @@ COMPACT_EVERY = 64
 """Commits between compactions: each commit adds a fragment, and scans slow with many."""
 STATE_ROWS = 200_000
 """Memory rows kept over all users by default (the service's `state_rows`)."""
-_TYPES = {"seq": pa.int64(), "deleted": pa.timestamp("us", "UTC"), "keyed": pa.bool_()}
+_TIME = pa.timestamp("us", "UTC")
+_TYPES = {"seq": pa.int64(), "deleted": _TIME, "keyed": pa.bool_()}
+VALIDITY = {"valid_from": _TIME, "valid_to": _TIME, "superseded": pa.string()}
+"""A memory row's validity as columns (its body holds it too): `users()` filters on
+`superseded`; a table from before them gets them at open (`_add_validity`)."""
 _BYTES = ("message_keys", "retired_keys")
 
 
@@ -72,48 +84,6 @@ def _top(
     the reference's stable sort does."""
     ranked = (i for i in np.argsort(-scores, kind="stable").tolist() if keep(entries[i]))
     return [(entries[i], max(0.0, float(scores[i]))) for i in itertools.islice(ranked, pool)]
-
-
-@dataclass
-class _User(_UserData):
-    """A user's rows and the search index of the live ones (documents, postings, the
-    matrix): a write marks its rows `stale`, the next search indexes them."""
-
-    stale: set[str] = field(default_factory=set)
-    docs: dict[str, KeywordDoc] = field(default_factory=dict)
-    postings: dict[str, set[str]] = field(default_factory=dict)
-    lengths: tuple[int, int] = (0, 0)
-    matrix: tuple[Sequence[Entry], np.ndarray] = ((), np.zeros(0, np.float32))
-
-    def refresh(self, language: Language) -> None:
-        if not self.stale:
-            return
-        for ref in self.stale:
-            old, row = self.docs.pop(ref, None), self.rows.get(ref)
-            for term in old.terms if old is not None else ():
-                self.postings[term].discard(ref)
-            if row is not None and row.live:
-                text, keys = row.entry.text, keys_of(row.entry.memory)
-                doc = self.docs[ref] = KeywordDoc.build(text, keys, language)
-                for term in doc.terms:
-                    self.postings.setdefault(term, set()).add(ref)
-        self.stale.clear()
-        docs = self.docs.values()
-        self.lengths = sum(d.content_len for d in docs), sum(d.topic_len for d in docs)
-        live = [(r.entry, r.vector) for r in self.rows.values() if r.live and r.vector is not None]
-        self.matrix = [e for e, _ in live], np.array([v for _, v in live], np.float32)
-
-    def keyword(self, terms: QueryTerms) -> tuple[list[tuple[Entry, KeywordDoc]], CorpusStats]:
-        """The live rows holding a query term in row order (all, without a primary token: the
-        phrase fallback may match any), and `CorpusStats.from_docs` of the live rows."""
-        n, (content, topic) = len(self.docs), self.lengths
-        average = (max(content / n, 1.0), max(topic / n, 1.0)) if n else (1.0, 1.0)
-        df = {t: len(self.postings.get(t, ())) for t in terms.tokens}
-        held: Container[str] = self.docs
-        if terms.primary:
-            held = set().union(*(self.postings.get(t, ()) for t in terms.tokens))
-        hits = [(row.entry, self.docs[r]) for r, row in self.rows.items() if r in held]
-        return hits, CorpusStats(n, df, *average)
 
 
 class LanceDBMemoryService(InMemoryMemoryService):
@@ -146,6 +116,7 @@ class LanceDBMemoryService(InMemoryMemoryService):
             dims = current.dims
         names = ["key", "rec", "scope", "app", "user", "refh", "body", "fp", *_TYPES]
         cols = [pa.field(n, _TYPES.get(n, pa.string())) for n in names]
+        cols += [pa.field(n, t) for n, t in VALIDITY.items()]
         vector = [] if dims is None else [pa.field("vector", pa.list_(pa.float32(), dims))]
         self._users: OrderedDict[UserKey, _UserData] = OrderedDict()
         self._state_rows, self._commits = state_rows, 0
@@ -154,6 +125,7 @@ class LanceDBMemoryService(InMemoryMemoryService):
         self._directory = DirectoryLock(path)  # one service per directory, until close()
         try:
             self._open_table(path, pa.schema(cols + vector), dims, current)
+            self._add_validity()
             seqs = self._scan("true", ["seq"]).column("seq").to_pylist()
             self._writes = itertools.count(max(filter(None, seqs), default=0) + 1)
             self._load_claims()
@@ -183,6 +155,27 @@ class LanceDBMemoryService(InMemoryMemoryService):
                 f"embeddings: the store at {path} holds {stored or 'no'} vector dimensions, "
                 f"the embedder makes {dims}"
             )
+
+    def _add_validity(self) -> None:
+        """Give a table from before validity its columns, and every memory row lacking
+        `valid_from` its values from its body (where `Entry` defaults `valid_from` to
+        the event time, else `created_at`); idempotent, so a crash between the two
+        commits is finished at the next open."""
+        missing = [pa.field(n, t) for n, t in VALIDITY.items() if n not in self._table.schema.names]
+        if missing:
+            self._table.add_columns(missing)
+        old = self._scan(f"rec = '{MEMORY}' AND valid_from IS NULL")
+        if not old.num_rows:
+            return
+        entries = [Entry.model_validate_json(body) for body in old.column("body").to_pylist()]
+        for name in VALIDITY:
+            values = [
+                getattr(e, "superseded_by" if name == "superseded" else name) for e in entries
+            ]
+            old = old.set_column(
+                old.schema.get_field_index(name), name, pa.array(values, VALIDITY[name])
+            )
+        self._write(old.to_pylist())
 
     @property
     def capabilities(self) -> frozenset[Capability]:
@@ -263,7 +256,9 @@ class LanceDBMemoryService(InMemoryMemoryService):
         return data
 
     def _memory(self, user: UserKey, row: _Row) -> dict[str, Any]:
+        e = row.entry
         more = {"fp": row.fingerprint, "deleted": row.deleted_at, "keyed": row.keyed}
+        more |= {"valid_from": e.valid_from, "valid_to": e.valid_to, "superseded": e.superseded_by}
         body, vector = row.entry.model_dump_json(), row.vector
         return record(MEMORY, user, row.entry.id, body, seq=row.seq, vector=vector, **more)
 
@@ -275,7 +270,7 @@ class LanceDBMemoryService(InMemoryMemoryService):
         for step, result in done:
             if isinstance(step, s.Insert):
                 new.update(r.entry.id for r in step.rows)
-            elif isinstance(step, (s.Rewrite, s.SetTopics)):
+            elif isinstance(step, (s.Rewrite, s.SetTopics, s.SetValidity)):
                 refs.add(step.target.entry.id)
             elif isinstance(step, s.SoftDelete):
                 refs.update(ref for ref, _ in result)
@@ -329,7 +324,8 @@ class LanceDBMemoryService(InMemoryMemoryService):
 
     def users(self, app_name: str | None = None) -> list[UserKey]:
         app = check_app_filter(app_name)
-        found = self._scan(f"rec = '{MEMORY}' AND deleted IS NULL", ["app", "user"])
+        where = f"rec = '{MEMORY}' AND deleted IS NULL AND superseded IS NULL"
+        found = self._scan(where, ["app", "user"])
         keys = {(r["app"], r["user"]) for r in found.to_pylist() if app in (None, r["app"])}
         return [UserKey(a, u) for a, u in sorted(keys)]
 
@@ -346,12 +342,12 @@ class LanceDBMemoryService(InMemoryMemoryService):
         vector = None
         if self._embeddings is not None:
             vector = unit_vector(self._embeddings.embed_query(opts.query))
-        terms = QueryTerms.of(opts, self.language)
-        with self._lock:
+        terms, view = QueryTerms.of(opts, self.language), validity.view_of(opts)
+        with self._lock:  # the view filters before any pool is cut (`_index.py`)
             data = self._find(user)
-            data.refresh(self.language)
-            pool, stats = data.keyword(terms)
-            entries, matrix = data.matrix
+            index = data.view(view, self.language, utcnow())
+            pool, stats = index.keyword(data.rows, terms)
+            entries, matrix = index.matrix
         pool = pool if vector is None or opts.hybrid else []
         near = None if vector is None else (entries, matrix @ vector if entries else np.zeros(0))
         scores = score_candidates(terms, [d for _, d in pool], stats)
