@@ -4,6 +4,7 @@ point, one table version per write)."""
 
 from __future__ import annotations
 
+import itertools
 import time
 from datetime import datetime, timedelta, timezone
 
@@ -57,8 +58,9 @@ class TestLanceDBWithEmbeddings(_OneServicePerDirectory, MemoryServiceConformanc
 
     @pytest.fixture
     def make_service(self, tmp_path):
+        made = itertools.count()  # a fresh directory per call: each is a new store
         return lambda limits: LanceDBMemoryService(
-            tmp_path / "limited", HashingEmbeddings(), limits=limits
+            tmp_path / f"limited{next(made)}", HashingEmbeddings(), limits=limits
         )
 
 
@@ -73,7 +75,8 @@ class TestLanceDBKeywordOnly(_OneServicePerDirectory, MemoryServiceConformance):
 
     @pytest.fixture
     def make_service(self, tmp_path):
-        return lambda limits: LanceDBMemoryService(tmp_path / "limited", limits=limits)
+        made = itertools.count()
+        return lambda limits: LanceDBMemoryService(tmp_path / f"limited{next(made)}", limits=limits)
 
 
 # -- LanceDB-specific behaviour ----------------------------------------------------
