@@ -77,11 +77,14 @@ def _exact_hit(svc: LanceDBMemoryService, user: UserKey, text: str) -> None:
 def test_reembed_cuts_over_and_back_across_dimensions(tmp_path: Path) -> None:
     path = tmp_path / "lance"
     svc = _seed(path)
+    older = svc.search(USERS[1], _texts(USERS[1], 120)[8])[0]
+    svc.update(USERS[1], older.id, "u1 moved to a new fact", supersede=True)  # + 1 row
     seen: list[ReembedProgress] = []
     report = svc.reembed(wide, batch_size=50, progress=seen.append)
-    assert report.cut_over and report.generation == 1 and report.embedded == 360
-    assert seen[-1].done == seen[-1].total == 360 and seen[-1].rate > 0
-    _vectors_are(path, wide)
+    assert report.cut_over and report.generation == 1 and report.embedded == 361
+    assert seen[-1].done == seen[-1].total == 361 and seen[-1].rate > 0
+    _vectors_are(path, wide)  # the superseded and the deleted versions too
+    assert svc.get(USERS[1], older.id).superseded_by is not None  # validity kept
     _exact_hit(svc, USERS[1], _texts(USERS[1], 120)[7])  # this service switched itself
     assert svc.store_info().embedder.dims == 768  # type: ignore[union-attr]
     back = svc.reembed(old, batch_size=64)
