@@ -114,6 +114,17 @@ def test_a_same_dimension_model_change_is_refused_and_points_to_reembed(tmp_path
     _vectors_are(path, new)
 
 
+def test_a_keyword_only_directory_gets_its_first_vectors(tmp_path: Path) -> None:
+    path = tmp_path / "lance"
+    with LanceDBMemoryService(path) as svc:  # created without an embedder: no vector column
+        svc.add(USERS[0], "Likes green tea")
+        assert svc.reembed(wide).cut_over
+        _exact_hit(svc, USERS[0], "Likes green tea")
+    _vectors_are(path, wide)
+    with LanceDBMemoryService(path, wide) as again:
+        _exact_hit(again, USERS[0], "Likes green tea")
+
+
 def test_searches_and_writes_in_other_threads_never_fail_nor_mix(tmp_path: Path) -> None:
     path = tmp_path / "lance"
     svc = _seed(path, 200)
@@ -201,12 +212,16 @@ def test_a_crash_between_the_new_table_and_the_identity_file_is_finished_at_open
     before = (path / "langmem_embedder.json").read_text()
     svc.reembed(new)
     svc.close()
+    new_identity = (path / "langmem_embedder.json").read_text()
     (path / "langmem_embedder.json").write_text(before)  # as if killed before the file
+    (path / "langmem_reembed.json").write_text(new_identity)  # and before the cleanup
     with pytest.raises(ConfigurationError, match="another model"):
         LanceDBMemoryService(path, old)
     with LanceDBMemoryService(path, new) as reopened:
         _exact_hit(reopened, USERS[1], _texts(USERS[1], 10)[4])
-        assert reopened.store_info().embedder.generation == 1  # type: ignore[union-attr]
+        info = reopened.store_info()
+        assert info.embedder.generation == 1 and info.reembed_target is None  # type: ignore[union-attr]
+    assert not (path / "langmem_reembed.json").exists()
 
 
 def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:

@@ -74,14 +74,18 @@ def drop_shadow(db: lancedb.DBConnection) -> None:
 
 
 def recover(db: lancedb.DBConnection, directory: str, schema: pa.Schema) -> None:
-    """Finish a cutover that crashed after writing `records`: the identity in the table's
-    schema metadata is newer than the file's, so the file records it and the shadow goes."""
+    """Finish a cutover that a crash cut short: the identity in the table's schema
+    metadata newer than the file's is recorded; a target the store already uses, and
+    its shadow, are dropped."""
     found = (schema.metadata or {}).get(_identity.META_KEY)
-    if found is None:
-        return
-    moved, stored = EmbedderIdentity.from_json(found.decode()), _identity.recorded(directory)
-    if stored is None or moved.generation > stored.generation:
-        _identity.record(directory, moved)
+    stored = _identity.recorded(directory)
+    if found is not None:
+        moved = EmbedderIdentity.from_json(found.decode())
+        if stored is None or moved.generation > stored.generation:
+            _identity.record(directory, moved)
+            stored = moved
+    target = _identity.target(directory)
+    if target is not None and stored is not None and target.matches(stored):
         _identity.record_target(directory, None)
         drop_shadow(db)
 
