@@ -183,7 +183,7 @@ class LanceDBMemoryService(InMemoryMemoryService):
 
     def store_info(self) -> StoreInfo:
         """The recorded embedder, counts and a re-embed in progress (`langmem-trpc info`);
-        LanceDB has no migrations."""
+        no schema version (`_add_validity` is LanceDB's one upgrade, made at open)."""
         found = self._scan(f"rec = '{MEMORY}'", ["app", "user", "deleted"]).to_pylist()
         deleted = sum(1 for row in found if row["deleted"] is not None)
         users = len({(row["app"], row["user"]) for row in found})
@@ -408,7 +408,8 @@ class LanceDBMemoryService(InMemoryMemoryService):
         found = self._scan("true")
         if self._vectors:
             found = found.drop_columns(["vector"])
-        picked = np.array([rows.get(key, -1) for key in found.column("key").to_pylist()])
+        keys = found.column("key").to_pylist()
+        picked = np.array([rows.get(key, -1) for key in keys], dtype=np.int64)
         values = np.zeros((len(picked), identity.dims), np.float32)
         if len(matrix):
             values = matrix[np.maximum(picked, 0)]
