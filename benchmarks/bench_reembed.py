@@ -1,4 +1,4 @@
-"""Re-embedding speed on SQLite and PostgreSQL (issue 27): rows/s, search p50 during vs before.
+"""Re-embedding speed on SQLite, PostgreSQL and LanceDB (issue 27): rows/s, search p50 during vs before.
 
 N memories over 100 users, written with an "old" 384-dimension model, then
 `svc.reembed()` to a "new" 768-dimension model while a second thread searches
@@ -16,6 +16,7 @@ PostgreSQL runs on a throwaway embedded server (`PostgresTestServer`), or on
 Usage:
     python benchmarks/bench_reembed.py                  # 100,000 memories, 3 runs
     python benchmarks/bench_reembed.py --n 20000 --runs 3 --backend postgres
+    python benchmarks/bench_reembed.py --n 10000 --runs 3 --backend lancedb
 """
 
 from __future__ import annotations
@@ -89,7 +90,12 @@ def _search_loop(svc: Any, texts: list[str], stop: threading.Event, count: int =
 
 
 def _open(target: str, embeddings: Embeddings) -> Any:
-    """A SQLite file path, or a PostgreSQL URL / libpq `key=value` string."""
+    """A SQLite file path, a PostgreSQL URL / libpq `key=value` string, or `lancedb://DIR`."""
+    if target.startswith("lancedb://"):
+        from langmem_trpc.backends.lancedb import LanceDBMemoryService
+
+        path = target.removeprefix("lancedb://")
+        return LanceDBMemoryService(path, embeddings, limits=Limits(capacity=None))
     if target.startswith(("postgresql://", "postgres://")) or "dbname=" in target:
         from langmem_trpc.backends.postgres import PostgresMemoryService
 
@@ -135,14 +141,17 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=100_000)
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--backend", choices=["sqlite", "postgres"], default="sqlite")
+    parser.add_argument("--backend", choices=["sqlite", "postgres", "lancedb"], default="sqlite")
     parser.add_argument("--pg-url", help="a server to create throwaway databases on")
     args = parser.parse_args()
     results = []
     for run in range(args.runs):
-        if args.backend == "sqlite":
+        if args.backend in ("sqlite", "lancedb"):
             with tempfile.TemporaryDirectory() as folder:
-                results.append(one_run(args.n, args.batch, str(Path(folder) / "reembed.db")))
+                target = str(Path(folder) / "reembed.db")
+                if args.backend == "lancedb":
+                    target = f"lancedb://{Path(folder) / 'reembed'}"
+                results.append(one_run(args.n, args.batch, target))
         else:
             from langmem_trpc.testing.postgres import PostgresTestServer
 

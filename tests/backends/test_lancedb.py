@@ -4,6 +4,8 @@ point, one table version per write)."""
 
 from __future__ import annotations
 
+import itertools
+import time
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -56,8 +58,9 @@ class TestLanceDBWithEmbeddings(_OneServicePerDirectory, MemoryServiceConformanc
 
     @pytest.fixture
     def make_service(self, tmp_path):
+        made = itertools.count()  # a fresh directory per call: each is a new store
         return lambda limits: LanceDBMemoryService(
-            tmp_path / "limited", HashingEmbeddings(), limits=limits
+            tmp_path / f"limited{next(made)}", HashingEmbeddings(), limits=limits
         )
 
 
@@ -72,7 +75,8 @@ class TestLanceDBKeywordOnly(_OneServicePerDirectory, MemoryServiceConformance):
 
     @pytest.fixture
     def make_service(self, tmp_path):
-        return lambda limits: LanceDBMemoryService(tmp_path / "limited", limits=limits)
+        made = itertools.count()
+        return lambda limits: LanceDBMemoryService(tmp_path / f"limited{next(made)}", limits=limits)
 
 
 # -- LanceDB-specific behaviour ----------------------------------------------------
@@ -192,6 +196,107 @@ def test_users_past_state_rows_are_dropped_and_reloaded_from_the_table(tmp_path)
     assert svc.count(bob) == 2
     svc.close()
     assert not svc._users
+
+
+# -- validity (issue 26) -----------------------------------------------------------
+
+
+def _previous_format_store(path):
+    """A directory as the code before validity wrote it: no validity columns, memory
+    bodies without `valid_from` / `valid_to` / `superseded_by`."""
+    import lancedb
+    import pyarrow as pa
+
+    from langmem_trpc.backends.lancedb._records import HISTORY, MEMORY, record
+    from langmem_trpc.types import Entry, Memory
+
+    names = ["key", "rec", "scope", "app", "user", "refh", "body", "fp"]
+    types = {"seq": pa.int64(), "deleted": pa.timestamp("us", "UTC"), "keyed": pa.bool_()}
+    schema = pa.schema([pa.field(n, pa.string()) for n in names]
+                       + [pa.field(n, t) for n, t in types.items()])  # fmt: skip
+    created = datetime(2025, 1, 2, tzinfo=timezone.utc)
+    said = Memory(text="Went to Lisbon", kind=Kind.EPISODE, event_time="2024-03-01T10:00:00Z")
+    rows = []
+    for seq, (memory, deleted) in enumerate(
+        [(said, None), (Memory(text="Likes green tea"), None), (Memory(text="Old"), created)], 1
+    ):
+        entry = Entry(id=f"m{seq}", app_name="app", user_id="alice", memory=memory,
+                      created_at=created, updated_at=created)  # fmt: skip
+        body = entry.model_dump_json(exclude={"valid_from", "valid_to", "superseded_by"})
+        more = {"fp": f"fp{seq}", "deleted": deleted, "keyed": False}
+        rows.append(record(MEMORY, ALICE, entry.id, body, seq=seq, **more))
+    rows.append(record(HISTORY, ALICE, "m1", "{}", seq=4, fp=None, deleted=None, keyed=None))
+    lancedb.connect(str(path)).create_table("records", pa.Table.from_pylist(rows, schema))
+
+
+def test_a_table_from_before_validity_opens_with_valid_from_filled(tmp_path):
+    import lancedb
+
+    _previous_format_store(tmp_path / "old")
+    for _ in range(2):  # the second open finds nothing left to fill
+        with LanceDBMemoryService(tmp_path / "old") as svc:
+            lisbon, tea = svc.get(ALICE, "m1"), svc.get(ALICE, "m2")
+            assert lisbon.valid_from == datetime(2024, 3, 1, 10, tzinfo=timezone.utc)
+            assert tea.valid_from == tea.created_at and tea.valid_to is None
+            assert not tea.superseded and svc.count(ALICE) == 2
+            assert [e.id for e in svc.search(ALICE, "green tea")] == ["m2"]
+            assert svc.users() == [ALICE]
+    table = lancedb.connect(str(tmp_path / "old")).open_table("records")
+    found = table.search().where("rec = 'm'").limit(None).to_arrow().sort_by("seq")
+    assert found.column("valid_from").null_count == 0
+    assert found.column("valid_from")[0].as_py() == lisbon.valid_from
+    assert found.column("superseded").null_count == 3
+    with LanceDBMemoryService(tmp_path / "old") as svc:
+        newer = svc.update(ALICE, "m2", "Likes black tea", supersede=True)
+        assert svc.get(ALICE, "m2").superseded_by == newer.id
+        assert [e.id for e in svc.versions(ALICE, newer.id)] == ["m2", newer.id]
+
+
+def test_users_and_count_skip_a_user_left_with_superseded_versions_only(tmp_path):
+    bob = UserKey("app", "bob")
+    with LanceDBMemoryService(tmp_path / "v") as svc:
+        first = svc.add(bob, "Runs Go 1.23 in production")
+        newer = svc.update(bob, first.id, "Runs Go 1.24 in production", supersede=True)
+        svc.add(ALICE, "Likes green tea")
+        assert svc.users() == [ALICE, bob] and svc.count(bob) == 1
+        svc.delete(bob, newer.id)
+    with LanceDBMemoryService(tmp_path / "v") as svc:  # from the table's columns
+        assert svc.users() == [ALICE] and svc.count(bob) == 0
+        assert svc.get(bob, first.id).superseded_by == newer.id
+
+
+def test_a_long_chain_of_versions_stays_out_of_the_default_index(tmp_path):
+    with LanceDBMemoryService(tmp_path / "c", HashingEmbeddings()) as svc:
+        head = svc.add(ALICE, "Production runs Go 1.0", valid_from="2020-01-01")
+        for minor in range(1, 101):
+            at = datetime(2020, 1, 1, tzinfo=timezone.utc) + timedelta(days=minor)
+            head = svc.update(ALICE, head.id, f"Production runs Go 1.{minor}",
+                              supersede=True, valid_from=at)  # fmt: skip
+        other = svc.add(ALICE, "Production database is PostgreSQL 16")
+        hits = svc.search(ALICE, "production runs Go", SearchOptions(max_results=3))
+        assert [e.id for e in hits][:1] == [head.id] and len(hits) == 2
+        assert {e.id for e in hits} == {head.id, other.id}
+        assert len(svc._users[ALICE].index.docs) == 2  # 100 superseded rows: not indexed
+        past = SearchOptions(as_of=datetime(2020, 1, 11, 12, tzinfo=timezone.utc))
+        assert [e.text for e in svc.search(ALICE, "production runs Go", past)][:1] == [
+            "Production runs Go 1.10"
+        ]
+        every = SearchOptions(include_superseded=True, max_results=200)
+        assert len(svc.search(ALICE, "production runs Go", every)) == 102
+
+
+def test_a_memory_leaves_the_cached_index_when_its_validity_lapses(tmp_path):
+    svc = LanceDBMemoryService(tmp_path / "l")
+    soon = datetime.now(timezone.utc) + timedelta(seconds=1)
+    entry = svc.add(ALICE, "In Tokyo until tomorrow", valid_from="2020-01-01", valid_until=soon)
+    assert [e.id for e in svc.search(ALICE, "Tokyo")] == [entry.id]  # indexed, cached
+    while datetime.now(timezone.utc) <= soon:
+        time.sleep(0.05)
+    assert svc.search(ALICE, "Tokyo") == [] and svc.read(ALICE) == []
+    assert [e.id for e in svc.search(ALICE, "Tokyo", SearchOptions(as_of="2021-01-01"))] == [
+        entry.id
+    ]
+    svc.close()
 
 
 # -- one service per directory (issue 31, item 5) ------------------------------------------

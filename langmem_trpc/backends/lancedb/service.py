@@ -6,21 +6,22 @@ and each write stores what it changed in one table version before it returns
 (one the table refuses is undone in memory too). Search ranks with the shared
 scorer over a per-user index. The cache is this service's, so a service locks its
 directory until `close()` and a second one is refused (`_lock.py`; no `CROSS_PROCESS`).
-Memories, history events and threads (cursor,
-claim, dead letters) are rows of `records`, JSON in `body`; filters splice only
-hex digests and fixed words, never a caller's id or text.
+Memories, history events and threads (cursor, claim, dead letters) are rows of
+`records` (`_records.py`). `reembed` moves the directory to a new embedding
+model online (`_reembed.py`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
-import hashlib
 import itertools
 import json
 from collections import OrderedDict
-from collections.abc import Callable, Container, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import asdict
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -33,18 +34,30 @@ from ...registry import build_service, split_url
 from ...service import _search as ks
 from ...service import claims as c
 from ...service import steps as s
-from ...service._bm25 import CorpusStats, KeywordDoc, QueryTerms
-from ...service._core import Limits, check_app_filter, check_memory_id, check_user, resolve_options
-from ...service._documents import keys_of
+from ...service import validity
+from ...service._bm25 import QueryTerms
+from ...service._core import (
+    Limits,
+    check_app_filter,
+    check_memory_id,
+    check_user,
+    resolve_options,
+    utcnow,
+)
 from ...service._language import Language
 from ...service.capabilities import Capability
 from ...service.identity import EmbedderIdentity, identify
 from ...service.info import StoreInfo
 from ...service.memory import InMemoryMemoryService, _Row, _UserData, unit_vector
+from ...service.model_lock import ModelLock
+from ...service.reembed import DEFAULT_BATCH, ProgressCallback, ReembedPlan, ReembedReport
+from ...service.steps import Plan
 from ...types import DeadLetter, Entry, ExtractionCursor, HistoryEvent, Kind, SearchOptions, UserKey
 from ..sqlite._scoring import score_candidates
-from . import _identity
+from . import _identity, _reembed
+from ._index import _User
 from ._lock import DirectoryLock
+from ._records import HISTORY, MEMORY, TABLE, THREAD, digest, record, scope_of
 
 if TYPE_CHECKING:
     from langchain_core.embeddings import Embeddings
@@ -52,31 +65,16 @@ if TYPE_CHECKING:
 __all__ = ["LanceDBMemoryService", "open_backend"]
 
 T = TypeVar("T")
-TABLE = "records"
-MEMORY, HISTORY, THREAD = "m", "h", "t"
 COMPACT_EVERY = 64
 """Commits between compactions: each commit adds a fragment, and scans slow with many."""
 STATE_ROWS = 200_000
 """Memory rows kept over all users by default (the service's `state_rows`)."""
-_TYPES = {"seq": pa.int64(), "deleted": pa.timestamp("us", "UTC"), "keyed": pa.bool_()}
+_TIME = pa.timestamp("us", "UTC")
+_TYPES = {"seq": pa.int64(), "deleted": _TIME, "keyed": pa.bool_()}
+VALIDITY = {"valid_from": _TIME, "valid_to": _TIME, "superseded": pa.string()}
+"""A memory row's validity as columns (its body holds it too): `users()` filters on
+`superseded`; a table from before them gets them at open (`_add_validity`)."""
 _BYTES = ("message_keys", "retired_keys")
-
-
-def digest(value: str) -> str:
-    return hashlib.sha256(value.encode()).hexdigest()[:32]
-
-
-def scope_of(user: UserKey) -> str:
-    """The user as a filter-safe digest; the length prefix keeps ('a:b','c') != ('a','b:c')."""
-    return digest(f"{len(user.app_name)}:{user.app_name}{user.user_id}")
-
-
-def record(rec: str, user: UserKey, ref: str, body: str, **more: Any) -> dict[str, Any]:
-    """A row of `records`, `ref` (a memory or thread id) as its digest; an event's key is its seq."""
-    scope, refh = scope_of(user), digest(ref)
-    key = f"{rec}:{scope}:" + (f"{more['seq']:020d}" if rec == HISTORY else refh)
-    row = {"key": key, "rec": rec, "scope": scope, "app": user.app_name, "user": user.user_id}
-    return row | {"refh": refh, "body": body, **more}
 
 
 def _top(
@@ -86,48 +84,6 @@ def _top(
     the reference's stable sort does."""
     ranked = (i for i in np.argsort(-scores, kind="stable").tolist() if keep(entries[i]))
     return [(entries[i], max(0.0, float(scores[i]))) for i in itertools.islice(ranked, pool)]
-
-
-@dataclass
-class _User(_UserData):
-    """A user's rows and the search index of the live ones (documents, postings, the
-    matrix): a write marks its rows `stale`, the next search indexes them."""
-
-    stale: set[str] = field(default_factory=set)
-    docs: dict[str, KeywordDoc] = field(default_factory=dict)
-    postings: dict[str, set[str]] = field(default_factory=dict)
-    lengths: tuple[int, int] = (0, 0)
-    matrix: tuple[Sequence[Entry], np.ndarray] = ((), np.zeros(0, np.float32))
-
-    def refresh(self, language: Language) -> None:
-        if not self.stale:
-            return
-        for ref in self.stale:
-            old, row = self.docs.pop(ref, None), self.rows.get(ref)
-            for term in old.terms if old is not None else ():
-                self.postings[term].discard(ref)
-            if row is not None and row.live:
-                text, keys = row.entry.text, keys_of(row.entry.memory)
-                doc = self.docs[ref] = KeywordDoc.build(text, keys, language)
-                for term in doc.terms:
-                    self.postings.setdefault(term, set()).add(ref)
-        self.stale.clear()
-        docs = self.docs.values()
-        self.lengths = sum(d.content_len for d in docs), sum(d.topic_len for d in docs)
-        live = [(r.entry, r.vector) for r in self.rows.values() if r.live and r.vector is not None]
-        self.matrix = [e for e, _ in live], np.array([v for _, v in live], np.float32)
-
-    def keyword(self, terms: QueryTerms) -> tuple[list[tuple[Entry, KeywordDoc]], CorpusStats]:
-        """The live rows holding a query term in row order (all, without a primary token: the
-        phrase fallback may match any), and `CorpusStats.from_docs` of the live rows."""
-        n, (content, topic) = len(self.docs), self.lengths
-        average = (max(content / n, 1.0), max(topic / n, 1.0)) if n else (1.0, 1.0)
-        df = {t: len(self.postings.get(t, ())) for t in terms.tokens}
-        held: Container[str] = self.docs
-        if terms.primary:
-            held = set().union(*(self.postings.get(t, ()) for t in terms.tokens))
-        hits = [(row.entry, self.docs[r]) for r, row in self.rows.items() if r in held]
-        return hits, CorpusStats(n, df, *average)
 
 
 class LanceDBMemoryService(InMemoryMemoryService):
@@ -160,13 +116,16 @@ class LanceDBMemoryService(InMemoryMemoryService):
             dims = current.dims
         names = ["key", "rec", "scope", "app", "user", "refh", "body", "fp", *_TYPES]
         cols = [pa.field(n, _TYPES.get(n, pa.string())) for n in names]
+        cols += [pa.field(n, t) for n, t in VALIDITY.items()]
         vector = [] if dims is None else [pa.field("vector", pa.list_(pa.float32(), dims))]
         self._users: OrderedDict[UserKey, _UserData] = OrderedDict()
         self._state_rows, self._commits = state_rows, 0
+        self._model_lock = ModelLock()  # searches and plans vs. a re-embed's cutover
         self._directory_path = Path(path)
         self._directory = DirectoryLock(path)  # one service per directory, until close()
         try:
             self._open_table(path, pa.schema(cols + vector), dims, current)
+            self._add_validity()
             seqs = self._scan("true", ["seq"]).column("seq").to_pylist()
             self._writes = itertools.count(max(filter(None, seqs), default=0) + 1)
             self._load_claims()
@@ -181,11 +140,12 @@ class LanceDBMemoryService(InMemoryMemoryService):
         dims: int | None,
         current: EmbedderIdentity | None,
     ) -> None:
-        db = lancedb.connect(str(path))
+        db = self._db = lancedb.connect(str(path))
         try:  # an existing table keeps its schema (with vectors, opened keyword-only)
             self._table = db.open_table(TABLE)
         except ValueError:
             self._table = db.create_table(TABLE, schema=schema, exist_ok=True)
+        _reembed.recover(db, str(path), self._table.schema)  # a cutover a crash cut short
         self._vectors = "vector" in self._table.schema.names
         stored = self._table.schema.field("vector").type.list_size if self._vectors else None
         if current is not None:  # the recorded embedder first: its error names both models
@@ -196,23 +156,57 @@ class LanceDBMemoryService(InMemoryMemoryService):
                 f"the embedder makes {dims}"
             )
 
+    def _add_validity(self) -> None:
+        """Give a table from before validity its columns, and every memory row lacking
+        `valid_from` its values from its body (where `Entry` defaults `valid_from` to
+        the event time, else `created_at`); idempotent, so a crash between the two
+        commits is finished at the next open."""
+        missing = [pa.field(n, t) for n, t in VALIDITY.items() if n not in self._table.schema.names]
+        if missing:
+            self._table.add_columns(missing)
+        old = self._scan(f"rec = '{MEMORY}' AND valid_from IS NULL")
+        if not old.num_rows:
+            return
+        entries = [Entry.model_validate_json(body) for body in old.column("body").to_pylist()]
+        for name in VALIDITY:
+            values = [
+                getattr(e, "superseded_by" if name == "superseded" else name) for e in entries
+            ]
+            old = old.set_column(
+                old.schema.get_field_index(name), name, pa.array(values, VALIDITY[name])
+            )
+        self._write(old.to_pylist())
+
     @property
     def capabilities(self) -> frozenset[Capability]:
         return super().capabilities | {Capability.DURABLE}
 
     def store_info(self) -> StoreInfo:
-        """The recorded embedder and counts (`langmem-trpc info`); LanceDB has no migrations."""
+        """The recorded embedder, counts and a re-embed in progress (`langmem-trpc info`);
+        no schema version (`_add_validity` is LanceDB's one upgrade, made at open)."""
         found = self._scan(f"rec = '{MEMORY}'", ["app", "user", "deleted"]).to_pylist()
         deleted = sum(1 for row in found if row["deleted"] is not None)
         users = len({(row["app"], row["user"]) for row in found})
         stored = _identity.recorded(self._directory_path)
-        return StoreInfo("lancedb", "-", stored, users, len(found) - deleted, deleted)
+        target, done = _identity.target(self._directory_path), None
+        if target is not None:
+            shadow = _reembed.shadow_texts(self._db)
+            texts = _reembed.memory_texts(self, None)
+            done = sum(1 for key, text in texts.items() if shadow.get(key) == text)
+        live = len(found) - deleted
+        return StoreInfo("lancedb", "-", stored, users, live, deleted, target, done)
 
     def close(self) -> None:
         """Drop the cache and release the directory (`_directory`): another service may open
         it; this one must not be used again."""
         self._users.clear()
         self._directory.release()
+
+    def run_plan(self, plan: Plan[T]) -> T:
+        """Run a write plan holding the model lock shared: one embedder from its `Embed`
+        step to its commit, never across a re-embed's cutover."""
+        with self._model_lock.shared():
+            return super().run_plan(plan)
 
     def _scan(self, where: str, columns: Sequence[str] | None = None) -> pa.Table:
         query = self._table.search().where(where).limit(None)
@@ -262,7 +256,9 @@ class LanceDBMemoryService(InMemoryMemoryService):
         return data
 
     def _memory(self, user: UserKey, row: _Row) -> dict[str, Any]:
+        e = row.entry
         more = {"fp": row.fingerprint, "deleted": row.deleted_at, "keyed": row.keyed}
+        more |= {"valid_from": e.valid_from, "valid_to": e.valid_to, "superseded": e.superseded_by}
         body, vector = row.entry.model_dump_json(), row.vector
         return record(MEMORY, user, row.entry.id, body, seq=row.seq, vector=vector, **more)
 
@@ -274,7 +270,7 @@ class LanceDBMemoryService(InMemoryMemoryService):
         for step, result in done:
             if isinstance(step, s.Insert):
                 new.update(r.entry.id for r in step.rows)
-            elif isinstance(step, (s.Rewrite, s.SetTopics)):
+            elif isinstance(step, (s.Rewrite, s.SetTopics, s.SetValidity)):
                 refs.add(step.target.entry.id)
             elif isinstance(step, s.SoftDelete):
                 refs.update(ref for ref, _ in result)
@@ -328,7 +324,8 @@ class LanceDBMemoryService(InMemoryMemoryService):
 
     def users(self, app_name: str | None = None) -> list[UserKey]:
         app = check_app_filter(app_name)
-        found = self._scan(f"rec = '{MEMORY}' AND deleted IS NULL", ["app", "user"])
+        where = f"rec = '{MEMORY}' AND deleted IS NULL AND superseded IS NULL"
+        found = self._scan(where, ["app", "user"])
         keys = {(r["app"], r["user"]) for r in found.to_pylist() if app in (None, r["app"])}
         return [UserKey(a, u) for a, u in sorted(keys)]
 
@@ -338,15 +335,19 @@ class LanceDBMemoryService(InMemoryMemoryService):
         user, opts = check_user(user), resolve_options(query, options)
         if not opts.query.strip():
             return []
+        with self._model_lock.shared():  # one embedder for the query and the stored vectors
+            return self._search(user, opts)
+
+    def _search(self, user: UserKey, opts: SearchOptions) -> list[Entry]:
         vector = None
         if self._embeddings is not None:
             vector = unit_vector(self._embeddings.embed_query(opts.query))
-        terms = QueryTerms.of(opts, self.language)
-        with self._lock:
+        terms, view = QueryTerms.of(opts, self.language), validity.view_of(opts)
+        with self._lock:  # the view filters before any pool is cut (`_index.py`)
             data = self._find(user)
-            data.refresh(self.language)
-            pool, stats = data.keyword(terms)
-            entries, matrix = data.matrix
+            index = data.view(view, self.language, utcnow())
+            pool, stats = index.keyword(data.rows, terms)
+            entries, matrix = index.matrix
         pool = pool if vector is None or opts.hybrid else []
         near = None if vector is None else (entries, matrix @ vector if entries else np.zeros(0))
         scores = score_candidates(terms, [d for _, d in pool], stats)
@@ -363,6 +364,67 @@ class LanceDBMemoryService(InMemoryMemoryService):
             return ks.Legs(vectors, _top(*keyword, keep, size))
 
         return ks.execute_search(opts, fetch, self.language, self._time_mentions)
+
+    # -- re-embedding (`_reembed.py`) ---------------------------------------------
+
+    def reembed(
+        self,
+        new_embeddings: Embeddings,
+        *,
+        batch_size: int = DEFAULT_BATCH,
+        users: Sequence[UserKey] | None = None,
+        progress: ProgressCallback | None = None,
+    ) -> ReembedReport:
+        """Move the directory to `new_embeddings` online: every memory (deleted and
+        superseded ones too) is embedded into a shadow table while searches use the old
+        vectors, then one table version cuts over and this service switches to the new
+        embedder. Resumable: a rerun continues a killed one. `users` embeds only theirs
+        (no cutover while other users' memories lack a new vector)."""
+        users = [check_user(u) for u in users] if users else None
+        return _reembed.LanceDBReembed(self, new_embeddings, batch_size, users, progress).run()
+
+    async def areembed(
+        self,
+        new_embeddings: Embeddings,
+        *,
+        batch_size: int = DEFAULT_BATCH,
+        users: Sequence[UserKey] | None = None,
+        progress: ProgressCallback | None = None,
+    ) -> ReembedReport:
+        """Async twin of `reembed` (runs in a worker thread)."""
+        run = partial(self.reembed, batch_size=batch_size, users=users, progress=progress)
+        return await asyncio.to_thread(run, new_embeddings)
+
+    def reembed_plan(self, users: Sequence[UserKey] | None = None) -> ReembedPlan:
+        """What `reembed` would embed: the memory texts and their estimated tokens."""
+        return _reembed.plan(self, [check_user(u) for u in users] if users else None)
+
+    def _swap_vectors(
+        self, rows: dict[str, int], matrix: np.ndarray, identity: EmbedderIdentity
+    ) -> None:
+        """Rewrite `records` as one table version: each memory row's vector is its row of
+        `matrix` (`rows`: key -> row; other rows get none), at `identity`'s width, and the
+        schema metadata records `identity` (`_reembed.recover`). Under both locks."""
+        found = self._scan("true")
+        if self._vectors:
+            found = found.drop_columns(["vector"])
+        keys = found.column("key").to_pylist()
+        picked = np.array([rows.get(key, -1) for key in keys], dtype=np.int64)
+        values = np.zeros((len(picked), identity.dims), np.float32)
+        if len(matrix):
+            values = matrix[np.maximum(picked, 0)]
+        flat = pa.array(values.astype(np.float32).ravel())
+        column = pa.FixedSizeListArray.from_arrays(flat, identity.dims, mask=pa.array(picked < 0))
+        found = found.append_column("vector", column)
+        meta = {_identity.META_KEY: identity.to_json().encode()}
+        found = found.replace_schema_metadata(meta)
+        self._table = self._db.create_table(TABLE, found, mode="overwrite", on_bad_vectors="null")
+        self._vectors = True
+        self._users.clear()  # reloaded with the new vectors
+
+    def _switch(self, embeddings: Embeddings) -> None:
+        """After a cutover (under both locks): serve the new embedder."""
+        self._embeddings = embeddings
 
     def _load_claims(self) -> None:
         """Every thread's cursor, claim and dead letters, into a fresh `ClaimTable`."""

@@ -1,0 +1,124 @@
+"""A cached user's search index: keyword documents, postings and the vector matrix.
+
+The default view (current memories, `service.validity.CURRENT`) is served by an
+index kept up to date incrementally: a write marks its rows `stale` and the next
+search re-indexes them. It holds only the rows a default search may return
+(live, not superseded, not lapsed, not expired), so a long chain of old versions
+never takes a place in a candidate pool nor weighs on the keyword statistics, as
+in the reference's `_visible`. Rows whose `valid_to` or `expires_at` is ahead
+leave it when that time passes (`_User.renew_at`). Searches with `as_of` or
+`include_superseded` build a one-off index of the rows their view shows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Container, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import numpy as np
+
+from ...service._bm25 import CorpusStats, KeywordDoc, QueryTerms
+from ...service._core import is_expired
+from ...service._documents import keys_of
+from ...service._language import Language
+from ...service.memory import _Row, _UserData
+from ...service.validity import CURRENT, View
+from ...types import Entry
+
+Hits = list[tuple[Entry, KeywordDoc]]
+
+
+def _doc(row: _Row, language: Language) -> KeywordDoc:
+    """The row's keyword document, built once per text (a rewrite clears `row.doc`)."""
+    if row.doc is None:
+        row.doc = KeywordDoc.build(row.entry.text, keys_of(row.entry.memory), language)
+    return row.doc
+
+
+def _shown(row: _Row, view: View, now: datetime) -> bool:
+    return row.live and not is_expired(row.entry, now) and view.visible(row.entry, now)
+
+
+@dataclass
+class Index:
+    """The keyword documents and postings of some rows, and their vectors as a matrix."""
+
+    docs: dict[str, KeywordDoc] = field(default_factory=dict)
+    postings: dict[str, set[str]] = field(default_factory=dict)
+    lengths: tuple[int, int] = (0, 0)
+    matrix: tuple[Sequence[Entry], np.ndarray] = ((), np.zeros(0, np.float32))
+
+    def add(self, ref: str, doc: KeywordDoc) -> None:
+        self.docs[ref] = doc
+        for term in doc.terms:
+            self.postings.setdefault(term, set()).add(ref)
+
+    def discard(self, ref: str) -> None:
+        old = self.docs.pop(ref, None)
+        for term in old.terms if old is not None else ():
+            self.postings[term].discard(ref)
+
+    def finish(self, rows: Iterable[_Row]) -> None:
+        """Sum the lengths and stack the vectors of the indexed `rows` (in row order)."""
+        docs = self.docs.values()
+        self.lengths = sum(d.content_len for d in docs), sum(d.topic_len for d in docs)
+        held = [(r.entry, r.vector) for r in rows if r.entry.id in self.docs]
+        vectors = [(e, v) for e, v in held if v is not None]
+        self.matrix = [e for e, _ in vectors], np.array([v for _, v in vectors], np.float32)
+
+    def keyword(self, rows: dict[str, _Row], terms: QueryTerms) -> tuple[Hits, CorpusStats]:
+        """The indexed rows holding a query term in row order (all, without a primary token:
+        the phrase fallback may match any), and `CorpusStats.from_docs` of the indexed rows."""
+        n, (content, topic) = len(self.docs), self.lengths
+        average = (max(content / n, 1.0), max(topic / n, 1.0)) if n else (1.0, 1.0)
+        df = {t: len(self.postings.get(t, ())) for t in terms.tokens}
+        held: Container[str] = self.docs
+        if terms.primary:
+            held = set().union(*(self.postings.get(t, ()) for t in terms.tokens))
+        hits = [(row.entry, self.docs[r]) for r, row in rows.items() if r in held]
+        return hits, CorpusStats(n, df, *average)
+
+
+@dataclass
+class _User(_UserData):
+    """A user's rows and the index of its current ones (see the module docstring)."""
+
+    stale: set[str] = field(default_factory=set)
+    index: Index = field(default_factory=Index)
+    renew_at: datetime | None = None
+    """The first `valid_to` / `expires_at` ahead among the indexed rows: past it, the
+    index is rebuilt (a row lapsed or expired without a write)."""
+
+    def current(self, language: Language, now: datetime) -> Index:
+        """The index of the default view at `now`, brought up to date."""
+        if self.renew_at is not None and now >= self.renew_at:
+            self.stale.update(self.rows)
+        if not self.stale:
+            return self.index
+        for ref in self.stale:
+            self.index.discard(ref)
+            row = self.rows.get(ref)
+            if row is not None and _shown(row, CURRENT, now):
+                self.index.add(ref, _doc(row, language))
+        self.stale.clear()
+        self.index.finish(self.rows.values())
+        ahead = (
+            t
+            for ref in self.index.docs
+            for t in (self.rows[ref].entry.valid_to, self.rows[ref].entry.expires_at)
+            if t is not None
+        )
+        self.renew_at = min(ahead, default=None)
+        return self.index
+
+    def view(self, view: View, language: Language, now: datetime) -> Index:
+        """A one-off index of the rows `view` shows at `now` (`as_of`, `include_superseded`)."""
+        if view.current:
+            return self.current(language, now)
+        index = Index()
+        for ref, row in self.rows.items():
+            if _shown(row, view, now):
+                index.add(ref, _doc(row, language))
+        index.finish(self.rows.values())
+        return index
