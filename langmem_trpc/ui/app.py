@@ -33,10 +33,10 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from ..cli._common import validation_problem
 from ..errors import BackendError, InvalidInputError, LangmemTrpcError, MemoryNotFoundError
 from ..integration.tools import parse_date
 from ..service.protocol import MemoryService
+from ..transfer import export_lines, validation_problem
 from ..types import Entry, HistoryEvent, Kind, Operation, SearchOptions, Source, UserKey
 from ._explain import SIGNAL_LEGEND, explain_search
 from ._gate import (
@@ -428,10 +428,8 @@ class _UI:
         return self.page("threads", user=user, threads=rows)
 
     async def export(self, request: Request) -> Response:
-        from ..cli.transfer import _export_records
-
         user = await self.known_user(request)
-        lines = await asyncio.to_thread(lambda: list(_export_records(self.service, [user])))
+        lines = await asyncio.to_thread(lambda: list(export_lines(self.service, [user])))
         name = re.sub(r"[^A-Za-z0-9_.-]", "_", f"{user.app_name}-{user.user_id}") + ".jsonl"
         return StreamingResponse(
             lines,
