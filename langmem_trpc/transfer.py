@@ -8,8 +8,11 @@ its checks and the import rules are written once. A line is
 {"format": "langmem-trpc/1", "entry": {...Entry...}, "history": [{...HistoryEvent...}]}
 ```
 
-An export is lossless for live memories: id, every field, metadata, times and
-history. Reading checks each record against `add()`'s rules (`memory_from` with
+An export is lossless for live memories: id, every field, metadata, times,
+history, and validity: every version of a chain is a record, with its
+`valid_from`, `valid_to` and `superseded_by`, so a round trip keeps the chain (a
+record of an older export without them imports as a current memory valid from
+its event time, else its creation). Reading checks each record against `add()`'s rules (`memory_from` with
 the service's limits) plus an export's own (ids, aware times, history, per-user
 capacity); the first bad one raises `line N: field: problem` before anything is
 written. An import records itself as the actor of the history it writes (the
@@ -77,10 +80,11 @@ def validation_problem(exc: ValidationError, prefix: str = "") -> LangmemTrpcErr
 
 
 def export_lines(svc: MemoryService, users: Iterable[UserKey]) -> Iterator[str]:
-    """The export of `users`' memories, one JSONL line each (oldest update first, so an
-    import writes them in the order they were written)."""
+    """The export of `users`' memories, one JSONL line each, every version of a chain
+    included (superseded and lapsed ones, with `valid_from`, `valid_to` and
+    `superseded_by`), oldest update first, so an import writes them in that order."""
     for user in users:
-        for entry in reversed(svc.read(user)):
+        for entry in reversed(svc.read(user, include_superseded=True)):
             record = {
                 "format": FORMAT,
                 "entry": entry.model_dump(mode="json", exclude={"score", "rrf_score"}),
@@ -156,14 +160,15 @@ def _record(number: int, raw: bytes, limits: Limits) -> Record:
 
 
 def _check_capacity(records: list[Record], service: MemoryService, limits: Limits) -> None:
-    """Each user's live memories plus the file's new ones must fit `limits.capacity`."""
+    """Each user's stored memories (every version: they all take room) plus the file's
+    new ones must fit `limits.capacity`."""
     if limits.capacity is None or limits.on_capacity != "error":
         return
     ids: dict[UserKey, set[str]] = {}  # live ids, then the file's
     for record in records:
         user = record.entry.user
         if user not in ids:
-            ids[user] = {e.id for e in service.read(user)}
+            ids[user] = {e.id for e in service.read(user, include_superseded=True)}
         ids[user].add(record.entry.id)
         if (total := len(ids[user])) > limits.capacity:
             raise InvalidInputError(
