@@ -85,6 +85,7 @@ PINNED_MIGRATIONS = [
     "176cafa9d81875e4f8ab015441148838e381a2b3c6cc6927d28dd9946fbdbbe4",  # langmem_settings (language)
     "9e8700faf0bd8557fe19485eded6dd44f2ba519828b237c0bcae02d468acbbc9",  # participants, location keys
     "2d58b614797e4a5480f9029f878797547a2f3c4dc4b801b9996722ff5d71260b",  # reembed_vectors (#27)
+    "bef204c31d5c0a674d4de236a9bfae064d757ec4d05328961c2d48ea4a318f91",  # validity (#26)
 ]
 
 
@@ -112,16 +113,18 @@ def assert_state_consistent(path) -> None:
     """user_state's counts equal a recount of the live rows (inserts count in code)."""
     with sqlite3.connect(path) as conn:
         state = {
-            (a, u): (n, c, t)
-            for a, u, n, c, t in conn.execute(
-                "SELECT app_name, user_id, n_live, content_len, topic_len FROM user_state"
+            (a, u): rest
+            for a, u, *rest in conn.execute(
+                "SELECT app_name, user_id, n_live, content_len, topic_len, n_superseded,"
+                " n_ending FROM user_state"
             )
-            if n
+            if rest[0]
         }
         recount = {
-            (a, u): (n, c, t)
-            for a, u, n, c, t in conn.execute(
-                "SELECT app_name, user_id, count(*), sum(content_len), sum(topic_len)"
+            (a, u): rest
+            for a, u, *rest in conn.execute(
+                "SELECT app_name, user_id, count(*), sum(content_len), sum(topic_len),"
+                " count(superseded_by), count(valid_to)"
                 " FROM memories WHERE deleted_at IS NULL GROUP BY app_name, user_id"
             )
         }
