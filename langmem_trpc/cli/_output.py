@@ -246,7 +246,7 @@ def entry_detail(entry: Entry) -> str:
         ("superseded by", entry.superseded_by or ""),
         ("status", _status(entry)),
     ]
-    return "\n".join(f"{name + ':':<14}{safe(value)}" for name, value in fields if value)
+    return "\n".join(f"{name + ':':<15}{safe(value)}" for name, value in fields if value)
 
 
 UNCHANGED_TEXT = "(text unchanged; history records only the text)"

@@ -362,7 +362,9 @@ def test_a_round_trip_keeps_a_version_chain_and_its_validity(tmp_path):
     july, upgrade = "2026-07-01T00:00:00Z", "2026-07-20T00:00:00Z"
     with SQLiteMemoryService(source) as svc:
         old = svc.add(ALICE, "Production runs Go 1.23", valid_from=july)
-        new = svc.update(ALICE, old.id, "Production runs Go 1.24", supersede=True, valid_from=upgrade)
+        new = svc.update(
+            ALICE, old.id, "Production runs Go 1.24", supersede=True, valid_from=upgrade
+        )
         trip = svc.add(
             ALICE, "In Tokyo this week", valid_from="2026-07-02", valid_until="2026-07-05"
         )
@@ -370,7 +372,9 @@ def test_a_round_trip_keeps_a_version_chain_and_its_validity(tmp_path):
         every = svc.read(ALICE, include_superseded=True)
     assert [e.id for e in chain] == [old.id, new.id]
     runner = CliRunner()
-    result = runner.invoke(cli, ["export", "--db", str(source), "-o", str(dump)])
+    result = runner.invoke(
+        cli, ["export", "--db", str(source), "--app", "support", "-o", str(dump)]
+    )
     assert result.exit_code == 0, result.output
     assert len(dump.read_text().splitlines()) == 3  # the closed and the lapsed ones too
     result = runner.invoke(cli, ["import", "--db", str(target), str(dump)])

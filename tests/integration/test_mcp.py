@@ -414,7 +414,9 @@ async def test_search_is_current_by_default_and_as_of_finds_the_past(tmp_path: P
     path = str(tmp_path / "chain.db")
     with SQLiteMemoryService(path) as svc:
         old = svc.add(ALICE, "Production runs Go 1.23", valid_from="2026-07-01")
-        new = svc.update(ALICE, old.id, "Production runs Go 1.24", supersede=True, valid_from="2026-07-20")
+        new = svc.update(
+            ALICE, old.id, "Production runs Go 1.24", supersede=True, valid_from="2026-07-20"
+        )
     async with session(path) as client:
         tools = {t.name: t for t in (await client.list_tools()).tools}
         schema = tools["memory_search"].input_schema

@@ -33,7 +33,7 @@ def svc(tmp_path: Path) -> Iterator[SQLiteMemoryService]:
 
 @pytest.fixture
 def chain(svc: SQLiteMemoryService) -> tuple[Entry, Entry]:
-    """"Go 1.23" from July 1, superseded by "Go 1.24" on July 20."""
+    """ "Go 1.23" from July 1, superseded by "Go 1.24" on July 20."""
     july = datetime(2026, 7, 1, tzinfo=timezone.utc)
     upgrade = datetime(2026, 7, 20, tzinfo=timezone.utc)
     old = svc.add(ALICE, "Production runs Go 1.23", valid_from=july)
@@ -68,7 +68,7 @@ def test_the_memory_page_shows_the_chain_with_validity_and_a_link_per_version(
     assert f'href="/memory?{Q}&id={old.id}"' in rows[0]
     assert 'id="restore-version"' not in page  # the current version has nothing to restore
     old_page = html.unescape(client.get(f"/memory?{Q}&id={old.id}").text)
-    assert 'id="superseded"' in old_page and f"superseded by <a" in old_page
+    assert 'id="superseded"' in old_page and "superseded by <a" in old_page
     assert "this version" in _versions_table(old_page).split("<tr")[2]
     assert 'id="restore-version"' in old_page
 
@@ -99,9 +99,7 @@ def test_restore_version_goes_through_the_gate(svc, chain) -> None:
     assert [e.id for e in svc.read(ALICE)] == [new.id]  # nothing changed
 
 
-def test_the_list_shows_current_versions_and_the_superseded_filter_every_one(
-    client, chain
-) -> None:
+def test_the_list_shows_current_versions_and_the_superseded_filter_every_one(client, chain) -> None:
     old, new = chain
     page = client.get(f"/user?{Q}").text
     assert new.memory.text in page and old.memory.text not in page
