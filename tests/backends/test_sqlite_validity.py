@@ -7,10 +7,21 @@ from __future__ import annotations
 import sqlite3
 from datetime import datetime, timedelta, timezone
 
-from langmem_trpc import UserKey
+import pytest
+
+from langmem_trpc import (
+    Entry,
+    InvalidInputError,
+    InvalidTimeError,
+    Memory,
+    SearchOptions,
+    UserKey,
+)
 from langmem_trpc.backends.sqlite import MIGRATIONS, SQLiteMemoryService
 from langmem_trpc.backends.sqlite._keyword import register_functions, scope_prefix_v1
 from langmem_trpc.backends.sqlite._sql import CREATE_MIGRATIONS_TABLE, stored_fingerprint, to_us
+from langmem_trpc.testing import HashingEmbeddings
+from langmem_trpc.types import FusionSettings
 
 ALICE = UserKey("app", "alice")
 BOB = UserKey("app", "bob")
@@ -120,3 +131,91 @@ def test_the_migration_leaves_indexes_for_predecessors_and_current_reads(tmp_pat
         ).fetchall()
     assert "memories_predecessor" in str(predecessor)
     assert "memories_current_updated" in str(current)
+
+
+def _entry(user, mid, text, begin, **validity) -> Entry:
+    return Entry(
+        id=mid,
+        app_name=user.app_name,
+        user_id=user.user_id,
+        memory=Memory(text=text),
+        created_at=begin,
+        updated_at=begin,
+        valid_from=begin,
+        **validity,
+    )
+
+
+def _chain(svc, user, n: int, start: datetime = T0) -> list[str]:
+    """`n` versions of one fact written back as an export holds them (`restore`), each
+    closed by the next, the last current; returns their ids, oldest first."""
+    ids = [f"v{i}" for i in range(n)]
+    for i, mid in enumerate(ids):
+        begin = start + timedelta(days=i)
+        last = i == n - 1
+        text = f"Production runs Go version 1.{i} on the cluster"
+        end = None if last else begin + timedelta(days=1)
+        link = None if last else ids[i + 1]
+        svc.restore(user, _entry(user, mid, text, begin, valid_to=end, superseded_by=link))
+    return ids
+
+
+OTHERS = [
+    "Deploys to production on Fridays",
+    "The cluster runs in Frankfurt",
+    "Go modules are vendored",
+]
+
+
+def _service(tmp_path, leg: str) -> SQLiteMemoryService:
+    if leg == "vector":
+        return SQLiteMemoryService(tmp_path / "m.db", HashingEmbeddings())
+    svc = SQLiteMemoryService(tmp_path / "m.db")
+    if leg == "postings":  # every search on the in-memory keyword index
+        svc._caches.keywords.fts_searches = 0
+        svc._caches.keywords.background = False
+    return svc
+
+
+@pytest.mark.parametrize("leg", ["fts", "postings", "vector"])
+def test_a_long_chain_never_crowds_current_memories_out_of_the_pool(tmp_path, leg):
+    """150 old versions outscore every other memory; the view masks them where each leg
+    picks candidates, so a pool of 20 still holds the current memories only, and the
+    past is there when asked for."""
+    svc = _service(tmp_path, leg)
+    ids = _chain(svc, ALICE, 150)
+    for i, text in enumerate(OTHERS):
+        svc.restore(ALICE, _entry(ALICE, f"o{i}", text, T0))
+    query = "production go cluster version"
+    options = SearchOptions(query=query, max_results=10, fusion=FusionSettings(min_pool=20))
+    hits = svc.search(ALICE, options=options)
+    assert {e.text for e in hits} == {"Production runs Go version 1.149 on the cluster", *OTHERS}
+    assert all(not e.superseded and e.valid_to is None for e in hits)
+    past = svc.search(ALICE, options=options.model_copy(update={"include_superseded": True}))
+    assert len(past) == 10 and sum(e.superseded for e in past) >= 7
+    as_of = T0 + timedelta(days=40, hours=12)
+    then = svc.search(ALICE, options=options.model_copy(update={"as_of": as_of}))
+    assert [e.id for e in then if e.id.startswith("v")] == [ids[40]]
+    assert svc.count(ALICE) == 4 and svc.get(ALICE, ids[0]).superseded_by == ids[1]
+    svc.close()
+
+
+def test_read_count_and_users_follow_the_view(tmp_path):
+    """read's view, count without superseded rows, users with a current row; a lapsed
+    (not superseded) row leaves the default read but still counts."""
+    svc = SQLiteMemoryService(tmp_path / "m.db")
+    ids = _chain(svc, ALICE, 3)
+    lapsed = _entry(BOB, "lapsed", "In Tokyo until Friday", T0, valid_to=T0 + timedelta(days=3))
+    svc.restore(BOB, lapsed)
+    assert [e.id for e in svc.read(ALICE)] == [ids[2]]
+    assert {e.id for e in svc.read(ALICE, include_superseded=True)} == set(ids)
+    assert [e.id for e in svc.read(ALICE, as_of=T0 + timedelta(days=1, hours=1))] == [ids[1]]
+    assert [e.id for e in svc.read(ALICE, as_of="2024-05-01")] == []  # before v0's start
+    assert svc.read(BOB) == [] and svc.count(BOB) == 1
+    assert [e.id for e in svc.read(BOB, as_of=T0 + timedelta(days=1))] == ["lapsed"]
+    assert svc.count(ALICE) == 1 and svc.users() == [ALICE, BOB]
+    with pytest.raises(InvalidTimeError, match="as_of"):
+        svc.read(ALICE, as_of="not a date")
+    with pytest.raises(InvalidInputError, match="include_superseded"):
+        svc.read(ALICE, as_of=T0, include_superseded=True)
+    svc.close()
