@@ -65,6 +65,10 @@ _RESULT: dict[str, Any] = {
         "participants": _STRS,
         "location": _STR,
         "score": {"type": "number"},
+        # with `as_of` only: when the memory was true, and what replaced it
+        "valid_from": _STR,
+        "valid_to": _STR,
+        "superseded_by": _STR,
     },
     "required": ["id", "memory", "topics", "created", "kind"],
 }
@@ -81,7 +85,7 @@ _WRITTEN: dict[str, Any] = {
 OUTPUT_SCHEMAS: dict[str, dict[str, Any]] = {
     "memory_search": {
         **_LISTING,
-        "properties": {"query": _STR, **_LISTING["properties"]},
+        "properties": {"query": _STR, "as_of": _STR, **_LISTING["properties"]},
         "required": ["query", *_LISTING["required"]],
     },
     "memory_load": {
@@ -98,7 +102,8 @@ OUTPUT_SCHEMAS: dict[str, dict[str, Any]] = {
     },
 }
 """The JSON each tool returns on success (`id` everywhere; `memory_id` is the same id
-under the name the write tools take it as an argument)."""
+under the name the write tools take it as an argument). A search with `as_of` also
+echoes it and gives each result's validity (`valid_from`, `valid_to`, `superseded_by`)."""
 
 
 def mcp_identity(app_name: str, user_id: str | None) -> UserKey | None:
@@ -241,7 +246,10 @@ def build_mcp_server(
     return Server(
         "langmem-trpc",
         lifespan=lifespan,
-        instructions="Long-term memory of one user: search and load (and, if enabled, edit) it.",
+        instructions=(
+            "Long-term memory of one user: search and load (and, if enabled, edit) it. "
+            "Results are what is true now; memory_search's as_of asks what was true then."
+        ),
         on_list_tools=list_tools,
         on_call_tool=call_tool,
     )
