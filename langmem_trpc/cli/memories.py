@@ -140,10 +140,15 @@ def _read_text(text: str) -> str:
 def memories() -> None:
     """Read and change one user's memories.
 
+    Reads show current memories: a fact whose value changed keeps its old
+    versions (closed, not overwritten; `versions` lists them, `restore-version`
+    reopens one), and list and search show them only with --as-of DATE or
+    --include-superseded.
+
     Wherever a MEMORY_ID is taken, its first 8 or more characters do (an
     ambiguous prefix is an error). Human output escapes control characters
     in stored text; --format json/jsonl/csv prints it exactly. Commands that
-    only read (search, list, get, history, users, apps, and export) never
+    only read (search, list, get, history, versions, users, apps, and export) never
     create a database, a folder or tables: a missing --db path or a SQLite
     file without langmem-trpc tables is an error, and the file is left as it was.
     Commands that write create the database file, never a missing folder of a

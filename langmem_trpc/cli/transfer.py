@@ -32,6 +32,10 @@ from ._output import progress, safe
 def export_memories(db: str | None, app_name: str, user_id: str | None, output: str) -> None:
     """Write live memories and their history to a JSONL file.
 
+    Every version is written, superseded and lapsed ones too, with its
+    valid_from, valid_to and superseded_by, so an import restores the chains.
+    The format (one JSON object a line: format, entry, history), its checks
+    and the import rules are the public module `langmem_trpc.transfer`.
     `-o -` writes to standard output; the summary line goes to standard error when the records go to standard output.
 
     \b
@@ -92,7 +96,9 @@ def import_memories(db: str | None, app_name: str | None, user_id: str | None, s
     stopped partway is safe. Every imported history event is recorded with
     the actor "import" (the file's actor is not trusted; its thread and
     message ids are kept); a record without history gets an "add" by the
-    import.
+    import. Validity comes back as exported (a chain stays a chain); a
+    record of an older export without it imports as a current memory valid
+    from its event time, else its creation.
     Progress goes to standard error (a bar on a terminal, else a line every
     few seconds).
 
