@@ -133,7 +133,8 @@ MEMORY = """{% extends "base" %}{% block title %}memory {{ memory_id[:8] }}{% en
 <label>participants (one per line)<textarea name="participants" rows="3">{{ m.participants|join('\n') }}</textarea></label>
 <input type="hidden" name="orig_participants" value="{{ m.participants|join('\n') }}">
 <label>location<input name="location" value="{{ m.location or '' }}"></label><input type="hidden" name="orig_location" value="{{ m.location or '' }}"></div>
-<p><button type="submit">save</button></p></form>
+<p><button type="submit">save</button>
+{% if m.kind.value == 'fact' and not entry.superseded_by %}<label style="display:inline"><input type="checkbox" name="supersede" value="yes"> save as a new version (the value changed: keep this one as the past)</label>{% endif %}</p></form>
 <form class="inline" method="post" action="/memory/delete?{{ mqs }}"><button class="plain" type="submit">delete (soft)</button></form>
 {% endif %}{% elif not read_only and restorable %}<form class="card" method="post" action="/memory/restore?{{ mqs }}">
 <p>Deleted (soft). Restore brings it back under the same id with every field as it was; the history records a restore.</p>

@@ -481,15 +481,20 @@ class _UI:
         return form, user, memory_id
 
     async def edit(self, request: Request) -> Response:
-        """Save the edit form: the text, and only the other fields the operator changed."""
+        """Save the edit form: the text, and only the other fields the operator changed;
+        with "save as a new version" ticked, a changed text supersedes the memory (the
+        page of the new version follows)."""
         form, user, memory_id = await self._memory_write(request)
         text = str(form.get("text") or "")
         fields = changed_fields(form)
         if "orig_text" in form and not fields:
             if text.replace("\r\n", "\n") == str(form["orig_text"]).replace("\r\n", "\n"):
                 return self._back(user, memory_id, "unchanged")
-        await self.service.aupdate(user, memory_id, text, source=UI_SOURCE, **fields)
-        return self._back(user, memory_id, "saved")
+        supersede = form.get("supersede") == "yes"
+        entry = await self.service.aupdate(
+            user, memory_id, text, supersede=supersede, source=UI_SOURCE, **fields
+        )
+        return self._back(user, entry.id, "saved")
 
     async def delete(self, request: Request) -> Response:
         _, user, memory_id = await self._memory_write(request)

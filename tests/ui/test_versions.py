@@ -114,3 +114,20 @@ def test_the_list_shows_current_versions_and_the_superseded_filter_every_one(cli
     assert old.memory.text in then and new.memory.text not in then
     bad = client.get(f"/user?{Q}&as_of=2026-07-10&show=superseded")
     assert bad.status_code == 400 and "include_superseded" in bad.text
+
+
+def test_the_edit_form_can_save_a_change_as_a_new_version(svc, client) -> None:
+    entry = svc.add(ALICE, "Production runs Go 1.23")
+    page = client.get(f"/memory?{Q}&id={entry.id}").text
+    assert 'name="supersede" value="yes"' in page
+    form = {"text": "Production runs Go 1.24", "orig_text": entry.memory.text, "supersede": "yes"}
+    answer = client.post(f"/memory/edit?{Q}&id={entry.id}", data=form, follow_redirects=False)
+    assert answer.status_code == 303
+    (current,) = svc.read(ALICE)
+    assert current.id != entry.id and current.memory.text == "Production runs Go 1.24"
+    assert f"id={current.id}" in answer.headers["location"]
+    old = svc.get(ALICE, entry.id)
+    assert old is not None and old.superseded_by == current.id
+    plain = {"text": "Production runs Go 1.25", "orig_text": current.memory.text}
+    client.post(f"/memory/edit?{Q}&id={current.id}", data=plain, follow_redirects=False)
+    assert [e.id for e in svc.read(ALICE)] == [current.id]  # unticked: in place, as before
