@@ -114,16 +114,32 @@ def _entry(raw: object, limits: Limits) -> Entry:
     UserKey(entry.app_name, entry.user_id)  # the same identifier rules as every call
     check_memory_id(entry.id)
     memory = memory_from(entry.memory, limits=limits)
+    valid_from = entry.valid_from if given_from else memory.event_time or entry.created_at
+    _check_validity(entry, valid_from)
     return entry.model_copy(
         update={
             "memory": memory,
-            "valid_from": entry.valid_from if given_from else memory.event_time or entry.created_at,
+            "valid_from": valid_from,
             "created_at": ensure_utc(entry.created_at, "created_at"),
             "updated_at": ensure_utc(entry.updated_at, "updated_at"),
             "score": None,
             "rrf_score": None,
         }
     )
+
+
+def _check_validity(entry: Entry, valid_from: datetime) -> None:
+    """A version ends no earlier than it starts (a restore leaves an empty interval: the
+    undone version was never true) and names another memory as its successor."""
+    if entry.valid_to is not None and entry.valid_to < valid_from:
+        raise InvalidMemoryError("valid_to", "is before valid_from")
+    if entry.superseded_by is not None:
+        try:
+            check_memory_id(entry.superseded_by)
+        except InvalidMemoryError as exc:
+            raise InvalidMemoryError("superseded_by", exc.problem) from None
+        if entry.superseded_by == entry.id:
+            raise InvalidMemoryError("superseded_by", "names the memory itself")
 
 
 def _history(raw: object) -> list[HistoryEvent]:

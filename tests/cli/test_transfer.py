@@ -123,6 +123,10 @@ def _set(record, path, value):
         (("entry", "memory", "event_time"), "2024-01-01T10:00:00", None),
         (("entry", "id"), "a\x00b", "line 2: memory_id: must be at most 512"),
         (("entry", "user_id"), "", "line 2: user_id: must not be empty"),
+        (("entry", "valid_from"), "2024-01-01T00:00:00", "line 2: valid_from: must be timezone"),
+        (("entry", "valid_to"), "1999-01-01T00:00:00Z", "line 2: valid_to: is before valid_from"),
+        (("entry", "superseded_by"), "", "line 2: superseded_by: must be a non-empty"),
+        (("entry", "superseded_by"), 7, "line 2: entry.superseded_by: Input should be"),
         (
             ("history",),
             [
