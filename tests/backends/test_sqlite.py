@@ -180,13 +180,10 @@ def test_stemmed_docs_migration_rebuilds_documents_and_fts(tmp_path):
             "SELECT rid, lm_scoped(?, content_doc), lm_scoped(?, topic_doc) FROM memories",
             (prefix, prefix),
         )
-        stemmed = next(
-            v for v, m in enumerate(MIGRATIONS, 1) if any("lm_content_doc(text)" in s for s in m)
-        )
-        conn.execute("DELETE FROM langmem_migrations WHERE version >= ?", (stemmed,))
-        conn.execute("DROP TABLE langmem_settings")  # the one later migration
     conn.close()
-    svc = SQLiteMemoryService(path)
+    (stemmed,) = [m for m in MIGRATIONS if any("lm_content_doc(text)" in s for s in m)]
+    svc = SQLiteMemoryService(path)  # later migrations cannot run twice: run this one again
+    svc._db.write(lambda conn: [conn.execute(statement) for statement in stemmed])
     assert [e.text for e in svc.search(ALICE, "hike")] == ["Hiked the ridge at dawn"]
     conn = sqlite3.connect(path)
     rows = conn.execute("SELECT text, content_doc, content_len FROM memories").fetchall()
@@ -293,6 +290,22 @@ def undo_later_migrations(conn):
         conn.execute(f"ALTER TABLE cursors DROP COLUMN {column}")
     conn.execute("DROP INDEX memories_expiring")
     conn.execute("ALTER TABLE memories DROP COLUMN expires_at")
+    undo_validity_migration(conn)
+
+
+def undo_validity_migration(conn):
+    """Back to the schema before validity (#26): its columns, indexes and triggers."""
+    for name in ("memories_after_update", "memories_after_delete"):
+        conn.execute(f"DROP TRIGGER {name}")
+    for name in ("memories_live_fingerprint", "memories_predecessor", "memories_current_updated"):
+        conn.execute(f"DROP INDEX {name}")
+    for column in ("valid_from", "valid_to", "superseded_by"):
+        conn.execute(f"ALTER TABLE memories DROP COLUMN {column}")
+    for column in ("n_superseded", "n_ending"):
+        conn.execute(f"ALTER TABLE user_state DROP COLUMN {column}")
+    for statement in MIGRATIONS[0]:  # the original index and triggers
+        if any(n in statement for n in ("live_fingerprint", "AFTER UPDATE", "AFTER DELETE")):
+            conn.execute(statement)
 
 
 def legacy_fingerprint(memory, explicit_id=None):
@@ -764,7 +777,9 @@ def test_search_after_own_add_many_extends_the_cached_matrix_instead_of_reloadin
     svc.search(ALICE, "tea", SearchOptions(hybrid=False))  # loads the matrix
     loads: list[str] = []
     svc._db.connection().set_trace_callback(
-        lambda stmt: loads.append(stmt) if "embedding FROM memories" in stmt else None
+        lambda stmt: (
+            loads.append(stmt) if "SELECT rid, kind, event_time, embedding" in stmt else None
+        )
     )
     svc.add_many(ALICE, ["jazz in paris", Memory(text="blues in lyon", kind=Kind.EPISODE)])
     svc.add_many(ALICE, ["hiking the alps"])
@@ -777,6 +792,9 @@ def test_search_after_own_add_many_extends_the_cached_matrix_instead_of_reloadin
     assert cached.stamp == reloaded.stamp
     for name in ("rids", "matrix", "kinds", "events"):
         assert getattr(cached, name).tobytes() == getattr(reloaded, name).tobytes(), name
+    for name in ("valid_from", "valid_to", "superseded"):
+        got_arr, want_arr = getattr(cached.validity, name), getattr(reloaded.validity, name)
+        assert got_arr.tobytes() == want_arr.tobytes(), name
     # Another instance's write, a duplicate or a delete is not an own append: reload.
     fresh.add(ALICE, "rust and go")
     svc.add_many(ALICE, ["jazz in paris"])

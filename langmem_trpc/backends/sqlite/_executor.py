@@ -21,7 +21,7 @@ from ...service.steps import Plan
 from ...types import UserKey
 from . import _sql as sql
 from ._claims import purge_claims
-from ._expiry import restore_expiry
+from ._expiry import restore_expiry, set_row_expiry
 from ._keyword import scope_prefix
 from ._rows import (
     CONTENT_DOC,
@@ -204,6 +204,8 @@ class SQLiteRun:
         write_content(
             self._conn, step.user, rid, p, cast("bytes | None", step.vector), _us(step.at)
         )
+        if not isinstance(step.expires_at, steps.Keep):
+            set_row_expiry(self._conn, rid, step.expires_at)
 
     def set_topics(self, step: steps.SetTopics) -> None:
         self._append_only = False
