@@ -40,6 +40,11 @@ READ_TOOLS = ("memory_search", "memory_load")
 WRITE_TOOLS = ("memory_add", "memory_update", "memory_delete")
 MAX_ARGUMENT_DEPTH = 32
 """Deepest nesting of lists and objects a tool argument may have (none needs more than 2)."""
+INSTRUCTIONS = (
+    "Long-term memory of one user: search and load (and, if enabled, edit) it. "
+    "Results are what is true now; memory_search's as_of asks what was true then."
+)
+"""What the server tells a client about itself at initialization."""
 
 TOOL_HINTS: dict[str, dict[str, bool]] = {
     # add is idempotent by content; update replaces the text; delete is soft (restorable)
@@ -246,10 +251,7 @@ def build_mcp_server(
     return Server(
         "langmem-trpc",
         lifespan=lifespan,
-        instructions=(
-            "Long-term memory of one user: search and load (and, if enabled, edit) it. "
-            "Results are what is true now; memory_search's as_of asks what was true then."
-        ),
+        instructions=INSTRUCTIONS,
         on_list_tools=list_tools,
         on_call_tool=call_tool,
     )

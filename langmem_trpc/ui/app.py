@@ -594,27 +594,8 @@ def backend_label(service: MemoryService) -> str:
     return {"InMemory": "in-memory (not saved)", "": "custom"}.get(name, name)
 
 
-def create_app(
-    service: MemoryService,
-    *,
-    token: str | None = None,
-    read_only: bool = False,
-    allowed_hosts: Sequence[str] | None = None,
-    max_body_bytes: int = DEFAULT_MAX_BODY,
-    location: str | None = None,
-) -> Starlette:
-    """The inspector as an ASGI app over `service` (the caller opens and closes it).
-
-    `token` (fresh when None; see `app.state.token`) is what a login, or a
-    script's `X-LangMem-Token` / `Authorization: Bearer` header, must present;
-    `read_only` refuses and hides every write; `allowed_hosts` are the Host
-    headers served, others get 400 against DNS rebinding (None: the loopback
-    names only; `"*"` turns the check off); a body over `max_body_bytes` is a
-    413; `location` (e.g. "SQLite file /srv/m.db") is what the nav bar shows
-    (default: the backend's name).
-    """
-    label = location or backend_label(service)
-    ui = _UI(service, token or new_token(), read_only, label, max_body_bytes)
+def _routes(ui: _UI) -> list[Route]:
+    """Every page (GET) and write (POST), each behind `_guarded`."""
     gets: dict[str, Endpoint] = {
         "/": ui.index,
         "/user": ui.user_page,
@@ -638,6 +619,31 @@ def create_app(
     }
     routes = [Route(p, _guarded(ui, e), methods=["GET"]) for p, e in gets.items()]
     routes += [Route(p, _guarded(ui, e), methods=["POST"]) for p, e in posts.items()]
+    return routes
+
+
+def create_app(
+    service: MemoryService,
+    *,
+    token: str | None = None,
+    read_only: bool = False,
+    allowed_hosts: Sequence[str] | None = None,
+    max_body_bytes: int = DEFAULT_MAX_BODY,
+    location: str | None = None,
+) -> Starlette:
+    """The inspector as an ASGI app over `service` (the caller opens and closes it).
+
+    `token` (fresh when None; see `app.state.token`) is what a login, or a
+    script's `X-LangMem-Token` / `Authorization: Bearer` header, must present;
+    `read_only` refuses and hides every write; `allowed_hosts` are the Host
+    headers served, others get 400 against DNS rebinding (None: the loopback
+    names only; `"*"` turns the check off); a body over `max_body_bytes` is a
+    413; `location` (e.g. "SQLite file /srv/m.db") is what the nav bar shows
+    (default: the backend's name).
+    """
+    label = location or backend_label(service)
+    ui = _UI(service, token or new_token(), read_only, label, max_body_bytes)
+    routes = _routes(ui)
 
     async def not_found(request: Request, exc: Exception) -> Response:
         return ui.error_page(getattr(exc, "status_code", 404), getattr(exc, "detail", "not found"))
