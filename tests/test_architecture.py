@@ -152,3 +152,16 @@ def test_backends_import_the_public_kit_where_it_exists():
             if found is not None:
                 private.add(found)
     assert private - KIT_LEFT_PRIVATE == set()
+
+
+def test_ui_and_the_transfer_format_do_not_import_the_cli():
+    """ui/ stands beside cli/, not above it: what both need (the export format, its
+    checks) lives below them in `langmem_trpc.transfer`."""
+    paths = [*(PACKAGE / "ui").rglob("*.py"), PACKAGE / "transfer.py"]
+    reaching = {
+        (str(path.relative_to(PACKAGE)), name)
+        for path in paths
+        for name in _imports(path)
+        if name == "langmem_trpc.cli" or name.startswith("langmem_trpc.cli.")
+    }
+    assert reaching == set()

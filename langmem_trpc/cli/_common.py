@@ -14,11 +14,12 @@ from typing import Any, TypeVar
 import click
 from pydantic import ValidationError
 
-from ..errors import ConfigurationError, InvalidInputError, InvalidMemoryError, LangmemTrpcError
+from ..errors import ConfigurationError, LangmemTrpcError
 from ..registry import open as open_store
 from ..registry import scheme_of, split_url
 from ..service._core import Limits
 from ..service.protocol import MemoryService
+from ..transfer import validation_problem
 from ..types import UserKey
 from ._output import FORMATS, OutputFormat, safe
 
@@ -97,20 +98,6 @@ def user_options(func: F) -> F:
         "--app", "app_name", default="default", show_default=True, help="Application name."
     )
     return db_option(app(option(wrapper)))  # type: ignore[return-value]
-
-
-def validation_problem(exc: ValidationError, prefix: str = "") -> LangmemTrpcError:
-    """The first pydantic error as ours: the library error it wraps, else an
-    `InvalidInputError` naming the field ("input" when pydantic names none), or
-    under a `prefix` (the part of an import record) an `InvalidMemoryError`."""
-    error = exc.errors()[0]
-    inner = (error.get("ctx") or {}).get("error")
-    if isinstance(inner, LangmemTrpcError):
-        return inner
-    field = ".".join(str(p) for p in error["loc"])
-    if prefix:
-        return InvalidMemoryError(f"{prefix}.{field}" if field else prefix, error["msg"])
-    return InvalidInputError(field or "input", error["msg"])
 
 
 def _one_line(exc: BaseException) -> str:

@@ -17,6 +17,7 @@ import sys
 import time
 import unicodedata
 from collections.abc import Iterable, Iterator, Sequence
+from datetime import datetime, timezone
 from typing import Any, Literal, TypeVar
 
 import click
@@ -128,14 +129,27 @@ def _csv(header: Iterable[Any], rows: Iterable[Iterable[Any]]) -> str:
     return buffer.getvalue().rstrip("\n")
 
 
+def _iso(value: datetime | None) -> str:
+    return value.isoformat() if value is not None else ""
+
+
 def _entry_row(e: Entry) -> list[str]:
     m = e.memory
     return (
         [e.id, e.app_name, e.user_id, m.kind.value, m.text, ";".join(m.topics)]
-        + [m.event_time.isoformat() if m.event_time else "", ";".join(m.participants)]
+        + [_iso(m.event_time), ";".join(m.participants)]
         + [m.location or "", e.created_at.isoformat(), e.updated_at.isoformat()]
         + ["" if e.score is None else repr(e.score)]
+        + [_iso(e.valid_from), _iso(e.valid_to), e.superseded_by or ""]
     )
+
+
+def validity_span(entry: Entry) -> str:
+    """When the version was true, in days: `2026-07-01 -> 2026-07-20`, `since 2026-07-01`,
+    and the id of the version that superseded it, if any."""
+    start = f"{entry.valid_from:%Y-%m-%d}" if entry.valid_from is not None else "?"
+    span = f"{start} -> {entry.valid_to:%Y-%m-%d}" if entry.valid_to else f"since {start}"
+    return span + (f" (by {short_id(entry.superseded_by)})" if entry.superseded_by else "")
 
 
 def render_records(
@@ -155,21 +169,30 @@ def render_records(
 
 
 def render_entries(
-    entries: Sequence[Entry], fmt: OutputFormat, *, empty: str, scores: bool = False
+    entries: Sequence[Entry],
+    fmt: OutputFormat,
+    *,
+    empty: str,
+    scores: bool = False,
+    validity: bool = False,
 ) -> str:
-    """Entries in `fmt`; a table shows ID, KIND, UPDATED, (SCORE,) TEXT, or `empty`."""
+    """Entries in `fmt`; a table shows ID, KIND, UPDATED, (SCORE,) (VALID,) TEXT, or
+    `empty`. JSON and CSV always carry the validity fields."""
     if fmt in ("json", "jsonl"):
         return render_records([entry_json(e) for e in entries], fmt, (), empty)
     if fmt == "csv":
         header = ["id", "app_name", "user_id", "kind", "text", "topics", "event_time"]
         header += ["participants", "location", "created_at", "updated_at", "score"]
+        header += ["valid_from", "valid_to", "superseded_by"]
         return _csv(header, map(_entry_row, entries))
     if not entries:
         return empty
-    headers = ["ID", "KIND", "UPDATED", *(["SCORE"] if scores else []), "TEXT"]
+    headers = ["ID", "KIND", "UPDATED", *(["SCORE"] if scores else [])]
+    headers += [*(["VALID"] if validity else []), "TEXT"]
     rows = [
         [short_id(e.id), e.kind.value, f"{e.updated_at:%Y-%m-%d %H:%M}"]
         + ([_score(e)] if scores else [])
+        + ([validity_span(e)] if validity else [])
         + [e.text]
         for e in entries
     ]
@@ -190,6 +213,19 @@ def entry_line(entry: Entry) -> str:
     return safe(f"{entry.id}  {entry.text}  ({'; '.join(p for p in meta if p)}){score}")
 
 
+def _seconds(value: datetime | None) -> str:
+    return value.isoformat(timespec="seconds") if value is not None else ""
+
+
+def _status(entry: Entry) -> str:
+    """Why a version is not current (superseded, or its validity ended), else ''."""
+    if entry.superseded_by is not None:
+        return "superseded (`memories versions` lists the chain)"
+    if entry.valid_to is not None and entry.valid_to <= datetime.now(timezone.utc):
+        return "no longer valid (valid to has passed)"
+    return ""
+
+
 def entry_detail(entry: Entry) -> str:
     """`memories get`: one escaped `field: value` line per field that is set."""
     memory = entry.memory
@@ -205,8 +241,12 @@ def entry_detail(entry: Entry) -> str:
         ("metadata", json.dumps(memory.metadata, ensure_ascii=False) if memory.metadata else ""),
         ("created", entry.created_at.isoformat(timespec="seconds")),
         ("updated", entry.updated_at.isoformat(timespec="seconds")),
+        ("valid from", _seconds(entry.valid_from)),
+        ("valid to", _seconds(entry.valid_to)),
+        ("superseded by", entry.superseded_by or ""),
+        ("status", _status(entry)),
     ]
-    return "\n".join(f"{name + ':':<14}{safe(value)}" for name, value in fields if value)
+    return "\n".join(f"{name + ':':<15}{safe(value)}" for name, value in fields if value)
 
 
 UNCHANGED_TEXT = "(text unchanged; history records only the text)"
@@ -216,8 +256,10 @@ ones), and an update that changed nothing is recorded too, so no field is named.
 
 
 def _change(event: HistoryEvent) -> str:
-    if event.operation.value == "add":
+    if event.operation.value in ("add", "restore"):
         return f"+ {event.text_after!r}"
+    if event.operation.value == "supersede":  # closed: the text it was replaced by
+        return f"{event.text_before!r} => {event.text_after!r}"
     if event.operation.value != "update":
         return f"- {event.text_before!r}"
     if event.text_before == event.text_after:

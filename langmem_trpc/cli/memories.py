@@ -1,4 +1,5 @@
-"""`langmem-trpc memories ...`: add, search, list, get, update, delete, history, clear, purge, users, apps."""
+"""`langmem-trpc memories ...`: add, search, list, get, update, delete, history, versions,
+restore-version, clear, purge, users, apps."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import json
 import sys
 from collections import Counter
 from collections.abc import Callable
+from datetime import datetime, timezone
 from typing import Any
 
 import click
@@ -33,7 +35,10 @@ from ._output import (
     event_line,
     render_entries,
     render_records,
+    render_rows,
     safe,
+    short_id,
+    validity_span,
 )
 
 KIND = click.Choice([k.value for k in Kind])
@@ -68,13 +73,38 @@ def _content(options: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _validity_options(func: F) -> F:
+    """--valid-from and --valid-until: when the memory is true in the world."""
+    func = click.option(
+        "--valid-until",
+        help="When it stops being true (ISO 8601 or a date); it is kept, not deleted.",
+    )(func)
+    func = click.option(
+        "--valid-from", help="When it became true (default: the event time, else now)."
+    )(func)
+    return func
+
+
+def _view_options(func: F) -> F:
+    """--as-of and --include-superseded: which versions a read returns (default: current)."""
+    func = click.option(
+        "--include-superseded",
+        is_flag=True,
+        help="Every version: superseded and lapsed ones too, each with its validity.",
+    )(func)
+    func = click.option(
+        "--as-of", help="What was true at this time instead (ISO 8601 or a date, UTC if no zone)."
+    )(func)
+    return func
+
+
 def _command(name: str) -> Callable[[F], F]:
     """A `memories` subcommand; its errors (a bad --app/--user included) are one line."""
     return lambda func: memories.command(name=name)(reports_errors(func))  # type: ignore[return-value]
 
 
 def resolve_id(svc: MemoryService, user: UserKey, given: str, *, deleted_ok: bool = False) -> str:
-    """The id `given` names: itself, or the one live memory whose id starts with it
+    """The id `given` names: itself, or the one live memory (any version) whose id starts with it
     (`MIN_PREFIX`+ characters; several is an error). `deleted_ok` also takes the exact id
     of a deleted memory that still has history. Else MemoryNotFoundError, or for a shorter
     string an InvalidInputError that says how long a prefix must be."""
@@ -86,7 +116,8 @@ def resolve_id(svc: MemoryService, user: UserKey, given: str, *, deleted_ok: boo
             f"no memory has the id {given!r}, and an id prefix needs at least "
             f"{MIN_PREFIX} characters",
         )
-    matches = [e.id for e in svc.read(user) if e.id.startswith(given)]
+    every = svc.read(user, include_superseded=True)  # a superseded version has an id too
+    matches = [e.id for e in every if e.id.startswith(given)]
     if len(matches) == 1:
         return matches[0]
     if matches:
@@ -109,10 +140,15 @@ def _read_text(text: str) -> str:
 def memories() -> None:
     """Read and change one user's memories.
 
+    Reads show current memories: a fact whose value changed keeps its old
+    versions (closed, not overwritten; `versions` lists them, `restore-version`
+    reopens one), and list and search show them only with --as-of DATE or
+    --include-superseded.
+
     Wherever a MEMORY_ID is taken, its first 8 or more characters do (an
     ambiguous prefix is an error). Human output escapes control characters
     in stored text; --format json/jsonl/csv prints it exactly. Commands that
-    only read (search, list, get, history, users, apps, and export) never
+    only read (search, list, get, history, versions, users, apps, and export) never
     create a database, a folder or tables: a missing --db path or a SQLite
     file without langmem-trpc tables is an error, and the file is left as it was.
     Commands that write create the database file, never a missing folder of a
@@ -133,6 +169,7 @@ def _emit_one(entry: Entry, fmt: OutputFormat, table: Callable[[Entry], str] = e
 @_command("add")
 @user_options
 @_content_options
+@_validity_options
 @click.option("--kind", type=KIND, default="fact", show_default=True)
 @format_options
 @click.argument("text")
@@ -157,6 +194,12 @@ def memories_add(
 @_command("update")
 @user_options
 @_content_options
+@_validity_options
+@click.option(
+    "--supersede",
+    is_flag=True,
+    help="Keep the old text as a closed version and store the change as a new one (new id).",
+)
 @click.option("--kind", type=KIND)
 @format_options
 @click.argument("memory_id")
@@ -165,6 +208,7 @@ def memories_update(
     db: str | None,
     user: UserKey,
     kind: str | None,
+    supersede: bool,
     fmt: OutputFormat,
     memory_id: str,
     text: str | None,
@@ -173,12 +217,15 @@ def memories_update(
     """Change a memory's text and/or any given field; its id stays the same.
 
     Without TEXT the text is kept (give at least one field to change);
-    TEXT `-` reads it from standard input.
+    TEXT `-` reads it from standard input. With --supersede a changed text is
+    a new version instead: the old one is closed (valid until the new one's
+    --valid-from, default now) and kept; the new id is printed.
 
     \b
     Examples:
         langmem-trpc memories update --user alice 3f2a9c1b "Prefers light mode"
         langmem-trpc memories update --user alice 3f2a9c1b --topics ui,theme
+        langmem-trpc memories update --user alice 3f2a9c1b --supersede "Runs Go 1.24"
     """
     if text is None and not (kind or any(content.values())):
         raise click.UsageError("give a new TEXT or at least one field to change")
@@ -189,7 +236,9 @@ def memories_update(
         if current is None:  # deleted in between
             raise MemoryNotFoundError(target)
         new_text = current.text if text is None else _read_text(text)
-        entry = svc.update(user, target, new_text, kind=kind, source=CLI_SOURCE, **fields)
+        entry = svc.update(
+            user, target, new_text, kind=kind, supersede=supersede, source=CLI_SOURCE, **fields
+        )
     _emit_one(entry, fmt)
 
 
@@ -199,6 +248,7 @@ def memories_update(
 @click.option("--after", help="Only events at or after this date (ISO 8601 or a date).")
 @click.option("--before", help="Only events at or before this date.")
 @click.option("--limit", default=10, show_default=True, type=click.IntRange(1, 1000))
+@_view_options
 @format_options
 @click.argument("query")
 def memories_search(
@@ -208,18 +258,25 @@ def memories_search(
     after: str | None,
     before: str | None,
     limit: int,
+    as_of: str | None,
+    include_superseded: bool,
     fmt: OutputFormat,
     query: str,
 ) -> None:
     """Hybrid search (keyword + vector when an embedder is configured), de-duplicated.
 
-    The table's SCORE is the absolute relevance in [0, 1], rounded to 2 places.
+    Current memories only, unless --as-of or --include-superseded asks for the
+    past (the table then adds a VALID column). The table's SCORE is the
+    absolute relevance in [0, 1], rounded to 2 places.
 
     \b
-    Example:
+    Examples:
         langmem-trpc memories search --user alice "theme preference"
+        langmem-trpc memories search --user alice --as-of 2026-07-01 "go version"
     """
     options = SearchOptions(
+        as_of=as_of,
+        include_superseded=include_superseded,
         kind=kind,
         time_after=parse_time_or_raise(after, "after"),
         time_before=parse_time_or_raise(before, "before"),
@@ -230,7 +287,8 @@ def memories_search(
     )
     with open_service(db, read=True) as svc:
         hits = svc.search(user, query, options)
-    emit(render_entries(hits, fmt, empty="no matches", scores=True))
+    past = options.as_of is not None or include_superseded
+    emit(render_entries(hits, fmt, empty="no matches", scores=True, validity=past))
 
 
 @_command("list")
@@ -242,20 +300,37 @@ def memories_search(
     type=click.IntRange(0),
     help="At most this many, newest first (0: all).",
 )
+@_view_options
 @format_options
-def memories_list(db: str | None, user: UserKey, limit: int, fmt: OutputFormat) -> None:
-    """List memories, most recently updated first.
+def memories_list(
+    db: str | None,
+    user: UserKey,
+    limit: int,
+    as_of: str | None,
+    include_superseded: bool,
+    fmt: OutputFormat,
+) -> None:
+    """List current memories, most recently updated first.
+
+    A memory a newer version superseded, or whose validity lapsed, is not
+    current: --as-of DATE lists what was true then, --include-superseded every
+    version; either adds a VALID column (from, to, and the superseding id).
 
     \b
-    Example:
+    Examples:
         langmem-trpc memories list --user alice --limit 20
+        langmem-trpc memories list --user alice --as-of 2026-07-01
     """
+    current = as_of is None and not include_superseded
     with open_service(db, read=True) as svc:
-        entries = svc.read(user, limit or None)
-        total = svc.count(user) if limit and len(entries) == limit else len(entries)
-    emit(render_entries(entries, fmt, empty="no memories"))
+        entries = svc.read(user, limit or None, as_of=as_of, include_superseded=include_superseded)
+        full = bool(limit) and len(entries) == limit
+        total = svc.count(user) if full and current else len(entries)
+    emit(render_entries(entries, fmt, empty="no memories", validity=not current))
     if fmt == "table" and total > len(entries):
         click.echo(f"showing {len(entries)} of {total} memories (--limit 0 shows all)", err=True)
+    elif fmt == "table" and full and not current:
+        click.echo(f"showing the first {len(entries)} (--limit 0 shows all)", err=True)
 
 
 @_command("get")
@@ -319,6 +394,62 @@ def memories_history(db: str | None, user: UserKey, fmt: OutputFormat, memory_id
         raise click.UsageError("history prints table, json or jsonl")
     else:
         emit(render_records([e.model_dump(mode="json") for e in events], fmt, (), ""))
+
+
+@_command("versions")
+@user_options
+@format_options
+@click.argument("memory_id")
+def memories_versions(db: str | None, user: UserKey, fmt: OutputFormat, memory_id: str) -> None:
+    """List every version of a memory, oldest first, from any version's id.
+
+    A fact that changed ("runs Go 1.23", then "upgraded to Go 1.24") is a
+    chain: each older version is closed (VALID ends where the next began) and
+    names the version that superseded it. The current one is marked `*`.
+
+    \b
+    Example:
+        langmem-trpc memories versions --user alice 3f2a9c1b
+    """
+    with open_service(db, read=True) as svc:
+        chain = svc.versions(user, resolve_id(svc, user, memory_id))
+    if not chain:
+        raise MemoryNotFoundError(memory_id)
+    if fmt != "table":
+        emit(render_entries(chain, fmt, empty=""))
+        return
+    rows = [
+        ["*" if _is_current(e) else "", short_id(e.id), validity_span(e), e.text] for e in chain
+    ]
+    emit(render_rows(["", "ID", "VALID", "TEXT"], rows))
+
+
+def _is_current(entry: Entry) -> bool:
+    return entry.superseded_by is None and (
+        entry.valid_to is None or entry.valid_to > datetime.now(timezone.utc)
+    )
+
+
+@_command("restore-version")
+@user_options
+@format_options
+@click.argument("memory_id")
+def memories_restore_version(
+    db: str | None, user: UserKey, fmt: OutputFormat, memory_id: str
+) -> None:
+    """Make a superseded version current again (undo a supersede).
+
+    The chain's current version is closed as never true (its validity ends
+    where it began) and the given one reopened; history records both. A
+    version that is already current is shown unchanged.
+
+    \b
+    Example:
+        langmem-trpc memories restore-version --user alice 3f2a9c1b
+    """
+    with open_service(db) as svc:
+        entry = svc.restore_version(user, resolve_id(svc, user, memory_id), source=CLI_SOURCE)
+    _emit_one(entry, fmt)
 
 
 def _confirm(question: str, done: str) -> None:

@@ -1,34 +1,20 @@
-"""`langmem-trpc export` / `import`: JSONL, one memory per line with its history.
+"""`langmem-trpc export` / `import`: the commands over `langmem_trpc.transfer`.
 
-Lossless for live memories: id, every field, metadata, times and history (an import
-records itself as the actor of the history it writes).
+The format, its checks and the import rules live in `langmem_trpc.transfer` (the
+inspector's download uses them too); this module adds the options and output.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Iterator
-from datetime import datetime, timezone
+from collections.abc import Callable
 
 import click
 
 from ..errors import InvalidInputError
-from ..service.protocol import MemoryService
-from ..types import Entry, HistoryEvent, Operation, Source, UserKey, check_identifier
+from ..transfer import checked_records, export_lines, import_record
+from ..types import Entry, UserKey, check_identifier
 from ._common import CLI_LIMITS, db_option, open_service, plural, reports_errors
 from ._output import progress, safe
-from ._records import FORMAT, Record, checked_records
-
-
-def _export_records(svc: MemoryService, users: list[UserKey]) -> Iterator[str]:
-    for user in users:
-        for entry in reversed(svc.read(user)):
-            record = {
-                "format": FORMAT,
-                "entry": entry.model_dump(mode="json", exclude={"score", "rrf_score"}),
-                "history": [h.model_dump(mode="json") for h in svc.history(user, entry.id)],
-            }
-            yield json.dumps(record, ensure_ascii=False) + "\n"
 
 
 @click.command(name="export")
@@ -46,6 +32,10 @@ def _export_records(svc: MemoryService, users: list[UserKey]) -> Iterator[str]:
 def export_memories(db: str | None, app_name: str, user_id: str | None, output: str) -> None:
     """Write live memories and their history to a JSONL file.
 
+    Every version is written, superseded and lapsed ones too, with its
+    valid_from, valid_to and superseded_by, so an import restores the chains.
+    The format (one JSON object a line: format, entry, history), its checks
+    and the import rules are the public module `langmem_trpc.transfer`.
     `-o -` writes to standard output; the summary line goes to standard error when the records go to standard output.
 
     \b
@@ -57,40 +47,12 @@ def export_memories(db: str | None, app_name: str, user_id: str | None, output: 
     with open_service(db, read=True) as svc:
         users = [UserKey(app_name, user_id)] if user_id else svc.users(app_name)
         with click.open_file(output, "w", encoding="utf-8") as out:
-            for line in _export_records(svc, users):
+            for line in export_lines(svc, users):
                 out.write(line)
                 count += 1
     where = "standard output" if output == "-" else output
     message = safe(f"exported {count} {plural(count, 'memory', 'memories')} to {where}")
     click.echo(message, err=output == "-")
-
-
-IMPORT_ACTOR = "import"
-"""The actor of every history event an import writes: the file's own actor is a claim."""
-
-
-def _as_imported(event: HistoryEvent) -> HistoryEvent:
-    """`event` recorded as written by the import (thread, message ids and decision kept)."""
-    source = event.source.model_dump() if event.source else {}
-    return event.model_copy(update={"source": Source(**{**source, "actor": IMPORT_ACTOR})})
-
-
-def _imported_history(record: Record) -> list[HistoryEvent]:
-    """The record's history as the import writes it: each event with the actor "import";
-    a record without history gets one "add" event by the import, now (every write that
-    changes a memory leaves a trace, also one that replaces a memory with the same id)."""
-    if record.history:
-        return [_as_imported(event) for event in record.history]
-    entry = record.entry
-    event = HistoryEvent(
-        memory_id=entry.id,
-        operation=Operation.ADD,
-        text_before=None,
-        text_after=entry.text,
-        at=datetime.now(timezone.utc),
-        source=Source(actor=IMPORT_ACTOR),
-    )
-    return [event]
 
 
 def _only(app_name: str | None, user_id: str | None) -> Callable[[Entry], None]:
@@ -134,7 +96,9 @@ def import_memories(db: str | None, app_name: str | None, user_id: str | None, s
     stopped partway is safe. Every imported history event is recorded with
     the actor "import" (the file's actor is not trusted; its thread and
     message ids are kept); a record without history gets an "add" by the
-    import.
+    import. Validity comes back as exported (a chain stays a chain); a
+    record of an older export without it imports as a current memory valid
+    from its event time, else its creation.
     Progress goes to standard error (a bar on a terminal, else a line every
     few seconds).
 
@@ -153,5 +117,5 @@ def import_memories(db: str | None, app_name: str | None, user_id: str | None, s
         with click.open_file(source, "rb") as lines:
             records = checked_records(lines, svc, CLI_LIMITS, _only(app_name, user_id))
         for record in progress(records, "importing", len(records)):
-            svc.restore(record.entry.user, record.entry, _imported_history(record))
+            import_record(svc, record)
     click.echo(f"imported {len(records)} {plural(len(records), 'memory', 'memories')}")

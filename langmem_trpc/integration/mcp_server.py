@@ -40,6 +40,11 @@ READ_TOOLS = ("memory_search", "memory_load")
 WRITE_TOOLS = ("memory_add", "memory_update", "memory_delete")
 MAX_ARGUMENT_DEPTH = 32
 """Deepest nesting of lists and objects a tool argument may have (none needs more than 2)."""
+INSTRUCTIONS = (
+    "Long-term memory of one user: search and load (and, if enabled, edit) it. "
+    "Results are what is true now; memory_search's as_of asks what was true then."
+)
+"""What the server tells a client about itself at initialization."""
 
 TOOL_HINTS: dict[str, dict[str, bool]] = {
     # add is idempotent by content; update replaces the text; delete is soft (restorable)
@@ -65,6 +70,10 @@ _RESULT: dict[str, Any] = {
         "participants": _STRS,
         "location": _STR,
         "score": {"type": "number"},
+        # with `as_of` only: when the memory was true, and what replaced it
+        "valid_from": _STR,
+        "valid_to": _STR,
+        "superseded_by": _STR,
     },
     "required": ["id", "memory", "topics", "created", "kind"],
 }
@@ -81,7 +90,7 @@ _WRITTEN: dict[str, Any] = {
 OUTPUT_SCHEMAS: dict[str, dict[str, Any]] = {
     "memory_search": {
         **_LISTING,
-        "properties": {"query": _STR, **_LISTING["properties"]},
+        "properties": {"query": _STR, "as_of": _STR, **_LISTING["properties"]},
         "required": ["query", *_LISTING["required"]],
     },
     "memory_load": {
@@ -98,7 +107,8 @@ OUTPUT_SCHEMAS: dict[str, dict[str, Any]] = {
     },
 }
 """The JSON each tool returns on success (`id` everywhere; `memory_id` is the same id
-under the name the write tools take it as an argument)."""
+under the name the write tools take it as an argument). A search with `as_of` also
+echoes it and gives each result's validity (`valid_from`, `valid_to`, `superseded_by`)."""
 
 
 def mcp_identity(app_name: str, user_id: str | None) -> UserKey | None:
@@ -241,7 +251,7 @@ def build_mcp_server(
     return Server(
         "langmem-trpc",
         lifespan=lifespan,
-        instructions="Long-term memory of one user: search and load (and, if enabled, edit) it.",
+        instructions=INSTRUCTIONS,
         on_list_tools=list_tools,
         on_call_tool=call_tool,
     )

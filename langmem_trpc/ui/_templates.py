@@ -25,8 +25,8 @@ textarea{width:100%;min-height:70px}
 button{font:inherit;padding:5px 12px;border-radius:4px;border:1px solid #3a6fd8;background:#3a6fd8;color:#fff;cursor:pointer}
 button.danger{background:#c7392f;border-color:#c7392f}button.plain{background:#fff;color:#3a6fd8}
 .badge{display:inline-block;padding:1px 7px;border-radius:10px;font-size:12px;background:#e4e9f2}
-.badge.episode{background:#fde9c8}.badge.fact{background:#d9efe0}.badge.ro{background:#c7392f;color:#fff}
-.op-add,.op-restore{color:#177245}.op-update{color:#3a6fd8}.op-delete,.op-clear{color:#c7392f}
+.badge.old{background:#e6e0d4;color:#5a4f3c;text-decoration:none}.badge.episode{background:#fde9c8}.badge.fact{background:#d9efe0}.badge.ro{background:#c7392f;color:#fff}
+.op-add,.op-restore{color:#177245}.op-update,.op-supersede{color:#3a6fd8}.op-delete,.op-clear{color:#c7392f}
 del{background:#fbd5d2;text-decoration:line-through}ins{background:#cdeed6;text-decoration:none}
 .muted{color:#7a8295}.card{background:#fff;border:1px solid #dde1e8;padding:12px;margin-bottom:12px}
 .grid{display:grid;grid-template-columns:repeat(auto-fit,minmax(220px,1fr));gap:10px}
@@ -58,7 +58,7 @@ INDEX = """{% extends "base" %}{% block title %}Users{% endblock %}{% block body
 USER = """{% extends "base" %}{% block title %}{{ user.user_id }}{% endblock %}{% block body %}
 <h1>{{ user.app_name }} / {{ user.user_id }} <span class="muted">{{ total }} live memor{{ 'y' if total == 1 else 'ies' }}</span></h1>
 <form class="filters" method="get" action="/user"><input type="hidden" name="app" value="{{ user.app_name }}"><input type="hidden" name="user" value="{{ user.user_id }}">
-{% if f.show %}<input type="hidden" name="show" value="deleted">{% endif %}
+{% if f.show == 'deleted' %}<input type="hidden" name="show" value="deleted">{% endif %}
 <label>search<input name="q" value="{{ f.q }}" size="30" placeholder="text or question"></label>
 <label>mode<select name="mode"><option value="hybrid" {{ 'selected' if f.mode == 'hybrid' }}>hybrid (ranked)</option>
 <option value="text" {{ 'selected' if f.mode == 'text' }}>full text (contains)</option></select></label>
@@ -66,21 +66,25 @@ USER = """{% extends "base" %}{% block title %}{{ user.user_id }}{% endblock %}{
 <option {{ 'selected' if f.kind == k }}>{{ k }}</option>{% endfor %}</select></label>
 <label>event after<input name="after" value="{{ f.after }}" size="11" placeholder="2024-05-01"></label>
 <label>event before<input name="before" value="{{ f.before }}" size="11"></label>
+{% if f.show != 'deleted' %}<label>true as of<input name="as_of" value="{{ f.as_of }}" size="11" placeholder="2024-07-01"></label>
+<label>show superseded<input type="checkbox" name="show" value="superseded" {{ 'checked' if f.show == 'superseded' }}></label>{% endif %}
 <button type="submit">filter</button>
-{% if f.show %}<a id="show-live" href="/user?{{ qs }}">live</a>{% else %}<a id="show-deleted" href="/user?{{ qs }}&show=deleted">deleted</a>{% endif %}
+{% if f.show == 'deleted' %}<a id="show-live" href="/user?{{ qs }}">live</a>{% else %}<a id="show-deleted" href="/user?{{ qs }}&show=deleted">deleted</a>{% endif %}
 <a href="/search?{{ qs }}{% if f.q %}&q={{ f.q|urlencode }}{% endif %}">search playground</a>
 <a href="/threads?{{ qs }}">threads</a>
 <a href="/export.jsonl?{{ qs }}">export JSONL</a></form>
 {% if error %}<p class="problem" id="problem">{{ error }}</p>{% endif %}
-{% set ranked = f.q and f.mode == 'hybrid' and not f.show %}
-<p class="muted">{% if f.show %}<span class="badge ro">deleted</span> {% endif %}{{ shown }} shown{% if ranked %}, best first{% elif f.show %}, most recently deleted first (full-text filter){% else %}, most recently updated first{% endif %}</p>
-<table><tr><th>id</th><th>kind</th><th>memory</th><th>event time</th><th>participants</th><th>location</th><th>topics</th><th>updated</th>{% if ranked %}<th class="num">score</th>{% endif %}{% if f.show and not read_only %}<th></th>{% endif %}</tr>
+{% set deleted = f.show == 'deleted' %}{% set ranked = f.q and f.mode == 'hybrid' and not deleted %}
+<p class="muted" id="shown">{% if deleted %}<span class="badge ro">deleted</span> {% endif %}{{ shown }} shown{% if f.show == 'superseded' %} (every version, superseded ones included){% elif f.as_of %} (what was true on {{ f.as_of }}){% elif not deleted %} (current versions){% endif %}{% if ranked %}, best first{% elif deleted %}, most recently deleted first (full-text filter){% else %}, most recently updated first{% endif %}</p>
+<table><tr><th>id</th><th>kind</th><th>memory</th><th>event time</th><th>participants</th><th>location</th><th>topics</th><th>valid</th><th>updated</th>{% if ranked %}<th class="num">score</th>{% endif %}{% if deleted and not read_only %}<th></th>{% endif %}</tr>
 {% for e in entries %}<tr><td><a class="mono" href="/memory?{{ qs }}&id={{ e.id|urlencode }}">{{ e.id[:8] }}</a></td>
 <td><span class="badge {{ e.memory.kind.value }}">{{ e.memory.kind.value }}</span></td><td>{{ e.memory.text }}</td>
 <td class="ts">{{ e.memory.event_time|ts }}</td><td>{{ e.memory.participants|join(', ') }}</td><td>{{ e.memory.location or '' }}</td>
-<td>{{ e.memory.topics|join(', ') }}</td><td class="ts">{{ e.updated_at|ts }}</td>{% if ranked %}<td class="num">{{ '%.3f'|format(e.score or 0) }}</td>{% endif %}
-{% if f.show and not read_only %}<td><form class="inline" method="post" action="/memory/restore?{{ qs }}&id={{ e.id|urlencode }}"><button type="submit">restore</button></form></td>{% endif %}</tr>
-{% else %}<tr><td colspan="9" class="muted">{{ 'No deleted memory matches.' if f.show else 'No memory matches.' }}</td></tr>{% endfor %}</table>
+<td>{{ e.memory.topics|join(', ') }}</td><td class="ts validity">{{ e.valid_from|day }} → {{ e.valid_to|day }}{% if e.superseded_by %}
+<a class="badge old" href="/memory?{{ qs }}&id={{ e.superseded_by|urlencode }}">superseded</a>{% elif e.valid_to and e.valid_to <= now %} <span class="badge old">lapsed</span>{% endif %}</td>
+<td class="ts">{{ e.updated_at|ts }}</td>{% if ranked %}<td class="num">{{ '%.3f'|format(e.score or 0) }}</td>{% endif %}
+{% if deleted and not read_only %}<td><form class="inline" method="post" action="/memory/restore?{{ qs }}&id={{ e.id|urlencode }}"><button type="submit">restore</button></form></td>{% endif %}</tr>
+{% else %}<tr><td colspan="11" class="muted">{{ 'No deleted memory matches.' if deleted else 'No memory matches.' }}</td></tr>{% endfor %}</table>
 {% if not read_only %}<h2>Purge this user</h2><form class="card" method="post" action="/user/purge?{{ qs }}">
 <p>Removes every memory of <b>{{ user.user_id }}</b> in <b>{{ user.app_name }}</b> and its history for good.
 Type the user id to confirm.</p><input name="confirm" placeholder="{{ user.user_id }}">
@@ -89,7 +93,7 @@ Type the user id to confirm.</p><input name="confirm" placeholder="{{ user.user_
 
 MEMORY = """{% extends "base" %}{% block title %}memory {{ memory_id[:8] }}{% endblock %}{% block body %}
 <h1><a href="/user?{{ qs }}">{{ user.app_name }} / {{ user.user_id }}</a> · <span class="mono">{{ memory_id }}</span>
-{% if entry is none %}<span class="badge ro">deleted</span>{% endif %}</h1>
+{% if entry is none %}<span class="badge ro">deleted</span>{% elif entry.superseded_by %}<span class="badge old" id="superseded">superseded</span>{% endif %}</h1>
 {% if notice %}<p class="notice" id="notice">{{ notice }}</p>{% endif %}
 {% if entry is not none %}<div class="card"><div class="grid">
 <div><div class="muted">kind</div><span class="badge {{ entry.memory.kind.value }}">{{ entry.memory.kind.value }}</span></div>
@@ -97,10 +101,20 @@ MEMORY = """{% extends "base" %}{% block title %}memory {{ memory_id[:8] }}{% en
 <div><div class="muted">participants</div>{{ entry.memory.participants|join(', ') }}</div>
 <div><div class="muted">location</div>{{ entry.memory.location or '' }}</div>
 <div><div class="muted">topics</div>{{ entry.memory.topics|join(', ') }}</div>
-<div><div class="muted">created / updated</div>{{ entry.created_at|ts }} / {{ entry.updated_at|ts }}</div></div>
+<div><div class="muted">created / updated</div>{{ entry.created_at|ts }} / {{ entry.updated_at|ts }}</div>
+<div id="validity"><div class="muted">valid (true in the world)</div>{{ entry.valid_from|ts }} → {{ entry.valid_to|ts or 'now' }}{% if entry.superseded_by %}
+<div>superseded by <a class="mono" href="/memory?{{ qs }}&id={{ entry.superseded_by|urlencode }}">{{ entry.superseded_by[:8] }}</a></div>{% endif %}</div></div>
 <p id="memory-text">{{ entry.memory.text }}</p>
-{% if entry.memory.metadata %}<div class="muted mono">metadata: {{ entry.memory.metadata|tojson }}</div>{% endif %}</div>
+{% if entry.memory.metadata %}<div class="muted mono">metadata: {{ entry.memory.metadata|tojson }}</div>{% endif %}
+{% if entry.superseded_by and not read_only %}<form class="inline" method="post" action="/memory/restore-version?{{ mqs }}">
+<button type="submit" id="restore-version">Restore this version</button> <span class="muted">makes it current again and closes the version that superseded it (both recorded in history)</span></form>{% endif %}</div>
 {% endif %}
+{% if versions %}<h2>Versions <span class="muted">oldest first</span></h2>
+<table id="versions"><tr><th>id</th><th>valid from</th><th>valid to</th><th>memory</th><th></th></tr>
+{% for v in versions %}<tr{% if v.id == memory_id %} class="this"{% endif %}><td><a class="mono" href="/memory?{{ qs }}&id={{ v.id|urlencode }}">{{ v.id[:8] }}</a></td>
+<td class="ts">{{ v.valid_from|ts }}</td><td class="ts">{{ v.valid_to|ts }}</td><td>{{ v.memory.text }}</td>
+<td>{% if v.id == memory_id %}<b>this version</b> {% endif %}{% if v.superseded_by %}<span class="badge old">superseded</span>{% elif v.valid_to and v.valid_to <= now %}<span class="badge old">lapsed</span>{% else %}<span class="badge fact">current</span>{% endif %}</td></tr>
+{% endfor %}</table>{% endif %}
 <h2>History <span class="muted">oldest first</span></h2>
 <table id="history"><tr><th>when</th><th>operation</th><th>change</th><th>source</th></tr>
 {% for ev in events %}<tr><td class="ts">{{ ev.at|ts }}</td><td class="op-{{ ev.op }}">{{ ev.op }}</td>
@@ -119,7 +133,8 @@ MEMORY = """{% extends "base" %}{% block title %}memory {{ memory_id[:8] }}{% en
 <label>participants (one per line)<textarea name="participants" rows="3">{{ m.participants|join('\n') }}</textarea></label>
 <input type="hidden" name="orig_participants" value="{{ m.participants|join('\n') }}">
 <label>location<input name="location" value="{{ m.location or '' }}"></label><input type="hidden" name="orig_location" value="{{ m.location or '' }}"></div>
-<p><button type="submit">save</button></p></form>
+<p><button type="submit">save</button>
+{% if m.kind.value == 'fact' and not entry.superseded_by %}<label style="display:inline"><input type="checkbox" name="supersede" value="yes"> save as a new version (the value changed: keep this one as the past)</label>{% endif %}</p></form>
 <form class="inline" method="post" action="/memory/delete?{{ mqs }}"><button class="plain" type="submit">delete (soft)</button></form>
 {% endif %}{% elif not read_only and restorable %}<form class="card" method="post" action="/memory/restore?{{ mqs }}">
 <p>Deleted (soft). Restore brings it back under the same id with every field as it was; the history records a restore.</p>

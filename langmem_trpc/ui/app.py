@@ -18,7 +18,7 @@ import secrets
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import quote, urlencode
 
@@ -33,10 +33,11 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from ..cli._common import validation_problem
+from .._time import parse_time_or_raise
 from ..errors import BackendError, InvalidInputError, LangmemTrpcError, MemoryNotFoundError
 from ..integration.tools import parse_date
 from ..service.protocol import MemoryService
+from ..transfer import export_lines, validation_problem
 from ..types import Entry, HistoryEvent, Kind, Operation, SearchOptions, Source, UserKey
 from ._explain import SIGNAL_LEGEND, explain_search
 from ._gate import (
@@ -68,6 +69,8 @@ UI_SOURCE = Source(actor="ui")
 LIST_LIMIT = 500
 USERS_PER_PAGE = 50
 GONE = (Operation.DELETE, Operation.CLEAR)
+SHOWS = ("deleted", "superseded")
+"""The list page's `show` filter: soft-deleted memories, or every version of each."""
 TITLES = {
     400: "Bad request",
     403: "Forbidden",
@@ -85,6 +88,10 @@ def new_token() -> str:
 
 def _ts(value: datetime | None) -> str:
     return "" if value is None else value.strftime("%Y-%m-%d %H:%M")
+
+
+def _day(value: datetime | None) -> str:
+    return "" if value is None else value.strftime("%Y-%m-%d")
 
 
 def word_diff(before: str | None, after: str | None) -> list[tuple[str, str]]:
@@ -163,6 +170,7 @@ NOTICES = {
     "deleted": "Deleted (soft): restore brings it back with every field.",
     "restored": "Restored with every field.",
     "unchanged": "Nothing to save: no field changed.",
+    "version": "This version is current again; the version that superseded it is closed.",
 }
 
 
@@ -196,6 +204,7 @@ class _UI:
         self.max_body = max_body
         self.env = Environment(loader=DictLoader(TEMPLATES), autoescape=True)
         self.env.filters["ts"] = _ts
+        self.env.filters["day"] = _day
         self.env.globals.update(  # what every page shows; never the token
             read_only=read_only,
             backend=backend,
@@ -313,7 +322,8 @@ class _UI:
 
     async def _filtered(self, user: UserKey, f: dict[str, str]) -> list[Entry]:
         """The memories the filter `f` picks: the deleted ones (`show=deleted`, matched as
-        full text), a hybrid search, or the live ones matched as full text."""
+        full text), a hybrid search, or the live ones matched as full text; current ones
+        unless `as_of` (what was true then) or `show=superseded` (every version) asks."""
         q = f["q"]
         kind = _kind(f["kind"])
         after = parse_date(f["after"], "after")
@@ -321,29 +331,39 @@ class _UI:
         if f["show"] == "deleted":
             found = await self.service.adeleted(user, LIST_LIMIT)
             return [e for e in found if _matches(e, q.strip(), kind, after, before)]
+        as_of, every = parse_time_or_raise(f["as_of"] or None, "as_of"), f["show"] == "superseded"
         if q.strip() and f["mode"] == "hybrid":
             options = SearchOptions(
-                query=q, kind=kind, time_after=after, time_before=before, max_results=50
+                query=q,
+                kind=kind,
+                time_after=after,
+                time_before=before,
+                max_results=50,
+                as_of=as_of,
+                include_superseded=every,
             )
             return await self.service.asearch(user, q, options)
-        found = await self.service.aread(user, LIST_LIMIT)
+        found = await self.service.aread(user, LIST_LIMIT, as_of=as_of, include_superseded=every)
         return [e for e in found if _matches(e, q.strip(), kind, after, before)]
 
     async def user_page(self, request: Request) -> Response:
         """The user's memories, filtered; a bad filter keeps the form and says why inline.
         `show=deleted` lists the soft-deleted ones (restorable), also of a user with no
-        live memory left."""
+        live memory left; `show=superseded` every version, `as_of` what was true then."""
         params = request.query_params
-        f = {k: params.get(k, "") for k in ("q", "mode", "kind", "after", "before", "show")}
+        names = ("q", "mode", "kind", "after", "before", "show", "as_of")
+        f = {k: params.get(k, "") for k in names}
         f["mode"] = f["mode"] if f["mode"] in ("hybrid", "text") else "hybrid"
-        f["show"] = "deleted" if f["show"] == "deleted" else ""
-        user = self.user_of(request) if f["show"] else await self.known_user(request)
+        f["show"] = f["show"] if f["show"] in SHOWS else ""
+        f["as_of"] = "" if f["show"] == "deleted" else f["as_of"].strip()
+        deleted = f["show"] == "deleted"
+        user = self.user_of(request) if deleted else await self.known_user(request)
         error, status, entries = None, 200, []
         try:
             entries = await self._filtered(user, f)
         except (InvalidInputError, ValidationError) as exc:
             error, status = _message(exc), 400
-        if f["show"] and not entries and not error:
+        if deleted and not entries and not error:
             await self.known_user(request)  # nothing deleted: a user without memories is a 404
         total = await self.service.acount(user)
         return self.page(
@@ -355,21 +375,26 @@ class _UI:
             total=total,
             shown=len(entries),
             error=error,
+            now=datetime.now(timezone.utc),
         )
 
     async def memory_page(self, request: Request) -> Response:
+        """One memory (any version of it, marked), its version chain and its history."""
         user = self.user_of(request)
         memory_id = request.query_params.get("id") or ""
         entry = await self.service.aget(user, memory_id) if memory_id else None
         events = await self.service.ahistory(user, memory_id) if memory_id else []
         if entry is None and not events:
             raise HTTPException(404, f"no memory {memory_id!r} for user {user.user_id!r}")
+        chain = await self.service.aversions(user, memory_id) if entry is not None else []
         return self.page(
             "memory",
             user=user,
             mqs=self._memory_qs(user, memory_id),
             memory_id=memory_id,
             entry=entry,
+            versions=chain if len(chain) > 1 else [],
+            now=datetime.now(timezone.utc),
             events=[_event_view(e) for e in events],
             restorable=entry is None and events[-1].operation in GONE,  # events: not empty
             notice=NOTICES.get(request.query_params.get("notice") or ""),
@@ -428,10 +453,8 @@ class _UI:
         return self.page("threads", user=user, threads=rows)
 
     async def export(self, request: Request) -> Response:
-        from ..cli.transfer import _export_records
-
         user = await self.known_user(request)
-        lines = await asyncio.to_thread(lambda: list(_export_records(self.service, [user])))
+        lines = await asyncio.to_thread(lambda: list(export_lines(self.service, [user])))
         name = re.sub(r"[^A-Za-z0-9_.-]", "_", f"{user.app_name}-{user.user_id}") + ".jsonl"
         return StreamingResponse(
             lines,
@@ -458,15 +481,20 @@ class _UI:
         return form, user, memory_id
 
     async def edit(self, request: Request) -> Response:
-        """Save the edit form: the text, and only the other fields the operator changed."""
+        """Save the edit form: the text, and only the other fields the operator changed;
+        with "save as a new version" ticked, a changed text supersedes the memory (the
+        page of the new version follows)."""
         form, user, memory_id = await self._memory_write(request)
         text = str(form.get("text") or "")
         fields = changed_fields(form)
         if "orig_text" in form and not fields:
             if text.replace("\r\n", "\n") == str(form["orig_text"]).replace("\r\n", "\n"):
                 return self._back(user, memory_id, "unchanged")
-        await self.service.aupdate(user, memory_id, text, source=UI_SOURCE, **fields)
-        return self._back(user, memory_id, "saved")
+        supersede = form.get("supersede") == "yes"
+        entry = await self.service.aupdate(
+            user, memory_id, text, supersede=supersede, source=UI_SOURCE, **fields
+        )
+        return self._back(user, entry.id, "saved")
 
     async def delete(self, request: Request) -> Response:
         _, user, memory_id = await self._memory_write(request)
@@ -479,6 +507,13 @@ class _UI:
         _, user, memory_id = await self._memory_write(request)
         await self.service.aundelete(user, memory_id, source=UI_SOURCE)
         return self._back(user, memory_id, "restored")
+
+    async def restore_version(self, request: Request) -> Response:
+        """Make a superseded version current again: the chain's current one is closed,
+        both recorded in history (`MemoryService.restore_version`)."""
+        _, user, memory_id = await self._memory_write(request)
+        await self.service.arestore_version(user, memory_id, source=UI_SOURCE)
+        return self._back(user, memory_id, "version")
 
     async def purge_memory(self, request: Request) -> Response:
         form, user, memory_id = await self._memory_write(request)
@@ -559,6 +594,34 @@ def backend_label(service: MemoryService) -> str:
     return {"InMemory": "in-memory (not saved)", "": "custom"}.get(name, name)
 
 
+def _routes(ui: _UI) -> list[Route]:
+    """Every page (GET) and write (POST), each behind `_guarded`."""
+    gets: dict[str, Endpoint] = {
+        "/": ui.index,
+        "/user": ui.user_page,
+        "/memory": ui.memory_page,
+        "/search": ui.search_page,
+        "/export.jsonl": ui.export,
+        "/threads": ui.threads,
+        "/worker": ui.worker,
+        LOGIN_PATH: ui.login_form,
+    }
+    posts: dict[str, Endpoint] = {
+        "/memory/edit": ui.edit,
+        "/memory/delete": ui.delete,
+        "/memory/restore": ui.restore,
+        "/memory/restore-version": ui.restore_version,
+        "/memory/purge": ui.purge_memory,
+        "/user/purge": ui.purge_user,
+        "/worker/retry": ui.retry,
+        LOGIN_PATH: ui.login,
+        "/logout": ui.logout,
+    }
+    routes = [Route(p, _guarded(ui, e), methods=["GET"]) for p, e in gets.items()]
+    routes += [Route(p, _guarded(ui, e), methods=["POST"]) for p, e in posts.items()]
+    return routes
+
+
 def create_app(
     service: MemoryService,
     *,
@@ -580,28 +643,7 @@ def create_app(
     """
     label = location or backend_label(service)
     ui = _UI(service, token or new_token(), read_only, label, max_body_bytes)
-    gets: dict[str, Endpoint] = {
-        "/": ui.index,
-        "/user": ui.user_page,
-        "/memory": ui.memory_page,
-        "/search": ui.search_page,
-        "/export.jsonl": ui.export,
-        "/threads": ui.threads,
-        "/worker": ui.worker,
-        LOGIN_PATH: ui.login_form,
-    }
-    posts: dict[str, Endpoint] = {
-        "/memory/edit": ui.edit,
-        "/memory/delete": ui.delete,
-        "/memory/restore": ui.restore,
-        "/memory/purge": ui.purge_memory,
-        "/user/purge": ui.purge_user,
-        "/worker/retry": ui.retry,
-        LOGIN_PATH: ui.login,
-        "/logout": ui.logout,
-    }
-    routes = [Route(p, _guarded(ui, e), methods=["GET"]) for p, e in gets.items()]
-    routes += [Route(p, _guarded(ui, e), methods=["POST"]) for p, e in posts.items()]
+    routes = _routes(ui)
 
     async def not_found(request: Request, exc: Exception) -> Response:
         return ui.error_page(getattr(exc, "status_code", 404), getattr(exc, "detail", "not found"))

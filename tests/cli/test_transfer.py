@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime, timezone
 
 import pytest
 from click.testing import CliRunner
@@ -122,6 +123,10 @@ def _set(record, path, value):
         (("entry", "memory", "event_time"), "2024-01-01T10:00:00", None),
         (("entry", "id"), "a\x00b", "line 2: memory_id: must be at most 512"),
         (("entry", "user_id"), "", "line 2: user_id: must not be empty"),
+        (("entry", "valid_from"), "2024-01-01T00:00:00", "line 2: valid_from: must be timezone"),
+        (("entry", "valid_to"), "1999-01-01T00:00:00Z", "line 2: valid_to: is before valid_from"),
+        (("entry", "superseded_by"), "", "line 2: superseded_by: must be a non-empty"),
+        (("entry", "superseded_by"), 7, "line 2: entry.superseded_by: Input should be"),
         (
             ("history",),
             [
@@ -354,3 +359,55 @@ def test_a_record_without_history_gets_an_add_by_the_import(tmp_path):
         (event,) = svc.history(ALICE, record["entry"]["id"])
     assert (event.operation.value, event.text_after) == ("add", "replaced")
     assert event.source == Source(actor="import")
+
+
+def test_a_round_trip_keeps_a_version_chain_and_its_validity(tmp_path):
+    source, target, dump = tmp_path / "a.db", tmp_path / "b.db", tmp_path / "out.jsonl"
+    july, upgrade = "2026-07-01T00:00:00Z", "2026-07-20T00:00:00Z"
+    with SQLiteMemoryService(source) as svc:
+        old = svc.add(ALICE, "Production runs Go 1.23", valid_from=july)
+        new = svc.update(
+            ALICE, old.id, "Production runs Go 1.24", supersede=True, valid_from=upgrade
+        )
+        trip = svc.add(
+            ALICE, "In Tokyo this week", valid_from="2026-07-02", valid_until="2026-07-05"
+        )
+        chain = svc.versions(ALICE, new.id)
+        every = svc.read(ALICE, include_superseded=True)
+    assert [e.id for e in chain] == [old.id, new.id]
+    runner = CliRunner()
+    result = runner.invoke(
+        cli, ["export", "--db", str(source), "--app", "support", "-o", str(dump)]
+    )
+    assert result.exit_code == 0, result.output
+    assert len(dump.read_text().splitlines()) == 3  # the closed and the lapsed ones too
+    result = runner.invoke(cli, ["import", "--db", str(target), str(dump)])
+    assert result.exit_code == 0, result.output
+
+    with SQLiteMemoryService(target) as svc:
+        assert svc.versions(ALICE, old.id) == chain
+        assert sorted(svc.read(ALICE, include_superseded=True), key=lambda e: e.id) == sorted(
+            every, key=lambda e: e.id
+        )
+        assert [e.id for e in svc.read(ALICE)] == [new.id]  # the trip lapsed
+        assert {e.id for e in svc.read(ALICE, as_of="2026-07-03")} == {trip.id, old.id}
+
+
+def test_an_older_export_without_validity_imports_as_current(tmp_path):
+    """A file written before validity existed: no valid_from/valid_to/superseded_by;
+    its zone-less event time (read as UTC, as add() reads it) becomes valid_from."""
+    records = _exported(tmp_path)
+    for record in records:
+        for field in ("valid_from", "valid_to", "superseded_by"):
+            record["entry"].pop(field, None)
+    records[1]["entry"]["memory"]["event_time"] = "2024-01-01T10:00:00"
+    result, target = _import(tmp_path, records)
+    assert result.exit_code == 0, result.output
+    with SQLiteMemoryService(target) as svc:
+        entries = {e.text: e for e in svc.read(ALICE)}
+    assert len(entries) == 2
+    dated = entries["second memory"]
+    assert dated.valid_from == datetime(2024, 1, 1, 10, tzinfo=timezone.utc)
+    undated = entries["first memory"]
+    assert undated.valid_from == undated.created_at
+    assert all(e.valid_to is None and e.superseded_by is None for e in entries.values())

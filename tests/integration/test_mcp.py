@@ -408,3 +408,25 @@ def test_mcp_without_its_extra_is_a_one_line_install_hint(monkeypatch, tmp_path:
     result = CliRunner().invoke(cli, ["mcp", "--db", str(db), "--user", "alice", "--allow-writes"])
     assert result.exit_code == 1 and "pip install 'langmem-trpc[mcp]'" in result.output
     assert len(result.output.strip().splitlines()) == 1 and not db.exists()
+
+
+async def test_search_is_current_by_default_and_as_of_finds_the_past(tmp_path: Path) -> None:
+    path = str(tmp_path / "chain.db")
+    with SQLiteMemoryService(path) as svc:
+        old = svc.add(ALICE, "Production runs Go 1.23", valid_from="2026-07-01")
+        new = svc.update(
+            ALICE, old.id, "Production runs Go 1.24", supersede=True, valid_from="2026-07-20"
+        )
+    async with session(path) as client:
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+        schema = tools["memory_search"].input_schema
+        assert "as_of" in schema["properties"] and "as_of" not in schema["required"]
+        now = json.loads(_text(await client.call_tool("memory_search", {"query": "go"})))
+        assert [r["id"] for r in now["results"]] == [new.id]
+        then = await client.call_tool("memory_search", {"query": "go", "as_of": "2026-07-10"})
+        assert not then.is_error
+        assert [r["id"] for r in json.loads(_text(then))["results"]] == [old.id]
+        loaded = json.loads(_text(await client.call_tool("memory_load", {"limit": 5})))
+        assert [r["id"] for r in loaded["results"]] == [new.id]
+        bad = await client.call_tool("memory_search", {"query": "go", "as_of": "someday"})
+        assert bad.is_error and "as_of" in _text(bad)

@@ -137,3 +137,34 @@ def test_search_history_and_edit_in_a_real_browser(tmp_path: Path, browser) -> N
         assert entry is not None and entry.text == "Alice prefers oolong tea"
         assert entry.memory.model_copy(update={"text": tea.text}) == tea.memory  # untouched
         assert fresh.history(ALICE, tea.id)[-1].source.actor == "ui"
+
+
+def test_restore_a_superseded_version_in_a_real_browser(tmp_path: Path, browser) -> None:
+    """The chain on the memory page, and the restore button's POST passing the gate's
+    same-origin check as a real browser sends it."""
+    db = str(tmp_path / "m.db")
+    svc = SQLiteMemoryService(db, embeddings=HashingEmbeddings())
+    try:
+        old = svc.add(ALICE, "Production runs Go 1.23", valid_from="2026-07-01")
+        new = svc.update(
+            ALICE, old.id, "Production runs Go 1.24", supersede=True, valid_from="2026-07-20"
+        )
+        with background_server(create_app(svc, token=TOKEN)) as url:
+            browser.get(f"{url}/login?token={TOKEN}")
+            WebDriverWait(browser, WAIT).until(lambda d: "Users" in d.title)
+            browser.get(f"{url}/memory?app=support&user=alice&id={new.id}")
+            chain = browser.find_element(By.ID, "versions").text
+            assert chain.index("Go 1.23") < chain.index("Go 1.24")  # oldest first
+            link = browser.find_element(By.LINK_TEXT, old.id[:8])
+            link.click()
+            navigated(browser, link)
+            assert browser.find_element(By.ID, "superseded").text == "superseded"
+            button = browser.find_element(By.ID, "restore-version")
+            button.click()
+            navigated(browser, button)
+            assert "current again" in browser.find_element(By.ID, "notice").text
+    finally:
+        svc.close()
+    with SQLiteMemoryService(db) as fresh:
+        assert [e.id for e in fresh.read(ALICE)] == [old.id]
+        assert fresh.history(ALICE, old.id)[-1].source.actor == "ui"
