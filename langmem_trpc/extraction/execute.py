@@ -16,7 +16,7 @@ when an update of a missing id became an add.
 Validity: every add and supersede passes `valid_from` = the op's event time, else
 the time of the batch's messages (`execute_ops(when=)`), else the service's now;
 `valid_until` as the model said it, dropped with a warning when it is not after
-that start. The model's own update call (no policy decision) is settled here
+that start or the service refuses it (the write is made without it). The model's own update call (no policy decision) is settled here
 against the stored memory (extraction/supersede.py): a change of state of a fact
 supersedes it ("supersede:model change=..."), anything else updates in place. A
 supersede whose new text another current memory holds, or whose target a newer
@@ -27,10 +27,16 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 
-from ..errors import BackendError, LangmemTrpcError, MemoryConflictError, MemoryNotFoundError
+from ..errors import (
+    BackendError,
+    InvalidInputError,
+    LangmemTrpcError,
+    MemoryConflictError,
+    MemoryNotFoundError,
+)
 from ..service.protocol import MemoryService
 from ..types import Entry, Kind, Source, UserKey
 from .ops import Action, MemoryOp
@@ -151,6 +157,19 @@ def _update(
     return OpOutcome(op, "superseded" if op.supersede else "updated", entry.id)
 
 
+def _write(
+    service: MemoryService,
+    user: UserKey,
+    op: MemoryOp,
+    source: Source,
+    actions: Collection[Action],
+    when: datetime | None,
+) -> OpOutcome:
+    if op.action == Action.ADD:
+        return _add(service, user, op, source, when)
+    return _update(service, user, op, source, actions, when)
+
+
 def _execute_one(
     service: MemoryService,
     user: UserKey,
@@ -164,10 +183,16 @@ def _execute_one(
     if op.action == Action.UPDATE:
         op = _settle_model_update(service, user, op)
     source = source.with_decision(op.decision or op.action.value)
-    if op.action == Action.ADD:
-        return _add(service, user, op, source, when)
-    if op.action == Action.UPDATE:
-        return _update(service, user, op, source, actions, when)
+    if op.action in (Action.ADD, Action.UPDATE):
+        try:
+            return _write(service, user, op, source, actions, when)
+        except InvalidInputError as exc:
+            if exc.field != "valid_until" or op.valid_until is None:
+                raise
+            logger.warning(
+                "auto_memory: valid_until of %r refused (%s); ignored", op.text[:80], exc
+            )
+            return _write(service, user, replace(op, valid_until=None), source, actions, when)
     if op.action == Action.DELETE:
         assert op.memory_id is not None
         found = service.delete(user, op.memory_id, source=source)
