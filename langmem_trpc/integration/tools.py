@@ -72,10 +72,10 @@ class SearchArgs(BaseModel):
     )
     as_of: str | None = Field(
         default=None,
-        description="Only to ask what was true at a past time ('which version did we run in "
-        "July?'): an ISO date (e.g. '2024-07-15'); the results are the memories true then, "
-        "replaced ones included, each with valid_from and valid_to. Leave empty for what is "
-        "true now.",
+        description="Only to ask what was true at a past time, such as a value that has since "
+        "changed: that time as an ISO date (e.g. '2024-07-15'). The results are the memories "
+        "true then, replaced ones included, each with valid_from and valid_to. Leave empty for "
+        "what is true now.",
     )
     limit: int = Field(
         default=10, ge=1, le=MAX_LIMIT, description="Maximum results (1-50, default 10)."
