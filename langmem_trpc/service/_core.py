@@ -188,10 +188,11 @@ def check_validity(
 ) -> tuple[datetime | None, datetime | None]:
     """`add`/`update`'s business time: each an aware datetime or a date string (parsed
     like `event_time`; zone-less means UTC) or None; `valid_until` must be after
-    `valid_from`, else after `start` (the event time, else now) where that is known."""
+    `valid_from`, else after `start` (an add's event time, else now) where one is known."""
     begin = _time.parse_time_or_raise(valid_from, "valid_from")
     until = _time.parse_time_or_raise(valid_until, "valid_until")
-    check_valid_until(until, begin or start or utcnow())
+    if begin is not None or start is not None:
+        check_valid_until(until, begin or start or utcnow())
     return begin, until
 
 

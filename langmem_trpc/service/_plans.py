@@ -464,6 +464,7 @@ def _update(
     fp = fingerprint(memory, memory_id if row.keyed else None)
     if change.supersede and fingerprint(memory) != fingerprint(row.entry.memory):
         return (yield from _supersede(user, row, memory, vector, source, limits, change))
+    check_valid_until(change.validity.until, row.entry.valid_from)
     clash: Stored | None = yield FindLiveByFingerprint(user, fp, exclude_id=memory_id)
     if clash is not None:
         raise MemoryConflictError(memory_id, clash.entry.id)
