@@ -59,10 +59,10 @@ def test_sqlite_keys_migration_indexes_existing_rows(tmp_path: Path) -> None:
             "WHERE deleted_at IS NULL",
             (prefix, prefix),
         )
-        keys = next(v for v, m in enumerate(MIGRATIONS, 1) if "lm_keys_doc" in "".join(m))
-        conn.execute("DELETE FROM langmem_migrations WHERE version >= ?", (keys,))
     conn.close()
-    svc = SQLiteMemoryService(path)  # opening applies the keys migration
+    (keys,) = [m for m in MIGRATIONS if "lm_keys_doc" in "".join(m)]
+    svc = SQLiteMemoryService(path)  # the keys migration again (later ones cannot rerun)
+    svc._db.write(lambda conn: [conn.execute(statement) for statement in keys])
     for query in QUERIES:
         assert [e.text for e in svc.search(ALICE, query)] == ["Hiked Mont Blanc"], query
     assert svc.search(ALICE, "Marseille") == []

@@ -85,6 +85,7 @@ PINNED_MIGRATIONS = [
     "176cafa9d81875e4f8ab015441148838e381a2b3c6cc6927d28dd9946fbdbbe4",  # langmem_settings (language)
     "9e8700faf0bd8557fe19485eded6dd44f2ba519828b237c0bcae02d468acbbc9",  # participants, location keys
     "2d58b614797e4a5480f9029f878797547a2f3c4dc4b801b9996722ff5d71260b",  # reembed_vectors (#27)
+    "bef204c31d5c0a674d4de236a9bfae064d757ec4d05328961c2d48ea4a318f91",  # validity (#26)
 ]
 
 
@@ -112,16 +113,18 @@ def assert_state_consistent(path) -> None:
     """user_state's counts equal a recount of the live rows (inserts count in code)."""
     with sqlite3.connect(path) as conn:
         state = {
-            (a, u): (n, c, t)
-            for a, u, n, c, t in conn.execute(
-                "SELECT app_name, user_id, n_live, content_len, topic_len FROM user_state"
+            (a, u): rest
+            for a, u, *rest in conn.execute(
+                "SELECT app_name, user_id, n_live, content_len, topic_len, n_superseded,"
+                " n_ending FROM user_state"
             )
-            if n
+            if rest[0]
         }
         recount = {
-            (a, u): (n, c, t)
-            for a, u, n, c, t in conn.execute(
-                "SELECT app_name, user_id, count(*), sum(content_len), sum(topic_len)"
+            (a, u): rest
+            for a, u, *rest in conn.execute(
+                "SELECT app_name, user_id, count(*), sum(content_len), sum(topic_len),"
+                " count(superseded_by), count(valid_to)"
                 " FROM memories WHERE deleted_at IS NULL GROUP BY app_name, user_id"
             )
         }
@@ -177,13 +180,10 @@ def test_stemmed_docs_migration_rebuilds_documents_and_fts(tmp_path):
             "SELECT rid, lm_scoped(?, content_doc), lm_scoped(?, topic_doc) FROM memories",
             (prefix, prefix),
         )
-        stemmed = next(
-            v for v, m in enumerate(MIGRATIONS, 1) if any("lm_content_doc(text)" in s for s in m)
-        )
-        conn.execute("DELETE FROM langmem_migrations WHERE version >= ?", (stemmed,))
-        conn.execute("DROP TABLE langmem_settings")  # the one later migration
     conn.close()
-    svc = SQLiteMemoryService(path)
+    (stemmed,) = [m for m in MIGRATIONS if any("lm_content_doc(text)" in s for s in m)]
+    svc = SQLiteMemoryService(path)  # later migrations cannot run twice: run this one again
+    svc._db.write(lambda conn: [conn.execute(statement) for statement in stemmed])
     assert [e.text for e in svc.search(ALICE, "hike")] == ["Hiked the ridge at dawn"]
     conn = sqlite3.connect(path)
     rows = conn.execute("SELECT text, content_doc, content_len FROM memories").fetchall()
@@ -290,6 +290,22 @@ def undo_later_migrations(conn):
         conn.execute(f"ALTER TABLE cursors DROP COLUMN {column}")
     conn.execute("DROP INDEX memories_expiring")
     conn.execute("ALTER TABLE memories DROP COLUMN expires_at")
+    undo_validity_migration(conn)
+
+
+def undo_validity_migration(conn):
+    """Back to the schema before validity (#26): its columns, indexes and triggers."""
+    for name in ("memories_after_update", "memories_after_delete"):
+        conn.execute(f"DROP TRIGGER {name}")
+    for name in ("memories_live_fingerprint", "memories_predecessor", "memories_current_updated"):
+        conn.execute(f"DROP INDEX {name}")
+    for column in ("valid_from", "valid_to", "superseded_by"):
+        conn.execute(f"ALTER TABLE memories DROP COLUMN {column}")
+    for column in ("n_superseded", "n_ending"):
+        conn.execute(f"ALTER TABLE user_state DROP COLUMN {column}")
+    for statement in MIGRATIONS[0]:  # the original index and triggers
+        if any(n in statement for n in ("live_fingerprint", "AFTER UPDATE", "AFTER DELETE")):
+            conn.execute(statement)
 
 
 def legacy_fingerprint(memory, explicit_id=None):
@@ -761,7 +777,9 @@ def test_search_after_own_add_many_extends_the_cached_matrix_instead_of_reloadin
     svc.search(ALICE, "tea", SearchOptions(hybrid=False))  # loads the matrix
     loads: list[str] = []
     svc._db.connection().set_trace_callback(
-        lambda stmt: loads.append(stmt) if "embedding FROM memories" in stmt else None
+        lambda stmt: (
+            loads.append(stmt) if "SELECT rid, kind, event_time, embedding" in stmt else None
+        )
     )
     svc.add_many(ALICE, ["jazz in paris", Memory(text="blues in lyon", kind=Kind.EPISODE)])
     svc.add_many(ALICE, ["hiking the alps"])
@@ -774,6 +792,9 @@ def test_search_after_own_add_many_extends_the_cached_matrix_instead_of_reloadin
     assert cached.stamp == reloaded.stamp
     for name in ("rids", "matrix", "kinds", "events"):
         assert getattr(cached, name).tobytes() == getattr(reloaded, name).tobytes(), name
+    for name in ("valid_from", "valid_to", "superseded"):
+        got_arr, want_arr = getattr(cached.validity, name), getattr(reloaded.validity, name)
+        assert got_arr.tobytes() == want_arr.tobytes(), name
     # Another instance's write, a duplicate or a delete is not an own append: reload.
     fresh.add(ALICE, "rust and go")
     svc.add_many(ALICE, ["jazz in paris"])

@@ -117,12 +117,11 @@ def test_reopening_a_sqlite_file_with_another_language_is_refused(tmp_path: Any)
 def test_a_sqlite_file_from_before_the_language_was_recorded_is_english(tmp_path: Any) -> None:
     path = tmp_path / "old.db"
     SQLiteMemoryService(path).close()
-    settings = next(
-        v for v, m in enumerate(MIGRATIONS, 1) if any("TABLE langmem_settings" in s for s in m)
-    )
-    with sqlite3.connect(path) as conn:  # as if written before the settings migration
-        conn.execute("DROP TABLE langmem_settings")
-        conn.execute("DELETE FROM langmem_migrations WHERE version >= ?", (settings,))
+    (settings,) = [m for m in MIGRATIONS if any("TABLE langmem_settings" in s for s in m)]
+    with sqlite3.connect(path) as conn:  # the settings migration on a file without them
+        conn.execute("DROP TABLE langmem_settings")  # (later migrations cannot rerun)
+        for statement in settings:
+            conn.execute(statement)
     with pytest.raises(ConfigurationError, match="'english'.*'german'"):
         SQLiteMemoryService(path, language="german")
     SQLiteMemoryService(path).close()

@@ -21,7 +21,7 @@ from ...service.steps import Plan
 from ...types import UserKey
 from . import _sql as sql
 from ._claims import purge_claims
-from ._expiry import restore_expiry
+from ._expiry import restore_expiry, set_row_expiry
 from ._keyword import scope_prefix
 from ._rows import (
     CONTENT_DOC,
@@ -32,19 +32,21 @@ from ._rows import (
     count_inserted,
     index_row,
     insert_new,
+    new_row,
     to_entry,
     unindex_row,
     user_state,
+    validity_params,
     write_content,
 )
-from ._vectors import Appended
+from ._vectors import Appended, NewRow
 
 if TYPE_CHECKING:
     from .service import SQLiteMemoryService
 
 T = TypeVar("T")
 
-_NewRows = list[tuple[int, str, int | None, bytes | None]]
+_NewRows = list[NewRow]
 
 
 class SQLiteRun:
@@ -181,12 +183,13 @@ class SQLiteRun:
                 sql.INSERT_MEMORY,
                 (user.app_name, user.user_id, new.entry.id, p.memory.text, p.fingerprint,
                  new.keyed, *p.columns, new.vector, p.content_doc, p.topic_doc, p.content_len,
-                 p.topic_len, sql.to_us(new.entry.created_at), sql.to_us(new.entry.updated_at)),
+                 p.topic_len, sql.to_us(new.entry.created_at), sql.to_us(new.entry.updated_at),
+                 *validity_params(new.entry)),
             ).lastrowid  # fmt: skip
             assert rid is not None
-            count_inserted(conn, user, 1, p.content_len, p.topic_len)
+            count_inserted(conn, user, [new.entry], p.content_len, p.topic_len)
             index_row(conn, user, rid, p.content_doc, p.topic_doc)
-            self._appends.append((rid, p.columns[1], p.columns[2], _blob(new.vector)))
+            self._appends.append(new_row(rid, p, _blob(new.vector), new.entry))
         else:
             pending = [(p, _blob(new.vector), new.entry, new.keyed) for p, new in rows]
             self._appends.extend(insert_new(conn, user, pending))
@@ -201,6 +204,8 @@ class SQLiteRun:
         write_content(
             self._conn, step.user, rid, p, cast("bytes | None", step.vector), _us(step.at)
         )
+        if not isinstance(step.expires_at, steps.Keep):
+            set_row_expiry(self._conn, rid, step.expires_at)
 
     def set_topics(self, step: steps.SetTopics) -> None:
         self._append_only = False
@@ -218,6 +223,19 @@ class SQLiteRun:
              rid),
         )  # fmt: skip
         index_row(conn, user, rid, content_doc, topic_doc)
+
+    def set_validity(self, step: steps.SetValidity) -> None:
+        """Both validity columns and `updated_at`; content, documents and vector stay
+        (a superseded version stays indexed: `as_of` searches find it)."""
+        self._append_only = False
+        rid = _handle(step.target)[0]
+        at = (sql.to_us(step.valid_to), step.superseded_by, _us(step.at), rid)
+        self._conn.execute(sql.SET_VALIDITY, at)
+
+    def find_predecessor(self, step: steps.FindPredecessor) -> steps.Stored | None:
+        key = (step.user.app_name, step.user.user_id, step.memory_id)
+        row = self._conn.execute(sql.SELECT_PREDECESSOR, key).fetchone()
+        return _stored(row, step.user, False, None)
 
     def evict_oldest(self, step: steps.EvictOldest) -> tuple[str, str] | None:
         self._append_only = False

@@ -32,6 +32,11 @@ SELECT_EXPIRED = (
 )
 
 
+def set_row_expiry(conn: sqlite3.Connection, rid: int, expires_at: datetime | None) -> None:
+    """Inside a rewrite's transaction: the row's new expiry (a revive clears a passed one)."""
+    conn.execute("UPDATE memories SET expires_at = ? WHERE rid = ?", (to_us(expires_at), rid))
+
+
 def restore_expiry(conn: sqlite3.Connection, user: tuple[str, str], entry: Entry) -> None:
     """Inside a restore's transaction: write back the restored memory's expiry."""
     if entry.expires_at is not None:

@@ -25,6 +25,7 @@ from ...service._bm25 import CorpusStats, QueryTerms, bm25_term, length_norm, re
 from ...types import Kind, UserKey
 from . import _sql as sql
 from ._rows import user_state
+from ._validity import Validity
 from ._vectors import KIND_CODES, Stamp, evict_to_bytes, filter_mask
 
 logger = logging.getLogger(__name__)
@@ -65,12 +66,15 @@ class KeywordIndex:
     topic_tf: np.ndarray
     content_total: int
     topic_total: int
+    validity: Validity
+    """Each row's validity: a search masks the rows outside its view."""
 
     @property
     def nbytes(self) -> int:
         arrays = (self.rids, self.kinds, self.events, self.content_len, self.topic_len)
         postings = (self.offsets, self.docs, self.content_tf, self.topic_tf)
-        return sum(a.nbytes for a in (*arrays, *postings)) + 80 * len(self.terms)
+        sizes = sum(a.nbytes for a in (*arrays, *postings)) + self.validity.nbytes
+        return int(sizes) + 80 * len(self.terms)
 
     @classmethod
     def load(cls, conn: sqlite3.Connection, user: UserKey, stamp: Stamp) -> KeywordIndex:
@@ -78,6 +82,7 @@ class KeywordIndex:
         alive at a time, so the build's peak memory stays near the index's size."""
         terms: dict[str, int] = {}
         columns: list[list[np.ndarray]] = [[] for _ in range(9)]
+        validity: list[Validity] = []
         cursor = conn.execute(sql.SELECT_DOCUMENTS, (user.app_name, user.user_id))
         n = 0
         while batch := cursor.fetchmany(_LOAD_BATCH):
@@ -92,6 +97,7 @@ class KeywordIndex:
                 columns[at].append(slots)
                 columns[at + 1].append(np.repeat(np.arange(n, n + m, dtype=np.int64), lengths))
                 columns[at + 2].append(lengths.astype(np.float64))
+            validity.append(Validity.of([r[5:8] for r in batch]))
             n += m
         rids, kinds, events, c_slots, c_pos, content_len, t_slots, t_pos, topic_len = (
             np.concatenate(parts) if parts else np.zeros(0) for parts in columns
@@ -121,6 +127,7 @@ class KeywordIndex:
             topic_tf=topic_tf,
             content_total=int(content_len.sum()),
             topic_total=int(topic_len.sum()),
+            validity=Validity.concat(validity) if validity else Validity.of([]),
         )
 
     def postings(self, token: str) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:

@@ -16,16 +16,19 @@ from typing import Any
 import numpy as np
 
 from ...service._bm25 import CorpusStats, KeywordDoc, KeywordScorer, QueryTerms, loose_text
+from ...service._core import utcnow
 from ...service._documents import keyword_doc, memory_keys
 from ...service._language import ENGLISH, Language
 from ...service._periods import TimeMentions
 from ...service._search import Legs, execute_search
+from ...service.validity import view_of
 from ...types import Entry, Kind, SearchOptions, UserKey
 from . import _sql as sql
 from ._keyword import match_any, scope_prefix
 from ._postings import Builder, KeywordIndex, KeywordIndexCache, Reader
 from ._rows import CONTENT_DOC, TEXT, TOPIC_DOC, TOPICS, Row, user_state
 from ._scoring import score_candidates
+from ._validity import Validity, conditions, filters_rows
 from ._vectors import KIND_CODES, Stamp, UserVectors, VectorCache
 
 Hits = list[tuple[int, float]]
@@ -114,14 +117,16 @@ class SearchCaches:
         matrix = np.empty((n, dim), dtype=np.float32)
         kinds = np.empty(n, dtype=np.int8)
         events = np.full(n, np.nan, dtype=np.float64)
+        validity: list[tuple[int, int | None, bool]] = []
         rows = conn.execute(sql.SELECT_VECTORS, (*u, dim * 4))  # the n counted: one snapshot
-        for i, (rid, kind, event_time, blob) in enumerate(rows):
+        for i, (rid, kind, event_time, blob, *valid) in enumerate(rows):
             rids[i] = rid
             matrix[i] = np.frombuffer(blob, dtype=np.float32)
             kinds[i] = KIND_CODES[kind]
             if event_time is not None:
                 events[i] = event_time
-        vectors = UserVectors(stamp, rids, matrix, kinds, events)
+            validity.append(valid)  # type: ignore[arg-type]  # (valid_from, valid_to, superseded)
+        vectors = UserVectors(stamp, rids, matrix, kinds, events, Validity.of(validity))
         self.vectors.put(user, vectors)
         return vectors
 
@@ -147,6 +152,10 @@ class SearchRun:
         self.terms = QueryTerms.of(options, language)
         self.after_us = sql.to_us(options.time_after)
         self.before_us = sql.to_us(options.time_before)
+        self.view = view_of(options)
+        self.now_us = sql.to_us(utcnow()) or 0
+        self.filtered = False
+        """Whether the view leaves out some of the user's live rows (set by `run`)."""
         self.missing_vectors = 0
         """Set to the query dimension when live memories lack a vector of that size."""
         self.stamp: Stamp = ("", 0)
@@ -162,6 +171,7 @@ class SearchRun:
         if self._state is None or self._state[2] == 0:
             return []
         self.stamp = self._state[:2]
+        self.filtered = filters_rows(self.view, self._state)
         self._cache = self.caches.rows(self.user, self.stamp)
         if self.terms.tokens:
             self._index = self.caches.keywords.get(self.caches.read, self.user, self.stamp)
@@ -188,6 +198,10 @@ class SearchRun:
         if self.before_us is not None:
             clauses += f" AND ({prefix}event_time IS NULL OR {prefix}event_time <= ?)"
             params.append(self.before_us)
+        if self.filtered:
+            valid, valid_params = conditions(self.view, self.now_us, prefix)
+            clauses += valid
+            params.extend(valid_params)
         return clauses, params
 
     def _entry(self, row: Row) -> Entry:
@@ -225,7 +239,8 @@ class SearchRun:
         vectors = self.caches.user_vectors(self._conn, self.user, self.stamp, dim)
         if len(vectors.rids) < self._state[2]:
             self.missing_vectors = dim
-        filters = (pool, kind, self.after_us, self.before_us)
+        visible = vectors.validity.mask(self.view, self.now_us) if self.filtered else None
+        filters = (pool, kind, self.after_us, self.before_us, visible)
         if not inline and vectors.matrix.size >= SIDE_SCAN_MIN_VALUES:
             scan = self.caches.side.submit(vectors.scores, self.query_vector)
             if scan is not None:
@@ -262,6 +277,9 @@ class SearchRun:
         if self._index is not None:  # exact relevance of every matching memory
             scored = self._index.score(self.terms, self._corpus_stats())
             keep = self._index.allowed(scored.rows, kind, self.after_us, self.before_us)
+            if self.filtered:
+                visible = self._index.validity.mask(self.view, self.now_us, scored.rows)
+                keep = keep if visible is None else keep & visible
             return self._best(self._index.rids[scored.rows[keep]], scored.scores[keep], pool)
         stats = self._corpus_stats()
         limit = self.keyword_candidates or max(pool * 3 // 2, 90)

@@ -16,13 +16,14 @@ from ...service.steps import Keep
 from ...types import Entry, Memory, UserKey
 from . import _sql as sql
 from ._keyword import scope_prefix, scoped
+from ._vectors import NewRow
 
 Row = tuple[Any, ...]
 """A fetched row; the names below index the columns `_sql` selects."""
 TEXT, TOPICS = 2, 3
-DELETED, KEYED = 12, 13
-CONTENT_DOC, TOPIC_DOC = 12, 13
-FOUND_CONTENT_DOC = 14
+DELETED, KEYED = sql.N_ENTRY_COLUMNS, sql.N_ENTRY_COLUMNS + 1
+CONTENT_DOC, TOPIC_DOC = sql.N_ENTRY_COLUMNS, sql.N_ENTRY_COLUMNS + 1
+FOUND_CONTENT_DOC = sql.N_ENTRY_COLUMNS + 2
 """content_doc in `SELECT_BY_FINGERPRINT` (after deleted_at and keyed)."""
 
 
@@ -56,12 +57,33 @@ def _token_count(document: str) -> int:
 
 
 def count_inserted(
-    conn: sqlite3.Connection, user: UserKey, rows: int, content_len: int, topic_len: int
+    conn: sqlite3.Connection,
+    user: UserKey,
+    entries: Sequence[Entry],
+    content_len: int,
+    topic_len: int,
 ) -> None:
-    """Account for live rows just inserted into `memories`: every insert path calls this."""
+    """Account for live rows (their `entries`) just inserted into `memories`: every
+    insert path calls this."""
     u = (user.app_name, user.user_id)
+    superseded = sum(e.superseded_by is not None for e in entries)
+    ending = sum(e.valid_to is not None for e in entries)
+    rows = len(entries)
     conn.execute(sql.STATE_ROW, u)
-    conn.execute(sql.COUNT_INSERTED, (rows, rows, content_len, topic_len, *u))
+    conn.execute(sql.COUNT_INSERTED, (rows, rows, content_len, topic_len, superseded, ending, *u))
+
+
+def validity_params(entry: Entry) -> tuple[int, int | None, str | None]:
+    """valid_from, valid_to, superseded_by of an entry, as stored."""
+    valid_from = sql.to_us(entry.valid_from)
+    assert valid_from is not None
+    return valid_from, sql.to_us(entry.valid_to), entry.superseded_by
+
+
+def new_row(rid: int, p: Prepared, blob: bytes | None, entry: Entry) -> NewRow:
+    """What the caches learn of an inserted row."""
+    valid_from, valid_to, superseded_by = validity_params(entry)
+    return (rid, p.columns[1], p.columns[2], blob, valid_from, valid_to, superseded_by is not None)
 
 
 def user_state(conn: sqlite3.Connection, user: UserKey) -> Row | None:
@@ -112,9 +134,9 @@ def insert_new(
     conn: sqlite3.Connection,
     user: UserKey,
     pending: Sequence[tuple[Prepared, bytes | None, Entry, bool]],
-) -> list[tuple[int, str, int | None, bytes | None]]:
+) -> list[NewRow]:
     """New rows (prepared, blob, entry, keyed) and their FTS documents with executemany;
-    returns (rid, kind, event_time, embedding) of each for the vector cache."""
+    returns each row for the vector cache."""
     if not pending:
         return []
     u = (user.app_name, user.user_id)
@@ -130,11 +152,12 @@ def insert_new(
         memories.append(
             (rid + offset, *u, entry.id, p.memory.text, p.fingerprint, keyed, *p.columns,
              blob, p.content_doc, p.topic_doc, content_len, topic_len,
-             sql.to_us(entry.created_at), sql.to_us(entry.updated_at), seq + offset)
+             sql.to_us(entry.created_at), sql.to_us(entry.updated_at), *validity_params(entry),
+             seq + offset)
         )  # fmt: skip
         index.append((rid + offset, scoped(prefix, p.content_doc), scoped(prefix, p.topic_doc)))
-        new_rows.append((rid + offset, p.columns[1], p.columns[2], blob))
+        new_rows.append(new_row(rid + offset, p, blob, entry))
     conn.executemany(sql.INSERT_MEMORY_WITH_RID, memories)
-    count_inserted(conn, user, len(pending), content_total, topic_total)
+    count_inserted(conn, user, [entry for _, _, entry, _ in pending], content_total, topic_total)
     conn.executemany(sql.FTS_INSERT, index)
     return new_rows

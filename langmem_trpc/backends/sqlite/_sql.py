@@ -268,6 +268,61 @@ MIGRATIONS: list[tuple[str, ...]] = [
             embedding BLOB NOT NULL
         )""",
     ),
+    # Validity (#26, `service/validity.py`): business time and supersede links. Existing
+    # rows become current from their event time, else their creation. The live
+    # fingerprint is unique among current-in-index rows only (a superseded version keeps
+    # its fingerprint); user_state counts the live superseded rows (`count` leaves them
+    # out) and the live rows with an end (a search filters validity only when a user
+    # has either); partial indexes serve FindPredecessor and the CURRENT read.
+    (
+        "ALTER TABLE memories ADD COLUMN valid_from INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE memories ADD COLUMN valid_to INTEGER",
+        "ALTER TABLE memories ADD COLUMN superseded_by TEXT",
+        "ALTER TABLE user_state ADD COLUMN n_superseded INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE user_state ADD COLUMN n_ending INTEGER NOT NULL DEFAULT 0",
+        "UPDATE memories SET valid_from = coalesce(event_time, created_at)",
+        "DROP INDEX memories_live_fingerprint",
+        """CREATE UNIQUE INDEX memories_live_fingerprint
+            ON memories (app_name, user_id, fingerprint)
+            WHERE deleted_at IS NULL AND superseded_by IS NULL""",
+        """CREATE INDEX memories_predecessor ON memories (app_name, user_id, superseded_by)
+            WHERE superseded_by IS NOT NULL""",
+        """CREATE INDEX memories_current_updated ON memories (app_name, user_id, updated_at)
+            WHERE deleted_at IS NULL AND superseded_by IS NULL""",
+        "DROP TRIGGER memories_after_update",
+        """CREATE TRIGGER memories_after_update AFTER UPDATE ON memories BEGIN
+            UPDATE user_state SET
+                version = version + 1,
+                n_live = n_live + (new.deleted_at IS NULL) - (old.deleted_at IS NULL),
+                n_superseded = n_superseded
+                    + (new.deleted_at IS NULL AND new.superseded_by IS NOT NULL)
+                    - (old.deleted_at IS NULL AND old.superseded_by IS NOT NULL),
+                n_ending = n_ending
+                    + (new.deleted_at IS NULL AND new.valid_to IS NOT NULL)
+                    - (old.deleted_at IS NULL AND old.valid_to IS NOT NULL),
+                content_len = content_len
+                    + CASE WHEN new.deleted_at IS NULL THEN new.content_len ELSE 0 END
+                    - CASE WHEN old.deleted_at IS NULL THEN old.content_len ELSE 0 END,
+                topic_len = topic_len
+                    + CASE WHEN new.deleted_at IS NULL THEN new.topic_len ELSE 0 END
+                    - CASE WHEN old.deleted_at IS NULL THEN old.topic_len ELSE 0 END
+            WHERE app_name = new.app_name AND user_id = new.user_id;
+        END""",
+        "DROP TRIGGER memories_after_delete",
+        """CREATE TRIGGER memories_after_delete AFTER DELETE ON memories BEGIN
+            UPDATE user_state SET
+                version = version + 1,
+                n_live = n_live - (old.deleted_at IS NULL),
+                n_superseded = n_superseded
+                    - (old.deleted_at IS NULL AND old.superseded_by IS NOT NULL),
+                n_ending = n_ending - (old.deleted_at IS NULL AND old.valid_to IS NOT NULL),
+                content_len = content_len
+                    - CASE WHEN old.deleted_at IS NULL THEN old.content_len ELSE 0 END,
+                topic_len = topic_len
+                    - CASE WHEN old.deleted_at IS NULL THEN old.topic_len ELSE 0 END
+            WHERE app_name = old.app_name AND user_id = old.user_id;
+        END""",
+    ),
 ]
 
 CREATE_MIGRATIONS_TABLE = """CREATE TABLE IF NOT EXISTS langmem_migrations (
@@ -279,28 +334,41 @@ CREATE_MIGRATIONS_TABLE = """CREATE TABLE IF NOT EXISTS langmem_migrations (
 
 ENTRY_COLUMNS = (
     "rid, id, text, topics, kind, event_time, participants, location, metadata,"
-    " created_at, updated_at, expires_at"
+    " created_at, updated_at, expires_at, valid_from, valid_to, superseded_by"
 )
 """Columns `row_to_entry` reads, in order (app_name and user_id come from the caller)."""
+N_ENTRY_COLUMNS = 15
 
 USER = "app_name = ? AND user_id = ?"
 LIVE = USER + " AND deleted_at IS NULL"
 
 SELECT_BY_ID = f"SELECT {ENTRY_COLUMNS}, deleted_at, keyed FROM memories WHERE {USER} AND id = ?"
-"""Entry columns, then deleted_at (12) and keyed (13)."""
+"""Entry columns, then deleted_at (15) and keyed (16)."""
 SELECT_LIVE_BY_FINGERPRINT = (
-    f"SELECT {ENTRY_COLUMNS}, content_doc, keyed FROM memories WHERE {LIVE} AND fingerprint = ?"
+    f"SELECT {ENTRY_COLUMNS}, content_doc, keyed FROM memories WHERE {LIVE}"
+    " AND superseded_by IS NULL AND fingerprint = ?"
 )
-"""Entry columns, then content_doc (12) and keyed (13)."""
+"""The current-in-index row (superseded versions are never found): entry columns, then
+content_doc (15) and keyed (16)."""
 SELECT_BY_FINGERPRINT = (
     f"SELECT {ENTRY_COLUMNS}, deleted_at, keyed, content_doc FROM memories"
-    f" WHERE {USER} AND fingerprint = ? ORDER BY deleted_at IS NOT NULL, rid LIMIT 1"
+    f" WHERE {USER} AND fingerprint = ? AND superseded_by IS NULL"
+    " ORDER BY deleted_at IS NOT NULL, rid LIMIT 1"
 )
-"""The live row, else the first deleted one: entry columns, then deleted_at (12),
-keyed (13) and content_doc (14)."""
+"""The live row, else the first deleted one, superseded versions left out: entry
+columns, then deleted_at (15), keyed (16) and content_doc (17)."""
+SELECT_PREDECESSOR = (
+    f"SELECT {ENTRY_COLUMNS}, deleted_at, keyed FROM memories WHERE {LIVE}"
+    " AND superseded_by = ? ORDER BY updated_at DESC, rid DESC LIMIT 1"
+)
+"""The live row a memory id superseded, the most recently updated where restores left
+several (`memories_predecessor`): columns as `SELECT_BY_ID`."""
+SET_VALIDITY = "UPDATE memories SET valid_to = ?, superseded_by = ?, updated_at = ? WHERE rid = ?"
 SELECT_CONTENT_DOC = "SELECT content_doc FROM memories WHERE rid = ?"
 SELECT_OLDEST_LIVE = f"SELECT rid, id, text FROM memories WHERE {LIVE} ORDER BY write_seq LIMIT 1"
-SELECT_READ = f"SELECT {ENTRY_COLUMNS} FROM memories WHERE {LIVE} ORDER BY updated_at DESC, created_at DESC, id DESC"
+SELECT_READ = f"SELECT {ENTRY_COLUMNS} FROM memories WHERE {LIVE}"
+"""Followed by the view's conditions (`_validity.conditions`), then `READ_ORDER`."""
+READ_ORDER = " ORDER BY updated_at DESC, created_at DESC, id DESC"
 SELECT_DELETED = (
     f"SELECT {ENTRY_COLUMNS} FROM memories WHERE {USER} AND deleted_at IS NOT NULL"
     " ORDER BY deleted_at DESC, id DESC"
@@ -323,13 +391,14 @@ _NEXT_SEQ = """(SELECT coalesce(max(write_seq), 0) + 1 FROM memories
 INSERT_MEMORY = f"""INSERT INTO memories (
     app_name, user_id, id, text, fingerprint, keyed, topics, kind, event_time, participants,
     location, metadata, embedding, content_doc, topic_doc, content_len, topic_len, created_at,
-    updated_at, write_seq
-) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, {_NEXT_SEQ.format(app=1, user=2)})"""
+    updated_at, valid_from, valid_to, superseded_by, write_seq
+) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,
+    {_NEXT_SEQ.format(app=1, user=2)})"""
 INSERT_MEMORY_WITH_RID = """INSERT INTO memories (
     rid, app_name, user_id, id, text, fingerprint, keyed, topics, kind, event_time, participants,
     location, metadata, embedding, content_doc, topic_doc, content_len, topic_len, created_at,
-    updated_at, write_seq
-) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"""
+    updated_at, valid_from, valid_to, superseded_by, write_seq
+) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"""
 """The batch path assigns row ids itself (it holds the write lock) to use executemany."""
 NEXT_RID = "SELECT coalesce(max(rid), 0) + 1 FROM memories"
 NEXT_WRITE_SEQ = "SELECT " + _NEXT_SEQ.format(app=1, user=2)
@@ -338,10 +407,11 @@ STATE_ROW = """INSERT OR IGNORE INTO user_state (app_name, user_id, generation)
     VALUES (?, ?, lower(hex(randomblob(8))))"""
 COUNT_INSERTED = """UPDATE user_state SET
     version = version + ?, n_live = n_live + ?, content_len = content_len + ?,
-    topic_len = topic_len + ?
+    topic_len = topic_len + ?, n_superseded = n_superseded + ?, n_ending = n_ending + ?
 WHERE app_name = ? AND user_id = ?"""
 """After inserting live rows (schema migration 2 dropped the insert trigger).
-Params: rows, rows, content_len sum, topic_len sum, app_name, user_id."""
+Params: rows, rows, content_len sum, topic_len sum, superseded rows, rows with a
+valid_to, app_name, user_id."""
 KNOWN_FINGERPRINTS = f"SELECT fingerprint FROM memories WHERE {USER} AND fingerprint IN "
 """Followed by a `(?, ?, ...)` list."""
 UPDATE_CONTENT = f"""UPDATE memories SET
@@ -368,11 +438,13 @@ DELETE_USER = f"DELETE FROM memories WHERE {USER}"
 COUNT_USER_ROWS = f"SELECT count(*) FROM memories WHERE {USER}"
 
 SELECT_VECTORS = (
-    f"SELECT rid, kind, event_time, embedding FROM memories WHERE {LIVE}"
+    "SELECT rid, kind, event_time, embedding, valid_from, valid_to, superseded_by IS NOT NULL"
+    f" FROM memories WHERE {LIVE}"
     " AND embedding IS NOT NULL AND length(embedding) = ? ORDER BY rid"
 )
 SELECT_DOCUMENTS = (
-    f"SELECT rid, kind, event_time, content_doc, topic_doc FROM memories WHERE {LIVE} ORDER BY rid"
+    "SELECT rid, kind, event_time, content_doc, topic_doc, valid_from, valid_to,"
+    f" superseded_by IS NOT NULL FROM memories WHERE {LIVE} ORDER BY rid"
 )
 """What a user's in-memory keyword index is built from (`_postings.KeywordIndex`)."""
 COUNT_VECTORS = (
@@ -414,9 +486,12 @@ SELECT_CANDIDATES = (
 # -- per-user state, history, cursors ---------------------------------------------
 
 SELECT_STATE = (
-    f"SELECT generation, version, n_live, content_len, topic_len FROM user_state WHERE {USER}"
+    "SELECT generation, version, n_live, content_len, topic_len, n_superseded, n_ending"
+    f" FROM user_state WHERE {USER}"
 )
-SELECT_USERS = "SELECT app_name, user_id FROM user_state WHERE n_live > 0"
+"""n_live counts every live row (capacity), n_superseded the superseded ones among them
+(`count` leaves them out), n_ending those with a `valid_to`."""
+SELECT_USERS = "SELECT app_name, user_id FROM user_state WHERE n_live - n_superseded > 0"
 DELETE_STATE = f"DELETE FROM user_state WHERE {USER}"
 
 INSERT_HISTORY = """INSERT INTO history (
@@ -528,6 +603,9 @@ def row_to_entry(row: Sequence[Any], app_name: str, user_id: str) -> Entry:
         score=None,
         rrf_score=None,
         expires_at=from_us(row[11]),
+        valid_from=from_us_required(row[12]),
+        valid_to=from_us(row[13]),
+        superseded_by=row[14],
     )
 
 

@@ -15,9 +15,13 @@ from typing import Protocol, TypeVar
 import numpy as np
 
 from ...types import Kind, UserKey
+from ._validity import Validity
 
 KIND_CODES = {Kind.FACT.value: 0, Kind.EPISODE.value: 1}
 Stamp = tuple[str, int]
+NewRow = tuple[int, str, int | None, bytes | None, int, int | None, bool]
+"""An inserted row for the caches: rid, kind, event_time (us or None), embedding blob
+or None, valid_from, valid_to (us or None), superseded."""
 
 
 def unit_vector(values: Sequence[float] | np.ndarray) -> np.ndarray:
@@ -67,10 +71,13 @@ class UserVectors:
     """int8 kind codes (`KIND_CODES`)."""
     events: np.ndarray
     """float64 event times in microseconds; NaN when the memory has none."""
+    validity: Validity
+    """Each row's validity: a search masks the rows outside its view."""
 
     @property
     def nbytes(self) -> int:
-        return int(self.rids.nbytes + self.matrix.nbytes + self.kinds.nbytes + self.events.nbytes)
+        arrays = (self.rids, self.matrix, self.kinds, self.events)
+        return sum(int(a.nbytes) for a in arrays) + self.validity.nbytes
 
     def scores(self, query: np.ndarray) -> np.ndarray:
         """Cosine of every row clipped at 0 (clip first: ties go to the oldest row). The
@@ -88,9 +95,13 @@ class UserVectors:
         kind: Kind | None,
         after_us: int | None,
         before_us: int | None,
+        visible: np.ndarray | None = None,
     ) -> list[tuple[int, float]]:
-        """Best `pool` (rid, score) after the kind and time filters, given every row's `scores`."""
+        """Best `pool` (rid, score) after the kind and time filters and the validity
+        view's mask (`visible`, None: every row), given every row's `scores`."""
         mask = filter_mask(self.kinds, self.events, kind, after_us, before_us)
+        if visible is not None:
+            mask = visible if mask is None else mask & visible
         if mask is not None:
             scores = np.where(mask, scores, -np.inf)
         k = min(pool, len(scores))
@@ -107,13 +118,13 @@ class UserVectors:
 class Appended:
     """New live rows one committed write added, taking the user from `before` to `after`.
 
-    Rows are (rid, kind, event_time in us or None, embedding blob or None);
-    their rids are above every existing row's, as the batch path assigns them.
+    Rows are `NewRow`s; their rids are above every existing row's, as the batch
+    path assigns them.
     """
 
     before: Stamp
     after: Stamp
-    rows: list[tuple[int, str, int | None, bytes | None]]
+    rows: list[NewRow]
 
 
 class VectorCache:
@@ -222,10 +233,12 @@ def _extended(item: UserVectors, pending: list[Appended]) -> UserVectors:
         (np.nan if row[2] is None else row[2] for row in rows), dtype=np.float64, count=n
     )
     added = np.frombuffer(b"".join(row[3] for row in rows if row[3] is not None), dtype=np.float32)
+    validity = Validity.of([row[4:] for row in rows])
     return UserVectors(
         pending[-1].after,
         np.concatenate([item.rids, rids]),
         np.concatenate([item.matrix, added.reshape(n, item.matrix.shape[1])]),
         np.concatenate([item.kinds, kinds]),
         np.concatenate([item.events, events]),
+        Validity.concat([item.validity, validity]),
     )

@@ -40,6 +40,7 @@ from ...service.model_lock import ModelLock
 from ...service.protocol import SyncMemoryService
 from ...service.reembed import DEFAULT_BATCH, ProgressCallback, ReembedPlan, ReembedReport
 from ...service.steps import Plan
+from ...service.validity import check_view
 from ...types import Entry, HistoryEvent, SearchOptions, UserKey
 from . import _identity
 from . import _sql as sql
@@ -52,6 +53,7 @@ from ._query import SearchCaches, SearchRun
 from ._reembed import SQLiteReembed
 from ._reembed import plan as reembed_plan
 from ._rows import DELETED, to_entry, user_state
+from ._validity import conditions
 from ._vectors import to_blob, unit_vector
 
 if TYPE_CHECKING:
@@ -203,15 +205,25 @@ class SQLiteMemoryService(SQLiteClaims, ExpiryMixin, SyncMemoryService):
             return None
         return next(iter(unexpired([to_entry(row, user)])), None)
 
-    def read(self, user: UserKey, limit: int | None = None) -> list[Entry]:
+    def read(
+        self,
+        user: UserKey,
+        limit: int | None = None,
+        *,
+        as_of: datetime | str | None = None,
+        include_superseded: bool = False,
+    ) -> list[Entry]:
         user, limit = check_user(user), check_read_limit(limit)
-        u: tuple[Any, ...] = (user.app_name, user.user_id)
-        query = sql.SELECT_READ
+        view = check_view(as_of, include_superseded)
+        now = utcnow()
+        valid, valid_params = conditions(view, sql.to_us(now) or 0)
+        query = sql.SELECT_READ + valid + sql.READ_ORDER  # CURRENT: memories_current_updated
+        u: tuple[Any, ...] = (user.app_name, user.user_id, *valid_params)
         if limit is not None:
             query += " LIMIT ?"
             u = (*u, limit)
         rows = self._db.read(lambda conn: conn.execute(query, u).fetchall())
-        return unexpired(to_entry(row, user) for row in rows)
+        return unexpired((to_entry(row, user) for row in rows), now)
 
     def deleted(self, user: UserKey, limit: int | None = None) -> list[Entry]:
         user, limit = check_user(user), check_read_limit(limit)
@@ -225,7 +237,7 @@ class SQLiteMemoryService(SQLiteClaims, ExpiryMixin, SyncMemoryService):
     def count(self, user: UserKey) -> int:
         user = check_user(user)
         state = self._db.read(lambda conn: user_state(conn, user))
-        return 0 if state is None else int(state[2])
+        return 0 if state is None else int(state[2]) - int(state[5])  # superseded left out
 
     def users(self, app_name: str | None = None) -> list[UserKey]:
         app_name = check_app_filter(app_name)
