@@ -61,20 +61,25 @@ def test_until_friday_stops_being_current_on_saturday_and_as_of_still_finds_it(s
 
 
 def test_an_update_sets_valid_until_in_place_and_a_refused_one_is_dropped(service, user, caplog):
-    old = service.add(user, "Works from the Berlin office", valid_from="2026-01-05")
+    old = service.add(user, "Works from the Berlin office", valid_from="2026-07-01")
     text = "Works from the Berlin office"
     update = {"memory_id": old.id, "memory": text, "valid_until": "2099-07"}
     first = [said("Until July 2099")]
     run(service, user, tool_call("memory_update", update), messages=first)
     (entry,) = service.read(user)
     assert entry.id == old.id and entry.valid_to == datetime(2099, 8, 1, tzinfo=timezone.utc)
-    lapsed = {"memory_id": old.id, "memory": text + " on Mondays", "valid_until": "2026-07-31"}
-    with caplog.at_level(logging.WARNING):  # the service refuses an end already past in place
-        thread = [*first, said("On Mondays only", id="h2")]
+    before = service.add(user, "Moves to the Oslo office", valid_from="2027-03-01")  # a plan
+    lapsed = {
+        "memory_id": before.id,
+        "memory": "Moves to the Oslo office",
+        "valid_until": "2026-12",
+    }
+    with caplog.at_level(logging.WARNING):  # after the message, before the plan's own start
+        thread = [*first, said("Oslo until December", id="h2")]
         report, _ = run(service, user, tool_call("memory_update", lapsed), messages=thread)
     assert report.updated == 1 and report.failed_ops == 0
-    assert "valid_until of 'Works from the Berlin office on Mondays' refused" in caplog.text
-    assert service.get(user, old.id).text.endswith("on Mondays")
+    assert "valid_until of 'Moves to the Oslo office' refused" in caplog.text
+    assert service.get(user, before.id).valid_to is None
 
 
 def test_a_bad_valid_until_is_reported_and_dropped_the_memory_kept(service, user, caplog):
