@@ -309,3 +309,13 @@ def test_verbatim_turns_become_episodes_deduplicated_only_when_identical(service
 
 def test_in_memory_reference_is_the_default_backend_fixture():
     assert isinstance(InMemoryMemoryService(), InMemoryMemoryService)
+
+
+def test_a_supersede_onto_content_already_held_deletes_nothing(service, user):
+    old = service.add(user, "Production runs Go 1.23")
+    held = service.add(user, "Production runs Go 1.24")
+    bump = {"memory_id": old.id, "memory": "Production runs Go 1.24"}
+    worker, _ = worker_for(service, calls(tool_call("memory_update", bump)))
+    report = worker.process(user, "t", [HumanMessage("We run Go 1.24 now", id="h1")])
+    assert report.duplicates == 1 and report.failed_ops == 0
+    assert {e.id for e in service.read(user)} == {old.id, held.id}  # both kept as they were

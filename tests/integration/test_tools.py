@@ -378,3 +378,20 @@ def test_bad_input_reads_as_bad_input_never_as_an_outage(mode: str, any_backend:
         assert expected in message.content, (name, args, message.content)
         assert "unavailable" not in message.content
     assert any_backend.count(ALICE) == 0
+
+
+def test_the_as_of_recipe_runs_as_written(capsys: pytest.CaptureFixture[str]):
+    """docs/recipes.md, "Answer an as-of question": the agent answers from both versions."""
+    from pathlib import Path
+
+    from tests.test_docs import _code_block
+
+    recipes = (Path(__file__).resolve().parents[2] / "docs" / "recipes.md").read_text()
+    namespace: dict[str, Any] = {}
+    exec(_code_block(recipes, "## Answer an as-of question", "python"), namespace)
+    assert capsys.readouterr().out.strip() == (
+        "On 1 July: Production runs Go 1.23; on 31 July: Production runs Go 1.24 "
+        "(changed on 2026-07-20)."
+    )
+    old, new = namespace["old"], namespace["new"]
+    assert old.superseded_by == new.id and new.valid_from.isoformat() == "2026-07-20T09:30:00+00:00"
