@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import gc
 import hashlib
+import itertools
 import multiprocessing
 import random
 import sqlite3
@@ -46,8 +47,9 @@ class TestSQLiteWithEmbeddings(MemoryServiceConformance):
 
     @pytest.fixture
     def make_service(self, tmp_path):
+        files = itertools.count()  # a fresh file each call, as `service` is
         return lambda limits: SQLiteMemoryService(
-            tmp_path / "limited.db", HashingEmbeddings(), limits=limits
+            tmp_path / f"limited{next(files)}.db", HashingEmbeddings(), limits=limits
         )
 
 
@@ -62,7 +64,10 @@ class TestSQLiteKeywordOnly(MemoryServiceConformance):
 
     @pytest.fixture
     def make_service(self, tmp_path):
-        return lambda limits: SQLiteMemoryService(tmp_path / "limited.db", limits=limits)
+        files = itertools.count()
+        return lambda limits: SQLiteMemoryService(
+            tmp_path / f"limited{next(files)}.db", limits=limits
+        )
 
 
 # -- SQLite-specific behaviour -------------------------------------------------------
@@ -148,8 +153,14 @@ def test_every_write_path_keeps_the_index_consistent(tmp_path):
     svc.restore(ALICE, svc.get(BOB, svc.read(BOB)[0].id).model_copy(update={"id": "r1"}))
     svc.add_many(BOB, ["bob batch one", "bob memory", "bob batch two 绿茶"])  # with a duplicate
     svc.add_many(ALICE, ["alice batch", "alice batch two"])  # at capacity: evicts
+    go = svc.add(BOB, "Runs Go 1.23", valid_from=T0, valid_until=T0 + timedelta(days=1))
+    newer = svc.update(BOB, go.id, "Runs Go 1.24", supersede=True)
+    svc.restore_version(BOB, go.id)  # closes newer, reopens go
+    svc.update(BOB, go.id, "Runs Go 1.25", supersede=True)
+    svc.delete(BOB, newer.id)
     assert_index_consistent(svc.path)
     assert_state_consistent(svc.path)
+    assert svc.read(BOB)[0].text == "Runs Go 1.25" and len(svc.versions(BOB, go.id)) == 2
     svc.clear(ALICE)
     assert_index_consistent(svc.path)
     assert_state_consistent(svc.path)

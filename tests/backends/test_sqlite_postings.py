@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 import sqlite3
 import time
@@ -42,7 +43,10 @@ class TestSQLiteIndexedKeywordConformance(MemoryServiceConformance):
 
     @pytest.fixture
     def make_service(self, tmp_path):
-        return lambda limits: indexed(SQLiteMemoryService(tmp_path / "limited.db", limits=limits))
+        files = itertools.count()  # a fresh file each call, as `service` is
+        return lambda limits: indexed(
+            SQLiteMemoryService(tmp_path / f"limited{next(files)}.db", limits=limits)
+        )
 
 
 class TestSQLiteIndexedHybridConformance(MemoryServiceConformance):
@@ -56,8 +60,11 @@ class TestSQLiteIndexedHybridConformance(MemoryServiceConformance):
 
     @pytest.fixture
     def make_service(self, tmp_path):
+        files = itertools.count()
         return lambda limits: indexed(
-            SQLiteMemoryService(tmp_path / "limited.db", HashingEmbeddings(), limits=limits)
+            SQLiteMemoryService(
+                tmp_path / f"limited{next(files)}.db", HashingEmbeddings(), limits=limits
+            )
         )
 
 
