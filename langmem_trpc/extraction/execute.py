@@ -16,11 +16,12 @@ when an update of a missing id became an add.
 Validity: every add and supersede passes `valid_from` = the op's event time, else
 the time of the batch's messages (`execute_ops(when=)`), else the service's now;
 `valid_until` as the model said it, dropped with a warning when it is not after
-that start or the service refuses it (the write is made without it). The model's own update call (no policy decision) is settled here
-against the stored memory (extraction/supersede.py): a change of state of a fact
-supersedes it ("supersede:model change=..."), anything else updates in place. A
-supersede whose new text another current memory holds, or whose target a newer
-version already replaced, is a duplicate: nothing is deleted.
+that start or the service refuses it (the write is then made without it). The
+model's own update call (no policy decision) is settled here against the stored
+memory (extraction/supersede.py): a change of state of a fact supersedes it
+("supersede:model change=..."), anything else updates in place. A supersede
+whose new text another current memory holds, or whose target a newer version
+already replaced, is a duplicate: nothing is deleted.
 """
 
 from __future__ import annotations

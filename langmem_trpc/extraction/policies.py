@@ -7,8 +7,9 @@
 
 Under every policy a fact whose state changed supersedes its old version when
 both signals hold (extraction/supersede.py): reconcile's rewrite under
-merge_similar; under preserve_history the model's update call, and under both
-other policies a kept add that reconcile would match in its update or skip tier
+merge_similar; the model's update call under preserve_history (under
+merge_similar it is settled at execution); and, under preserve_history and
+append_only, a kept add that reconcile would match in its update or skip tier
 (`supersede_adds`, one probe per add), where the "second row" used to stay current.
 
 Verbatim records (raw turns) bypass every policy but identical-duplicate removal.

@@ -88,20 +88,22 @@ def values_agree(a: str, b: str) -> bool:
 
 _CJK_MARKERS = ("现在", "目前", "不再", "改为", "改成", "换成", "变成", "搬到", "升级到", "已经不")
 """Markers in scripts no stemmer splits: every language's list ends with them."""
+
+
+def _words(spelled: str) -> tuple[str, ...]:
+    return tuple(spelled.split("|"))
+
+
 CHANGE_MARKERS: dict[str, tuple[str, ...]] = {
-    "english": tuple(
+    "english": _words(
         "now|nowadays|no longer|anymore|any more|moved to|moved from|switched|upgraded|"
-        "downgraded|migrated|changed to|changed from|instead|used to|from now on|replaced".split(
-            "|"
-        )
+        "downgraded|migrated|changed to|changed from|instead|used to|from now on|replaced"
     ),
-    "german": tuple(
-        "jetzt|nun|inzwischen|nicht mehr|umgezogen|gewechselt|aktualisiert|stattdessen|früher".split(
-            "|"
-        )
+    "german": _words(
+        "jetzt|nun|inzwischen|nicht mehr|umgezogen|gewechselt|aktualisiert|stattdessen|früher"
     ),
-    "french": tuple("maintenant|désormais|ne plus|n'est plus|déménagé|passé à|au lieu".split("|")),
-    "spanish": tuple("ahora|ya no|se mudó|cambió a|en lugar de|actualizado".split("|")),
+    "french": _words("maintenant|désormais|ne plus|n'est plus|déménagé|passé à|au lieu"),
+    "spanish": _words("ahora|ya no|se mudó|cambió a|en lugar de|actualizado"),
 }
 """Words that say a state changed, by the `Language.name` of the store; a language
 not listed uses the English ones."""

@@ -65,7 +65,7 @@ def settle(update: MemoryOp, old: Entry, prefix: str, language: Language = ENGLI
     if verdict.supersede:
         return replace(update, supersede=True, decision=f"{prefix} change={verdict.change}")
     if verdict.change is not None:
-        logger.info("supersede: %s updated in place, not superseded: %s", old.id, verdict.why)
+        logger.info("supersede: %s is not superseded: %s", old.id, verdict.why)
     return update
 
 

@@ -3,10 +3,11 @@
 Selection follows the tRPC preload processor (trpc_memory_spec.md §6, `_select`);
 any failure means no block and the run proceeds. Only current memories are read
 and searched; a selected fact that superseded an older version is rendered with
-that past (`memory_line(before=)`: one line, so the budget counts the chain as one
-memory), found with one `FindPredecessor` step per selected memory, in one plan. The block is quoted data merged
-into the *model input* only, never the thread's messages, so it is not
-checkpointed and never re-extracted.
+that past (`memory_line(before=)`, on its one line, so the budget counts the
+chain as one memory), found with one indexed `FindPredecessor` step per selected
+fact, all in one read-only step plan (`run_plan`, no write lock). The block is
+quoted data merged into the *model input* only, never the thread's messages, so
+it is not checkpointed and never re-extracted.
 """
 
 from __future__ import annotations
