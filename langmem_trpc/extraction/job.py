@@ -139,7 +139,13 @@ class JobReport:
 
     @property
     def updated(self) -> int:
-        return self.count("updated")
+        """Memories updated in place or superseded by a new version."""
+        return self.count("updated") + self.count("superseded")
+
+    @property
+    def superseded(self) -> int:
+        """Facts closed by a new version (`update(..., supersede=True)`)."""
+        return self.count("superseded")
 
     @property
     def deleted(self) -> int:
@@ -379,7 +385,13 @@ class _Run:
         ids = [m.id for m in batch if m.id]
         source = Source(thread_id=thread_id, message_ids=ids, actor="worker")
         outcomes, finished = execute_ops(
-            service, user, decided.ops, actions=actions, source=source, keep_going=deadline.ok
+            service,
+            user,
+            decided.ops,
+            actions=actions,
+            source=source,
+            keep_going=deadline.ok,
+            when=batch_time(batch),  # business time: when it was said, not when extracted
         )
         report.outcomes.extend(outcomes)
         deadline.check("executing")

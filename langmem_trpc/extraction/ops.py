@@ -41,6 +41,10 @@ class MemoryOp:
     participants: tuple[str, ...] = ()
     location: str | None = None
     verbatim: bool = False
+    valid_until: datetime | None = None
+    """When what the memory says stops being true ("until Friday"), as the model said it."""
+    supersede: bool = False
+    """An update that closes the old version and writes a new one (extraction/supersede.py)."""
     origin: str | None = field(default=None, compare=False)
     """Why the op has its final shape ("model", "reconcile:update", ...), for reports and logs."""
     decision: str | None = field(default=None, compare=False)
@@ -58,6 +62,7 @@ class MemoryOp:
         participants: Iterable[str] = (),
         location: str | None = None,
         verbatim: bool = False,
+        valid_until: datetime | None = None,
     ) -> MemoryOp:
         return cls(
             Action.ADD,
@@ -68,6 +73,7 @@ class MemoryOp:
             participants=tuple(canonical_participants(list(participants))),
             location=(location or "").strip() or None,
             verbatim=verbatim,
+            valid_until=valid_until,
         )
 
     @classmethod
@@ -81,6 +87,7 @@ class MemoryOp:
         event_time: datetime | None = None,
         participants: Iterable[str] = (),
         location: str | None = None,
+        valid_until: datetime | None = None,
     ) -> MemoryOp:
         content = cls.add(
             text,
@@ -89,6 +96,7 @@ class MemoryOp:
             event_time=event_time,
             participants=participants,
             location=location,
+            valid_until=valid_until,
         )
         return replace(content, action=Action.UPDATE, memory_id=memory_id)
 
@@ -116,7 +124,7 @@ class MemoryOp:
         )
 
     def as_add(self, origin: str) -> MemoryOp:
-        return replace(self, action=Action.ADD, memory_id=None, origin=origin)
+        return replace(self, action=Action.ADD, memory_id=None, supersede=False, origin=origin)
 
     def with_decision(self, decision: str) -> MemoryOp:
         """This op, carrying the policy's decision label to execution."""

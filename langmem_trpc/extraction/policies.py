@@ -5,10 +5,18 @@
   text keeps every material detail of the old one (spec 4.3), else an add.
 - "append_only": only adds; exact duplicates dropped (spec 4.4).
 
+Under every policy a fact whose state changed supersedes its old version when
+both signals hold (extraction/supersede.py): reconcile's rewrite under
+merge_similar; the model's update call under preserve_history (under
+merge_similar it is settled at execution); and, under preserve_history and
+append_only, a kept add that reconcile would match in its update or skip tier
+(`supersede_adds`, one probe per add), where the "second row" used to stay current.
+
 Verbatim records (raw turns) bypass every policy but identical-duplicate removal.
 Decision labels (`MemoryOp.decision`, `Source.decision`) of the ops these two
 rewrite: "update:preserve_history", "add:preserve_history" (an update that
-would lose a detail), "add:append_only" (an update turned into an add).
+would lose a detail), "add:append_only" (an update turned into an add),
+"supersede:model change=..." and "supersede tier=... change=..." (supersede.py).
 """
 
 from __future__ import annotations
@@ -25,10 +33,18 @@ from ..service._language import ENGLISH, Language
 from ..service._text import normalize_text, primary_tokens, token_set
 from ..types import Entry
 from .ops import Action, MemoryOp
-from .reconcile import Probe, Reconciled, merge_similar
+from .reconcile import Probe, Reconciled, Tier, best_match, decision_label, figures, merge_similar
 from .signals import _CAPITALISED_RE, critical_values, negations
+from .supersede import MODEL, explain_kept, settle
 
-__all__ = ["POLICIES", "Policy", "apply_policy", "check_policy", "is_exact_duplicate"]
+__all__ = [
+    "POLICIES",
+    "Policy",
+    "apply_policy",
+    "check_policy",
+    "is_exact_duplicate",
+    "supersede_adds",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -180,6 +196,10 @@ def preserve_history(
                 decided = _preserve(op, existing, actions, language, op)
         elif op.action == Action.UPDATE:
             target = by_id.get(op.memory_id or "")
+            settled = settle(op, target, MODEL, language) if target else op
+            if settled.supersede:
+                kept.append(settled)
+                continue
             added = op.as_add("policy:update->add").with_decision("add:preserve_history")
             decided = _preserve(op, [target] if target else [], actions, language, added)
         (dropped if decided is None else kept).append(decided or op)
@@ -198,6 +218,46 @@ def append_only(ops: Sequence[MemoryOp], existing: Sequence[Entry]) -> Reconcile
             continue
         (dropped if is_exact_duplicate(op, [*existing, *kept]) else kept).append(op)
     return Reconciled(kept, dropped)
+
+
+def supersede_adds(
+    ops: Sequence[MemoryOp],
+    probe: Probe,
+    actions: Collection[Action],
+    language: Language = ENGLISH,
+) -> list[MemoryOp]:
+    """Each kept add that reconcile would match in its update or skip tier and that
+    changes the state of that fact becomes its supersede (preserve_history,
+    append_only); other ops stay as they are. A failed probe keeps the add."""
+    if Action.UPDATE not in actions:
+        return list(ops)
+    claimed = {op.memory_id for op in ops if op.memory_id}
+    out: list[MemoryOp] = []
+    for op in ops:
+        if op.action != Action.ADD or op.verbatim or not op.text.strip():
+            out.append(op)
+            continue
+        try:
+            best = best_match(op, probe(op.text.strip()), language)
+        except Exception:  # a failed probe keeps the add, as reconcile does
+            logger.warning("supersede: probe failed; keeping the add", exc_info=True)
+            out.append(op)
+            continue
+        if best is None or best.tier == Tier.NONE or best.entry.id in claimed:
+            if best is not None:
+                why = "not the same memory" if best.tier == Tier.NONE else "the memory is taken"
+                explain_kept(op, best.entry, f"{why} ({figures(best)})", language)
+            out.append(op)
+            continue
+        entry = best.entry
+        update = op.as_update(entry.id, [*entry.memory.topics, *op.topics], entry.kind, "supersede")
+        settled = settle(update, entry, decision_label("supersede", best), language)
+        if settled.supersede:
+            claimed.add(entry.id)
+        else:
+            explain_kept(op, entry, f"no change of state of a fact ({figures(best)})", language)
+        out.append(settled if settled.supersede else op)
+    return out
 
 
 def apply_policy(
@@ -223,5 +283,9 @@ def apply_policy(
         decided = preserve_history(model, existing, actions, language)
     else:
         decided = append_only(model, existing)
+    if policy != "merge_similar":
+        decided = Reconciled(
+            supersede_adds(decided.ops, probe, actions, language), decided.duplicates
+        )
     # Verbatim batches carry no model ops in practice; keep their order and append any model ops.
     return Reconciled([*unique, *decided.ops], [*repeats, *decided.duplicates])

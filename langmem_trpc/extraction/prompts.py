@@ -80,6 +80,9 @@ nothing_to_remember.
 ("for three years" -> the start year).
 - Fill participants and location whenever they are known. One episode per event.
 - Facts that hold from a time on ("moved to Berlin in 2021") also set event_time.
+- Facts true only for a while ("I'm in Tokyo until Friday", "for the next two weeks", "this week \
+only") set valid_until: the absolute date they stop being true, resolved against the message \
+times or today's date. Never for lasting facts.
 </episodic_memory_rules>
 
 <examples>
@@ -90,6 +93,9 @@ memory_add(memory="Loves being outdoors", memory_kind="fact", topics=["outdoors"
 
 Existing: [m1] "Production runs Go 1.23" (kind=fact). Conversation: "We upgraded production to Go 1.24."
 memory_update(memory_id="m1", memory="Production runs Go 1.24", topics=["production", "Go"])
+
+Conversation (today 2024-05-20, a Monday): "I'm in Tokyo until Friday."
+memory_add(memory="Is in Tokyo", memory_kind="fact", valid_until="2024-05-24", topics=["Tokyo", "travel"])
 </examples>
 
 <common_mistakes>

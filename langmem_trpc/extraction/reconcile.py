@@ -16,7 +16,10 @@ best candidate's figures when a probe found one (`decision_label`): "add" (no
 candidate, or "add tier=none score=0.41 jaccard=0.20"); "add:kept tier=..."
 (a tier fired but update is off or the memory is taken); "add:probe-failed";
 "update tier=update ..." (rewritten into an update); "update:topics
-tier=skip ..." (a duplicate bringing new topics). A plain duplicate is dropped.
+tier=skip ..." (a duplicate bringing new topics); "supersede tier=update ...
+change=number" (a rewrite that changes the state of a fact: the old version is
+closed, extraction/supersede.py). A plain duplicate is dropped. A kept add
+logs at INFO why it supersedes nothing when the probe found a candidate.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from ..service._text import token_jaccard
 from ..types import Entry, Kind, SearchOptions
 from .ops import Action, MemoryOp
 from .signals import date_words, numbers, values_agree
+from .supersede import explain_kept, settle
 
 __all__ = [
     "JACCARD_HIGH",
@@ -46,6 +50,7 @@ __all__ = [
     "classify",
     "decide_add",
     "decision_label",
+    "figures",
     "merge_similar",
 ]
 
@@ -117,12 +122,15 @@ def best_match(
     return max(reversed(matches), key=lambda m: (m.tier, m.score, m.jaccard), default=None)
 
 
+def figures(match: Match) -> str:
+    """The tier, score and Jaccard of `match`, as decision labels and logs write them."""
+    tier = match.tier.name.lower()
+    return f"tier={tier} score={match.score:.2f} jaccard={match.jaccard:.2f}"
+
+
 def decision_label(decision: str, match: Match | None) -> str:
     """`decision`, then the tier, score and Jaccard of `match` when there is one."""
-    if match is None:
-        return decision
-    tier = match.tier.name.lower()
-    return f"{decision} tier={tier} score={match.score:.2f} jaccard={match.jaccard:.2f}"
+    return decision if match is None else f"{decision} {figures(match)}"
 
 
 def decide_add(
@@ -136,6 +144,8 @@ def decide_add(
     """Keep, rewrite to an update, or drop (None) one proposed add; the kept op carries its decision."""
     best = best_match(op, entries, language)
     if best is None or best.tier == Tier.NONE:
+        if best is not None:
+            explain_kept(op, best.entry, f"not the same memory ({figures(best)})", language)
         return op.with_decision(decision_label("add", best))
     entry = best.entry
     origin, decision = "reconcile:update", "update"
@@ -146,11 +156,13 @@ def decide_add(
             return None
         origin, decision = "reconcile:skip+topics", "update:topics"
     if not update_enabled or entry.id in claimed:
+        explain_kept(op, entry, "update is off or the memory is taken", language)
         return op.with_decision(decision_label("add:kept", best))
     rewritten = op.as_update(
         entry.id, [*entry.memory.topics, *op.topics], op.kind or entry.kind, origin
     )
-    return rewritten.with_decision(decision_label(decision, best))
+    rewritten = rewritten.with_decision(decision_label(decision, best))
+    return settle(rewritten, entry, decision_label("supersede", best), language)
 
 
 def _duplicate_in_batch(op: MemoryOp, accepted: Sequence[MemoryOp], language: Language) -> bool:

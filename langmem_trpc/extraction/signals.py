@@ -1,13 +1,31 @@
 """Values that make two similar sentences say different things ("runs Go 1.23" vs
 "runs Go 1.24": near-identical tokens). Reconcile and preserve_history check that
 numbers, dates, negations and names agree before calling two memories the same.
+
+`state_change` is the second signal of a supersede (extraction/supersede.py): the
+new text drops a value the old one stated (a number, a date word, a name), flips
+a negation, or carries a change marker ("now", "no longer", "upgraded", ...; per
+language in `CHANGE_MARKERS`) that the old text does not. A text that only adds
+values (an enrichment) or rewords them (a paraphrase) changes no state.
 """
 
 from __future__ import annotations
 
 import re
+from functools import cache
 
-__all__ = ["CRITICAL_RE", "critical_values", "names", "negations", "values_agree"]
+from ..service._language import ENGLISH, Language
+
+__all__ = [
+    "CHANGE_MARKERS",
+    "CRITICAL_RE",
+    "change_marker",
+    "critical_values",
+    "names",
+    "negations",
+    "state_change",
+    "values_agree",
+]
 
 NUMBER_RE = re.compile(r"\d+(?:[.:/,-]\d+)*")
 _NEGATIONS = r"\bnot\b|\bno\b|\bnever\b|\bwithout\b|n't|不再|不是|没有|从未|未|无"
@@ -66,3 +84,57 @@ def values_agree(a: str, b: str) -> bool:
         and negations(a) == negations(b)
         and names(a) == names(b)
     )
+
+
+_CJK_MARKERS = ("现在", "目前", "不再", "改为", "改成", "换成", "变成", "搬到", "升级到", "已经不")
+"""Markers in scripts no stemmer splits: every language's list ends with them."""
+
+
+def _words(spelled: str) -> tuple[str, ...]:
+    return tuple(spelled.split("|"))
+
+
+CHANGE_MARKERS: dict[str, tuple[str, ...]] = {
+    "english": _words(
+        "now|nowadays|no longer|anymore|any more|moved to|moved from|switched|upgraded|"
+        "downgraded|migrated|changed to|changed from|instead|used to|from now on|replaced"
+    ),
+    "german": _words(
+        "jetzt|nun|inzwischen|nicht mehr|umgezogen|gewechselt|aktualisiert|stattdessen|früher"
+    ),
+    "french": _words("maintenant|désormais|ne plus|n'est plus|déménagé|passé à|au lieu"),
+    "spanish": _words("ahora|ya no|se mudó|cambió a|en lugar de|actualizado"),
+}
+"""Words that say a state changed, by the `Language.name` of the store; a language
+not listed uses the English ones."""
+
+
+@cache
+def _marker_re(language_name: str) -> re.Pattern[str]:
+    words = CHANGE_MARKERS.get(language_name, CHANGE_MARKERS["english"])
+    spelled = [r"\s+".join(map(re.escape, w.split())) for w in sorted(words, key=len, reverse=True)]
+    cjk = "|".join(map(re.escape, _CJK_MARKERS))
+    return re.compile(rf"(?<!\w)(?:{'|'.join(spelled)})(?!\w)|{cjk}", re.IGNORECASE)
+
+
+def change_marker(text: str, language: Language = ENGLISH) -> str | None:
+    """The first change marker in `text` (lower case, spaces single), or None."""
+    found = _marker_re(language.name).search(text)
+    return " ".join(found.group().lower().split()) if found else None
+
+
+def state_change(old: str, new: str, language: Language = ENGLISH) -> str | None:
+    """Why `new` says the state of `old` changed ("number", "date", "negation", "name",
+    "marker:<words>"), or None when it only repeats, rewords or adds to it."""
+    if not numbers(old) <= numbers(new):
+        return "number"
+    if not date_words(old) <= date_words(new):
+        return "date"
+    if negations(old) != negations(new):
+        return "negation"
+    if not names(old) <= names(new):
+        return "name"
+    marker = change_marker(new, language)
+    if marker is not None and change_marker(old, language) != marker:
+        return "marker:" + marker.replace(" ", "_")
+    return None

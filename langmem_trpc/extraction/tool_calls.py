@@ -5,8 +5,13 @@ when enabled) or `nothing_to_remember`; the calls are parsed into `MemoryOp`s,
 never executed. A call that cannot be trusted (bad JSON, unknown tool, a
 missing or mistyped required argument, any other failure reading it) is
 logged at WARNING and skipped, the rest of the reply still counts; a
-mistyped optional argument is dropped with a warning. A reply with no usable
-memory call and no `nothing_to_remember` is an `ExtractionError`.
+mistyped optional argument is dropped with a warning (an `event_time` or
+`valid_until` that is no date included). A reply with no usable memory call and
+no `nothing_to_remember` is an `ExtractionError`.
+
+`valid_until` is when a memory stops being true, parsed like `event_time`; a bare
+date, month or year means through its end (`valid_until="2026-07-24"` is current
+until midnight after July 24).
 """
 
 from __future__ import annotations
@@ -14,12 +19,13 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Collection, Mapping
+from datetime import datetime, timedelta
 from typing import Any
 
 from langchain_core.messages import AIMessage
 
-from .._time import parse_flexible_time
-from ..errors import ExtractionError
+from .._time import end_of_period, parse_flexible_time
+from ..errors import ExtractionError, InvalidTimeError
 from ..types import Kind
 from .ops import Action, MemoryOp
 from .prompts import NOTHING_DESCRIPTION, NOTHING_TOOL, TOOL_NAMES, action_descriptions
@@ -46,6 +52,13 @@ _CONTENT_PROPS: dict[str, Any] = {
     },
     "participants": {**_STRINGS, "description": "People involved, by name."},
     "location": {"type": "string", "description": "Where it happened."},
+    "valid_until": {
+        "type": "string",
+        "description": "Only for something true for a limited time ('until Friday', 'for the next "
+        "two weeks', 'this week only'): when it stops being true, as an absolute ISO 8601 date or "
+        "date-time resolved against the conversation's date (a date means through that day). "
+        "Leave it out for lasting facts.",
+    },
 }
 
 
@@ -107,6 +120,28 @@ def _optional_strings(args: Mapping[str, Any], key: str, name: str) -> list[str]
     return [v for v in value if isinstance(v, str)]
 
 
+def _valid_until(args: Mapping[str, Any], name: str) -> datetime | None:
+    """The end of the period `valid_until` names (see the module docstring); None, with a
+    warning, when it is no date."""
+    raw = args.get("valid_until")
+    if raw is None or (isinstance(raw, str) and not raw.strip()):
+        return None
+    try:
+        start = parse_flexible_time(raw, "valid_until") if isinstance(raw, str) else None
+        end = end_of_period(raw, "valid_until") if start is not None else None
+        if start is not None and end is not None and end != start:
+            end += timedelta(seconds=1)
+    except (InvalidTimeError, OverflowError, ValueError) as exc:
+        logger.warning(
+            "extractor: %s.valid_until %.80r is out of range (%s); ignored", name, raw, exc
+        )
+        return None
+    if start is None or end is None:
+        logger.warning("extractor: %s.valid_until %.80r is not a date; ignored", name, raw)
+        return None
+    return end
+
+
 def _content(args: Mapping[str, Any], name: str) -> dict[str, Any]:
     raw_time = args.get("event_time")
     event_time = parse_flexible_time(raw_time) if isinstance(raw_time, str) else None
@@ -119,6 +154,7 @@ def _content(args: Mapping[str, Any], name: str) -> dict[str, Any]:
         "event_time": event_time,
         "participants": _optional_strings(args, "participants", name),
         "location": location if isinstance(location, str) else None,
+        "valid_until": _valid_until(args, name),
     }
 
 

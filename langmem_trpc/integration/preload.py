@@ -1,9 +1,13 @@
 """Preload: put the user's memories in front of the model before it answers.
 
 Selection follows the tRPC preload processor (trpc_memory_spec.md §6, `_select`);
-any failure means no block and the run proceeds. The block is quoted data merged
-into the *model input* only, never the thread's messages, so it is not
-checkpointed and never re-extracted.
+any failure means no block and the run proceeds. Only current memories are read
+and searched; a selected fact that superseded an older version is rendered with
+that past (`memory_line(before=)`, on its one line, so the budget counts the
+chain as one memory), found with one indexed `FindPredecessor` step per selected
+fact, all in one read-only step plan (`run_plan`, no write lock). The block is
+quoted data merged into the *model input* only, never the thread's messages, so
+it is not checkpointed and never re-extracted.
 """
 
 from __future__ import annotations
@@ -22,7 +26,9 @@ from ..errors import ConfigurationError
 from ..extraction.delta import message_text
 from ..service._render import memory_line
 from ..service.protocol import MemoryService
-from ..types import Entry, SearchOptions, UserKey
+from ..service.steps import FindPredecessor
+from ..service.steps import Plan as StepPlan
+from ..types import Entry, Kind, SearchOptions, UserKey
 from ._calls import Call, Plan, adrive, drive
 from .identity import MissingIdentityWarning, _current_config, resolve_identity
 
@@ -72,12 +78,18 @@ _HEADER = (
 # -- rendering ----------------------------------------------------------------
 
 
-def render_block(entries: Sequence[Entry], playbook: str | None = None) -> str:
+def render_block(
+    entries: Sequence[Entry],
+    playbook: str | None = None,
+    past: Mapping[str, Entry] | None = None,
+) -> str:
     """The text injected into the model input ("" for no entries); `memory_line`
-    defuses every stored string, so no memory can break out of the block."""
+    defuses every stored string, so no memory can break out of the block. `past`:
+    by memory id, the version it superseded (rendered on its line)."""
     if not entries:
         return ""
-    lines = "\n".join(memory_line(e) for e in entries)
+    past = past or {}
+    lines = "\n".join(memory_line(e, before=past.get(e.id)) for e in entries)
     guide = (playbook or DEFAULT_PLAYBOOK).strip()
     return f"{guide}\n\n{BLOCK_BEGIN}\n{_HEADER}\n\n{lines}\n{BLOCK_END}"
 
@@ -141,6 +153,29 @@ def _select(user: UserKey, preload: int, query: str) -> Plan[list[Entry]]:
         if hits:
             return hits
     return probe[:preload]
+
+
+def _predecessors(user: UserKey, ids: Sequence[str]) -> StepPlan[dict[str, Entry]]:
+    """A read-only step plan: by id, the version each of `ids` superseded, if any."""
+    found: dict[str, Entry] = {}
+    for memory_id in ids:
+        stored = yield FindPredecessor(user, memory_id)
+        if stored is not None:
+            found[memory_id] = stored.entry
+    return found
+
+
+def _past(user: UserKey, entries: Sequence[Entry]) -> Plan[dict[str, Entry]]:
+    """The versions the selected facts superseded; none when the lookup fails."""
+    facts = [e.id for e in entries if e.kind == Kind.FACT]
+    if not facts:
+        return {}
+    try:
+        found: dict[str, Entry] = yield Call("run_plan", (_predecessors(user, facts),))
+    except Exception:
+        logger.warning("preload: reading past versions failed for %s", user, exc_info=True)
+        return {}
+    return found
 
 
 def select_memories(service: MemoryService, user: UserKey, preload: int, query: str) -> list[Entry]:
@@ -273,7 +308,9 @@ class Preloader:
                 cached = self._cache.get(key)
                 if cached is not None:  # tool-call loops reuse the turn's block
                     return cached
-            block = render_block((yield from _select(user, self.preload, query)), self.playbook)
+            selected = yield from _select(user, self.preload, query)
+            past = yield from _past(user, selected)
+            block = render_block(selected, self.playbook, past)
             if self._cache is not None and key is not None:
                 self._cache.put(key, block)
             return block

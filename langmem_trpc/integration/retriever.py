@@ -3,7 +3,10 @@
 Both are scoped to one `(app_name, user_id)` fixed at construction: a search
 kwarg, `filter` or metadata that names a user or app is an `InvalidInputError`.
 Both run the service's hybrid search, so a chain ranks memories as the
-`memory_search` tool does; async calls use the service's async twins.
+`memory_search` tool does; async calls use the service's async twins. They see
+current memories only, unless a search kwarg asks for the past (`as_of=`,
+`include_superseded=True`, as `SearchOptions` takes them); a document carries
+its validity in its metadata (`valid_from`, and `valid_to`/`superseded_by` when set).
 """
 
 from __future__ import annotations
@@ -61,6 +64,11 @@ def entry_document(entry: Entry) -> Document:
     }
     if entry.score is not None:
         metadata["score"] = entry.score
+    metadata["valid_from"] = entry.valid_from.isoformat()
+    if entry.valid_to is not None:  # an `as_of` or `include_superseded` search's past versions
+        metadata["valid_to"] = entry.valid_to.isoformat()
+    if entry.superseded_by is not None:
+        metadata["superseded_by"] = entry.superseded_by
     return Document(page_content=memory.text, metadata=metadata, id=entry.id)
 
 
@@ -102,8 +110,8 @@ class MemoryRetriever(BaseRetriever):
 
     Args:
         k: results per query (1-1000).
-        search_kwargs: more `SearchOptions` fields (`kind`, `time_after`, ...), checked
-            on every query (`create_retriever` also checks them up front).
+        search_kwargs: more `SearchOptions` fields (`kind`, `time_after`, `as_of`, ...),
+            checked on every query (`create_retriever` also checks them up front).
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True, frozen=True)

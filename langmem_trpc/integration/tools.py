@@ -70,6 +70,13 @@ class SearchArgs(BaseModel):
         default=False,
         description="Order equally relevant results by when the event happened (oldest first).",
     )
+    as_of: str | None = Field(
+        default=None,
+        description="Only to ask what was true at a past time, such as a value that has since "
+        "changed: that time as an ISO date (e.g. '2024-07-15'). The results are the memories "
+        "true then, replaced ones included, each with valid_from and valid_to. Leave empty for "
+        "what is true now.",
+    )
     limit: int = Field(
         default=10, ge=1, le=MAX_LIMIT, description="Maximum results (1-50, default 10)."
     )
@@ -135,6 +142,8 @@ _DESCRIPTIONS = {
         "- Check `participants` to make sure a memory is about the right person.\n"
         "- For questions about when something happened, or before or after a date, use time_after / "
         "time_before and order_by_event_time.\n"
+        "- Results are what is true now. For what was true at a past time (a value that has since "
+        "changed), pass as_of with that date.\n"
         "- `kind` is only a preference with automatic fallback; omit it when unsure.\n"
         "- Never repeat a search with the same arguments: its result is already above.\n" + _SCOPE
     ),
@@ -158,8 +167,9 @@ TOOL_NAMES = tuple(_DESCRIPTIONS)
 # -- one plan per tool invocation (`_calls`: written once, run sync or async) ---------
 
 
-def _result(entry: Entry) -> dict[str, Any]:
-    """The compact JSON shape of spec §7.1 `Result` (empty fields omitted)."""
+def _result(entry: Entry, validity: bool = False) -> dict[str, Any]:
+    """The compact JSON shape of spec §7.1 `Result` (empty fields omitted); `validity`
+    adds when it was true (`valid_from`, `valid_to` when it ended, `superseded_by`)."""
     memory = entry.memory
     out: dict[str, Any] = {
         "id": entry.id,
@@ -171,6 +181,12 @@ def _result(entry: Entry) -> dict[str, Any]:
     }
     if entry.score is not None:
         out["score"] = round(entry.score, 4)
+    if validity:
+        out["valid_from"] = entry.valid_from.isoformat(timespec="seconds")
+        if entry.valid_to is not None:
+            out["valid_to"] = entry.valid_to.isoformat(timespec="seconds")
+        if entry.superseded_by is not None:
+            out["superseded_by"] = entry.superseded_by
     return out
 
 
@@ -178,8 +194,8 @@ def _dump(payload: dict[str, Any]) -> str:
     return json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
 
 
-def _listing(head: dict[str, Any], found: list[Entry]) -> tuple[str, Any]:
-    payload = {**head, "results": [_result(e) for e in found], "count": len(found)}
+def _listing(head: dict[str, Any], found: list[Entry], validity: bool = False) -> tuple[str, Any]:
+    payload = {**head, "results": [_result(e, validity) for e in found], "count": len(found)}
     return _dump(payload), [e.model_dump(mode="json") for e in found]
 
 
@@ -233,6 +249,10 @@ def _search(user: UserKey, runtime: ToolRuntime[Any], a: dict[str, Any]) -> Resu
     except InvalidInputError as exc:  # bad input, said as a bad search window
         message = f"memory_search: invalid time range: {exc.field} {exc.problem}"
         raise ToolException(message) from None
+    try:
+        as_of = parse_date(a.get("as_of"), "as_of")
+    except InvalidInputError as exc:
+        raise ToolException(f"memory_search: invalid as_of: {exc.problem}") from None
     options = SearchOptions(
         kind=a.get("kind"),
         time_after=after,
@@ -242,8 +262,13 @@ def _search(user: UserKey, runtime: ToolRuntime[Any], a: dict[str, Any]) -> Resu
         deduplicate=True,
         hybrid=True,
         kind_fallback=a.get("kind") is not None,
+        as_of=as_of,
     )
-    return _listing({"query": query}, (yield Call("search", (user, query, options))))
+    head: dict[str, Any] = {"query": query}
+    if as_of is not None:
+        head["as_of"] = as_of.isoformat(timespec="seconds")
+    found = yield Call("search", (user, query, options))
+    return _listing(head, found, validity=as_of is not None)
 
 
 def _load(user: UserKey, runtime: ToolRuntime[Any], a: dict[str, Any]) -> Result:

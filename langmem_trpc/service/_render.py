@@ -6,6 +6,11 @@ on exactly one line:
 
     - [id] "text" (kind=episode; date=2024-07-02; with=Bob; at=Chamonix)
 
+A fact that superseded an older version may carry its past, one version and
+bounded (`PAST_CHARS`): `(kind=fact; since=2026-07-20; before="Production runs
+Go 1.23")`; one whose validity ends ahead (what was said: "until Friday") says
+so: `until=2026-07-25T00:00Z`.
+
 Every stored string goes through `defuse` first (one line, no invisible characters,
 no block delimiter word or `===` rule in any look-alike spelling, by the table that
 scripts/gen_confusables.py generates from Unicode's TR39 data; the steps are in
@@ -122,6 +127,9 @@ def quote(text: str) -> str:
     return json.dumps(defuse(text), ensure_ascii=False)
 
 
+PAST_CHARS = 160
+"""A rendered past version keeps at most this many characters of its text."""
+
 _STRUCTURE = frozenset(';,=()[]"')
 """What structures a memory line: a field's value that looks like none of these
 (after folding look-alikes) needs no quotes."""
@@ -150,12 +158,21 @@ def _memory_id(memory_id: str) -> str:
     return json.dumps(defuse(memory_id), ensure_ascii=False)
 
 
-def memory_line(entry: Entry, *, topics: bool = False) -> str:
+def _past(entry: Entry, before: Entry) -> list[str]:
+    text = defuse(before.memory.text)
+    if len(text) > PAST_CHARS:
+        text = text[: PAST_CHARS - 1].rstrip() + "\u2026"
+    return [f"since={entry.valid_from:%Y-%m-%d}", "before=" + json.dumps(text, ensure_ascii=False)]
+
+
+def memory_line(entry: Entry, *, topics: bool = False, before: Entry | None = None) -> str:
     """One memory as one prompt line: `- [id] "text" (kind=..; date=..; with=..; at=..)`.
 
     `topics=True` appends `topics=a, b` (the extractor reuses topic names;
-    preload leaves them out). Every stored string is defused; the text is
-    JSON-quoted, every other value too unless it is plain words (`field`).
+    preload leaves them out). `before`: the version this one superseded, shown
+    as `since=..; before="..."` (cut to `PAST_CHARS`). A `valid_to` still ahead
+    shows as `until=..`. Every stored string is defused; the text is JSON-quoted,
+    every other value too unless it is plain words (`field`).
     """
     memory = entry.memory
     meta = [f"kind={memory.kind.value}"]
@@ -167,4 +184,8 @@ def memory_line(entry: Entry, *, topics: bool = False) -> str:
         meta.append(f"at={field(memory.location)}")
     if topics and memory.topics:
         meta.append("topics=" + ", ".join(field(t) for t in memory.topics))
+    if entry.valid_to is not None:
+        meta.append(f"until={entry.valid_to:%Y-%m-%dT%H:%MZ}")
+    if before is not None:
+        meta.extend(_past(entry, before))
     return f"- [{_memory_id(entry.id)}] {quote(memory.text)} ({'; '.join(meta)})"

@@ -23,6 +23,7 @@ from .conftest import make_service
 
 UPDATE = re.compile(r"^update tier=update score=(\d\.\d\d) jaccard=(\d\.\d\d)$")
 ADD = re.compile(r"^add( tier=none score=\d\.\d\d jaccard=\d\.\d\d)?$")
+SUPERSEDE = re.compile(r"^supersede tier=update score=\d\.\d\d jaccard=\d\.\d\d change=number$")
 
 
 class Facts:
@@ -47,11 +48,11 @@ def any_service(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Memo
 
 def test_a_worker_job_records_add_and_the_update_tier_that_fired(any_service, user: UserKey):
     worker = AutoMemoryWorker(any_service, Facts())
-    first = [HumanMessage("Production runs Go 1.23 on Kubernetes", id="m0")]
+    first = [HumanMessage("Production runs Go 1.23", id="m0")]
     assert worker.process(user, "t", first).status == JobStatus.COMPLETED
-    second = [*first, HumanMessage("Production runs Go 1.24 on Kubernetes", id="m1")]
+    second = [*first, HumanMessage("Production runs Go 1.23 on Kubernetes", id="m1")]
     assert worker.process(user, "t", second).status == JobStatus.COMPLETED
-    (entry,) = any_service.read(user)
+    (entry,) = any_service.read(user)  # an enrichment: updated in place
     added, updated = any_service.history(user, entry.id)
     assert added.operation == Operation.ADD and updated.operation == Operation.UPDATE
     assert added.source is not None and ADD.match(added.source.decision or "")
@@ -61,6 +62,21 @@ def test_a_worker_job_records_add_and_the_update_tier_that_fired(any_service, us
     assert found is not None, updated.source.decision
     score, jaccard = float(found.group(1)), float(found.group(2))
     assert score >= UPDATE_SCORE or jaccard >= JACCARD_MID  # the figure that crossed the tier
+
+
+def test_a_changed_value_records_the_supersede_and_its_change(any_service, user: UserKey):
+    worker = AutoMemoryWorker(any_service, Facts())
+    first = [HumanMessage("Production runs Go 1.23 on Kubernetes", id="m0")]
+    worker.process(user, "t", first)
+    second = [*first, HumanMessage("Production runs Go 1.24 on Kubernetes", id="m1")]
+    assert worker.process(user, "t", second).superseded == 1
+    (current,) = any_service.read(user)
+    old, new = any_service.versions(user, current.id)
+    assert old.superseded_by == new.id == current.id
+    closed = any_service.history(user, old.id)[-1]
+    assert closed.operation == Operation.SUPERSEDE and closed.source is not None
+    assert SUPERSEDE.match(closed.source.decision or ""), closed.source.decision
+    assert closed.source.message_ids == ["m1"]
 
 
 def test_a_brand_new_fact_records_add(any_service, user: UserKey):

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from datetime import datetime, timezone
 
 from langchain_core.messages import HumanMessage
@@ -48,8 +49,8 @@ def test_version_bump_is_an_update_never_a_skip():
     op = MemoryOp.add("The user's production environment runs Go 1.24")
     match = classify(op, svc.search(USER, op.text, PROBE_OPTIONS)[0])
     assert match is not None and match.jaccard >= 0.70 and match.tier == Tier.UPDATE
-    result = merge_similar([op], probe(svc), ALL)
-    assert result.ops == [op.as_update(go.id, [], Kind.FACT, "x")]
+    result = merge_similar([op], probe(svc), ALL)  # a changed value: an update that supersedes
+    assert result.ops == [replace(op.as_update(go.id, [], Kind.FACT, "x"), supersede=True)]
 
 
 def test_paraphrase_is_skipped_and_new_topics_become_an_update():
@@ -127,10 +128,13 @@ def test_preserve_history_updates_only_when_every_detail_is_kept():
     assert kept.decision == "update:preserve_history"
     change = MemoryOp.add("Has a dog named Max")
     assert preserve_history([change], [dog], ALL).ops == [change]
-    rewrite = MemoryOp.update(dog.id, "No longer has a dog")
+    rewrite = MemoryOp.update(dog.id, "Has a cat named Rex")  # loses "dog", changes no state
     (converted,) = preserve_history([rewrite], [dog], ALL).ops
     assert converted.action == Action.ADD and converted.memory_id is None
     assert converted.decision == "add:preserve_history"
+    gone = MemoryOp.update(dog.id, "No longer has a dog")  # a changed state: a supersede
+    (closed,) = preserve_history([gone], [dog], ALL).ops
+    assert closed.supersede and closed.decision == "supersede:model change=negation"
     assert preserve_history([MemoryOp.add("Has a dog named Rex.")], [dog], ALL).ops == []
 
 
@@ -150,8 +154,14 @@ def test_append_only_turns_updates_into_adds_and_drops_deletes():
 def test_each_kept_or_rewritten_add_carries_its_decision_and_figures():
     svc, (go, tea) = store("Production runs Go 1.23", "Enjoys drinking green tea in the morning")
     bump = MemoryOp.add("Production runs Go 1.24")
-    (updated,) = merge_similar([bump], probe(svc), ALL).ops
+    (updated,) = merge_similar(
+        [MemoryOp.add("Production runs Go 1.23 in Frankfurt")], probe(svc), ALL
+    ).ops
     assert re.fullmatch(r"update tier=update score=\d\.\d\d jaccard=\d\.\d\d", updated.decision)
+    (superseded,) = merge_similar([bump], probe(svc), ALL).ops
+    assert re.fullmatch(
+        r"supersede tier=update score=\d\.\d\d jaccard=\d\.\d\d change=number", superseded.decision
+    )
     topics = MemoryOp.add("Enjoys drinking green tea in the morning", topics=["routine"])
     (merged,) = merge_similar([topics], probe(svc), ALL).ops
     assert merged.memory_id == tea.id

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from datetime import datetime, timezone
 
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage
@@ -11,8 +12,10 @@ from langmem_trpc import (
     AutoMemoryWorker,
     BackendError,
     InMemoryMemoryService,
+    Kind,
     LLMExtractor,
     Operation,
+    SearchOptions,
     VerbatimExtractor,
 )
 from langmem_trpc.extraction import JobStatus, MemoryOp
@@ -33,25 +36,66 @@ def worker_for(service, *replies, **kw):
 
 
 @pytest.mark.parametrize("proposal", ["add", "update"])
-def test_production_upgrade_ends_with_one_memory_and_history(service, user, proposal):
-    old = service.add(user, "The user's production environment runs Go 1.23", topics=["production"])
-    if proposal == "add":
+def test_production_upgrade_supersedes_and_keeps_the_old_version(service, user, proposal):
+    old = service.add(
+        user,
+        "The user's production environment runs Go 1.23",
+        topics=["production"],
+        valid_from="2026-01-05",
+    )
+    if proposal == "add":  # reconcile matches it (update tier): signal 1
         call = tool_call("memory_add", {"memory": "The user's production environment runs Go 1.24"})
-    else:
+    else:  # the model names it: signal 1
         call = tool_call(
             "memory_update",
             {"memory_id": old.id, "memory": "The user's production environment runs Go 1.24"},
         )
     worker, _ = worker_for(service, calls(call))
-    report = worker.process(user, "thread-1", UPGRADE)
-    assert report.status == JobStatus.COMPLETED and report.updated == 1
-    (entry,) = service.read(user)
-    assert entry.id == old.id and "Go 1.24" in entry.text
+    said = datetime(2026, 7, 20, 9, 30, tzinfo=timezone.utc)
+    upgrade = [HumanMessage(UPGRADE[0].content, id="h1", additional_kwargs={"timestamp": said})]
+    report = worker.process(user, "thread-1", upgrade)
+    assert report.status == JobStatus.COMPLETED and report.superseded == 1
+    (entry,) = service.read(user)  # current only
+    assert entry.id != old.id and "Go 1.24" in entry.text and entry.valid_from == said
+    closed = service.get(user, old.id)  # both stored: the old version closed, not overwritten
+    assert closed.superseded_by == entry.id and closed.valid_to == said and "1.23" in closed.text
+    before = SearchOptions(as_of="2026-06-01")
+    assert [e.text for e in service.search(user, "production Go", before)] == [closed.text]
+    after = SearchOptions(as_of="2026-08-01")
+    assert [e.id for e in service.search(user, "production Go", after)] == [entry.id]
     events = service.history(user, old.id)
-    assert [e.operation for e in events] == [Operation.ADD, Operation.UPDATE]
+    assert [e.operation for e in events] == [Operation.ADD, Operation.SUPERSEDE]
     assert "1.23" in events[1].text_before and "1.24" in events[1].text_after
     assert events[1].source.thread_id == "thread-1"
     assert events[1].source.message_ids == ["h1"] and events[1].source.actor == "worker"
+    label = "supersede:model change=number" if proposal == "update" else "supersede tier=update"
+    assert events[1].source.decision.startswith(label)
+
+
+def test_an_enrichment_named_by_the_model_updates_in_place(service, user):
+    old = service.add(user, "Production runs Go 1.23")
+    more = {"memory_id": old.id, "memory": "Production runs Go 1.23 on Kubernetes"}
+    worker, _ = worker_for(service, calls(tool_call("memory_update", more)))
+    report = worker.process(user, "t", [HumanMessage("It is on Kubernetes", id="h1")])
+    assert report.updated == 1 and report.superseded == 0
+    (entry,) = service.read(user, include_superseded=True)
+    assert entry.id == old.id and entry.text.endswith("on Kubernetes")
+
+
+def test_a_model_update_of_an_episode_never_supersedes_it(service, user):
+    when = datetime(2026, 5, 1, tzinfo=timezone.utc)
+    trip = service.add(user, "Flew to Lisbon for 3 days", kind=Kind.EPISODE, event_time=when)
+    fix = {
+        "memory_id": trip.id,
+        "memory": "Flew to Lisbon for 4 days",
+        "memory_kind": "episode",
+        "event_time": "2026-05-01",
+    }
+    worker, _ = worker_for(service, calls(tool_call("memory_update", fix)))
+    report = worker.process(user, "t", [HumanMessage("Actually it was 4 days", id="h1")])
+    assert report.updated == 1 and report.superseded == 0
+    (entry,) = service.read(user, include_superseded=True)
+    assert entry.id == trip.id and "4 days" in entry.text
 
 
 def test_paraphrased_add_is_skipped(service, user):
@@ -265,3 +309,13 @@ def test_verbatim_turns_become_episodes_deduplicated_only_when_identical(service
 
 def test_in_memory_reference_is_the_default_backend_fixture():
     assert isinstance(InMemoryMemoryService(), InMemoryMemoryService)
+
+
+def test_a_supersede_onto_content_already_held_deletes_nothing(service, user):
+    old = service.add(user, "Production runs Go 1.23")
+    held = service.add(user, "Production runs Go 1.24")
+    bump = {"memory_id": old.id, "memory": "Production runs Go 1.24"}
+    worker, _ = worker_for(service, calls(tool_call("memory_update", bump)))
+    report = worker.process(user, "t", [HumanMessage("We run Go 1.24 now", id="h1")])
+    assert report.duplicates == 1 and report.failed_ops == 0
+    assert {e.id for e in service.read(user)} == {old.id, held.id}  # both kept as they were

@@ -148,14 +148,17 @@ async def test_go_upgrade_is_remembered_once_and_preloaded_in_a_new_thread(
 
     thread2_first_input = agent_model.calls[2]
     seen = "\n".join(str(m.content) for m in thread2_first_input)
-    assert "Go 1.24" in seen and "Go 1.23" not in seen
+    assert "Go 1.24" in seen and seen.count("Go 1.23") == 1  # only as its past (issue #26)
+    assert 'before="Production runs Go 1.23")' in seen
     assert [type(m).__name__ for m in thread2_first_input] == ["SystemMessage", "HumanMessage"]
     go = _go_memories(service, ALICE)
     assert len(go) == 1
-    history = service.history(ALICE, go[0].id)
+    old, new = service.versions(ALICE, go[0].id)  # superseded, not overwritten
+    history = [*service.history(ALICE, old.id), *service.history(ALICE, new.id)]
     assert [(h.text_before, h.text_after) for h in history] == [
         (None, "Production runs Go 1.23"),
         ("Production runs Go 1.23", "Production runs Go 1.24"),
+        (None, "Production runs Go 1.24"),
     ]
     tool_result = next(m for m in out["messages"] if isinstance(m, ToolMessage))
     assert "Go 1.24" in tool_result.content and tool_result.status == "success"

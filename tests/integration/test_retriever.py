@@ -154,3 +154,24 @@ def test_from_texts_needs_service_and_user() -> None:
         ["Alice likes tea"], HashingEmbeddings(), service=service, user=ALICE
     )
     assert [d.page_content for d in store.similarity_search("tea")] == ["Alice likes tea"]
+
+
+async def test_retrievers_see_current_memories_unless_asked_as_of(svc: MemoryService) -> None:
+    old = svc.add(ALICE, "Production runs Go 1.23", valid_from="2026-01-05")
+    new = svc.update(
+        ALICE, old.id, "Production runs Go 1.24", supersede=True, valid_from="2026-07-20"
+    )
+    current = svc.as_retriever(ALICE, k=5).invoke("production Go")
+    assert new.id in [d.id for d in current] and old.id not in [d.id for d in current]
+    head = next(d for d in current if d.id == new.id)
+    assert head.metadata["valid_from"].startswith("2026-07-20") and "valid_to" not in head.metadata
+    july = svc.as_retriever(ALICE, k=5, as_of="2026-07-01")
+    (past,) = [d for d in await july.ainvoke("production Go") if "Go" in d.page_content]
+    assert past.id == old.id and past.metadata["superseded_by"] == new.id
+    assert past.metadata["valid_to"].startswith("2026-07-20")
+    store = MemoryVectorStore(svc, ALICE)
+    assert [d.id for d in store.similarity_search("production Go", k=5, as_of="2026-07-01")][
+        :1
+    ] == [old.id]
+    with pytest.raises(InvalidInputError, match="as_of"):
+        svc.as_retriever(ALICE, as_of="someday")

@@ -696,8 +696,8 @@ def test_reconcile_updates_the_surviving_memory_under_its_key(backend_service: M
 
 def test_reconcile_records_its_decision_in_history(backend_service: MemoryService):
     store = MemoryStore(backend_service, reconcile=True)
-    store.put(NS, "old", {"memory": "Production runs Go 1.23 on Kubernetes"})
-    store.put(NS, "new", {"memory": "Production runs Go 1.24 on Kubernetes"})
+    store.put(NS, "old", {"memory": "Production runs Go 1.23"})
+    store.put(NS, "new", {"memory": "Production runs Go 1.23 in Frankfurt"})  # an enrichment
     entry = store.resolve(ALICE, (), "old")
     added, updated = backend_service.history(ALICE, entry.id)
     assert added.source is not None and updated.source is not None
@@ -710,6 +710,32 @@ def test_reconcile_records_its_decision_in_history(backend_service: MemoryServic
     plain.put(NS, "plain", {"memory": "Alice keeps three beehives"})
     (event,) = backend_service.history(ALICE, plain.resolve(ALICE, (), "plain").id)
     assert event.source is not None and event.source.decision is None  # no policy ran
+
+
+def test_reconcile_supersedes_a_changed_fact_and_the_key_reads_the_current_version(
+    backend_service: MemoryService,
+):
+    store = MemoryStore(backend_service, reconcile=True)
+    store.put(NS, "old", {"memory": "Production runs Go 1.23 on Kubernetes"})
+    first = store.resolve(ALICE, (), "old")
+    store.put(NS, "new", {"memory": "Production runs Go 1.24 on Kubernetes"})
+    current = store.resolve(ALICE, (), "old")
+    assert current.id != first.id and current.text == "Production runs Go 1.24 on Kubernetes"
+    old, new = backend_service.versions(ALICE, current.id)  # both stored
+    assert old.id == first.id and old.superseded_by == new.id == current.id
+    closed = backend_service.history(ALICE, old.id)[-1]
+    assert closed.operation == Operation.SUPERSEDE and closed.source.actor == "store"
+    assert re.fullmatch(
+        r"supersede tier=update score=\d\.\d\d jaccard=\d\.\d\d change=number",
+        closed.source.decision,
+    )
+    assert [i.value["memory"] for i in store.search(NS)] == [current.text]  # current only
+    assert [i.key for i in store.search(NS, query="Go on Kubernetes")] == ["old"]
+    assert backend_service.count(ALICE) == 1
+    store.put(NS, "old", {"memory": "Production runs Go 1.25 on Kubernetes"})  # the key: in place
+    assert store.resolve(ALICE, (), "old").id == current.id
+    store.delete(NS, "old")
+    assert store.get(NS, "old") is None and store.search(NS) == []
 
 
 # -- langmem's memory manager end to end (issue #14, defect 3) ---------------------------------

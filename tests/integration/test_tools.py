@@ -69,6 +69,7 @@ def test_default_tools_and_schemas(service: CountingService):
         "time_after",
         "time_before",
         "order_by_event_time",
+        "as_of",
         "limit",
     ]
     assert search["required"] == ["query"]
@@ -123,6 +124,36 @@ def test_search_time_filters_and_empty_query(service: CountingService):
     }
     bad = _call(search, {"query": "trip", "time_after": "someday"})
     assert bad.status == "error" and "time_after" in bad.content
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_search_as_of_finds_the_past_with_its_validity_and_load_is_current(
+    mode: str, service: CountingService
+):
+    old = service.add(ALICE, "Production runs Go 1.23", valid_from="2026-01-05")
+    new = service.update(
+        ALICE, old.id, "Production runs Go 1.24", supersede=True, valid_from="2026-07-20"
+    )
+    tools = _tools(service)
+    now = json.loads(_call(tools["memory_search"], {"query": "production Go"}, mode).content)
+    assert [r["id"] for r in now["results"]] == [new.id] and "valid_from" not in now["results"][0]
+    july = {"query": "production Go", "as_of": "2026-07-01"}
+    payload = json.loads(_call(tools["memory_search"], july, mode).content)
+    assert payload["as_of"] == "2026-07-01T00:00:00+00:00"
+    (past,) = payload["results"]
+    assert past["id"] == old.id and past["memory"] == "Production runs Go 1.23"
+    assert past["valid_from"] == "2026-01-05T00:00:00+00:00"
+    assert past["valid_to"] == "2026-07-20T00:00:00+00:00" and past["superseded_by"] == new.id
+    loaded = json.loads(_call(tools["memory_load"], {}, mode).content)
+    assert [r["id"] for r in loaded["results"]] == [new.id]  # current only
+    assert "as_of" in tools["memory_search"].description
+
+
+def test_a_bad_as_of_is_a_clear_tool_error(service: CountingService):
+    search = _tools(service)["memory_search"]
+    bad = _call(search, {"query": "Go", "as_of": "last summer-ish"})
+    assert bad.status == "error"
+    assert bad.content.startswith("memory_search: invalid as_of: cannot parse 'last summer-ish'")
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
@@ -347,3 +378,20 @@ def test_bad_input_reads_as_bad_input_never_as_an_outage(mode: str, any_backend:
         assert expected in message.content, (name, args, message.content)
         assert "unavailable" not in message.content
     assert any_backend.count(ALICE) == 0
+
+
+def test_the_as_of_recipe_runs_as_written(capsys: pytest.CaptureFixture[str]):
+    """docs/recipes.md, "Answer an as-of question": the agent answers from both versions."""
+    from pathlib import Path
+
+    from tests.test_docs import _code_block
+
+    recipes = (Path(__file__).resolve().parents[2] / "docs" / "recipes.md").read_text()
+    namespace: dict[str, Any] = {}
+    exec(_code_block(recipes, "## Answer an as-of question", "python"), namespace)
+    assert capsys.readouterr().out.strip() == (
+        "On 1 July: Production runs Go 1.23; on 31 July: Production runs Go 1.24 "
+        "(changed on 2026-07-20)."
+    )
+    old, new = namespace["old"], namespace["new"]
+    assert old.superseded_by == new.id and new.valid_from.isoformat() == "2026-07-20T09:30:00+00:00"

@@ -3,7 +3,10 @@
 A put under a new key is a proposed add, probed as the worker probes
 (`PROBE_OPTIONS`) within the same namespace: it stays an add, is dropped as a
 duplicate (nothing written), or becomes an update of the closest memory, which
-keeps its id, key and namespace. The history source records the decision label.
+keeps its key and namespace: in place (same id) when it only enriches or rewords
+it, as a supersede (a new version under a new id, the old one closed, both
+stored) when it changes the state of a fact: the same two signals as the
+worker's (extraction/supersede.py). The history source records the decision label.
 """
 
 from __future__ import annotations
@@ -25,12 +28,14 @@ _ACTIONS = frozenset({Action.ADD, Action.UPDATE})
 @dataclass(frozen=True)
 class Absorbed:
     """The put's fate: `target` None stores it as a new item; else it merged into
-    `target` (`updated` False when it was a duplicate). `decision` is the label."""
+    `target` (`updated` False when it was a duplicate; `supersede` True when the
+    put is a new version of it). `decision` is the label."""
 
     target: Entry | None
     updated: bool
     topics: list[str]
     decision: str
+    supersede: bool = False
 
 
 def reconcile_put(
@@ -76,6 +81,6 @@ def reconcile_put(
             label = decision_label("duplicate", best)
             return Absorbed(best.entry, False, list(best.entry.memory.topics), label)
     elif (target := candidates.get(op.memory_id or "")) is not None:
-        return Absorbed(target, True, list(op.topics), op.decision or "update")
+        return Absorbed(target, True, list(op.topics), op.decision or "update", op.supersede)
     # unreachable: a skip always has a candidate, an update names a probed memory
     return Absorbed(None, False, [], "add")  # pragma: no cover

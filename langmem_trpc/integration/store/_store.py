@@ -170,7 +170,7 @@ class MemoryStore(BaseStore):
     # -- ops ---------------------------------------------------------------------------
 
     def resolve(self, user: UserKey, scope: Sequence[str], key: str) -> Entry | None:
-        """The live memory (scope, key) names, if any (see `_values.id_candidates`)."""
+        """The live, current memory (scope, key) names, if any (see `_values.id_candidates`)."""
         check_label("key", key)
         for position, mid in enumerate(id_candidates(scope, key)):
             try:
@@ -180,8 +180,20 @@ class MemoryStore(BaseStore):
                     raise
                 continue  # the key is not a valid memory id: it names no foreign memory
             if entry is not None and addresses(entry, scope, key):
-                return entry
+                return self._current(user, entry)
         return None
+
+    def _current(self, user: UserKey, entry: Entry) -> Entry | None:
+        """The current version of an item's memory: a supersede (`reconcile=True`) moved
+        the item to a newer memory, found through `superseded_by`; None when deleted."""
+        seen = {entry.id}
+        while entry.superseded_by is not None and entry.superseded_by not in seen:
+            newer = self.service.get(user, entry.superseded_by)
+            if newer is None:
+                return None
+            seen.add(newer.id)
+            entry = newer
+        return entry
 
     def _get(self, op: GetOp) -> Item | None:
         user, scope = _split(op.namespace)
@@ -221,7 +233,7 @@ class MemoryStore(BaseStore):
         if op.ttl is not None:
             meta["ttl"] = float(op.ttl)
             deadline(op.ttl)  # one ending past year 9999 is refused before anything is written
-        source = _SOURCE
+        source, absorbed = _SOURCE, None
         if existing is None and self.reconcile and op.index is not False:
             absorbed = reconcile_put(self.service, user, scope, put.text, fields)
             source = _SOURCE.with_decision(absorbed.decision)
@@ -231,14 +243,22 @@ class MemoryStore(BaseStore):
                 existing, fields["topics"] = absorbed.target, absorbed.topics
         if existing is not None:
             meta["key"] = to_item(existing).key  # the surviving memory keeps its key
-        entry = self.service.add(
-            user,
-            put.text,
-            memory_id=existing.id if existing is not None else memory_id(scope, op.key),
-            metadata={META: meta},
-            source=source,
-            **fields,
-        )
+        if absorbed is not None and absorbed.supersede and existing is not None:
+            # a changed fact: a new version under a new id keeps the key; the old one is closed
+            entry = self.service.update(
+                user,
+                existing.id,
+                put.text,
+                metadata={META: meta},
+                source=source,
+                supersede=True,
+                **fields,
+            )
+        else:
+            key_id = existing.id if existing is not None else memory_id(scope, op.key)
+            entry = self.service.add(
+                user, put.text, memory_id=key_id, metadata={META: meta}, source=source, **fields
+            )
         at = deadline(op.ttl)
         if entry.expires_at != at:  # a new TTL, or an old one this put replaces
             self.service.set_expiry(user, entry.id, at)
