@@ -314,6 +314,7 @@ PINNED: list[str] = [
     "b87cac1d69dd9892",  # langmem_settings: the tokenizer's language
     "590c0e7d5929d77c",  # soft-deleted rows by fingerprint (revive lookups)
     "c0d141a3bc50fb2f",  # participants and location join the keys document
+    "09b0ca3c2a2d2694",  # validity: valid_from/valid_to/superseded_by, current fingerprints
 ]
 
 
@@ -658,16 +659,22 @@ def test_ann_function_scans_the_half_precision_hnsw_index(svc, clean_url):
         for setting in config:
             name, value = setting.split("=")
             conn.execute("SELECT set_config(%s, %s, true)", (name, value))
-        names = ["p_app", "p_user", "p_q", "p_kind", "p_after", "p_before", "p_pool"]
+        names = ["p_app", "p_user", "p_q", "p_kind", "p_after", "p_before", "p_pool", "p_now"]
+        names.append("p_as_of")
         for i, name in reversed(list(enumerate(names, start=1))):
             body = body.replace(name, f"${i}")
-        prepare = "PREPARE ann(text, text, vector, text, timestamptz, timestamptz, integer) AS "
+        prepare = (
+            "PREPARE ann(text, text, vector, text, timestamptz, timestamptz, integer,"
+            " timestamptz, timestamptz) AS "
+        )
         result = conn.pgconn.exec_((prepare + body).encode())  # simple protocol: $n are PREPARE's
         assert result.status == psycopg.pq.ExecStatus.COMMAND_OK, result.error_message
         args = psycopg.sql.SQL(", ").join(
             psycopg.sql.Literal(v) for v in (ALICE.app_name, ALICE.user_id, str(query))
         )
-        explain = psycopg.sql.SQL("EXPLAIN EXECUTE ann({}, NULL, NULL, NULL, 30)").format(args)
+        explain = psycopg.sql.SQL(
+            "EXPLAIN EXECUTE ann({}, NULL, NULL, NULL, 30, now(), NULL)"
+        ).format(args)
         plan = conn.execute(explain).fetchall()
     assert "langmem_memories_embedding_hnsw_ready" in "\n".join(r[0] for r in plan)
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from weakref import WeakKeyDictionary, WeakSet
 
 from ...errors import ConfigurationError
-from ...service import steps
+from ...service import steps, validity
 from ...service._core import (
     Limits,
     check_app_filter,
@@ -197,8 +197,16 @@ class PostgresBase:
     def _get(self, user: UserKey, memory_id: str) -> Plan[Entry | None]:
         return _plans.get(check_user(user), check_memory_id(memory_id))
 
-    def _read(self, user: UserKey, limit: int | None = None) -> Plan[list[Entry]]:
-        return _plans.read(check_user(user), check_read_limit(limit))
+    def _read(
+        self,
+        user: UserKey,
+        limit: int | None = None,
+        *,
+        as_of: datetime | str | None = None,
+        include_superseded: bool = False,
+    ) -> Plan[list[Entry]]:
+        view = validity.check_view(as_of, include_superseded)
+        return _plans.read(check_user(user), check_read_limit(limit), view)
 
     def _deleted(self, user: UserKey, limit: int | None = None) -> Plan[list[Entry]]:
         return _plans.deleted(check_user(user), check_read_limit(limit))

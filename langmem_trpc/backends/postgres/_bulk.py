@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
-from typing import cast
+from typing import Any, cast
 
 import numpy as np
 from pgvector import Vector
@@ -34,6 +34,9 @@ STAGE_COLUMNS: tuple[tuple[str, str], ...] = (
     ("created_at", "timestamptz"),
     ("updated_at", "timestamptz"),
     ("expires_at", "timestamptz"),
+    ("valid_from", "timestamptz"),
+    ("valid_to", "timestamptz"),
+    ("superseded_by", "text"),
     ("text", "text"),
     ("fp", "text"),
     ("topics", "text[]"),
@@ -65,11 +68,12 @@ _INSERT_ROWS = """
 INSERT INTO langmem_memories (
     app_name, user_id, id, text, fingerprint, keyed, topics, kind, event_time, participants,
     location, metadata, embedding, content_terms, topic_terms, content_len, topic_len,
-    content_doc, topic_doc, indexed, created_at, updated_at, expires_at)
+    content_doc, topic_doc, indexed, created_at, updated_at, expires_at, valid_from, valid_to,
+    superseded_by)
 SELECT %(app)s, %(user)s, id, text, fp, keyed, topics, kind, event_time, participants,
     location, COALESCE(metadata, '{}'), embedding::vector, string_to_array(content_terms, ' '),
     string_to_array(topic_terms, ' '), content_len, topic_len, content_doc, topic_doc,
-    %(indexed)s, created_at, updated_at, expires_at
+    %(indexed)s, created_at, updated_at, expires_at, valid_from, valid_to, superseded_by
 FROM staged ORDER BY ord"""
 
 BULK_INSERT = _STAGED + _INSERT_ROWS
@@ -109,20 +113,45 @@ def _vectors(rows: Sequence[NewRow]) -> list[Vector | None]:
 
 def stage(rows: Sequence[NewRow], language: Language) -> _plans.Plan[None]:
     """Copy an `Insert` step's rows, exactly as given, into the staging table."""
-    staged = []
-    for ord_, (row, vector) in enumerate(zip(rows, _vectors(rows), strict=True)):
-        entry, memory = row.entry, row.entry.memory
-        doc = _sql.keyword_columns(memory.text, keys_of(memory), language)
-        metadata = Jsonb(memory.metadata) if memory.metadata else None
-        staged.append((
-            ord_, entry.id, row.keyed, entry.created_at, entry.updated_at, entry.expires_at,
-            memory.text, row.fingerprint, memory.topics, memory.kind.value, memory.event_time,
-            memory.participants, memory.location, metadata, vector,
-            " ".join(doc["content_terms"]), " ".join(doc["topic_terms"]), doc["content_len"],
-            doc["topic_len"], doc["content_doc"], doc["topic_doc"],
-        ))  # fmt: skip
+    staged = [
+        _staged(ord_, row, vector, language)
+        for ord_, (row, vector) in enumerate(zip(rows, _vectors(rows), strict=True))
+    ]
     yield _plans.Sql(CREATE_STAGE)
     yield _plans.Copy(COPY_STAGE, [kind for _, kind in STAGE_COLUMNS], staged)
+
+
+def _staged(ord_: int, row: NewRow, vector: Vector | None, language: Language) -> tuple[Any, ...]:
+    """One row's values, in `STAGE_COLUMNS` order."""
+    entry, memory = row.entry, row.entry.memory
+    doc = _sql.keyword_columns(memory.text, keys_of(memory), language)
+    metadata = Jsonb(memory.metadata) if memory.metadata else None
+    return (
+        ord_,
+        entry.id,
+        row.keyed,
+        entry.created_at,
+        entry.updated_at,
+        entry.expires_at,
+        entry.valid_from,
+        entry.valid_to,
+        entry.superseded_by,
+        memory.text,
+        row.fingerprint,
+        memory.topics,
+        memory.kind.value,
+        memory.event_time,
+        memory.participants,
+        memory.location,
+        metadata,
+        vector,
+        " ".join(doc["content_terms"]),
+        " ".join(doc["topic_terms"]),
+        doc["content_len"],
+        doc["topic_len"],
+        doc["content_doc"],
+        doc["topic_doc"],
+    )
 
 
 def added(insert: Insert, step: Step) -> RecordHistory | None:

@@ -29,6 +29,7 @@ from ...service._search import (
     plan_search,
     rank_search,
 )
+from ...service.validity import CURRENT, View
 from ...types import Entry, HistoryEvent, Kind, SearchOptions, UserKey
 from . import _bulk, _search_sql, _sql
 from ._cache import EntryCache
@@ -158,6 +159,11 @@ class SqlSteps:
             case steps.SetTopics():
                 yield from self.set_topics(step)
                 return None
+            case steps.SetValidity():
+                yield from self.set_validity(step)
+                return None
+            case steps.FindPredecessor():
+                return (yield from self.find_predecessor(step))
             case steps.SoftDelete():
                 return (yield from self.soft_delete(step))
             case steps.EvictOldest():
@@ -232,6 +238,7 @@ class SqlSteps:
                     "created": entry.created_at,
                     "updated": entry.updated_at,
                     "expires": entry.expires_at,
+                    **_sql.validity_params(entry),
                     **content,
                 },
             )
@@ -250,6 +257,17 @@ class SqlSteps:
         topics = _sql.topic_params(memory, self._options.language)
         params = _sql.user_params(step.user, id=step.target.entry.id, now=step.at)
         yield Sql(_sql.SET_TOPICS, {**params, **topics})
+
+    def set_validity(self, step: steps.SetValidity) -> Plan[None]:
+        params = _sql.user_params(step.user, id=step.target.entry.id, now=step.at)
+        yield Sql(
+            _sql.SET_VALIDITY,
+            {**params, "valid_to": step.valid_to, "superseded_by": step.superseded_by},
+        )
+
+    def find_predecessor(self, step: steps.FindPredecessor) -> Plan[steps.Stored | None]:
+        rows = yield Sql(_sql.SELECT_PREDECESSOR, _sql.user_params(step.user, id=step.memory_id))
+        return _stored(rows, False)
 
     def soft_delete(self, step: steps.SoftDelete) -> Plan[list[steps.Gone]]:
         params = _sql.user_params(step.user, now=step.at)
@@ -303,11 +321,15 @@ def get(user: UserKey, memory_id: str) -> Plan[Entry | None]:
     return next(iter(unexpired([_sql.entry_from_row(rows[0])])), None) if rows else None
 
 
-def read(user: UserKey, limit: int | None) -> Plan[list[Entry]]:
-    rows = yield Sql(
-        _sql.READ_LIVE, _sql.user_params(user, limit=limit if limit and limit > 0 else None)
+def read(user: UserKey, limit: int | None, view: View = CURRENT) -> Plan[list[Entry]]:
+    """Live rows of `view` (validated by `validity.check_view`), newest first; expired
+    ones (TTL) left out, as every read does."""
+    now = utcnow()
+    params = _sql.user_params(
+        user, limit=limit if limit and limit > 0 else None, **_sql.view_params(view, now)
     )
-    return unexpired(_sql.entry_from_row(r) for r in rows)
+    rows = yield Sql(_sql.READ_LIVE[_sql.view_name(view)], params)
+    return unexpired((_sql.entry_from_row(r) for r in rows), now)
 
 
 def deleted(user: UserKey, limit: int | None) -> Plan[list[Entry]]:
@@ -318,8 +340,10 @@ def deleted(user: UserKey, limit: int | None) -> Plan[list[Entry]]:
 
 
 def count(user: UserKey) -> Plan[int]:
-    rows = yield Sql(_sql.LIVE_COUNT, _sql.user_params(user))
-    return int(rows[0]["live_count"]) if rows else 0
+    """Rows not deleted and not superseded (lapsed and expired ones count, see
+    `service.validity`)."""
+    rows = yield Sql(_sql.CURRENT_COUNT, _sql.user_params(user))
+    return int(rows[0]["current_count"]) if rows else 0
 
 
 def users(app_name: str | None) -> Plan[list[UserKey]]:

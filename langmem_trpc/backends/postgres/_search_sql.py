@@ -12,17 +12,30 @@ import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 from ...service._bm25 import CorpusStats, KeywordDoc, KeywordScorer, QueryTerms
+from ...service._core import utcnow
 from ...service._documents import keys_of, keyword_doc
 from ...service._language import ENGLISH, Language
+from ...service.validity import view_of
 from ...types import Entry, Kind, SearchOptions, UserKey
-from ._sql import Params, Row, user_params, vector_param
+from ._sql import Params, Row, user_params, vector_param, view_name, view_params
 
 _FILTERS = """
       AND ({kind}::text IS NULL OR m.kind = {kind})
       AND (%(after)s::timestamptz IS NULL OR m.event_time IS NULL OR m.event_time >= %(after)s)
-      AND (%(before)s::timestamptz IS NULL OR m.event_time IS NULL OR m.event_time <= %(before)s)"""
+      AND (%(before)s::timestamptz IS NULL OR m.event_time IS NULL OR m.event_time <= %(before)s)
+      {validity}"""
+
+_VALIDITY = {
+    "current": "AND m.superseded_by IS NULL AND (m.valid_to IS NULL OR m.valid_to > %(now)s)",
+    "as_of": "AND m.valid_from <= %(as_of)s AND (m.valid_to IS NULL OR m.valid_to > %(as_of)s)",
+    "all": "",
+}
+"""The validity view inside every leg (`_sql.VIEW_FILTERS`, `m.`-qualified), so old
+versions never take a candidate's place; the current view's `superseded_by IS NULL`
+lets small users' scans walk `langmem_memories_current`."""
 
 _LIVE_USER = "m.app_name = %(app)s AND m.user_id = %(user)s AND m.deleted_at IS NULL"
 
@@ -76,7 +89,7 @@ vec{s} AS (
     -- pins its own plan to it (vector migration 5), plus their rows not yet indexed
     SELECT id, dist, version, updated_at, row_number() OVER (ORDER BY dist, id) AS r
     FROM langmem_ann_candidates(%(app)s, %(user)s, %(q)b::vector, {kind}, %(after)s,
-                                %(before)s, %(pool)s)
+                                %(before)s, %(pool)s, %(now)s, %(as_of)s)
     WHERE dist IS NOT NULL AND dist <> 'NaN'::float8
     ORDER BY dist, id
     LIMIT %(pool)s),"""
@@ -84,7 +97,7 @@ vec{s} AS (
 _ANN_PART = """
 SELECT {part} AS part, id, dist, version, updated_at, n
 FROM langmem_ann_candidates(%(app)s, %(user)s, %(q)b::vector, {kind}, %(after)s,
-                            %(before)s, %(pool)s)"""
+                            %(before)s, %(pool)s, %(now)s, %(as_of)s)"""
 
 
 def ann_candidates_sql(parts: int) -> str:
@@ -195,16 +208,19 @@ the planner folds away even in a generic plan)."""
 
 
 @functools.lru_cache(maxsize=64)
-def search_sql(vector: str, keyword: str, dims: int, parts: int = 1) -> str:
+def search_sql(vector: str, keyword: str, dims: int, parts: int = 1, view: str = "current") -> str:
     """The fused statement for one leg combination: `vector` "sql", "heavy" or "none",
     `keyword` "tsq", "like" or "none" (`dims` names the ANN index expression), over
     `parts` fetches (1, or 2 with the kind fallback's unfiltered fetch; the rows'
-    `part` says which). Memoised: a pure function of these few values, no user data.
+    `part` says which), filtered by the validity `view` (`_sql.view_name`). Memoised:
+    a pure function of these few values, no user data.
     """
     # per fetch: its vector and keyword legs and their fusion
     legs = _VECTOR_LEGS[vector] + _KEYWORD_LEGS[keyword] + _FUSED
+    validity = _VALIDITY[view]
     ctes = ",".join(
-        legs.format(s=_SUFFIXES[part], kind=_KINDS[part], dims=int(dims)) for part in range(parts)
+        legs.format(s=_SUFFIXES[part], kind=_KINDS[part], dims=int(dims), validity=validity)
+        for part in range(parts)
     )
     fused = " UNION ALL ".join(
         f"SELECT {part} AS part, * FROM fused{_SUFFIXES[part]}" for part in range(parts)
@@ -257,6 +273,7 @@ def build_search(
     dims: int = 0,
     language: Language = ENGLISH,
     fallback: bool = False,
+    now: datetime | None = None,
 ) -> SearchQuery:
     """The one statement that fetches a search plan's legs: those of `kind` and, with
     `fallback`, those of every kind (the kind fallback's), as rows of `part` 0 and 1.
@@ -264,8 +281,10 @@ def build_search(
     The keyword leg runs without an embedder and for hybrid search; without an
     embedder it reads a wider slice than `pool`, since the final order is the
     keyword relevance, not ts_rank. `heavy`: the user is known to be above
-    `exact_max`, so the vector leg goes straight to the HNSW index.
+    `exact_max`, so the vector leg goes straight to the HNSW index. The validity view
+    is `options`' (`validity.view_of`), current at `now` (default: the client's clock).
     """
+    view = view_of(options)
     terms = QueryTerms.of(options, language)
     use_vector = query_vector is not None
     use_keyword = not use_vector or options.hybrid
@@ -286,11 +305,12 @@ def build_search(
         kw_pool=pool if use_vector else max(pool * 4, 200),
         rrf_k=options.rrf_k,
         exact_max=exact_max,
+        **view_params(view, now or utcnow()),
     )
     dims = dims or len(query_vector or ())
     keyword_leg = ("tsq" if like is None else "like") if use_keyword else "none"
     vector_leg = ("heavy" if heavy else "sql") if use_vector else "none"
-    sql = search_sql(vector_leg, keyword_leg, dims, 2 if fallback else 1)
+    sql = search_sql(vector_leg, keyword_leg, dims, 2 if fallback else 1, view_name(view))
     return SearchQuery(sql, params, terms, use_vector, language)
 
 

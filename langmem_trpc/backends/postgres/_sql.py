@@ -18,6 +18,7 @@ from psycopg.types.json import Jsonb
 from ...service._documents import fts_document, keys_of, topics_document
 from ...service._language import Language
 from ...service.steps import RecordHistory
+from ...service.validity import View
 from ...types import Entry, HistoryEvent, Kind, Memory, Operation, Source, UserKey
 
 Row = Mapping[str, Any]
@@ -302,6 +303,64 @@ CREATE INDEX langmem_memories_deleted_fingerprint
 UPDATE langmem_memories SET content_doc = NULL, topic_doc = NULL
 WHERE cardinality(participants) > 0 OR location IS NOT NULL;
 """,
+    # 16: validity (service/validity.py): business time and supersede links. Existing rows
+    # become current versions that began at their event time, else their creation. The
+    # backfill changes no content or liveness, so the stats and terms triggers (net zero,
+    # and a scan of every row's terms) are off while it runs. The live-fingerprint
+    # uniqueness becomes uniqueness among current rows (built before the old index goes,
+    # so it never lapses); superseded rows keep their fingerprints (their own index, which
+    # `KNOWN_FINGERPRINTS` probes). langmem_user_stats.current_count is count()'s number.
+    """
+ALTER TABLE langmem_memories ADD COLUMN valid_from timestamptz, ADD COLUMN valid_to timestamptz,
+    ADD COLUMN superseded_by text;
+ALTER TABLE langmem_memories DISABLE TRIGGER langmem_stats_update,
+    DISABLE TRIGGER langmem_terms_update;
+UPDATE langmem_memories SET valid_from = COALESCE(event_time, created_at);
+ALTER TABLE langmem_memories ENABLE TRIGGER langmem_stats_update,
+    ENABLE TRIGGER langmem_terms_update;
+ALTER TABLE langmem_memories ALTER COLUMN valid_from SET NOT NULL;
+CREATE UNIQUE INDEX langmem_memories_current_fingerprint
+    ON langmem_memories (app_name, user_id, fingerprint)
+    WHERE deleted_at IS NULL AND superseded_by IS NULL;
+DROP INDEX langmem_memories_live_fingerprint;
+CREATE INDEX langmem_memories_superseded_fingerprint
+    ON langmem_memories (app_name, user_id, fingerprint) WHERE superseded_by IS NOT NULL;
+CREATE INDEX langmem_memories_predecessor
+    ON langmem_memories (app_name, user_id, superseded_by) WHERE superseded_by IS NOT NULL;
+CREATE INDEX langmem_memories_current
+    ON langmem_memories (app_name, user_id, updated_at)
+    WHERE deleted_at IS NULL AND superseded_by IS NULL;
+ALTER TABLE langmem_user_stats ADD COLUMN current_count bigint NOT NULL DEFAULT 0;
+UPDATE langmem_user_stats SET current_count = live_count;
+CREATE OR REPLACE FUNCTION langmem_apply_stats() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP IN ('UPDATE', 'DELETE') THEN
+        INSERT INTO langmem_user_stats AS s
+            (app_name, user_id, live_count, current_count, content_len_sum, topic_len_sum)
+        SELECT app_name, user_id, -count(*), -count(*) FILTER (WHERE superseded_by IS NULL),
+               -sum(content_len), -sum(topic_len)
+        FROM old_rows WHERE deleted_at IS NULL GROUP BY app_name, user_id
+        ON CONFLICT (app_name, user_id) DO UPDATE SET
+            live_count = s.live_count + excluded.live_count,
+            current_count = s.current_count + excluded.current_count,
+            content_len_sum = s.content_len_sum + excluded.content_len_sum,
+            topic_len_sum = s.topic_len_sum + excluded.topic_len_sum;
+    END IF;
+    IF TG_OP IN ('UPDATE', 'INSERT') THEN
+        INSERT INTO langmem_user_stats AS s
+            (app_name, user_id, live_count, current_count, content_len_sum, topic_len_sum)
+        SELECT app_name, user_id, count(*), count(*) FILTER (WHERE superseded_by IS NULL),
+               sum(content_len), sum(topic_len)
+        FROM new_rows WHERE deleted_at IS NULL GROUP BY app_name, user_id
+        ON CONFLICT (app_name, user_id) DO UPDATE SET
+            live_count = s.live_count + excluded.live_count,
+            current_count = s.current_count + excluded.current_count,
+            content_len_sum = s.content_len_sum + excluded.content_len_sum,
+            topic_len_sum = s.topic_len_sum + excluded.topic_len_sum;
+    END IF;
+    RETURN NULL;
+END $$;
+""",
 ]
 
 SELECT_LANGUAGE = "SELECT value FROM langmem_settings WHERE key = 'language'"
@@ -391,11 +450,59 @@ DROP INDEX langmem_memories_embedding_hnsw_half;
         # planner prefers an exact seq scan + sort up to ~15k rows (17-20 ms instead
         # of ~2 ms at 10k rows). SET clauses apply while the function runs, so the
         # statement that calls it keeps its own plan, with no transaction around it.
-        _ann_candidates_function(int(dims)),
+        _ann_candidates_v1(int(dims)),
+        # 6: the same, with the validity view inside (core migration 16): `p_now` set
+        # filters current rows at that time, `p_as_of` set what was true then, neither:
+        # every version. The function plans each call with its arguments as constants
+        # (force_custom_plan), so the unused view's test folds away.
+        _ANN_V1_DROP + _ann_candidates_function(int(dims)),
     ]
 
 
+_ANN_V1_DROP = """
+DROP FUNCTION langmem_ann_candidates(text, text, vector, text, timestamptz, timestamptz, integer);"""
+
+
 def _ann_candidates_function(dims: int) -> str:
+    """The latest `langmem_ann_candidates` (vector migration 6); a re-embed's cutover
+    creates it again for the new column."""
+    filters = """m.app_name = p_app AND m.user_id = p_user AND m.deleted_at IS NULL
+       AND (p_kind IS NULL OR m.kind = p_kind)
+       AND (p_after IS NULL OR m.event_time IS NULL OR m.event_time >= p_after)
+       AND (p_before IS NULL OR m.event_time IS NULL OR m.event_time <= p_before)
+       AND (p_now IS NULL OR (m.superseded_by IS NULL
+                              AND (m.valid_to IS NULL OR m.valid_to > p_now)))
+       AND (p_as_of IS NULL OR (m.valid_from <= p_as_of
+                                AND (m.valid_to IS NULL OR m.valid_to > p_as_of)))"""
+    return f"""
+CREATE FUNCTION langmem_ann_candidates(
+    p_app text, p_user text, p_q vector, p_kind text, p_after timestamptz,
+    p_before timestamptz, p_pool integer, p_now timestamptz, p_as_of timestamptz)
+RETURNS TABLE (id text, dist float8, version text, updated_at timestamptz, n bigint)
+LANGUAGE sql STABLE
+SET enable_seqscan = off SET enable_sort = off SET plan_cache_mode = force_custom_plan
+AS $$
+SELECT c.id, c.dist, c.version, c.updated_at,
+       (SELECT s.live_count FROM langmem_user_stats s
+        WHERE s.app_name = p_app AND s.user_id = p_user) AS n
+FROM (
+    (SELECT m.id, m.embedding <=> p_q AS dist, m.xmin::text AS version, m.updated_at
+     FROM langmem_memories m
+     WHERE {filters} AND m.indexed
+     ORDER BY m.embedding::halfvec({dims}) <=> p_q::halfvec({dims})
+     LIMIT p_pool)
+    UNION ALL
+    (SELECT m.id, m.embedding <=> p_q AS dist, m.xmin::text AS version, m.updated_at
+     FROM langmem_memories m
+     WHERE {filters} AND NOT m.indexed
+     ORDER BY dist
+     LIMIT p_pool)) c
+$$;
+"""
+
+
+def _ann_candidates_v1(dims: int) -> str:
+    """Vector migration 5's function, as shipped (replaced by migration 6)."""
     filters = """m.app_name = p_app AND m.user_id = p_user AND m.deleted_at IS NULL
        AND (p_kind IS NULL OR m.kind = p_kind)
        AND (p_after IS NULL OR m.event_time IS NULL OR m.event_time >= p_after)
@@ -447,18 +554,33 @@ itself only serialises two users' writes."""
 
 _COLUMNS = (
     "id, app_name, user_id, text, topics, kind, event_time, participants, location, metadata, "
-    "keyed, created_at, updated_at, expires_at"
+    "keyed, created_at, updated_at, expires_at, valid_from, valid_to, superseded_by"
 )
 _WHERE_USER = "app_name = %(app)s AND user_id = %(user)s"
 
 SELECT_LIVE_BY_FINGERPRINT = f"""
 SELECT {_COLUMNS} FROM langmem_memories
-WHERE {_WHERE_USER} AND fingerprint = %(fp)s AND deleted_at IS NULL"""
+WHERE {_WHERE_USER} AND fingerprint = %(fp)s AND deleted_at IS NULL AND superseded_by IS NULL"""
+"""The current row holding a fingerprint (the unique partial index): superseded versions
+keep theirs and are never found by content."""
 
 SELECT_DELETED_BY_FINGERPRINT = f"""
 SELECT {_COLUMNS} FROM langmem_memories
-WHERE {_WHERE_USER} AND fingerprint = %(fp)s AND deleted_at IS NOT NULL
+WHERE {_WHERE_USER} AND fingerprint = %(fp)s AND deleted_at IS NOT NULL AND superseded_by IS NULL
 ORDER BY deleted_at DESC, id LIMIT 1"""
+
+SELECT_PREDECESSOR = f"""
+SELECT {_COLUMNS}, deleted_at FROM langmem_memories
+WHERE {_WHERE_USER} AND superseded_by = %(id)s AND deleted_at IS NULL
+ORDER BY id LIMIT 1"""
+"""The live version `id` superseded (`FindPredecessor`), by the partial index on the link."""
+
+SET_VALIDITY = f"""
+UPDATE langmem_memories SET valid_to = %(valid_to)s, superseded_by = %(superseded_by)s,
+    updated_at = %(now)s
+WHERE {_WHERE_USER} AND id = %(id)s"""
+"""Close or reopen a version (`SetValidity`): content, fingerprint, vector and write
+order stay."""
 
 SELECT_BY_ID = (
     f"SELECT {_COLUMNS}, deleted_at FROM langmem_memories WHERE {_WHERE_USER} AND id = %(id)s"
@@ -467,6 +589,10 @@ SELECT_BY_ID = (
 SELECT_LIVE_BY_ID = f"{SELECT_BY_ID} AND deleted_at IS NULL"
 
 LIVE_COUNT = f"SELECT live_count FROM langmem_user_stats WHERE {_WHERE_USER}"
+"""Rows not deleted, superseded ones included (they take storage): the capacity check's."""
+
+CURRENT_COUNT = f"SELECT current_count FROM langmem_user_stats WHERE {_WHERE_USER}"
+"""Rows not deleted and not superseded: `count()`."""
 
 EVICT_OLDEST = f"""
 UPDATE langmem_memories SET deleted_at = %(now)s
@@ -487,21 +613,26 @@ INSERT_MEMORY = """
 INSERT INTO langmem_memories (
     app_name, user_id, id, text, fingerprint, keyed, topics, kind, event_time, participants,
     location, metadata, embedding, content_terms, topic_terms, content_len, topic_len,
-    content_doc, topic_doc, created_at, updated_at, expires_at)
+    content_doc, topic_doc, created_at, updated_at, expires_at, valid_from, valid_to,
+    superseded_by)
 VALUES (
     %(app)s, %(user)s, %(id)s, %(text)s, %(fp)s, %(keyed)s, %(topics)s, %(kind)s, %(event_time)s,
     %(participants)s, %(location)s, %(metadata)s, %(embedding)b::vector, %(content_terms)s,
     %(topic_terms)s, %(content_len)s, %(topic_len)s, %(content_doc)s, %(topic_doc)s, %(created)s,
-    %(updated)s, %(expires)s)"""
-"""One row exactly as given: id, timestamps and expiry (add, add_many and restore)."""
+    %(updated)s, %(expires)s, %(valid_from)s, %(valid_to)s, %(superseded_by)s)"""
+"""One row exactly as given: id, timestamps, expiry and validity (add, add_many and restore)."""
 
 KNOWN_FINGERPRINTS = f"""
 SELECT f.fp AS fingerprint FROM unnest(%(fps)s::text[]) AS f(fp)
 WHERE EXISTS (SELECT 1 FROM langmem_memories
-              WHERE {_WHERE_USER} AND fingerprint = f.fp AND deleted_at IS NULL)
+              WHERE {_WHERE_USER} AND fingerprint = f.fp AND deleted_at IS NULL
+                AND superseded_by IS NULL)
    OR EXISTS (SELECT 1 FROM langmem_memories
-              WHERE {_WHERE_USER} AND fingerprint = f.fp AND deleted_at IS NOT NULL)"""
-"""Two index probes per fingerprint (the live and the deleted partial index), whatever
+              WHERE {_WHERE_USER} AND fingerprint = f.fp AND deleted_at IS NOT NULL)
+   OR EXISTS (SELECT 1 FROM langmem_memories
+              WHERE {_WHERE_USER} AND fingerprint = f.fp AND superseded_by IS NOT NULL)"""
+"""Index probes per fingerprint (the current, the deleted and the superseded partial
+index: together every row), whatever
 the statistics: `fingerprint = ANY(array)` under the generic plans the service's pools
 force compared each of the user's rows with every element, so `add_many` of 1,000
 memories for a user of 10,000 spent 0.4 s here."""
@@ -583,9 +714,22 @@ DELETE_TERMS = f"DELETE FROM langmem_user_terms WHERE {_WHERE_USER}"
 
 # --- reads -----------------------------------------------------------------
 
-READ_LIVE = f"""
-SELECT {_COLUMNS} FROM langmem_memories WHERE {_WHERE_USER} AND deleted_at IS NULL
+VIEW_FILTERS = {
+    "current": " AND superseded_by IS NULL AND (valid_to IS NULL OR valid_to > %(now)s)",
+    "as_of": " AND valid_from <= %(as_of)s AND (valid_to IS NULL OR valid_to > %(as_of)s)",
+    "all": "",
+}
+"""The validity view's condition (`service.validity`), by `view_name`: a statement text
+per view, so the current view's `superseded_by IS NULL` matches the partial indexes
+even in a generic plan. `%(now)s` is the client's clock, as for expiry."""
+
+READ_LIVE = {
+    name: f"""
+SELECT {_COLUMNS} FROM langmem_memories WHERE {_WHERE_USER} AND deleted_at IS NULL{where}
 ORDER BY updated_at DESC, created_at DESC, id DESC LIMIT %(limit)s"""
+    for name, where in VIEW_FILTERS.items()
+}
+"""`read()` per view (the current one walks `langmem_memories_current`)."""
 
 READ_DELETED = f"""
 SELECT {_COLUMNS} FROM langmem_memories WHERE {_WHERE_USER} AND deleted_at IS NOT NULL
@@ -597,12 +741,35 @@ WHERE {_WHERE_USER} AND memory_id = %(id)s ORDER BY seq"""
 
 SELECT_USERS = """
 SELECT app_name, user_id FROM langmem_user_stats
-WHERE live_count > 0 AND (%(app)s::text IS NULL OR app_name = %(app)s)
+WHERE current_count > 0 AND (%(app)s::text IS NULL OR app_name = %(app)s)
 ORDER BY app_name, user_id"""
 
 
 def user_params(user: UserKey, **extra: Any) -> Params:
     return {"app": user.app_name, "user": user.user_id, **extra}
+
+
+def validity_params(entry: Entry) -> Params:
+    """An inserted row's validity, exactly as the entry holds it."""
+    return {
+        "valid_from": entry.valid_from,
+        "valid_to": entry.valid_to,
+        "superseded_by": entry.superseded_by,
+    }
+
+
+def view_name(view: View) -> str:
+    """Which of `VIEW_FILTERS` a view reads."""
+    if view.include_superseded:
+        return "all"
+    return "current" if view.as_of is None else "as_of"
+
+
+def view_params(view: View, now: datetime) -> Params:
+    """The view's parameters: `now` for the current view, `as_of` for a past one (the
+    other None, both None for every version: `langmem_ann_candidates` reads them so)."""
+    name = view_name(view)
+    return {"now": now if name == "current" else None, "as_of": view.as_of}
 
 
 def vector_param(vector: Sequence[float] | None) -> list[float] | None:
@@ -703,6 +870,9 @@ def entry_from_row(row: Row) -> Entry:
         score=None,
         rrf_score=None,
         expires_at=utc_or_none(row.get("expires_at")),
+        valid_from=_utc(row["valid_from"]),
+        valid_to=utc_or_none(row["valid_to"]),
+        superseded_by=row["superseded_by"],
     )
 
 
