@@ -705,6 +705,8 @@ class SyncMemoryService(MemoryService, ABC):
         include_superseded: bool = False,
     ) -> list[Entry]:
         """Async twin of `read` (runs it in a worker thread)."""
+        if as_of is None and include_superseded is False:  # an override from before
+            return await asyncio.to_thread(self.read, user, limit)  # validity works too
         return await asyncio.to_thread(
             self.read, user, limit, as_of=as_of, include_superseded=include_superseded
         )

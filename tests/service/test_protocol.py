@@ -140,3 +140,13 @@ def test_every_claim_op_is_in_the_closed_union():
 
     ops = {cls for cls in below(claims.ClaimOp) if "name" in vars(cls)}
     assert ops == set(get_args(claims.ClaimCall))
+
+
+def test_aread_with_the_default_view_calls_an_override_written_before_validity() -> None:
+    class OldRead(InMemoryMemoryService):
+        def read(self, user: UserKey, limit: int | None = None) -> list[Entry]:  # type: ignore[override]
+            return super().read(user, limit)
+
+    svc = OldRead()
+    svc.add(ALICE, "Keeps bees")
+    assert [e.text for e in asyncio.run(svc.aread(ALICE, 5))] == ["Keeps bees"]
