@@ -8,9 +8,9 @@ Two measurements, on the synthetic memories and lookup vectors of bench_sqlite.p
   first, that builds the file and times every query once; the figure is the median
   over `--runs` runs of each run's p50;
 * a user with a chain of `--chain` versions of one fact (each `update(...,
-  supersede=True)` of the last) against a user with the same memories and no chain:
-  default hybrid search p50 (median over `--runs` passes) and what the fact's query
-  returns for each.
+  supersede=True)` of the last) against a user with the same memories and the fact's
+  current text only: default hybrid search p50 (blocks of every query, alternating
+  users, median over `--runs` blocks each) and what the fact's query returns for each.
 
 Usage:
     git worktree add /tmp/old afdae79
@@ -51,21 +51,6 @@ FACT = "Production runs Go version 1.{} on the cluster"
 FACT_QUERY = "which Go version runs on the production cluster"
 
 
-class Lookup(LookupEmbeddings):
-    """bench_sqlite's lookup vectors; a text not in the table (the embedder identity
-    probe) gets a vector seeded by its length."""
-
-    def embed_query(self, text: str) -> list[float]:
-        if text not in self.table:
-            dim = len(next(iter(self.table.values())))
-            rng = np.random.default_rng(len(text))
-            return unit_vectors(1, dim, rng)[0].tolist()  # type: ignore[no-any-return]
-        return self.table[text]
-
-    def embed_documents(self, texts: list[str]) -> list[list[float]]:
-        return [self.embed_query(t) for t in texts]
-
-
 def corpus(n: int, dim: int, queries: int) -> tuple[list[str], list[str], dict[str, list[float]]]:
     """The same memories, queries and vectors in every process (seeded)."""
     rng = np.random.default_rng(26)
@@ -79,7 +64,7 @@ def child(n: int, dim: int, queries: int) -> None:
     """One run on whatever tree PYTHONPATH names: build the file, time each query once."""
     texts, asked, table = corpus(n, dim, queries)
     with tempfile.TemporaryDirectory() as tmp:
-        svc = SQLiteMemoryService(Path(tmp) / "b.db", Lookup(table), limits=UNLIMITED)
+        svc = SQLiteMemoryService(Path(tmp) / "b.db", LookupEmbeddings(table), limits=UNLIMITED)
         for i in range(0, len(texts), 1000):
             svc.add_many(PLAIN, texts[i : i + 1000])
         call = lambda q: svc.search(PLAIN, q, SearchOptions(hybrid=True))  # noqa: E731
@@ -109,28 +94,21 @@ def same_run(args: argparse.Namespace) -> dict[str, dict[str, float]]:
     }
 
 
-def interleaved(
+def alternating(
     calls: dict[str, Callable[[str], Any]], queries: list[str], runs: int
 ) -> dict[str, dict[str, float]]:
-    """Each query timed on every call in turn (the order flips every run, so a drift in
-    host load hits both alike): median over runs of the wall and CPU p50 of each."""
-    for call in calls.values():
-        for q in queries[:20]:  # warm: matrix, keyword index, row cache
-            call(q)
+    """Every query on one call, then on the next, the order flipping every run (a drift in
+    host load hits both alike; whole blocks, so the users do not evict each other's row
+    cache query by query): median over runs of each block's wall and CPU p50."""
     p50: dict[str, list[float]] = {name: [] for name in calls}
     cpu50: dict[str, list[float]] = {name: [] for name in calls}
     for run in range(runs):
-        order = list(calls) if run % 2 == 0 else list(reversed(calls))
-        wall: dict[str, list[float]] = {name: [] for name in calls}
-        cpu: dict[str, list[float]] = {name: [] for name in calls}
-        for q in queries:
-            for name in order:
-                w, c = time_calls(calls[name], [q])
-                wall[name] += w
-                cpu[name] += c
-        for name in calls:
-            p50[name].append(float(np.median(wall[name])))
-            cpu50[name].append(float(np.median(cpu[name])))
+        for name in list(calls) if run % 2 == 0 else list(reversed(calls)):
+            for q in queries[:20]:  # warm: matrix, keyword index, row cache
+                calls[name](q)
+            wall, cpu = time_calls(calls[name], queries)
+            p50[name].append(float(np.median(wall)))
+            cpu50[name].append(float(np.median(cpu)))
     return {
         name: {"p50": statistics.median(p50[name]), "cpu50": statistics.median(cpu50[name])}
         for name in calls
@@ -144,7 +122,7 @@ def chain_figures(args: argparse.Namespace) -> dict[str, Any]:
     table.update(zip(extra, unit_vectors(len(extra), args.dim, rng).tolist(), strict=True))
     figures: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        svc = SQLiteMemoryService(Path(tmp) / "c.db", Lookup(table), limits=UNLIMITED)
+        svc = SQLiteMemoryService(Path(tmp) / "c.db", LookupEmbeddings(table), limits=UNLIMITED)
         for user in (PLAIN, CHAINED):
             for i in range(0, len(texts), 1000):
                 svc.add_many(user, texts[i : i + 1000])
@@ -156,7 +134,7 @@ def chain_figures(args: argparse.Namespace) -> dict[str, Any]:
             user.user_id: lambda q, u=user: svc.search(u, q, SearchOptions(hybrid=True))
             for user in (PLAIN, CHAINED)
         }
-        figures.update(interleaved(calls, asked, args.runs))
+        figures.update(alternating(calls, asked, args.runs))
         for user in (PLAIN, CHAINED):
             hits = calls[user.user_id](FACT_QUERY)
             figures[user.user_id]["top"] = hits[0].text if hits else None

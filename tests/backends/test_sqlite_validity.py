@@ -236,3 +236,15 @@ def test_a_reembed_moves_every_version_to_the_new_model(tmp_path):
     then = svc.search(ALICE, "Go version", SearchOptions(as_of=as_of, hybrid=False))
     assert [e.id for e in then] == [ids[1]]
     svc.close()
+
+
+def test_a_stored_row_becomes_an_entry_with_every_field(tmp_path):
+    """`row_to_entry` names every field of Entry and Memory (it skips pydantic's
+    defaults), so a field added to either must be read from the row too."""
+    svc = SQLiteMemoryService(tmp_path / "m.db")
+    svc.restore(ALICE, _entry(ALICE, "x", "Runs Go", T0, valid_to=T0 + timedelta(days=1)))
+    entry = svc.get(ALICE, "x")
+    assert set(vars(entry)) == set(Entry.model_fields)
+    assert set(vars(entry.memory)) == set(Memory.model_fields)
+    assert entry.valid_to == T0 + timedelta(days=1) and entry.model_dump()["valid_from"] == T0
+    svc.close()

@@ -14,6 +14,7 @@ from typing import Any
 
 from ...errors import InvalidMemoryError
 from ...service import _core
+from ...service._core import checked_model
 from ...types import Entry, HistoryEvent, Kind, Memory, Operation, Source
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
@@ -579,12 +580,14 @@ def _json(text: str) -> Any:
 
 
 def row_to_entry(row: Sequence[Any], app_name: str, user_id: str) -> Entry:
-    """Build an Entry from the first len(ENTRY_COLUMNS) values of a row.
+    """Build an Entry from the first `N_ENTRY_COLUMNS` values of a row.
 
-    Rows were validated when written, so the models are constructed without
-    validating again (a search builds up to 60 of them per call).
+    Rows were validated when written, so the models are built without validating
+    again or walking pydantic's field defaults (`checked_model`: every field named;
+    a search builds up to a few hundred of them per call).
     """
-    memory = Memory.model_construct(
+    memory = checked_model(
+        Memory,
         text=row[2],
         topics=_json(row[3]),
         kind=Kind(row[4]),
@@ -593,7 +596,8 @@ def row_to_entry(row: Sequence[Any], app_name: str, user_id: str) -> Entry:
         location=row[7],
         metadata=_json(row[8]),
     )
-    return Entry.model_construct(
+    return checked_model(
+        Entry,
         id=row[1],
         app_name=app_name,
         user_id=user_id,
