@@ -90,7 +90,7 @@ PINNED_MIGRATIONS = [
     "176cafa9d81875e4f8ab015441148838e381a2b3c6cc6927d28dd9946fbdbbe4",  # langmem_settings (language)
     "9e8700faf0bd8557fe19485eded6dd44f2ba519828b237c0bcae02d468acbbc9",  # participants, location keys
     "2d58b614797e4a5480f9029f878797547a2f3c4dc4b801b9996722ff5d71260b",  # reembed_vectors (#27)
-    "bef204c31d5c0a674d4de236a9bfae064d757ec4d05328961c2d48ea4a318f91",  # validity (#26)
+    "505870b6c08b841568266ced88b3c63109384dd726d9e52a8ce2a8c6ac3b5b16",  # validity (#26)
 ]
 
 
@@ -308,7 +308,7 @@ def undo_validity_migration(conn):
     """Back to the schema before validity (#26): its columns, indexes and triggers."""
     for name in ("memories_after_update", "memories_after_delete"):
         conn.execute(f"DROP TRIGGER {name}")
-    for name in ("memories_live_fingerprint", "memories_predecessor", "memories_current_updated"):
+    for name in ("memories_live_fingerprint", "memories_predecessor"):
         conn.execute(f"DROP INDEX {name}")
     for column in ("valid_from", "valid_to", "superseded_by"):
         conn.execute(f"ALTER TABLE memories DROP COLUMN {column}")

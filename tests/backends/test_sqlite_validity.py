@@ -114,7 +114,7 @@ def test_an_existing_file_migrates_to_current_rows_from_event_or_creation_time(t
 
 
 def test_the_migration_leaves_indexes_for_predecessors_and_current_reads(tmp_path):
-    """FindPredecessor and the default read are index lookups, not scans of the user."""
+    """FindPredecessor and the default read are index lookups, not scans of the file."""
     svc = SQLiteMemoryService(tmp_path / "m.db")
     svc.close()
     with sqlite3.connect(tmp_path / "m.db") as conn:
@@ -126,11 +126,11 @@ def test_the_migration_leaves_indexes_for_predecessors_and_current_reads(tmp_pat
         current = conn.execute(
             "EXPLAIN QUERY PLAN SELECT id FROM memories WHERE app_name = ? AND user_id = ?"
             " AND deleted_at IS NULL AND superseded_by IS NULL"
-            " ORDER BY updated_at DESC",
+            " ORDER BY updated_at DESC, created_at DESC, id DESC",
             ("a", "u"),
         ).fetchall()
     assert "memories_predecessor" in str(predecessor)
-    assert "memories_current_updated" in str(current)
+    assert "memories_updated" in str(current)
 
 
 def _entry(user, mid, text, begin, **validity) -> Entry:
@@ -218,4 +218,21 @@ def test_read_count_and_users_follow_the_view(tmp_path):
         svc.read(ALICE, as_of="not a date")
     with pytest.raises(InvalidInputError, match="include_superseded"):
         svc.read(ALICE, as_of=T0, include_superseded=True)
+    svc.close()
+
+
+def test_a_reembed_moves_every_version_to_the_new_model(tmp_path):
+    """Superseded versions keep a vector of the current model, so `as_of` and
+    `include_superseded` searches still have their vector leg after a re-embed."""
+    path = tmp_path / "m.db"
+    svc = SQLiteMemoryService(path, HashingEmbeddings())
+    ids = _chain(svc, ALICE, 3)
+    report = svc.reembed(HashingEmbeddings(size=64, seed="new"))
+    assert report.embedded >= 3
+    with sqlite3.connect(path) as conn:
+        sizes = dict(conn.execute("SELECT id, length(embedding) FROM memories"))
+    assert sizes == {mid: 64 * 4 for mid in ids}
+    as_of = T0 + timedelta(days=1, hours=1)
+    then = svc.search(ALICE, "Go version", SearchOptions(as_of=as_of, hybrid=False))
+    assert [e.id for e in then] == [ids[1]]
     svc.close()

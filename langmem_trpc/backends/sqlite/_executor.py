@@ -179,17 +179,18 @@ class SQLiteRun:
         rows = [(Prepared.of(r.entry.memory, r.fingerprint, language), r) for r in step.rows]
         if len(rows) == 1:  # one INSERT (`insert_new`'s executemany first reads two counters)
             p, new = rows[0]
+            validity = validity_params(new.entry)
             rid = conn.execute(
                 sql.INSERT_MEMORY,
                 (user.app_name, user.user_id, new.entry.id, p.memory.text, p.fingerprint,
                  new.keyed, *p.columns, new.vector, p.content_doc, p.topic_doc, p.content_len,
                  p.topic_len, sql.to_us(new.entry.created_at), sql.to_us(new.entry.updated_at),
-                 *validity_params(new.entry)),
+                 *validity),
             ).lastrowid  # fmt: skip
             assert rid is not None
             count_inserted(conn, user, [new.entry], p.content_len, p.topic_len)
             index_row(conn, user, rid, p.content_doc, p.topic_doc)
-            self._appends.append(new_row(rid, p, _blob(new.vector), new.entry))
+            self._appends.append(new_row(rid, p, _blob(new.vector), validity))
         else:
             pending = [(p, _blob(new.vector), new.entry, new.keyed) for p, new in rows]
             self._appends.extend(insert_new(conn, user, pending))

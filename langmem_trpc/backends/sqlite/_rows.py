@@ -80,9 +80,11 @@ def validity_params(entry: Entry) -> tuple[int, int | None, str | None]:
     return valid_from, sql.to_us(entry.valid_to), entry.superseded_by
 
 
-def new_row(rid: int, p: Prepared, blob: bytes | None, entry: Entry) -> NewRow:
-    """What the caches learn of an inserted row."""
-    valid_from, valid_to, superseded_by = validity_params(entry)
+def new_row(
+    rid: int, p: Prepared, blob: bytes | None, validity: tuple[int, int | None, str | None]
+) -> NewRow:
+    """What the caches learn of an inserted row (`validity`: its `validity_params`)."""
+    valid_from, valid_to, superseded_by = validity
     return (rid, p.columns[1], p.columns[2], blob, valid_from, valid_to, superseded_by is not None)
 
 
@@ -147,16 +149,17 @@ def insert_new(
     content_total = topic_total = 0
     for offset, (p, blob, entry, keyed) in enumerate(pending):
         content_len, topic_len = p.content_len, p.topic_len
+        validity = validity_params(entry)
         content_total += content_len
         topic_total += topic_len
         memories.append(
             (rid + offset, *u, entry.id, p.memory.text, p.fingerprint, keyed, *p.columns,
              blob, p.content_doc, p.topic_doc, content_len, topic_len,
-             sql.to_us(entry.created_at), sql.to_us(entry.updated_at), *validity_params(entry),
+             sql.to_us(entry.created_at), sql.to_us(entry.updated_at), *validity,
              seq + offset)
         )  # fmt: skip
         index.append((rid + offset, scoped(prefix, p.content_doc), scoped(prefix, p.topic_doc)))
-        new_rows.append(new_row(rid + offset, p, blob, entry))
+        new_rows.append(new_row(rid + offset, p, blob, validity))
     conn.executemany(sql.INSERT_MEMORY_WITH_RID, memories)
     count_inserted(conn, user, [entry for _, _, entry, _ in pending], content_total, topic_total)
     conn.executemany(sql.FTS_INSERT, index)

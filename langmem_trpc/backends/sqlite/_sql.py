@@ -273,7 +273,9 @@ MIGRATIONS: list[tuple[str, ...]] = [
     # fingerprint is unique among current-in-index rows only (a superseded version keeps
     # its fingerprint); user_state counts the live superseded rows (`count` leaves them
     # out) and the live rows with an end (a search filters validity only when a user
-    # has either); partial indexes serve FindPredecessor and the CURRENT read.
+    # has either). A partial index serves FindPredecessor; the CURRENT read filters
+    # the user's rows in `memories_updated` order (no index of its own to keep up on
+    # every insert: superseded rows are a few among many).
     (
         "ALTER TABLE memories ADD COLUMN valid_from INTEGER NOT NULL DEFAULT 0",
         "ALTER TABLE memories ADD COLUMN valid_to INTEGER",
@@ -287,8 +289,6 @@ MIGRATIONS: list[tuple[str, ...]] = [
             WHERE deleted_at IS NULL AND superseded_by IS NULL""",
         """CREATE INDEX memories_predecessor ON memories (app_name, user_id, superseded_by)
             WHERE superseded_by IS NOT NULL""",
-        """CREATE INDEX memories_current_updated ON memories (app_name, user_id, updated_at)
-            WHERE deleted_at IS NULL AND superseded_by IS NULL""",
         "DROP TRIGGER memories_after_update",
         """CREATE TRIGGER memories_after_update AFTER UPDATE ON memories BEGIN
             UPDATE user_state SET

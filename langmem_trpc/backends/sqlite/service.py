@@ -217,7 +217,7 @@ class SQLiteMemoryService(SQLiteClaims, ExpiryMixin, SyncMemoryService):
         view = check_view(as_of, include_superseded)
         now = utcnow()
         valid, valid_params = conditions(view, sql.to_us(now) or 0)
-        query = sql.SELECT_READ + valid + sql.READ_ORDER  # CURRENT: memories_current_updated
+        query = sql.SELECT_READ + valid + sql.READ_ORDER
         u: tuple[Any, ...] = (user.app_name, user.user_id, *valid_params)
         if limit is not None:
             query += " LIMIT ?"
