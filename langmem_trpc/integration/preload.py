@@ -5,7 +5,7 @@ any failure means no block and the run proceeds. Only current memories are read
 and searched; a selected fact that superseded an older version is rendered with
 that past (`memory_line(before=)`, on its one line, so the budget counts the
 chain as one memory), found with one indexed `FindPredecessor` step per selected
-fact, all in one read-only step plan (`run_plan`, no write lock). The block is
+fact (`MAX_PAST` at most), in one read-only step plan (`run_plan`, no write lock). The block is
 quoted data merged into the *model input* only, never the thread's messages, so
 it is not checkpointed and never re-extracted.
 """
@@ -53,6 +53,9 @@ Placement = Literal["system", "user"]
 BLOCK_BEGIN = "========= PRELOADED_USER_MEMORIES BEGINS ========="
 BLOCK_END = "========= PRELOADED_USER_MEMORIES ENDS ========="
 _MAX_RESULTS = 1000
+MAX_PAST = 100
+"""At most this many selected facts are shown with the version they superseded (one
+indexed lookup each); with `preload=-1` on a large store the rest show no past."""
 
 DEFAULT_PLAYBOOK = """## Memory
 
@@ -166,8 +169,8 @@ def _predecessors(user: UserKey, ids: Sequence[str]) -> StepPlan[dict[str, Entry
 
 
 def _past(user: UserKey, entries: Sequence[Entry]) -> Plan[dict[str, Entry]]:
-    """The versions the selected facts superseded; none when the lookup fails."""
-    facts = [e.id for e in entries if e.kind == Kind.FACT]
+    """The versions the first `MAX_PAST` selected facts superseded; none when the lookup fails."""
+    facts = [e.id for e in entries if e.kind == Kind.FACT][:MAX_PAST]
     if not facts:
         return {}
     try:

@@ -61,9 +61,9 @@ class CountingService(InMemoryMemoryService):
         self.reads = 0
         self.searches = 0
 
-    def read(self, user: UserKey, limit: int | None = None) -> list[Any]:
+    def read(self, user: UserKey, limit: int | None = None, **view: Any) -> list[Any]:
         self.reads += 1
-        return super().read(user, limit)
+        return super().read(user, limit, **view)
 
     def search(self, user: UserKey, query: str | None = None, options: Any = None) -> list[Any]:
         self.searches += 1
