@@ -29,7 +29,7 @@ from ...service._search import (
     plan_search,
     rank_search,
 )
-from ...service.validity import CURRENT, View
+from ...service.validity import CURRENT, View, view_of
 from ...types import Entry, HistoryEvent, Kind, SearchOptions, UserKey
 from . import _bulk, _search_sql, _sql
 from ._cache import EntryCache
@@ -387,11 +387,16 @@ def search(
     `cache.sizes` remembers each user's live count from earlier searches: for
     users above `exact_max` the vector leg reads the HNSW index through
     `langmem_ann_candidates`, and a vector-only search reads nothing else,
-    narrowed to 3 x max_results unless `_needs_wider_pool`.
+    narrowed to 3 x max_results unless `_needs_wider_pool`. A past view (`as_of`,
+    `include_superseded`) reads every user's rows exactly: the versions of one fact
+    are near-duplicate vectors, which the HNSW graph links poorly (a filtered scan
+    can miss the one version true at `as_of`).
     """
     plan = plan_search(options)
     if not plan.kinds:
         return []
+    if not view_of(options).current:
+        exact_max = PAST_EXACT_MAX
     cache = cache if cache is not None else SearchCache()
     query_vector = None
     if embed:
@@ -483,6 +488,9 @@ def _needs_wider_pool(
             return True
     return False
 
+
+PAST_EXACT_MAX = 2**62
+"""`exact_max` of a past view's search: no user is above it, so every vector leg is exact."""
 
 SIZE_CACHE_MAX = 10_000
 """Users whose live count `SearchCache.sizes` keeps; when full it forgets them all."""
