@@ -173,6 +173,36 @@ def check_expiry(expires_at: object) -> datetime | None:
     return _time.parse_time_or_raise(expires_at, "expires_at")
 
 
+def check_valid_until(until: datetime | None, start: datetime) -> None:
+    """A business-time end must come after its start: an empty interval would make
+    the memory true at no time at all (`InvalidTimeError` naming `valid_until`)."""
+    if until is not None and until <= start:
+        raise InvalidTimeError(
+            "valid_until",
+            f"must be after valid_from ({start.isoformat()}), got {until.isoformat()}",
+        )
+
+
+def check_validity(
+    valid_from: object, valid_until: object, start: datetime | None = None
+) -> tuple[datetime | None, datetime | None]:
+    """`add`/`update`'s business time: each an aware datetime or a date string (parsed
+    like `event_time`; zone-less means UTC) or None; `valid_until` must be after
+    `valid_from`, else after `start` (an add's event time, else now) where one is known."""
+    begin = _time.parse_time_or_raise(valid_from, "valid_from")
+    until = _time.parse_time_or_raise(valid_until, "valid_until")
+    if begin is not None or start is not None:
+        check_valid_until(until, begin or start or utcnow())
+    return begin, until
+
+
+def check_flag(name: str, value: object) -> bool:
+    """A keyword that must be True or False (`supersede`): never a truthy stand-in."""
+    if not isinstance(value, bool):
+        raise InvalidInputError(name, f"must be True or False, got {type(value).__name__}")
+    return value
+
+
 def check_items(items: object) -> Iterable[object]:
     """`add_many`'s `items`: a list (any iterable) of texts or `Memory` objects; a str,
     bytes or a mapping is refused instead of being stored one character or key at a time."""
@@ -289,8 +319,13 @@ def check_restorable(entry: object, history: Sequence[HistoryEvent] = ()) -> Ent
         for text in (event.text_before, event.text_after):
             if text is not None:
                 check_text_value("history.text", text)
+    check_optional_id("superseded_by", entry.superseded_by)
     metadata = check_metadata(memory.metadata)
     update: dict[str, Any] = _restorable_times(entry)
+    if entry.valid_from is None:  # an entry built without validation (`model_construct`)
+        update["valid_from"] = update.get("event_time", memory.event_time) or update.get(
+            "created_at", entry.created_at
+        )
     if metadata != memory.metadata or "event_time" in update:
         fields = {"metadata": metadata, "event_time": update.pop("event_time", memory.event_time)}
         update["memory"] = memory.model_copy(update=fields)
@@ -306,6 +341,8 @@ def _restorable_times(entry: Entry) -> dict[str, Any]:
         "updated_at": entry.updated_at,
         "expires_at": entry.expires_at,
         "event_time": entry.memory.event_time,
+        "valid_from": entry.valid_from,
+        "valid_to": entry.valid_to,
     }
     changed: dict[str, Any] = {}
     for name, value in times.items():

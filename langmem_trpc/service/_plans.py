@@ -4,18 +4,31 @@ Each public function validates its input (raising before any step, so bad input
 never opens a transaction) and returns a plan over the steps of `steps.py`.
 Every backend runs the same plans with its own executor, so fingerprint
 idempotence, topic merge, soft-delete revive, keyed upsert, capacity eviction,
-compare-and-set updates and history behave the same everywhere.
+compare-and-set updates, validity and supersede (`service/validity.py`) and
+history behave the same everywhere.
+
+A version chain is linked by `superseded_by`: closing a version sets its
+`valid_to` and names the newer one; at most one row per fingerprint is current
+(not superseded), so a plan closes a row before it opens another with the same
+content.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 
-from ..errors import CapacityExceededError, MemoryConflictError, MemoryNotFoundError
+from ..errors import (
+    CapacityExceededError,
+    InvalidInputError,
+    MemoryConflictError,
+    MemoryNotFoundError,
+)
 from ..types import (
     Entry,
     HistoryEvent,
+    Kind,
     Memory,
     Operation,
     Source,
@@ -27,17 +40,22 @@ from ._core import (
     Limits,
     MemoryPatch,
     build_memory,
+    check_flag,
     check_items,
     check_memory_id,
     check_new_memory_id,
     check_restorable,
     check_user,
+    check_valid_until,
+    check_validity,
     checked_model,
     embedding_text,
     fingerprint,
     memory_from,
     new_memory_id,
     new_memory_ids,
+    unexpired,
+    utcnow,
 )
 from .steps import (
     KEEP,
@@ -47,7 +65,9 @@ from .steps import (
     FindByFingerprint,
     FindById,
     FindLiveByFingerprint,
+    FindPredecessor,
     Insert,
+    Keep,
     KnownFingerprints,
     LockUser,
     NewRow,
@@ -57,6 +77,7 @@ from .steps import (
     RecordHistory,
     Rewrite,
     SetTopics,
+    SetValidity,
     SoftDelete,
     Stored,
 )
@@ -83,11 +104,37 @@ def _event(
     )  # fmt: skip
 
 
-def _new_entry(user: UserKey, memory_id: str, memory: Memory, now: datetime) -> Entry:
+@dataclass(frozen=True, slots=True)
+class Validity:
+    """A write's business time as given (`check_validity`): `start` (None: the event
+    time, else the write time) and `until` (None: open, true until superseded)."""
+
+    start: datetime | None = None
+    until: datetime | None = None
+
+
+OPEN = Validity()
+"""No business time given: the defaults (what `add_many` items and old callers get)."""
+
+
+def _new_entry(
+    user: UserKey, memory_id: str, memory: Memory, now: datetime, validity: Validity = OPEN
+) -> Entry:
     return checked_model(
-        Entry, id=memory_id, app_name=user.app_name, user_id=user.user_id, memory=memory,
-        created_at=now, updated_at=now, score=None, rrf_score=None, expires_at=None,
-    )  # fmt: skip
+        Entry,
+        id=memory_id,
+        app_name=user.app_name,
+        user_id=user.user_id,
+        memory=memory,
+        created_at=now,
+        updated_at=now,
+        score=None,
+        rrf_score=None,
+        expires_at=None,
+        valid_from=validity.start or memory.event_time or now,
+        valid_to=validity.until,
+        superseded_by=None,
+    )
 
 
 # --- add ---------------------------------------------------------------------
@@ -100,16 +147,23 @@ def add(
     limits: Limits,
     memory_id: str | None = None,
     source: Source | None = None,
+    valid_from: object = None,
+    valid_until: object = None,
     **fields: object,
 ) -> Plan[Entry]:
     """Idempotent add by content fingerprint (a live duplicate gets the new topics
-    merged in); explicit ids are upserts; deleted content revives under its old id."""
+    merged in); explicit ids are upserts; deleted content revives under its old id.
+
+    `valid_from` defaults to the event time, else the write time; `valid_until`
+    becomes `valid_to`. Content whose held version lapsed gets a new version.
+    """
     user = check_user(user)
     if memory_id is not None:
         check_memory_id(memory_id)
     check_source(source)
     memory = build_memory(text, limits=limits, **fields)
-    return _add(user, memory, memory_id, source, limits)
+    start, until = check_validity(valid_from, valid_until, memory.event_time or utcnow())
+    return _add(user, memory, memory_id, source, limits, Validity(start, until))
 
 
 def _add(
@@ -118,6 +172,7 @@ def _add(
     memory_id: str | None,
     source: Source | None,
     limits: Limits,
+    validity: Validity = OPEN,
     batched: tuple[str, object] | None = None,
 ) -> Plan[Entry]:
     """One add. `add_many` passes the item's `batched` (fingerprint, vector), computed
@@ -136,7 +191,7 @@ def _add(
     if row is None:
         row = yield FindByFingerprint(user, fp)
         if row is not None and not row.deleted:
-            return (yield from _merge_topics(user, row, memory))
+            return (yield from _readd(user, row, memory, (fp, vector), source, limits, validity))
         if memory_id is not None:  # a new id (an existing one, even an old odd one, upserts)
             check_new_memory_id(memory_id)
     now: datetime = yield NOW
@@ -144,25 +199,118 @@ def _add(
         yield Rewrite(user, row, memory, fp, vector, now)
         event = _event(row.entry.id, Operation.UPDATE, row.entry.text, memory.text, source, now)
         yield RecordHistory(user, (event,))
-        return row.entry.model_copy(update={"memory": memory, "updated_at": now})
+        entry = row.entry.model_copy(update={"memory": memory, "updated_at": now})
+        return (yield from _set_until(user, row, entry, validity.until, now))
     if limits.capacity is not None:  # no generator at all for the common case
         yield from _make_room(user, limits, now)
-    if row is not None:  # revive a soft-deleted memory under its old id
-        yield Rewrite(user, row, memory, fp, vector, now)
-        entry = row.entry.model_copy(update={"memory": memory, "updated_at": now})
-    else:
-        entry = _new_entry(user, memory_id or new_memory_id(), memory, now)
+    if row is not None and (memory_id is not None or not _lapsed(row.entry, now)):
+        entry = yield from _revive(user, row, memory, (fp, vector), now)  # under its old id
+        entry = yield from _set_until(user, row, entry, validity.until, now)
+    else:  # new content, or deleted content whose validity lapsed: a new memory
+        entry = _new_entry(user, memory_id or new_memory_id(), memory, now, validity)
+        check_valid_until(validity.until, entry.valid_from)
         yield Insert(user, (NewRow(entry, fp, memory_id is not None, vector),))
     yield RecordHistory(user, (_event(entry.id, Operation.ADD, None, memory.text, source, now),))
     return entry
 
 
-def _merge_topics(user: UserKey, live: Stored, memory: Memory) -> Plan[Entry]:
+def _lapsed(entry: Entry, now: datetime) -> bool:
+    """Whether the entry's business time ended (a `valid_to` at or before `now`)."""
+    return entry.valid_to is not None and entry.valid_to <= now
+
+
+def _revive(
+    user: UserKey, row: Stored, memory: Memory, fp_vector: tuple[str, object], now: datetime
+) -> Plan[Entry]:
+    """Bring a soft-deleted row back with `memory`; an expiry that has passed is
+    cleared, or the re-added content would come back hidden by its old TTL."""
+    fp, vector = fp_vector
+    expiry = row.entry.expires_at
+    cleared = expiry is not None and expiry <= now
+    yield Rewrite(user, row, memory, fp, vector, now, None if cleared else KEEP)
+    update: dict[str, object] = {"memory": memory, "updated_at": now}
+    if cleared:
+        update["expires_at"] = None
+    return row.entry.model_copy(update=update)
+
+
+def _set_until(
+    user: UserKey, row: Stored, entry: Entry, until: datetime | None, now: datetime
+) -> Plan[Entry]:
+    """Record a said end of validity (`valid_until`) on a held row: `entry`, updated."""
+    if until is None or until == entry.valid_to:
+        return entry
+    check_valid_until(until, entry.valid_from)
+    yield SetValidity(user, row, until, entry.superseded_by, now)
+    return entry.model_copy(update={"valid_to": until, "updated_at": now})
+
+
+def _readd(
+    user: UserKey,
+    live: Stored,
+    memory: Memory,
+    fp_vector: tuple[str, object],
+    source: Source | None,
+    limits: Limits,
+    validity: Validity,
+) -> Plan[Entry]:
+    """Content the user holds, added again: merge the topics in (and record a said
+    `valid_until`); if the held version's validity lapsed, a new version replaces it."""
+    if live.entry.valid_to is None and validity.until is None:  # the common case
+        return (yield from _merge_topics(user, live, memory))
+    now: datetime = yield NOW
+    if _lapsed(live.entry, now):
+        return (yield from _renew(user, live, memory, fp_vector, source, limits, validity, now))
+    entry = yield from _merge_topics(user, live, memory, now)
+    return (yield from _set_until(user, live, entry, validity.until, now))
+
+
+def _renew(
+    user: UserKey,
+    lapsed: Stored,
+    memory: Memory,
+    fp_vector: tuple[str, object],
+    source: Source | None,
+    limits: Limits,
+    validity: Validity,
+    now: datetime,
+) -> Plan[Entry]:
+    """Content true again after its validity lapsed: the lapsed row is closed
+    (`valid_to` kept: the gap is a time it was not true) and linked to a new version."""
+    old = lapsed.entry
+    assert old.valid_to is not None
+    start = validity.start or max(memory.event_time or now, old.valid_to)
+    check_valid_until(validity.until, start)
+    topics = canonical_topics([*old.memory.topics, *memory.topics])
+    memory = memory.model_copy(update={"topics": topics})
+    entry = _new_entry(user, new_memory_id(), memory, now, Validity(start, validity.until))
+    yield SetValidity(user, lapsed, old.valid_to, entry.id, now)  # before the twin's insert
+    if limits.capacity is not None:
+        yield from _make_room(user, limits, now)
+    yield Insert(user, (NewRow(entry, fp_vector[0], False, fp_vector[1]),))
+    yield RecordHistory(user, _supersede_events(old, entry, source, now))
+    return entry
+
+
+def _supersede_events(
+    old: Entry, new: Entry, source: Source | None, now: datetime
+) -> tuple[HistoryEvent, ...]:
+    """A supersede in history: SUPERSEDE on the closed version, ADD on the new one."""
+    return (
+        _event(old.id, Operation.SUPERSEDE, old.text, new.text, source, now),
+        _event(new.id, Operation.ADD, None, new.text, source, now),
+    )
+
+
+def _merge_topics(
+    user: UserKey, live: Stored, memory: Memory, now: datetime | None = None
+) -> Plan[Entry]:
     """Idempotent re-add: merge the new topics into the live memory."""
     merged = canonical_topics([*live.entry.memory.topics, *memory.topics])
     if merged == live.entry.memory.topics:
         return live.entry
-    now: datetime = yield NOW
+    if now is None:
+        now = yield NOW
     yield SetTopics(user, live, tuple(merged), now)
     new_memory = live.entry.memory.model_copy(update={"topics": merged})
     return live.entry.model_copy(update={"memory": new_memory, "updated_at": now})
@@ -192,6 +340,7 @@ def add_many(
 ) -> Plan[list[Entry]]:
     """`add` of each item in order, in one write section (all or nothing): the
     same merge, revive and capacity rules; every text embedded in one step first.
+    An item carries no business time: each gets the defaults of `add`.
 
     Content the user has nowhere (no row, live or deleted, with its fingerprint)
     with room under the capacity needs no lookups: such runs of items become one
@@ -220,7 +369,8 @@ def _add_many(
     for memory, fp, vector in zip(memories, fps, vectors, strict=True):
         if fp in known or (capacity is not None and live >= capacity):
             yield from _flush(user, pending, source)
-            entries.append((yield from _add(user, memory, None, source, limits, (fp, vector))))
+            entry = yield from _add(user, memory, None, source, limits, OPEN, (fp, vector))
+            entries.append(entry)
             if capacity is not None:
                 live = yield CountLive(user)
             continue
@@ -247,7 +397,7 @@ def _flush(user: UserKey, pending: list[NewRow], source: Source | None) -> Plan[
     yield RecordHistory(user, events)
 
 
-# --- update ------------------------------------------------------------------
+# --- update and supersede ----------------------------------------------------
 
 
 def update(
@@ -257,8 +407,12 @@ def update(
     *,
     limits: Limits,
     source: Source | None = None,
+    supersede: object = False,
+    valid_from: object = None,
+    valid_until: object = None,
 ) -> Plan[Entry]:
-    """Change a memory in place (the id never changes), compare-and-set.
+    """Change a memory in place (the id never changes), compare-and-set; with
+    `supersede=True` and a content change, close it and add the new version.
 
     The patch is applied to the memory as read and embedded outside the write
     section; if another write changed the memory meanwhile, the patch is applied
@@ -269,15 +423,70 @@ def update(
     check_memory_id(memory_id)
     check_source(source)
     patch.check(limits)
-    return _update(user, memory_id, patch, source, limits)
+    superseding = check_flag("supersede", supersede)
+    start, until = check_validity(valid_from, valid_until)
+    if start is not None and not superseding:
+        raise InvalidInputError(
+            "valid_from", "is the start of a new version: pass it with supersede=True"
+        )
+    if superseding and patch.kind is not None and _is_episode(patch.kind):
+        raise _episode_refused()
+    change = _Change(patch, superseding, Validity(start, until))
+    return _update(user, memory_id, change, source, limits)
+
+
+@dataclass(frozen=True, slots=True)
+class _Change:
+    """An update's request: the patch, whether it supersedes, the business time given."""
+
+    patch: MemoryPatch
+    supersede: bool
+    validity: Validity
+
+
+def _is_episode(kind: object) -> bool:
+    value = kind.value if isinstance(kind, Kind) else str(kind).strip().lower()
+    return value == Kind.EPISODE.value
+
+
+def _episode_refused() -> InvalidInputError:
+    return InvalidInputError(
+        "supersede",
+        "an episode is never superseded; something that happened stays true "
+        "(update it in place, or add the new episode)",
+    )
 
 
 def _update(
-    user: UserKey, memory_id: str, patch: MemoryPatch, source: Source | None, limits: Limits
+    user: UserKey, memory_id: str, change: _Change, source: Source | None, limits: Limits
 ) -> Plan[Entry]:
+    row, memory, vector = yield from _patched(user, memory_id, change, limits)
+    fp = fingerprint(memory, memory_id if row.keyed else None)
+    if change.supersede and fingerprint(memory) != fingerprint(row.entry.memory):
+        return (yield from _supersede(user, row, memory, vector, source, limits, change))
+    check_valid_until(change.validity.until, row.entry.valid_from)
+    clash: Stored | None = yield FindLiveByFingerprint(user, fp, exclude_id=memory_id)
+    if clash is not None:
+        raise MemoryConflictError(memory_id, clash.entry.id)
+    now: datetime = yield NOW
+    yield Rewrite(user, row, memory, fp, vector, now)
+    event = _event(memory_id, Operation.UPDATE, row.entry.text, memory.text, source, now)
+    yield RecordHistory(user, (event,))
+    entry = row.entry.model_copy(update={"memory": memory, "updated_at": now})
+    return (yield from _set_until(user, row, entry, change.validity.until, now))
+
+
+def _patched(
+    user: UserKey, memory_id: str, change: _Change, limits: Limits
+) -> Plan[tuple[Stored, Memory, object]]:
+    """Read, patch and embed outside the write section, then enter it and read again:
+    (the row as locked, the patched memory, its vector or `KEEP`)."""
+    patch = change.patch
     seen: Stored | None = yield FindById(user, memory_id)
     if seen is None or seen.deleted:
         raise MemoryNotFoundError(memory_id)
+    if change.supersede and seen.entry.memory.kind is Kind.EPISODE:
+        raise _episode_refused()
     memory = patch.apply(seen.entry.memory, limits)
     embedded = embedding_text(memory.text)
     vector: object = KEEP
@@ -288,21 +497,140 @@ def _update(
     if row is None or row.deleted:
         raise MemoryNotFoundError(memory_id)
     if row.entry != seen.entry:  # changed meanwhile: patch the newer version
+        if change.supersede and row.entry.memory.kind is Kind.EPISODE:
+            raise _episode_refused()
         memory = patch.apply(row.entry.memory, limits)
         now_embedded = embedding_text(memory.text)
         if now_embedded == embedding_text(row.entry.memory.text):
             vector = KEEP
         elif now_embedded != embedded:
             (vector,) = yield Embed((now_embedded,))
-    fp = fingerprint(memory, memory_id if row.keyed else None)
-    clash: Stored | None = yield FindLiveByFingerprint(user, fp, exclude_id=memory_id)
+    return row, memory, vector
+
+
+def _supersede(
+    user: UserKey,
+    old: Stored,
+    memory: Memory,
+    vector: object,
+    source: Source | None,
+    limits: Limits,
+    change: _Change,
+) -> Plan[Entry]:
+    """Close `old` and add `memory` as its new version (a new id): `old.valid_to`
+    becomes the new `valid_from` (given, else a patched event time, else now)."""
+    if old.entry.superseded_by is not None:
+        later = yield from _later(user, old, {old.entry.id})
+        head = later[-1].entry.id if later else old.entry.superseded_by
+        raise MemoryConflictError(old.entry.id, head)
+    fp = fingerprint(memory)  # the new version is never keyed: it has a new id
+    clash: Stored | None = yield FindLiveByFingerprint(user, fp, exclude_id=old.entry.id)
     if clash is not None:
+        raise MemoryConflictError(old.entry.id, clash.entry.id)
+    if isinstance(vector, Keep):  # same text, other event fields: the new row needs one
+        (vector,) = yield Embed((embedding_text(memory.text),))
+    now: datetime = yield NOW
+    patched_time = memory.event_time if change.patch.event_time is not None else None
+    start = change.validity.start or patched_time or now
+    check_valid_until(change.validity.until, start)
+    entry = _new_entry(user, new_memory_id(), memory, now, Validity(start, change.validity.until))
+    was = old.entry
+    end = max(was.valid_from, start if was.valid_to is None else min(start, was.valid_to))
+    yield SetValidity(user, old, end, entry.id, now)
+    if limits.capacity is not None:
+        yield from _make_room(user, limits, now)
+    yield Insert(user, (NewRow(entry, fp, False, vector),))
+    yield RecordHistory(user, _supersede_events(was, entry, source, now))
+    return entry
+
+
+# --- version chains ----------------------------------------------------------
+
+
+def _later(user: UserKey, row: Stored, seen: set[str]) -> Plan[list[Stored]]:
+    """The live versions after `row`, oldest first, by `superseded_by` (ids in `seen`
+    are skipped, so a damaged chain cannot loop). The last one is the chain's
+    current head unless the chain ends in a deleted or purged row."""
+    found: list[Stored] = []
+    link = row.entry.superseded_by
+    while link is not None and link not in seen:
+        nxt: Stored | None = yield FindById(user, link)
+        if nxt is None or nxt.deleted:
+            break
+        seen.add(link)
+        found.append(nxt)
+        link = nxt.entry.superseded_by
+    return found
+
+
+def _earlier(user: UserKey, row: Stored, seen: set[str]) -> Plan[list[Stored]]:
+    """The live versions before `row`, oldest first (`FindPredecessor`, walked back)."""
+    found: list[Stored] = []
+    current = row
+    while True:
+        before: Stored | None = yield FindPredecessor(user, current.entry.id)
+        if before is None or before.entry.id in seen:
+            break
+        seen.add(before.entry.id)
+        found.append(before)
+        current = before
+    found.reverse()
+    return found
+
+
+def versions(user: UserKey, memory_id: str) -> Plan[list[Entry]]:
+    """The version chain `memory_id` belongs to, oldest first, from any version's id
+    (superseded versions marked by their fields); [] for an unknown or deleted id."""
+    user = check_user(user)
+    check_memory_id(memory_id)
+    return _versions(user, memory_id)
+
+
+def _versions(user: UserKey, memory_id: str) -> Plan[list[Entry]]:
+    row: Stored | None = yield FindById(user, memory_id)
+    if row is None or row.deleted:
+        return []
+    seen = {memory_id}
+    earlier = yield from _earlier(user, row, seen)
+    later = yield from _later(user, row, seen)
+    return unexpired(r.entry for r in (*earlier, row, *later))
+
+
+def restore_version(user: UserKey, memory_id: str, *, source: Source | None = None) -> Plan[Entry]:
+    """Make a superseded version current again: the chain's head is closed (its
+    `valid_to` = its own `valid_from`: it was never true) and linked to it, then the
+    version reopened. A current id is returned as it is."""
+    user = check_user(user)
+    check_memory_id(memory_id)
+    check_source(source)
+    return _restore_version(user, memory_id, source)
+
+
+def _restore_version(user: UserKey, memory_id: str, source: Source | None) -> Plan[Entry]:
+    yield LockUser(user)
+    row: Stored | None = yield FindById(user, memory_id)
+    if row is None or row.deleted:
+        raise MemoryNotFoundError(memory_id)
+    if row.entry.superseded_by is None:
+        return row.entry
+    later = yield from _later(user, row, {memory_id})
+    head = later[-1] if later and later[-1].entry.superseded_by is None else None
+    fp = fingerprint(row.entry.memory, memory_id if row.keyed else None)
+    clash: Stored | None = yield FindLiveByFingerprint(user, fp, exclude_id=memory_id)
+    if clash is not None and (head is None or clash.entry.id != head.entry.id):
         raise MemoryConflictError(memory_id, clash.entry.id)
     now: datetime = yield NOW
-    yield Rewrite(user, row, memory, fp, vector, now)
-    event = _event(memory_id, Operation.UPDATE, row.entry.text, memory.text, source, now)
-    yield RecordHistory(user, (event,))
-    return row.entry.model_copy(update={"memory": memory, "updated_at": now})
+    text, events = row.entry.text, []
+    if head is not None:  # closed first: the unique index never sees two current twins
+        yield SetValidity(user, head, head.entry.valid_from, memory_id, now)
+        events.append(
+            _event(head.entry.id, Operation.SUPERSEDE, head.entry.text, text, source, now)
+        )
+    yield SetValidity(user, row, None, None, now)
+    events.append(_event(memory_id, Operation.RESTORE, None, text, source, now))
+    yield RecordHistory(user, tuple(events))
+    update = {"valid_to": None, "superseded_by": None, "updated_at": now}
+    return row.entry.model_copy(update=update)
 
 
 # --- delete, clear, purge, restore -------------------------------------------
@@ -381,9 +709,10 @@ def _undelete(user: UserKey, memory_id: str, source: Source | None, limits: Limi
         raise MemoryConflictError(memory_id, memory_id, concurrent=True)
     memory = row.entry.memory
     fp = fingerprint(memory, memory_id if row.keyed else None)
-    clash: Stored | None = yield FindLiveByFingerprint(user, fp, memory_id)
-    if clash is not None:
-        raise MemoryConflictError(memory_id, clash.entry.id)
+    if row.entry.superseded_by is None:  # a superseded version may share its content
+        clash: Stored | None = yield FindLiveByFingerprint(user, fp, memory_id)
+        if clash is not None:
+            raise MemoryConflictError(memory_id, clash.entry.id)
     now: datetime = yield NOW
     if limits.capacity is not None:
         yield from _make_room(user, limits, now)
@@ -394,9 +723,10 @@ def _undelete(user: UserKey, memory_id: str, source: Source | None, limits: Limi
 
 
 def restore(user: UserKey, entry: Entry, history: Sequence[HistoryEvent] = ()) -> Plan[Entry]:
-    """Write an exported entry back exactly (id, timestamps, content, expiry) with its
-    history, replacing any memory with that id. If another live memory holds the
-    same content, the restored one keeps its own identity (its fingerprint includes its id)."""
+    """Write an exported entry back exactly (id, timestamps, content, expiry, validity
+    and supersede link) with its history, replacing any memory with that id. If another
+    current memory holds the same content, a current restored one keeps its own
+    identity (its fingerprint includes its id); a superseded one needs none."""
     user = check_user(user)
     entry = check_restorable(entry, history).model_copy(
         update={
@@ -414,8 +744,10 @@ def _restore(user: UserKey, entry: Entry, events: tuple[HistoryEvent, ...]) -> P
     (vector,) = yield Embed((embedding_text(entry.memory.text),))
     yield LockUser(user)
     yield Purge(user, entry.id)
-    clash: Stored | None = yield FindLiveByFingerprint(user, fingerprint(entry.memory))
-    keyed = clash is not None
+    keyed = False
+    if entry.superseded_by is None:
+        clash: Stored | None = yield FindLiveByFingerprint(user, fingerprint(entry.memory))
+        keyed = clash is not None
     fp = fingerprint(entry.memory, entry.id if keyed else None)
     yield Insert(user, (NewRow(entry, fp, keyed, vector),))
     if events:

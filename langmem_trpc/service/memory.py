@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, TypeVar, cast
 import numpy as np
 
 from ..types import Entry, HistoryEvent, Kind, Memory, SearchOptions, UserKey
-from . import steps
+from . import steps, validity
 from ._bm25 import CorpusStats, KeywordDoc, KeywordScorer, QueryTerms
 from ._core import (
     Limits,
@@ -27,7 +27,6 @@ from ._core import (
     check_user,
     is_expired,
     resolve_options,
-    unexpired,
     utcnow,
 )
 from ._documents import keys_of
@@ -62,6 +61,11 @@ class _Row:
     @property
     def live(self) -> bool:
         return self.deleted_at is None
+
+    @property
+    def current(self) -> bool:
+        """Live and not superseded: what holds a fingerprint (one such row per content)."""
+        return self.deleted_at is None and self.entry.superseded_by is None
 
 
 @dataclass
@@ -134,12 +138,21 @@ class _Run:
     def find_live_by_fingerprint(self, step: steps.FindLiveByFingerprint) -> steps.Stored | None:
         fp, skip = step.fingerprint, step.exclude_id
         rows = self._service._rows(step.user)
-        found = (r for r in rows if r.fingerprint == fp and r.live and r.entry.id != skip)
+        found = (r for r in rows if r.fingerprint == fp and r.current and r.entry.id != skip)
         return _stored(next(found, None))
 
     def find_by_fingerprint(self, step: steps.FindByFingerprint) -> steps.Stored | None:
-        same = [r for r in self._service._rows(step.user) if r.fingerprint == step.fingerprint]
+        same = [
+            r
+            for r in self._service._rows(step.user)
+            if r.fingerprint == step.fingerprint and r.entry.superseded_by is None
+        ]
         return _stored(next((r for r in same if r.live), same[0] if same else None))
+
+    def find_predecessor(self, step: steps.FindPredecessor) -> steps.Stored | None:
+        rows = self._service._rows(step.user)
+        before = [r for r in rows if r.live and r.entry.superseded_by == step.memory_id]
+        return _stored(max(before, key=lambda r: r.seq) if before else None)
 
     def known_fingerprints(self, step: steps.KnownFingerprints) -> set[str]:
         return {r.fingerprint for r in self._service._rows(step.user)} & step.fingerprints
@@ -166,6 +179,8 @@ class _Run:
         row.fingerprint, row.deleted_at = step.fingerprint, None
         if not isinstance(step.vector, steps.Keep):
             row.vector = cast("np.ndarray | None", step.vector)
+        if not isinstance(step.expires_at, steps.Keep):
+            row.entry = row.entry.model_copy(update={"expires_at": step.expires_at})
         self._rewritten(row, step.memory, step.at)
 
     def set_topics(self, step: steps.SetTopics) -> None:
@@ -173,6 +188,12 @@ class _Run:
         _remember(row, self._undo)
         memory = row.entry.memory.model_copy(update={"topics": list(step.topics)})
         self._rewritten(row, memory, step.at)
+
+    def set_validity(self, step: steps.SetValidity) -> None:
+        row = _handle(step.target)
+        _remember(row, self._undo)
+        fields = {"valid_to": step.valid_to, "superseded_by": step.superseded_by}
+        self._service._touch(row, row.entry.model_copy(update={**fields, "updated_at": step.at}))
 
     def _rewritten(self, row: _Row, memory: Memory, at: datetime) -> None:
         self._service._touch(row, row.entry.model_copy(update={"memory": memory, "updated_at": at}))
@@ -284,6 +305,17 @@ class InMemoryMemoryService(SyncMemoryService):
     def _live(self, data: _UserData) -> list[_Row]:
         return [r for r in data.rows.values() if r.live]
 
+    def _visible(self, data: _UserData | None, view: validity.View) -> list[_Row]:
+        """The live, unexpired rows `view` shows (`validity.View.visible`)."""
+        if data is None:
+            return []
+        now = utcnow()
+        return [
+            r
+            for r in data.rows.values()
+            if r.live and not is_expired(r.entry, now) and view.visible(r.entry, now)
+        ]
+
     # -- writes: the step executor ---------------------------------------------
 
     def run_plan(self, plan: Plan[T]) -> T:
@@ -325,11 +357,18 @@ class InMemoryMemoryService(SyncMemoryService):
             live = row is not None and row.live and not is_expired(row.entry)
             return row.entry if row is not None and live else None
 
-    def read(self, user: UserKey, limit: int | None = None) -> list[Entry]:
+    def read(
+        self,
+        user: UserKey,
+        limit: int | None = None,
+        *,
+        as_of: datetime | str | None = None,
+        include_superseded: bool = False,
+    ) -> list[Entry]:
         user, limit = check_user(user), check_read_limit(limit)
+        view = validity.check_view(as_of, include_superseded)
         with self._lock:
-            data = self._find(user)
-            entries = unexpired(r.entry for r in self._live(data)) if data else []
+            entries = [r.entry for r in self._visible(self._find(user), view)]
         entries.sort(key=lambda e: (e.updated_at, e.created_at, e.id), reverse=True)
         return entries[:limit]
 
@@ -345,12 +384,12 @@ class InMemoryMemoryService(SyncMemoryService):
         user = check_user(user)
         with self._lock:
             data = self._find(user)
-            return len(self._live(data)) if data else 0
+            return sum(1 for r in data.rows.values() if r.current) if data else 0
 
     def users(self, app_name: str | None = None) -> list[UserKey]:
         app_name = check_app_filter(app_name)
         with self._lock:
-            keys = [k for k, d in self._users.items() if self._live(d)]
+            keys = [k for k, d in self._users.items() if any(r.current for r in d.rows.values())]
         return sorted(
             (k for k in keys if app_name is None or k.app_name == app_name),
             key=lambda k: (k.app_name, k.user_id),
@@ -373,9 +412,9 @@ class InMemoryMemoryService(SyncMemoryService):
         query_vector = None
         if self._embeddings is not None:
             query_vector = unit_vector(self._embeddings.embed_query(options.query))
+        view = validity.view_of(options)
         with self._lock:
-            data = self._find(user)
-            rows = self._live(data) if data else []
+            rows = self._visible(self._find(user), view)  # before any pool is cut
             for row in rows:
                 if row.doc is None:
                     row.doc = KeywordDoc.build(

@@ -158,6 +158,8 @@ class MemoryService(ABC):
         metadata: dict[str, Any] | None = None,
         memory_id: str | None = None,
         source: Source | None = None,
+        valid_from: datetime | str | None = None,
+        valid_until: datetime | str | None = None,
     ) -> Plan[Entry]:
         """Store a memory; idempotent for the same content, which refreshes topics.
 
@@ -165,12 +167,27 @@ class MemoryService(ABC):
         the user deleted comes back under its old id. With a capacity, a full store
         evicts its least recently written memory (history source actor "capacity")
         or, with `on_capacity="error"`, raises `CapacityExceededError`.
+
+        Business time (`service.validity`): `valid_from` (when it became true)
+        defaults to `event_time`, else now; `valid_until` (when it stops being true,
+        after `valid_from`) becomes `valid_to`. Both read like `event_time`. Adding
+        content whose held version has lapsed adds a new version that supersedes it.
         """
         return _plans.add(
-            user, text, limits=self.limits, memory_id=memory_id, source=source, topics=topics,
-            kind=kind, event_time=event_time, participants=participants, location=location,
+            user,
+            text,
+            limits=self.limits,
+            memory_id=memory_id,
+            source=source,
+            valid_from=valid_from,
+            valid_until=valid_until,
+            topics=topics,
+            kind=kind,
+            event_time=event_time,
+            participants=participants,
+            location=location,
             metadata=metadata,
-        )  # fmt: skip
+        )
 
     add, aadd = _twins(_add)
 
@@ -201,16 +218,37 @@ class MemoryService(ABC):
         location: str | None = None,
         metadata: dict[str, Any] | None = None,
         source: Source | None = None,
+        supersede: bool = False,
+        valid_from: datetime | str | None = None,
+        valid_until: datetime | str | None = None,
     ) -> Plan[Entry]:
         """Change a memory in place; the id never changes. None keeps a field.
 
         Compare-and-set: if the memory changed between this call's read and its
         write, the call applies its own fields to the newer version under the
         user's write lock (so concurrent updates of different fields all land).
-        New content that another live memory already holds raises `MemoryConflictError`.
+        New content that another current memory already holds raises
+        `MemoryConflictError`. `valid_until` sets when the memory stops being true.
+
+        `supersede=True` (facts only: an episode raises `InvalidInputError`) keeps
+        the old version when the content changes: the new content becomes a new
+        memory (a new id, returned) valid from `valid_from` (else a new
+        `event_time`, else now), and the old one is closed (`valid_to`,
+        `superseded_by`), found again by `as_of`, `versions` and `get`. Superseding
+        a superseded version raises `MemoryConflictError` naming the current one.
+        Without a content change it is an update in place.
         """
         patch = MemoryPatch(text, topics, kind, event_time, participants, location, metadata)
-        return _plans.update(user, memory_id, patch, limits=self.limits, source=source)
+        return _plans.update(
+            user,
+            memory_id,
+            patch,
+            limits=self.limits,
+            source=source,
+            supersede=supersede,
+            valid_from=valid_from,
+            valid_until=valid_until,
+        )
 
     update, aupdate = _twins(_update)
 
@@ -257,10 +295,34 @@ class MemoryService(ABC):
 
     undelete, aundelete = _twins(_undelete)
 
+    def _restore_version(
+        self, user: UserKey, memory_id: str, *, source: Source | None = None
+    ) -> Plan[Entry]:
+        """Make a superseded version current again, undoing the supersede: the
+        chain's current version is closed as never true (`valid_to` = its
+        `valid_from`, `superseded_by` = this id) and this one reopened (history:
+        SUPERSEDE on the closed one, RESTORE on this one). A current id is returned
+        unchanged; an unknown or deleted id raises `MemoryNotFoundError`; content
+        another current memory holds raises `MemoryConflictError`.
+        """
+        return _plans.restore_version(user, memory_id, source=source)
+
+    restore_version, arestore_version = _twins(_restore_version)
+
+    def _versions(self, user: UserKey, memory_id: str) -> Plan[list[Entry]]:
+        """Every version of the memory, from any version's id, oldest first (in
+        supersede order, the current one last); [] for an unknown or deleted id."""
+        return _plans.versions(user, memory_id)
+
+    versions, aversions = _twins(_versions)
+
     # -- reads --------------------------------------------------------------
 
     @abstractmethod
-    def get(self, user: UserKey, memory_id: str) -> Entry | None: ...
+    def get(self, user: UserKey, memory_id: str) -> Entry | None:
+        """The memory with this id, or None (unknown, deleted, or past its expiry).
+        A superseded or lapsed version is returned too, marked by its fields
+        (`superseded_by`, `valid_to`): the caller asked for it by id."""
 
     @abstractmethod
     def read(
@@ -284,7 +346,8 @@ class MemoryService(ABC):
     def search(
         self, user: UserKey, query: str | None = None, options: SearchOptions | None = None
     ) -> list[Entry]:
-        """Ranked live memories; an empty query returns nothing."""
+        """Ranked current memories (`SearchOptions.as_of` and `include_superseded`
+        choose other versions); an empty query returns nothing."""
 
     @abstractmethod
     def history(self, user: UserKey, memory_id: str) -> list[HistoryEvent]:
@@ -292,11 +355,13 @@ class MemoryService(ABC):
 
     @abstractmethod
     def count(self, user: UserKey) -> int:
-        """Live memories of the user."""
+        """Live memories of the user that no newer version superseded (a lapsed or
+        expired one still counts until it is superseded or deleted)."""
 
     @abstractmethod
     def users(self, app_name: str | None = None) -> list[UserKey]:
-        """Users with at least one live memory (admin and BaseStore namespaces)."""
+        """Users with at least one live memory that is not superseded (admin and
+        BaseStore namespaces)."""
 
     # -- cursors, claims and dead letters --------------------------------------
 

@@ -154,8 +154,8 @@ class FindById:
 
 @dataclass(slots=True)
 class FindLiveByFingerprint:
-    """The user's live row with this fingerprint, other than `exclude_id`.
-    Result: `Stored | None`."""
+    """The user's live, not superseded row with this fingerprint, other than
+    `exclude_id` (a row whose `valid_to` lapsed is still found). Result: `Stored | None`."""
 
     user: UserKey
     fingerprint: str
@@ -165,7 +165,8 @@ class FindLiveByFingerprint:
 @dataclass(slots=True)
 class FindByFingerprint:
     """The user's live row with this fingerprint, else a soft-deleted one (`Stored.deleted`
-    tells which; an add needs both answers, so they are one step). Result: `Stored | None`."""
+    tells which; an add needs both answers, so they are one step). Superseded rows
+    are ignored, lapsed ones found. Result: `Stored | None`."""
 
     user: UserKey
     fingerprint: str
@@ -173,7 +174,7 @@ class FindByFingerprint:
 
 @dataclass(slots=True)
 class KnownFingerprints:
-    """Which of these fingerprints any row of the user (live or deleted) has.
+    """Which of these fingerprints any row of the user (live or deleted, superseded too) has.
     Result: `set[str]` (a subset of `fingerprints`)."""
 
     user: UserKey
@@ -182,7 +183,8 @@ class KnownFingerprints:
 
 @dataclass(slots=True)
 class CountLive:
-    """How many live memories the user has. Result: `int`."""
+    """How many live memories the user has, superseded versions included (they take
+    storage). Result: `int`."""
 
     user: UserKey
 
@@ -197,8 +199,9 @@ class Insert:
 
 @dataclass(slots=True)
 class Rewrite:
-    """Replace a row's content in place (same id, `created_at` kept), reviving it if
-    deleted; `updated_at` becomes `at`; `KEEP` keeps its vector. Result: None."""
+    """Replace a row's content in place (same id, `created_at` and validity kept),
+    reviving it if deleted; `updated_at` becomes `at`; `KEEP` keeps its vector.
+    Result: None."""
 
     user: UserKey
     target: Stored
@@ -207,6 +210,9 @@ class Rewrite:
     vector: object
     """An `Embed` result, or `KEEP`."""
     at: datetime
+    expires_at: datetime | None | Keep = KEEP
+    """The row's new `expires_at` (None clears it), or `KEEP`: a revive clears an
+    expiry that has passed, so re-added content is not hidden by its old TTL."""
 
 
 @dataclass(slots=True)
@@ -236,8 +242,9 @@ class SetValidity:
 @dataclass(slots=True)
 class FindPredecessor:
     """The user's live row that `memory_id` superseded (the row whose
-    `superseded_by` is `memory_id`), the step a version chain is walked back
-    with. Result: `Stored | None`."""
+    `superseded_by` is `memory_id`; after restores several may name it: the most
+    recently updated), the step a version chain is walked back with.
+    Result: `Stored | None`."""
 
     user: UserKey
     memory_id: str

@@ -39,6 +39,7 @@ from ._integrity_conformance import IntegrityConformance
 from ._kit import ALICE, ALICE_OTHER_APP, BOB, T0, Client, refused
 from ._lifecycle_conformance import LifecycleConformance
 from ._search_conformance import SearchConformance
+from ._validity_conformance import ValidityConformance
 
 __all__ = ["Capability", "Client", "MemoryServiceConformance"]
 
@@ -50,6 +51,7 @@ class MemoryServiceConformance(
     IntegrityConformance,
     LifecycleConformance,
     SearchConformance,
+    ValidityConformance,
 ):
     """The behaviour every backend must have. See the module docstring."""
 

@@ -28,7 +28,13 @@ def test_new_entry_is_the_model_construct_entry() -> None:
     memory = Memory(text="likes tea", topics=["drinks"])
     entry = _plans._new_entry(UserKey("app", "u"), "m1", memory, AT)
     twin = Entry.model_construct(
-        id="m1", app_name="app", user_id="u", memory=memory, created_at=AT, updated_at=AT
+        id="m1",
+        app_name="app",
+        user_id="u",
+        memory=memory,
+        created_at=AT,
+        updated_at=AT,
+        valid_from=AT,
     )
     assert entry == twin
     assert entry.model_dump() == twin.model_dump()

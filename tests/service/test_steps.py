@@ -18,7 +18,7 @@ def _method(step: type) -> str:
 
 
 STEP_METHODS = {_method(step) for step in get_args(steps.Step)}
-RETURN_NONE = {"lock_user", "insert", "rewrite", "set_topics", "record_history"}
+RETURN_NONE = {"lock_user", "insert", "rewrite", "set_topics", "set_validity", "record_history"}
 
 
 def test_the_protocol_has_one_method_per_step():

@@ -1,0 +1,184 @@
+"""The validity rules' own pieces: the order of a supersede's steps (the unique index
+of current content never sees two rows), the view rule, the input checks, and the
+in-memory executor's rollback and predecessor choice. The behaviour every backend
+shares is in `testing/_validity_conformance.py`."""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from datetime import UTC, datetime, timedelta
+from typing import Any, TypeVar
+
+import pytest
+
+from langmem_trpc import (
+    CapacityExceededError,
+    Entry,
+    InMemoryMemoryService,
+    InvalidTimeError,
+    Limits,
+    Memory,
+    UserKey,
+)
+from langmem_trpc.service import _core, steps, validity
+from langmem_trpc.service.steps import Plan
+
+T = TypeVar("T")
+ALICE = UserKey("app", "alice")
+T0 = datetime(2024, 5, 1, tzinfo=UTC)
+DAY = timedelta(days=1)
+
+
+class Recording(InMemoryMemoryService):
+    """Records the type of every step the plans it runs yield."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.seen: list[str] = []
+
+    def run_plan(self, plan: Plan[T]) -> T:
+        return super().run_plan(self._spy(plan))
+
+    def _spy(self, plan: Plan[T]) -> Generator[steps.Step, Any, T]:
+        reply: object = None
+        while True:
+            try:
+                step = plan.send(reply)
+            except StopIteration as done:
+                result: T = done.value
+                return result
+            self.seen.append(type(step).__name__)
+            reply = yield step
+
+
+def _writes(seen: list[str]) -> list[str]:
+    return [s for s in seen if s in {"SetValidity", "Insert", "RecordHistory"}]
+
+
+def test_a_supersede_closes_the_old_version_before_it_inserts_the_new() -> None:
+    svc = Recording()
+    old = svc.add(ALICE, "Runs Go 1.23")
+    svc.seen.clear()
+    svc.update(ALICE, old.id, "Runs Go 1.24", supersede=True)
+    assert _writes(svc.seen) == ["SetValidity", "Insert", "RecordHistory"]
+
+
+def test_a_lapsed_re_add_closes_the_twin_before_it_inserts_the_same_content() -> None:
+    svc = Recording()
+    svc.add(ALICE, "Is in Tokyo", valid_from=T0, valid_until=T0 + DAY)
+    svc.seen.clear()
+    svc.add(ALICE, "Is in Tokyo")
+    assert _writes(svc.seen) == ["SetValidity", "Insert", "RecordHistory"]
+
+
+def test_restore_version_closes_the_head_before_it_reopens_the_old_version() -> None:
+    svc = Recording()
+    old = svc.add(ALICE, "Is in Tokyo", valid_from=T0, valid_until=T0 + DAY)
+    head = svc.add(ALICE, "Is in Tokyo")
+    svc.seen.clear()
+    svc.restore_version(ALICE, old.id)
+    assert _writes(svc.seen) == ["SetValidity", "SetValidity", "RecordHistory"]
+    assert svc.get(ALICE, head.id).superseded_by == old.id  # type: ignore[union-attr]
+
+
+def test_the_default_add_yields_no_validity_step() -> None:
+    svc = Recording()
+    svc.add(ALICE, "Keeps bees")
+    svc.add(ALICE, "Keeps bees", topics=["bees"])
+    assert "SetValidity" not in svc.seen and svc.seen.count("Now") == 2
+
+
+def test_a_failed_supersede_leaves_the_old_version_as_it_was() -> None:
+    svc = InMemoryMemoryService()
+    old = svc.add(ALICE, "Runs Go 1.23")
+
+    def failing() -> Plan[None]:
+        yield steps.LockUser(ALICE)
+        row = yield steps.FindById(ALICE, old.id)
+        yield steps.SetValidity(ALICE, row, T0, "next", T0)
+        raise RuntimeError("the insert of the new version fails")
+
+    with pytest.raises(RuntimeError):
+        svc.run_plan(failing())
+    assert svc.get(ALICE, old.id) == old
+
+
+def test_the_newest_of_several_predecessors_is_the_one_found() -> None:
+    svc = InMemoryMemoryService()
+    a = svc.add(ALICE, "Team size is 5")
+    b = svc.update(ALICE, a.id, "Team size is 6", supersede=True)
+    c = svc.update(ALICE, b.id, "Team size is 7", supersede=True)
+    svc.restore_version(ALICE, b.id)  # c closed, linked to b: b has two predecessors
+    found = svc.run_plan(_predecessor(b.id))
+    assert found == c.id
+    assert [e.id for e in svc.versions(ALICE, b.id)] == [c.id, b.id]
+    assert [e.id for e in svc.versions(ALICE, a.id)] == [a.id, b.id]
+
+
+def _predecessor(memory_id: str) -> Plan[str | None]:
+    row = yield steps.FindPredecessor(ALICE, memory_id)
+    return None if row is None else row.entry.id
+
+
+def test_superseded_versions_take_capacity() -> None:
+    svc = InMemoryMemoryService(limits=Limits(capacity=2))
+    first = svc.add(ALICE, "Runs Go 1.22")
+    second = svc.update(ALICE, first.id, "Runs Go 1.23", supersede=True)
+    with pytest.raises(CapacityExceededError):
+        svc.update(ALICE, second.id, "Runs Go 1.24", supersede=True)
+    assert svc.count(ALICE) == 1
+    assert [e.text for e in svc.read(ALICE)] == ["Runs Go 1.23"]
+
+
+def test_a_keyed_memory_superseded_gets_an_unkeyed_new_version() -> None:
+    svc = InMemoryMemoryService()
+    keyed = svc.add(ALICE, "Runs Go 1.23", memory_id="prefs/go")
+    new = svc.update(ALICE, keyed.id, "Runs Go 1.24", supersede=True)
+    assert new.id != "prefs/go"
+    assert svc.add(ALICE, "Runs Go 1.24").id == new.id  # found by its plain fingerprint
+
+
+def test_the_view_rule() -> None:
+    now = T0 + 100 * DAY
+    open_ = _entry(valid_from=T0)
+    lapsed = _entry(valid_from=T0, valid_to=T0 + DAY)
+    closed = _entry(valid_from=T0, valid_to=T0 + 2 * DAY, superseded_by="x")
+    planned = _entry(valid_from=now + DAY)
+    current = validity.CURRENT
+    assert [current.visible(e, now) for e in (open_, lapsed, closed, planned)] == [
+        True,
+        False,
+        False,
+        True,
+    ]
+    at = validity.View(as_of=T0 + DAY)
+    assert [at.visible(e, now) for e in (open_, lapsed, closed, planned)] == [
+        True,
+        False,
+        True,
+        False,
+    ]
+    every = validity.View(include_superseded=True)
+    assert all(every.visible(e, now) for e in (open_, lapsed, closed, planned))
+
+
+def _entry(**fields: Any) -> Entry:
+    return Entry(
+        id="m",
+        app_name="app",
+        user_id="alice",
+        memory=Memory(text="t"),
+        created_at=T0,
+        updated_at=T0,
+        **fields,
+    )
+
+
+def test_check_validity_compares_only_against_a_known_start() -> None:
+    assert _core.check_validity(None, "2024-05-01") == (None, T0)  # an update's: no start
+    with pytest.raises(InvalidTimeError) as info:
+        _core.check_validity("2024-05-02", "2024-05-01")
+    assert info.value.field == "valid_until"
+    with pytest.raises(InvalidTimeError):
+        _core.check_validity(None, T0, start=T0)
+    assert _core.check_validity(None, None) == (None, None)
