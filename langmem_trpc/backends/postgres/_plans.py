@@ -250,6 +250,9 @@ class SqlSteps:
         if isinstance(step.vector, steps.Keep):
             sql = sql.replace(", embedding = %(embedding)b::vector", "")
         params = _sql.user_params(step.user, id=step.target.entry.id, now=step.at)
+        if not isinstance(step.expires_at, steps.Keep):
+            sql = sql.replace("indexed = true", "indexed = true, expires_at = %(expires)s")
+            params["expires"] = step.expires_at
         yield Sql(sql, {**params, **content})
 
     def set_topics(self, step: steps.SetTopics) -> Plan[None]:

@@ -572,15 +572,16 @@ ORDER BY deleted_at DESC, id LIMIT 1"""
 SELECT_PREDECESSOR = f"""
 SELECT {_COLUMNS}, deleted_at FROM langmem_memories
 WHERE {_WHERE_USER} AND superseded_by = %(id)s AND deleted_at IS NULL
-ORDER BY id LIMIT 1"""
-"""The live version `id` superseded (`FindPredecessor`), by the partial index on the link."""
+ORDER BY write_seq DESC LIMIT 1"""
+"""The live version `id` superseded (`FindPredecessor`), by the partial index on the link;
+after restores several may name it: the most recently written."""
 
 SET_VALIDITY = f"""
 UPDATE langmem_memories SET valid_to = %(valid_to)s, superseded_by = %(superseded_by)s,
-    updated_at = %(now)s
+    updated_at = %(now)s, write_seq = nextval('langmem_write_seq')
 WHERE {_WHERE_USER} AND id = %(id)s"""
-"""Close or reopen a version (`SetValidity`): content, fingerprint, vector and write
-order stay."""
+"""Close or reopen a version (`SetValidity`): content, fingerprint and vector stay; it
+counts as a write for the evict policy's order, as on the other backends."""
 
 SELECT_BY_ID = (
     f"SELECT {_COLUMNS}, deleted_at FROM langmem_memories WHERE {_WHERE_USER} AND id = %(id)s"
