@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 
 from langmem_trpc.backends.postgres import _bulk, _plans
+from langmem_trpc.backends.postgres._ops import Copy
 from langmem_trpc.service import steps
 from langmem_trpc.service._language import ENGLISH
 from langmem_trpc.types import Entry, HistoryEvent, Memory, Operation, Source, UserKey
@@ -50,7 +51,7 @@ def _statements(*plan_steps: steps.Step) -> list[str]:
     try:
         while True:
             step = run.send(reply)
-            out.append("COPY" if isinstance(step, _plans.Copy) else step.sql)
+            out.append("COPY" if isinstance(step, Copy) else step.sql)
             reply = []
     except StopIteration:
         return out

@@ -16,7 +16,7 @@ import psycopg
 import pytest
 
 from langmem_trpc import Memory, PostgresMemoryService, SearchOptions, UserKey
-from langmem_trpc.backends.postgres import _sql
+from langmem_trpc.backends.postgres import _migrations, _sql
 from langmem_trpc.errors import InvalidInputError, InvalidTimeError
 from langmem_trpc.service import steps
 from langmem_trpc.service._core import fingerprint
@@ -283,14 +283,14 @@ def test_migration_fills_validity_of_existing_rows(pg_url):
     setup() backfills valid_from = event time or creation time, leaves the rows current,
     swaps the fingerprint index and the ANN function, and search and count work."""
     dims = len(HashingEmbeddings().embed_query("x"))
-    old_core, old_vector = _sql.MIGRATIONS[:15], _sql.vector_migrations(dims)[:5]
+    old_core, old_vector = _migrations.MIGRATIONS[:15], _migrations.vector_migrations(dims)[:5]
     with psycopg.connect(pg_url, autocommit=True) as conn, conn.transaction():
         conn.execute(_sql.CREATE_EXTENSION)
         conn.execute(_sql.CREATE_MIGRATIONS_TABLE)
         for scope, migrations in (("core", old_core), ("vector", old_vector)):
             for version, sql in enumerate(migrations, start=1):
                 conn.execute(sql)
-                conn.execute(_sql.RECORD_MIGRATION, (scope, version, _sql.checksum(sql)))
+                conn.execute(_sql.RECORD_MIGRATION, (scope, version, _migrations.checksum(sql)))
         event = datetime(2024, 5, 6, 16, 30, tzinfo=timezone.utc)
         texts = [("Prefers window seats", None), ("Hiked the ridge", event), ("Gone", None)]
         embed = HashingEmbeddings().embed_documents
