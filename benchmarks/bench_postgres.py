@@ -32,6 +32,7 @@ import argparse
 import statistics
 import sys
 import time
+import zlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -54,10 +55,15 @@ class LookupEmbeddings(Embeddings):
         self.table: dict[str, list[float]] = {}
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
-        return [self.table[t] for t in texts]
+        return [self.embed_query(t) for t in texts]
 
     def embed_query(self, text: str) -> list[float]:
-        return self.table[text]
+        if text in self.table:
+            return self.table[text]
+        # a text outside the corpus (setup's embedder identity probe): a fixed unit vector
+        rng = np.random.default_rng(zlib.crc32(text.encode()))
+        vector = rng.standard_normal(DIMS)
+        return (vector / np.linalg.norm(vector)).tolist()
 
 
 class Corpus:
@@ -389,6 +395,55 @@ def bench_many_users(url: str, args: argparse.Namespace) -> dict[str, float]:
     }
 
 
+def bench_chain(url: str, corpus: Corpus, args: argparse.Namespace) -> dict[str, float]:
+    """Default (current-view) hybrid search p50 on the heavy user, before and after one
+    fact gets a chain of 100 versions (`update(supersede=True)` 99 times): over the
+    corpus queries, and over queries aimed at the fact, whose nearest rows are then the
+    99 superseded versions the filter skips."""
+    emb = corpus.embeddings()
+    rng = np.random.default_rng(11)
+    anchor = corpus.vectors[0]
+
+    def near(scale: float) -> list[float]:
+        vec = anchor + scale * rng.standard_normal(DIMS).astype(np.float32) / np.sqrt(DIMS)
+        return (vec / np.linalg.norm(vec)).tolist()
+
+    versions = [f"production runs go release 1.{i}" for i in range(CHAIN)]
+    fact_queries = [f"which go release runs production q{j}" for j in range(len(corpus.queries))]
+    emb.table.update({t: near(0.2) for t in versions})
+    emb.table.update({q: near(0.3) for q in fact_queries})
+    user = UserKey("bench", "heavy")
+    svc = service(url, emb, args)
+    svc.setup()
+    memories = [Memory(text=t) for t in corpus.texts]
+    batches = [
+        (user, memories[lo : lo + 1000], corpus.vectors[lo : lo + 1000])
+        for lo in range(0, len(memories), 1000)
+    ]
+    load(svc, batches, args.ingest == "deferred")
+    head = svc.add(user, versions[0])
+    vacuum(url)
+    hybrid = SearchOptions(max_results=10, hybrid=True)
+    n = len(corpus.queries)
+    out: dict[str, float] = {}
+    for stage in ("one_version", "chain100"):
+        if stage == "chain100":
+            for text in versions[1:]:
+                head = svc.update(user, head.id, text, supersede=True)
+            vacuum(url)
+        for name, queries in (("corpus", corpus.queries), ("fact", fact_queries)):
+            p50, _ = time_queries(lambda i, q=queries: svc.search(user, q[i], hybrid), n, args.runs)
+            out[f"{stage}_{name}_p50"] = p50
+        top = [svc.search(user, q, hybrid)[0].id == head.id for q in fact_queries]
+        out[f"{stage}_fact_top1"] = float(np.mean(top))
+    svc.close()
+    return out
+
+
+CHAIN = 100
+"""Versions of the one fact `bench_chain` supersedes."""
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--heavy", type=int, default=100_000, help="memories of the heavy user")
@@ -433,7 +488,8 @@ def main(argv: list[str] | None = None) -> None:
         type=lambda v: set(v.split(",")),
         default={"heavy", "peer", "many"},
         help="comma-separated: heavy (ours, one big user), peer (PostgresStore), many "
-        "(ours, many typical users)",
+        "(ours, many typical users), chain (ours: the heavy user before and after a "
+        "100-version chain of one fact; not in the default set)",
     )
     parser.add_argument("--quick", action="store_true", help="10k heavy user, 100x100 users")
     args = parser.parse_args(argv)
@@ -479,6 +535,12 @@ def main(argv: list[str] | None = None) -> None:
                 f"vs peer batch = {ours['ingest_per_s'] / peer['batch_per_s']:.1f}x; "
                 f"vector p50 ours / peer = {ours['vec_p50'] / peer['vec_p50']:.2f}",
                 flush=True,
+            )
+        if "chain" in args.parts:
+            chain = bench_chain(server.create_database("chain"), corpus, args)
+            print(f"chain: {CHAIN} versions of one fact on the heavy user", flush=True)
+            print(
+                "  langmem_trpc  " + "  ".join(f"{k}={v:.3f}" for k, v in chain.items()), flush=True
             )
         if "many" in args.parts:
             many = bench_many_users(server.create_database("many"), args)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
+
 import psycopg
 import pytest
 
-from langmem_trpc import Memory, PostgresMemoryService, UserKey
+from langmem_trpc import Limits, Memory, PostgresMemoryService, SearchOptions, UserKey
 from langmem_trpc.backends.postgres import _sql
 
 pytestmark = pytest.mark.postgres
@@ -58,3 +60,86 @@ def _known(svc: PostgresMemoryService, user: UserKey, texts: list[str]) -> set[s
             _sql.KNOWN_FINGERPRINTS, _sql.user_params(user, fps=list(by_fp))
         ).fetchall()
     return {by_fp[fp] for (fp,) in rows}
+
+
+def _generic_explain(conn: psycopg.Connection, statement: str) -> str:
+    """EXPLAIN (GENERIC_PLAN) of a statement with named parameters: the plan the
+    service's pools (force_generic_plan) run, whatever the values."""
+    names: list[str] = []
+
+    def positional(match: re.Match[str]) -> str:
+        if match.group(1) not in names:
+            names.append(match.group(1))
+        return f"${names.index(match.group(1)) + 1}"
+
+    query = re.sub(r"%\((\w+)\)[sb]", positional, statement)
+    rows = conn.execute(f"EXPLAIN (GENERIC_PLAN, COSTS OFF) {query}").fetchall()
+    return "\n".join(row[0] for row in rows)
+
+
+def test_current_view_adds_no_sequential_scan_for_a_heavy_user(pg_module_url):
+    """A heavy user (above exact_search_max and the keyword scan limit) with a chain of
+    100 versions of one fact: the default view's filter sits inside the one hybrid
+    statement without adding a sequential scan of the memories to the plan of the
+    statement without it (every version's; the ones both have are small users'
+    branches, behind a one-time filter); `read()`'s current view walks the partial
+    index of current rows. The ANN function's plan: `test_ann_function_scans_...`."""
+    from datetime import datetime, timedelta, timezone
+
+    from langmem_trpc.backends.postgres import _search_sql
+    from langmem_trpc.service import steps
+    from langmem_trpc.service._core import fingerprint
+    from langmem_trpc.testing import HashingEmbeddings
+    from langmem_trpc.types import Entry
+
+    heavy, t0 = UserKey("app", "heavy"), datetime(2025, 1, 1, tzinfo=timezone.utc)
+    versions = [
+        Entry(
+            id=f"v{i}",
+            app_name="app",
+            user_id="heavy",
+            memory=Memory(text=f"Runs Go 1.{i}"),
+            created_at=t0,
+            updated_at=t0,
+            valid_from=t0 + timedelta(days=i),
+            valid_to=None if i == 99 else t0 + timedelta(days=i + 1),
+            superseded_by=None if i == 99 else f"v{i + 1}",
+        )
+        for i in range(100)
+    ]
+
+    def chain() -> steps.Plan[None]:
+        vectors = yield steps.Embed(tuple(e.text for e in versions))
+        rows = zip(versions, vectors, strict=True)
+        yield steps.Insert(
+            heavy, tuple(steps.NewRow(e, fingerprint(e.memory), False, v) for e, v in rows)
+        )
+
+    with PostgresMemoryService(
+        pg_module_url, HashingEmbeddings(), limits=Limits(capacity=None)
+    ) as svc:
+        svc.setup()
+        svc.add_many(heavy, [Memory(text=f"note {i} about topic {i % 97}") for i in range(2_500)])
+        svc.run_plan(chain())
+        query = HashingEmbeddings().embed_query("go version")
+        options = SearchOptions(query="go version", hybrid=True)
+        views = {"current": options, "all": options.model_copy(update={"include_superseded": True})}
+        with psycopg.connect(pg_module_url, autocommit=True) as conn:
+            conn.execute("ANALYZE langmem_memories")
+            plans = {
+                (leg, view): _generic_explain(
+                    conn,
+                    _search_sql.build_search(
+                        heavy, views[view], None, 30, query, 2_000, heavy=leg == "heavy"
+                    ).sql,
+                )
+                for leg in ("sql", "heavy")
+                for view in views
+            }
+            read = _generic_explain(conn, _sql.READ_LIVE["current"])
+        assert svc.search(heavy, "runs go 1.99", options)[0].id == "v99"
+    seq_scan = "Seq Scan on langmem_memories"
+    for leg in ("sql", "heavy"):
+        current, every = plans[leg, "current"], plans[leg, "all"]
+        assert current.count(seq_scan) <= every.count(seq_scan), (leg, current)
+    assert "langmem_memories_current" in read

@@ -32,7 +32,7 @@ from ...types import Entry, HistoryEvent, SearchOptions, UserKey
 from . import _expiry, _identity, _plans, _sql
 from ._cache import MAX_ENTRIES, EntryCache
 from ._conninfo import checked_conninfo
-from ._plans import Op, Plan, Sql
+from ._ops import Op, Plan, Sql
 
 if TYPE_CHECKING:
     from langchain_core.embeddings import Embeddings

@@ -25,7 +25,8 @@ from ...service._documents import keys_of
 from ...service._language import Language
 from ...service.steps import Insert, NewRow, RecordHistory, Step
 from ...types import Operation, UserKey
-from . import _plans, _sql
+from . import _sql
+from ._ops import Copy, Op, Plan, Sql
 
 STAGE_COLUMNS: tuple[tuple[str, str], ...] = (
     ("ord", "int4"),
@@ -111,14 +112,14 @@ def _vectors(rows: Sequence[NewRow]) -> list[Vector | None]:
     return [_Binary(head + v.tobytes()) for v in packed]
 
 
-def stage(rows: Sequence[NewRow], language: Language) -> _plans.Plan[None]:
+def stage(rows: Sequence[NewRow], language: Language) -> Plan[None]:
     """Copy an `Insert` step's rows, exactly as given, into the staging table."""
     staged = [
         _staged(ord_, row, vector, language)
         for ord_, (row, vector) in enumerate(zip(rows, _vectors(rows), strict=True))
     ]
-    yield _plans.Sql(CREATE_STAGE)
-    yield _plans.Copy(COPY_STAGE, [kind for _, kind in STAGE_COLUMNS], staged)
+    yield Sql(CREATE_STAGE)
+    yield Copy(COPY_STAGE, [kind for _, kind in STAGE_COLUMNS], staged)
 
 
 def _staged(ord_: int, row: NewRow, vector: Vector | None, language: Language) -> tuple[Any, ...]:
@@ -168,28 +169,28 @@ def added(insert: Insert, step: Step) -> RecordHistory | None:
     return step if same else None
 
 
-def insert_sql(insert: Insert, indexed: bool, history: RecordHistory | None) -> _plans.Sql:
+def insert_sql(insert: Insert, indexed: bool, history: RecordHistory | None) -> Sql:
     """The staged rows' INSERT, with `history` (from `added`) written by the same statement."""
     params = _sql.user_params(insert.user, indexed=indexed)
     if history is None:
-        return _plans.Sql(BULK_INSERT, params)
+        return Sql(BULK_INSERT, params)
     source = _sql.source_json(history.events[0].source)
-    return _plans.Sql(BULK_INSERT_ADDED, {**params, "op": Operation.ADD.value, "source": source})
+    return Sql(BULK_INSERT_ADDED, {**params, "op": Operation.ADD.value, "source": source})
 
 
-def _pending_plan(sql: str, user: UserKey | None, **extra: int) -> _plans.Plan[list[_sql.Row]]:
+def _pending_plan(sql: str, user: UserKey | None, **extra: int) -> Plan[list[_sql.Row]]:
     params = {"app": None, "user": None} if user is None else _sql.user_params(user)
-    rows: list[_sql.Row] = yield _plans.Sql(sql, {**params, **extra})
+    rows: list[_sql.Row] = yield Sql(sql, {**params, **extra})
     return rows
 
 
-def pending_op(user: UserKey | None, limit: int) -> _plans.Op:
+def pending_op(user: UserKey | None, limit: int) -> Op:
     """One batch of deferred rows flipped to indexed (one transaction, so each batch's
     graph inserts commit on their own and a long run never holds many row locks);
     the plan returns the rows flipped."""
-    return _plans.Op(_pending_plan(_sql.PENDING_BATCH, user, limit=limit), write=True)
+    return Op(_pending_plan(_sql.PENDING_BATCH, user, limit=limit), write=True)
 
 
-def pending_count_op(user: UserKey | None) -> _plans.Op:
+def pending_count_op(user: UserKey | None) -> Op:
     """The plan returns one row: `n`, the live rows not yet indexed."""
-    return _plans.Op(_pending_plan(_sql.PENDING_COUNT, user), write=False)
+    return Op(_pending_plan(_sql.PENDING_COUNT, user), write=False)

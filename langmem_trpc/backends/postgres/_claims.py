@@ -21,7 +21,7 @@ from psycopg.types.json import Jsonb
 
 from ...service import claims as c
 from ...types import DeadLetter, DeadLetterStatus, ExtractionCursor, ThreadClaim, UserKey
-from ._plans import Op, Plan, Sql
+from ._ops import Op, Plan, Sql
 from ._sql import Row, user_params
 
 ASYNC_COMMIT = "set_config('synchronous_commit', 'off', true) = 'off'"

@@ -14,7 +14,7 @@ from datetime import datetime
 from ...service._core import utcnow
 from ...types import UserKey
 from . import _sql
-from ._plans import Plan, Sql
+from ._ops import Plan, Sql
 
 SET_EXPIRY = """
 UPDATE langmem_memories SET expires_at = %(at)s

@@ -20,7 +20,7 @@ from ...service.identity import (
     stale_error,
 )
 from ...service.info import StoreInfo
-from ._plans import Embed, Plan, Sql
+from ._ops import Embed, Plan, Sql
 
 T = TypeVar("T")
 

@@ -1,19 +1,17 @@
 """Every operation as a sans-I/O plan, shared by the sync and async drivers.
 
-A plan is a generator: it yields `Sql` (run it, send back the rows), `Copy`
-(stream rows in, send back nothing) or `Embed` (embed these texts, send back
-the vectors) and returns the result.
-The drivers in `sync.py` and `aio.py` only execute steps, so the logic of
+A plan is a generator over the statements of `_ops.py` (`Sql`, `Copy`, `Embed`)
+that returns the result. The drivers in `sync.py` and `aio.py` only execute steps, so the logic of
 each operation exists once. Validation happens before the first yield, so
 bad input never opens a transaction.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, TypeVar, assert_never, cast
+from typing import TypeVar, assert_never, cast
 
 from ...errors import ConfigurationError
 from ...service import steps
@@ -29,51 +27,13 @@ from ...service._search import (
     plan_search,
     rank_search,
 )
-from ...service.validity import CURRENT, View
+from ...service.validity import CURRENT, View, view_of
 from ...types import Entry, HistoryEvent, Kind, SearchOptions, UserKey
-from . import _bulk, _search_sql, _sql
+from . import _bulk, _migrations, _search_sql, _sql
 from ._cache import EntryCache
+from ._ops import Embed, Plan, Sql
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class Sql:
-    """Run one statement; the driver sends back its rows (dicts), or [] without a result set."""
-
-    sql: str
-    params: dict[str, Any] | Sequence[Any] | None = None
-
-
-@dataclass(frozen=True)
-class Embed:
-    """Embed texts with the service's embedder; the driver sends back the vectors."""
-
-    texts: list[str]
-    query: bool = False
-
-
-@dataclass(frozen=True)
-class Copy:
-    """Stream rows into a table with binary COPY; `types` are the columns' PostgreSQL types."""
-
-    sql: str
-    types: Sequence[str]
-    rows: Sequence[Sequence[Any]]
-
-
-Step = Sql | Embed | Copy
-Plan = Generator[Step, Any, T]
-
-
-@dataclass(frozen=True)
-class Op:
-    """A plan plus whether it writes (writes run in one transaction)."""
-
-    plan: Plan[Any]
-    write: bool
-    checks_language: bool = True
-    """False for setup, which checks (and on a new database records) the language itself."""
 
 
 # --- writes: the shared write plans, step by step in SQL --------------------
@@ -250,6 +210,9 @@ class SqlSteps:
         if isinstance(step.vector, steps.Keep):
             sql = sql.replace(", embedding = %(embedding)b::vector", "")
         params = _sql.user_params(step.user, id=step.target.entry.id, now=step.at)
+        if not isinstance(step.expires_at, steps.Keep):
+            sql = sql.replace("indexed = true", "indexed = true, expires_at = %(expires)s")
+            params["expires"] = step.expires_at
         yield Sql(sql, {**params, **content})
 
     def set_topics(self, step: steps.SetTopics) -> Plan[None]:
@@ -387,11 +350,16 @@ def search(
     `cache.sizes` remembers each user's live count from earlier searches: for
     users above `exact_max` the vector leg reads the HNSW index through
     `langmem_ann_candidates`, and a vector-only search reads nothing else,
-    narrowed to 3 x max_results unless `_needs_wider_pool`.
+    narrowed to 3 x max_results unless `_needs_wider_pool`. A past view (`as_of`,
+    `include_superseded`) reads every user's rows exactly: the versions of one fact
+    are near-duplicate vectors, which the HNSW graph links poorly (a filtered scan
+    can miss the one version true at `as_of`).
     """
     plan = plan_search(options)
     if not plan.kinds:
         return []
+    if not view_of(options).current:
+        exact_max = PAST_EXACT_MAX
     cache = cache if cache is not None else SearchCache()
     query_vector = None
     if embed:
@@ -484,6 +452,9 @@ def _needs_wider_pool(
     return False
 
 
+PAST_EXACT_MAX = 2**62
+"""`exact_max` of a past view's search: no user is above it, so every vector leg is exact."""
+
 SIZE_CACHE_MAX = 10_000
 """Users whose live count `SearchCache.sizes` keeps; when full it forgets them all."""
 
@@ -507,7 +478,7 @@ def setup(dims: int | None, embed: bool, language: Language = ENGLISH) -> Plan[i
     rows = yield Sql(_sql.APPLIED_MIGRATIONS)
     applied = {(r["scope"], r["version"]): r["checksum"] for r in rows}
     fresh = not any(scope == _sql.CORE_SCOPE for scope, _ in applied)
-    scopes: list[tuple[str, list[str]]] = [(_sql.CORE_SCOPE, _sql.MIGRATIONS)]
+    scopes: list[tuple[str, list[str]]] = [(_sql.CORE_SCOPE, _migrations.MIGRATIONS)]
     existing_dims: int | None = None
     if applied.get((_sql.VECTOR_SCOPE, 1)):
         found = yield Sql(_sql.EMBEDDING_DIMS)
@@ -520,13 +491,13 @@ def setup(dims: int | None, embed: bool, language: Language = ENGLISH) -> Plan[i
     vector_dims = dims if dims is not None else existing_dims
     if vector_dims is not None:
         # also on a database set up earlier: its later vector migrations still apply
-        scopes.append((_sql.VECTOR_SCOPE, _sql.vector_migrations(vector_dims)))
+        scopes.append((_sql.VECTOR_SCOPE, _migrations.vector_migrations(vector_dims)))
     for scope, migrations in scopes:
         for version, sql in enumerate(migrations, start=1):
             if (scope, version) in applied:
                 continue
             yield Sql(sql)
-            yield Sql(_sql.RECORD_MIGRATION, (scope, version, _sql.checksum(sql)))
+            yield Sql(_sql.RECORD_MIGRATION, (scope, version, _migrations.checksum(sql)))
             retokenize = _sql.RETOKENIZE_MIGRATIONS | {_sql.KEYS_MIGRATION}
             if scope == _sql.CORE_SCOPE and version in retokenize:
                 yield from backfill_docs(language)

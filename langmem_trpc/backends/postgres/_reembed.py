@@ -41,7 +41,7 @@ from ...service.reembed import (
 )
 from ...types import UserKey
 from . import _identity, _sql
-from ._plans import Op, Plan, Sql
+from ._ops import Op, Plan, Sql
 
 if TYPE_CHECKING:
     from langchain_core.embeddings import Embeddings

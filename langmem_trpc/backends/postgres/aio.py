@@ -15,7 +15,7 @@ from ...service.claims import ClaimOp
 from ...service.steps import Plan
 from . import _claims
 from ._base import PostgresBase, backend_error, logger
-from ._plans import Copy, Embed, Op
+from ._ops import Copy, Embed, Op
 
 T = TypeVar("T")
 

@@ -15,7 +15,7 @@ from ...service.protocol import MemoryService, _named
 from ...types import Entry, Memory, Source, UserKey
 from . import _bulk
 from ._base import PostgresBase
-from ._plans import Op, Plan
+from ._ops import Op, Plan
 from .aio import AsyncPostgres
 from .sync import SyncPostgres
 

@@ -21,7 +21,7 @@ from ...service.steps import Plan
 from ...types import UserKey
 from . import _claims, _identity
 from ._base import PostgresBase, backend_error, logger
-from ._plans import Copy, Embed, Op
+from ._ops import Copy, Embed, Op
 from ._reembed import PostgresReembed, plan_texts
 
 if TYPE_CHECKING:
