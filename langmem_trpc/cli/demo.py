@@ -30,7 +30,7 @@ from ..integration import MemoryCheckpointer, MemoryPreloadMiddleware, create_me
 from ..integration.preload import BLOCK_BEGIN, BLOCK_END
 from ..models import chat_model_from_env
 from ..testing import HashingEmbeddings, ScriptedChatModel, tool_call
-from ..types import UserKey
+from ..types import Entry, UserKey
 from ._common import plural
 from ._output import event_line, safe
 
@@ -217,11 +217,13 @@ def run_demo(
             out(f"[thread-2] {line}")
         answer = str(turn[-1].content)
         out(f"[thread-2] assistant: {safe(answer)}")
-    out("\nWhat is remembered (with history):")
+    out("\nWhat is remembered (current memories, each with its versions and history):")
     for entry in service.read(USER):
         out(safe(f"- [{entry.id}] {entry.text}  topics={list(entry.memory.topics)}"))
-        for event in service.history(USER, entry.id):
-            out("    " + event_line(event))
+        for version in service.versions(USER, entry.id):
+            out(safe(f"    version [{version.id}] {version.text}  {_validity(version)}"))
+            for event in service.history(USER, version.id):
+                out("      " + event_line(event))
     out("\nWhat thread 2's model saw before its first answer (the preloaded block):")
     out(_memory_block(seen.inputs[start:]))
     model_input = " ".join(str(m.content) for call in seen.inputs[start:] for m in call)
@@ -232,6 +234,13 @@ def run_demo(
         for hint in hints:
             out(f"  {hint}")
     service.close()
+
+
+def _validity(entry: Entry) -> str:
+    """`valid 2026-07-20 -> now` or `valid ... -> 2026-07-27 (superseded)`: business time."""
+    start = entry.valid_from.date().isoformat()
+    end = "now" if entry.valid_to is None else entry.valid_to.date().isoformat()
+    return f"valid {start} -> {end}" + (" (superseded)" if entry.superseded else "")
 
 
 def default_demo_db() -> Path:

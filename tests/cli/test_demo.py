@@ -158,7 +158,7 @@ def test_the_demo_shows_the_search_call_a_verdict_and_what_to_try_next(monkeypat
         ],
     )
     for event in history.output.splitlines():
-        assert "    " + event in lines
+        assert "      " + event in lines
 
 
 def test_the_verdict_says_when_memory_did_not_carry_over(monkeypatch, tmp_path):

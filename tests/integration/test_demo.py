@@ -17,11 +17,14 @@ def test_demo_offline_shows_go_124_only(tmp_path: Path, monkeypatch: pytest.Monk
     text = "\n".join(lines)
     assert lines[0].startswith("Model: scripted model (offline")
     block = text[text.index("What thread 2's model saw") :]
-    assert "Go 1.24" in block and "Go 1.23" not in block
+    (memory_line,) = [line for line in block.splitlines() if line.startswith("- [")]
+    assert '"Production runs Go 1.24"' in memory_line  # current, with its past, bounded:
+    assert 'before="Production runs Go 1.23"' in memory_line
     remembered = text[text.index("What is remembered") : text.index("What thread 2's model saw")]
-    assert remembered.count("- [") == 1
+    assert remembered.count("- [") == 1  # one current memory, two versions
+    assert remembered.count("    version [") == 2
     assert "add    + 'Production runs Go 1.23'" in remembered
-    assert "update 'Production runs Go 1.23' -> 'Production runs Go 1.24'" in remembered
+    assert "supersede" in remembered and "(superseded)" in remembered
     lines.clear()
     run_demo(tmp_path / "demo.db", out=lines.append)  # rerunnable on the same database
     assert "\n".join(lines).count("- [") == 1 + 1  # one memory line + one preloaded line
