@@ -457,8 +457,9 @@ class QueueWorker:
             count += 1
             logger.warning(
                 "queue worker: job %s of a stalled worker (no heartbeat for %.0f s) put back",
-                job.id, self.stalled_after,
-            )  # fmt: skip
+                job.id,
+                self.stalled_after,
+            )
         self.recovered += count
         return count
 
