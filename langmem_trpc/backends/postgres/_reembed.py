@@ -4,9 +4,14 @@ The new vectors go to a shadow column, `langmem_memories.embedding_next`
 (`vector(new dims)`), with `embedding_next_of`, the text each was embedded
 from; both are added when the re-embed starts (a nullable column without a
 default: no table rewrite) and the shadow rows present are the progress, so a
-killed run resumes. Searches keep using `embedding` and its HNSW index. Once
-every memory has a shadow vector, the shadow's HNSW index is built with
-`CREATE INDEX CONCURRENTLY` (writes go on), then one transaction cuts over:
+killed run resumes. A batch is one transaction: its vectors in pgvector's binary
+form by COPY into a session staging table, then one UPDATE. The shadow column has
+no index while it fills; each updated row still costs an insert into the served
+HNSW index (a row version that does not fit its page), the fill's main cost.
+Searches keep using `embedding` and its HNSW index. Once every memory has a
+shadow vector, the shadow's HNSW index is built once with `CREATE INDEX
+CONCURRENTLY` (writes go on; `maintenance_work_mem` raised to hold its graph),
+then one transaction cuts over:
 
 1. it takes the `embedder_generation` settings row `FOR UPDATE`: every write of
    a service with an embedder holds it `FOR SHARE` in its own transaction
