@@ -52,6 +52,26 @@ def _functions(tree: ast.AST):
             yield node
 
 
+FUNCTION_LINES = 60
+"""The style guide's limit (style.md section 8)."""
+LONG_FUNCTIONS_TO_SPLIT = {
+    "backends/postgres/_base.py:__init__",
+    "bench/locomo/loader.py:_conversation",
+    "bench/locomo/qa.py:run_qa",
+    "cli/backfill.py:backfill_command",
+    "cli/bench.py:locomo",
+    "cli/worker.py:worker_command",
+    "extraction/worker.py:__init__",
+    "history/__init__.py:backfill",
+    "integration/mcp_server.py:build_mcp_server",
+    "queue/producer.py:__init__",
+    "ui/_explain.py:explain_search",
+    "ui/app.py:create_app",
+}
+"""Over 60 lines when the limit came down from 80 (issue 25): each may stay up to 80
+lines until it is split; nothing new joins the list."""
+
+
 def test_modules_and_functions_stay_small():
     too_long = []
     for path in PACKAGE.rglob("*.py"):
@@ -61,8 +81,9 @@ def test_modules_and_functions_stay_small():
             too_long.append(f"{path.relative_to(PACKAGE)}: {lines} lines")
         for func in _functions(ast.parse(source)):
             length = (func.end_lineno or func.lineno) - func.lineno + 1
-            if length > 80:
-                too_long.append(f"{path.relative_to(PACKAGE)}:{func.name}: {length} lines")
+            name = f"{path.relative_to(PACKAGE)}:{func.name}"
+            if length > (80 if name in LONG_FUNCTIONS_TO_SPLIT else FUNCTION_LINES):
+                too_long.append(f"{name}: {length} lines")
     assert too_long == []
 
 

@@ -83,6 +83,27 @@ def _retry_strategy(retries: int, wait: float) -> Any:
     return Backoff()
 
 
+def _check_settings(
+    queue: str,
+    apps: Sequence[str] | None,
+    concurrency: int,
+    retries: int | None,
+    retry_wait: float,
+    stalled_after: float,
+    poll_interval: float,
+) -> None:
+    """`QueueWorker`'s arguments, refused with `ConfigurationError` before anything starts."""
+    if concurrency < 1:
+        raise ConfigurationError("concurrency must be >= 1")
+    check_queue_name(queue)
+    for app in apps or ():
+        check_identifier("apps", app)
+    if stalled_after <= 0 or retry_wait < 0 or poll_interval <= 0:
+        raise ConfigurationError("stalled_after and poll_interval must be > 0, retry_wait >= 0")
+    if retries is not None and retries < 0:
+        raise ConfigurationError("retries must be >= 0")
+
+
 class QueueWorker:
     """Consumes one queue of `PostgresJobQueue` (see the module docstring).
 
@@ -136,15 +157,7 @@ class QueueWorker:
         on_ready: Callable[[], None] | None = None,
         delete_succeeded: bool = False,
     ) -> None:
-        if concurrency < 1:
-            raise ConfigurationError("concurrency must be >= 1")
-        check_queue_name(queue)
-        for app in apps or ():
-            check_identifier("apps", app)
-        if stalled_after <= 0 or retry_wait < 0 or poll_interval <= 0:
-            raise ConfigurationError("stalled_after and poll_interval must be > 0, retry_wait >= 0")
-        if retries is not None and retries < 0:
-            raise ConfigurationError("retries must be >= 0")
+        _check_settings(queue, apps, concurrency, retries, retry_wait, stalled_after, poll_interval)
         self.processor = AutoMemoryWorker(
             service,
             extractor,
@@ -175,6 +188,10 @@ class QueueWorker:
         self.on_ready = on_ready
         self.delete_succeeded = delete_succeeded
         self.app = self._make_app(retry_wait)
+        self._init_run_state()
+
+    def _init_run_state(self) -> None:
+        """What a running worker fills in (`run`): none of it exists before."""
         self._executor: ThreadPoolExecutor | None = None
         self._threads: asyncio.Semaphore | None = None
         self._waiting: set[asyncio.Task[Any]] = set()  # fetched ahead, waiting for a thread
@@ -457,8 +474,9 @@ class QueueWorker:
             count += 1
             logger.warning(
                 "queue worker: job %s of a stalled worker (no heartbeat for %.0f s) put back",
-                job.id, self.stalled_after,
-            )  # fmt: skip
+                job.id,
+                self.stalled_after,
+            )
         self.recovered += count
         return count
 

@@ -13,6 +13,7 @@ from langchain_core.messages import BaseMessage
 from langmem_trpc import InMemoryMemoryService, MemoryStore, UserKey
 from langmem_trpc.service.protocol import MemoryService, SyncMemoryService
 from langmem_trpc.testing import HashingEmbeddings
+from tests._pg import wipe_postgres
 
 SECRET = "postgresql://admin:hunter2@db.internal:5432/memories"
 
@@ -98,21 +99,6 @@ def ids(app: str = "demo", user: str = "alice") -> dict[str, Any]:
 BACKENDS = ["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 
 
-def _wipe_postgres(url: str) -> None:
-    import psycopg
-
-    with psycopg.connect(url, autocommit=True) as conn:
-        tables = [
-            r[0]
-            for r in conn.execute(
-                "SELECT tablename FROM pg_tables WHERE schemaname = current_schema() "
-                "AND tablename NOT LIKE '%migration%' AND tablename <> 'langmem_settings'"
-            ).fetchall()
-        ]
-        if tables:
-            conn.execute("TRUNCATE " + ", ".join(f'"{t}"' for t in tables))
-
-
 @pytest.fixture(params=BACKENDS)
 def backend_service(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MemoryService]:
     """A fresh, empty service of one backend, with the hashing embedder."""
@@ -129,7 +115,7 @@ def backend_service(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[
         url = request.getfixturevalue("pg_module_url")
         svc = PostgresMemoryService(url, HashingEmbeddings(), pool_size=2)
         svc.setup()  # type: ignore[attr-defined]
-        _wipe_postgres(url)
+        wipe_postgres(url)
     yield svc
     svc.close()
 

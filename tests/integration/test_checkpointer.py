@@ -11,6 +11,7 @@ from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, HumanMessage
 from langchain_core.tools import tool
 from langgraph.checkpoint.conformance import checkpointer_test, validate
+from langgraph.checkpoint.conformance.capabilities import DetectedCapabilities
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.types import Command, interrupt
@@ -216,11 +217,21 @@ def test_extended_capabilities_appear_only_when_the_inner_saver_has_them(worker:
         async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
             self.copy_thread(source_thread_id, target_thread_id)
 
+    class WithCopyAndPrune(WithCopy):
+        async def aprune(self, thread_ids: Any, *, strategy: str = "keep_latest") -> None:
+            pass
+
+    def detected(saver: Any) -> set[str]:
+        return {c.value for c in DetectedCapabilities.from_instance(saver).detected}
+
+    base = {"put", "put_writes", "get_tuple", "list", "delete_thread"}
     plain = MemoryCheckpointer(InMemorySaver(), worker)
     extended = MemoryCheckpointer(WithCopy(), worker)
-    assert "copy_thread" not in vars(type(plain))
-    assert "copy_thread" in vars(type(extended))
-    assert isinstance(extended, MemoryCheckpointer)
+    both = MemoryCheckpointer(WithCopyAndPrune(), worker)
+    assert detected(plain) == base
+    assert detected(extended) == base | {"copy_thread"}
+    assert detected(both) == base | {"copy_thread", "prune"}
+    assert isinstance(extended, MemoryCheckpointer) and isinstance(both, MemoryCheckpointer)
     extended.copy_thread("a", "b")
     assert WithCopy.copied == [("a", "b")]
 

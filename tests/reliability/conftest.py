@@ -21,6 +21,7 @@ from langmem_trpc.errors import BackendError
 from langmem_trpc.service.protocol import MemoryService
 from langmem_trpc.testing import HashingEmbeddings
 from langmem_trpc.testing._wrap import DelegatingService
+from tests._pg import wipe_postgres
 
 #: A connection string with a password: it must never reach a model, a tool message or a log.
 SECRET_DSN = "postgresql://admin:s3cr3t-hunter2@db.internal:5432/memories"
@@ -124,7 +125,7 @@ def make_service(
         svc: MemoryService
         if kind == "postgres" and shared:  # one pool per test; each build empties the tables
             assert url is not None
-            _wipe_postgres(url)
+            wipe_postgres(url)
             return shared[0]
         if kind == "memory":
             svc = InMemoryMemoryService(embeddings=HashingEmbeddings())
@@ -138,7 +139,7 @@ def make_service(
             assert url is not None
             svc = PostgresMemoryService(url, HashingEmbeddings(), pool_size=2)
             svc.setup()  # type: ignore[attr-defined]
-            _wipe_postgres(url)
+            wipe_postgres(url)
             shared.append(svc)
         made.append(svc)
         return svc
@@ -152,22 +153,6 @@ def make_service(
     loop.close()
     if url is not None:
         request.getfixturevalue("pg_server").drop_database(url)
-
-
-def _wipe_postgres(url: str) -> None:
-    """Empty every langmem table, so each example starts from an empty store."""
-    import psycopg
-
-    with psycopg.connect(url, autocommit=True) as conn:
-        tables = [
-            r[0]
-            for r in conn.execute(
-                "SELECT tablename FROM pg_tables WHERE schemaname = current_schema() "
-                "AND tablename NOT LIKE '%migration%' AND tablename <> 'langmem_settings'"
-            ).fetchall()
-        ]
-        if tables:
-            conn.execute("TRUNCATE " + ", ".join(f'"{t}"' for t in tables))
 
 
 class Outage(OSError):

@@ -4,9 +4,14 @@ The new vectors go to a shadow column, `langmem_memories.embedding_next`
 (`vector(new dims)`), with `embedding_next_of`, the text each was embedded
 from; both are added when the re-embed starts (a nullable column without a
 default: no table rewrite) and the shadow rows present are the progress, so a
-killed run resumes. Searches keep using `embedding` and its HNSW index. Once
-every memory has a shadow vector, the shadow's HNSW index is built with
-`CREATE INDEX CONCURRENTLY` (writes go on), then one transaction cuts over:
+killed run resumes. A batch is one transaction: its vectors in pgvector's binary
+form by COPY into a session staging table, then one UPDATE. The shadow column has
+no index while it fills; each updated row still costs an insert into the served
+HNSW index (a row version that does not fit its page), the fill's main cost.
+Searches keep using `embedding` and its HNSW index. Once every memory has a
+shadow vector, the shadow's HNSW index is built once with `CREATE INDEX
+CONCURRENTLY` (writes go on; `maintenance_work_mem` raised to hold its graph),
+then one transaction cuts over:
 
 1. it takes the `embedder_generation` settings row `FOR UPDATE`: every write of
    a service with an embedder holds it `FOR SHARE` in its own transaction
@@ -25,9 +30,12 @@ cutover or after it, never across it.
 
 from __future__ import annotations
 
+import struct
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from ...errors import ConfigurationError
 from ...service._core import embedding_text
@@ -41,7 +49,8 @@ from ...service.reembed import (
 )
 from ...types import UserKey
 from . import _identity, _sql
-from ._ops import Op, Plan, Sql
+from ._bulk import _Binary
+from ._ops import Copy, Op, Plan, Sql
 
 if TYPE_CHECKING:
     from langchain_core.embeddings import Embeddings
@@ -67,14 +76,21 @@ _COUNT = """SELECT count(*) AS total,
     count(*) FILTER (WHERE m.embedding_next_of IS NOT DISTINCT FROM m.text
                      AND m.embedding_next IS NOT NULL) AS done
 FROM langmem_memories m WHERE true{users}"""
-UPDATE_SHADOW = """UPDATE langmem_memories m
-SET embedding_next = d.e::vector, embedding_next_of = d.t
-FROM unnest(%(a)s::text[], %(u)s::text[], %(i)s::text[], %(t)s::text[], %(e)s::text[])
-    AS d(a, u, i, t, e)
+CREATE_STAGE = """CREATE TEMP TABLE IF NOT EXISTS langmem_reembed_stage
+    (a text, u text, i text, t text, e vector) ON COMMIT DELETE ROWS"""
+"""Session-local staging table for one batch of shadow vectors (emptied at each commit)."""
+COPY_STAGE = "COPY langmem_reembed_stage (a, u, i, t, e) FROM STDIN (FORMAT BINARY)"
+STAGE_TYPES = ("text", "text", "text", "text", "vector")
+UPDATE_SHADOW = """UPDATE langmem_memories m SET embedding_next = d.e, embedding_next_of = d.t
+FROM langmem_reembed_stage d
 WHERE m.app_name = d.a AND m.user_id = d.u AND m.id = d.i AND m.text = d.t"""
 SHADOW_READY = """SELECT count(*) AS n FROM pg_index x JOIN pg_class c ON c.oid = x.indexrelid
 WHERE c.relname = %(name)s AND x.indisvalid"""
 SELECT_TEXTS = "SELECT m.text FROM langmem_memories m WHERE true{users}"
+RAISE_BUILD_MEMORY = """SELECT set_config('maintenance_work_mem',
+    GREATEST(setting::bigint, %(kb)s)::text || 'kB', false)
+FROM pg_settings WHERE name = 'maintenance_work_mem'"""
+BUILD_MEMORY_CAP_KB = 1024 * 1024
 LOCK_GENERATION = "SELECT value FROM langmem_settings WHERE key = 'embedder_generation' FOR UPDATE"
 LOCK_WRITES = "LOCK TABLE langmem_memories IN SHARE ROW EXCLUSIVE MODE"
 
@@ -87,8 +103,19 @@ def _users(users: Sequence[UserKey] | None) -> tuple[str, dict[str, Any]]:
     return _USERS, {"apps": [u.app_name for u in users], "uids": [u.user_id for u in users]}
 
 
-def _literal(vector: Sequence[float]) -> str:
-    return "[" + ",".join(repr(float(x)) for x in vector) + "]"
+def _binary(vectors: Sequence[Sequence[float]]) -> list[_Binary]:
+    """pgvector's binary form of each vector, packed in one numpy call: formatting
+    768 floats as a text literal cost more than the whole UPDATE."""
+    packed = np.asarray(vectors, dtype=">f4")
+    head = struct.pack(">HH", packed.shape[1], 0)
+    return [_Binary(head + v.tobytes()) for v in packed]
+
+
+def _build_memory_kb(rows: int, dims: int) -> int:
+    """`maintenance_work_mem` for the shadow's HNSW build: its graph (halfvec, m = 16:
+    about 2 x dims + 400 bytes a row), capped at 1 GB; a build whose graph outgrows it
+    goes on several times slower (pgvector's notice "hnsw graph no longer fits")."""
+    return min(BUILD_MEMORY_CAP_KB, rows * (2 * dims + 400) // 1024 + 16 * 1024)
 
 
 def _build_index(dims: int) -> str:
@@ -154,8 +181,9 @@ class PostgresReembed:
         self._fill(self._users, state)
         generation = stored.generation if stored is not None else 0
         cut = False
-        if self._users is None or self._counts(None)[1] >= self._counts(None)[0]:
-            self._run(self._index())
+        everyone, embedded = self._counts(None)
+        if self._users is None or embedded >= everyone:
+            self._run(self._index(everyone))
             found = self._cut_over()
             cut, generation = found is not None, found if found is not None else generation
         return ReembedReport(self._embedded, done, cut, generation, time.monotonic() - started)
@@ -185,7 +213,7 @@ class PostgresReembed:
             rows = self._run(_one(Sql(query, params | found)))
             if not rows:
                 return
-            self._run(_one(self._shadow(rows)), write=True)
+            self._run(self._shadow(rows), write=True)
             last = rows[-1]
             after = (last["app_name"], last["user_id"], last["id"])
             if state is not None:
@@ -194,7 +222,9 @@ class PostgresReembed:
                 if self._progress is not None:
                     self._progress(state)
 
-    def _shadow(self, rows: Sequence[dict[str, Any]]) -> Sql:
+    def _shadow(self, rows: Sequence[dict[str, Any]]) -> Plan[None]:
+        """Embed `rows` and write their shadow vectors: one binary COPY into the staging
+        table, one set-based UPDATE (a row whose text changed meanwhile is skipped)."""
         vectors = self._new.embed_documents([embedding_text(r["text"]) for r in rows])
         if any(len(v) != self._target.dims for v in vectors):
             raise ConfigurationError(
@@ -202,25 +232,26 @@ class PostgresReembed:
                 "but its document vectors do not; nothing was cut over"
             )
         self._embedded += len(rows)
-        return Sql(
-            UPDATE_SHADOW,
-            {
-                "a": [r["app_name"] for r in rows],
-                "u": [r["user_id"] for r in rows],
-                "i": [r["id"] for r in rows],
-                "t": [r["text"] for r in rows],
-                "e": [_literal(v) for v in vectors],
-            },
-        )
+        staged = [
+            (r["app_name"], r["user_id"], r["id"], r["text"], v)
+            for r, v in zip(rows, _binary(vectors), strict=True)
+        ]
+        yield Sql(CREATE_STAGE)
+        yield Copy(COPY_STAGE, STAGE_TYPES, staged)
+        yield Sql(UPDATE_SHADOW)
 
-    def _index(self) -> Plan[None]:
+    def _index(self, rows: int) -> Plan[None]:
         """The shadow's HNSW index, built without blocking writes (an invalid one left by
-        a killed run is dropped first)."""
-        rows = yield Sql(SHADOW_READY, {"name": NEXT_INDEX})
-        if rows[0]["n"]:
+        a killed run is dropped first), with `maintenance_work_mem` raised for the build
+        on this connection only (reset after it; a failed build leaves it raised there,
+        which only maintenance statements read)."""
+        found = yield Sql(SHADOW_READY, {"name": NEXT_INDEX})
+        if found[0]["n"]:
             return
         yield Sql(f"DROP INDEX CONCURRENTLY IF EXISTS {NEXT_INDEX}")
+        yield Sql(RAISE_BUILD_MEMORY, {"kb": _build_memory_kb(rows, self._target.dims)})
         yield Sql(_build_index(self._target.dims))
+        yield Sql("RESET maintenance_work_mem")
 
     def _cut_over(self) -> int | None:
         for _ in range(CATCH_UP_ROUNDS):
@@ -243,7 +274,7 @@ class PostgresReembed:
         if len(stale) > self._batch:
             raise _TooMany
         if stale:
-            yield self._shadow(stale)
+            yield from self._shadow(stale)
         for statement in _swap(self._target.dims):
             yield Sql(statement)
         identity = self._target.with_generation(generation)
