@@ -248,3 +248,18 @@ def test_a_stored_row_becomes_an_entry_with_every_field(tmp_path):
     assert set(vars(entry.memory)) == set(Memory.model_fields)
     assert entry.valid_to == T0 + timedelta(days=1) and entry.model_dump()["valid_from"] == T0
     svc.close()
+
+
+def test_a_query_without_tokens_scans_only_the_versions_of_its_view(tmp_path):
+    """ "C#" has no token: the literal fallback scans rows in SQL, with the view's
+    conditions, so old versions stay out unless asked for."""
+    svc = SQLiteMemoryService(tmp_path / "m.db")
+    end = T0 + timedelta(days=1)
+    svc.restore(ALICE, _entry(ALICE, "old", "Writes C#", T0, valid_to=end, superseded_by="new"))
+    svc.restore(ALICE, _entry(ALICE, "new", "Writes C# and F#", T0 + timedelta(days=1)))
+    assert [e.id for e in svc.search(ALICE, "C#")] == ["new"]
+    past = SearchOptions(query="C#", include_superseded=True)
+    assert {e.id for e in svc.search(ALICE, options=past)} == {"old", "new"}
+    then = SearchOptions(query="C#", as_of=T0 + timedelta(hours=1))
+    assert [e.id for e in svc.search(ALICE, options=then)] == ["old"]
+    svc.close()

@@ -134,8 +134,10 @@ class SQLiteRun:
     def find_live_by_fingerprint(self, step: steps.FindLiveByFingerprint) -> steps.Stored | None:
         query = sql.SELECT_LIVE_BY_FINGERPRINT
         params: tuple[object, ...] = (
-            step.user.app_name, step.user.user_id, bytes.fromhex(step.fingerprint),
-        )  # fmt: skip
+            step.user.app_name,
+            step.user.user_id,
+            bytes.fromhex(step.fingerprint),
+        )
         if step.exclude_id is not None:
             query, params = query + " AND id != ?", (*params, step.exclude_id)
         row = self._conn.execute(query, params).fetchone()
@@ -165,10 +167,17 @@ class SQLiteRun:
     def record_history(self, step: steps.RecordHistory) -> None:
         u = (step.user.app_name, step.user.user_id)
         rows = [
-            (*u, e.memory_id, e.operation.value, e.text_before, e.text_after,
-             sql.to_us(e.at), sql.source_json(e.source))
+            (
+                *u,
+                e.memory_id,
+                e.operation.value,
+                e.text_before,
+                e.text_after,
+                sql.to_us(e.at),
+                sql.source_json(e.source),
+            )
             for e in step.events
-        ]  # fmt: skip
+        ]
         if len(rows) == 1:
             self._conn.execute(sql.INSERT_HISTORY, rows[0])
         else:
@@ -182,11 +191,24 @@ class SQLiteRun:
             validity = validity_params(new.entry)
             rid = conn.execute(
                 sql.INSERT_MEMORY,
-                (user.app_name, user.user_id, new.entry.id, p.memory.text, p.fingerprint,
-                 new.keyed, *p.columns, new.vector, p.content_doc, p.topic_doc, p.content_len,
-                 p.topic_len, sql.to_us(new.entry.created_at), sql.to_us(new.entry.updated_at),
-                 *validity),
-            ).lastrowid  # fmt: skip
+                (
+                    user.app_name,
+                    user.user_id,
+                    new.entry.id,
+                    p.memory.text,
+                    p.fingerprint,
+                    new.keyed,
+                    *p.columns,
+                    new.vector,
+                    p.content_doc,
+                    p.topic_doc,
+                    p.content_len,
+                    p.topic_len,
+                    sql.to_us(new.entry.created_at),
+                    sql.to_us(new.entry.updated_at),
+                    *validity,
+                ),
+            ).lastrowid
             assert rid is not None
             count_inserted(conn, user, [new.entry], p.content_len, p.topic_len)
             index_row(conn, user, rid, p.content_doc, p.topic_doc)
@@ -220,9 +242,14 @@ class SQLiteRun:
         unindex_row(conn, user, rid)
         conn.execute(
             sql.UPDATE_TOPICS,
-            (sql.list_json(list(step.topics)), topic_doc, len(topic_doc.split()), _us(step.at),
-             rid),
-        )  # fmt: skip
+            (
+                sql.list_json(list(step.topics)),
+                topic_doc,
+                len(topic_doc.split()),
+                _us(step.at),
+                rid,
+            ),
+        )
         index_row(conn, user, rid, content_doc, topic_doc)
 
     def set_validity(self, step: steps.SetValidity) -> None:

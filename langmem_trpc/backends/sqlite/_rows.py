@@ -46,9 +46,14 @@ class Prepared:
         content_doc = fts_document(memory.text, language)
         topic_doc = topics_document(keys_of(memory), language)
         return cls(
-            memory, bytes.fromhex(fp), sql.memory_params(memory), content_doc, topic_doc,
-            _token_count(content_doc), _token_count(topic_doc),
-        )  # fmt: skip
+            memory,
+            bytes.fromhex(fp),
+            sql.memory_params(memory),
+            content_doc,
+            topic_doc,
+            _token_count(content_doc),
+            _token_count(topic_doc),
+        )
 
 
 def _token_count(document: str) -> int:
@@ -153,11 +158,25 @@ def insert_new(
         content_total += content_len
         topic_total += topic_len
         memories.append(
-            (rid + offset, *u, entry.id, p.memory.text, p.fingerprint, keyed, *p.columns,
-             blob, p.content_doc, p.topic_doc, content_len, topic_len,
-             sql.to_us(entry.created_at), sql.to_us(entry.updated_at), *validity,
-             seq + offset)
-        )  # fmt: skip
+            (
+                rid + offset,
+                *u,
+                entry.id,
+                p.memory.text,
+                p.fingerprint,
+                keyed,
+                *p.columns,
+                blob,
+                p.content_doc,
+                p.topic_doc,
+                content_len,
+                topic_len,
+                sql.to_us(entry.created_at),
+                sql.to_us(entry.updated_at),
+                *validity,
+                seq + offset,
+            )
+        )
         index.append((rid + offset, scoped(prefix, p.content_doc), scoped(prefix, p.topic_doc)))
         new_rows.append(new_row(rid + offset, p, blob, validity))
     conn.executemany(sql.INSERT_MEMORY_WITH_RID, memories)
