@@ -306,6 +306,15 @@ class FusionSettings(OptionsModel):
       with this total weight. Off by default: it tokenises every fetched candidate once
       per search, about 3 ms on top of a 2 ms SQLite hybrid search at 10,000 memories.
 
+    - `feedback_weight` ("feedback"): pseudo-relevance feedback on the keyword leg: the
+      top terms of the best keyword hits score the fetched candidates and vote like one
+      more keyword leg, with this weight. Off by default (docs/bench-locomo.md, round 10).
+    - `session_weight` ("session-first"): each hit shares in its session's score (the
+      mean of the three best fused candidates with its event time): (own + w x session)
+      / (1 + w). Off by default.
+    - `neighbour_weight` ("neighbours"): each hit gains w x the fused score of the
+      candidate just after it (creation order, same event time: the reply in a session).
+
     `vector_weight`: the vector leg's weight against the keyword leg's 1.0 (it scales the
     leg's half of the "scores" mean; under RRF the leg adds w / (rrf_k + rank)); 0.75 was
     chosen on LoCoMo's development half, 1.0 with "rrf" is the reference's plain RRF.
@@ -327,6 +336,9 @@ class FusionSettings(OptionsModel):
     when_boost: float = Field(default=0.5, ge=0.0)
     decompose_weight: float = Field(default=0.0, ge=0.0)
     vector_weight: float = Field(default=0.75, ge=0.0)
+    feedback_weight: float = Field(default=0.0, ge=0.0)
+    session_weight: float = Field(default=0.0, ge=0.0)
+    neighbour_weight: float = Field(default=0.25, ge=0.0)
 
 
 FUSION_STEPS_OFF: dict[str, float] = {
@@ -336,6 +348,9 @@ FUSION_STEPS_OFF: dict[str, float] = {
     "time_boost": 0.0,
     "when_boost": 0.0,
     "decompose_weight": 0.0,
+    "feedback_weight": 0.0,
+    "session_weight": 0.0,
+    "neighbour_weight": 0.0,
 }
 """Each named `FusionSettings` step at the value that switches it off (plain fusion)."""
 
