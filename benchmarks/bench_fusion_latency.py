@@ -42,6 +42,9 @@ CONFIGS = {
     "rrf + decompose 1.0": SearchOptions(
         fusion_method="rrf", fusion=FusionSettings(decompose_weight=1.0)
     ),
+    "no neighbours": SearchOptions(fusion=FusionSettings(neighbour_weight=0.0)),
+    "feedback 0.25": SearchOptions(fusion=FusionSettings(feedback_weight=0.25)),
+    "session-first 0.5": SearchOptions(fusion=FusionSettings(session_weight=0.5)),
 }
 
 

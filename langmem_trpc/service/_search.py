@@ -203,14 +203,17 @@ SESSION_BEST = 3
 """The session-first step scores a session by the mean of this many best candidates."""
 
 
-def _sessions(fused: Mapping[str, float], best: Best) -> list[list[Entry]]:
+def _sessions(fused: Mapping[str, float], best: Best, alone: bool = True) -> list[list[Entry]]:
     """The fused candidates grouped by event time (one session), each in creation order;
-    a candidate without an event time is a session of its own."""
+    a candidate without an event time is a session of its own (left out unless `alone`)."""
     groups: dict[datetime | str, list[Entry]] = {}
     for key, (entry, _) in best.items():
-        if key in fused:
-            groups.setdefault(entry.memory.event_time or key, []).append(entry)
-    return [sorted(g, key=lambda e: (e.created_at, e.id)) for g in groups.values()]
+        event = entry.memory.event_time
+        if key in fused and (event is not None or alone):
+            groups.setdefault(event or key, []).append(entry)
+    return [
+        sorted(g, key=lambda e: (e.created_at, e.id)) if len(g) > 1 else g for g in groups.values()
+    ]
 
 
 def _session_first(fused: dict[str, float], best: Best, weight: float) -> dict[str, float]:
@@ -234,7 +237,7 @@ def _neighbours(fused: dict[str, float], best: Best, weight: float) -> dict[str,
     the reverse of the context topics, which index a reply with the turn before it.
     Memories created at the same instant (one bulk write) have no order: no gain."""
     adjusted = dict(fused)
-    for group in _sessions(fused, best):
+    for group in _sessions(fused, best, alone=False):
         for entry, reply in zip(group, group[1:], strict=False):
             if reply.created_at > entry.created_at:
                 adjusted[entry.id] = fused[entry.id] + weight * fused[reply.id]
