@@ -33,6 +33,7 @@ from bench_sqlite import (
 
 from langmem_trpc import SearchOptions
 from langmem_trpc.backends.sqlite import SQLiteMemoryService
+from langmem_trpc.service.identity import PROBE_TEXT
 from langmem_trpc.types import FusionSettings
 
 CONFIGS = {
@@ -42,10 +43,11 @@ CONFIGS = {
     "rrf + decompose 1.0": SearchOptions(
         fusion_method="rrf", fusion=FusionSettings(decompose_weight=1.0)
     ),
-    "no neighbours": SearchOptions(fusion=FusionSettings(neighbour_weight=0.0)),
-    "feedback 0.25": SearchOptions(fusion=FusionSettings(feedback_weight=0.25)),
-    "session-first 0.5": SearchOptions(fusion=FusionSettings(session_weight=0.5)),
 }
+if "neighbour_weight" in FusionSettings.model_fields:  # absent before round 10 (old trees)
+    CONFIGS["no neighbours"] = SearchOptions(fusion=FusionSettings(neighbour_weight=0.0))
+    CONFIGS["feedback 0.25"] = SearchOptions(fusion=FusionSettings(feedback_weight=0.25))
+    CONFIGS["session-first 0.5"] = SearchOptions(fusion=FusionSettings(session_weight=0.5))
 
 
 def main() -> None:
@@ -60,6 +62,7 @@ def main() -> None:
     queries = list(dict.fromkeys(make_queries(args.queries, vocab, rng)))
     table = vector_table(texts, 384, rng)
     table.update(vector_table(queries, 384, rng))
+    table.update(vector_table([PROBE_TEXT], 384, rng))  # the store records the embedder
     with tempfile.TemporaryDirectory() as tmp:
         svc = SQLiteMemoryService(Path(tmp) / "b.db", LookupEmbeddings(table), limits=UNLIMITED)
         for i in range(0, len(texts), 1000):
