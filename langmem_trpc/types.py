@@ -281,9 +281,10 @@ class OptionsModel(BaseModel):
 class FusionSettings(OptionsModel):
     """Knobs of the ranking steps, per search (measured on LoCoMo, docs/bench-locomo.md).
 
-    The five hybrid steps rescale the fused score of `SearchOptions.fusion_method`.
+    The hybrid steps rescale the fused score of `SearchOptions.fusion_method`.
     Each knob below is off at 0 (`question_word_weight` at 1.0; `FUSION_STEPS_OFF`);
-    every default except `decompose_weight` (opt-in) helped on LoCoMo's development half:
+    every default except the opt-in ones (decompose, feedback, session-first) helped on
+    LoCoMo's development half:
 
     - `question_word_weight` (keyword leg, every mode): query tokens that are the
       language's question words, auxiliaries or pronouns ("what", "did", "you") weigh
@@ -305,7 +306,6 @@ class FusionSettings(OptionsModel):
       the fetched candidates by keyword relevance and vote like one more keyword leg,
       with this total weight. Off by default: it tokenises every fetched candidate once
       per search, about 3 ms on top of a 2 ms SQLite hybrid search at 10,000 memories.
-
     - `feedback_weight` ("feedback"): pseudo-relevance feedback on the keyword leg: the
       top terms of the best keyword hits score the fetched candidates and vote like one
       more keyword leg, with this weight. Off by default (docs/bench-locomo.md, round 10).
