@@ -235,7 +235,7 @@ def _neighbours(fused: dict[str, float], best: Best, weight: float) -> dict[str,
     fused score of the candidate just after it in creation order with its event time (one
     session): a turn that the next one answers is found through the reply's words too,
     the reverse of the context topics, which index a reply with the turn before it.
-    Memories created at the same instant (one bulk write) have no order: no gain."""
+    Memories stamped with the same creation time have no order: no gain."""
     adjusted = dict(fused)
     for group in _sessions(fused, best, alone=False):
         for entry, reply in zip(group, group[1:], strict=False):
