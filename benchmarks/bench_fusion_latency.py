@@ -45,7 +45,7 @@ CONFIGS = {
     ),
 }
 if "neighbour_weight" in FusionSettings.model_fields:  # absent before round 10 (old trees)
-    CONFIGS["no neighbours"] = SearchOptions(fusion=FusionSettings(neighbour_weight=0.0))
+    CONFIGS["neighbours 0.25"] = SearchOptions(fusion=FusionSettings(neighbour_weight=0.25))
     CONFIGS["feedback 0.25"] = SearchOptions(fusion=FusionSettings(feedback_weight=0.25))
     CONFIGS["session-first 0.5"] = SearchOptions(fusion=FusionSettings(session_weight=0.5))
 

@@ -283,8 +283,8 @@ class FusionSettings(OptionsModel):
 
     The hybrid steps rescale the fused score of `SearchOptions.fusion_method`.
     Each knob below is off at 0 (`question_word_weight` at 1.0; `FUSION_STEPS_OFF`);
-    every default except the opt-in ones (decompose, feedback, session-first) helped on
-    LoCoMo's development half:
+    every default helped on LoCoMo's development half; the opt-in ones (decompose,
+    feedback, session-first, neighbours) are off for the reasons given with each:
 
     - `question_word_weight` (keyword leg, every mode): query tokens that are the
       language's question words, auxiliaries or pronouns ("what", "did", "you") weigh
@@ -314,6 +314,10 @@ class FusionSettings(OptionsModel):
       / (1 + w). Off by default.
     - `neighbour_weight` ("neighbours"): each hit gains w x the fused score of the
       candidate just after it (creation order, same event time: the reply in a session).
+      Off by default: it passed round 10's dev rule on turns (test 0.773 -> 0.779), but it
+      lifts a memory written just before a near-identical match above that match (an
+      exact lookup among "Trip 0/1/2 to Kyoto" returns the wrong trip first) and the
+      observations arm, the closest to extracted memories, fell 0.009 on test.
 
     `vector_weight`: the vector leg's weight against the keyword leg's 1.0 (it scales the
     leg's half of the "scores" mean; under RRF the leg adds w / (rrf_k + rank)); 0.75 was
@@ -338,7 +342,7 @@ class FusionSettings(OptionsModel):
     vector_weight: float = Field(default=0.75, ge=0.0)
     feedback_weight: float = Field(default=0.0, ge=0.0)
     session_weight: float = Field(default=0.0, ge=0.0)
-    neighbour_weight: float = Field(default=0.25, ge=0.0)
+    neighbour_weight: float = Field(default=0.0, ge=0.0)
 
 
 FUSION_STEPS_OFF: dict[str, float] = {

@@ -36,7 +36,7 @@ ABLATIONS: dict[str, dict[str, Any]] = {
     "no-participants": {"fusion": {"participant_boost": 0.0}},
     "no-session-context": {"fusion": {"context_weight": 0.0}},
     "decompose": {"fusion": {"decompose_weight": 1.0}},
-    "no-neighbours": {"fusion": {"neighbour_weight": 0.0}},
+    "neighbours": {"fusion": {"neighbour_weight": 0.25}},
     "feedback": {"fusion": {"feedback_weight": 0.25}},
     "session-first": {"fusion": {"session_weight": 0.5}},
     "pool-30": {"fusion": {"min_pool": 30}},

@@ -21,8 +21,8 @@ def ranked(legs: Legs, **fusion: float) -> list[str]:
     return [e.id for e in execute_search(options, lambda kind, pool: legs)]
 
 
-def test_neighbours_is_a_default_and_switches_off_with_the_other_steps():
-    assert FusionSettings().neighbour_weight == 0.25
+def test_the_round_10_steps_are_opt_in_and_switch_off_with_the_other_steps():
+    assert FusionSettings().neighbour_weight == 0.0
     off = FusionSettings(**FUSION_STEPS_OFF)
     assert (off.neighbour_weight, off.session_weight, off.feedback_weight) == (0.0, 0.0, 0.0)
     assert (FusionSettings().session_weight, FusionSettings().feedback_weight) == (0.0, 0.0)
@@ -38,8 +38,12 @@ def test_a_turn_gains_from_the_reply_after_it_in_its_session():
     out = _neighbours(fused, best, 0.25)
     assert out == {"said": 0.1 + 0.25 * 0.5, "reply": 0.5 + 0.25 * 0.2, "later": 0.2, "other": 0.3}
     legs = Legs([(reply, 0.60), (other, 0.52), (said, 0.50)], [])
-    assert ranked(legs, neighbour_weight=0.0) == ["reply", "other", "said"]
-    assert ranked(legs) == ["said", "reply", "other"]  # 0.1875 + 0.25 x 0.225 > 0.225
+    assert ranked(legs) == ["reply", "other", "said"]  # off by default
+    assert ranked(legs, neighbour_weight=0.25) == [
+        "said",
+        "reply",
+        "other",
+    ]  # 0.1875 + 0.25 x 0.225 > 0.225
 
 
 def test_session_first_prefers_a_session_with_several_good_hits():
