@@ -33,6 +33,7 @@ from bench_sqlite import (
 
 from langmem_trpc import SearchOptions
 from langmem_trpc.backends.sqlite import SQLiteMemoryService
+from langmem_trpc.service.identity import PROBE_TEXT
 from langmem_trpc.types import FusionSettings
 
 CONFIGS = {
@@ -43,6 +44,10 @@ CONFIGS = {
         fusion_method="rrf", fusion=FusionSettings(decompose_weight=1.0)
     ),
 }
+if "neighbour_weight" in FusionSettings.model_fields:  # absent before round 10 (old trees)
+    CONFIGS["neighbours 0.25"] = SearchOptions(fusion=FusionSettings(neighbour_weight=0.25))
+    CONFIGS["feedback 0.25"] = SearchOptions(fusion=FusionSettings(feedback_weight=0.25))
+    CONFIGS["session-first 0.5"] = SearchOptions(fusion=FusionSettings(session_weight=0.5))
 
 
 def main() -> None:
@@ -57,6 +62,7 @@ def main() -> None:
     queries = list(dict.fromkeys(make_queries(args.queries, vocab, rng)))
     table = vector_table(texts, 384, rng)
     table.update(vector_table(queries, 384, rng))
+    table.update(vector_table([PROBE_TEXT], 384, rng))  # the store records the embedder
     with tempfile.TemporaryDirectory() as tmp:
         svc = SQLiteMemoryService(Path(tmp) / "b.db", LookupEmbeddings(table), limits=UNLIMITED)
         for i in range(0, len(texts), 1000):

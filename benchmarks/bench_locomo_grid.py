@@ -45,17 +45,12 @@ from langmem_trpc.bench.locomo.retrieval import RETRIEVAL_CATEGORIES, question_m
 from langmem_trpc.bench.locomo.units import conversation_units, ingest_units, unit_texts
 from langmem_trpc.embeddings import CachedEmbeddings, LocalMiniLMEmbeddings
 from langmem_trpc.service._core import Limits
+from langmem_trpc.types import FUSION_STEPS_OFF
 
 KS = (1, 5, 10, 20)
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo10.json"
-OFF = {
-    "participant_boost": 0.0,
-    "context_weight": 0.0,
-    "question_word_weight": 1.0,
-    "time_boost": 0.0,
-    "when_boost": 0.0,
-    "decompose_weight": 0.0,
-}
+OFF = dict(FUSION_STEPS_OFF)
+"""Every named step off (round 10 added neighbours, session-first and feedback)."""
 
 
 def grid() -> dict[str, dict[str, Any]]:
@@ -76,6 +71,9 @@ def grid() -> dict[str, dict[str, Any]]:
             ("decompose_weight", (0.5, 1.0)),
             ("vector_weight", (0.5, 0.75, 1.5)),
             ("min_pool", (50, 200)),
+            ("neighbour_weight", (0.0, 0.5)),
+            ("session_weight", (0.5, 1.0)),
+            ("feedback_weight", (0.25, 0.5)),
         ):
             for value in values:
                 points[f"{method}/{knob}={value}"] = {

@@ -318,9 +318,10 @@ class OptionsModel(BaseModel):
 class FusionSettings(OptionsModel):
     """Knobs of the ranking steps, per search (measured on LoCoMo, docs/bench-locomo.md).
 
-    The five hybrid steps rescale the fused score of `SearchOptions.fusion_method`.
+    The hybrid steps rescale the fused score of `SearchOptions.fusion_method`.
     Each knob below is off at 0 (`question_word_weight` at 1.0; `FUSION_STEPS_OFF`);
-    every default except `decompose_weight` (opt-in) helped on LoCoMo's development half:
+    every default helped on LoCoMo's development half; the opt-in ones (decompose,
+    feedback, session-first, neighbours) are off for the reasons given with each:
 
     - `question_word_weight` (keyword leg, every mode): query tokens that are the
       language's question words, auxiliaries or pronouns ("what", "did", "you") weigh
@@ -342,6 +343,18 @@ class FusionSettings(OptionsModel):
       the fetched candidates by keyword relevance and vote like one more keyword leg,
       with this total weight. Off by default: it tokenises every fetched candidate once
       per search, about 3 ms on top of a 2 ms SQLite hybrid search at 10,000 memories.
+    - `feedback_weight` ("feedback"): pseudo-relevance feedback on the keyword leg: the
+      top terms of the best keyword hits score the fetched candidates and vote like one
+      more keyword leg, with this weight. Off by default (docs/bench-locomo.md, round 10).
+    - `session_weight` ("session-first"): each hit shares in its session's score (the
+      mean of the three best fused candidates with its event time): (own + w x session)
+      / (1 + w). Off by default.
+    - `neighbour_weight` ("neighbours"): each hit gains w x the fused score of the
+      candidate just after it (creation order, same event time: the reply in a session).
+      Off by default: it passed round 10's dev rule on turns (test 0.773 -> 0.779), but it
+      lifts a memory written just before a near-identical match above that match (an
+      exact lookup among "Trip 0/1/2 to Kyoto" returns the wrong trip first) and the
+      observations arm, the closest to extracted memories, fell 0.009 on test.
 
     `vector_weight`: the vector leg's weight against the keyword leg's 1.0 (it scales the
     leg's half of the "scores" mean; under RRF the leg adds w / (rrf_k + rank)); 0.75 was
@@ -364,6 +377,9 @@ class FusionSettings(OptionsModel):
     when_boost: float = Field(default=0.5, ge=0.0)
     decompose_weight: float = Field(default=0.0, ge=0.0)
     vector_weight: float = Field(default=0.75, ge=0.0)
+    feedback_weight: float = Field(default=0.0, ge=0.0)
+    session_weight: float = Field(default=0.0, ge=0.0)
+    neighbour_weight: float = Field(default=0.0, ge=0.0)
 
 
 FUSION_STEPS_OFF: dict[str, float] = {
@@ -373,6 +389,9 @@ FUSION_STEPS_OFF: dict[str, float] = {
     "time_boost": 0.0,
     "when_boost": 0.0,
     "decompose_weight": 0.0,
+    "feedback_weight": 0.0,
+    "session_weight": 0.0,
+    "neighbour_weight": 0.0,
 }
 """Each named `FusionSettings` step at the value that switches it off (plain fusion)."""
 

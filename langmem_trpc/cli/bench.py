@@ -36,9 +36,15 @@ ABLATIONS: dict[str, dict[str, Any]] = {
     "no-participants": {"fusion": {"participant_boost": 0.0}},
     "no-session-context": {"fusion": {"context_weight": 0.0}},
     "decompose": {"fusion": {"decompose_weight": 1.0}},
+    "neighbours": {"fusion": {"neighbour_weight": 0.25}},
+    "feedback": {"fusion": {"feedback_weight": 0.25}},
+    "session-first": {"fusion": {"session_weight": 0.5}},
     "pool-30": {"fusion": {"min_pool": 30}},
 }
 """SearchOptions overrides of the default arm, one step or choice at a time."""
+REEMBED_FROM = "langmem_trpc.testing:HashingEmbeddings"
+"""The default first embedder of the `turns-reembedded` arm: the test embedder, another
+model of MiniLM's dimension (384), so every vector left on it would show in the recall."""
 
 
 def default_data() -> Path:
@@ -181,6 +187,14 @@ def bench() -> None:
     help="memory-hybrid: most memory_search tool rounds before the answer.",
 )
 @click.option("--mem0-labels", is_flag=True, help="Label categories the way Mem0-style tables do.")
+@click.option(
+    "--reembed-from",
+    default=REEMBED_FROM,
+    show_default=True,
+    metavar="SPEC",
+    help="turns-reembedded: the embedder its stores are written with before the re-embed "
+    "with MiniLM: local or MODULE:ATTR (an Embeddings, or a class/factory returning one).",
+)
 def locomo(
     data: Path | None,
     retrieval: bool,
@@ -199,6 +213,7 @@ def locomo(
     extract_model: str | None,
     max_passes: int,
     mem0_labels: bool,
+    reembed_from: str,
 ) -> None:
     """LoCoMo: offline retrieval recall (--retrieval) or QA arms with a chat model.
 
@@ -235,7 +250,7 @@ def locomo(
         "arms": {},
     }
     if retrieval:
-        _run_retrieval(convs, arms, ablation, run_dir, fresh, backend, payload)
+        _run_retrieval(convs, arms, ablation, run_dir, fresh, (backend, reembed_from), payload)
     else:
         _run_qa(convs, arms, run_dir, backend, (model, extract_model, max_passes), top_k, payload)
     from ..bench.locomo.report import markdown_tables, plot_results, write_json
@@ -256,10 +271,13 @@ def _run_retrieval(
     ablation: bool,
     run_dir: Path,
     fresh: bool,
-    backend: str,
+    stores: tuple[str, str],
     payload: dict[str, Any],
 ) -> None:
+    """`stores`: the --backend scheme and the --reembed-from embedder."""
     from ..bench.locomo.retrieval import RetrievalArm, default_arms, run_retrieval
+
+    backend, reembed_from = stores
 
     chosen = default_arms()
     if arms:
@@ -291,6 +309,7 @@ def _run_retrieval(
                 [t for u in units for t in unit_texts(conv, u)]
                 + [q.question for q in conv.questions]
             )
+    first = _first_embeddings(reembed_from) if any(a.reembed for a in chosen) else None
     results = run_retrieval(
         convs,
         chosen,
@@ -299,11 +318,31 @@ def _run_retrieval(
         run_dir / "retrieval",
         progress=progress,
         resume=not fresh,
+        first_embeddings=first,
+        # The in-memory backend cannot re-embed: that arm's stores are SQLite files then.
+        make_reembeddable=_service_factory("sqlite" if backend == "memory" else backend, run_dir),
     )
+    if first is not None:
+        payload["reembed_from"] = reembed_from
     payload["arms"].update(results)
     payload["default_arm"] = next(
         (a.name for a in chosen if a.is_default and a.units == "turns"), None
     )
+
+
+def _first_embeddings(spec: str) -> Any:
+    """The embedder the `turns-reembedded` arm writes its stores with (`--reembed-from`)."""
+    from .worker import _embeddings as load_embeddings
+
+    try:
+        first = load_embeddings(spec)
+    except ConfigurationError as exc:
+        raise click.BadParameter(str(exc), param_hint="--reembed-from") from exc
+    if first is None:
+        raise click.BadParameter(
+            "name an embedder (local or MODULE:ATTR)", param_hint="--reembed-from"
+        )
+    return first
 
 
 def _qa_embeddings(run_dir: Path, chosen: list[str]) -> tuple[Any, str | None]:

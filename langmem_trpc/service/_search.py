@@ -199,6 +199,87 @@ def _session_context(fused: dict[str, float], best: Best, weight: float) -> dict
     return adjusted
 
 
+SESSION_BEST = 3
+"""The session-first step scores a session by the mean of this many best candidates."""
+
+
+def _sessions(fused: Mapping[str, float], best: Best, alone: bool = True) -> list[list[Entry]]:
+    """The fused candidates grouped by event time (one session), each in creation order;
+    a candidate without an event time is a session of its own (left out unless `alone`)."""
+    groups: dict[datetime | str, list[Entry]] = {}
+    for key, (entry, _) in best.items():
+        event = entry.memory.event_time
+        if key in fused and (event is not None or alone):
+            groups.setdefault(event or key, []).append(entry)
+    return [
+        sorted(g, key=lambda e: (e.created_at, e.id)) if len(g) > 1 else g for g in groups.values()
+    ]
+
+
+def _session_first(fused: dict[str, float], best: Best, weight: float) -> dict[str, float]:
+    """The "session-first" step (`FusionSettings.session_weight`): a session is scored by
+    the mean of its `SESSION_BEST` best fused candidates (missing ones count 0), and each
+    hit takes (own + w x session) / (1 + w): a session with several good hits ranks its
+    turns above a lone match elsewhere."""
+    adjusted = dict(fused)
+    for group in _sessions(fused, best):
+        top = sorted((fused[e.id] for e in group), reverse=True)[:SESSION_BEST]
+        session = sum(top) / SESSION_BEST
+        for entry in group:
+            adjusted[entry.id] = (fused[entry.id] + weight * session) / (1 + weight)
+    return adjusted
+
+
+def _neighbours(fused: dict[str, float], best: Best, weight: float) -> dict[str, float]:
+    """The "neighbours" step (`FusionSettings.neighbour_weight`): each hit gains w x the
+    fused score of the candidate just after it in creation order with its event time (one
+    session): a turn that the next one answers is found through the reply's words too,
+    the reverse of the context topics, which index a reply with the turn before it.
+    Memories stamped with the same creation time have no order: no gain."""
+    adjusted = dict(fused)
+    for group in _sessions(fused, best, alone=False):
+        for entry, reply in zip(group, group[1:], strict=False):
+            if reply.created_at > entry.created_at:
+                adjusted[entry.id] = fused[entry.id] + weight * fused[reply.id]
+    return adjusted
+
+
+FEEDBACK_DOCS = 3
+"""Feedback reads the terms of this many best keyword hits."""
+FEEDBACK_TERMS = 5
+"""and keeps this many of them (most frequent in those hits, then rarest in the pool)."""
+
+
+def _feedback(
+    fused: dict[str, float],
+    best: Best,
+    keyword: Sequence[tuple[Entry, float]],
+    query: str,
+    weight: float,
+    k: int | None,
+    language: Language,
+) -> dict[str, float]:
+    """Pseudo-relevance feedback on the keyword leg, without a second fetch: the terms
+    of the `FEEDBACK_DOCS` best keyword hits that the query lacks, ranked by how many of
+    those hits hold them, then by rarity among the candidates, form one more query; it
+    scores the candidates by keyword relevance and votes like `_decomposed`'s
+    sub-queries (half its relevance under score fusion, 1 / (k + rank) under RRF)."""
+    skip = set(primary_tokens(query, language)) | language.stemmed_question_words
+    held: dict[str, int] = {}
+    for entry, _ in keyword[:FEEDBACK_DOCS]:
+        for term in set(primary_tokens(entry.memory.text, language)) - skip:
+            held[term] = held.get(term, 0) + 1
+    if not held:
+        return fused
+    pool = _PoolTerms.build(best, set(held), language)
+    terms = sorted(held, key=lambda t: (-held[t], -pool.stats.idf(t), t))[:FEEDBACK_TERMS]
+    expansion = QueryTerms(" ".join(terms), tuple(terms), tuple((t, 1.0) for t in terms))
+    out = dict(fused)
+    for rank, (key, score) in enumerate(pool.ranked(expansion), start=1):
+        out[key] += weight * (score / 2 if k is None else 1 / (k + rank))
+    return out
+
+
 def _score_fusion(
     vector: Sequence[tuple[Entry, float]],
     keyword: Sequence[tuple[Entry, float]],
@@ -222,7 +303,8 @@ def _fused_order(
     says: Callable[[str], bool],
 ) -> dict[str, float]:
     """The fused score that orders hybrid hits: the fusion method, then each enabled step
-    (decompose, context, participants, time, when) in that order."""
+    (decompose, feedback, context, session-first, neighbours, participants, time, when)
+    in that order."""
     tuning = options.fusion
     fused = (
         plain
@@ -232,8 +314,15 @@ def _fused_order(
     if tuning.decompose_weight > 0:
         k = options.rrf_k if options.fusion_method == "rrf" else None
         fused = _decomposed(fused, best, options.query, tuning, k, language)
+    if tuning.feedback_weight > 0:
+        k = options.rrf_k if options.fusion_method == "rrf" else None
+        fused = _feedback(fused, best, keyword, options.query, tuning.feedback_weight, k, language)
     if tuning.context_weight > 0:
         fused = _session_context(fused, best, tuning.context_weight)
+    if tuning.session_weight > 0:
+        fused = _session_first(fused, best, tuning.session_weight)
+    if tuning.neighbour_weight > 0:
+        fused = _neighbours(fused, best, tuning.neighbour_weight)
     for boost, preferred in (
         (tuning.participant_boost, _naming_participant),
         (tuning.time_boost, _in_query_period),

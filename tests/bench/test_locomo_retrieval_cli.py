@@ -187,3 +187,86 @@ def test_turn_units_are_what_verbatim_extractor_stores(sample_path):
         (op.text, op.topics, op.participants) for op in ops
     ]
     assert any(u.topics[1:] for u in units), "turns after the first carry their context"
+
+
+OTHER_MODEL = HashingEmbeddings(seed="another model")
+"""A second "model" of the same dimension: the first embedder of the re-embedded arm."""
+
+
+def _sqlite_factory(tmp_path):
+    from itertools import count
+
+    from langmem_trpc.backends.sqlite import SQLiteMemoryService
+
+    numbers = count()
+    return lambda embeddings: SQLiteMemoryService(
+        str(tmp_path / f"store-{next(numbers)}.db"), embeddings=embeddings
+    )
+
+
+def test_reembedded_arm_equals_the_default_arm(sample_path, tmp_path):
+    """Written with one model, re-embedded with the run's: the same ranking as a store
+    written with the run's model, so nothing was left on the first one (issue 27)."""
+    convs = load_locomo(sample_path).conversations
+    arms = [
+        RetrievalArm("turns-default", "turns", True, {}),
+        RetrievalArm("turns-reembedded", "turns", True, {}, reembed=True),
+    ]
+    make = _sqlite_factory(tmp_path)
+    results = run_retrieval(
+        convs, arms, make, HashingEmbeddings(), tmp_path / "run", ks=(1, 3, 10),
+        first_embeddings=OTHER_MODEL, make_reembeddable=make,
+    )  # fmt: skip
+    assert results["turns-reembedded"]["recall@10"] == results["turns-default"]["recall@10"]
+    assert results["turns-reembedded"]["mrr"] == results["turns-default"]["mrr"]
+    assert results["turns-reembedded"]["reembedded_from"] == "HashingEmbeddings"
+    traces = tmp_path / "run" / "traces"
+    ranked = [
+        [[h["dia_ids"] for h in json.loads(line)["retrieved"]] for line in lines]
+        for lines in (
+            (traces / arm / "conv-x.jsonl").read_text().splitlines()
+            for arm in ("turns-default", "turns-reembedded")
+        )
+    ]
+    assert ranked[0] == ranked[1]
+
+
+def test_reembedded_arm_needs_its_first_embedder(sample_path, tmp_path):
+    convs = load_locomo(sample_path).conversations
+    arm = RetrievalArm("turns-reembedded", "turns", True, {}, reembed=True)
+    with pytest.raises(ValueError, match="first_embeddings"):
+        run_retrieval(convs, [arm], _sqlite_factory(tmp_path), HashingEmbeddings(), tmp_path)
+
+
+def test_cli_reembedded_arm_reports_its_first_embedder(sample_path, tmp_path, monkeypatch):
+    """`--arms turns-reembedded --reembed-from MODULE:ATTR`: SQLite stores (the in-memory
+    backend cannot re-embed), the same recall as the default arm, the spec in the JSON."""
+    import importlib
+
+    cli_bench = importlib.import_module("langmem_trpc.cli.bench")
+    from langmem_trpc.embeddings import CachedEmbeddings
+
+    def hashing(run_dir, needed):
+        return CachedEmbeddings(HashingEmbeddings(), run_dir.parent / "emb.sqlite", "hashing")
+
+    monkeypatch.setattr(cli_bench, "_embeddings", hashing)
+    out = tmp_path / "r.json"
+    result = CliRunner().invoke(
+        bench,
+        ["locomo", "--retrieval", "--data", str(sample_path), "--run-dir", str(tmp_path / "r")]
+        + ["--arms", "turns-default,turns-reembedded", "--out", str(out)]
+        + ["--reembed-from", "tests.bench.test_locomo_retrieval_cli:OTHER_MODEL"],
+    )
+    assert result.exit_code == 0, result.output
+    payload = json.loads(out.read_text())
+    arms = payload["arms"]
+    assert arms["turns-reembedded"]["recall@10"] == arms["turns-default"]["recall@10"]
+    assert payload["reembed_from"] == "tests.bench.test_locomo_retrieval_cli:OTHER_MODEL"
+    assert payload["default_arm"] == "turns-default"
+    assert list((tmp_path / "r").glob("store-*.sqlite")), "the re-embedded arm ran on SQLite"
+    bad = CliRunner().invoke(
+        bench,
+        ["locomo", "--retrieval", "--data", str(sample_path), "--run-dir", str(tmp_path / "b")]
+        + ["--arms", "turns-reembedded", "--reembed-from", "no_such_module:X"],
+    )
+    assert bad.exit_code != 0 and "--reembed-from" in bad.output

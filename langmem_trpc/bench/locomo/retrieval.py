@@ -20,6 +20,7 @@ from typing import Any
 from langchain_core.embeddings import Embeddings
 
 from ...service.protocol import MemoryService
+from ...service.reembed import Reembeddable
 from ...types import SearchOptions, UserKey
 from .baselines import BASELINES, Ranked
 from .loader import Conversation
@@ -59,10 +60,14 @@ class RetrievalArm:
     description: str = ""
     baseline: str | None = None
     """A `baselines.BASELINES` name: rank the units without the library (no service)."""
+    reembed: bool = False
+    """Write the store with `run_retrieval`'s `first_embeddings`, re-embed it with the run's
+    embedder (`Reembeddable.reembed`), then search: its recall equals the default arm's
+    only if the re-embed left nothing on the first model (issue 27)."""
 
     @property
     def is_default(self) -> bool:
-        return self.embed and not self.options and self.baseline is None
+        return self.embed and not self.options and self.baseline is None and not self.reembed
 
     def search_options(self, query: str, k: int) -> SearchOptions:
         return SearchOptions(query=query, max_results=k, **self.options)
@@ -108,6 +113,14 @@ def default_arms() -> list[RetrievalArm]:
             {},
             "turns as extracted memories (names in participants, places in location), defaults",
         ),
+        RetrievalArm(
+            "turns-reembedded",
+            "turns",
+            True,
+            {},
+            "turns written with another embedder (--reembed-from), re-embedded, defaults",
+            reembed=True,
+        ),
     ]
 
 
@@ -150,9 +163,14 @@ def summarize(records: list[dict[str, Any]], ks: Iterable[int]) -> dict[str, dic
 
 
 def _evaluate_conversation(
-    arm: RetrievalArm, conv: Conversation, service: MemoryService | None, ks: tuple[int, ...]
+    arm: RetrievalArm,
+    conv: Conversation,
+    service: MemoryService | None,
+    ks: tuple[int, ...],
+    reembed_to: Embeddings | None = None,
 ) -> list[dict[str, Any]]:
-    """One trace line per question with evidence: the question, what was retrieved, its metrics."""
+    """One trace line per question with evidence: the question, what was retrieved, its
+    metrics. With `reembed_to` the store is re-embedded with it after the ingestion."""
     units = conversation_units(conv, arm.units)
     depth = max(ks)
     if arm.baseline is not None:
@@ -165,6 +183,10 @@ def _evaluate_conversation(
         assert service is not None
         user = UserKey("locomo-bench", conv.sample_id)
         id_map = ingest_units(service, user, units)
+        if reembed_to is not None:
+            if not isinstance(service, Reembeddable):
+                raise ValueError(f"arm {arm.name}: {type(service).__name__} cannot re-embed")
+            service.reembed(reembed_to)
 
         def retrieve(question: str) -> tuple[Ranked, list[dict[str, Any]]]:
             hits = service.search(user, question, arm.search_options(question, depth))
@@ -214,13 +236,19 @@ def run_retrieval(
     ks: tuple[int, ...] = DEFAULT_KS,
     progress: Callable[[Iterable[Any], str, int], Iterable[Any]] | None = None,
     resume: bool = True,
+    first_embeddings: Embeddings | None = None,
+    make_reembeddable: ServiceFactory | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Every arm on every conversation, traced per (arm, conversation) as JSONL;
-    with `resume` a finished trace is reused, so a crashed run continues."""
+    with `resume` a finished trace is reused, so a crashed run continues. A `reembed`
+    arm's stores come from `make_reembeddable` (else `make_service`), written with
+    `first_embeddings`, then re-embedded with `embeddings`."""
     results: dict[str, dict[str, Any]] = {}
     for arm in arms:
         if arm.embed and embeddings is None:
             raise ValueError(f"arm {arm.name} needs an embedder")
+        if arm.reembed and first_embeddings is None:
+            raise ValueError(f"arm {arm.name} needs first_embeddings to re-embed from")
         trace_dir = run_dir / "traces" / arm.name
         trace_dir.mkdir(parents=True, exist_ok=True)
         records: list[dict[str, Any]] = []
@@ -231,8 +259,13 @@ def run_retrieval(
             if resume and trace.is_file():
                 records.extend(read_jsonl(trace))
                 continue
-            service = None if arm.baseline else make_service(embeddings if arm.embed else None)
-            conv_records = _evaluate_conversation(arm, conv, service, ks)
+            service: MemoryService | None
+            if arm.reembed:
+                service = (make_reembeddable or make_service)(first_embeddings)
+            else:
+                service = None if arm.baseline else make_service(embeddings if arm.embed else None)
+            reembed_to = embeddings if arm.reembed else None
+            conv_records = _evaluate_conversation(arm, conv, service, ks, reembed_to)
             write_atomic(
                 trace, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in conv_records)
             )
@@ -248,6 +281,7 @@ def run_retrieval(
             "units": arm.units,
             "embedder": "all-MiniLM-L6-v2" if arm.embed else None,
             "baseline": arm.baseline,
+            "reembedded_from": type(first_embeddings).__name__ if arm.reembed else None,
             "options": arm.options,
             "description": arm.description,
         }
