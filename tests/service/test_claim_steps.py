@@ -78,3 +78,12 @@ def test_postgres_takes_a_claim_and_reads_the_thread_in_two_statements():
     taken = [{"attempts": 2, "batch": "b"}]
     assert _statements(op, [taken, []]) == [pg.TAKE_CLAIM, pg.SELECT_CURSOR]
     assert _statements(op, [[]]) == [pg.TAKE_CLAIM]
+
+
+def test_postgres_reads_the_attempts_when_no_lock_step_returned_them():
+    read = pg.ClaimSql().read_thread(cs.ReadThread(ALICE, "t1", attempts=True))
+    assert read.send(None).sql == pg.SELECT_CURSOR
+    assert read.send([]).sql == pg.SELECT_ATTEMPTS
+    with pytest.raises(StopIteration) as done:
+        read.send([{"attempts": 2, "batch": "b"}])
+    assert done.value.value == cs.ThreadState(None, 2, "b", [])
