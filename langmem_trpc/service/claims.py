@@ -370,8 +370,10 @@ class ClaimTable:
         cursor = self.cursor(step.user, step.thread_id)
         if not step.attempts:
             return ThreadState(cursor)
-        row = self.claims.get((step.user, step.thread_id), Claim())
+        row = self.claims.get((step.user, step.thread_id))
         retries = self.retries(step.user, step.thread_id)
+        if row is None:
+            return ThreadState(cursor, retries=retries)
         return ThreadState(cursor, row.attempts, row.batch, retries)
 
     def write_thread(self, step: WriteThread) -> bool:
