@@ -1,7 +1,8 @@
 """Extraction cursors, thread claims, failed attempts and dead letters: the validated
-operations every backend runs (`ClaimOp`), and the table the in-memory backends keep.
-Part of the public backend kit: a backend runs each op of `ClaimCall` (`closed` gives
-an op as that union, for an exhaustive `match`).
+operations (`ClaimOp`), the plan each runs as (`plan`), and the table the in-memory
+backends keep. Part of the public backend kit: a backend runs an op by driving its
+plan over the thread-level steps of `claim_steps` with its `ClaimExecutor`, so the
+claim rules are written here once.
 
 Each public method of this family (`MemoryService.claim_thread`, ...) validates its
 arguments once (the `check_*` functions) into one op that the backend's `run_claim_op`
@@ -30,6 +31,20 @@ from ..types import (
     text_problem,
 )
 from ._core import MAX_LIMIT, check_cursor, check_thread_id, check_user, utcnow
+from .claim_steps import (
+    ClaimPlan,
+    CountFailure,
+    Holder,
+    ListLetters,
+    LockThread,
+    ReadThread,
+    RetryLetter,
+    ThreadState,
+    UnlockThread,
+    WriteThread,
+    dispatch,
+)
+from .steps import drive
 
 __all__ = [
     "MAX_ERROR",
@@ -54,6 +69,7 @@ __all__ = [
     "check_status",
     "check_ttl",
     "closed",
+    "plan",
 ]
 
 T = TypeVar("T")
@@ -222,6 +238,92 @@ def check_progress(
     return checked, dead_letter, [check_letter_id(r) for r in resolved]
 
 
+# --- the plans: each op's rules, once for every backend ----------------------
+
+
+def plan(op: ClaimOp[T]) -> ClaimPlan[T]:
+    """The plan that runs `op` over the steps of `claim_steps`."""
+    return cast("ClaimPlan[T]", _plan(closed(op)))
+
+
+def _plan(op: ClaimCall) -> ClaimPlan[object]:
+    match op:
+        case GetCursor():
+            return _get_cursor(op)
+        case SetCursor(user=user, cursor=cursor):
+            return _write(WriteThread(user, cursor.thread_id, None, cursor))
+        case ClaimThread():
+            return _claim_thread(op)
+        case SaveProgress():
+            return _write(
+                WriteThread(
+                    op.user,
+                    op.thread_id,
+                    Holder(op.owner, op.ttl),
+                    op.cursor,
+                    clear_attempts=op.cursor is not None,  # progress: the failures are behind
+                    letter=op.dead_letter,
+                    resolved=tuple(op.resolved),
+                )
+            )
+        case RecordFailure():
+            return _count_failure(op)
+        case ReleaseThread(user=user, thread_id=thread_id, owner=owner):
+            return _unlock(UnlockThread(user, thread_id, owner))
+        case ListDeadLetters(app_name=app_name, status=status, limit=limit):
+            return _list_letters(ListLetters(app_name, status, limit))
+        case RetryDeadLetter(letter_id=letter_id):
+            return _retry_letter(RetryLetter(letter_id))
+        case never:
+            assert_never(never)
+
+
+def _get_cursor(op: GetCursor) -> ClaimPlan[ExtractionCursor | None]:
+    state: ThreadState = yield ReadThread(op.user, op.thread_id, attempts=False)
+    return state.cursor
+
+
+def _claim_thread(op: ClaimThread) -> ClaimPlan[ThreadClaim | None]:
+    """Lock, then read under the lock: the job starts from what it was given."""
+    taken: bool = yield LockThread(op.user, op.thread_id, op.owner, op.ttl)
+    if not taken:
+        return None
+    state: ThreadState = yield ReadThread(op.user, op.thread_id, attempts=True)
+    return ThreadClaim(
+        cursor=state.cursor,
+        attempts=state.attempts,
+        failed_batch=state.failed_batch,
+        retries=state.retries,
+    )
+
+
+def _write(step: WriteThread) -> ClaimPlan[bool]:
+    written: bool = yield step
+    return written
+
+
+def _count_failure(op: RecordFailure) -> ClaimPlan[int]:
+    attempts: int = yield CountFailure(op.user, op.thread_id, op.batch, op.error)
+    return attempts
+
+
+def _unlock(step: UnlockThread) -> ClaimPlan[None]:
+    yield step
+
+
+def _list_letters(step: ListLetters) -> ClaimPlan[list[DeadLetter]]:
+    letters: list[DeadLetter] = yield step
+    return letters
+
+
+def _retry_letter(step: RetryLetter) -> ClaimPlan[DeadLetter | None]:
+    letter: DeadLetter | None = yield step
+    return letter
+
+
+# --- the in-memory executor --------------------------------------------------
+
+
 @dataclass
 class Claim:
     """One thread's claim and failed attempts, as `ClaimTable` keeps them."""
@@ -235,11 +337,10 @@ class Claim:
 
 @dataclass
 class ClaimTable:
-    """Cursors, claims, attempts and dead letters in dicts (wall-clock expiry).
-
-    The in-memory backend keeps one for the process; LanceDB too, loaded
-    from its table and written through.
-    `apply` runs every `ClaimOp` under `lock`.
+    """Cursors, claims, attempts and dead letters in dicts (wall-clock expiry): the
+    `ClaimExecutor` of the in-memory backends. The in-memory backend keeps one for the
+    process; LanceDB too, loaded from its table and written through.
+    `apply` runs every `ClaimOp` under `lock`, so each step is atomic.
     """
 
     lock: threading.RLock = field(default_factory=threading.RLock)
@@ -247,28 +348,81 @@ class ClaimTable:
     claims: dict[tuple[UserKey, str], Claim] = field(default_factory=dict)
     letters: dict[str, DeadLetter] = field(default_factory=dict)
 
-    def apply(self, op: ClaimOp[Any]) -> Any:
-        """Run `op` on the table; returns what its public method returns."""
+    def apply(self, op: ClaimOp[T]) -> T:
+        """Run `op`'s plan on the table; returns what its public method returns."""
         with self.lock:
-            match closed(op):
-                case GetCursor(user=user, thread_id=thread_id):
-                    return self.cursor(user, thread_id)
-                case SetCursor(user=user, cursor=cursor):
-                    return self.set_cursor(user, cursor)
-                case ClaimThread() as claim:
-                    return self.claim(claim)
-                case SaveProgress() as progress:
-                    return self.progress(progress)
-                case RecordFailure() as failure:
-                    return self.failure(failure)
-                case ReleaseThread() as release:
-                    return self.release(release)
-                case ListDeadLetters() as listing:
-                    return self.listing(listing)
-                case RetryDeadLetter(letter_id=letter_id):
-                    return self.retry(letter_id)
-                case never:
-                    assert_never(never)
+            return drive(plan(op), lambda step: dispatch(self, step))
+
+    def lock_thread(self, step: LockThread) -> bool:
+        now = time.time()
+        row = self.claims.setdefault((step.user, step.thread_id), Claim())
+        if row.owner not in (None, step.owner) and row.expires > now:
+            return False
+        row.owner, row.expires = step.owner, now + step.ttl
+        return True
+
+    def unlock_thread(self, step: UnlockThread) -> None:
+        held = self.claims.get((step.user, step.thread_id))
+        if held is not None and held.owner == step.owner:
+            held.owner, held.expires = None, 0.0
+
+    def read_thread(self, step: ReadThread) -> ThreadState:
+        cursor = self.cursor(step.user, step.thread_id)
+        if not step.attempts:
+            return ThreadState(cursor)
+        row = self.claims.get((step.user, step.thread_id))
+        retries = self.retries(step.user, step.thread_id)
+        if row is None:
+            return ThreadState(cursor, retries=retries)
+        return ThreadState(cursor, row.attempts, row.batch, retries)
+
+    def write_thread(self, step: WriteThread) -> bool:
+        user, thread_id, holder = step.user, step.thread_id, step.holder
+        row = self.claims.get((user, thread_id))
+        if holder is not None and (row is None or row.owner != holder.owner):
+            return False
+        now = utcnow()
+        if step.letter is not None:
+            self.letters[step.letter.id] = step.letter.model_copy(update={"updated_at": now})
+        for letter_id in step.resolved:
+            found = self.letters.get(letter_id)
+            if found is not None and found.user == user and found.thread_id == thread_id:
+                done = {"status": DeadLetterStatus.DONE, "updated_at": now}
+                self.letters[letter_id] = found.model_copy(update=done)
+        if step.cursor is not None:
+            self.set_cursor(user, step.cursor)
+        if row is not None and step.clear_attempts:
+            row.batch, row.attempts, row.error = None, 0, None
+        if row is not None and holder is not None:
+            if holder.ttl is None:
+                row.owner, row.expires = None, 0.0
+            else:
+                row.expires = time.time() + holder.ttl
+        return True
+
+    def count_failure(self, step: CountFailure) -> int:
+        row = self.claims.setdefault((step.user, step.thread_id), Claim())
+        row.attempts = row.attempts + 1 if row.batch == step.batch else 1
+        row.batch, row.error = step.batch, step.error
+        return row.attempts
+
+    def list_letters(self, step: ListLetters) -> list[DeadLetter]:
+        found = [
+            d
+            for d in self.letters.values()
+            if (step.app_name is None or d.app_name == step.app_name)
+            and (step.status is None or d.status == step.status)
+        ]
+        found.sort(key=lambda d: (d.created_at, d.id))
+        return found[: step.limit] if step.limit is not None else found
+
+    def retry_letter(self, step: RetryLetter) -> DeadLetter | None:
+        found = self.letters.get(step.letter_id)
+        if found is None or found.status == DeadLetterStatus.DONE:
+            return None
+        update = {"status": DeadLetterStatus.RETRY, "updated_at": utcnow()}
+        self.letters[step.letter_id] = updated = found.model_copy(update=update)
+        return updated
 
     def cursor(self, user: UserKey, thread_id: str) -> ExtractionCursor | None:
         cursor = self.cursors.get((user, thread_id))
@@ -281,77 +435,12 @@ class ClaimTable:
         stamped = cursor.model_copy(update={"updated_at": utcnow()})
         self.cursors[(user, cursor.thread_id)] = stamped
 
-    def claim(self, op: ClaimThread) -> ThreadClaim | None:
-        now = time.time()
-        row = self.claims.setdefault((op.user, op.thread_id), Claim())
-        if row.owner not in (None, op.owner) and row.expires > now:
-            return None
-        row.owner, row.expires = op.owner, now + op.ttl
-        return ThreadClaim(
-            cursor=self.cursor(op.user, op.thread_id),
-            attempts=row.attempts,
-            failed_batch=row.batch,
-            retries=self.retries(op.user, op.thread_id),
-        )
-
-    def progress(self, op: SaveProgress) -> bool:
-        user, thread_id = op.user, op.thread_id
-        row = self.claims.get((user, thread_id))
-        if row is None or row.owner != op.owner:
-            return False
-        now = utcnow()
-        if op.dead_letter is not None:
-            self.letters[op.dead_letter.id] = op.dead_letter.model_copy(update={"updated_at": now})
-        for letter_id in op.resolved:
-            found = self.letters.get(letter_id)
-            if found is not None and found.user == user and found.thread_id == thread_id:
-                self.letters[letter_id] = found.model_copy(
-                    update={"status": DeadLetterStatus.DONE, "updated_at": now}
-                )
-        if op.cursor is not None:
-            self.set_cursor(user, op.cursor)
-            row.batch, row.attempts, row.error = None, 0, None
-        if op.ttl is None:
-            row.owner, row.expires = None, 0.0
-        else:
-            row.expires = time.time() + op.ttl
-        return True
-
-    def failure(self, op: RecordFailure) -> int:
-        row = self.claims.setdefault((op.user, op.thread_id), Claim())
-        row.attempts = row.attempts + 1 if row.batch == op.batch else 1
-        row.batch, row.error = op.batch, op.error
-        return row.attempts
-
-    def release(self, op: ReleaseThread) -> None:
-        held = self.claims.get((op.user, op.thread_id))
-        if held is not None and held.owner == op.owner:
-            held.owner, held.expires = None, 0.0
-
     def retries(self, user: UserKey, thread_id: str) -> list[DeadLetter]:
         return [
             d
             for d in self.letters.values()
             if d.user == user and d.thread_id == thread_id and d.status == "retry"
         ]
-
-    def listing(self, op: ListDeadLetters) -> list[DeadLetter]:
-        found = [
-            d
-            for d in self.letters.values()
-            if (op.app_name is None or d.app_name == op.app_name)
-            and (op.status is None or d.status == op.status)
-        ]
-        found.sort(key=lambda d: (d.created_at, d.id))
-        return found[: op.limit] if op.limit is not None else found
-
-    def retry(self, letter_id: str) -> DeadLetter | None:
-        found = self.letters.get(letter_id)
-        if found is None or found.status == DeadLetterStatus.DONE:
-            return None
-        update = {"status": DeadLetterStatus.RETRY, "updated_at": utcnow()}
-        self.letters[letter_id] = updated = found.model_copy(update=update)
-        return updated
 
     def purge(self, user: UserKey) -> Callable[[], None]:
         """Drop the user's cursors, claims and dead letters; returns what puts them back."""

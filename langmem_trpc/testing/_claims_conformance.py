@@ -84,6 +84,21 @@ class ClaimsConformance:
         assert await client.save_progress(ALICE, "t1", "job-2", cursor=_cursor(1))
         assert await client.record_failure(ALICE, "t1", "job-3", "batch-b", "boom") == 1
 
+    async def test_only_progress_with_a_cursor_clears_the_failed_attempts(
+        self, client: Client
+    ) -> None:
+        assert await client.claim_thread(ALICE, "t1", "job", 30) is not None
+        assert await client.record_failure(ALICE, "t1", "job", "batch-a", "boom") == 1
+        await client.set_cursor(ALICE, _cursor(1))
+        assert await client.save_progress(ALICE, "t1", "job", dead_letter=_letter(), ttl=30)
+        assert await client.record_failure(ALICE, "t1", "job", "batch-a", "boom") == 2
+        assert await client.save_progress(ALICE, "t1", "job", cursor=_cursor(2), ttl=30)
+        assert await client.record_failure(ALICE, "t1", "job", "batch-a", "boom") == 1
+        await client.release_thread(ALICE, "t1", "job")
+        claim = await client.claim_thread(ALICE, "t1", "job-2", 30)
+        assert claim is not None and (claim.attempts, claim.failed_batch) == (1, "batch-a")
+        assert claim.cursor is not None and claim.cursor.message_count == 2
+
     async def test_dead_letters_are_durable_listed_and_retried(self, client: Client) -> None:
         assert await client.claim_thread(ALICE, "t1", "job", 30) is not None
         letter = _letter()

@@ -7,7 +7,10 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from langmem_trpc import SQLiteMemoryService, UserKey
+from langmem_trpc.errors import BackendError
 
 ALICE = UserKey("app", "alice")
 
@@ -67,3 +70,19 @@ def test_a_live_process_claim_blocks_another_process(tmp_path):
         child.stdin.flush()
         child.wait(timeout=60)
         assert svc.claim_thread(ALICE, "t", "me", 60) is not None
+
+
+def test_a_claim_is_given_back_when_reading_under_it_fails(tmp_path, monkeypatch):
+    svc = SQLiteMemoryService(str(tmp_path / "m.db"))
+    try:
+
+        def broken(work):
+            raise BackendError("disk I/O error")
+
+        with monkeypatch.context() as patch:
+            patch.setattr(svc._db, "read", broken)
+            with pytest.raises(BackendError):
+                svc.claim_thread(ALICE, "t", "job-1", 30)
+        assert svc.claim_thread(ALICE, "t", "job-2", 30) is not None
+    finally:
+        svc.close()

@@ -1,6 +1,6 @@
 """PostgreSQL: extraction cursors with their covered keys, thread claims,
-failed attempts and dead letters: each validated `ClaimOp` as a sans-I/O plan
-(contract: `langmem_trpc.service.claims`).
+failed attempts and dead letters: the claim executor, sans-I/O, that runs each
+op's shared plan as statements (contract: `langmem_trpc.service.claim_steps`).
 
 A claim is taken by one `INSERT ... ON CONFLICT DO UPDATE ... WHERE` on
 `langmem_thread_claims`: the row lock serialises competing processes and the
@@ -15,14 +15,28 @@ from __future__ import annotations
 
 from collections.abc import Generator
 from datetime import timezone
-from typing import Any, assert_never
+from typing import Any, TypeVar, assert_never
 
 from psycopg.types.json import Jsonb
 
 from ...service import claims as c
-from ...types import DeadLetter, DeadLetterStatus, ExtractionCursor, ThreadClaim, UserKey
+from ...service.claim_steps import (
+    ClaimPlan,
+    ClaimStep,
+    CountFailure,
+    ListLetters,
+    LockThread,
+    ReadThread,
+    RetryLetter,
+    ThreadState,
+    UnlockThread,
+    WriteThread,
+)
+from ...types import DeadLetter, DeadLetterStatus, ExtractionCursor, UserKey
 from ._ops import Op, Plan, Sql
 from ._sql import Row, user_params
+
+T = TypeVar("T")
 
 ASYNC_COMMIT = "set_config('synchronous_commit', 'off', true) = 'off'"
 """A condition that makes this transaction commit without waiting for the WAL flush: a
@@ -61,16 +75,29 @@ _HOLD = f"""
 UPDATE langmem_thread_claims SET {{}} WHERE {_T} AND owner = %(owner)s RETURNING 1 AS held"""
 _RELEASE = "owner = NULL, expires_at = NULL"
 _RENEW = "expires_at = now() + make_interval(secs => %(ttl)s)"
-HOLD = {True: _HOLD.format(_RELEASE), False: _HOLD.format(_RENEW)}
-"""release -> the UPDATE that checks the claim is ours and locks its row, then releases it
-or renews it (`ttl`); no row: not ours."""
-HOLD_AND_SAVE_CURSOR = {
-    release: f"WITH held AS ({_HOLD.format(sets + ', batch = NULL, attempts = 0, last_error = NULL')})"
-    f"\n{_UPSERT_CURSOR.format('SELECT', 'FROM held')}\nRETURNING 1 AS held"
-    for release, sets in ((True, _RELEASE), (False, _RENEW))
+_CLEAR = "batch = NULL, attempts = 0, last_error = NULL"
+
+
+def _hold(release: bool, clear: bool, cursor: bool) -> str:
+    sets = _RELEASE if release else _RENEW
+    update = _HOLD.format(f"{sets}, {_CLEAR}" if clear else sets)
+    if not cursor:
+        return update
+    upsert = _UPSERT_CURSOR.format("SELECT", "FROM held")
+    return f"WITH held AS ({update})\n{upsert}\nRETURNING 1 AS held"
+
+
+HOLD = {
+    (release, clear, cursor): _hold(release, clear, cursor)
+    for release in (True, False)
+    for clear in (True, False)
+    for cursor in (True, False)
 }
-"""release -> that UPDATE, clearing the failed attempts, and the cursor upsert in one
-statement: the cursor is written only if the claim is ours."""
+"""(release, clear attempts, cursor) -> the UPDATE that checks the claim is ours and locks
+its row, then releases it or renews it (`ttl`), with the cursor upsert in the same
+statement: the cursor is written only if the claim is ours. No row: not ours."""
+CLEAR_ATTEMPTS = f"UPDATE langmem_thread_claims SET {_CLEAR} WHERE {_T}"
+SELECT_ATTEMPTS = f"SELECT attempts, batch FROM langmem_thread_claims WHERE {_T}"
 RELEASE = f"""
 UPDATE langmem_thread_claims SET {_RELEASE} WHERE {_T} AND owner = %(owner)s AND {ASYNC_COMMIT}"""
 RECORD_FAILURE = """
@@ -147,42 +174,137 @@ def read_cursor(
     return None if row is None else cursor_from_row(row)
 
 
+def op_for(op: c.ClaimOp[Any]) -> Op:
+    """The op's plan as SQL, and whether it runs in one transaction (`write=False` when
+    each of its statements is atomic by itself and they need no BEGIN / COMMIT)."""
+    return Op(claim_sql(c.plan(op)), write=_atomic(c.closed(op)))
+
+
+def _atomic(op: c.ClaimCall) -> bool:
+    match op:
+        case c.ClaimThread() | c.RetryDeadLetter():
+            return True
+        case c.SaveProgress(dead_letter=letter, resolved=resolved):
+            return letter is not None or bool(resolved)
+        case _:
+            return False
+
+
+def claim_sql(plan: ClaimPlan[T]) -> Plan[T]:
+    """Run a claim plan (`service/claims.py`) as SQL: each step becomes the statements
+    of its `ClaimSql` method."""
+    run = ClaimSql()
+    reply: object = None
+    while True:
+        try:
+            step = plan.send(reply)
+        except StopIteration as done:
+            result: T = done.value
+            return result
+        reply = yield from run.dispatch(step)
+
+
+class ClaimSql:
+    """PostgreSQL's claim executor, sans-I/O: the methods of `ClaimExecutor`, each a plan
+    that yields the step's statements and returns its result, for the sync and async
+    drivers. A save's claim check, renewal and cursor are one statement."""
+
+    def __init__(self) -> None:
+        self._taken: Row | None = None
+        """The claim row `LockThread` took (its attempts and batch: no second read)."""
+
+    def dispatch(self, step: ClaimStep) -> Plan[object]:
+        """The statements of `step`'s method; the one exhaustive match over the steps."""
+        match step:
+            case LockThread():
+                return (yield from self.lock_thread(step))
+            case ReadThread():
+                return (yield from self.read_thread(step))
+            case WriteThread():
+                return (yield from self.write_thread(step))
+            case CountFailure():
+                return (yield from self.count_failure(step))
+            case UnlockThread():
+                yield from self.unlock_thread(step)
+                return None
+            case ListLetters():
+                return (yield from self.list_letters(step))
+            case RetryLetter():
+                return (yield from self.retry_letter(step))
+            case _:
+                assert_never(step)
+
+    def lock_thread(self, step: LockThread) -> Plan[bool]:
+        p = _params(step.user, step.thread_id, owner=step.owner, ttl=step.ttl)
+        taken = yield Sql(TAKE_CLAIM, p)
+        self._taken = taken[0] if taken else None
+        return bool(taken)
+
+    def unlock_thread(self, step: UnlockThread) -> Plan[None]:
+        yield Sql(RELEASE, _params(step.user, step.thread_id, owner=step.owner))
+
+    def read_thread(self, step: ReadThread) -> Plan[ThreadState]:
+        p = _params(step.user, step.thread_id)
+        rows = yield Sql(SELECT_CURSOR, p)
+        cursor = cursor_from_row(rows[0]) if rows else None
+        if not step.attempts:
+            return ThreadState(cursor)
+        claim = self._taken
+        if claim is None:
+            found = yield Sql(SELECT_ATTEMPTS, p)
+            claim = found[0] if found else {"attempts": 0, "batch": None}
+        retries = []
+        if cursor is not None and cursor.pending_retries:
+            retries = yield Sql(SELECT_RETRIES, p)
+        letters = [letter_from_row(r) for r in retries]
+        return ThreadState(cursor, claim["attempts"], claim["batch"], letters)
+
+    def write_thread(self, step: WriteThread) -> Plan[bool]:
+        p = _params(step.user, step.thread_id)
+        if step.cursor is not None:
+            p |= _cursor_params(step.user, step.cursor)
+        holder = step.holder
+        if holder is not None:
+            p |= {"owner": holder.owner, "ttl": holder.ttl}
+            release = holder.ttl is None
+            held = yield Sql(HOLD[release, step.clear_attempts, step.cursor is not None], p)
+            if not held:
+                return False
+        else:
+            if step.cursor is not None:
+                yield Sql(UPSERT_CURSOR, p)
+            if step.clear_attempts:
+                yield Sql(CLEAR_ATTEMPTS, p)
+        if step.letter is not None:
+            yield Sql(UPSERT_LETTER, _letter_params(step.letter))
+        if step.resolved:
+            yield Sql(RESOLVE_LETTERS, p | {"ids": list(step.resolved)})
+        if step.letter is not None or step.resolved:
+            yield Sql(COUNT_PENDING, p)
+        return True
+
+    def count_failure(self, step: CountFailure) -> Plan[int]:
+        p = _params(step.user, step.thread_id, batch=step.batch, error=step.error)
+        rows = yield Sql(RECORD_FAILURE, p)
+        return int(rows[0]["attempts"])
+
+    def list_letters(self, step: ListLetters) -> Plan[list[DeadLetter]]:
+        status = None if step.status is None else step.status.value
+        p = {"app_filter": step.app_name, "status": status, "limit": step.limit}
+        rows = yield Sql(SELECT_LETTERS, p)
+        return [letter_from_row(r) for r in rows]
+
+    def retry_letter(self, step: RetryLetter) -> Plan[DeadLetter | None]:
+        rows = yield Sql(RETRY_LETTER, {"id": step.letter_id})
+        if not rows:
+            return None
+        letter = letter_from_row(rows[0])
+        yield Sql(COUNT_PENDING, _params(letter.user, letter.thread_id))
+        return letter
+
+
 def _params(user: UserKey, thread_id: str, **extra: Any) -> dict[str, Any]:
     return user_params(user, thread=thread_id, **extra)
-
-
-def op_for(op: c.ClaimOp[Any]) -> Op:
-    """The plan that runs `op`, and whether it writes (`write=False` on a plan of one
-    statement: atomic by itself, so no BEGIN / COMMIT)."""
-    match c.closed(op):
-        case c.GetCursor(user=user, thread_id=thread_id):
-            return Op(get_cursor(user, thread_id), write=False)
-        case c.SetCursor(user=user, cursor=cursor):
-            return Op(_one(UPSERT_CURSOR, _cursor_params(user, cursor)), write=False)
-        case c.ClaimThread() as claim:
-            return Op(claim_thread(claim), write=True)
-        case c.SaveProgress() as progress:
-            writes = progress.dead_letter is not None or bool(progress.resolved)
-            return Op(save_progress(progress), write=writes)
-        case c.RecordFailure() as failure:
-            return Op(record_failure(failure), write=False)
-        case c.ReleaseThread(user=user, thread_id=thread_id, owner=owner):
-            return Op(_one(RELEASE, _params(user, thread_id, owner=owner)), write=False)
-        case c.ListDeadLetters() as listing:
-            return Op(dead_letters(listing), write=False)
-        case c.RetryDeadLetter(letter_id=letter_id):
-            return Op(retry_dead_letter(letter_id), write=True)
-        case never:
-            assert_never(never)
-
-
-def _one(sql: str, params: dict[str, Any]) -> Plan[None]:
-    yield Sql(sql, params)
-
-
-def get_cursor(user: UserKey, thread_id: str) -> Plan[ExtractionCursor | None]:
-    rows = yield Sql(SELECT_CURSOR, _params(user, thread_id))
-    return cursor_from_row(rows[0]) if rows else None
 
 
 def _cursor_params(user: UserKey, cursor: ExtractionCursor) -> dict[str, Any]:
@@ -198,41 +320,6 @@ def _cursor_params(user: UserKey, cursor: ExtractionCursor) -> dict[str, Any]:
     )
 
 
-def claim_thread(op: c.ClaimThread) -> Plan[ThreadClaim | None]:
-    p = _params(op.user, op.thread_id, owner=op.owner, ttl=op.ttl)
-    taken = yield Sql(TAKE_CLAIM, p)
-    if not taken:
-        return None
-    cursor = yield from get_cursor(op.user, op.thread_id)
-    retries = []
-    if cursor is not None and cursor.pending_retries:
-        retries = yield Sql(SELECT_RETRIES, p)
-    return ThreadClaim(
-        cursor=cursor,
-        attempts=taken[0]["attempts"],
-        failed_batch=taken[0]["batch"],
-        retries=[letter_from_row(r) for r in retries],
-    )
-
-
-def save_progress(op: c.SaveProgress) -> Plan[bool]:
-    p = _params(op.user, op.thread_id, owner=op.owner, ttl=op.ttl)
-    if op.cursor is None:
-        held = yield Sql(HOLD[op.ttl is None], p)
-    else:
-        p |= _cursor_params(op.user, op.cursor)
-        held = yield Sql(HOLD_AND_SAVE_CURSOR[op.ttl is None], p)
-    if not held:
-        return False
-    if op.dead_letter is not None:
-        yield Sql(UPSERT_LETTER, _letter_params(op.dead_letter))
-    if op.resolved:
-        yield Sql(RESOLVE_LETTERS, _params(op.user, op.thread_id, ids=list(op.resolved)))
-    if op.dead_letter is not None or op.resolved:
-        yield Sql(COUNT_PENDING, p)
-    return True
-
-
 def _letter_params(letter: DeadLetter) -> dict[str, Any]:
     return _params(
         letter.user,
@@ -245,25 +332,3 @@ def _letter_params(letter: DeadLetter) -> dict[str, Any]:
         messages=Jsonb(letter.messages),
         created=letter.created_at,
     )
-
-
-def record_failure(op: c.RecordFailure) -> Plan[int]:
-    rows = yield Sql(RECORD_FAILURE, _params(op.user, op.thread_id, batch=op.batch, error=op.error))
-    return int(rows[0]["attempts"])
-
-
-def dead_letters(op: c.ListDeadLetters) -> Plan[list[DeadLetter]]:
-    status = None if op.status is None else op.status.value
-    rows = yield Sql(
-        SELECT_LETTERS, {"app_filter": op.app_name, "status": status, "limit": op.limit}
-    )
-    return [letter_from_row(r) for r in rows]
-
-
-def retry_dead_letter(letter_id: str) -> Plan[DeadLetter | None]:
-    rows = yield Sql(RETRY_LETTER, {"id": letter_id})
-    if not rows:
-        return None
-    letter = letter_from_row(rows[0])
-    yield Sql(COUNT_PENDING, _params(letter.user, letter.thread_id))
-    return letter

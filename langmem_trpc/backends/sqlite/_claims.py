@@ -1,6 +1,7 @@
-"""SQLite's claim ops (contract: `langmem_trpc.service.claims`): extraction cursors in `cursors`,
-failed attempts in `thread_attempts`, dead letters in `dead_letters`. Claims are not
-rows but `_locks.FileClaims` byte-range locks, so taking one costs no write transaction.
+"""SQLite's claim executor (contract: `langmem_trpc.service.claim_steps`): extraction
+cursors in `cursors`, failed attempts in `thread_attempts`, dead letters in `dead_letters`.
+Claims are not rows but `_locks.FileClaims` byte-range locks, so taking one costs no
+write transaction.
 """
 
 from __future__ import annotations
@@ -9,10 +10,22 @@ import json
 import sqlite3
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any, TypeVar, assert_never, cast
+from typing import Any, TypeVar
 
 from ...service import claims as c
-from ...types import DeadLetter, DeadLetterStatus, ExtractionCursor, ThreadClaim, UserKey
+from ...service.claim_steps import (
+    CountFailure,
+    ListLetters,
+    LockThread,
+    ReadThread,
+    RetryLetter,
+    ThreadState,
+    UnlockThread,
+    WriteThread,
+    dispatch,
+)
+from ...service.steps import drive
+from ...types import DeadLetter, DeadLetterStatus, ExtractionCursor, UserKey
 from . import _sql as sql
 from ._connection import Database
 from ._locks import FileClaims
@@ -102,119 +115,105 @@ def row_to_letter(row: Sequence[Any]) -> DeadLetter:
 
 
 class SQLiteClaims:
-    """`run_claim_op` of `SQLiteMemoryService`."""
+    """`run_claim_op` of `SQLiteMemoryService`: drives the op's plan with a
+    `SQLiteClaimSteps`."""
 
     _db: Database
     _now: Callable[..., datetime]
     _file_claims: FileClaims
 
     def run_claim_op(self, op: c.ClaimOp[T]) -> T:
-        """Run the op: claims on the claim file, the rest in the database."""
-        return cast("T", self._claim_op(op))
+        """Run the op's plan: the lock step on the claim file, the rest in the database."""
+        run = SQLiteClaimSteps(self._db, self._now, self._file_claims)
+        try:
+            return drive(c.plan(op), lambda step: dispatch(run, step))
+        except BaseException:
+            if run.taken is not None:
+                self._file_claims.release(*run.taken)  # a failed claim is given back
+            raise
 
-    def _claim_op(self, op: c.ClaimOp[Any]) -> object:
-        match c.closed(op):
-            case c.GetCursor(user=user, thread_id=thread_id):
-                key = (user.app_name, user.user_id, thread_id)
-                row = self._db.read(lambda conn: conn.execute(SELECT_CURSOR, key).fetchone())
-                return None if row is None else row_to_cursor(row)
-            case c.SetCursor(user=user, cursor=cursor):
-                return self._db.write(lambda conn: self._write_cursor(conn, user, cursor))
-            case c.ClaimThread() as claim:
-                return self._claim(claim)
-            case c.SaveProgress() as progress:
-                return self._save(progress)
-            case c.RecordFailure() as failure:
-                return self._count_failure(failure)
-            case c.ReleaseThread(user=user, thread_id=thread_id, owner=owner):
-                self._file_claims.release((user.app_name, user.user_id, thread_id), owner)
-                return None
-            case c.ListDeadLetters() as listing:
-                return self._list_letters(listing)
-            case c.RetryDeadLetter(letter_id=letter_id):
-                return self._db.write(lambda conn: self._retry(conn, letter_id))
-            case never:
-                assert_never(never)
 
-    def _count_failure(self, op: c.RecordFailure) -> int:
-        params = (op.user.app_name, op.user.user_id, op.thread_id, op.batch, op.error)
-        return int(self._db.write(lambda conn: conn.execute(RECORD_FAILURE, params).fetchone()[0]))
+class SQLiteClaimSteps:
+    """SQLite's `ClaimExecutor` for one op: the claim file's byte-range lock executes
+    the lock steps, each other step is one read or write transaction."""
 
-    def _list_letters(self, op: c.ListDeadLetters) -> list[DeadLetter]:
-        state = None if op.status is None else op.status.value
-        query = (op.app_name, op.app_name, state, state, op.limit or -1)
-        rows = self._db.read(lambda conn: conn.execute(SELECT_LETTERS, query).fetchall())
-        return [row_to_letter(r) for r in rows]
+    def __init__(self, db: Database, now: Callable[..., datetime], files: FileClaims) -> None:
+        self._db, self._now, self._files = db, now, files
+        self.taken: tuple[tuple[str, str, str], str] | None = None
+        """(thread, owner) of the claim this op's `LockThread` took."""
 
-    def _write_cursor(
-        self, conn: sqlite3.Connection, user: UserKey, cursor: ExtractionCursor
-    ) -> None:
-        conn.execute(
-            UPSERT_CURSOR,
-            (
-                user.app_name,
-                user.user_id,
-                cursor.thread_id,
-                cursor.last_message_id,
-                cursor.last_message_digest,
-                cursor.message_count,
-                sql.to_us(cursor.last_extracted_at),
-                sql.to_us(self._now()),
-                cursor.message_keys,
-                cursor.retired_keys,
-            ),
-        )
+    def lock_thread(self, step: LockThread) -> bool:
+        key = (step.user.app_name, step.user.user_id, step.thread_id)
+        if not self._files.take(key, step.owner, step.ttl):
+            return False
+        self.taken = key, step.owner
+        return True
 
-    def _claim(self, op: c.ClaimThread) -> ThreadClaim | None:
-        key = (op.user.app_name, op.user.user_id, op.thread_id)
-        if not self._file_claims.take(key, op.owner, op.ttl):
-            return None
+    def unlock_thread(self, step: UnlockThread) -> None:
+        self._files.release((step.user.app_name, step.user.user_id, step.thread_id), step.owner)
 
-        def read(conn: sqlite3.Connection) -> ThreadClaim:
+    def read_thread(self, step: ReadThread) -> ThreadState:
+        key = (step.user.app_name, step.user.user_id, step.thread_id)
+
+        def read(conn: sqlite3.Connection) -> ThreadState:
             row = conn.execute(SELECT_CURSOR, key).fetchone()
             cursor = None if row is None else row_to_cursor(row)
+            if not step.attempts:
+                return ThreadState(cursor)
             attempts = conn.execute(SELECT_ATTEMPTS, key).fetchone()
             retries = []
             if cursor is not None and cursor.pending_retries:
                 retries = [row_to_letter(r) for r in conn.execute(SELECT_RETRIES, key)]
-            return ThreadClaim(
-                cursor=cursor,
-                attempts=0 if attempts is None else attempts[1],
-                failed_batch=None if attempts is None else attempts[0],
-                retries=retries,
-            )
+            if attempts is None:
+                return ThreadState(cursor, retries=retries)
+            return ThreadState(cursor, attempts[1], attempts[0], retries)
 
-        try:
-            return self._db.read(read)
-        except BaseException:
-            self._file_claims.release(key, op.owner)
-            raise
+        return self._db.read(read)
 
-    def _save(self, op: c.SaveProgress) -> bool:
-        key = (op.user.app_name, op.user.user_id, op.thread_id)
-        if not self._file_claims.holds(key, op.owner):
+    def write_thread(self, step: WriteThread) -> bool:
+        key = (step.user.app_name, step.user.user_id, step.thread_id)
+        holder = step.holder
+        if holder is not None and not self._files.holds(key, holder.owner):
             return False
-        letter, cursor = op.dead_letter, op.cursor
-
-        def save(conn: sqlite3.Connection) -> None:
-            now = sql.to_us(self._now())
-            if letter is not None:
-                conn.execute(UPSERT_LETTER, _letter_params(letter, now))
-            for letter_id in op.resolved:
-                conn.execute(RESOLVE_LETTER, (now, *key, letter_id))
-            if cursor is not None:
-                self._write_cursor(conn, op.user, cursor)
-                conn.execute(CLEAR_ATTEMPTS, key)
-            if letter is not None or op.resolved:
-                conn.execute(COUNT_PENDING, (*key, *key))
-
-        if cursor is not None or letter is not None or op.resolved:
-            self._db.write(save)
-        if op.ttl is None:
-            self._file_claims.release(key, op.owner)
+        if step.cursor is not None or step.letter is not None or step.resolved:
+            self._db.write(lambda conn: self._write(conn, key, step))
+        elif step.clear_attempts:
+            self._db.write(lambda conn: conn.execute(CLEAR_ATTEMPTS, key))
+        if holder is None:
+            return True
+        if holder.ttl is None:
+            self._files.release(key, holder.owner)  # after the writes: the next job sees them
         else:
-            self._file_claims.renew(key, op.owner, op.ttl)
+            self._files.renew(key, holder.owner, holder.ttl)
         return True
+
+    def _write(
+        self, conn: sqlite3.Connection, key: tuple[str, str, str], step: WriteThread
+    ) -> None:
+        now = sql.to_us(self._now())
+        if step.letter is not None:
+            conn.execute(UPSERT_LETTER, _letter_params(step.letter, now))
+        for letter_id in step.resolved:
+            conn.execute(RESOLVE_LETTER, (now, *key, letter_id))
+        if step.cursor is not None:
+            conn.execute(UPSERT_CURSOR, _cursor_params(key, step.cursor, now))
+        if step.clear_attempts:
+            conn.execute(CLEAR_ATTEMPTS, key)
+        if step.letter is not None or step.resolved:
+            conn.execute(COUNT_PENDING, (*key, *key))
+
+    def count_failure(self, step: CountFailure) -> int:
+        params = (step.user.app_name, step.user.user_id, step.thread_id, step.batch, step.error)
+        return int(self._db.write(lambda conn: conn.execute(RECORD_FAILURE, params).fetchone()[0]))
+
+    def list_letters(self, step: ListLetters) -> list[DeadLetter]:
+        state = None if step.status is None else step.status.value
+        query = (step.app_name, step.app_name, state, state, step.limit or -1)
+        rows = self._db.read(lambda conn: conn.execute(SELECT_LETTERS, query).fetchall())
+        return [row_to_letter(r) for r in rows]
+
+    def retry_letter(self, step: RetryLetter) -> DeadLetter | None:
+        return self._db.write(lambda conn: self._retry(conn, step.letter_id))
 
     def _retry(self, conn: sqlite3.Connection, letter_id: str) -> DeadLetter | None:
         row = conn.execute(SELECT_LETTER, (letter_id,)).fetchone()
@@ -245,4 +244,19 @@ def _letter_params(letter: DeadLetter, now: int | None) -> tuple[Any, ...]:
         json.dumps(letter.messages),
         sql.to_us(letter.created_at),
         now,
+    )
+
+
+def _cursor_params(
+    key: tuple[str, str, str], cursor: ExtractionCursor, now: int | None
+) -> tuple[Any, ...]:
+    return (
+        *key,
+        cursor.last_message_id,
+        cursor.last_message_digest,
+        cursor.message_count,
+        sql.to_us(cursor.last_extracted_at),
+        now,
+        cursor.message_keys,
+        cursor.retired_keys,
     )
