@@ -275,23 +275,10 @@ def _run_retrieval(
     payload: dict[str, Any],
 ) -> None:
     """`stores`: the --backend scheme and the --reembed-from embedder."""
-    from ..bench.locomo.retrieval import RetrievalArm, default_arms, run_retrieval
+    from ..bench.locomo.retrieval import run_retrieval
 
     backend, reembed_from = stores
-
-    chosen = default_arms()
-    if arms:
-        wanted = arms.split(",")
-        chosen = [a for a in chosen if a.name in wanted]
-    if ablation:
-        chosen += [
-            RetrievalArm(f"turns-default/{name}", "turns", True, knobs, f"ablation: {knobs}")
-            for name, knobs in ABLATIONS.items()
-        ]
-        plain = "ablation: turns without context topics (VerbatimExtractor(context=False))"
-        chosen.append(
-            RetrievalArm("turns-default/no-context-units", "turns-plain", True, {}, plain)
-        )
+    chosen = _retrieval_arms(arms, ablation)
     embeddings = _embeddings(run_dir, any(a.embed for a in chosen))
     if embeddings is None and any(a.embed for a in chosen):
         from ..embeddings import INSTALL_HINT
@@ -328,6 +315,26 @@ def _run_retrieval(
     payload["default_arm"] = next(
         (a.name for a in chosen if a.is_default and a.units == "turns"), None
     )
+
+
+def _retrieval_arms(arms: str | None, ablation: bool) -> list[Any]:
+    """The arms `--arms` names (all by default), plus the ablation rows with `--ablation`."""
+    from ..bench.locomo.retrieval import RetrievalArm, default_arms
+
+    chosen = default_arms()
+    if arms:
+        wanted = arms.split(",")
+        chosen = [a for a in chosen if a.name in wanted]
+    if ablation:
+        chosen += [
+            RetrievalArm(f"turns-default/{name}", "turns", True, knobs, f"ablation: {knobs}")
+            for name, knobs in ABLATIONS.items()
+        ]
+        plain = "ablation: turns without context topics (VerbatimExtractor(context=False))"
+        chosen.append(
+            RetrievalArm("turns-default/no-context-units", "turns-plain", True, {}, plain)
+        )
+    return chosen
 
 
 def _first_embeddings(spec: str) -> Any:
