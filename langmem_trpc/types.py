@@ -245,8 +245,8 @@ class Entry(BaseModel):
         if isinstance(data, dict) and data.get("valid_from") is None:
             memory = data.get("memory")
             event_time = memory.event_time if isinstance(memory, Memory) else None
-            if isinstance(memory, dict):
-                event_time = memory.get("event_time")
+            if isinstance(memory, dict):  # read as `Memory` reads it: zone-less is UTC
+                event_time = parse_time_or_raise(memory.get("event_time"), "event_time")
             data = {**data, "valid_from": event_time or data.get("created_at")}
         return data
 

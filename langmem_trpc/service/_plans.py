@@ -99,9 +99,14 @@ def _event(
     at: datetime,
 ) -> HistoryEvent:
     return checked_model(
-        HistoryEvent, memory_id=memory_id, operation=op, text_before=before, text_after=after,
-        at=at, source=source,
-    )  # fmt: skip
+        HistoryEvent,
+        memory_id=memory_id,
+        operation=op,
+        text_before=before,
+        text_after=after,
+        at=at,
+        source=source,
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -412,24 +412,26 @@ class InMemoryMemoryService(SyncMemoryService):
         query_vector = None
         if self._embeddings is not None:
             query_vector = unit_vector(self._embeddings.embed_query(options.query))
-        view = validity.view_of(options)
+        view, now = validity.view_of(options), utcnow()
         with self._lock:
-            rows = self._visible(self._find(user), view)  # before any pool is cut
+            data = self._find(user)
+            rows = self._live(data) if data else []
             for row in rows:
                 if row.doc is None:
                     row.doc = KeywordDoc.build(
                         row.entry.text, keys_of(row.entry.memory), self.language
                     )
             snapshot = [(r.entry, r.vector, r.doc) for r in rows if r.doc is not None]
-        scorer = KeywordScorer.of(
+        scorer = KeywordScorer.of(  # corpus statistics of every live row, as SQL keeps them
             QueryTerms.of(options, self.language),
             CorpusStats.from_docs(doc for _, _, doc in snapshot),
         )
+        shown = [hit for hit in snapshot if view.visible(hit[0], now)]  # before any pool is cut
 
         def fetch(kind: Kind | None, pool: int) -> Legs:
             pick = [
                 (entry, vector, doc)
-                for entry, vector, doc in snapshot
+                for entry, vector, doc in shown
                 if (kind is None or entry.memory.kind == kind)
                 and passes_time(entry.memory.event_time, options.time_after, options.time_before)
             ]

@@ -4,19 +4,21 @@
 the CLI talk to. Every method takes the caller's `UserKey` first and never
 reaches another user's rows. The write methods and the cursor, claim and
 dead-letter methods are defined here once, sync and async: each validates its
-arguments into a plan of `_plans.py` (`run_plan`, the backend's step executor) or
-a `ClaimOp` of `claims.py` (`run_claim_op`) that the backend runs. `SyncMemoryService` is the base for backends whose driver is
-blocking (in-memory, SQLite, LanceDB): its `a*` twins (`in_thread`) run the
-sync method in a worker thread, so the event loop never blocks.
+arguments into a plan of `_plans.py` (run by `run_plan`, the backend's step
+executor) or a `ClaimOp` of `claims.py` (run by `run_claim_op`), and its `a*`
+twin does the same through `arun_plan` / `arun_claim_op`. `SyncMemoryService`
+is the base for backends whose driver is blocking (in-memory, SQLite,
+LanceDB): each of its `a*` twins runs the sync method (a subclass's override
+of it) in a worker thread (`asyncio.to_thread`), so the event loop never blocks.
 """
 
 from __future__ import annotations
 
 import asyncio
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from typing import Any, TypeVar
 
 from typing_extensions import Self
 
@@ -42,54 +44,15 @@ from .claims import ClaimOp
 from .steps import Plan
 
 T = TypeVar("T")
-P = ParamSpec("P")
-S = TypeVar("S", bound="MemoryService")
 F = TypeVar("F", bound=Callable[..., Any])
 
-__all__ = ["MemoryService", "SyncMemoryService", "in_thread"]
-
-
-def _twins(
-    build: Callable[Concatenate[MemoryService, P], Plan[T] | ClaimOp[T]],
-) -> tuple[
-    Callable[Concatenate[MemoryService, P], T],
-    Callable[Concatenate[MemoryService, P], Coroutine[Any, Any, T]],
-]:
-    """The method that runs the write plan or claim op `build` returns (`run_plan` or
-    `run_claim_op`), with `build`'s signature and docs, and its async twin."""
-    name = build.__name__.lstrip("_")
-
-    def method(self: MemoryService, /, *args: P.args, **kwargs: P.kwargs) -> T:
-        work = build(self, *args, **kwargs)
-        return self.run_claim_op(work) if isinstance(work, ClaimOp) else self.run_plan(work)
-
-    async def twin(self: MemoryService, /, *args: P.args, **kwargs: P.kwargs) -> T:
-        work = build(self, *args, **kwargs)
-        if isinstance(work, ClaimOp):
-            return await self.arun_claim_op(work)
-        return await self.arun_plan(work)
-
-    return _named(method, build, name), _named(twin, build, "a" + name, f"Async twin of `{name}`.")
-
-
-def in_thread(
-    method: Callable[Concatenate[S, P], T],
-) -> Callable[Concatenate[S, P], Coroutine[Any, Any, T]]:
-    """The async twin of `method` that runs it in a worker thread, so the event loop
-    never blocks. It calls `getattr(self, method.__name__)`: a subclass's override of
-    the sync method is the one that runs."""
-    name = method.__name__
-
-    async def twin(self: S, /, *args: P.args, **kwargs: P.kwargs) -> T:
-        result: T = await asyncio.to_thread(getattr(self, name), *args, **kwargs)
-        return result
-
-    doc = f"Async twin of `{name}` (runs it in a worker thread)."
-    return _named(twin, method, "a" + name, doc)
+__all__ = ["MemoryService", "SyncMemoryService"]
 
 
 def _named(method: F, source: Callable[..., Any], name: str, doc: str | None = None) -> F:
-    """`method` under `name`, in `source`'s module and class, with `source`'s docs (or `doc`)."""
+    """`method` under `name`, in `source`'s module and class, with `source`'s docs (or
+    `doc`). Kept only for `backends/postgres/service.py`'s read twins, which still
+    build their methods; nothing in this module uses it."""
     method.__module__ = source.__module__
     method.__name__ = name
     method.__qualname__ = source.__qualname__.rsplit(".", 1)[0] + "." + name
@@ -135,7 +98,7 @@ class MemoryService(ABC):
         limits = getattr(self, "_limits", None)
         return limits if isinstance(limits, Limits) else Limits()
 
-    # -- writes -------------------------------------------------------------
+    # -- writes: each validates into a plan of `_plans.py` and runs it ----------
 
     @abstractmethod
     def run_plan(self, plan: Plan[T]) -> T:
@@ -145,7 +108,7 @@ class MemoryService(ABC):
     async def arun_plan(self, plan: Plan[T]) -> T:
         """Async twin of `run_plan`."""
 
-    def _add(
+    def add(
         self,
         user: UserKey,
         text: str,
@@ -160,7 +123,7 @@ class MemoryService(ABC):
         source: Source | None = None,
         valid_from: datetime | str | None = None,
         valid_until: datetime | str | None = None,
-    ) -> Plan[Entry]:
+    ) -> Entry:
         """Store a memory; idempotent for the same content, which refreshes topics.
 
         With `memory_id` the call is an upsert under that caller-chosen id. Content
@@ -173,7 +136,7 @@ class MemoryService(ABC):
         after `valid_from`) becomes `valid_to`. Both read like `event_time`. Adding
         content whose held version has lapsed adds a new version that supersedes it.
         """
-        return _plans.add(
+        plan = _plans.add(
             user,
             text,
             limits=self.limits,
@@ -188,12 +151,45 @@ class MemoryService(ABC):
             location=location,
             metadata=metadata,
         )
+        return self.run_plan(plan)
 
-    add, aadd = _twins(_add)
+    async def aadd(
+        self,
+        user: UserKey,
+        text: str,
+        *,
+        topics: Sequence[str] | None = None,
+        kind: Kind | str = Kind.FACT,
+        event_time: datetime | str | None = None,
+        participants: Sequence[str] | None = None,
+        location: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        memory_id: str | None = None,
+        source: Source | None = None,
+        valid_from: datetime | str | None = None,
+        valid_until: datetime | str | None = None,
+    ) -> Entry:
+        """Async twin of `add`."""
+        plan = _plans.add(
+            user,
+            text,
+            limits=self.limits,
+            memory_id=memory_id,
+            source=source,
+            valid_from=valid_from,
+            valid_until=valid_until,
+            topics=topics,
+            kind=kind,
+            event_time=event_time,
+            participants=participants,
+            location=location,
+            metadata=metadata,
+        )
+        return await self.arun_plan(plan)
 
-    def _add_many(
+    def add_many(
         self, user: UserKey, items: Sequence[str | Memory], *, source: Source | None = None
-    ) -> Plan[list[Entry]]:
+    ) -> list[Entry]:
         """`add` of each item (a text, or a `Memory`), in order, as one transaction.
 
         Returns the entries in input order, as `add` would have returned them
@@ -201,11 +197,16 @@ class MemoryService(ABC):
         validated first: a bad one raises naming its field and nothing is stored;
         the capacity policy raising also leaves nothing stored.
         """
-        return _plans.add_many(user, items, limits=self.limits, source=source)
+        return self.run_plan(_plans.add_many(user, items, limits=self.limits, source=source))
 
-    add_many, aadd_many = _twins(_add_many)
+    async def aadd_many(
+        self, user: UserKey, items: Sequence[str | Memory], *, source: Source | None = None
+    ) -> list[Entry]:
+        """Async twin of `add_many`."""
+        plan = _plans.add_many(user, items, limits=self.limits, source=source)
+        return await self.arun_plan(plan)
 
-    def _update(
+    def update(
         self,
         user: UserKey,
         memory_id: str,
@@ -221,7 +222,7 @@ class MemoryService(ABC):
         supersede: bool = False,
         valid_from: datetime | str | None = None,
         valid_until: datetime | str | None = None,
-    ) -> Plan[Entry]:
+    ) -> Entry:
         """Change a memory in place; the id never changes. None keeps a field.
 
         Compare-and-set: if the memory changed between this call's read and its
@@ -239,7 +240,7 @@ class MemoryService(ABC):
         Without a content change it is an update in place.
         """
         patch = MemoryPatch(text, topics, kind, event_time, participants, location, metadata)
-        return _plans.update(
+        plan = _plans.update(
             user,
             memory_id,
             patch,
@@ -249,55 +250,96 @@ class MemoryService(ABC):
             valid_from=valid_from,
             valid_until=valid_until,
         )
+        return self.run_plan(plan)
 
-    update, aupdate = _twins(_update)
+    async def aupdate(
+        self,
+        user: UserKey,
+        memory_id: str,
+        text: str,
+        *,
+        topics: Sequence[str] | None = None,
+        kind: Kind | str | None = None,
+        event_time: datetime | str | None = None,
+        participants: Sequence[str] | None = None,
+        location: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        source: Source | None = None,
+        supersede: bool = False,
+        valid_from: datetime | str | None = None,
+        valid_until: datetime | str | None = None,
+    ) -> Entry:
+        """Async twin of `update`."""
+        patch = MemoryPatch(text, topics, kind, event_time, participants, location, metadata)
+        plan = _plans.update(
+            user,
+            memory_id,
+            patch,
+            limits=self.limits,
+            source=source,
+            supersede=supersede,
+            valid_from=valid_from,
+            valid_until=valid_until,
+        )
+        return await self.arun_plan(plan)
 
-    def _delete(self, user: UserKey, memory_id: str, *, source: Source | None = None) -> Plan[bool]:
+    def delete(self, user: UserKey, memory_id: str, *, source: Source | None = None) -> bool:
         """Soft-delete; False when there was no live memory with that id."""
-        return _plans.delete(user, memory_id, source=source)
+        return self.run_plan(_plans.delete(user, memory_id, source=source))
 
-    delete, adelete = _twins(_delete)
+    async def adelete(self, user: UserKey, memory_id: str, *, source: Source | None = None) -> bool:
+        """Async twin of `delete`."""
+        return await self.arun_plan(_plans.delete(user, memory_id, source=source))
 
-    def _clear(self, user: UserKey, *, source: Source | None = None) -> Plan[int]:
+    def clear(self, user: UserKey, *, source: Source | None = None) -> int:
         """Soft-delete every live memory of the user; returns how many."""
-        return _plans.clear(user, source=source)
+        return self.run_plan(_plans.clear(user, source=source))
 
-    clear, aclear = _twins(_clear)
+    async def aclear(self, user: UserKey, *, source: Source | None = None) -> int:
+        """Async twin of `clear`."""
+        return await self.arun_plan(_plans.clear(user, source=source))
 
-    def _purge(self, user: UserKey, memory_id: str | None = None) -> Plan[int]:
+    def purge(self, user: UserKey, memory_id: str | None = None) -> int:
         """Remove rows and their history for good (right to be forgotten)."""
-        return _plans.purge(user, memory_id)
+        return self.run_plan(_plans.purge(user, memory_id))
 
-    purge, apurge = _twins(_purge)
+    async def apurge(self, user: UserKey, memory_id: str | None = None) -> int:
+        """Async twin of `purge`."""
+        return await self.arun_plan(_plans.purge(user, memory_id))
 
-    def _restore(
-        self, user: UserKey, entry: Entry, history: Sequence[HistoryEvent] = ()
-    ) -> Plan[Entry]:
-        """Write an exported entry back exactly (id, timestamps, content, expiry) with its
-        history.
+    def restore(self, user: UserKey, entry: Entry, history: Sequence[HistoryEvent] = ()) -> Entry:
+        """Write an exported entry back exactly (id, timestamps, content, expiry,
+        validity and supersede link) with its history.
 
         Used by `langmem-trpc import` for a lossless round trip. An existing
         memory with the same id is replaced.
         """
-        return _plans.restore(user, entry, history)
+        return self.run_plan(_plans.restore(user, entry, history))
 
-    restore, arestore = _twins(_restore)
+    async def arestore(
+        self, user: UserKey, entry: Entry, history: Sequence[HistoryEvent] = ()
+    ) -> Entry:
+        """Async twin of `restore`."""
+        return await self.arun_plan(_plans.restore(user, entry, history))
 
-    def _undelete(
-        self, user: UserKey, memory_id: str, *, source: Source | None = None
-    ) -> Plan[Entry]:
+    def undelete(self, user: UserKey, memory_id: str, *, source: Source | None = None) -> Entry:
         """Bring a soft-deleted memory back as it was: same id, every field, a
         `restore` history event. A live memory is returned unchanged; a purged or
         unknown id raises `MemoryNotFoundError`; content another live memory holds
         raises `MemoryConflictError`; the capacity policy applies as for an add.
         """
-        return _plans.undelete(user, memory_id, limits=self.limits, source=source)
+        return self.run_plan(_plans.undelete(user, memory_id, limits=self.limits, source=source))
 
-    undelete, aundelete = _twins(_undelete)
-
-    def _restore_version(
+    async def aundelete(
         self, user: UserKey, memory_id: str, *, source: Source | None = None
-    ) -> Plan[Entry]:
+    ) -> Entry:
+        """Async twin of `undelete`."""
+        plan = _plans.undelete(user, memory_id, limits=self.limits, source=source)
+        return await self.arun_plan(plan)
+
+    def restore_version(
+        self, user: UserKey, memory_id: str, *, source: Source | None = None
+    ) -> Entry:
         """Make a superseded version current again, undoing the supersede: the
         chain's current version is closed as never true (`valid_to` = its
         `valid_from`, `superseded_by` = this id) and this one reopened (history:
@@ -305,16 +347,22 @@ class MemoryService(ABC):
         unchanged; an unknown or deleted id raises `MemoryNotFoundError`; content
         another current memory holds raises `MemoryConflictError`.
         """
-        return _plans.restore_version(user, memory_id, source=source)
+        return self.run_plan(_plans.restore_version(user, memory_id, source=source))
 
-    restore_version, arestore_version = _twins(_restore_version)
+    async def arestore_version(
+        self, user: UserKey, memory_id: str, *, source: Source | None = None
+    ) -> Entry:
+        """Async twin of `restore_version`."""
+        return await self.arun_plan(_plans.restore_version(user, memory_id, source=source))
 
-    def _versions(self, user: UserKey, memory_id: str) -> Plan[list[Entry]]:
+    def versions(self, user: UserKey, memory_id: str) -> list[Entry]:
         """Every version of the memory, from any version's id, oldest first (in
         supersede order, the current one last); [] for an unknown or deleted id."""
-        return _plans.versions(user, memory_id)
+        return self.run_plan(_plans.versions(user, memory_id))
 
-    versions, aversions = _twins(_versions)
+    async def aversions(self, user: UserKey, memory_id: str) -> list[Entry]:
+        """Async twin of `versions`."""
+        return await self.arun_plan(_plans.versions(user, memory_id))
 
     # -- reads --------------------------------------------------------------
 
@@ -363,7 +411,7 @@ class MemoryService(ABC):
         """Users with at least one live memory that is not superseded (admin and
         BaseStore namespaces)."""
 
-    # -- cursors, claims and dead letters --------------------------------------
+    # -- cursors, claims and dead letters: each validates into a `ClaimOp` ------
 
     @abstractmethod
     def run_claim_op(self, op: ClaimOp[T]) -> T:
@@ -373,27 +421,38 @@ class MemoryService(ABC):
     async def arun_claim_op(self, op: ClaimOp[T]) -> T:
         """Async twin of `run_claim_op`."""
 
-    def _get_cursor(self, user: UserKey, thread_id: str) -> ClaimOp[ExtractionCursor | None]:
+    def get_cursor(self, user: UserKey, thread_id: str) -> ExtractionCursor | None:
         """The thread's extraction cursor (`pending_retries` counted now); None if unset."""
-        return c.GetCursor(check_user(user), check_thread_id(thread_id))
+        return self.run_claim_op(c.GetCursor(check_user(user), check_thread_id(thread_id)))
 
-    get_cursor, aget_cursor = _twins(_get_cursor)
+    async def aget_cursor(self, user: UserKey, thread_id: str) -> ExtractionCursor | None:
+        """Async twin of `get_cursor`."""
+        op = c.GetCursor(check_user(user), check_thread_id(thread_id))
+        return await self.arun_claim_op(op)
 
-    def _set_cursor(self, user: UserKey, cursor: ExtractionCursor) -> ClaimOp[None]:
+    def set_cursor(self, user: UserKey, cursor: ExtractionCursor) -> None:
         """Write the thread's cursor outside any claim (stamped with `updated_at` now)."""
-        return c.SetCursor(check_user(user), check_cursor(cursor))
+        return self.run_claim_op(c.SetCursor(check_user(user), check_cursor(cursor)))
 
-    set_cursor, aset_cursor = _twins(_set_cursor)
+    async def aset_cursor(self, user: UserKey, cursor: ExtractionCursor) -> None:
+        """Async twin of `set_cursor`."""
+        return await self.arun_claim_op(c.SetCursor(check_user(user), check_cursor(cursor)))
 
-    def _claim_thread(
+    def claim_thread(
         self, user: UserKey, thread_id: str, owner: str, ttl: float
-    ) -> ClaimOp[ThreadClaim | None]:
+    ) -> ThreadClaim | None:
         """Take the thread's claim for `ttl` s (free, expired or `owner`'s); None if busy."""
-        return c.ClaimThread(*c.check_claim(user, thread_id, owner), c.check_ttl(ttl))
+        op = c.ClaimThread(*c.check_claim(user, thread_id, owner), c.check_ttl(ttl))
+        return self.run_claim_op(op)
 
-    claim_thread, aclaim_thread = _twins(_claim_thread)
+    async def aclaim_thread(
+        self, user: UserKey, thread_id: str, owner: str, ttl: float
+    ) -> ThreadClaim | None:
+        """Async twin of `claim_thread`."""
+        op = c.ClaimThread(*c.check_claim(user, thread_id, owner), c.check_ttl(ttl))
+        return await self.arun_claim_op(op)
 
-    def _save_progress(
+    def save_progress(
         self,
         user: UserKey,
         thread_id: str,
@@ -403,50 +462,83 @@ class MemoryService(ABC):
         ttl: float | None = None,
         dead_letter: DeadLetter | None = None,
         resolved: Sequence[str] = (),
-    ) -> ClaimOp[bool]:
+    ) -> bool:
         """Under `owner`'s claim, in one transaction: write the cursor (clearing failed
         attempts), the dead letter and the resolved retries; renew the claim for `ttl`
         s, or release it (None). False, with nothing written, if the claim was lost."""
-        user, thread_id, owner = c.check_claim(user, thread_id, owner)
-        seconds = None if ttl is None else c.check_ttl(ttl)
-        checked, letter, done = c.check_progress(user, thread_id, cursor, dead_letter, resolved)
-        return c.SaveProgress(user, thread_id, owner, checked, seconds, letter, done)
+        op = _progress(user, thread_id, owner, cursor, ttl, dead_letter, resolved)
+        return self.run_claim_op(op)
 
-    save_progress, asave_progress = _twins(_save_progress)
+    async def asave_progress(
+        self,
+        user: UserKey,
+        thread_id: str,
+        owner: str,
+        *,
+        cursor: ExtractionCursor | None = None,
+        ttl: float | None = None,
+        dead_letter: DeadLetter | None = None,
+        resolved: Sequence[str] = (),
+    ) -> bool:
+        """Async twin of `save_progress`."""
+        op = _progress(user, thread_id, owner, cursor, ttl, dead_letter, resolved)
+        return await self.arun_claim_op(op)
 
-    def _record_failure(
+    def record_failure(
         self, user: UserKey, thread_id: str, owner: str, batch: str, error: str
-    ) -> ClaimOp[int]:
+    ) -> int:
         """Count a failed attempt on `batch` (another batch restarts at 1); the count."""
         owned = c.check_claim(user, thread_id, owner)
-        return c.RecordFailure(*owned, str(batch), str(error)[: c.MAX_ERROR])
+        return self.run_claim_op(c.RecordFailure(*owned, str(batch), str(error)[: c.MAX_ERROR]))
 
-    record_failure, arecord_failure = _twins(_record_failure)
+    async def arecord_failure(
+        self, user: UserKey, thread_id: str, owner: str, batch: str, error: str
+    ) -> int:
+        """Async twin of `record_failure`."""
+        owned = c.check_claim(user, thread_id, owner)
+        op = c.RecordFailure(*owned, str(batch), str(error)[: c.MAX_ERROR])
+        return await self.arun_claim_op(op)
 
-    def _release_thread(self, user: UserKey, thread_id: str, owner: str) -> ClaimOp[None]:
+    def release_thread(self, user: UserKey, thread_id: str, owner: str) -> None:
         """Give up `owner`'s claim, if it still holds it."""
-        return c.ReleaseThread(*c.check_claim(user, thread_id, owner))
+        return self.run_claim_op(c.ReleaseThread(*c.check_claim(user, thread_id, owner)))
 
-    release_thread, arelease_thread = _twins(_release_thread)
+    async def arelease_thread(self, user: UserKey, thread_id: str, owner: str) -> None:
+        """Async twin of `release_thread`."""
+        op = c.ReleaseThread(*c.check_claim(user, thread_id, owner))
+        return await self.arun_claim_op(op)
 
-    def _dead_letters(
+    def dead_letters(
         self,
         app_name: str | None = None,
         *,
         status: DeadLetterStatus | str | None = None,
         limit: int | None = None,
-    ) -> ClaimOp[list[DeadLetter]]:
+    ) -> list[DeadLetter]:
         """Dead letters of every user (admin), oldest first."""
-        app_name = check_app_filter(app_name)
-        return c.ListDeadLetters(app_name, c.check_status(status), c.check_limit(limit))
+        app = check_app_filter(app_name)
+        op = c.ListDeadLetters(app, c.check_status(status), c.check_limit(limit))
+        return self.run_claim_op(op)
 
-    dead_letters, adead_letters = _twins(_dead_letters)
+    async def adead_letters(
+        self,
+        app_name: str | None = None,
+        *,
+        status: DeadLetterStatus | str | None = None,
+        limit: int | None = None,
+    ) -> list[DeadLetter]:
+        """Async twin of `dead_letters`."""
+        app = check_app_filter(app_name)
+        op = c.ListDeadLetters(app, c.check_status(status), c.check_limit(limit))
+        return await self.arun_claim_op(op)
 
-    def _retry_dead_letter(self, letter_id: str) -> ClaimOp[DeadLetter | None]:
+    def retry_dead_letter(self, letter_id: str) -> DeadLetter | None:
         """Queue a dead letter for retry by its thread's next job; None if unknown or done."""
-        return c.RetryDeadLetter(c.check_letter_id(letter_id))
+        return self.run_claim_op(c.RetryDeadLetter(c.check_letter_id(letter_id)))
 
-    retry_dead_letter, aretry_dead_letter = _twins(_retry_dead_letter)
+    async def aretry_dead_letter(self, letter_id: str) -> DeadLetter | None:
+        """Async twin of `retry_dead_letter`."""
+        return await self.arun_claim_op(c.RetryDeadLetter(c.check_letter_id(letter_id)))
 
     # -- expiry (MemoryStore's TTL) -----------------------------------------
 
@@ -455,19 +547,25 @@ class MemoryService(ABC):
 
         `expires_at` is an aware datetime or a date string, read like `event_time`
         (zone-less means UTC); anything else, a blank string or an instant outside
-        years 1-9999 in UTC is an `InvalidTimeError`. From `expires_at` on, get, read and search hide the memory (count and
-        users still include it) until a sweep soft-deletes it. The memory's
-        content, `updated_at` and history are untouched.
+        years 1-9999 in UTC is an `InvalidTimeError`. From `expires_at` on, get, read
+        and search hide the memory (count and users still include it) until a sweep
+        soft-deletes it. The memory's content, `updated_at` and history are untouched.
         """
         raise NotImplementedError(f"{type(self).__name__} does not support set_expiry()")
 
-    aset_expiry = in_thread(set_expiry)
+    async def aset_expiry(
+        self, user: UserKey, memory_id: str, expires_at: datetime | str | None
+    ) -> bool:
+        """Async twin of `set_expiry` (runs it in a worker thread)."""
+        return await asyncio.to_thread(self.set_expiry, user, memory_id, expires_at)
 
     def expired(self, user: UserKey, limit: int | None = None) -> list[str]:
         """Ids of live memories whose expiry has passed (for a TTL sweep), oldest expiry first."""
         raise NotImplementedError(f"{type(self).__name__} does not support expired()")
 
-    aexpired = in_thread(expired)
+    async def aexpired(self, user: UserKey, limit: int | None = None) -> list[str]:
+        """Async twin of `expired` (runs it in a worker thread)."""
+        return await asyncio.to_thread(self.expired, user, limit)
 
     def as_retriever(self, user: UserKey, **kwargs: Any) -> Any:
         """A LangChain `BaseRetriever` over `user`'s memories, scope fixed.
@@ -489,7 +587,9 @@ class MemoryService(ABC):
         PostgreSQL creates the extension and applies pending migrations.
         """
 
-    asetup = in_thread(setup)
+    async def asetup(self) -> None:
+        """Async twin of `setup` (runs it in a worker thread)."""
+        await asyncio.to_thread(self.setup)
 
     def index_pending(self, user: UserKey | None = None) -> int:
         """Run the background index step for writes not yet indexed (of `user`, or of
@@ -497,7 +597,9 @@ class MemoryService(ABC):
         `Capability.DEFERRED_INDEXING` defer any; the default has none to index."""
         return 0
 
-    aindex_pending = in_thread(index_pending)
+    async def aindex_pending(self, user: UserKey | None = None) -> int:
+        """Async twin of `index_pending` (runs it in a worker thread)."""
+        return await asyncio.to_thread(self.index_pending, user)
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release what this service holds (connections, pools, threads); idempotent.
@@ -562,16 +664,75 @@ class MemoryService(ABC):
         await self.aclose()
 
 
-class SyncMemoryService(MemoryService, ABC):
-    """Base for blocking backends: each `a*` twin runs its sync method in a thread."""
+def _progress(
+    user: UserKey,
+    thread_id: str,
+    owner: str,
+    cursor: ExtractionCursor | None,
+    ttl: float | None,
+    dead_letter: DeadLetter | None,
+    resolved: Sequence[str],
+) -> c.SaveProgress:
+    """`save_progress`'s arguments, validated into its op."""
+    user, thread_id, owner = c.check_claim(user, thread_id, owner)
+    seconds = None if ttl is None else c.check_ttl(ttl)
+    checked, letter, done = c.check_progress(user, thread_id, cursor, dead_letter, resolved)
+    return c.SaveProgress(user, thread_id, owner, checked, seconds, letter, done)
 
-    arun_plan = in_thread(MemoryService.run_plan)
-    arun_claim_op = in_thread(MemoryService.run_claim_op)
-    aget = in_thread(MemoryService.get)
-    aread = in_thread(MemoryService.read)
-    adeleted = in_thread(MemoryService.deleted)
-    asearch = in_thread(MemoryService.search)
-    ahistory = in_thread(MemoryService.history)
-    acount = in_thread(MemoryService.count)
-    ausers = in_thread(MemoryService.users)
-    aclose = in_thread(MemoryService.close)
+
+class SyncMemoryService(MemoryService, ABC):
+    """Base for blocking backends: each `a*` twin runs its sync method (a subclass's
+    override of it) in a worker thread, so the event loop never blocks."""
+
+    async def arun_plan(self, plan: Plan[T]) -> T:
+        """Async twin of `run_plan` (runs it in a worker thread)."""
+        return await asyncio.to_thread(self.run_plan, plan)
+
+    async def arun_claim_op(self, op: ClaimOp[T]) -> T:
+        """Async twin of `run_claim_op` (runs it in a worker thread)."""
+        return await asyncio.to_thread(self.run_claim_op, op)
+
+    async def aget(self, user: UserKey, memory_id: str) -> Entry | None:
+        """Async twin of `get` (runs it in a worker thread)."""
+        return await asyncio.to_thread(self.get, user, memory_id)
+
+    async def aread(
+        self,
+        user: UserKey,
+        limit: int | None = None,
+        *,
+        as_of: datetime | str | None = None,
+        include_superseded: bool = False,
+    ) -> list[Entry]:
+        """Async twin of `read` (runs it in a worker thread)."""
+        if as_of is None and include_superseded is False:  # an override from before
+            return await asyncio.to_thread(self.read, user, limit)  # validity works too
+        return await asyncio.to_thread(
+            self.read, user, limit, as_of=as_of, include_superseded=include_superseded
+        )
+
+    async def adeleted(self, user: UserKey, limit: int | None = None) -> list[Entry]:
+        """Async twin of `deleted` (runs it in a worker thread)."""
+        return await asyncio.to_thread(self.deleted, user, limit)
+
+    async def asearch(
+        self, user: UserKey, query: str | None = None, options: SearchOptions | None = None
+    ) -> list[Entry]:
+        """Async twin of `search` (runs it in a worker thread)."""
+        return await asyncio.to_thread(self.search, user, query, options)
+
+    async def ahistory(self, user: UserKey, memory_id: str) -> list[HistoryEvent]:
+        """Async twin of `history` (runs it in a worker thread)."""
+        return await asyncio.to_thread(self.history, user, memory_id)
+
+    async def acount(self, user: UserKey) -> int:
+        """Async twin of `count` (runs it in a worker thread)."""
+        return await asyncio.to_thread(self.count, user)
+
+    async def ausers(self, app_name: str | None = None) -> list[UserKey]:
+        """Async twin of `users` (runs it in a worker thread)."""
+        return await asyncio.to_thread(self.users, app_name)
+
+    async def aclose(self) -> None:
+        """Async twin of `close` (runs it in a worker thread)."""
+        await asyncio.to_thread(self.close)

@@ -362,3 +362,25 @@ class ValidityConformance:
                 assert _texts(await client.read(ALICE)) == ["Runs Go 1.23"]
             finally:
                 service.close()
+
+    async def test_a_deleted_version_comes_back_superseded(self, client: Client) -> None:
+        lapsed = await client.add(ALICE, "Is in Tokyo", valid_from=T0, valid_until=T0 + DAY)
+        renewed = await client.add(ALICE, "Is in Tokyo")  # same content, current
+        assert await client.delete(ALICE, lapsed.id) is True
+        assert await client.versions(ALICE, renewed.id) == [await client.get(ALICE, renewed.id)]
+        back = await client.undelete(ALICE, lapsed.id)  # no clash: it is not current
+        assert back.id == lapsed.id and back.superseded_by == renewed.id
+        assert [e.id for e in await client.read(ALICE)] == [renewed.id]
+        assert [e.id for e in await client.versions(ALICE, lapsed.id)] == [lapsed.id, renewed.id]
+
+    async def test_an_imported_chain_with_one_content_stays_one_chain(self, client: Client) -> None:
+        lapsed = await client.add(ALICE, "Is in Tokyo", valid_from=T0, valid_until=T0 + DAY)
+        renewed = await client.add(ALICE, "Is in Tokyo")
+        for entry in (await client.get(ALICE, renewed.id), await client.get(ALICE, lapsed.id)):
+            await client.restore(BOB, entry, await client.history(ALICE, entry.id))
+        assert (await client.add(BOB, "is in tokyo")).id == renewed.id  # found by content
+        assert [e.id for e in await client.versions(BOB, lapsed.id)] == [lapsed.id, renewed.id]
+        assert await client.count(BOB) == 1
+        await client.restore_version(BOB, lapsed.id)  # the old version holds the content now
+        assert (await client.add(BOB, "is in tokyo")).id == lapsed.id
+        assert await client.count(BOB) == 1

@@ -2,35 +2,23 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from typing import Any, TypeVar
 
 from ..service.capabilities import Capability
 from ..service.claims import ClaimOp
-from ..service.protocol import MemoryService, SyncMemoryService, _named
+from ..service.protocol import MemoryService, SyncMemoryService
+from ..service.steps import Plan
 
 T = TypeVar("T")
-P = ParamSpec("P")
-
-
-def _forward(
-    method: Callable[Concatenate[MemoryService, P], T],
-) -> Callable[Concatenate[DelegatingService, P], T]:
-    """`method` as `self._call(name, *args, **kwargs)`, with its arguments as given."""
-    name = method.__name__
-
-    def forward(self: DelegatingService, /, *args: P.args, **kwargs: P.kwargs) -> T:
-        result: T = self._call(name, *args, **kwargs)
-        return result
-
-    return _named(forward, method, name)
 
 
 class DelegatingService(SyncMemoryService):
-    """Forwards each method through `_call(name, *args, **kwargs)` to `inner`.
+    """Forwards each method through `_call(name, *args, **kwargs)` to `inner`, with
+    its arguments as given.
 
     Override `_call` to fail, delay, count or crash calls by name; the async
-    twins come from `SyncMemoryService`, so they go through `_call` too. A
+    twins come from `SyncMemoryService` (a read's runs its sync method, a write's
+    builds its plan and runs `run_plan`), so they go through `_call` too. A
     cursor, claim or dead-letter call reaches `_call` under its public name
     (`"save_progress"`), with its validated arguments as keywords.
     """
@@ -48,28 +36,74 @@ class DelegatingService(SyncMemoryService):
     def _call(self, name: str, *args: Any, **kwargs: Any) -> Any:
         return getattr(self.inner, name)(*args, **kwargs)
 
-    run_plan = _forward(MemoryService.run_plan)
-    add = _forward(MemoryService.add)
-    add_many = _forward(MemoryService.add_many)
-    update = _forward(MemoryService.update)
-    delete = _forward(MemoryService.delete)
-    clear = _forward(MemoryService.clear)
-    purge = _forward(MemoryService.purge)
-    restore = _forward(MemoryService.restore)
-    set_expiry = _forward(MemoryService.set_expiry)
-    expired = _forward(MemoryService.expired)
-    get = _forward(MemoryService.get)
-    read = _forward(MemoryService.read)
-    deleted = _forward(MemoryService.deleted)
-    search = _forward(MemoryService.search)
-    history = _forward(MemoryService.history)
-    count = _forward(MemoryService.count)
-    users = _forward(MemoryService.users)
-    setup = _forward(MemoryService.setup)
+    def run_plan(self, plan: Plan[T]) -> T:
+        result: T = self._call("run_plan", plan)
+        return result
 
     def run_claim_op(self, op: ClaimOp[T]) -> T:
         """The op's public method on `inner` (`_call(op.name, ...)`, by its name)."""
         return self._call(op.name, **vars(op))  # type: ignore[no-any-return]
 
+    # -- writes ------------------------------------------------------------------
+
+    def add(self, *args: Any, **kwargs: Any) -> Any:
+        return self._call("add", *args, **kwargs)
+
+    def add_many(self, *args: Any, **kwargs: Any) -> Any:
+        return self._call("add_many", *args, **kwargs)
+
+    def update(self, *args: Any, **kwargs: Any) -> Any:
+        return self._call("update", *args, **kwargs)
+
+    def delete(self, *args: Any, **kwargs: Any) -> Any:
+        return self._call("delete", *args, **kwargs)
+
+    def clear(self, *args: Any, **kwargs: Any) -> Any:
+        return self._call("clear", *args, **kwargs)
+
+    def purge(self, *args: Any, **kwargs: Any) -> Any:
+        return self._call("purge", *args, **kwargs)
+
+    def restore(self, *args: Any, **kwargs: Any) -> Any:
+        return self._call("restore", *args, **kwargs)
+
+    def restore_version(self, *args: Any, **kwargs: Any) -> Any:
+        return self._call("restore_version", *args, **kwargs)
+
+    def versions(self, *args: Any, **kwargs: Any) -> Any:
+        return self._call("versions", *args, **kwargs)
+
+    def set_expiry(self, *args: Any, **kwargs: Any) -> Any:
+        return self._call("set_expiry", *args, **kwargs)
+
+    def setup(self, *args: Any, **kwargs: Any) -> Any:
+        self._call("setup", *args, **kwargs)
+
     def close(self) -> None:
         self.inner.close()
+
+    # -- reads -------------------------------------------------------------------
+
+    def get(self, *args: Any, **kwargs: Any) -> Any:
+        return self._call("get", *args, **kwargs)
+
+    def read(self, *args: Any, **kwargs: Any) -> Any:
+        return self._call("read", *args, **kwargs)
+
+    def deleted(self, *args: Any, **kwargs: Any) -> Any:
+        return self._call("deleted", *args, **kwargs)
+
+    def search(self, *args: Any, **kwargs: Any) -> Any:
+        return self._call("search", *args, **kwargs)
+
+    def history(self, *args: Any, **kwargs: Any) -> Any:
+        return self._call("history", *args, **kwargs)
+
+    def count(self, *args: Any, **kwargs: Any) -> Any:
+        return self._call("count", *args, **kwargs)
+
+    def users(self, *args: Any, **kwargs: Any) -> Any:
+        return self._call("users", *args, **kwargs)
+
+    def expired(self, *args: Any, **kwargs: Any) -> Any:
+        return self._call("expired", *args, **kwargs)

@@ -208,7 +208,7 @@ def test_retry_dead_letter_refuses_an_id_no_backend_can_hold(
     [
         ({"time_after": datetime(2024, 1, 1)}, "time_after", InvalidTimeError),
         ({"time_before": "not a date"}, "time_before", InvalidTimeError),
-        ({"as_of": "2024-01-01"}, "as_of", InvalidInputError),
+        ({"as_of": "not a date"}, "as_of", InvalidTimeError),
         ({"max_result": 3}, "max_result", InvalidInputError),
         ({"max_results": 0}, "max_results", InvalidInputError),
         ({"fusion": {"bogus": 1.0}}, "fusion.bogus", InvalidInputError),

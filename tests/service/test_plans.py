@@ -46,9 +46,13 @@ def test_event_is_the_model_construct_event() -> None:
     source = Source(actor="tester")
     event = _plans._event("m1", Operation.UPDATE, "old", "new", source, AT)
     twin = HistoryEvent.model_construct(
-        memory_id="m1", operation=Operation.UPDATE, text_before="old", text_after="new",
-        at=AT, source=source,
-    )  # fmt: skip
+        memory_id="m1",
+        operation=Operation.UPDATE,
+        text_before="old",
+        text_after="new",
+        at=AT,
+        source=source,
+    )
     assert event == twin
     assert event.model_dump_json() == twin.model_dump_json()
     assert event.model_fields_set == twin.model_fields_set

@@ -1,5 +1,6 @@
-"""The contract's shared machinery: `in_thread` async twins, the claim-family
-methods built once on `MemoryService`, and the reference `ClaimTable`."""
+"""The contract's shared machinery: the async twins (a thread for a blocking
+backend), the claim-family methods defined once on `MemoryService`, and the
+reference `ClaimTable`."""
 
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ class Overridden(InMemoryMemoryService):
         return super().get(user, memory_id)
 
 
-def test_an_in_thread_twin_runs_the_subclass_override_off_the_event_loop() -> None:
+def test_a_blocking_backends_twin_runs_the_subclass_override_off_the_event_loop() -> None:
     svc = Overridden()
     entry = svc.add(ALICE, "Keeps bees")
 
@@ -58,10 +59,25 @@ def test_async_twins_keep_the_sync_methods_name_signature_and_class(
     owner: type[MemoryService], name: str
 ) -> None:
     sync, twin = getattr(owner, name), getattr(owner, "a" + name)
-    assert twin.__name__ == "a" + name
-    assert twin.__qualname__.rsplit(".", 1) == [sync.__qualname__.rsplit(".", 1)[0], "a" + name]
+    assert twin.__qualname__ == f"{owner.__name__}.a{name}"  # written there, not built
+    assert not hasattr(twin, "__wrapped__")
     assert inspect.signature(twin) == inspect.signature(sync)
     assert inspect.iscoroutinefunction(twin) and twin.__doc__
+
+
+def test_every_public_method_has_an_async_twin_with_its_signature() -> None:
+    sync_only = {"as_retriever", "close"}  # a retriever is sync and async itself; aclose
+    names = [
+        n
+        for n, value in vars(MemoryService).items()
+        if inspect.isfunction(value) and not inspect.iscoroutinefunction(value)
+        if not n.startswith("_") and n not in sync_only
+    ]
+    assert {"add", "update", "versions", "restore_version", "save_progress"} <= set(names)
+    for name in names:
+        sync, twin = getattr(SyncMemoryService, name), getattr(SyncMemoryService, "a" + name)
+        assert inspect.iscoroutinefunction(twin), name
+        assert inspect.signature(twin) == inspect.signature(sync), name
 
 
 def test_a_blocking_backend_implements_every_async_twin() -> None:
@@ -124,3 +140,13 @@ def test_every_claim_op_is_in_the_closed_union():
 
     ops = {cls for cls in below(claims.ClaimOp) if "name" in vars(cls)}
     assert ops == set(get_args(claims.ClaimCall))
+
+
+def test_aread_with_the_default_view_calls_an_override_written_before_validity() -> None:
+    class OldRead(InMemoryMemoryService):
+        def read(self, user: UserKey, limit: int | None = None) -> list[Entry]:  # type: ignore[override]
+            return super().read(user, limit)
+
+    svc = OldRead()
+    svc.add(ALICE, "Keeps bees")
+    assert [e.text for e in asyncio.run(svc.aread(ALICE, 5))] == ["Keeps bees"]

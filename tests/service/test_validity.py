@@ -182,3 +182,20 @@ def test_check_validity_compares_only_against_a_known_start() -> None:
     with pytest.raises(InvalidTimeError):
         _core.check_validity(None, T0, start=T0)
     assert _core.check_validity(None, None) == (None, None)
+
+
+def test_an_old_export_gets_its_start_from_a_zone_less_event_time() -> None:
+    """`Entry`'s default `valid_from` reads the event time as `Memory` does (an import
+    of a record without validity once failed on a zone-less event time)."""
+    record = {
+        "id": "m",
+        "app_name": "app",
+        "user_id": "alice",
+        "memory": {"text": "Met Bob", "kind": "episode", "event_time": "2024-05-01T00:00:00"},
+        "created_at": "2024-06-01T00:00:00Z",
+        "updated_at": "2024-06-01T00:00:00Z",
+    }
+    entry = Entry.model_validate(record)
+    assert entry.valid_from == T0 == entry.memory.event_time
+    del record["memory"]["event_time"]  # type: ignore[attr-defined]
+    assert Entry.model_validate(record).valid_from == T0 + 31 * DAY
