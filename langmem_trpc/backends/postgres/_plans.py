@@ -1,9 +1,9 @@
 """Every operation as a sans-I/O plan, shared by the sync and async drivers.
 
 A plan is a generator over the statements of `_ops.py` (`Sql`, `Copy`, `Embed`)
-that returns the result. The drivers in `sync.py` and `aio.py` only execute steps, so the logic of
-each operation exists once. Validation happens before the first yield, so
-bad input never opens a transaction.
+that returns the result. The drivers in `sync.py` and `aio.py` only execute
+steps, so the logic of each operation exists once. Validation happens before
+the first yield, so bad input never opens a transaction.
 """
 
 from __future__ import annotations
