@@ -115,3 +115,16 @@ def test_the_harness_comes_from_the_checkout_of_the_package():
     cli_bench = importlib.import_module("langmem_trpc.cli.bench")
     assert cli_bench.load_harness() is bench_module
     assert (cli_bench.CHECKOUT / "benchmarks" / "locomo" / "command.py").is_file()
+
+
+def test_a_benchmarks_folder_of_another_checkout_is_not_taken_for_this_one(tmp_path):
+    """`benchmarks` already imported from elsewhere (here: this checkout, seen from a
+    package at `tmp_path`): one line naming both folders, not a silent mix."""
+    import click
+    import pytest
+
+    cli_bench = importlib.import_module("langmem_trpc.cli.bench")
+    (tmp_path / "benchmarks" / "locomo").mkdir(parents=True)
+    (tmp_path / "benchmarks" / "locomo" / "command.py").write_text("")
+    with pytest.raises(click.ClickException, match="not from this checkout"):
+        cli_bench.load_harness(tmp_path)
