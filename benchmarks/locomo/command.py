@@ -6,7 +6,6 @@ from the source checkout (the harness is not part of the installed package)."""
 from __future__ import annotations
 
 import itertools
-import logging
 import os
 import shutil
 from collections.abc import Callable, Iterable, Iterator
@@ -23,7 +22,6 @@ from .loader import LOCOMO_SOURCE, Conversation, Split, load_locomo
 
 __all__ = ["ABLATIONS", "Shell", "check_extras", "default_data", "run_locomo"]
 
-logger = logging.getLogger(__name__)
 
 SHARED_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "locomo10.json"
 

@@ -7,7 +7,6 @@ editable install (`pip install -e .`) points at; an installed wheel says where t
 from __future__ import annotations
 
 import importlib
-import logging
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -20,7 +19,6 @@ from ._output import progress
 
 __all__ = ["bench", "load_harness"]
 
-logger = logging.getLogger(__name__)
 
 FILE = click.Path(dir_okay=False, path_type=Path)
 FOLDER = click.Path(file_okay=False, path_type=Path)
