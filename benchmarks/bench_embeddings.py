@@ -24,7 +24,7 @@ DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo
 
 def sample_texts(data: Path, n: int) -> list[str]:
     if data.is_file():
-        from langmem_trpc.bench.locomo.loader import load_locomo
+        from benchmarks.locomo.loader import load_locomo
 
         turns = [t for c in load_locomo(data).conversations for t in c.turns]
         step = max(1, len(turns) // n)

@@ -39,10 +39,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from benchmarks.locomo.loader import load_locomo
+from benchmarks.locomo.retrieval import RETRIEVAL_CATEGORIES, question_metrics, summarize
+from benchmarks.locomo.units import conversation_units, ingest_units, unit_texts
 from langmem_trpc import InMemoryMemoryService, SearchOptions, UserKey
-from langmem_trpc.bench.locomo.loader import load_locomo
-from langmem_trpc.bench.locomo.retrieval import RETRIEVAL_CATEGORIES, question_metrics, summarize
-from langmem_trpc.bench.locomo.units import conversation_units, ingest_units, unit_texts
 from langmem_trpc.embeddings import CachedEmbeddings, LocalMiniLMEmbeddings
 from langmem_trpc.service._core import Limits
 from langmem_trpc.types import FUSION_STEPS_OFF

@@ -22,10 +22,10 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.locomo.loader import Conversation, load_locomo
+from benchmarks.locomo.retrieval import RETRIEVAL_CATEGORIES, question_metrics, summarize
+from benchmarks.locomo.units import conversation_units, ingest_units
 from langmem_trpc import InMemoryMemoryService, SearchOptions, UserKey
-from langmem_trpc.bench.locomo.loader import Conversation, load_locomo
-from langmem_trpc.bench.locomo.retrieval import RETRIEVAL_CATEGORIES, question_metrics, summarize
-from langmem_trpc.bench.locomo.units import conversation_units, ingest_units
 from langmem_trpc.embeddings import CachedEmbeddings, LocalMiniLMEmbeddings
 
 KS = (1, 5, 10, 20)

@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.locomo.loader import load_locomo, normalize_evidence
+from benchmarks.locomo.scorer import aggregate, f1_score, normalize_answer, score_answer
 from langmem_trpc import ConfigurationError
-from langmem_trpc.bench.locomo.loader import load_locomo, normalize_evidence
-from langmem_trpc.bench.locomo.scorer import aggregate, f1_score, normalize_answer, score_answer
 
 SHARED = Path(__file__).resolve().parents[3] / "shared" / "data" / "locomo10.json"
 

@@ -9,9 +9,9 @@ import pytest
 from click.testing import CliRunner
 from langchain_core.messages import AIMessage, BaseMessage, SystemMessage, ToolMessage
 
+from benchmarks.locomo.loader import load_locomo
+from benchmarks.locomo.qa import QA_ARMS, run_qa
 from langmem_trpc import InMemoryMemoryService
-from langmem_trpc.bench.locomo.loader import load_locomo
-from langmem_trpc.bench.locomo.qa import QA_ARMS, run_qa
 from langmem_trpc.cli.bench import bench
 from langmem_trpc.testing import HashingEmbeddings, ScriptedChatModel, tool_call
 
@@ -263,7 +263,7 @@ def test_cli_memory_arms_without_model_exit_cleanly(sample_path, tmp_path, monke
 
 
 def test_cli_memory_arms_write_the_json_schema(sample_path, tmp_path, monkeypatch):
-    import langmem_trpc.bench.locomo.qa as qa
+    import benchmarks.locomo.qa as qa
     import langmem_trpc.embeddings as emb
 
     models: dict[int, ScriptedChatModel] = {}

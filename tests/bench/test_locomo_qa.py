@@ -1,13 +1,13 @@
-"""The plain QA arms (`bench/locomo/qa.py`): what the answering prompt holds, and the trace."""
+"""The plain QA arms (`benchmarks/locomo/qa.py`): what the answering prompt holds, and the trace."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
+from benchmarks.locomo.loader import load_locomo
+from benchmarks.locomo.qa import run_qa
 from langmem_trpc import InMemoryMemoryService
-from langmem_trpc.bench.locomo.loader import load_locomo
-from langmem_trpc.bench.locomo.qa import run_qa
 from langmem_trpc.testing import HashingEmbeddings, ScriptedChatModel
 
 

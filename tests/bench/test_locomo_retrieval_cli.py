@@ -5,9 +5,9 @@ import json
 import pytest
 from click.testing import CliRunner
 
+from benchmarks.locomo.loader import load_locomo
+from benchmarks.locomo.retrieval import RetrievalArm, question_metrics, run_retrieval
 from langmem_trpc import InMemoryMemoryService
-from langmem_trpc.bench.locomo.loader import load_locomo
-from langmem_trpc.bench.locomo.retrieval import RetrievalArm, question_metrics, run_retrieval
 from langmem_trpc.cli.bench import bench
 from langmem_trpc.testing import HashingEmbeddings
 
@@ -171,8 +171,8 @@ def test_turn_units_are_what_verbatim_extractor_stores(sample_path):
     """The benchmark's turn units equal VerbatimExtractor's ops, one session per batch."""
     from langchain_core.messages import HumanMessage
 
+    from benchmarks.locomo.units import conversation_units
     from langmem_trpc import UserKey
-    from langmem_trpc.bench.locomo.units import conversation_units
     from langmem_trpc.extraction.extractor import ExtractionRequest, VerbatimExtractor
 
     conv = load_locomo(sample_path).conversations[0]
@@ -243,7 +243,7 @@ def test_cli_reembedded_arm_reports_its_first_embedder(sample_path, tmp_path, mo
     backend cannot re-embed), the same recall as the default arm, the spec in the JSON."""
     import importlib
 
-    cli_bench = importlib.import_module("langmem_trpc.cli.bench")
+    cli_bench = importlib.import_module("benchmarks.locomo.command")
     from langmem_trpc.embeddings import CachedEmbeddings
 
     def hashing(run_dir, needed):

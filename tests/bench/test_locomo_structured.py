@@ -3,12 +3,12 @@ derived deterministically, and the report's published baselines."""
 
 from __future__ import annotations
 
+from benchmarks.locomo.loader import load_locomo
+from benchmarks.locomo.report import PUBLISHED, markdown_tables
+from benchmarks.locomo.retrieval import RetrievalArm, default_arms, run_retrieval
+from benchmarks.locomo.structured import place_gazetteer
+from benchmarks.locomo.units import conversation_units, ingest_units
 from langmem_trpc import InMemoryMemoryService, Kind, UserKey
-from langmem_trpc.bench.locomo.loader import load_locomo
-from langmem_trpc.bench.locomo.report import PUBLISHED, markdown_tables
-from langmem_trpc.bench.locomo.retrieval import RetrievalArm, default_arms, run_retrieval
-from langmem_trpc.bench.locomo.structured import place_gazetteer
-from langmem_trpc.bench.locomo.units import conversation_units, ingest_units
 from langmem_trpc.testing import HashingEmbeddings
 
 

@@ -6,11 +6,8 @@ import importlib
 
 from click.testing import CliRunner
 
+import benchmarks.locomo.command as bench_module
 from langmem_trpc.cli import cli
-
-bench_module = importlib.import_module(
-    "langmem_trpc.cli.bench"
-)  # the package's `bench` is the group
 
 
 def test_without_data_it_says_how_to_pass_data(tmp_path, monkeypatch):
@@ -39,8 +36,8 @@ def test_the_bench_opens_its_stores_through_the_registry(tmp_path):
     import click
     import pytest
 
+    from benchmarks.locomo.command import _service_factory
     from langmem_trpc import InMemoryMemoryService, SQLiteMemoryService
-    from langmem_trpc.cli.bench import _service_factory
 
     make = _service_factory("auto", tmp_path)
     first, second = make(None), make(None)
@@ -100,3 +97,34 @@ def test_a_mistyped_data_path_says_where_locomo_comes_from(tmp_path):
     assert result.exit_code == 1
     assert f"LoCoMo data file not found: {missing}" in result.output
     assert "github.com/snap-research/locomo" in result.output and "CC BY-NC 4.0" in result.output
+
+
+def test_an_install_without_the_checkout_says_where_the_harness_lives(tmp_path, monkeypatch):
+    """A wheel holds only `langmem_trpc`: the harness is in the repository's benchmarks/;
+    the options (and --help) still come from the package."""
+    cli_bench = importlib.import_module("langmem_trpc.cli.bench")
+    monkeypatch.setattr(cli_bench, "CHECKOUT", tmp_path / "site-packages")
+    result = CliRunner().invoke(cli, ["bench", "locomo", "--retrieval", "--data", "x.json"])
+    assert result.exit_code == 1
+    assert "benchmarks/locomo/" in result.output and "pip install -e ." in result.output
+    assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1
+    assert "--reembed-from" in CliRunner().invoke(cli, ["bench", "locomo", "--help"]).output
+
+
+def test_the_harness_comes_from_the_checkout_of_the_package():
+    cli_bench = importlib.import_module("langmem_trpc.cli.bench")
+    assert cli_bench.load_harness() is bench_module
+    assert (cli_bench.CHECKOUT / "benchmarks" / "locomo" / "command.py").is_file()
+
+
+def test_a_benchmarks_folder_of_another_checkout_is_not_taken_for_this_one(tmp_path):
+    """`benchmarks` already imported from elsewhere (here: this checkout, seen from a
+    package at `tmp_path`): one line naming both folders, not a silent mix."""
+    import click
+    import pytest
+
+    cli_bench = importlib.import_module("langmem_trpc.cli.bench")
+    (tmp_path / "benchmarks" / "locomo").mkdir(parents=True)
+    (tmp_path / "benchmarks" / "locomo" / "command.py").write_text("")
+    with pytest.raises(click.ClickException, match="not from this checkout"):
+        cli_bench.load_harness(tmp_path)

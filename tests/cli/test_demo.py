@@ -80,7 +80,7 @@ def test_only_a_base_url_is_enough_for_a_model(stub_server):
 
 
 def test_the_locomo_qa_client_needs_only_a_base_url(stub_server):
-    from langmem_trpc.bench.locomo.qa import chat_model_from_env as qa_model
+    from benchmarks.locomo.qa import chat_model_from_env as qa_model
 
     model = qa_model("stub-model")
     assert model is not None and model.invoke("q").content == STUB_ANSWER

@@ -17,8 +17,9 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMe
 from langchain_core.tools import BaseTool
 from langgraph.prebuilt import ToolRuntime
 
-from ...integration.tools import create_memory_tools
-from ...types import Entry, SearchOptions
+from langmem_trpc.integration.tools import create_memory_tools
+from langmem_trpc.types import Entry, SearchOptions
+
 from .extract import ExtractedConversation
 from .loader import Conversation, Question
 from .meter import metered

@@ -22,8 +22,9 @@ from langchain_core.embeddings import Embeddings
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import HumanMessage
 
-from ...errors import ConfigurationError
-from ...types import SearchOptions, UserKey
+from langmem_trpc.errors import ConfigurationError
+from langmem_trpc.types import SearchOptions, UserKey
+
 from .extract import REPORT_COUNTS, ExtractedConversation, extract_conversation
 from .loader import Conversation, Question
 from .memory_qa import MEMORY_ARMS, MemoryAnswerer, memory_line
@@ -51,7 +52,7 @@ def chat_model_from_env(model: str | None, max_tokens: int = 64) -> BaseChatMode
     """An OpenAI-compatible chat model (`langmem_trpc.models`: OPENAI_API_KEY or
     OPENAI_BASE_URL alone), or None; the model is `model`, else $LOCOMO_MODEL,
     else gpt-4o-mini. `max_tokens` 64 suits short answers."""
-    from ...models import chat_model_from_env as from_env
+    from langmem_trpc.models import chat_model_from_env as from_env
 
     name = model or os.environ.get("LOCOMO_MODEL", "gpt-4o-mini")
     return from_env(name, max_tokens=max_tokens)
@@ -156,7 +157,7 @@ def run_qa(
         done = {f"{row['sample_id']}#{row['index']}": row for row in read_jsonl(trace_path)}
     extractor = None
     if arm in MEMORY_ARMS:
-        from ...extraction.extractor import LLMExtractor
+        from langmem_trpc.extraction.extractor import LLMExtractor
 
         extractor = LLMExtractor(extract_model or model)
     cache = extraction_dir or trace_path.parent / "extraction"

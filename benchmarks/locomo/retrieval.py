@@ -19,9 +19,10 @@ from typing import Any
 
 from langchain_core.embeddings import Embeddings
 
-from ...service.protocol import MemoryService
-from ...service.reembed import Reembeddable
-from ...types import SearchOptions, UserKey
+from langmem_trpc.service.protocol import MemoryService
+from langmem_trpc.service.reembed import Reembeddable
+from langmem_trpc.types import SearchOptions, UserKey
+
 from .baselines import BASELINES, Ranked
 from .loader import Conversation
 from .units import UnitKind, conversation_units, ingest_units

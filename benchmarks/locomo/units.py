@@ -11,10 +11,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
-from ...extraction.extractor import context_topics
-from ...service._core import embedding_text
-from ...service.protocol import MemoryService
-from ...types import Kind, UserKey
+from langmem_trpc.extraction.extractor import context_topics
+from langmem_trpc.service._core import embedding_text
+from langmem_trpc.service.protocol import MemoryService
+from langmem_trpc.types import Kind, UserKey
+
 from .loader import Conversation
 from .structured import structured_records
 

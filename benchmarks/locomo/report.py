@@ -108,7 +108,7 @@ def plot_results(
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError as exc:
-        from ...errors import ConfigurationError
+        from langmem_trpc.errors import ConfigurationError
 
         raise ConfigurationError(
             "plots need the [bench] extra: pip install 'langmem-trpc[bench]'"

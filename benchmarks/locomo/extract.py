@@ -20,10 +20,11 @@ from typing import Any
 from langchain_core.embeddings import Embeddings
 from langchain_core.messages import BaseMessage, HumanMessage
 
-from ...extraction.extractor import Extractor
-from ...extraction.job import JobReport, JobSettings, JobStatus, run_job
-from ...service.protocol import MemoryService
-from ...types import Entry, UserKey
+from langmem_trpc.extraction.extractor import Extractor
+from langmem_trpc.extraction.job import JobReport, JobSettings, JobStatus, run_job
+from langmem_trpc.service.protocol import MemoryService
+from langmem_trpc.types import Entry, UserKey
+
 from .loader import Conversation, Session
 from .meter import metered
 from .retrieval import ServiceFactory, write_atomic

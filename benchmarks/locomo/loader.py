@@ -18,7 +18,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
-from ...errors import ConfigurationError
+from langmem_trpc.errors import ConfigurationError
 
 __all__ = [
     "CATEGORY_NAMES",

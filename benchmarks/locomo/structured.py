@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import re
 
-from ...extraction.extractor import context_topics
+from langmem_trpc.extraction.extractor import context_topics
+
 from .loader import Conversation, Turn
 
 _AFTER_PREPOSITION = re.compile(
