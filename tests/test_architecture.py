@@ -186,3 +186,16 @@ def test_ui_and_the_transfer_format_do_not_import_the_cli():
         if name == "langmem_trpc.cli" or name.startswith("langmem_trpc.cli.")
     }
     assert reaching == set()
+
+
+def test_the_service_contract_does_not_import_the_integration():
+    """service/ stands below integration/: a retriever is built by
+    `integration.retriever.create_retriever(service, user)`, not by a service method."""
+    reaching = {
+        (str(path.relative_to(PACKAGE)), name)
+        for path in (PACKAGE / "service").rglob("*.py")
+        for name in _imports(path)
+        if name.startswith("langmem_trpc.integration")
+    }
+    assert reaching == set()
+    assert not hasattr(MemoryService, "as_retriever")

@@ -554,16 +554,6 @@ class MemoryService(ABC):
         """Async twin of `expired` (runs it in a worker thread)."""
         return await asyncio.to_thread(self.expired, user, limit)
 
-    def as_retriever(self, user: UserKey, **kwargs: Any) -> Any:
-        """A LangChain `BaseRetriever` over `user`'s memories, scope fixed.
-
-        Keyword arguments (`k`, `kind`, `time_after`, ...) are those of
-        `langmem_trpc.integration.retriever.create_retriever`.
-        """
-        from ..integration.retriever import create_retriever
-
-        return create_retriever(self, user, **kwargs)
-
     # -- lifecycle -------------------------------------------------------------
 
     def setup(self) -> None:  # noqa: B027 - optional hook
