@@ -170,25 +170,47 @@ def _threads(
 
 
 @click.command(name="backfill")
-@click.option("--checkpointer", "source", default=None, metavar="SOURCE",
-              help="A SqliteSaver database file (read only), a postgresql:// URL of a "
-              "PostgresSaver, or MODULE:ATTR naming any checkpointer.")  # fmt: skip
-@click.option("--transcripts", multiple=True, metavar="FILE",
-              help="JSONL, one message a line (thread_id, app_name, user_id, role, content, "
-              "timestamp[, id]); or a messages_to_dict JSON list with --thread, --app, --user. "
-              "Repeatable.")  # fmt: skip
+@click.option(
+    "--checkpointer",
+    "source",
+    default=None,
+    metavar="SOURCE",
+    help="A SqliteSaver database file (read only), a postgresql:// URL of a "
+    "PostgresSaver, or MODULE:ATTR naming any checkpointer.",
+)
+@click.option(
+    "--transcripts",
+    multiple=True,
+    metavar="FILE",
+    help="JSONL, one message a line (thread_id, app_name, user_id, role, content, "
+    "timestamp[, id]); or a messages_to_dict JSON list with --thread, --app, --user. "
+    "Repeatable.",
+)
 @db_option
-@click.option("--extractor", required=True,
-              help="llm, verbatim, or MODULE:ATTR (as langmem-trpc worker).")  # fmt: skip
+@click.option(
+    "--extractor", required=True, help="llm, verbatim, or MODULE:ATTR (as langmem-trpc worker)."
+)
 @click.option("--model", default=None, help="Chat model for --extractor llm (init_chat_model).")
-@click.option("--embeddings", default="none", show_default=True,
-              help="Embeddings for the memories it writes, the same as your app's: none, "
-              "local or MODULE:ATTR.")  # fmt: skip
-@click.option("--identity", default=None, metavar="MODULE:ATTR",
-              help="A function (thread_id, checkpoint metadata) -> UserKey | None, for "
-              "checkpoints whose runs carried no user_id.")  # fmt: skip
-@click.option("--app", "app_name", default=None,
-              help="App name of threads whose runs named none; the app of a dump.")  # fmt: skip
+@click.option(
+    "--embeddings",
+    default="none",
+    show_default=True,
+    help="Embeddings for the memories it writes, the same as your app's: none, "
+    "local or MODULE:ATTR.",
+)
+@click.option(
+    "--identity",
+    default=None,
+    metavar="MODULE:ATTR",
+    help="A function (thread_id, checkpoint metadata) -> UserKey | None, for "
+    "checkpoints whose runs carried no user_id.",
+)
+@click.option(
+    "--app",
+    "app_name",
+    default=None,
+    help="App name of threads whose runs named none; the app of a dump.",
+)
 @click.option("--user", "user_id", default=None, help="The user of a messages_to_dict dump.")
 @click.option(
     "--thread", "thread_id", default=None, help="The thread id of a messages_to_dict dump."
@@ -200,21 +222,44 @@ def _threads(
 @click.option(
     "--users", default=None, help="Only these users (comma-separated user_id or app/user)."
 )
-@click.option("--concurrency", type=click.IntRange(min=1), default=4, show_default=True,
-              help="Users processed at once (a user's threads run oldest first).")  # fmt: skip
-@click.option("--idle-gap", type=click.FloatRange(min=0), default=6.0, show_default=True,
-              help="Hours between two messages that end a batch (0: off).")  # fmt: skip
+@click.option(
+    "--concurrency",
+    type=click.IntRange(min=1),
+    default=4,
+    show_default=True,
+    help="Users processed at once (a user's threads run oldest first).",
+)
+@click.option(
+    "--idle-gap",
+    type=click.FloatRange(min=0),
+    default=6.0,
+    show_default=True,
+    help="Hours between two messages that end a batch (0: off).",
+)
 @click.option("--batch-messages", type=click.IntRange(min=1), default=50, show_default=True)
-@click.option("--job-timeout", type=click.FloatRange(min=0, min_open=True), default=300.0,
-              show_default=True)  # fmt: skip
-@click.option("--claim-ttl", type=click.FloatRange(min=0, min_open=True), default=None,
-              help="Seconds a thread claim lasts (default: 2 x job timeout).")  # fmt: skip
+@click.option(
+    "--job-timeout", type=click.FloatRange(min=0, min_open=True), default=300.0, show_default=True
+)
+@click.option(
+    "--claim-ttl",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Seconds a thread claim lasts (default: 2 x job timeout).",
+)
 @click.option("--max-attempts", type=click.IntRange(min=1), default=3, show_default=True)
-@click.option("--policy", type=click.Choice(["merge_similar", "preserve_history", "append_only"]),
-              default="merge_similar", show_default=True)  # fmt: skip
+@click.option(
+    "--policy",
+    type=click.Choice(["merge_similar", "preserve_history", "append_only"]),
+    default="merge_similar",
+    show_default=True,
+)
 @click.option("--dry-run", is_flag=True, help="Print what would be extracted; write nothing.")
-@click.option("--queue", "use_queue", is_flag=True,
-              help="Queue the threads for langmem-trpc worker (PostgreSQL --db).")  # fmt: skip
+@click.option(
+    "--queue",
+    "use_queue",
+    is_flag=True,
+    help="Queue the threads for langmem-trpc worker (PostgreSQL --db).",
+)
 @click.option("--queue-name", default="langmem", show_default=True)
 @json_option
 @reports_errors

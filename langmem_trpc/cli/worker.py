@@ -86,35 +86,78 @@ def _ready(queue: str, apps: tuple[str, ...], concurrency: int) -> None:
 @click.option("--model", default=None, help="Chat model for --extractor llm (init_chat_model).")
 @click.option("--concurrency", type=click.IntRange(min=1), default=4, show_default=True)
 @click.option("--queue", default="langmem", show_default=True, help="Queue name to consume.")
-@click.option("--app", "apps", multiple=True,
-              help="Only this app's jobs (repeatable; default: every app's).")  # fmt: skip
+@click.option(
+    "--app", "apps", multiple=True, help="Only this app's jobs (repeatable; default: every app's)."
+)
 @click.option(
     "--job-timeout", type=click.FloatRange(min=0, min_open=True), default=30.0, show_default=True
 )
-@click.option("--claim-ttl", type=click.FloatRange(min=0, min_open=True), default=None,
-              help="Seconds a job's thread claim lasts (default: 2 x job timeout, >= 60).")  # fmt: skip
-@click.option("--stalled-after", type=click.FloatRange(min=0, min_open=True), default=30.0,
-              show_default=True,
-              help="Seconds without heartbeat before another worker's running jobs are put back.")  # fmt: skip
-@click.option("--retries", type=click.IntRange(min=0), default=None,
-              help="Attempts of one job before it is marked failed (default: max-attempts + 2).")  # fmt: skip
-@click.option("--retry-wait", type=click.FloatRange(min=0), default=2.0, show_default=True,
-              help="First retry backoff in seconds (doubles, at most 300).")  # fmt: skip
-@click.option("--max-attempts", type=click.IntRange(min=1), default=3, show_default=True,
-              help="Failed attempts on one batch before it is dead-lettered.")  # fmt: skip
-@click.option("--policy", type=click.Choice(["merge_similar", "preserve_history", "append_only"]),
-              default="merge_similar", show_default=True)  # fmt: skip
+@click.option(
+    "--claim-ttl",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Seconds a job's thread claim lasts (default: 2 x job timeout, >= 60).",
+)
+@click.option(
+    "--stalled-after",
+    type=click.FloatRange(min=0, min_open=True),
+    default=30.0,
+    show_default=True,
+    help="Seconds without heartbeat before another worker's running jobs are put back.",
+)
+@click.option(
+    "--retries",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Attempts of one job before it is marked failed (default: max-attempts + 2).",
+)
+@click.option(
+    "--retry-wait",
+    type=click.FloatRange(min=0),
+    default=2.0,
+    show_default=True,
+    help="First retry backoff in seconds (doubles, at most 300).",
+)
+@click.option(
+    "--max-attempts",
+    type=click.IntRange(min=1),
+    default=3,
+    show_default=True,
+    help="Failed attempts on one batch before it is dead-lettered.",
+)
+@click.option(
+    "--policy",
+    type=click.Choice(["merge_similar", "preserve_history", "append_only"]),
+    default="merge_similar",
+    show_default=True,
+)
 @click.option("--batch-messages", type=click.IntRange(min=1), default=50, show_default=True)
-@click.option("--poll-interval", type=click.FloatRange(min=0, min_open=True), default=5.0,
-              show_default=True, help="Seconds between polls when no notification arrives.")  # fmt: skip
-@click.option("--embeddings", default="none", show_default=True,
-              help="Embeddings for the memories it writes, the same as your app's: none, local "
-              "or MODULE:ATTR (an Embeddings, or a class/factory returning one).")  # fmt: skip
-@click.option("--shutdown-timeout", type=click.FloatRange(min=0), default=None,
-              help="Seconds a stop waits for running jobs before putting them back "
-              "(default: job timeout + 10).")  # fmt: skip
-@click.option("--delete-succeeded", is_flag=True,
-              help="Delete a job's row once it succeeded (keeps procrastinate_jobs small).")  # fmt: skip
+@click.option(
+    "--poll-interval",
+    type=click.FloatRange(min=0, min_open=True),
+    default=5.0,
+    show_default=True,
+    help="Seconds between polls when no notification arrives.",
+)
+@click.option(
+    "--embeddings",
+    default="none",
+    show_default=True,
+    help="Embeddings for the memories it writes, the same as your app's: none, local "
+    "or MODULE:ATTR (an Embeddings, or a class/factory returning one).",
+)
+@click.option(
+    "--shutdown-timeout",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="Seconds a stop waits for running jobs before putting them back "
+    "(default: job timeout + 10).",
+)
+@click.option(
+    "--delete-succeeded",
+    is_flag=True,
+    help="Delete a job's row once it succeeded (keeps procrastinate_jobs small).",
+)
 @click.option("--drain", is_flag=True, help="Exit once no job is due (backfills, tests).")
 @reports_errors
 def worker_command(

@@ -387,8 +387,13 @@ class PostgresJobQueue:
             logger.warning(
                 "queue: message %d (id %r, %d bytes of JSON) of %s thread %r is over "
                 "max_payload_bytes (%d): queued as a placeholder, it will not be extracted",
-                item.index, item.message_id, item.size, step.user, step.thread_id, step.cap,
-            )  # fmt: skip
+                item.index,
+                item.message_id,
+                item.size,
+                step.user,
+                step.thread_id,
+                step.cap,
+            )
 
     def _step(self, conn: Any, step: PlanStep) -> Any:
         if isinstance(step, Omit):
