@@ -62,7 +62,6 @@ LONG_FUNCTIONS_TO_SPLIT = {
     "cli/bench.py:locomo",
     "cli/worker.py:worker_command",
     "extraction/worker.py:__init__",
-    "history/__init__.py:backfill",
     "integration/mcp_server.py:build_mcp_server",
     "queue/producer.py:__init__",
     "ui/app.py:create_app",
