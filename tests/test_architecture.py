@@ -61,7 +61,6 @@ LONG_FUNCTIONS_TO_SPLIT = {
     "cli/backfill.py:backfill_command",
     "cli/bench.py:locomo",
     "cli/worker.py:worker_command",
-    "extraction/worker.py:__init__",
     "integration/mcp_server.py:build_mcp_server",
     "ui/app.py:create_app",
 }
