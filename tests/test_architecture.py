@@ -61,7 +61,6 @@ LONG_FUNCTIONS_TO_SPLIT = {
     "cli/backfill.py:backfill_command",
     "cli/bench.py:locomo",
     "cli/worker.py:worker_command",
-    "integration/mcp_server.py:build_mcp_server",
     "ui/app.py:create_app",
 }
 """Over 60 lines when the limit came down from 80 (issue 25): each may stay up to 80
