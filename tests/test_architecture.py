@@ -58,7 +58,6 @@ LONG_FUNCTIONS_TO_SPLIT = {
     "backends/postgres/_base.py:__init__",
     "bench/locomo/loader.py:_conversation",
     "bench/locomo/qa.py:run_qa",
-    "cli/backfill.py:backfill_command",
     "cli/bench.py:locomo",
     "cli/worker.py:worker_command",
     "ui/app.py:create_app",

@@ -279,15 +279,11 @@ def backfill_command(
     users: str | None,
     concurrency: int,
     idle_gap: float,
-    batch_messages: int,
-    job_timeout: float,
-    claim_ttl: float | None,
-    max_attempts: int,
-    policy: str,
     dry_run: bool,
     use_queue: bool,
     queue_name: str,
     as_json: bool,
+    **settings: Any,
 ) -> None:
     """Bring your history: extract memories from past LangGraph threads or transcripts.
 
@@ -305,22 +301,9 @@ def backfill_command(
     """
     if (source is None) == (not transcripts):
         raise click.UsageError("give exactly one of --checkpointer or --transcripts")
-    options: dict[str, Any] = {
-        "app_name": app_name,
-        "users": split_commas(users) if users else None,
-        "since": _time_option(since, "since"),
-        "until": _time_option(until, "until"),
-        "idle_gap": idle_gap * 3600 or None,
-        "batch_messages": batch_messages,
-        "concurrency": concurrency,
-        "dry_run": dry_run,
-        "job_timeout": job_timeout,
-        "claim_ttl": claim_ttl,
-        "max_attempts": max_attempts,
-        "policy": policy,
-    }
-    if identity is not None:
-        options["identity"] = _load_identity(identity)
+    options = _options(
+        app_name, users, since, until, idle_gap, identity, concurrency, dry_run, settings
+    )
     dump_user = UserKey(app_name or "default", user_id) if user_id else None
     threads = _threads(transcripts, thread_id, dump_user) if transcripts else None
     chosen = load_extractor(extractor, model)
@@ -335,6 +318,34 @@ def backfill_command(
     emit(report.as_dict(), as_json, lambda: summary(report, "queue" in options))
     if not report.ok:
         sys.exit(1)
+
+
+def _options(
+    app_name: str | None,
+    users: str | None,
+    since: str | None,
+    until: str | None,
+    idle_gap: float,
+    identity: str | None,
+    concurrency: int,
+    dry_run: bool,
+    settings: dict[str, Any],
+) -> dict[str, Any]:
+    """`history.backfill`'s keyword arguments from the command line's; `settings`
+    (batch_messages, job_timeout, claim_ttl, max_attempts, policy) pass as they are."""
+    options: dict[str, Any] = {
+        "app_name": app_name,
+        "users": split_commas(users) if users else None,
+        "since": _time_option(since, "since"),
+        "until": _time_option(until, "until"),
+        "idle_gap": idle_gap * 3600 or None,
+        "concurrency": concurrency,
+        "dry_run": dry_run,
+        **settings,
+    }
+    if identity is not None:
+        options["identity"] = _load_identity(identity)
+    return options
 
 
 def _run(target: Any, service: Any, extractor: Any, options: dict[str, Any]) -> BackfillReport:
