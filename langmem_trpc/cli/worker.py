@@ -167,19 +167,9 @@ def worker_command(
     concurrency: int,
     queue: str,
     apps: tuple[str, ...],
-    job_timeout: float,
-    claim_ttl: float | None,
-    stalled_after: float,
-    retries: int | None,
-    retry_wait: float,
-    max_attempts: int,
-    policy: str,
-    batch_messages: int,
-    poll_interval: float,
     embeddings: str,
-    shutdown_timeout: float | None,
-    delete_succeeded: bool,
     drain: bool,
+    **settings: Any,
 ) -> None:
     """Consume the PostgreSQL job queue: extract memories for the queued threads.
 
@@ -214,18 +204,8 @@ def worker_command(
             queue=queue,
             apps=apps,
             concurrency=concurrency,
-            job_timeout=job_timeout,
-            claim_ttl=claim_ttl,
-            stalled_after=stalled_after,
-            retries=retries,
-            retry_wait=retry_wait,
-            max_attempts=max_attempts,
-            policy=policy,
-            batch_messages=batch_messages,
-            poll_interval=poll_interval,
-            shutdown_timeout=shutdown_timeout,
-            delete_succeeded=delete_succeeded,
             on_ready=lambda: _ready(queue, apps, concurrency),
+            **settings,  # job_timeout, claim_ttl, retries, ...: QueueWorker's own names
         )
         worker.run(drain=drain)
     finally:
