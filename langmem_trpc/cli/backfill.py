@@ -170,25 +170,47 @@ def _threads(
 
 
 @click.command(name="backfill")
-@click.option("--checkpointer", "source", default=None, metavar="SOURCE",
-              help="A SqliteSaver database file (read only), a postgresql:// URL of a "
-              "PostgresSaver, or MODULE:ATTR naming any checkpointer.")  # fmt: skip
-@click.option("--transcripts", multiple=True, metavar="FILE",
-              help="JSONL, one message a line (thread_id, app_name, user_id, role, content, "
-              "timestamp[, id]); or a messages_to_dict JSON list with --thread, --app, --user. "
-              "Repeatable.")  # fmt: skip
+@click.option(
+    "--checkpointer",
+    "source",
+    default=None,
+    metavar="SOURCE",
+    help="A SqliteSaver database file (read only), a postgresql:// URL of a "
+    "PostgresSaver, or MODULE:ATTR naming any checkpointer.",
+)
+@click.option(
+    "--transcripts",
+    multiple=True,
+    metavar="FILE",
+    help="JSONL, one message a line (thread_id, app_name, user_id, role, content, "
+    "timestamp[, id]); or a messages_to_dict JSON list with --thread, --app, --user. "
+    "Repeatable.",
+)
 @db_option
-@click.option("--extractor", required=True,
-              help="llm, verbatim, or MODULE:ATTR (as langmem-trpc worker).")  # fmt: skip
+@click.option(
+    "--extractor", required=True, help="llm, verbatim, or MODULE:ATTR (as langmem-trpc worker)."
+)
 @click.option("--model", default=None, help="Chat model for --extractor llm (init_chat_model).")
-@click.option("--embeddings", default="none", show_default=True,
-              help="Embeddings for the memories it writes, the same as your app's: none, "
-              "local or MODULE:ATTR.")  # fmt: skip
-@click.option("--identity", default=None, metavar="MODULE:ATTR",
-              help="A function (thread_id, checkpoint metadata) -> UserKey | None, for "
-              "checkpoints whose runs carried no user_id.")  # fmt: skip
-@click.option("--app", "app_name", default=None,
-              help="App name of threads whose runs named none; the app of a dump.")  # fmt: skip
+@click.option(
+    "--embeddings",
+    default="none",
+    show_default=True,
+    help="Embeddings for the memories it writes, the same as your app's: none, "
+    "local or MODULE:ATTR.",
+)
+@click.option(
+    "--identity",
+    default=None,
+    metavar="MODULE:ATTR",
+    help="A function (thread_id, checkpoint metadata) -> UserKey | None, for "
+    "checkpoints whose runs carried no user_id.",
+)
+@click.option(
+    "--app",
+    "app_name",
+    default=None,
+    help="App name of threads whose runs named none; the app of a dump.",
+)
 @click.option("--user", "user_id", default=None, help="The user of a messages_to_dict dump.")
 @click.option(
     "--thread", "thread_id", default=None, help="The thread id of a messages_to_dict dump."
@@ -200,21 +222,44 @@ def _threads(
 @click.option(
     "--users", default=None, help="Only these users (comma-separated user_id or app/user)."
 )
-@click.option("--concurrency", type=click.IntRange(min=1), default=4, show_default=True,
-              help="Users processed at once (a user's threads run oldest first).")  # fmt: skip
-@click.option("--idle-gap", type=click.FloatRange(min=0), default=6.0, show_default=True,
-              help="Hours between two messages that end a batch (0: off).")  # fmt: skip
+@click.option(
+    "--concurrency",
+    type=click.IntRange(min=1),
+    default=4,
+    show_default=True,
+    help="Users processed at once (a user's threads run oldest first).",
+)
+@click.option(
+    "--idle-gap",
+    type=click.FloatRange(min=0),
+    default=6.0,
+    show_default=True,
+    help="Hours between two messages that end a batch (0: off).",
+)
 @click.option("--batch-messages", type=click.IntRange(min=1), default=50, show_default=True)
-@click.option("--job-timeout", type=click.FloatRange(min=0, min_open=True), default=300.0,
-              show_default=True)  # fmt: skip
-@click.option("--claim-ttl", type=click.FloatRange(min=0, min_open=True), default=None,
-              help="Seconds a thread claim lasts (default: 2 x job timeout).")  # fmt: skip
+@click.option(
+    "--job-timeout", type=click.FloatRange(min=0, min_open=True), default=300.0, show_default=True
+)
+@click.option(
+    "--claim-ttl",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Seconds a thread claim lasts (default: 2 x job timeout).",
+)
 @click.option("--max-attempts", type=click.IntRange(min=1), default=3, show_default=True)
-@click.option("--policy", type=click.Choice(["merge_similar", "preserve_history", "append_only"]),
-              default="merge_similar", show_default=True)  # fmt: skip
+@click.option(
+    "--policy",
+    type=click.Choice(["merge_similar", "preserve_history", "append_only"]),
+    default="merge_similar",
+    show_default=True,
+)
 @click.option("--dry-run", is_flag=True, help="Print what would be extracted; write nothing.")
-@click.option("--queue", "use_queue", is_flag=True,
-              help="Queue the threads for langmem-trpc worker (PostgreSQL --db).")  # fmt: skip
+@click.option(
+    "--queue",
+    "use_queue",
+    is_flag=True,
+    help="Queue the threads for langmem-trpc worker (PostgreSQL --db).",
+)
 @click.option("--queue-name", default="langmem", show_default=True)
 @json_option
 @reports_errors
@@ -234,15 +279,11 @@ def backfill_command(
     users: str | None,
     concurrency: int,
     idle_gap: float,
-    batch_messages: int,
-    job_timeout: float,
-    claim_ttl: float | None,
-    max_attempts: int,
-    policy: str,
     dry_run: bool,
     use_queue: bool,
     queue_name: str,
     as_json: bool,
+    **settings: Any,
 ) -> None:
     """Bring your history: extract memories from past LangGraph threads or transcripts.
 
@@ -260,22 +301,9 @@ def backfill_command(
     """
     if (source is None) == (not transcripts):
         raise click.UsageError("give exactly one of --checkpointer or --transcripts")
-    options: dict[str, Any] = {
-        "app_name": app_name,
-        "users": split_commas(users) if users else None,
-        "since": _time_option(since, "since"),
-        "until": _time_option(until, "until"),
-        "idle_gap": idle_gap * 3600 or None,
-        "batch_messages": batch_messages,
-        "concurrency": concurrency,
-        "dry_run": dry_run,
-        "job_timeout": job_timeout,
-        "claim_ttl": claim_ttl,
-        "max_attempts": max_attempts,
-        "policy": policy,
-    }
-    if identity is not None:
-        options["identity"] = _load_identity(identity)
+    options = _options(
+        app_name, users, since, until, idle_gap, identity, concurrency, dry_run, settings
+    )
     dump_user = UserKey(app_name or "default", user_id) if user_id else None
     threads = _threads(transcripts, thread_id, dump_user) if transcripts else None
     chosen = load_extractor(extractor, model)
@@ -290,6 +318,34 @@ def backfill_command(
     emit(report.as_dict(), as_json, lambda: summary(report, "queue" in options))
     if not report.ok:
         sys.exit(1)
+
+
+def _options(
+    app_name: str | None,
+    users: str | None,
+    since: str | None,
+    until: str | None,
+    idle_gap: float,
+    identity: str | None,
+    concurrency: int,
+    dry_run: bool,
+    settings: dict[str, Any],
+) -> dict[str, Any]:
+    """`history.backfill`'s keyword arguments from the command line's; `settings`
+    (batch_messages, job_timeout, claim_ttl, max_attempts, policy) pass as they are."""
+    options: dict[str, Any] = {
+        "app_name": app_name,
+        "users": split_commas(users) if users else None,
+        "since": _time_option(since, "since"),
+        "until": _time_option(until, "until"),
+        "idle_gap": idle_gap * 3600 or None,
+        "concurrency": concurrency,
+        "dry_run": dry_run,
+        **settings,
+    }
+    if identity is not None:
+        options["identity"] = _load_identity(identity)
+    return options
 
 
 def _run(target: Any, service: Any, extractor: Any, options: dict[str, Any]) -> BackfillReport:

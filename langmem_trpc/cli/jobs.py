@@ -97,8 +97,13 @@ def jobs() -> None:
 @jobs.command(name="status")
 @db_option
 @queue_option
-@click.option("--top", type=click.IntRange(min=1), default=20, show_default=True,
-              help="Users shown in the per-user lag, most unfinished jobs first.")  # fmt: skip
+@click.option(
+    "--top",
+    type=click.IntRange(min=1),
+    default=20,
+    show_default=True,
+    help="Users shown in the per-user lag, most unfinished jobs first.",
+)
 @json_option
 @reports_errors
 def jobs_status(db: str | None, queue: str, top: int, as_json: bool) -> None:

@@ -71,17 +71,35 @@ def summary(report: ReembedReport) -> str:
 
 @click.command(name="reembed")
 @click.option("--db", required=True, help=DB_HELP)
-@click.option("--embeddings", "spec", required=True, metavar="local|MODULE:ATTR",
-              help="The new embedder: local (the bundled MiniLM) or MODULE:ATTR "
-              "(an Embeddings, or a class/factory returning one).")  # fmt: skip
-@click.option("--batch", default=DEFAULT_BATCH, show_default=True, type=click.IntRange(1),
-              help="Texts per embedding call and per committed shadow batch.")  # fmt: skip
-@click.option("--app", "app_name", default="default", show_default=True,
-              help="The application of --users.")  # fmt: skip
-@click.option("--users", default="", help="Comma-separated user ids: embed only theirs "
-              "(no cutover until every user's memories have a new vector).")  # fmt: skip
-@click.option("--dry-run", is_flag=True,
-              help="Print how many texts would be embedded and their tokens; change nothing.")  # fmt: skip
+@click.option(
+    "--embeddings",
+    "spec",
+    required=True,
+    metavar="local|MODULE:ATTR",
+    help="The new embedder: local (the bundled MiniLM) or MODULE:ATTR "
+    "(an Embeddings, or a class/factory returning one).",
+)
+@click.option(
+    "--batch",
+    default=DEFAULT_BATCH,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Texts per embedding call and per committed shadow batch.",
+)
+@click.option(
+    "--app", "app_name", default="default", show_default=True, help="The application of --users."
+)
+@click.option(
+    "--users",
+    default="",
+    help="Comma-separated user ids: embed only theirs "
+    "(no cutover until every user's memories have a new vector).",
+)
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Print how many texts would be embedded and their tokens; change nothing.",
+)
 @reports_errors
 def reembed_command(
     db: str, spec: str, batch: int, app_name: str, users: str, dry_run: bool

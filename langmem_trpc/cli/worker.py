@@ -86,35 +86,78 @@ def _ready(queue: str, apps: tuple[str, ...], concurrency: int) -> None:
 @click.option("--model", default=None, help="Chat model for --extractor llm (init_chat_model).")
 @click.option("--concurrency", type=click.IntRange(min=1), default=4, show_default=True)
 @click.option("--queue", default="langmem", show_default=True, help="Queue name to consume.")
-@click.option("--app", "apps", multiple=True,
-              help="Only this app's jobs (repeatable; default: every app's).")  # fmt: skip
+@click.option(
+    "--app", "apps", multiple=True, help="Only this app's jobs (repeatable; default: every app's)."
+)
 @click.option(
     "--job-timeout", type=click.FloatRange(min=0, min_open=True), default=30.0, show_default=True
 )
-@click.option("--claim-ttl", type=click.FloatRange(min=0, min_open=True), default=None,
-              help="Seconds a job's thread claim lasts (default: 2 x job timeout, >= 60).")  # fmt: skip
-@click.option("--stalled-after", type=click.FloatRange(min=0, min_open=True), default=30.0,
-              show_default=True,
-              help="Seconds without heartbeat before another worker's running jobs are put back.")  # fmt: skip
-@click.option("--retries", type=click.IntRange(min=0), default=None,
-              help="Attempts of one job before it is marked failed (default: max-attempts + 2).")  # fmt: skip
-@click.option("--retry-wait", type=click.FloatRange(min=0), default=2.0, show_default=True,
-              help="First retry backoff in seconds (doubles, at most 300).")  # fmt: skip
-@click.option("--max-attempts", type=click.IntRange(min=1), default=3, show_default=True,
-              help="Failed attempts on one batch before it is dead-lettered.")  # fmt: skip
-@click.option("--policy", type=click.Choice(["merge_similar", "preserve_history", "append_only"]),
-              default="merge_similar", show_default=True)  # fmt: skip
+@click.option(
+    "--claim-ttl",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Seconds a job's thread claim lasts (default: 2 x job timeout, >= 60).",
+)
+@click.option(
+    "--stalled-after",
+    type=click.FloatRange(min=0, min_open=True),
+    default=30.0,
+    show_default=True,
+    help="Seconds without heartbeat before another worker's running jobs are put back.",
+)
+@click.option(
+    "--retries",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Attempts of one job before it is marked failed (default: max-attempts + 2).",
+)
+@click.option(
+    "--retry-wait",
+    type=click.FloatRange(min=0),
+    default=2.0,
+    show_default=True,
+    help="First retry backoff in seconds (doubles, at most 300).",
+)
+@click.option(
+    "--max-attempts",
+    type=click.IntRange(min=1),
+    default=3,
+    show_default=True,
+    help="Failed attempts on one batch before it is dead-lettered.",
+)
+@click.option(
+    "--policy",
+    type=click.Choice(["merge_similar", "preserve_history", "append_only"]),
+    default="merge_similar",
+    show_default=True,
+)
 @click.option("--batch-messages", type=click.IntRange(min=1), default=50, show_default=True)
-@click.option("--poll-interval", type=click.FloatRange(min=0, min_open=True), default=5.0,
-              show_default=True, help="Seconds between polls when no notification arrives.")  # fmt: skip
-@click.option("--embeddings", default="none", show_default=True,
-              help="Embeddings for the memories it writes, the same as your app's: none, local "
-              "or MODULE:ATTR (an Embeddings, or a class/factory returning one).")  # fmt: skip
-@click.option("--shutdown-timeout", type=click.FloatRange(min=0), default=None,
-              help="Seconds a stop waits for running jobs before putting them back "
-              "(default: job timeout + 10).")  # fmt: skip
-@click.option("--delete-succeeded", is_flag=True,
-              help="Delete a job's row once it succeeded (keeps procrastinate_jobs small).")  # fmt: skip
+@click.option(
+    "--poll-interval",
+    type=click.FloatRange(min=0, min_open=True),
+    default=5.0,
+    show_default=True,
+    help="Seconds between polls when no notification arrives.",
+)
+@click.option(
+    "--embeddings",
+    default="none",
+    show_default=True,
+    help="Embeddings for the memories it writes, the same as your app's: none, local "
+    "or MODULE:ATTR (an Embeddings, or a class/factory returning one).",
+)
+@click.option(
+    "--shutdown-timeout",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="Seconds a stop waits for running jobs before putting them back "
+    "(default: job timeout + 10).",
+)
+@click.option(
+    "--delete-succeeded",
+    is_flag=True,
+    help="Delete a job's row once it succeeded (keeps procrastinate_jobs small).",
+)
 @click.option("--drain", is_flag=True, help="Exit once no job is due (backfills, tests).")
 @reports_errors
 def worker_command(
@@ -124,19 +167,9 @@ def worker_command(
     concurrency: int,
     queue: str,
     apps: tuple[str, ...],
-    job_timeout: float,
-    claim_ttl: float | None,
-    stalled_after: float,
-    retries: int | None,
-    retry_wait: float,
-    max_attempts: int,
-    policy: str,
-    batch_messages: int,
-    poll_interval: float,
     embeddings: str,
-    shutdown_timeout: float | None,
-    delete_succeeded: bool,
     drain: bool,
+    **settings: Any,
 ) -> None:
     """Consume the PostgreSQL job queue: extract memories for the queued threads.
 
@@ -171,18 +204,8 @@ def worker_command(
             queue=queue,
             apps=apps,
             concurrency=concurrency,
-            job_timeout=job_timeout,
-            claim_ttl=claim_ttl,
-            stalled_after=stalled_after,
-            retries=retries,
-            retry_wait=retry_wait,
-            max_attempts=max_attempts,
-            policy=policy,
-            batch_messages=batch_messages,
-            poll_interval=poll_interval,
-            shutdown_timeout=shutdown_timeout,
-            delete_succeeded=delete_succeeded,
             on_ready=lambda: _ready(queue, apps, concurrency),
+            **settings,  # job_timeout, claim_ttl, retries, ...: QueueWorker's own names
         )
         worker.run(drain=drain)
     finally:

@@ -134,5 +134,7 @@ class HeldClaim:
             except Exception as exc:
                 logger.warning(
                     "auto_memory: could not release the claim on thread %r (it expires in %s s): %s",
-                    self.thread_id, self.ttl, exc,
-                )  # fmt: skip
+                    self.thread_id,
+                    self.ttl,
+                    exc,
+                )

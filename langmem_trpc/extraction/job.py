@@ -320,8 +320,13 @@ class _Run:
         if attempts < max_attempts:
             logger.warning(
                 "auto_memory: batch of %d message(s) failed for %s thread %r (attempt %d of %d): %s",
-                len(batch), report.user, report.thread_id, attempts, max_attempts, error,
-            )  # fmt: skip
+                len(batch),
+                report.user,
+                report.thread_id,
+                attempts,
+                max_attempts,
+                error,
+            )
             return False
         letter = dead_letter_for(report.user, report.thread_id, batch, error, attempts)
         past = self._cursor(held, end)
@@ -331,8 +336,13 @@ class _Run:
         report.error = error
         logger.error(
             "auto_memory: dead-lettered %d message(s) of %s thread %r after %d attempts as %s: %s",
-            len(batch), report.user, report.thread_id, attempts, letter.id, error,
-        )  # fmt: skip
+            len(batch),
+            report.user,
+            report.thread_id,
+            attempts,
+            letter.id,
+            error,
+        )
         return True
 
     def _retry(self, held: HeldClaim, letter: DeadLetter) -> None:

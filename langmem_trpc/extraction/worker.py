@@ -123,6 +123,39 @@ def _on_loop_thread() -> bool:
     return True
 
 
+def _check_arguments(
+    service: object,
+    extractor: object,
+    workers: int,
+    queue_size: int,
+    job_timeout: float | None,
+    batch_messages: int,
+    max_attempts: int,
+    claim_ttl: float | None,
+    max_calls_per_user: int,
+    on_full: str,
+) -> None:
+    """`AutoMemoryWorker`'s arguments, each refused with a `ConfigurationError` naming it."""
+    if not isinstance(service, MemoryService):
+        raise ConfigurationError(f"service must be a MemoryService, got {type(service).__name__}")
+    if not callable(getattr(extractor, "extract", None)):
+        raise ConfigurationError("extractor must have an extract(request) method")
+    if workers < 1 or queue_size < 1:
+        raise ConfigurationError("workers and queue_size must be >= 1")
+    if job_timeout is not None and job_timeout <= 0:
+        raise ConfigurationError("job_timeout must be > 0 or None")
+    if batch_messages < 1:
+        raise ConfigurationError("batch_messages must be >= 1")
+    if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
+        raise ConfigurationError("max_attempts must be an integer >= 1")
+    if claim_ttl is not None and not 0 < claim_ttl <= 86_400:
+        raise ConfigurationError("claim_ttl must be in (0, 86400] seconds or None")
+    if max_calls_per_user < 1:
+        raise ConfigurationError("max_calls_per_user must be >= 1")
+    if on_full not in ("sync", "defer"):
+        raise ConfigurationError(f"on_full must be 'sync' or 'defer', not {on_full!r}")
+
+
 class AutoMemoryWorker:
     """Extracts memories from conversation threads in the background.
 
@@ -178,26 +211,18 @@ class AutoMemoryWorker:
         max_calls_per_user: int = 4,
         idle_gap: float | None = None,
     ) -> None:
-        if not isinstance(service, MemoryService):
-            raise ConfigurationError(
-                f"service must be a MemoryService, got {type(service).__name__}"
-            )
-        if not callable(getattr(extractor, "extract", None)):
-            raise ConfigurationError("extractor must have an extract(request) method")
-        if workers < 1 or queue_size < 1:
-            raise ConfigurationError("workers and queue_size must be >= 1")
-        if job_timeout is not None and job_timeout <= 0:
-            raise ConfigurationError("job_timeout must be > 0 or None")
-        if batch_messages < 1:
-            raise ConfigurationError("batch_messages must be >= 1")
-        if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
-            raise ConfigurationError("max_attempts must be an integer >= 1")
-        if claim_ttl is not None and not 0 < claim_ttl <= 86_400:
-            raise ConfigurationError("claim_ttl must be in (0, 86400] seconds or None")
-        if max_calls_per_user < 1:
-            raise ConfigurationError("max_calls_per_user must be >= 1")
-        if on_full not in ("sync", "defer"):
-            raise ConfigurationError(f"on_full must be 'sync' or 'defer', not {on_full!r}")
+        _check_arguments(
+            service,
+            extractor,
+            workers,
+            queue_size,
+            job_timeout,
+            batch_messages,
+            max_attempts,
+            claim_ttl,
+            max_calls_per_user,
+            on_full,
+        )
         self.service = service
         self.extractor = extractor
         self.settings = JobSettings(

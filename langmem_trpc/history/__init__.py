@@ -187,12 +187,7 @@ def backfill(
     Returns a `BackfillReport`; `report.ok` is False when a batch failed.
     """
     gap, selection = _options(idle_gap, since, until, users, concurrency)
-    if isinstance(source, (str, Path)):
-        source = read_transcripts(source)
-    elif callable(getattr(source, "list", None)) and callable(getattr(source, "get_tuple", None)):
-        source = read_checkpointer(
-            source, identity=identity, app_name=app_name, messages_key=messages_key
-        )
+    threads = _threads(source, identity, app_name, messages_key)
     settings = {
         "idle_gap": gap,
         "batch_messages": batch_messages,
@@ -203,7 +198,20 @@ def backfill(
         "checkers": checkers,
     }
     run = _Run(service, extractor, queue, selection, dry_run, progress, concurrency, settings)
-    return run.run(list(source))
+    return run.run(threads)
+
+
+def _threads(
+    source: Source, identity: IdentityMap | None, app_name: str | None, messages_key: str
+) -> list[HistoryThread | SkippedThread]:
+    """`backfill`'s source as threads: a transcript file read, a checkpointer listed."""
+    if isinstance(source, (str, Path)):
+        return list(read_transcripts(source))
+    if callable(getattr(source, "list", None)) and callable(getattr(source, "get_tuple", None)):
+        return read_checkpointer(
+            source, identity=identity, app_name=app_name, messages_key=messages_key
+        )
+    return list(source)
 
 
 async def abackfill(

@@ -11,7 +11,7 @@ Arguments nested deeper than `MAX_ARGUMENT_DEPTH` get an error result (see
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -184,6 +184,39 @@ async def call_memory_tool(
     return text, message.status == "error"
 
 
+def _listing(types: Any, tools: Iterable[BaseTool]) -> list[Any]:
+    """The `tools/list` entries: each tool's name, description, schemas and hints."""
+    return [
+        types.Tool(
+            name=t.name,
+            description=t.description,
+            input_schema=_schema(t),
+            output_schema=OUTPUT_SCHEMAS[t.name],
+            annotations=types.ToolAnnotations(**TOOL_HINTS[t.name], open_world_hint=False),
+        )
+        for t in tools
+    ]
+
+
+async def _answer(
+    tools: dict[str, BaseTool],
+    name: str,
+    arguments: dict[str, Any],
+    app_name: str,
+    user_id: str | None,
+) -> tuple[str, bool]:
+    """One `tools/call` as (text, is_error): an unknown tool or too deep arguments are
+    refused before the identity is resolved or the tool runs."""
+    tool = tools.get(name)
+    deep = _too_deep_error(name, arguments)
+    if tool is None:
+        hint = " (write tools need --allow-writes)" if name in WRITE_TOOLS else ""
+        return f"unknown tool {name!r}{hint}", True
+    if deep is not None:
+        return deep, True
+    return await call_memory_tool(tool, arguments, mcp_identity(app_name, user_id))
+
+
 def build_mcp_server(
     service: MemoryService,
     *,
@@ -207,32 +240,14 @@ def build_mcp_server(
         ) from exc
     names = READ_TOOLS + (WRITE_TOOLS if allow_writes else ())
     tools = {t.name: t for t in create_memory_tools(service, include=names)}
-    listed = [
-        types.Tool(
-            name=t.name,
-            description=t.description,
-            input_schema=_schema(t),
-            output_schema=OUTPUT_SCHEMAS[t.name],
-            annotations=types.ToolAnnotations(**TOOL_HINTS[t.name], open_world_hint=False),
-        )
-        for t in tools.values()
-    ]
+    listed = _listing(types, tools.values())
 
     async def list_tools(ctx: Any, params: Any) -> Any:
         return types.ListToolsResult(tools=listed)
 
     async def call_tool(ctx: Any, params: Any) -> Any:
-        tool = tools.get(params.name)
         arguments = dict(params.arguments or {})
-        deep = _too_deep_error(params.name, arguments)
-        if tool is None:
-            hint = " (write tools need --allow-writes)" if params.name in WRITE_TOOLS else ""
-            text, is_error = f"unknown tool {params.name!r}{hint}", True
-        elif deep is not None:
-            text, is_error = deep, True
-        else:
-            user = mcp_identity(app_name, user_id)
-            text, is_error = await call_memory_tool(tool, arguments, user)
+        text, is_error = await _answer(tools, params.name, arguments, app_name, user_id)
         return types.CallToolResult(
             content=[types.TextContent(type="text", text=text)],
             structured_content=None if is_error else _structured(text),

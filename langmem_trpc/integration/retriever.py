@@ -146,7 +146,10 @@ def create_retriever(
     time_before: datetime | str | None = None,
     **search_kwargs: Any,
 ) -> MemoryRetriever:
-    """A `MemoryRetriever` for `user` (what `service.as_retriever` returns)."""
+    """A `MemoryRetriever` for `user`, its options checked now rather than at the first query.
+
+    A function here, not a `MemoryService` method, so the service contract does not
+    depend on LangChain's retriever types."""
     check_user(user)
     extra = {"kind": kind, "time_after": time_after, "time_before": time_before}
     search_kwargs.update({key: value for key, value in extra.items() if value is not None})

@@ -134,18 +134,7 @@ class PostgresJobQueue:
             ) from exc
         from ..backends.postgres import checked_conninfo
 
-        if (conninfo is None) == (pool is None):
-            raise ConfigurationError("PostgresJobQueue needs exactly one of conninfo or pool")
-        if pool is not None and not isinstance(pool, (ConnectionPool, AsyncConnectionPool)):
-            raise ConfigurationError(
-                f"pool must be a psycopg_pool ConnectionPool or AsyncConnectionPool, "
-                f"not {type(pool).__name__}"
-            )
-        check_queue_name(queue)
-        if max_payload_bytes < MIN_PAYLOAD_BYTES:
-            raise ConfigurationError(f"max_payload_bytes must be >= {MIN_PAYLOAD_BYTES}")
-        if connect_timeout <= 0 or pool_size < 1:
-            raise ConfigurationError("connect_timeout must be > 0 and pool_size >= 1")
+        _check_arguments(conninfo, pool, queue, max_payload_bytes, connect_timeout, pool_size)
         if service is not None and not isinstance(service, MemoryService):
             raise ConfigurationError(
                 f"service must be a MemoryService, got {type(service).__name__}"
@@ -162,20 +151,7 @@ class PostgresJobQueue:
             self._pool: Any = pool
         else:
             target: Any = checked_conninfo(conninfo) if conninfo is not None else pool.conninfo  # type: ignore[union-attr]
-            self._pool = ConnectionPool(
-                target,
-                min_size=pool_size,  # opened in the background now, not by a burst of enqueues
-                max_size=pool_size,
-                timeout=connect_timeout,
-                kwargs={
-                    "autocommit": True,
-                    "connect_timeout": max(1, math.ceil(connect_timeout)),
-                    "application_name": app_name,
-                },
-                open=False,
-                name=f"langmem-queue-{queue}",
-            )
-            self._pool.open(wait=False)
+            self._pool = _open_pool(target, app_name, queue, connect_timeout, pool_size)
         self._closed = False
 
     # -- lifecycle ----------------------------------------------------------
@@ -387,8 +363,13 @@ class PostgresJobQueue:
             logger.warning(
                 "queue: message %d (id %r, %d bytes of JSON) of %s thread %r is over "
                 "max_payload_bytes (%d): queued as a placeholder, it will not be extracted",
-                item.index, item.message_id, item.size, step.user, step.thread_id, step.cap,
-            )  # fmt: skip
+                item.index,
+                item.message_id,
+                item.size,
+                step.user,
+                step.thread_id,
+                step.cap,
+            )
 
     def _step(self, conn: Any, step: PlanStep) -> Any:
         if isinstance(step, Omit):
@@ -467,3 +448,51 @@ _COUNTER = {
     EnqueueOutcome.COLLAPSED: "collapsed",
     EnqueueOutcome.NOTHING_NEW: "nothing_new",
 }
+
+
+def _check_arguments(
+    conninfo: str | None,
+    pool: object,
+    queue: str,
+    max_payload_bytes: int,
+    connect_timeout: float,
+    pool_size: int,
+) -> None:
+    """`PostgresJobQueue`'s arguments, each refused with a `ConfigurationError` naming it."""
+    from psycopg_pool import AsyncConnectionPool, ConnectionPool
+
+    if (conninfo is None) == (pool is None):
+        raise ConfigurationError("PostgresJobQueue needs exactly one of conninfo or pool")
+    if pool is not None and not isinstance(pool, (ConnectionPool, AsyncConnectionPool)):
+        raise ConfigurationError(
+            f"pool must be a psycopg_pool ConnectionPool or AsyncConnectionPool, "
+            f"not {type(pool).__name__}"
+        )
+    check_queue_name(queue)
+    if max_payload_bytes < MIN_PAYLOAD_BYTES:
+        raise ConfigurationError(f"max_payload_bytes must be >= {MIN_PAYLOAD_BYTES}")
+    if connect_timeout <= 0 or pool_size < 1:
+        raise ConfigurationError("connect_timeout must be > 0 and pool_size >= 1")
+
+
+def _open_pool(
+    target: Any, app_name: str, queue: str, connect_timeout: float, pool_size: int
+) -> ConnectionPool[Any]:
+    """The queue's own sync pool, opening in the background (not by a burst of enqueues)."""
+    from psycopg_pool import ConnectionPool
+
+    pool: ConnectionPool[Any] = ConnectionPool(
+        target,
+        min_size=pool_size,
+        max_size=pool_size,
+        timeout=connect_timeout,
+        kwargs={
+            "autocommit": True,
+            "connect_timeout": max(1, math.ceil(connect_timeout)),
+            "application_name": app_name,
+        },
+        open=False,
+        name=f"langmem-queue-{queue}",
+    )
+    pool.open(wait=False)
+    return pool

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -44,21 +44,8 @@ from .claims import ClaimOp
 from .steps import Plan
 
 T = TypeVar("T")
-F = TypeVar("F", bound=Callable[..., Any])
 
 __all__ = ["MemoryService", "SyncMemoryService"]
-
-
-def _named(method: F, source: Callable[..., Any], name: str, doc: str | None = None) -> F:
-    """`method` under `name`, in `source`'s module and class, with `source`'s docs (or
-    `doc`). Kept only for `backends/postgres/service.py`'s read twins, which still
-    build their methods; nothing in this module uses it."""
-    method.__module__ = source.__module__
-    method.__name__ = name
-    method.__qualname__ = source.__qualname__.rsplit(".", 1)[0] + "." + name
-    method.__doc__ = doc if doc is not None else source.__doc__
-    method.__wrapped__ = source  # type: ignore[attr-defined]
-    return method
 
 
 class MemoryService(ABC):
@@ -566,16 +553,6 @@ class MemoryService(ABC):
     async def aexpired(self, user: UserKey, limit: int | None = None) -> list[str]:
         """Async twin of `expired` (runs it in a worker thread)."""
         return await asyncio.to_thread(self.expired, user, limit)
-
-    def as_retriever(self, user: UserKey, **kwargs: Any) -> Any:
-        """A LangChain `BaseRetriever` over `user`'s memories, scope fixed.
-
-        Keyword arguments (`k`, `kind`, `time_after`, ...) are those of
-        `langmem_trpc.integration.retriever.create_retriever`.
-        """
-        from ..integration.retriever import create_retriever
-
-        return create_retriever(self, user, **kwargs)
 
     # -- lifecycle -------------------------------------------------------------
 

@@ -65,6 +65,10 @@ class Explained:
     signals: list[str]
 
 
+Ranks = dict[str, tuple[int, Entry]]
+"""Memory id -> (rank from 1, entry) in one search's results."""
+
+
 async def explain_search(
     service: MemoryService, user: UserKey, options: SearchOptions
 ) -> Explained:
@@ -72,7 +76,7 @@ async def explain_search(
     every memory any search returned, in fused order, then the left-out ones (best leg first)."""
     query = options.query
 
-    async def ranks(asked: SearchOptions) -> dict[str, tuple[int, Entry]]:
+    async def ranks(asked: SearchOptions) -> Ranks:
         hits = await service.asearch(user, query, asked)
         return {e.id: (rank, e) for rank, e in enumerate(hits, start=1)}
 
@@ -85,7 +89,7 @@ async def explain_search(
         **{**options.fusion.model_dump(), **FUSION_STEPS_OFF, "vector_floor": 1.0}
     )
     keyword = await ranks(depth.model_copy(update={"hybrid": True, "fusion": keyword_fusion}))
-    vector: dict[str, tuple[int, Entry]] = {}
+    vector: Ranks = {}
     if service.supports_vectors:
         floor = options.similarity_threshold
         floor = options.fusion.vector_floor if floor is None else floor
@@ -98,6 +102,19 @@ async def explain_search(
         )
         for label, change in SIGNALS.items()
     }
+    return Explained(
+        query=query,
+        rows=_rows(fused, vector, keyword, without),
+        has_vectors=service.supports_vectors,
+        signals=list(SIGNALS),
+    )
+
+
+def _rows(
+    fused: Ranks, vector: Ranks, keyword: Ranks, without: dict[str, Ranks]
+) -> list[ExplainedRow]:
+    """One row per memory any search returned, in fused order, then the left-out ones
+    (best leg first)."""
     rows: dict[str, ExplainedRow] = {}
     for source in (fused, vector, keyword, *without.values()):
         for key, (_, entry) in source.items():
@@ -121,9 +138,4 @@ async def explain_search(
         best_leg = min(row.vector_rank or big, row.keyword_rank or big)
         return (row.fused_rank or big, best_leg, row.entry.id)
 
-    return Explained(
-        query=query,
-        rows=sorted(rows.values(), key=order),
-        has_vectors=service.supports_vectors,
-        signals=list(SIGNALS),
-    )
+    return sorted(rows.values(), key=order)

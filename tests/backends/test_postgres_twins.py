@@ -1,5 +1,5 @@
 """PostgresMemoryService's reads, expiry and add_many: one builder each, a sync method and
-its `a*` twin (`service._twins`); no server needed."""
+its `a*` twin, written out; no server needed."""
 
 from __future__ import annotations
 

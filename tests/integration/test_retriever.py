@@ -1,4 +1,4 @@
-"""`service.as_retriever` and `MemoryVectorStore`: one user's memories, hybrid search, sync and async."""
+"""`create_retriever` and `MemoryVectorStore`: one user's memories, hybrid search, sync and async."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from langchain_core.vectorstores import VectorStore
 from langmem_trpc import InMemoryMemoryService, UserKey
 from langmem_trpc.backends.sqlite import SQLiteMemoryService
 from langmem_trpc.errors import InvalidInputError
-from langmem_trpc.integration.retriever import MemoryVectorStore
+from langmem_trpc.integration.retriever import MemoryVectorStore, create_retriever
 from langmem_trpc.service.protocol import MemoryService
 from langmem_trpc.testing import HashingEmbeddings
 from langmem_trpc.types import SearchOptions
@@ -41,8 +41,10 @@ def svc(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MemoryServic
     service.close()
 
 
-def test_as_retriever_returns_the_services_hybrid_ranking_for_one_user(svc: MemoryService) -> None:
-    retriever = svc.as_retriever(ALICE, k=5)
+def test_create_retriever_returns_the_services_hybrid_ranking_for_one_user(
+    svc: MemoryService,
+) -> None:
+    retriever = create_retriever(svc, ALICE, k=5)
     assert isinstance(retriever, BaseRetriever)
     docs = retriever.invoke("hiking trip")
     expected = svc.search(ALICE, "hiking trip", SearchOptions(max_results=5, hybrid=True))
@@ -54,7 +56,7 @@ def test_as_retriever_returns_the_services_hybrid_ranking_for_one_user(svc: Memo
 
 
 async def test_async_retriever_matches_sync(svc: MemoryService) -> None:
-    retriever = svc.as_retriever(ALICE, k=5)
+    retriever = create_retriever(svc, ALICE, k=5)
     sync_ids = [d.id for d in retriever.invoke("tea")]
     try:
         async_ids = [d.id for d in await retriever.ainvoke("tea")]
@@ -67,9 +69,9 @@ async def test_async_retriever_matches_sync(svc: MemoryService) -> None:
 
 
 def test_retriever_kind_and_time_filters(svc: MemoryService) -> None:
-    facts = svc.as_retriever(ALICE, k=5, kind="fact").invoke("Alice")
+    facts = create_retriever(svc, ALICE, k=5, kind="fact").invoke("Alice")
     assert [d.metadata["kind"] for d in facts] == ["fact"]
-    later = svc.as_retriever(ALICE, k=5, time_after="2024-06-01").invoke("hiking")
+    later = create_retriever(svc, ALICE, k=5, time_after="2024-06-01").invoke("hiking")
     assert later == []
 
 
@@ -84,18 +86,18 @@ def test_retriever_kind_and_time_filters(svc: MemoryService) -> None:
 )
 def test_retriever_scope_cannot_be_overridden(svc: MemoryService, kwargs: dict) -> None:
     with pytest.raises(InvalidInputError, match="cannot be overridden"):
-        svc.as_retriever(ALICE, **kwargs)
+        create_retriever(svc, ALICE, **kwargs)
 
 
 def test_retriever_bad_options_name_the_field(svc: MemoryService) -> None:
     with pytest.raises(InvalidInputError) as info:
-        svc.as_retriever(ALICE, k=0)
+        create_retriever(svc, ALICE, k=0)
     assert info.value.field == "k"
     with pytest.raises(InvalidInputError) as info:
-        svc.as_retriever(ALICE, kind="bogus")
+        create_retriever(svc, ALICE, kind="bogus")
     assert info.value.field == "kind"
     with pytest.raises(InvalidInputError) as info:
-        svc.as_retriever(ALICE, colour="red")
+        create_retriever(svc, ALICE, colour="red")
     assert info.value.field == "colour"
 
 
@@ -161,11 +163,11 @@ async def test_retrievers_see_current_memories_unless_asked_as_of(svc: MemorySer
     new = svc.update(
         ALICE, old.id, "Production runs Go 1.24", supersede=True, valid_from="2026-07-20"
     )
-    current = svc.as_retriever(ALICE, k=5).invoke("production Go")
+    current = create_retriever(svc, ALICE, k=5).invoke("production Go")
     assert new.id in [d.id for d in current] and old.id not in [d.id for d in current]
     head = next(d for d in current if d.id == new.id)
     assert head.metadata["valid_from"].startswith("2026-07-20") and "valid_to" not in head.metadata
-    july = svc.as_retriever(ALICE, k=5, as_of="2026-07-01")
+    july = create_retriever(svc, ALICE, k=5, as_of="2026-07-01")
     (past,) = [d for d in await july.ainvoke("production Go") if "Go" in d.page_content]
     assert past.id == old.id and past.metadata["superseded_by"] == new.id
     assert past.metadata["valid_to"].startswith("2026-07-20")
@@ -174,4 +176,4 @@ async def test_retrievers_see_current_memories_unless_asked_as_of(svc: MemorySer
         :1
     ] == [old.id]
     with pytest.raises(InvalidInputError, match="as_of"):
-        svc.as_retriever(ALICE, as_of="someday")
+        create_retriever(svc, ALICE, as_of="someday")

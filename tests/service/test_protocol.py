@@ -66,7 +66,7 @@ def test_async_twins_keep_the_sync_methods_name_signature_and_class(
 
 
 def test_every_public_method_has_an_async_twin_with_its_signature() -> None:
-    sync_only = {"as_retriever", "close"}  # a retriever is sync and async itself; aclose
+    sync_only = {"close"}  # aclose
     names = [
         n
         for n, value in vars(MemoryService).items()

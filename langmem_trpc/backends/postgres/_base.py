@@ -192,7 +192,7 @@ class PostgresBase:
             return _plans.write(plan, options)
         return _identity.write_checked(_plans.write(plan, options), self._generation)
 
-    # -- reads and expiry: `service._twins` makes each a method and its `a*` twin --
+    # -- reads and expiry: plan builders; `service.py` runs each, sync and async --
 
     def _get(self, user: UserKey, memory_id: str) -> Plan[Entry | None]:
         return _plans.get(check_user(user), check_memory_id(memory_id))

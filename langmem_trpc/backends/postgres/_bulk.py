@@ -162,10 +162,14 @@ def added(insert: Insert, step: Step) -> RecordHistory | None:
         return None
     source = step.events[0].source
     same = all(
-        e.operation is Operation.ADD and e.memory_id == r.entry.id and e.text_before is None
-        and e.text_after == r.entry.text and e.at == r.entry.created_at and e.source == source
+        e.operation is Operation.ADD
+        and e.memory_id == r.entry.id
+        and e.text_before is None
+        and e.text_after == r.entry.text
+        and e.at == r.entry.created_at
+        and e.source == source
         for e, r in zip(step.events, insert.rows, strict=True)
-    )  # fmt: skip
+    )
     return step if same else None
 
 

@@ -544,12 +544,15 @@ def backfill_fingerprints() -> Plan[None]:
             return
         fps = [
             stored_fingerprint(
-                r["text"], r["kind"], _sql.utc_or_none(r["event_time"]), r["participants"],
+                r["text"],
+                r["kind"],
+                _sql.utc_or_none(r["event_time"]),
+                r["participants"],
                 r["location"],
                 r["id"] if r["keyed"] else None,
             )
             for r in rows
-        ]  # fmt: skip
+        ]
         yield Sql(
             _sql.FINGERPRINT_UPDATE,
             {

@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
-from typing import Any, Concatenate, ParamSpec, TypeVar, cast
+from datetime import datetime
+from typing import Any, TypeVar, cast
 
 from ...errors import InvalidMemoryError
 from ...service import _plans as write_plans
 from ...service._core import check_user
 from ...service.capabilities import Capability
-from ...service.protocol import MemoryService, _named
-from ...types import Entry, Memory, Source, UserKey
+from ...service.protocol import MemoryService
+from ...types import Entry, HistoryEvent, Memory, SearchOptions, Source, UserKey
 from . import _bulk
-from ._base import PostgresBase
 from ._ops import Op, Plan
 from .aio import AsyncPostgres
 from .sync import SyncPostgres
@@ -22,29 +22,6 @@ from .sync import SyncPostgres
 __all__ = ["PostgresMemoryService"]
 
 T = TypeVar("T")
-P = ParamSpec("P")
-
-
-def _twins(
-    build: Callable[Concatenate[PostgresMemoryService, P], Plan[T]],
-    write: bool = False,
-    name: str = "",
-) -> tuple[
-    Callable[Concatenate[PostgresMemoryService, P], T],
-    Callable[Concatenate[PostgresMemoryService, P], Coroutine[Any, Any, T]],
-]:
-    """The method that runs the plan `build` returns (validation first, in `build`), and
-    its async twin, named `name` (by default `build`'s name without its leading `_`); a
-    read (`write=False`) runs without a transaction."""
-    name = name or build.__name__.lstrip("_")
-
-    def method(self: PostgresMemoryService, /, *args: P.args, **kwargs: P.kwargs) -> T:
-        return cast("T", self._run(Op(build(self, *args, **kwargs), write)))
-
-    async def twin(self: PostgresMemoryService, /, *args: P.args, **kwargs: P.kwargs) -> T:
-        return cast("T", await self._arun(Op(build(self, *args, **kwargs), write)))
-
-    return _named(method, build, name), _named(twin, build, "a" + name, f"Async twin of `{name}`.")
 
 
 class PostgresMemoryService(SyncPostgres, AsyncPostgres, MemoryService):
@@ -106,19 +83,114 @@ class PostgresMemoryService(SyncPostgres, AsyncPostgres, MemoryService):
         finally:
             await service.aclose()
 
-    get, aget = _twins(PostgresBase._get)
-    read, aread = _twins(PostgresBase._read)
-    deleted, adeleted = _twins(PostgresBase._deleted)
-    search, asearch = _twins(PostgresBase._search)
-    history, ahistory = _twins(PostgresBase._history)
-    count, acount = _twins(PostgresBase._count)
-    users, ausers = _twins(PostgresBase._users)
-    set_expiry, aset_expiry = _twins(PostgresBase._set_expiry, write=True)
-    expired, aexpired = _twins(PostgresBase._expired)
+    # -- reads and expiry: each runs the plan its `PostgresBase._*` builder returns --
+
+    def _query(self, plan: Plan[T], write: bool = False) -> T:
+        """Run `plan` (built, so validated, by the caller); a read runs without a transaction."""
+        return cast("T", self._run(Op(plan, write)))
+
+    async def _aquery(self, plan: Plan[T], write: bool = False) -> T:
+        """Async twin of `_query`."""
+        return cast("T", await self._arun(Op(plan, write)))
+
+    def get(self, user: UserKey, memory_id: str) -> Entry | None:
+        """See `MemoryService.get`."""
+        return self._query(self._get(user, memory_id))
+
+    async def aget(self, user: UserKey, memory_id: str) -> Entry | None:
+        """Async twin of `get`."""
+        return await self._aquery(self._get(user, memory_id))
+
+    def read(
+        self,
+        user: UserKey,
+        limit: int | None = None,
+        *,
+        as_of: datetime | str | None = None,
+        include_superseded: bool = False,
+    ) -> list[Entry]:
+        """See `MemoryService.read`."""
+        return self._query(
+            self._read(user, limit, as_of=as_of, include_superseded=include_superseded)
+        )
+
+    async def aread(
+        self,
+        user: UserKey,
+        limit: int | None = None,
+        *,
+        as_of: datetime | str | None = None,
+        include_superseded: bool = False,
+    ) -> list[Entry]:
+        """Async twin of `read`."""
+        plan = self._read(user, limit, as_of=as_of, include_superseded=include_superseded)
+        return await self._aquery(plan)
+
+    def deleted(self, user: UserKey, limit: int | None = None) -> list[Entry]:
+        """See `MemoryService.deleted`."""
+        return self._query(self._deleted(user, limit))
+
+    async def adeleted(self, user: UserKey, limit: int | None = None) -> list[Entry]:
+        """Async twin of `deleted`."""
+        return await self._aquery(self._deleted(user, limit))
+
+    def search(
+        self, user: UserKey, query: str | None = None, options: SearchOptions | None = None
+    ) -> list[Entry]:
+        """See `MemoryService.search`."""
+        return self._query(self._search(user, query, options))
+
+    async def asearch(
+        self, user: UserKey, query: str | None = None, options: SearchOptions | None = None
+    ) -> list[Entry]:
+        """Async twin of `search`."""
+        return await self._aquery(self._search(user, query, options))
+
+    def history(self, user: UserKey, memory_id: str) -> list[HistoryEvent]:
+        """See `MemoryService.history`."""
+        return self._query(self._history(user, memory_id))
+
+    async def ahistory(self, user: UserKey, memory_id: str) -> list[HistoryEvent]:
+        """Async twin of `history`."""
+        return await self._aquery(self._history(user, memory_id))
+
+    def count(self, user: UserKey) -> int:
+        """See `MemoryService.count`."""
+        return self._query(self._count(user))
+
+    async def acount(self, user: UserKey) -> int:
+        """Async twin of `count`."""
+        return await self._aquery(self._count(user))
+
+    def users(self, app_name: str | None = None) -> list[UserKey]:
+        """See `MemoryService.users`."""
+        return self._query(self._users(app_name))
+
+    async def ausers(self, app_name: str | None = None) -> list[UserKey]:
+        """Async twin of `users`."""
+        return await self._aquery(self._users(app_name))
+
+    def set_expiry(self, user: UserKey, memory_id: str, expires_at: datetime | str | None) -> bool:
+        """See `MemoryService.set_expiry`."""
+        return self._query(self._set_expiry(user, memory_id, expires_at), write=True)
+
+    async def aset_expiry(
+        self, user: UserKey, memory_id: str, expires_at: datetime | str | None
+    ) -> bool:
+        """Async twin of `set_expiry`."""
+        return await self._aquery(self._set_expiry(user, memory_id, expires_at), write=True)
+
+    def expired(self, user: UserKey, limit: int | None = None) -> list[str]:
+        """See `MemoryService.expired`."""
+        return self._query(self._expired(user, limit))
+
+    async def aexpired(self, user: UserKey, limit: int | None = None) -> list[str]:
+        """Async twin of `expired`."""
+        return await self._aquery(self._expired(user, limit))
 
     # -- bulk load -----------------------------------------------------------
 
-    def _add_many_rows(
+    def add_many(
         self,
         user: UserKey,
         items: Sequence[str | Memory],
@@ -126,7 +198,7 @@ class PostgresMemoryService(SyncPostgres, AsyncPostgres, MemoryService):
         source: Source | None = None,
         vectors: Sequence[Sequence[float]] | None = None,
         defer_index: bool = False,
-    ) -> Plan[list[Entry]]:
+    ) -> list[Entry]:
         """`add` of each item, in one transaction (see `MemoryService.add_many`); runs of
         new content are stored with one binary COPY. `vectors`: precomputed embeddings in
         the items' order (the embedder is not called; without them it runs once).
@@ -135,6 +207,30 @@ class PostgresMemoryService(SyncPostgres, AsyncPostgres, MemoryService):
         a load's cost, until `index_pending()`; they are searchable at once (an exact scan
         of the user's pending rows). Other users' searches are unaffected.
         """
+        plan = self._add_many_plan(user, items, source, vectors, defer_index)
+        return self._query(plan, write=True)
+
+    async def aadd_many(
+        self,
+        user: UserKey,
+        items: Sequence[str | Memory],
+        *,
+        source: Source | None = None,
+        vectors: Sequence[Sequence[float]] | None = None,
+        defer_index: bool = False,
+    ) -> list[Entry]:
+        """Async twin of `add_many`."""
+        plan = self._add_many_plan(user, items, source, vectors, defer_index)
+        return await self._aquery(plan, write=True)
+
+    def _add_many_plan(
+        self,
+        user: UserKey,
+        items: Sequence[str | Memory],
+        source: Source | None,
+        vectors: Sequence[Sequence[float]] | None,
+        defer_index: bool,
+    ) -> Plan[list[Entry]]:
         plan = write_plans.add_many(user, items, limits=self._limits, source=source)
         if vectors is not None:
             if self._embeddings is None:
@@ -146,8 +242,6 @@ class PostgresMemoryService(SyncPostgres, AsyncPostgres, MemoryService):
                     "vectors", f"has {len(vectors)} items for {len(items)} memories"
                 )
         return self._write(plan, vectors, indexed=not defer_index)
-
-    add_many, aadd_many = _twins(_add_many_rows, write=True, name="add_many")
 
     def index_pending(self, user: UserKey | None = None, *, batch_size: int = 2_000) -> int:
         """Add deferred rows (`add_many(defer_index=True)`) to the HNSW index; returns how many.
