@@ -445,6 +445,14 @@ class SearchOptions(OptionsModel):
     def _times(cls, value: object, info: Any) -> datetime | None:
         return parse_time_or_raise(value, info.field_name)
 
+    @field_validator("include_superseded", mode="before")
+    @classmethod
+    def _strict_flag(cls, value: object) -> bool:
+        # as read(include_superseded=...) does: pydantic's lax bool would take "no" as False
+        if not isinstance(value, bool):
+            raise InvalidInputError("include_superseded", "must be True or False")
+        return value
+
     @model_validator(mode="after")
     def _one_view(self) -> SearchOptions:
         if self.as_of is not None and self.include_superseded:

@@ -1,0 +1,191 @@
+"""Adversarial checks of issue #26 (validity, safe supersede, as-of reads) on every backend.
+
+Each test states one rule of the issue; a known defect is `xfail(strict=True)` with why.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from langmem_trpc import InMemoryMemoryService, UserKey
+from langmem_trpc.errors import InvalidInputError, LangmemTrpcError, MemoryConflictError
+from langmem_trpc.service.protocol import MemoryService
+from langmem_trpc.testing import HashingEmbeddings
+from langmem_trpc.transfer import checked_records, export_lines, import_record
+from langmem_trpc.types import SearchOptions
+
+ALICE = UserKey("app", "alice")
+BOB = UserKey("app", "bob")
+BACKENDS = ["memory", "sqlite", "lancedb", pytest.param("postgres", marks=pytest.mark.postgres)]
+
+
+def _day(day: int) -> datetime:
+    return datetime(2026, 7, day, tzinfo=timezone.utc)
+
+
+def _build(kind: str, path: Path, request: pytest.FixtureRequest) -> MemoryService:
+    if kind == "memory":
+        return InMemoryMemoryService(embeddings=HashingEmbeddings())
+    if kind == "sqlite":
+        from langmem_trpc.backends.sqlite import SQLiteMemoryService
+
+        return SQLiteMemoryService(str(path / "m.db"), embeddings=HashingEmbeddings())
+    if kind == "lancedb":
+        from langmem_trpc.backends.lancedb import LanceDBMemoryService
+
+        return LanceDBMemoryService(path / "lance", HashingEmbeddings())
+    from langmem_trpc.backends.postgres import PostgresMemoryService
+
+    svc = PostgresMemoryService(request.getfixturevalue("pg_url"), HashingEmbeddings())
+    svc.setup()
+    return svc
+
+
+@pytest.fixture(params=BACKENDS)
+def svc(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MemoryService]:
+    service = _build(request.param, tmp_path, request)
+    yield service
+    service.close()
+
+
+def _chain(svc: MemoryService) -> list[str]:
+    """Go 1.23 (from day 1) -> 1.24 (day 10) -> 1.25 (day 20); the ids, oldest first."""
+    a = svc.add(ALICE, "Production runs Go 1.23", valid_from=_day(1))
+    b = svc.update(ALICE, a.id, "Production runs Go 1.24", supersede=True, valid_from=_day(10))
+    c = svc.update(ALICE, b.id, "Production runs Go 1.25", supersede=True, valid_from=_day(20))
+    return [a.id, b.id, c.id]
+
+
+def test_as_of_boundaries_on_read_and_search(svc: MemoryService) -> None:
+    """valid_from inclusive, valid_to exclusive, the same for read() and search()."""
+    _chain(svc)
+    expected = {1: "1.23", 9: "1.23", 10: "1.24", 19: "1.24", 20: "1.25"}
+    for day, version in expected.items():
+        read = [e.text for e in svc.read(ALICE, as_of=_day(day))]
+        options = SearchOptions(as_of=_day(day), similarity_threshold=0.0)
+        found = [e.text for e in svc.search(ALICE, "Production Go", options)]
+        assert read == found == [f"Production runs Go {version}"], day
+
+
+@pytest.mark.parametrize("bad", ["garbage", datetime(2026, 1, 1), True, "10000-01-01", 5])
+def test_bad_as_of_is_the_same_error_everywhere(svc: MemoryService, bad: object) -> None:
+    _chain(svc)
+    before = svc.read(ALICE, include_superseded=True)
+    with pytest.raises(LangmemTrpcError) as read_error:
+        svc.read(ALICE, as_of=bad)  # type: ignore[arg-type]
+    with pytest.raises(LangmemTrpcError) as search_error:
+        svc.search(ALICE, "Go", SearchOptions(as_of=bad))  # type: ignore[arg-type]
+    assert type(read_error.value) is type(search_error.value)
+    assert read_error.value.field == search_error.value.field == "as_of"  # type: ignore[attr-defined]
+    assert svc.read(ALICE, include_superseded=True) == before
+
+
+def test_include_superseded_rejects_a_non_bool_in_search_options_too() -> None:
+    """read(include_superseded="yes") is an InvalidInputError; SearchOptions must agree
+    (pydantic's lax bool read "yes" as True)."""
+    for bad in ("yes", "no", 1, "false"):
+        with pytest.raises(InvalidInputError) as error:
+            SearchOptions(include_superseded=bad)  # type: ignore[arg-type]
+        assert error.value.field == "include_superseded"
+
+
+def test_restore_version_of_another_user_is_not_found(svc: MemoryService) -> None:
+    ids = _chain(svc)
+    with pytest.raises(LangmemTrpcError):
+        svc.restore_version(BOB, ids[0])
+    assert svc.versions(BOB, ids[0]) == []
+    assert [e.text for e in svc.read(ALICE)] == ["Production runs Go 1.25"]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="restore_version links the closed head to the restored id, so after a second "
+    "restore two rows name one successor (and a->c->a loops); FindPredecessor returns one, "
+    "so versions() drops a version (b is missing from a's and c's chain)",
+)
+def test_versions_keeps_every_version_after_two_restores(svc: MemoryService) -> None:
+    """Restore the oldest, then the newest again: the chain still lists all three
+    versions, from any id, and exactly one is current."""
+    a, b, c = _chain(svc)
+    svc.restore_version(ALICE, a)
+    svc.restore_version(ALICE, c)
+    assert [e.text for e in svc.read(ALICE)] == ["Production runs Go 1.25"]
+    for start in (a, b, c):
+        assert {e.id for e in svc.versions(ALICE, start)} == {a, b, c}, start
+
+
+def test_export_import_round_trip_keeps_a_restored_chain(
+    svc: MemoryService, tmp_path: Path
+) -> None:
+    a, _b, _c = _chain(svc)
+    svc.restore_version(ALICE, a)
+    lines = [line.encode() for line in export_lines(svc, [ALICE])]
+    target = InMemoryMemoryService(embeddings=HashingEmbeddings())
+    for record in checked_records(lines, target, target.limits):
+        import_record(target, record)
+
+    def shape(s: MemoryService) -> list[tuple[str, object, object, object]]:
+        rows = s.read(ALICE, include_superseded=True)
+        return sorted((e.id, e.valid_from, e.valid_to, e.superseded_by) for e in rows)
+
+    assert shape(target) == shape(svc)
+    assert [e.text for e in target.read(ALICE)] == ["Production runs Go 1.23"]
+    assert [e.id for e in target.versions(ALICE, a)] == [e.id for e in svc.versions(ALICE, a)]
+
+
+def test_two_threads_superseding_one_fact_one_wins(svc: MemoryService) -> None:
+    """Two concurrent supersedes of the same current fact: exactly one succeeds, the
+    other is a MemoryConflictError, and one row is current afterwards."""
+    old = svc.add(ALICE, "Production runs Go 1.23", valid_from=_day(1))
+    barrier = threading.Barrier(2)
+    outcomes: list[object] = []
+
+    def write(text: str) -> None:
+        barrier.wait()
+        try:
+            outcomes.append(svc.update(ALICE, old.id, text, supersede=True))
+        except MemoryConflictError as exc:
+            outcomes.append(exc)
+
+    threads = [threading.Thread(target=write, args=(f"Production runs Go 1.2{n}",)) for n in (4, 5)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(type(o).__name__ for o in outcomes) == ["Entry", "MemoryConflictError"]
+    assert len(svc.read(ALICE)) == 1
+    assert len(svc.versions(ALICE, old.id)) == 2
+
+
+def test_async_supersede_and_versions_agree_with_sync(svc: MemoryService) -> None:
+    async def run() -> list[str]:
+        a = await svc.aadd(ALICE, "Lives in Paris", valid_from=_day(1))
+        b = await svc.aupdate(ALICE, a.id, "Moved to Berlin", supersede=True, valid_from=_day(5))
+        current = await svc.aread(ALICE)
+        past = await svc.aread(ALICE, as_of=_day(4))
+        chain = await svc.aversions(ALICE, b.id)
+        assert [e.text for e in current] == ["Moved to Berlin"]
+        assert [e.text for e in past] == ["Lives in Paris"]
+        return [e.id for e in chain]
+
+    assert asyncio.run(run()) == [e.id for e in svc.versions(ALICE, svc.read(ALICE)[0].id)]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="update(supersede=True) of a keyed memory gives the new version a random id: "
+    "get(key) returns the superseded old value and a later update(key) is a conflict",
+)
+def test_keyed_memory_supersede_keeps_its_key_current(svc: MemoryService) -> None:
+    """A keyed memory (memory_id given by the caller) superseded: the key is the
+    caller's handle, so `get(key)` must return the current value."""
+    svc.add(ALICE, "Theme: dark", memory_id="pref-theme")
+    svc.update(ALICE, "pref-theme", "Theme: light", supersede=True)
+    got = svc.get(ALICE, "pref-theme")
+    assert got is not None and got.text == "Theme: light"
