@@ -158,12 +158,18 @@ def _select(user: UserKey, preload: int, query: str) -> Plan[list[Entry]]:
     return probe[:preload]
 
 
+def _never_true(entry: Entry) -> bool:
+    """A version whose validity is empty: an undone supersede, or one a correction replaced."""
+    return entry.valid_to is not None and entry.valid_to <= entry.valid_from
+
+
 def _predecessors(user: UserKey, ids: Sequence[str]) -> StepPlan[dict[str, Entry]]:
     """A read-only step plan: by id, the version each of `ids` superseded, if any."""
     found: dict[str, Entry] = {}
     for memory_id in ids:
         stored = yield FindPredecessor(user, memory_id)
-        if stored is not None:
+        # a head closed by restore_version (valid_to == valid_from) was never true: no past
+        if stored is not None and not _never_true(stored.entry):
             found[memory_id] = stored.entry
     return found
 

@@ -189,3 +189,30 @@ def test_keyed_memory_supersede_keeps_its_key_current(svc: MemoryService) -> Non
     svc.update(ALICE, "pref-theme", "Theme: light", supersede=True)
     got = svc.get(ALICE, "pref-theme")
     assert got is not None and got.text == "Theme: light"
+
+
+def test_capacity_eviction_does_not_break_a_chain() -> None:
+    from langmem_trpc.service._core import Limits
+
+    svc = InMemoryMemoryService(
+        embeddings=HashingEmbeddings(), limits=Limits(capacity=3, on_capacity="evict")
+    )
+    a, b, c = _chain(svc)
+    svc.add(ALICE, "Allergic to peanuts")
+    chain = [e.id for e in svc.versions(ALICE, c)]
+    assert chain in ([a, b, c], [b, c]), chain  # the oldest version may go, not a middle one
+    assert [e.id for e in svc.versions(ALICE, chain[0])] == chain
+
+
+def test_preload_does_not_call_an_undone_version_the_past(svc: MemoryService) -> None:
+    """After restore_version(1.23), the closed head (1.25, never true: valid_to ==
+    valid_from) names 1.23 as its successor; preload must not render 1.23 as
+    "before: Production runs Go 1.25"."""
+    from langmem_trpc.integration._calls import drive
+    from langmem_trpc.integration.preload import _past, render_block
+
+    a, _b, _c = _chain(svc)
+    restored = svc.restore_version(ALICE, a)
+    past = drive(svc, _past(ALICE, [restored]))
+    assert "1.25" not in render_block([restored], None, past)
+    assert past == {}
