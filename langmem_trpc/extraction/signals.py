@@ -28,7 +28,7 @@ __all__ = [
 ]
 
 NUMBER_RE = re.compile(r"\d+(?:[.:/,-]\d+)*")
-_NEGATIONS = r"\bnot\b|\bno\b|\bnever\b|\bwithout\b|n't|不再|不是|没有|从未|未|无"
+_NEGATIONS = r"\bnot\b|\bno\b|\bnever\b|\bwithout\b|n['\u2019]t|不再|不是|没有|从未|未|无"
 NEGATION_RE = re.compile(_NEGATIONS, re.IGNORECASE)
 #: Numbers and negations, as the history-preserving policy compares them (spec 4.3 rule 5).
 CRITICAL_RE = re.compile(rf"\b[0-9]+(?:[.:/-][0-9]+)*\b|(?:{_NEGATIONS})", re.IGNORECASE)
@@ -57,8 +57,10 @@ def date_words(text: str) -> frozenset[str]:
 
 
 def negations(text: str) -> tuple[str, ...]:
-    """Sorted negation markers (a signature: "not" twice differs from once)."""
-    return tuple(sorted(m.lower() for m in NEGATION_RE.findall(text)))
+    """Sorted negation markers (a signature: "not" twice differs from once); "n't" counts
+    as "not", so a contraction spelled out is a rewording, not a flipped negation."""
+    spelled = (m.lower() for m in NEGATION_RE.findall(text))
+    return tuple(sorted("not" if m in ("n't", "n\u2019t") else m for m in spelled))
 
 
 def names(text: str) -> frozenset[str]:

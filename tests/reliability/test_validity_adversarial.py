@@ -216,3 +216,42 @@ def test_preload_does_not_call_an_undone_version_the_past(svc: MemoryService) ->
     past = drive(svc, _past(ALICE, [restored]))
     assert "1.25" not in render_block([restored], None, past)
     assert past == {}
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("Doesn't drink alcohol", "Does not drink alcohol"),
+        ("Does not eat pork", "Doesn't eat pork"),
+        ("Isn't on call this week", "Is not on call this week"),
+    ],
+)
+def test_a_spelled_out_negation_is_a_paraphrase_not_a_supersede(old: str, new: str) -> None:
+    """ "doesn't" and "does not" are one negation: a rewording, updated in place."""
+    from langmem_trpc.extraction.supersede import judge
+
+    entry = InMemoryMemoryService().add(ALICE, old)
+    assert judge(entry, new, None).supersede is False
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="signals.numbers() reads digits only: 'two cats' -> 'three cats' is no change of "
+    "state, so a model's update overwrites the old value in place (no version kept)",
+)
+def test_a_number_word_change_is_a_change_of_state() -> None:
+    from langmem_trpc.extraction.signals import state_change
+
+    assert state_change("Has two cats", "Has three cats") is not None
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="signals.numbers() compares digit strings: '2 kids' -> 'two kids' and "
+    "'$100k' -> '$100,000' read as a changed number, so a paraphrase makes a new version",
+)
+def test_a_number_respelled_is_not_a_change_of_state() -> None:
+    from langmem_trpc.extraction.signals import state_change
+
+    assert state_change("Has 2 kids", "Has two kids") is None
+    assert state_change("Salary is $100k", "Salary is $100,000") is None
