@@ -255,3 +255,79 @@ def test_a_number_respelled_is_not_a_change_of_state() -> None:
 
     assert state_change("Has 2 kids", "Has two kids") is None
     assert state_change("Salary is $100k", "Salary is $100,000") is None
+
+
+def test_read_limit_counts_only_the_chosen_view(svc: MemoryService) -> None:
+    """The limit applies after the view: the past version is found though newer rows exist."""
+    _chain(svc)
+    for n in range(3):
+        svc.add(ALICE, f"Unrelated note number {n}")
+    assert [e.text for e in svc.read(ALICE, 1, as_of=_day(5))] == ["Production runs Go 1.23"]
+    assert len(svc.read(ALICE, 2, include_superseded=True)) == 2
+
+
+def test_many_old_versions_never_crowd_out_the_current_one(svc: MemoryService) -> None:
+    head = svc.add(ALICE, "Deploy count is 0", valid_from=_day(1))
+    for n in range(1, 30):
+        head = svc.update(ALICE, head.id, f"Deploy count is {n}", supersede=True)
+    options = SearchOptions(max_results=1, similarity_threshold=0.0)
+    assert [e.text for e in svc.search(ALICE, "Deploy count", options)] == ["Deploy count is 29"]
+    assert [e.text for e in svc.read(ALICE, 1)] == ["Deploy count is 29"]
+    assert svc.count(ALICE) == 1
+    assert len(svc.versions(ALICE, head.id)) == 30
+
+
+def test_bad_supersede_leaves_the_chain_untouched(svc: MemoryService) -> None:
+    """A supersede with valid_until before its valid_from fails naming the field and
+    writes nothing; superseding an already superseded version names the head."""
+    a, b, c = _chain(svc)
+    before = svc.read(ALICE, include_superseded=True)
+    with pytest.raises(LangmemTrpcError) as error:
+        svc.update(
+            ALICE,
+            c,
+            "Production runs Go 1.26",
+            supersede=True,
+            valid_from=_day(25),
+            valid_until=_day(24),
+        )
+    assert error.value.field == "valid_until"  # type: ignore[attr-defined]
+    with pytest.raises(MemoryConflictError) as conflict:
+        svc.update(ALICE, a, "Production runs Go 1.30", supersede=True)
+    assert c in str(conflict.value)
+    assert svc.read(ALICE, include_superseded=True) == before
+    assert svc.restore_version(ALICE, c).id == c  # the head: returned unchanged
+    assert svc.read(ALICE, include_superseded=True) == before
+
+
+def test_restore_of_content_another_current_row_holds_is_a_conflict(svc: MemoryService) -> None:
+    a, _b, c = _chain(svc)
+    svc.add(ALICE, "Production runs Go 1.23")  # said again as a plain add: current twin of a
+    before = svc.read(ALICE, include_superseded=True)
+    with pytest.raises(MemoryConflictError):
+        svc.restore_version(ALICE, a)
+    assert svc.read(ALICE, include_superseded=True) == before
+    assert svc.get(ALICE, c).superseded_by is None  # type: ignore[union-attr]
+
+
+def test_concurrent_restore_and_supersede_leave_one_current(svc: MemoryService) -> None:
+    a, _b, c = _chain(svc)
+    barrier = threading.Barrier(2)
+    errors: list[Exception] = []
+
+    def run(action: str) -> None:
+        barrier.wait()
+        try:
+            if action == "restore":
+                svc.restore_version(ALICE, a)
+            else:
+                svc.update(ALICE, c, "Production runs Go 1.26", supersede=True)
+        except MemoryConflictError as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(x,)) for x in ("restore", "supersede")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(svc.read(ALICE)) == 1, [e.text for e in svc.read(ALICE)]
