@@ -331,3 +331,18 @@ def test_concurrent_restore_and_supersede_leave_one_current(svc: MemoryService) 
     for thread in threads:
         thread.join()
     assert len(svc.read(ALICE)) == 1, [e.text for e in svc.read(ALICE)]
+
+
+@pytest.mark.parametrize("odd_id", ["a_b", "k:1", "x/y.z", "a+b=c", "_x@y"])
+def test_chain_walks_with_odd_memory_ids(svc: MemoryService, odd_id: str) -> None:
+    """Ids with LIKE wildcards or separators as supersede links: the chain
+    is walked exactly (no wildcard match, no quoting error), and only the user's."""
+    svc.add(BOB, "Production runs Go 1.23", memory_id=odd_id)
+    svc.add(ALICE, "Production runs Go 1.23", memory_id=odd_id)
+    svc.add(ALICE, "Unrelated fact", memory_id=odd_id.replace("_", "x").replace("%", "9") + "z")
+    new = svc.update(ALICE, odd_id, "Production runs Go 1.24", supersede=True)
+    svc.restore_version(ALICE, odd_id)  # the head now names odd_id as its successor
+    chain = svc.versions(ALICE, odd_id)
+    assert [e.id for e in chain] == [new.id, odd_id]
+    assert [e.text for e in svc.read(ALICE) if "Go" in e.text] == ["Production runs Go 1.23"]
+    assert [e.id for e in svc.versions(BOB, odd_id)] == [odd_id]
