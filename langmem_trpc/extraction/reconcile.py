@@ -33,8 +33,8 @@ from ..service._language import ENGLISH, Language
 from ..service._text import token_jaccard
 from ..types import Entry, Kind, SearchOptions
 from .ops import Action, MemoryOp
-from .signals import date_words, numbers, values_agree
-from .supersede import explain_kept, settle
+from .signals import date_words, numbers, state_change, values_agree
+from .supersede import explain_kept, other_subject, settle
 
 __all__ = [
     "JACCARD_HIGH",
@@ -157,6 +157,11 @@ def decide_add(
         origin, decision = "reconcile:skip+topics", "update:topics"
     if not update_enabled or entry.id in claimed:
         explain_kept(op, entry, "update is off or the memory is taken", language)
+        return op.with_decision(decision_label("add:kept", best))
+    lacks = other_subject(entry.text, op.text, language)
+    if lacks is not None and state_change(entry.text, op.text, language) is not None:
+        # a changed value of a similar fact about another subject: neither signal 1 nor an update
+        explain_kept(op, entry, f"another subject (it lacks: {lacks})", language)
         return op.with_decision(decision_label("add:kept", best))
     rewritten = op.as_update(
         entry.id, [*entry.memory.topics, *op.topics], op.kind or entry.kind, origin

@@ -21,14 +21,15 @@ match), "supersede:model change=marker:upgraded" (the model's update call).
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass, replace
 
 from ..service._language import ENGLISH, Language
 from ..types import Entry, Kind
 from .ops import MemoryOp
-from .signals import state_change
+from .signals import change_marker, date_words, names, state_change
 
-__all__ = ["MODEL", "Verdict", "explain_kept", "judge", "settle"]
+__all__ = ["MODEL", "Verdict", "explain_kept", "judge", "other_subject", "settle"]
 
 logger = logging.getLogger(__name__)
 
@@ -46,11 +47,36 @@ class Verdict:
     """Why not (for the log); "" when it supersedes."""
 
 
-def judge(old: Entry, text: str, kind: Kind | None, language: Language = ENGLISH) -> Verdict:
-    """Signal 2 and the fact rule for a write already known to name `old` (signal 1)."""
+_WORD_RE = re.compile(r"[^\W\d_]+")
+
+
+def other_subject(old: str, new: str, language: Language = ENGLISH) -> str | None:
+    """The words (stemmed, stopwords, names and dates aside) of `old` that `new` lacks,
+    when it has no change marker: a similar fact about another subject ("the staging
+    cluster" after "the production cluster"); None when `new` may be about `old`."""
+    if change_marker(new, language) is not None:
+        return None
+
+    def words(text: str) -> set[str]:
+        skip = names(text) | date_words(text) | language.stopwords
+        found = [w for w in _WORD_RE.findall(text.lower()) if w not in skip]
+        return set(language.stem_words(found))
+
+    missing = words(old) - words(new)
+    return ", ".join(sorted(missing)) or None
+
+
+def judge(
+    old: Entry, text: str, kind: Kind | None, language: Language = ENGLISH, *, matched: bool = False
+) -> Verdict:
+    """Signal 2 and the fact rule for a write already known to name `old` (signal 1);
+    `matched`: signal 1 is reconcile's match, not the model's choice, so a fact about
+    another subject (`other_subject`) is not a new version of it."""
     change = state_change(old.text, text, language)
     if change is None:
         return Verdict(False, None, "no change of state (an enrichment or a paraphrase)")
+    if matched and (lacks := other_subject(old.text, text, language)) is not None:
+        return Verdict(False, change, f"another subject (it lacks: {lacks})")
     if old.kind != Kind.FACT or (kind or old.kind) != Kind.FACT:
         return Verdict(False, change, "an episode is never superseded")
     if old.superseded_by is not None:
@@ -61,7 +87,8 @@ def judge(old: Entry, text: str, kind: Kind | None, language: Language = ENGLISH
 def settle(update: MemoryOp, old: Entry, prefix: str, language: Language = ENGLISH) -> MemoryOp:
     """`update` (an update of `old`, signal 1 held) as a supersede labelled `prefix change=..`
     when `judge` says so, else unchanged: an update in place."""
-    verdict = judge(old, update.text, update.kind, language)
+    matched = not prefix.startswith(MODEL)
+    verdict = judge(old, update.text, update.kind, language, matched=matched)
     if verdict.supersede:
         return replace(update, supersede=True, decision=f"{prefix} change={verdict.change}")
     if verdict.change is not None:
