@@ -167,8 +167,13 @@ def _predecessors(user: UserKey, ids: Sequence[str]) -> StepPlan[dict[str, Entry
     """A read-only step plan: by id, the version each of `ids` superseded, if any."""
     found: dict[str, Entry] = {}
     for memory_id in ids:
+        skipped: frozenset[str] = frozenset()
         stored = yield FindPredecessor(user, memory_id)
-        # a head closed by restore_version (valid_to == valid_from) was never true: no past
+        # a head closed by restore_version (valid_to == valid_from) was never true: not
+        # the past; a restored version may also have the one it superseded, asked for next
+        while stored is not None and _never_true(stored.entry):
+            skipped |= {stored.entry.id}
+            stored = yield FindPredecessor(user, memory_id, skipped)
         if stored is not None and not _never_true(stored.entry):
             found[memory_id] = stored.entry
     return found

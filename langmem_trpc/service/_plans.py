@@ -568,24 +568,28 @@ def _later(user: UserKey, row: Stored, seen: set[str]) -> Plan[list[Stored]]:
     return found
 
 
-def _earlier(user: UserKey, row: Stored, seen: set[str]) -> Plan[list[Stored]]:
-    """The live versions before `row`, oldest first (`FindPredecessor`, walked back)."""
+def _earlier(user: UserKey, rows: list[Stored], seen: set[str]) -> Plan[list[Stored]]:
+    """The live versions before any of `rows`, breadth-first: after restores a version
+    can have several predecessors, so each is asked for (`FindPredecessor` with the
+    ids seen so far excluded) until there is none."""
     found: list[Stored] = []
-    current = row
-    while True:
-        before: Stored | None = yield FindPredecessor(user, current.entry.id)
-        if before is None or before.entry.id in seen:
-            break
-        seen.add(before.entry.id)
-        found.append(before)
-        current = before
-    found.reverse()
+    queue = list(rows)
+    while queue:
+        current = queue.pop(0)
+        while True:
+            before: Stored | None = yield FindPredecessor(user, current.entry.id, frozenset(seen))
+            if before is None:
+                break
+            seen.add(before.entry.id)
+            found.append(before)
+            queue.append(before)
     return found
 
 
 def versions(user: UserKey, memory_id: str) -> Plan[list[Entry]]:
-    """The version chain `memory_id` belongs to, oldest first, from any version's id
-    (superseded versions marked by their fields); [] for an unknown or deleted id."""
+    """The version chain `memory_id` belongs to, from any version's id, oldest first
+    (by `valid_from`, then creation, then id), superseded versions marked by their
+    fields; [] for an unknown or deleted id."""
     user = check_user(user)
     check_memory_id(memory_id)
     return _versions(user, memory_id)
@@ -596,9 +600,14 @@ def _versions(user: UserKey, memory_id: str) -> Plan[list[Entry]]:
     if row is None or row.deleted:
         return []
     seen = {memory_id}
-    earlier = yield from _earlier(user, row, seen)
     later = yield from _later(user, row, seen)
-    return unexpired(r.entry for r in (*earlier, row, *later))
+    earlier = yield from _earlier(user, [row, *later], seen)
+    chain = sorted((r.entry for r in (row, *later, *earlier)), key=_oldest_first)
+    return unexpired(chain)
+
+
+def _oldest_first(entry: Entry) -> tuple[datetime, datetime, str]:
+    return (entry.valid_from, entry.created_at, entry.id)
 
 
 def restore_version(user: UserKey, memory_id: str, *, source: Source | None = None) -> Plan[Entry]:

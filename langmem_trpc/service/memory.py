@@ -151,7 +151,11 @@ class _Run:
 
     def find_predecessor(self, step: steps.FindPredecessor) -> steps.Stored | None:
         rows = self._service._rows(step.user)
-        before = [r for r in rows if r.live and r.entry.superseded_by == step.memory_id]
+        before = [
+            r
+            for r in rows
+            if r.live and r.entry.superseded_by == step.memory_id and r.entry.id not in step.exclude
+        ]
         return _stored(max(before, key=lambda r: r.seq) if before else None)
 
     def known_fingerprints(self, step: steps.KnownFingerprints) -> set[str]:

@@ -242,12 +242,14 @@ class SetValidity:
 @dataclass(slots=True)
 class FindPredecessor:
     """The user's live row that `memory_id` superseded (the row whose
-    `superseded_by` is `memory_id`; after restores several may name it: the most
-    recently updated), the step a version chain is walked back with.
+    `superseded_by` is `memory_id`) whose id is not in `exclude`; after restores
+    several may name it: the most recently written. The step a version chain is
+    walked back with (called again with the ids found so far until None).
     Result: `Stored | None`."""
 
     user: UserKey
     memory_id: str
+    exclude: frozenset[str] = frozenset()
 
 
 @dataclass(slots=True)

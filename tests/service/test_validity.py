@@ -111,12 +111,14 @@ def test_the_newest_of_several_predecessors_is_the_one_found() -> None:
     svc.restore_version(ALICE, b.id)  # c closed, linked to b: b has two predecessors
     found = svc.run_plan(_predecessor(b.id))
     assert found == c.id
-    assert [e.id for e in svc.versions(ALICE, b.id)] == [c.id, b.id]
-    assert [e.id for e in svc.versions(ALICE, a.id)] == [a.id, b.id]
+    assert svc.run_plan(_predecessor(b.id, frozenset({c.id}))) == a.id  # the other one
+    assert svc.run_plan(_predecessor(b.id, frozenset({a.id, c.id}))) is None
+    for start in (a, b, c):  # every version, from any id, oldest first
+        assert [e.id for e in svc.versions(ALICE, start.id)] == [a.id, b.id, c.id]
 
 
-def _predecessor(memory_id: str) -> Plan[str | None]:
-    row = yield steps.FindPredecessor(ALICE, memory_id)
+def _predecessor(memory_id: str, exclude: frozenset[str] = frozenset()) -> Plan[str | None]:
+    row = yield steps.FindPredecessor(ALICE, memory_id, exclude)
     return None if row is None else row.entry.id
 
 

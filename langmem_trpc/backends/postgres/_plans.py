@@ -229,7 +229,9 @@ class SqlSteps:
         )
 
     def find_predecessor(self, step: steps.FindPredecessor) -> Plan[steps.Stored | None]:
-        rows = yield Sql(_sql.SELECT_PREDECESSOR, _sql.user_params(step.user, id=step.memory_id))
+        exclude = sorted(step.exclude)
+        params = _sql.user_params(step.user, id=step.memory_id, exclude=exclude)
+        rows = yield Sql(_sql.SELECT_PREDECESSOR, params)
         return _stored(rows, False)
 
     def soft_delete(self, step: steps.SoftDelete) -> Plan[list[steps.Gone]]:

@@ -167,9 +167,11 @@ ORDER BY deleted_at DESC, id LIMIT 1"""
 SELECT_PREDECESSOR = f"""
 SELECT {_COLUMNS}, deleted_at FROM langmem_memories
 WHERE {_WHERE_USER} AND superseded_by = %(id)s AND deleted_at IS NULL
+    AND NOT (id = ANY(%(exclude)s::text[]))
 ORDER BY write_seq DESC LIMIT 1"""
-"""The live version `id` superseded (`FindPredecessor`), by the partial index on the link;
-after restores several may name it: the most recently written."""
+"""The live version `id` superseded (`FindPredecessor`) whose id is not in `exclude`, by
+the partial index on the link; after restores several may name it: the most recently
+written."""
 
 SET_VALIDITY = f"""
 UPDATE langmem_memories SET valid_to = %(valid_to)s, superseded_by = %(superseded_by)s,

@@ -10,6 +10,7 @@ extends the cached matrix instead of reloading it.
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar, cast
@@ -261,7 +262,8 @@ class SQLiteRun:
         self._conn.execute(sql.SET_VALIDITY, at)
 
     def find_predecessor(self, step: steps.FindPredecessor) -> steps.Stored | None:
-        key = (step.user.app_name, step.user.user_id, step.memory_id)
+        user, exclude = step.user, json.dumps(sorted(step.exclude))
+        key = (user.app_name, user.user_id, step.memory_id, exclude)
         row = self._conn.execute(sql.SELECT_PREDECESSOR, key).fetchone()
         return _stored(row, step.user, False, None)
 

@@ -360,10 +360,12 @@ SELECT_BY_FINGERPRINT = (
 columns, then deleted_at (15), keyed (16) and content_doc (17)."""
 SELECT_PREDECESSOR = (
     f"SELECT {ENTRY_COLUMNS}, deleted_at, keyed FROM memories WHERE {LIVE}"
-    " AND superseded_by = ? ORDER BY updated_at DESC, rid DESC LIMIT 1"
+    " AND superseded_by = ? AND id NOT IN (SELECT value FROM json_each(?))"
+    " ORDER BY updated_at DESC, rid DESC LIMIT 1"
 )
-"""The live row a memory id superseded, the most recently updated where restores left
-several (`memories_predecessor`): columns as `SELECT_BY_ID`."""
+"""The live row a memory id superseded whose id is not in the JSON array given, the most
+recently updated where restores left several (`memories_predecessor`): columns as
+`SELECT_BY_ID`."""
 SET_VALIDITY = "UPDATE memories SET valid_to = ?, superseded_by = ?, updated_at = ? WHERE rid = ?"
 SELECT_CONTENT_DOC = "SELECT content_doc FROM memories WHERE rid = ?"
 SELECT_OLDEST_LIVE = f"SELECT rid, id, text FROM memories WHERE {LIVE} ORDER BY write_seq LIMIT 1"
