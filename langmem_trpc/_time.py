@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import calendar
 import re
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 from .errors import InvalidTimeError
 
@@ -155,3 +155,14 @@ def end_of_period(text: str, field: str = "time") -> datetime | None:
     if start.hour == start.minute == start.second == 0 and ":" not in text and "T" not in text:
         return start.replace(hour=23, minute=59, second=59)
     return start
+
+
+def until_or_raise(value: object, field: str = "valid_until") -> datetime | None:
+    """The instant a period given as an end stops: `parse_time_or_raise`, except that a
+    bare date, month or year means through its end ("2026-07-24" is midnight after July
+    24), as a person saying "until July 24" means. A date-time is taken as it is."""
+    at = parse_time_or_raise(value, field)
+    if at is None or not isinstance(value, str):
+        return at
+    end = end_of_period(value, field)
+    return at if end is None or end == at else end + timedelta(seconds=1)

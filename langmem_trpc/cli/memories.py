@@ -77,7 +77,7 @@ def _validity_options(func: F) -> F:
     """--valid-from and --valid-until: when the memory is true in the world."""
     func = click.option(
         "--valid-until",
-        help="When it stops being true (ISO 8601 or a date); it is kept, not deleted.",
+        help="When it stops being true (ISO 8601; a bare date means through its end); it is kept.",
     )(func)
     func = click.option(
         "--valid-from", help="When it became true (default: the event time, else now)."

@@ -19,12 +19,12 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Collection, Mapping
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from langchain_core.messages import AIMessage
 
-from .._time import end_of_period, parse_flexible_time
+from .._time import parse_flexible_time, until_or_raise
 from ..errors import ExtractionError, InvalidTimeError
 from ..types import Kind
 from .ops import Action, MemoryOp
@@ -128,15 +128,13 @@ def _valid_until(args: Mapping[str, Any], name: str) -> datetime | None:
         return None
     try:
         start = parse_flexible_time(raw, "valid_until") if isinstance(raw, str) else None
-        end = end_of_period(raw, "valid_until") if start is not None else None
-        if start is not None and end is not None and end != start:
-            end += timedelta(seconds=1)
+        end = until_or_raise(raw, "valid_until") if start is not None else None
     except (InvalidTimeError, OverflowError, ValueError) as exc:
         logger.warning(
             "extractor: %s.valid_until %.80r is out of range (%s); ignored", name, raw, exc
         )
         return None
-    if start is None or end is None:
+    if end is None:
         logger.warning("extractor: %s.valid_until %.80r is not a date; ignored", name, raw)
         return None
     return end

@@ -188,9 +188,11 @@ def check_validity(
 ) -> tuple[datetime | None, datetime | None]:
     """`add`/`update`'s business time: each an aware datetime or a date string (parsed
     like `event_time`; zone-less means UTC) or None; `valid_until` must be after
-    `valid_from`, else after `start` (an add's event time, else now) where one is known."""
+    `valid_from`, else after `start` (an add's event time, else now) where one is known.
+    A bare date, month or year as `valid_until` means through its end, as for the
+    extractor's tools (`_time.until_or_raise`)."""
     begin = _time.parse_time_or_raise(valid_from, "valid_from")
-    until = _time.parse_time_or_raise(valid_until, "valid_until")
+    until = _time.until_or_raise(valid_until, "valid_until")
     if begin is not None or start is not None:
         check_valid_until(until, begin or start or utcnow())
     return begin, until

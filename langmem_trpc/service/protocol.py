@@ -120,7 +120,9 @@ class MemoryService(ABC):
 
         Business time (`service.validity`): `valid_from` (when it became true)
         defaults to `event_time`, else now; `valid_until` (when it stops being true,
-        after `valid_from`) becomes `valid_to`. Both read like `event_time`. Adding
+        after `valid_from`) becomes `valid_to`. Both read like `event_time`, but a
+        bare date as `valid_until` means through its end ("2030-07-24": until the
+        midnight after), as the extractor's tools read it. Adding
         content whose held version has lapsed adds a new version that supersedes it.
         """
         plan = _plans.add(
@@ -216,7 +218,8 @@ class MemoryService(ABC):
         write, the call applies its own fields to the newer version under the
         user's write lock (so concurrent updates of different fields all land).
         New content that another current memory already holds raises
-        `MemoryConflictError`. `valid_until` sets when the memory stops being true.
+        `MemoryConflictError`. `valid_until` sets when the memory stops being true
+        (a bare date: through its end, as on `add`).
 
         `supersede=True` (facts only: an episode raises `InvalidInputError`) keeps
         the old version when the content changes: the new content becomes a new

@@ -78,8 +78,8 @@ class ValidityConformance:
         got = await client.get(ALICE, lapsed.id)
         assert got is not None and got.valid_to == T0 + 5 * DAY
         assert (await client.get(ALICE, ahead.id)).valid_to == datetime(
-            2999, 1, 1, tzinfo=timezone.utc
-        )
+            2999, 1, 2, tzinfo=timezone.utc
+        )  # a bare date as the end: through that day
         assert await client.count(ALICE) == 2  # lapsed, not superseded: still counted
 
     async def test_a_re_add_sets_a_said_end_and_a_lapsed_one_gets_a_new_version(

@@ -124,4 +124,4 @@ def test_update_supersede_and_valid_until_from_the_command_line(tmp_path):
     lapsing = json.loads(
         run("memories", "update", *base, "--valid-until", "2099-01-01", "--json", second["id"])
     )
-    assert lapsing["valid_to"].startswith("2099-01-01")
+    assert lapsing["valid_to"].startswith("2099-01-02")  # a bare date: through its end

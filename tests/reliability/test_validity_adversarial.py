@@ -393,12 +393,6 @@ def test_a_similar_fact_about_another_subject_closes_nothing(
     assert [op.supersede for op in decided.ops] == [False]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a bare date as valid_until means 'through its end' for the extractor's tools "
-    "(tool_calls._valid_until) but its start for add()/update()/CLI --valid-until: "
-    "'until 2030-07-24' via the API already lapsed at 00:00 that day",
-)
 def test_valid_until_a_bare_date_means_the_same_on_every_entry_point() -> None:
     from langmem_trpc.extraction.tool_calls import _valid_until
 

@@ -177,7 +177,9 @@ def _entry(**fields: Any) -> Entry:
 
 
 def test_check_validity_compares_only_against_a_known_start() -> None:
-    assert _core.check_validity(None, "2024-05-01") == (None, T0)  # an update's: no start
+    # an update's (no start); a bare date as the end means through that day
+    assert _core.check_validity(None, "2024-05-01") == (None, T0 + DAY)
+    assert _core.check_validity(None, "2024-05-01T00:00") == (None, T0)
     with pytest.raises(InvalidTimeError) as info:
         _core.check_validity("2024-05-02", "2024-05-01")
     assert info.value.field == "valid_until"
