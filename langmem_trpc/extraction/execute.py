@@ -133,6 +133,12 @@ def _update(
             valid_from=valid_from if op.supersede else None,
             valid_until=valid_until,
         )
+    except InvalidInputError as refused:
+        if not op.supersede or refused.field != "supersede":
+            raise
+        # a keyed memory (a caller-chosen id) is never superseded: update it in place
+        logger.info("auto_memory: %s cannot be superseded; updated in place", op.memory_id)
+        return _update(service, user, replace(op, supersede=False), source, actions, when)
     except MemoryNotFoundError:
         if Action.ADD not in actions:
             return OpOutcome(op, "missing", op.memory_id)

@@ -415,9 +415,13 @@ def update(
     supersede: object = False,
     valid_from: object = None,
     valid_until: object = None,
+    keyed_versions: bool = False,
 ) -> Plan[Entry]:
     """Change a memory in place (the id never changes), compare-and-set; with
     `supersede=True` and a content change, close it and add the new version.
+    A keyed memory (added under a caller-chosen id) is refused a supersede: its
+    key would name the closed version. `keyed_versions=True` allows it for a
+    caller that follows `superseded_by` from the key itself (`MemoryStore`).
 
     The patch is applied to the memory as read and embedded outside the write
     section; if another write changed the memory meanwhile, the patch is applied
@@ -436,17 +440,19 @@ def update(
         )
     if superseding and patch.kind is not None and _is_episode(patch.kind):
         raise _episode_refused()
-    change = _Change(patch, superseding, Validity(start, until))
+    change = _Change(patch, superseding, Validity(start, until), keyed_versions)
     return _update(user, memory_id, change, source, limits)
 
 
 @dataclass(frozen=True, slots=True)
 class _Change:
-    """An update's request: the patch, whether it supersedes, the business time given."""
+    """An update's request: the patch, whether it supersedes, the business time given,
+    whether a keyed memory may be superseded."""
 
     patch: MemoryPatch
     supersede: bool
     validity: Validity
+    keyed_versions: bool = False
 
 
 def _is_episode(kind: object) -> bool:
@@ -492,6 +498,13 @@ def _patched(
         raise MemoryNotFoundError(memory_id)
     if change.supersede and seen.entry.memory.kind is Kind.EPISODE:
         raise _episode_refused()
+    if change.supersede and seen.keyed and not change.keyed_versions:
+        raise InvalidInputError(
+            "supersede",
+            "a memory added under a caller-chosen id is updated in place; its id "
+            "would name the closed version (update it without supersede, or add "
+            "the new value under a new id)",
+        )
     memory = patch.apply(seen.entry.memory, limits)
     embedded = embedding_text(memory.text)
     vector: object = KEEP

@@ -226,8 +226,10 @@ class MemoryService(ABC):
         memory (a new id, returned) valid from `valid_from` (else a new
         `event_time`, else now), and the old one is closed (`valid_to`,
         `superseded_by`), found again by `as_of`, `versions` and `get`. Superseding
-        a superseded version raises `MemoryConflictError` naming the current one.
-        Without a content change it is an update in place.
+        a superseded version raises `MemoryConflictError` naming the current one;
+        superseding a keyed memory (added with `memory_id=`) raises
+        `InvalidInputError`: its key would name the closed version, so it is
+        updated in place. Without a content change it is an update in place.
         """
         patch = MemoryPatch(text, topics, kind, event_time, participants, location, metadata)
         plan = _plans.update(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -64,3 +65,13 @@ def test_each_write_records_its_decision_and_a_missing_update_target_says_so(ser
     assert [o.result for o in outcomes] == ["added", "added"]
     decisions = [service.history(user, o.memory_id)[0].source.decision for o in outcomes]
     assert decisions == ["add", "add:update-target-missing"]
+
+
+def test_a_supersede_of_a_keyed_memory_becomes_an_update_in_place(service, user):
+    """A keyed memory (a caller-chosen id) is refused a supersede; the worker's update
+    lands in place instead, so the key keeps naming the current value."""
+    service.add(user, "Team size is 5", memory_id="team")
+    op = replace(MemoryOp.update("team", "Team size is 6"), supersede=True)
+    outcomes, _ = execute_ops(service, user, [op], actions=ACTIONS, source=Source(actor="worker"))
+    assert [(o.result, o.memory_id) for o in outcomes] == [("updated", "team")]
+    assert [e.text for e in service.read(user, include_superseded=True)] == ["Team size is 6"]

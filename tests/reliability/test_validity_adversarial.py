@@ -15,6 +15,8 @@ import pytest
 
 from langmem_trpc import InMemoryMemoryService, UserKey
 from langmem_trpc.errors import InvalidInputError, LangmemTrpcError, MemoryConflictError
+from langmem_trpc.service._core import MemoryPatch
+from langmem_trpc.service._plans import update as update_plan
 from langmem_trpc.service.protocol import MemoryService
 from langmem_trpc.testing import HashingEmbeddings
 from langmem_trpc.transfer import checked_records, export_lines, import_record
@@ -171,16 +173,17 @@ def test_async_supersede_and_versions_agree_with_sync(svc: MemoryService) -> Non
     assert asyncio.run(run()) == [e.id for e in svc.versions(ALICE, svc.read(ALICE)[0].id)]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="update(supersede=True) of a keyed memory gives the new version a random id: "
-    "get(key) returns the superseded old value and a later update(key) is a conflict",
-)
 def test_keyed_memory_supersede_keeps_its_key_current(svc: MemoryService) -> None:
-    """A keyed memory (memory_id given by the caller) superseded: the key is the
-    caller's handle, so `get(key)` must return the current value."""
+    """A keyed memory (memory_id given by the caller): the key is the caller's handle,
+    so a supersede (which would leave the key on the closed version) is refused before
+    any write, and `get(key)` returns the current value after an in-place update."""
     svc.add(ALICE, "Theme: dark", memory_id="pref-theme")
-    svc.update(ALICE, "pref-theme", "Theme: light", supersede=True)
+    with pytest.raises(InvalidInputError) as refused:
+        svc.update(ALICE, "pref-theme", "Theme: light", supersede=True)
+    assert refused.value.field == "supersede"  # type: ignore[attr-defined]
+    assert [e.text for e in svc.versions(ALICE, "pref-theme")] == ["Theme: dark"]
+    assert len(svc.read(ALICE, include_superseded=True)) == 1  # nothing written
+    svc.update(ALICE, "pref-theme", "Theme: light")
     got = svc.get(ALICE, "pref-theme")
     assert got is not None and got.text == "Theme: light"
 
@@ -334,7 +337,10 @@ def test_chain_walks_with_odd_memory_ids(svc: MemoryService, odd_id: str) -> Non
     svc.add(BOB, "Production runs Go 1.23", memory_id=odd_id)
     svc.add(ALICE, "Production runs Go 1.23", memory_id=odd_id)
     svc.add(ALICE, "Unrelated fact", memory_id=odd_id.replace("_", "x").replace("%", "9") + "z")
-    new = svc.update(ALICE, odd_id, "Production runs Go 1.24", supersede=True)
+    # a keyed memory is superseded only where the caller follows the link (MemoryStore)
+    patch = MemoryPatch("Production runs Go 1.24")
+    plan = update_plan(ALICE, odd_id, patch, limits=svc.limits, supersede=True, keyed_versions=True)
+    new = svc.run_plan(plan)
     svc.restore_version(ALICE, odd_id)  # the head now names odd_id as its successor
     chain = svc.versions(ALICE, odd_id)
     assert [e.id for e in chain] == [odd_id, new.id]  # oldest first by valid_from

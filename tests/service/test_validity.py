@@ -20,7 +20,8 @@ from langmem_trpc import (
     Memory,
     UserKey,
 )
-from langmem_trpc.service import _core, steps, validity
+from langmem_trpc.errors import InvalidInputError
+from langmem_trpc.service import _core, _plans, steps, validity
 from langmem_trpc.service.steps import Plan
 
 T = TypeVar("T")
@@ -135,7 +136,15 @@ def test_superseded_versions_take_capacity() -> None:
 def test_a_keyed_memory_superseded_gets_an_unkeyed_new_version() -> None:
     svc = InMemoryMemoryService()
     keyed = svc.add(ALICE, "Runs Go 1.23", memory_id="prefs/go")
-    new = svc.update(ALICE, keyed.id, "Runs Go 1.24", supersede=True)
+    with pytest.raises(InvalidInputError) as refused:  # the key would name the old one
+        svc.update(ALICE, keyed.id, "Runs Go 1.24", supersede=True)
+    assert refused.value.field == "supersede"
+    assert svc.read(ALICE, include_superseded=True) == [keyed]  # nothing written
+    patch = _core.MemoryPatch("Runs Go 1.24")  # MemoryStore's path: it follows the link
+    plan = _plans.update(
+        ALICE, keyed.id, patch, limits=svc.limits, supersede=True, keyed_versions=True
+    )
+    new = svc.run_plan(plan)
     assert new.id != "prefs/go"
     assert svc.add(ALICE, "Runs Go 1.24").id == new.id  # found by its plain fingerprint
 

@@ -22,7 +22,8 @@ from langgraph.store.base import (
 )
 
 from ...errors import InvalidInputError
-from ...service._core import build_memory
+from ...service._core import MemoryPatch, build_memory
+from ...service._plans import update as update_plan
 from ...service.protocol import MemoryService
 from ...types import Entry, Source, UserKey
 from . import _read
@@ -245,15 +246,7 @@ class MemoryStore(BaseStore):
             meta["key"] = to_item(existing).key  # the surviving memory keeps its key
         if absorbed is not None and absorbed.supersede and existing is not None:
             # a changed fact: a new version under a new id keeps the key; the old one is closed
-            entry = self.service.update(
-                user,
-                existing.id,
-                put.text,
-                metadata={META: meta},
-                source=source,
-                supersede=True,
-                **fields,
-            )
+            entry = self._supersede(user, existing.id, put.text, meta, source, fields)
         else:
             key_id = existing.id if existing is not None else memory_id(scope, op.key)
             entry = self.service.add(
@@ -262,6 +255,30 @@ class MemoryStore(BaseStore):
         at = deadline(op.ttl)
         if entry.expires_at != at:  # a new TTL, or an old one this put replaces
             self.service.set_expiry(user, entry.id, at)
+
+    def _supersede(
+        self,
+        user: UserKey,
+        memory_id: str,
+        text: str,
+        meta: dict[str, Any],
+        source: Source,
+        fields: dict[str, Any],
+    ) -> Entry:
+        """`update(..., supersede=True)` of a keyed item: allowed here (the service
+        refuses it) since the store follows `superseded_by` from the key (`_current`)."""
+        patch = MemoryPatch(text, metadata={META: meta}, **fields)
+        limits = self.service.limits
+        plan = update_plan(
+            user,
+            memory_id,
+            patch,
+            limits=limits,
+            source=source,
+            supersede=True,
+            keyed_versions=True,
+        )
+        return self.service.run_plan(plan)
 
     # -- TTL -----------------------------------------------------------------------------
 
