@@ -215,6 +215,18 @@ def test_preload_does_not_call_an_undone_version_the_past(svc: MemoryService) ->
     assert past == {}
 
 
+def test_preload_gives_a_restored_middle_version_its_true_past(svc: MemoryService) -> None:
+    """After restore_version(1.24), 1.24 has two predecessors: the closed head (1.25,
+    never true) and 1.23 (true until 1.24 began); preload renders 1.23 as the past."""
+    from langmem_trpc.integration._calls import drive
+    from langmem_trpc.integration.preload import _past
+
+    a, b, _c = _chain(svc)
+    restored = svc.restore_version(ALICE, b)
+    past = drive(svc, _past(ALICE, [restored]))
+    assert {k: v.id for k, v in past.items()} == {b: a}
+
+
 @pytest.mark.parametrize(
     ("old", "new"),
     [
