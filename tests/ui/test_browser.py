@@ -91,7 +91,9 @@ def test_search_history_and_edit_in_a_real_browser(tmp_path: Path, browser) -> N
         svc.add(ALICE, "<script>document.title='pwned'</script>")
         with background_server(create_app(svc, token=TOKEN)) as url:
             browser.get(url + "/")
-            assert "log in" in browser.title  # no page without the token
+            # no page without the token; wait for the title: on a loaded CI host the
+            # first navigation once returned before the page had one ('' in a fresh clone)
+            WebDriverWait(browser, WAIT).until(lambda d: "log in" in d.title)
             field = browser.find_element(By.NAME, "token")
             field.send_keys(TOKEN)
             field.submit()
