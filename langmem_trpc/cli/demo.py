@@ -30,9 +30,9 @@ from ..integration import MemoryCheckpointer, MemoryPreloadMiddleware, create_me
 from ..integration.preload import BLOCK_BEGIN, BLOCK_END
 from ..models import chat_model_from_env
 from ..testing import HashingEmbeddings, ScriptedChatModel, tool_call
-from ..types import Entry, UserKey
+from ..types import UserKey
 from ._common import plural
-from ._output import event_line, safe
+from ._output import event_line, safe, validity_span
 
 __all__ = ["DEMO_DB", "default_demo_db", "run_demo", "run_demo_command", "try_next"]
 
@@ -221,7 +221,7 @@ def run_demo(
     for entry in service.read(USER):
         out(safe(f"- [{entry.id}] {entry.text}  topics={list(entry.memory.topics)}"))
         for version in service.versions(USER, entry.id):
-            out(safe(f"    version [{version.id}] {version.text}  {_validity(version)}"))
+            out(safe(f"    version [{version.id}] {version.text}  valid {validity_span(version)}"))
             for event in service.history(USER, version.id):
                 out("      " + event_line(event))
     out("\nWhat thread 2's model saw before its first answer (the preloaded block):")
@@ -234,13 +234,6 @@ def run_demo(
         for hint in hints:
             out(f"  {hint}")
     service.close()
-
-
-def _validity(entry: Entry) -> str:
-    """`valid 2026-07-20 -> now` or `valid ... -> 2026-07-27 (superseded)`: business time."""
-    start = entry.valid_from.date().isoformat()
-    end = "now" if entry.valid_to is None else entry.valid_to.date().isoformat()
-    return f"valid {start} -> {end}" + (" (superseded)" if entry.superseded else "")
 
 
 def default_demo_db() -> Path:

@@ -24,7 +24,8 @@ def test_demo_offline_shows_go_124_only(tmp_path: Path, monkeypatch: pytest.Monk
     assert remembered.count("- [") == 1  # one current memory, two versions
     assert remembered.count("    version [") == 2
     assert "add    + 'Production runs Go 1.23'" in remembered
-    assert "supersede" in remembered and "(superseded)" in remembered
+    current = remembered.split("- [", 1)[1].split("]", 1)[0]
+    assert "supersede" in remembered and f"(by {current[:12]})" in remembered
     lines.clear()
     run_demo(tmp_path / "demo.db", out=lines.append)  # rerunnable on the same database
     assert "\n".join(lines).count("- [") == 1 + 1  # one memory line + one preloaded line
