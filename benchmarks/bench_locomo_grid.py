@@ -44,7 +44,7 @@ from benchmarks.locomo.retrieval import RETRIEVAL_CATEGORIES, question_metrics, 
 from benchmarks.locomo.units import conversation_units, ingest_units, unit_texts
 from langmem_trpc import InMemoryMemoryService, SearchOptions, UserKey
 from langmem_trpc.embeddings import CachedEmbeddings, LocalMiniLMEmbeddings
-from langmem_trpc.service._core import Limits
+from langmem_trpc.service.rules import Limits
 from langmem_trpc.types import FUSION_STEPS_OFF
 
 KS = (1, 5, 10, 20)
@@ -106,7 +106,7 @@ def main() -> None:
     args = parser.parse_args()
     speaker = args.vector_text == "speaker"
     if speaker:  # round 6's vector leg: the speaker, then the text
-        import langmem_trpc.service._plans as plans_module
+        import langmem_trpc.service.plans as plans_module
 
         plans_module._embed_text = lambda memory: speaker_text(memory.text, memory.participants)
     points = grid()

@@ -31,7 +31,7 @@ from langgraph.store.base import BaseStore, GetOp, Op, PutOp, SearchOp
 
 from langmem_trpc import MemoryStore
 from langmem_trpc import open as open_store
-from langmem_trpc.service._core import Limits
+from langmem_trpc.service.rules import Limits
 from langmem_trpc.testing import HashingEmbeddings
 from langmem_trpc.testing.postgres import PostgresTestServer
 

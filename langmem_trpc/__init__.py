@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from .backends.memory import InMemoryMemoryService
 from .errors import (
     BackendError,
     CapacityExceededError,
@@ -28,7 +29,7 @@ from .errors import (
     WorkerError,
 )
 from .registry import BackendRegistry, aopen, open
-from .service import InMemoryMemoryService, Limits, MemoryService
+from .service import Limits, MemoryService
 from .service.capabilities import Capability
 from .types import (
     DeadLetter,

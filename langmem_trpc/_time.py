@@ -38,7 +38,7 @@ _CLOCK_ON_DATE = re.compile(r"^(\d{1,2}:\d{2}\s*[ap]m)\s+on\s+(.+)$", re.IGNOREC
 
 
 def wall_clock() -> datetime:
-    """The wall clock every memory service stamps writes with (`service._core.utcnow`).
+    """The wall clock every memory service stamps writes with (`service.rules.utcnow`).
 
     The one seam for time: a test replaces it (`monkeypatch.setattr`) to make
     the clock jump or step backwards. Orders that must survive such a step

@@ -31,8 +31,8 @@ from pydantic import ValidationError
 
 from ._time import ensure_utc
 from .errors import InvalidInputError, InvalidMemoryError, LangmemTrpcError
-from .service._core import Limits, check_memory_id, memory_from
 from .service.protocol import MemoryService
+from .service.rules import Limits, check_memory_id, memory_from
 from .types import Entry, HistoryEvent, Operation, Source, UserKey, check_text_value
 
 __all__ = [

@@ -63,7 +63,7 @@ MEMORY_ID_PATTERN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:@/+=-]{0,511}")
 """What a caller-chosen memory id (`add(memory_id=...)`) must match in full: ASCII letters,
 digits and `_ . : @ / + = -`, at most 512 characters. It covers the ids the package makes
 (hex UUIDs, the store's "kv-" hashes) and keeps quotes, brackets, spaces and look-alike
-letters out of prompts, where an id is shown bare (service/_render.py)."""
+letters out of prompts, where an id is shown bare (render.py)."""
 
 
 class Kind(str, Enum):
@@ -208,7 +208,7 @@ class Entry(BaseModel):
     """A stored memory with its identity and bookkeeping.
 
     `score` is an absolute relevance in [0, 1], comparable across queries: the cosine
-    for the vector leg, the keyword relevance (BM25F, `service._bm25.relevance`) for the
+    for the vector leg, the keyword relevance (BM25F, `service.bm25.relevance`) for the
     keyword leg, the higher of the two for a hybrid hit. `rrf_score` is a hybrid hit's
     Reciprocal Rank Fusion sum of the two legs (the vector leg's part weighted by
     `FusionSettings.vector_weight`; None otherwise); the hybrid order

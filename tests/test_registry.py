@@ -193,7 +193,7 @@ def test_a_backend_that_cannot_be_imported_is_a_configuration_error() -> None:
 
 PLUGIN = """
 from langmem_trpc.registry import split_url
-from langmem_trpc.service.memory import InMemoryMemoryService
+from langmem_trpc.backends.memory import InMemoryMemoryService
 
 
 class PluginService(InMemoryMemoryService):

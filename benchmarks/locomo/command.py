@@ -92,7 +92,7 @@ def _service_factory(backend: str, workdir: Path) -> Any:
     `workdir/store-N.<scheme>` for a registered file-based scheme ("auto": sqlite)."""
     from langmem_trpc.registry import default_registry
     from langmem_trpc.registry import open as open_store
-    from langmem_trpc.service._core import Limits
+    from langmem_trpc.service.rules import Limits
 
     limits = Limits(capacity=None)
     scheme = "sqlite" if backend == "auto" else backend.lower()

@@ -14,7 +14,7 @@ import string
 from collections import Counter
 from collections.abc import Iterable
 
-from langmem_trpc.service._language import ENGLISH
+from langmem_trpc.service.language import ENGLISH
 
 __all__ = [
     "ABSTENTION_PHRASES",

@@ -12,8 +12,8 @@ from datetime import datetime
 from typing import Literal
 
 from langmem_trpc.extraction.extractor import context_topics
-from langmem_trpc.service._core import embedding_text
 from langmem_trpc.service.protocol import MemoryService
+from langmem_trpc.service.rules import embedding_text
 from langmem_trpc.types import Kind, UserKey
 
 from .loader import Conversation

@@ -17,8 +17,8 @@ from pydantic import ValidationError
 from ..errors import ConfigurationError, LangmemTrpcError
 from ..registry import open as open_store
 from ..registry import scheme_of, split_url
-from ..service._core import Limits
 from ..service.protocol import MemoryService
+from ..service.rules import Limits
 from ..transfer import validation_problem
 from ..types import UserKey
 from ._output import FORMATS, OutputFormat, safe

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from langchain_core.messages import BaseMessage, messages_to_dict
 
 from ..errors import LangmemTrpcError
-from ..service._core import utcnow
 from ..service.protocol import MemoryService
+from ..service.rules import utcnow
 from ..types import DeadLetter, ExtractionCursor, ThreadClaim, UserKey
 from .delta import message_keys
 

@@ -23,8 +23,8 @@ from enum import Enum
 from langchain_core.messages import BaseMessage, messages_from_dict
 
 from ..errors import ExtractorBusyError, LangmemTrpcError, error_text
-from ..service._core import utcnow
 from ..service.protocol import MemoryService
+from ..service.rules import utcnow
 from ..types import DeadLetter, DeadLetterStatus, Entry, ExtractionCursor, Source, UserKey
 from .checkers import Checker, ExtractionContext
 from .claims import HeldClaim, batch_key, dead_letter_for

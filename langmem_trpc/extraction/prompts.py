@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from datetime import date
 
-from ..service._render import memory_line
+from ..render import memory_line
 from ..types import Entry
 from .ops import Action
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from functools import cache
 
-from ..service._language import ENGLISH, Language
+from ..service.language import ENGLISH, Language
 
 __all__ = [
     "CHANGE_MARKERS",

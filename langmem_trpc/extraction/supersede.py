@@ -24,7 +24,7 @@ import logging
 import re
 from dataclasses import dataclass, replace
 
-from ..service._language import ENGLISH, Language
+from ..service.language import ENGLISH, Language
 from ..types import Entry, Kind
 from .ops import MemoryOp
 from .signals import change_marker, date_words, names, state_change

@@ -29,8 +29,8 @@ from typing import Literal
 from langchain_core.messages import BaseMessage
 
 from ..errors import ConfigurationError, InvalidInputError, WorkerError
-from ..service._core import check_user
 from ..service.protocol import MemoryService
+from ..service.rules import check_user
 from ..types import UserKey, check_optional_id
 from .calls import ModelCalls
 from .checkers import Checker

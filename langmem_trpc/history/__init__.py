@@ -283,7 +283,7 @@ def _worker(
     service: MemoryService | None, extractor: Extractor, settings: dict[str, Any]
 ) -> AutoMemoryWorker:
     if service is None:  # a dry run without a store: nothing is covered yet
-        from ..service import InMemoryMemoryService
+        from ..backends.memory import InMemoryMemoryService
 
         service = InMemoryMemoryService()
     return AutoMemoryWorker(service, extractor, **settings)

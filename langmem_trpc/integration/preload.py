@@ -24,7 +24,7 @@ from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage, To
 
 from ..errors import ConfigurationError
 from ..extraction.delta import message_text
-from ..service._render import memory_line
+from ..render import memory_line
 from ..service.protocol import MemoryService
 from ..service.steps import FindPredecessor
 from ..service.steps import Plan as StepPlan

@@ -26,8 +26,8 @@ from langchain_core.vectorstores import VectorStore
 from pydantic import ConfigDict
 
 from ..errors import ConfigurationError, InvalidInputError
-from ..service._core import check_user
 from ..service.protocol import MemoryService
+from ..service.rules import check_user
 from ..types import Entry, Kind, Memory, SearchOptions, UserKey
 from ._calls import Call, Plan, adrive, drive, each
 

@@ -1,9 +1,11 @@
-"""The service contract, the shared search and validation core, the public backend kit
-(`steps`: the write steps and `StepExecutor`; `claims`: the claim ops), and the reference
-backend."""
+"""The service contract and the public backend kit: `steps` (the write steps and
+`StepExecutor`), `plans` (the write plans), `reads` (the read steps, plans and
+`ReadExecutor`), `claim_steps` and `claims` (cursors, claims, dead letters),
+`search` (plan and rank), `bm25` and `documents` (keyword scoring), `rules`
+(validation, fingerprints, limits), `validity`, `language`, `periods`. The
+reference backend is `backends.memory`."""
 
-from ._core import Limits
-from .memory import InMemoryMemoryService
 from .protocol import MemoryService, SyncMemoryService
+from .rules import Limits
 
-__all__ = ["InMemoryMemoryService", "Limits", "MemoryService", "SyncMemoryService"]
+__all__ = ["Limits", "MemoryService", "SyncMemoryService"]

@@ -2,7 +2,7 @@
 every backend keeps scores comparable (SQLite FTS, the in-memory scorer, reconcile).
 
 Latin text: maximal runs of letters/digits, lowercased, length >= 2, minus the language's
-stopwords, Snowball-stemmed ("Hiked" -> "hike"; `service._language`), cut to
+stopwords, Snowball-stemmed ("Hiked" -> "hike"; `service.language`), cut to
 `MAX_TOKEN_CHARS` (PostgreSQL refuses long tsvector lexemes; the stored text stays
 exact). CJK text (no dictionary, so no jieba): each run of Han/Kana/Hangul yields its
 2-character windows as primary tokens and its 3-character windows as "trigrams".
@@ -14,7 +14,7 @@ import re
 import unicodedata
 from itertools import groupby
 
-from ._language import ENGLISH, Language
+from .language import ENGLISH, Language
 
 CJK_STOPWORDS = frozenset(
     "的 了 是 在 和 有 我 他 她 它 这 那 都 也 就 不 会 到 说 对 一个 一些 一种 这个 那个 我们 你们 他们 她们 它们 "

@@ -30,7 +30,6 @@ from ..types import (
     check_optional_id,
     text_problem,
 )
-from ._core import MAX_LIMIT, check_cursor, check_thread_id, check_user, utcnow
 from .claim_steps import (
     ClaimPlan,
     CountFailure,
@@ -44,6 +43,7 @@ from .claim_steps import (
     WriteThread,
     dispatch,
 )
+from .rules import MAX_LIMIT, check_cursor, check_thread_id, check_user, utcnow
 from .steps import drive
 
 __all__ = [

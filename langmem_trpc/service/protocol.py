@@ -4,7 +4,7 @@
 the CLI talk to. Every method takes the caller's `UserKey` first and never
 reaches another user's rows. The write methods and the cursor, claim and
 dead-letter methods are defined here once, sync and async: each validates its
-arguments into a plan of `_plans.py` (run by `run_plan`, the backend's step
+arguments into a plan of `plans.py` (run by `run_plan`, the backend's step
 executor) or a `ClaimOp` of `claims.py` (run by `run_claim_op`), and its `a*`
 twin does the same through `arun_plan` / `arun_claim_op`. `SyncMemoryService`
 is the base for backends whose driver is blocking (in-memory, SQLite,
@@ -35,12 +35,24 @@ from ..types import (
     ThreadClaim,
     UserKey,
 )
-from . import _plans
 from . import claims as c
-from ._core import Limits, MemoryPatch, check_app_filter, check_cursor, check_thread_id, check_user
-from ._language import ENGLISH, Language
+from . import plans, reads, validity
 from .capabilities import Capability
 from .claims import ClaimOp
+from .language import ENGLISH, Language
+from .periods import TimeMentions
+from .reads import ReadPlan
+from .rules import (
+    Limits,
+    MemoryPatch,
+    check_app_filter,
+    check_cursor,
+    check_memory_id,
+    check_read_limit,
+    check_thread_id,
+    check_user,
+    resolve_options,
+)
 from .steps import Plan
 
 T = TypeVar("T")
@@ -85,7 +97,7 @@ class MemoryService(ABC):
         limits = getattr(self, "_limits", None)
         return limits if isinstance(limits, Limits) else Limits()
 
-    # -- writes: each validates into a plan of `_plans.py` and runs it ----------
+    # -- writes: each validates into a plan of `plans.py` and runs it ----------
 
     @abstractmethod
     def run_plan(self, plan: Plan[T]) -> T:
@@ -125,7 +137,7 @@ class MemoryService(ABC):
         midnight after), as the extractor's tools read it. Adding
         content whose held version has lapsed adds a new version that supersedes it.
         """
-        plan = _plans.add(
+        plan = plans.add(
             user,
             text,
             limits=self.limits,
@@ -159,7 +171,7 @@ class MemoryService(ABC):
         valid_until: datetime | str | None = None,
     ) -> Entry:
         """Async twin of `add`."""
-        plan = _plans.add(
+        plan = plans.add(
             user,
             text,
             limits=self.limits,
@@ -186,13 +198,13 @@ class MemoryService(ABC):
         validated first: a bad one raises naming its field and nothing is stored;
         the capacity policy raising also leaves nothing stored.
         """
-        return self.run_plan(_plans.add_many(user, items, limits=self.limits, source=source))
+        return self.run_plan(plans.add_many(user, items, limits=self.limits, source=source))
 
     async def aadd_many(
         self, user: UserKey, items: Sequence[str | Memory], *, source: Source | None = None
     ) -> list[Entry]:
         """Async twin of `add_many`."""
-        plan = _plans.add_many(user, items, limits=self.limits, source=source)
+        plan = plans.add_many(user, items, limits=self.limits, source=source)
         return await self.arun_plan(plan)
 
     def update(
@@ -232,7 +244,7 @@ class MemoryService(ABC):
         updated in place. Without a content change it is an update in place.
         """
         patch = MemoryPatch(text, topics, kind, event_time, participants, location, metadata)
-        plan = _plans.update(
+        plan = plans.update(
             user,
             memory_id,
             patch,
@@ -263,7 +275,7 @@ class MemoryService(ABC):
     ) -> Entry:
         """Async twin of `update`."""
         patch = MemoryPatch(text, topics, kind, event_time, participants, location, metadata)
-        plan = _plans.update(
+        plan = plans.update(
             user,
             memory_id,
             patch,
@@ -277,27 +289,27 @@ class MemoryService(ABC):
 
     def delete(self, user: UserKey, memory_id: str, *, source: Source | None = None) -> bool:
         """Soft-delete; False when there was no live memory with that id."""
-        return self.run_plan(_plans.delete(user, memory_id, source=source))
+        return self.run_plan(plans.delete(user, memory_id, source=source))
 
     async def adelete(self, user: UserKey, memory_id: str, *, source: Source | None = None) -> bool:
         """Async twin of `delete`."""
-        return await self.arun_plan(_plans.delete(user, memory_id, source=source))
+        return await self.arun_plan(plans.delete(user, memory_id, source=source))
 
     def clear(self, user: UserKey, *, source: Source | None = None) -> int:
         """Soft-delete every live memory of the user; returns how many."""
-        return self.run_plan(_plans.clear(user, source=source))
+        return self.run_plan(plans.clear(user, source=source))
 
     async def aclear(self, user: UserKey, *, source: Source | None = None) -> int:
         """Async twin of `clear`."""
-        return await self.arun_plan(_plans.clear(user, source=source))
+        return await self.arun_plan(plans.clear(user, source=source))
 
     def purge(self, user: UserKey, memory_id: str | None = None) -> int:
         """Remove rows and their history for good (right to be forgotten)."""
-        return self.run_plan(_plans.purge(user, memory_id))
+        return self.run_plan(plans.purge(user, memory_id))
 
     async def apurge(self, user: UserKey, memory_id: str | None = None) -> int:
         """Async twin of `purge`."""
-        return await self.arun_plan(_plans.purge(user, memory_id))
+        return await self.arun_plan(plans.purge(user, memory_id))
 
     def restore(self, user: UserKey, entry: Entry, history: Sequence[HistoryEvent] = ()) -> Entry:
         """Write an exported entry back exactly (id, timestamps, content, expiry,
@@ -306,13 +318,13 @@ class MemoryService(ABC):
         Used by `langmem-trpc import` for a lossless round trip. An existing
         memory with the same id is replaced.
         """
-        return self.run_plan(_plans.restore(user, entry, history))
+        return self.run_plan(plans.restore(user, entry, history))
 
     async def arestore(
         self, user: UserKey, entry: Entry, history: Sequence[HistoryEvent] = ()
     ) -> Entry:
         """Async twin of `restore`."""
-        return await self.arun_plan(_plans.restore(user, entry, history))
+        return await self.arun_plan(plans.restore(user, entry, history))
 
     def undelete(self, user: UserKey, memory_id: str, *, source: Source | None = None) -> Entry:
         """Bring a soft-deleted memory back as it was: same id, every field, a
@@ -320,13 +332,13 @@ class MemoryService(ABC):
         unknown id raises `MemoryNotFoundError`; content another live memory holds
         raises `MemoryConflictError`; the capacity policy applies as for an add.
         """
-        return self.run_plan(_plans.undelete(user, memory_id, limits=self.limits, source=source))
+        return self.run_plan(plans.undelete(user, memory_id, limits=self.limits, source=source))
 
     async def aundelete(
         self, user: UserKey, memory_id: str, *, source: Source | None = None
     ) -> Entry:
         """Async twin of `undelete`."""
-        plan = _plans.undelete(user, memory_id, limits=self.limits, source=source)
+        plan = plans.undelete(user, memory_id, limits=self.limits, source=source)
         return await self.arun_plan(plan)
 
     def restore_version(
@@ -339,32 +351,53 @@ class MemoryService(ABC):
         unchanged; an unknown or deleted id raises `MemoryNotFoundError`; content
         another current memory holds raises `MemoryConflictError`.
         """
-        return self.run_plan(_plans.restore_version(user, memory_id, source=source))
+        return self.run_plan(plans.restore_version(user, memory_id, source=source))
 
     async def arestore_version(
         self, user: UserKey, memory_id: str, *, source: Source | None = None
     ) -> Entry:
         """Async twin of `restore_version`."""
-        return await self.arun_plan(_plans.restore_version(user, memory_id, source=source))
+        return await self.arun_plan(plans.restore_version(user, memory_id, source=source))
 
     def versions(self, user: UserKey, memory_id: str) -> list[Entry]:
         """Every version of the memory, from any version's id, oldest first (in
         supersede order, the current one last); [] for an unknown or deleted id."""
-        return self.run_plan(_plans.versions(user, memory_id))
+        return self.run_plan(plans.versions(user, memory_id))
 
     async def aversions(self, user: UserKey, memory_id: str) -> list[Entry]:
         """Async twin of `versions`."""
-        return await self.arun_plan(_plans.versions(user, memory_id))
+        return await self.arun_plan(plans.versions(user, memory_id))
 
-    # -- reads --------------------------------------------------------------
+    # -- reads: each validates into a read plan of `reads.py` and runs it ------
 
-    @abstractmethod
+    def run_read(self, plan: ReadPlan) -> Any:
+        """Run a read plan (`service.reads`) with this backend's read executor; returns
+        its result."""
+        raise NotImplementedError  # TODO(issue 25): abstract once every backend runs reads
+
+    async def arun_read(self, plan: ReadPlan) -> Any:
+        """Async twin of `run_read`."""
+        raise NotImplementedError  # TODO(issue 25): abstract once every backend runs reads
+
+    @property
+    def time_mentions(self) -> TimeMentions | None:
+        """This instance's cache of which memory texts say a time (search ranking reads
+        it); None: ranking tests each text again."""
+        return None
+
     def get(self, user: UserKey, memory_id: str) -> Entry | None:
         """The memory with this id, or None (unknown, deleted, or past its expiry).
         A superseded or lapsed version is returned too, marked by its fields
         (`superseded_by`, `valid_to`): the caller asked for it by id."""
+        found: Entry | None = self.run_read(reads.get(check_user(user), check_memory_id(memory_id)))
+        return found
 
-    @abstractmethod
+    async def aget(self, user: UserKey, memory_id: str) -> Entry | None:
+        """Async twin of `get`."""
+        plan = reads.get(check_user(user), check_memory_id(memory_id))
+        found: Entry | None = await self.arun_read(plan)
+        return found
+
     def read(
         self,
         user: UserKey,
@@ -374,34 +407,94 @@ class MemoryService(ABC):
         include_superseded: bool = False,
     ) -> list[Entry]:
         """Current memories, most recently updated first: at most `limit` (an integer,
-        `_core.check_read_limit`; None or 0 and less: all of them). `as_of` returns
+        `rules.check_read_limit`; None or 0 and less: all of them). `as_of` returns
         what was true then, `include_superseded` every version (`validity.check_view`)."""
+        view = validity.check_view(as_of, include_superseded)
+        rows: list[Entry] = self.run_read(
+            reads.read(check_user(user), check_read_limit(limit), view)
+        )
+        return rows
 
-    @abstractmethod
+    async def aread(
+        self,
+        user: UserKey,
+        limit: int | None = None,
+        *,
+        as_of: datetime | str | None = None,
+        include_superseded: bool = False,
+    ) -> list[Entry]:
+        """Async twin of `read`."""
+        view = validity.check_view(as_of, include_superseded)
+        plan = reads.read(check_user(user), check_read_limit(limit), view)
+        rows: list[Entry] = await self.arun_read(plan)
+        return rows
+
     def deleted(self, user: UserKey, limit: int | None = None) -> list[Entry]:
         """Soft-deleted (not purged) memories, most recently deleted first, as they were
         when deleted (what `undelete` brings back); `limit` as for `read`."""
+        rows: list[Entry] = self.run_read(reads.deleted(check_user(user), check_read_limit(limit)))
+        return rows
 
-    @abstractmethod
+    async def adeleted(self, user: UserKey, limit: int | None = None) -> list[Entry]:
+        """Async twin of `deleted`."""
+        plan = reads.deleted(check_user(user), check_read_limit(limit))
+        rows: list[Entry] = await self.arun_read(plan)
+        return rows
+
     def search(
         self, user: UserKey, query: str | None = None, options: SearchOptions | None = None
     ) -> list[Entry]:
         """Ranked current memories (`SearchOptions.as_of` and `include_superseded`
         choose other versions); an empty query returns nothing."""
+        user = check_user(user)
+        resolved = resolve_options(query, options)
+        plan = reads.search(user, resolved, self.language, self.time_mentions)
+        found: list[Entry] = self.run_read(plan)
+        return found
 
-    @abstractmethod
+    async def asearch(
+        self, user: UserKey, query: str | None = None, options: SearchOptions | None = None
+    ) -> list[Entry]:
+        """Async twin of `search`."""
+        user = check_user(user)
+        resolved = resolve_options(query, options)
+        plan = reads.search(user, resolved, self.language, self.time_mentions)
+        found: list[Entry] = await self.arun_read(plan)
+        return found
+
     def history(self, user: UserKey, memory_id: str) -> list[HistoryEvent]:
         """Every change to the memory, oldest first (empty for unknown ids)."""
+        plan = reads.history(check_user(user), check_memory_id(memory_id))
+        events: list[HistoryEvent] = self.run_read(plan)
+        return events
 
-    @abstractmethod
+    async def ahistory(self, user: UserKey, memory_id: str) -> list[HistoryEvent]:
+        """Async twin of `history`."""
+        plan = reads.history(check_user(user), check_memory_id(memory_id))
+        events: list[HistoryEvent] = await self.arun_read(plan)
+        return events
+
     def count(self, user: UserKey) -> int:
         """Live memories of the user that no newer version superseded (a lapsed or
         expired one still counts until it is superseded or deleted)."""
+        found: int = self.run_read(reads.count(check_user(user)))
+        return found
 
-    @abstractmethod
+    async def acount(self, user: UserKey) -> int:
+        """Async twin of `count`."""
+        found: int = await self.arun_read(reads.count(check_user(user)))
+        return found
+
     def users(self, app_name: str | None = None) -> list[UserKey]:
         """Users with at least one live memory that is not superseded (admin and
         BaseStore namespaces)."""
+        found: list[UserKey] = self.run_read(reads.users(check_app_filter(app_name)))
+        return found
+
+    async def ausers(self, app_name: str | None = None) -> list[UserKey]:
+        """Async twin of `users`."""
+        found: list[UserKey] = await self.arun_read(reads.users(check_app_filter(app_name)))
+        return found
 
     # -- cursors, claims and dead letters: each validates into a `ClaimOp` ------
 
@@ -591,36 +684,6 @@ class MemoryService(ABC):
         """
 
     # -- async twins --------------------------------------------------------
-
-    @abstractmethod
-    async def aget(self, user: UserKey, memory_id: str) -> Entry | None: ...
-
-    @abstractmethod
-    async def aread(
-        self,
-        user: UserKey,
-        limit: int | None = None,
-        *,
-        as_of: datetime | str | None = None,
-        include_superseded: bool = False,
-    ) -> list[Entry]: ...
-
-    @abstractmethod
-    async def adeleted(self, user: UserKey, limit: int | None = None) -> list[Entry]: ...
-
-    @abstractmethod
-    async def asearch(
-        self, user: UserKey, query: str | None = None, options: SearchOptions | None = None
-    ) -> list[Entry]: ...
-
-    @abstractmethod
-    async def ahistory(self, user: UserKey, memory_id: str) -> list[HistoryEvent]: ...
-
-    @abstractmethod
-    async def acount(self, user: UserKey) -> int: ...
-
-    @abstractmethod
-    async def ausers(self, app_name: str | None = None) -> list[UserKey]: ...
 
     async def aclose(self) -> None:
         """Async twin of `close()`; idempotent."""

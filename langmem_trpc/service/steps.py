@@ -2,7 +2,7 @@
 executor contract: the public kit a backend implements its writes with.
 
 A write operation (add, update, delete, clear, purge, restore, add_many) is a
-*plan*: a generator in `service/_plans.py` that yields the steps below and
+*plan*: a generator in `service/plans.py` that yields the steps below and
 returns the operation's result. It holds every write rule (fingerprint
 idempotence, topic merge, revive, keyed upsert, capacity, history) and does no
 I/O. A backend is an *executor*: given a step, it performs it on its storage

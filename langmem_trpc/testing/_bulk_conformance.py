@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from ..errors import CapacityExceededError, InvalidMemoryError, InvalidUserKeyError
-from ..service._core import Limits
+from ..service.rules import Limits
 from ..types import Memory, Operation, UserKey
 from ._kit import ALICE, Client
 

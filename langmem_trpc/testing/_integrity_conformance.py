@@ -16,8 +16,8 @@ import pytest
 
 from .. import _time
 from ..errors import InvalidMemoryError, InvalidUserKeyError
-from ..service._core import Limits
 from ..service.protocol import MemoryService
+from ..service.rules import Limits
 from ..types import ExtractionCursor, SearchOptions, Source, UserKey
 from ._kit import ALICE, T0, refused
 

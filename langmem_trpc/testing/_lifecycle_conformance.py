@@ -15,8 +15,8 @@ import pytest
 
 import langmem_trpc
 
-from ..service._core import Limits
 from ..service.capabilities import Capability
+from ..service.rules import Limits
 from ._kit import ALICE
 
 if TYPE_CHECKING:

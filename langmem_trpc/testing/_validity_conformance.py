@@ -1,5 +1,5 @@
 """Conformance for validity and supersede (`service/validity.py`, the write rules of
-`service/_plans.py`): business time on every memory, supersede that closes and
+`service/plans.py`): business time on every memory, supersede that closes and
 links instead of overwriting, current-by-default reads, `as_of`, version chains
 and their restore (mixed into `MemoryServiceConformance`, so every backend runs
 them, sync and async)."""
@@ -18,7 +18,7 @@ from ..errors import (
     MemoryConflictError,
     MemoryNotFoundError,
 )
-from ..service._core import Limits
+from ..service.rules import Limits
 from ..types import Entry, Kind, Operation, SearchOptions
 from ._kit import ALICE, BOB, T0, Client, refused
 

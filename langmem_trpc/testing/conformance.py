@@ -28,9 +28,9 @@ from ..errors import (
     MemoryConflictError,
     MemoryNotFoundError,
 )
-from ..service._core import Limits
 from ..service.capabilities import Capability
 from ..service.protocol import MemoryService
+from ..service.rules import Limits
 from ..types import ExtractionCursor, Kind, Memory, Operation, SearchOptions, Source, UserKey
 from ._bulk_conformance import BulkConformance
 from ._claims_conformance import ClaimsConformance

@@ -13,7 +13,7 @@ import pytest
 
 from langmem_trpc.backends.sqlite import MIGRATIONS, SQLiteMemoryService
 from langmem_trpc.backends.sqlite._keyword import scope_prefix, scoped
-from langmem_trpc.service._documents import keys_of, topics_document
+from langmem_trpc.service.documents import keys_of, topics_document
 from langmem_trpc.types import Kind, Memory, UserKey
 
 from .test_sqlite import assert_index_consistent, assert_state_consistent

@@ -19,8 +19,8 @@ from langmem_trpc import (
     UserKey,
 )
 from langmem_trpc.backends.postgres import _migrations, _search_sql, _sql
-from langmem_trpc.service._language import ENGLISH
-from langmem_trpc.service._search import rrf_fuse
+from langmem_trpc.service.language import ENGLISH
+from langmem_trpc.service.search import rrf_fuse
 from langmem_trpc.testing import HashingEmbeddings
 from langmem_trpc.testing.conformance import MemoryServiceConformance
 from langmem_trpc.types import Memory
@@ -342,13 +342,13 @@ def legacy_fingerprint(memory, explicit_id=None):
 def test_fingerprint_backfill_recomputes_ambiguous_rows(pg_url, monkeypatch):
     """setup() applying the fingerprint migration: rows stored under the old
     participants encoding are found again by their content afterwards."""
-    from langmem_trpc.service import _plans
+    from langmem_trpc.service import plans
 
     alice = UserKey("app", "alice")
     svc = PostgresMemoryService(pg_url)
     svc.setup()
     with monkeypatch.context() as m:
-        m.setattr(_plans, "fingerprint", legacy_fingerprint)
+        m.setattr(plans, "fingerprint", legacy_fingerprint)
         comma = svc.add(alice, "Met for lunch", participants=["Smith, John"], event_time=T_EVENT)
         plain = svc.add(alice, "Plain memory", participants=["Ana", "Bob"])
     with psycopg.connect(pg_url, autocommit=True) as conn:  # as if never applied

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 from langmem_trpc.backends.postgres import _bulk, _plans
 from langmem_trpc.backends.postgres._ops import Copy
 from langmem_trpc.service import steps
-from langmem_trpc.service._language import ENGLISH
+from langmem_trpc.service.language import ENGLISH
 from langmem_trpc.types import Entry, HistoryEvent, Memory, Operation, Source, UserKey
 
 ALICE = UserKey("app", "alice")

@@ -52,7 +52,7 @@ def test_known_fingerprints_finds_live_and_deleted_rows(pg_module_url):
 
 
 def _known(svc: PostgresMemoryService, user: UserKey, texts: list[str]) -> set[str]:
-    from langmem_trpc.service._core import build_memory, fingerprint
+    from langmem_trpc.service.rules import build_memory, fingerprint
 
     by_fp = {fingerprint(build_memory(t, limits=svc.limits)): t for t in texts}
     with psycopg.connect(svc._conninfo, autocommit=True) as conn:
@@ -88,7 +88,7 @@ def test_current_view_adds_no_sequential_scan_for_a_heavy_user(pg_module_url):
 
     from langmem_trpc.backends.postgres import _search_sql
     from langmem_trpc.service import steps
-    from langmem_trpc.service._core import fingerprint
+    from langmem_trpc.service.rules import fingerprint
     from langmem_trpc.testing import HashingEmbeddings
     from langmem_trpc.types import Entry
 

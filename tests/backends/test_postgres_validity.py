@@ -19,7 +19,7 @@ from langmem_trpc import Memory, PostgresMemoryService, SearchOptions, UserKey
 from langmem_trpc.backends.postgres import _migrations, _sql
 from langmem_trpc.errors import InvalidInputError, InvalidTimeError
 from langmem_trpc.service import steps
-from langmem_trpc.service._core import fingerprint
+from langmem_trpc.service.rules import fingerprint
 from langmem_trpc.testing import HashingEmbeddings
 from langmem_trpc.types import Entry
 
@@ -328,7 +328,7 @@ def test_migration_fills_validity_of_existing_rows(pg_url):
 
 
 def _language():
-    from langmem_trpc.service._language import ENGLISH
+    from langmem_trpc.service.language import ENGLISH
 
     return ENGLISH
 

@@ -30,8 +30,8 @@ from langmem_trpc import (
 from langmem_trpc.backends.sqlite import MIGRATIONS, SQLiteMemoryService
 from langmem_trpc.backends.sqlite._keyword import scope_prefix, scoped
 from langmem_trpc.backends.sqlite._scoring import score_candidates
-from langmem_trpc.service._bm25 import CorpusStats, KeywordDoc, QueryTerms, keyword_score
-from langmem_trpc.service._documents import fts_document, keyword_doc, topics_document
+from langmem_trpc.service.bm25 import CorpusStats, KeywordDoc, QueryTerms, keyword_score
+from langmem_trpc.service.documents import fts_document, keyword_doc, topics_document
 from langmem_trpc.testing import HashingEmbeddings
 from langmem_trpc.testing.conformance import MemoryServiceConformance
 
@@ -342,12 +342,12 @@ def test_fingerprint_migration_recomputes_ambiguous_rows(tmp_path, monkeypatch):
     """Rows stored under the old participants encoding: after the migration, adding
     their content again refreshes them instead of creating a second memory, and a
     list that only looked the same stays a different memory."""
-    from langmem_trpc.service import _plans
+    from langmem_trpc.service import plans
 
     path = tmp_path / "m.db"
     with monkeypatch.context() as m:
-        m.setattr(_plans, "fingerprint", legacy_fingerprint)
-        m.setattr(_plans, "check_new_memory_id", str)  # chosen ids took any string then
+        m.setattr(plans, "fingerprint", legacy_fingerprint)
+        m.setattr(plans, "check_new_memory_id", str)  # chosen ids took any string then
         svc = SQLiteMemoryService(path)
         comma = svc.add(ALICE, "Met for lunch", participants=["Smith, John"])
         plain = svc.add(ALICE, "Plain memory", participants=["Ana", "Bob"])

@@ -13,7 +13,7 @@ import pytest
 from langmem_trpc import InMemoryMemoryService, Limits, SearchOptions, UserKey
 from langmem_trpc.backends.sqlite import SQLiteMemoryService
 from langmem_trpc.backends.sqlite._postings import KeywordIndex
-from langmem_trpc.service._bm25 import CorpusStats, KeywordDoc, QueryTerms, keyword_score
+from langmem_trpc.service.bm25 import CorpusStats, KeywordDoc, QueryTerms, keyword_score
 from langmem_trpc.testing import HashingEmbeddings
 from langmem_trpc.testing.conformance import MemoryServiceConformance
 

@@ -21,7 +21,7 @@ from langmem_trpc.extraction.policies import apply_policy, preserve_history
 from langmem_trpc.extraction.reconcile import PROBE_OPTIONS, merge_similar
 from langmem_trpc.extraction.signals import change_marker, state_change
 from langmem_trpc.extraction.supersede import judge
-from langmem_trpc.service._language import language
+from langmem_trpc.service.language import language
 
 USER = UserKey("app", "u")
 ALL = frozenset({Action.ADD, Action.UPDATE, Action.DELETE})

@@ -24,8 +24,8 @@ from langgraph.store.memory import InMemoryStore
 
 from langmem_trpc import InMemoryMemoryService, MemoryStore, UserKey
 from langmem_trpc.errors import CapacityExceededError, InvalidMemoryError, NamespaceAccessError
-from langmem_trpc.service._core import Limits
 from langmem_trpc.service.protocol import MemoryService
+from langmem_trpc.service.rules import Limits
 from langmem_trpc.testing import HashingEmbeddings, ScriptedChatModel, tool_call
 from langmem_trpc.testing._wrap import DelegatingService
 from langmem_trpc.types import Operation, SearchOptions

@@ -1,6 +1,6 @@
 """A memory cannot forge a delimiter, a field or another memory in a prompt (#31.11).
 
-Three holes of the renderer (service/_render.py): look-alike letters outside its old
+Three holes of the renderer (render.py): look-alike letters outside its old
 hand-written table (now generated from Unicode's confusables data, UTS #39), the
 unquoted meta part (a location "Paris; kind=fact" added a field) and a caller-chosen
 id that closed its brackets. The fuzzer builds delimiter phrases from every look-alike
@@ -18,10 +18,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from langmem_trpc import InMemoryMemoryService, UserKey
+from langmem_trpc._confusables import LOOKALIKES
 from langmem_trpc.errors import InvalidMemoryError
 from langmem_trpc.integration.preload import BLOCK_BEGIN, BLOCK_END, render_block
-from langmem_trpc.service._confusables import LOOKALIKES
-from langmem_trpc.service._render import MARKER_REPLACEMENT, defuse, field, memory_line
+from langmem_trpc.render import MARKER_REPLACEMENT, defuse, field, memory_line
 from langmem_trpc.types import MEMORY_ID_PATTERN
 
 USER = UserKey("app", "alice")

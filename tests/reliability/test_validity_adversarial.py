@@ -15,9 +15,9 @@ import pytest
 
 from langmem_trpc import InMemoryMemoryService, UserKey
 from langmem_trpc.errors import InvalidInputError, LangmemTrpcError, MemoryConflictError
-from langmem_trpc.service._core import MemoryPatch
-from langmem_trpc.service._plans import update as update_plan
+from langmem_trpc.service.plans import update as update_plan
 from langmem_trpc.service.protocol import MemoryService
+from langmem_trpc.service.rules import MemoryPatch
 from langmem_trpc.testing import HashingEmbeddings
 from langmem_trpc.transfer import checked_records, export_lines, import_record
 from langmem_trpc.types import SearchOptions
@@ -189,7 +189,7 @@ def test_keyed_memory_supersede_keeps_its_key_current(svc: MemoryService) -> Non
 
 
 def test_capacity_eviction_does_not_break_a_chain() -> None:
-    from langmem_trpc.service._core import Limits
+    from langmem_trpc.service.rules import Limits
 
     svc = InMemoryMemoryService(
         embeddings=HashingEmbeddings(), limits=Limits(capacity=3, on_capacity="evict")

@@ -18,7 +18,7 @@ from langmem_trpc import (
     UserKey,
 )
 from langmem_trpc.backends.sqlite import MIGRATIONS
-from langmem_trpc.service._language import ENGLISH, Language, language, resolve_language
+from langmem_trpc.service.language import ENGLISH, Language, language, resolve_language
 
 ALICE = UserKey("lang", "alice")
 HIKE = "Wir wanderten in den Bergen"

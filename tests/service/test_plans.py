@@ -1,5 +1,5 @@
 """The write plans' own construction of entries, history events and ids, and the steps an
-add makes (`service/_plans.py`)."""
+add makes (`service/plans.py`)."""
 
 from __future__ import annotations
 
@@ -19,14 +19,14 @@ from langmem_trpc import (
     UserKey,
 )
 from langmem_trpc.backends.sqlite import SQLiteMemoryService
-from langmem_trpc.service import _core, _plans, steps
+from langmem_trpc.service import plans, rules, steps
 
 AT = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 
 
 def test_new_entry_is_the_model_construct_entry() -> None:
     memory = Memory(text="likes tea", topics=["drinks"])
-    entry = _plans._new_entry(UserKey("app", "u"), "m1", memory, AT)
+    entry = plans._new_entry(UserKey("app", "u"), "m1", memory, AT)
     twin = Entry.model_construct(
         id="m1",
         app_name="app",
@@ -44,7 +44,7 @@ def test_new_entry_is_the_model_construct_entry() -> None:
 
 def test_event_is_the_model_construct_event() -> None:
     source = Source(actor="tester")
-    event = _plans._event("m1", Operation.UPDATE, "old", "new", source, AT)
+    event = plans._event("m1", Operation.UPDATE, "old", "new", source, AT)
     twin = HistoryEvent.model_construct(
         memory_id="m1",
         operation=Operation.UPDATE,
@@ -63,9 +63,9 @@ def test_a_new_add_makes_one_fingerprint_lookup() -> None:
 
     def execute(step: steps.Step) -> object:
         seen.append(type(step).__name__)
-        return [None] if isinstance(step, steps.Embed) else AT if step is _plans.NOW else None
+        return [None] if isinstance(step, steps.Embed) else AT if step is plans.NOW else None
 
-    entry = steps.drive(_plans.add(user, "likes tea", limits=Limits(capacity=None)), execute)
+    entry = steps.drive(plans.add(user, "likes tea", limits=Limits(capacity=None)), execute)
     assert entry.created_at == AT
     assert seen == ["Embed", "LockUser", "FindByFingerprint", "Now", "Insert", "RecordHistory"]
 
@@ -87,7 +87,7 @@ def test_an_add_merges_into_the_live_row_before_reviving_a_deleted_twin(backend:
 
 
 def test_new_memory_ids_are_random_version_4_uuids_as_hex() -> None:
-    ids = [_core.new_memory_id() for _ in range(200)] + _core.new_memory_ids(200)
+    ids = [rules.new_memory_id() for _ in range(200)] + rules.new_memory_ids(200)
     assert len(set(ids)) == 400
     for memory_id in ids:
         parsed = uuid.UUID(memory_id)

@@ -13,7 +13,7 @@ from langmem_trpc import InMemoryMemoryService, UserKey
 from langmem_trpc.extraction.ops import Action
 from langmem_trpc.extraction.prompts import render_system_prompt
 from langmem_trpc.integration.preload import BLOCK_BEGIN, BLOCK_END, render_block
-from langmem_trpc.service._render import defuse, memory_line, one_line, skeleton
+from langmem_trpc.render import defuse, memory_line, one_line, skeleton
 
 USER = UserKey("app", "alice")
 LINE_BREAKS = ["\n", "\r", "\r\n", "\u2028", "\u2029", "\u0085", "\u000b", "\u000c", "\x1e"]

@@ -7,10 +7,10 @@ from typing import get_args
 
 import pytest
 
+from langmem_trpc.backends.memory.service import _Run
 from langmem_trpc.backends.postgres._plans import SqlSteps
 from langmem_trpc.backends.sqlite._executor import SQLiteRun
 from langmem_trpc.service import steps
-from langmem_trpc.service.memory import _Run
 
 
 def _method(step: type) -> str:

@@ -21,7 +21,7 @@ from langmem_trpc import (
     UserKey,
 )
 from langmem_trpc.errors import InvalidInputError
-from langmem_trpc.service import _core, _plans, steps, validity
+from langmem_trpc.service import plans, rules, steps, validity
 from langmem_trpc.service.steps import Plan
 
 T = TypeVar("T")
@@ -140,8 +140,8 @@ def test_a_keyed_memory_superseded_gets_an_unkeyed_new_version() -> None:
         svc.update(ALICE, keyed.id, "Runs Go 1.24", supersede=True)
     assert refused.value.field == "supersede"
     assert svc.read(ALICE, include_superseded=True) == [keyed]  # nothing written
-    patch = _core.MemoryPatch("Runs Go 1.24")  # MemoryStore's path: it follows the link
-    plan = _plans.update(
+    patch = rules.MemoryPatch("Runs Go 1.24")  # MemoryStore's path: it follows the link
+    plan = plans.update(
         ALICE, keyed.id, patch, limits=svc.limits, supersede=True, keyed_versions=True
     )
     new = svc.run_plan(plan)
@@ -187,14 +187,14 @@ def _entry(**fields: Any) -> Entry:
 
 def test_check_validity_compares_only_against_a_known_start() -> None:
     # an update's (no start); a bare date as the end means through that day
-    assert _core.check_validity(None, "2024-05-01") == (None, T0 + DAY)
-    assert _core.check_validity(None, "2024-05-01T00:00") == (None, T0)
+    assert rules.check_validity(None, "2024-05-01") == (None, T0 + DAY)
+    assert rules.check_validity(None, "2024-05-01T00:00") == (None, T0)
     with pytest.raises(InvalidTimeError) as info:
-        _core.check_validity("2024-05-02", "2024-05-01")
+        rules.check_validity("2024-05-02", "2024-05-01")
     assert info.value.field == "valid_until"
     with pytest.raises(InvalidTimeError):
-        _core.check_validity(None, T0, start=T0)
-    assert _core.check_validity(None, None) == (None, None)
+        rules.check_validity(None, T0, start=T0)
+    assert rules.check_validity(None, None) == (None, None)
 
 
 def test_an_old_export_gets_its_start_from_a_zone_less_event_time() -> None:

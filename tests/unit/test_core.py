@@ -4,7 +4,7 @@ from datetime import datetime, timezone
 import pytest
 
 from langmem_trpc.errors import InvalidMemoryError
-from langmem_trpc.service._core import Limits, MemoryPatch, build_memory, fingerprint, memory_from
+from langmem_trpc.service.rules import Limits, MemoryPatch, build_memory, fingerprint, memory_from
 from langmem_trpc.types import Kind
 
 LIMITS = Limits()
@@ -56,7 +56,7 @@ def test_fingerprint_is_unambiguous_for_commas_and_separators():
 
 
 def test_metadata_is_normalised_to_json_values():
-    from langmem_trpc.service._core import check_metadata
+    from langmem_trpc.service.rules import check_metadata
 
     when = datetime(2024, 5, 1, tzinfo=timezone.utc)
     assert check_metadata({"t": when, "p": (1, "x")}) == {"t": when.isoformat(), "p": [1, "x"]}
@@ -97,7 +97,7 @@ def test_lone_surrogates_and_nul_bytes_are_rejected_by_field(field):
 
 
 def test_memory_from_holds_prebuilt_memories_to_the_same_limits():
-    from langmem_trpc.service._core import memory_from
+    from langmem_trpc.service.rules import memory_from
     from langmem_trpc.types import Memory
 
     assert memory_from("  Likes tea ", limits=LIMITS).text == "Likes tea"
@@ -122,6 +122,6 @@ def test_memory_from_a_plain_text_still_rejects_bad_text(text):
 
 
 def test_embedding_text_is_the_text_alone():
-    from langmem_trpc.service._core import embedding_text
+    from langmem_trpc.service.rules import embedding_text
 
     assert embedding_text("I went to a support group") == "I went to a support group"

@@ -1,11 +1,11 @@
-"""Stored token documents (`service/_documents.py`) score like the text they came from."""
+"""Stored token documents (`service/documents.py`) score like the text they came from."""
 
 from __future__ import annotations
 
 import random
 
-from langmem_trpc.service._bm25 import CorpusStats, KeywordDoc, QueryTerms, keyword_score
-from langmem_trpc.service._documents import fts_document, keyword_doc, topics_document
+from langmem_trpc.service.bm25 import CorpusStats, KeywordDoc, QueryTerms, keyword_score
+from langmem_trpc.service.documents import fts_document, keyword_doc, topics_document
 
 TEXTS = [
     ("Production runs Go 1.23 on Kubernetes", ["ops", "go"]),

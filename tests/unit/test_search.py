@@ -2,7 +2,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from langmem_trpc.service._search import (
+from langmem_trpc.service.search import (
     CorpusStats,
     KeywordDoc,
     Legs,
@@ -76,7 +76,7 @@ def test_keyword_score_is_bm25_ordered():
 
 
 def test_relevance_is_the_idf_share_and_strictly_increasing():
-    from langmem_trpc.service._bm25 import RELEVANCE_KNEE, relevance
+    from langmem_trpc.service.bm25 import RELEVANCE_KNEE, relevance
 
     assert relevance(0.5, 1.0) == 0.5
     assert relevance(RELEVANCE_KNEE, 1.0) == pytest.approx(RELEVANCE_KNEE)
@@ -367,7 +367,7 @@ def test_session_context_lifts_turns_of_the_best_session():
 
 
 def test_query_periods_reads_absolute_dates_only():
-    from langmem_trpc.service._periods import Period, query_periods
+    from langmem_trpc.service.periods import Period, query_periods
 
     assert query_periods("What did she paint in July 2023?") == [Period(2023, 7, None)]
     assert query_periods("What did he say on 3 June, 2023?") == [Period(2023, 6, 3)]
@@ -471,7 +471,7 @@ def test_the_when_and_time_cues_come_from_the_given_language():
     English (no German words) leave the vector order."""
     import re
 
-    from langmem_trpc.service._language import ENGLISH, Language, language
+    from langmem_trpc.service.language import ENGLISH, Language, language
 
     german = Language(
         name="german",
@@ -505,9 +505,9 @@ def test_the_when_and_time_cues_come_from_the_given_language():
 def _decomposed_by_full_tokenisation(fused, best, query, weight, k):
     """The reference: every candidate fully tokenised (`KeywordDoc.build`), each
     sub-query scored over all of them, as decomposition was first written."""
-    from langmem_trpc.service._documents import keys_of
-    from langmem_trpc.service._language import ENGLISH
-    from langmem_trpc.service._search import _named_participants, _sub_queries
+    from langmem_trpc.service.documents import keys_of
+    from langmem_trpc.service.language import ENGLISH
+    from langmem_trpc.service.search import _named_participants, _sub_queries
 
     docs = {key: KeywordDoc.build(e.memory.text, keys_of(e.memory)) for key, (e, _) in best.items()}
     stats = CorpusStats.from_docs(docs.values())
@@ -534,8 +534,8 @@ def _decomposed_by_full_tokenisation(fused, best, query, weight, k):
 def test_decomposition_equals_scoring_fully_tokenised_candidates(query, k):
     """Decomposition tokenises each candidate once, counting only the sub-queries' terms;
     its votes equal those of the fully tokenised pool, to the last bit."""
-    from langmem_trpc.service._language import ENGLISH
-    from langmem_trpc.service._search import _decomposed
+    from langmem_trpc.service.language import ENGLISH
+    from langmem_trpc.service.search import _decomposed
     from langmem_trpc.types import FusionSettings
 
     texts = [
@@ -585,7 +585,7 @@ def test_rrf_ranks_share_exactly_when_scores_agree_to_six_decimals():
     rounding every clipped score (a reference written out here)."""
     import random
 
-    from langmem_trpc.service._search import RANK_TIE_DIGITS, _rrf_with_ties
+    from langmem_trpc.service.search import RANK_TIE_DIGITS, _rrf_with_ties
 
     rng = random.Random(3)
     base = [1.2, 1.0, 0.9999996, 0.99999949, 0.5, 0.5, 0.5000004, 0.4999996, 0.3, -0.1]
@@ -607,7 +607,7 @@ def test_rrf_ranks_share_exactly_when_scores_agree_to_six_decimals():
 def test_the_plan_names_every_fetch_up_front():
     """`plan_search` is a plain value: the kind fallback's unfiltered fetch is planned
     with the kind's, and a blank query plans none."""
-    from langmem_trpc.service._search import SearchPlan, plan_search
+    from langmem_trpc.service.search import SearchPlan, plan_search
 
     fallback = SearchOptions(query="q", kind=Kind.EPISODE, kind_fallback=True, max_results=5)
     assert plan_search(fallback) == SearchPlan((Kind.EPISODE, None), 100, None)
@@ -621,7 +621,7 @@ def test_the_plan_names_every_fetch_up_front():
 def test_rank_is_a_pure_function_of_the_plan_and_the_fetched_legs():
     """Ranking the same fetched legs twice gives the same hits, and the fallback's legs
     are merged after the wanted kind's when it ranks fewer than 3."""
-    from langmem_trpc.service._search import plan_search, rank_search
+    from langmem_trpc.service.search import plan_search, rank_search
 
     ep, f1, f2 = entry("e", "alpha", Kind.EPISODE), entry("f1", "alpha"), entry("f2", "alpha")
     options = SearchOptions(query="alpha", kind=Kind.EPISODE, kind_fallback=True, hybrid=False)
@@ -638,7 +638,7 @@ def test_rank_is_a_pure_function_of_the_plan_and_the_fetched_legs():
 def test_a_keyword_scorer_equals_keyword_score_and_stats_keep_no_memo():
     from dataclasses import fields
 
-    from langmem_trpc.service._bm25 import KeywordScorer
+    from langmem_trpc.service.bm25 import KeywordScorer
 
     docs = [KeywordDoc.build(t, []) for t in CORPUS]
     stats = CorpusStats.from_docs(docs)
@@ -655,7 +655,7 @@ def test_a_keyword_scorer_equals_keyword_score_and_stats_keep_no_memo():
 
 
 def test_time_mentions_are_bounded_and_belong_to_their_owner():
-    from langmem_trpc.service._periods import TimeMentions, says_time
+    from langmem_trpc.service.periods import TimeMentions, says_time
 
     first, second = TimeMentions(max_texts=2), TimeMentions(max_texts=2)
     texts = ["We met yesterday", "I like tea", "Back in 2021", "On Sunday"]

@@ -1,7 +1,6 @@
 import pytest
 
 from langmem_trpc.errors import ConfigurationError
-from langmem_trpc.service._language import language
 from langmem_trpc.service._text import (
     cjk_trigrams,
     normalize_text,
@@ -9,6 +8,7 @@ from langmem_trpc.service._text import (
     search_tokens,
     token_jaccard,
 )
+from langmem_trpc.service.language import language
 
 
 def test_latin_tokens_are_snowball_stemmed():

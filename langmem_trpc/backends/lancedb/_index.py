@@ -18,13 +18,13 @@ from datetime import datetime
 
 import numpy as np
 
-from ...service._bm25 import CorpusStats, KeywordDoc, QueryTerms
-from ...service._core import is_expired
-from ...service._documents import keys_of
-from ...service._language import Language
-from ...service.memory import _Row, _UserData
+from ...service.bm25 import CorpusStats, KeywordDoc, QueryTerms
+from ...service.documents import keys_of
+from ...service.language import Language
+from ...service.rules import is_expired
 from ...service.validity import CURRENT, View
 from ...types import Entry
+from ..memory.service import _Row, _UserData
 
 Hits = list[tuple[Entry, KeywordDoc]]
 

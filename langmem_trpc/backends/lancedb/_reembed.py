@@ -32,7 +32,6 @@ import numpy as np
 import pyarrow as pa
 
 from ...errors import ConfigurationError
-from ...service._core import embedding_text
 from ...service.identity import EmbedderIdentity, identify
 from ...service.reembed import (
     ProgressCallback,
@@ -41,6 +40,7 @@ from ...service.reembed import (
     ReembedReport,
     estimate_tokens,
 )
+from ...service.rules import embedding_text
 from ...types import UserKey
 from . import _identity
 from ._records import memories_of

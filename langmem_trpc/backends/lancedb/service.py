@@ -31,12 +31,18 @@ import pyarrow as pa
 
 from ...errors import ConfigurationError
 from ...registry import build_service, split_url
-from ...service import _search as ks
 from ...service import claims as c
+from ...service import search as ks
 from ...service import steps as s
 from ...service import validity
-from ...service._bm25 import QueryTerms
-from ...service._core import (
+from ...service.bm25 import QueryTerms
+from ...service.capabilities import Capability
+from ...service.identity import EmbedderIdentity, identify
+from ...service.info import StoreInfo
+from ...service.language import Language
+from ...service.model_lock import ModelLock
+from ...service.reembed import DEFAULT_BATCH, ProgressCallback, ReembedPlan, ReembedReport
+from ...service.rules import (
     Limits,
     check_app_filter,
     check_memory_id,
@@ -44,15 +50,9 @@ from ...service._core import (
     resolve_options,
     utcnow,
 )
-from ...service._language import Language
-from ...service.capabilities import Capability
-from ...service.identity import EmbedderIdentity, identify
-from ...service.info import StoreInfo
-from ...service.memory import InMemoryMemoryService, _Row, _UserData, unit_vector
-from ...service.model_lock import ModelLock
-from ...service.reembed import DEFAULT_BATCH, ProgressCallback, ReembedPlan, ReembedReport
 from ...service.steps import Plan
 from ...types import DeadLetter, Entry, ExtractionCursor, HistoryEvent, Kind, SearchOptions, UserKey
+from ..memory.service import InMemoryMemoryService, _Row, _UserData, unit_vector
 from ..sqlite._scoring import score_candidates
 from . import _identity, _reembed
 from ._index import _User

@@ -15,7 +15,11 @@ from weakref import WeakKeyDictionary, WeakSet
 
 from ...errors import ConfigurationError
 from ...service import steps, validity
-from ...service._core import (
+from ...service.identity import EmbedderIdentity
+from ...service.language import Language, resolve_language
+from ...service.model_lock import ModelLock
+from ...service.periods import TimeMentions
+from ...service.rules import (
     Limits,
     check_app_filter,
     check_expiry,
@@ -24,10 +28,6 @@ from ...service._core import (
     check_user,
     resolve_options,
 )
-from ...service._language import Language, resolve_language
-from ...service._periods import TimeMentions
-from ...service.identity import EmbedderIdentity
-from ...service.model_lock import ModelLock
 from ...types import Entry, HistoryEvent, SearchOptions, UserKey
 from . import _expiry, _identity, _plans, _sql
 from ._cache import MAX_ENTRIES, EntryCache
@@ -186,7 +186,7 @@ class PostgresBase:
         vectors: Sequence[Sequence[float]] | None = None,
         indexed: bool = True,
     ) -> Plan[T]:
-        """A shared write plan (`service/_plans.py`) as SQL (run in one transaction)."""
+        """A shared write plan (`service/plans.py`) as SQL (run in one transaction)."""
         options = _plans.WriteOptions(self._embeddings is not None, self.language, vectors, indexed)
         if self._identity is None or self._embeddings is None:
             return _plans.write(plan, options)

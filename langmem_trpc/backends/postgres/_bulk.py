@@ -21,8 +21,8 @@ import numpy as np
 from pgvector import Vector
 from psycopg.types.json import Jsonb
 
-from ...service._documents import keys_of
-from ...service._language import Language
+from ...service.documents import keys_of
+from ...service.language import Language
 from ...service.steps import Insert, NewRow, RecordHistory, Step
 from ...types import Operation, UserKey
 from . import _sql

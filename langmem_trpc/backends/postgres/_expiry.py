@@ -1,7 +1,7 @@
 """Memory expiry on PostgreSQL (`expires_at`, for MemoryStore's TTL): its own SQL and plans.
 
 `expires_at` is core migration 11's column (NULL: never). Reads hide an
-expired row in Python (`service._core.unexpired`); the sweep finds them by the
+expired row in Python (`service.rules.unexpired`); the sweep finds them by the
 partial index `langmem_memories_expiring`. Setting an expiry changes no
 content, `updated_at` or history, but it does make a new row version, so
 cached entries are rebuilt.
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from ...service._core import utcnow
+from ...service.rules import utcnow
 from ...types import UserKey
 from . import _sql
 from ._ops import Plan, Sql

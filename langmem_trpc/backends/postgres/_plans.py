@@ -15,11 +15,11 @@ from typing import TypeVar, assert_never, cast
 
 from ...errors import ConfigurationError
 from ...service import steps
-from ...service._core import stored_fingerprint, unexpired, utcnow
-from ...service._documents import memory_keys
-from ...service._language import ENGLISH, Language
-from ...service._periods import TimeMentions
-from ...service._search import (
+from ...service.documents import memory_keys
+from ...service.language import ENGLISH, Language
+from ...service.periods import TimeMentions
+from ...service.rules import stored_fingerprint, unexpired, utcnow
+from ...service.search import (
     DEFAULT_MIN_SCORE,
     Legs,
     SearchPlan,
@@ -52,7 +52,7 @@ class WriteOptions:
 
 
 def write(plan: steps.Plan[T], options: WriteOptions) -> Plan[T]:
-    """Run a shared write plan (`service/_plans.py`) as SQL: each abstract step
+    """Run a shared write plan (`service/plans.py`) as SQL: each abstract step
     becomes the statements of its `SqlSteps` method, in the one transaction the
     driver opens.
 

@@ -38,7 +38,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ...errors import ConfigurationError
-from ...service._core import embedding_text
 from ...service.identity import EmbedderIdentity, identify
 from ...service.reembed import (
     ProgressCallback,
@@ -47,6 +46,7 @@ from ...service.reembed import (
     ReembedReport,
     estimate_tokens,
 )
+from ...service.rules import embedding_text
 from ...types import UserKey
 from . import _identity, _sql
 from ._bulk import _Binary

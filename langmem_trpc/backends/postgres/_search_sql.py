@@ -14,10 +14,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from ...service._bm25 import CorpusStats, KeywordDoc, KeywordScorer, QueryTerms
-from ...service._core import utcnow
-from ...service._documents import keys_of, keyword_doc
-from ...service._language import ENGLISH, Language
+from ...service.bm25 import CorpusStats, KeywordDoc, KeywordScorer, QueryTerms
+from ...service.documents import keys_of, keyword_doc
+from ...service.language import ENGLISH, Language
+from ...service.rules import utcnow
 from ...service.validity import view_of
 from ...types import Entry, Kind, SearchOptions, UserKey
 from ._sql import Params, Row, user_params, vector_param, view_name, view_params

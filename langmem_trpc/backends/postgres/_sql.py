@@ -13,8 +13,8 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from ...service._documents import fts_document, keys_of, topics_document
-from ...service._language import Language
+from ...service.documents import fts_document, keys_of, topics_document
+from ...service.language import Language
 from ...service.steps import RecordHistory
 from ...service.validity import View
 from ...types import Entry, HistoryEvent, Kind, Memory, Operation, Source, UserKey

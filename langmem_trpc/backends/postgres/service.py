@@ -9,10 +9,10 @@ from datetime import datetime
 from typing import Any, TypeVar, cast
 
 from ...errors import InvalidMemoryError
-from ...service import _plans as write_plans
-from ...service._core import check_user
+from ...service import plans as write_plans
 from ...service.capabilities import Capability
 from ...service.protocol import MemoryService
+from ...service.rules import check_user
 from ...types import Entry, HistoryEvent, Memory, SearchOptions, Source, UserKey
 from . import _bulk
 from ._ops import Op, Plan

@@ -13,10 +13,10 @@ from psycopg.rows import dict_row
 from psycopg.types import TypeInfo
 from psycopg_pool import ConnectionPool
 
-from ...service._core import check_user
 from ...service.claims import ClaimOp
 from ...service.info import StoreInfo
 from ...service.reembed import DEFAULT_BATCH, ProgressCallback, ReembedPlan, ReembedReport
+from ...service.rules import check_user
 from ...service.steps import Plan
 from ...types import UserKey
 from . import _claims, _identity

@@ -24,7 +24,7 @@ from typing import Literal, TypeVar
 from urllib.parse import quote
 
 from ...errors import BackendError, ConfigurationError
-from ...service._language import ENGLISH, Language
+from ...service.language import ENGLISH, Language
 from ._keyword import register_functions, scope_prefix_v1
 from ._sql import CREATE_MIGRATIONS_TABLE, MIGRATIONS, stored_fingerprint
 

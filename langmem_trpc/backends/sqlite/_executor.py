@@ -1,4 +1,4 @@
-"""The SQLite step executor: runs the shared write plans (`service/_plans.py`).
+"""The SQLite step executor: runs the shared write plans (`service/plans.py`).
 
 Steps before `LockUser` run one at a time (reads in their own read
 transaction, embedding with no transaction open); from `LockUser` on, the rest
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from ...errors import BackendError
 from ...service import steps
-from ...service._documents import memory_keys, topics_document
+from ...service.documents import memory_keys, topics_document
 from ...service.steps import Plan
 from ...types import UserKey
 from . import _sql as sql

@@ -1,7 +1,7 @@
 """Memory expiry on SQLite (`expires_at`, for MemoryStore's TTL): its own SQL and methods.
 
 `expires_at` is integer microseconds (UTC) like every other time, NULL for never.
-Reads hide an expired row in Python (`service._core.unexpired`); the sweep's query
+Reads hide an expired row in Python (`service.rules.unexpired`); the sweep's query
 uses migration 7's partial index.
 """
 
@@ -11,7 +11,7 @@ import sqlite3
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from ...service._core import (
+from ...service.rules import (
     check_expiry,
     check_memory_id,
     check_read_limit,

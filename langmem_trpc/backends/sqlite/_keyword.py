@@ -14,8 +14,8 @@ import json
 import sqlite3
 from collections.abc import Iterable
 
-from ...service._documents import fts_document, memory_keys, topics_document
-from ...service._language import ENGLISH, Language
+from ...service.documents import fts_document, memory_keys, topics_document
+from ...service.language import ENGLISH, Language
 from ...types import UserKey
 
 

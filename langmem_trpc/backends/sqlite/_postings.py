@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from ...service._bm25 import CorpusStats, QueryTerms, bm25_term, length_norm, relevance
+from ...service.bm25 import CorpusStats, QueryTerms, bm25_term, length_norm, relevance
 from ...types import Kind, UserKey
 from . import _sql as sql
 from ._rows import user_state

@@ -15,12 +15,12 @@ from typing import Any
 
 import numpy as np
 
-from ...service._bm25 import CorpusStats, KeywordDoc, KeywordScorer, QueryTerms, loose_text
-from ...service._core import utcnow
-from ...service._documents import keyword_doc, memory_keys
-from ...service._language import ENGLISH, Language
-from ...service._periods import TimeMentions
-from ...service._search import Legs, execute_search
+from ...service.bm25 import CorpusStats, KeywordDoc, KeywordScorer, QueryTerms, loose_text
+from ...service.documents import keyword_doc, memory_keys
+from ...service.language import ENGLISH, Language
+from ...service.periods import TimeMentions
+from ...service.rules import utcnow
+from ...service.search import Legs, execute_search
 from ...service.validity import view_of
 from ...types import Entry, Kind, SearchOptions, UserKey
 from . import _sql as sql

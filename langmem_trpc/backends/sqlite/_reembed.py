@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ...errors import ConfigurationError
-from ...service._core import embedding_text
 from ...service.identity import EmbedderIdentity, identify
 from ...service.reembed import (
     ProgressCallback,
@@ -34,6 +33,7 @@ from ...service.reembed import (
     ReembedReport,
     estimate_tokens,
 )
+from ...service.rules import embedding_text
 from ...types import UserKey
 from . import _identity
 

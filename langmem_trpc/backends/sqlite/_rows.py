@@ -10,8 +10,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ...service._documents import fts_document, keys_of, topics_document
-from ...service._language import Language
+from ...service.documents import fts_document, keys_of, topics_document
+from ...service.language import Language
 from ...service.steps import Keep
 from ...types import Entry, Memory, UserKey
 from . import _sql as sql

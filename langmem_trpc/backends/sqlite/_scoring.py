@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ...service._bm25 import (
+from ...service.bm25 import (
     CorpusStats,
     KeywordDoc,
     QueryTerms,

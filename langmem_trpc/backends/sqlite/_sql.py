@@ -13,8 +13,8 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from ...errors import InvalidMemoryError
-from ...service import _core
-from ...service._core import checked_model
+from ...service import rules
+from ...service.rules import checked_model
 from ...types import Entry, HistoryEvent, Kind, Memory, Operation, Source
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
@@ -166,7 +166,7 @@ MIGRATIONS: list[tuple[str, ...]] = [
     ),
     # 5: fingerprints of rows whose participants, location or explicit id could be
     # read two ways (a participant holding a comma, U+001F anywhere) are
-    # recomputed in the unambiguous encoding (`service._core.fingerprint`, through
+    # recomputed in the unambiguous encoding (`service.rules.fingerprint`, through
     # lm_fingerprint), so adding their content again finds them. Every other
     # row's fingerprint is the same in both encodings and is left alone.
     (
@@ -522,7 +522,7 @@ def stored_fingerprint(
     explicit_id: str | None,
 ) -> bytes:
     """SQL `lm_fingerprint` (migration 5): the fingerprint of a row's columns."""
-    fp = _core.stored_fingerprint(
+    fp = rules.stored_fingerprint(
         text, kind, from_us(event_time), _json(participants), location, explicit_id
     )
     return bytes.fromhex(fp)

@@ -21,7 +21,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
-from ...service._core import (
+from ...service.capabilities import Capability
+from ...service.identity import identify
+from ...service.info import StoreInfo
+from ...service.language import Language, resolve_language
+from ...service.model_lock import ModelLock
+from ...service.protocol import SyncMemoryService
+from ...service.reembed import DEFAULT_BATCH, ProgressCallback, ReembedPlan, ReembedReport
+from ...service.rules import (
     Limits,
     check_app_filter,
     check_memory_id,
@@ -32,13 +39,6 @@ from ...service._core import (
     unexpired,
     utcnow,
 )
-from ...service._language import Language, resolve_language
-from ...service.capabilities import Capability
-from ...service.identity import identify
-from ...service.info import StoreInfo
-from ...service.model_lock import ModelLock
-from ...service.protocol import SyncMemoryService
-from ...service.reembed import DEFAULT_BATCH, ProgressCallback, ReembedPlan, ReembedReport
 from ...service.steps import Plan
 from ...service.validity import check_view
 from ...types import Entry, HistoryEvent, SearchOptions, UserKey

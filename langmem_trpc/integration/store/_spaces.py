@@ -13,8 +13,8 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import datetime
 
-from ...service._core import utcnow
 from ...service.protocol import MemoryService
+from ...service.rules import utcnow
 from ...types import UserKey
 from ._values import namespace_of
 

@@ -22,9 +22,9 @@ from langgraph.store.base import (
 )
 
 from ...errors import InvalidInputError
-from ...service._core import MemoryPatch, build_memory
-from ...service._plans import update as update_plan
+from ...service.plans import update as update_plan
 from ...service.protocol import MemoryService
+from ...service.rules import MemoryPatch, build_memory
 from ...types import Entry, Source, UserKey
 from . import _read
 from ._access import access_for

@@ -19,7 +19,7 @@ from typing import Any
 
 from ..._time import OUT_OF_RANGE
 from ...errors import InvalidTimeError
-from ...service._core import utcnow
+from ...service.rules import utcnow
 from ...types import Entry
 from ._values import store_meta
 

@@ -23,7 +23,7 @@ from typing import Any
 from langgraph.store.base import Item, get_text_at_path
 
 from ...errors import InvalidInputError, InvalidMemoryError
-from ...service._core import Limits, build_memory
+from ...service.rules import Limits, build_memory
 from ...types import Entry, Kind
 from ..retriever import event_fields
 

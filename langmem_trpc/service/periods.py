@@ -1,6 +1,6 @@
 """Dates and months in queries and memory texts, per language: the periods a
 query names ("in July 2023", "on 3 June") and whether a text says a time. The
-search's time and "when" signals (`_search.py`) read them."""
+search's time and "when" signals (`search.py`) read them."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from datetime import datetime
 from functools import lru_cache
 from typing import NamedTuple
 
-from ._language import ENGLISH, Language
+from .language import ENGLISH, Language
 
 _ORD = r"(\d{1,2})(?:st|nd|rd|th)?"
 _Groups = tuple[int | None, int | None, int | None]

@@ -177,4 +177,4 @@ LOOKALIKES: dict[str, str] = {
     ),
 }
 """Each target (a-z, "=" and the punctuation of a memory line) and the characters that
-look like it; `_render.skeleton` folds them to it."""
+look like it; `render.skeleton` folds them to it."""

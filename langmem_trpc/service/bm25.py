@@ -1,7 +1,7 @@
 """The keyword leg's scorer, written once: BM25F over a memory's text and topics
 (Snowball-stemmed tokens, CJK trigrams), its absolute [0, 1] `relevance`, and
 the literal phrase fallback for queries without a scorable token. Every
-backend scores with these functions (`service/_search.py` re-exports them).
+backend scores with these functions (`service/search.py` re-exports them).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from typing import TypeVar
 import numpy as np
 
 from ..types import SearchOptions
-from ._language import ENGLISH, Language
 from ._text import cjk_trigrams, primary_tokens
+from .language import ENGLISH, Language
 
 BM25_K1 = 1.2
 BM25_B = 0.75

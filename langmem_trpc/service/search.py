@@ -1,5 +1,5 @@
 """Search semantics written once: RRF and its named signals, kind fallback, dedupe
-(the keyword scorer is `_bm25.py`; its types are re-exported here).
+(the keyword scorer is `bm25.py`; its types are re-exported here).
 
 A search is planned, then ranked. `plan_search` decides what to fetch (the
 kinds, each a vector leg and a keyword leg of `pool` candidates) as a plain
@@ -21,11 +21,11 @@ from itertools import chain
 from typing import NamedTuple
 
 from ..types import Entry, FusionSettings, Kind, SearchOptions
-from ._bm25 import CorpusStats, KeywordDoc, QueryTerms, keyword_score
-from ._documents import fts_document, keys_of, keyword_doc, topics_document
-from ._language import ENGLISH, Language
-from ._periods import query_periods, says_time
 from ._text import jaccard, primary_tokens, token_set
+from .bm25 import CorpusStats, KeywordDoc, QueryTerms, keyword_score
+from .documents import fts_document, keys_of, keyword_doc, topics_document
+from .language import ENGLISH, Language
+from .periods import query_periods, says_time
 
 Best = Mapping[str, tuple[Entry, float]]
 """Each fused candidate's entry and best leg score, by entry id."""
@@ -598,6 +598,28 @@ def exhausted(fetched: Iterable[Legs], pool: int, options: SearchOptions) -> boo
             if leg is not None and len(leg) >= pool and leg[-1][1] >= floor:
                 return False
     return True
+
+
+def needs_wider_pool(
+    results: Sequence[Entry], legs: Iterable[Legs], pool: int, options: SearchOptions
+) -> bool:
+    """Whether the full pool might rank differently than a narrow vector-only fetch
+    (`reads.Fetched.narrowed`, `pool` each) that came back full: when dedupe (or the
+    kind fallback's filters) left fewer than max_results, or when its farthest
+    candidate ties the last result (an unseen candidate could tie too, and win the
+    tie-break)."""
+    threshold = options.similarity_threshold
+    threshold = DEFAULT_MIN_SCORE if threshold is None else threshold
+    for leg in legs:
+        if leg.vector is None or len(leg.vector) < pool:
+            continue
+        farthest = leg.vector[-1][1]
+        if len(results) < options.max_results:
+            if farthest >= threshold:
+                return True
+        elif results and farthest >= (results[-1].score or 0.0):
+            return True
+    return False
 
 
 class Tiers:

@@ -18,9 +18,9 @@ from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 
 from ..types import Memory
-from ._bm25 import KeywordDoc
-from ._language import ENGLISH, Language
 from ._text import cjk_trigrams, primary_tokens
+from .bm25 import KeywordDoc
+from .language import ENGLISH, Language
 
 
 def fts_document(text: str, language: Language = ENGLISH) -> str:

@@ -36,7 +36,7 @@ from ..types import (
     canonical_topics,
     check_source,
 )
-from ._core import (
+from .rules import (
     Limits,
     MemoryPatch,
     build_memory,

@@ -1,17 +1,18 @@
-"""The `memory` entry point: `memory://` opens a fresh `InMemoryMemoryService`."""
+"""The in-memory reference backend: `InMemoryMemoryService`, and the `memory` entry
+point (`memory://` opens a fresh one)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ConfigurationError
-from ..registry import build_service, split_url
-from ..service.memory import InMemoryMemoryService
+from ...errors import ConfigurationError
+from ...registry import build_service, split_url
+from .service import InMemoryMemoryService
 
 if TYPE_CHECKING:
     from langchain_core.embeddings import Embeddings
 
-__all__ = ["open_backend"]
+__all__ = ["InMemoryMemoryService", "open_backend"]
 
 
 def open_backend(

@@ -15,10 +15,15 @@ from typing import TYPE_CHECKING, TypeVar, cast
 
 import numpy as np
 
-from ..types import Entry, HistoryEvent, Kind, Memory, SearchOptions, UserKey
-from . import steps, validity
-from ._bm25 import CorpusStats, KeywordDoc, KeywordScorer, QueryTerms
-from ._core import (
+from ...service import steps, validity
+from ...service.bm25 import CorpusStats, KeywordDoc, KeywordScorer, QueryTerms
+from ...service.capabilities import Capability
+from ...service.claims import ClaimOp, ClaimTable
+from ...service.documents import keys_of
+from ...service.language import Language, resolve_language
+from ...service.periods import TimeMentions
+from ...service.protocol import SyncMemoryService
+from ...service.rules import (
     Limits,
     check_app_filter,
     check_expiry,
@@ -29,14 +34,9 @@ from ._core import (
     resolve_options,
     utcnow,
 )
-from ._documents import keys_of
-from ._language import Language, resolve_language
-from ._periods import TimeMentions
-from ._search import Legs, execute_search, passes_time
-from .capabilities import Capability
-from .claims import ClaimOp, ClaimTable
-from .protocol import SyncMemoryService
-from .steps import Plan
+from ...service.search import Legs, execute_search, passes_time
+from ...service.steps import Plan
+from ...types import Entry, HistoryEvent, Kind, Memory, SearchOptions, UserKey
 
 if TYPE_CHECKING:
     from langchain_core.embeddings import Embeddings

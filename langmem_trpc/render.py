@@ -26,8 +26,8 @@ import json
 import re
 import unicodedata
 
-from ..types import MEMORY_ID_PATTERN, Entry
 from ._confusables import LOOKALIKES
+from .types import MEMORY_ID_PATTERN, Entry
 
 DELIMITER_WORDS: tuple[tuple[str, ...], ...] = (
     ("preloaded", "user", "memories"),
