@@ -3,13 +3,14 @@
 `MemoryService` is the port the write path, the LangGraph integration and
 the CLI talk to. Every method takes the caller's `UserKey` first and never
 reaches another user's rows. The write methods and the cursor, claim and
-dead-letter methods are defined here once, sync and async: each validates its
-arguments into a plan of `plans.py` (run by `run_plan`, the backend's step
-executor) or a `ClaimOp` of `claims.py` (run by `run_claim_op`), and its `a*`
-twin does the same through `arun_plan` / `arun_claim_op`. `SyncMemoryService`
+dead-letter methods and the reads are defined here once, sync and async: each
+validates its arguments into a write plan of `plans.py` (run by `run_plan`, the
+backend's step executor), a read plan of `reads.py` (run by `run_read`) or a
+`ClaimOp` of `claims.py` (run by `run_claim_op`), and its `a*` twin does the
+same through `arun_plan` / `arun_read` / `arun_claim_op`. `SyncMemoryService`
 is the base for backends whose driver is blocking (in-memory, SQLite,
-LanceDB): each of its `a*` twins runs the sync method (a subclass's override
-of it) in a worker thread (`asyncio.to_thread`), so the event loop never blocks.
+LanceDB): it runs those three in a worker thread (`asyncio.to_thread`), so the
+event loop never blocks.
 """
 
 from __future__ import annotations
@@ -737,46 +738,9 @@ class SyncMemoryService(MemoryService, ABC):
         """Async twin of `run_claim_op` (runs it in a worker thread)."""
         return await asyncio.to_thread(self.run_claim_op, op)
 
-    async def aget(self, user: UserKey, memory_id: str) -> Entry | None:
-        """Async twin of `get` (runs it in a worker thread)."""
-        return await asyncio.to_thread(self.get, user, memory_id)
-
-    async def aread(
-        self,
-        user: UserKey,
-        limit: int | None = None,
-        *,
-        as_of: datetime | str | None = None,
-        include_superseded: bool = False,
-    ) -> list[Entry]:
-        """Async twin of `read` (runs it in a worker thread)."""
-        if as_of is None and include_superseded is False:  # an override from before
-            return await asyncio.to_thread(self.read, user, limit)  # validity works too
-        return await asyncio.to_thread(
-            self.read, user, limit, as_of=as_of, include_superseded=include_superseded
-        )
-
-    async def adeleted(self, user: UserKey, limit: int | None = None) -> list[Entry]:
-        """Async twin of `deleted` (runs it in a worker thread)."""
-        return await asyncio.to_thread(self.deleted, user, limit)
-
-    async def asearch(
-        self, user: UserKey, query: str | None = None, options: SearchOptions | None = None
-    ) -> list[Entry]:
-        """Async twin of `search` (runs it in a worker thread)."""
-        return await asyncio.to_thread(self.search, user, query, options)
-
-    async def ahistory(self, user: UserKey, memory_id: str) -> list[HistoryEvent]:
-        """Async twin of `history` (runs it in a worker thread)."""
-        return await asyncio.to_thread(self.history, user, memory_id)
-
-    async def acount(self, user: UserKey) -> int:
-        """Async twin of `count` (runs it in a worker thread)."""
-        return await asyncio.to_thread(self.count, user)
-
-    async def ausers(self, app_name: str | None = None) -> list[UserKey]:
-        """Async twin of `users` (runs it in a worker thread)."""
-        return await asyncio.to_thread(self.users, app_name)
+    async def arun_read(self, plan: ReadPlan) -> Any:
+        """Async twin of `run_read` (runs it in a worker thread)."""
+        return await asyncio.to_thread(self.run_read, plan)
 
     async def aclose(self) -> None:
         """Async twin of `close` (runs it in a worker thread)."""
