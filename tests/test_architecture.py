@@ -120,11 +120,7 @@ def _private_part(name: str, package: str) -> str | None:
     return f"{package}.{first}" if first.startswith("_") and first != "__init__" else None
 
 
-BACKEND_PRIVATE_LEFT = {
-    # LanceDB scores with SQLite's batch scorer until the keyword scorer is one public
-    # module (issue 25, next part).
-    ("langmem_trpc.backends.lancedb.service", "langmem_trpc.backends.sqlite._scoring"),
-}
+BACKEND_PRIVATE_LEFT: set[tuple[str, str]] = set()
 
 
 def test_nothing_outside_a_backend_imports_its_private_modules():

@@ -29,8 +29,13 @@ from langmem_trpc import (
 )
 from langmem_trpc.backends.sqlite import MIGRATIONS, SQLiteMemoryService
 from langmem_trpc.backends.sqlite._keyword import scope_prefix, scoped
-from langmem_trpc.backends.sqlite._scoring import score_candidates
-from langmem_trpc.service.bm25 import CorpusStats, KeywordDoc, QueryTerms, keyword_score
+from langmem_trpc.service.bm25 import (
+    CorpusStats,
+    KeywordDoc,
+    QueryTerms,
+    keyword_score,
+    score_candidates,
+)
 from langmem_trpc.service.documents import fts_document, keyword_doc, topics_document
 from langmem_trpc.testing import HashingEmbeddings
 from langmem_trpc.testing.conformance import MemoryServiceConformance

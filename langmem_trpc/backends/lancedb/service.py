@@ -35,7 +35,7 @@ from ...service import claims as c
 from ...service import search as ks
 from ...service import steps as s
 from ...service import validity
-from ...service.bm25 import QueryTerms
+from ...service.bm25 import QueryTerms, score_candidates
 from ...service.capabilities import Capability
 from ...service.identity import EmbedderIdentity, identify
 from ...service.info import StoreInfo
@@ -53,7 +53,6 @@ from ...service.rules import (
 from ...service.steps import Plan
 from ...types import DeadLetter, Entry, ExtractionCursor, HistoryEvent, Kind, SearchOptions, UserKey
 from ..memory.service import InMemoryMemoryService, _Row, _UserData, unit_vector
-from ..sqlite._scoring import score_candidates
 from . import _identity, _reembed
 from ._index import _User
 from ._lock import DirectoryLock

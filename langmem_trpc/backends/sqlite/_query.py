@@ -15,7 +15,14 @@ from typing import Any
 
 import numpy as np
 
-from ...service.bm25 import CorpusStats, KeywordDoc, KeywordScorer, QueryTerms, loose_text
+from ...service.bm25 import (
+    CorpusStats,
+    KeywordDoc,
+    KeywordScorer,
+    QueryTerms,
+    loose_text,
+    score_candidates,
+)
 from ...service.documents import keyword_doc, memory_keys
 from ...service.language import ENGLISH, Language
 from ...service.periods import TimeMentions
@@ -27,7 +34,6 @@ from . import _sql as sql
 from ._keyword import match_any, scope_prefix
 from ._postings import Builder, KeywordIndex, KeywordIndexCache, Reader
 from ._rows import CONTENT_DOC, TEXT, TOPIC_DOC, TOPICS, Row, user_state
-from ._scoring import score_candidates
 from ._validity import Validity, conditions, filters_rows
 from ._vectors import KIND_CODES, Stamp, UserVectors, VectorCache
 
