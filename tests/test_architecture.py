@@ -260,8 +260,8 @@ def test_no_module_imports_a_higher_layer_or_a_side_by_side_package():
 
 
 def test_the_layers_say_what_issue_25_decided():
-    """ui/ stands beside the CLI's commands, not above them, the export format below
-    both; the service contract below the LangGraph integration."""
+    """The inspector imports nothing of the CLI (whose `ui` command starts it) and the
+    export format stands below both; the service contract below the integration."""
     rank = {name: i for i, layer in enumerate(LAYERS) for name in layer}
     assert rank["transfer"] < rank["ui"] < rank["cli"]
     assert rank["service"] < rank["integration"]
