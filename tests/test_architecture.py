@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import inspect
 import subprocess
 import sys
@@ -91,24 +92,55 @@ def test_core_import_does_not_load_drivers_or_cli():
     assert loaded.stdout.strip() == ""
 
 
-def _imports(path: Path) -> set[str]:
-    """Every module `path` imports, function-level imports included, as absolute names
-    (`from pkg import name` counts `pkg.name` too: it may be a module)."""
-    module = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+def _module_of(path: Path) -> str:
+    """The dotted name of the module at `path` (a package's `__init__` is the package)."""
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {_module_of(path) for path in PACKAGE.rglob("*.py")}
+
+
+@functools.cache
+def _import_statements(path: Path) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """`(base, names)` for every import statement in `path`, function-level and
+    `TYPE_CHECKING` imports included, with relative bases made absolute."""
+    module = _module_of(path)
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    package = package.removesuffix(".__init__")
-    found: set[str] = set()
+    found: list[tuple[str, tuple[str, ...]]] = []
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
+            found.extend((alias.name, ()) for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
                 parts = package.split(".")
                 parent = ".".join(parts[: len(parts) - node.level + 1])
                 base = f"{parent}.{base}" if base else parent
+            found.append((base, tuple(alias.name for alias in node.names)))
+    return tuple(found)
+
+
+def _imported_names(path: Path) -> set[str]:
+    """Every dotted name `path` imports: modules, and `pkg.name` for each name of a
+    `from pkg import name`, module or not (a private name counts as a private import)."""
+    found: set[str] = set()
+    for base, names in _import_statements(path):
+        found.add(base)
+        found.update(f"{base}.{name}" for name in names)
+    return found
+
+
+def _imports(path: Path) -> set[str]:
+    """Every module `path` imports, function-level imports included: `from pkg import
+    name` is `pkg.name` when that is a module of this package, else `pkg` (a name
+    defined in pkg), so `from . import x` does not count as importing the package."""
+    found: set[str] = set()
+    for base, names in _import_statements(path):
+        if not names:
             found.add(base)
-            found.update(f"{base}.{alias.name}" for alias in node.names)
+        for name in names:
+            found.add(f"{base}.{name}" if f"{base}.{name}" in MODULES else base)
     return found
 
 
@@ -129,7 +161,7 @@ def test_nothing_outside_a_backend_imports_its_private_modules():
     reaching = set()
     for path in sorted(PACKAGE.rglob("*.py")):
         module = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts)
-        imports = _imports(path)
+        imports = _imported_names(path)
         for name in names:
             package = f"langmem_trpc.backends.{name}"
             if module.startswith(package + "."):
@@ -147,7 +179,7 @@ def test_backends_import_only_the_public_kit():
     `periods`, `validity`; a backend imports no private `service` module."""
     private = set()
     for path in sorted((PACKAGE / "backends").rglob("*.py")):
-        for imported in _imports(path):
+        for imported in _imported_names(path):
             found = _private_part(imported, "langmem_trpc.service")
             if found is not None:
                 private.add(found)
@@ -160,36 +192,137 @@ def test_the_package_does_not_import_the_benchmarks():
     reaching = {
         (str(path.relative_to(PACKAGE)), name)
         for path in PACKAGE.rglob("*.py")
-        for name in _imports(path)
+        for name in _imported_names(path)
         if name.split(".")[0] == "benchmarks"
     }
     assert reaching == set()
 
 
-def test_ui_and_the_transfer_format_do_not_import_the_cli():
-    """ui/ stands beside cli/, not above it: what both need (the export format, its
-    checks) lives below them in `langmem_trpc.transfer`."""
-    paths = [*(PACKAGE / "ui").rglob("*.py"), PACKAGE / "transfer.py"]
-    reaching = {
-        (str(path.relative_to(PACKAGE)), name)
-        for path in paths
-        for name in _imports(path)
-        if name == "langmem_trpc.cli" or name.startswith("langmem_trpc.cli.")
-    }
-    assert reaching == set()
+LAYERS: tuple[frozenset[str], ...] = (
+    frozenset({"errors", "_confusables"}),
+    frozenset({"_time"}),
+    frozenset({"types", "models"}),
+    frozenset({"render"}),  # memory text in prompts, for extraction and preload
+    frozenset({"service"}),  # the contract and the public backend kit
+    frozenset({"registry", "embeddings"}),  # open(url) over the contract; local embeddings
+    frozenset({"backends"}),
+    frozenset({"extraction"}),
+    frozenset({"queue", "integration"}),
+    frozenset({"transfer", "testing"}),  # the export format; the shipped test kit
+    frozenset({"ui", "history"}),  # the inspector; the backfill of past conversations
+    frozenset({"cli"}),  # `langmem-trpc ui` starts the inspector: cli stands above ui
+    frozenset({"__init__"}),  # the facade, `langmem_trpc` itself
+)
+"""The package's layers, lowest first, by top-level module or package. A module may
+import its own top-level package and any package of a lower layer; packages side by
+side in one layer are independent (neither imports the other). What both front ends
+need (the export format) lives below ui/ and cli/; the service contract stands below
+integration/ (a retriever is `integration.retriever.create_retriever`, not a service
+method); the backfill (`history`) is imported only by the CLI and the facade."""
+
+LAYER_EXCEPTIONS_TO_FIX: set[tuple[str, str]] = set()
+"""(importer, imported) pairs that break `LAYERS` in files another change owns, to be
+fixed at merge; each with the reason in a comment. Nothing new joins it."""
 
 
-def test_the_service_contract_does_not_import_the_integration():
-    """service/ stands below integration/: a retriever is built by
-    `integration.retriever.create_retriever(service, user)`, not by a service method."""
-    reaching = {
-        (str(path.relative_to(PACKAGE)), name)
-        for path in (PACKAGE / "service").rglob("*.py")
-        for name in _imports(path)
-        if name.startswith("langmem_trpc.integration")
+def _top(module: str) -> str:
+    """The top-level module or package of `module` (`__init__` for the facade)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def _module_graph() -> dict[str, set[str]]:
+    """Module -> the package's modules it imports (function-level and `TYPE_CHECKING`
+    imports included: a type named from a module is still a dependency on it)."""
+    return {
+        _module_of(path): {name for name in _imports(path) if name in MODULES}
+        for path in sorted(PACKAGE.rglob("*.py"))
     }
-    assert reaching == set()
+
+
+def test_every_top_level_module_has_a_layer():
+    placed = [name for layer in LAYERS for name in layer]
+    assert sorted(placed) == sorted({_top(m) for m in MODULES})
+    assert len(placed) == len(set(placed))
+
+
+def test_no_module_imports_a_higher_layer_or_a_side_by_side_package():
+    """Module-level and function-level imports alike: a lazy import still runs the
+    higher module, and still makes the lower one depend on it."""
+    rank = {name: i for i, layer in enumerate(LAYERS) for name in layer}
+    upward = {
+        (module, name)
+        for module, imported in _module_graph().items()
+        for name in imported
+        if _top(name) != _top(module) and rank[_top(name)] >= rank[_top(module)]
+    }
+    assert upward == LAYER_EXCEPTIONS_TO_FIX
+
+
+def test_the_layers_say_what_issue_25_decided():
+    """The inspector imports nothing of the CLI (whose `ui` command starts it) and the
+    export format stands below both; the service contract below the integration."""
+    rank = {name: i for i, layer in enumerate(LAYERS) for name in layer}
+    assert rank["transfer"] < rank["ui"] < rank["cli"]
+    assert rank["service"] < rank["integration"]
     assert not hasattr(MemoryService, "as_retriever")
+
+
+CYCLES_TO_FIX: set[frozenset[str]] = {
+    # TYPE_CHECKING only: `_reembed` annotates its functions with the service class
+    # that imports it. Fix: a Protocol of what `_reembed` uses, or pass the parts.
+    frozenset({"langmem_trpc.backends.lancedb._reembed", "langmem_trpc.backends.lancedb.service"}),
+    frozenset({"langmem_trpc.backends.postgres._reembed", "langmem_trpc.backends.postgres.sync"}),
+    # TYPE_CHECKING only: `_executor` and `_reembed` annotate with `SQLiteMemoryService`.
+    frozenset(
+        {
+            "langmem_trpc.backends.sqlite._executor",
+            "langmem_trpc.backends.sqlite._reembed",
+            "langmem_trpc.backends.sqlite.service",
+        }
+    ),
+}
+"""Import cycles in files another change owns (backends/), to be fixed at merge."""
+
+
+def _cycles(graph: dict[str, set[str]]) -> set[frozenset[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: set[frozenset[str]] = set()
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for name in sorted(graph[module]):
+            if name not in index:
+                visit(name)
+                low[module] = min(low[module], low[name])
+            elif name in stack:
+                low[module] = min(low[module], index[name])
+        if low[module] == index[module]:
+            component = stack[stack.index(module) :]
+            del stack[stack.index(module) :]
+            if len(component) > 1:
+                found.add(frozenset(component))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return found
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": {"e"}}
+    assert _cycles(graph) == {frozenset({"a", "b", "c"})}
+
+
+def test_no_import_cycles():
+    """No two modules import each other, directly or around a loop: function-level
+    and `TYPE_CHECKING` imports included (`from . import x` is an import of the
+    module x, not of the package, so a package and its children are no cycle)."""
+    assert _cycles(_module_graph()) == CYCLES_TO_FIX
 
 
 def test_no_hand_packed_formatting():

@@ -7,6 +7,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -149,11 +150,35 @@ def summary(report: BackfillReport, queued: bool = False) -> str:
     return "\n".join(lines)
 
 
+@dataclass(frozen=True, slots=True)
+class BackfillSettings:
+    """The backfill's tuning options, typed, built once from the command line (the
+    names and defaults of `history.backfill`'s own arguments)."""
+
+    batch_messages: int
+    job_timeout: float
+    claim_ttl: float | None
+    max_attempts: int
+    policy: str
+
+
 def _threads(
-    transcripts: tuple[str, ...], thread_id: str | None, user: UserKey | None
-) -> list[HistoryThread]:
+    source: str | None,
+    transcripts: tuple[str, ...],
+    thread_id: str | None,
+    app_name: str | None,
+    user_id: str | None,
+) -> list[HistoryThread] | None:
+    """The threads of the `transcripts` files (a dump's thread and user named by
+    `thread_id`, `app_name`, `user_id`), or None to read `source` (a checkpointer);
+    exactly one of the two must be given."""
     from ..history import TranscriptError, read_transcripts
 
+    if (source is None) == (not transcripts):
+        raise click.UsageError("give exactly one of --checkpointer or --transcripts")
+    if source is not None:
+        return None
+    user = UserKey(app_name or "default", user_id) if user_id else None
     threads: list[HistoryThread] = []
     problems: list[str] = []
     for path in transcripts:
@@ -279,11 +304,15 @@ def backfill_command(
     users: str | None,
     concurrency: int,
     idle_gap: float,
+    batch_messages: int,
+    job_timeout: float,
+    claim_ttl: float | None,
+    max_attempts: int,
+    policy: str,
     dry_run: bool,
     use_queue: bool,
     queue_name: str,
     as_json: bool,
-    **settings: Any,
 ) -> None:
     """Bring your history: extract memories from past LangGraph threads or transcripts.
 
@@ -299,22 +328,22 @@ def backfill_command(
             --extractor llm --model openai:gpt-4o-mini --dry-run
         langmem-trpc backfill --transcripts export.jsonl --db memories.db --extractor verbatim
     """
-    if (source is None) == (not transcripts):
-        raise click.UsageError("give exactly one of --checkpointer or --transcripts")
-    options = _options(
-        app_name, users, since, until, idle_gap, identity, concurrency, dry_run, settings
+    threads = _threads(source, transcripts, thread_id, app_name, user_id)
+    settings = BackfillSettings(
+        batch_messages=batch_messages,
+        job_timeout=job_timeout,
+        claim_ttl=claim_ttl,
+        max_attempts=max_attempts,
+        policy=policy,
     )
-    dump_user = UserKey(app_name or "default", user_id) if user_id else None
-    threads = _threads(transcripts, thread_id, dump_user) if transcripts else None
+    options = _options(app_name, users, since, until, idle_gap, identity, concurrency, dry_run)
     chosen = load_extractor(extractor, model)
     with ExitStack() as stack:
-        target = (
-            threads if threads is not None else stack.enter_context(open_checkpointer(source or ""))
-        )
+        target = threads if source is None else stack.enter_context(open_checkpointer(source))
         service = _service(stack, db or default_db(), embeddings, dry_run, concurrency)
         if use_queue and not dry_run:
             options["queue"] = _queue(stack, db, queue_name, service)
-        report = _run(target, service, chosen, options)
+        report = _run(target, service, chosen, options, settings)
     emit(report.as_dict(), as_json, lambda: summary(report, "queue" in options))
     if not report.ok:
         sys.exit(1)
@@ -329,10 +358,9 @@ def _options(
     identity: str | None,
     concurrency: int,
     dry_run: bool,
-    settings: dict[str, Any],
 ) -> dict[str, Any]:
-    """`history.backfill`'s keyword arguments from the command line's; `settings`
-    (batch_messages, job_timeout, claim_ttl, max_attempts, policy) pass as they are."""
+    """`history.backfill`'s keyword arguments that the command line's options give
+    converted (times parsed, hours to seconds, `--identity` loaded)."""
     options: dict[str, Any] = {
         "app_name": app_name,
         "users": split_commas(users) if users else None,
@@ -341,19 +369,35 @@ def _options(
         "idle_gap": idle_gap * 3600 or None,
         "concurrency": concurrency,
         "dry_run": dry_run,
-        **settings,
     }
     if identity is not None:
         options["identity"] = _load_identity(identity)
     return options
 
 
-def _run(target: Any, service: Any, extractor: Any, options: dict[str, Any]) -> BackfillReport:
+def _run(
+    target: Any,
+    service: Any,
+    extractor: Any,
+    options: dict[str, Any],
+    settings: BackfillSettings,
+) -> BackfillReport:
     from ..history import backfill
 
     progress = Progress()
     try:
-        return backfill(target, service, extractor, progress=progress, **options)
+        return backfill(
+            target,
+            service,
+            extractor,
+            progress=progress,
+            batch_messages=settings.batch_messages,
+            job_timeout=settings.job_timeout,
+            claim_ttl=settings.claim_ttl,
+            max_attempts=settings.max_attempts,
+            policy=settings.policy,
+            **options,
+        )
     finally:
         progress.close()
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+from dataclasses import dataclass
 from typing import Any
 
 import click
@@ -65,6 +66,24 @@ def _load(spec: str, option: str, forms: str, method: str, what: str) -> Any:
     if not callable(getattr(found, method, None)):
         raise ConfigurationError(f"{option} {spec}: not {what}")
     return found
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerSettings:
+    """The worker's tuning options, typed, built once from the command line (the names
+    and defaults of `QueueWorker`'s own arguments, which `--help` documents)."""
+
+    job_timeout: float
+    claim_ttl: float | None
+    stalled_after: float
+    retries: int | None
+    retry_wait: float
+    max_attempts: int
+    policy: str
+    batch_messages: int
+    poll_interval: float
+    shutdown_timeout: float | None
+    delete_succeeded: bool
 
 
 def _ready(queue: str, apps: tuple[str, ...], concurrency: int) -> None:
@@ -167,9 +186,19 @@ def worker_command(
     concurrency: int,
     queue: str,
     apps: tuple[str, ...],
+    job_timeout: float,
+    claim_ttl: float | None,
+    stalled_after: float,
+    retries: int | None,
+    retry_wait: float,
+    max_attempts: int,
+    policy: str,
+    batch_messages: int,
+    poll_interval: float,
     embeddings: str,
+    shutdown_timeout: float | None,
+    delete_succeeded: bool,
     drain: bool,
-    **settings: Any,
 ) -> None:
     """Consume the PostgreSQL job queue: extract memories for the queued threads.
 
@@ -185,12 +214,41 @@ def worker_command(
         langmem-trpc worker --db postgresql://localhost/app --extractor llm \\
             --model openai:gpt-4o-mini --concurrency 8
     """
+    if not is_postgres(db):
+        raise click.UsageError("--db must be a PostgreSQL connection string (postgresql://...)")
+    settings = WorkerSettings(
+        job_timeout=job_timeout,
+        claim_ttl=claim_ttl,
+        stalled_after=stalled_after,
+        retries=retries,
+        retry_wait=retry_wait,
+        max_attempts=max_attempts,
+        policy=policy,
+        batch_messages=batch_messages,
+        poll_interval=poll_interval,
+        shutdown_timeout=shutdown_timeout,
+        delete_succeeded=delete_succeeded,
+    )
+    _serve(
+        db, load_extractor(extractor, model), embeddings, concurrency, queue, apps, settings, drain
+    )
+
+
+def _serve(
+    db: str,
+    extractor: Any,
+    embeddings: str,
+    concurrency: int,
+    queue: str,
+    apps: tuple[str, ...],
+    settings: WorkerSettings,
+    drain: bool,
+) -> None:
+    """Open the store and the queue at `db`, then run a `QueueWorker` until stopped
+    (or, with `drain`, until no job is due)."""
     from ..queue import PostgresJobQueue, QueueWorker
     from ..registry import open as open_store
 
-    if not is_postgres(db):
-        raise click.UsageError("--db must be a PostgreSQL connection string (postgresql://...)")
-    chosen = load_extractor(extractor, model)
     service = open_store(
         db, embeddings=_embeddings(embeddings), limits=CLI_LIMITS, pool_size=concurrency + 2
     )
@@ -200,12 +258,22 @@ def worker_command(
         worker = QueueWorker(
             db,
             service,
-            chosen,
+            extractor,
             queue=queue,
             apps=apps,
             concurrency=concurrency,
             on_ready=lambda: _ready(queue, apps, concurrency),
-            **settings,  # job_timeout, claim_ttl, retries, ...: QueueWorker's own names
+            job_timeout=settings.job_timeout,
+            claim_ttl=settings.claim_ttl,
+            stalled_after=settings.stalled_after,
+            retries=settings.retries,
+            retry_wait=settings.retry_wait,
+            max_attempts=settings.max_attempts,
+            policy=settings.policy,
+            batch_messages=settings.batch_messages,
+            poll_interval=settings.poll_interval,
+            shutdown_timeout=settings.shutdown_timeout,
+            delete_succeeded=settings.delete_succeeded,
         )
         worker.run(drain=drain)
     finally:

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-import langmem_trpc
-
+from .. import registry
 from ..errors import ConfigurationError
 from ..service.capabilities import Capability
 from ._embeddings import HashingEmbeddings
@@ -30,8 +29,8 @@ class IdentityConformance:
         for other in others:
             with pytest.raises(ConfigurationError, match="embeddings"):
                 if client.mode == "async":
-                    await langmem_trpc.aopen(url, embeddings=other)
+                    await registry.aopen(url, embeddings=other)
                 else:
-                    langmem_trpc.open(url, embeddings=other)
-        with langmem_trpc.open(url) as keyword_only:
+                    registry.open(url, embeddings=other)
+        with registry.open(url) as keyword_only:
             assert keyword_only.count(ALICE) == 1

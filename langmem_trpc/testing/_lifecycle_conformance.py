@@ -13,8 +13,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-import langmem_trpc
-
+from .. import registry
 from ..service.capabilities import Capability
 from ..service.rules import Limits
 from ._kit import ALICE
@@ -52,8 +51,8 @@ def _needs_url(client: Client, url: str | None, capability: Capability) -> str:
 
 
 def _start_child(url: str) -> subprocess.Popen[str]:
-    """The second process, importing this same `langmem_trpc`."""
-    package_root = str(Path(langmem_trpc.__file__).resolve().parent.parent)
+    """The second process, importing this same `langmem_trpc` (the folder above it)."""
+    package_root = str(Path(__file__).resolve().parents[2])
     path = os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH")) if p)
     return subprocess.Popen(
         [sys.executable, "-c", _CHILD, url],
@@ -107,13 +106,13 @@ class LifecycleConformance:
         url = _needs_url(client, service_url, Capability.DURABLE)
         written = await client.add(ALICE, "Survives a new service", topics=["durable"])
         if client.mode == "async":
-            reopened = await langmem_trpc.aopen(url)
+            reopened = await registry.aopen(url)
             try:
                 assert (await reopened.aget(ALICE, written.id)) == written
             finally:
                 await reopened.aclose()
         else:
-            with langmem_trpc.open(url) as again:
+            with registry.open(url) as again:
                 assert again.get(ALICE, written.id) == written
 
     async def test_another_process_sees_writes_and_claims(

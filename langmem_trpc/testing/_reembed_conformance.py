@@ -17,8 +17,7 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 import pytest
 
-import langmem_trpc
-
+from .. import registry
 from ..errors import ConfigurationError
 from ..service.capabilities import Capability
 from ..service.protocol import MemoryService
@@ -92,9 +91,9 @@ class ReembedConformance:
         assert url is not None, "the test class must provide a `service_url` fixture"
         with pytest.raises(ConfigurationError, match="reembed"):
             if client.mode == "async":
-                await langmem_trpc.aopen(url, embeddings=model)
+                await registry.aopen(url, embeddings=model)
             else:
-                langmem_trpc.open(url, embeddings=model)
+                registry.open(url, embeddings=model)
 
     async def test_a_same_dimension_model_is_refused_until_a_reembed_moves_to_it(
         self, client: Client, service_url: str | None
@@ -106,7 +105,7 @@ class ReembedConformance:
         assert report.cut_over and report.embedded == 1
         await self.refused(client, service_url, HashingEmbeddings())
         assert service_url is not None
-        with langmem_trpc.open(service_url, embeddings=NEW) as reopened:
+        with registry.open(service_url, embeddings=NEW) as reopened:
             _all_answer_like(reopened, NEW, ALICE)
 
     async def test_after_a_reembed_every_vector_answers_like_the_new_model(

@@ -256,3 +256,35 @@ async def test_abackfill_reads_an_async_saver_natively(tmp_path: Path) -> None:
         service = langmem_trpc.InMemoryMemoryService()
         report = await langmem_trpc.abackfill(saver, service, langmem_trpc.VerbatimExtractor())
     assert report.ok and (report.threads, report.added) == (2, 4)
+
+
+BACKFILL_TUNING = [  # (option, given, backfill's argument, its value): no two alike
+    ("--batch-messages", "9", "batch_messages", 9),
+    ("--job-timeout", "31", "job_timeout", 31.0),
+    ("--claim-ttl", "67", "claim_ttl", 67.0),
+    ("--max-attempts", "4", "max_attempts", 4),
+    ("--policy", "append_only", "policy", "append_only"),
+]
+
+
+def test_every_tuning_option_reaches_the_backfill(tmp_path: Path, monkeypatch) -> None:
+    """The options pass through `BackfillSettings` under `history.backfill`'s own
+    names, none swapped or dropped."""
+    import langmem_trpc.history as history
+
+    seen: dict[str, object] = {}
+    backfill = history.backfill
+
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        seen.update(kwargs)
+        return backfill(*args, **kwargs)
+
+    monkeypatch.setattr(history, "backfill", recording)
+    file = tmp_path / "t.jsonl"
+    file.write_text(line(content="I moved to Lisbon") + "\n")
+    given = [arg for option, value, _, _ in BACKFILL_TUNING for arg in (option, value)]
+    db = tmp_path / "m.db"
+    result = run("--transcripts", str(file), "--db", str(db), "--extractor", "verbatim", *given)
+    assert result.exit_code == 0, result.output
+    expected = {name: value for _, _, name, value in BACKFILL_TUNING}
+    assert {name: seen[name] for name in expected} == expected

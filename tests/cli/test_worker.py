@@ -227,3 +227,36 @@ def test_worker_refuses_a_non_embeddings_import(run):
     result = run("worker", "--db", "postgresql://x/y", "--embeddings", "tests.cli.test_worker:Slow",
                  ok=False)  # fmt: skip
     assert result.exit_code == 1 and "not an Embeddings" in result.output
+
+
+WORKER_TUNING = [  # (option, given, QueueWorker's argument, its value): no two alike
+    ("--job-timeout", "31", "job_timeout", 31.0),
+    ("--claim-ttl", "67", "claim_ttl", 67.0),
+    ("--stalled-after", "29", "stalled_after", 29.0),
+    ("--retries", "7", "retries", 7),
+    ("--retry-wait", "1.5", "retry_wait", 1.5),
+    ("--max-attempts", "4", "max_attempts", 4),
+    ("--policy", "append_only", "policy", "append_only"),
+    ("--batch-messages", "9", "batch_messages", 9),
+    ("--poll-interval", "0.2", "poll_interval", 0.2),
+    ("--shutdown-timeout", "3", "shutdown_timeout", 3.0),
+]
+
+
+def test_every_tuning_option_reaches_the_queue_worker(run, pg_url, monkeypatch):
+    """The options pass through `WorkerSettings` under QueueWorker's own names, none
+    swapped or dropped."""
+    import langmem_trpc.queue as queue_module
+
+    seen: dict[str, object] = {}
+
+    class Recording(queue_module.QueueWorker):
+        def __init__(self, *args, **kwargs):
+            seen.update(kwargs)
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(queue_module, "QueueWorker", Recording)
+    given = [arg for option, value, _, _ in WORKER_TUNING for arg in (option, value)]
+    run("worker", "--db", pg_url, *given, "--delete-succeeded", "--drain")
+    expected = {name: value for _, _, name, value in WORKER_TUNING} | {"delete_succeeded": True}
+    assert {name: seen[name] for name in expected} == expected

@@ -1,4 +1,4 @@
-"""`MemoryStore` reads: search (query and no query) and namespace listing.
+"""`ReadableStore` reads: search (query and no query) and namespace listing.
 
 Bounded by the index: a prefix naming one user reads only that user's rows,
 and reads ask the backend for `offset + limit`, widening only when filters or
@@ -9,9 +9,9 @@ users' lists merged by score, each keeping its order).
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from itertools import islice, takewhile
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from langgraph.store.base import ListNamespacesOp, SearchItem, SearchOp
 
@@ -20,8 +20,22 @@ from ._filters import matches, matches_condition
 from ._values import indexed, namespace_of, store_meta, to_item
 
 if TYPE_CHECKING:
+    from ...service.protocol import MemoryService
     from ._access import Access
-    from ._store import MemoryStore
+    from ._spaces import NamespaceCache
+
+
+class ReadableStore(Protocol):
+    """What a read needs of `_store.MemoryStore` (named here, so that the store imports
+    its reads and the reads do not import the store back)."""
+
+    @property
+    def service(self) -> MemoryService: ...
+    @property
+    def min_score(self) -> float | None: ...
+    @property
+    def namespaces(self) -> NamespaceCache: ...
+    def refresh(self, entries: Iterable[Entry]) -> None: ...
 
 
 _MAX_RESULTS = 1000
@@ -37,7 +51,9 @@ def _fits(entry: Entry, prefix: tuple[str, ...], filter: Mapping[str, Any] | Non
     return namespace_of(entry)[: len(prefix)] == prefix and matches(_value_of(entry), filter)
 
 
-def users_for(store: MemoryStore, prefix: tuple[str, ...], access: Access | None) -> list[UserKey]:
+def users_for(
+    store: ReadableStore, prefix: tuple[str, ...], access: Access | None
+) -> list[UserKey]:
     """The users a prefix can reach, never outside `access`."""
     if len(prefix) >= 2:
         users = [UserKey(prefix[0], prefix[1])]
@@ -50,7 +66,7 @@ def users_for(store: MemoryStore, prefix: tuple[str, ...], access: Access | None
 
 
 def _recent(
-    store: MemoryStore,
+    store: ReadableStore,
     user: UserKey,
     prefix: tuple[str, ...],
     filter: Mapping[str, Any] | None,
@@ -68,7 +84,7 @@ def _recent(
 
 
 def _ranked(
-    store: MemoryStore, user: UserKey, op: SearchOp, prefix: tuple[str, ...], need: int
+    store: ReadableStore, user: UserKey, op: SearchOp, prefix: tuple[str, ...], need: int
 ) -> list[tuple[Entry, float]]:
     """The user's best `need` items for the query, then (no floor) the newest others;
     widens x4 (up to 1,000) while too few fit and the service filled its page."""
@@ -92,7 +108,7 @@ def _ranked(
     return ranked[:need]
 
 
-def search(store: MemoryStore, op: SearchOp, access: Access | None) -> list[SearchItem]:
+def search(store: ReadableStore, op: SearchOp, access: Access | None) -> list[SearchItem]:
     prefix = tuple(op.namespace_prefix)
     need = op.offset + op.limit
     users = users_for(store, prefix, access)
@@ -136,7 +152,7 @@ def _listing_prefix(op: ListNamespacesOp) -> tuple[str, ...]:
 
 
 def list_namespaces(
-    store: MemoryStore, op: ListNamespacesOp, access: Access | None
+    store: ReadableStore, op: ListNamespacesOp, access: Access | None
 ) -> list[tuple[str, ...]]:
     prefix = _listing_prefix(op)
     users = users_for(store, prefix, access)
