@@ -285,7 +285,7 @@ class _Corpus:
     """The live rows the search's view shows: filtered before any pool is cut."""
 
     @classmethod
-    def read(cls, service: InMemoryMemoryService, user: UserKey, options: SearchOptions) -> _Corpus:
+    def of(cls, service: InMemoryMemoryService, user: UserKey, options: SearchOptions) -> _Corpus:
         language, view, now = service.language, validity.view_of(options), utcnow()
         with service._lock:
             data = service._find(user)
@@ -375,7 +375,7 @@ class _Reads:
     def fetch_legs(self, step: reads.FetchLegs) -> reads.Fetched:
         corpus = self._corpus
         if corpus is None or corpus.user != step.user or corpus.options is not step.options:
-            corpus = self._corpus = _Corpus.read(self._service, step.user, step.options)
+            corpus = self._corpus = _Corpus.of(self._service, step.user, step.options)
         query = cast("np.ndarray | None", step.query)
         return reads.Fetched({kind: corpus.legs(kind, step.pool, query) for kind in step.kinds})
 
