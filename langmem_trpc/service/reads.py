@@ -85,9 +85,10 @@ class ReadRows:
     """The user's rows -> `list[Entry]`, at most `limit` (None: all).
 
     With `deleted=False`: the live rows `view` shows (`View.visible`), not past their
-    `expires_at`, most recently updated first (ties: id, descending). With
-    `deleted=True`: the soft-deleted (not purged) rows, most recently deleted first,
-    as they were when deleted; `view` is not consulted.
+    `expires_at`, most recently updated first (ties: most recently created, then
+    id, descending). With `deleted=True`: the soft-deleted (not purged) rows, most
+    recently deleted first (ties: id, descending), as they were when deleted; `view`
+    is not consulted.
     """
 
     user: UserKey

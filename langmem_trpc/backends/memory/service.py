@@ -11,11 +11,11 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import TYPE_CHECKING, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import numpy as np
 
-from ...service import steps, validity
+from ...service import reads, steps, validity
 from ...service.bm25 import CorpusStats, KeywordDoc, KeywordScorer, QueryTerms
 from ...service.capabilities import Capability
 from ...service.claims import ClaimOp, ClaimTable
@@ -23,18 +23,17 @@ from ...service.documents import keys_of
 from ...service.language import Language, resolve_language
 from ...service.periods import TimeMentions
 from ...service.protocol import SyncMemoryService
+from ...service.reads import ReadPlan, dispatch_read
 from ...service.rules import (
     Limits,
-    check_app_filter,
     check_expiry,
     check_memory_id,
     check_read_limit,
     check_user,
     is_expired,
-    resolve_options,
     utcnow,
 )
-from ...service.search import Legs, execute_search, passes_time
+from ...service.search import Legs, passes_time
 from ...service.steps import Plan
 from ...types import Entry, HistoryEvent, Kind, Memory, SearchOptions, UserKey
 
@@ -261,6 +260,126 @@ def _handle(target: steps.Stored) -> _Row:
     return cast(_Row, target.handle)
 
 
+def _visible(data: _UserData | None, view: validity.View) -> list[_Row]:
+    """The live, unexpired rows `view` shows (`validity.View.visible`)."""
+    if data is None:
+        return []
+    now = utcnow()
+    return [
+        r
+        for r in data.rows.values()
+        if r.live and not is_expired(r.entry, now) and view.visible(r.entry, now)
+    ]
+
+
+@dataclass
+class _Corpus:
+    """One search's candidates, read once under the lock by the plan's first
+    `FetchLegs` and reused by its deeper tiers, so the plan ranks one state."""
+
+    user: UserKey
+    options: SearchOptions
+    scorer: KeywordScorer
+    """BM25F over the statistics of every live row, as SQL keeps them."""
+    shown: list[tuple[Entry, np.ndarray | None, KeywordDoc]]
+    """The live rows the search's view shows: filtered before any pool is cut."""
+
+    @classmethod
+    def of(cls, service: InMemoryMemoryService, user: UserKey, options: SearchOptions) -> _Corpus:
+        language, view, now = service.language, validity.view_of(options), utcnow()
+        with service._lock:
+            data = service._find(user)
+            rows = service._live(data) if data else []
+            for row in rows:
+                if row.doc is None:
+                    row.doc = KeywordDoc.build(row.entry.text, keys_of(row.entry.memory), language)
+            snapshot = [(r.entry, r.vector, r.doc) for r in rows if r.doc is not None]
+        scorer = KeywordScorer.of(
+            QueryTerms.of(options, language), CorpusStats.from_docs(doc for _, _, doc in snapshot)
+        )
+        shown = [hit for hit in snapshot if view.visible(hit[0], now)]
+        return cls(user, options, scorer, shown)
+
+    def legs(self, kind: Kind | None, pool: int, query: np.ndarray | None) -> Legs:
+        """The best `pool` candidates of each leg among the rows of `kind` in the
+        search's time range; no vector leg without a query vector."""
+        after, before = self.options.time_after, self.options.time_before
+        pick = [
+            (entry, vector, doc)
+            for entry, vector, doc in self.shown
+            if (kind is None or entry.memory.kind == kind)
+            and passes_time(entry.memory.event_time, after, before)
+        ]
+        keyword = [(entry, self.scorer.score(doc)) for entry, _, doc in pick]
+        keyword = sorted((h for h in keyword if h[1] > 0), key=lambda h: -h[1])[:pool]
+        if query is None:
+            return Legs(vector=None, keyword=keyword)
+        vector = [(e, max(0.0, float(v @ query))) for e, v, _ in pick if v is not None]
+        return Legs(vector=sorted(vector, key=lambda h: -h[1])[:pool], keyword=keyword)
+
+
+class _Reads:
+    """One read plan's run: the in-memory `ReadExecutor`. Each step reads under the
+    service's lock (a search's tiers share the first tier's `_Corpus`); embedding
+    the query runs outside it."""
+
+    def __init__(self, service: InMemoryMemoryService) -> None:
+        self._service = service
+        self._corpus: _Corpus | None = None
+
+    def get_row(self, step: reads.GetRow) -> Entry | None:
+        with self._service._lock:
+            data = self._service._find(step.user)
+            row = data.rows.get(step.memory_id) if data else None
+            live = row is not None and row.live and not is_expired(row.entry)
+            return row.entry if row is not None and live else None
+
+    def read_rows(self, step: reads.ReadRows) -> list[Entry]:
+        if step.deleted:
+            return self._deleted(step.user, step.limit)
+        with self._service._lock:
+            entries = [r.entry for r in _visible(self._service._find(step.user), step.view)]
+        entries.sort(key=lambda e: (e.updated_at, e.created_at, e.id), reverse=True)
+        return entries[: step.limit]
+
+    def _deleted(self, user: UserKey, limit: int | None) -> list[Entry]:
+        with self._service._lock:
+            data = self._service._find(user)
+            rows = [r for r in data.rows.values() if not r.live] if data else []
+        rows.sort(key=lambda r: (r.deleted_at, r.entry.id), reverse=True)
+        return [r.entry for r in rows][:limit]
+
+    def read_history(self, step: reads.ReadHistory) -> list[HistoryEvent]:
+        with self._service._lock:
+            data = self._service._find(step.user)
+            return [h for h in data.history if h.memory_id == step.memory_id] if data else []
+
+    def count_current(self, step: reads.CountCurrent) -> int:
+        with self._service._lock:
+            data = self._service._find(step.user)
+            return sum(1 for r in data.rows.values() if r.current) if data else 0
+
+    def list_users(self, step: reads.ListUsers) -> list[UserKey]:
+        service, app_name = self._service, step.app_name
+        with service._lock:
+            keys = [k for k, d in service._users.items() if any(r.current for r in d.rows.values())]
+        return sorted(
+            (k for k in keys if app_name is None or k.app_name == app_name),
+            key=lambda k: (k.app_name, k.user_id),
+        )
+
+    def embed_query(self, step: reads.EmbedQuery) -> np.ndarray | None:
+        embeddings = self._service._embeddings
+        return None if embeddings is None else unit_vector(embeddings.embed_query(step.text))
+
+    def fetch_legs(self, step: reads.FetchLegs) -> reads.Fetched:
+        corpus = self._corpus
+        if corpus is None or corpus.user != step.user or corpus.options is not step.options:
+            corpus = self._corpus = _Corpus.of(self._service, step.user, step.options)
+        query = cast("np.ndarray | None", step.query)
+        return reads.Fetched({kind: corpus.legs(kind, step.pool, query) for kind in step.kinds})
+
+
 class InMemoryMemoryService(SyncMemoryService):
     """Reference implementation with the full contract (soft delete, history, cursors).
 
@@ -309,17 +428,6 @@ class InMemoryMemoryService(SyncMemoryService):
     def _live(self, data: _UserData) -> list[_Row]:
         return [r for r in data.rows.values() if r.live]
 
-    def _visible(self, data: _UserData | None, view: validity.View) -> list[_Row]:
-        """The live, unexpired rows `view` shows (`validity.View.visible`)."""
-        if data is None:
-            return []
-        now = utcnow()
-        return [
-            r
-            for r in data.rows.values()
-            if r.live and not is_expired(r.entry, now) and view.visible(r.entry, now)
-        ]
-
     # -- writes: the step executor ---------------------------------------------
 
     def run_plan(self, plan: Plan[T]) -> T:
@@ -350,103 +458,17 @@ class InMemoryMemoryService(SyncMemoryService):
         data = self._find(user)
         return data.rows.values() if data is not None else ()
 
-    # -- reads --------------------------------------------------------------
+    # -- reads: the read executor ----------------------------------------------
 
-    def get(self, user: UserKey, memory_id: str) -> Entry | None:
-        user = check_user(user)
-        check_memory_id(memory_id)
-        with self._lock:
-            data = self._find(user)
-            row = data.rows.get(memory_id) if data else None
-            live = row is not None and row.live and not is_expired(row.entry)
-            return row.entry if row is not None and live else None
+    def run_read(self, plan: ReadPlan) -> Any:
+        """Run a read plan (`service.reads`): each step reads under the service's lock."""
+        reader = _Reads(self)
+        return steps.drive(plan, lambda step: dispatch_read(reader, step))
 
-    def read(
-        self,
-        user: UserKey,
-        limit: int | None = None,
-        *,
-        as_of: datetime | str | None = None,
-        include_superseded: bool = False,
-    ) -> list[Entry]:
-        user, limit = check_user(user), check_read_limit(limit)
-        view = validity.check_view(as_of, include_superseded)
-        with self._lock:
-            entries = [r.entry for r in self._visible(self._find(user), view)]
-        entries.sort(key=lambda e: (e.updated_at, e.created_at, e.id), reverse=True)
-        return entries[:limit]
-
-    def deleted(self, user: UserKey, limit: int | None = None) -> list[Entry]:
-        user, limit = check_user(user), check_read_limit(limit)
-        with self._lock:
-            data = self._find(user)
-            rows = [r for r in data.rows.values() if not r.live] if data else []
-        rows.sort(key=lambda r: (r.deleted_at, r.entry.id), reverse=True)
-        return [r.entry for r in rows][:limit]
-
-    def count(self, user: UserKey) -> int:
-        user = check_user(user)
-        with self._lock:
-            data = self._find(user)
-            return sum(1 for r in data.rows.values() if r.current) if data else 0
-
-    def users(self, app_name: str | None = None) -> list[UserKey]:
-        app_name = check_app_filter(app_name)
-        with self._lock:
-            keys = [k for k, d in self._users.items() if any(r.current for r in d.rows.values())]
-        return sorted(
-            (k for k in keys if app_name is None or k.app_name == app_name),
-            key=lambda k: (k.app_name, k.user_id),
-        )
-
-    def history(self, user: UserKey, memory_id: str) -> list[HistoryEvent]:
-        user = check_user(user)
-        check_memory_id(memory_id)
-        with self._lock:
-            data = self._find(user)
-            return [h for h in data.history if h.memory_id == memory_id] if data else []
-
-    def search(
-        self, user: UserKey, query: str | None = None, options: SearchOptions | None = None
-    ) -> list[Entry]:
-        user = check_user(user)
-        options = resolve_options(query, options)
-        if not options.query.strip():
-            return []
-        query_vector = None
-        if self._embeddings is not None:
-            query_vector = unit_vector(self._embeddings.embed_query(options.query))
-        view, now = validity.view_of(options), utcnow()
-        with self._lock:
-            data = self._find(user)
-            rows = self._live(data) if data else []
-            for row in rows:
-                if row.doc is None:
-                    row.doc = KeywordDoc.build(
-                        row.entry.text, keys_of(row.entry.memory), self.language
-                    )
-            snapshot = [(r.entry, r.vector, r.doc) for r in rows if r.doc is not None]
-        scorer = KeywordScorer.of(  # corpus statistics of every live row, as SQL keeps them
-            QueryTerms.of(options, self.language),
-            CorpusStats.from_docs(doc for _, _, doc in snapshot),
-        )
-        shown = [hit for hit in snapshot if view.visible(hit[0], now)]  # before any pool is cut
-
-        def fetch(kind: Kind | None, pool: int) -> Legs:
-            pick = [
-                (entry, vector, doc)
-                for entry, vector, doc in shown
-                if (kind is None or entry.memory.kind == kind)
-                and passes_time(entry.memory.event_time, options.time_after, options.time_before)
-            ]
-            keyword = [(entry, scorer.score(doc)) for entry, _, doc in pick]
-            keyword = sorted((h for h in keyword if h[1] > 0), key=lambda h: -h[1])[:pool]
-            if query_vector is None:
-                return Legs(vector=None, keyword=keyword)
-            vector = [(e, max(0.0, float(v @ query_vector))) for e, v, _ in pick if v is not None]
-            return Legs(vector=sorted(vector, key=lambda h: -h[1])[:pool], keyword=keyword)
-
-        return execute_search(options, fetch, self.language, self._time_mentions)
+    @property
+    def time_mentions(self) -> TimeMentions:
+        """This instance's `says_time` cache, which search ranking reads."""
+        return self._time_mentions
 
     # -- expiry -------------------------------------------------------------
 
