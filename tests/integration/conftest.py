@@ -12,6 +12,7 @@ from langchain_core.messages import BaseMessage
 
 from langmem_trpc import InMemoryMemoryService, MemoryStore, UserKey
 from langmem_trpc.service.protocol import MemoryService, SyncMemoryService
+from langmem_trpc.service.reads import ReadPlan
 from langmem_trpc.testing import HashingEmbeddings
 from tests._pg import wipe_postgres
 
@@ -50,8 +51,7 @@ def _explode(*args: Any, **kwargs: Any) -> Any:
 class BrokenService(SyncMemoryService):
     """Every call fails with a driver-style error carrying a DSN and SQL."""
 
-    run_plan = add = update = delete = clear = purge = get = read = search = _explode  # type: ignore[assignment]
-    history = count = users = run_claim_op = deleted = _explode  # type: ignore[assignment]
+    run_plan = run_read = run_claim_op = _explode  # type: ignore[assignment]
 
 
 class CountingService(InMemoryMemoryService):
@@ -62,13 +62,13 @@ class CountingService(InMemoryMemoryService):
         self.reads = 0
         self.searches = 0
 
-    def read(self, user: UserKey, limit: int | None = None, **view: Any) -> list[Any]:
-        self.reads += 1
-        return super().read(user, limit, **view)
-
-    def search(self, user: UserKey, query: str | None = None, options: Any = None) -> list[Any]:
-        self.searches += 1
-        return super().search(user, query, options)
+    def run_read(self, plan: ReadPlan) -> Any:
+        """Every read, sync or async, runs a plan here; its name says which read it is."""
+        if plan.__name__ == "read":
+            self.reads += 1
+        elif plan.__name__ == "search":
+            self.searches += 1
+        return super().run_read(plan)
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import threading
+from typing import Any
 
 import pytest
 
@@ -14,6 +15,7 @@ from langmem_trpc import InMemoryMemoryService, UserKey
 from langmem_trpc.service import steps
 from langmem_trpc.service.claims import SaveProgress
 from langmem_trpc.service.protocol import MemoryService, SyncMemoryService
+from langmem_trpc.service.reads import ReadPlan
 from langmem_trpc.service.steps import Plan
 from langmem_trpc.types import Entry, ExtractionCursor, ThreadClaim
 
@@ -21,18 +23,18 @@ ALICE = UserKey("app", "alice")
 
 
 class Overridden(InMemoryMemoryService):
-    """Overrides `get`: its async twin must run this override, in a worker thread."""
+    """Overrides `run_read`: an async read must run this override, in a worker thread."""
 
     def __init__(self) -> None:
         super().__init__()
         self.threads: list[int] = []
 
-    def get(self, user: UserKey, memory_id: str) -> Entry | None:
+    def run_read(self, plan: ReadPlan) -> Any:
         self.threads.append(threading.get_ident())
-        return super().get(user, memory_id)
+        return super().run_read(plan)
 
 
-def test_a_blocking_backends_twin_runs_the_subclass_override_off_the_event_loop() -> None:
+def test_a_blocking_backends_async_read_runs_its_run_read_off_the_event_loop() -> None:
     svc = Overridden()
     entry = svc.add(ALICE, "Keeps bees")
 
@@ -47,8 +49,8 @@ def test_a_blocking_backends_twin_runs_the_subclass_override_off_the_event_loop(
 @pytest.mark.parametrize(
     ("owner", "name"),
     [
-        (SyncMemoryService, "get"),
-        (SyncMemoryService, "search"),
+        (MemoryService, "get"),
+        (MemoryService, "search"),
         (MemoryService, "expired"),
         (MemoryService, "save_progress"),
         (MemoryService, "dead_letters"),
