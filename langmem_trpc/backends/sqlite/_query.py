@@ -1,7 +1,8 @@
 """Search over one read snapshot: the keyword leg (FTS5), the vector leg (numpy), caches.
 
-`SearchRun.fetch` fetches the legs the shared `execute_search` plans and ranks, so
-fusion, fallback and dedupe stay in one place.
+`SearchRun.fetch` fetches the legs of one `FetchLegs` step of the shared search plan
+(`service.reads.search`), which plans and ranks them, so fusion, fallback and dedupe
+stay in one place; the plan never calls back into this module.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from ...service.documents import keyword_doc, memory_keys
 from ...service.language import ENGLISH, Language
 from ...service.periods import TimeMentions
 from ...service.rules import utcnow
-from ...service.search import Legs, execute_search
+from ...service.search import Legs
 from ...service.validity import view_of
 from ...types import Entry, Kind, SearchOptions, UserKey
 from . import _sql as sql
@@ -138,11 +139,15 @@ class SearchCaches:
 
 
 class SearchRun:
-    """One search over one read snapshot: the shared plan, fetched here, ranked by `rank_search`."""
+    """One search's fetches over one read snapshot (`_reads.SQLiteReads.fetch_legs`):
+    the legs of each kind and pool the shared plan asks for, ranked by `rank_search`.
+    Built at the search's first `FetchLegs`, it keeps the user's state and keyword
+    statistics for the deeper tiers of the same snapshot."""
 
     def __init__(
         self,
         caches: SearchCaches,
+        conn: sqlite3.Connection,
         user: UserKey,
         options: SearchOptions,
         query_vector: np.ndarray | None,
@@ -160,30 +165,35 @@ class SearchRun:
         self.before_us = sql.to_us(options.time_before)
         self.view = view_of(options)
         self.now_us = sql.to_us(utcnow()) or 0
-        self.filtered = False
-        """Whether the view leaves out some of the user's live rows (set by `run`)."""
         self.missing_vectors = 0
         """Set to the query dimension when live memories lack a vector of that size."""
+        self._conn = conn
+        self._state: Row | None = user_state(conn, user)
+        self.empty = self._state is None or self._state[2] == 0
+        """The user has no live row: every leg is empty."""
         self.stamp: Stamp = ("", 0)
+        self.filtered = False
+        """Whether the view leaves out some of the user's live rows."""
         self._cache = RowCache(self.stamp)
-        self._conn: sqlite3.Connection | None = None
-        self._state: Row | None = None
         self._stats: CorpusStats | None = None
         self._index: KeywordIndex | None = None
+        if self._state is not None and not self.empty:
+            self.stamp = self._state[:2]
+            self.filtered = filters_rows(self.view, self._state)
+            self._cache = caches.rows(user, self.stamp)
+            if self.terms.tokens:
+                self._index = caches.keywords.get(caches.read, user, self.stamp)
 
-    def run(self, conn: sqlite3.Connection) -> list[Entry]:
-        self._conn = conn
-        self._state = user_state(conn, self.user)
-        if self._state is None or self._state[2] == 0:
-            return []
-        self.stamp = self._state[:2]
-        self.filtered = filters_rows(self.view, self._state)
-        self._cache = self.caches.rows(self.user, self.stamp)
-        if self.terms.tokens:
-            self._index = self.caches.keywords.get(self.caches.read, self.user, self.stamp)
-        return execute_search(self.options, self.fetch, self.language, self.caches.time_mentions)
+    def serves(
+        self, user: UserKey, options: SearchOptions, query_vector: np.ndarray | None
+    ) -> bool:
+        """Whether a fetch of this search (one plan's deeper tier) can reuse this run."""
+        return user == self.user and options is self.options and query_vector is self.query_vector
 
     def fetch(self, kind: Kind | None, pool: int) -> Legs:
+        """The best `pool` candidates of each leg, filtered by `kind`."""
+        if self.empty:
+            return Legs(vector=None if self.query_vector is None else [], keyword=[])
         if self.query_vector is None:
             return Legs(vector=None, keyword=self._keyword_leg(kind, pool))
         # Without `hybrid` the shared ranking uses the vector leg alone.
@@ -228,7 +238,6 @@ class SearchRun:
 
     def _rows_by_rid(self, query: str, rids: list[int]) -> list[Row]:
         """The user's rows with these rids (`query` ends in `rid IN `)."""
-        assert self._conn is not None
         params = (self.user.app_name, self.user.user_id, *rids)
         return self._conn.execute(query + f"({', '.join('?' * len(rids))})", params).fetchall()
 
@@ -240,7 +249,7 @@ class SearchRun:
         """The best `pool` (rid, score) of the vector leg, to collect by calling the result.
         The product (numpy) and the FTS query both release the GIL, so on a large matrix
         the product runs on the side thread while this one queries FTS."""
-        assert self._conn is not None and self.query_vector is not None and self._state
+        assert self.query_vector is not None and self._state
         dim = int(self.query_vector.shape[0])
         vectors = self.caches.user_vectors(self._conn, self.user, self.stamp, dim)
         if len(vectors.rids) < self._state[2]:
@@ -265,7 +274,6 @@ class SearchRun:
 
     def _document_frequencies(self) -> dict[str, int]:
         """The user's document frequency of each query token: one FTS count per token and state."""
-        assert self._conn is not None
         known, prefix, df = self._cache.df, scope_prefix(self.user), {}
         for t in self.terms.tokens:
             count = known.get(t)
@@ -277,7 +285,6 @@ class SearchRun:
 
     def _keyword_leg(self, kind: Kind | None, pool: int) -> list[tuple[Entry, float]]:
         """FTS5 ranks candidates by its BM25; the shared keyword relevance scores them."""
-        assert self._conn is not None
         if not self.terms.tokens:
             return self._phrase_scan(kind, pool)
         if self._index is not None:  # exact relevance of every matching memory
@@ -324,7 +331,6 @@ class SearchRun:
 
     def _phrase_scan(self, kind: Kind | None, pool: int) -> list[tuple[Entry, float]]:
         """A query with no tokens ("C#"): the shared literal fallback over a filtered scan."""
-        assert self._conn is not None
         words = loose_text(self.options.query).split()
         if not words:
             return []

@@ -26,22 +26,13 @@ from ...service.identity import identify
 from ...service.info import StoreInfo
 from ...service.language import Language, resolve_language
 from ...service.model_lock import ModelLock
+from ...service.periods import TimeMentions
 from ...service.protocol import SyncMemoryService
+from ...service.reads import ReadPlan
 from ...service.reembed import DEFAULT_BATCH, ProgressCallback, ReembedPlan, ReembedReport
-from ...service.rules import (
-    Limits,
-    check_app_filter,
-    check_memory_id,
-    check_read_limit,
-    check_user,
-    embedding_text,
-    resolve_options,
-    unexpired,
-    utcnow,
-)
+from ...service.rules import Limits, check_user, embedding_text, utcnow
 from ...service.steps import Plan
-from ...service.validity import check_view
-from ...types import Entry, HistoryEvent, SearchOptions, UserKey
+from ...types import UserKey
 from . import _identity
 from . import _sql as sql
 from ._claims import SQLiteClaims
@@ -49,11 +40,10 @@ from ._connection import Database
 from ._executor import SQLiteRun
 from ._expiry import ExpiryMixin
 from ._locks import FileClaims
-from ._query import SearchCaches, SearchRun
+from ._query import SearchCaches
+from ._reads import SQLiteReads
 from ._reembed import SQLiteReembed
 from ._reembed import plan as reembed_plan
-from ._rows import DELETED, to_entry, user_state
-from ._validity import conditions
 from ._vectors import to_blob, unit_vector
 
 if TYPE_CHECKING:
@@ -194,90 +184,16 @@ class SQLiteMemoryService(SQLiteClaims, ExpiryMixin, SyncMemoryService):
         with self._model_lock.shared():  # one embedder from its Embed step to its commit
             return SQLiteRun(self).run(plan)
 
-    # -- reads ------------------------------------------------------------------
+    # -- reads: the read executor (`_reads.py`) -----------------------------------
 
-    def get(self, user: UserKey, memory_id: str) -> Entry | None:
-        user = check_user(user)
-        check_memory_id(memory_id)
-        key = (user.app_name, user.user_id, memory_id)
-        row = self._db.read(lambda conn: conn.execute(sql.SELECT_BY_ID, key).fetchone())
-        if row is None or row[DELETED] is not None:
-            return None
-        return next(iter(unexpired([to_entry(row, user)])), None)
+    def run_read(self, plan: ReadPlan) -> Any:
+        """Run a read plan; from its first storage step on it reads one snapshot."""
+        return SQLiteReads(self).run(plan)
 
-    def read(
-        self,
-        user: UserKey,
-        limit: int | None = None,
-        *,
-        as_of: datetime | str | None = None,
-        include_superseded: bool = False,
-    ) -> list[Entry]:
-        user, limit = check_user(user), check_read_limit(limit)
-        view = check_view(as_of, include_superseded)
-        now = utcnow()
-        valid, valid_params = conditions(view, sql.to_us(now) or 0)
-        query = sql.SELECT_READ + valid + sql.READ_ORDER
-        u: tuple[Any, ...] = (user.app_name, user.user_id, *valid_params)
-        if limit is not None:
-            query += " LIMIT ?"
-            u = (*u, limit)
-        rows = self._db.read(lambda conn: conn.execute(query, u).fetchall())
-        return unexpired((to_entry(row, user) for row in rows), now)
-
-    def deleted(self, user: UserKey, limit: int | None = None) -> list[Entry]:
-        user, limit = check_user(user), check_read_limit(limit)
-        u: tuple[Any, ...] = (user.app_name, user.user_id)
-        query = sql.SELECT_DELETED
-        if limit is not None:
-            query, u = query + " LIMIT ?", (*u, limit)
-        rows = self._db.read(lambda conn: conn.execute(query, u).fetchall())
-        return [to_entry(row, user) for row in rows]
-
-    def count(self, user: UserKey) -> int:
-        user = check_user(user)
-        state = self._db.read(lambda conn: user_state(conn, user))
-        return 0 if state is None else int(state[2]) - int(state[5])  # superseded left out
-
-    def users(self, app_name: str | None = None) -> list[UserKey]:
-        app_name = check_app_filter(app_name)
-        query, params = sql.SELECT_USERS, tuple[str, ...]()
-        if app_name is not None:
-            query, params = query + " AND app_name = ?", (app_name,)
-        query += " ORDER BY app_name, user_id"
-        rows = self._db.read(lambda conn: conn.execute(query, params).fetchall())
-        return [UserKey(app, uid) for app, uid in rows]
-
-    def history(self, user: UserKey, memory_id: str) -> list[HistoryEvent]:
-        user = check_user(user)
-        check_memory_id(memory_id)
-        key = (user.app_name, user.user_id, memory_id)
-        rows = self._db.read(lambda conn: conn.execute(sql.SELECT_HISTORY, key).fetchall())
-        return [sql.row_to_event(row) for row in rows]
-
-    # -- search -----------------------------------------------------------------
-
-    def search(
-        self, user: UserKey, query: str | None = None, options: SearchOptions | None = None
-    ) -> list[Entry]:
-        user = check_user(user)
-        options = resolve_options(query, options)
-        if not options.query.strip():
-            return []
-        with self._model_lock.shared():  # one embedder for the query and the stored vectors
-            return self._search(user, options)
-
-    def _search(self, user: UserKey, options: SearchOptions) -> list[Entry]:
-        query_vector: np.ndarray | None = None
-        if self._embeddings is not None:
-            query_vector = unit_vector(self._embeddings.embed_query(options.query))
-        args = (self._caches, user, options, query_vector, self._keyword_candidates, self.language)
-        search = SearchRun(*args)
-        results = self._db.read(self._checked(search.run))
-        if search.missing_vectors:
-            self._backfill_embeddings(user, search.missing_vectors)
-            results = self._db.read(self._checked(SearchRun(*args).run))
-        return results
+    @property
+    def time_mentions(self) -> TimeMentions:
+        """Which memory texts say a time, cached for search ranking."""
+        return self._caches.time_mentions
 
     def _checked(
         self, work: Callable[[sqlite3.Connection], T]
