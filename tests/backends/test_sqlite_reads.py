@@ -3,7 +3,9 @@ read in one snapshot (issue 25)."""
 
 from __future__ import annotations
 
+import asyncio
 import inspect
+import sqlite3
 
 import pytest
 
@@ -104,5 +106,31 @@ def test_a_plan_without_storage_steps_opens_no_transaction(tmp_path):
         in_transaction, vector = svc.run_read(embed_only())
         assert in_transaction is False
         assert vector is not None and abs(float((vector**2).sum()) - 1.0) < 1e-5
+    finally:
+        svc.close()
+
+
+@pytest.mark.parametrize("run", ["sync", "async"])
+def test_a_search_backfills_missing_vectors_then_reads_a_new_snapshot(tmp_path, run):
+    """Memories written without an embedder get vectors at the first search that embeds
+    its query, and that same search finds them by vector (its plan never saw the old
+    snapshot), through `search` and `asearch` alike."""
+    path = tmp_path / "m.db"
+    plain = SQLiteMemoryService(path)
+    plain.add_many(ALICE, ["Upgraded the database servers", "Bakes sourdough bread"])
+    plain.close()
+    svc = SQLiteMemoryService(path, HashingEmbeddings())
+    try:
+        options = SearchOptions(query="database upgrade", hybrid=False, similarity_threshold=0.2)
+        if run == "sync":
+            hits = svc.search(ALICE, options=options)
+        else:
+            hits = asyncio.run(svc.asearch(ALICE, options=options))
+        assert [e.text for e in hits][:1] == ["Upgraded the database servers"]
+        with sqlite3.connect(path) as conn:
+            (missing,) = conn.execute(
+                "SELECT count(*) FROM memories WHERE embedding IS NULL"
+            ).fetchone()
+        assert missing == 0
     finally:
         svc.close()
