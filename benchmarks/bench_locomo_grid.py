@@ -113,6 +113,9 @@ def round11() -> dict[str, dict[str, Any]]:
         "implied=0.5": {"fusion": {"implied_time_boost": 0.5}},
         "implied=1.0": {"fusion": {"implied_time_boost": 1.0}},
         "time-filter": {"fusion": {"time_boost": 100.0}},
+        # The amendment (dev only, before any test figure): session diversity.
+        "diversity=0.1": {"fusion": {"session_diversity": 0.1}},
+        "diversity=0.25": {"fusion": {"session_diversity": 0.25}},
     }
 
 
