@@ -365,6 +365,10 @@ class FusionSettings(OptionsModel):
       from the event time ("last month", "two weeks ago": `periods.implied_spans`)
       that meets it are preferred: the others are scaled by 1 / (1 + boost). Off by
       default.
+    - `session_diversity` ("diversity"): among the candidates of one event time (a
+      session), the j-th best (j = 0, 1, ...) is scaled by 1 / (1 + w x j), after every
+      other step: a top list covering more sessions (MMR's redundancy discount, the
+      session as the aspect). Off by default.
 
     `vector_weight`: the vector leg's weight against the keyword leg's 1.0 (it scales the
     leg's half of the "scores" mean; under RRF the leg adds w / (rrf_k + rank)); 0.75 was
@@ -393,6 +397,7 @@ class FusionSettings(OptionsModel):
     neighbour_capped: bool = False
     neighbour_replies_only: bool = False
     implied_time_boost: float = Field(default=0.0, ge=0.0)
+    session_diversity: float = Field(default=0.0, ge=0.0)
 
 
 FUSION_STEPS_OFF: dict[str, float] = {
@@ -406,6 +411,7 @@ FUSION_STEPS_OFF: dict[str, float] = {
     "session_weight": 0.0,
     "neighbour_weight": 0.0,
     "implied_time_boost": 0.0,
+    "session_diversity": 0.0,
 }
 """Each named `FusionSettings` step at the value that switches it off (plain fusion)."""
 

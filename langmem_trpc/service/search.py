@@ -291,6 +291,21 @@ def _neighbours(
     return adjusted
 
 
+def _diversified(fused: dict[str, float], best: Best, weight: float) -> dict[str, float]:
+    """The "diversity" step (`FusionSettings.session_diversity`): within each session
+    (same event time), the j-th best candidate (j from 0) is scaled by 1 / (1 + w x j),
+    so a session's later hits, which mostly repeat its best one, make room for other
+    sessions' (evidence of a multi-hop question lies in several). Memories without an
+    event time are sessions of their own: untouched."""
+    adjusted = dict(fused)
+    for group in _sessions(fused, best, alone=False):
+        # Ties ordered as the result orders them (newest first), so the first stays first.
+        ranked = sorted(group, key=lambda e: _sort_key(e, fused[e.id], False))
+        for j, entry in enumerate(ranked[1:], start=1):
+            adjusted[entry.id] = fused[entry.id] / (1 + weight * j)
+    return adjusted
+
+
 FEEDBACK_DOCS = 3
 """Feedback reads the terms of this many best keyword hits."""
 FEEDBACK_TERMS = 5
@@ -351,7 +366,7 @@ def _fused_order(
 ) -> dict[str, float]:
     """The fused score that orders hybrid hits: the fusion method, then each enabled step
     (decompose, feedback, context, session-first, neighbours, participants, time,
-    implied time, when)
+    implied time, when, diversity)
     in that order."""
     tuning = options.fusion
     fused = (
@@ -385,6 +400,8 @@ def _fused_order(
     ):
         if boost > 0:
             fused = _prefer(fused, preferred(best, options.query, language), boost)
+    if tuning.session_diversity > 0:
+        fused = _diversified(fused, best, tuning.session_diversity)
     return fused
 
 

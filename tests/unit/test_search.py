@@ -766,6 +766,7 @@ def test_implied_time_prefers_a_memory_telling_of_the_named_period():
         {"neighbour_weight": 0.25, "neighbour_replies_only": True},
         {"implied_time_boost": 1.0},
         {"time_boost": 100.0},
+        {"session_diversity": 0.25},
     ],
 )
 def test_exact_match_guard_trip_to_kyoto(tmp_path, backend, fusion):
@@ -803,3 +804,22 @@ def test_exact_match_guard_trip_to_kyoto(tmp_path, backend, fusion):
     uncapped = SearchOptions(hybrid=True, max_results=1, fusion={"neighbour_weight": 0.25})
     assert svc.search(user, "Trip 2 Kyoto", uncapped)[0].memory.metadata["n"] == 1
     svc.close()
+
+
+def test_session_diversity_makes_room_for_another_sessions_hit():
+    """A session's second hit, scaled by 1 / (1 + w), falls below another session's best:
+    the top two cover two sessions (multi-hop evidence lies in several)."""
+
+    def at(key: str, day: int, minute: int) -> Entry:
+        when = T0 + timedelta(days=day)
+        memory = Memory(text=key, kind=Kind.EPISODE, event_time=when)
+        stamp = T0 + timedelta(minutes=minute)
+        return Entry(
+            id=key, app_name="a", user_id="u", memory=memory, created_at=stamp, updated_at=stamp
+        )
+
+    first, second, other = at("first", 0, 0), at("second", 0, 1), at("other", 1, 2)
+    undated = entry("undated", "undated", minutes=3)
+    legs = Legs([(first, 0.9), (second, 0.85), (other, 0.8), (undated, 0.79)], [])
+    assert _order(legs) == ["first", "second", "other", "undated"]
+    assert _order(legs, session_diversity=0.25) == ["first", "other", "undated", "second"]
