@@ -321,7 +321,8 @@ class FusionSettings(OptionsModel):
     The hybrid steps rescale the fused score of `SearchOptions.fusion_method`.
     Each knob below is off at 0 (`question_word_weight` at 1.0; `FUSION_STEPS_OFF`);
     every default helped on LoCoMo's development half; the opt-in ones (decompose,
-    feedback, session-first, neighbours) are off for the reasons given with each:
+    feedback, session-first, neighbours and their capped / reply-only forms, implied
+    time, diversity) are off for the reasons given with each (docs/bench-locomo.md):
 
     - `question_word_weight` (keyword leg, every mode): query tokens that are the
       language's question words, auxiliaries or pronouns ("what", "did", "you") weigh
@@ -356,19 +357,23 @@ class FusionSettings(OptionsModel):
       exact lookup among "Trip 0/1/2 to Kyoto" returns the wrong trip first) and the
       observations arm, the closest to extracted memories, fell 0.009 on test.
     - `neighbour_capped` (with `neighbour_weight`): a hit never rises to or above the
-      candidate whose score it borrows (it stays just below it). Off by default.
+      candidate whose score it borrows (it stays just below it). Off by default: it
+      loses on every LoCoMo arm (round 11).
     - `neighbour_replies_only` (with `neighbour_weight`): the candidate after a hit counts
       only when both name participants and the sets differ (a reply is the other
-      party's); memories written in a row by the same people gain nothing. Off by default.
+      party's); memories written in a row by the same people gain nothing. Off by
+      default: it gains on raw turns but lowers the structured and observation arms.
     - `implied_time_boost` ("implied time"): when the query names a calendar period,
       the hits whose event time is in it or whose text tells of a time counted back
       from the event time ("last month", "two weeks ago": `periods.implied_spans`)
       that meets it are preferred: the others are scaled by 1 / (1 + boost). Off by
-      default.
+      default: it never lowers a LoCoMo arm but gains only 0.002 (few questions name
+      a period the event times do not already match).
     - `session_diversity` ("diversity"): among the candidates of one event time (a
       session), the j-th best (j = 0, 1, ...) is scaled by 1 / (1 + w x j), after every
       other step: a top list covering more sessions (MMR's redundancy discount, the
-      session as the aspect). Off by default.
+      session as the aspect). Off by default: it helps multi-hop questions and costs
+      single-hop ones more.
 
     `vector_weight`: the vector leg's weight against the keyword leg's 1.0 (it scales the
     leg's half of the "scores" mean; under RRF the leg adds w / (rrf_k + rank)); 0.75 was
