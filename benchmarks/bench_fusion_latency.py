@@ -33,7 +33,6 @@ from bench_sqlite import (
 
 from langmem_trpc import SearchOptions
 from langmem_trpc.backends.sqlite import SQLiteMemoryService
-from langmem_trpc.service.identity import PROBE_TEXT
 from langmem_trpc.types import FusionSettings
 
 CONFIGS = {
@@ -48,6 +47,14 @@ if "neighbour_weight" in FusionSettings.model_fields:  # absent before round 10 
     CONFIGS["neighbours 0.25"] = SearchOptions(fusion=FusionSettings(neighbour_weight=0.25))
     CONFIGS["feedback 0.25"] = SearchOptions(fusion=FusionSettings(feedback_weight=0.25))
     CONFIGS["session-first 0.5"] = SearchOptions(fusion=FusionSettings(session_weight=0.5))
+if "implied_time_boost" in FusionSettings.model_fields:  # round 11's steps (old trees lack them)
+    CONFIGS["capped neighbours 0.5"] = SearchOptions(
+        fusion=FusionSettings(neighbour_weight=0.5, neighbour_capped=True)
+    )
+    CONFIGS["reply-only neighbours 0.25"] = SearchOptions(
+        fusion=FusionSettings(neighbour_weight=0.25, neighbour_replies_only=True)
+    )
+    CONFIGS["implied time 1.0"] = SearchOptions(fusion=FusionSettings(implied_time_boost=1.0))
 
 
 def main() -> None:
@@ -62,7 +69,7 @@ def main() -> None:
     queries = list(dict.fromkeys(make_queries(args.queries, vocab, rng)))
     table = vector_table(texts, 384, rng)
     table.update(vector_table(queries, 384, rng))
-    table.update(vector_table([PROBE_TEXT], 384, rng))  # the store records the embedder
+    # The embedder-identity probe text gets `LookupEmbeddings`' fixed vector (any tree).
     with tempfile.TemporaryDirectory() as tmp:
         svc = SQLiteMemoryService(Path(tmp) / "b.db", LookupEmbeddings(table), limits=UNLIMITED)
         for i in range(0, len(texts), 1000):

@@ -321,7 +321,8 @@ class FusionSettings(OptionsModel):
     The hybrid steps rescale the fused score of `SearchOptions.fusion_method`.
     Each knob below is off at 0 (`question_word_weight` at 1.0; `FUSION_STEPS_OFF`);
     every default helped on LoCoMo's development half; the opt-in ones (decompose,
-    feedback, session-first, neighbours) are off for the reasons given with each:
+    feedback, session-first, neighbours and their capped / reply-only forms, implied
+    time, diversity) are off for the reasons given with each (docs/bench-locomo.md):
 
     - `question_word_weight` (keyword leg, every mode): query tokens that are the
       language's question words, auxiliaries or pronouns ("what", "did", "you") weigh
@@ -355,6 +356,24 @@ class FusionSettings(OptionsModel):
       lifts a memory written just before a near-identical match above that match (an
       exact lookup among "Trip 0/1/2 to Kyoto" returns the wrong trip first) and the
       observations arm, the closest to extracted memories, fell 0.009 on test.
+    - `neighbour_capped` (with `neighbour_weight`): a hit never rises to or above the
+      candidate whose score it borrows (it stays just below it). Off by default: it
+      loses on every LoCoMo arm (round 11).
+    - `neighbour_replies_only` (with `neighbour_weight`): the candidate after a hit counts
+      only when both name participants and the sets differ (a reply is the other
+      party's); memories written in a row by the same people gain nothing. Off by
+      default: it gains on raw turns but lowers the structured and observation arms.
+    - `implied_time_boost` ("implied time"): when the query names a calendar period,
+      the hits whose event time is in it or whose text tells of a time counted back
+      from the event time ("last month", "two weeks ago": `periods.implied_spans`)
+      that meets it are preferred: the others are scaled by 1 / (1 + boost). Off by
+      default: it never lowers a LoCoMo arm but gains only 0.002 (few questions name
+      a period the event times do not already match).
+    - `session_diversity` ("diversity"): among the candidates of one event time (a
+      session), the j-th best (j = 0, 1, ...) is scaled by 1 / (1 + w x j), after every
+      other step: a top list covering more sessions (MMR's redundancy discount, the
+      session as the aspect). Off by default: it helps multi-hop questions and costs
+      single-hop ones more.
 
     `vector_weight`: the vector leg's weight against the keyword leg's 1.0 (it scales the
     leg's half of the "scores" mean; under RRF the leg adds w / (rrf_k + rank)); 0.75 was
@@ -380,6 +399,10 @@ class FusionSettings(OptionsModel):
     feedback_weight: float = Field(default=0.0, ge=0.0)
     session_weight: float = Field(default=0.0, ge=0.0)
     neighbour_weight: float = Field(default=0.0, ge=0.0)
+    neighbour_capped: bool = False
+    neighbour_replies_only: bool = False
+    implied_time_boost: float = Field(default=0.0, ge=0.0)
+    session_diversity: float = Field(default=0.0, ge=0.0)
 
 
 FUSION_STEPS_OFF: dict[str, float] = {
@@ -392,6 +415,8 @@ FUSION_STEPS_OFF: dict[str, float] = {
     "feedback_weight": 0.0,
     "session_weight": 0.0,
     "neighbour_weight": 0.0,
+    "implied_time_boost": 0.0,
+    "session_diversity": 0.0,
 }
 """Each named `FusionSettings` step at the value that switches it off (plain fusion)."""
 

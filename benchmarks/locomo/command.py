@@ -40,6 +40,10 @@ ABLATIONS: dict[str, dict[str, Any]] = {
     "neighbours": {"fusion": {"neighbour_weight": 0.25}},
     "feedback": {"fusion": {"feedback_weight": 0.25}},
     "session-first": {"fusion": {"session_weight": 0.5}},
+    "capped-neighbours": {"fusion": {"neighbour_weight": 0.25, "neighbour_capped": True}},
+    "reply-neighbours": {"fusion": {"neighbour_weight": 0.25, "neighbour_replies_only": True}},
+    "implied-time": {"fusion": {"implied_time_boost": 1.0}},
+    "session-diversity": {"fusion": {"session_diversity": 0.1}},
     "pool-30": {"fusion": {"min_pool": 30}},
 }
 """SearchOptions overrides of the default arm, one step or choice at a time."""

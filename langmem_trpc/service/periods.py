@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 import threading
-from datetime import datetime
+from datetime import datetime, timedelta
 from functools import lru_cache
 from typing import NamedTuple
 
@@ -140,3 +140,103 @@ class TimeMentions:
     def clear(self) -> None:
         with self._lock:
             self._items.clear()
+
+
+_COUNTS = {
+    "a": 1,
+    "an": 1,
+    "one": 1,
+    "two": 2,
+    "three": 3,
+    "four": 4,
+    "five": 5,
+    "six": 6,
+    "seven": 7,
+    "eight": 8,
+    "nine": 9,
+    "ten": 10,
+    "eleven": 11,
+    "twelve": 12,
+    "a couple of": 2,
+    "a few": 3,
+}
+_UNITS = r"(day|week|weekend|month|year)s?"
+_AGO = re.compile(
+    rf"\b(\d{{1,2}}|{'|'.join(sorted(_COUNTS, key=len, reverse=True))})\s+{_UNITS}\s+ago\b",
+    re.I,
+)
+_WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
+_LAST = re.compile(
+    rf"\b(yesterday|last night|last (?:week|weekend|month|year|{'|'.join(_WEEKDAYS)}))\b", re.I
+)
+Span = tuple[datetime, datetime]
+"""A stretch of time, both ends included."""
+
+
+def _months_back(when: datetime, months: int) -> Span:
+    """The calendar month `months` before the one of `when`, as a span of its days."""
+    index = when.year * 12 + when.month - 1 - months
+    start = when.replace(year=index // 12, month=index % 12 + 1, day=1)
+    following = index + 1
+    end = start.replace(year=following // 12, month=following % 12 + 1) - timedelta(days=1)
+    return start, end
+
+
+def _ago(count: int, unit: str, said: datetime) -> Span:
+    """The span "`count` `unit`s ago" names, said at `said`."""
+    if unit == "day":
+        return said - timedelta(days=count + 1), said - timedelta(days=max(count - 1, 0))
+    if unit in ("week", "weekend"):
+        middle = said - timedelta(days=7 * count)
+        return middle - timedelta(days=4), middle + timedelta(days=4)
+    if unit == "month":
+        return _months_back(said, count)
+    year = said.year - count
+    return said.replace(year=year, month=1, day=1), said.replace(year=year, month=12, day=31)
+
+
+def _last(phrase: str, said: datetime) -> Span:
+    """The span "yesterday", "last night" or "last <week|weekend|month|year|weekday>" names."""
+    word = phrase.split()[-1]
+    if word in ("yesterday", "night"):
+        return _ago(1, "day", said)
+    if word == "month":
+        return _months_back(said, 1)
+    if word == "year":
+        return _ago(1, "year", said)
+    days = 9 if word == "weekend" else 14 if word == "week" else 7
+    return said - timedelta(days=days), said - timedelta(days=1)
+
+
+def implied_spans(text: str, said: datetime, language: Language = ENGLISH) -> list[Span]:
+    """When what a text tells happened, counted back from when it was said: "yesterday",
+    "last week", "two weekends ago", "last month", "a year ago" (English only: the
+    relative forms are not yet part of `Language`; other languages get none). A memory's
+    event time is when it was said (a turn's session date); the event it tells can be
+    earlier, and a question naming a period asks about the event."""
+    if language is not ENGLISH or ("ago" not in text and not _LAST.search(text)):
+        return []
+    spans = [_last(m.group(1).lower(), said) for m in _LAST.finditer(text)]
+    for match in _AGO.finditer(text):
+        amount = match.group(1).lower()
+        count = int(amount) if amount.isdigit() else _COUNTS[amount]
+        spans.append(_ago(count, match.group(2).lower(), said))
+    return spans
+
+
+def overlaps(period: Period, span: Span) -> bool:
+    """Whether a span of time meets a period (a named day: within 36 hours of it)."""
+    start, end = span
+    if period.day is not None and period.year is not None and period.month is not None:
+        try:
+            target = datetime(period.year, period.month, period.day, tzinfo=start.tzinfo)
+        except ValueError:
+            return False
+        window = timedelta(hours=36)
+        return start <= target + window and end >= target - window
+    index, last = start.year * 12 + start.month - 1, end.year * 12 + end.month - 1
+    while index <= last:
+        if period.contains(start.replace(year=index // 12, month=index % 12 + 1, day=1)):
+            return True
+        index += 1
+    return False

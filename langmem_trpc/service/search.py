@@ -25,7 +25,7 @@ from ._text import jaccard, primary_tokens, token_set
 from .bm25 import CorpusStats, KeywordDoc, QueryTerms, keyword_score
 from .documents import fts_document, keys_of, keyword_doc, topics_document
 from .language import ENGLISH, Language
-from .periods import query_periods, says_time
+from .periods import implied_spans, overlaps, query_periods, says_time
 
 Best = Mapping[str, tuple[Entry, float]]
 """Each fused candidate's entry and best leg score, by entry id."""
@@ -159,6 +159,25 @@ def _in_query_period(best: Best, query: str, language: Language) -> set[str]:
     }
 
 
+def _in_implied_period(best: Best, query: str, language: Language) -> set[str]:
+    """The "implied time" step's preferred hits: event time in a period the query names,
+    or a time the text tells of, counted back from the event time, that meets it
+    (`periods.implied_spans`: "I went to a convention last month", said in April, is
+    found by "in March")."""
+    periods = query_periods(query, language)
+    if not periods:
+        return set()
+    preferred = set()
+    for key, (entry, _) in best.items():
+        event = entry.memory.event_time
+        if event is None:
+            continue
+        spans = implied_spans(entry.memory.text, event, language)
+        if any(p.contains(event) or any(overlaps(p, s) for s in spans) for p in periods):
+            preferred.add(key)
+    return preferred
+
+
 def _saying_time(
     best: Best, query: str, language: Language, says: Callable[[str], bool]
 ) -> set[str]:
@@ -230,17 +249,60 @@ def _session_first(fused: dict[str, float], best: Best, weight: float) -> dict[s
     return adjusted
 
 
-def _neighbours(fused: dict[str, float], best: Best, weight: float) -> dict[str, float]:
+NEIGHBOUR_CAP = 1.0 - 1e-9
+"""A capped neighbour gain stops at this fraction of the score it borrows (just below)."""
+
+
+def _is_reply(entry: Entry, after: Entry) -> bool:
+    """Whether `after` can be a reply to `entry`: both name participants, not the same set."""
+    said, answered = entry.memory.participants, after.memory.participants
+    return bool(said and answered) and {p.casefold() for p in said} != {
+        p.casefold() for p in answered
+    }
+
+
+def _neighbours(
+    fused: dict[str, float],
+    best: Best,
+    weight: float,
+    capped: bool = False,
+    replies_only: bool = False,
+) -> dict[str, float]:
     """The "neighbours" step (`FusionSettings.neighbour_weight`): each hit gains w x the
     fused score of the candidate just after it in creation order with its event time (one
     session): a turn that the next one answers is found through the reply's words too,
     the reverse of the context topics, which index a reply with the turn before it.
-    Memories stamped with the same creation time have no order: no gain."""
+    Memories stamped with the same creation time have no order: no gain. With
+    `replies_only` (`neighbour_replies_only`) only a reply by other participants
+    (`_is_reply`) counts; when `capped` (`neighbour_capped`) a hit stays just below the
+    reply it borrows from, so it never overtakes it (an exact match written after it)."""
     adjusted = dict(fused)
     for group in _sessions(fused, best, alone=False):
         for entry, reply in zip(group, group[1:], strict=False):
-            if reply.created_at > entry.created_at:
-                adjusted[entry.id] = fused[entry.id] + weight * fused[reply.id]
+            if reply.created_at <= entry.created_at:
+                continue
+            if replies_only and not _is_reply(entry, reply):
+                continue
+            own, borrowed = fused[entry.id], fused[reply.id]
+            gained = own + weight * borrowed
+            if capped:
+                gained = max(own, min(gained, borrowed * NEIGHBOUR_CAP))
+            adjusted[entry.id] = gained
+    return adjusted
+
+
+def _diversified(fused: dict[str, float], best: Best, weight: float) -> dict[str, float]:
+    """The "diversity" step (`FusionSettings.session_diversity`): within each session
+    (same event time), the j-th best candidate (j from 0) is scaled by 1 / (1 + w x j),
+    so a session's later hits, which mostly repeat its best one, make room for other
+    sessions' (evidence of a multi-hop question lies in several). Memories without an
+    event time are sessions of their own: untouched."""
+    adjusted = dict(fused)
+    for group in _sessions(fused, best, alone=False):
+        # Ties ordered as the result orders them (newest first), so the first stays first.
+        ranked = sorted(group, key=lambda e: _sort_key(e, fused[e.id], False))
+        for j, entry in enumerate(ranked[1:], start=1):
+            adjusted[entry.id] = fused[entry.id] / (1 + weight * j)
     return adjusted
 
 
@@ -303,7 +365,8 @@ def _fused_order(
     says: Callable[[str], bool],
 ) -> dict[str, float]:
     """The fused score that orders hybrid hits: the fusion method, then each enabled step
-    (decompose, feedback, context, session-first, neighbours, participants, time, when)
+    (decompose, feedback, context, session-first, neighbours, participants, time,
+    implied time, when, diversity)
     in that order."""
     tuning = options.fusion
     fused = (
@@ -322,14 +385,23 @@ def _fused_order(
     if tuning.session_weight > 0:
         fused = _session_first(fused, best, tuning.session_weight)
     if tuning.neighbour_weight > 0:
-        fused = _neighbours(fused, best, tuning.neighbour_weight)
+        fused = _neighbours(
+            fused,
+            best,
+            tuning.neighbour_weight,
+            tuning.neighbour_capped,
+            tuning.neighbour_replies_only,
+        )
     for boost, preferred in (
         (tuning.participant_boost, _naming_participant),
         (tuning.time_boost, _in_query_period),
+        (tuning.implied_time_boost, _in_implied_period),
         (tuning.when_boost, partial(_saying_time, says=says)),
     ):
         if boost > 0:
             fused = _prefer(fused, preferred(best, options.query, language), boost)
+    if tuning.session_diversity > 0:
+        fused = _diversified(fused, best, tuning.session_diversity)
     return fused
 
 

@@ -663,3 +663,163 @@ def test_time_mentions_are_bounded_and_belong_to_their_owner():
     assert len(first) == 2 and len(second) == 0
     first.clear()
     assert len(first) == 0
+
+
+# Round 11 (docs/bench-locomo.md): capped and reply-only neighbours, implied times.
+
+
+def _turn(key: str, text: str, minute: int, people: tuple[str, ...] = ()) -> Entry:
+    at = T0 + timedelta(minutes=minute)
+    memory = Memory(text=text, kind=Kind.EPISODE, event_time=T0, participants=list(people))
+    return Entry(id=key, app_name="a", user_id="u", memory=memory, created_at=at, updated_at=at)
+
+
+def _order(legs: Legs, query: str = "pottery", **fusion: object) -> list[str]:
+    tuning = FusionSettings(context_weight=0.0, **fusion)  # type: ignore[arg-type]
+    options = SearchOptions(query=query, fusion=tuning)
+    return [e.id for e in execute_search(options, lambda kind, pool: legs)]
+
+
+def test_a_capped_neighbour_never_overtakes_the_reply_it_borrows_from():
+    """Uncapped, a turn with 0.25 x its reply's score overtakes the reply (0.244 > 0.225);
+    capped, it stops just below the reply and still passes the unrelated hit."""
+    said = _turn("said", "I finally went yesterday", 0)
+    reply = _turn("reply", "Oh, the pottery class? How was it?", 1)
+    other = _turn("other", "I like pottery too", 2).model_copy(
+        update={"memory": Memory(text="I like pottery too", event_time=T0 + timedelta(days=7))}
+    )
+    legs = Legs([(reply, 0.60), (other, 0.52), (said, 0.50)], [])
+    assert _order(legs, neighbour_weight=0.25) == ["said", "reply", "other"]
+    assert _order(legs, neighbour_weight=0.25, neighbour_capped=True) == [
+        "reply",
+        "said",
+        "other",
+    ]
+    assert _order(legs, neighbour_weight=0.5, neighbour_capped=True)[:2] == ["reply", "said"]
+
+
+def test_reply_only_neighbours_need_other_participants():
+    """A memory after a hit counts as its reply only when both name participants and the
+    sets differ: the same speaker twice, or memories without participants, gain nothing."""
+
+    def legs(first: tuple[str, ...], second: tuple[str, ...]) -> Legs:
+        said = _turn("said", "I finally went yesterday", 0, first)
+        reply = _turn("reply", "Oh, the pottery class? How was it?", 1, second)
+        other = _turn("other", "I like pottery too", 2, ("Cy",)).model_copy(
+            update={"memory": Memory(text="I like pottery too", event_time=T0 + timedelta(days=7))}
+        )
+        return Legs([(reply, 0.60), (other, 0.52), (said, 0.50)], [])
+
+    on = {"neighbour_weight": 0.25, "neighbour_replies_only": True}
+    assert _order(legs(("Ann",), ("Bob",)), **on) == ["said", "reply", "other"]
+    assert _order(legs(("Ann",), ("ann",)), **on) == ["reply", "other", "said"]
+    assert _order(legs((), ()), **on) == ["reply", "other", "said"]
+    assert _order(legs((), ()), neighbour_weight=0.25) == ["said", "reply", "other"]
+
+
+def test_implied_spans_count_back_from_when_a_text_was_said():
+    from langmem_trpc.service.periods import Period, implied_spans, overlaps
+
+    said = datetime(2023, 4, 18, tzinfo=timezone.utc)
+    (month,) = implied_spans("We went to a convention last month.", said)
+    assert (month[0].date(), month[1].date()) == (
+        datetime(2023, 3, 1).date(),
+        datetime(2023, 3, 31).date(),
+    )
+    (weekends,) = implied_spans("we went camping two weekends ago", said)
+    assert weekends[0] <= said - timedelta(days=14) <= weekends[1]
+    january = datetime(2023, 1, 10, tzinfo=timezone.utc)
+    (december,) = implied_spans("I moved last month", january)
+    assert overlaps(Period(2022, 12, None), december)
+    assert not overlaps(Period(2023, 1, None), december)
+    (night,) = implied_spans("Watched it last night!", datetime(2022, 5, 2, tzinfo=timezone.utc))
+    assert overlaps(Period(2022, 5, 1), night)
+    assert implied_spans("We talk about conventions", said) == []
+    assert overlaps(Period(2020, None, None), implied_spans("3 years ago", said)[0])
+
+
+def test_implied_time_prefers_a_memory_telling_of_the_named_period():
+    """Said on 18 April, "a convention last month" tells of March: "in March 2023" finds it
+    with the implied-time step; the time step alone (event times) cannot."""
+    april = datetime(2023, 4, 18, tzinfo=timezone.utc)
+
+    def said(key: str, text: str) -> Entry:
+        base = entry(key, text)
+        return base.model_copy(update={"memory": Memory(text=text, event_time=april)})
+
+    told = said("told", "My colleagues and I went to a convention together last month")
+    talk = said("talk", "Conventions are great for meeting colleagues")
+    legs = Legs([(talk, 0.6), (told, 0.5)], [])
+    query = "What did John attend with his colleagues in March 2023?"
+    assert _order(legs, query) == ["talk", "told"]
+    assert _order(legs, query, implied_time_boost=1.0) == ["told", "talk"]
+    assert _order(legs, "What did John attend?", implied_time_boost=1.0) == ["talk", "told"]
+
+
+@pytest.mark.parametrize("backend", ["memory", "sqlite"])
+@pytest.mark.parametrize(
+    "fusion",
+    [
+        {},
+        {"neighbour_weight": 0.25, "neighbour_capped": True},
+        {"neighbour_weight": 0.5, "neighbour_capped": True},
+        {"neighbour_weight": 0.25, "neighbour_replies_only": True},
+        {"implied_time_boost": 1.0},
+        {"time_boost": 100.0},
+        {"session_diversity": 0.25},
+    ],
+)
+def test_exact_match_guard_trip_to_kyoto(tmp_path, backend, fusion):
+    """The exact lookup among near-identical memories written in a row ("Trip 0/1/2 to
+    Kyoto", one event time, same participants; ties go to the newest) returns the asked
+    trip first under the default and every round-11 step, while round 10's uncapped
+    neighbours lift trip 1 (written just before) above it."""
+    from langmem_trpc import InMemoryMemoryService, SQLiteMemoryService, UserKey
+    from langmem_trpc.testing import HashingEmbeddings
+
+    embeddings = HashingEmbeddings()
+    svc = (
+        InMemoryMemoryService(embeddings)
+        if backend == "memory"
+        else SQLiteMemoryService(tmp_path / "m.db", embeddings)
+    )
+    user = UserKey("app", "alice")
+    when = datetime(2024, 5, 1, 12, 30, tzinfo=timezone.utc)
+    memories = [
+        Memory(
+            text=f"Trip {i} to Kyoto 京都の旅",
+            topics=["travel", "japan"],
+            kind=Kind.EPISODE,
+            event_time=when,
+            participants=["Ana", "Bo"],
+            location="Kyoto",
+            metadata={"n": i},
+        )
+        for i in range(3)
+    ]
+    svc.add_many(user, memories)
+    tuning = FusionSettings(**fusion)  # type: ignore[arg-type]
+    options = SearchOptions(hybrid=True, max_results=1, fusion=tuning)
+    assert svc.search(user, "Trip 2 Kyoto", options)[0].memory.metadata["n"] == 2
+    uncapped = SearchOptions(hybrid=True, max_results=1, fusion={"neighbour_weight": 0.25})
+    assert svc.search(user, "Trip 2 Kyoto", uncapped)[0].memory.metadata["n"] == 1
+    svc.close()
+
+
+def test_session_diversity_makes_room_for_another_sessions_hit():
+    """A session's second hit, scaled by 1 / (1 + w), falls below another session's best:
+    the top two cover two sessions (multi-hop evidence lies in several)."""
+
+    def at(key: str, day: int, minute: int) -> Entry:
+        when = T0 + timedelta(days=day)
+        memory = Memory(text=key, kind=Kind.EPISODE, event_time=when)
+        stamp = T0 + timedelta(minutes=minute)
+        return Entry(
+            id=key, app_name="a", user_id="u", memory=memory, created_at=stamp, updated_at=stamp
+        )
+
+    first, second, other = at("first", 0, 0), at("second", 0, 1), at("other", 1, 2)
+    undated = entry("undated", "undated", minutes=3)
+    legs = Legs([(first, 0.9), (second, 0.85), (other, 0.8), (undated, 0.79)], [])
+    assert _order(legs) == ["first", "second", "other", "undated"]
+    assert _order(legs, session_diversity=0.25) == ["first", "other", "undated", "second"]
