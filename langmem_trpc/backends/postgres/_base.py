@@ -1,7 +1,9 @@
 """State and input validation shared by the sync and async halves of `PostgresMemoryService`.
 
-Every public method validates here, before any I/O, into a sans-I/O plan that
-the drivers (`sync.py`, `aio.py`) execute.
+The operations that are PostgreSQL's own validate here, before any I/O, into a
+sans-I/O plan that the drivers (`sync.py`, `aio.py`) execute; the shared write
+and read plans (validated by `MemoryService`) become statements here too
+(`_write`, `_read_statements`).
 """
 
 from __future__ import annotations
@@ -176,7 +178,7 @@ class PostgresBase:
             return _plans.write(plan, options)
         return _identity.write_checked(_plans.write(plan, options), self._generation)
 
-    # -- reads and expiry: plan builders; `service.py` runs each, sync and async --
+    # -- reads (`run_read` in `sync.py` / `aio.py`) and expiry (`service.py`) --
 
     @property
     def time_mentions(self) -> TimeMentions:
