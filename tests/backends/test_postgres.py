@@ -23,7 +23,7 @@ from langmem_trpc.service.language import ENGLISH
 from langmem_trpc.service.search import rrf_fuse
 from langmem_trpc.testing import HashingEmbeddings
 from langmem_trpc.testing.conformance import MemoryServiceConformance
-from langmem_trpc.types import Memory
+from langmem_trpc.types import FusionSettings, Memory
 
 T_EVENT = "2024-05-06T18:30:00+02:00"
 
@@ -928,6 +928,39 @@ async def test_search_runs_one_statement_even_with_the_kind_fallback(clean_url, 
                 ALICE, "sushi dinner", SearchOptions(kind=Kind.EPISODE, kind_fallback=True)
             )
             assert fallback[0].memory.kind == Kind.EPISODE and len(fallback) == 7
+            svc.clear(ALICE)
+            await svc.aclose()
+    finally:
+        sync_pool.close()
+        await async_pool.close()
+
+
+@pytest.mark.parametrize("hybrid", [False, True], ids=["vector", "hybrid"])
+async def test_search_sends_one_statement_per_tier(clean_url, hybrid):
+    """A normal user's search that needs a deeper tier (max_results above the first
+    tier's pool) sends one statement per tier once the entry cache is warm, sync and
+    async: the shared read plan's `FetchLegs`, each one statement."""
+    statements: list[str] = []
+    sync_pool, async_pool = _counting_pools(clean_url, statements)
+    await async_pool.open()
+    options = SearchOptions(
+        max_results=8, hybrid=hybrid, deduplicate=False, fusion=FusionSettings(min_pool=5)
+    )
+    try:
+        for pool, is_async in ((sync_pool, False), (async_pool, True)):
+            svc = PostgresMemoryService(pool, HashingEmbeddings())
+            svc.add_many(ALICE, [f"sushi dinner number {i} with friends" for i in range(12)])
+            warm = svc.search(ALICE, "sushi dinner with friends", options)
+            if is_async:
+                await svc.asearch(ALICE, "sushi dinner with friends", options)
+            statements.clear()
+            if is_async:
+                hits = await svc.asearch(ALICE, "sushi dinner with friends", options)
+            else:
+                hits = svc.search(ALICE, "sushi dinner with friends", options)
+            assert [h.id for h in hits] == [h.id for h in warm] and len(hits) == 8
+            assert len(statements) == 2, statements  # tiers of 5 and 20 candidates per leg
+            assert all("langmem_memories" in s for s in statements)
             svc.clear(ALICE)
             await svc.aclose()
     finally:

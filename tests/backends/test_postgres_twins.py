@@ -1,10 +1,11 @@
-"""PostgresMemoryService's reads, expiry and add_many: one builder each, a sync method and
-its `a*` twin, written out; no server needed."""
+"""PostgresMemoryService's reads (`MemoryService`'s, over its read executor), expiry and
+add_many: a sync method and its `a*` twin each, written out; no server needed."""
 
 from __future__ import annotations
 
 import asyncio
 import inspect
+import typing
 
 import pytest
 
@@ -45,3 +46,22 @@ def test_bad_input_is_refused_before_any_connection():
     with pytest.raises(InvalidInputError):
         svc.get("alice", "m1")
     svc.close()
+
+
+def test_the_read_executor_has_every_read_executor_method():
+    """PostgreSQL's sans-I/O read executor keeps `ReadExecutor`'s method names (each a
+    plan of statements), and its dispatch reaches one of them for every read step."""
+    from langmem_trpc.backends.postgres._reads import SqlReads
+    from langmem_trpc.service import reads
+
+    wanted = {
+        name
+        for name, member in vars(reads.ReadExecutor).items()
+        if inspect.isfunction(member) and not name.startswith("_")
+    }
+    assert len(wanted) == len(reads.ReadStep.__args__)  # one method per step
+    for name in wanted:
+        method = getattr(SqlReads, name)
+        assert inspect.isgeneratorfunction(method), name
+        step_type = typing.get_type_hints(getattr(reads.ReadExecutor, name))["step"]
+        assert typing.get_type_hints(method)["step"] is step_type, name

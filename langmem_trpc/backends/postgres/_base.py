@@ -1,7 +1,9 @@
 """State and input validation shared by the sync and async halves of `PostgresMemoryService`.
 
-Every public method validates here, before any I/O, into a sans-I/O plan that
-the drivers (`sync.py`, `aio.py`) execute.
+The operations that are PostgreSQL's own validate here, before any I/O, into a
+sans-I/O plan that the drivers (`sync.py`, `aio.py`) execute; the shared write
+and read plans (validated by `MemoryService`) become statements here too
+(`_write`, `_read_statements`).
 """
 
 from __future__ import annotations
@@ -14,22 +16,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from weakref import WeakKeyDictionary, WeakSet
 
 from ...errors import ConfigurationError
-from ...service import steps, validity
+from ...service import reads, steps
 from ...service.identity import EmbedderIdentity
 from ...service.language import Language, resolve_language
 from ...service.model_lock import ModelLock
 from ...service.periods import TimeMentions
-from ...service.rules import (
-    Limits,
-    check_app_filter,
-    check_expiry,
-    check_memory_id,
-    check_read_limit,
-    check_user,
-    resolve_options,
-)
-from ...types import Entry, HistoryEvent, SearchOptions, UserKey
-from . import _expiry, _identity, _plans, _sql
+from ...service.rules import Limits, check_expiry, check_memory_id, check_read_limit, check_user
+from ...types import UserKey
+from . import _expiry, _identity, _plans, _reads, _sql
 from ._cache import MAX_ENTRIES, EntryCache
 from ._conninfo import checked_conninfo
 from ._ops import Op, Plan, Sql
@@ -64,46 +58,21 @@ class PostgresBase:
         entry_cache_size: int = MAX_ENTRIES,
         language: str | Language = "english",
     ) -> None:
-        from psycopg_pool import AsyncConnectionPool, ConnectionPool
-
         self.language = resolve_language(language)
         self._language_ok = False
         """Set once an operation found the database's recorded language to be this one."""
-
         self._sync_pool: ConnectionPool[Any] | None = None
         self._async_pool: AsyncConnectionPool[Any] | None = None
         self._owns_sync = self._owns_async = True
-        self._conninfo: Any  # a string, or what the given pool was built from
-        if isinstance(conninfo_or_pool, ConnectionPool):
-            self._sync_pool, self._owns_sync = conninfo_or_pool, False
-            self._conninfo = conninfo_or_pool.conninfo
-        elif isinstance(conninfo_or_pool, AsyncConnectionPool):
-            self._async_pool, self._owns_async = conninfo_or_pool, False
-            self._conninfo = conninfo_or_pool.conninfo
-        elif isinstance(conninfo_or_pool, str):
-            self._conninfo = checked_conninfo(conninfo_or_pool)  # before any pool: no secret logged
-        else:
-            raise ConfigurationError(
-                "PostgresMemoryService needs a connection string, a psycopg_pool.ConnectionPool "
-                f"or an AsyncConnectionPool, not {type(conninfo_or_pool).__name__}"
-            )
-        if (
-            pool_size < 1
-            or ef_search < 1
-            or exact_search_max < 0
-            or pool_timeout <= 0
-            or entry_cache_size < 0
-        ):
-            raise ConfigurationError(
-                "pool_size and ef_search must be >= 1, exact_search_max and entry_cache_size "
-                ">= 0, pool_timeout > 0"
-            )
+        self._conninfo: Any = self._take(conninfo_or_pool)
+        """A string, or what the given pool was built from."""
+        _check_settings(pool_size, pool_timeout, ef_search, exact_search_max, entry_cache_size)
         self._embeddings = embeddings
         self._identity: EmbedderIdentity | None = None
         """The recorded embedder `setup()` checked this one against."""
         self._model_lock = ModelLock()
         self._limits = limits or Limits()
-        self._search_cache = _plans.SearchCache(
+        self._search_cache = _reads.SearchCache(
             dims=dims,
             entries=EntryCache(entry_cache_size),
             time_mentions=TimeMentions(self.language),
@@ -118,6 +87,23 @@ class PostgresBase:
         self._vector_info: WeakKeyDictionary[
             Connection[Any] | AsyncConnection[Any], TypeInfo | None
         ] = WeakKeyDictionary()
+
+    def _take(self, conninfo_or_pool: str | ConnectionPool[Any] | AsyncConnectionPool[Any]) -> Any:
+        """The connection string to open pools with; a pool passed in is kept (not owned)."""
+        from psycopg_pool import AsyncConnectionPool, ConnectionPool
+
+        if isinstance(conninfo_or_pool, ConnectionPool):
+            self._sync_pool, self._owns_sync = conninfo_or_pool, False
+            return conninfo_or_pool.conninfo
+        if isinstance(conninfo_or_pool, AsyncConnectionPool):
+            self._async_pool, self._owns_async = conninfo_or_pool, False
+            return conninfo_or_pool.conninfo
+        if isinstance(conninfo_or_pool, str):
+            return checked_conninfo(conninfo_or_pool)  # before any pool: no secret logged
+        raise ConfigurationError(
+            "PostgresMemoryService needs a connection string, a psycopg_pool.ConnectionPool "
+            f"or an AsyncConnectionPool, not {type(conninfo_or_pool).__name__}"
+        )
 
     def _pool_options(self, name: str) -> dict[str, Any]:
         """The arguments of a pool this service opens (sync or async), named `name`."""
@@ -192,50 +178,21 @@ class PostgresBase:
             return _plans.write(plan, options)
         return _identity.write_checked(_plans.write(plan, options), self._generation)
 
-    # -- reads and expiry: plan builders; `service.py` runs each, sync and async --
+    # -- reads (`run_read` in `sync.py` / `aio.py`) and expiry (`service.py`) --
 
-    def _get(self, user: UserKey, memory_id: str) -> Plan[Entry | None]:
-        return _plans.get(check_user(user), check_memory_id(memory_id))
+    @property
+    def time_mentions(self) -> TimeMentions:
+        """Which memory texts say a time (search ranking; see `MemoryService`)."""
+        return self._search_cache.time_mentions
 
-    def _read(
-        self,
-        user: UserKey,
-        limit: int | None = None,
-        *,
-        as_of: datetime | str | None = None,
-        include_superseded: bool = False,
-    ) -> Plan[list[Entry]]:
-        view = validity.check_view(as_of, include_superseded)
-        return _plans.read(check_user(user), check_read_limit(limit), view)
-
-    def _deleted(self, user: UserKey, limit: int | None = None) -> Plan[list[Entry]]:
-        return _plans.deleted(check_user(user), check_read_limit(limit))
-
-    def _search(
-        self, user: UserKey, query: str | None = None, options: SearchOptions | None = None
-    ) -> Plan[list[Entry]]:
-        user = check_user(user)
-        resolved = resolve_options(query, options)
-        found = _plans.search(
-            user,
-            resolved,
-            self._embeddings is not None,
-            self._exact_search_max,
-            self._search_cache,
-            self.language,
+    def _read_statements(self, plan: reads.ReadPlan) -> Plan[Any]:
+        """A shared read plan (`service.reads`) as SQL, run without a transaction; a
+        search is checked against a re-embed's cutover (`_reads.run`)."""
+        executor = _reads.SqlReads(
+            self._embeddings is not None, self._exact_search_max, self._search_cache, self.language
         )
-        if self._identity is None or self._embeddings is None:
-            return found
-        return _identity.read_checked(found, self._generation)
-
-    def _history(self, user: UserKey, memory_id: str) -> Plan[list[HistoryEvent]]:
-        return _plans.history(check_user(user), check_memory_id(memory_id))
-
-    def _count(self, user: UserKey) -> Plan[int]:
-        return _plans.count(check_user(user))
-
-    def _users(self, app_name: str | None = None) -> Plan[list[UserKey]]:
-        return _plans.users(check_app_filter(app_name))
+        checked = self._identity is not None and self._embeddings is not None
+        return _reads.run(plan, executor, self._generation if checked else None)
 
     def _set_expiry(
         self, user: UserKey, memory_id: str, expires_at: datetime | str | None
@@ -245,6 +202,22 @@ class PostgresBase:
 
     def _expired(self, user: UserKey, limit: int | None = None) -> Plan[list[str]]:
         return _expiry.expired(check_user(user), check_read_limit(limit))
+
+
+def _check_settings(
+    pool_size: int, pool_timeout: float, ef_search: int, exact_search_max: int, entry_cache: int
+) -> None:
+    if (
+        pool_size < 1
+        or ef_search < 1
+        or exact_search_max < 0
+        or pool_timeout <= 0
+        or entry_cache < 0
+    ):
+        raise ConfigurationError(
+            "pool_size and ef_search must be >= 1, exact_search_max and entry_cache_size "
+            ">= 0, pool_timeout > 0"
+        )
 
 
 def backend_error(exc: Exception) -> Exception:

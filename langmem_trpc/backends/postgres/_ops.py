@@ -3,7 +3,7 @@
 A plan is a generator: it yields `Sql` (run it, send back the rows), `Copy` (stream
 rows in, send back nothing) or `Embed` (embed these texts, send back the vectors)
 and returns the result; an `Op` is a plan plus whether it writes. Every plan module
-(`_plans`, `_bulk`, `_claims`, ...) builds on these, and the drivers (`sync.py`,
+(`_plans`, `_reads`, `_bulk`, `_claims`, ...) builds on these, and the drivers (`sync.py`,
 `aio.py`) execute them; this module imports none of them, so they never import
 each other for the vocabulary.
 """

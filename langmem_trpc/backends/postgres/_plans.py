@@ -1,4 +1,5 @@
-"""Every operation as a sans-I/O plan, shared by the sync and async drivers.
+"""Writes and setup as sans-I/O plans, shared by the sync and async drivers (the
+reads are `_reads.py`'s).
 
 A plan is a generator over the statements of `_ops.py` (`Sql`, `Copy`, `Embed`)
 that returns the result. The drivers in `sync.py` and `aio.py` only execute
@@ -8,8 +9,8 @@ the first yield, so bad input never opens a transaction.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TypeVar, assert_never, cast
 
@@ -17,20 +18,8 @@ from ...errors import ConfigurationError
 from ...service import steps
 from ...service.documents import memory_keys
 from ...service.language import ENGLISH, Language
-from ...service.periods import TimeMentions
-from ...service.rules import stored_fingerprint, unexpired, utcnow
-from ...service.search import (
-    DEFAULT_MIN_SCORE,
-    Legs,
-    SearchPlan,
-    Tiers,
-    plan_search,
-    rank_search,
-)
-from ...service.validity import CURRENT, View, view_of
-from ...types import Entry, HistoryEvent, Kind, SearchOptions, UserKey
-from . import _bulk, _migrations, _search_sql, _sql
-from ._cache import EntryCache
+from ...service.rules import stored_fingerprint, utcnow
+from . import _bulk, _migrations, _sql
 from ._ops import Embed, Plan, Sql
 
 T = TypeVar("T")
@@ -276,189 +265,6 @@ def _stored(rows: Sequence[_sql.Row], deleted: bool | None) -> steps.Stored | No
     if deleted is None:
         deleted = row["deleted_at"] is not None
     return steps.Stored(_sql.entry_from_row(row), bool(row["keyed"]), deleted)
-
-
-# --- reads -----------------------------------------------------------------
-
-
-def get(user: UserKey, memory_id: str) -> Plan[Entry | None]:
-    rows = yield Sql(_sql.SELECT_LIVE_BY_ID, _sql.user_params(user, id=memory_id))
-    return next(iter(unexpired([_sql.entry_from_row(rows[0])])), None) if rows else None
-
-
-def read(user: UserKey, limit: int | None, view: View = CURRENT) -> Plan[list[Entry]]:
-    """Live rows of `view` (validated by `validity.check_view`), newest first; expired
-    ones (TTL) left out, as every read does."""
-    now = utcnow()
-    params = _sql.user_params(
-        user, limit=limit if limit and limit > 0 else None, **_sql.view_params(view, now)
-    )
-    rows = yield Sql(_sql.READ_LIVE[_sql.view_name(view)], params)
-    return unexpired((_sql.entry_from_row(r) for r in rows), now)
-
-
-def deleted(user: UserKey, limit: int | None) -> Plan[list[Entry]]:
-    rows = yield Sql(
-        _sql.READ_DELETED, _sql.user_params(user, limit=limit if limit and limit > 0 else None)
-    )
-    return [_sql.entry_from_row(r) for r in rows]
-
-
-def count(user: UserKey) -> Plan[int]:
-    """Rows not deleted and not superseded (lapsed and expired ones count, see
-    `service.validity`)."""
-    rows = yield Sql(_sql.CURRENT_COUNT, _sql.user_params(user))
-    return int(rows[0]["current_count"]) if rows else 0
-
-
-def users(app_name: str | None) -> Plan[list[UserKey]]:
-    rows = yield Sql(_sql.SELECT_USERS, {"app": app_name})
-    return [UserKey(r["app_name"], r["user_id"]) for r in rows]
-
-
-def history(user: UserKey, memory_id: str) -> Plan[list[HistoryEvent]]:
-    rows = yield Sql(_sql.SELECT_HISTORY, _sql.user_params(user, id=memory_id))
-    return [_sql.history_from_row(r) for r in rows]
-
-
-@dataclass
-class SearchCache:
-    """What searches of one service learn and keep: each user's live count, the
-    dimension, the entries of candidate rows (by row version) and which memory
-    texts say a time. Owned by the service; `clear()` (its `close()`) forgets all
-    but the dimension."""
-
-    dims: int | None = None
-    sizes: dict[UserKey, int] = field(default_factory=dict)
-    entries: EntryCache = field(default_factory=EntryCache)
-    time_mentions: TimeMentions = field(default_factory=TimeMentions)
-
-    def clear(self) -> None:
-        self.sizes.clear()
-        self.entries.clear()
-        self.time_mentions.clear()
-
-
-def search(
-    user: UserKey,
-    options: SearchOptions,
-    embed: bool,
-    exact_max: int,
-    cache: SearchCache | None = None,
-    language: Language = ENGLISH,
-) -> Plan[list[Entry]]:
-    """The shared plan (`plan_search`), fetched in one statement, ranked by `rank_search`.
-
-    `cache.sizes` remembers each user's live count from earlier searches: for
-    users above `exact_max` the vector leg reads the HNSW index through
-    `langmem_ann_candidates`, and a vector-only search reads nothing else,
-    narrowed to 3 x max_results unless `_needs_wider_pool`. A past view (`as_of`,
-    `include_superseded`) reads every user's rows exactly: the versions of one fact
-    are near-duplicate vectors, which the HNSW graph links poorly (a filtered scan
-    can miss the one version true at `as_of`).
-    """
-    plan = plan_search(options)
-    if not plan.kinds:
-        return []
-    if not view_of(options).current:
-        exact_max = PAST_EXACT_MAX
-    cache = cache if cache is not None else SearchCache()
-    query_vector = None
-    if embed:
-        vectors = yield Embed([options.query], query=True)
-        query_vector = list(vectors[0])
-        if cache.dims is None:  # set up by another process: the index expression needs it
-            found = yield Sql(_sql.EMBEDDING_DIMS)
-            cache.dims = int(found[0]["dims"]) if found and found[0]["dims"] > 0 else None
-    tiers = Tiers(plan, options, language)
-    while not tiers.done:
-        plan = tiers.current
-        heavy = query_vector is not None and cache.sizes.get(user, 0) > exact_max
-        query = _search_sql.build_search(
-            user,
-            options,
-            plan.kinds[0],
-            plan.pool,
-            query_vector,
-            exact_max,
-            heavy=heavy,
-            dims=cache.dims or len(query_vector or ()),
-            language=language,
-            fallback=plan.fallback,
-        )
-        # vector-only results are ordered by cosine alone: 3 x max_results leave room for dedupe
-        narrow = min(plan.pool, 3 * tiers.keep) if heavy and not options.hybrid else None
-        fetched = yield from _fetch(user, plan, query, narrow, cache)
-        ranked = rank_search(plan, fetched, options, language, cache.time_mentions, tiers.keep)
-        if narrow is not None and _needs_wider_pool(ranked, fetched.values(), narrow, options):
-            fetched = yield from _fetch(user, plan, query, None, cache)
-            ranked = rank_search(plan, fetched, options, language, cache.time_mentions, tiers.keep)
-        tiers.add(ranked, fetched.values())
-    return tiers.final
-
-
-def _fetch(
-    user: UserKey,
-    plan: SearchPlan,
-    query: _search_sql.SearchQuery,
-    narrow: int | None,
-    cache: SearchCache,
-) -> Plan[dict[Kind | None, Legs]]:
-    """The legs of every kind of `plan`: one statement (the fused one, or with `narrow`
-    the heavy user's vector-only ANN candidates, `narrow` each), then the entries."""
-    if narrow is not None:
-        params = {**query.params, "pool": narrow}
-        rows = yield Sql(_search_sql.ann_candidates_sql(len(plan.kinds)), params)
-    else:
-        rows = yield Sql(query.sql, query.params)
-    if rows and rows[0]["n"] is not None:
-        if user not in cache.sizes and len(cache.sizes) >= SIZE_CACHE_MAX:
-            cache.sizes.clear()  # bounded: a forgotten heavy user costs one unpinned search
-        cache.sizes[user] = int(rows[0]["n"])
-    # candidates' entries from the cache; rows it lacks (at their version) in one fetch
-    versions = {r["id"]: (r["version"], r["updated_at"]) for r in rows}  # ids repeat across parts
-    entries, missing = cache.entries.split(user, versions.items())
-    if missing:
-        for row in (yield Sql(_sql.ROWS_BY_IDS, _sql.user_params(user, ids=missing))):
-            entry = _sql.entry_from_row(row)
-            cache.entries.put(user, entry, (row["version"], row["updated_at"]))
-            entries[entry.id] = entry
-    fetched: dict[Kind | None, Legs] = {}
-    for part, kind in enumerate(plan.kinds):
-        if narrow is not None:
-            vector = _search_sql.vector_leg_from_ann(rows, entries, narrow, part)
-            fetched[kind] = Legs(vector=vector, keyword=[])
-        else:
-            fetched[kind] = Legs(*_search_sql.legs_from_rows(query, rows, entries, part))
-    return fetched
-
-
-def _needs_wider_pool(
-    results: Sequence[Entry], legs: Iterable[Legs], pool: int, options: SearchOptions
-) -> bool:
-    """Whether the full pool might rank differently than a narrow vector-only fetch
-    that came back full: when dedupe (or the kind fallback's filters) left fewer
-    than max_results, or when its farthest candidate ties the last result (an
-    unseen candidate could tie too, and win the tie-break)."""
-    threshold = options.similarity_threshold
-    threshold = DEFAULT_MIN_SCORE if threshold is None else threshold
-    for leg in legs:
-        if leg.vector is None or len(leg.vector) < pool:
-            continue
-        farthest = leg.vector[-1][1]
-        if len(results) < options.max_results:
-            if farthest >= threshold:
-                return True
-        elif results and farthest >= (results[-1].score or 0.0):
-            return True
-    return False
-
-
-PAST_EXACT_MAX = 2**62
-"""`exact_max` of a past view's search: no user is above it, so every vector leg is exact."""
-
-SIZE_CACHE_MAX = 10_000
-"""Users whose live count `SearchCache.sizes` keeps; when full it forgets them all."""
 
 
 # --- setup -----------------------------------------------------------------

@@ -12,6 +12,7 @@ from psycopg.types import TypeInfo
 from psycopg_pool import AsyncConnectionPool
 
 from ...service.claims import ClaimOp
+from ...service.reads import ReadPlan
 from ...service.steps import Plan
 from . import _claims
 from ._base import PostgresBase, backend_error, logger
@@ -102,6 +103,9 @@ class AsyncPostgres(PostgresBase):
 
     async def arun_plan(self, plan: Plan[T]) -> T:
         return cast("T", await self._arun(Op(self._write(plan), write=True)))
+
+    async def arun_read(self, plan: ReadPlan) -> Any:
+        return await self._arun(Op(self._read_statements(plan), write=False))
 
     async def arun_claim_op(self, op: ClaimOp[T]) -> T:
         return cast("T", await self._arun(_claims.op_for(op)))

@@ -13,7 +13,7 @@ from ...service import plans as write_plans
 from ...service.capabilities import Capability
 from ...service.protocol import MemoryService
 from ...service.rules import check_user
-from ...types import Entry, HistoryEvent, Memory, SearchOptions, Source, UserKey
+from ...types import Entry, Memory, Source, UserKey
 from . import _bulk
 from ._ops import Op, Plan
 from .aio import AsyncPostgres
@@ -83,7 +83,7 @@ class PostgresMemoryService(SyncPostgres, AsyncPostgres, MemoryService):
         finally:
             await service.aclose()
 
-    # -- reads and expiry: each runs the plan its `PostgresBase._*` builder returns --
+    # -- expiry (the reads are `MemoryService`'s, run by `run_read`) --------------
 
     def _query(self, plan: Plan[T], write: bool = False) -> T:
         """Run `plan` (built, so validated, by the caller); a read runs without a transaction."""
@@ -92,83 +92,6 @@ class PostgresMemoryService(SyncPostgres, AsyncPostgres, MemoryService):
     async def _aquery(self, plan: Plan[T], write: bool = False) -> T:
         """Async twin of `_query`."""
         return cast("T", await self._arun(Op(plan, write)))
-
-    def get(self, user: UserKey, memory_id: str) -> Entry | None:
-        """See `MemoryService.get`."""
-        return self._query(self._get(user, memory_id))
-
-    async def aget(self, user: UserKey, memory_id: str) -> Entry | None:
-        """Async twin of `get`."""
-        return await self._aquery(self._get(user, memory_id))
-
-    def read(
-        self,
-        user: UserKey,
-        limit: int | None = None,
-        *,
-        as_of: datetime | str | None = None,
-        include_superseded: bool = False,
-    ) -> list[Entry]:
-        """See `MemoryService.read`."""
-        return self._query(
-            self._read(user, limit, as_of=as_of, include_superseded=include_superseded)
-        )
-
-    async def aread(
-        self,
-        user: UserKey,
-        limit: int | None = None,
-        *,
-        as_of: datetime | str | None = None,
-        include_superseded: bool = False,
-    ) -> list[Entry]:
-        """Async twin of `read`."""
-        plan = self._read(user, limit, as_of=as_of, include_superseded=include_superseded)
-        return await self._aquery(plan)
-
-    def deleted(self, user: UserKey, limit: int | None = None) -> list[Entry]:
-        """See `MemoryService.deleted`."""
-        return self._query(self._deleted(user, limit))
-
-    async def adeleted(self, user: UserKey, limit: int | None = None) -> list[Entry]:
-        """Async twin of `deleted`."""
-        return await self._aquery(self._deleted(user, limit))
-
-    def search(
-        self, user: UserKey, query: str | None = None, options: SearchOptions | None = None
-    ) -> list[Entry]:
-        """See `MemoryService.search`."""
-        return self._query(self._search(user, query, options))
-
-    async def asearch(
-        self, user: UserKey, query: str | None = None, options: SearchOptions | None = None
-    ) -> list[Entry]:
-        """Async twin of `search`."""
-        return await self._aquery(self._search(user, query, options))
-
-    def history(self, user: UserKey, memory_id: str) -> list[HistoryEvent]:
-        """See `MemoryService.history`."""
-        return self._query(self._history(user, memory_id))
-
-    async def ahistory(self, user: UserKey, memory_id: str) -> list[HistoryEvent]:
-        """Async twin of `history`."""
-        return await self._aquery(self._history(user, memory_id))
-
-    def count(self, user: UserKey) -> int:
-        """See `MemoryService.count`."""
-        return self._query(self._count(user))
-
-    async def acount(self, user: UserKey) -> int:
-        """Async twin of `count`."""
-        return await self._aquery(self._count(user))
-
-    def users(self, app_name: str | None = None) -> list[UserKey]:
-        """See `MemoryService.users`."""
-        return self._query(self._users(app_name))
-
-    async def ausers(self, app_name: str | None = None) -> list[UserKey]:
-        """Async twin of `users`."""
-        return await self._aquery(self._users(app_name))
 
     def set_expiry(self, user: UserKey, memory_id: str, expires_at: datetime | str | None) -> bool:
         """See `MemoryService.set_expiry`."""

@@ -15,6 +15,7 @@ from psycopg_pool import ConnectionPool
 
 from ...service.claims import ClaimOp
 from ...service.info import StoreInfo
+from ...service.reads import ReadPlan
 from ...service.reembed import DEFAULT_BATCH, ProgressCallback, ReembedPlan, ReembedReport
 from ...service.rules import check_user
 from ...service.steps import Plan
@@ -132,6 +133,9 @@ class SyncPostgres(PostgresBase):
 
     def run_plan(self, plan: Plan[T]) -> T:
         return cast("T", self._run(Op(self._write(plan), write=True)))
+
+    def run_read(self, plan: ReadPlan) -> Any:
+        return self._run(Op(self._read_statements(plan), write=False))
 
     def run_claim_op(self, op: ClaimOp[T]) -> T:
         return cast("T", self._run(_claims.op_for(op)))
