@@ -204,7 +204,7 @@ CREATE INDEX langmem_memories_user_write_seq ON langmem_memories (app_name, user
     # run when this version is applied), so adding their content again finds them.
     """
 COMMENT ON COLUMN langmem_memories.fingerprint IS
-    'service.rules.fingerprint: sha256 of the normalised content, unambiguous encoding (recomputed by the fingerprint migration)';
+    'service._core.fingerprint: sha256 of the normalised content, unambiguous encoding (recomputed by the fingerprint migration)';
 """,
     # (cursor) extraction cursors record the covered messages' keys; thread claims
     # with failed-attempt counts; dead letters (backends/postgres/_claims.py).
