@@ -223,7 +223,7 @@ class WriteRun:
             hashes = ", ".join(f"'{digest(ref)}'" for ref in sorted(self.removed))
             drop += f" AND rec IN ('{MEMORY}', '{HISTORY}') AND refh IN ({hashes})"
         fresh = not drop and self.changed.keys() <= self.inserted
-        svc._write(rows, fresh, drop)
+        svc._write(rows, fresh, drop)  # an append, or one merge_insert that also deletes
         if self.everything:
             svc._forget(user)
             return
