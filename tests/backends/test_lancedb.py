@@ -29,6 +29,7 @@ from langmem_trpc.backends.lancedb._read import ReadRun
 from langmem_trpc.backends.lancedb._records import digest
 from langmem_trpc.backends.lancedb._threads import Threads
 from langmem_trpc.backends.lancedb._write import WriteRun
+from langmem_trpc.backends.lancedb.service import COMPACT_EVERY
 from langmem_trpc.errors import ConfigurationError
 from langmem_trpc.service.capabilities import Capability
 from langmem_trpc.service.claim_steps import ClaimExecutor
@@ -469,4 +470,22 @@ def test_the_cache_is_dropped_when_the_table_moved_without_the_service(tmp_path)
     svc.add(ALICE, "Owns a cat")  # its commit finds the version moved: the cache reloads
     assert {e.id for e in svc.read(ALICE)} == {kept.id, svc.search(ALICE, "cat")[0].id}
     assert svc.get(ALICE, gone.id) is None
+    svc.close()
+
+
+def test_a_commit_that_raises_after_its_table_version_leaves_the_cache_true(tmp_path, monkeypatch):
+    """A compaction failing after the plan's version was written: the caller sees the
+    error, and the service serves what the table holds (not a cache without the row)."""
+    svc = LanceDBMemoryService(tmp_path / "f")
+    svc.add(ALICE, "Likes green tea")
+
+    def refuse() -> None:
+        raise OSError("disk full while compacting")
+
+    monkeypatch.setattr(svc._table, "optimize", refuse)
+    svc._commits = COMPACT_EVERY - 1  # this commit compacts
+    with pytest.raises(OSError, match="compacting"):
+        svc.add(ALICE, "Plays chess")
+    assert sorted(e.text for e in svc.read(ALICE)) == ["Likes green tea", "Plays chess"]
+    assert [e.text for e in svc.search(ALICE, "chess")] == ["Plays chess"]
     svc.close()

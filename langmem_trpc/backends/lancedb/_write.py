@@ -77,6 +77,9 @@ class WriteRun:
     def _rows(self, user: UserKey) -> Iterator[Row]:
         """The user's rows as this plan sees them, in write order of the cache."""
         base = self._base(user)
+        if not self.changed and not self.removed:
+            yield from base.values()
+            return
         for ref, row in base.items():
             if ref not in self.removed:
                 yield self.changed.get(ref, row)
@@ -223,7 +226,11 @@ class WriteRun:
             hashes = ", ".join(f"'{digest(ref)}'" for ref in sorted(self.removed))
             drop += f" AND rec IN ('{MEMORY}', '{HISTORY}') AND refh IN ({hashes})"
         fresh = not drop and self.changed.keys() <= self.inserted
-        svc._write(rows, fresh, drop)  # an append, or one merge_insert that also deletes
+        try:
+            svc._write(rows, fresh, drop)  # an append, or one merge_insert that also deletes
+        except BaseException:  # it may have committed (a compaction failed): reload
+            svc._forget(user, threads=self.everything)
+            raise
         if self.everything:
             svc._forget(user)
             return

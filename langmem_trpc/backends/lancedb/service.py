@@ -273,10 +273,12 @@ class LanceDBMemoryService(SyncMemoryService):
         self._users.move_to_end(user)
         return data
 
-    def _forget(self, user: UserKey) -> None:
-        """After a purge of the user: drop the cached rows and threads."""
+    def _forget(self, user: UserKey, threads: bool = True) -> None:
+        """Drop the user's cached rows (after a purge of the user, or a commit that
+        raised: they reload from the table) and, with `threads`, reload the threads."""
         self._users.pop(user, None)
-        self._threads.table.purge(user)
+        if threads:
+            self._threads.load()
 
     def _next_seq(self) -> int:
         return next(self._seqs)
@@ -298,7 +300,11 @@ class LanceDBMemoryService(SyncMemoryService):
             if row is None or not row.live:
                 return False
             changed = replace(row, entry=row.entry.model_copy(update={"expires_at": at}))
-            self._write([to_record(user, changed)])
+            try:
+                self._write([to_record(user, changed)])
+            except BaseException:
+                self._forget(user, threads=False)
+                raise
             data.rows[memory_id] = changed
             data.stale.add(memory_id)
             return True
