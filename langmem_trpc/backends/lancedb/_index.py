@@ -6,7 +6,7 @@ search re-indexes them. It holds only the rows a default search may return
 (live, not superseded, not lapsed, not expired), so a long chain of old versions
 never takes a place in a candidate pool nor weighs on the keyword statistics, as
 as `ReadRows` shows them. Rows whose `valid_to` or `expires_at` is ahead
-leave it when that time passes (`_User.renew_at`). Searches with `as_of` or
+leave it when that time passes (`UserRows.renew_at`). Searches with `as_of` or
 `include_superseded` build a one-off index of the rows their view shows.
 """
 

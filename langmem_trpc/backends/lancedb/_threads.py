@@ -33,11 +33,11 @@ class Threads:
 
     def __init__(self, service: LanceDBMemoryService) -> None:
         self._service = service
-        self.table = ClaimTable(service._lock)
-        self.load()
+        self.table = self.load()
 
-    def load(self) -> None:
-        """Every thread's cursor, claim and dead letters from the table, afresh."""
+    def load(self) -> ClaimTable:
+        """Every thread's cursor, claim and dead letters from the table, afresh (also
+        kept as `table`)."""
         table = self.table = ClaimTable(self._service._lock)
         for row in self._service._scan(f"rec = '{THREAD}'", ["app", "user", "body"]).to_pylist():
             body = json.loads(row["body"])
@@ -48,6 +48,7 @@ class Threads:
             if body["claim"] is not None:
                 table.claims[key] = Claim(**body["claim"])
             table.letters |= {d["id"]: DeadLetter.model_validate(d) for d in body["letters"]}
+        return table
 
     def _store(self, user: UserKey, thread_id: str) -> None:
         """Write the thread's row (one table version)."""
