@@ -15,7 +15,7 @@ outside it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, cast
@@ -74,12 +74,14 @@ class WriteRun:
             return self.changed[memory_id]
         return None if memory_id in self.removed else base.get(memory_id)
 
-    def _rows(self, user: UserKey) -> Iterator[Row]:
+    def _rows(self, user: UserKey) -> Iterable[Row]:
         """The user's rows as this plan sees them, in write order of the cache."""
         base = self._base(user)
         if not self.changed and not self.removed:
-            yield from base.values()
-            return
+            return base.values()  # nothing pending (most finds): the cached rows as they are
+        return self._overlaid(base)
+
+    def _overlaid(self, base: dict[str, Row]) -> Iterator[Row]:
         for ref, row in base.items():
             if ref not in self.removed:
                 yield self.changed.get(ref, row)
