@@ -242,21 +242,22 @@ class LanceDBMemoryService(SyncMemoryService):
         changed); a version that moved without this service drops it."""
         if not rows and not drop:
             return
-        if self._table.version != self._version:
-            self._users.clear()
         data = pa.Table.from_pylist(rows, self._table.schema)
         if fresh and not drop:
-            self._table.add(data, on_bad_vectors="null")
+            version = self._table.add(data, on_bad_vectors="null").version
         else:
             merge = self._table.merge_insert("key").when_matched_update_all()
             merge = merge.when_not_matched_insert_all()
             if drop:
                 merge = merge.when_not_matched_by_source_delete(drop)
-            merge.execute(data, on_bad_vectors="null")
+            version = merge.execute(data, on_bad_vectors="null").version
+        if version != self._version + 1:  # the table moved before this commit
+            self._users.clear()
+        self._version = version
         self._commits += 1
         if self._commits % COMPACT_EVERY == 0:
             self._table.optimize()
-        self._version = self._table.version
+            self._version = self._table.version  # the same rows, compacted
 
     def _cached(self, user: UserKey) -> UserRows:
         """The user's rows at the cache's version (under the lock), loaded on first touch;
