@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import time
+import typing
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -24,8 +25,16 @@ from langmem_trpc import (
     UserKey,
 )
 from langmem_trpc.backends.lancedb import LanceDBMemoryService
+from langmem_trpc.backends.lancedb._read import ReadRun
+from langmem_trpc.backends.lancedb._records import digest
+from langmem_trpc.backends.lancedb._threads import Threads
+from langmem_trpc.backends.lancedb._write import WriteRun
+from langmem_trpc.backends.lancedb.service import COMPACT_EVERY
 from langmem_trpc.errors import ConfigurationError
 from langmem_trpc.service.capabilities import Capability
+from langmem_trpc.service.claim_steps import ClaimExecutor
+from langmem_trpc.service.reads import ReadExecutor
+from langmem_trpc.service.steps import StepExecutor
 from langmem_trpc.testing import HashingEmbeddings
 from langmem_trpc.testing.conformance import MemoryServiceConformance
 from tests.backends.test_keyword_ranking import _check
@@ -411,3 +420,72 @@ def test_a_second_service_never_undoes_a_purge_or_passes_capacity(backend, tmp_p
             assert app.count(ALICE) == cli.count(ALICE) == 3
     finally:
         app.close()
+
+
+# -- LanceDB's own executors (issue 25) ------------------------------------------------
+
+
+def _step_types(protocol: type) -> dict[str, object]:
+    """Each method of an executor protocol, by name, and the step type it takes."""
+    return {
+        name: typing.get_type_hints(method)["step"]
+        for name, method in vars(protocol).items()
+        if callable(method) and not name.startswith("_")
+    }
+
+
+@pytest.mark.parametrize(
+    ("executor", "protocol"),
+    [(WriteRun, StepExecutor), (ReadRun, ReadExecutor), (Threads, ClaimExecutor)],
+)
+def test_the_executors_implement_every_step_of_the_kit(executor, protocol):
+    """The write, read and claim plans run on LanceDB's own executors, one method per
+    step type of the public kit (the old service replayed another backend's run)."""
+    wanted = _step_types(protocol)
+    assert wanted  # the protocol's methods were found
+    for name, step in wanted.items():
+        method = getattr(executor, name, None)
+        assert callable(method), f"{executor.__name__} lacks {name}"
+        assert typing.get_type_hints(method)["step"] is step, name
+    assert not issubclass(LanceDBMemoryService, InMemoryMemoryService)
+
+
+def test_a_plan_reads_its_own_pending_writes_and_a_raise_keeps_nothing(tmp_path):
+    svc = LanceDBMemoryService(tmp_path / "p", limits=Limits(capacity=2, on_capacity="error"))
+    before = svc._table.version
+    with pytest.raises(CapacityExceededError):  # the third item's CountLive sees the pending two
+        svc.add_many(ALICE, ["Reads sci-fi", "Likes jazz", "Owns a cat"])
+    assert svc._table.version == before
+    assert svc.count(ALICE) == 0 and svc.read(ALICE) == [] and svc.search(ALICE, "jazz") == []
+    twice = svc.add_many(ALICE, ["Plays chess", "Plays chess"])  # the second finds the first
+    assert twice[0].id == twice[1].id and svc._table.version == before + 1
+    assert svc.count(ALICE) == 1
+    svc.close()
+
+
+def test_the_cache_is_dropped_when_the_table_moved_without_the_service(tmp_path):
+    svc = LanceDBMemoryService(tmp_path / "c")
+    kept, gone = svc.add(ALICE, "Likes green tea"), svc.add(ALICE, "Plays chess")
+    svc._table.delete(f"rec = 'm' AND refh = '{digest(gone.id)}'")  # behind its back
+    svc.add(ALICE, "Owns a cat")  # its commit finds the version moved: the cache reloads
+    assert {e.id for e in svc.read(ALICE)} == {kept.id, svc.search(ALICE, "cat")[0].id}
+    assert svc.get(ALICE, gone.id) is None
+    svc.close()
+
+
+def test_a_commit_that_raises_after_its_table_version_leaves_the_cache_true(tmp_path, monkeypatch):
+    """A compaction failing after the plan's version was written: the caller sees the
+    error, and the service serves what the table holds (not a cache without the row)."""
+    svc = LanceDBMemoryService(tmp_path / "f")
+    svc.add(ALICE, "Likes green tea")
+
+    def refuse() -> None:
+        raise OSError("disk full while compacting")
+
+    monkeypatch.setattr(svc._table, "optimize", refuse)
+    svc._commits = COMPACT_EVERY - 1  # this commit compacts
+    with pytest.raises(OSError, match="compacting"):
+        svc.add(ALICE, "Plays chess")
+    assert sorted(e.text for e in svc.read(ALICE)) == ["Likes green tea", "Plays chess"]
+    assert [e.text for e in svc.search(ALICE, "chess")] == ["Plays chess"]
+    svc.close()

@@ -5,8 +5,8 @@ index kept up to date incrementally: a write marks its rows `stale` and the next
 search re-indexes them. It holds only the rows a default search may return
 (live, not superseded, not lapsed, not expired), so a long chain of old versions
 never takes a place in a candidate pool nor weighs on the keyword statistics, as
-in the reference's `_visible`. Rows whose `valid_to` or `expires_at` is ahead
-leave it when that time passes (`_User.renew_at`). Searches with `as_of` or
+as `ReadRows` shows them. Rows whose `valid_to` or `expires_at` is ahead
+leave it when that time passes (`UserRows.renew_at`). Searches with `as_of` or
 `include_superseded` build a one-off index of the rows their view shows.
 """
 
@@ -24,19 +24,19 @@ from ...service.language import Language
 from ...service.rules import is_expired
 from ...service.validity import CURRENT, View
 from ...types import Entry
-from ..memory.service import _Row, _UserData
+from ._rows import Row
 
 Hits = list[tuple[Entry, KeywordDoc]]
 
 
-def _doc(row: _Row, language: Language) -> KeywordDoc:
+def _doc(row: Row, language: Language) -> KeywordDoc:
     """The row's keyword document, built once per text (a rewrite clears `row.doc`)."""
     if row.doc is None:
         row.doc = KeywordDoc.build(row.entry.text, keys_of(row.entry.memory), language)
     return row.doc
 
 
-def _shown(row: _Row, view: View, now: datetime) -> bool:
+def _shown(row: Row, view: View, now: datetime) -> bool:
     return row.live and not is_expired(row.entry, now) and view.visible(row.entry, now)
 
 
@@ -59,7 +59,7 @@ class Index:
         for term in old.terms if old is not None else ():
             self.postings[term].discard(ref)
 
-    def finish(self, rows: Iterable[_Row]) -> None:
+    def finish(self, rows: Iterable[Row]) -> None:
         """Sum the lengths and stack the vectors of the indexed `rows` (in row order)."""
         docs = self.docs.values()
         self.lengths = sum(d.content_len for d in docs), sum(d.topic_len for d in docs)
@@ -67,7 +67,7 @@ class Index:
         vectors = [(e, v) for e, v in held if v is not None]
         self.matrix = [e for e, _ in vectors], np.array([v for _, v in vectors], np.float32)
 
-    def keyword(self, rows: dict[str, _Row], terms: QueryTerms) -> tuple[Hits, CorpusStats]:
+    def keyword(self, rows: dict[str, Row], terms: QueryTerms) -> tuple[Hits, CorpusStats]:
         """The indexed rows holding a query term in row order (all, without a primary token:
         the phrase fallback may match any), and `CorpusStats.from_docs` of the indexed rows."""
         n, (content, topic) = len(self.docs), self.lengths
@@ -81,9 +81,11 @@ class Index:
 
 
 @dataclass
-class _User(_UserData):
-    """A user's rows and the index of its current ones (see the module docstring)."""
+class UserRows:
+    """A user's memory rows, in write order, and the index of its current ones (see the
+    module docstring). A write marks the rows it changed `stale`."""
 
+    rows: dict[str, Row] = field(default_factory=dict)
     stale: set[str] = field(default_factory=set)
     index: Index = field(default_factory=Index)
     renew_at: datetime | None = None
