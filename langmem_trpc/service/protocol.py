@@ -371,14 +371,14 @@ class MemoryService(ABC):
 
     # -- reads: each validates into a read plan of `reads.py` and runs it ------
 
+    @abstractmethod
     def run_read(self, plan: ReadPlan) -> Any:
         """Run a read plan (`service.reads`) with this backend's read executor; returns
         its result."""
-        raise NotImplementedError  # TODO(issue 25): abstract once every backend runs reads
 
+    @abstractmethod
     async def arun_read(self, plan: ReadPlan) -> Any:
         """Async twin of `run_read`."""
-        raise NotImplementedError  # TODO(issue 25): abstract once every backend runs reads
 
     @property
     def time_mentions(self) -> TimeMentions | None:

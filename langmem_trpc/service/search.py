@@ -739,21 +739,3 @@ class Tiers:
     @property
     def final(self) -> list[Entry]:
         return self.results[: self.options.max_results]
-
-
-def execute_search(
-    options: SearchOptions,
-    fetch: Callable[[Kind | None, int], Legs],
-    language: Language = ENGLISH,
-    says: Callable[[str], bool] | None = None,
-) -> list[Entry]:
-    """`plan_search`, `fetch(kind, pool)` for each planned kind, then `rank_search`, tier
-    by tier (`Tiers`): the whole search for a backend that fetches in process
-    (in-memory, SQLite, LanceDB)."""
-    tiers = Tiers(plan_search(options), options, language)
-    while not tiers.done:
-        plan = tiers.current
-        fetched = {kind: fetch(kind, plan.pool) for kind in plan.kinds}
-        ranked = rank_search(plan, fetched, options, language, says, tiers.keep)
-        tiers.add(ranked, fetched.values())
-    return tiers.final

@@ -15,7 +15,9 @@ from typing import Any, get_args
 import pytest
 
 from langmem_trpc import InMemoryMemoryService, UserKey
+from langmem_trpc.backends.lancedb._read import ReadRun
 from langmem_trpc.backends.memory.service import _Reads
+from langmem_trpc.backends.sqlite._reads import SQLiteReads
 from langmem_trpc.service import reads, steps
 from langmem_trpc.service.reads import ReadPlan
 from langmem_trpc.service.search import POOL_GROWTH, Legs, candidate_pool
@@ -33,7 +35,10 @@ STEP_METHODS = {_method(step) for step in get_args(reads.ReadStep)}
 
 EXECUTORS = [
     pytest.param(_Reads, id="memory"),
-    # The SQLite, PostgreSQL and LanceDB read executors join this list as they land.
+    pytest.param(SQLiteReads, id="sqlite"),
+    pytest.param(ReadRun, id="lancedb"),
+    # PostgreSQL's executor is sans-I/O (each method a generator of statements), held by
+    # tests/backends/test_postgres_twins.py against the same protocol.
 ]
 
 

@@ -8,13 +8,14 @@ from langmem_trpc.service.search import (
     Legs,
     QueryTerms,
     deduplicate,
-    execute_search,
     keyword_score,
     merge_kind_fallback,
     passes_time,
     rrf_fuse,
 )
 from langmem_trpc.types import Entry, FusionSettings, Kind, Memory, SearchOptions
+
+from .search_driver import execute_search
 
 T0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
 

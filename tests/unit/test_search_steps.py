@@ -3,8 +3,10 @@ session-first and keyword feedback (off by default, ablation rows)."""
 
 from datetime import datetime, timedelta, timezone
 
-from langmem_trpc.service.search import Legs, _neighbours, _session_first, execute_search
+from langmem_trpc.service.search import Legs, _neighbours, _session_first
 from langmem_trpc.types import FUSION_STEPS_OFF, Entry, FusionSettings, Kind, Memory, SearchOptions
+
+from .search_driver import execute_search
 
 T0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
 S1, S2 = T0, T0 + timedelta(days=7)

@@ -94,17 +94,13 @@ class _Run:
         self._service = service
         self._held = False
         self._undo: list[Callable[[], None]] = []
-        self.done: list[tuple[steps.Step, object]] = []
-        """Every step run but `Embed`, with its result (what `_commit` makes durable)."""
 
     def execute(self, step: steps.Step) -> object:
         """Perform one step; embedding runs outside the lock, every other step in it."""
         if type(step) is steps.Embed:
             return self.embed(step)
         with self._service._lock:  # re-entrant: held already from `LockUser` on
-            result = steps.dispatch(self, step)
-        self.done.append((step, result))
-        return result
+            return steps.dispatch(self, step)
 
     def rollback(self) -> None:
         with self._service._lock:
@@ -432,22 +428,15 @@ class InMemoryMemoryService(SyncMemoryService):
 
     def run_plan(self, plan: Plan[T]) -> T:
         """Run a write plan: steps after `LockUser` hold the service's lock, and a
-        plan that raises (or whose `_commit` raises) has its writes undone."""
+        plan that raises has its writes undone."""
         run = _Run(self)
         try:
-            result = steps.drive(plan, run.execute)
-            with self._lock:
-                self._commit(run.done)
-            return result
+            return steps.drive(plan, run.execute)
         except BaseException:
             run.rollback()
             raise
         finally:
             run.release()
-
-    def _commit(self, done: list[tuple[steps.Step, object]]) -> None:
-        """Make a finished plan's writes durable: a hook for a backend that keeps this
-        state as its cache (LanceDB); here nothing outlives the process."""
 
     def _embed_texts(self, texts: Sequence[str]) -> list[np.ndarray | None]:
         if self._embeddings is None:
