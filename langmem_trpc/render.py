@@ -29,6 +29,18 @@ import unicodedata
 from ._confusables import LOOKALIKES
 from .types import MEMORY_ID_PATTERN, Entry
 
+__all__ = [
+    "DELIMITER_WORDS",
+    "MARKER_REPLACEMENT",
+    "PAST_CHARS",
+    "defuse",
+    "field",
+    "memory_line",
+    "one_line",
+    "quote",
+    "skeleton",
+]
+
 DELIMITER_WORDS: tuple[tuple[str, ...], ...] = (
     ("preloaded", "user", "memories"),
     ("existing", "memories"),

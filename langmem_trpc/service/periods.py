@@ -12,6 +12,17 @@ from typing import NamedTuple
 
 from .language import ENGLISH, Language
 
+__all__ = [
+    "TIME_MENTIONS_MAX",
+    "Period",
+    "Span",
+    "TimeMentions",
+    "implied_spans",
+    "overlaps",
+    "query_periods",
+    "says_time",
+]
+
 _ORD = r"(\d{1,2})(?:st|nd|rd|th)?"
 _Groups = tuple[int | None, int | None, int | None]
 

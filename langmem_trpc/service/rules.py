@@ -45,6 +45,42 @@ from ..types import (
 )
 from ._text import normalize_text
 
+__all__ = [
+    "FIELDS",
+    "MAX_LIMIT",
+    "MAX_METADATA_DEPTH",
+    "CapacityPolicy",
+    "Limits",
+    "MemoryPatch",
+    "build_memory",
+    "check_app_filter",
+    "check_cursor",
+    "check_expiry",
+    "check_flag",
+    "check_items",
+    "check_memory_id",
+    "check_metadata",
+    "check_new_memory_id",
+    "check_read_limit",
+    "check_restorable",
+    "check_thread_id",
+    "check_user",
+    "check_valid_until",
+    "check_validity",
+    "checked_model",
+    "embedding_text",
+    "fingerprint",
+    "is_blank",
+    "is_expired",
+    "memory_from",
+    "new_memory_id",
+    "new_memory_ids",
+    "resolve_options",
+    "stored_fingerprint",
+    "unexpired",
+    "utcnow",
+]
+
 CapacityPolicy = Literal["error", "evict"]
 
 M = TypeVar("M", bound=BaseModel)

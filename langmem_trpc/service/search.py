@@ -27,6 +27,32 @@ from .documents import fts_document, keys_of, keyword_doc, topics_document
 from .language import ENGLISH, Language
 from .periods import implied_spans, overlaps, query_periods, says_time
 
+__all__ = [
+    "DEDUPE_JACCARD",
+    "DEFAULT_MIN_SCORE",
+    "FEEDBACK_DOCS",
+    "FEEDBACK_TERMS",
+    "MAX_POOL",
+    "MIN_KIND_FALLBACK_RESULTS",
+    "NEIGHBOUR_CAP",
+    "POOL_GROWTH",
+    "RANK_TIE_DIGITS",
+    "SESSION_BEST",
+    "Best",
+    "Legs",
+    "SearchPlan",
+    "Tiers",
+    "candidate_pool",
+    "deduplicate",
+    "exhausted",
+    "merge_kind_fallback",
+    "needs_wider_pool",
+    "passes_time",
+    "plan_search",
+    "rank_search",
+    "rrf_fuse",
+]
+
 Best = Mapping[str, tuple[Entry, float]]
 """Each fused candidate's entry and best leg score, by entry id."""
 DEFAULT_MIN_SCORE = 0.30

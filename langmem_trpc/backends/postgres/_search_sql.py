@@ -1,8 +1,8 @@
 """The search statement: SQL text per leg combination, its parameters, and its rows read back.
 
-Nothing here does I/O. One statement fetches both legs' candidates of every
-fetch of a `SearchPlan` (`service/_search.plan_search`; the kind fallback's
-unfiltered fetch too), ranked afterwards by the shared `rank_search`; see
+Nothing here does I/O. One statement fetches both legs' candidates of every kind
+of a `reads.FetchLegs` step (the kind fallback's unfiltered fetch too), ranked
+afterwards by the shared plan (`service.reads.search`, `rank_search`); see
 docs/backends.md ("Hybrid search: one statement").
 """
 
