@@ -267,23 +267,6 @@ def test_the_layers_say_what_issue_25_decided():
     assert not hasattr(MemoryService, "as_retriever")
 
 
-CYCLES_TO_FIX: set[frozenset[str]] = {
-    # TYPE_CHECKING only: `_reembed` annotates its functions with the service class
-    # that imports it. Fix: a Protocol of what `_reembed` uses, or pass the parts.
-    frozenset({"langmem_trpc.backends.lancedb._reembed", "langmem_trpc.backends.lancedb.service"}),
-    frozenset({"langmem_trpc.backends.postgres._reembed", "langmem_trpc.backends.postgres.sync"}),
-    # TYPE_CHECKING only: `_executor` and `_reembed` annotate with `SQLiteMemoryService`.
-    frozenset(
-        {
-            "langmem_trpc.backends.sqlite._executor",
-            "langmem_trpc.backends.sqlite._reembed",
-            "langmem_trpc.backends.sqlite.service",
-        }
-    ),
-}
-"""Import cycles in files another change owns (backends/), to be fixed at merge."""
-
-
 def _cycles(graph: dict[str, set[str]]) -> set[frozenset[str]]:
     """The strongly connected components of more than one module (Tarjan)."""
     index: dict[str, int] = {}
@@ -321,7 +304,7 @@ def test_no_import_cycles():
     """No two modules import each other, directly or around a loop: function-level
     and `TYPE_CHECKING` imports included (`from . import x` is an import of the
     module x, not of the package, so a package and its children are no cycle)."""
-    assert _cycles(_module_graph()) == CYCLES_TO_FIX
+    assert _cycles(_module_graph()) == set()
 
 
 def test_no_hand_packed_formatting():

@@ -28,7 +28,7 @@ from ._records import HISTORY, MEMORY, digest, scope_of
 from ._rows import unit_vector
 
 if TYPE_CHECKING:
-    from .service import LanceDBMemoryService
+    from ._host import LanceDBHost
 
 Scored = tuple[Sequence[Entry], np.ndarray]
 """Candidates and their scores, index for index."""
@@ -45,7 +45,7 @@ def _top(scored: Scored, keep: Callable[[Entry], bool], pool: int) -> list[tuple
 class ReadRun:
     """One read plan's run (see the module docstring); a `ReadExecutor`."""
 
-    def __init__(self, service: LanceDBMemoryService) -> None:
+    def __init__(self, service: LanceDBHost) -> None:
         self._service = service
 
     def execute(self, step: r.ReadStep) -> object:

@@ -48,7 +48,7 @@ from ._records import memories_of
 if TYPE_CHECKING:
     from langchain_core.embeddings import Embeddings
 
-    from .service import LanceDBMemoryService
+    from ._host import LanceDBHost
 
 SHADOW = "reembed_shadow"
 CATCH_UP_ROUNDS = 20
@@ -90,7 +90,7 @@ def recover(db: lancedb.DBConnection, directory: str, schema: pa.Schema) -> None
         drop_shadow(db)
 
 
-def memory_texts(svc: LanceDBMemoryService, users: Sequence[UserKey] | None) -> Texts:
+def memory_texts(svc: LanceDBHost, users: Sequence[UserKey] | None) -> Texts:
     """Every memory row's key and embedding text (deleted and superseded rows included)."""
     with svc._lock:  # one consistent table version, between writes
         found = svc._scan(memories_of(users), ["key", "body"]).to_pydict()
@@ -98,7 +98,7 @@ def memory_texts(svc: LanceDBMemoryService, users: Sequence[UserKey] | None) -> 
     return dict(zip(found["key"], map(embedding_text, bodies), strict=True))
 
 
-def plan(svc: LanceDBMemoryService, users: Sequence[UserKey] | None) -> ReembedPlan:
+def plan(svc: LanceDBHost, users: Sequence[UserKey] | None) -> ReembedPlan:
     """The texts a re-embed would embed (every memory, deleted ones included) and tokens."""
     texts = list(memory_texts(svc, users).values())
     return ReembedPlan(len(texts), estimate_tokens(texts))
@@ -125,7 +125,7 @@ class LanceDBReembed:
 
     def __init__(
         self,
-        svc: LanceDBMemoryService,
+        svc: LanceDBHost,
         new: Embeddings,
         batch_size: int,
         users: Sequence[UserKey] | None,

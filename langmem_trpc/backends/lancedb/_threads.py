@@ -22,7 +22,7 @@ from ...types import DeadLetter, ExtractionCursor, UserKey
 from ._records import THREAD, record
 
 if TYPE_CHECKING:
-    from .service import LanceDBMemoryService
+    from ._host import LanceDBHost
 
 _BYTES = ("message_keys", "retired_keys")
 """The cursor's bytes fields, stored as base64 in the JSON body."""
@@ -31,7 +31,7 @@ _BYTES = ("message_keys", "retired_keys")
 class Threads:
     """The service's threads (see the module docstring); a `ClaimExecutor`."""
 
-    def __init__(self, service: LanceDBMemoryService) -> None:
+    def __init__(self, service: LanceDBHost) -> None:
         self._service = service
         self.table = self.load()
 

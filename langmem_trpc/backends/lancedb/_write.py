@@ -29,13 +29,13 @@ from ._records import HISTORY, MEMORY, digest, record, scope_of
 from ._rows import Row, to_record
 
 if TYPE_CHECKING:
-    from .service import LanceDBMemoryService
+    from ._host import LanceDBHost
 
 
 class WriteRun:
     """One write plan's run (see the module docstring); a `StepExecutor`."""
 
-    def __init__(self, service: LanceDBMemoryService) -> None:
+    def __init__(self, service: LanceDBHost) -> None:
         self._service = service
         self._held = False
         self.user: UserKey | None = None

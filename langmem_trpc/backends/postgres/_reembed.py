@@ -33,12 +33,13 @@ from __future__ import annotations
 import struct
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from ...errors import ConfigurationError
 from ...service.identity import EmbedderIdentity, identify
+from ...service.model_lock import ModelLock
 from ...service.reembed import (
     ProgressCallback,
     ReembedPlan,
@@ -54,8 +55,6 @@ from ._ops import Copy, Op, Plan, Sql
 
 if TYPE_CHECKING:
     from langchain_core.embeddings import Embeddings
-
-    from .sync import SyncPostgres
 
 TARGET_KEY = "reembed_target"
 NEXT_INDEX = "langmem_memories_embedding_next_hnsw"
@@ -148,12 +147,25 @@ def plan_texts(users: Sequence[UserKey] | None) -> Plan[ReembedPlan]:
     return ReembedPlan(len(texts), estimate_tokens(texts))
 
 
+class ReembedHost(Protocol):
+    """What a re-embed uses of the sync driver (`SyncPostgres`, which imports this
+    module): typed by this, not by the driver, so no import runs around a loop."""
+
+    _model_lock: ModelLock
+
+    def _run_op(self, op: Op) -> Any:
+        """Run `op` on a pooled connection, without taking the model lock."""
+
+    def _switch(self, embeddings: Embeddings, identity: EmbedderIdentity) -> None:
+        """After a cutover (under the exclusive model lock): serve the new embedder."""
+
+
 class PostgresReembed:
     """One `reembed` run on a service (see the module docstring)."""
 
     def __init__(
         self,
-        svc: SyncPostgres,
+        svc: ReembedHost,
         new: Embeddings,
         batch_size: int,
         users: Sequence[UserKey] | None,

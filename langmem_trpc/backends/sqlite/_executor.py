@@ -43,7 +43,7 @@ from ._rows import (
 from ._vectors import Appended, NewRow
 
 if TYPE_CHECKING:
-    from .service import SQLiteMemoryService
+    from ._host import SQLiteHost
 
 T = TypeVar("T")
 
@@ -54,7 +54,7 @@ class SQLiteRun:
     """One plan's run on a `SQLiteMemoryService`: the SQLite `StepExecutor`, each
     step on the connection of its transaction."""
 
-    def __init__(self, service: SQLiteMemoryService) -> None:
+    def __init__(self, service: SQLiteHost) -> None:
         self._svc = service
         self._conn: sqlite3.Connection
         self._entered = False

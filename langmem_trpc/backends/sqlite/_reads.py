@@ -40,7 +40,7 @@ from ._validity import conditions
 from ._vectors import unit_vector
 
 if TYPE_CHECKING:
-    from .service import SQLiteMemoryService
+    from ._host import SQLiteHost
 
 
 class _Backfill(Exception):
@@ -55,7 +55,7 @@ class SQLiteReads:
     """One read plan's run on a `SQLiteMemoryService`: the SQLite `ReadExecutor`, each
     storage step on the connection of the plan's one read transaction."""
 
-    def __init__(self, service: SQLiteMemoryService) -> None:
+    def __init__(self, service: SQLiteHost) -> None:
         self._svc = service
         self._conn: sqlite3.Connection
         self._models = ExitStack()

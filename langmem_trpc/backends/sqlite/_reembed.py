@@ -40,7 +40,7 @@ from . import _identity
 if TYPE_CHECKING:
     from langchain_core.embeddings import Embeddings
 
-    from .service import SQLiteMemoryService
+    from ._host import SQLiteHost
 
 TARGET_KEY = "reembed_target"
 SELECT_TARGET = f"SELECT value FROM langmem_settings WHERE key = '{TARGET_KEY}'"
@@ -69,7 +69,7 @@ def _user_filter(users: Sequence[UserKey] | None, glue: str) -> tuple[str, list[
     return f" {glue} (m.app_name, m.user_id) IN (VALUES {pairs})", params
 
 
-def plan(svc: SQLiteMemoryService, users: Sequence[UserKey] | None) -> ReembedPlan:
+def plan(svc: SQLiteHost, users: Sequence[UserKey] | None) -> ReembedPlan:
     """The texts a re-embed would embed (every memory, deleted ones included) and tokens."""
     where, params = _user_filter(users, "WHERE")
     rows = svc._db.read(
@@ -84,7 +84,7 @@ class SQLiteReembed:
 
     def __init__(
         self,
-        svc: SQLiteMemoryService,
+        svc: SQLiteHost,
         new: Embeddings,
         batch_size: int,
         users: Sequence[UserKey] | None,
