@@ -48,6 +48,8 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 _NewRows = list[NewRow]
+_NO_SOURCE = "\x00"
+"""Not a source's JSON (none holds NUL): `record_history`'s cache miss."""
 
 
 class SQLiteRun:
@@ -61,6 +63,8 @@ class SQLiteRun:
         self._user: UserKey | None = None
         self._before: tuple[str, int] | None = None
         self._appends: _NewRows = []
+        self._cached = False
+        """The user's vectors are cached: inserted rows are kept to append to them."""
         self._append_only = True
         self._appended: list[Appended] = []
         self._purged: UserKey | None = None
@@ -91,7 +95,7 @@ class SQLiteRun:
         assert self._user is not None
         self._conn = conn
         self._svc.check_embedder(conn)  # a re-embed's cutover refuses old-model writes
-        cached = self._svc._caches.vectors.holds(self._user)  # else no append to record
+        cached = self._cached = self._svc._caches.vectors.holds(self._user)  # else no append
         if cached:
             state = user_state(conn, self._user)
             self._before = None if state is None else (state[0], state[1])
@@ -167,18 +171,14 @@ class SQLiteRun:
 
     def record_history(self, step: steps.RecordHistory) -> None:
         u = (step.user.app_name, step.user.user_id)
-        rows = [
-            (
-                *u,
-                e.memory_id,
-                e.operation.value,
-                e.text_before,
-                e.text_after,
-                sql.to_us(e.at),
-                sql.source_json(e.source),
-            )
-            for e in step.events
-        ]
+        sources: dict[int, str | None] = {}  # a batch's events share one source: one JSON
+        rows = []
+        for e in step.events:
+            source = sources.get(id(e.source), _NO_SOURCE)
+            if source is _NO_SOURCE:
+                source = sources[id(e.source)] = sql.source_json(e.source)
+            row = (*u, e.memory_id, e.operation.value, e.text_before, e.text_after)
+            rows.append((*row, sql.to_us(e.at), source))
         if len(rows) == 1:
             self._conn.execute(sql.INSERT_HISTORY, rows[0])
         else:
@@ -216,7 +216,7 @@ class SQLiteRun:
             self._appends.append(new_row(rid, p, _blob(new.vector), validity))
         else:
             pending = [(p, _blob(new.vector), new.entry, new.keyed) for p, new in rows]
-            self._appends.extend(insert_new(conn, user, pending))
+            self._appends.extend(insert_new(conn, user, pending, self._cached))
         for _, new in rows:
             if new.entry.expires_at is not None:
                 restore_expiry(conn, (user.app_name, user.user_id), new.entry)
