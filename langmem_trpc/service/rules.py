@@ -375,6 +375,8 @@ def _invisible(char: str) -> bool:
 
 def is_blank(text: str) -> bool:
     """Whether `text` shows nothing at all: empty, or only invisible characters."""
+    if text.isascii():  # the invisible ASCII characters are exactly the whitespace
+        return not text.strip()
     return all(_invisible(char) for char in text)
 
 

@@ -152,12 +152,11 @@ def insert_new(
     user: UserKey,
     pending: Sequence[tuple[Prepared, bytes | None, Entry, bool]],
     cached: bool = True,
-) -> list[NewRow]:
+) -> tuple[int, list[NewRow]]:
     """New rows (prepared, blob, entry, keyed) and their FTS documents, one executemany
-    for each table; returns each row for the vector cache (none unless `cached`: the
-    user's vectors are cached, so the rows are appended to them after the commit)."""
-    if not pending:
-        return []
+    for each table; returns the first row's rid (the others follow it) and each row for
+    the vector cache (none unless `cached`: the user's vectors are cached, so the rows
+    are appended to them after the commit)."""
     u = (user.app_name, user.user_id)
     prefix = scope_prefix(user)
     rid = int(conn.execute(sql.NEXT_RID).fetchone()[0])
@@ -175,7 +174,7 @@ def insert_new(
     conn.executemany(sql.INSERT_MEMORY_WITH_RID, memories)
     count_inserted(conn, user, [entry for _, _, entry, _ in pending], content_total, topic_total)
     conn.executemany(sql.FTS_INSERT, index)
-    return new_rows
+    return rid, new_rows
 
 
 def _memory_row(
