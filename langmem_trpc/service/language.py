@@ -82,8 +82,6 @@ class Language:
         tokenising a memory, and a user's words repeat."""
         found = list(map(self._terms.get, words))
         if None in found:
-            if len(self._terms) >= TERM_CACHE_WORDS:
-                self._terms.clear()
             found = [self._learn(w) if t is None else t for w, t in zip(words, found, strict=True)]
         return [t for t in found if t]
 
@@ -91,6 +89,8 @@ class Language:
         term = "" if len(word) < 2 or word in self.stopwords else self.stem(word)
         term = term[:MAX_TOKEN_CHARS]
         if len(word) <= CACHED_WORD_CHARS:
+            if len(self._terms) >= TERM_CACHE_WORDS:
+                self._terms.clear()
             self._terms[word] = term
         return term
 
