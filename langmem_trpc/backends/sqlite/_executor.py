@@ -48,8 +48,6 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 _NewRows = list[NewRow]
-_NO_SOURCE = "\x00"
-"""Not a source's JSON (none holds NUL): `record_history`'s cache miss."""
 
 
 class SQLiteRun:
@@ -188,11 +186,10 @@ class SQLiteRun:
         sources: dict[int, str | None] = {}  # a batch's events share one source: one JSON
         rows = []
         for e in step.events:
-            source = sources.get(id(e.source), _NO_SOURCE)
-            if source is _NO_SOURCE:
-                source = sources[id(e.source)] = sql.source_json(e.source)
+            if id(e.source) not in sources:
+                sources[id(e.source)] = sql.source_json(e.source)
             row = (*u, e.memory_id, e.operation.value, e.text_before, e.text_after)
-            rows.append((*row, sql.to_us(e.at), source))
+            rows.append((*row, sql.to_us(e.at), sources[id(e.source)]))
         if len(rows) == 1:
             self._conn.execute(sql.INSERT_HISTORY, rows[0])
         else:
@@ -201,6 +198,7 @@ class SQLiteRun:
     def insert(self, step: steps.Insert) -> None:
         conn, user, language = self._conn, step.user, self._svc.language
         rows = [(Prepared.of(r.entry.memory, r.fingerprint, language), r) for r in step.rows]
+        self._inserted = None
         if len(rows) == 1:  # one INSERT (`insert_new`'s executemany first reads two counters)
             p, new = rows[0]
             validity = validity_params(new.entry)
@@ -344,7 +342,7 @@ def _adds_of(history: steps.RecordHistory, inserted: steps.Insert) -> bool:
     stamped with its row's `created_at` and naming its text, all with one source: what
     `HISTORY_OF_INSERTED` writes from the rows."""
     events, rows = history.events, inserted.rows
-    if len(events) != len(rows) or history.user != inserted.user:
+    if not events or len(events) != len(rows) or history.user != inserted.user:
         return False
     source = events[0].source
     for event, row in zip(events, rows, strict=True):

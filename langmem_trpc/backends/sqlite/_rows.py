@@ -157,6 +157,8 @@ def insert_new(
     for each table; returns the first row's rid (the others follow it) and each row for
     the vector cache (none unless `cached`: the user's vectors are cached, so the rows
     are appended to them after the commit)."""
+    if not pending:
+        return 0, []
     u = (user.app_name, user.user_id)
     prefix = scope_prefix(user)
     rid = int(conn.execute(sql.NEXT_RID).fetchone()[0])
