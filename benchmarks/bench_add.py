@@ -5,7 +5,10 @@ per run, on `bench_sqlite.py`'s texts and 384-d vectors (seed 7):
 
 - `single_mem`: 2,000 single `add()` calls into ":memory:";
 - `single_file`: 2,000 single `add()` calls into a file (WAL);
-- `batch_file`: 5,000 rows through `add_many` in calls of 1,000, into a file.
+- `batch_file`: 5,000 rows through `add_many` in calls of 1,000, into a file;
+- `many_none`, `many_hash`, `many_lookup`: 10,000 rows through `add_many` in calls of
+  1,000, into a file (issue 25's batch scenario), with no embedder, with the test
+  embedder `HashingEmbeddings`, and with the 384-d lookup vectors.
 
 One tree (the one on PYTHONPATH):
 
@@ -31,7 +34,9 @@ import tempfile
 import time
 from pathlib import Path
 
-MODES = ("single_mem", "single_file", "batch_file")
+from langchain_core.embeddings import Embeddings
+
+MODES = ("single_mem", "single_file", "batch_file", "many_none", "many_hash", "many_lookup")
 HERE = Path(__file__).resolve().parent
 
 
@@ -45,9 +50,16 @@ def measure(mode: str) -> list[float]:
 
     rng = np.random.default_rng(7)
     vocab = b.make_vocabulary(5000, rng)
-    texts = b.make_texts(5001, vocab, rng, "m")
-    embeddings = b.LookupEmbeddings(b.vector_table(texts, 384, rng))
-    rows = 2000 if mode.startswith("single") else 5000
+    many = mode.startswith("many")
+    texts = b.make_texts(10_001 if many else 5001, vocab, rng, "m")
+    embeddings: Embeddings | None = b.LookupEmbeddings(b.vector_table(texts, 384, rng))
+    if mode == "many_none":
+        embeddings = None
+    elif mode == "many_hash":
+        from langmem_trpc.testing import HashingEmbeddings
+
+        embeddings = HashingEmbeddings()
+    rows = 2000 if mode.startswith("single") else 10_000 if many else 5000
     out = []
     for _ in range(3):
         with tempfile.TemporaryDirectory() as tmp:
@@ -84,7 +96,10 @@ def side_by_side(old: str, new: str, pairs: int, modes: list[str]) -> None:
                 best.setdefault((name, mode), []).append(float(line.split()[-1]))
     for mode in modes:
         o, n = statistics.median(best["old", mode]), statistics.median(best["new", mode])
-        print(f"{mode:12s} old {o:7.1f} us  new {n:7.1f} us  speed old/new {o / n:.3f}")
+        print(
+            f"{mode:12s} old {o:7.1f} us ({1e6 / o:,.0f} rows/s)  new {n:7.1f} us"
+            f" ({1e6 / n:,.0f} rows/s)  speed old/new {o / n:.3f}"
+        )
 
 
 def main() -> None:

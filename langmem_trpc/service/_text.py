@@ -14,17 +14,12 @@ import re
 import unicodedata
 from itertools import groupby
 
-from .language import ENGLISH, Language
+from .language import ENGLISH, MAX_TOKEN_CHARS, Language
 
 CJK_STOPWORDS = frozenset(
     "的 了 是 在 和 有 我 他 她 它 这 那 都 也 就 不 会 到 说 对 一个 一些 一种 这个 那个 我们 你们 他们 她们 它们 "
     "自己 已经 还是 如果 因为 所以 然后 用户".split()
 )
-
-MAX_TOKEN_CHARS = 256
-"""Longest token, in characters (at most 4 UTF-8 bytes each, so 1,024 bytes, under
-PostgreSQL's 2,046-byte lexeme limit). A longer run (a pasted base64 blob, a hash)
-is cut to its first 256 characters on every backend, for documents and queries alike."""
 
 _CJK_RANGES = (
     (0x3040, 0x30FF),  # Hiragana, Katakana
@@ -35,6 +30,17 @@ _CJK_RANGES = (
     (0x20000, 0x2FFFF),
 )
 _ASCII_RUN = re.compile(r"[A-Za-z0-9]+")
+_ASCII_WORDS = bytes(
+    c + 32 if 65 <= c <= 90 else c if 48 <= c <= 57 or 97 <= c <= 122 else 32 for c in range(256)
+)
+"""Byte table: ASCII letters lowercased, digits kept, every other byte a space. An ASCII
+text translated with it and split holds the `_ASCII_RUN` runs of the lowered text
+(twice as fast as the regex, once per stored or searched text)."""
+
+
+def _ascii_words(text: str) -> list[str]:
+    """The lowercased `_ASCII_RUN` runs of an ASCII text."""
+    return text.encode("ascii").translate(_ASCII_WORDS).decode("ascii").split()
 
 
 def _char_class(char: str) -> tuple[bool, bool]:
@@ -58,20 +64,21 @@ def _cjk_stop(token: str) -> bool:
 def primary_tokens(text: str, language: Language = ENGLISH, stem: bool = True) -> list[str]:
     """Tokens in order, with repeats (term frequencies need them); Latin words stemmed
     unless `stem` is false (words shown to people, such as context topics)."""
-    lowered = text.lower().strip()
-    if not lowered:
-        return []
-    if lowered.isascii():  # same tokens, several times faster: no CJK, one stemmer call
+    if text.isascii():  # same tokens, several times faster: no CJK, cached terms
+        if stem:
+            return language.terms(_ascii_words(text))
         stop = language.stopwords
-        words = [r for r in _ASCII_RUN.findall(lowered) if len(r) >= 2 and r not in stop]
-        return [w[:MAX_TOKEN_CHARS] for w in (language.stem_words(words) if stem else words)]
+        words = [r for r in _ascii_words(text) if len(r) >= 2 and r not in stop]
+        return [w[:MAX_TOKEN_CHARS] for w in words]
     tokens: list[str] = []
-    runs = _runs(lowered)
+    runs = _runs(text.lower())
     single_cjk = len(runs) == 1 and runs[0][1] and len(runs[0][0]) == 1
     for run, cjk in runs:
         if not cjk:
-            if len(run) >= 2 and run not in language.stopwords:
-                tokens.append((language.stem(run) if stem else run)[:MAX_TOKEN_CHARS])
+            if stem:
+                tokens.extend(language.terms([run]))
+            elif len(run) >= 2 and run not in language.stopwords:
+                tokens.append(run[:MAX_TOKEN_CHARS])
         elif len(run) == 1:
             if single_cjk:
                 tokens.append(run)
@@ -115,11 +122,9 @@ def token_jaccard(a: str, b: str, language: Language = ENGLISH) -> float:
     return jaccard(token_set(a, language), token_set(b, language))
 
 
-_WS = re.compile(r"\s+")
-
-
 def normalize_text(text: str) -> str:
     """The form used for content fingerprints: NFKC, casefolded, single spaces, no trailing punctuation."""
     text = unicodedata.normalize("NFKC", text)
-    text = _WS.sub(" ", text).strip().casefold()
-    return text.rstrip(".!?。！？ ")
+    # str.split() splits on exactly the characters `\s` matches (U+001F included), and
+    # drops leading and trailing ones: the old `\s+` substitution and strip, 3x faster.
+    return " ".join(text.split()).casefold().rstrip(".!?。！？ ")

@@ -26,6 +26,8 @@ from .language import ENGLISH, Language
 def fts_document(text: str, language: Language = ENGLISH) -> str:
     """Primary tokens (with repeats, in order) then CJK trigrams, space separated;
     `language` is the service's (its stemmer and stopwords)."""
+    if text.isascii():  # no CJK run, so no trigram
+        return " ".join(primary_tokens(text, language))
     return " ".join([*primary_tokens(text, language), *cjk_trigrams(text)])
 
 

@@ -411,6 +411,8 @@ def _invisible(char: str) -> bool:
 
 def is_blank(text: str) -> bool:
     """Whether `text` shows nothing at all: empty, or only invisible characters."""
+    if text.isascii():  # the invisible ASCII characters are exactly the whitespace
+        return not text.strip()
     return all(_invisible(char) for char in text)
 
 
@@ -523,7 +525,7 @@ def memory_from(item: object, *, limits: Limits) -> Memory:
     if isinstance(item, Memory):
         return build_memory(item.text, limits=limits, **{f: getattr(item, f) for f in FIELDS})
     if isinstance(item, str):  # a plain text: every other field is its default
-        return Memory.model_construct(**{**_BLANK, "text": _check_text(item, limits)})
+        return checked_model(Memory, **{**_BLANK, "text": _check_text(item, limits)})
     return build_memory(item, limits=limits)
 
 

@@ -19,7 +19,7 @@ from ...errors import BackendError
 from ...service import steps
 from ...service.documents import memory_keys, topics_document
 from ...service.steps import Plan
-from ...types import UserKey
+from ...types import Operation, UserKey
 from . import _sql as sql
 from ._claims import purge_claims
 from ._expiry import restore_expiry, set_row_expiry
@@ -61,6 +61,10 @@ class SQLiteRun:
         self._user: UserKey | None = None
         self._before: tuple[str, int] | None = None
         self._appends: _NewRows = []
+        self._cached = False
+        """The user's vectors are cached: inserted rows are kept to append to them."""
+        self._inserted: tuple[int, steps.Insert] | None = None
+        """(first rid, step) of a multi-row `Insert` that was the step just run."""
         self._append_only = True
         self._appended: list[Appended] = []
         self._purged: UserKey | None = None
@@ -91,14 +95,17 @@ class SQLiteRun:
         assert self._user is not None
         self._conn = conn
         self._svc.check_embedder(conn)  # a re-embed's cutover refuses old-model writes
-        cached = self._svc._caches.vectors.holds(self._user)  # else no append to record
+        cached = self._cached = self._svc._caches.vectors.holds(self._user)  # else no append
         if cached:
             state = user_state(conn, self._user)
             self._before = None if state is None else (state[0], state[1])
         reply: object = None
         try:
             while True:
-                reply = steps.dispatch(self, plan.send(reply))
+                step = plan.send(reply)
+                reply = steps.dispatch(self, step)
+                if type(step) is not steps.Insert:
+                    self._inserted = None  # `record_history` reads rows of the step before only
         except StopIteration as done:
             result: T = done.value
         if cached and self._append_only and self._appends and self._before is not None:
@@ -166,19 +173,23 @@ class SQLiteRun:
         return 0 if state is None else int(state[2])
 
     def record_history(self, step: steps.RecordHistory) -> None:
-        u = (step.user.app_name, step.user.user_id)
-        rows = [
-            (
-                *u,
-                e.memory_id,
-                e.operation.value,
-                e.text_before,
-                e.text_after,
-                sql.to_us(e.at),
-                sql.source_json(e.source),
+        """One executemany; the ADD events of the rows the step before inserted (what
+        an add's batch records) are one statement that reads them from the rows."""
+        inserted = self._inserted
+        if inserted is not None and _adds_of(step, inserted[1]):
+            first, source = inserted[0], sql.source_json(step.events[0].source)
+            self._conn.execute(
+                sql.HISTORY_OF_INSERTED, (source, first, first + len(step.events) - 1)
             )
-            for e in step.events
-        ]
+            return
+        u = (step.user.app_name, step.user.user_id)
+        sources: dict[int, str | None] = {}  # a batch's events share one source: one JSON
+        rows = []
+        for e in step.events:
+            if id(e.source) not in sources:
+                sources[id(e.source)] = sql.source_json(e.source)
+            row = (*u, e.memory_id, e.operation.value, e.text_before, e.text_after)
+            rows.append((*row, sql.to_us(e.at), sources[id(e.source)]))
         if len(rows) == 1:
             self._conn.execute(sql.INSERT_HISTORY, rows[0])
         else:
@@ -187,6 +198,7 @@ class SQLiteRun:
     def insert(self, step: steps.Insert) -> None:
         conn, user, language = self._conn, step.user, self._svc.language
         rows = [(Prepared.of(r.entry.memory, r.fingerprint, language), r) for r in step.rows]
+        self._inserted = None
         if len(rows) == 1:  # one INSERT (`insert_new`'s executemany first reads two counters)
             p, new = rows[0]
             validity = validity_params(new.entry)
@@ -216,7 +228,9 @@ class SQLiteRun:
             self._appends.append(new_row(rid, p, _blob(new.vector), validity))
         else:
             pending = [(p, _blob(new.vector), new.entry, new.keyed) for p, new in rows]
-            self._appends.extend(insert_new(conn, user, pending))
+            first, appends = insert_new(conn, user, pending, self._cached)
+            self._appends.extend(appends)
+            self._inserted = (first, step)
         for _, new in rows:
             if new.entry.expires_at is not None:
                 restore_expiry(conn, (user.app_name, user.user_id), new.entry)
@@ -321,6 +335,28 @@ class SQLiteRun:
         conn.execute(sql.DELETE_STATE, u)
         self._purged = user
         return count
+
+
+def _adds_of(history: steps.RecordHistory, inserted: steps.Insert) -> bool:
+    """Whether `history` holds exactly one ADD event per inserted row, in order, each
+    stamped with its row's `created_at` and naming its text, all with one source: what
+    `HISTORY_OF_INSERTED` writes from the rows."""
+    events, rows = history.events, inserted.rows
+    if not events or len(events) != len(rows) or history.user != inserted.user:
+        return False
+    source = events[0].source
+    for event, row in zip(events, rows, strict=True):
+        entry = row.entry
+        if (
+            event.memory_id != entry.id
+            or event.operation is not Operation.ADD
+            or event.text_before is not None
+            or event.text_after != entry.memory.text
+            or event.at != entry.created_at
+            or event.source is not source
+        ):
+            return False
+    return True
 
 
 def _us(at: datetime) -> int:

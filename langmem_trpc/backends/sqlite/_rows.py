@@ -27,9 +27,11 @@ FOUND_CONTENT_DOC = sql.N_ENTRY_COLUMNS + 2
 """content_doc in `SELECT_BY_FINGERPRINT` (after deleted_at and keyed)."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Prepared:
-    """A validated memory with everything its row needs, computed outside the transaction."""
+    """A validated memory with everything its row needs, computed outside the transaction.
+    Nothing changes one once built (not frozen: a frozen one took twice as long to build,
+    once per inserted row)."""
 
     memory: Memory
     fingerprint: bytes
@@ -43,8 +45,7 @@ class Prepared:
 
     @classmethod
     def of(cls, memory: Memory, fp: str, language: Language) -> Prepared:
-        content_doc = fts_document(memory.text, language)
-        topic_doc = topics_document(keys_of(memory), language)
+        content_doc, topic_doc = documents(memory, language)
         return cls(
             memory,
             bytes.fromhex(fp),
@@ -54,6 +55,15 @@ class Prepared:
             _token_count(content_doc),
             _token_count(topic_doc),
         )
+
+
+def documents(memory: Memory, language: Language) -> tuple[str, str]:
+    """A memory's keyword documents: its text's and its keys' (`keys_of`), which are
+    empty for a memory with no topics, participants or location (most batch rows)."""
+    content_doc = fts_document(memory.text, language)
+    if not memory.topics and not memory.participants and memory.location is None:
+        return content_doc, ""
+    return content_doc, topics_document(keys_of(memory), language)
 
 
 def _token_count(document: str) -> int:
@@ -141,11 +151,14 @@ def insert_new(
     conn: sqlite3.Connection,
     user: UserKey,
     pending: Sequence[tuple[Prepared, bytes | None, Entry, bool]],
-) -> list[NewRow]:
-    """New rows (prepared, blob, entry, keyed) and their FTS documents with executemany;
-    returns each row for the vector cache."""
+    cached: bool = True,
+) -> tuple[int, list[NewRow]]:
+    """New rows (prepared, blob, entry, keyed) and their FTS documents, one executemany
+    for each table; returns the first row's rid (the others follow it) and each row for
+    the vector cache (none unless `cached`: the user's vectors are cached, so the rows
+    are appended to them after the commit)."""
     if not pending:
-        return []
+        return 0, []
     u = (user.app_name, user.user_id)
     prefix = scope_prefix(user)
     rid = int(conn.execute(sql.NEXT_RID).fetchone()[0])
@@ -153,33 +166,49 @@ def insert_new(
     memories, index, new_rows = [], [], []
     content_total = topic_total = 0
     for offset, (p, blob, entry, keyed) in enumerate(pending):
-        content_len, topic_len = p.content_len, p.topic_len
+        content_total += p.content_len
+        topic_total += p.topic_len
         validity = validity_params(entry)
-        content_total += content_len
-        topic_total += topic_len
-        memories.append(
-            (
-                rid + offset,
-                *u,
-                entry.id,
-                p.memory.text,
-                p.fingerprint,
-                keyed,
-                *p.columns,
-                blob,
-                p.content_doc,
-                p.topic_doc,
-                content_len,
-                topic_len,
-                sql.to_us(entry.created_at),
-                sql.to_us(entry.updated_at),
-                *validity,
-                seq + offset,
-            )
-        )
+        memories.append(_memory_row(rid + offset, u, p, blob, entry, keyed, validity, seq + offset))
         index.append((rid + offset, scoped(prefix, p.content_doc), scoped(prefix, p.topic_doc)))
-        new_rows.append(new_row(rid + offset, p, blob, validity))
+        if cached:
+            new_rows.append(new_row(rid + offset, p, blob, validity))
     conn.executemany(sql.INSERT_MEMORY_WITH_RID, memories)
     count_inserted(conn, user, [entry for _, _, entry, _ in pending], content_total, topic_total)
     conn.executemany(sql.FTS_INSERT, index)
-    return new_rows
+    return rid, new_rows
+
+
+def _memory_row(
+    rid: int,
+    u: tuple[str, str],
+    p: Prepared,
+    blob: bytes | None,
+    entry: Entry,
+    keyed: bool,
+    validity: tuple[int, int | None, str | None],
+    seq: int,
+) -> Row:
+    """`INSERT_MEMORY_WITH_RID`'s parameters. A new entry's timestamps are most often
+    one `Now` (`validity[0]` is its valid_from): converted once."""
+    at = entry.created_at
+    created = validity[0] if entry.valid_from is at else sql.to_us(at)
+    updated = created if entry.updated_at is at else sql.to_us(entry.updated_at)
+    return (
+        rid,
+        *u,
+        entry.id,
+        p.memory.text,
+        p.fingerprint,
+        keyed,
+        *p.columns,
+        blob,
+        p.content_doc,
+        p.topic_doc,
+        p.content_len,
+        p.topic_len,
+        created,
+        updated,
+        *validity,
+        seq,
+    )

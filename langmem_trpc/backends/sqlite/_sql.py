@@ -500,6 +500,12 @@ DELETE_STATE = f"DELETE FROM user_state WHERE {USER}"
 INSERT_HISTORY = """INSERT INTO history (
     app_name, user_id, memory_id, operation, text_before, text_after, at, source
 ) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"""
+HISTORY_OF_INSERTED = """INSERT INTO history (
+    app_name, user_id, memory_id, operation, text_before, text_after, at, source
+) SELECT app_name, user_id, id, 'add', NULL, text, created_at, ?
+    FROM memories WHERE rid BETWEEN ? AND ? ORDER BY rid"""
+"""The ADD events of rows just inserted with consecutive rids, read from the rows in
+one statement (params: source JSON, first rid, last rid)."""
 SELECT_HISTORY = (
     "SELECT memory_id, operation, text_before, text_after, at, source FROM history"
     f" WHERE {USER} AND memory_id = ? ORDER BY seq"
