@@ -18,6 +18,28 @@ from ..types import SearchOptions
 from ._text import cjk_trigrams, primary_tokens
 from .language import ENGLISH, Language
 
+__all__ = [
+    "BM25_B",
+    "BM25_K1",
+    "DEFAULT_QUESTION_WORD_WEIGHT",
+    "IDF_PRIOR_DOCS",
+    "PHRASE_FALLBACK_SCORE",
+    "RELEVANCE_KNEE",
+    "TOPIC_WEIGHT",
+    "TRIGRAM_WEIGHT",
+    "CorpusStats",
+    "KeywordDoc",
+    "KeywordScorer",
+    "QueryTerms",
+    "bm25_term",
+    "field_tf",
+    "keyword_score",
+    "length_norm",
+    "loose_text",
+    "relevance",
+    "score_candidates",
+]
+
 BM25_K1 = 1.2
 BM25_B = 0.75
 TOPIC_WEIGHT = 0.65

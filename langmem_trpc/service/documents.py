@@ -22,6 +22,14 @@ from ._text import cjk_trigrams, primary_tokens
 from .bm25 import KeywordDoc
 from .language import ENGLISH, Language
 
+__all__ = [
+    "fts_document",
+    "keys_of",
+    "keyword_doc",
+    "memory_keys",
+    "topics_document",
+]
+
 
 def fts_document(text: str, language: Language = ENGLISH) -> str:
     """Primary tokens (with repeats, in order) then CJK trigrams, space separated;

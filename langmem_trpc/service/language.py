@@ -21,6 +21,16 @@ import Stemmer
 
 from ..errors import ConfigurationError
 
+__all__ = [
+    "CACHED_WORD_CHARS",
+    "ENGLISH",
+    "MAX_TOKEN_CHARS",
+    "TERM_CACHE_WORDS",
+    "Language",
+    "language",
+    "resolve_language",
+]
+
 MAX_TOKEN_CHARS = 256
 """Longest token, in characters (at most 4 UTF-8 bytes each, so 1,024 bytes, under
 PostgreSQL's 2,046-byte lexeme limit). A longer run (a pasted base64 blob, a hash)

@@ -82,6 +82,23 @@ from .steps import (
     Stored,
 )
 
+__all__ = [
+    "CAPACITY",
+    "NOW",
+    "OPEN",
+    "Validity",
+    "add",
+    "add_many",
+    "clear",
+    "delete",
+    "purge",
+    "restore",
+    "restore_version",
+    "undelete",
+    "update",
+    "versions",
+]
+
 CAPACITY = Source(actor="capacity")
 """The source of an eviction's history entry."""
 
