@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, TypeVar
 
 from ..service.capabilities import Capability
 from ..service.claims import ClaimOp
 from ..service.protocol import MemoryService, SyncMemoryService
+from ..service.reads import ReadPlan
 from ..service.steps import Plan
 
 T = TypeVar("T")
@@ -17,8 +19,8 @@ class DelegatingService(SyncMemoryService):
     its arguments as given.
 
     Override `_call` to fail, delay, count or crash calls by name; the async
-    twins come from `SyncMemoryService` (a read's runs its sync method, a write's
-    builds its plan and runs `run_plan`), so they go through `_call` too. A
+    twins go through `_call` too: a read's runs its sync method here in a worker
+    thread, a write's builds its plan and runs `run_plan`. A
     cursor, claim or dead-letter call reaches `_call` under its public name
     (`"save_progress"`), with its validated arguments as keywords.
     """
@@ -39,6 +41,10 @@ class DelegatingService(SyncMemoryService):
     def run_plan(self, plan: Plan[T]) -> T:
         result: T = self._call("run_plan", plan)
         return result
+
+    def run_read(self, plan: ReadPlan) -> Any:
+        """`inner`'s (the public reads below forward by name before they get here)."""
+        return self._call("run_read", plan)
 
     def run_claim_op(self, op: ClaimOp[T]) -> T:
         """The op's public method on `inner` (`_call(op.name, ...)`, by its name)."""
@@ -107,3 +113,26 @@ class DelegatingService(SyncMemoryService):
 
     def expired(self, *args: Any, **kwargs: Any) -> Any:
         return self._call("expired", *args, **kwargs)
+
+    # -- async reads: the sync method above in a worker thread, so `_call` sees the name
+
+    async def aget(self, *args: Any, **kwargs: Any) -> Any:
+        return await asyncio.to_thread(self.get, *args, **kwargs)
+
+    async def aread(self, *args: Any, **kwargs: Any) -> Any:
+        return await asyncio.to_thread(self.read, *args, **kwargs)
+
+    async def adeleted(self, *args: Any, **kwargs: Any) -> Any:
+        return await asyncio.to_thread(self.deleted, *args, **kwargs)
+
+    async def asearch(self, *args: Any, **kwargs: Any) -> Any:
+        return await asyncio.to_thread(self.search, *args, **kwargs)
+
+    async def ahistory(self, *args: Any, **kwargs: Any) -> Any:
+        return await asyncio.to_thread(self.history, *args, **kwargs)
+
+    async def acount(self, *args: Any, **kwargs: Any) -> Any:
+        return await asyncio.to_thread(self.count, *args, **kwargs)
+
+    async def ausers(self, *args: Any, **kwargs: Any) -> Any:
+        return await asyncio.to_thread(self.users, *args, **kwargs)

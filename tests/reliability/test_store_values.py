@@ -121,3 +121,17 @@ def test_oversized_values_are_refused_before_any_work(make_service: Factory, siz
             NS, "k", {"memory": "m", "meta": dict.fromkeys(map(str, range(20_000)), 0)}
         )
     assert store.search(NS) == []
+
+
+def test_a_text_field_that_shows_nothing_is_not_the_memory_text(
+    make_service: Factory,
+) -> None:
+    """A value whose text field holds only invisible characters (a soft hyphen, found by
+    the fuzz test above) is stored: its searchable text is the value's JSON, as for a
+    value without a text field, instead of a refusal naming the service's `text`."""
+    store = MemoryStore(make_service(), max_value_bytes=MAX_BYTES, max_value_keys=MAX_KEYS)
+    for key, value in {"a": {"memory": "\xad", "n": 0}, "b": {"memory": "\u200b\u2060"}}.items():
+        store.put(NS, key, value)
+        assert store.get(NS, key).value == value
+    store.put(NS, "c", {"text": "\xad"}, index=["text"])
+    assert store.get(NS, "c").value == {"text": "\xad"}

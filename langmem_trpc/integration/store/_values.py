@@ -23,7 +23,7 @@ from typing import Any
 from langgraph.store.base import Item, get_text_at_path
 
 from ...errors import InvalidInputError, InvalidMemoryError
-from ...service.rules import Limits, build_memory
+from ...service.rules import Limits, build_memory, is_blank
 from ...types import Entry, Kind
 from ..retriever import event_fields
 
@@ -130,22 +130,24 @@ def memory_text(
     path syntax) the texts at those paths, and nothing else even when they match
     nothing; else the first text field (also nested), else the value's JSON."""
     if paths:
-        text = "\n".join(t for path in paths for t in get_text_at_path(value, path) if t.strip())
+        texts = (t for path in paths for t in get_text_at_path(value, path))
+        text = "\n".join(t for t in texts if not is_blank(t))
     else:
         found = _text_field(value, fields)
         text = found if found is not None else json.dumps(value, ensure_ascii=False, sort_keys=True)
-    return text.strip()[:max_length].strip() or "{}"
+    text = text.strip()[:max_length].strip()
+    return "{}" if is_blank(text) else text  # the service refuses a text that shows nothing
 
 
 def _text_field(value: Mapping[str, Any], fields: Sequence[str]) -> str | None:
     for name in fields:
         field = value.get(name)
-        if isinstance(field, str) and field.strip():
+        if isinstance(field, str) and not is_blank(field):
             return field
         if isinstance(field, Mapping):
             for inner in fields:
                 nested = field.get(inner)
-                if isinstance(nested, str) and nested.strip():
+                if isinstance(nested, str) and not is_blank(nested):
                     return nested
     return None
 
