@@ -1,0 +1,225 @@
+"""Adversarial checks of issue #25 (reads as plans, LanceDB's executors, SQLite's batch
+path) on every backend: each test states one rule, and a found defect has its
+regression test here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import random
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from langmem_trpc import InMemoryMemoryService, Kind, Limits, SearchOptions, UserKey
+from langmem_trpc.errors import LangmemTrpcError
+from langmem_trpc.service.protocol import MemoryService
+from langmem_trpc.testing import HashingEmbeddings
+from langmem_trpc.types import Entry
+
+ALICE = UserKey("app", "alice")
+BACKENDS = ["memory", "sqlite", "lancedb", pytest.param("postgres", marks=pytest.mark.postgres)]
+
+
+def _build(
+    kind: str, path: Path, request: pytest.FixtureRequest, limits: Limits | None = None
+) -> MemoryService:
+    if kind == "memory":
+        return InMemoryMemoryService(embeddings=HashingEmbeddings(), limits=limits)
+    if kind == "sqlite":
+        from langmem_trpc.backends.sqlite import SQLiteMemoryService
+
+        return SQLiteMemoryService(str(path / "m.db"), HashingEmbeddings(), limits=limits)
+    if kind == "lancedb":
+        from langmem_trpc.backends.lancedb import LanceDBMemoryService
+
+        return LanceDBMemoryService(path / "lance", HashingEmbeddings(), limits=limits)
+    from langmem_trpc.backends.postgres import PostgresMemoryService
+
+    url = request.getfixturevalue("pg_url")
+    svc = PostgresMemoryService(url, HashingEmbeddings(), limits=limits)
+    svc.setup()
+    return svc
+
+
+def _reopen(
+    kind: str,
+    svc: MemoryService,
+    path: Path,
+    request: pytest.FixtureRequest,
+    limits: Limits | None = None,
+) -> MemoryService:
+    """A new service on the same store (the in-memory one is its own store)."""
+    if kind == "memory":
+        return svc
+    svc.close()
+    return _build(kind, path, request, limits)
+
+
+@pytest.fixture(params=BACKENDS)
+def kind(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def svc(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MemoryService]:
+    service = _build(kind, tmp_path, request)
+    yield service
+    service.close()
+
+
+# --- restore over an existing id --------------------------------------------------
+
+
+@pytest.mark.parametrize("use_async", [False, True])
+def test_restore_over_an_existing_id_replaces_its_rows_and_history(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest, use_async: bool
+) -> None:
+    """`restore` replaces any memory with that id, history included: LanceDB kept the
+    old history events and appended a second row under the memory's key (its plan
+    purged the id, then the insert of the same id cancelled the purge)."""
+    svc = _build(kind, tmp_path, request)
+    first = svc.add(ALICE, "hiking the ridge")
+    svc.update(ALICE, first.id, "hiking the ridge trail")
+    entry, events = svc.get(ALICE, first.id), svc.history(ALICE, first.id)
+    assert entry is not None and [e.operation.value for e in events] == ["add", "update"]
+    changed = entry.model_copy(update={"memory": entry.memory.model_copy(update={"text": "x y"})})
+    for again in (entry, changed):
+        if use_async:
+            asyncio.run(svc.arestore(ALICE, again, events[:1]))
+        else:
+            svc.restore(ALICE, again, events[:1])
+    for reopen in (False, True):
+        if reopen:
+            svc = _reopen(kind, svc, tmp_path, request)
+        assert [e.operation.value for e in svc.history(ALICE, first.id)] == ["add"]
+        assert [e.memory.text for e in svc.read(ALICE)] == ["x y"]
+        assert svc.count(ALICE) == 1
+    svc.close()
+
+
+# --- seeded random operations against the in-memory reference -------------------
+
+WORDS = "alpha beta gamma delta hike hiking dog dogs cat paint trail ridge".split()
+USERS = [UserKey("app", "u"), UserKey("app", "u\x1f"), UserKey("App", "u"), UserKey("app", "u2")]
+QUERIES = ["hike dog", "alpha", "trail ridge cat", "dogs hiking"]
+OPTIONS = [SearchOptions(max_results=m) for m in (1, 2, 3, 7, 20)] + [
+    SearchOptions(max_results=5, kind=Kind.EPISODE),
+    SearchOptions(max_results=5, kind=Kind.EPISODE, kind_fallback=True),
+    SearchOptions(max_results=5, deduplicate=True),
+    SearchOptions(max_results=5, hybrid=False),
+    SearchOptions(max_results=5, include_superseded=True),
+    SearchOptions(max_results=5, order_by_event_time=True),
+]
+OPS = ["add", "add_many", "update", "delete", "undelete", "purge", "restore_version", "clear"]
+
+
+def _text(rng: random.Random) -> str:
+    return " ".join(rng.sample(WORDS, rng.randint(1, 4)))
+
+
+def _op(rng: random.Random) -> tuple[str, UserKey, tuple[Any, ...]]:
+    name = rng.choices(OPS, [5, 2, 4, 2, 2, 1, 2, 0.2])[0]
+    user = rng.choice(USERS)
+    if name == "add":
+        kind = rng.choice([Kind.FACT, Kind.EPISODE])
+        key = rng.choice([None, None, None, "k1", "k2"])
+        return name, user, (_text(rng), kind, key, rng.choice([None, "2024-01-02", "2023-05-01"]))
+    if name == "add_many":
+        items = [_text(rng) for _ in range(rng.randint(1, 5))]
+        return name, user, (items + items[:1] if rng.random() < 0.5 else items,)
+    return name, user, (_text(rng), _text(rng), rng.random() < 0.5)
+
+
+def _apply(svc: MemoryService, op: tuple[str, UserKey, tuple[Any, ...]]) -> object:
+    """Run `op` on `svc`; the outcome as texts or the error's type (ids differ by store)."""
+    name, user, args = op
+    try:
+        if name == "add":
+            text, kind, key, at = args
+            return svc.add(user, text, kind=kind, memory_id=key, event_time=at).memory.text
+        if name == "add_many":
+            return [e.memory.text for e in svc.add_many(user, args[0])]
+        if name == "clear":
+            return svc.clear(user)
+        by_text: dict[str, Entry] = {}
+        for e in svc.read(user, include_superseded=True) + svc.deleted(user):
+            by_text.setdefault(e.memory.text, e)
+        target = by_text.get(args[0])
+        if target is None:
+            return None
+        if name == "update":
+            return svc.update(user, target.id, args[1], supersede=args[2]).memory.text
+        if name in ("undelete", "restore_version"):
+            return getattr(svc, name)(user, target.id).memory.text
+        return getattr(svc, name)(user, target.id)
+    except LangmemTrpcError as exc:
+        return type(exc).__name__
+
+
+def _shape(entries: list[Entry]) -> list[tuple[object, ...]]:
+    return [
+        (e.memory.text, e.memory.kind, tuple(e.memory.topics), e.superseded_by is not None)
+        for e in entries
+    ]
+
+
+def _ranked(found: list[Entry]) -> list[list[str]]:
+    """The texts in rank order, those whose scores differ by float noise alone (vectors
+    are float32 in some stores) as one sorted group."""
+    groups: list[list[str]] = []
+    last = None
+    for e in found:
+        score = e.score or 0.0
+        if last is None or abs(score - last) > 1e-6:
+            groups.append([])
+        groups[-1].append(e.memory.text)
+        last = score
+    return [sorted(g) for g in groups]
+
+
+def _state(svc: MemoryService) -> dict[object, object]:
+    """Everything every read shows of every user, ids left out."""
+    seen: dict[object, object] = {"users": sorted(map(str, svc.users()))}
+    for user in USERS:
+        seen[user, "read"] = _shape(svc.read(user))
+        seen[user, "read 2"] = _shape(svc.read(user, limit=2))
+        seen[user, "all"] = _shape(svc.read(user, include_superseded=True))
+        seen[user, "deleted"] = _shape(svc.deleted(user))
+        seen[user, "count"] = svc.count(user)
+        for query, (i, options) in itertools.product(QUERIES, enumerate(OPTIONS)):
+            seen[user, query, i] = _ranked(svc.search(user, query, options))
+        for e in svc.read(user, include_superseded=True) + svc.deleted(user):
+            events = svc.history(user, e.id)
+            seen[user, e.memory.text, "history"] = [
+                (h.operation, h.text_before, h.text_after, h.source and h.source.actor)
+                for h in events
+            ]
+            seen[user, e.memory.text, "versions"] = [v.text for v in svc.versions(user, e.id)]
+    return seen
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_random_operations_read_like_the_reference(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest, seed: int
+) -> None:
+    """Seeded random writes (in-batch and stored duplicates, revivals, keyed ids,
+    supersedes, capacity eviction inside a batch) leave every read of every backend
+    equal to the in-memory reference's, and again after a reopen."""
+    if kind == "memory":
+        pytest.skip("the reference itself")
+    limits = Limits(capacity=3 + seed, on_capacity="evict")
+    reference = InMemoryMemoryService(HashingEmbeddings(), limits=limits)
+    svc = _build(kind, tmp_path, request, limits)
+    rng = random.Random(seed)
+    for step in range(40):
+        op = _op(rng)
+        assert _apply(svc, op) == _apply(reference, op), (step, op)
+        if step % 8 == 7:
+            assert _state(svc) == _state(reference), (step, op)
+    svc = _reopen(kind, svc, tmp_path, request, limits)
+    assert _state(svc) == _state(reference)
+    svc.close()
