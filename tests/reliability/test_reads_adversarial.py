@@ -114,6 +114,7 @@ OPTIONS = [SearchOptions(max_results=m) for m in (1, 2, 3, 7, 20)] + [
     SearchOptions(max_results=5, include_superseded=True),
     SearchOptions(max_results=5, order_by_event_time=True),
 ]
+AS_OF = ["2023-06-01", "2024-01-02T00:00:00Z", "2024-06-01"]
 OPS = ["add", "add_many", "update", "delete", "undelete", "purge", "restore_version", "restore"]
 OPS += ["clear", "purge_user"]
 
@@ -196,6 +197,10 @@ def _state(svc: MemoryService) -> dict[object, object]:
         seen[user, "read"] = _shape(svc.read(user))
         seen[user, "read 2"] = _shape(svc.read(user, limit=2))
         seen[user, "all"] = _shape(svc.read(user, include_superseded=True))
+        for at in AS_OF:
+            seen[user, "as of", at] = _shape(svc.read(user, as_of=at))
+            found = svc.search(user, "hike dog", SearchOptions(max_results=20, as_of=at))
+            seen[user, "search as of", at] = _ranked(found, 20)
         seen[user, "deleted"] = sorted(_shape(svc.deleted(user)))  # ties: by random id
         seen[user, "count"] = svc.count(user)
         for query, (i, options) in itertools.product(QUERIES, enumerate(OPTIONS)):
@@ -230,4 +235,39 @@ def test_random_operations_read_like_the_reference(
             assert _state(svc) == _state(reference), (step, op)
     svc = _reopen(kind, svc, tmp_path, request, limits)
     assert _state(svc) == _state(reference)
+    svc.close()
+
+
+# --- keyword statistics --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("view", ["current", "every version", "as of"])
+def test_keyword_scores_count_every_live_row_whatever_the_view(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest, view: str
+) -> None:
+    """BM25's statistics are over every live row of the user (superseded versions too,
+    as the reference and SQL keep them), whatever the view picks: LanceDB counted only
+    the rows of the view's index, so its keyword scores (and orders) differed from the
+    other backends' once a user had superseded versions."""
+    reference = InMemoryMemoryService(HashingEmbeddings())
+    svc = _build(kind, tmp_path, request)
+    for service in (reference, svc):
+        service.add(ALICE, "hiking boots", event_time="2024-01-01")
+        service.add(ALICE, "dogs hiking", event_time="2024-01-01")
+        chain = service.add(ALICE, "dogs park", event_time="2024-01-01")
+        for i in range(4):
+            text = "dogs park " + "x" * (i + 1)
+            chain = service.update(ALICE, chain.id, text, supersede=True, valid_from="2025-01-01")
+    options = {
+        "current": SearchOptions(),
+        "every version": SearchOptions(include_superseded=True),
+        "as of": SearchOptions(as_of="2024-06-01"),
+    }[view]
+
+    def scores(service: MemoryService) -> list[tuple[str, float]]:
+        found = service.search(ALICE, "hiking dogs", options)
+        shown = [(e.memory.text, round(e.score or 0.0, 5)) for e in found]
+        return sorted(shown, key=lambda hit: (-hit[1], hit[0]))  # float-noise ties by text
+
+    assert scores(svc) == scores(reference)
     svc.close()

@@ -101,7 +101,7 @@ class ReadRun:
         terms = QueryTerms.of(opts, svc.language)
         data = svc._cached(step.user)
         index = data.view(view_of(opts), svc.language, utcnow())
-        pool, stats = index.keyword(data.rows, terms)
+        pool, stats = index.keyword(data.rows, terms, data.live)
         entries, matrix = index.matrix
         if vector is not None and not opts.hybrid:
             pool = []
