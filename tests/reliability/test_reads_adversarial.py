@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import random
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,13 @@ from typing import Any
 import pytest
 
 from langmem_trpc import InMemoryMemoryService, Kind, Limits, SearchOptions, UserKey
-from langmem_trpc.errors import LangmemTrpcError
+from langmem_trpc.errors import (
+    InvalidInputError,
+    InvalidMemoryError,
+    InvalidTimeError,
+    InvalidUserKeyError,
+    LangmemTrpcError,
+)
 from langmem_trpc.service import reads
 from langmem_trpc.service.protocol import MemoryService
 from langmem_trpc.testing import HashingEmbeddings
@@ -325,3 +332,39 @@ def test_a_write_between_two_tiers_of_a_search_is_not_half_seen(
     assert len(svc.search(ALICE, options=options)) == 7
     writer.close()
     svc.close()
+
+
+# --- input validation -------------------------------------------------------------
+
+BAD_READS: list[tuple[str, tuple[Any, ...], dict[str, Any], type[Exception], str]] = [
+    ("get", ("alice", "m1"), {}, InvalidUserKeyError, "user: expected a UserKey, got str"),
+    ("get", (ALICE, ""), {}, InvalidMemoryError, "memory_id: must be a non-empty string"),
+    ("read", (ALICE,), {"limit": "3"}, InvalidInputError, "limit: must be an integer or None"),
+    ("read", (ALICE,), {"as_of": "garbage"}, InvalidTimeError, "as_of: cannot parse"),
+    (
+        "read",
+        (ALICE,),
+        {"as_of": "2024-01-01", "include_superseded": True},
+        InvalidInputError,
+        "include_superseded: cannot be combined with as_of",
+    ),
+    ("deleted", (ALICE,), {"limit": True}, InvalidInputError, "limit: must be an integer"),
+    ("search", (ALICE, 5), {}, InvalidMemoryError, "query: must be a string"),
+    ("search", (ALICE, "q", {"max_results": 3}), {}, InvalidMemoryError, "options: expected"),
+    ("history", (ALICE, None), {}, InvalidMemoryError, "memory_id: must be a non-empty string"),
+    ("count", (None,), {}, InvalidUserKeyError, "user: expected a UserKey, got NoneType"),
+    ("users", ("",), {}, InvalidUserKeyError, "app_name: must not be empty"),
+]
+
+
+@pytest.mark.parametrize("use_async", [False, True])
+def test_bad_reads_are_refused_alike_before_any_io(svc: MemoryService, use_async: bool) -> None:
+    """Every read refuses bad input with the same error and message on every backend,
+    sync and async, before any I/O: even a closed service answers with the input error."""
+    svc.close()
+    for name, args, kwargs, error, message in BAD_READS:
+        with pytest.raises(error, match=re.escape(message)):
+            if use_async:
+                asyncio.run(getattr(svc, "a" + name)(*args, **kwargs))
+            else:
+                getattr(svc, name)(*args, **kwargs)
