@@ -33,22 +33,27 @@ BACKENDS = ["memory", "sqlite", "lancedb", pytest.param("postgres", marks=pytest
 
 
 def _build(
-    kind: str, path: Path, request: pytest.FixtureRequest, limits: Limits | None = None
+    kind: str,
+    path: Path,
+    request: pytest.FixtureRequest,
+    limits: Limits | None = None,
+    embedded: bool = True,
 ) -> MemoryService:
+    embedder = HashingEmbeddings() if embedded else None
     if kind == "memory":
-        return InMemoryMemoryService(embeddings=HashingEmbeddings(), limits=limits)
+        return InMemoryMemoryService(embeddings=embedder, limits=limits)
     if kind == "sqlite":
         from langmem_trpc.backends.sqlite import SQLiteMemoryService
 
-        return SQLiteMemoryService(str(path / "m.db"), HashingEmbeddings(), limits=limits)
+        return SQLiteMemoryService(str(path / "m.db"), embedder, limits=limits)
     if kind == "lancedb":
         from langmem_trpc.backends.lancedb import LanceDBMemoryService
 
-        return LanceDBMemoryService(path / "lance", HashingEmbeddings(), limits=limits)
+        return LanceDBMemoryService(path / "lance", embedder, limits=limits)
     from langmem_trpc.backends.postgres import PostgresMemoryService
 
     url = request.getfixturevalue("pg_url")
-    svc = PostgresMemoryService(url, HashingEmbeddings(), limits=limits)
+    svc = PostgresMemoryService(url, embedder, limits=limits)
     svc.setup()
     return svc
 
@@ -59,12 +64,13 @@ def _reopen(
     path: Path,
     request: pytest.FixtureRequest,
     limits: Limits | None = None,
+    embedded: bool = True,
 ) -> MemoryService:
     """A new service on the same store (the in-memory one is its own store)."""
     if kind == "memory":
         return svc
     svc.close()
-    return _build(kind, path, request, limits)
+    return _build(kind, path, request, limits, embedded)
 
 
 @pytest.fixture(params=BACKENDS)
@@ -368,3 +374,47 @@ def test_bad_reads_are_refused_alike_before_any_io(svc: MemoryService, use_async
                 asyncio.run(getattr(svc, "a" + name)(*args, **kwargs))
             else:
                 getattr(svc, name)(*args, **kwargs)
+
+
+# --- tied scores across a reopen -------------------------------------------------------
+
+
+def test_a_search_over_tied_scores_finds_the_same_memories_after_a_reopen(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """300 memories with equal keyword scores, some updated: the candidate pool is cut
+    among ties in the store's row order, which must not change when the store reopens."""
+    if kind == "lancedb":
+        reason = (
+            "LanceDB reloads a user's rows ordered by `seq`, the last write's sequence "
+            "(lancedb/service.py `_cached`: from_table(found.sort_by('seq'))), while in process "
+            "an update keeps the row's place (dict order, like the in-memory reference and "
+            "SQLite's rowid): a pool cut among tied scores keeps other rows after a reopen. "
+            "Needs a stored insertion order to reload by (a new column, or the body's)"
+        )
+        request.applymarker(pytest.mark.xfail(strict=True, reason=reason))
+    if kind == "postgres":
+        reason = (
+            "PostgreSQL cuts its keyword pool among tied scores by its statement's order "
+            "(the most recently updated first: z294, z287, ...), the reference, SQLite and "
+            "LanceDB by row order (the first rows: z098, z091, ...); the same 300 ties give "
+            "other hits. Needs one tie order for the pool cut in the read contract"
+        )
+        request.applymarker(pytest.mark.xfail(strict=True, reason=reason))
+    limits = Limits(capacity=None)
+    svc = _build(kind, tmp_path, request, limits, embedded=False)  # keyword scores: exact ties
+    reference = InMemoryMemoryService(limits=limits)
+    for service in (svc, reference):
+        added = service.add_many(ALICE, [f"alpha w{i:03d}" for i in range(300)])
+        for entry in added[::7]:
+            service.update(ALICE, entry.id, entry.memory.text.replace("w", "z"))
+    options = SearchOptions(max_results=8)
+
+    def found(service: MemoryService) -> list[str]:
+        return [e.memory.text for e in service.search(ALICE, "alpha", options)]
+
+    want = found(reference)
+    assert found(svc) == want
+    svc = _reopen(kind, svc, tmp_path, request, limits, embedded=False)
+    assert found(svc) == want
+    svc.close()
