@@ -4,8 +4,9 @@ The default view (current memories, `service.validity.CURRENT`) is served by an
 index kept up to date incrementally: a write marks its rows `stale` and the next
 search re-indexes them. It holds only the rows a default search may return
 (live, not superseded, not lapsed, not expired), so a long chain of old versions
-never takes a place in a candidate pool nor weighs on the keyword statistics, as
-as `ReadRows` shows them. Rows whose `valid_to` or `expires_at` is ahead
+never takes a place in a candidate pool. The keyword statistics are those of every
+live row (superseded, lapsed and expired ones too, as the reference and SQL keep
+them), whatever the view: a second incremental index, `UserRows.live`. Rows whose `valid_to` or `expires_at` is ahead
 leave it when that time passes (`UserRows.renew_at`). Searches with `as_of` or
 `include_superseded` build a one-off index of the rows their view shows.
 """
@@ -59,20 +60,26 @@ class Index:
         for term in old.terms if old is not None else ():
             self.postings[term].discard(ref)
 
-    def finish(self, rows: Iterable[Row]) -> None:
-        """Sum the lengths and stack the vectors of the indexed `rows` (in row order)."""
+    def total(self) -> None:
+        """Sum the lengths of the indexed documents."""
         docs = self.docs.values()
         self.lengths = sum(d.content_len for d in docs), sum(d.topic_len for d in docs)
+
+    def finish(self, rows: Iterable[Row]) -> None:
+        """Sum the lengths and stack the vectors of the indexed `rows` (in row order)."""
+        self.total()
         held = [(r.entry, r.vector) for r in rows if r.entry.id in self.docs]
         vectors = [(e, v) for e, v in held if v is not None]
         self.matrix = [e for e, _ in vectors], np.array([v for _, v in vectors], np.float32)
 
-    def keyword(self, rows: dict[str, Row], terms: QueryTerms) -> tuple[Hits, CorpusStats]:
+    def keyword(
+        self, rows: dict[str, Row], terms: QueryTerms, corpus: Index
+    ) -> tuple[Hits, CorpusStats]:
         """The indexed rows holding a query term in row order (all, without a primary token:
-        the phrase fallback may match any), and `CorpusStats.from_docs` of the indexed rows."""
-        n, (content, topic) = len(self.docs), self.lengths
+        the phrase fallback may match any), and `CorpusStats.from_docs` of `corpus`'s rows."""
+        n, (content, topic) = len(corpus.docs), corpus.lengths
         average = (max(content / n, 1.0), max(topic / n, 1.0)) if n else (1.0, 1.0)
-        df = {t: len(self.postings.get(t, ())) for t in terms.tokens}
+        df = {t: len(corpus.postings.get(t, ())) for t in terms.tokens}
         held: Container[str] = self.docs
         if terms.primary:
             held = set().union(*(self.postings.get(t, ()) for t in terms.tokens))
@@ -88,6 +95,8 @@ class UserRows:
     rows: dict[str, Row] = field(default_factory=dict)
     stale: set[str] = field(default_factory=set)
     index: Index = field(default_factory=Index)
+    live: Index = field(default_factory=Index)
+    """Every live row's document: the keyword statistics of any view."""
     renew_at: datetime | None = None
     """The first `valid_to` / `expires_at` ahead among the indexed rows: past it, the
     index is rebuilt (a row lapsed or expired without a write)."""
@@ -100,10 +109,14 @@ class UserRows:
             return self.index
         for ref in self.stale:
             self.index.discard(ref)
+            self.live.discard(ref)
             row = self.rows.get(ref)
+            if row is not None and row.live:
+                self.live.add(ref, _doc(row, language))
             if row is not None and _shown(row, CURRENT, now):
                 self.index.add(ref, _doc(row, language))
         self.stale.clear()
+        self.live.total()
         self.index.finish(self.rows.values())
         ahead = (
             t
@@ -116,8 +129,9 @@ class UserRows:
 
     def view(self, view: View, language: Language, now: datetime) -> Index:
         """A one-off index of the rows `view` shows at `now` (`as_of`, `include_superseded`)."""
+        current = self.current(language, now)  # brings `live` up to date too
         if view.current:
-            return self.current(language, now)
+            return current
         index = Index()
         for ref, row in self.rows.items():
             if _shown(row, view, now):

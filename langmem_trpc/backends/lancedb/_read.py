@@ -6,7 +6,9 @@ Each storage step runs under the service's lock, so it never sees half a plan's
 commit; `EmbedQuery` runs outside it. A search's `FetchLegs` is served by the
 user's index (`_index.py`): the keyword candidates scored with the shared BM25F
 (`service.bm25.score_candidates`) and the cosine of every indexed vector, cut per
-kind to the pool; the shared ranking (`service.reads.search`) does the rest.
+kind to the pool; the shared ranking (`service.reads.search`) does the rest. A
+search's deeper tiers cut their pools from its first tier's scores: one plan ranks
+one state, whatever was committed between two tiers.
 """
 
 from __future__ import annotations
@@ -47,6 +49,9 @@ class ReadRun:
 
     def __init__(self, service: LanceDBHost) -> None:
         self._service = service
+        self._scored: tuple[Scored, Scored | None] | None = None
+        """A search's candidates, scored by its first `FetchLegs`: its deeper tiers
+        rank the same state (one plan, one state), whatever was written since."""
 
     def execute(self, step: r.ReadStep) -> object:
         if type(step) is r.EmbedQuery:
@@ -95,13 +100,25 @@ class ReadRun:
 
     def fetch_legs(self, step: r.FetchLegs) -> r.Fetched:
         """Each kind's legs from one pass over the user's index (the view filters before
-        any pool is cut)."""
+        any pool is cut); a deeper tier cuts them from the first tier's candidates."""
+        if self._scored is None:
+            self._scored = self._score(step)
+        keyword, near = self._scored
+        legs = {}
+        for kind in step.kinds:
+            keep = _keeper(kind, step.options.time_after, step.options.time_before)
+            vectors = None if near is None else _top(near, keep, step.pool)
+            legs[kind] = Legs(vectors, _top(keyword, keep, step.pool))
+        return r.Fetched(legs)
+
+    def _score(self, step: r.FetchLegs) -> tuple[Scored, Scored | None]:
+        """Every keyword and vector candidate of the search, scored."""
         opts, svc = step.options, self._service
         vector = step.query if isinstance(step.query, np.ndarray) else None
         terms = QueryTerms.of(opts, svc.language)
         data = svc._cached(step.user)
         index = data.view(view_of(opts), svc.language, utcnow())
-        pool, stats = index.keyword(data.rows, terms)
+        pool, stats = index.keyword(data.rows, terms, data.live)
         entries, matrix = index.matrix
         if vector is not None and not opts.hybrid:
             pool = []
@@ -111,12 +128,7 @@ class ReadRun:
         near: Scored | None = None
         if vector is not None:
             near = entries, matrix @ vector if len(entries) else np.zeros(0, np.float32)
-        legs = {}
-        for kind in step.kinds:
-            keep = _keeper(kind, opts.time_after, opts.time_before)
-            vectors = None if near is None else _top(near, keep, step.pool)
-            legs[kind] = Legs(vectors, _top(keyword, keep, step.pool))
-        return r.Fetched(legs)
+        return keyword, near
 
 
 def _keeper(

@@ -85,7 +85,8 @@ class WriteRun:
         for ref, row in base.items():
             if ref not in self.removed:
                 yield self.changed.get(ref, row)
-        yield from (row for ref, row in self.changed.items() if ref not in base)
+        # new rows, and rows purged then inserted again (a restore over an existing id)
+        yield from (r for ref, r in self.changed.items() if ref not in base or ref in self.removed)
 
     def _edit(self, user: UserKey, ref: str) -> Row:
         """The pending copy of row `ref` (made on its first change in this plan)."""
@@ -151,8 +152,7 @@ class WriteRun:
             row = Row(new.entry, new.fingerprint, vector=vector, keyed=new.keyed)
             self._touch(row, new.entry)
             self.changed[new.entry.id] = row
-            self.inserted.add(new.entry.id)
-            self.removed.discard(new.entry.id)
+            self.inserted.add(new.entry.id)  # a purged id stays in `removed`: its old rows go
 
     def rewrite(self, step: s.Rewrite) -> None:
         row = self._edit(step.user, step.target.entry.id)
