@@ -12,10 +12,12 @@ search or write (it raises `ConfigurationError` until reopened).
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from ..types import UserKey
@@ -25,6 +27,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_BATCH",
+    "ReembedInThread",
     "Reembeddable",
     "ReembedPlan",
     "ReembedProgress",
@@ -122,3 +125,20 @@ class Reembeddable(Protocol):
     ) -> ReembedReport: ...
 
     def reembed_plan(self, users: Sequence[UserKey] | None = None) -> ReembedPlan: ...
+
+
+class ReembedInThread:
+    """`areembed` for a backend whose `reembed` blocks (SQLite, PostgreSQL, LanceDB): the
+    run goes to a worker thread, so the event loop never waits on embedding or I/O."""
+
+    async def areembed(
+        self: Reembeddable,
+        new_embeddings: Embeddings,
+        *,
+        batch_size: int = DEFAULT_BATCH,
+        users: Sequence[UserKey] | None = None,
+        progress: ProgressCallback | None = None,
+    ) -> ReembedReport:
+        """Async twin of `reembed` (runs in a worker thread)."""
+        run = partial(self.reembed, batch_size=batch_size, users=users, progress=progress)
+        return await asyncio.to_thread(run, new_embeddings)

@@ -15,14 +15,12 @@ directory to a new embedding model online (`_reembed.py`).
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime
-from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -40,7 +38,13 @@ from ...service.language import Language, resolve_language
 from ...service.model_lock import ModelLock
 from ...service.periods import TimeMentions
 from ...service.protocol import SyncMemoryService
-from ...service.reembed import DEFAULT_BATCH, ProgressCallback, ReembedPlan, ReembedReport
+from ...service.reembed import (
+    DEFAULT_BATCH,
+    ProgressCallback,
+    ReembedInThread,
+    ReembedPlan,
+    ReembedReport,
+)
 from ...service.rules import (
     Limits,
     check_expiry,
@@ -77,7 +81,7 @@ VALIDITY = {"valid_from": _TIME, "valid_to": _TIME, "superseded": pa.string()}
 `superseded`; a table from before them gets them at open (`_add_validity`)."""
 
 
-class LanceDBMemoryService(SyncMemoryService):
+class LanceDBMemoryService(ReembedInThread, SyncMemoryService):
     """The full contract on an embedded LanceDB directory (created when missing).
 
     Args:
@@ -335,18 +339,6 @@ class LanceDBMemoryService(SyncMemoryService):
         (no cutover while other users' memories lack a new vector)."""
         users = [check_user(u) for u in users] if users else None
         return _reembed.LanceDBReembed(self, new_embeddings, batch_size, users, progress).run()
-
-    async def areembed(
-        self,
-        new_embeddings: Embeddings,
-        *,
-        batch_size: int = DEFAULT_BATCH,
-        users: Sequence[UserKey] | None = None,
-        progress: ProgressCallback | None = None,
-    ) -> ReembedReport:
-        """Async twin of `reembed` (runs in a worker thread)."""
-        run = partial(self.reembed, batch_size=batch_size, users=users, progress=progress)
-        return await asyncio.to_thread(run, new_embeddings)
 
     def reembed_plan(self, users: Sequence[UserKey] | None = None) -> ReembedPlan:
         """What `reembed` would embed: the memory texts and their estimated tokens."""

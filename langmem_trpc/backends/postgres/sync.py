@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
-from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import psycopg
@@ -16,7 +14,13 @@ from psycopg_pool import ConnectionPool
 from ...service.claims import ClaimOp
 from ...service.info import StoreInfo
 from ...service.reads import ReadPlan
-from ...service.reembed import DEFAULT_BATCH, ProgressCallback, ReembedPlan, ReembedReport
+from ...service.reembed import (
+    DEFAULT_BATCH,
+    ProgressCallback,
+    ReembedInThread,
+    ReembedPlan,
+    ReembedReport,
+)
 from ...service.rules import check_user
 from ...service.steps import Plan
 from ...types import UserKey
@@ -31,7 +35,7 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 
-class SyncPostgres(PostgresBase):
+class SyncPostgres(ReembedInThread, PostgresBase):
     """The sync driver, on its own pool: a sync call on an event-loop thread cannot deadlock."""
 
     def _pool(self) -> ConnectionPool[Any]:
@@ -109,18 +113,6 @@ class SyncPostgres(PostgresBase):
         until reopened with it. `users` embeds only theirs (no cutover until all are)."""
         users = [check_user(u) for u in users] if users else None
         return PostgresReembed(self, new_embeddings, batch_size, users, progress).run()
-
-    async def areembed(
-        self,
-        new_embeddings: Embeddings,
-        *,
-        batch_size: int = DEFAULT_BATCH,
-        users: Sequence[UserKey] | None = None,
-        progress: ProgressCallback | None = None,
-    ) -> ReembedReport:
-        """Async twin of `reembed` (runs in a worker thread)."""
-        run = partial(self.reembed, batch_size=batch_size, users=users, progress=progress)
-        return await asyncio.to_thread(run, new_embeddings)
 
     def reembed_plan(self, users: Sequence[UserKey] | None = None) -> ReembedPlan:
         """What `reembed` would embed: the memory texts and their estimated tokens."""

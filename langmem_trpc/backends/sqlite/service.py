@@ -9,13 +9,11 @@ conformance suite.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import sqlite3
 import threading
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -29,7 +27,13 @@ from ...service.model_lock import ModelLock
 from ...service.periods import TimeMentions
 from ...service.protocol import SyncMemoryService
 from ...service.reads import ReadPlan
-from ...service.reembed import DEFAULT_BATCH, ProgressCallback, ReembedPlan, ReembedReport
+from ...service.reembed import (
+    DEFAULT_BATCH,
+    ProgressCallback,
+    ReembedInThread,
+    ReembedPlan,
+    ReembedReport,
+)
 from ...service.rules import Limits, check_user, embedding_text, utcnow
 from ...service.steps import Plan
 from ...types import UserKey
@@ -58,7 +62,7 @@ T = TypeVar("T")
 _EMBED_BATCH = 256
 
 
-class SQLiteMemoryService(SQLiteClaims, ExpiryMixin, SyncMemoryService):
+class SQLiteMemoryService(SQLiteClaims, ExpiryMixin, ReembedInThread, SyncMemoryService):
     """Durable memories in one SQLite file, safe for several threads and processes.
 
     Args:
@@ -223,18 +227,6 @@ class SQLiteMemoryService(SQLiteClaims, ExpiryMixin, SyncMemoryService):
         embeds only theirs (no cutover while other users' memories lack a new vector)."""
         users = [check_user(u) for u in users] if users else None
         return SQLiteReembed(self, new_embeddings, batch_size, users, progress).run()
-
-    async def areembed(
-        self,
-        new_embeddings: Embeddings,
-        *,
-        batch_size: int = DEFAULT_BATCH,
-        users: Sequence[UserKey] | None = None,
-        progress: ProgressCallback | None = None,
-    ) -> ReembedReport:
-        """Async twin of `reembed` (runs in a worker thread)."""
-        run = partial(self.reembed, batch_size=batch_size, users=users, progress=progress)
-        return await asyncio.to_thread(run, new_embeddings)
 
     def reembed_plan(self, users: Sequence[UserKey] | None = None) -> ReembedPlan:
         """What `reembed` would embed: the memory texts and their estimated tokens."""
