@@ -20,6 +20,8 @@ from functools import partial
 from itertools import chain
 from typing import NamedTuple
 
+import numpy as np
+
 from ..types import Entry, FusionSettings, Kind, SearchOptions
 from ._text import jaccard, primary_tokens, token_set
 from .bm25 import CorpusStats, KeywordDoc, QueryTerms, keyword_score
@@ -51,6 +53,7 @@ __all__ = [
     "plan_search",
     "rank_search",
     "rrf_fuse",
+    "unit_vector",
 ]
 
 Best = Mapping[str, tuple[Entry, float]]
@@ -81,6 +84,15 @@ POOL_GROWTH = 4
 """Each tier's pool is this many times the previous one's."""
 MAX_POOL = 6_400
 """No tier is deeper than this (100, 400, 1,600, 6,400: at most four fetches)."""
+
+
+def unit_vector(values: Sequence[float] | np.ndarray) -> np.ndarray:
+    """`values` as float32 scaled to length 1 (a zero vector as it is): a stored or
+    query vector in this form makes the vector leg's score a dot product, the cosine
+    `rank_search` expects."""
+    vector = np.asarray(values, dtype=np.float32)
+    norm = float(np.linalg.norm(vector))
+    return vector / norm if norm > 0 else vector
 
 
 def passes_time(

@@ -23,11 +23,10 @@ import numpy as np
 from ...service import reads as r
 from ...service.bm25 import QueryTerms, score_candidates
 from ...service.rules import is_expired, utcnow
-from ...service.search import Legs, passes_time
+from ...service.search import Legs, passes_time, unit_vector
 from ...service.validity import view_of
 from ...types import Entry, HistoryEvent, Kind, UserKey
 from ._records import HISTORY, MEMORY, digest, scope_of
-from ._rows import unit_vector
 
 if TYPE_CHECKING:
     from ._host import LanceDBHost

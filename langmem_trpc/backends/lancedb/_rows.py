@@ -8,7 +8,6 @@ read from the table, never cached).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -45,12 +44,6 @@ class Row:
     def current(self) -> bool:
         """Live and not superseded: what holds a fingerprint (one such row per content)."""
         return self.deleted_at is None and self.entry.superseded_by is None
-
-
-def unit_vector(values: Sequence[float]) -> np.ndarray:
-    vector = np.asarray(values, dtype=np.float32)
-    norm = float(np.linalg.norm(vector))
-    return vector / norm if norm > 0 else vector
 
 
 def to_record(user: UserKey, row: Row) -> dict[str, Any]:

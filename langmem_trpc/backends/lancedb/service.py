@@ -54,13 +54,14 @@ from ...service.rules import (
     is_expired,
     utcnow,
 )
+from ...service.search import unit_vector
 from ...types import Entry, UserKey
 from . import _identity, _reembed
 from ._index import UserRows
 from ._lock import DirectoryLock
 from ._read import ReadRun
 from ._records import MEMORY, TABLE, scope_of
-from ._rows import Row, from_table, to_record, unit_vector
+from ._rows import Row, from_table, to_record
 from ._threads import Threads
 from ._write import WriteRun
 

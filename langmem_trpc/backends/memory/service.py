@@ -33,7 +33,7 @@ from ...service.rules import (
     is_expired,
     utcnow,
 )
-from ...service.search import Legs, passes_time
+from ...service.search import Legs, passes_time, unit_vector
 from ...service.steps import Plan
 from ...types import Entry, HistoryEvent, Kind, Memory, SearchOptions, UserKey
 
@@ -71,12 +71,6 @@ class _Row:
 class _UserData:
     rows: dict[str, _Row] = field(default_factory=dict)
     history: list[HistoryEvent] = field(default_factory=list)
-
-
-def unit_vector(values: Sequence[float]) -> np.ndarray:
-    vector = np.asarray(values, dtype=np.float32)
-    norm = float(np.linalg.norm(vector))
-    return vector / norm if norm > 0 else vector
 
 
 def _remember(row: _Row, undo: list[Callable[[], None]]) -> None:

@@ -32,12 +32,12 @@ from ...service.reads import (
     dispatch_read,
 )
 from ...service.rules import unexpired, utcnow
+from ...service.search import unit_vector
 from ...types import Entry, HistoryEvent, UserKey
 from . import _sql as sql
 from ._query import SearchRun
 from ._rows import DELETED, to_entry, user_state
 from ._validity import conditions
-from ._vectors import unit_vector
 
 if TYPE_CHECKING:
     from ._host import SQLiteHost

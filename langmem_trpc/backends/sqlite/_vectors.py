@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
@@ -22,12 +21,6 @@ Stamp = tuple[str, int]
 NewRow = tuple[int, str, int | None, bytes | None, int, int | None, bool]
 """An inserted row for the caches: rid, kind, event_time (us or None), embedding blob
 or None, valid_from, valid_to (us or None), superseded."""
-
-
-def unit_vector(values: Sequence[float] | np.ndarray) -> np.ndarray:
-    vector = np.asarray(values, dtype=np.float32)
-    norm = float(np.linalg.norm(vector))
-    return vector / norm if norm > 0 else vector
 
 
 def to_blob(vector: np.ndarray | None) -> bytes | None:

@@ -35,6 +35,7 @@ from ...service.reembed import (
     ReembedReport,
 )
 from ...service.rules import Limits, check_user, embedding_text, utcnow
+from ...service.search import unit_vector
 from ...service.steps import Plan
 from ...types import UserKey
 from . import _identity
@@ -48,7 +49,7 @@ from ._query import SearchCaches
 from ._reads import SQLiteReads
 from ._reembed import SQLiteReembed
 from ._reembed import plan as reembed_plan
-from ._vectors import to_blob, unit_vector
+from ._vectors import to_blob
 
 if TYPE_CHECKING:
     from langchain_core.embeddings import Embeddings
