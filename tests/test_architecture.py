@@ -151,9 +151,6 @@ def _private_part(name: str, package: str) -> str | None:
     return f"{package}.{first}" if first.startswith("_") and first != "__init__" else None
 
 
-BACKEND_PRIVATE_LEFT: set[tuple[str, str]] = set()
-
-
 def test_nothing_outside_a_backend_imports_its_private_modules():
     backends = PACKAGE / "backends"
     names = sorted(p.name for p in backends.iterdir() if (p / "__init__.py").exists())
@@ -169,7 +166,7 @@ def test_nothing_outside_a_backend_imports_its_private_modules():
                 private = _private_part(imported, package)
                 if private is not None:
                     reaching.add((module, private))
-    assert reaching == BACKEND_PRIVATE_LEFT
+    assert reaching == set()
 
 
 def test_backends_import_only_the_public_kit():
@@ -219,10 +216,6 @@ need (the export format) lives below ui/ and cli/; the service contract stands b
 integration/ (a retriever is `integration.retriever.create_retriever`, not a service
 method); the backfill (`history`) is imported only by the CLI and the facade."""
 
-LAYER_EXCEPTIONS_TO_FIX: set[tuple[str, str]] = set()
-"""(importer, imported) pairs that break `LAYERS` in files another change owns, to be
-fixed at merge; each with the reason in a comment. Nothing new joins it."""
-
 
 def _top(module: str) -> str:
     """The top-level module or package of `module` (`__init__` for the facade)."""
@@ -255,7 +248,7 @@ def test_no_module_imports_a_higher_layer_or_a_side_by_side_package():
         for name in imported
         if _top(name) != _top(module) and rank[_top(name)] >= rank[_top(module)]
     }
-    assert upward == LAYER_EXCEPTIONS_TO_FIX
+    assert upward == set()
 
 
 def test_the_layers_say_what_issue_25_decided():
