@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 
 import langmem_trpc
-from langmem_trpc import SearchOptions, UserKey
+from langmem_trpc import Limits, SearchOptions, UserKey
 from langmem_trpc.errors import ConfigurationError
 from langmem_trpc.service.protocol import MemoryService
 from langmem_trpc.service.reembed import ReembedProgress
@@ -36,6 +36,7 @@ from .embedders import new, old, wide
 USERS = [UserKey("app", f"u{i}") for i in range(3)]
 ROOT = Path(__file__).resolve().parents[2]
 SLOW = "tests.reembed.embedders:SlowNew"
+UNLIMITED = Limits(capacity=None)
 
 
 @dataclass
@@ -51,7 +52,9 @@ class Store:
     """How many shadow vectors a re-embed in progress has written."""
 
     def open(self, embeddings: object) -> MemoryService:
-        return langmem_trpc.open(self.url, embeddings=embeddings, **self.options)
+        # No capacity: the writer thread of the concurrency scenario adds as long as the
+        # re-embed runs, which on a fast host passes the default 1,000 memories.
+        return langmem_trpc.open(self.url, embeddings=embeddings, limits=UNLIMITED, **self.options)
 
 
 def _sqlite_store(path: Path) -> Store:
@@ -219,7 +222,7 @@ def test_searches_and_writes_in_other_threads_never_fail_nor_mix(store: Store) -
 _SEARCHER = """
 import sys
 import langmem_trpc
-from langmem_trpc import SearchOptions, UserKey
+from langmem_trpc import Limits, SearchOptions, UserKey
 from langmem_trpc.errors import ConfigurationError
 from tests.reembed.embedders import old
 svc = langmem_trpc.open(sys.argv[1], embeddings=old)
