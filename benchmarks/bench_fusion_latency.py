@@ -5,8 +5,12 @@ The data of `benchmarks/bench_sqlite.py` (10,000 synthetic memories, one user,
 query, the configurations interleaved `--repeats` times, so host load hits
 them alike. Prints wall p50 / p95 per configuration, and the median over queries
 of each query's minimum CPU time across the repeats (robust on a loaded host).
+`--names` gives each memory a participant and makes every query name one ("What did
+Avery say about ..."): the workload where `FusionSettings.mask_names` embeds a second
+query text and fetches the first tier again (the lookup embedder answers the masked
+text with a fixed vector, so the figures hold the fetch, not a model's embedding).
 
-    PYTHONPATH=$PWD python benchmarks/bench_fusion_latency.py [--n 10000] [--repeats 3]
+    PYTHONPATH=$PWD python benchmarks/bench_fusion_latency.py [--n 10000] [--repeats 3] [--names]
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from bench_sqlite import (
 
 from langmem_trpc import SearchOptions
 from langmem_trpc.backends.sqlite import SQLiteMemoryService
-from langmem_trpc.types import FusionSettings
+from langmem_trpc.types import FusionSettings, Memory
 
 CONFIGS = {
     "default": SearchOptions(),
@@ -55,6 +59,11 @@ if "implied_time_boost" in FusionSettings.model_fields:  # round 11's steps (old
         fusion=FusionSettings(neighbour_weight=0.25, neighbour_replies_only=True)
     )
     CONFIGS["implied time 1.0"] = SearchOptions(fusion=FusionSettings(implied_time_boost=1.0))
+if "mask_names" in FusionSettings.model_fields:  # round 12 (old trees lack it)
+    CONFIGS["names masked"] = SearchOptions(fusion=FusionSettings(mask_names=True))
+    CONFIGS["names kept"] = SearchOptions(fusion=FusionSettings(mask_names=False))
+PEOPLE = ["Avery", "Blake", "Casey", "Devon", "Emery", "Finley", "Harper", "Jordan"]
+"""`--names`: each memory's participant, one of these; each query names one."""
 
 
 def main() -> None:
@@ -62,18 +71,29 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=10_000)
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--names", action="store_true", help="participants named by every query")
     args = parser.parse_args()
     rng = np.random.default_rng(7)
     vocab = make_vocabulary(5000, rng)
     texts = make_texts(args.n, vocab, rng, "m")
     queries = list(dict.fromkeys(make_queries(args.queries, vocab, rng)))
+    if args.names:
+        queries = [
+            f"What did {PEOPLE[i % len(PEOPLE)]} say about {q}" for i, q in enumerate(queries)
+        ]
     table = vector_table(texts, 384, rng)
     table.update(vector_table(queries, 384, rng))
     # The embedder-identity probe text gets `LookupEmbeddings`' fixed vector (any tree).
     with tempfile.TemporaryDirectory() as tmp:
         svc = SQLiteMemoryService(Path(tmp) / "b.db", LookupEmbeddings(table), limits=UNLIMITED)
         for i in range(0, len(texts), 1000):
-            svc.add_many(USER, texts[i : i + 1000])
+            batch: list[str | Memory] = list(texts[i : i + 1000])
+            if args.names:
+                batch = [
+                    Memory(text=t, participants=[PEOPLE[(i + j) % len(PEOPLE)]])
+                    for j, t in enumerate(texts[i : i + 1000])
+                ]
+            svc.add_many(USER, batch)
         for options in CONFIGS.values():
             svc.search(USER, queries[0], options)
         times: dict[str, list[float]] = {name: [] for name in CONFIGS}

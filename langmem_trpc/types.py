@@ -403,6 +403,8 @@ class FusionSettings(OptionsModel):
     neighbour_replies_only: bool = False
     implied_time_boost: float = Field(default=0.0, ge=0.0)
     session_diversity: float = Field(default=0.0, ge=0.0)
+    mask_names: bool = True
+    period_fetch: bool = False
 
 
 FUSION_STEPS_OFF: dict[str, float] = {

@@ -64,6 +64,11 @@ class Language:
     """Words that date a statement ("yesterday", "last", "Sunday"), months included."""
     when_question: re.Pattern[str] | None = None
     """Matches a question that asks when."""
+    person_word: str = ""
+    """The word that stands for a person a query names, possessive or not, in the query
+    the vector leg embeds ("they"; empty: the name is dropped): `search.masked_query`."""
+    possessive: str = ""
+    """A regular expression of the possessive ending masked with a name (English "'s")."""
     _local: threading.local = field(default_factory=threading.local, repr=False)
     """One stemmer per thread: a PyStemmer object must not be shared across threads."""
     _terms: dict[str, str] = field(default_factory=dict, repr=False)
@@ -133,6 +138,8 @@ ENGLISH = Language(
         r"|\bhow long ago\b",
         re.I,
     ),
+    person_word="they",
+    possessive=r"['\u2019]s?",
 )
 
 _LANGUAGES: dict[str, Language] = {"english": ENGLISH}

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 import threading
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from functools import lru_cache
 from typing import NamedTuple
 
@@ -70,6 +70,27 @@ class Period(NamedTuple):
         if self.year is not None and when.year != self.year:
             return False
         return self.month is None or when.month == self.month
+
+
+def period_span(period: Period) -> tuple[datetime, datetime] | None:
+    """The UTC instants `period` covers, first and last (a day: the 36 hours either side
+    that `Period.contains` allows); None for a period without a year ("in July")."""
+    year, month, day = period
+    if year is None:
+        return None
+    try:
+        if day is not None and month is not None:
+            at = datetime(year, month, day, tzinfo=timezone.utc)
+            return at - timedelta(hours=36), at + timedelta(hours=36)
+        if month is None:
+            start, end = datetime(year, 1, 1), datetime(year + 1, 1, 1)
+        else:
+            start = datetime(year, month, 1)
+            end = datetime(year + month // 12, month % 12 + 1, 1)
+    except (ValueError, OverflowError):  # out of the calendar (day 31 of June, year 9999)
+        return None
+    utc = timezone.utc
+    return start.replace(tzinfo=utc), end.replace(tzinfo=utc) - timedelta(microseconds=1)
 
 
 def query_periods(query: str, language: Language = ENGLISH) -> list[Period]:

@@ -43,8 +43,9 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, assert_never
 
 from ..types import Entry, HistoryEvent, Kind, SearchOptions, UserKey
+from .first_tier import masked_query, merge_legs, period_options
 from .language import ENGLISH, Language
-from .search import Legs, Tiers, needs_wider_pool, plan_search, rank_search
+from .search import Legs, SearchPlan, Tiers, needs_wider_pool, plan_search, rank_search
 from .validity import CURRENT, View
 
 __all__ = [
@@ -245,15 +246,24 @@ def search(
     says: Callable[[str], bool] | None = None,
 ) -> Generator[ReadStep, Any, list[Entry]]:
     """The whole search: `plan_search`, then tier by tier (`Tiers`) fetch the legs and
-    `rank_search` them, asking again wide when a narrowed fetch was not enough.
-    `language` and `says` (whether a text says a time) are the service's."""
+    `rank_search` them, asking again wide when a narrowed fetch was not enough. With
+    `FusionSettings.mask_names`, a hybrid search whose query names a participant of the
+    first tier's candidates embeds `masked_query` and fetches that tier again; with
+    `period_fetch`, one naming a dated period also fetches the tier within it
+    (`_first_tier`). `language` and `says` (whether a text says a time) are the service's."""
     tiers = Tiers(plan_search(options), options, language)
     if tiers.done:
         return []
     query = yield EmbedQuery(options.query)
+    first = True
     while not tiers.done:
         plan = tiers.current
         fetched: Fetched = yield FetchLegs(user, options, query, plan.kinds, plan.pool, tiers.keep)
+        if first:  # the first tier's extra steps; every later tier reuses what they chose
+            first = False
+            query, fetched = yield from _first_tier(
+                user, options, query, plan, tiers, fetched, language
+            )
         ranked = rank_search(plan, fetched.legs, options, language, says, tiers.keep)
         narrowed = fetched.narrowed
         if narrowed is not None and needs_wider_pool(
@@ -264,3 +274,33 @@ def search(
             ranked = rank_search(plan, fetched.legs, options, language, says, tiers.keep)
         tiers.add(ranked, fetched.legs.values())
     return tiers.final
+
+
+def _first_tier(
+    user: UserKey,
+    options: SearchOptions,
+    query: object,
+    plan: SearchPlan,
+    tiers: Tiers,
+    fetched: Fetched,
+    language: Language,
+) -> Generator[ReadStep, Any, tuple[object, Fetched]]:
+    """What a hybrid search adds to its first tier: with `FusionSettings.mask_names`, the
+    query embedded without the participants it names (`masked_query`) and the tier
+    fetched again with that vector; with `period_fetch`, the tier's candidates within
+    the periods the query names (`period_options`) merged in. Returns the query vector
+    later tiers use and the tier's legs."""
+    tuning = options.fusion
+    if not options.hybrid:
+        return query, fetched
+    if tuning.mask_names and query is not None:
+        text = masked_query(options.query, fetched.legs.values(), language)
+        if text != options.query:
+            query = yield EmbedQuery(text)
+            fetched = yield FetchLegs(user, options, query, plan.kinds, plan.pool, tiers.keep)
+    narrowed = period_options(options, language) if tuning.period_fetch else None
+    if narrowed is not None:
+        extra = yield FetchLegs(user, narrowed, query, plan.kinds, plan.pool, tiers.keep)
+        legs = {kind: merge_legs(leg, extra.legs[kind]) for kind, leg in fetched.legs.items()}
+        fetched = Fetched(legs, fetched.narrowed)
+    return query, fetched

@@ -47,6 +47,7 @@ __all__ = [
     "candidate_pool",
     "deduplicate",
     "exhausted",
+    "named_participants",
     "merge_kind_fallback",
     "needs_wider_pool",
     "passes_time",
@@ -161,7 +162,7 @@ def _rrf_with_ties(
     return fused
 
 
-def _named_participants(
+def named_participants(
     query: str, entries: Iterable[Entry], language: Language = ENGLISH
 ) -> set[str]:
     """Participants (as spelled on the entries) whose every name token occurs in the query."""
@@ -231,7 +232,7 @@ def _saying_time(
 
 def _naming_participant(best: Best, query: str, language: Language) -> set[str]:
     """The "participants" step's preferred hits: those with a participant the query names."""
-    named = _named_participants(query, (entry for entry, _ in best.values()), language)
+    named = named_participants(query, (entry for entry, _ in best.values()), language)
     return {
         key for key, (entry, _) in best.items() if named.intersection(entry.memory.participants)
     }
@@ -475,7 +476,7 @@ def _decomposed(
     under RRF (`k`), half its keyword relevance under score fusion (`k` None).
     The candidates are tokenised once per search (`_PoolTerms`). Off by default
     (docs/bench-locomo.md)."""
-    named = _named_participants(query, (entry for entry, _ in best.values()), language)
+    named = named_participants(query, (entry for entry, _ in best.values()), language)
     subs = _sub_queries(query, named, language)
     if not subs:
         return fused

@@ -207,6 +207,89 @@ def test_no_deeper_tier_once_max_results_were_ranked() -> None:
     assert len(_fetches(executor)) == 1
 
 
+def _named(answers: int, *people: str) -> list[Callable[[reads.FetchLegs], reads.Fetched]]:
+    """`answers` answers whose vector leg holds one entry per person, as a participant."""
+    hits = [
+        (_entry(i).model_copy(update={"memory": Memory(text=f"note {i}", participants=[p])}), 0.9)
+        for i, p in enumerate(people)
+    ]
+    return [lambda step: reads.Fetched({k: Legs(hits, []) for k in step.kinds})] * answers
+
+
+def test_a_query_naming_a_participant_is_embedded_masked_and_its_tier_fetched_again() -> None:
+    mask = FusionSettings(mask_names=True, min_pool=20)
+    options = SearchOptions(query="What is Caroline's job?", max_results=10, fusion=mask)
+    executor = Scripted(_named(2, "Caroline", "Melanie"))
+    assert len(executor.run(reads.search(ALICE, options))) == 2
+    embeds = [s for s in executor.steps if isinstance(s, reads.EmbedQuery)]
+    assert embeds == [reads.EmbedQuery(options.query), reads.EmbedQuery("What is they job?")]
+    first, again = _fetches(executor)
+    assert first == again  # the same tier, with the masked query's vector (`Scripted.QUERY`)
+    assert executor.steps.index(embeds[1]) == executor.steps.index(first) + 1
+
+
+@pytest.mark.parametrize(
+    ("query", "options"),
+    [
+        ("What is Bob's job?", {"fusion": FusionSettings(mask_names=True)}),  # not a candidate's
+        ("What is Caroline's job?", {"fusion": FusionSettings(mask_names=False)}),
+        ("What is Caroline's job?", {"fusion": FusionSettings(mask_names=True), "hybrid": False}),
+    ],
+)
+def test_no_masked_query_without_a_named_participant_or_with_the_step_off(
+    query: str, options: dict[str, Any]
+) -> None:
+    asked = SearchOptions(query=query, max_results=10, **options)
+    executor = Scripted(_named(1, "Caroline"))
+    executor.run(reads.search(ALICE, asked))
+    assert [type(s) for s in executor.steps] == [reads.EmbedQuery, reads.FetchLegs]
+
+
+def test_a_keyword_only_search_embeds_nothing_masked() -> None:
+    class NoEmbedder(Scripted):
+        def embed_query(self, step: reads.EmbedQuery) -> object:
+            return None
+
+    options = SearchOptions(query="What is Caroline's job?", fusion={"mask_names": True})
+    executor = NoEmbedder(_named(1, "Caroline"))
+    executor.run(reads.search(ALICE, options))
+    assert [type(s) for s in executor.steps] == [reads.EmbedQuery, reads.FetchLegs]
+
+
+def test_a_query_naming_a_dated_period_also_fetches_the_tier_within_it() -> None:
+    fusion = FusionSettings(period_fetch=True, mask_names=False, min_pool=20)
+    options = SearchOptions(query="What did Ann do in May 2023?", max_results=10, fusion=fusion)
+    inside = _entry(7)
+    executor = Scripted(
+        [_vector([0.9, 0.8]), lambda step: reads.Fetched({None: Legs([(inside, 0.5)], [])})]
+    )
+    found = executor.run(reads.search(ALICE, options))
+    assert [e.id for e in found] == ["m000", "m001", "m007"]
+    first, within = _fetches(executor)
+    assert first.options is options
+    assert (within.options.time_after, within.options.time_before) == (
+        datetime(2023, 5, 1, tzinfo=timezone.utc),
+        datetime(2023, 6, 1, tzinfo=timezone.utc) - timedelta(microseconds=1),
+    )
+    assert (within.pool, within.keep, within.query) == (first.pool, first.keep, first.query)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        SearchOptions(query="What did Ann do in July?", fusion={"period_fetch": True}),
+        SearchOptions(query="in May 2023", fusion={"period_fetch": False}),
+        SearchOptions(query="in May 2023", hybrid=False, fusion={"period_fetch": True}),
+    ],
+)
+def test_no_period_fetch_without_a_dated_period_or_with_the_step_off(
+    options: SearchOptions,
+) -> None:
+    executor = Scripted([_vector([0.9])])
+    executor.run(reads.search(ALICE, options))
+    assert len(_fetches(executor)) == 1
+
+
 # -- the in-memory backend's executor -------------------------------------------------
 
 

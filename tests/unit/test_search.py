@@ -508,12 +508,12 @@ def _decomposed_by_full_tokenisation(fused, best, query, weight, k):
     sub-query scored over all of them, as decomposition was first written."""
     from langmem_trpc.service.documents import keys_of
     from langmem_trpc.service.language import ENGLISH
-    from langmem_trpc.service.search import _named_participants, _sub_queries
+    from langmem_trpc.service.search import _sub_queries, named_participants
 
     docs = {key: KeywordDoc.build(e.memory.text, keys_of(e.memory)) for key, (e, _) in best.items()}
     stats = CorpusStats.from_docs(docs.values())
     out = dict(fused)
-    subs = _sub_queries(query, _named_participants(query, [e for e, _ in best.values()]), ENGLISH)
+    subs = _sub_queries(query, named_participants(query, [e for e, _ in best.values()]), ENGLISH)
     for sub in subs:
         scored = [(key, keyword_score(sub, doc, stats)) for key, doc in docs.items()]
         ranked = sorted((h for h in scored if h[1] > 0), key=lambda h: -h[1])
@@ -768,12 +768,15 @@ def test_implied_time_prefers_a_memory_telling_of_the_named_period():
         {"implied_time_boost": 1.0},
         {"time_boost": 100.0},
         {"session_diversity": 0.25},
+        {"mask_names": False},
+        {"period_fetch": True},
     ],
 )
 def test_exact_match_guard_trip_to_kyoto(tmp_path, backend, fusion):
     """The exact lookup among near-identical memories written in a row ("Trip 0/1/2 to
     Kyoto", one event time, same participants; ties go to the newest) returns the asked
-    trip first under the default and every round-11 step, while round 10's uncapped
+    trip first under the default and every round-11 and round-12 step (also when the
+    query names a participant and the period), while round 10's uncapped
     neighbours lift trip 1 (written just before) above it."""
     from langmem_trpc import InMemoryMemoryService, SQLiteMemoryService, UserKey
     from langmem_trpc.testing import HashingEmbeddings
@@ -802,6 +805,8 @@ def test_exact_match_guard_trip_to_kyoto(tmp_path, backend, fusion):
     tuning = FusionSettings(**fusion)  # type: ignore[arg-type]
     options = SearchOptions(hybrid=True, max_results=1, fusion=tuning)
     assert svc.search(user, "Trip 2 Kyoto", options)[0].memory.metadata["n"] == 2
+    named = "Ana's trip 2 to Kyoto in May 2024"  # masked for the vector leg; a dated period
+    assert svc.search(user, named, options)[0].memory.metadata["n"] == 2
     uncapped = SearchOptions(hybrid=True, max_results=1, fusion={"neighbour_weight": 0.25})
     assert svc.search(user, "Trip 2 Kyoto", uncapped)[0].memory.metadata["n"] == 1
     svc.close()

@@ -51,6 +51,11 @@ class ReadRun:
         self._scored: tuple[Scored, Scored | None] | None = None
         """A search's candidates, scored by its first `FetchLegs`: its deeper tiers
         rank the same state (one plan, one state), whatever was written since."""
+        self._vectors: tuple[Sequence[Entry], np.ndarray] | None = None
+        """The indexed entries and their vectors that state held, for a later fetch
+        with another query vector (a masked query: `FusionSettings.mask_names`)."""
+        self._query: object = None
+        """The query vector `_scored`'s vector leg was scored with."""
 
     def execute(self, step: r.ReadStep) -> object:
         if type(step) is r.EmbedQuery:
@@ -101,8 +106,11 @@ class ReadRun:
         """Each kind's legs from one pass over the user's index (the view filters before
         any pool is cut); a deeper tier cuts them from the first tier's candidates."""
         if self._scored is None:
-            self._scored = self._score(step)
+            self._scored, self._query = self._score(step), step.query
         keyword, near = self._scored
+        if step.query is not self._query and self._vectors is not None:
+            near = self._near(step.query, *self._vectors)  # the same state, another vector
+            self._scored, self._query = (keyword, near), step.query
         legs = {}
         for kind in step.kinds:
             keep = _keeper(kind, step.options.time_after, step.options.time_before)
@@ -124,10 +132,15 @@ class ReadRun:
         scores = score_candidates(terms, [doc for _, doc in pool], stats)
         hit = np.flatnonzero(scores > 0)
         keyword: Scored = [pool[i][0] for i in hit.tolist()], scores[hit]
-        near: Scored | None = None
-        if vector is not None:
-            near = entries, matrix @ vector if len(entries) else np.zeros(0, np.float32)
-        return keyword, near
+        self._vectors = entries, matrix
+        return keyword, self._near(vector, entries, matrix)
+
+    @staticmethod
+    def _near(query: object, entries: Sequence[Entry], matrix: np.ndarray) -> Scored | None:
+        """Every indexed vector's cosine with the unit `query` (None: keyword-only)."""
+        if not isinstance(query, np.ndarray):
+            return None
+        return entries, matrix @ query if len(entries) else np.zeros(0, np.float32)
 
 
 def _keeper(
