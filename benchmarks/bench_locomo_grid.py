@@ -103,19 +103,33 @@ def grid() -> dict[str, dict[str, Any]]:
 
 
 def round11() -> dict[str, dict[str, Any]]:
-    """Round 11's pre-registered points, each one step on the shipped default."""
-    return {
+    """Round 11's pre-registered points, each one step on the default it was measured on
+    (names kept in the vector query: `mask_names` came in round 12)."""
+    steps: dict[str, dict[str, Any]] = {
         "default": {},
-        "neighbours=0.25 (round 10)": {"fusion": {"neighbour_weight": 0.25}},
-        "capped=0.25": {"fusion": {"neighbour_weight": 0.25, "neighbour_capped": True}},
-        "capped=0.5": {"fusion": {"neighbour_weight": 0.5, "neighbour_capped": True}},
-        "replies=0.25": {"fusion": {"neighbour_weight": 0.25, "neighbour_replies_only": True}},
-        "implied=0.5": {"fusion": {"implied_time_boost": 0.5}},
-        "implied=1.0": {"fusion": {"implied_time_boost": 1.0}},
-        "time-filter": {"fusion": {"time_boost": 100.0}},
+        "neighbours=0.25 (round 10)": {"neighbour_weight": 0.25},
+        "capped=0.25": {"neighbour_weight": 0.25, "neighbour_capped": True},
+        "capped=0.5": {"neighbour_weight": 0.5, "neighbour_capped": True},
+        "replies=0.25": {"neighbour_weight": 0.25, "neighbour_replies_only": True},
+        "implied=0.5": {"implied_time_boost": 0.5},
+        "implied=1.0": {"implied_time_boost": 1.0},
+        "time-filter": {"time_boost": 100.0},
         # The amendment (dev only, before any test figure): session diversity.
-        "diversity=0.1": {"fusion": {"session_diversity": 0.1}},
-        "diversity=0.25": {"fusion": {"session_diversity": 0.25}},
+        "diversity=0.1": {"session_diversity": 0.1},
+        "diversity=0.25": {"session_diversity": 0.25},
+    }
+    return {name: {"fusion": {"mask_names": False, **step}} for name, step in steps.items()}
+
+
+def round12() -> dict[str, dict[str, Any]]:
+    """Round 12's points: the shipped default before the round (names kept), each step
+    alone on it, and both together (docs/bench-locomo.md, round 12)."""
+    before = {"mask_names": False}
+    return {
+        "default before round 12": {"fusion": before},
+        "mask names": {"fusion": {"mask_names": True}},
+        "period fetch": {"fusion": {**before, "period_fetch": True}},
+        "mask names + period fetch": {"fusion": {"mask_names": True, "period_fetch": True}},
     }
 
 
@@ -138,6 +152,7 @@ def main() -> None:
     parser.add_argument("--vector-text", choices=("library", "plain", "speaker"), default="library")
     parser.add_argument("--units", choices=("turns", "observations", "structured"), default="turns")
     parser.add_argument("--round11", action="store_true", help="round 11's points only")
+    parser.add_argument("--round12", action="store_true", help="round 12's points only")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     speaker = args.vector_text == "speaker"
@@ -145,7 +160,7 @@ def main() -> None:
         import langmem_trpc.service.plans as plans_module
 
         plans_module._embed_text = lambda memory: speaker_text(memory.text, memory.participants)
-    points = round11() if args.round11 else grid()
+    points = round12() if args.round12 else round11() if args.round11 else grid()
     if args.only:
         points = {k: v for k, v in points.items() if k in args.only.split(",")}
     if args.extra:

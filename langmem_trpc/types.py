@@ -322,7 +322,8 @@ class FusionSettings(OptionsModel):
     Each knob below is off at 0 (`question_word_weight` at 1.0; `FUSION_STEPS_OFF`);
     every default helped on LoCoMo's development half; the opt-in ones (decompose,
     feedback, session-first, neighbours and their capped / reply-only forms, implied
-    time, diversity) are off for the reasons given with each (docs/bench-locomo.md):
+    time, diversity, period fetch) are off for the reasons given with each
+    (docs/bench-locomo.md):
 
     - `question_word_weight` (keyword leg, every mode): query tokens that are the
       language's question words, auxiliaries or pronouns ("what", "did", "you") weigh
@@ -374,6 +375,17 @@ class FusionSettings(OptionsModel):
       other step: a top list covering more sessions (MMR's redundancy discount, the
       session as the aspect). Off by default: it helps multi-hop questions and costs
       single-hop ones more.
+    - `mask_names` (a first-tier step, on): a hybrid search whose query names a
+      participant of its first tier's candidates embeds the query with the name (and
+      its possessive) replaced by the language's person word ("What did they paint?")
+      and fetches that tier again with that vector: the keyword leg and the
+      "participants" step match the name, while in the vector it pulls the memories
+      that greet the person by name above what is asked. Such a query costs one more
+      query embedding and one more first-tier fetch (round 12).
+    - `period_fetch` (a first-tier step): a hybrid search whose query names a dated
+      period ("in May 2023") also fetches the first tier within it and merges those
+      candidates in, so the "time" step can prefer them. Off by default: alone it
+      passed round 12's dev rule, but on top of `mask_names` it adds 0.002.
 
     `vector_weight`: the vector leg's weight against the keyword leg's 1.0 (it scales the
     leg's half of the "scores" mean; under RRF the leg adds w / (rrf_k + rank)); 0.75 was
@@ -419,6 +431,7 @@ FUSION_STEPS_OFF: dict[str, float] = {
     "neighbour_weight": 0.0,
     "implied_time_boost": 0.0,
     "session_diversity": 0.0,
+    "mask_names": False,
 }
 """Each named `FusionSettings` step at the value that switches it off (plain fusion)."""
 

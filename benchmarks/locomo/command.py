@@ -44,6 +44,8 @@ ABLATIONS: dict[str, dict[str, Any]] = {
     "reply-neighbours": {"fusion": {"neighbour_weight": 0.25, "neighbour_replies_only": True}},
     "implied-time": {"fusion": {"implied_time_boost": 1.0}},
     "session-diversity": {"fusion": {"session_diversity": 0.1}},
+    "no-name-masking": {"fusion": {"mask_names": False}},
+    "period-fetch": {"fusion": {"period_fetch": True}},
     "pool-30": {"fusion": {"min_pool": 30}},
 }
 """SearchOptions overrides of the default arm, one step or choice at a time."""

@@ -24,6 +24,7 @@ SIGNALS: dict[str, dict[str, float]] = {
         ("participant boost", "participant_boost"),
         ("time boost", "time_boost"),
         ("'when' boost", "when_boost"),
+        ("name masking", "mask_names"),
     )
 }
 """Each fusion signal the playground switches off, by label: the FusionSettings change."""
@@ -39,6 +40,7 @@ SIGNAL_LEGEND: dict[str, str] = {
     "without participant boost": "a person named in the query no longer favours their memories",
     "without time boost": "a period named in the query (in May 2023) no longer favours it",
     "without 'when' boost": "a 'when' question no longer favours memories that state a time",
+    "without name masking": "a person named in the query is embedded as written, not as 'they'",
 }
 """One line per playground column: what it shows (the legend under the table)."""
 
