@@ -286,8 +286,9 @@ def _first_tier(
     language: Language,
 ) -> Generator[ReadStep, Any, tuple[object, Fetched]]:
     """What a hybrid search adds to its first tier: with `FusionSettings.mask_names`, the
-    query embedded without the participants it names (`masked_query`) and the tier
-    fetched again with that vector; with `period_fetch`, the tier's candidates within
+    query embedded without the participants it names (`masked_query`) and the tier's
+    vector leg fetched again with that vector (a vector-only `FetchLegs`, `wide`: the
+    whole pool; the keyword leg, which reads the query's words, is kept); with `period_fetch`, the tier's candidates within
     the periods the query names (`period_options`) merged in. Returns the query vector
     later tiers use and the tier's legs."""
     tuning = options.fusion
@@ -297,7 +298,14 @@ def _first_tier(
         text = masked_query(options.query, fetched.legs.values(), language)
         if text != options.query:
             query = yield EmbedQuery(text)
-            fetched = yield FetchLegs(user, options, query, plan.kinds, plan.pool, tiers.keep)
+            vector_only = options.model_copy(update={"hybrid": False})  # the keyword leg stays
+            step = FetchLegs(user, vector_only, query, plan.kinds, plan.pool, tiers.keep, wide=True)
+            again: Fetched = yield step
+            legs = {
+                kind: Legs(again.legs[kind].vector, leg.keyword)
+                for kind, leg in fetched.legs.items()
+            }
+            fetched = Fetched(legs, fetched.narrowed)
     narrowed = period_options(options, language) if tuning.period_fetch else None
     if narrowed is not None:
         extra = yield FetchLegs(user, narrowed, query, plan.kinds, plan.pool, tiers.keep)

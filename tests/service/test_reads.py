@@ -224,7 +224,9 @@ def test_a_query_naming_a_participant_is_embedded_masked_and_its_tier_fetched_ag
     embeds = [s for s in executor.steps if isinstance(s, reads.EmbedQuery)]
     assert embeds == [reads.EmbedQuery(options.query), reads.EmbedQuery("What is they job?")]
     first, again = _fetches(executor)
-    assert first == again  # the same tier, with the masked query's vector (`Scripted.QUERY`)
+    assert first.options is options and not first.wide
+    assert again.options == options.model_copy(update={"hybrid": False})  # its vector leg
+    assert again.wide and (again.kinds, again.pool, again.keep) == (first.kinds, first.pool, 10)
     assert executor.steps.index(embeds[1]) == executor.steps.index(first) + 1
 
 
