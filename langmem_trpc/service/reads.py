@@ -17,8 +17,9 @@ The contract every read executor keeps:
 * A step's `user` scopes it: no step reads another user's rows.
 * One plan reads one consistent state: the executor opens a read snapshot at its
   first storage step and holds it until the plan ends (SQLite), or reads the rows a
-  search ranks once, at its first `FetchLegs`, and cuts every deeper tier from them
-  (in-memory, LanceDB). PostgreSQL does not keep this yet: each of its statements
+  search ranks once, at its first `FetchLegs`, and cuts every later fetch of the
+  search from them (in-memory, LanceDB): deeper tiers, and the first tier's masked
+  query (a vector-only fetch) and period fetch (other time range). PostgreSQL does not keep this yet: each of its statements
   reads its own snapshot (a strict xfail in tests/reliability/test_reads_adversarial.py).
 * `EmbedQuery` returns the query vector in whatever form the executor's storage
   wants (None without an embedder); the plan hands it back untouched in

@@ -310,6 +310,30 @@ def test_a_searchs_deeper_tier_reads_the_state_its_first_tier_read() -> None:
     assert len(fresh.legs[None].keyword) == 2
 
 
+def test_a_first_tiers_masked_and_period_fetches_read_the_state_its_first_fetch_read() -> None:
+    """The masked query's vector-only fetch and the period fetch (`reads._first_tier`)
+    differ from the first fetch only in `hybrid` and the time range: `_Reads` answers
+    them from the first fetch's rows, not from a write that landed in between."""
+    from langmem_trpc.testing import HashingEmbeddings
+
+    svc = InMemoryMemoryService(HashingEmbeddings())
+    svc.add(ALICE, "Keeps bees in the garden", event_time="2023-05-02")
+    reader, options = _Reads(svc), SearchOptions(query="bees in May 2023")
+    query = reader.embed_query(reads.EmbedQuery("bees"))
+    first = reader.fetch_legs(reads.FetchLegs(ALICE, options, query, (None,), 20, 10))
+    svc.add(ALICE, "Sells honey from the bees", event_time="2023-05-03")
+    vector_only = options.model_copy(update={"hybrid": False})
+    again = reader.fetch_legs(reads.FetchLegs(ALICE, vector_only, query, (None,), 20, 10, True))
+    period = options.model_copy(update={"time_after": datetime(2023, 5, 1, tzinfo=timezone.utc)})
+    within = reader.fetch_legs(reads.FetchLegs(ALICE, period, query, (None,), 20, 10))
+    assert [len(f.legs[None].vector or []) for f in (first, again, within)] == [1, 1, 1]
+    assert again.legs[None].keyword == []  # a vector-only fetch brings no keyword leg
+    assert len(within.legs[None].keyword) == 1
+    other = options.model_copy(update={"query": "honey"})  # another search: a fresh read
+    fresh = reader.fetch_legs(reads.FetchLegs(ALICE, other, query, (None,), 20, 10))
+    assert len(fresh.legs[None].vector or []) == 2
+
+
 class Recording(InMemoryMemoryService):
     """Records which plan each `run_read` ran, and on which thread."""
 

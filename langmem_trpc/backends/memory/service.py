@@ -290,18 +290,34 @@ class _Corpus:
         shown = [hit for hit in snapshot if view.visible(hit[0], now)]
         return cls(user, options, scorer, shown)
 
-    def legs(self, kind: Kind | None, pool: int, query: np.ndarray | None) -> Legs:
-        """The best `pool` candidates of each leg among the rows of `kind` in the
-        search's time range; no vector leg without a query vector."""
-        after, before = self.options.time_after, self.options.time_before
+    def serves(self, user: UserKey, options: SearchOptions) -> bool:
+        """Whether a fetch of this search can use the corpus: the same user, query and
+        view. A first tier's masked-query or period fetch (`reads.search`) differs only in
+        `hybrid` and the time range, which `legs` reads from the fetch's own options."""
+        mine = self.options
+        return (
+            user == self.user
+            and (options is mine or (options.query, options.fusion) == (mine.query, mine.fusion))
+            and validity.view_of(options) == validity.view_of(mine)
+        )
+
+    def legs(
+        self, kind: Kind | None, pool: int, query: np.ndarray | None, options: SearchOptions
+    ) -> Legs:
+        """The best `pool` candidates of each leg among the rows of `kind` in the time
+        range of `options`; no vector leg without a query vector, no keyword leg for a
+        vector-only fetch."""
+        after, before = options.time_after, options.time_before
         pick = [
             (entry, vector, doc)
             for entry, vector, doc in self.shown
             if (kind is None or entry.memory.kind == kind)
             and passes_time(entry.memory.event_time, after, before)
         ]
-        keyword = [(entry, self.scorer.score(doc)) for entry, _, doc in pick]
-        keyword = sorted((h for h in keyword if h[1] > 0), key=lambda h: -h[1])[:pool]
+        keyword: list[tuple[Entry, float]] = []
+        if options.hybrid or query is None:
+            keyword = [(entry, self.scorer.score(doc)) for entry, _, doc in pick]
+            keyword = sorted((h for h in keyword if h[1] > 0), key=lambda h: -h[1])[:pool]
         if query is None:
             return Legs(vector=None, keyword=keyword)
         vector = [(e, max(0.0, float(v @ query))) for e, v, _ in pick if v is not None]
@@ -364,10 +380,11 @@ class _Reads:
 
     def fetch_legs(self, step: reads.FetchLegs) -> reads.Fetched:
         corpus = self._corpus
-        if corpus is None or corpus.user != step.user or corpus.options is not step.options:
+        if corpus is None or not corpus.serves(step.user, step.options):
             corpus = self._corpus = _Corpus.of(self._service, step.user, step.options)
         query = cast("np.ndarray | None", step.query)
-        return reads.Fetched({kind: corpus.legs(kind, step.pool, query) for kind in step.kinds})
+        legs = {kind: corpus.legs(kind, step.pool, query, step.options) for kind in step.kinds}
+        return reads.Fetched(legs)
 
 
 class InMemoryMemoryService(SyncMemoryService):

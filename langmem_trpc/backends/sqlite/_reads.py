@@ -1,9 +1,12 @@
 """The SQLite read executor: runs the shared read plans (`service/reads.py`).
 
-`EmbedQuery` runs with no transaction open. The first step that reads the
-database opens one read transaction (a WAL snapshot) and every later step of the
-plan runs inside it, so one plan reads one consistent state, as a search always
-did. The one exception is a search that finds live memories stored without a
+A search's `EmbedQuery` runs with no transaction open. The first step that reads
+the database opens one read transaction (a WAL snapshot) and every later step of
+the plan runs inside it, so one plan reads one consistent state, as a search always
+did: also the second `EmbedQuery` of a query naming a participant
+(`FusionSettings.mask_names`), which needs the first fetch's candidates, so the
+snapshot stays open while the model embeds the masked query (on a ":memory:"
+database, whose reads take the write lock, a write waits for that embedding). The one exception is a search that finds live memories stored without a
 vector of the query's size: its first `FetchLegs` gives the snapshot up (nothing
 it read has reached the plan yet), the memories are embedded, and a new snapshot
 answers that same step.
