@@ -26,7 +26,7 @@ from langmem_trpc.errors import (
 from langmem_trpc.service import reads
 from langmem_trpc.service.protocol import MemoryService
 from langmem_trpc.testing import HashingEmbeddings
-from langmem_trpc.types import Entry, FusionSettings
+from langmem_trpc.types import Entry, FusionSettings, Memory
 
 ALICE = UserKey("app", "alice")
 BACKENDS = ["memory", "sqlite", "lancedb", pytest.param("postgres", marks=pytest.mark.postgres)]
@@ -305,12 +305,15 @@ def _writing_between_tiers(plan: reads.ReadPlan, write: Callable[[], object]) ->
         reply = yield step
 
 
+@pytest.mark.parametrize("named", [False, True])
 def test_a_write_between_two_tiers_of_a_search_is_not_half_seen(
-    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+    kind: str, named: bool, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     """A search ranks one state of the user's memories (the in-memory and SQLite
     executors read it once, at the first `FetchLegs`): a write that lands while it
-    fetches its deeper tier is not seen by that tier."""
+    fetches its deeper tier is not seen by that tier. `named`: the query names a
+    participant, so the second fetch is the first tier's masked-query refetch
+    (`FusionSettings.mask_names`), and it does not see the write either."""
     if kind == "postgres":
         reason = (
             "PostgreSQL runs a read plan's statements outside a transaction (READ COMMITTED, "
@@ -320,16 +323,20 @@ def test_a_write_between_two_tiers_of_a_search_is_not_half_seen(
         )
         request.applymarker(pytest.mark.xfail(strict=True, reason=reason))
     svc = _build(kind, tmp_path, request)
-    svc.add_many(ALICE, [f"alpha note number {i}" for i in range(4)])
+    people = ["Ann"] if named else []
+    svc.add_many(
+        ALICE, [Memory(text=f"alpha note number {i}", participants=people) for i in range(4)]
+    )
     fusion = FusionSettings(min_pool=2)
-    options = SearchOptions(query="alpha", max_results=10, fusion=fusion)
+    query = "What did Ann note about alpha?" if named else "alpha"
+    options = SearchOptions(query=query, max_results=10, fusion=fusion)
     plain = svc.search(ALICE, options=options)
     assert len(plain) == 4
     # SQLite's snapshot is its connection's: the write comes from another service
     writer = _build(kind, tmp_path, request) if kind == "sqlite" else svc
     wrote: list[object] = []
     plan = reads.search(ALICE, options, svc.language, svc.time_mentions)
-    texts = [f"alpha later {i}" for i in range(3)]
+    texts = [Memory(text=f"alpha later {i}", participants=people) for i in range(3)]
     found = svc.run_read(
         _writing_between_tiers(plan, lambda: wrote.append(writer.add_many(ALICE, texts)))
     )
