@@ -621,7 +621,8 @@ def embedding_text(text: str) -> str:
     vector leg a speaker detector that lost recall in the fused ranking on
     LoCoMo's development half (docs/bench-locomo.md, round 7). Every backend
     embeds this on add, update, restore and backfill; the query is embedded
-    as written.
+    as written (a hybrid query naming a participant also with the name masked:
+    `FusionSettings.mask_names`).
     """
     return text
 
