@@ -1,7 +1,8 @@
 """The service contract and the public backend kit: `steps` (the write steps and
 `StepExecutor`), `plans` (the write plans), `reads` (the read steps, plans and
 `ReadExecutor`), `claim_steps` and `claims` (cursors, claims, dead letters),
-`search` (plan and rank), `bm25` and `documents` (keyword scoring), `rules`
+`search` (plan and rank), `first_tier` (a hybrid search's masked query and
+period fetch), `bm25` and `documents` (keyword scoring), `rules`
 (validation, fingerprints, limits), `validity`, `language`, `periods`. The
 reference backend is `backends.memory`."""
 
