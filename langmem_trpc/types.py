@@ -378,10 +378,10 @@ class FusionSettings(OptionsModel):
     - `mask_names` (a first-tier step, on): a hybrid search whose query names a
       participant of its first tier's candidates embeds the query with the name (and
       its possessive) replaced by the language's person word ("What did they paint?")
-      and fetches that tier again with that vector: the keyword leg and the
+      and fetches that tier's vector leg again with it: the keyword leg and the
       "participants" step match the name, while in the vector it pulls the memories
       that greet the person by name above what is asked. Such a query costs one more
-      query embedding and one more first-tier fetch (round 12).
+      query embedding and one more vector fetch of the first tier (round 12).
     - `period_fetch` (a first-tier step): a hybrid search whose query names a dated
       period ("in May 2023") also fetches the first tier within it and merges those
       candidates in, so the "time" step can prefer them. Off by default: alone it

@@ -30,8 +30,9 @@ def masked_query(query: str, legs: Iterable[Legs], language: Language = ENGLISH)
     the person by name ("Hey Caroline!") above what is asked, as dense retrievers
     match names poorly (Sciavolino et al., EMNLP 2021). A name is masked where the
     query spells it as the participant is spelled (any case); the query as given when
-    it names no candidate's participant or nothing else. A possessive becomes the same word ("What is
-    they job?"): "their" lowered LoCoMo's dev figures (docs/bench-locomo.md, round 12)."""
+    it names no candidate's participant or nothing else. A possessive becomes the same
+    word ("What is they job?"): "their" lowered LoCoMo's dev figures
+    (docs/bench-locomo.md, round 12)."""
     entries = (
         entry for leg in legs for part in (leg.vector or (), leg.keyword) for entry, _ in part
     )

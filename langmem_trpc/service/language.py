@@ -66,7 +66,7 @@ class Language:
     """Matches a question that asks when."""
     person_word: str = ""
     """The word that stands for a person a query names, possessive or not, in the query
-    the vector leg embeds ("they"; empty: the name is dropped): `search.masked_query`."""
+    the vector leg embeds ("they"; empty: the name is dropped): `first_tier.masked_query`."""
     possessive: str = ""
     """A regular expression of the possessive ending masked with a name (English "'s")."""
     _local: threading.local = field(default_factory=threading.local, repr=False)

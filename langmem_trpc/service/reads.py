@@ -19,8 +19,9 @@ The contract every read executor keeps:
   first storage step and holds it until the plan ends (SQLite), or reads the rows a
   search ranks once, at its first `FetchLegs`, and cuts every later fetch of the
   search from them (in-memory, LanceDB): deeper tiers, and the first tier's masked
-  query (a vector-only fetch) and period fetch (other time range). PostgreSQL does not keep this yet: each of its statements
-  reads its own snapshot (a strict xfail in tests/reliability/test_reads_adversarial.py).
+  query (a vector-only fetch) and period fetch (other time range). PostgreSQL does
+  not keep this yet: each of its statements reads its own snapshot (a strict xfail
+  in tests/reliability/test_reads_adversarial.py).
 * `EmbedQuery` returns the query vector in whatever form the executor's storage
   wants (None without an embedder); the plan hands it back untouched in
   `FetchLegs.query`.
@@ -249,9 +250,10 @@ def search(
     """The whole search: `plan_search`, then tier by tier (`Tiers`) fetch the legs and
     `rank_search` them, asking again wide when a narrowed fetch was not enough. With
     `FusionSettings.mask_names`, a hybrid search whose query names a participant of the
-    first tier's candidates embeds `masked_query` and fetches that tier again; with
-    `period_fetch`, one naming a dated period also fetches the tier within it
-    (`_first_tier`). `language` and `says` (whether a text says a time) are the service's."""
+    first tier's candidates embeds `masked_query` and fetches that tier's vector leg
+    again; with `period_fetch`, one naming a dated period also fetches the tier within
+    it (`_first_tier`). `language` and `says` (whether a text says a time) are the
+    service's."""
     tiers = Tiers(plan_search(options), options, language)
     if tiers.done:
         return []
@@ -289,9 +291,10 @@ def _first_tier(
     """What a hybrid search adds to its first tier: with `FusionSettings.mask_names`, the
     query embedded without the participants it names (`masked_query`) and the tier's
     vector leg fetched again with that vector (a vector-only `FetchLegs`, `wide`: the
-    whole pool; the keyword leg, which reads the query's words, is kept); with `period_fetch`, the tier's candidates within
-    the periods the query names (`period_options`) merged in. Returns the query vector
-    later tiers use and the tier's legs."""
+    whole pool; the keyword leg, which reads the query's words, is kept); with
+    `period_fetch`, the tier's candidates within the periods the query names
+    (`period_options`) merged in. Returns the query vector later tiers use and the
+    tier's legs."""
     tuning = options.fusion
     if not options.hybrid:
         return query, fetched

@@ -6,10 +6,12 @@ the plan runs inside it, so one plan reads one consistent state, as a search alw
 did: also the second `EmbedQuery` of a query naming a participant
 (`FusionSettings.mask_names`), which needs the first fetch's candidates, so the
 snapshot stays open while the model embeds the masked query (on a ":memory:"
-database, whose reads take the write lock, a write waits for that embedding). The one exception is a search that finds live memories stored without a
-vector of the query's size: its first `FetchLegs` gives the snapshot up (nothing
-it read has reached the plan yet), the memories are embedded, and a new snapshot
-answers that same step.
+database, whose reads take the write lock, a write waits for that embedding).
+
+The one exception is a search that finds live memories stored without a vector of
+the query's size: its first `FetchLegs` gives the snapshot up (nothing it read has
+reached the plan yet), the memories are embedded, and a new snapshot answers that
+same step.
 """
 
 from __future__ import annotations
