@@ -13,9 +13,10 @@ from langmem_trpc import SearchOptions, UserKey
 from langmem_trpc.backends.sqlite import SQLiteMemoryService
 from langmem_trpc.backends.sqlite._reads import SQLiteReads
 from langmem_trpc.service import reads
-from langmem_trpc.service.reads import FetchLegs, ReadExecutor
+from langmem_trpc.service.reads import ReadExecutor
 from langmem_trpc.testing import HashingEmbeddings
 from langmem_trpc.types import FusionSettings
+from tests._plans import writing_between_tiers
 
 ALICE = UserKey("app", "alice")
 
@@ -46,22 +47,6 @@ def test_the_executor_implements_every_read_step():
         assert inspect.signature(own).parameters["step"].annotation == step, name
 
 
-def _writing_between_tiers(plan: reads.ReadPlan, write) -> reads.ReadPlan:
-    """`plan`, with `write()` run just before its second `FetchLegs` (its next tier)
-    reaches the executor."""
-    fetches, reply = 0, None
-    while True:
-        try:
-            step = plan.send(reply)
-        except StopIteration as done:
-            return done.value
-        if isinstance(step, FetchLegs):
-            fetches += 1
-            if fetches == 2:
-                write()
-        reply = yield step
-
-
 @pytest.mark.parametrize("embedded", [False, True], ids=["keyword", "hybrid"])
 def test_one_search_reads_one_snapshot(tmp_path, embedded):
     """A write another connection commits between two tiers of a search is not seen by
@@ -84,7 +69,7 @@ def test_one_search_reads_one_snapshot(tmp_path, embedded):
             fetches.append(other.add_many(ALICE, [f"alpha later {i}" for i in range(3)]))
 
         plan = reads.search(ALICE, options, svc.language, svc.time_mentions)
-        found = svc.run_read(_writing_between_tiers(plan, write))
+        found = svc.run_read(writing_between_tiers(plan, write))
         assert fetches, "the search fetched a second tier"
         assert sorted(e.id for e in found) == sorted(e.id for e in plain)
         assert len(svc.search(ALICE, options=options)) == 7  # the write is there to see

@@ -9,7 +9,7 @@ import asyncio
 import itertools
 import random
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ from langmem_trpc.service import reads
 from langmem_trpc.service.protocol import MemoryService
 from langmem_trpc.testing import HashingEmbeddings
 from langmem_trpc.types import Entry, FusionSettings, Memory
+from tests._plans import writing_between_tiers
 
 ALICE = UserKey("app", "alice")
 BACKENDS = ["memory", "sqlite", "lancedb", pytest.param("postgres", marks=pytest.mark.postgres)]
@@ -290,21 +291,6 @@ def test_keyword_scores_count_every_live_row_whatever_the_view(
 # --- one search, one state ----------------------------------------------------------
 
 
-def _writing_between_tiers(plan: reads.ReadPlan, write: Callable[[], object]) -> reads.ReadPlan:
-    """`plan`, with `write()` run just before its second `FetchLegs` (its next tier)."""
-    fetches, reply = 0, None
-    while True:
-        try:
-            step = plan.send(reply)
-        except StopIteration as done:
-            return done.value
-        if isinstance(step, reads.FetchLegs):
-            fetches += 1
-            if fetches == 2:
-                write()
-        reply = yield step
-
-
 @pytest.mark.parametrize("named", [False, True])
 def test_a_write_between_two_tiers_of_a_search_is_not_half_seen(
     kind: str, named: bool, tmp_path: Path, request: pytest.FixtureRequest
@@ -338,7 +324,7 @@ def test_a_write_between_two_tiers_of_a_search_is_not_half_seen(
     plan = reads.search(ALICE, options, svc.language, svc.time_mentions)
     texts = [Memory(text=f"alpha later {i}", participants=people) for i in range(3)]
     found = svc.run_read(
-        _writing_between_tiers(plan, lambda: wrote.append(writer.add_many(ALICE, texts)))
+        writing_between_tiers(plan, lambda: wrote.append(writer.add_many(ALICE, texts)))
     )
     assert wrote, "the search fetched a second tier"
     assert sorted(e.id for e in found) == sorted(e.id for e in plain)
