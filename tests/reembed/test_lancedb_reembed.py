@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -21,6 +22,7 @@ import lancedb
 
 from langmem_trpc import SearchOptions, UserKey
 from langmem_trpc.backends.lancedb import LanceDBMemoryService
+from langmem_trpc.backends.lancedb._reembed import SHADOW, open_shadow
 from langmem_trpc.errors import ConfigurationError
 from langmem_trpc.service.reembed import ReembedProgress
 from langmem_trpc.testing import HashingEmbeddings
@@ -48,10 +50,9 @@ def _seed(path: Path, n: int = 120) -> LanceDBMemoryService:
 
 
 def _shadow_rows(path: Path) -> int:
-    db = lancedb.connect(str(path))
-    if "reembed_shadow" not in db.list_tables().tables:
-        return 0
-    return int(db.open_table("reembed_shadow").count_rows())
+    """Rows in the shadow table; 0 also while a CLI in another process is creating it."""
+    shadow = open_shadow(lancedb.connect(str(path)))
+    return 0 if shadow is None else int(shadow.count_rows())
 
 
 def _vectors_are(path: Path, model: object) -> None:
@@ -222,6 +223,26 @@ def test_a_crash_between_the_new_table_and_the_identity_file_is_finished_at_open
         info = reopened.store_info()
         assert info.embedder.generation == 1 and info.reembed_target is None  # type: ignore[union-attr]
     assert not (path / "langmem_reembed.json").exists()
+
+
+@pytest.mark.parametrize("target", [None, new], ids=["no-target", "target-recorded"])
+def test_a_shadow_killed_inside_its_creation_is_made_again(tmp_path: Path, target: object) -> None:
+    """A kill inside `create_table` leaves the shadow's directory without a version:
+    listed, but not openable. The next run (or a store open) must not fail on it."""
+    path = tmp_path / "lance"
+    _seed(path, 10).close()
+    if target is not None:  # an earlier run for this model recorded it, then was killed
+        with LanceDBMemoryService(path, old) as svc:
+            svc.reembed(new, users=[USERS[0]])
+    (path / f"{SHADOW}.lance").mkdir(exist_ok=True)
+    for leftover in (path / f"{SHADOW}.lance").iterdir():  # the directory, no version in it
+        shutil.rmtree(leftover)
+    (path / f"{SHADOW}.lance" / "_versions").mkdir()
+    with LanceDBMemoryService(path, old) as svc:
+        assert svc.store_info().embedder.generation == 0  # type: ignore[union-attr]
+        report = svc.reembed(new, batch_size=7)
+        assert report.cut_over and report.resumed + report.embedded == 30
+    _vectors_are(path, new)
 
 
 def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:

@@ -64,8 +64,16 @@ def shadow_schema(dims: int) -> pa.Schema:
 
 
 def open_shadow(db: lancedb.DBConnection) -> Any:
-    """The shadow table, or None when no re-embed left one."""
-    return db.open_table(SHADOW) if SHADOW in db.list_tables().tables else None
+    """The shadow table, or None when no re-embed left one, or when the one listed has
+    no version yet: `create_table` makes the directory before its first version, so a
+    run killed in between (or a reader in another process meanwhile) finds a table that
+    cannot be opened. `drop_shadow` removes such a directory."""
+    if SHADOW not in db.list_tables().tables:
+        return None
+    try:
+        return db.open_table(SHADOW)
+    except ValueError:  # lancedb: "Table 'reembed_shadow' was not found"
+        return None
 
 
 def drop_shadow(db: lancedb.DBConnection) -> None:
