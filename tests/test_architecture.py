@@ -182,6 +182,21 @@ def test_backends_import_only_the_public_kit():
     assert private == set()
 
 
+def test_nothing_outside_the_service_imports_its_private_modules():
+    """Extraction, the integrations and `testing` share the service's tokeniser through
+    its public name (`service.text`), as a plugin would."""
+    reaching = set()
+    for path in sorted(PACKAGE.rglob("*.py")):
+        module = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+        if module.startswith("langmem_trpc.service."):
+            continue
+        for imported in _imported_names(path):
+            found = _private_part(imported, "langmem_trpc.service")
+            if found is not None:
+                reaching.add((module, found))
+    assert reaching == set()
+
+
 def test_the_package_does_not_import_the_benchmarks():
     """The LoCoMo harness lives in the checkout's benchmarks/, not in the wheel: only
     `cli/bench.py` loads it, by path (`load_harness`), never by an import statement."""

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
 from ..errors import ConfigurationError, ExtractionError, error_text
-from ..service._text import primary_tokens
+from ..service.text import primary_tokens
 from ..types import Entry, Kind, UserKey, canonical_topics
 from .delta import message_text, message_time
 from .ops import Action, MemoryOp

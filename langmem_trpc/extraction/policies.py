@@ -29,8 +29,8 @@ from datetime import time
 from typing import Literal
 
 from ..errors import ConfigurationError
-from ..service._text import normalize_text, primary_tokens, token_set
 from ..service.language import ENGLISH, Language
+from ..service.text import normalize_text, primary_tokens, token_set
 from ..types import Entry
 from .ops import Action, MemoryOp
 from .reconcile import Probe, Reconciled, Tier, best_match, decision_label, figures, merge_similar

@@ -29,8 +29,8 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 
-from ..service._text import token_jaccard
 from ..service.language import ENGLISH, Language
+from ..service.text import token_jaccard
 from ..types import Entry, Kind, SearchOptions
 from .ops import Action, MemoryOp
 from .signals import date_words, numbers, state_change, values_agree

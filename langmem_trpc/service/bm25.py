@@ -15,8 +15,8 @@ from typing import TypeVar
 import numpy as np
 
 from ..types import SearchOptions
-from ._text import cjk_trigrams, primary_tokens
 from .language import ENGLISH, Language
+from .text import cjk_trigrams, primary_tokens
 
 __all__ = [
     "BM25_B",

@@ -18,9 +18,9 @@ from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 
 from ..types import Memory
-from ._text import cjk_trigrams, primary_tokens
 from .bm25 import KeywordDoc
 from .language import ENGLISH, Language
+from .text import cjk_trigrams, primary_tokens
 
 __all__ = [
     "fts_document",

@@ -13,10 +13,10 @@ from collections.abc import Iterable
 from itertools import chain
 
 from ..types import Entry, SearchOptions
-from ._text import primary_tokens
 from .language import ENGLISH, Language
 from .periods import period_span, query_periods
 from .search import Legs, named_participants
+from .text import primary_tokens
 
 __all__ = ["masked_query", "merge_legs", "period_options"]
 

@@ -43,7 +43,7 @@ from ..types import (
     check_source,
     check_text_value,
 )
-from ._text import normalize_text
+from .text import normalize_text
 
 __all__ = [
     "FIELDS",

@@ -23,11 +23,11 @@ from typing import NamedTuple
 import numpy as np
 
 from ..types import Entry, FusionSettings, Kind, SearchOptions
-from ._text import jaccard, primary_tokens, token_set
 from .bm25 import CorpusStats, KeywordDoc, QueryTerms, keyword_score
 from .documents import fts_document, keys_of, keyword_doc, topics_document
 from .language import ENGLISH, Language
 from .periods import implied_spans, overlaps, query_periods, says_time
+from .text import jaccard, primary_tokens, token_set
 
 __all__ = [
     "DEDUPE_JACCARD",

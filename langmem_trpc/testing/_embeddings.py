@@ -7,7 +7,7 @@ import hashlib
 import numpy as np
 from langchain_core.embeddings import Embeddings
 
-from ..service._text import primary_tokens
+from ..service.text import primary_tokens
 
 
 class HashingEmbeddings(Embeddings):

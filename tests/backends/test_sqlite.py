@@ -328,7 +328,7 @@ def legacy_fingerprint(memory, explicit_id=None):
     """The content fingerprint before the participants encoding was made unambiguous."""
     import hashlib
 
-    from langmem_trpc.service._text import normalize_text
+    from langmem_trpc.service.text import normalize_text
 
     event = memory.event_time.strftime("%Y-%m-%dT%H:%M:%SZ") if memory.event_time else ""
     parts = [

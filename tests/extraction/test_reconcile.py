@@ -17,8 +17,8 @@ from langmem_trpc.extraction.reconcile import (
     merge_similar,
 )
 from langmem_trpc.extraction.signals import values_agree
-from langmem_trpc.service._text import token_jaccard
 from langmem_trpc.service.language import Language
+from langmem_trpc.service.text import token_jaccard
 
 USER = UserKey("app", "u")
 ALL = frozenset({Action.ADD, Action.UPDATE, Action.DELETE})

@@ -18,8 +18,8 @@ import pytest
 from langmem_trpc import InMemoryMemoryService, Limits, Memory, Operation, Source, UserKey
 from langmem_trpc.backends.sqlite import SQLiteMemoryService
 from langmem_trpc.service import language as language_module
-from langmem_trpc.service._text import normalize_text, primary_tokens
 from langmem_trpc.service.language import MAX_TOKEN_CHARS, Language
+from langmem_trpc.service.text import normalize_text, primary_tokens
 
 ALICE = UserKey("batch", "alice")
 SOURCE = Source(actor="importer", thread_id="t1")

@@ -1,14 +1,14 @@
 import pytest
 
 from langmem_trpc.errors import ConfigurationError
-from langmem_trpc.service._text import (
+from langmem_trpc.service.language import language
+from langmem_trpc.service.text import (
     cjk_trigrams,
     normalize_text,
     primary_tokens,
     search_tokens,
     token_jaccard,
 )
-from langmem_trpc.service.language import language
 
 
 def test_latin_tokens_are_snowball_stemmed():
@@ -63,7 +63,7 @@ def test_normalize_text_for_fingerprints():
 
 
 def test_over_long_tokens_are_cut_to_the_index_limit():
-    from langmem_trpc.service._text import MAX_TOKEN_CHARS
+    from langmem_trpc.service.text import MAX_TOKEN_CHARS
 
     blob = "ab" * 2_000
     assert primary_tokens(f"key {blob} end") == ["key", blob[:MAX_TOKEN_CHARS], "end"]

@@ -14,7 +14,7 @@ from ._sql import _ann_candidates_function
 
 MIGRATIONS: list[str] = [
     # 1: memories. content_terms/topic_terms hold the package tokenizer's output
-    # (service/_text.py), so CJK bigrams and stopwords match the other backends;
+    # (service/text.py), so CJK bigrams and stopwords match the other backends;
     # the tsvector is built from them verbatim, with no PostgreSQL parsing.
     """
 CREATE TABLE langmem_memories (

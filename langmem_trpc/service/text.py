@@ -6,6 +6,9 @@ stopwords, Snowball-stemmed ("Hiked" -> "hike"; `service.language`), cut to
 `MAX_TOKEN_CHARS` (PostgreSQL refuses long tsvector lexemes; the stored text stays
 exact). CJK text (no dictionary, so no jieba): each run of Han/Kana/Hangul yields its
 2-character windows as primary tokens and its 3-character windows as "trigrams".
+
+Part of the public backend kit: a backend that scores keywords itself tokenises with
+`primary_tokens` (and `cjk_trigrams`) so its scores match the others'.
 """
 
 from __future__ import annotations
@@ -15,6 +18,17 @@ import unicodedata
 from itertools import groupby
 
 from .language import ENGLISH, MAX_TOKEN_CHARS, Language
+
+__all__ = [
+    "CJK_STOPWORDS",
+    "cjk_trigrams",
+    "jaccard",
+    "normalize_text",
+    "primary_tokens",
+    "search_tokens",
+    "token_jaccard",
+    "token_set",
+]
 
 CJK_STOPWORDS = frozenset(
     "的 了 是 在 和 有 我 他 她 它 这 那 都 也 就 不 会 到 说 对 一个 一些 一种 这个 那个 我们 你们 他们 她们 它们 "
