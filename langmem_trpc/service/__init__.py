@@ -4,7 +4,8 @@
 `search` (plan and rank), `first_tier` (a hybrid search's masked query and
 period fetch), `bm25`, `documents` and `text` (keyword scoring and the
 tokeniser), `rules` (validation, fingerprints, limits), `validity`,
-`language`, `periods`. The reference backend is `backends.memory`."""
+`language`, `periods`, `rows` (a row held in process). The reference backend
+is `backends.memory`."""
 
 from .protocol import MemoryService, SyncMemoryService
 from .rules import Limits

@@ -20,25 +20,12 @@ from datetime import datetime
 import numpy as np
 
 from ...service.bm25 import CorpusStats, KeywordDoc, QueryTerms
-from ...service.documents import keys_of
 from ...service.language import Language
-from ...service.rules import is_expired
+from ...service.rows import MemoryRow
 from ...service.validity import CURRENT, View
 from ...types import Entry
-from ._rows import Row
 
 Hits = list[tuple[Entry, KeywordDoc]]
-
-
-def _doc(row: Row, language: Language) -> KeywordDoc:
-    """The row's keyword document, built once per text (a rewrite clears `row.doc`)."""
-    if row.doc is None:
-        row.doc = KeywordDoc.build(row.entry.text, keys_of(row.entry.memory), language)
-    return row.doc
-
-
-def _shown(row: Row, view: View, now: datetime) -> bool:
-    return row.live and not is_expired(row.entry, now) and view.visible(row.entry, now)
 
 
 @dataclass
@@ -65,7 +52,7 @@ class Index:
         docs = self.docs.values()
         self.lengths = sum(d.content_len for d in docs), sum(d.topic_len for d in docs)
 
-    def finish(self, rows: Iterable[Row]) -> None:
+    def finish(self, rows: Iterable[MemoryRow]) -> None:
         """Sum the lengths and stack the vectors of the indexed `rows` (in row order)."""
         self.total()
         held = [(r.entry, r.vector) for r in rows if r.entry.id in self.docs]
@@ -73,7 +60,7 @@ class Index:
         self.matrix = [e for e, _ in vectors], np.array([v for _, v in vectors], np.float32)
 
     def keyword(
-        self, rows: dict[str, Row], terms: QueryTerms, corpus: Index
+        self, rows: dict[str, MemoryRow], terms: QueryTerms, corpus: Index
     ) -> tuple[Hits, CorpusStats]:
         """The indexed rows holding a query term in row order (all, without a primary token:
         the phrase fallback may match any), and `CorpusStats.from_docs` of `corpus`'s rows."""
@@ -92,7 +79,7 @@ class UserRows:
     """A user's memory rows, in write order, and the index of its current ones (see the
     module docstring). A write marks the rows it changed `stale`."""
 
-    rows: dict[str, Row] = field(default_factory=dict)
+    rows: dict[str, MemoryRow] = field(default_factory=dict)
     stale: set[str] = field(default_factory=set)
     index: Index = field(default_factory=Index)
     live: Index = field(default_factory=Index)
@@ -112,9 +99,9 @@ class UserRows:
             self.live.discard(ref)
             row = self.rows.get(ref)
             if row is not None and row.live:
-                self.live.add(ref, _doc(row, language))
-            if row is not None and _shown(row, CURRENT, now):
-                self.index.add(ref, _doc(row, language))
+                self.live.add(ref, row.keyword_doc(language))
+            if row is not None and row.shown(CURRENT, now):
+                self.index.add(ref, row.keyword_doc(language))
         self.stale.clear()
         self.live.total()
         self.index.finish(self.rows.values())
@@ -134,7 +121,7 @@ class UserRows:
             return current
         index = Index()
         for ref, row in self.rows.items():
-            if _shown(row, view, now):
-                index.add(ref, _doc(row, language))
+            if row.shown(view, now):
+                index.add(ref, row.keyword_doc(language))
         index.finish(self.rows.values())
         return index

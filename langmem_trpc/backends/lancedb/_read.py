@@ -75,11 +75,7 @@ class ReadRun:
             gone = sorted((x for x in rows if not x.live), key=lambda x: (x.deleted_at, x.entry.id))
             return [x.entry for x in reversed(gone)][: step.limit]
         now = utcnow()
-        shown = [
-            x.entry
-            for x in rows
-            if x.live and not is_expired(x.entry, now) and step.view.visible(x.entry, now)
-        ]
+        shown = [x.entry for x in rows if x.shown(step.view, now)]
         shown.sort(key=lambda e: (e.updated_at, e.created_at, e.id), reverse=True)
         return shown[: step.limit]
 

@@ -23,10 +23,11 @@ from typing import TYPE_CHECKING, cast
 import numpy as np
 
 from ...service import steps as s
+from ...service.rows import MemoryRow
 from ...service.rules import utcnow
 from ...types import Entry, HistoryEvent, Memory, UserKey
 from ._records import HISTORY, MEMORY, digest, record, scope_of
-from ._rows import Row, to_record
+from ._rows import to_record
 
 if TYPE_CHECKING:
     from ._host import LanceDBHost
@@ -39,7 +40,7 @@ class WriteRun:
         self._service = service
         self._held = False
         self.user: UserKey | None = None
-        self.changed: dict[str, Row] = {}
+        self.changed: dict[str, MemoryRow] = {}
         """Rows this plan inserted or changed, by id, as they are now."""
         self.inserted: set[str] = set()
         self.removed: set[str] = set()
@@ -62,33 +63,33 @@ class WriteRun:
 
     # -- the pending view: the cached rows with this plan's writes over them ------
 
-    def _base(self, user: UserKey) -> dict[str, Row]:
+    def _base(self, user: UserKey) -> dict[str, MemoryRow]:
         if self.user not in (None, user):
             raise RuntimeError("a write plan writes one user's rows")
         self.user = user
         return {} if self.everything else self._service._cached(user).rows
 
-    def _row(self, user: UserKey, memory_id: str) -> Row | None:
+    def _row(self, user: UserKey, memory_id: str) -> MemoryRow | None:
         base = self._base(user)
         if memory_id in self.changed:
             return self.changed[memory_id]
         return None if memory_id in self.removed else base.get(memory_id)
 
-    def _rows(self, user: UserKey) -> Iterable[Row]:
+    def _rows(self, user: UserKey) -> Iterable[MemoryRow]:
         """The user's rows as this plan sees them, in write order of the cache."""
         base = self._base(user)
         if not self.changed and not self.removed:
             return base.values()  # nothing pending (most finds): the cached rows as they are
         return self._overlaid(base)
 
-    def _overlaid(self, base: dict[str, Row]) -> Iterator[Row]:
+    def _overlaid(self, base: dict[str, MemoryRow]) -> Iterator[MemoryRow]:
         for ref, row in base.items():
             if ref not in self.removed:
                 yield self.changed.get(ref, row)
         # new rows, and rows purged then inserted again (a restore over an existing id)
         yield from (r for ref, r in self.changed.items() if ref not in base or ref in self.removed)
 
-    def _edit(self, user: UserKey, ref: str) -> Row:
+    def _edit(self, user: UserKey, ref: str) -> MemoryRow:
         """The pending copy of row `ref` (made on its first change in this plan)."""
         row = self._row(user, ref)
         if row is None:
@@ -97,7 +98,7 @@ class WriteRun:
             self.changed[ref] = row = replace(row)
         return row
 
-    def _touch(self, row: Row, entry: Entry) -> None:
+    def _touch(self, row: MemoryRow, entry: Entry) -> None:
         """`entry` as the row's newest write: it takes the next place in write order."""
         row.entry, row.seq = entry, self._service._next_seq()
 
@@ -149,7 +150,7 @@ class WriteRun:
         self._base(step.user)
         for new in step.rows:
             vector = cast("np.ndarray | None", new.vector)
-            row = Row(new.entry, new.fingerprint, vector=vector, keyed=new.keyed)
+            row = MemoryRow(new.entry, new.fingerprint, vector=vector, keyed=new.keyed)
             self._touch(row, new.entry)
             self.changed[new.entry.id] = row
             self.inserted.add(new.entry.id)  # a purged id stays in `removed`: its old rows go
@@ -173,7 +174,7 @@ class WriteRun:
         fields = {"valid_to": step.valid_to, "superseded_by": step.superseded_by}
         self._touch(row, row.entry.model_copy(update={**fields, "updated_at": step.at}))
 
-    def _rewritten(self, row: Row, memory: Memory, at: datetime) -> None:
+    def _rewritten(self, row: MemoryRow, memory: Memory, at: datetime) -> None:
         self._touch(row, row.entry.model_copy(update={"memory": memory, "updated_at": at}))
         row.doc = None  # text or topics changed: its keyword document is rebuilt
 
@@ -188,7 +189,7 @@ class WriteRun:
         gone = self._delete(step.user, [min(live, key=lambda r: r.seq)] if live else [], step.at)
         return gone[0] if gone else None
 
-    def _delete(self, user: UserKey, victims: list[Row], at: datetime) -> list[s.Gone]:
+    def _delete(self, user: UserKey, victims: list[MemoryRow], at: datetime) -> list[s.Gone]:
         for victim in victims:
             self._edit(user, victim.entry.id).deleted_at = at
         return [(r.entry.id, r.entry.text) for r in victims]
@@ -244,7 +245,5 @@ class WriteRun:
             cached.stale |= self.removed | self.changed.keys()
 
 
-def _stored(row: Row | None) -> s.Stored | None:
-    if row is None:
-        return None
-    return s.Stored(entry=row.entry, keyed=row.keyed, deleted=not row.live, handle=row)
+def _stored(row: MemoryRow | None) -> s.Stored | None:
+    return None if row is None else row.stored()

@@ -45,6 +45,7 @@ from ...service.reembed import (
     ReembedPlan,
     ReembedReport,
 )
+from ...service.rows import MemoryRow
 from ...service.rules import (
     Limits,
     check_expiry,
@@ -61,7 +62,7 @@ from ._index import UserRows
 from ._lock import DirectoryLock
 from ._read import ReadRun
 from ._records import MEMORY, TABLE, scope_of
-from ._rows import Row, from_table, to_record
+from ._rows import from_table, to_record
 from ._threads import Threads
 from ._write import WriteRun
 
@@ -383,7 +384,7 @@ def _schema(dims: int | None) -> pa.Schema:
     return pa.schema(cols + vector)
 
 
-def _expiry(row: Row) -> tuple[datetime, str]:
+def _expiry(row: MemoryRow) -> tuple[datetime, str]:
     expires = row.entry.expires_at
     assert expires is not None  # only expired rows are sorted
     return expires, row.entry.id

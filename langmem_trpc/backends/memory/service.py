@@ -9,8 +9,9 @@ from __future__ import annotations
 import itertools
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from datetime import datetime
+from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import numpy as np
@@ -19,11 +20,11 @@ from ...service import reads, steps, validity
 from ...service.bm25 import CorpusStats, KeywordDoc, KeywordScorer, QueryTerms
 from ...service.capabilities import Capability
 from ...service.claims import ClaimOp, ClaimTable
-from ...service.documents import keys_of
 from ...service.language import Language, resolve_language
 from ...service.periods import TimeMentions
 from ...service.protocol import SyncMemoryService
 from ...service.reads import ReadPlan, dispatch_read
+from ...service.rows import MemoryRow
 from ...service.rules import (
     Limits,
     check_expiry,
@@ -46,37 +47,19 @@ T = TypeVar("T")
 
 
 @dataclass
-class _Row:
-    entry: Entry
-    fingerprint: str
-    deleted_at: datetime | None = None
-    vector: np.ndarray | None = None
-    doc: KeywordDoc | None = None
-    keyed: bool = False
-    """Added under a caller-chosen id: its fingerprint includes the id."""
-    seq: int = 0
-    """Write order within the service (`_touch`): eviction takes the lowest, whatever the clock did."""
-
-    @property
-    def live(self) -> bool:
-        return self.deleted_at is None
-
-    @property
-    def current(self) -> bool:
-        """Live and not superseded: what holds a fingerprint (one such row per content)."""
-        return self.deleted_at is None and self.entry.superseded_by is None
-
-
-@dataclass
 class _UserData:
-    rows: dict[str, _Row] = field(default_factory=dict)
+    rows: dict[str, MemoryRow] = field(default_factory=dict)
     history: list[HistoryEvent] = field(default_factory=list)
 
 
-def _remember(row: _Row, undo: list[Callable[[], None]]) -> None:
+def _remember(row: MemoryRow, undo: list[Callable[[], None]]) -> None:
     """Append the inverse of the next change to `row` (its fields as they are now)."""
-    before = replace(row)
-    undo.append(lambda: row.__dict__.update(before.__dict__))
+    undo.append(partial(_restore, row, replace(row)))
+
+
+def _restore(row: MemoryRow, before: MemoryRow) -> None:
+    for name in (f.name for f in fields(MemoryRow)):
+        setattr(row, name, getattr(before, name))
 
 
 class _Run:
@@ -156,7 +139,7 @@ class _Run:
     def insert(self, step: steps.Insert) -> None:
         data = self._service._data(step.user)
         for new in step.rows:
-            row = _Row(
+            row = MemoryRow(
                 entry=new.entry,
                 fingerprint=new.fingerprint,
                 vector=cast("np.ndarray | None", new.vector),
@@ -188,7 +171,7 @@ class _Run:
         fields = {"valid_to": step.valid_to, "superseded_by": step.superseded_by}
         self._service._touch(row, row.entry.model_copy(update={**fields, "updated_at": step.at}))
 
-    def _rewritten(self, row: _Row, memory: Memory, at: datetime) -> None:
+    def _rewritten(self, row: MemoryRow, memory: Memory, at: datetime) -> None:
         self._service._touch(row, row.entry.model_copy(update={"memory": memory, "updated_at": at}))
         row.doc = None
 
@@ -202,7 +185,7 @@ class _Run:
         gone = self._delete([min(live, key=lambda r: r.seq)] if live else [], step.at)
         return gone[0] if gone else None
 
-    def _delete(self, victims: list[_Row], at: datetime) -> list[steps.Gone]:
+    def _delete(self, victims: list[MemoryRow], at: datetime) -> list[steps.Gone]:
         for row in victims:
             _remember(row, self._undo)
             row.deleted_at = at
@@ -239,27 +222,21 @@ class _Run:
         return 1 if removed else 0
 
 
-def _stored(row: _Row | None) -> steps.Stored | None:
-    if row is None:
-        return None
-    return steps.Stored(entry=row.entry, keyed=row.keyed, deleted=not row.live, handle=row)
+def _stored(row: MemoryRow | None) -> steps.Stored | None:
+    return None if row is None else row.stored()
 
 
-def _handle(target: steps.Stored) -> _Row:
+def _handle(target: steps.Stored) -> MemoryRow:
     """The row a `Stored` this executor returned refers to."""
-    return cast(_Row, target.handle)
+    return cast(MemoryRow, target.handle)
 
 
-def _visible(data: _UserData | None, view: validity.View) -> list[_Row]:
+def _visible(data: _UserData | None, view: validity.View) -> list[MemoryRow]:
     """The live, unexpired rows `view` shows (`validity.View.visible`)."""
     if data is None:
         return []
     now = utcnow()
-    return [
-        r
-        for r in data.rows.values()
-        if r.live and not is_expired(r.entry, now) and view.visible(r.entry, now)
-    ]
+    return [r for r in data.rows.values() if r.shown(view, now)]
 
 
 @dataclass
@@ -280,10 +257,7 @@ class _Corpus:
         with service._lock:
             data = service._find(user)
             rows = service._live(data) if data else []
-            for row in rows:
-                if row.doc is None:
-                    row.doc = KeywordDoc.build(row.entry.text, keys_of(row.entry.memory), language)
-            snapshot = [(r.entry, r.vector, r.doc) for r in rows if r.doc is not None]
+            snapshot = [(r.entry, r.vector, r.keyword_doc(language)) for r in rows]
         scorer = KeywordScorer.of(
             QueryTerms.of(options, language), CorpusStats.from_docs(doc for _, _, doc in snapshot)
         )
@@ -427,12 +401,12 @@ class InMemoryMemoryService(SyncMemoryService):
     def _data(self, user: UserKey) -> _UserData:
         return self._find(user) or self._users.setdefault(user, _UserData())
 
-    def _touch(self, row: _Row, entry: Entry) -> Entry:
+    def _touch(self, row: MemoryRow, entry: Entry) -> Entry:
         """Store `entry` in `row` as its newest write (under the lock); returns it."""
         row.entry, row.seq = entry, next(self._writes)
         return entry
 
-    def _live(self, data: _UserData) -> list[_Row]:
+    def _live(self, data: _UserData) -> list[MemoryRow]:
         return [r for r in data.rows.values() if r.live]
 
     # -- writes: the step executor ---------------------------------------------
@@ -454,7 +428,7 @@ class InMemoryMemoryService(SyncMemoryService):
             return [None] * len(texts)
         return [unit_vector(v) for v in self._embeddings.embed_documents(list(texts))]
 
-    def _rows(self, user: UserKey) -> Iterable[_Row]:
+    def _rows(self, user: UserKey) -> Iterable[MemoryRow]:
         data = self._find(user)
         return data.rows.values() if data is not None else ()
 
