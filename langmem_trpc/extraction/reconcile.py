@@ -81,7 +81,7 @@ class Match:
     tier: Tier
 
 
-def _same_event(op: MemoryOp, entry: Entry) -> bool:
+def _same_event(op: MemoryOp, entry: Entry, language: Language) -> bool:
     """Episodes merge only when they can be the same event."""
     stored = entry.memory
     if op.event_time and stored.event_time and op.event_time.date() != stored.event_time.date():
@@ -93,7 +93,7 @@ def _same_event(op: MemoryOp, entry: Entry) -> bool:
             return False
     if op.location and stored.location and op.location.casefold() != stored.location.casefold():
         return False
-    same_numbers = numbers(op.text) == numbers(stored.text)
+    same_numbers = numbers(op.text, language) == numbers(stored.text, language)
     return same_numbers and date_words(op.text) == date_words(stored.text)
 
 
@@ -101,12 +101,12 @@ def classify(op: MemoryOp, entry: Entry, language: Language = ENGLISH) -> Match 
     """Score one candidate for an add; None when it must never absorb the add."""
     if op.kind is not None and op.kind != entry.kind:
         return None
-    if entry.kind == Kind.EPISODE and not _same_event(op, entry):
+    if entry.kind == Kind.EPISODE and not _same_event(op, entry, language):
         return None
     score = entry.score or 0.0
     jaccard = token_jaccard(op.text, entry.text, language)
     if score >= SKIP_SCORE or jaccard >= JACCARD_HIGH:
-        tier = Tier.SKIP if values_agree(op.text, entry.text) else Tier.UPDATE
+        tier = Tier.SKIP if values_agree(op.text, entry.text, language) else Tier.UPDATE
     elif score >= UPDATE_SCORE or jaccard >= JACCARD_MID:
         tier = Tier.UPDATE
     else:
@@ -174,7 +174,7 @@ def _duplicate_in_batch(op: MemoryOp, accepted: Sequence[MemoryOp], language: La
     return any(
         (prior.kind is None or op.kind is None or prior.kind == op.kind)
         and token_jaccard(op.text, prior.text, language) >= JACCARD_HIGH
-        and values_agree(op.text, prior.text)
+        and values_agree(op.text, prior.text, language)
         for prior in accepted
         if prior.action in (Action.ADD, Action.UPDATE) and not prior.verbatim
     )

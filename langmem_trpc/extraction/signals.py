@@ -2,6 +2,10 @@
 "runs Go 1.24": near-identical tokens). Reconcile and preserve_history check that
 numbers, dates, negations and names agree before calling two memories the same.
 
+Numbers are compared as values: "2 kids" and "two kids", "$100k" and "$100,000"
+state one number, "two cats" and "three cats" two (`numbers`; number words per
+language in `NUMBER_WORDS`).
+
 `state_change` is the second signal of a supersede (extraction/supersede.py): the
 new text drops a value the old one stated (a number, a date word, a name), flips
 a negation, or carries a change marker ("now", "no longer", "upgraded", ...; per
@@ -19,10 +23,13 @@ from ..service.language import ENGLISH, Language
 __all__ = [
     "CHANGE_MARKERS",
     "CRITICAL_RE",
+    "NUMBER_WORDS",
     "change_marker",
     "critical_values",
     "names",
     "negations",
+    "number_words",
+    "numbers",
     "state_change",
     "values_agree",
 ]
@@ -45,8 +52,105 @@ _CAPITALISED_RE = re.compile(r"\b[A-Z][A-Za-z0-9_-]*\b")
 _SENTENCE_END = ".!?:;\n"
 
 
-def numbers(text: str) -> frozenset[str]:
-    return frozenset(NUMBER_RE.findall(text))
+def numbers(text: str, language: Language = ENGLISH) -> frozenset[str]:
+    """The numbers `text` states, each as one spelling: digits without thousands
+    separators ("100,000" and "100k" -> "100000"), and the language's number words
+    as digits ("twenty-five" -> "25"). Versions, dates and ranges ("1.23",
+    "2024-03-01", "2-3") stay as written."""
+    found = {_digits(m.group(1), bool(m.group(2))) for m in _NUMBER_K_RE.finditer(text)}
+    return frozenset(found | _spelled_numbers(text, language.name))
+
+
+_NUMBER_K_RE = re.compile(r"(\d+(?:[.:/,-]\d+)*)([kK]\b)?")
+_THOUSANDS_RE = re.compile(r"\d{1,3}(?:,\d{3})+")
+
+
+def _digits(number: str, thousands: bool) -> str:
+    """One spelling of a number written in digits (`thousands`: it had a "k" suffix)."""
+    if _THOUSANDS_RE.fullmatch(number):
+        number = number.replace(",", "")
+    if not thousands:
+        return number
+    try:
+        value = float(number) * 1000
+    except ValueError:  # "1-2k": a range, kept as written
+        return number + "k"
+    return str(int(value)) if value.is_integer() else str(value)
+
+
+_UNITS = (
+    "zero one two three four five six seven eight nine ten eleven twelve thirteen "
+    "fourteen fifteen sixteen seventeen eighteen nineteen"
+)
+_TENS = "twenty thirty forty fifty sixty seventy eighty ninety"
+
+NUMBER_WORDS: dict[str, dict[str, int]] = {
+    "english": {
+        **{word: n for n, word in enumerate(_UNITS.split())},
+        **{word: 20 + 10 * n for n, word in enumerate(_TENS.split())},
+        "dozen": 12,
+        "hundred": 100,
+        "thousand": 1000,
+        "million": 1_000_000,
+        "billion": 1_000_000_000,
+    },
+}
+"""Number words by the `Language.name` of the store; a language not listed reads digits
+only (its words would be misread as English ones)."""
+
+
+def number_words(language: Language = ENGLISH) -> frozenset[str]:
+    """The language's number words: values, like digits, and no subject's words."""
+    return frozenset(NUMBER_WORDS.get(language.name, ()))
+
+
+_NOT_A_COUNT = {
+    "english": (
+        re.compile(r"\b(?:no|the|this|that|which|each|every|any|some|only|other)\s+one\b", re.I),
+        re.compile(r"\bone\s+(?:of|another|day|by|way|thing)\b", re.I),
+    ),
+}
+"""Where a number word is no count ("no one", "one of them", "one day"): removed
+before the words are read."""
+
+
+@cache
+def _number_word_re(language_name: str) -> re.Pattern[str] | None:
+    words = NUMBER_WORDS.get(language_name)
+    if not words:
+        return None
+    word = "|".join(sorted(words, key=len, reverse=True))
+    # "and" joins only after a multiplier: "two hundred and five" is 205, "two and three" two
+    scale = "|".join(f"(?<={w})" for w, n in words.items() if n >= 100)
+    joint = rf"(?:[\s-]+|(?:{scale})\s+and\s+)"
+    return re.compile(rf"\b(?:{word})(?:{joint}(?:{word}))*\b", re.IGNORECASE)
+
+
+def _spelled_numbers(text: str, language_name: str) -> set[str]:
+    pattern = _number_word_re(language_name)
+    if pattern is None:
+        return set()
+    for idiom in _NOT_A_COUNT.get(language_name, ()):
+        text = idiom.sub(" ", text)
+    words = NUMBER_WORDS[language_name]
+    return {str(_value(m.group(), words)) for m in pattern.finditer(text)}
+
+
+def _value(spelled: str, words: dict[str, int]) -> int:
+    """ "two hundred and five" -> 205, "twenty-five" -> 25, "a dozen" -> 12."""
+    total = current = 0
+    for word in re.findall(r"[^\W\d_]+", spelled.lower()):
+        if word == "and":
+            continue
+        n = words[word]
+        if n == 100:
+            current = max(current, 1) * 100
+        elif n >= 1000:
+            total += max(current, 1) * n
+            current = 0
+        else:
+            current += n
+    return total + current
 
 
 def date_words(text: str) -> frozenset[str]:
@@ -78,10 +182,10 @@ def critical_values(text: str) -> frozenset[str]:
     return frozenset(m.lower() for m in CRITICAL_RE.findall(text))
 
 
-def values_agree(a: str, b: str) -> bool:
+def values_agree(a: str, b: str, language: Language = ENGLISH) -> bool:
     """True when numbers, date words, negations and names are the same in both texts."""
     return (
-        numbers(a) == numbers(b)
+        numbers(a, language) == numbers(b, language)
         and date_words(a) == date_words(b)
         and negations(a) == negations(b)
         and names(a) == names(b)
@@ -128,7 +232,7 @@ def change_marker(text: str, language: Language = ENGLISH) -> str | None:
 def state_change(old: str, new: str, language: Language = ENGLISH) -> str | None:
     """Why `new` says the state of `old` changed ("number", "date", "negation", "name",
     "marker:<words>"), or None when it only repeats, rewords or adds to it."""
-    if not numbers(old) <= numbers(new):
+    if not numbers(old, language) <= numbers(new, language):
         return "number"
     if not date_words(old) <= date_words(new):
         return "date"

@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 from ..service.language import ENGLISH, Language
 from ..types import Entry, Kind
 from .ops import MemoryOp
-from .signals import change_marker, date_words, names, state_change
+from .signals import change_marker, date_words, names, number_words, state_change
 
 __all__ = ["MODEL", "Verdict", "explain_kept", "judge", "other_subject", "settle"]
 
@@ -51,14 +51,14 @@ _WORD_RE = re.compile(r"[^\W\d_]+")
 
 
 def other_subject(old: str, new: str, language: Language = ENGLISH) -> str | None:
-    """The words (stemmed, stopwords, names and dates aside) of `old` that `new` lacks,
+    """The words (stemmed; stopwords, names, dates and numbers aside) of `old` that `new` lacks,
     when it has no change marker: a similar fact about another subject ("the staging
     cluster" after "the production cluster"); None when `new` may be about `old`."""
     if change_marker(new, language) is not None:
         return None
 
     def words(text: str) -> set[str]:
-        skip = names(text) | date_words(text) | language.stopwords
+        skip = names(text) | date_words(text) | language.stopwords | number_words(language)
         found = [w for w in _WORD_RE.findall(text.lower()) if w not in skip]
         return set(language.stem_words(found))
 

@@ -4,6 +4,7 @@ import re
 from dataclasses import replace
 from datetime import datetime, timezone
 
+import pytest
 from langchain_core.messages import HumanMessage
 
 from langmem_trpc import AutoMemoryWorker, InMemoryMemoryService, Kind, UserKey
@@ -16,8 +17,8 @@ from langmem_trpc.extraction.reconcile import (
     classify,
     merge_similar,
 )
-from langmem_trpc.extraction.signals import values_agree
-from langmem_trpc.service.language import Language
+from langmem_trpc.extraction.signals import numbers, values_agree
+from langmem_trpc.service.language import Language, language
 from langmem_trpc.service.text import token_jaccard
 
 USER = UserKey("app", "u")
@@ -42,6 +43,39 @@ def test_values_agree_on_numbers_dates_negations_names():
     assert not values_agree("Likes coffee", "Does not like coffee")
     assert not values_agree("Went hiking on Monday", "Went hiking on Tuesday")
     assert not values_agree("Has a dog named Rex", "Has a dog named Max")
+
+
+@pytest.mark.parametrize(
+    ("text", "found"),
+    [
+        ("Has two kids", {"2"}),
+        ("Turned twenty-five in May", {"25"}),
+        ("Walks five thousand steps", {"5000"}),
+        ("Invited two hundred and five people", {"205"}),
+        ("Has two and three year old sons", {"2", "3"}),
+        ("Earns $100k, up from 95,000", {"100000", "95000"}),
+        ("Bought a dozen eggs", {"12"}),
+        ("Runs Go 1.23 since 2024-03-01", {"1.23", "2024-03-01"}),
+        ("One of my friends said no one came, one day", set()),
+        ("Has one cat", {"1"}),
+    ],
+)
+def test_numbers_are_read_as_values(text: str, found: set[str]):
+    assert numbers(text) == found
+
+
+def test_number_words_are_english_only():
+    """Another language's store reads digits only: its words are not English numbers."""
+    assert numbers("Hat two Katzen und 3 Hunde", language("german")) == {"3"}
+
+
+def test_a_respelled_number_is_a_paraphrase_and_a_changed_one_an_update():
+    assert values_agree("Has 2 kids", "Has two kids")
+    assert not values_agree("Has two cats", "Has three cats")
+    svc, (cats,) = store("The user has two cats at home")
+    op = MemoryOp.add("The user has three cats at home")
+    result = merge_similar([op], probe(svc), ALL)
+    assert result.ops == [replace(op.as_update(cats.id, [], Kind.FACT, "x"), supersede=True)]
 
 
 def test_version_bump_is_an_update_never_a_skip():

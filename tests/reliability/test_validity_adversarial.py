@@ -243,22 +243,12 @@ def test_a_spelled_out_negation_is_a_paraphrase_not_a_supersede(old: str, new: s
     assert judge(entry, new, None).supersede is False
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="signals.numbers() reads digits only: 'two cats' -> 'three cats' is no change of "
-    "state, so a model's update overwrites the old value in place (no version kept)",
-)
 def test_a_number_word_change_is_a_change_of_state() -> None:
     from langmem_trpc.extraction.signals import state_change
 
     assert state_change("Has two cats", "Has three cats") is not None
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="signals.numbers() compares digit strings: '2 kids' -> 'two kids' and "
-    "'$100k' -> '$100,000' read as a changed number, so a paraphrase makes a new version",
-)
 def test_a_number_respelled_is_not_a_change_of_state() -> None:
     from langmem_trpc.extraction.signals import state_change
 
