@@ -439,8 +439,9 @@ def memories_restore_version(
 ) -> None:
     """Make a superseded version current again (undo a supersede).
 
-    The chain's current version is closed as never true (its validity ends
-    where it began) and the given one reopened; history records both. A
+    The chain's current version, and any between it and the given one, are
+    closed as never true (their validity ends where it began) and the given
+    one reopened; history records each. A
     version that is already current is shown unchanged.
 
     \b

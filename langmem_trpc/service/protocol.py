@@ -347,8 +347,9 @@ class MemoryService(ABC):
     ) -> Entry:
         """Make a superseded version current again, undoing the supersede: the
         chain's current version is closed as never true (`valid_to` = its
-        `valid_from`, `superseded_by` = this id) and this one reopened (history:
-        SUPERSEDE on the closed one, RESTORE on this one). A current id is returned
+        `valid_from`, `superseded_by` = this id), so is each version between
+        them (keeping its link), and this one reopened (history: SUPERSEDE on
+        each closed one, RESTORE on this one). A current id is returned
         unchanged; an unknown or deleted id raises `MemoryNotFoundError`; content
         another current memory holds raises `MemoryConflictError`.
         """

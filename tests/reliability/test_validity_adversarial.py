@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from langmem_trpc import InMemoryMemoryService, UserKey
+from langmem_trpc import InMemoryMemoryService, Operation, UserKey
 from langmem_trpc.errors import InvalidInputError, LangmemTrpcError, MemoryConflictError
 from langmem_trpc.service.plans import update as update_plan
 from langmem_trpc.service.protocol import MemoryService
@@ -350,16 +350,18 @@ def test_chain_walks_with_odd_memory_ids(svc: MemoryService, odd_id: str) -> Non
     assert [e.id for e in svc.versions(BOB, odd_id)] == [odd_id]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="restore_version of an older (not the previous) version reopens it from its own "
-    "valid_from and closes only the head: the middle version keeps its interval, so as_of "
-    "between them returns two versions of one fact (design question: close the middle ones too?)",
-)
 def test_as_of_after_restoring_an_older_version_returns_one_version(svc: MemoryService) -> None:
-    a, _b, _c = _chain(svc)
+    """A restore is a correction: every later version was never true, the middle one too."""
+    a, b, c = _chain(svc)
     svc.restore_version(ALICE, a)
-    assert len(svc.read(ALICE, as_of=_day(15))) == 1
+    for day in (5, 15, 25):
+        assert [e.text for e in svc.read(ALICE, as_of=_day(day))] == ["Production runs Go 1.23"]
+        options = SearchOptions(as_of=_day(day), similarity_threshold=0.0)
+        assert [e.id for e in svc.search(ALICE, "Production Go", options)] == [a]
+    assert [e.id for e in svc.versions(ALICE, a)] == [a, b, c]  # the chain is kept
+    middle = svc.get(ALICE, b)
+    assert middle is not None and middle.valid_to == middle.valid_from and middle.superseded_by == c
+    assert [h.operation for h in svc.history(ALICE, b)][-1] == Operation.SUPERSEDE
 
 
 @pytest.mark.parametrize(
