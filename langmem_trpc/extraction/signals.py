@@ -71,11 +71,12 @@ def _digits(number: str, thousands: bool) -> str:
         number = number.replace(",", "")
     if not thousands:
         return number
-    try:
-        value = float(number) * 1000
-    except ValueError:  # "1-2k": a range, kept as written
-        return number + "k"
-    return str(int(value)) if value.is_integer() else str(value)
+    whole, _, fraction = number.partition(".")
+    if not whole.isdigit() or not (fraction.isdigit() or not fraction):
+        return number + "k"  # "1-2k": a range, kept as written
+    fraction = fraction.ljust(3, "0")  # times 1000, in digits: exact at any length
+    shifted, rest = (whole + fraction[:3]).lstrip("0") or "0", fraction[3:].rstrip("0")
+    return f"{shifted}.{rest}" if rest else shifted
 
 
 _UNITS = (

@@ -55,6 +55,7 @@ def test_values_agree_on_numbers_dates_negations_names():
         ("Has two and three year old sons", {"2", "3"}),
         ("Earns $100k, up from 95,000", {"100000", "95000"}),
         ("Bought a dozen eggs", {"12"}),
+        ("Has 1.5k followers and 99999999999999999999k views", {"1500", "99999999999999999999000"}),
         ("Runs Go 1.23 since 2024-03-01", {"1.23", "2024-03-01"}),
         ("One of my friends said no one came, one day", set()),
         ("Has one cat", {"1"}),
