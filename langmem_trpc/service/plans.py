@@ -641,11 +641,9 @@ def _oldest_first(entry: Entry) -> tuple[datetime, datetime, str]:
 
 
 def restore_version(user: UserKey, memory_id: str, *, source: Source | None = None) -> Plan[Entry]:
-    """Make a superseded version current again: a correction, so every later version
-    was never true. The chain's head is closed (its `valid_to` = its own `valid_from`)
-    and linked to it, each version between them closed the same way (keeping its link),
-    then the version reopened: `as_of` any time after it finds it alone. A current id
-    is returned as it is."""
+    """Make a superseded version current again. A correction: each later version is
+    closed as never true (`valid_to` = its `valid_from`), the head linked to this one,
+    then this one reopened. A current id is returned as it is."""
     user = check_user(user)
     check_memory_id(memory_id)
     check_source(source)
@@ -667,18 +665,12 @@ def _restore_version(user: UserKey, memory_id: str, source: Source | None) -> Pl
         raise MemoryConflictError(memory_id, clash.entry.id)
     now: datetime = yield NOW
     text, events = row.entry.text, []
-    if head is not None:  # closed first: the unique index never sees two current twins
-        yield SetValidity(user, head, head.entry.valid_from, memory_id, now)
-        events.append(
-            _event(head.entry.id, Operation.SUPERSEDE, head.entry.text, text, source, now)
-        )
-    for between in later[:-1] if head is not None else later:
-        if between.entry.valid_to != between.entry.valid_from:
-            link = between.entry.superseded_by
-            yield SetValidity(user, between, between.entry.valid_from, link, now)
-            events.append(
-                _event(between.entry.id, Operation.SUPERSEDE, between.entry.text, text, source, now)
-            )
+    for closed in reversed(later):  # the head first: the unique index never sees two twins
+        if closed is head or closed.entry.valid_to != closed.entry.valid_from:
+            link = memory_id if closed is head else closed.entry.superseded_by
+            yield SetValidity(user, closed, closed.entry.valid_from, link, now)
+            old = closed.entry.text
+            events.append(_event(closed.entry.id, Operation.SUPERSEDE, old, text, source, now))
     yield SetValidity(user, row, None, None, now)
     events.append(_event(memory_id, Operation.RESTORE, None, text, source, now))
     yield RecordHistory(user, tuple(events))
