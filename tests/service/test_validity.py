@@ -18,11 +18,13 @@ from langmem_trpc import (
     InvalidTimeError,
     Limits,
     Memory,
+    SearchOptions,
     UserKey,
 )
 from langmem_trpc.errors import InvalidInputError
 from langmem_trpc.service import plans, rules, steps, validity
 from langmem_trpc.service.steps import Plan
+from langmem_trpc.testing import HashingEmbeddings
 
 T = TypeVar("T")
 ALICE = UserKey("app", "alice")
@@ -212,3 +214,25 @@ def test_an_old_export_gets_its_start_from_a_zone_less_event_time() -> None:
     assert entry.valid_from == T0 == entry.memory.event_time
     del record["memory"]["event_time"]  # type: ignore[attr-defined]
     assert Entry.model_validate(record).valid_from == T0 + 31 * DAY
+
+
+def test_a_failed_rewrite_puts_every_field_of_the_row_back() -> None:
+    """The in-memory undo log restores all of a `MemoryRow`'s fields (a slotted
+    dataclass): entry, fingerprint, vector and keyword document."""
+    svc = InMemoryMemoryService(HashingEmbeddings())
+    old = svc.add(ALICE, "Keeps bees in the garden")
+    assert [e.id for e in svc.search(ALICE, "bees")] == [old.id]  # builds the keyword doc
+
+    def failing() -> Plan[None]:
+        yield steps.LockUser(ALICE)
+        row = yield steps.FindById(ALICE, old.id)
+        memory = Memory(text="Sells honey at the market")
+        yield steps.Rewrite(ALICE, row, memory, "other-fingerprint", [1.0] * 384, T0)
+        raise RuntimeError("a later step fails")
+
+    with pytest.raises(RuntimeError):
+        svc.run_plan(failing())
+    assert svc.get(ALICE, old.id) == old
+    exact = svc.search(ALICE, old.text, SearchOptions(hybrid=False, similarity_threshold=0.0))
+    assert exact[0].id == old.id and (exact[0].score or 0) > 0.99  # its vector is back
+    assert svc.add(ALICE, "Keeps bees in the garden").id == old.id  # its fingerprint is back
