@@ -34,7 +34,6 @@ __all__ = [
     "values_agree",
 ]
 
-NUMBER_RE = re.compile(r"\d+(?:[.:/,-]\d+)*")
 _NEGATIONS = r"\bnot\b|\bno\b|\bnever\b|\bwithout\b|n['\u2019]t|不再|不是|没有|从未|未|无"
 NEGATION_RE = re.compile(_NEGATIONS, re.IGNORECASE)
 #: Numbers and negations, as the history-preserving policy compares them (spec 4.3 rule 5).
@@ -138,7 +137,8 @@ def _spelled_numbers(text: str, language_name: str) -> set[str]:
 
 
 def _value(spelled: str, words: dict[str, int]) -> int:
-    """ "two hundred and five" -> 205, "twenty-five" -> 25, "a dozen" -> 12."""
+    """The value of a run of number words: "two hundred and five" -> 205,
+    "twenty-five" -> 25, "a dozen" -> 12."""
     total = current = 0
     for word in re.findall(r"[^\W\d_]+", spelled.lower()):
         if word == "and":
